@@ -1,0 +1,73 @@
+/* scalesweep train --config run.json [--resume DIR] */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "common/err.h"
+#include "trainer/config.h"
+#include "trainer/train.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: scalesweep train --config RUN.json [--resume DIR] [--print-config]\n"
+          "\n"
+          "Trains one GPT from a run config (a partial config is completed with\n"
+          "defaults) and prints JSON lines: config, step, eval, checkpoint, done, error.\n"
+          "  --config FILE    the run config ('-' reads stdin)\n"
+          "  --resume DIR     continue from DIR/checkpoint.bin, bit for bit\n"
+          "  --print-config   print the resolved config and exit\n"
+          "Exit codes: 0 done, 1 failed at run time, 2 invalid input,\n"
+          "143 stopped by SIGTERM (after writing a checkpoint when checkpoint.dir is set).\n");
+}
+
+int cmd_train(int argc, char **argv) {
+  const char *config = NULL, *resume = NULL;
+  int print_only = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      usage(stdout);
+      return SS_EXIT_OK;
+    } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+      config = argv[++i];
+    } else if (!strcmp(argv[i], "--resume") && i + 1 < argc) {
+      resume = argv[++i];
+    } else if (!strcmp(argv[i], "--print-config")) {
+      print_only = 1;
+    } else {
+      fprintf(stderr, "scalesweep train: unexpected argument '%s'%s\n", argv[i],
+              (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--resume"))
+                  ? " (it needs a value)"
+                  : "");
+      usage(stderr);
+      return SS_EXIT_USAGE;
+    }
+  }
+  if (!config) {
+    fprintf(stderr, "scalesweep train: --config is required\n");
+    usage(stderr);
+    return SS_EXIT_USAGE;
+  }
+  static char err[8192];
+  trn_config cfg;
+  int rc = trn_config_load(!strcmp(config, "-") ? "/dev/stdin" : config, &cfg, err,
+                           sizeof err);
+  if (rc) {
+    fprintf(stderr, "%s\n", err);
+    return err_exit_code(rc);
+  }
+  if (print_only) {
+    char *s = trn_config_to_json(&cfg);
+    printf("%s\n", s);
+    free(s);
+    return SS_EXIT_OK;
+  }
+  trn_train_install_signals();
+  rc = trn_train(&cfg, resume, stdout, err, sizeof err);
+  if (rc)
+    fprintf(stderr, "scalesweep train: %s\n", err);
+  if (rc == SS_ETERM)
+    return 128 + SIGTERM;
+  return err_exit_code(rc);
+}

@@ -1,0 +1,47 @@
+/* scalesweep: argument parsing and subcommand dispatch, nothing else. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "common/err.h"
+
+#ifndef SS_VERSION
+#define SS_VERSION "0.1.0"
+#endif
+
+static const struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *help;
+} commands[] = {
+    {"train", cmd_train, "train one model from a run config, JSON lines on stdout"},
+    {"data", cmd_data, "prepare token shards from text, or write the synthetic corpus"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: scalesweep COMMAND [ARGS]\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+    fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+  fprintf(f, "\n'scalesweep COMMAND --help' describes a command.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return SS_EXIT_USAGE;
+  }
+  if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return SS_EXIT_OK;
+  }
+  if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+    printf("scalesweep %s\n", SS_VERSION);
+    return SS_EXIT_OK;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+    if (!strcmp(argv[1], commands[i].name))
+      return commands[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "scalesweep: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return SS_EXIT_USAGE;
+}

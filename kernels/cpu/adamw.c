@@ -1,0 +1,110 @@
+/* AdamW (decoupled weight decay), fp32 moments or 8-bit blockwise moments. */
+#include <omp.h>
+
+#include "internal.h"
+
+static void adamw(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v,
+                  size_t n, const kern_adamw_args *a) {
+  float b1 = a->beta1, b2 = a->beta2;
+  float bc1 = (float)(1.0 - pow(b1, a->step)), bc2 = (float)(1.0 - pow(b2, a->step));
+  kern_prec prec = k->prec;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * a->grad_scale;
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float upd = (mi / bc1) / (sqrtf(vi / bc2) + a->eps);
+    float pi = p[i] - a->lr * (upd + a->weight_decay * p[i]);
+    p[i] = pi;
+    if (plow)
+      plow[i] = kern__rnd(pi, prec);
+  }
+}
+
+/* Code books: m is signed with value(q) = sign(q) (|q|/127)^3, v unsigned
+ * with value(q) = (q/255)^4, both times the block's absmax. The odd powers
+ * give small values most of the codes, where the moments of most weights
+ * are (the role of bitsandbytes' dynamic quantisation map). */
+static float code_m[128], code_v[256];
+
+static void init_codes(void) {
+  for (int i = 0; i < 128; i++) {
+    double x = i / 127.0;
+    code_m[i] = (float)(x * x * x);
+  }
+  for (int i = 0; i < 256; i++) {
+    double x = i / 255.0;
+    code_v[i] = (float)(x * x * x * x);
+  }
+}
+
+float kern_q8_signed_value(int q) {
+  return q < 0 ? -code_m[-q] : code_m[q];
+}
+float kern_q8_unsigned_value(int q) { return code_v[q]; }
+
+/* index of the code nearest to x (x in [0, 1], codes sorted ascending) */
+static int nearest(const float *code, int ncode, float x) {
+  int lo = 0, hi = ncode - 1; /* invariant: code[lo] <= x < code[hi] or edges */
+  if (x <= code[0])
+    return 0;
+  if (x >= code[hi])
+    return hi;
+  while (hi - lo > 1) {
+    int mid = (lo + hi) / 2;
+    if (code[mid] <= x)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return x - code[lo] <= code[hi] - x ? lo : hi;
+}
+
+static void adamw8bit(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm,
+                      uint8_t *qv, float *sm, float *sv, size_t n,
+                      const kern_adamw_args *a) {
+  float b1 = a->beta1, b2 = a->beta2;
+  float bc1 = (float)(1.0 - pow(b1, a->step)), bc2 = (float)(1.0 - pow(b2, a->step));
+  kern_prec prec = k->prec;
+  size_t nblocks = (n + KERN_Q8_BLOCK - 1) / KERN_Q8_BLOCK;
+#pragma omp parallel for schedule(static)
+  for (size_t blk = 0; blk < nblocks; blk++) {
+    size_t lo = blk * KERN_Q8_BLOCK, hi = lo + KERN_Q8_BLOCK < n ? lo + KERN_Q8_BLOCK : n;
+    float mb[KERN_Q8_BLOCK], vb[KERN_Q8_BLOCK];
+    float am = 0.0f, av = 0.0f;
+    for (size_t i = lo; i < hi; i++) {
+      float gi = g[i] * a->grad_scale;
+      int q = qm[i];
+      float mi = (q < 0 ? -code_m[-q] : code_m[q]) * sm[blk];
+      float vi = code_v[qv[i]] * sv[blk];
+      mi = b1 * mi + (1.0f - b1) * gi;
+      vi = b2 * vi + (1.0f - b2) * gi * gi;
+      float upd = (mi / bc1) / (sqrtf(vi / bc2) + a->eps);
+      float pi = p[i] - a->lr * (upd + a->weight_decay * p[i]);
+      p[i] = pi;
+      if (plow)
+        plow[i] = kern__rnd(pi, prec);
+      mb[i - lo] = mi;
+      vb[i - lo] = vi;
+      am = fabsf(mi) > am ? fabsf(mi) : am;
+      av = vi > av ? vi : av;
+    }
+    float im = am > 0.0f ? 1.0f / am : 0.0f, iv = av > 0.0f ? 1.0f / av : 0.0f;
+    for (size_t i = lo; i < hi; i++) {
+      float mi = mb[i - lo];
+      int q = nearest(code_m, 128, fabsf(mi) * im);
+      qm[i] = (int8_t)(mi < 0.0f ? -q : q);
+      qv[i] = (uint8_t)nearest(code_v, 256, vb[i - lo] * iv);
+    }
+    sm[blk] = am;
+    sv[blk] = av;
+  }
+}
+
+void kern__cpu_adamw(kern_ops *o) {
+  init_codes();
+  o->adamw = adamw;
+  o->adamw8bit = adamw8bit;
+}

@@ -1,0 +1,120 @@
+/* Element-wise kernels: residual, GELU, scaling, rounding, accumulation,
+ * sums of squares. */
+#include <omp.h>
+
+#include "internal.h"
+
+/* Chunk size of the fixed-order reductions: the partial sums are over fixed
+ * ranges, added in order, so the result does not depend on threads. */
+#define SUMSQ_CHUNK 16384
+
+static void residual_forward(kern_ctx *k, float *out, const float *a, const float *b,
+                             size_t n) {
+  kern_prec p = k->prec;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++)
+    out[i] = kern__rnd(a[i] + b[i], p);
+}
+
+#define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_C 0.044715f
+
+static void gelu_forward(kern_ctx *k, float *out, const float *inp, size_t n) {
+  kern_prec p = k->prec;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float u = GELU_S * (x + GELU_C * x * x * x);
+    out[i] = kern__rnd(0.5f * x * (1.0f + kern__tanhf(u)), p);
+  }
+}
+
+static void gelu_backward(kern_ctx *k, float *dinp, const float *inp, const float *dout,
+                          size_t n) {
+  kern_prec p = k->prec;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float u = GELU_S * (x + GELU_C * x * x * x);
+    float th = kern__tanhf(u);
+    float du = GELU_S * (1.0f + 3.0f * GELU_C * x * x);
+    float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+    dinp[i] = kern__rnd(grad * dout[i], p);
+  }
+}
+
+static double sumsq(kern_ctx *k, const float *x, size_t n) {
+  size_t nchunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+  double total = 0.0;
+  double part[64];
+  /* blocks of 64 chunks so the stack buffer stays small */
+  for (size_t c0 = 0; c0 < nchunks; c0 += 64) {
+    size_t c1 = c0 + 64 < nchunks ? c0 + 64 : nchunks;
+#pragma omp parallel for schedule(static)
+    for (size_t c = c0; c < c1; c++) {
+      size_t lo = c * SUMSQ_CHUNK, hi = lo + SUMSQ_CHUNK < n ? lo + SUMSQ_CHUNK : n;
+      double s = 0.0;
+      for (size_t i = lo; i < hi; i++)
+        s += (double)x[i] * (double)x[i];
+      part[c - c0] = s;
+    }
+    for (size_t c = c0; c < c1; c++)
+      total += part[c - c0];
+  }
+  return total;
+}
+
+static double accumulate(kern_ctx *k, float *dst, const float *src, float s, size_t n,
+                         int init) {
+  if (init) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+      dst[i] = src[i] * s;
+  } else {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+      dst[i] += src[i] * s;
+  }
+  return sumsq(k, src, n);
+}
+
+static void scale(kern_ctx *k, float *x, float s, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++)
+    x[i] *= s;
+}
+
+static void round_(kern_ctx *k, float *x, size_t n, kern_prec p) {
+  if (p == KERN_FP32)
+    return;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++)
+    x[i] = kern__rnd(x[i], p);
+}
+
+float kern_round_bf16(float x) { return kern__bf16(x); }
+float kern_round_fp16(float x) { return kern__fp16(x); }
+
+void kern__colsum_add(float *dst, const float *src, int N, int C) {
+#pragma omp parallel
+  {
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    int per = ((C + nt - 1) / nt + 15) / 16 * 16;
+    int lo = t * per, hi = lo + per < C ? lo + per : C;
+    for (int r = 0; r < N; r++) {
+      const float *row = src + (size_t)r * C;
+      for (int c = lo; c < hi; c++)
+        dst[c] += row[c];
+    }
+  }
+}
+
+void kern__cpu_elementwise(kern_ops *o) {
+  o->residual_forward = residual_forward;
+  o->gelu_forward = gelu_forward;
+  o->gelu_backward = gelu_backward;
+  o->sumsq = sumsq;
+  o->accumulate = accumulate;
+  o->scale = scale;
+  o->round = round_;
+}

@@ -1,0 +1,41 @@
+/* Token plus position embedding. */
+#include <omp.h>
+
+#include "internal.h"
+
+static void encoder_forward(kern_ctx *k, float *out, const int32_t *tokens,
+                            const float *wte, const float *wpe, int B, int T, int C) {
+  kern_prec p = k->prec;
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < B * T; r++) {
+    const float *e = wte + (size_t)tokens[r] * C, *q = wpe + (size_t)(r % T) * C;
+    float *y = out + (size_t)r * C;
+    for (int c = 0; c < C; c++)
+      y[c] = kern__rnd(e[c] + q[c], p);
+  }
+}
+
+/* Rows are scattered into dwte in row order; threads split the channels,
+ * so every element is summed in the same order whatever the thread count. */
+static void encoder_backward(kern_ctx *k, float *dwte, float *dwpe, const float *dout,
+                             const int32_t *tokens, int B, int T, int C) {
+#pragma omp parallel
+  {
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    int per = ((C + nt - 1) / nt + 15) / 16 * 16;
+    int lo = t * per, hi = lo + per < C ? lo + per : C;
+    for (int r = 0; r < B * T; r++) {
+      const float *dy = dout + (size_t)r * C;
+      float *de = dwte + (size_t)tokens[r] * C, *dq = dwpe + (size_t)(r % T) * C;
+      for (int c = lo; c < hi; c++) {
+        de[c] += dy[c];
+        dq[c] += dy[c];
+      }
+    }
+  }
+}
+
+void kern__cpu_encoder(kern_ops *o) {
+  o->encoder_forward = encoder_forward;
+  o->encoder_backward = encoder_backward;
+}

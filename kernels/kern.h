@@ -1,0 +1,144 @@
+/* The compute kernels behind one interface.
+ *
+ * Every kernel of the GPT trainer (forward and backward) is a call through a
+ * kern_ops table: the CPU backend (kernels/cpu, the reference, OpenBLAS sgemm
+ * plus OpenMP) fills one table, the CUDA backend (kernels/cuda) another, and
+ * the trainer never knows which it holds. Buffers are backend memory
+ * (host memory for the CPU, device memory for CUDA) obtained from ops->alloc;
+ * a kern_ctx carries the backend's execution state (threads, or the stream).
+ *
+ * Shapes: N rows (N = B*T), C channels, OC output channels, V vocabulary,
+ * NH heads, hs = C/NH head size. Row-major throughout; weights are (OC, C)
+ * as in nn.Linear, applied as out = inp @ W^T + b.
+ *
+ * Precision: activations (every kernel output that later feeds a kernel) are
+ * stored rounded to ctx->prec: KERN_BF16 rounds to bfloat16 and KERN_FP16 to
+ * IEEE half (overflow to infinity) with round-to-nearest-even, in fp32
+ * containers on the CPU, so a CPU run has the numerics of a GPU run whose
+ * matrix products take bf16/fp16 inputs and accumulate in fp32. Parameter
+ * gradients, optimizer state and reductions stay fp32 (sums of squares in
+ * fp64). "+=" below marks outputs that accumulate; the rest overwrite.
+ *
+ * Determinism: for a fixed backend and thread count every kernel returns the
+ * same bits on every call (no reductions whose order depends on scheduling). */
+#ifndef SS_KERNELS_KERN_H
+#define SS_KERNELS_KERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum kern_prec { KERN_FP32 = 0, KERN_BF16 = 1, KERN_FP16 = 2 } kern_prec;
+
+typedef struct kern_ops kern_ops;
+
+typedef struct kern_ctx {
+  const kern_ops *ops;
+  kern_prec prec;
+  int threads;   /* CPU: OpenMP and OpenBLAS threads */
+  void *backend; /* CUDA: stream and library handles */
+} kern_ctx;
+
+/* 8-bit AdamW moments are quantised in blocks of this many values, each
+ * block with its own absolute maximum (bitsandbytes' blockwise scheme). */
+#define KERN_Q8_BLOCK 256
+
+typedef struct kern_adamw_args {
+  float lr, beta1, beta2, eps, weight_decay;
+  float grad_scale; /* multiplies every gradient first (loss-scale undo x clip) */
+  int step;         /* 1-based, for bias correction */
+} kern_adamw_args;
+
+struct kern_ops {
+  const char *name;
+
+  /* memory */
+  void *(*alloc)(kern_ctx *k, size_t bytes); /* zeroed; NULL when out of memory */
+  void (*free)(kern_ctx *k, void *p);
+  void (*zero)(kern_ctx *k, void *p, size_t bytes);
+  void (*to_host)(kern_ctx *k, void *dst, const void *src, size_t bytes);
+  void (*from_host)(kern_ctx *k, void *dst, const void *src, size_t bytes);
+  void (*sync)(kern_ctx *k);
+
+  /* out(B,T,C) = wte[tokens] + wpe[t] */
+  void (*encoder_forward)(kern_ctx *k, float *out, const int32_t *tokens,
+                          const float *wte, const float *wpe, int B, int T, int C);
+  /* dwte += scatter(dout), dwpe += sum over batch */
+  void (*encoder_backward)(kern_ctx *k, float *dwte, float *dwpe, const float *dout,
+                           const int32_t *tokens, int B, int T, int C);
+
+  /* out = (inp - mean) * rstd * w + b, eps 1e-5; mean, rstd (N) saved */
+  void (*layernorm_forward)(kern_ctx *k, float *out, float *mean, float *rstd,
+                            const float *inp, const float *w, const float *b, int N, int C);
+  /* dinp +=, dw +=, db += */
+  void (*layernorm_backward)(kern_ctx *k, float *dinp, float *dw, float *db,
+                             const float *dout, const float *inp, const float *w,
+                             const float *mean, const float *rstd, int N, int C);
+
+  /* out(N,OC) = inp(N,C) @ w(OC,C)^T + b (b may be NULL) */
+  void (*matmul_forward)(kern_ctx *k, float *out, const float *inp, const float *w,
+                         const float *b, int N, int C, int OC);
+  /* dinp = dout @ w (overwrite); dw += dout^T @ inp; db += colsum(dout) (db may be NULL) */
+  void (*matmul_backward)(kern_ctx *k, float *dinp, float *dw, float *db,
+                          const float *dout, const float *inp, const float *w,
+                          int N, int C, int OC);
+
+  /* causal self-attention. qkv (B,T,3C) holds q|k|v, each split into NH
+   * heads of hs; att (B,NH,T,T) saves the softmax probabilities (upper
+   * triangle zero); out (B,T,C). */
+  void (*attention_forward)(kern_ctx *k, float *out, float *att, const float *qkv,
+                            int B, int T, int C, int NH);
+  /* dqkv overwrite; datt (B,NH,T,T) is scratch */
+  void (*attention_backward)(kern_ctx *k, float *dqkv, float *datt, const float *dout,
+                             const float *qkv, const float *att, int B, int T, int C, int NH);
+
+  /* GELU, tanh approximation */
+  void (*gelu_forward)(kern_ctx *k, float *out, const float *inp, size_t n);
+  /* dinp = gelu'(inp) * dout (overwrite; dinp may alias dout) */
+  void (*gelu_backward)(kern_ctx *k, float *dinp, const float *inp, const float *dout,
+                        size_t n);
+
+  /* out = a + b */
+  void (*residual_forward)(kern_ctx *k, float *out, const float *a, const float *b, size_t n);
+
+  /* Fused softmax + cross-entropy over rows of logits (N,V): losses(N) get
+   * -log softmax(logits)[target]; when dscale != 0, logits are overwritten
+   * in place with dlogits = (softmax - onehot(target)) * dscale. */
+  void (*softmax_xent)(kern_ctx *k, float *losses, float *logits, const int32_t *targets,
+                       int N, int V, float dscale);
+
+  /* sum of squares, accumulated in fp64, deterministic */
+  double (*sumsq)(kern_ctx *k, const float *x, size_t n);
+  /* dst = src * s when init, else dst += src * s; returns sum of squares of
+   * src (the micro-batch gradient norm, for the noise scale) */
+  double (*accumulate)(kern_ctx *k, float *dst, const float *src, float s, size_t n,
+                       int init);
+  /* x *= s */
+  void (*scale)(kern_ctx *k, float *x, float s, size_t n);
+  /* rounds x to the given precision in place */
+  void (*round)(kern_ctx *k, float *x, size_t n, kern_prec prec);
+
+  /* AdamW with decoupled weight decay on one tensor: updates p (fp32 master),
+   * m, v and, when plow is not NULL, writes plow = round(p) at ctx->prec */
+  void (*adamw)(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v,
+                size_t n, const kern_adamw_args *a);
+  /* The same with m, v quantised blockwise to 8 bits: m signed codes with
+   * one absmax per KERN_Q8_BLOCK values (qm, sm), v unsigned (qv, sv). */
+  void (*adamw8bit)(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm,
+                    uint8_t *qv, float *sm, float *sv, size_t n, const kern_adamw_args *a);
+};
+
+/* The CPU backend (reference). Sets OpenMP's and OpenBLAS's thread count to
+ * threads (<= 0: all cores) and returns 0. */
+int kern_cpu_init(kern_ctx *k, kern_prec prec, int threads);
+void kern_cpu_close(kern_ctx *k);
+
+/* 8-bit code books used by adamw8bit: value of code q relative to the
+ * block's absmax. Signed: q in -127..127; unsigned: q in 0..255. */
+float kern_q8_signed_value(int q);
+float kern_q8_unsigned_value(int q);
+
+/* Scalar rounding, the reference for the precision emulation. */
+float kern_round_bf16(float x);
+float kern_round_fp16(float x);
+
+#endif

@@ -1,0 +1,272 @@
+#include "trainer/ckpt.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/err.h"
+
+#define HDR_INTS 256
+
+enum { H_MAGIC, H_VERSION, H_LAYERS, H_DMODEL, H_HEADS, H_SEQ, H_VOCAB, H_Q8, H_PREC,
+       H_CONFIG_LEN };
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *c = p;
+  for (size_t i = 0; i < n; i++) {
+    h ^= c[i];
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+#define FNV_INIT 0xcbf29ce484222325ULL
+
+/* The serialised training state: fixed-width fields in a fixed order. */
+typedef struct state_rec {
+  int64_t step, tokens, good_steps, skipped_steps, noise_n;
+  double loss_scale, noise_decay, noise_g2, noise_s;
+  uint64_t rng[4], offset;
+  int32_t word, in_word;
+  uint64_t nparams, optim_bytes;
+} state_rec;
+
+static int write_all(int fd, const void *p, size_t n, uint64_t *h) {
+  const char *c = p;
+  *h = fnv1a(*h, p, n);
+  while (n) {
+    ssize_t w = write(fd, c, n);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return -1;
+    }
+    c += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m,
+                  const trn_optim *o, const trn_ckpt_state *st, char *path_out,
+                  size_t path_len, char *err, size_t errlen) {
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    snprintf(err, errlen, "%s: cannot create checkpoint directory: %s", dir,
+             strerror(errno));
+    return SS_EIO;
+  }
+  char path[4096], tmp[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, TRN_CKPT_FILE);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  int32_t hdr[HDR_INTS] = {0};
+  size_t clen = strlen(config_json);
+  hdr[H_MAGIC] = TRN_CKPT_MAGIC;
+  hdr[H_VERSION] = TRN_CKPT_VERSION;
+  hdr[H_LAYERS] = m->shape.n_layer;
+  hdr[H_DMODEL] = m->shape.d_model;
+  hdr[H_HEADS] = m->shape.n_head;
+  hdr[H_SEQ] = m->shape.seq_len;
+  hdr[H_VOCAB] = m->shape.vocab_size;
+  hdr[H_Q8] = o->q8;
+  hdr[H_PREC] = m->k->prec;
+  hdr[H_CONFIG_LEN] = (int32_t)clen;
+  state_rec r;
+  memset(&r, 0, sizeof r);
+  r.step = st->step;
+  r.tokens = st->tokens;
+  r.good_steps = st->good_steps;
+  r.skipped_steps = st->skipped_steps;
+  r.loss_scale = st->loss_scale;
+  r.noise_decay = st->noise.decay;
+  r.noise_g2 = st->noise.ema_g2;
+  r.noise_s = st->noise.ema_s;
+  r.noise_n = st->noise.n;
+  memcpy(r.rng, st->train_pos.rng, sizeof r.rng);
+  r.offset = st->train_pos.offset;
+  r.word = st->train_pos.word;
+  r.in_word = st->train_pos.in_word;
+  r.nparams = m->nparams;
+  r.optim_bytes = o->state_bytes;
+
+  size_t pbytes = m->nparams * sizeof(float);
+  char *buf = malloc(pbytes > o->state_bytes ? pbytes : o->state_bytes);
+  if (!buf)
+    return SS_ENOMEM;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    snprintf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+    free(buf);
+    return SS_EIO;
+  }
+  uint64_t h = FNV_INIT;
+  int bad = write_all(fd, hdr, sizeof hdr, &h) || write_all(fd, &r, sizeof r, &h) ||
+            write_all(fd, config_json, clen, &h);
+  if (!bad) {
+    m->k->ops->to_host(m->k, buf, m->params, pbytes);
+    bad = write_all(fd, buf, pbytes, &h);
+  }
+  if (!bad) {
+    trn_optim_save(o, buf);
+    bad = write_all(fd, buf, o->state_bytes, &h);
+  }
+  uint64_t trailer = h, dummy = 0;
+  if (!bad)
+    bad = write_all(fd, &trailer, sizeof trailer, &dummy);
+  if (!bad)
+    bad = fsync(fd) != 0;
+  int e = errno;
+  if (close(fd) != 0 && !bad) {
+    bad = 1;
+    e = errno;
+  }
+  free(buf);
+  if (bad || rename(tmp, path) != 0) {
+    if (!bad)
+      e = errno;
+    unlink(tmp);
+    snprintf(err, errlen, "%s: cannot write checkpoint: %s", path, strerror(e));
+    return SS_EIO;
+  }
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    fsync(dfd); /* make the rename durable */
+    close(dfd);
+  }
+  snprintf(path_out, path_len, "%s", path);
+  return 0;
+}
+
+/* The config sections that must match for a checkpoint to resume. */
+static int same_run(const char *path, const char *a_json, const char *b_json, char *err,
+                    size_t errlen) {
+  static const char *const keys[] = {"model", "data", "train", "optimizer", "precision"};
+  cJSON *a = cJSON_Parse(a_json), *b = cJSON_Parse(b_json);
+  int rc = 0;
+  if (!a || !b) {
+    snprintf(err, errlen, "%s: the config stored in the checkpoint is not valid JSON", path);
+    rc = SS_ECORRUPT;
+  }
+  for (size_t i = 0; !rc && i < sizeof keys / sizeof *keys; i++) {
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(a, keys[i]);
+    cJSON *y = cJSON_GetObjectItemCaseSensitive(b, keys[i]);
+    if (!cJSON_Compare(x, y, 1)) {
+      char *xs = x ? cJSON_PrintUnformatted(x) : NULL;
+      char *ys = y ? cJSON_PrintUnformatted(y) : NULL;
+      snprintf(err, errlen,
+               "%s: written by a run with a different \"%s\": checkpoint has %s, config "
+               "has %s\nHINT: resume with the config that wrote the checkpoint",
+               path, keys[i], xs ? xs : "nothing", ys ? ys : "nothing");
+      free(xs);
+      free(ys);
+      rc = SS_EINVAL;
+    }
+  }
+  cJSON_Delete(a);
+  cJSON_Delete(b);
+  return rc;
+}
+
+int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_optim *o,
+                  trn_ckpt_state *st, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    int e = errno;
+    snprintf(err, errlen, "%s: cannot open checkpoint: %s", path, strerror(e));
+    return e == ENOENT ? SS_ENOENT : SS_EIO;
+  }
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = size > 0 ? malloc((size_t)size) : NULL;
+  if (size > 0 && !buf) {
+    fclose(f);
+    return SS_ENOMEM;
+  }
+  size_t got = buf ? fread(buf, 1, (size_t)size, f) : 0;
+  fclose(f);
+  int rc = 0;
+  int32_t hdr[HDR_INTS];
+  state_rec r;
+  size_t fixed = sizeof hdr + sizeof r + sizeof(uint64_t);
+  if (size < 0 || got != (size_t)size || (size_t)size < fixed) {
+    snprintf(err, errlen, "%s: truncated: %ld bytes, a checkpoint has at least %zu", path,
+             size, fixed);
+    free(buf);
+    return SS_ECORRUPT;
+  }
+  memcpy(hdr, buf, sizeof hdr);
+  memcpy(&r, buf + sizeof hdr, sizeof r);
+  if (hdr[H_MAGIC] != TRN_CKPT_MAGIC) {
+    snprintf(err, errlen,
+             "%s: byte 0: magic number is %d, expected %d\nHINT: not a scalesweep "
+             "checkpoint (a token shard or another program's file?)",
+             path, hdr[H_MAGIC], TRN_CKPT_MAGIC);
+    rc = SS_ECORRUPT;
+  } else if (hdr[H_VERSION] != TRN_CKPT_VERSION) {
+    snprintf(err, errlen,
+             "%s: byte 4: version is %d, expected %d\nHINT: written by another scalesweep "
+             "version",
+             path, hdr[H_VERSION], TRN_CKPT_VERSION);
+    rc = SS_ECORRUPT;
+  }
+  size_t clen = rc ? 0 : (size_t)(uint32_t)hdr[H_CONFIG_LEN];
+  size_t pbytes = m->nparams * sizeof(float);
+  size_t want = fixed + clen + (size_t)r.nparams * sizeof(float) + (size_t)r.optim_bytes;
+  if (!rc && (size_t)size != want) {
+    snprintf(err, errlen, "%s: size is %ld bytes, its header describes %zu (truncated?)",
+             path, size, want);
+    rc = SS_ECORRUPT;
+  }
+  if (!rc) {
+    uint64_t stored;
+    memcpy(&stored, buf + size - sizeof stored, sizeof stored);
+    if (fnv1a(FNV_INIT, buf, (size_t)size - sizeof stored) != stored) {
+      snprintf(err, errlen, "%s: checksum mismatch: the file is corrupt", path);
+      rc = SS_ECORRUPT;
+    }
+  }
+  char *cjson = NULL;
+  if (!rc) {
+    cjson = malloc(clen + 1);
+    if (!cjson)
+      rc = SS_ENOMEM;
+    else {
+      memcpy(cjson, buf + sizeof hdr + sizeof r, clen);
+      cjson[clen] = 0;
+      rc = same_run(path, cjson, config_json, err, errlen);
+    }
+  }
+  if (!rc && (r.nparams != m->nparams || r.optim_bytes != o->state_bytes)) {
+    snprintf(err, errlen, "%s: holds %llu parameters and %llu optimizer bytes, expected %zu "
+             "and %zu", path, (unsigned long long)r.nparams,
+             (unsigned long long)r.optim_bytes, m->nparams, o->state_bytes);
+    rc = SS_ECORRUPT;
+  }
+  if (!rc) {
+    const char *p = buf + sizeof hdr + sizeof r + clen;
+    m->k->ops->from_host(m->k, m->params, p, pbytes);
+    trn_model_sync_low(m);
+    trn_optim_load(o, p + pbytes);
+    st->step = r.step;
+    st->tokens = r.tokens;
+    st->good_steps = r.good_steps;
+    st->skipped_steps = r.skipped_steps;
+    st->loss_scale = r.loss_scale;
+    st->noise.decay = r.noise_decay;
+    st->noise.ema_g2 = r.noise_g2;
+    st->noise.ema_s = r.noise_s;
+    st->noise.n = r.noise_n;
+    memcpy(st->train_pos.rng, r.rng, sizeof r.rng);
+    st->train_pos.offset = r.offset;
+    st->train_pos.word = r.word;
+    st->train_pos.in_word = r.in_word;
+  }
+  free(cjson);
+  free(buf);
+  return rc;
+}

@@ -1,0 +1,48 @@
+/* Checkpoints: everything a run needs to continue as if never stopped.
+ *
+ * One file, DIR/checkpoint.bin: a 256 x int32 header (magic, version, model
+ * shape, optimizer kind, precision, lengths), the training state (step,
+ * tokens, loss scaler, data position, noise-scale averages), the resolved
+ * config JSON, the fp32 master weights, the optimizer state, and a trailing
+ * FNV-1a 64 checksum of all that precedes it. Written to a temporary file,
+ * fsync'ed and renamed, so a crash while writing leaves the previous
+ * checkpoint intact. */
+#ifndef SS_TRAINER_CKPT_H
+#define SS_TRAINER_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trainer/data.h"
+#include "trainer/model.h"
+#include "trainer/noise.h"
+#include "trainer/optim.h"
+
+#define TRN_CKPT_MAGIC 0x53534b50 /* "PKSS" little-endian: scalesweep checkpoint */
+#define TRN_CKPT_VERSION 1
+#define TRN_CKPT_FILE "checkpoint.bin"
+
+typedef struct trn_ckpt_state {
+  int64_t step;       /* optimizer steps done */
+  int64_t tokens;     /* training tokens consumed */
+  double loss_scale;  /* fp16 dynamic loss scale (1 otherwise) */
+  int64_t good_steps; /* clean steps since the scale last changed */
+  int64_t skipped_steps; /* fp16 steps skipped for overflow (no update) */
+  trn_loader_pos train_pos;
+  trn_noise noise;
+} trn_ckpt_state;
+
+/* Writes DIR/checkpoint.bin (DIR is created if missing); the final path is
+ * copied to path_out. */
+int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m,
+                  const trn_optim *o, const trn_ckpt_state *st, char *path_out,
+                  size_t path_len, char *err, size_t errlen);
+
+/* Reads a checkpoint written for the same model, data, train, optimizer and
+ * precision settings as config_json into m, o and st. A wrong magic,
+ * version, size or checksum is SS_ECORRUPT; a checkpoint of another config
+ * is SS_EINVAL; both name the file and what differs. */
+int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_optim *o,
+                  trn_ckpt_state *st, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,527 @@
+/* Run config: JSON (cJSON) -> trn_config, with defaults and validation. */
+#include "trainer/config.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+typedef struct problems {
+  char *buf;
+  size_t cap, len;
+  int n;
+  const char *name;
+} problems;
+
+static void problem(problems *p, const char *path, const char *fmt, ...) {
+  p->n++;
+  if (p->len + 1 >= p->cap)
+    return;
+  int w = snprintf(p->buf + p->len, p->cap - p->len, "%s%s: %s: ", p->len ? "\n" : "",
+                   p->name, path);
+  if (w < 0)
+    return;
+  p->len = p->len + (size_t)w < p->cap ? p->len + (size_t)w : p->cap - 1;
+  va_list ap;
+  va_start(ap, fmt);
+  w = vsnprintf(p->buf + p->len, p->cap - p->len, fmt, ap);
+  va_end(ap);
+  if (w > 0)
+    p->len = p->len + (size_t)w < p->cap ? p->len + (size_t)w : p->cap - 1;
+}
+
+/* A short rendering of a JSON value for "found ..." messages. */
+static void found(const cJSON *v, char *out, size_t n) {
+  char *s = cJSON_PrintUnformatted(v);
+  if (!s) {
+    snprintf(out, n, "?");
+    return;
+  }
+  if (strlen(s) > 40)
+    snprintf(out, n, "%.37s...", s);
+  else
+    snprintf(out, n, "%s", s);
+  free(s);
+}
+
+static const char *type_name(const cJSON *v) {
+  if (cJSON_IsNumber(v))
+    return "a number";
+  if (cJSON_IsString(v))
+    return "a string";
+  if (cJSON_IsBool(v))
+    return "a boolean";
+  if (cJSON_IsNull(v))
+    return "null";
+  if (cJSON_IsArray(v))
+    return "an array";
+  return "an object";
+}
+
+/* Flags keys of obj that are not in the NULL-terminated list allowed. */
+static void check_keys(problems *p, const cJSON *obj, const char *path,
+                       const char *const *allowed) {
+  const cJSON *c;
+  cJSON_ArrayForEach(c, obj) {
+    int ok = 0;
+    for (const char *const *a = allowed; *a; a++)
+      if (strcmp(c->string, *a) == 0)
+        ok = 1;
+    if (!ok) {
+      char list[256] = "";
+      for (const char *const *a = allowed; *a; a++) {
+        strncat(list, *a, sizeof list - strlen(list) - 1);
+        if (a[1])
+          strncat(list, ", ", sizeof list - strlen(list) - 1);
+      }
+      problem(p, path, "unknown key \"%s\"; expected one of: %s", c->string, list);
+    }
+  }
+}
+
+/* Section lookup: absent -> NULL; present but not an object -> problem. */
+static const cJSON *section(problems *p, const cJSON *root, const char *key,
+                            const char *path) {
+  const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, key);
+  if (s && !cJSON_IsObject(s)) {
+    problem(p, path, "expected an object, found %s", type_name(s));
+    return NULL;
+  }
+  return s;
+}
+
+static void get_num(problems *p, const cJSON *obj, const char *path, const char *key,
+                    double *out, double lo, double hi, const char *range) {
+  const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+  if (!v)
+    return;
+  char full[128];
+  snprintf(full, sizeof full, "%s.%s", path, key);
+  if (!cJSON_IsNumber(v)) {
+    char f[64];
+    found(v, f, sizeof f);
+    problem(p, full, "expected a number %s, found %s %s", range, type_name(v), f);
+    return;
+  }
+  double x = v->valuedouble;
+  if (!(x >= lo && x <= hi)) {
+    problem(p, full, "found %.17g, expected a number %s", x, range);
+    return;
+  }
+  *out = x;
+}
+
+static void get_i64(problems *p, const cJSON *obj, const char *path, const char *key,
+                    int64_t *out, int64_t lo, int64_t hi) {
+  const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+  if (!v)
+    return;
+  char full[128];
+  snprintf(full, sizeof full, "%s.%s", path, key);
+  if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
+    char f[64];
+    found(v, f, sizeof f);
+    problem(p, full, "expected an integer from %lld to %lld, found %s", (long long)lo,
+            (long long)hi, f);
+    return;
+  }
+  double x = v->valuedouble;
+  if (!(x >= (double)lo && x <= (double)hi)) {
+    problem(p, full, "found %.17g, expected an integer from %lld to %lld", x,
+            (long long)lo, (long long)hi);
+    return;
+  }
+  *out = (int64_t)x;
+}
+
+static void get_int(problems *p, const cJSON *obj, const char *path, const char *key,
+                    int *out, int lo, int hi) {
+  int64_t x = *out;
+  get_i64(p, obj, path, key, &x, lo, hi);
+  *out = (int)x;
+}
+
+static void get_str(problems *p, const cJSON *obj, const char *path, const char *key,
+                    char *out, size_t n, const char *const *choices) {
+  const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+  if (!v)
+    return;
+  char full[128];
+  snprintf(full, sizeof full, "%s.%s", path, key);
+  char allowed[160] = "";
+  for (const char *const *c = choices; c && *c; c++) {
+    if (*allowed)
+      strncat(allowed, ", ", sizeof allowed - strlen(allowed) - 1);
+    strncat(allowed, "\"", sizeof allowed - strlen(allowed) - 1);
+    strncat(allowed, *c, sizeof allowed - strlen(allowed) - 1);
+    strncat(allowed, "\"", sizeof allowed - strlen(allowed) - 1);
+  }
+  if (!cJSON_IsString(v)) {
+    char f[64];
+    found(v, f, sizeof f);
+    problem(p, full, "expected a string%s%s, found %s %s", choices ? " among " : "",
+            allowed, type_name(v), f);
+    return;
+  }
+  if (strlen(v->valuestring) >= n) {
+    problem(p, full, "string too long (%zu bytes, at most %zu)", strlen(v->valuestring),
+            n - 1);
+    return;
+  }
+  if (choices) {
+    int ok = 0;
+    for (const char *const *c = choices; *c; c++)
+      if (strcmp(*c, v->valuestring) == 0)
+        ok = 1;
+    if (!ok) {
+      problem(p, full, "found \"%s\", expected one of %s", v->valuestring, allowed);
+      return;
+    }
+  }
+  snprintf(out, n, "%s", v->valuestring);
+}
+
+static void get_bool(problems *p, const cJSON *obj, const char *path, const char *key,
+                     int *out) {
+  const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+  if (!v)
+    return;
+  if (!cJSON_IsBool(v)) {
+    char f[64], full[128];
+    found(v, f, sizeof f);
+    snprintf(full, sizeof full, "%s.%s", path, key);
+    problem(p, full, "expected true or false, found %s", f);
+    return;
+  }
+  *out = cJSON_IsTrue(v);
+}
+
+static int has(const cJSON *obj, const char *key) {
+  return obj && cJSON_GetObjectItemCaseSensitive(obj, key) != NULL;
+}
+
+/* line and column (1-based) of a byte position in text */
+static void line_col(const char *text, const char *pos, int *line, int *col) {
+  *line = 1;
+  *col = 1;
+  for (const char *c = text; c < pos && *c; c++) {
+    if (*c == '\n') {
+      (*line)++;
+      *col = 1;
+    } else {
+      (*col)++;
+    }
+  }
+}
+
+const char *trn_prec_name(kern_prec p) {
+  return p == KERN_BF16 ? "bf16" : p == KERN_FP16 ? "fp16" : "fp32";
+}
+
+int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *err,
+                     size_t errlen) {
+  problems p = {err, errlen, 0, 0, name};
+  if (errlen)
+    err[0] = 0;
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+  if (!root) {
+    const char *at = cJSON_GetErrorPtr();
+    int line, col;
+    line_col(text, at ? at : text, &line, &col);
+    snprintf(err, errlen, "%s:%d:%d: malformed JSON near '%.12s'", name, line, col,
+             at ? at : "");
+    return SS_EINVAL;
+  }
+  if (!cJSON_IsObject(root)) {
+    problem(&p, "$", "expected a JSON object, found %s", type_name(root));
+    cJSON_Delete(root);
+    return SS_EINVAL;
+  }
+  static const char *const top_keys[] = {"model", "data", "train", "optimizer",
+                                         "precision", "memory", "eval", "checkpoint",
+                                         "backend", "world_size", "threads", NULL};
+  check_keys(&p, root, "$", top_keys);
+
+  memset(cfg, 0, sizeof *cfg);
+  const cJSON *model = section(&p, root, "model", "$.model");
+  const cJSON *data = section(&p, root, "data", "$.data");
+  const cJSON *train = section(&p, root, "train", "$.train");
+  const cJSON *opt = section(&p, root, "optimizer", "$.optimizer");
+  const cJSON *mem = section(&p, root, "memory", "$.memory");
+  const cJSON *eval = section(&p, root, "eval", "$.eval");
+  const cJSON *ckpt = section(&p, root, "checkpoint", "$.checkpoint");
+
+  /* data first: the vocabulary default depends on it */
+  static const char *const data_keys[] = {"train", "val", "synthetic", NULL};
+  static const char *const synth_keys[] = {"letters", "words", "min_len", "max_len",
+                                           "zipf", "seed", NULL};
+  if (data)
+    check_keys(&p, data, "$.data", data_keys);
+  trn_synth_params *sp = &cfg->data.synth;
+  sp->letters = 26;
+  sp->words = 4096;
+  sp->min_len = 2;
+  sp->max_len = 8;
+  sp->zipf = 1.2;
+  sp->seed = 1;
+  int has_shards = has(data, "train") || has(data, "val");
+  cfg->data.synthetic = !has_shards;
+  if (has_shards && has(data, "synthetic"))
+    problem(&p, "$.data", "give either \"synthetic\" or \"train\"/\"val\" shards, not both");
+  if (has_shards) {
+    get_str(&p, data, "$.data", "train", cfg->data.train, sizeof cfg->data.train, NULL);
+    get_str(&p, data, "$.data", "val", cfg->data.val, sizeof cfg->data.val, NULL);
+    if (!has(data, "train"))
+      problem(&p, "$.data.train", "missing; expected a token shard path or glob");
+    if (!has(data, "val"))
+      problem(&p, "$.data.val", "missing; expected a token shard path or glob");
+  } else {
+    const cJSON *syn = section(&p, data, "synthetic", "$.data.synthetic");
+    if (syn) {
+      check_keys(&p, syn, "$.data.synthetic", synth_keys);
+      get_int(&p, syn, "$.data.synthetic", "letters", &sp->letters, 1, 255);
+      get_int(&p, syn, "$.data.synthetic", "words", &sp->words, 1, 10000000);
+      get_int(&p, syn, "$.data.synthetic", "min_len", &sp->min_len, 1, 64);
+      get_int(&p, syn, "$.data.synthetic", "max_len", &sp->max_len, 1, 64);
+      get_num(&p, syn, "$.data.synthetic", "zipf", &sp->zipf, 1e-6, 100.0,
+              "in (0, 100]");
+      int64_t seed = (int64_t)sp->seed;
+      get_i64(&p, syn, "$.data.synthetic", "seed", &seed, 0, (int64_t)1 << 53);
+      sp->seed = (uint64_t)seed;
+      if (sp->min_len > sp->max_len)
+        problem(&p, "$.data.synthetic.min_len", "found %d, expected <= max_len (%d)",
+                sp->min_len, sp->max_len);
+    }
+  }
+
+  static const char *const model_keys[] = {"n_layer", "d_model", "n_head", "seq_len",
+                                           "vocab_size", NULL};
+  if (model)
+    check_keys(&p, model, "$.model", model_keys);
+  cfg->model.n_layer = 2;
+  cfg->model.d_model = 64;
+  cfg->model.n_head = 4;
+  cfg->model.seq_len = 64;
+  cfg->model.vocab_size = cfg->data.synthetic ? sp->letters + 1 : 256;
+  get_int(&p, model, "$.model", "n_layer", &cfg->model.n_layer, 1, 1024);
+  get_int(&p, model, "$.model", "d_model", &cfg->model.d_model, 1, 1 << 16);
+  get_int(&p, model, "$.model", "n_head", &cfg->model.n_head, 1, 1024);
+  get_int(&p, model, "$.model", "seq_len", &cfg->model.seq_len, 2, 1 << 16);
+  get_int(&p, model, "$.model", "vocab_size", &cfg->model.vocab_size, 2, 65536);
+  if (cfg->model.d_model % cfg->model.n_head)
+    problem(&p, "$.model.d_model",
+            "found %d, expected a multiple of n_head (%d): each head gets d_model / n_head "
+            "channels",
+            cfg->model.d_model, cfg->model.n_head);
+  if (cfg->data.synthetic && cfg->model.vocab_size < sp->letters + 1)
+    problem(&p, "$.model.vocab_size",
+            "found %d, expected at least letters + 1 = %d for the synthetic corpus",
+            cfg->model.vocab_size, sp->letters + 1);
+
+  static const char *const train_keys[] = {"batch_size", "micro_batch_size", "tokens",
+                                           "lr", "warmup_tokens", "schedule",
+                                           "min_lr_ratio", "weight_decay", "grad_clip",
+                                           "seed", NULL};
+  static const char *const schedules[] = {"cosine", "constant", NULL};
+  if (train)
+    check_keys(&p, train, "$.train", train_keys);
+  cfg->train.batch_size = 8;
+  get_int(&p, train, "$.train", "batch_size", &cfg->train.batch_size, 1, 1 << 20);
+  cfg->train.micro_batch_size = cfg->train.batch_size;
+  get_int(&p, train, "$.train", "micro_batch_size", &cfg->train.micro_batch_size, 1,
+          1 << 20);
+  if (cfg->train.batch_size % cfg->train.micro_batch_size)
+    problem(&p, "$.train.micro_batch_size",
+            "found %d, expected a divisor of batch_size (%d)", cfg->train.micro_batch_size,
+            cfg->train.batch_size);
+  int64_t step_tokens = (int64_t)cfg->train.batch_size * cfg->model.seq_len;
+  cfg->train.tokens = step_tokens * 100;
+  get_i64(&p, train, "$.train", "tokens", &cfg->train.tokens, 1, (int64_t)1 << 53);
+  if (cfg->train.tokens < step_tokens)
+    problem(&p, "$.train.tokens",
+            "found %lld, expected at least one batch: batch_size x seq_len = %lld",
+            (long long)cfg->train.tokens, (long long)step_tokens);
+  cfg->train.lr = 1e-3;
+  get_num(&p, train, "$.train", "lr", &cfg->train.lr, 1e-12, 10.0, "in (0, 10]");
+  cfg->train.warmup_tokens = floor(0.05 * (double)cfg->train.tokens);
+  get_num(&p, train, "$.train", "warmup_tokens", &cfg->train.warmup_tokens, 0.0, 1e18,
+          ">= 0");
+  snprintf(cfg->train.schedule, sizeof cfg->train.schedule, "cosine");
+  get_str(&p, train, "$.train", "schedule", cfg->train.schedule,
+          sizeof cfg->train.schedule, schedules);
+  cfg->train.min_lr_ratio = 0.1;
+  get_num(&p, train, "$.train", "min_lr_ratio", &cfg->train.min_lr_ratio, 0.0, 1.0,
+          "in [0, 1]");
+  cfg->train.weight_decay = 0.1;
+  get_num(&p, train, "$.train", "weight_decay", &cfg->train.weight_decay, 0.0, 10.0,
+          "in [0, 10]");
+  cfg->train.grad_clip = 1.0;
+  get_num(&p, train, "$.train", "grad_clip", &cfg->train.grad_clip, 0.0, 1e9,
+          ">= 0 (0 turns clipping off)");
+  int64_t seed = 1;
+  get_i64(&p, train, "$.train", "seed", &seed, 0, (int64_t)1 << 53);
+  cfg->train.seed = (uint64_t)seed;
+
+  static const char *const opt_keys[] = {"name", "beta1", "beta2", "eps", NULL};
+  static const char *const opt_names[] = {"adamw", "adamw8bit", NULL};
+  if (opt)
+    check_keys(&p, opt, "$.optimizer", opt_keys);
+  snprintf(cfg->optimizer.name, sizeof cfg->optimizer.name, "adamw");
+  get_str(&p, opt, "$.optimizer", "name", cfg->optimizer.name, sizeof cfg->optimizer.name,
+          opt_names);
+  cfg->optimizer.beta1 = 0.9;
+  cfg->optimizer.beta2 = 0.95;
+  cfg->optimizer.eps = 1e-8;
+  get_num(&p, opt, "$.optimizer", "beta1", &cfg->optimizer.beta1, 0.0, 0.999999,
+          "in [0, 1)");
+  get_num(&p, opt, "$.optimizer", "beta2", &cfg->optimizer.beta2, 0.0, 0.999999,
+          "in [0, 1)");
+  get_num(&p, opt, "$.optimizer", "eps", &cfg->optimizer.eps, 1e-30, 1.0, "in (0, 1]");
+
+  static const char *const precs[] = {"fp32", "bf16", "fp16", NULL};
+  char prec[8] = "fp32";
+  get_str(&p, root, "$", "precision", prec, sizeof prec, precs);
+  cfg->precision = strcmp(prec, "bf16") == 0   ? KERN_BF16
+                   : strcmp(prec, "fp16") == 0 ? KERN_FP16
+                                               : KERN_FP32;
+
+  static const char *const mem_keys[] = {"recompute", NULL};
+  if (mem)
+    check_keys(&p, mem, "$.memory", mem_keys);
+  get_bool(&p, mem, "$.memory", "recompute", &cfg->memory.recompute);
+
+  static const char *const eval_keys[] = {"every_tokens", "tokens", NULL};
+  if (eval)
+    check_keys(&p, eval, "$.eval", eval_keys);
+  cfg->eval.every_tokens = cfg->train.tokens / 10;
+  get_i64(&p, eval, "$.eval", "every_tokens", &cfg->eval.every_tokens, 0,
+          (int64_t)1 << 53);
+  cfg->eval.tokens = (int64_t)cfg->model.seq_len * 64;
+  get_i64(&p, eval, "$.eval", "tokens", &cfg->eval.tokens, 1, (int64_t)1 << 40);
+  if (cfg->eval.tokens < cfg->model.seq_len)
+    problem(&p, "$.eval.tokens", "found %lld, expected at least one window (seq_len = %d)",
+            (long long)cfg->eval.tokens, cfg->model.seq_len);
+
+  static const char *const ckpt_keys[] = {"dir", "every_tokens", NULL};
+  if (ckpt)
+    check_keys(&p, ckpt, "$.checkpoint", ckpt_keys);
+  get_str(&p, ckpt, "$.checkpoint", "dir", cfg->checkpoint.dir,
+          sizeof cfg->checkpoint.dir, NULL);
+  get_i64(&p, ckpt, "$.checkpoint", "every_tokens", &cfg->checkpoint.every_tokens, 0,
+          (int64_t)1 << 53);
+  if (cfg->checkpoint.every_tokens > 0 && !cfg->checkpoint.dir[0])
+    problem(&p, "$.checkpoint.dir", "missing; checkpoint.every_tokens > 0 needs a directory");
+
+  static const char *const backends[] = {"cpu", "cuda", NULL};
+  snprintf(cfg->backend, sizeof cfg->backend, "cpu");
+  get_str(&p, root, "$", "backend", cfg->backend, sizeof cfg->backend, backends);
+  cfg->world_size = 1;
+  get_int(&p, root, "$", "world_size", &cfg->world_size, 1, 1024);
+  if (cfg->world_size > 1 && strcmp(cfg->backend, "cpu") == 0)
+    problem(&p, "$.world_size", "found %d, expected 1 with the cpu backend",
+            cfg->world_size);
+  cfg->threads = omp_get_num_procs();
+  get_int(&p, root, "$", "threads", &cfg->threads, 1, 1024);
+
+  cJSON_Delete(root);
+  return p.n ? SS_EINVAL : 0;
+}
+
+int trn_config_load(const char *path, trn_config *cfg, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    int e = errno;
+    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+    return e == ENOENT ? SS_ENOENT : SS_EIO;
+  }
+  size_t cap = 1 << 16, len = 0;
+  char *text = malloc(cap);
+  size_t r;
+  while (text && (r = fread(text + len, 1, cap - len - 1, f)) > 0) {
+    len += r;
+    if (len + 1 >= cap) {
+      char *t = realloc(text, cap * 2);
+      if (!t) {
+        free(text);
+        text = NULL;
+        break;
+      }
+      text = t;
+      cap *= 2;
+    }
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (!text)
+    return SS_ENOMEM;
+  if (bad) {
+    free(text);
+    snprintf(err, errlen, "%s: read error", path);
+    return SS_EIO;
+  }
+  text[len] = 0;
+  int rc = trn_config_parse(text, path, cfg, err, errlen);
+  free(text);
+  return rc;
+}
+
+char *trn_config_to_json(const trn_config *c) {
+  cJSON *root = cJSON_CreateObject();
+  cJSON *m = cJSON_AddObjectToObject(root, "model");
+  cJSON_AddNumberToObject(m, "n_layer", c->model.n_layer);
+  cJSON_AddNumberToObject(m, "d_model", c->model.d_model);
+  cJSON_AddNumberToObject(m, "n_head", c->model.n_head);
+  cJSON_AddNumberToObject(m, "seq_len", c->model.seq_len);
+  cJSON_AddNumberToObject(m, "vocab_size", c->model.vocab_size);
+  cJSON *d = cJSON_AddObjectToObject(root, "data");
+  if (c->data.synthetic) {
+    cJSON *s = cJSON_AddObjectToObject(d, "synthetic");
+    cJSON_AddNumberToObject(s, "letters", c->data.synth.letters);
+    cJSON_AddNumberToObject(s, "words", c->data.synth.words);
+    cJSON_AddNumberToObject(s, "min_len", c->data.synth.min_len);
+    cJSON_AddNumberToObject(s, "max_len", c->data.synth.max_len);
+    cJSON_AddNumberToObject(s, "zipf", c->data.synth.zipf);
+    cJSON_AddNumberToObject(s, "seed", (double)c->data.synth.seed);
+  } else {
+    cJSON_AddStringToObject(d, "train", c->data.train);
+    cJSON_AddStringToObject(d, "val", c->data.val);
+  }
+  cJSON *t = cJSON_AddObjectToObject(root, "train");
+  cJSON_AddNumberToObject(t, "batch_size", c->train.batch_size);
+  cJSON_AddNumberToObject(t, "micro_batch_size", c->train.micro_batch_size);
+  cJSON_AddNumberToObject(t, "tokens", (double)c->train.tokens);
+  cJSON_AddNumberToObject(t, "lr", c->train.lr);
+  cJSON_AddNumberToObject(t, "warmup_tokens", c->train.warmup_tokens);
+  cJSON_AddStringToObject(t, "schedule", c->train.schedule);
+  cJSON_AddNumberToObject(t, "min_lr_ratio", c->train.min_lr_ratio);
+  cJSON_AddNumberToObject(t, "weight_decay", c->train.weight_decay);
+  cJSON_AddNumberToObject(t, "grad_clip", c->train.grad_clip);
+  cJSON_AddNumberToObject(t, "seed", (double)c->train.seed);
+  cJSON *o = cJSON_AddObjectToObject(root, "optimizer");
+  cJSON_AddStringToObject(o, "name", c->optimizer.name);
+  cJSON_AddNumberToObject(o, "beta1", c->optimizer.beta1);
+  cJSON_AddNumberToObject(o, "beta2", c->optimizer.beta2);
+  cJSON_AddNumberToObject(o, "eps", c->optimizer.eps);
+  cJSON_AddStringToObject(root, "precision", trn_prec_name(c->precision));
+  cJSON *me = cJSON_AddObjectToObject(root, "memory");
+  cJSON_AddBoolToObject(me, "recompute", c->memory.recompute);
+  cJSON *e = cJSON_AddObjectToObject(root, "eval");
+  cJSON_AddNumberToObject(e, "every_tokens", (double)c->eval.every_tokens);
+  cJSON_AddNumberToObject(e, "tokens", (double)c->eval.tokens);
+  cJSON *k = cJSON_AddObjectToObject(root, "checkpoint");
+  cJSON_AddStringToObject(k, "dir", c->checkpoint.dir);
+  cJSON_AddNumberToObject(k, "every_tokens", (double)c->checkpoint.every_tokens);
+  cJSON_AddStringToObject(root, "backend", c->backend);
+  cJSON_AddNumberToObject(root, "world_size", c->world_size);
+  cJSON_AddNumberToObject(root, "threads", c->threads);
+  char *s = cJSON_PrintUnformatted(root);
+  cJSON_Delete(root);
+  return s;
+}

@@ -1,0 +1,315 @@
+/* The GPT: parameter carving, activations, forward and backward. */
+#include "trainer/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "trainer/rng.h"
+
+/* Sizes of the tensors in trn_weights order. */
+static void tensor_sizes(const trn_shape *s, size_t sz[TRN_NTENSORS]) {
+  size_t V = s->vocab_size, T = s->seq_len, L = s->n_layer, C = s->d_model;
+  size_t v[TRN_NTENSORS] = {V * C,     T * C, L * C,     L * C,         L * 3 * C * C,
+                            L * 3 * C, L * C * C, L * C, L * C,         L * C,
+                            L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
+  memcpy(sz, v, sizeof v);
+}
+
+static const char *const tensor_names[TRN_NTENSORS] = {
+    "wte",  "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+static const int tensor_decay[TRN_NTENSORS] = {1, 1, 0, 0, 1, 0, 1, 0,
+                                               0, 0, 1, 0, 1, 0, 0, 0};
+
+static void carve(trn_weights *p, float *base, const trn_tensor_info *t) {
+  float **ptrs[TRN_NTENSORS] = {&p->wte,  &p->wpe,      &p->ln1w,     &p->ln1b,
+                                &p->qkvw, &p->qkvb,     &p->attprojw, &p->attprojb,
+                                &p->ln2w, &p->ln2b,     &p->fcw,      &p->fcb,
+                                &p->fcprojw, &p->fcprojb, &p->lnfw,   &p->lnfb};
+  for (int i = 0; i < TRN_NTENSORS; i++)
+    *ptrs[i] = base + t[i].offset;
+}
+
+/* Carves (count, size) requests out of one float buffer; with base NULL
+ * only counts. Returns the floats used. */
+typedef struct carver {
+  float *base;
+  size_t used;
+} carver;
+
+static float *take(carver *c, size_t n) {
+  float *p = c->base ? c->base + c->used : NULL;
+  c->used += (n + 15) / 16 * 16; /* 64-byte alignment for every buffer */
+  return p;
+}
+
+static void layer_acts(carver *c, trn_layer_acts *a, size_t BT, size_t C, size_t NH,
+                       size_t T) {
+  a->ln1 = take(c, BT * C);
+  a->ln1_mean = take(c, BT);
+  a->ln1_rstd = take(c, BT);
+  a->qkv = take(c, BT * 3 * C);
+  a->att = take(c, BT / T * NH * T * T);
+  a->atty = take(c, BT * C);
+  a->resid2 = take(c, BT * C);
+  a->ln2 = take(c, BT * C);
+  a->ln2_mean = take(c, BT);
+  a->ln2_rstd = take(c, BT);
+  a->fch = take(c, BT * 4 * C);
+  a->fch_gelu = take(c, BT * 4 * C);
+}
+
+/* Lays out all activations; counts only when c->base is NULL. */
+static void carve_acts(trn_model *m, carver *c) {
+  const trn_shape *s = &m->shape;
+  size_t B = m->B, T = s->seq_len, C = s->d_model, V = s->vocab_size, NH = s->n_head;
+  size_t BT = B * T, L = s->n_layer;
+  for (size_t l = 0; l <= L; l++)
+    m->resid[l] = take(c, BT * C);
+  trn_layer_acts shared;
+  if (m->recompute)
+    layer_acts(c, &shared, BT, C, NH, T);
+  for (size_t l = 0; l < L; l++) {
+    if (m->recompute)
+      m->layer[l] = shared;
+    else
+      layer_acts(c, &m->layer[l], BT, C, NH, T);
+  }
+  m->proj = take(c, BT * C);
+  m->lnf = take(c, BT * C);
+  m->lnf_mean = take(c, BT);
+  m->lnf_rstd = take(c, BT);
+  m->logits = take(c, BT * V);
+  m->losses = take(c, BT);
+}
+
+static void carve_grads(trn_model *m, carver *c) {
+  const trn_shape *s = &m->shape;
+  size_t B = m->B, T = s->seq_len, C = s->d_model, NH = s->n_head, BT = B * T;
+  m->dresid = take(c, BT * C);
+  m->dln = take(c, BT * C);
+  m->dqkv = take(c, BT * 3 * C);
+  m->datt = take(c, B * NH * T * T);
+  m->datty = take(c, BT * C);
+  m->dfch = take(c, BT * 4 * C);
+}
+
+int trn_model_init(trn_model *m, kern_ctx *k, const trn_shape *s, int B, int recompute,
+                   int accumulate) {
+  memset(m, 0, sizeof *m);
+  m->k = k;
+  m->shape = *s;
+  m->B = B;
+  m->cur_B = B;
+  m->recompute = recompute;
+  size_t sz[TRN_NTENSORS], off = 0;
+  tensor_sizes(s, sz);
+  for (int i = 0; i < TRN_NTENSORS; i++) {
+    m->tensors[i] = (trn_tensor_info){tensor_names[i], off, sz[i], tensor_decay[i]};
+    off += sz[i];
+  }
+  m->nparams = off;
+  size_t pb = m->nparams * sizeof(float);
+  m->params = k->ops->alloc(k, pb);
+  m->grads = k->ops->alloc(k, pb);
+  m->params_low = k->prec == KERN_FP32 ? m->params : k->ops->alloc(k, pb);
+  m->mgrads = accumulate ? k->ops->alloc(k, pb) : m->grads;
+  m->resid = calloc((size_t)s->n_layer + 1, sizeof *m->resid);
+  m->layer = calloc((size_t)s->n_layer, sizeof *m->layer);
+  m->tokens = k->ops->alloc(k, (size_t)B * s->seq_len * sizeof(int32_t));
+  m->targets = k->ops->alloc(k, (size_t)B * s->seq_len * sizeof(int32_t));
+  if (!m->params || !m->grads || !m->params_low || !m->mgrads || !m->resid || !m->layer ||
+      !m->tokens || !m->targets) {
+    trn_model_free(m);
+    return SS_ENOMEM;
+  }
+  carve(&m->p, m->params, m->tensors);
+  carve(&m->plow, m->params_low, m->tensors);
+  carve(&m->g, m->grads, m->tensors);
+  carve(&m->mg, m->mgrads, m->tensors);
+
+  carver c = {NULL, 0};
+  carve_acts(m, &c);
+  carver g = {NULL, 0};
+  carve_grads(m, &g);
+  m->acts_bytes = (c.used + g.used) * sizeof(float);
+  m->acts_mem = k->ops->alloc(k, c.used * sizeof(float));
+  m->grad_mem = k->ops->alloc(k, g.used * sizeof(float));
+  if (!m->acts_mem || !m->grad_mem) {
+    trn_model_free(m);
+    return SS_ENOMEM;
+  }
+  c = (carver){m->acts_mem, 0};
+  carve_acts(m, &c);
+  g = (carver){m->grad_mem, 0};
+  carve_grads(m, &g);
+  return 0;
+}
+
+void trn_model_free(trn_model *m) {
+  kern_ctx *k = m->k;
+  if (!k)
+    return;
+  if (m->params_low != m->params)
+    k->ops->free(k, m->params_low);
+  if (m->mgrads != m->grads)
+    k->ops->free(k, m->mgrads);
+  k->ops->free(k, m->params);
+  k->ops->free(k, m->grads);
+  k->ops->free(k, m->acts_mem);
+  k->ops->free(k, m->grad_mem);
+  k->ops->free(k, m->tokens);
+  k->ops->free(k, m->targets);
+  free(m->resid);
+  free(m->layer);
+  memset(m, 0, sizeof *m);
+}
+
+size_t trn_model_activation_bytes(const trn_model *m) { return m->acts_bytes; }
+
+static double normal(uint64_t s[4]) {
+  /* Box-Muller on two uniforms in (0, 1] and [0, 1) */
+  double u1 = 1.0 - trn_rng_uniform(s), u2 = trn_rng_uniform(s);
+  return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+void trn_model_init_weights(trn_model *m, uint64_t seed) {
+  size_t n = m->nparams;
+  float *host = malloc(n * sizeof(float));
+  if (!host)
+    abort();
+  uint64_t rng[4];
+  trn_rng_seed(rng, seed);
+  double resid_std = 0.02 / sqrt(2.0 * m->shape.n_layer);
+  for (int i = 0; i < TRN_NTENSORS; i++) {
+    const trn_tensor_info *t = &m->tensors[i];
+    float *p = host + t->offset;
+    const char *nm = t->name;
+    int is_ln_gain = !strcmp(nm, "ln1w") || !strcmp(nm, "ln2w") || !strcmp(nm, "lnfw");
+    int is_proj = !strcmp(nm, "attprojw") || !strcmp(nm, "fcprojw");
+    for (size_t j = 0; j < t->size; j++) {
+      if (is_ln_gain)
+        p[j] = 1.0f;
+      else if (t->decay)
+        p[j] = (float)(normal(rng) * (is_proj ? resid_std : 0.02));
+      else
+        p[j] = 0.0f;
+    }
+  }
+  m->k->ops->from_host(m->k, m->params, host, n * sizeof(float));
+  free(host);
+  trn_model_sync_low(m);
+}
+
+void trn_model_sync_low(trn_model *m) {
+  if (m->params_low == m->params)
+    return;
+  kern_ctx *k = m->k;
+  size_t bytes = m->nparams * sizeof(float);
+  float *tmp = malloc(bytes);
+  if (!tmp)
+    abort();
+  k->ops->to_host(k, tmp, m->params, bytes);
+  k->ops->from_host(k, m->params_low, tmp, bytes);
+  free(tmp);
+  k->ops->round(k, m->params_low, m->nparams, k->prec);
+}
+
+/* Block l forward: resid[l] -> resid[l + 1]. */
+static void layer_forward(trn_model *m, int l) {
+  kern_ctx *k = m->k;
+  const kern_ops *o = k->ops;
+  const trn_shape *s = &m->shape;
+  int B = m->cur_B, T = s->seq_len, C = s->d_model, NH = s->n_head, N = B * T;
+  size_t LC = (size_t)l * C;
+  trn_layer_acts *a = &m->layer[l];
+  const trn_weights *w = &m->plow;
+  o->layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, m->resid[l], w->ln1w + LC,
+                       w->ln1b + LC, N, C);
+  o->matmul_forward(k, a->qkv, a->ln1, w->qkvw + LC * 3 * C, w->qkvb + LC * 3, N, C, 3 * C);
+  o->attention_forward(k, a->atty, a->att, a->qkv, B, T, C, NH);
+  o->matmul_forward(k, m->proj, a->atty, w->attprojw + LC * C, w->attprojb + LC, N, C, C);
+  o->residual_forward(k, a->resid2, m->resid[l], m->proj, (size_t)N * C);
+  o->layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->resid2, w->ln2w + LC,
+                       w->ln2b + LC, N, C);
+  o->matmul_forward(k, a->fch, a->ln2, w->fcw + LC * 4 * C, w->fcb + LC * 4, N, C, 4 * C);
+  o->gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * 4 * C);
+  o->matmul_forward(k, m->proj, a->fch_gelu, w->fcprojw + LC * 4 * C, w->fcprojb + LC, N,
+                    4 * C, C);
+  o->residual_forward(k, m->resid[l + 1], a->resid2, m->proj, (size_t)N * C);
+}
+
+double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens,
+                         const int32_t *targets) {
+  kern_ctx *k = m->k;
+  const kern_ops *o = k->ops;
+  const trn_shape *s = &m->shape;
+  m->cur_B = nseq;
+  int B = nseq, T = s->seq_len, C = s->d_model, V = s->vocab_size, N = B * T;
+  o->from_host(k, m->tokens, tokens, (size_t)N * sizeof(int32_t));
+  o->encoder_forward(k, m->resid[0], m->tokens, m->plow.wte, m->plow.wpe, B, T, C);
+  for (int l = 0; l < s->n_layer; l++)
+    layer_forward(m, l);
+  o->layernorm_forward(k, m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[s->n_layer],
+                       m->plow.lnfw, m->plow.lnfb, N, C);
+  o->matmul_forward(k, m->logits, m->lnf, m->plow.wte, NULL, N, C, V);
+  if (!targets)
+    return 0.0;
+  o->from_host(k, m->targets, targets, (size_t)N * sizeof(int32_t));
+  /* losses only; the gradient is formed in backward */
+  o->softmax_xent(k, m->losses, m->logits, m->targets, N, V, 0.0f);
+  float *host = malloc((size_t)N * sizeof(float));
+  if (!host)
+    abort();
+  o->to_host(k, host, m->losses, (size_t)N * sizeof(float));
+  double sum = 0.0;
+  for (int i = 0; i < N; i++)
+    sum += host[i];
+  free(host);
+  return sum / N;
+}
+
+void trn_model_backward(trn_model *m, float dscale) {
+  kern_ctx *k = m->k;
+  const kern_ops *o = k->ops;
+  const trn_shape *s = &m->shape;
+  int B = m->cur_B, T = s->seq_len, C = s->d_model, V = s->vocab_size, NH = s->n_head;
+  int N = B * T, L = s->n_layer;
+  const trn_weights *w = &m->plow;
+  const trn_weights *g = &m->mg;
+  o->zero(k, m->mgrads, m->nparams * sizeof(float));
+
+  /* head: the forward's softmax_xent (dscale 0) left the logits intact;
+   * this pass turns them into dlogits of the mean loss, in place */
+  o->softmax_xent(k, m->losses, m->logits, m->targets, N, V, dscale / (float)N);
+  o->matmul_backward(k, m->dln, g->wte, NULL, m->logits, m->lnf, w->wte, N, C, V);
+  o->zero(k, m->dresid, (size_t)N * C * sizeof(float));
+  o->layernorm_backward(k, m->dresid, g->lnfw, g->lnfb, m->dln, m->resid[L], w->lnfw,
+                        m->lnf_mean, m->lnf_rstd, N, C);
+
+  for (int l = L - 1; l >= 0; l--) {
+    if (m->recompute)
+      layer_forward(m, l);
+    trn_layer_acts *a = &m->layer[l];
+    size_t LC = (size_t)l * C;
+    /* MLP half: resid[l+1] = resid2 + fcproj(gelu(fc(ln2(resid2)))) */
+    o->matmul_backward(k, m->dfch, g->fcprojw + LC * 4 * C, g->fcprojb + LC, m->dresid,
+                       a->fch_gelu, w->fcprojw + LC * 4 * C, N, 4 * C, C);
+    o->gelu_backward(k, m->dfch, a->fch, m->dfch, (size_t)N * 4 * C);
+    o->matmul_backward(k, m->dln, g->fcw + LC * 4 * C, g->fcb + LC * 4, m->dfch, a->ln2,
+                       w->fcw + LC * 4 * C, N, C, 4 * C);
+    o->layernorm_backward(k, m->dresid, g->ln2w + LC, g->ln2b + LC, m->dln, a->resid2,
+                          w->ln2w + LC, a->ln2_mean, a->ln2_rstd, N, C);
+    /* attention half: resid2 = resid[l] + attproj(attn(qkv(ln1(resid[l])))) */
+    o->matmul_backward(k, m->datty, g->attprojw + LC * C, g->attprojb + LC, m->dresid,
+                       a->atty, w->attprojw + LC * C, N, C, C);
+    o->attention_backward(k, m->dqkv, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
+    o->matmul_backward(k, m->dln, g->qkvw + LC * 3 * C, g->qkvb + LC * 3, m->dqkv, a->ln1,
+                       w->qkvw + LC * 3 * C, N, C, 3 * C);
+    o->layernorm_backward(k, m->dresid, g->ln1w + LC, g->ln1b + LC, m->dln, m->resid[l],
+                          w->ln1w + LC, a->ln1_mean, a->ln1_rstd, N, C);
+  }
+  o->encoder_backward(k, g->wte, g->wpe, m->dresid, m->tokens, B, T, C);
+}

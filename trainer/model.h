@@ -1,0 +1,115 @@
+/* The GPT-2-style decoder: token and learned position embeddings,
+ * pre-LayerNorm blocks (causal multi-head attention, 4x GELU MLP), final
+ * LayerNorm, output head tied to the token embedding.
+ *
+ * All parameters live in one allocation carved into named tensors
+ * (trn_weights); gradients, the rounded low-precision copy and the
+ * micro-batch gradients use the same carving. The model owns every buffer
+ * it allocates, all from its kern_ctx; trn_model_free releases them. */
+#ifndef SS_TRAINER_MODEL_H
+#define SS_TRAINER_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/kern.h"
+#include "trainer/flops.h"
+
+#define TRN_NTENSORS 16
+
+typedef struct trn_weights {
+  float *wte;      /* (V, C) token embedding, also the output head */
+  float *wpe;      /* (T, C) */
+  float *ln1w;     /* (L, C) */
+  float *ln1b;     /* (L, C) */
+  float *qkvw;     /* (L, 3C, C) */
+  float *qkvb;     /* (L, 3C) */
+  float *attprojw; /* (L, C, C) */
+  float *attprojb; /* (L, C) */
+  float *ln2w;     /* (L, C) */
+  float *ln2b;     /* (L, C) */
+  float *fcw;      /* (L, 4C, C) */
+  float *fcb;      /* (L, 4C) */
+  float *fcprojw;  /* (L, C, 4C) */
+  float *fcprojb;  /* (L, C) */
+  float *lnfw;     /* (C) */
+  float *lnfb;     /* (C) */
+} trn_weights;
+
+/* Where one tensor sits in the flat parameter array. */
+typedef struct trn_tensor_info {
+  const char *name;
+  size_t offset, size;
+  int decay; /* weight decay applies (matrices and embeddings, not biases/LN) */
+} trn_tensor_info;
+
+typedef struct trn_layer_acts {
+  float *ln1;      /* (B, T, C) */
+  float *ln1_mean; /* (B, T) */
+  float *ln1_rstd; /* (B, T) */
+  float *qkv;      /* (B, T, 3C) */
+  float *att;      /* (B, NH, T, T) */
+  float *atty;     /* (B, T, C) */
+  float *resid2;   /* (B, T, C) residual after attention */
+  float *ln2;      /* (B, T, C) */
+  float *ln2_mean; /* (B, T) */
+  float *ln2_rstd; /* (B, T) */
+  float *fch;      /* (B, T, 4C) */
+  float *fch_gelu; /* (B, T, 4C) */
+} trn_layer_acts;
+
+typedef struct trn_model {
+  kern_ctx *k;
+  trn_shape shape;
+  int B;     /* capacity: most sequences per forward/backward */
+  int cur_B; /* sequences in the last forward */
+  int recompute;
+  size_t nparams;
+  trn_tensor_info tensors[TRN_NTENSORS];
+
+  float *params;     /* fp32 master weights, one allocation */
+  float *params_low; /* rounded copy used by the kernels (== params in fp32) */
+  float *grads;      /* gradient of the whole batch */
+  float *mgrads;     /* gradient of one micro-batch (== grads without accumulation) */
+  trn_weights p, plow, g, mg;
+
+  float *acts_mem;
+  size_t acts_bytes;
+  float **resid;          /* L + 1 pointers, each (B, T, C): block inputs */
+  trn_layer_acts *layer;  /* L entries; all alias one scratch set with recompute */
+  float *proj;            /* (B, T, C) output of a projection, before the residual */
+  float *lnf, *lnf_mean, *lnf_rstd; /* (B, T, C), (B, T), (B, T) */
+  float *logits;          /* (B, T, V); holds dlogits after backward */
+  float *losses;          /* (B, T) */
+  int32_t *tokens, *targets; /* (B, T) backend copies of the batch */
+
+  float *grad_mem;        /* backward scratch for one layer */
+  float *dresid, *dln, *dqkv, *datt, *datty, *dfch;
+} trn_model;
+
+/* Allocates a model for micro-batches of B sequences. accumulate: keep a
+ * separate micro-batch gradient buffer. Returns 0 or SS_ENOMEM. */
+int trn_model_init(trn_model *m, kern_ctx *k, const trn_shape *s, int B, int recompute,
+                   int accumulate);
+void trn_model_free(trn_model *m);
+
+/* GPT-2 initialisation from seed: N(0, 0.02), the residual projections
+ * N(0, 0.02 / sqrt(2L)), biases 0, LayerNorm gains 1. */
+void trn_model_init_weights(trn_model *m, uint64_t seed);
+
+/* Re-derives params_low from params (after loading weights). */
+void trn_model_sync_low(trn_model *m);
+
+/* Forward pass on nseq <= B sequences of T tokens (host arrays, nseq*T
+ * each); with targets, computes the per-token losses and returns their mean. */
+double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens,
+                         const int32_t *targets);
+
+/* Backward pass after trn_model_forward with targets: writes the gradient
+ * of dscale x (mean loss) into mgrads (zeroed first). */
+void trn_model_backward(trn_model *m, float dscale);
+
+/* Bytes of the activation and backward buffers (the memory recompute saves). */
+size_t trn_model_activation_bytes(const trn_model *m);
+
+#endif

@@ -1,0 +1,401 @@
+/* The training loop. */
+#include "trainer/train.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "common/err.h"
+#include "trainer/ckpt.h"
+#include "trainer/data.h"
+#include "trainer/flops.h"
+#include "trainer/model.h"
+#include "trainer/noise.h"
+#include "trainer/optim.h"
+
+/* fp16 dynamic loss scaling (the usual GradScaler constants) */
+#define SCALE_INIT 65536.0
+#define SCALE_GROWTH_STEPS 2000
+#define NOISE_EMA_DECAY 0.95
+#define TRAIN_STREAM_SALT 0x7472616eULL /* stream seeds differ from the lexicon's */
+#define VAL_STREAM_SALT 0x76616c00ULL
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) { stop_signal = sig; }
+
+void trn_train_install_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static long long peak_rss_bytes(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (long long)ru.ru_maxrss * 1024;
+}
+
+/* learning rate after `tokens` training tokens */
+static double lr_at(const trn_config *c, double tokens) {
+  double lr = c->train.lr;
+  if (tokens < c->train.warmup_tokens)
+    return lr * (tokens + 1.0) / (c->train.warmup_tokens + 1.0);
+  if (strcmp(c->train.schedule, "constant") == 0)
+    return lr;
+  double span = (double)c->train.tokens - c->train.warmup_tokens;
+  double frac = span > 0 ? (tokens - c->train.warmup_tokens) / span : 1.0;
+  frac = frac > 1.0 ? 1.0 : frac;
+  double mn = lr * c->train.min_lr_ratio;
+  return mn + 0.5 * (lr - mn) * (1.0 + cos(M_PI * frac));
+}
+
+static void emit_error(FILE *out, const char *msg) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "event", "error");
+  cJSON_AddStringToObject(o, "message", msg);
+  char *s = cJSON_PrintUnformatted(o);
+  fprintf(out, "%s\n", s);
+  fflush(out);
+  free(s);
+  cJSON_Delete(o);
+}
+
+/* has a multiple of every been crossed going from before to after? */
+static int crossed(int64_t before, int64_t after, int64_t every) {
+  return every > 0 && after / every > before / every;
+}
+
+typedef struct run {
+  const trn_config *cfg;
+  FILE *out;
+  kern_ctx k;
+  trn_lexicon *lex;
+  trn_loader *train, *val;
+  trn_model model;
+  trn_optim optim;
+  int32_t *batch;   /* (micro_batch_size * T + 1) */
+  int32_t *val_tok; /* (nval * T + 1) */
+  int nval;         /* validation windows */
+  char *config_json;
+} run;
+
+static int open_data(run *r, char *err, size_t errlen) {
+  const trn_config *c = r->cfg;
+  if (c->data.synthetic) {
+    int rc = trn_lexicon_new(&c->data.synth, &r->lex, err, errlen);
+    if (rc)
+      return rc;
+    rc = trn_loader_open_synth(r->lex, c->data.synth.seed ^ TRAIN_STREAM_SALT, &r->train,
+                               err, errlen);
+    if (!rc)
+      rc = trn_loader_open_synth(r->lex, c->data.synth.seed ^ VAL_STREAM_SALT, &r->val,
+                                 err, errlen);
+    return rc;
+  }
+  int rc = trn_loader_open_shards(c->data.train, c->model.vocab_size, &r->train, err,
+                                  errlen);
+  if (!rc)
+    rc = trn_loader_open_shards(c->data.val, c->model.vocab_size, &r->val, err, errlen);
+  return rc;
+}
+
+static void emit_config(run *r) {
+  const trn_config *c = r->cfg;
+  trn_shape s = {c->model.n_layer, c->model.d_model, c->model.n_head, c->model.seq_len,
+                 c->model.vocab_size};
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "event", "config");
+  cJSON_AddItemToObject(o, "config", cJSON_Parse(r->config_json));
+  cJSON_AddNumberToObject(o, "params", (double)trn_params(&s));
+  cJSON_AddNumberToObject(o, "nonembedding_params", (double)trn_nonembedding_params(&s));
+  cJSON_AddNumberToObject(o, "flops_per_token", trn_flops_per_token(&s));
+  cJSON_AddNumberToObject(o, "optimizer_state_bytes", (double)r->optim.state_bytes);
+  cJSON_AddNumberToObject(o, "activation_bytes",
+                          (double)trn_model_activation_bytes(&r->model));
+  cJSON_AddStringToObject(o, "b_noise_unit", "sequences");
+  cJSON_AddNumberToObject(o, "val_tokens", (double)r->nval * c->model.seq_len);
+  if (r->lex) {
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)trn_lexicon_digest(r->lex));
+    cJSON_AddStringToObject(o, "lexicon_digest", hex);
+    cJSON_AddNumberToObject(o, "entropy_rate", trn_lexicon_entropy_rate(r->lex));
+    cJSON_AddNumberToObject(o, "window_floor",
+                            trn_lexicon_window_floor(r->lex, c->model.seq_len));
+  } else {
+    cJSON *h = cJSON_AddArrayToObject(o, "data_hashes");
+    trn_loader *ls[2] = {r->train, r->val};
+    for (int j = 0; j < 2; j++)
+      for (int i = 0; i < trn_loader_nfiles(ls[j]); i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "split", j ? "val" : "train");
+        cJSON_AddStringToObject(e, "path", trn_loader_file(ls[j], i));
+        cJSON_AddStringToObject(e, "sha256", trn_loader_file_sha256(ls[j], i));
+        cJSON_AddItemToArray(h, e);
+      }
+  }
+  char *str = cJSON_PrintUnformatted(o);
+  fprintf(r->out, "%s\n", str);
+  fflush(r->out);
+  free(str);
+  cJSON_Delete(o);
+}
+
+/* mean loss over the fixed validation windows */
+static double evaluate(run *r) {
+  int T = r->cfg->model.seq_len, mb = r->model.B;
+  double sum = 0.0;
+  for (int i = 0; i < r->nval; i += mb) {
+    int n = r->nval - i < mb ? r->nval - i : mb;
+    const int32_t *x = r->val_tok + (size_t)i * T;
+    sum += trn_model_forward(&r->model, n, x, x + 1) * n;
+  }
+  return sum / r->nval;
+}
+
+static int save(run *r, const trn_ckpt_state *st, char *err, size_t errlen) {
+  char path[4096];
+  int rc = trn_ckpt_save(r->cfg->checkpoint.dir, r->config_json, &r->model, &r->optim, st,
+                         path, sizeof path, err, errlen);
+  if (rc)
+    return rc;
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "event", "checkpoint");
+  cJSON_AddNumberToObject(o, "step", (double)st->step);
+  cJSON_AddNumberToObject(o, "tokens", (double)st->tokens);
+  cJSON_AddStringToObject(o, "path", path);
+  char *s = cJSON_PrintUnformatted(o);
+  fprintf(r->out, "%s\n", s);
+  fflush(r->out);
+  free(s);
+  cJSON_Delete(o);
+  return 0;
+}
+
+static int train_loop(run *r, const char *resume_dir, char *err, size_t errlen) {
+  const trn_config *c = r->cfg;
+  int T = c->model.seq_len, mb = c->train.micro_batch_size, B = c->train.batch_size;
+  int nmicro = B / mb;
+  int64_t step_tokens = (int64_t)B * T;
+  int64_t steps = c->train.tokens / step_tokens;
+  trn_ckpt_state st;
+  memset(&st, 0, sizeof st);
+  st.loss_scale = c->precision == KERN_FP16 ? SCALE_INIT : 1.0;
+  trn_noise_init(&st.noise, NOISE_EMA_DECAY);
+
+  int rc;
+  if (resume_dir) {
+    char path[4096];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", resume_dir, TRN_CKPT_FILE);
+    if (stat(resume_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+      snprintf(err, errlen, "%s: --resume: not a directory", resume_dir);
+      return SS_ENOENT;
+    }
+    if (stat(path, &sb) == 0) {
+      rc = trn_ckpt_load(path, r->config_json, &r->model, &r->optim, &st, err, errlen);
+      if (rc)
+        return rc;
+      if ((rc = trn_loader_set_pos(r->train, &st.train_pos)) != 0) {
+        snprintf(err, errlen, "%s: data position %llu does not fit the training data",
+                 path, (unsigned long long)st.train_pos.offset);
+        return rc;
+      }
+    } else {
+      trn_model_init_weights(&r->model, c->train.seed);
+    }
+  } else {
+    trn_model_init_weights(&r->model, c->train.seed);
+  }
+
+  double t_start = now();
+  double val_loss = NAN;
+  int64_t val_at = -1;
+  kern_ctx *k = &r->k;
+  trn_model *m = &r->model;
+  for (; st.step < steps; ) {
+    double t0 = now();
+    double lr = lr_at(c, (double)st.tokens);
+    double loss = 0.0, g_small2 = 0.0;
+    float S = (float)st.loss_scale;
+    for (int i = 0; i < nmicro; i++) {
+      trn_loader_next(r->train, r->batch, (size_t)mb * T + 1);
+      loss += trn_model_forward(m, mb, r->batch, r->batch + 1);
+      trn_model_backward(m, S);
+      if (nmicro > 1)
+        g_small2 += k->ops->accumulate(k, m->grads, m->mgrads, 1.0f / nmicro, m->nparams,
+                                       i == 0);
+    }
+    loss /= nmicro;
+    if (!isfinite(loss)) {
+      snprintf(err, errlen,
+               "training loss is %g at step %lld (tokens %lld); stopping\nHINT: lower "
+               "train.lr, keep train.grad_clip on, or use fp32/bf16; the last good "
+               "checkpoint is kept",
+               loss, (long long)st.step + 1, (long long)st.tokens);
+      return SS_ENUMERIC;
+    }
+    double gnorm2 = k->ops->sumsq(k, m->grads, m->nparams);
+    int skipped = 0;
+    if (!isfinite(gnorm2)) {
+      if (c->precision != KERN_FP16) {
+        snprintf(err, errlen, "gradient norm is not finite at step %lld; stopping",
+                 (long long)st.step + 1);
+        return SS_ENUMERIC;
+      }
+      /* fp16 overflow: skip the update, halve the scale; the data is consumed */
+      skipped = 1;
+      st.loss_scale *= 0.5;
+      st.good_steps = 0;
+    }
+    double gnorm = sqrt(gnorm2) / S;
+    if (!skipped) {
+      if (nmicro > 1)
+        trn_noise_update(&st.noise, g_small2 / nmicro / ((double)S * S), gnorm * gnorm,
+                         mb, B);
+      double clip = c->train.grad_clip > 0 && gnorm > c->train.grad_clip
+                        ? c->train.grad_clip / gnorm
+                        : 1.0;
+      trn_optim_step(&r->optim, m, lr, c->optimizer.beta1, c->optimizer.beta2,
+                     c->optimizer.eps, c->train.weight_decay, (float)(clip / S),
+                     (int)(st.step + 1 - st.skipped_steps));
+      if (c->precision == KERN_FP16 && ++st.good_steps >= SCALE_GROWTH_STEPS) {
+        st.loss_scale *= 2.0;
+        st.good_steps = 0;
+      }
+    } else {
+      st.skipped_steps++;
+    }
+    int64_t before = st.tokens;
+    st.step++;
+    st.tokens += step_tokens;
+    double dt = now() - t0;
+
+    fprintf(r->out,
+            "{\"event\":\"step\",\"step\":%lld,\"tokens\":%lld,\"train_loss\":%.17g,"
+            "\"lr\":%.17g",
+            (long long)st.step, (long long)st.tokens, loss, lr);
+    if (skipped)
+      fprintf(r->out, ",\"grad_norm\":null");
+    else
+      fprintf(r->out, ",\"grad_norm\":%.17g", gnorm);
+    double bn;
+    if (trn_noise_value(&st.noise, &bn) == 0)
+      fprintf(r->out, ",\"b_noise\":%.17g", bn);
+    if (c->precision == KERN_FP16)
+      fprintf(r->out, ",\"loss_scale\":%.17g,\"skipped\":%s", st.loss_scale,
+              skipped ? "true" : "false");
+    fprintf(r->out, ",\"tok_per_s\":%.6g}\n", (double)step_tokens / dt);
+    fflush(r->out);
+
+    if (crossed(before, st.tokens, c->eval.every_tokens) || st.step == steps) {
+      val_loss = evaluate(r);
+      val_at = st.step;
+      fprintf(r->out, "{\"event\":\"eval\",\"step\":%lld,\"tokens\":%lld,\"val_loss\":%.17g}\n",
+              (long long)st.step, (long long)st.tokens, val_loss);
+      fflush(r->out);
+      if (!isfinite(val_loss)) {
+        snprintf(err, errlen, "validation loss is %g at step %lld; stopping", val_loss,
+                 (long long)st.step);
+        return SS_ENUMERIC;
+      }
+    }
+    int want_ckpt = crossed(before, st.tokens, c->checkpoint.every_tokens) ||
+                    (stop_signal && c->checkpoint.dir[0]);
+    if (want_ckpt) {
+      trn_loader_get_pos(r->train, &st.train_pos);
+      if ((rc = save(r, &st, err, errlen)) != 0)
+        return rc;
+    }
+    if (stop_signal) {
+      snprintf(err, errlen, "stopped by signal %d after step %lld%s", (int)stop_signal,
+               (long long)st.step,
+               c->checkpoint.dir[0] ? "; resume with --resume and the checkpoint directory"
+                                    : " (no checkpoint.dir: nothing saved)");
+      return SS_ETERM;
+    }
+  }
+  (void)val_at;
+  trn_shape s = {c->model.n_layer, c->model.d_model, c->model.n_head, c->model.seq_len,
+                 c->model.vocab_size};
+  double fpt = trn_flops_per_token(&s);
+  fprintf(r->out,
+          "{\"event\":\"done\",\"final_val_loss\":%.17g,\"params\":%lld,"
+          "\"nonembedding_params\":%lld,\"flops\":%.17g,\"flops_6nd\":%.17g,"
+          "\"tokens\":%lld,\"steps\":%lld,\"wall_s\":%.6g,\"peak_rss_bytes\":%lld}\n",
+          val_loss, (long long)trn_params(&s), (long long)trn_nonembedding_params(&s),
+          fpt * (double)st.tokens,
+          6.0 * (double)trn_nonembedding_params(&s) * (double)st.tokens,
+          (long long)st.tokens, (long long)st.step, now() - t_start, peak_rss_bytes());
+  fflush(r->out);
+  return 0;
+}
+
+int trn_train(const trn_config *cfg, const char *resume_dir, FILE *out, char *err,
+              size_t errlen) {
+  run r;
+  memset(&r, 0, sizeof r);
+  r.cfg = cfg;
+  r.out = out;
+  err[0] = 0;
+  int rc = 0;
+  if (strcmp(cfg->backend, "cpu") != 0) {
+    snprintf(err, errlen,
+             "backend \"%s\": this build has no such backend\nHINT: use \"backend\": \"cpu\"",
+             cfg->backend);
+    rc = SS_EINVAL;
+    goto done;
+  }
+  kern_cpu_init(&r.k, cfg->precision, cfg->threads);
+  r.config_json = trn_config_to_json(cfg);
+  if ((rc = open_data(&r, err, errlen)) != 0)
+    goto done;
+  trn_shape s = {cfg->model.n_layer, cfg->model.d_model, cfg->model.n_head,
+                 cfg->model.seq_len, cfg->model.vocab_size};
+  int mb = cfg->train.micro_batch_size, T = cfg->model.seq_len;
+  /* evaluation reuses the training micro-batch buffers, at least one window */
+  r.nval = (int)(cfg->eval.tokens / T);
+  rc = trn_model_init(&r.model, &r.k, &s, mb, cfg->memory.recompute,
+                      cfg->train.batch_size > mb);
+  if (!rc)
+    rc = trn_optim_init(&r.optim, &r.model, strcmp(cfg->optimizer.name, "adamw8bit") == 0);
+  r.batch = malloc(((size_t)mb * T + 1) * sizeof(int32_t));
+  r.val_tok = malloc(((size_t)r.nval * T + 1) * sizeof(int32_t));
+  if (rc || !r.batch || !r.val_tok) {
+    snprintf(err, errlen, "out of memory allocating the model (%lld parameters, micro-batch "
+             "%d x %d tokens)", (long long)trn_params(&s), mb, T);
+    rc = SS_ENOMEM;
+    goto done;
+  }
+  trn_loader_next(r.val, r.val_tok, (size_t)r.nval * T + 1);
+  emit_config(&r);
+  rc = train_loop(&r, resume_dir, err, errlen);
+
+done:
+  if (rc)
+    emit_error(out, err);
+  free(r.batch);
+  free(r.val_tok);
+  free(r.config_json);
+  trn_optim_free(&r.optim);
+  trn_model_free(&r.model);
+  trn_loader_free(r.train);
+  trn_loader_free(r.val);
+  trn_lexicon_free(r.lex);
+  return rc;
+}

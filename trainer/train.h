@@ -1,0 +1,23 @@
+/* One training run: `scalesweep train`. Prints JSON lines (DESIGN.md
+ * "Trainer output") to out and returns 0 or a negative SS_E* code:
+ * SS_EINVAL/SS_ECORRUPT/SS_ENOENT for bad input (config, data, checkpoint),
+ * SS_ENUMERIC when the loss stops being finite, SS_ETERM when stopped by
+ * SIGTERM/SIGINT after writing a checkpoint. Every error is also printed as
+ * an "error" event and copied into err. */
+#ifndef SS_TRAINER_TRAIN_H
+#define SS_TRAINER_TRAIN_H
+
+#include <stdio.h>
+
+#include "trainer/config.h"
+
+/* resume_dir: continue from resume_dir/checkpoint.bin (NULL: fresh run; a
+ * directory without a checkpoint starts fresh). */
+int trn_train(const trn_config *cfg, const char *resume_dir, FILE *out, char *err,
+              size_t errlen);
+
+/* Installs the SIGTERM/SIGINT handlers that make trn_train checkpoint and
+ * stop at the end of the current step. */
+void trn_train_install_signals(void);
+
+#endif
