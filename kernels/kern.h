@@ -27,6 +27,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum kern_prec { KERN_FP32 = 0, KERN_BF16 = 1, KERN_FP16 = 2 } kern_prec;
 
 typedef struct kern_ops kern_ops;
@@ -140,5 +144,9 @@ float kern_q8_unsigned_value(int q);
 /* Scalar rounding, the reference for the precision emulation. */
 float kern_round_bf16(float x);
 float kern_round_fp16(float x);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

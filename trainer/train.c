@@ -18,13 +18,12 @@
 #include "trainer/model.h"
 #include "trainer/noise.h"
 #include "trainer/optim.h"
+#include "trainer/prepare.h"
 
 /* fp16 dynamic loss scaling (the usual GradScaler constants) */
 #define SCALE_INIT 65536.0
 #define SCALE_GROWTH_STEPS 2000
 #define NOISE_EMA_DECAY 0.95
-#define TRAIN_STREAM_SALT 0x7472616eULL /* stream seeds differ from the lexicon's */
-#define VAL_STREAM_SALT 0x76616c00ULL
 
 static volatile sig_atomic_t stop_signal;
 
@@ -101,10 +100,10 @@ static int open_data(run *r, char *err, size_t errlen) {
     int rc = trn_lexicon_new(&c->data.synth, &r->lex, err, errlen);
     if (rc)
       return rc;
-    rc = trn_loader_open_synth(r->lex, c->data.synth.seed ^ TRAIN_STREAM_SALT, &r->train,
+    rc = trn_loader_open_synth(r->lex, trn_synth_train_seed(c->data.synth.seed), &r->train,
                                err, errlen);
     if (!rc)
-      rc = trn_loader_open_synth(r->lex, c->data.synth.seed ^ VAL_STREAM_SALT, &r->val,
+      rc = trn_loader_open_synth(r->lex, trn_synth_val_seed(c->data.synth.seed), &r->val,
                                  err, errlen);
     return rc;
   }

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every system package scalesweep needs on Debian 12, as root.
+# Quiet and quick when everything is already there.
+#   --bench   also the benchmark's comparison side (Debian's python3-torch)
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git
+  libopenblas-openmp-dev   # sgemm; the OpenMP build shares the trainer's threads
+  libcjson-dev             # JSON in the trainer
+  libjansson-dev           # JSON everywhere else (positions in errors)
+  libssl-dev               # SHA-256 of token shards
+  libuv1-dev               # scheduler and worker event loops
+  libpq-dev postgresql     # the store
+  libgsl-dev               # fits
+  node-llhttp              # HTTP parser sources
+  python3                  # test helpers
+)
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(python3-torch)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing packages: ${missing[*]}; run as root (or with sudo)" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

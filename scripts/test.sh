@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds with warnings as errors,
+# runs every test under ctest, then the unit and integration tests again in
+# an AddressSanitizer + UndefinedBehaviorSanitizer build.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash scripts/install-deps.sh
+jobs=$(nproc)
+
+cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSS_WERROR=ON >/dev/null
+cmake --build build-ci -j"$jobs"
+(cd build-ci && ctest --output-on-failure -j"$jobs" -LE slow)
+
+# Sanitizers: the same tests but the GPU ones; leaks count as failures.
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSS_WERROR=ON -DSS_SANITIZE=ON \
+  -DSS_CUDA=OFF >/dev/null
+cmake --build build-asan -j"$jobs"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" -L 'unit|integration')
