@@ -19,7 +19,7 @@ static void usage(FILE *f) {
           "  --resume DIR     continue from DIR/checkpoint.bin, bit for bit\n"
           "  --print-config   print the resolved config and exit\n"
           "Exit codes: 0 done, 1 failed at run time, 2 invalid input,\n"
-          "143 stopped by SIGTERM (after writing a checkpoint when checkpoint.dir is set).\n");
+          "128+N stopped by signal N (SIGTERM: 143, after writing a checkpoint when\ncheckpoint.dir is set).\n");
 }
 
 int cmd_train(int argc, char **argv) {
@@ -68,6 +68,6 @@ int cmd_train(int argc, char **argv) {
   if (rc)
     fprintf(stderr, "scalesweep train: %s\n", err);
   if (rc == SS_ETERM)
-    return 128 + SIGTERM;
+    return 128 + trn_train_stop_signal();
   return err_exit_code(rc);
 }

@@ -32,7 +32,7 @@ typedef struct state_rec {
   int64_t step, tokens, good_steps, skipped_steps, noise_n;
   double loss_scale, noise_decay, noise_g2, noise_s;
   uint64_t rng[4], offset;
-  int32_t word, in_word;
+  int32_t word, in_word, carry, pad;
   uint64_t nparams, optim_bytes;
 } state_rec;
 
@@ -90,6 +90,7 @@ int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m,
   r.offset = st->train_pos.offset;
   r.word = st->train_pos.word;
   r.in_word = st->train_pos.in_word;
+  r.carry = st->carry;
   r.nparams = m->nparams;
   r.optim_bytes = o->state_bytes;
 
@@ -141,7 +142,40 @@ int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m,
   return 0;
 }
 
-/* The config sections that must match for a checkpoint to resume. */
+/* Finds the first place where two JSON values differ: writes its path
+ * (such as $.train.lr) and both values; returns 1 when they differ. */
+static int first_diff(const cJSON *a, const cJSON *b, const char *path, char *out,
+                      size_t outlen) {
+  if (cJSON_IsObject(a) && cJSON_IsObject(b)) {
+    const cJSON *c;
+    cJSON_ArrayForEach(c, a) {
+      char sub[512];
+      snprintf(sub, sizeof sub, "%s.%s", path, c->string);
+      if (first_diff(c, cJSON_GetObjectItemCaseSensitive(b, c->string), sub, out, outlen))
+        return 1;
+    }
+    cJSON_ArrayForEach(c, b) {
+      if (!cJSON_GetObjectItemCaseSensitive(a, c->string)) {
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s.%s", path, c->string);
+        return first_diff(NULL, c, sub, out, outlen);
+      }
+    }
+    return 0;
+  }
+  if (a && b && cJSON_Compare(a, b, 1))
+    return 0;
+  char *as = a ? cJSON_PrintUnformatted(a) : NULL, *bs = b ? cJSON_PrintUnformatted(b) : NULL;
+  snprintf(out, outlen, "%s: checkpoint has %s, config has %s", path, as ? as : "nothing",
+           bs ? bs : "nothing");
+  free(as);
+  free(bs);
+  return 1;
+}
+
+/* The config sections that must match for a checkpoint to resume (threads
+ * and the checkpoint settings may change; results then differ only in the
+ * summation order). */
 static int same_run(const char *path, const char *a_json, const char *b_json, char *err,
                     size_t errlen) {
   static const char *const keys[] = {"model", "data", "train", "optimizer", "precision"};
@@ -152,17 +186,14 @@ static int same_run(const char *path, const char *a_json, const char *b_json, ch
     rc = SS_ECORRUPT;
   }
   for (size_t i = 0; !rc && i < sizeof keys / sizeof *keys; i++) {
-    cJSON *x = cJSON_GetObjectItemCaseSensitive(a, keys[i]);
-    cJSON *y = cJSON_GetObjectItemCaseSensitive(b, keys[i]);
-    if (!cJSON_Compare(x, y, 1)) {
-      char *xs = x ? cJSON_PrintUnformatted(x) : NULL;
-      char *ys = y ? cJSON_PrintUnformatted(y) : NULL;
+    char where[64], diff[1024];
+    snprintf(where, sizeof where, "$.%s", keys[i]);
+    if (first_diff(cJSON_GetObjectItemCaseSensitive(a, keys[i]),
+                   cJSON_GetObjectItemCaseSensitive(b, keys[i]), where, diff, sizeof diff)) {
       snprintf(err, errlen,
-               "%s: written by a run with a different \"%s\": checkpoint has %s, config "
-               "has %s\nHINT: resume with the config that wrote the checkpoint",
-               path, keys[i], xs ? xs : "nothing", ys ? ys : "nothing");
-      free(xs);
-      free(ys);
+               "%s: written by a run with another config: %s\nHINT: resume with the "
+               "config that wrote the checkpoint",
+               path, diff);
       rc = SS_EINVAL;
     }
   }
@@ -265,6 +296,7 @@ int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_o
     st->train_pos.offset = r.offset;
     st->train_pos.word = r.word;
     st->train_pos.in_word = r.in_word;
+    st->carry = r.carry;
   }
   free(cjson);
   free(buf);

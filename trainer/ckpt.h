@@ -29,6 +29,7 @@ typedef struct trn_ckpt_state {
   int64_t good_steps; /* clean steps since the scale last changed */
   int64_t skipped_steps; /* fp16 steps skipped for overflow (no update) */
   trn_loader_pos train_pos;
+  int32_t carry;      /* last token read: the first input of the next window */
   trn_noise noise;
 } trn_ckpt_state;
 

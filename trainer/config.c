@@ -80,7 +80,9 @@ static void check_keys(problems *p, const cJSON *obj, const char *path,
         if (a[1])
           strncat(list, ", ", sizeof list - strlen(list) - 1);
       }
-      problem(p, path, "unknown key \"%s\"; expected one of: %s", c->string, list);
+      char full[192];
+      snprintf(full, sizeof full, "%s.%s", path, c->string);
+      problem(p, full, "unknown key; expected one of: %s", list);
     }
   }
 }
@@ -235,8 +237,13 @@ int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *
     const char *at = cJSON_GetErrorPtr();
     int line, col;
     line_col(text, at ? at : text, &line, &col);
-    snprintf(err, errlen, "%s:%d:%d: malformed JSON near '%.12s'", name, line, col,
-             at ? at : "");
+    char near[16] = "";
+    for (int i = 0; at && at[i] && i < 12; i++)
+      near[i] = (at[i] == '\n' || at[i] == '\r' || at[i] == '\t') ? ' ' : at[i];
+    snprintf(err, errlen,
+             "%s:%d:%d: malformed JSON near '%s'; expected a JSON object (RFC 8259: "
+             "quoted keys, no trailing commas, no comments)",
+             name, line, col, near);
     return SS_EINVAL;
   }
   if (!cJSON_IsObject(root)) {

@@ -154,9 +154,12 @@ int trn_loader_open_shards(const char *glob_pattern, int vocab_size,
     return SS_EINVAL;
   }
   glob_t g;
-  int grc = glob(glob_pattern, GLOB_ERR, NULL, &g);
+  /* no GLOB_ERR: a missing or unreadable directory is "no match", the
+   * user's mistake, not an I/O failure */
+  int grc = glob(glob_pattern, 0, NULL, &g);
   if (grc == GLOB_NOMATCH) {
-    snprintf(err, errlen, "no files match '%s'", glob_pattern);
+    snprintf(err, errlen, "no files match '%s' (expected llm.c token shards)",
+             glob_pattern);
     globfree(&g);
     return SS_ENOENT;
   }

@@ -29,6 +29,8 @@ static volatile sig_atomic_t stop_signal;
 
 static void on_signal(int sig) { stop_signal = sig; }
 
+int trn_train_stop_signal(void) { return (int)stop_signal; }
+
 void trn_train_install_signals(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -107,11 +109,18 @@ static int open_data(run *r, char *err, size_t errlen) {
                                  err, errlen);
     return rc;
   }
-  int rc = trn_loader_open_shards(c->data.train, c->model.vocab_size, &r->train, err,
-                                  errlen);
-  if (!rc)
-    rc = trn_loader_open_shards(c->data.val, c->model.vocab_size, &r->val, err, errlen);
-  return rc;
+  const char *keys[2] = {"$.data.train", "$.data.val"};
+  const char *globs[2] = {c->data.train, c->data.val};
+  trn_loader **dst[2] = {&r->train, &r->val};
+  for (int i = 0; i < 2; i++) {
+    char msg[2048];
+    int rc = trn_loader_open_shards(globs[i], c->model.vocab_size, dst[i], msg, sizeof msg);
+    if (rc) {
+      snprintf(err, errlen, "%s: %s", keys[i], msg);
+      return rc;
+    }
+  }
+  return 0;
 }
 
 static void emit_config(run *r) {
@@ -216,15 +225,17 @@ static int train_loop(run *r, const char *resume_dir, char *err, size_t errlen) 
         return rc;
       }
     } else {
-      trn_model_init_weights(&r->model, c->train.seed);
+      resume_dir = NULL; /* an empty directory: a fresh start */
     }
-  } else {
+  }
+  if (!resume_dir) {
     trn_model_init_weights(&r->model, c->train.seed);
+    trn_loader_next(r->train, &st.carry, 1);
   }
 
   double t_start = now();
   double val_loss = NAN;
-  int64_t val_at = -1;
+  int64_t val_at = -1; /* step of the last evaluation */
   kern_ctx *k = &r->k;
   trn_model *m = &r->model;
   for (; st.step < steps; ) {
@@ -233,7 +244,12 @@ static int train_loop(run *r, const char *resume_dir, char *err, size_t errlen) 
     double loss = 0.0, g_small2 = 0.0;
     float S = (float)st.loss_scale;
     for (int i = 0; i < nmicro; i++) {
-      trn_loader_next(r->train, r->batch, (size_t)mb * T + 1);
+      /* the stream is cut into consecutive windows of T tokens whatever the
+       * micro-batch size: each micro-batch takes mb*T new tokens and the
+       * one before them (the carry) as its first input */
+      r->batch[0] = st.carry;
+      trn_loader_next(r->train, r->batch + 1, (size_t)mb * T);
+      st.carry = r->batch[(size_t)mb * T];
       loss += trn_model_forward(m, mb, r->batch, r->batch + 1);
       trn_model_backward(m, S);
       if (nmicro > 1)
@@ -246,7 +262,7 @@ static int train_loop(run *r, const char *resume_dir, char *err, size_t errlen) 
                "training loss is %g at step %lld (tokens %lld); stopping\nHINT: lower "
                "train.lr, keep train.grad_clip on, or use fp32/bf16; the last good "
                "checkpoint is kept",
-               loss, (long long)st.step + 1, (long long)st.tokens);
+               loss, (long long)st.step + 1, (long long)(st.tokens + step_tokens));
       return SS_ENUMERIC;
     }
     double gnorm2 = k->ops->sumsq(k, m->grads, m->nparams);
@@ -314,14 +330,16 @@ static int train_loop(run *r, const char *resume_dir, char *err, size_t errlen) 
         return SS_ENUMERIC;
       }
     }
+    /* a signal during the last step lets the run finish normally */
+    int stopping = stop_signal && st.step < steps;
     int want_ckpt = crossed(before, st.tokens, c->checkpoint.every_tokens) ||
-                    (stop_signal && c->checkpoint.dir[0]);
+                    (stopping && c->checkpoint.dir[0]);
     if (want_ckpt) {
       trn_loader_get_pos(r->train, &st.train_pos);
       if ((rc = save(r, &st, err, errlen)) != 0)
         return rc;
     }
-    if (stop_signal) {
+    if (stopping) {
       snprintf(err, errlen, "stopped by signal %d after step %lld%s", (int)stop_signal,
                (long long)st.step,
                c->checkpoint.dir[0] ? "; resume with --resume and the checkpoint directory"
@@ -329,7 +347,12 @@ static int train_loop(run *r, const char *resume_dir, char *err, size_t errlen) 
       return SS_ETERM;
     }
   }
-  (void)val_at;
+  if (val_at != st.step) {
+    /* resumed from a checkpoint written after the last step's evaluation */
+    val_loss = evaluate(r);
+    fprintf(r->out, "{\"event\":\"eval\",\"step\":%lld,\"tokens\":%lld,\"val_loss\":%.17g}\n",
+            (long long)st.step, (long long)st.tokens, val_loss);
+  }
   trn_shape s = {c->model.n_layer, c->model.d_model, c->model.n_head, c->model.seq_len,
                  c->model.vocab_size};
   double fpt = trn_flops_per_token(&s);

@@ -20,4 +20,7 @@ int trn_train(const trn_config *cfg, const char *resume_dir, FILE *out, char *er
  * stop at the end of the current step. */
 void trn_train_install_signals(void);
 
+/* The signal that stopped the run (0 if none). */
+int trn_train_stop_signal(void);
+
 #endif
