@@ -3,13 +3,12 @@
 
 #include "internal.h"
 
-static void adamw(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v,
-                  size_t n, const kern_adamw_args *a) {
+KERN__INLINE void adamw_range(float *p, float *plow, const float *g, float *m, float *v,
+                              size_t lo, size_t hi, const kern_adamw_args *a,
+                              const kern_prec prec) {
   float b1 = a->beta1, b2 = a->beta2;
   float bc1 = (float)(1.0 - pow(b1, a->step)), bc2 = (float)(1.0 - pow(b2, a->step));
-  kern_prec prec = k->prec;
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = lo; i < hi; i++) {
     float gi = g[i] * a->grad_scale;
     float mi = b1 * m[i] + (1.0f - b1) * gi;
     float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
@@ -18,8 +17,22 @@ static void adamw(kern_ctx *k, float *p, float *plow, const float *g, float *m, 
     float upd = (mi / bc1) / (sqrtf(vi / bc2) + a->eps);
     float pi = p[i] - a->lr * (upd + a->weight_decay * p[i]);
     p[i] = pi;
-    if (plow)
+    if (prec != KERN_FP32)
       plow[i] = kern__rnd(pi, prec);
+  }
+}
+
+/* plow is only written (and must only be given) at bf16 and fp16 */
+static void adamw(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v,
+                  size_t n, const kern_adamw_args *a) {
+  kern_prec prec = plow ? k->prec : KERN_FP32;
+#pragma omp parallel
+  {
+    size_t lo, hi;
+    kern__split(n, &lo, &hi);
+#define CALL(P) adamw_range(p, plow, g, m, v, lo, hi, a, P)
+    KERN__WITH_PREC(prec, CALL);
+#undef CALL
   }
 }
 

@@ -8,38 +8,68 @@
  * ranges, added in order, so the result does not depend on threads. */
 #define SUMSQ_CHUNK 16384
 
+KERN__INLINE void residual_range(float *out, const float *a, const float *b, size_t lo,
+                                 size_t hi, const kern_prec p) {
+  for (size_t i = lo; i < hi; i++)
+    out[i] = kern__rnd(a[i] + b[i], p);
+}
+
 static void residual_forward(kern_ctx *k, float *out, const float *a, const float *b,
                              size_t n) {
-  kern_prec p = k->prec;
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++)
-    out[i] = kern__rnd(a[i] + b[i], p);
+#pragma omp parallel
+  {
+    size_t lo, hi;
+    kern__split(n, &lo, &hi);
+#define CALL(P) residual_range(out, a, b, lo, hi, P)
+    KERN__WITH_PREC(k->prec, CALL);
+#undef CALL
+  }
 }
 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 
-static void gelu_forward(kern_ctx *k, float *out, const float *inp, size_t n) {
-  kern_prec p = k->prec;
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) {
+KERN__INLINE void gelu_fwd_range(float *out, const float *inp, size_t lo, size_t hi,
+                                 const kern_prec p) {
+  for (size_t i = lo; i < hi; i++) {
     float x = inp[i];
     float u = GELU_S * (x + GELU_C * x * x * x);
     out[i] = kern__rnd(0.5f * x * (1.0f + kern__tanhf(u)), p);
   }
 }
 
-static void gelu_backward(kern_ctx *k, float *dinp, const float *inp, const float *dout,
-                          size_t n) {
-  kern_prec p = k->prec;
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) {
+static void gelu_forward(kern_ctx *k, float *out, const float *inp, size_t n) {
+#pragma omp parallel
+  {
+    size_t lo, hi;
+    kern__split(n, &lo, &hi);
+#define CALL(P) gelu_fwd_range(out, inp, lo, hi, P)
+    KERN__WITH_PREC(k->prec, CALL);
+#undef CALL
+  }
+}
+
+KERN__INLINE void gelu_bwd_range(float *dinp, const float *inp, const float *dout,
+                                 size_t lo, size_t hi, const kern_prec p) {
+  for (size_t i = lo; i < hi; i++) {
     float x = inp[i];
     float u = GELU_S * (x + GELU_C * x * x * x);
     float th = kern__tanhf(u);
     float du = GELU_S * (1.0f + 3.0f * GELU_C * x * x);
     float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
     dinp[i] = kern__rnd(grad * dout[i], p);
+  }
+}
+
+static void gelu_backward(kern_ctx *k, float *dinp, const float *inp, const float *dout,
+                          size_t n) {
+#pragma omp parallel
+  {
+    size_t lo, hi;
+    kern__split(n, &lo, &hi);
+#define CALL(P) gelu_bwd_range(dinp, inp, dout, lo, hi, P)
+    KERN__WITH_PREC(k->prec, CALL);
+#undef CALL
   }
 }
 
@@ -84,16 +114,33 @@ static void scale(kern_ctx *k, float *x, float s, size_t n) {
     x[i] *= s;
 }
 
+KERN__INLINE void round_range(float *x, size_t lo, size_t hi, const kern_prec p) {
+  for (size_t i = lo; i < hi; i++)
+    x[i] = kern__rnd(x[i], p);
+}
+
 static void round_(kern_ctx *k, float *x, size_t n, kern_prec p) {
   if (p == KERN_FP32)
     return;
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++)
-    x[i] = kern__rnd(x[i], p);
+#pragma omp parallel
+  {
+    size_t lo, hi;
+    kern__split(n, &lo, &hi);
+#define CALL(P) round_range(x, lo, hi, P)
+    KERN__WITH_PREC(p, CALL);
+#undef CALL
+  }
 }
 
 float kern_round_bf16(float x) { return kern__bf16(x); }
 float kern_round_fp16(float x) { return kern__fp16(x); }
+
+void kern__split(size_t n, size_t *lo, size_t *hi) {
+  size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+  size_t per = ((n + nt - 1) / nt + 15) / 16 * 16;
+  *lo = t * per < n ? t * per : n;
+  *hi = *lo + per < n ? *lo + per : n;
+}
 
 void kern__colsum_add(float *dst, const float *src, int N, int C) {
 #pragma omp parallel

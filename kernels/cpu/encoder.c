@@ -3,15 +3,20 @@
 
 #include "internal.h"
 
+KERN__INLINE void enc_row(float *y, const float *e, const float *q, int C,
+                          const kern_prec p) {
+  for (int c = 0; c < C; c++)
+    y[c] = kern__rnd(e[c] + q[c], p);
+}
+
 static void encoder_forward(kern_ctx *k, float *out, const int32_t *tokens,
                             const float *wte, const float *wpe, int B, int T, int C) {
-  kern_prec p = k->prec;
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < B * T; r++) {
     const float *e = wte + (size_t)tokens[r] * C, *q = wpe + (size_t)(r % T) * C;
-    float *y = out + (size_t)r * C;
-    for (int c = 0; c < C; c++)
-      y[c] = kern__rnd(e[c] + q[c], p);
+#define CALL(P) enc_row(out + (size_t)r * C, e, q, C, P)
+    KERN__WITH_PREC(k->prec, CALL);
+#undef CALL
   }
 }
 

@@ -21,37 +21,58 @@ static inline float kern__float(uint32_t u) {
 }
 
 /* Round to bfloat16, nearest even. NaN stays NaN (quietened); infinities
- * and overflow to infinity follow from the integer carry. */
+ * and overflow to infinity follow from the integer carry. Branch-free (the
+ * selects vectorise). */
 static inline float kern__bf16(float x) {
   uint32_t u = kern__bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return kern__float((u | 0x00400000u) & 0xffff0000u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return kern__float(u & 0xffff0000u);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  uint32_t n = (u | 0x00400000u) & 0xffff0000u;
+  return kern__float((u & 0x7fffffffu) > 0x7f800000u ? n : r);
 }
 
 /* Round to IEEE binary16, nearest even, as a float. Normal halves keep 10
  * mantissa bits (13 dropped); below 2^-14 the grid is 2^-24 (subnormals);
- * magnitudes from 65520 up round to infinity. */
+ * magnitudes from 65520 up round to infinity; NaN stays. Branch-free. */
 static inline float kern__fp16(float x) {
   uint32_t u = kern__bits(x);
-  uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u)
-    return x;
-  if (a >= 0x477ff000u) /* 65520: halfway to 65536, rounds up to infinity */
-    return kern__float((u & 0x80000000u) | 0x7f800000u);
-  if (a < 0x38800000u) { /* below 2^-14: multiples of 2^-24 */
-    float s = kern__float(a) * 16777216.0f;           /* exact: power of two */
-    float r = (s + 8388608.0f) - 8388608.0f;          /* nearest even integer */
-    return kern__float((u & 0x80000000u) | kern__bits(r * 5.9604644775390625e-8f));
-  }
-  a += 0xfffu + ((a >> 13) & 1u);
-  return kern__float((u & 0x80000000u) | (a & 0xffffe000u));
+  uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
+  uint32_t normal = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
+  /* below 2^-14: multiples of 2^-24; scaling by 2^24 is exact and adding
+   * 1.5 * 2^23 rounds to the nearest even integer */
+  float s = kern__float(a < 0x38800000u ? a : 0u) * 16777216.0f;
+  float ri = (s + 12582912.0f) - 12582912.0f;
+  uint32_t sub = kern__bits(ri * 5.9604644775390625e-8f);
+  uint32_t m = a < 0x38800000u ? sub : normal;
+  m = a >= 0x477ff000u ? 0x7f800000u : m; /* 65520 rounds up to infinity */
+  m = a > 0x7f800000u ? a : m;            /* NaN */
+  return kern__float(sign | m);
 }
 
 static inline float kern__rnd(float x, kern_prec p) {
   return p == KERN_BF16 ? kern__bf16(x) : p == KERN_FP16 ? kern__fp16(x) : x;
 }
+
+/* Expands CALL(P) with P a compile-time constant for each precision, so a
+ * loop inside an inlined CALL rounds without a branch and vectorises. */
+#define KERN__WITH_PREC(p, CALL)                                               \
+  do {                                                                         \
+    switch (p) {                                                               \
+    case KERN_BF16:                                                            \
+      CALL(KERN_BF16);                                                         \
+      break;                                                                   \
+    case KERN_FP16:                                                            \
+      CALL(KERN_FP16);                                                         \
+      break;                                                                   \
+    default:                                                                   \
+      CALL(KERN_FP32);                                                         \
+    }                                                                          \
+  } while (0)
+
+#define KERN__INLINE static inline __attribute__((always_inline))
+
+/* This thread's share [*lo, *hi) of n items inside an OpenMP parallel
+ * region: contiguous, in multiples of 16 (whole cache lines). */
+void kern__split(size_t n, size_t *lo, size_t *hi);
 
 /* exp(x) in float, vectorisable (no libm call, no branches but selects):
  * x = n ln2 + r with |r| <= ln2/2, e^r by its degree-6 Taylor polynomial

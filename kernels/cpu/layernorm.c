@@ -5,14 +5,9 @@
 
 #define LN_EPS 1e-5f
 
-static void layernorm_forward(kern_ctx *k, float *out, float *mean, float *rstd,
-                              const float *inp, const float *w, const float *b, int N,
-                              int C) {
-  kern_prec p = k->prec;
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < N; r++) {
-    const float *x = inp + (size_t)r * C;
-    float *y = out + (size_t)r * C;
+KERN__INLINE void ln_fwd_row(float *y, float *mean, float *rstd, const float *x,
+                             const float *w, const float *b, int C, const kern_prec p) {
+  {
     float m = 0.0f;
     for (int c = 0; c < C; c++)
       m += x[c];
@@ -25,22 +20,28 @@ static void layernorm_forward(kern_ctx *k, float *out, float *mean, float *rstd,
     float s = 1.0f / sqrtf(var / C + LN_EPS);
     for (int c = 0; c < C; c++)
       y[c] = kern__rnd((x[c] - m) * s * w[c] + b[c], p);
-    mean[r] = m;
-    rstd[r] = s;
+    *mean = m;
+    *rstd = s;
   }
 }
 
-static void layernorm_backward(kern_ctx *k, float *dinp, float *dw, float *db,
-                               const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int N, int C) {
-  kern_prec p = k->prec;
-  /* rows: dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)),
-   * with dnorm = dout * w and norm = (x - mean) * rstd */
+static void layernorm_forward(kern_ctx *k, float *out, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b, int N,
+                              int C) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < N; r++) {
-    const float *x = inp + (size_t)r * C, *dy = dout + (size_t)r * C;
-    float *dx = dinp + (size_t)r * C;
-    float m = mean[r], s = rstd[r];
+    size_t o = (size_t)r * C;
+#define CALL(P) ln_fwd_row(out + o, mean + r, rstd + r, inp + o, w, b, C, P)
+    KERN__WITH_PREC(k->prec, CALL);
+#undef CALL
+  }
+}
+
+/* dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), with
+ * dnorm = dout * w and norm = (x - mean) * rstd */
+KERN__INLINE void ln_bwd_row(float *dx, const float *dy, const float *x, const float *w,
+                             float m, float s, int C, const kern_prec p) {
+  {
     float sum_dn = 0.0f, sum_dn_n = 0.0f;
     for (int c = 0; c < C; c++) {
       float n = (x[c] - m) * s;
@@ -55,6 +56,18 @@ static void layernorm_backward(kern_ctx *k, float *dinp, float *dw, float *db,
       float dn = dy[c] * w[c];
       dx[c] = kern__rnd(dx[c] + s * (dn - sum_dn - n * sum_dn_n), p);
     }
+  }
+}
+
+static void layernorm_backward(kern_ctx *k, float *dinp, float *dw, float *db,
+                               const float *dout, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < N; r++) {
+    size_t o = (size_t)r * C;
+#define CALL(P) ln_bwd_row(dinp + o, dout + o, inp + o, w, mean[r], rstd[r], C, P)
+    KERN__WITH_PREC(k->prec, CALL);
+#undef CALL
   }
   /* columns: dw += sum_r dout * norm, db += sum_r dout; each column summed
    * over rows in order by one thread, so the bits do not depend on threads */

@@ -164,25 +164,27 @@ static double at_loss(void *v) {
   return dot(t->out, t->r, (size_t)t->B * t->T * t->C);
 }
 
-static void test_attention(void) {
-  at_t t = {2, 5, 8, 2, NULL, NULL, NULL, NULL};
-  size_t nq = 2 * 5 * 24, no = 2 * 5 * 8, na = 2 * 2 * 5 * 5;
+/* T above the kernel's 64-row blocks exercises the causal blocking. */
+static void test_attention(int B, int T, int probes) {
+  const int C = 8, NH = 2, hs = 4;
+  at_t t = {B, T, C, NH, NULL, NULL, NULL, NULL};
+  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
   t.qkv = randn(nq, 1);
   t.out = zeros(no);
   t.att = zeros(na);
   t.r = randn(no, 1);
   at_loss(&t);
   /* forward against a direct fp64 computation of softmax(QK^T/sqrt(hs)) V */
-  int hs = 4;
-  for (int b = 0; b < 2; b++)
-    for (int h = 0; h < 2; h++)
-      for (int i = 0; i < 5; i++) {
-        double w[5], mx = -1e30, sum = 0;
+  double *w = malloc(sizeof(double) * T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int i = 0; i < T; i++) {
+        double mx = -1e30, sum = 0;
         for (int j = 0; j <= i; j++) {
           double s = 0;
           for (int c = 0; c < hs; c++)
-            s += (double)t.qkv[(b * 5 + i) * 24 + h * hs + c] *
-                 t.qkv[(b * 5 + j) * 24 + 8 + h * hs + c];
+            s += (double)t.qkv[(size_t)(b * T + i) * 3 * C + h * hs + c] *
+                 t.qkv[(size_t)(b * T + j) * 3 * C + C + h * hs + c];
           w[j] = s / 2.0;
           mx = w[j] > mx ? w[j] : mx;
         }
@@ -191,16 +193,17 @@ static void test_attention(void) {
         for (int c = 0; c < hs; c++) {
           double y = 0;
           for (int j = 0; j <= i; j++)
-            y += w[j] / sum * t.qkv[(b * 5 + j) * 24 + 16 + h * hs + c];
-          CHECK_NEAR(t.out[(b * 5 + i) * 8 + h * hs + c], y, 1e-6, 1e-5);
+            y += w[j] / sum * t.qkv[(size_t)(b * T + j) * 3 * C + 2 * C + h * hs + c];
+          CHECK_NEAR(t.out[(size_t)(b * T + i) * C + h * hs + c], y, 1e-6, 1e-5);
         }
         /* causal: no weight on the future */
-        for (int j = i + 1; j < 5; j++)
-          CHECK(t.att[((b * 2 + h) * 5 + i) * 5 + j] == 0.0f);
+        for (int j = i + 1; j < T; j++)
+          CHECK(t.att[((size_t)(b * NH + h) * T + i) * T + j] == 0.0f);
       }
+  free(w);
   float *dqkv = zeros(nq), *datt = zeros(na);
   K.ops->attention_backward(&K, dqkv, datt, t.r, t.qkv, t.att, t.B, t.T, t.C, t.NH);
-  fd_check("attention.dqkv", t.qkv, dqkv, nq, at_loss, &t, (int)nq);
+  fd_check("attention.dqkv", t.qkv, dqkv, nq, at_loss, &t, probes);
   free(t.qkv), free(t.out), free(t.att), free(t.r), free(dqkv), free(datt);
 }
 
@@ -378,7 +381,8 @@ int main(void) {
   kern_cpu_init(&K, KERN_FP32, 2);
   test_matmul();
   test_layernorm();
-  test_attention();
+  test_attention(2, 5, 240);
+  test_attention(1, 150, 400);
   test_gelu();
   test_encoder();
   test_xent();
