@@ -1,0 +1,130 @@
+/* The fitting library: scaling laws from (N, D, C, B, S, loss) points
+ * (SCIENCE.md section 2 and 3). Used by `scalesweep fit` and, later, by the
+ * scheduler when runs finish.
+ *
+ * Every law fills one fit_result: named parameters with standard errors and
+ * 95% intervals (bootstrap where the law supports it), derived quantities,
+ * the objective at the optimum, whether the optimiser converged, residuals
+ * and warnings. fit_result_to_json() renders the object that `fit --json`
+ * prints and the API serves.
+ *
+ * Errors: 0 or a negative SS_E* code (common/err.h) with a message in err. */
+#ifndef SS_SWEEPS_FIT_H
+#define SS_SWEEPS_FIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One observation. Fields a law does not use may be NAN. group identifies
+ * the run a point comes from (several checkpoints of one run share it), so
+ * the bootstrap resamples whole runs; -1 means each point is its own run. */
+typedef struct fit_point {
+  double params;     /* N: non-embedding parameters */
+  double tokens;     /* D */
+  double flops;      /* C */
+  double loss;       /* L, nats per token */
+  double batch_size; /* B, tokens per step (or sequences; the caller says) */
+  double steps;      /* S: optimizer steps to reach the target loss */
+  double lr;         /* learning rate (B_opt / eta_opt fits) */
+  int group;
+} fit_point;
+
+#define FIT_MAX_PARAMS 12
+#define FIT_MAX_WARNINGS 16
+#define FIT_MAX_BUDGETS 64
+
+typedef struct fit_param {
+  char name[24];
+  double value;
+  double stderr_;    /* bootstrap standard deviation (NAN when not computed) */
+  double ci_lo, ci_hi; /* 2.5 and 97.5 percentiles (NAN when not computed) */
+} fit_param;
+
+typedef struct fit_budget { /* isoflop: one compute budget's profile */
+  double flops, n_opt, d_opt, loss;
+  int n_points;
+  int usable; /* 0: no interior minimum (c2 <= 0 or vertex outside the range) */
+  double c2, c1, c0;
+} fit_budget;
+
+typedef struct fit_options {
+  int bootstrap;        /* resamples (0: none) */
+  uint64_t seed;        /* bootstrap resampling seed */
+  int threads;          /* <= 0: all cores */
+  double target_flops;  /* chinchilla: also predict N_opt, D_opt and loss here (0: none) */
+  int fit_irreducible;  /* kaplan: include E (1) or fix E = 0 (0) */
+} fit_options;
+
+typedef struct fit_result {
+  char law[16]; /* "chinchilla", "kaplan", "isoflop", "batch" */
+  int n_points;
+  int nparams;
+  fit_param params[FIT_MAX_PARAMS];
+  int nderived;
+  fit_param derived[FIT_MAX_PARAMS];
+  double objective;
+  int converged;
+  int nwarnings;
+  char warnings[FIT_MAX_WARNINGS][256];
+  int nbudgets;
+  fit_budget budgets[FIT_MAX_BUDGETS];
+  double *residuals; /* n_points entries (log-loss residuals for chinchilla); owned */
+} fit_result;
+
+void fit_result_init(fit_result *r, const char *law);
+void fit_result_free(fit_result *r);
+/* Adds a parameter or derived quantity (value only; intervals NAN). */
+fit_param *fit_result_add_param(fit_result *r, const char *name, double value);
+fit_param *fit_result_add_derived(fit_result *r, const char *name, double value);
+void fit_result_warn(fit_result *r, const char *fmt, ...);
+
+/* Chinchilla Approach 3: L = E + A/N^alpha + B/D^beta, Huber (delta 1e-3)
+ * on log loss, summed; grid of 4,500 starts (SCIENCE.md), BFGS from the best;
+ * bootstrap over runs. params: E, A, B, alpha, beta; derived: a, b, G, and at
+ * target_flops N_opt, D_opt, loss. */
+int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_result *out,
+                   char *err, size_t errlen);
+
+/* Closed-form compute-optimal allocation for C = 6 N D (SCIENCE.md):
+ * G = (alpha A / (beta B))^(1/(alpha+beta)), a = beta/(alpha+beta),
+ * b = alpha/(alpha+beta), N_opt = G (C/6)^a, D_opt = (C/6)^b / G. */
+void fit_chinchilla_allocation(double A, double B, double alpha, double beta, double C,
+                               double *G, double *a, double *b, double *n_opt,
+                               double *d_opt);
+
+/* Kaplan single-variable laws L(X) = E + (X_c / X)^alpha_X for X in N, D, C
+ * (each fitted when the points carry that column); params per variable:
+ * N_c, alpha_N, E_N (when fit_irreducible), and the same for D and C. */
+int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *out,
+               char *err, size_t errlen);
+
+/* Chinchilla Approach 2: per compute budget a parabola in ln N, its vertex
+ * N*, D* = C / (6 N*); then ln N* and ln D* regressed on ln C. params: a, b
+ * (exponents) and their prefactors; budgets listed; off-centre sampling and
+ * budgets without an interior minimum reported as warnings. */
+int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result *out,
+                char *err, size_t errlen);
+
+/* Critical batch size from a batch ladder: S = S_min + E_min / B, weighted
+ * least squares (weights 1/S^2). params: S_min, E_min, B_crit = E_min/S_min. */
+int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *out,
+              char *err, size_t errlen);
+
+/* Extrapolation check: refits `law` without the points of the largest
+ * compute budget and predicts the held-out points' losses. Adds derived
+ * values holdout_flops, holdout_pred_loss, holdout_loss, holdout_rel_err. */
+int fit_extrapolation_check(const fit_point *pts, int n, const fit_options *opt,
+                            fit_result *out, char *err, size_t errlen);
+
+/* The JSON object `fit --json` prints (a malloc'd string): law, n_points,
+ * params, stderr, ci95 ([lo, hi]), derived, objective, converged, warnings,
+ * and for isoflop budgets. */
+char *fit_result_to_json(const fit_result *r);
+
+/* Reads a CSV with a header naming columns among params, tokens, flops,
+ * loss, batch_size, steps, lr, run (any order; others ignored); when tokens
+ * is missing but flops and params are present, tokens = flops / (6 params).
+ * Errors name FILE:line:column and what was expected. *pts is malloc'd. */
+int fit_read_csv(const char *path, fit_point **pts, int *n, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,100 @@
+/* fit_result: construction, warnings, JSON rendering (Jansson). */
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sweeps/fit.h"
+
+void fit_result_init(fit_result *r, const char *law) {
+  memset(r, 0, sizeof *r);
+  snprintf(r->law, sizeof r->law, "%s", law);
+  r->objective = NAN;
+}
+
+void fit_result_free(fit_result *r) {
+  free(r->residuals);
+  r->residuals = NULL;
+}
+
+static fit_param *add(fit_param *arr, int *n, const char *name, double value) {
+  if (*n >= FIT_MAX_PARAMS)
+    return NULL;
+  fit_param *p = &arr[(*n)++];
+  snprintf(p->name, sizeof p->name, "%s", name);
+  p->value = value;
+  p->stderr_ = p->ci_lo = p->ci_hi = NAN;
+  return p;
+}
+
+fit_param *fit_result_add_param(fit_result *r, const char *name, double value) {
+  return add(r->params, &r->nparams, name, value);
+}
+
+fit_param *fit_result_add_derived(fit_result *r, const char *name, double value) {
+  return add(r->derived, &r->nderived, name, value);
+}
+
+void fit_result_warn(fit_result *r, const char *fmt, ...) {
+  if (r->nwarnings >= FIT_MAX_WARNINGS)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->warnings[r->nwarnings++], sizeof r->warnings[0], fmt, ap);
+  va_end(ap);
+}
+
+/* JSON has no NaN: unknown values are null */
+static json_t *num(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
+static void put_params(json_t *root, const char *key, const fit_param *p, int n,
+                       json_t *stderr_obj, json_t *ci_obj) {
+  json_t *o = json_object();
+  for (int i = 0; i < n; i++) {
+    json_object_set_new(o, p[i].name, num(p[i].value));
+    if (isfinite(p[i].stderr_))
+      json_object_set_new(stderr_obj, p[i].name, num(p[i].stderr_));
+    if (isfinite(p[i].ci_lo) && isfinite(p[i].ci_hi))
+      json_object_set_new(ci_obj, p[i].name, json_pack("[ff]", p[i].ci_lo, p[i].ci_hi));
+  }
+  json_object_set_new(root, key, o);
+}
+
+char *fit_result_to_json(const fit_result *r) {
+  json_t *root = json_object();
+  json_object_set_new(root, "law", json_string(r->law));
+  json_object_set_new(root, "n_points", json_integer(r->n_points));
+  json_t *se = json_object(), *ci = json_object();
+  put_params(root, "params", r->params, r->nparams, se, ci);
+  put_params(root, "derived", r->derived, r->nderived, se, ci);
+  json_object_set_new(root, "stderr", se);
+  json_object_set_new(root, "ci95", ci);
+  json_object_set_new(root, "objective", num(r->objective));
+  json_object_set_new(root, "converged", json_boolean(r->converged));
+  json_t *w = json_array();
+  for (int i = 0; i < r->nwarnings; i++)
+    json_array_append_new(w, json_string(r->warnings[i]));
+  json_object_set_new(root, "warnings", w);
+  if (r->nbudgets) {
+    json_t *b = json_array();
+    for (int i = 0; i < r->nbudgets; i++) {
+      const fit_budget *x = &r->budgets[i];
+      json_array_append_new(
+          b, json_pack("{s:o,s:o,s:o,s:o,s:i,s:b}", "flops", num(x->flops), "n_opt",
+                       num(x->n_opt), "d_opt", num(x->d_opt), "loss", num(x->loss),
+                       "n_points", x->n_points, "usable", x->usable));
+    }
+    json_object_set_new(root, "budgets", b);
+  }
+  if (r->residuals) {
+    json_t *res = json_array();
+    for (int i = 0; i < r->n_points; i++)
+      json_array_append_new(res, num(r->residuals[i]));
+    json_object_set_new(root, "residuals", res);
+  }
+  char *s = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  json_decref(root);
+  return s;
+}
