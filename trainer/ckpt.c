@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/fileio.h"
 
 #define HDR_INTS 256
 
@@ -36,20 +37,10 @@ typedef struct state_rec {
   uint64_t nparams, optim_bytes;
 } state_rec;
 
-static int write_all(int fd, const void *p, size_t n, uint64_t *h) {
-  const char *c = p;
+/* Writes through f and folds the bytes into the running checksum h. */
+static void put(fio_atomic *f, const void *p, size_t n, uint64_t *h) {
   *h = fnv1a(*h, p, n);
-  while (n) {
-    ssize_t w = write(fd, c, n);
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      return -1;
-    }
-    c += w;
-    n -= (size_t)w;
-  }
-  return 0;
+  fio_atomic_write(f, p, n);
 }
 
 int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m,
@@ -60,9 +51,8 @@ int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m,
              strerror(errno));
     return SS_EIO;
   }
-  char path[4096], tmp[4200];
+  char path[4096];
   snprintf(path, sizeof path, "%s/%s", dir, TRN_CKPT_FILE);
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
   int32_t hdr[HDR_INTS] = {0};
   size_t clen = strlen(config_json);
   hdr[H_MAGIC] = TRN_CKPT_MAGIC;
@@ -98,46 +88,25 @@ int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m,
   char *buf = malloc(pbytes > o->state_bytes ? pbytes : o->state_bytes);
   if (!buf)
     return SS_ENOMEM;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    snprintf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+  fio_atomic f;
+  int rc = fio_atomic_open(&f, path, err, errlen);
+  if (rc) {
     free(buf);
-    return SS_EIO;
+    return rc;
   }
   uint64_t h = FNV_INIT;
-  int bad = write_all(fd, hdr, sizeof hdr, &h) || write_all(fd, &r, sizeof r, &h) ||
-            write_all(fd, config_json, clen, &h);
-  if (!bad) {
-    m->k->ops->to_host(m->k, buf, m->params, pbytes);
-    bad = write_all(fd, buf, pbytes, &h);
-  }
-  if (!bad) {
-    trn_optim_save(o, buf);
-    bad = write_all(fd, buf, o->state_bytes, &h);
-  }
-  uint64_t trailer = h, dummy = 0;
-  if (!bad)
-    bad = write_all(fd, &trailer, sizeof trailer, &dummy);
-  if (!bad)
-    bad = fsync(fd) != 0;
-  int e = errno;
-  if (close(fd) != 0 && !bad) {
-    bad = 1;
-    e = errno;
-  }
+  put(&f, hdr, sizeof hdr, &h);
+  put(&f, &r, sizeof r, &h);
+  put(&f, config_json, clen, &h);
+  m->k->ops->to_host(m->k, buf, m->params, pbytes);
+  put(&f, buf, pbytes, &h);
+  trn_optim_save(o, buf);
+  put(&f, buf, o->state_bytes, &h);
+  uint64_t trailer = h;
+  fio_atomic_write(&f, &trailer, sizeof trailer);
   free(buf);
-  if (bad || rename(tmp, path) != 0) {
-    if (!bad)
-      e = errno;
-    unlink(tmp);
-    snprintf(err, errlen, "%s: cannot write checkpoint: %s", path, strerror(e));
-    return SS_EIO;
-  }
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    fsync(dfd); /* make the rename durable */
-    close(dfd);
-  }
+  if ((rc = fio_atomic_commit(&f, err, errlen)) != 0)
+    return rc;
   snprintf(path_out, path_len, "%s", path);
   return 0;
 }
