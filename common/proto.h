@@ -1,0 +1,59 @@
+/* The scheduler <-> worker wire protocol (docs/runtime.md): newline-
+ * delimited JSON over TCP, one message per line, bounded length.
+ *
+ * proto_reader frames a byte stream into lines without ever holding more
+ * than PROTO_MAX_LINE bytes of one line; proto_parse turns a line into a
+ * validated message (Jansson object) or an error that names the JSON path
+ * and what was expected. Both sides use these; neither trusts its peer. */
+#ifndef SS_COMMON_PROTO_H
+#define SS_COMMON_PROTO_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTO_VERSION 1
+#define PROTO_MAX_LINE (1u << 20)
+
+typedef enum proto_type {
+  PROTO_INVALID = 0,
+  /* worker -> scheduler */
+  PROTO_HELLO,
+  PROTO_HEARTBEAT,
+  PROTO_STARTED,
+  PROTO_METRICS,
+  PROTO_CHECKPOINT,
+  PROTO_FINISHED,
+  /* scheduler -> worker */
+  PROTO_WELCOME,
+  PROTO_ASSIGN,
+  PROTO_CANCEL,
+  PROTO_ACK,
+  PROTO_ERROR
+} proto_type;
+
+const char *proto_type_name(proto_type t);
+
+/* Line framing. Feed bytes as they arrive; each complete line is passed to
+ * on_line (without the newline). A line longer than PROTO_MAX_LINE makes
+ * proto_reader_feed return SS_ERANGE (the connection should be dropped). */
+typedef struct proto_reader {
+  char *buf;
+  size_t len, cap;
+} proto_reader;
+
+void proto_reader_init(proto_reader *r);
+void proto_reader_free(proto_reader *r);
+int proto_reader_feed(proto_reader *r, const char *data, size_t n,
+                      int (*on_line)(void *ud, const char *line, size_t len), void *ud);
+
+/* Parses and validates one line: the object's "type" and every field that
+ * type requires, with its JSON type. Returns the type and sets *msg (a new
+ * reference), or PROTO_INVALID with a message such as
+ * "$.rows[3].step: expected an integer, found \"x\"" in err. */
+proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, size_t errlen);
+
+/* Serialises msg as one line (compact JSON + '\n'); malloc'd, *len set. */
+char *proto_encode(const json_t *msg, size_t *len);
+
+#endif
