@@ -14,14 +14,23 @@ static const struct {
   int (*run)(int argc, char **argv);
   const char *help;
 } commands[] = {
+    {"up", cmd_up, "everything on one machine: database, scheduler, a local worker"},
+    {"plan", cmd_plan, "validate a sweep spec and print the runs it plans"},
+    {"submit", cmd_submit, "submit a sweep spec to the scheduler"},
+    {"status", cmd_status, "sweeps and their progress"},
+    {"runs", cmd_runs, "the runs of a sweep"},
+    {"cancel", cmd_cancel, "cancel a sweep or a run"},
     {"train", cmd_train, "train one model from a run config, JSON lines on stdout"},
     {"data", cmd_data, "prepare token shards from text, or write the synthetic corpus"},
+    {"scheduler", cmd_scheduler, "the scheduler daemon (API, page, worker port)"},
+    {"worker", cmd_worker, "the worker agent of a GPU (or CPU) host"},
+    {"migrate", cmd_migrate, "apply the database migrations"},
 };
 
 static void usage(FILE *f) {
   fprintf(f, "usage: scalesweep COMMAND [ARGS]\n\ncommands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-    fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
   fprintf(f, "\n'scalesweep COMMAND --help' describes a command.\n");
 }
 

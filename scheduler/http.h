@@ -33,13 +33,16 @@ void http_limits_default(http_limits *l);
 typedef void (*http_handler)(http_request *req, void *ud);
 
 /* Creates a server bound to host:port (port 0: any free port; the bound
- * port is returned in *port). Returns NULL with a message on failure. */
+ * port is returned in *port). Returns NULL with a message on failure.
+ * SIGPIPE, if still at its default action, is ignored from then on. */
 http_server *http_server_start(uv_loop_t *loop, const char *host, int port,
                                const http_limits *limits, http_handler handler, void *ud,
                                int *bound_port, char *err, size_t errlen);
 
 /* Stops accepting, closes every connection (SSE streams included); cb runs
- * when every handle is closed. Requests not yet answered are answered 503. */
+ * when every handle is closed. Requests not yet answered are answered 503.
+ * Such a request stays valid until the handler answers it (the answer is
+ * then dropped). The server is freed when cb returns. */
 void http_server_stop(http_server *s, void (*cb)(void *ud), void *ud);
 
 /* Request accessors (valid until the answer). */
@@ -63,12 +66,18 @@ void http_respond_error(http_request *r, int status, const char *msg, const char
 
 /* Turns the request into an SSE stream (200, text/event-stream); the
  * request is answered and the stream lives until the client goes or the
- * server stops. http_sse_send writes "id: ID\nevent: EV\ndata: DATA\n\n". */
+ * server stops. http_sse_send writes "id: ID\nevent: EV\ndata: DATA\n\n".
+ * Returns NULL (the request is freed) when the client has already gone.
+ * http_sse_send returns 0, or a negative libuv error: UV_EPIPE once the
+ * stream is closing; UV_ENOBUFS when the client fell 4 MiB behind (the
+ * stream is closed). id 0 writes no id line; each line of data becomes a
+ * "data:" line. A ": keepalive" comment goes out every 15 s. */
 http_sse *http_sse_start(http_request *r);
 int http_sse_send(http_sse *s, uint64_t id, const char *event, const char *data);
 /* The Last-Event-ID the client sent when it opened the stream (0: none). */
 uint64_t http_sse_last_id(const http_sse *s);
-/* Called when the stream's client goes away; set by the owner. */
+/* Called when the stream's client goes away; set by the owner. The stream
+ * is freed when cb returns. */
 void http_sse_on_close(http_sse *s, void (*cb)(http_sse *s, void *ud), void *ud);
 
 /* Statistics for /metrics. */

@@ -53,6 +53,7 @@ typedef struct fit_options {
   int threads;          /* <= 0: all cores */
   double target_flops;  /* chinchilla: also predict N_opt, D_opt and loss here (0: none) */
   int fit_irreducible;  /* kaplan: include E (1) or fix E = 0 (0) */
+  int full_grid;        /* chinchilla: BFGS from all 4,500 starts, no screen (reference) */
 } fit_options;
 
 typedef struct fit_result {

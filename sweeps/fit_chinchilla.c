@@ -1,0 +1,803 @@
+/* Chinchilla Approach 3 (SCIENCE.md section 2): L = E + A/N^alpha + B/D^beta
+ * fitted on log loss with a summed Huber objective, a 4,500-point grid of
+ * starts, GSL's BFGS2 with the analytic gradient, and a bootstrap over runs.
+ *
+ * Internally the optimiser works in centred coordinates
+ * t = (a - alpha cN, b - beta cD, e, alpha, beta), cN and cD the mean ln N and
+ * ln D of the data: a - alpha ln N = t0 - alpha (ln N - cN), so the prefactors
+ * no longer move with the exponents and the problem is far better conditioned
+ * (the gradient tolerance then means the same thing in every direction).
+ * Everything outside this file sees theta = (a, b, e, alpha, beta). */
+#include <gsl/gsl_multimin.h>
+#include <gsl/gsl_rng.h>
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "sweeps/fit.h"
+
+enum { NT = 5 }; /* t0 (a), t1 (b), e, alpha, beta */
+
+#define HUBER_DELTA 1e-3
+
+/* The starting grid of SCIENCE.md: alpha, beta in 0..2 step 0.5, e in -1..1
+ * step 0.5, a, b in 0..25 step 5. */
+#define GRID_AB 6
+#define GRID_E 5
+#define GRID_EXP 5
+#define GRID_N (GRID_AB * GRID_AB * GRID_E * GRID_EXP * GRID_EXP)
+
+/* The screen: the objective at every grid start, a few BFGS iterations from
+ * the SCREEN_KEEP best of those, then the REFINE_KEEP best of the shortened
+ * runs to the gradient tolerance. test_fit_chinchilla checks the result
+ * against BFGS from every start. */
+#define SCREEN_KEEP 512
+#define SCREEN_ITERS 25
+#define REFINE_KEEP 32
+
+/* Gradient tolerance on |grad f| in centred coordinates, relative to the
+ * total weight (the number of points, or of draws in a resample): the
+ * objective is a sum, so its gradient grows with the data. 1e-9 per point
+ * moves the optimum by far less than the 1e-6 that distinguishes fits, and
+ * is well above the rounding noise of the gradient (~1e-14 per point). */
+#define GTOL_PER_POINT 1e-9
+#define MAX_ITERS 500    /* per BFGS2 run */
+#define PLAIN_ITERS 200  /* before whitening (see frame) */
+#define POLISH_ROUNDS 4  /* whitened runs, each from a fresh Hessian */
+#define LINE_TOL 0.1 /* Fletcher's sigma; GSL recommends 0.1 for bfgs2 */
+
+/* Flags: an exponent below this is "at its bound"; e below this means E
+ * collapsed toward 0. */
+#define EXP_FLOOR 0.01
+#define E_FLOOR (-10.0)
+
+/* The data the objective sees: m points with weights. */
+typedef struct {
+  int m;
+  double *x1, *x2, *y, *w; /* ln N - cN, ln D - cD, ln L, weight */
+  double wsum;
+  /* cache of the last evaluation: GSL's line search asks for f and then the
+   * gradient at the same point, and both come from one pass */
+  double cx[NT], cf, cg[NT];
+  int cvalid;
+} objective;
+
+typedef struct {
+  double t[NT];
+  double f;
+  double gnorm;
+  int converged;
+  int iters;
+} run_result;
+
+static double huber(double r, double *dr) {
+  double ar = fabs(r);
+  if (ar <= HUBER_DELTA) {
+    *dr = r;
+    return 0.5 * r * r;
+  }
+  *dr = r > 0 ? HUBER_DELTA : -HUBER_DELTA;
+  return HUBER_DELTA * (ar - 0.5 * HUBER_DELTA);
+}
+
+/* f and its gradient at t (centred coordinates). */
+static double eval(objective *o, const double *t, double *g) {
+  if (o->cvalid && !memcmp(t, o->cx, sizeof o->cx)) {
+    memcpy(g, o->cg, sizeof o->cg);
+    return o->cf;
+  }
+  double f = 0, g0 = 0, g1 = 0, g2 = 0, g3 = 0, g4 = 0;
+  const double t0 = t[0], t1 = t[1], e = t[2], al = t[3], be = t[4];
+  for (int i = 0; i < o->m; i++) {
+    double u1 = t0 - al * o->x1[i], u2 = t1 - be * o->x2[i];
+    double mx = u1 > u2 ? u1 : u2;
+    mx = mx > e ? mx : e;
+    double p1 = exp(u1 - mx), p2 = exp(u2 - mx), p3 = exp(e - mx);
+    double s = p1 + p2 + p3;
+    double r = mx + log(s) - o->y[i];
+    double dr;
+    f += o->w[i] * huber(r, &dr);
+    double c = o->w[i] * dr / s;
+    g0 += c * p1;
+    g1 += c * p2;
+    g2 += c * p3;
+    g3 -= c * p1 * o->x1[i];
+    g4 -= c * p2 * o->x2[i];
+  }
+  g[0] = g0, g[1] = g1, g[2] = g2, g[3] = g3, g[4] = g4;
+  memcpy(o->cx, t, sizeof o->cx);
+  memcpy(o->cg, g, sizeof o->cg);
+  o->cf = f;
+  o->cvalid = 1;
+  return f;
+}
+
+/* The Hessian of f at t (centred coordinates), lower triangle. Per point,
+ * with p the softmax weights, J = dr/dt and m_k = du_k/dt:
+ * d2r/dt2 = sum_k p_k m_k m_k^T - J J^T, and Huber adds h'' J J^T. */
+static void hessian(const objective *o, const double *t, double H[NT][NT]) {
+  memset(H, 0, sizeof(double) * NT * NT);
+  for (int i = 0; i < o->m; i++) {
+    double x1 = o->x1[i], x2 = o->x2[i];
+    double u1 = t[0] - t[3] * x1, u2 = t[1] - t[4] * x2;
+    double mx = fmax(fmax(u1, u2), t[2]);
+    double p1 = exp(u1 - mx), p2 = exp(u2 - mx), p3 = exp(t[2] - mx);
+    double s = p1 + p2 + p3;
+    p1 /= s, p2 /= s, p3 /= s;
+    double r = mx + log(s) - o->y[i], h1;
+    huber(r, &h1);
+    double h2 = fabs(r) <= HUBER_DELTA ? 1.0 : 0.0;
+    double w = o->w[i], J[NT] = {p1, p2, p3, -p1 * x1, -p2 * x2};
+    for (int a = 0; a < NT; a++)
+      for (int b = 0; b <= a; b++)
+        H[a][b] += w * (h2 - h1) * J[a] * J[b];
+    /* h1 sum_k p_k m_k m_k^T: m_1 = (1,0,0,-x1,0), m_2 = (0,1,0,0,-x2), m_3 = e_2 */
+    double c1 = w * h1 * p1, c2 = w * h1 * p2;
+    H[0][0] += c1, H[3][0] -= c1 * x1, H[3][3] += c1 * x1 * x1;
+    H[1][1] += c2, H[4][1] -= c2 * x2, H[4][4] += c2 * x2 * x2;
+    H[2][2] += w * h1 * p3;
+  }
+}
+
+/* The coordinates GSL iterates in: t itself, or z = L^T (t - tc) with
+ * L L^T the (shifted) Cholesky factor of the Hessian at tc, where the
+ * Hessian is near the identity. GSL's BFGS2 normalises its search
+ * direction and guesses the first trial step from the last decrease, which
+ * in the raw coordinates (condition number ~1e3) costs ~80 iterations of
+ * linear convergence and stalls on rounding before a tight gradient
+ * tolerance; whitened, it reaches the tolerance in a few. */
+typedef struct {
+  objective *o;
+  int whiten;
+  double tc[NT];
+  double L[NT][NT];
+} frame;
+
+static void frame_point(const frame *fr, const double *z, double *t) {
+  if (!fr->whiten) {
+    memcpy(t, z, sizeof(double) * NT);
+    return;
+  }
+  double d[NT];
+  for (int a = NT - 1; a >= 0; a--) { /* L^T d = z */
+    double v = z[a];
+    for (int b = a + 1; b < NT; b++)
+      v -= fr->L[b][a] * d[b];
+    d[a] = v / fr->L[a][a];
+  }
+  for (int a = 0; a < NT; a++)
+    t[a] = fr->tc[a] + d[a];
+}
+
+/* gradient in t from the gradient in z: g_t = L g_z */
+static void frame_grad_t(const frame *fr, const double *gz, double *gt) {
+  for (int a = 0; a < NT; a++) {
+    double v = 0;
+    for (int b = 0; b <= a; b++)
+      v += (fr->whiten ? fr->L[a][b] : (a == b)) * gz[b];
+    gt[a] = v;
+  }
+}
+
+static double frame_eval(frame *fr, const double *z, double *gz) {
+  double t[NT], gt[NT];
+  frame_point(fr, z, t);
+  double f = eval(fr->o, t, gt);
+  if (!fr->whiten) {
+    memcpy(gz, gt, sizeof gt);
+    return f;
+  }
+  for (int a = 0; a < NT; a++) { /* L g_z = g_t */
+    double v = gt[a];
+    for (int b = 0; b < a; b++)
+      v -= fr->L[a][b] * gz[b];
+    gz[a] = v / fr->L[a][a];
+  }
+  return f;
+}
+
+/* L L^T = H + shift I, the smallest shift (0, then from 1e-10 of the
+ * largest diagonal up by tens) that makes it positive definite: far from
+ * an optimum H may be indefinite, and it is only a preconditioner. */
+static int precondition(frame *fr, const double H[NT][NT]) {
+  double scale = 0;
+  for (int a = 0; a < NT; a++)
+    scale = fmax(scale, fabs(H[a][a]));
+  if (!(scale > 0) || !isfinite(scale))
+    return fr->whiten = 0;
+  for (double shift = 0; shift < 10 * scale; shift = shift ? shift * 10 : 1e-10 * scale) {
+    int ok = 1;
+    for (int a = 0; a < NT && ok; a++) {
+      for (int b = 0; b <= a; b++) {
+        double v = H[a][b] + (a == b ? shift : 0);
+        for (int k = 0; k < b; k++)
+          v -= fr->L[a][k] * fr->L[b][k];
+        if (a == b) {
+          ok = v > 1e-14 * scale;
+          fr->L[a][a] = ok ? sqrt(v) : 0;
+        } else {
+          fr->L[a][b] = v / fr->L[b][b];
+        }
+        if (!ok)
+          break;
+      }
+    }
+    if (ok)
+      return fr->whiten = 1;
+  }
+  return fr->whiten = 0;
+}
+
+static double gsl_f(const gsl_vector *x, void *p) {
+  double g[NT];
+  return frame_eval(p, x->data, g);
+}
+
+static void gsl_df(const gsl_vector *x, void *p, gsl_vector *g) {
+  frame_eval(p, x->data, g->data);
+}
+
+static void gsl_fdf(const gsl_vector *x, void *p, double *f, gsl_vector *g) {
+  *f = frame_eval(p, x->data, g->data);
+}
+
+static double norm5(const double *g) {
+  double s = 0;
+  for (int k = 0; k < NT; k++)
+    s += g[k] * g[k];
+  return sqrt(s);
+}
+
+static double gnorm_t(const frame *fr, const gsl_multimin_fdfminimizer *s) {
+  double gt[NT];
+  frame_grad_t(fr, s->gradient->data, gt);
+  return norm5(gt);
+}
+
+/* BFGS2 in frame fr from z0 until |grad_t f| < gtol, max_iters, or no
+ * progress (a stalled line search gets one restart, a fresh Hessian
+ * estimate, before giving up). Leaves the point in t; returns iterations. */
+static int bfgs_in(frame *fr, gsl_multimin_fdfminimizer *s, const double *z0, double step,
+                   int max_iters, double gtol, double *t, double *f, double *gn) {
+  gsl_multimin_function_fdf fn = {gsl_f, gsl_df, gsl_fdf, NT, fr};
+  gsl_vector_const_view x0 = gsl_vector_const_view_array(z0, NT);
+  gsl_multimin_fdfminimizer_set(s, &fn, &x0.vector, step, LINE_TOL);
+  int iter = 0, stalls = 0;
+  *gn = gnorm_t(fr, s);
+  while (*gn >= gtol && iter < max_iters && isfinite(s->f)) {
+    double fprev = s->f;
+    int st = gsl_multimin_fdfminimizer_iterate(s);
+    iter++;
+    *gn = gnorm_t(fr, s);
+    if (st != GSL_SUCCESS || !(s->f < fprev)) {
+      if (++stalls > 1)
+        break;
+      gsl_multimin_fdfminimizer_restart(s);
+    } else {
+      stalls = 0;
+    }
+  }
+  frame_point(fr, s->x->data, t);
+  *f = s->f;
+  return iter;
+}
+
+/* Minimises from t0: up to plain_iters BFGS2 iterations in centred
+ * coordinates, then up to polish rounds of BFGS2 whitened by the Hessian
+ * at the current point. converged is set only when |grad f| (centred
+ * coordinates) fell below gtol. */
+static void minimise(objective *o, gsl_multimin_fdfminimizer *s, const double *t0,
+                     int plain_iters, int polish, double gtol, run_result *out) {
+  frame fr = {.o = o};
+  double t[NT], f = NAN, gn = INFINITY, zero[NT] = {0};
+  int iters = 0;
+  memcpy(t, t0, sizeof t);
+  o->cvalid = 0;
+  if (plain_iters > 0)
+    iters += bfgs_in(&fr, s, t, 0.1, plain_iters, gtol, t, &f, &gn);
+  for (int round = 0; round < polish && !(gn < gtol) && isfinite(t[0]); round++) {
+    double H[NT][NT], gz[NT], step = 0.1;
+    hessian(o, t, H);
+    memcpy(fr.tc, t, sizeof t);
+    if (precondition(&fr, H)) {
+      /* whitened, the Newton step has length |g_z| */
+      frame_eval(&fr, zero, gz);
+      step = norm5(gz) > 0 ? norm5(gz) : 1e-3;
+    }
+    iters += bfgs_in(&fr, s, fr.whiten ? zero : t, step, MAX_ITERS, gtol, t, &f, &gn);
+  }
+  memcpy(out->t, t, sizeof t);
+  out->f = f;
+  out->gnorm = gn;
+  out->converged = gn < gtol && isfinite(f);
+  out->iters = iters;
+}
+
+/* ---- coordinates and derived quantities ---- */
+
+static void to_theta(const double *t, double cN, double cD, double *th) {
+  th[0] = t[0] + t[3] * cN;
+  th[1] = t[1] + t[4] * cD;
+  th[2] = t[2];
+  th[3] = t[3];
+  th[4] = t[4];
+}
+
+static void to_centred(const double *th, double cN, double cD, double *t) {
+  t[0] = th[0] - th[3] * cN;
+  t[1] = th[1] - th[4] * cD;
+  t[2] = th[2];
+  t[3] = th[3];
+  t[4] = th[4];
+}
+
+enum { Q_E, Q_A, Q_B, Q_ALPHA, Q_BETA, Q_a, Q_b, Q_G, Q_NOPT, Q_DOPT, Q_LOSS, NQ };
+static const char *const qnames[NQ] = {"E", "A",   "B",     "alpha", "beta",          "a",
+                                       "b", "G",   "N_opt", "D_opt", "loss_at_target"};
+
+void fit_chinchilla_allocation(double A, double B, double alpha, double beta, double C,
+                               double *G, double *a, double *b, double *n_opt,
+                               double *d_opt) {
+  double s = alpha + beta;
+  double g = pow(alpha * A / (beta * B), 1.0 / s);
+  double ea = beta / s, eb = alpha / s;
+  if (G)
+    *G = g;
+  if (a)
+    *a = ea;
+  if (b)
+    *b = eb;
+  if (n_opt)
+    *n_opt = g * pow(C / 6, ea);
+  if (d_opt)
+    *d_opt = pow(C / 6, eb) / g;
+}
+
+/* All reported quantities from theta, in logs where the exponentials could
+ * overflow (a bootstrap resample can wander far). Quantities that do not
+ * exist (G with a non-positive exponent) are NAN. */
+static void quantities(const double *th, double C, double *q) {
+  double a = th[0], b = th[1], al = th[3], be = th[4];
+  q[Q_E] = exp(th[2]);
+  q[Q_A] = exp(a);
+  q[Q_B] = exp(b);
+  q[Q_ALPHA] = al;
+  q[Q_BETA] = be;
+  q[Q_a] = be / (al + be);
+  q[Q_b] = al / (al + be);
+  double lnG = (al > 0 && be > 0) ? (log(al) + a - log(be) - b) / (al + be) : NAN;
+  q[Q_G] = exp(lnG);
+  q[Q_NOPT] = q[Q_DOPT] = q[Q_LOSS] = NAN;
+  if (C > 0 && isfinite(lnG)) {
+    double lnN = lnG + q[Q_a] * log(C / 6), lnD = q[Q_b] * log(C / 6) - lnG;
+    q[Q_NOPT] = exp(lnN);
+    q[Q_DOPT] = exp(lnD);
+    q[Q_LOSS] = q[Q_E] + exp(a - al * lnN) + exp(b - be * lnD);
+  }
+}
+
+/* ---- search ---- */
+
+static int threads_of(const fit_options *opt) {
+  return opt && opt->threads > 0 ? opt->threads : omp_get_max_threads();
+}
+
+typedef struct {
+  double f;
+  int idx;
+} ranked;
+
+static int by_f(const void *pa, const void *pb) {
+  const ranked *a = pa, *b = pb;
+  /* NaN last; ties by index so the choice never depends on thread timing */
+  int na = isnan(a->f), nb = isnan(b->f);
+  if (na != nb)
+    return na - nb;
+  if (a->f < b->f)
+    return -1;
+  if (a->f > b->f)
+    return 1;
+  return (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+static void grid_start(int k, double cN, double cD, double *t) {
+  double th[NT];
+  int ia = k % GRID_AB;
+  k /= GRID_AB;
+  int ib = k % GRID_AB;
+  k /= GRID_AB;
+  int ie = k % GRID_E;
+  k /= GRID_E;
+  int ial = k % GRID_EXP;
+  int ibe = k / GRID_EXP;
+  th[0] = 5.0 * ia;
+  th[1] = 5.0 * ib;
+  th[2] = -1.0 + 0.5 * ie;
+  th[3] = 0.5 * ial;
+  th[4] = 0.5 * ibe;
+  to_centred(th, cN, cD, t);
+}
+
+static objective objective_copy(const objective *src) {
+  objective o = *src;
+  o.cvalid = 0;
+  return o;
+}
+
+/* Runs BFGS from the starts idx[0..n) (grid indices), max_iters each, into
+ * res[0..n). */
+static void run_starts(const objective *o, const int *idx, int n, double cN, double cD,
+                       int max_iters, int polish, double gtol, int nt, run_result *res) {
+#pragma omp parallel num_threads(nt)
+  {
+    objective loc = objective_copy(o);
+    gsl_multimin_fdfminimizer *s =
+        gsl_multimin_fdfminimizer_alloc(gsl_multimin_fdfminimizer_vector_bfgs2, NT);
+#pragma omp for schedule(dynamic, 1)
+    for (int i = 0; i < n; i++) {
+      double t[NT];
+      grid_start(idx[i], cN, cD, t);
+      minimise(&loc, s, t, max_iters, polish, gtol, &res[i]);
+    }
+    gsl_multimin_fdfminimizer_free(s);
+  }
+}
+
+static int best_of(const run_result *res, int n) {
+  int best = -1;
+  for (int i = 0; i < n; i++)
+    if (isfinite(res[i].f) && (best < 0 || res[i].f < res[best].f))
+      best = i;
+  return best;
+}
+
+/* The optimum over the grid: BFGS from every start when full, else the
+ * screen described at SCREEN_KEEP. */
+static int search(const objective *o, double cN, double cD, int full, int nt,
+                  run_result *best) {
+  double gtol = GTOL_PER_POINT * o->wsum;
+  int *idx = malloc(GRID_N * sizeof *idx);
+  ranked *rk = malloc(GRID_N * sizeof *rk);
+  run_result *res = malloc(GRID_N * sizeof *res);
+  if (!idx || !rk || !res) {
+    free(idx), free(rk), free(res);
+    return SS_ENOMEM;
+  }
+  int nkeep = GRID_N;
+  for (int k = 0; k < GRID_N; k++)
+    idx[k] = k;
+  if (!full) {
+#pragma omp parallel num_threads(nt)
+    {
+      objective loc = objective_copy(o);
+#pragma omp for schedule(static)
+      for (int k = 0; k < GRID_N; k++) {
+        double t[NT], g[NT];
+        grid_start(k, cN, cD, t);
+        rk[k].f = eval(&loc, t, g);
+        rk[k].idx = k;
+      }
+    }
+    qsort(rk, GRID_N, sizeof *rk, by_f);
+    for (int k = 0; k < SCREEN_KEEP; k++)
+      idx[k] = rk[k].idx;
+    run_starts(o, idx, SCREEN_KEEP, cN, cD, SCREEN_ITERS, 0, gtol, nt, res);
+    for (int k = 0; k < SCREEN_KEEP; k++)
+      rk[k] = (ranked){res[k].f, idx[k]};
+    qsort(rk, SCREEN_KEEP, sizeof *rk, by_f);
+    for (int k = 0; k < REFINE_KEEP; k++)
+      idx[k] = rk[k].idx;
+    nkeep = REFINE_KEEP;
+  }
+  run_starts(o, idx, nkeep, cN, cD, PLAIN_ITERS, POLISH_ROUNDS, gtol, nt, res);
+  int b = best_of(res, nkeep);
+  if (b >= 0)
+    *best = res[b];
+  free(idx), free(rk), free(res);
+  return b >= 0 ? 0 : SS_ENUMERIC;
+}
+
+/* ---- input ---- */
+
+static int positive(double x) { return isfinite(x) && x > 0; }
+
+static int check_points(const fit_point *pts, int n, char *err, size_t errlen) {
+  static const char *const cols[3] = {"params", "tokens", "loss"};
+  for (int c = 0; c < 3; c++) {
+    int present = 0;
+    for (int i = 0; i < n && !present; i++) {
+      double v = c == 0 ? pts[i].params : c == 1 ? pts[i].tokens : pts[i].loss;
+      present = !isnan(v);
+    }
+    if (!present && n > 0) {
+      snprintf(err, errlen,
+               "column '%s' is missing: the chinchilla law needs params (N), tokens (D, "
+               "or flops to derive it) and loss",
+               cols[c]);
+      return SS_EINVAL;
+    }
+  }
+  if (n < NT + 2) {
+    snprintf(err, errlen,
+             "too few points: %d; the chinchilla law has 5 parameters and needs at least "
+             "%d points",
+             n, NT + 2);
+    return SS_EINVAL;
+  }
+  for (int i = 0; i < n; i++) {
+    const fit_point *p = &pts[i];
+    const char *bad = !positive(p->params) ? "params"
+                      : !positive(p->tokens) ? "tokens"
+                      : !positive(p->loss)   ? "loss"
+                                             : NULL;
+    if (bad) {
+      double v = bad[0] == 'p' ? p->params : bad[0] == 't' ? p->tokens : p->loss;
+      snprintf(err, errlen, "point %d: %s = %g, expected a positive number", i + 1, bad,
+               v);
+      return SS_EINVAL;
+    }
+  }
+  int distinct_n = 0, distinct_d = 0;
+  for (int i = 1; i < n; i++) {
+    distinct_n |= pts[i].params != pts[0].params;
+    distinct_d |= pts[i].tokens != pts[0].tokens;
+  }
+  if (!distinct_n || !distinct_d) {
+    snprintf(err, errlen,
+             "all %d points have the same %s (%g): the chinchilla law needs several "
+             "model sizes and several token counts to separate A/N^alpha, B/D^beta and E",
+             n, !distinct_n ? "params" : "tokens",
+             !distinct_n ? pts[0].params : pts[0].tokens);
+    return SS_EINVAL;
+  }
+  return 0;
+}
+
+/* ---- bootstrap ---- */
+
+static uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/* Resample k of the bootstrap, refitted from t_opt; q receives the
+ * quantities (NAN when the refit failed). Each resample seeds its own
+ * generator from (seed, k), so results do not depend on the thread count. */
+static int bootstrap_one(const objective *full, const int *group, int ngroups,
+                         uint64_t seed, int k, const double *t_opt, double cN, double cD,
+                         double C, gsl_rng *rng, gsl_multimin_fdfminimizer *s, int *count,
+                         objective *o, double *q) {
+  gsl_rng_set(rng, (unsigned long)splitmix64(seed ^ splitmix64((uint64_t)k)));
+  memset(count, 0, (size_t)ngroups * sizeof *count);
+  for (int j = 0; j < ngroups; j++)
+    count[gsl_rng_uniform_int(rng, (unsigned long)ngroups)]++;
+  o->m = 0;
+  o->wsum = 0;
+  o->cvalid = 0;
+  for (int i = 0; i < full->m; i++) {
+    int c = count[group[i]];
+    if (!c)
+      continue;
+    o->x1[o->m] = full->x1[i];
+    o->x2[o->m] = full->x2[i];
+    o->y[o->m] = full->y[i];
+    o->w[o->m] = c;
+    o->wsum += c;
+    o->m++;
+  }
+  run_result rr;
+  minimise(o, s, t_opt, 0, POLISH_ROUNDS, GTOL_PER_POINT * o->wsum, &rr);
+  double th[NT];
+  to_theta(rr.t, cN, cD, th);
+  quantities(th, C, q);
+  return rr.converged;
+}
+
+static int bootstrap(const objective *full, const fit_point *pts, const double *t_opt,
+                     double cN, double cD, const fit_options *opt, int nt, int nq,
+                     fit_result *out) {
+  int n = full->m, B = opt->bootstrap;
+  int *group = malloc((size_t)n * sizeof *group);
+  double *vals = malloc((size_t)B * NQ * sizeof *vals);
+  double *col = malloc((size_t)B * sizeof *col);
+  if (!group || !vals || !col) {
+    free(group), free(vals), free(col);
+    return SS_ENOMEM;
+  }
+  /* runs: points sharing a group id >= 0 form one run */
+  int ngroups = 0;
+  for (int i = 0; i < n; i++) {
+    group[i] = -1;
+    if (pts[i].group >= 0)
+      for (int j = 0; j < i; j++)
+        if (pts[j].group == pts[i].group) {
+          group[i] = group[j];
+          break;
+        }
+    if (group[i] < 0)
+      group[i] = ngroups++;
+  }
+  int failed = 0;
+#pragma omp parallel num_threads(nt) reduction(+ : failed)
+  {
+    objective o = {0};
+    o.x1 = malloc((size_t)n * 4 * sizeof(double));
+    int *count = malloc((size_t)ngroups * sizeof *count);
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_multimin_fdfminimizer *s =
+        gsl_multimin_fdfminimizer_alloc(gsl_multimin_fdfminimizer_vector_bfgs2, NT);
+    if (o.x1 && count && rng && s) {
+      o.x2 = o.x1 + n, o.y = o.x2 + n, o.w = o.y + n;
+#pragma omp for schedule(dynamic, 4)
+      for (int k = 0; k < B; k++)
+        failed += !bootstrap_one(full, group, ngroups, opt->seed, k, t_opt, cN, cD,
+                                 opt->target_flops, rng, s, count, &o, &vals[k * NQ]);
+    } else {
+#pragma omp for
+      for (int k = 0; k < B; k++)
+        for (int j = 0; j < NQ; j++)
+          vals[k * NQ + j] = NAN;
+    }
+    free(o.x1);
+    free(count);
+    if (rng)
+      gsl_rng_free(rng);
+    if (s)
+      gsl_multimin_fdfminimizer_free(s);
+  }
+  int nonfinite = 0;
+  for (int j = 0; j < nq; j++) {
+    int m = 0;
+    for (int k = 0; k < B; k++)
+      if (isfinite(vals[k * NQ + j]))
+        col[m++] = vals[k * NQ + j];
+    if (B - m > nonfinite)
+      nonfinite = B - m;
+    fit_param *p = j < NT ? &out->params[j] : &out->derived[j - NT];
+    if (m < 2)
+      continue;
+    p->stderr_ = gsl_stats_sd(col, 1, (size_t)m);
+    gsl_sort(col, 1, (size_t)m);
+    p->ci_lo = gsl_stats_quantile_from_sorted_data(col, 1, (size_t)m, 0.025);
+    p->ci_hi = gsl_stats_quantile_from_sorted_data(col, 1, (size_t)m, 0.975);
+  }
+  if (failed)
+    fit_result_warn(out,
+                    "%d of %d bootstrap refits stopped before the gradient tolerance; "
+                    "their best points are included in the intervals",
+                    failed, B);
+  if (nonfinite)
+    fit_result_warn(out,
+                    "%d of %d bootstrap refits gave a non-finite value for some "
+                    "quantity (an exponent at or below 0); those are left out of its "
+                    "interval",
+                    nonfinite, B);
+  free(group), free(vals), free(col);
+  return 0;
+}
+
+/* ---- the fit ---- */
+
+static void flag_bounds(const double *th, fit_result *out) {
+  static const char *const nm[NT] = {"a = ln A", "b = ln B", "e = ln E", "alpha", "beta"};
+  static const double lo[NT] = {0, 0, -1, 0, 0}, hi[NT] = {25, 25, 1, 2, 2};
+  char buf[192] = "";
+  size_t len = 0;
+  for (int k = 0; k < NT; k++) {
+    double margin = 0.01 * (hi[k] - lo[k]);
+    if (th[k] <= lo[k] + margin || th[k] >= hi[k] - margin)
+      len += (size_t)snprintf(buf + len, len < sizeof buf ? sizeof buf - len : 0,
+                              "%s%s = %.4g (grid %g..%g)", len ? ", " : "", nm[k], th[k],
+                              lo[k], hi[k]);
+  }
+  if (len)
+    fit_result_warn(out,
+                    "the optimum lies on or beyond the edge of the starting grid: %s; "
+                    "check that it is a real minimum",
+                    buf);
+  if (th[3] < EXP_FLOOR)
+    fit_result_warn(out,
+                    "alpha = %.4g is at its bound (0): the data do not show loss falling "
+                    "with N, so A and alpha are not identified",
+                    th[3]);
+  if (th[4] < EXP_FLOOR)
+    fit_result_warn(out,
+                    "beta = %.4g is at its bound (0): the data do not show loss falling "
+                    "with D, so B and beta are not identified",
+                    th[4]);
+  if (th[2] < E_FLOOR)
+    fit_result_warn(out,
+                    "E = %.3g collapsed toward 0 (ln E = %.1f): the data do not identify "
+                    "the irreducible loss",
+                    exp(th[2]), th[2]);
+}
+
+int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_result *out,
+                   char *err, size_t errlen) {
+  static const fit_options defaults = {0};
+  if (!opt)
+    opt = &defaults;
+  fit_result_init(out, "chinchilla");
+  if (n < 0 || (n > 0 && !pts)) {
+    snprintf(err, errlen, "no points");
+    return SS_EINVAL;
+  }
+  int rc = check_points(pts, n, err, errlen);
+  if (rc)
+    return rc;
+  if (opt->bootstrap < 0) {
+    snprintf(err, errlen, "bootstrap: %d resamples, expected 0 or more", opt->bootstrap);
+    return SS_EINVAL;
+  }
+  int nt = threads_of(opt);
+  objective o = {0};
+  o.x1 = malloc((size_t)n * 4 * sizeof(double));
+  if (!o.x1) {
+    snprintf(err, errlen, "out of memory for %d points", n);
+    return SS_ENOMEM;
+  }
+  o.x2 = o.x1 + n, o.y = o.x2 + n, o.w = o.y + n;
+  o.m = n;
+  double cN = 0, cD = 0;
+  for (int i = 0; i < n; i++) {
+    cN += log(pts[i].params) / n;
+    cD += log(pts[i].tokens) / n;
+  }
+  for (int i = 0; i < n; i++) {
+    o.x1[i] = log(pts[i].params) - cN;
+    o.x2[i] = log(pts[i].tokens) - cD;
+    o.y[i] = log(pts[i].loss);
+    o.w[i] = 1;
+  }
+  o.wsum = n;
+
+  run_result best;
+  rc = search(&o, cN, cD, opt->full_grid, nt, &best);
+  if (rc) {
+    free(o.x1);
+    snprintf(err, errlen, "the objective was not finite at any starting point");
+    return rc;
+  }
+  double th[NT], q[NQ];
+  to_theta(best.t, cN, cD, th);
+  quantities(th, opt->target_flops, q);
+  out->n_points = n;
+  out->objective = best.f;
+  out->converged = best.converged;
+  for (int k = 0; k < NT; k++)
+    fit_result_add_param(out, qnames[k], q[k]);
+  int nq = opt->target_flops > 0 ? NQ : Q_NOPT;
+  for (int k = NT; k < nq; k++)
+    fit_result_add_derived(out, qnames[k], q[k]);
+  out->residuals = malloc((size_t)n * sizeof *out->residuals);
+  for (int i = 0; i < n && out->residuals; i++) {
+    double u1 = th[0] - th[3] * log(pts[i].params), u2 = th[1] - th[4] * log(pts[i].tokens);
+    double mx = fmax(fmax(u1, u2), th[2]);
+    out->residuals[i] =
+        mx + log(exp(u1 - mx) + exp(u2 - mx) + exp(th[2] - mx)) - log(pts[i].loss);
+  }
+  if (!best.converged)
+    fit_result_warn(out,
+                    "not converged: BFGS stopped after %d iterations with |gradient| = %.3g "
+                    "above its tolerance %.3g; the values are the best point found",
+                    best.iters, best.gnorm, GTOL_PER_POINT * o.wsum);
+  flag_bounds(th, out);
+  if (opt->bootstrap > 0) {
+    rc = bootstrap(&o, pts, best.t, cN, cD, opt, nt, nq, out);
+    if (rc) {
+      free(o.x1);
+      fit_result_free(out);
+      snprintf(err, errlen, "out of memory for %d bootstrap resamples", opt->bootstrap);
+      return rc;
+    }
+  }
+  free(o.x1);
+  return 0;
+}

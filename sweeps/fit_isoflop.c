@@ -1,0 +1,444 @@
+/* Chinchilla Approach 2, IsoFLOP profiles (SCIENCE.md section 2): a
+ * parabola in ln N per compute budget, then power laws in C for the
+ * vertices. */
+#include <gsl/gsl_cdf.h>
+#include <gsl/gsl_fit.h>
+#include <gsl/gsl_matrix.h>
+#include <gsl/gsl_multifit.h>
+#include <gsl/gsl_rng.h>
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "sweeps/fit.h"
+
+/* Points whose ln C lie within this of the smallest ln C of their budget
+ * share the budget (5% in C): a planner that rounds D to whole batches, or
+ * counts FLOPs exactly rather than as 6ND, moves a run's C by a fraction of
+ * that, while budgets closer than 5% could not be told apart by the fit. */
+#define BUDGET_LN_TOL 0.05
+#define MIN_PER_BUDGET 3 /* a parabola has 3 coefficients */
+#define NPARAMS 4        /* a, b, n_coef, d_coef */
+/* A vertex within this fraction of either end of its budget's sampled ln N
+ * range is "off-centre". */
+#define OUTER 0.25
+/* Drift: the vertex's offset from the centre of the sampled range, in units
+ * of the half-range, changing by more than this between the smallest and
+ * the largest usable budget (from the least-squares slope of offset on
+ * ln C, so one noisy budget weighs less than the trend). */
+#define DRIFT_TOL 0.25
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return SS_EINVAL;
+}
+
+typedef struct profile {
+  double c2, c1, c0; /* L = c2 x^2 + c1 x + c0, x = ln N */
+  double xv, lv;     /* vertex */
+  double xmin, xmax; /* sampled range */
+  double sse;
+  int fitted, usable;
+  int curved; /* c2 > 0 beyond rounding */
+} profile;
+
+/* Ordinary least squares of y on (1, t, t^2), t = x - mean x for
+ * conditioning; coefficients then expressed in x. Needs 3 distinct x. */
+static void fit_profile(const double *x, const double *y, int m, profile *pr) {
+  memset(pr, 0, sizeof *pr);
+  pr->c2 = pr->c1 = pr->c0 = pr->xv = pr->lv = pr->sse = NAN;
+  pr->xmin = INFINITY;
+  pr->xmax = -INFINITY;
+  double xm = 0;
+  for (int i = 0; i < m; i++) {
+    xm += x[i];
+    pr->xmin = fmin(pr->xmin, x[i]);
+    pr->xmax = fmax(pr->xmax, x[i]);
+  }
+  xm /= m;
+  double seen[3];
+  int distinct = 0;
+  for (int i = 0; i < m && distinct < 3; i++) {
+    int j = 0;
+    while (j < distinct && seen[j] != x[i])
+      j++;
+    if (j == distinct)
+      seen[distinct++] = x[i];
+  }
+  if (m < MIN_PER_BUDGET || distinct < 3)
+    return;
+  gsl_matrix *X = gsl_matrix_alloc(m, 3);
+  gsl_vector_const_view yv = gsl_vector_const_view_array(y, m);
+  gsl_vector *c = gsl_vector_alloc(3);
+  gsl_matrix *cov = gsl_matrix_alloc(3, 3);
+  for (int i = 0; i < m; i++) {
+    double t = x[i] - xm;
+    gsl_matrix_set(X, i, 0, 1);
+    gsl_matrix_set(X, i, 1, t);
+    gsl_matrix_set(X, i, 2, t * t);
+  }
+  double chisq;
+  gsl_multifit_linear_workspace *ws = gsl_multifit_linear_alloc(m, 3);
+  gsl_multifit_linear(X, &yv.vector, c, cov, &chisq, ws);
+  gsl_multifit_linear_free(ws);
+  double a0 = gsl_vector_get(c, 0), a1 = gsl_vector_get(c, 1), a2 = gsl_vector_get(c, 2);
+  gsl_matrix_free(X);
+  gsl_vector_free(c);
+  gsl_matrix_free(cov);
+  pr->fitted = 1;
+  pr->sse = chisq;
+  pr->c2 = a2;
+  pr->c1 = a1 - 2 * a2 * xm;
+  pr->c0 = a0 - a1 * xm + a2 * xm * xm;
+  /* A curvature that changes the loss by less than 1e-12 of its size over
+   * the sampled range is rounding, not a minimum. */
+  double half = (pr->xmax - pr->xmin) / 2;
+  pr->curved = a2 * half * half > 1e-12 * fabs(a0);
+  if (pr->curved) {
+    pr->xv = xm - a1 / (2 * a2);
+    pr->lv = a0 - a1 * a1 / (4 * a2);
+    pr->usable = pr->xv >= pr->xmin && pr->xv <= pr->xmax;
+  }
+}
+
+typedef struct budgets {
+  int nb;
+  double lnc[FIT_MAX_BUDGETS]; /* mean ln C */
+  int start[FIT_MAX_BUDGETS + 1];
+  int *idx; /* point indices ordered by budget */
+} budgets;
+
+typedef struct line {
+  double c0, c1, var0, var1, sumsq;
+  int n;
+} line;
+
+/* Profiles every budget from x = ln N, y = L (per budget, budget order) and
+ * regresses ln N*, ln D* on ln C over the usable ones; q gets a, b, n_coef,
+ * d_coef (NAN with fewer than 2 usable budgets). pr (nb entries) and the
+ * two lines may be NULL. */
+static void fit_all(const budgets *bs, const double *x, const double *y, double *q, profile *pr_out,
+                    line *ln_n, line *ln_d) {
+  double lc[FIT_MAX_BUDGETS], yn[FIT_MAX_BUDGETS], yd[FIT_MAX_BUDGETS];
+  int nu = 0;
+  for (int j = 0; j < bs->nb; j++) {
+    profile pr;
+    int s = bs->start[j], m = bs->start[j + 1] - s;
+    fit_profile(x + s, y + s, m, &pr);
+    if (pr_out)
+      pr_out[j] = pr;
+    if (pr.usable) {
+      lc[nu] = bs->lnc[j];
+      yn[nu] = pr.xv;
+      yd[nu] = bs->lnc[j] - log(6.0) - pr.xv;
+      nu++;
+    }
+  }
+  for (int k = 0; k < NPARAMS; k++)
+    q[k] = NAN;
+  line l[2] = {{NAN, NAN, NAN, NAN, NAN, nu}, {NAN, NAN, NAN, NAN, NAN, nu}};
+  if (nu >= 2) {
+    for (int w = 0; w < 2; w++) {
+      double cov01;
+      gsl_fit_linear(lc, 1, w ? yd : yn, 1, nu, &l[w].c0, &l[w].c1, &l[w].var0, &cov01, &l[w].var1,
+                     &l[w].sumsq);
+    }
+    q[0] = l[0].c1;
+    q[1] = l[1].c1;
+    q[2] = exp(l[0].c0);
+    q[3] = exp(l[1].c0);
+  }
+  if (ln_n)
+    *ln_n = l[0];
+  if (ln_d)
+    *ln_d = l[1];
+}
+
+static void set_interval(fit_param *p, double se, double dof, int lognormal) {
+  if (!(se >= 0) || dof < 1)
+    return;
+  double t = gsl_cdf_tdist_Pinv(0.975, dof);
+  p->stderr_ = lognormal ? se * p->value : se;
+  p->ci_lo = lognormal ? p->value * exp(-t * se) : p->value - t * se;
+  p->ci_hi = lognormal ? p->value * exp(t * se) : p->value + t * se;
+}
+
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/* Standard deviation and 2.5/97.5 percentiles of column k over the
+ * resamples where it was finite. Returns how many were. */
+static int boot_column(const double *boot, int nb, int nq, int k, fit_param *p) {
+  double *v = malloc(sizeof(double) * nb);
+  int m = 0;
+  for (int b = 0; b < nb; b++)
+    if (isfinite(boot[(size_t)b * nq + k]))
+      v[m++] = boot[(size_t)b * nq + k];
+  if (p && m >= 2) {
+    gsl_sort(v, 1, m);
+    p->stderr_ = gsl_stats_sd(v, 1, m);
+    p->ci_lo = gsl_stats_quantile_from_sorted_data(v, 1, m, 0.025);
+    p->ci_hi = gsl_stats_quantile_from_sorted_data(v, 1, m, 0.975);
+  }
+  free(v);
+  return m;
+}
+
+static int cmp_lnc(const void *a, const void *b, void *ctx) {
+  const fit_point *p = ctx;
+  double x = p[*(const int *)a].flops, y = p[*(const int *)b].flops;
+  return (x > y) - (x < y);
+}
+
+/* Groups points into compute budgets: sorted by C, a new budget starts
+ * where ln C exceeds the current budget's smallest by more than
+ * BUDGET_LN_TOL. Returns the number of budgets, or -1 when there are more
+ * than FIT_MAX_BUDGETS. */
+static int group_budgets(const fit_point *pts, int n, budgets *bs) {
+  bs->idx = malloc(sizeof(int) * n);
+  for (int i = 0; i < n; i++)
+    bs->idx[i] = i;
+  qsort_r(bs->idx, n, sizeof(int), cmp_lnc, (void *)pts);
+  bs->nb = 0;
+  double first = 0;
+  for (int i = 0; i < n; i++) {
+    double l = log(pts[bs->idx[i]].flops);
+    if (i == 0 || l - first > BUDGET_LN_TOL) {
+      if (bs->nb == FIT_MAX_BUDGETS)
+        return -1;
+      bs->start[bs->nb++] = i;
+      first = l;
+    }
+  }
+  bs->start[bs->nb] = n;
+  for (int j = 0; j < bs->nb; j++) {
+    double s = 0;
+    for (int i = bs->start[j]; i < bs->start[j + 1]; i++)
+      s += log(pts[bs->idx[i]].flops);
+    bs->lnc[j] = s / (bs->start[j + 1] - bs->start[j]);
+  }
+  return bs->nb;
+}
+
+/* Fits IsoFLOP profiles (Chinchilla Approach 2). Needs params (N), flops
+ * (C) and loss on every point, at least 6 points (4 parameters + 2) and
+ * two compute budgets. Budgets: see group_budgets (a 5% tolerance on C).
+ *
+ * Per budget, ordinary least squares of L on x = ln N, x^2 (3 distinct N
+ * or more); the budget is usable only when c2 > 0 and the vertex lies in
+ * its sampled x range; otherwise it is listed unusable with a warning and
+ * never extrapolated. N* = exp(vertex), D* = C / (6 N*), loss = the
+ * parabola at its vertex. Then ordinary least squares over usable budgets:
+ * ln N* = ln n_coef + a ln C, ln D* = ln d_coef + b ln C (so b = 1 - a
+ * and d_coef = 1 / (6 n_coef) up to rounding, C = 6 N D being how D* is
+ * defined). params: a, b, n_coef, d_coef; with fewer than 2 usable
+ * budgets they are NAN and converged is 0 (return value still 0: the
+ * budgets are reported).
+ *
+ * Warnings for off-centre sampling: a usable budget whose vertex lies in
+ * the outer quarter of its sampled ln N range; and drift (DRIFT_TOL), the
+ * vertex moving relative to the sampled centres across budgets, which is
+ * what biases a (a constant offset only shifts n_coef).
+ *
+ * Intervals: opt->bootstrap > 0, percentiles over resamples of the points
+ * within each budget (the budgets themselves are the design, not a
+ * sample); otherwise t-intervals from the regression (3 usable budgets or
+ * more). objective: residual sum of squares of the ln N* regression.
+ * residuals: L - parabola per point (NAN where its budget had no parabola). */
+int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
+                size_t errlen) {
+  fit_result_init(out, "isoflop");
+  if (!pts || n < NPARAMS + 2)
+    return fail(err, errlen,
+                "isoflop: %d point%s; the law (a, b, n_coef, d_coef) needs at least %d", n,
+                n == 1 ? "" : "s", NPARAMS + 2);
+  static const char *const cols = "params, flops and loss";
+  for (int i = 0; i < n; i++) {
+    const fit_point *p = &pts[i];
+    const char *name[3] = {"params", "flops", "loss"};
+    double v[3] = {p->params, p->flops, p->loss};
+    for (int k = 0; k < 3; k++) {
+      if (isnan(v[k]))
+        return fail(err, errlen, "isoflop: %s missing at point %d (the law needs %s)", name[k],
+                    i + 1, cols);
+      if (!(v[k] > 0) || !isfinite(v[k]))
+        return fail(err, errlen, "isoflop: point %d: %s = %g, expected a positive number", i + 1,
+                    name[k], v[k]);
+    }
+  }
+  int one_n = 1;
+  for (int i = 1; i < n; i++)
+    if (pts[i].params != pts[0].params)
+      one_n = 0;
+  if (one_n)
+    return fail(err, errlen,
+                "isoflop: all %d points at one N (%g); each budget needs 3 or more model sizes", n,
+                pts[0].params);
+  budgets bs;
+  int nb = group_budgets(pts, n, &bs);
+  if (nb < 0) {
+    free(bs.idx);
+    return fail(err, errlen,
+                "isoflop: more than %d compute budgets (points whose flops differ by more than 5%% "
+                "are different budgets)",
+                FIT_MAX_BUDGETS);
+  }
+  if (nb < 2) {
+    free(bs.idx);
+    return fail(err, errlen,
+                "isoflop: all %d points at one compute budget (C = %g); the law needs 2 or more", n,
+                pts[0].flops);
+  }
+
+  double *x = malloc(sizeof(double) * n), *y = malloc(sizeof(double) * n);
+  for (int i = 0; i < n; i++) {
+    x[i] = log(pts[bs.idx[i]].params);
+    y[i] = pts[bs.idx[i]].loss;
+  }
+  double q[NPARAMS];
+  profile pr[FIT_MAX_BUDGETS];
+  line ln_n, ln_d;
+  fit_all(&bs, x, y, q, pr, &ln_n, &ln_d);
+
+  out->n_points = n;
+  out->nbudgets = nb;
+  int nu = 0;
+  for (int j = 0; j < nb; j++) {
+    fit_budget *b = &out->budgets[j];
+    const profile *p = &pr[j];
+    double c = exp(bs.lnc[j]);
+    b->flops = c;
+    b->n_points = bs.start[j + 1] - bs.start[j];
+    b->usable = p->usable;
+    b->c2 = p->c2;
+    b->c1 = p->c1;
+    b->c0 = p->c0;
+    b->n_opt = b->d_opt = b->loss = NAN;
+    if (p->usable) {
+      nu++;
+      b->n_opt = exp(p->xv);
+      b->d_opt = c / (6 * b->n_opt);
+      b->loss = p->lv;
+      double pos = (p->xv - p->xmin) / (p->xmax - p->xmin);
+      if (pos < OUTER || pos > 1 - OUTER)
+        fit_result_warn(out,
+                        "budget C = %.3g: the optimum N* = %.3g sits at %.0f%% of the sampled ln N "
+                        "range [%.3g, %.3g]: sampling off-centre, centre this budget's sizes on N*",
+                        c, b->n_opt, 100 * pos, exp(p->xmin), exp(p->xmax));
+    } else if (!p->fitted) {
+      fit_result_warn(out, "budget C = %.3g unusable: %d point%s at fewer than 3 distinct N", c,
+                      b->n_points, b->n_points == 1 ? "" : "s");
+    } else if (!p->curved) {
+      fit_result_warn(out,
+                      "budget C = %.3g unusable: the loss profile has no minimum (c2 = %.3g, not "
+                      "positive beyond rounding)",
+                      c, p->c2);
+    } else {
+      fit_result_warn(out,
+                      "budget C = %.3g unusable: the parabola's minimum N = %.3g lies outside the "
+                      "sampled [%.3g, %.3g]; not extrapolated",
+                      c, exp(p->xv), exp(p->xmin), exp(p->xmax));
+    }
+  }
+  if (nu >= 2) {
+    double lc[FIT_MAX_BUDGETS], off[FIT_MAX_BUDGETS];
+    int k = 0;
+    for (int j = 0; j < nb; j++)
+      if (pr[j].usable) {
+        double mid = (pr[j].xmin + pr[j].xmax) / 2, half = (pr[j].xmax - pr[j].xmin) / 2;
+        lc[k] = bs.lnc[j];
+        off[k] = (pr[j].xv - mid) / half;
+        k++;
+      }
+    double c0, c1, cov00, cov01, cov11, sumsq;
+    gsl_fit_linear(lc, 1, off, 1, k, &c0, &c1, &cov00, &cov01, &cov11, &sumsq);
+    double drift = c1 * (lc[k - 1] - lc[0]);
+    if (fabs(drift) > DRIFT_TOL)
+      fit_result_warn(out,
+                      "sampling drifts off-centre across budgets: the optimum moves by %.2f of the "
+                      "sampled half-range relative to the centre from C = %.3g to C = %.3g, which "
+                      "biases a; centre each budget on the current N_opt(C)",
+                      drift, exp(lc[0]), exp(lc[k - 1]));
+  }
+
+  fit_param *slot[NPARAMS];
+  slot[0] = fit_result_add_param(out, "a", q[0]);
+  slot[1] = fit_result_add_param(out, "b", q[1]);
+  slot[2] = fit_result_add_param(out, "n_coef", q[2]);
+  slot[3] = fit_result_add_param(out, "d_coef", q[3]);
+  out->converged = nu >= 2;
+  out->objective = nu >= 2 ? ln_n.sumsq : NAN;
+  if (nu < 2)
+    fit_result_warn(out, "only %d usable budget%s: N_opt(C) needs 2 or more", nu,
+                    nu == 1 ? "" : "s");
+  else if (nu == 2 && !(opt && opt->bootstrap > 0))
+    fit_result_warn(out, "only 2 usable budgets: a and b come from two points and have no error "
+                         "estimate from the regression");
+
+  out->residuals = malloc(sizeof(double) * n);
+  for (int j = 0; j < nb; j++)
+    for (int i = bs.start[j]; i < bs.start[j + 1]; i++) {
+      const profile *p = &pr[j];
+      double lx = x[i];
+      out->residuals[bs.idx[i]] = p->fitted ? y[i] - (p->c2 * lx * lx + p->c1 * lx + p->c0) : NAN;
+    }
+
+  int nboot = opt ? opt->bootstrap : 0;
+  if (nboot > 0 && nu >= 2) {
+    double *boot = malloc(sizeof(double) * (size_t)nboot * NPARAMS);
+    int nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
+#pragma omp parallel num_threads(nthreads)
+    {
+      gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+      double *bx = malloc(sizeof(double) * n), *by = malloc(sizeof(double) * n);
+#pragma omp for schedule(dynamic, 16)
+      for (int b = 0; b < nboot; b++) {
+        gsl_rng_set(rng, (unsigned long)mix64(opt->seed + (uint64_t)b));
+        for (int j = 0; j < nb; j++) {
+          int s = bs.start[j], m = bs.start[j + 1] - s;
+          for (int i = 0; i < m; i++) {
+            int r = s + (int)gsl_rng_uniform_int(rng, m);
+            bx[s + i] = x[r];
+            by[s + i] = y[r];
+          }
+        }
+        fit_all(&bs, bx, by, boot + (size_t)b * NPARAMS, NULL, NULL, NULL);
+      }
+      free(bx);
+      free(by);
+      gsl_rng_free(rng);
+    }
+    int fewest = nboot;
+    for (int k = 0; k < NPARAMS; k++) {
+      int ok = boot_column(boot, nboot, NPARAMS, k, slot[k]);
+      if (ok < fewest)
+        fewest = ok;
+    }
+    if (fewest < nboot)
+      fit_result_warn(out, "bootstrap: %d of %d resamples left fewer than 2 usable budgets",
+                      nboot - fewest, nboot);
+    free(boot);
+  } else if (nu >= 3) {
+    set_interval(slot[0], sqrt(ln_n.var1), nu - 2, 0);
+    set_interval(slot[1], sqrt(ln_d.var1), nu - 2, 0);
+    set_interval(slot[2], sqrt(ln_n.var0), nu - 2, 1);
+    set_interval(slot[3], sqrt(ln_d.var0), nu - 2, 1);
+  }
+  free(x);
+  free(y);
+  free(bs.idx);
+  return 0;
+}

@@ -1,0 +1,156 @@
+#include "cli/client.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static int parse_url(const char *url, cli_target *t) {
+  const char *p = url;
+  if (!strncmp(p, "http://", 7))
+    p += 7;
+  const char *colon = strrchr(p, ':');
+  const char *slash = strchr(p, '/');
+  size_t hl = colon ? (size_t)(colon - p) : slash ? (size_t)(slash - p) : strlen(p);
+  if (hl == 0 || hl >= sizeof t->host)
+    return -1;
+  memcpy(t->host, p, hl);
+  t->host[hl] = 0;
+  t->port = colon ? atoi(colon + 1) : 80;
+  return t->port > 0 && t->port < 65536 ? 0 : -1;
+}
+
+static void read_file_trim(const char *path, char *out, size_t n) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return;
+  size_t got = fread(out, 1, n - 1, f);
+  fclose(f);
+  out[got] = 0;
+  while (got && (out[got - 1] == '\n' || out[got - 1] == '\r' || out[got - 1] == ' '))
+    out[--got] = 0;
+}
+
+int cli_target_find(cli_target *t, const char *url, const char *state, const char *token_file) {
+  memset(t, 0, sizeof *t);
+  const char *dir = state ? state : getenv("SCALESWEEP_STATE");
+  if (!dir)
+    dir = "./.scalesweep";
+  if (!url)
+    url = getenv("SCALESWEEP_URL");
+  if (url) {
+    if (parse_url(url, t) != 0) {
+      fprintf(stderr, "scalesweep: scheduler URL '%s': expected http://HOST:PORT\n", url);
+      return 2;
+    }
+  } else {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/scheduler.json", dir);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j) {
+      fprintf(stderr,
+              "scalesweep: no scheduler address: give --url or SCALESWEEP_URL, or run "
+              "`scalesweep up` (it writes %s)\n",
+              path);
+      return 2;
+    }
+    snprintf(t->host, sizeof t->host, "127.0.0.1");
+    t->port = (int)json_integer_value(json_object_get(j, "http_port"));
+    json_decref(j);
+  }
+  const char *tok = getenv("SCALESWEEP_TOKEN");
+  if (token_file)
+    read_file_trim(token_file, t->token, sizeof t->token);
+  else if (tok)
+    snprintf(t->token, sizeof t->token, "%s", tok);
+  else {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/api.token", dir);
+    read_file_trim(path, t->token, sizeof t->token);
+  }
+  return 0;
+}
+
+static int send_all(int fd, const char *p, size_t n) {
+  while (n) {
+    ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return -1;
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+int cli_request(const cli_target *t, const char *method, const char *path, const char *body,
+                size_t body_len, int *status, char **resp) {
+  *status = 0;
+  *resp = NULL;
+  char port[16];
+  snprintf(port, sizeof port, "%d", t->port);
+  struct addrinfo hints = {0}, *ai = NULL;
+  hints.ai_socktype = SOCK_STREAM;
+  int gai = getaddrinfo(t->host, port, &hints, &ai);
+  if (gai != 0) {
+    fprintf(stderr, "scalesweep: %s: %s\n", t->host, gai_strerror(gai));
+    return 1;
+  }
+  int fd = -1;
+  for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(ai);
+  if (fd < 0) {
+    fprintf(stderr, "scalesweep: cannot reach the scheduler at %s:%d: %s\n", t->host,
+            t->port, strerror(errno));
+    return 1;
+  }
+  char head[1024];
+  int hl = snprintf(head, sizeof head,
+                    "%s %s HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n"
+                    "Accept: application/json\r\n%s%s%sContent-Length: %zu\r\n%s\r\n",
+                    method, path, t->host, t->port, t->token[0] ? "Authorization: Bearer " : "",
+                    t->token[0] ? t->token : "", t->token[0] ? "\r\n" : "", body ? body_len : 0,
+                    body ? "Content-Type: application/json\r\n" : "");
+  if (send_all(fd, head, (size_t)hl) != 0 || (body && send_all(fd, body, body_len) != 0)) {
+    fprintf(stderr, "scalesweep: sending to the scheduler failed: %s\n", strerror(errno));
+    close(fd);
+    return 1;
+  }
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  ssize_t r;
+  while ((r = recv(fd, buf + len, cap - len - 1, 0)) > 0 || (r < 0 && errno == EINTR)) {
+    if (r < 0)
+      continue;
+    len += (size_t)r;
+    if (len + 1 >= cap) {
+      cap *= 2;
+      buf = realloc(buf, cap);
+    }
+  }
+  close(fd);
+  buf[len] = 0;
+  if (sscanf(buf, "HTTP/1.%*d %d", status) != 1) {
+    fprintf(stderr, "scalesweep: the scheduler sent no HTTP answer\n");
+    free(buf);
+    return 1;
+  }
+  char *sep = strstr(buf, "\r\n\r\n");
+  const char *b = sep ? sep + 4 : "";
+  *resp = strdup(b);
+  free(buf);
+  return 0;
+}

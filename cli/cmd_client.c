@@ -1,0 +1,265 @@
+/* The client commands: submit, status, runs, cancel, reproduce. They talk
+ * to the scheduler's HTTP API; tables for people, --json for programs. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "common/err.h"
+
+typedef struct copts {
+  const char *url, *state, *token_file;
+  int json;
+  int run; /* cancel: the id is a run's */
+  const char *arg;
+} copts;
+
+static int parse(int argc, char **argv, copts *o, const char *usage) {
+  memset(o, 0, sizeof *o);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      printf("%s", usage);
+      exit(0);
+    } else if (!strcmp(a, "--json")) {
+      o->json = 1;
+    } else if (!strcmp(a, "--run")) {
+      o->run = 1;
+    } else if ((!strcmp(a, "--url") || !strcmp(a, "--state") || !strcmp(a, "--token-file")) &&
+               i + 1 < argc) {
+      const char **dst = a[2] == 'u' ? &o->url : a[2] == 's' ? &o->state : &o->token_file;
+      *dst = argv[++i];
+    } else if (a[0] == '-' && a[1]) {
+      fprintf(stderr, "scalesweep %s: unknown option '%s'\n%s", argv[0], a, usage);
+      return SS_EXIT_USAGE;
+    } else if (!o->arg) {
+      o->arg = a;
+    } else {
+      fprintf(stderr, "scalesweep %s: unexpected argument '%s'\n%s", argv[0], a, usage);
+      return SS_EXIT_USAGE;
+    }
+  }
+  return 0;
+}
+
+static int positive_id(const char *cmd, const char *s) {
+  char *end;
+  long long v = s ? strtoll(s, &end, 10) : 0;
+  if (!s || *end || v <= 0) {
+    fprintf(stderr, "scalesweep %s: expected a positive integer id, found '%s'\n", cmd,
+            s ? s : "nothing");
+    return 0;
+  }
+  return 1;
+}
+
+/* Performs the request; prints the error object of a 4xx/5xx answer.
+ * Returns the parsed JSON (or NULL) and sets *rc to the exit code. */
+static json_t *call(const copts *o, const char *method, const char *path, const char *body,
+                    size_t len, int *rc, char **raw) {
+  cli_target t;
+  if ((*rc = cli_target_find(&t, o->url, o->state, o->token_file)) != 0)
+    return NULL;
+  int status;
+  char *resp;
+  if (cli_request(&t, method, path, body, len, &status, &resp) != 0) {
+    *rc = SS_EXIT_FAILURE;
+    return NULL;
+  }
+  json_error_t je;
+  json_t *j = json_loads(resp, 0, &je);
+  if (status >= 400) {
+    json_t *e = json_object_get(j, "error");
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    fprintf(stderr, "scalesweep: %d: %s\n", status, msg ? msg : resp);
+    json_t *probs = json_object_get(e, "problems");
+    size_t i;
+    json_t *p;
+    json_array_foreach(probs, i, p) {
+      fprintf(stderr, "  %s: %s\n", json_string_value(json_object_get(p, "path")),
+              json_string_value(json_object_get(p, "message")));
+    }
+    /* the request was the user's mistake (4xx) or the service's (5xx) */
+    *rc = status < 500 ? SS_EXIT_USAGE : SS_EXIT_FAILURE;
+    json_decref(j);
+    free(resp);
+    return NULL;
+  }
+  if (raw)
+    *raw = resp;
+  else
+    free(resp);
+  return j;
+}
+
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "rb");
+  if (!f)
+    return NULL;
+  size_t cap = 1 << 16, n = 0, r;
+  char *b = malloc(cap);
+  while ((r = fread(b + n, 1, cap - n, f)) > 0) {
+    n += r;
+    if (n == cap)
+      b = realloc(b, cap *= 2);
+  }
+  if (f != stdin)
+    fclose(f);
+  *len = n;
+  return b;
+}
+
+int cmd_submit(int argc, char **argv) {
+  static const char usage[] =
+      "usage: scalesweep submit SPEC.json [--url URL] [--state DIR] [--token-file F] [--json]\n";
+  copts o;
+  int rc = parse(argc, argv, &o, usage);
+  if (rc)
+    return rc;
+  if (!o.arg) {
+    fprintf(stderr, "scalesweep submit: a spec file is required\n%s", usage);
+    return SS_EXIT_USAGE;
+  }
+  size_t len;
+  char *body = slurp(o.arg, &len);
+  if (!body) {
+    fprintf(stderr, "scalesweep submit: %s: cannot read\n", o.arg);
+    return SS_EXIT_USAGE;
+  }
+  char *raw = NULL;
+  json_t *j = call(&o, "POST", "/api/sweeps", body, len, &rc, &raw);
+  free(body);
+  if (!j)
+    return rc;
+  if (o.json)
+    printf("%s\n", raw);
+  else
+    printf("sweep %lld submitted: %lld runs planned\n",
+           (long long)json_integer_value(json_object_get(j, "id")),
+           (long long)json_integer_value(json_object_get(j, "runs")));
+  free(raw);
+  json_decref(j);
+  return 0;
+}
+
+static const char *str(json_t *o, const char *k) {
+  const char *s = json_string_value(json_object_get(o, k));
+  return s ? s : "-";
+}
+
+static double num(json_t *o, const char *k) { return json_number_value(json_object_get(o, k)); }
+
+int cmd_status(int argc, char **argv) {
+  static const char usage[] =
+      "usage: scalesweep status [SWEEP] [--url URL] [--state DIR] [--json]\n"
+      "  without SWEEP: every sweep with its progress; with SWEEP: that sweep\n";
+  copts o;
+  int rc = parse(argc, argv, &o, usage);
+  if (rc)
+    return rc;
+  if (o.arg && !positive_id("status", o.arg))
+    return SS_EXIT_USAGE;
+  char path[64];
+  snprintf(path, sizeof path, o.arg ? "/api/sweeps/%s" : "/api/sweeps", o.arg ? o.arg : "");
+  char *raw = NULL;
+  json_t *j = call(&o, "GET", path, NULL, 0, &rc, &raw);
+  if (!j)
+    return rc;
+  if (o.json) {
+    printf("%s\n", raw);
+  } else if (!o.arg) {
+    printf("%6s  %-24s %-10s %5s %5s %5s %5s %5s  %s\n", "id", "name", "status", "runs",
+           "done", "run", "queue", "fail", "compute (PF-days done / planned)");
+    size_t i;
+    json_t *s;
+    json_array_foreach(j, i, s) {
+      printf("%6lld  %-24.24s %-10s %5lld %5lld %5lld %5lld %5lld  %.3g / %.3g\n",
+             (long long)num(s, "id"), str(s, "name"), str(s, "status"),
+             (long long)num(s, "runs"), (long long)num(s, "succeeded"),
+             (long long)num(s, "running"), (long long)num(s, "queued"),
+             (long long)num(s, "failed"), num(s, "flops_done") / 8.64e19,
+             num(s, "flops_planned") / 8.64e19);
+    }
+  } else {
+    json_t *runs = json_object_get(j, "runs");
+    int counts[5] = {0};
+    static const char *const st[5] = {"queued", "running", "succeeded", "failed", "cancelled"};
+    size_t i;
+    json_t *r;
+    json_array_foreach(runs, i, r) {
+      for (int k = 0; k < 5; k++)
+        counts[k] += !strcmp(str(r, "status"), st[k]);
+    }
+    printf("sweep %lld %s: %s; %zu runs: %d queued, %d running, %d succeeded, %d failed, "
+           "%d cancelled\n",
+           (long long)num(j, "id"), str(j, "name"), str(j, "status"), json_array_size(runs),
+           counts[0], counts[1], counts[2], counts[3], counts[4]);
+  }
+  free(raw);
+  json_decref(j);
+  return 0;
+}
+
+int cmd_runs(int argc, char **argv) {
+  static const char usage[] = "usage: scalesweep runs SWEEP [--url URL] [--state DIR] [--json]\n";
+  copts o;
+  int rc = parse(argc, argv, &o, usage);
+  if (rc)
+    return rc;
+  if (!positive_id("runs", o.arg))
+    return SS_EXIT_USAGE;
+  char path[64], *raw = NULL;
+  snprintf(path, sizeof path, "/api/sweeps/%s", o.arg);
+  json_t *j = call(&o, "GET", path, NULL, 0, &rc, &raw);
+  if (!j)
+    return rc;
+  json_t *runs = json_object_get(j, "runs");
+  if (o.json) {
+    char *s = json_dumps(runs, JSON_COMPACT);
+    printf("%s\n", s);
+    free(s);
+  } else {
+    printf("%7s  %-10s %3s %12s %12s %6s %11s %10s  %s\n", "run", "status", "try", "params",
+           "tokens", "batch", "flops", "val_loss", "error");
+    size_t i;
+    json_t *r;
+    json_array_foreach(runs, i, r) {
+      printf("%7lld  %-10s %3lld %12.4g %12.4g %6lld %11.3e %10.5f  %.60s\n",
+             (long long)num(r, "id"), str(r, "status"), (long long)num(r, "attempt"),
+             num(r, "nonembedding_params"), num(r, "tokens"), (long long)num(r, "batch_size"),
+             num(r, "flops"), num(r, "final_val_loss"),
+             json_is_string(json_object_get(r, "error")) ? str(r, "error") : "");
+    }
+  }
+  free(raw);
+  json_decref(j);
+  return 0;
+}
+
+int cmd_cancel(int argc, char **argv) {
+  static const char usage[] =
+      "usage: scalesweep cancel ID [--run] [--url URL] [--state DIR] [--token-file F]\n"
+      "  cancels sweep ID (or run ID with --run): queued runs at once, running runs\n"
+      "  after their trainer checkpoints\n";
+  copts o;
+  int rc = parse(argc, argv, &o, usage);
+  if (rc)
+    return rc;
+  if (!positive_id("cancel", o.arg))
+    return SS_EXIT_USAGE;
+  char path[96], *raw = NULL;
+  snprintf(path, sizeof path, "/api/%s/%s/cancel", o.run ? "runs" : "sweeps", o.arg);
+  json_t *j = call(&o, "POST", path, "{}", 2, &rc, &raw);
+  if (!j)
+    return rc;
+  if (o.json)
+    printf("%s\n", raw);
+  else
+    printf("%s %s cancelled (%lld running run(s) stopping)\n", o.run ? "run" : "sweep", o.arg,
+           (long long)num(j, "cancelling_running"));
+  free(raw);
+  json_decref(j);
+  return 0;
+}

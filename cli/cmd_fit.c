@@ -1,0 +1,317 @@
+/* scalesweep fit: fits a scaling law to a CSV table of points (the fitting
+ * library, sweeps/fit.h) and prints a table or the JSON object. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "common/err.h"
+#include "sweeps/fit.h"
+
+#define DEFAULT_BOOTSTRAP_CHINCHILLA 1000
+
+static const char usage_text[] =
+    "usage: scalesweep fit --points FILE.csv --law chinchilla|kaplan|isoflop|batch\n"
+    "                      [--bootstrap N] [--seed S] [--threads T] [--target-flops C]\n"
+    "                      [--no-irreducible] [--full-grid] [--json]\n"
+    "       scalesweep fit SWEEP_ID   (a stored sweep: needs the scheduler)\n"
+    "\n"
+    "Fits a scaling law to the points of a CSV file whose header row names its\n"
+    "columns among params, tokens, flops, loss, batch_size, steps, lr, run (any\n"
+    "order; other columns are ignored; tokens = flops / (6 params) when tokens is\n"
+    "missing; rows with the same run are resampled together by the bootstrap).\n"
+    "\n"
+    "  chinchilla  L = E + A/N^alpha + B/D^beta (Approach 3), needs params, tokens\n"
+    "              (or flops) and loss; prints the compute-optimal allocation\n"
+    "  kaplan      L(X) = E + (X_c/X)^alpha_X for each of params, tokens, flops given\n"
+    "  isoflop     per-budget parabolas in ln N, then N_opt(C), D_opt(C) (Approach 2)\n"
+    "  batch       S = S_min + E_min/B from a batch ladder (batch_size, steps)\n"
+    "\n"
+    "  --bootstrap N     resamples for standard errors and 95% intervals (default\n"
+    "                    1000 for chinchilla, 0 for the other laws)\n"
+    "  --seed S          bootstrap seed (default 1)\n"
+    "  --threads T       threads (default: all cores)\n"
+    "  --target-flops C  chinchilla: also N_opt, D_opt and the loss at compute C\n"
+    "  --no-irreducible  kaplan: fix E = 0 (Kaplan et al.'s form)\n"
+    "  --full-grid       chinchilla: BFGS from all 4,500 grid starts instead of the\n"
+    "                    screened best (slow; the reference the screen is tested on)\n"
+    "  --json            print one JSON object instead of the table\n"
+    "\n"
+    "A fit that did not converge is printed with converged: no and a warning.\n"
+    "Exit codes: 0 fitted, 1 run-time failure, 2 bad usage or invalid input.\n";
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int usage_error(const char *fmt, ...) {
+  fprintf(stderr, "scalesweep fit: ");
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n(scalesweep fit --help for usage)\n");
+  return SS_EXIT_USAGE;
+}
+
+static int parse_count(const char *opt, const char *s, long max, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (!*s || *end || errno || v < 0 || v > max)
+    return usage_error("%s: expected an integer in 0..%ld, got '%s'", opt, max, s);
+  *out = v;
+  return 0;
+}
+
+static int parse_positive(const char *opt, const char *s, double *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (!*s || *end || !isfinite(v) || !(v > 0))
+    return usage_error("%s: expected a positive number, got '%s'", opt, s);
+  *out = v;
+  return 0;
+}
+
+/* ---- the table ---- */
+
+static void interval(const fit_param *p, char *buf, size_t len) {
+  if (isfinite(p->ci_lo) && isfinite(p->ci_hi))
+    snprintf(buf, len, "[%.6g, %.6g]", p->ci_lo, p->ci_hi);
+  else
+    snprintf(buf, len, "-");
+}
+
+static void row(const fit_param *p, const char *label) {
+  char se[32] = "-", ci[80];
+  if (isfinite(p->stderr_))
+    snprintf(se, sizeof se, "%.4g", p->stderr_);
+  interval(p, ci, sizeof ci);
+  printf("  %-26s %14.6g %12s   %s\n", label ? label : p->name, p->value, se, ci);
+}
+
+static void header(const char *title) {
+  printf("\n  %-26s %14s %12s   %s\n", title, "value", "std. error", "95% interval");
+}
+
+static const fit_param *derived(const fit_result *r, const char *name) {
+  for (int i = 0; i < r->nderived; i++)
+    if (!strcmp(r->derived[i].name, name))
+      return &r->derived[i];
+  return NULL;
+}
+
+static void print_chinchilla_allocation(const fit_result *r, double target) {
+  static const char *const names[] = {"a", "b", "G"};
+  static const char *const labels[] = {"a = beta/(alpha+beta)", "b = alpha/(alpha+beta)",
+                                       "G"};
+  header("allocation (C = 6 N D)");
+  for (int i = 0; i < 3; i++) {
+    const fit_param *p = derived(r, names[i]);
+    if (p)
+      row(p, labels[i]);
+  }
+  printf("  N_opt(C) = G (C/6)^a, D_opt(C) = (C/6)^b / G\n");
+  if (target > 0) {
+    char title[64];
+    snprintf(title, sizeof title, "at C = %.4g FLOPs", target);
+    header(title);
+    static const char *const at[] = {"N_opt", "D_opt", "loss_at_target"};
+    static const char *const atl[] = {"N_opt (parameters)", "D_opt (tokens)", "loss"};
+    for (int i = 0; i < 3; i++) {
+      const fit_param *p = derived(r, at[i]);
+      if (p)
+        row(p, atl[i]);
+    }
+    const fit_param *n = derived(r, "N_opt"), *d = derived(r, "D_opt");
+    if (n && d)
+      printf("  %-26s %14.6g\n", "D_opt / N_opt", d->value / n->value);
+  }
+}
+
+static void print_budgets(const fit_result *r) {
+  printf("\n  %12s %7s %14s %14s %10s  %s\n", "budget C", "points", "N*", "D*", "loss",
+         "usable");
+  for (int i = 0; i < r->nbudgets; i++) {
+    const fit_budget *b = &r->budgets[i];
+    printf("  %12.4g %7d %14.6g %14.6g %10.6g  %s\n", b->flops, b->n_points, b->n_opt,
+           b->d_opt, b->loss, b->usable ? "yes" : "no (no interior minimum)");
+  }
+}
+
+static void print_table(const fit_result *r, const char *path, const fit_options *opt) {
+  printf("%s fit of %d points from %s", r->law, r->n_points, path);
+  if (opt->bootstrap > 0)
+    printf(" (%d bootstrap resamples, seed %" PRIu64 ")", opt->bootstrap, opt->seed);
+  printf("\n");
+  header("parameter");
+  for (int i = 0; i < r->nparams; i++)
+    row(&r->params[i], NULL);
+  if (!strcmp(r->law, "chinchilla")) {
+    print_chinchilla_allocation(r, opt->target_flops);
+  } else if (r->nderived) {
+    header("derived");
+    for (int i = 0; i < r->nderived; i++)
+      row(&r->derived[i], NULL);
+  }
+  if (r->nbudgets)
+    print_budgets(r);
+  printf("\n  objective   %.10g\n", r->objective);
+  printf("  converged   %s\n", r->converged ? "yes" : "no (the values are the best point found)");
+  if (r->residuals && r->n_points > 0) {
+    double ss = 0, worst = 0;
+    int at = 0;
+    for (int i = 0; i < r->n_points; i++) {
+      ss += r->residuals[i] * r->residuals[i];
+      if (fabs(r->residuals[i]) > worst)
+        worst = fabs(r->residuals[i]), at = i;
+    }
+    printf("  residuals   RMS %.4g, max |r| %.4g (data row %d)%s\n", sqrt(ss / r->n_points),
+           worst, at + 1,
+           !strcmp(r->law, "chinchilla") ? "; r = ln L_predicted - ln L" : "");
+  }
+  if (!r->nwarnings)
+    printf("  warnings    none\n");
+  for (int i = 0; i < r->nwarnings; i++)
+    printf("  %s %s\n", i ? "           " : "warnings   ", r->warnings[i]);
+}
+
+/* ---- the command ---- */
+
+typedef int (*law_fn)(const fit_point *, int, const fit_options *, fit_result *, char *,
+                      size_t);
+
+static const struct {
+  const char *name;
+  law_fn fit;
+} laws[] = {
+    {"chinchilla", fit_chinchilla},
+    {"kaplan", fit_kaplan},
+    {"isoflop", fit_isoflop},
+    {"batch", fit_batch},
+};
+
+int cmd_fit(int argc, char **argv) {
+  const char *points = NULL, *law = NULL, *sweep = NULL;
+  fit_options opt = {.bootstrap = -1, .seed = 1, .fit_irreducible = 1};
+  int json = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *eq = strchr(a, '='), *val = NULL;
+    size_t nlen = eq && a[0] == '-' ? (size_t)(eq - a) : strlen(a);
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      fputs(usage_text, stdout);
+      return SS_EXIT_OK;
+    }
+    if (a[0] != '-' || !a[1]) {
+      if (sweep)
+        return usage_error("unexpected argument '%s' after '%s'", a, sweep);
+      sweep = a;
+      continue;
+    }
+#define IS(name) (nlen == strlen(name) && !strncmp(a, name, nlen))
+    if (IS("--json") || IS("--no-irreducible") || IS("--full-grid")) {
+      if (eq)
+        return usage_error("%.*s takes no value", (int)nlen, a);
+      if (IS("--json"))
+        json = 1;
+      else if (IS("--no-irreducible"))
+        opt.fit_irreducible = 0;
+      else
+        opt.full_grid = 1;
+      continue;
+    }
+    if (!(IS("--points") || IS("--law") || IS("--bootstrap") || IS("--seed") ||
+          IS("--threads") || IS("--target-flops")))
+      return usage_error("unknown option '%.*s'", (int)nlen, a);
+    if (eq)
+      val = eq + 1;
+    else if (i + 1 < argc)
+      val = argv[++i];
+    else
+      return usage_error("%s needs a value", a);
+    int rc = 0;
+    long v;
+    if (IS("--points")) {
+      points = val;
+    } else if (IS("--law")) {
+      law = val;
+    } else if (IS("--bootstrap")) {
+      if (!(rc = parse_count("--bootstrap", val, 1000000, &v)))
+        opt.bootstrap = (int)v;
+    } else if (IS("--seed")) {
+      char *end;
+      errno = 0;
+      unsigned long long s = strtoull(val, &end, 10);
+      if (!*val || *val == '-' || *end || errno)
+        return usage_error("--seed: expected a non-negative integer, got '%s'", val);
+      opt.seed = s;
+    } else if (IS("--threads")) {
+      if (!(rc = parse_count("--threads", val, 4096, &v)))
+        opt.threads = (int)v;
+    } else {
+      rc = parse_positive("--target-flops", val, &opt.target_flops);
+    }
+#undef IS
+    if (rc)
+      return rc;
+  }
+  if (sweep && points)
+    return usage_error("give either a sweep id or --points FILE.csv, not both");
+  if (sweep) {
+    fprintf(stderr,
+            "scalesweep fit: fitting the stored sweep '%s' needs the scheduler, which this "
+            "build does not have yet.\n"
+            "Export the sweep's points to a CSV file and run: scalesweep fit --points "
+            "FILE.csv --law LAW\n",
+            sweep);
+    return SS_EXIT_USAGE;
+  }
+  if (!points)
+    return usage_error("--points FILE.csv is required");
+  if (!law)
+    return usage_error("--law is required: chinchilla, kaplan, isoflop or batch");
+  law_fn fit = NULL;
+  for (size_t i = 0; i < sizeof laws / sizeof *laws; i++)
+    if (!strcmp(law, laws[i].name))
+      fit = laws[i].fit;
+  if (!fit)
+    return usage_error("--law: expected chinchilla, kaplan, isoflop or batch, got '%s'",
+                       law);
+  if (opt.bootstrap < 0)
+    opt.bootstrap = !strcmp(law, "chinchilla") ? DEFAULT_BOOTSTRAP_CHINCHILLA : 0;
+
+  char err[512];
+  fit_point *pts = NULL;
+  int n = 0;
+  int rc = fit_read_csv(points, &pts, &n, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "scalesweep fit: %s\n", err);
+    return err_exit_code(rc);
+  }
+  fit_result res;
+  fit_result_init(&res, law);
+  rc = fit(pts, n, &opt, &res, err, sizeof err);
+  free(pts);
+  if (rc) {
+    fprintf(stderr, "scalesweep fit: %s: %s\n", points, err);
+    fit_result_free(&res);
+    return err_exit_code(rc);
+  }
+  if (json) {
+    char *s = fit_result_to_json(&res);
+    if (!s) {
+      fprintf(stderr, "scalesweep fit: out of memory rendering the JSON\n");
+      fit_result_free(&res);
+      return SS_EXIT_FAILURE;
+    }
+    printf("%s\n", s);
+    free(s);
+  } else {
+    print_table(&res, points, &opt);
+  }
+  fit_result_free(&res);
+  return fflush(stdout) ? SS_EXIT_FAILURE : SS_EXIT_OK;
+}

@@ -1,0 +1,84 @@
+/* scalesweep plan FILE [--json] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "common/err.h"
+#include "sweeps/plan.h"
+#include "sweeps/spec.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: scalesweep plan FILE [--json]\n"
+          "\n"
+          "Validates a sweep spec and prints the runs it plans (shape, N, D, batch size,\n"
+          "learning rate, FLOPs, estimated time), the batch/lr rule and the totals; no\n"
+          "scheduler needed. docs/sweeps.md describes the spec.\n"
+          "  --json   print the planned runs as a JSON list instead: each with its\n"
+          "           resolved config, config_hash, params, nonembedding_params, tokens,\n"
+          "           batch_size, flops and est_seconds\n"
+          "Exit codes: 0 valid, 2 invalid spec (every problem listed) or bad usage.\n");
+}
+
+int cmd_plan(int argc, char **argv) {
+  const char *file = NULL;
+  int json = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      usage(stdout);
+      return SS_EXIT_OK;
+    } else if (!strcmp(argv[i], "--json")) {
+      json = 1;
+    } else if (argv[i][0] == '-' && strcmp(argv[i], "-")) {
+      fprintf(stderr, "scalesweep plan: unknown option '%s'\n", argv[i]);
+      usage(stderr);
+      return SS_EXIT_USAGE;
+    } else if (file) {
+      fprintf(stderr, "scalesweep plan: unexpected argument '%s' (one spec file at a time)\n",
+              argv[i]);
+      usage(stderr);
+      return SS_EXIT_USAGE;
+    } else {
+      file = argv[i];
+    }
+  }
+  if (!file) {
+    fprintf(stderr, "scalesweep plan: a spec FILE is required\n");
+    usage(stderr);
+    return SS_EXIT_USAGE;
+  }
+  const char *path = strcmp(file, "-") ? file : "/dev/stdin";
+  spec_problems pr = {0};
+  spec *s = NULL;
+  plan *p = NULL;
+  int rc = spec_load(path, &s, &pr);
+  if (rc == 0)
+    rc = plan_spec(s, &p, &pr);
+  if (rc) {
+    char *msg = spec_problems_format(&pr, path);
+    fprintf(stderr, "%s\n", msg ? msg : err_str(rc));
+    if (pr.n > 1)
+      fprintf(stderr, "scalesweep plan: %zu problems; nothing planned\n", pr.n);
+    free(msg);
+    spec_problems_free(&pr);
+    spec_free(s);
+    return err_exit_code(rc);
+  }
+  if (json) {
+    char *t = plan_runs_json(p);
+    if (!t) {
+      fprintf(stderr, "scalesweep plan: out of memory\n");
+      rc = SS_ENOMEM;
+    } else {
+      printf("%s\n", t);
+      free(t);
+    }
+  } else {
+    plan_write_table(p, stdout);
+  }
+  plan_free(p);
+  spec_free(s);
+  spec_problems_free(&pr);
+  return err_exit_code(rc);
+}

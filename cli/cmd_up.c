@@ -1,0 +1,293 @@
+/* scalesweep up: everything on one machine. A private PostgreSQL under the
+ * state directory (unless --database), the scheduler and one local worker
+ * as child processes, supervised here until Ctrl-C (or, with --wait, until
+ * the submitted sweep is done). */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "common/err.h"
+#include "scheduler/pgserver.h"
+
+static const char usage[] =
+    "usage: scalesweep up [--state DIR] [--sweep FILE] [--wait] [--listen HOST:PORT]\n"
+    "                     [--database URL] [--cpu-slots N]\n"
+    "  --state     where the database, tokens, logs and checkpoints live (./.scalesweep)\n"
+    "  --sweep     submit this sweep spec once everything is up\n"
+    "  --wait      wait for the sweep to finish, print its result, then stop\n"
+    "  --listen    the page and API (default 127.0.0.1:8080)\n"
+    "  --database  use this PostgreSQL instead of a private one\n";
+
+static volatile sig_atomic_t stop_requested;
+static void on_signal(int sig) { stop_requested = sig; }
+
+static int ensure_token(const char *path, char *err, size_t errlen) {
+  struct stat st;
+  if (stat(path, &st) == 0)
+    return 0;
+  unsigned char raw[32];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || read(fd, raw, sizeof raw) != (ssize_t)sizeof raw) {
+    snprintf(err, errlen, "/dev/urandom: %s", strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return SS_EIO;
+  }
+  close(fd);
+  char hex[65];
+  for (int i = 0; i < 32; i++)
+    snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+  fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || write(fd, hex, 64) != 64 || close(fd) != 0) {
+    snprintf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+    return SS_EIO;
+  }
+  return 0;
+}
+
+/* Starts SELF ARGS... with stdout and stderr appended to log. */
+static pid_t spawn(char *const argv[], const char *log) {
+  pid_t pid = fork();
+  if (pid != 0)
+    return pid;
+  int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+  }
+  signal(SIGINT, SIG_IGN); /* Ctrl-C reaches us; we stop the children in order */
+  execv("/proc/self/exe", argv);
+  _exit(127);
+}
+
+static void stop_child(pid_t pid, const char *name, int grace_s) {
+  if (pid <= 0)
+    return;
+  kill(pid, SIGTERM);
+  for (int i = 0; i < grace_s * 10; i++) {
+    if (waitpid(pid, NULL, WNOHANG) == pid)
+      return;
+    usleep(100000);
+  }
+  fprintf(stderr, "scalesweep up: %s did not stop in %d s; killing it\n", name, grace_s);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+static int read_ports(const char *path, int *http_port, int *workers_port) {
+  json_error_t je;
+  json_t *j = json_load_file(path, 0, &je);
+  if (!j)
+    return -1;
+  *http_port = (int)json_integer_value(json_object_get(j, "http_port"));
+  *workers_port = (int)json_integer_value(json_object_get(j, "workers_port"));
+  json_decref(j);
+  return *http_port > 0 && *workers_port > 0 ? 0 : -1;
+}
+
+/* Polls the sweep until nothing is queued or running; prints a summary. */
+static int wait_for_sweep(const cli_target *t, long long id) {
+  char path[64];
+  snprintf(path, sizeof path, "/api/sweeps/%lld", id);
+  for (;;) {
+    if (stop_requested)
+      return SS_EXIT_FAILURE;
+    int status;
+    char *resp;
+    if (cli_request(t, "GET", path, NULL, 0, &status, &resp) == 0 && status == 200) {
+      json_error_t je;
+      json_t *j = json_loads(resp, 0, &je);
+      int active = 0, ok = 0, failed = 0, total = 0;
+      size_t i;
+      json_t *r;
+      json_array_foreach(json_object_get(j, "runs"), i, r) {
+        const char *st = json_string_value(json_object_get(r, "status"));
+        total++;
+        if (!strcmp(st, "queued") || !strcmp(st, "running"))
+          active++;
+        ok += !strcmp(st, "succeeded");
+        failed += !strcmp(st, "failed");
+      }
+      json_decref(j);
+      free(resp);
+      if (total && !active) {
+        printf("sweep %lld finished: %d of %d runs succeeded, %d failed\n", id, ok, total,
+               failed);
+        return failed ? SS_EXIT_FAILURE : 0;
+      }
+    } else {
+      free(resp);
+    }
+    sleep(2);
+  }
+}
+
+int cmd_up(int argc, char **argv) {
+  const char *state = "./.scalesweep", *sweep = NULL, *listen = "127.0.0.1:8080",
+             *database = NULL, *cpu_slots = NULL;
+  int wait = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      printf("%s", usage);
+      return 0;
+    } else if (!strcmp(a, "--wait")) {
+      wait = 1;
+    } else if (v && !strcmp(a, "--state")) {
+      state = argv[++i];
+    } else if (v && !strcmp(a, "--sweep")) {
+      sweep = argv[++i];
+    } else if (v && !strcmp(a, "--listen")) {
+      listen = argv[++i];
+    } else if (v && !strcmp(a, "--database")) {
+      database = argv[++i];
+    } else if (v && !strcmp(a, "--cpu-slots")) {
+      cpu_slots = argv[++i];
+    } else {
+      fprintf(stderr, "scalesweep up: unexpected argument '%s'\n%s", a, usage);
+      return SS_EXIT_USAGE;
+    }
+  }
+  if (wait && !sweep) {
+    fprintf(stderr, "scalesweep up: --wait needs --sweep\n");
+    return SS_EXIT_USAGE;
+  }
+  if (sweep && access(sweep, R_OK) != 0) {
+    fprintf(stderr, "scalesweep up: --sweep %s: %s\n", sweep, strerror(errno));
+    return SS_EXIT_USAGE;
+  }
+  char err[2048], path[4096], tok[4096], apitok[4096], ready[4096], ckpt[4096], wdir[4096];
+  if (mkdir(state, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "scalesweep up: %s: %s\n", state, strerror(errno));
+    return SS_EXIT_FAILURE;
+  }
+  snprintf(tok, sizeof tok, "%s/cluster.token", state);
+  snprintf(apitok, sizeof apitok, "%s/api.token", state);
+  snprintf(ready, sizeof ready, "%s/scheduler.json", state);
+  snprintf(ckpt, sizeof ckpt, "%s/checkpoints", state);
+  snprintf(wdir, sizeof wdir, "%s/worker", state);
+  if (ensure_token(tok, err, sizeof err) || ensure_token(apitok, err, sizeof err)) {
+    fprintf(stderr, "scalesweep up: %s\n", err);
+    return SS_EXIT_FAILURE;
+  }
+  char url[1024];
+  int private_pg = !database;
+  if (private_pg) {
+    fprintf(stderr, "scalesweep up: starting PostgreSQL under %s/pg\n", state);
+    if (pgs_start(state, url, sizeof url, err, sizeof err) != 0) {
+      fprintf(stderr, "scalesweep up: %s\n", err);
+      return SS_EXIT_FAILURE;
+    }
+  } else {
+    snprintf(url, sizeof url, "%s", database);
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+
+  unlink(ready);
+  snprintf(path, sizeof path, "%s/scheduler.log", state);
+  char *sargv[] = {"scalesweep", "scheduler", "--database", url, "--token-file", tok,
+                   "--api-token-file", apitok, "--listen", (char *)listen, "--workers",
+                   "127.0.0.1:0", "--checkpoints", ckpt, "--ready-file", ready, NULL};
+  pid_t sched_pid = spawn(sargv, path), worker_pid = -1;
+  int rc = 0, http_port = 0, workers_port = 0;
+  for (int i = 0; i < 300 && read_ports(ready, &http_port, &workers_port) != 0; i++) {
+    if (waitpid(sched_pid, NULL, WNOHANG) == sched_pid || stop_requested) {
+      fprintf(stderr, "scalesweep up: the scheduler stopped; see %s\n", path);
+      sched_pid = -1;
+      rc = SS_EXIT_FAILURE;
+      break;
+    }
+    usleep(100000);
+  }
+  if (!rc && !http_port) {
+    fprintf(stderr, "scalesweep up: the scheduler did not come up in 30 s; see %s\n", path);
+    rc = SS_EXIT_FAILURE;
+  }
+  if (!rc) {
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", workers_port);
+    snprintf(path, sizeof path, "%s/worker.log", state);
+    char *wargv[] = {"scalesweep", "worker", "--scheduler", addr, "--token-file", tok,
+                     "--work-dir", wdir, cpu_slots ? "--cpu-slots" : NULL, (char *)cpu_slots,
+                     NULL};
+    worker_pid = spawn(wargv, path);
+    printf("scalesweep is up: http://127.0.0.1:%d/  (state %s; logs scheduler.log, "
+           "worker.log)\n",
+           http_port, state);
+    fflush(stdout);
+  }
+  cli_target t;
+  if (!rc)
+    rc = cli_target_find(&t, NULL, state, NULL);
+  /* serving is not ready: wait until the scheduler reaches its database */
+  for (int i = 0; !rc && i < 300; i++) {
+    int status = 0;
+    char *resp = NULL;
+    if (cli_request(&t, "GET", "/healthz", NULL, 0, &status, &resp) == 0 && status == 200) {
+      free(resp);
+      break;
+    }
+    free(resp);
+    if (stop_requested || i == 299) {
+      fprintf(stderr, "scalesweep up: the scheduler did not reach its database; see %s/"
+                      "scheduler.log\n", state);
+      rc = SS_EXIT_FAILURE;
+    }
+    usleep(100000);
+  }
+  if (!rc && sweep) {
+    char *argv2[] = {"submit", (char *)sweep, "--state", (char *)state, NULL};
+    if (!rc)
+      rc = cmd_submit(4, argv2);
+  }
+  if (!rc && wait) {
+    /* the sweep just submitted is the newest */
+    int status;
+    char *resp;
+    long long id = 0;
+    if (cli_request(&t, "GET", "/api/sweeps", NULL, 0, &status, &resp) == 0) {
+      json_error_t je;
+      json_t *j = json_loads(resp, 0, &je);
+      id = json_integer_value(json_object_get(json_array_get(j, 0), "id"));
+      json_decref(j);
+      free(resp);
+    }
+    rc = id ? wait_for_sweep(&t, id) : SS_EXIT_FAILURE;
+  } else if (!rc) {
+    while (!stop_requested) {
+      if (waitpid(sched_pid, NULL, WNOHANG) == sched_pid) {
+        fprintf(stderr, "scalesweep up: the scheduler exited; see %s/scheduler.log\n", state);
+        sched_pid = -1;
+        rc = SS_EXIT_FAILURE;
+        break;
+      }
+      if (worker_pid > 0 && waitpid(worker_pid, NULL, WNOHANG) == worker_pid) {
+        fprintf(stderr, "scalesweep up: the worker exited; see %s/worker.log\n", state);
+        worker_pid = -1;
+        rc = SS_EXIT_FAILURE;
+        break;
+      }
+      usleep(200000);
+    }
+  }
+  fprintf(stderr, "scalesweep up: stopping\n");
+  stop_child(worker_pid, "the worker", 20);
+  stop_child(sched_pid, "the scheduler", 10);
+  if (private_pg && pgs_stop(state, err, sizeof err) != 0)
+    fprintf(stderr, "scalesweep up: %s\n", err);
+  return rc;
+}

@@ -1,0 +1,147 @@
+/* scalesweep worker --scheduler HOST:PORT --token-file F [--gpus 0,1]
+ *                   [--cpu-slots N] [--work-dir DIR] [--name NAME] */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "common/err.h"
+#include "worker/worker.h"
+
+#define MAX_GPUS 256
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: scalesweep worker --scheduler HOST:PORT --token-file F [--gpus 0,1]\n"
+             "                         [--cpu-slots N] [--work-dir DIR] [--name NAME]\n"
+             "\n"
+             "Runs the agent of one GPU (or CPU) host: connects to the scheduler's worker\n"
+             "port, runs every run assigned to it as a `scalesweep train` process and\n"
+             "streams its metrics back; reconnects forever. Stops on Ctrl-C or SIGTERM\n"
+             "(running trainers checkpoint first).\n"
+             "  --scheduler HOST:PORT  the scheduler's worker address\n"
+             "  --token-file F         the cluster token (or SCALESWEEP_WORKER_TOKEN)\n"
+             "  --gpus LIST            GPU indices to offer, as nvidia-smi numbers them\n"
+             "                         (default: every GPU found; 'none': no GPU)\n"
+             "  --cpu-slots N          CPU runs at a time (default: 1 without GPUs, else 0)\n"
+             "  --work-dir DIR         run configs and logs (default ./.scalesweep/worker)\n"
+             "  --name NAME            the worker's name (default HOSTNAME:PID)\n"
+             "  --bin PATH             the scalesweep binary that trains (default: this one)\n"
+             "  --heartbeat S          heartbeat interval in seconds (default: the scheduler's)\n"
+             "  --kill-grace S         seconds from SIGTERM to SIGKILL on cancel (default 10)\n"
+             "Exit codes: 0 stopped cleanly, 1 failed at run time, 2 bad usage.\n");
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int usage_error(const char *fmt, ...) {
+  fprintf(stderr, "scalesweep worker: ");
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n(scalesweep worker --help for usage)\n");
+  return SS_EXIT_USAGE;
+}
+
+/* "0,1,3" -> indices; "none" or "" -> no GPU. */
+static int parse_gpus(const char *s, int *out, int *n) {
+  *n = 0;
+  if (!*s || !strcmp(s, "none"))
+    return 0;
+  const char *p = s;
+  for (;;) {
+    char *end;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (end == p || *p == '-' || *p == '+' || errno || v > INT_MAX || (*end && *end != ','))
+      return usage_error("--gpus %s: expected comma-separated GPU indices such as 0,1", s);
+    if (*n == MAX_GPUS)
+      return usage_error("--gpus %s: more than %d GPUs", s, MAX_GPUS);
+    out[(*n)++] = (int)v;
+    if (!*end)
+      return 0;
+    p = end + 1;
+  }
+}
+
+static int parse_seconds(const char *opt, const char *s, double *out) {
+  char *end;
+  double d = strtod(s, &end);
+  if (!*s || *end || !isfinite(d) || d <= 0 || d > 86400)
+    return usage_error("%s %s: expected a number of seconds in (0, 86400]", opt, s);
+  *out = d;
+  return 0;
+}
+
+int cmd_worker(int argc, char **argv) {
+  static int gpus[MAX_GPUS];
+  wrk_options o;
+  wrk_options_init(&o);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return SS_EXIT_OK;
+    }
+    if (strncmp(a, "--", 2))
+      return usage_error("unexpected argument '%s'", a);
+    const char *eq = strchr(a, '=');
+    size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
+    const char *v;
+    if (eq) {
+      v = eq + 1;
+    } else if (i + 1 < argc) {
+      v = argv[++i];
+    } else {
+      return usage_error("%s needs a value", a);
+    }
+#define IS(name) (nlen == strlen(name) && !strncmp(a, name, nlen))
+    if (IS("--scheduler")) {
+      o.scheduler = v;
+    } else if (IS("--token-file")) {
+      o.token_file = v;
+    } else if (IS("--gpus")) {
+      int rc = parse_gpus(v, gpus, &o.n_gpus);
+      if (rc)
+        return rc;
+      o.gpus = gpus;
+    } else if (IS("--cpu-slots")) {
+      char *end;
+      errno = 0;
+      long n = strtol(v, &end, 10);
+      if (!*v || *end || errno || n < 0 || n > 4096)
+        return usage_error("--cpu-slots %s: expected an integer in 0..4096", v);
+      o.cpu_slots = (int)n;
+    } else if (IS("--work-dir")) {
+      o.work_dir = v;
+    } else if (IS("--name")) {
+      o.name = v;
+    } else if (IS("--bin")) {
+      o.binary = v;
+    } else if (IS("--heartbeat")) {
+      if (parse_seconds("--heartbeat", v, &o.heartbeat_s))
+        return SS_EXIT_USAGE;
+    } else if (IS("--kill-grace")) {
+      double s = 0;
+      if (parse_seconds("--kill-grace", v, &s))
+        return SS_EXIT_USAGE;
+      o.kill_grace_ms = (int)ceil(s * 1000);
+    } else {
+      return usage_error("unknown option '%.*s'", (int)nlen, a);
+    }
+#undef IS
+  }
+  if (!o.scheduler)
+    return usage_error("--scheduler HOST:PORT is required");
+  if (!o.token_file) {
+    o.token = getenv("SCALESWEEP_WORKER_TOKEN");
+    if (!o.token || !*o.token)
+      return usage_error("--token-file is required (or set SCALESWEEP_WORKER_TOKEN)");
+  }
+  int rc = wrk_run(&o);
+  return err_exit_code(rc);
+}

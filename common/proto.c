@@ -1,0 +1,528 @@
+/* The scheduler <-> worker wire protocol: line framing, validation of every
+ * message type (docs/runtime.md), encoding.
+ *
+ * Framing rules (both peers):
+ * - a line is every byte before '\n'; at most PROTO_MAX_LINE of them, a
+ *   trailing '\r' included. A CRLF line is tolerated: its '\r' is stripped
+ *   before on_line sees it (so `nc` and telnet work for debugging).
+ * - empty lines (also "\r\n") are skipped: they carry no message.
+ * - the reader never holds more than PROTO_MAX_LINE bytes (+1 for a NUL):
+ *   as soon as an unfinished line would exceed the bound, proto_reader_feed
+ *   returns SS_ERANGE, forgets the partial line and ignores the rest of that
+ *   chunk; the caller drops the connection (framing is lost).
+ * - on_line gets a NUL-terminated copy (line[len] == '\0') valid during the
+ *   call only. A non-zero return from on_line stops the feed: the rest of
+ *   the chunk is dropped, the reader is left empty and proto_reader_feed
+ *   returns that value (for a callback that is about to close the
+ *   connection).
+ *
+ * Validation: every field that a message type requires must be present with
+ * its JSON type (and range: ids and counts are non-negative, sequence numbers
+ * start at 1). Unknown keys are ignored, so that a version 1 peer can accept
+ * additions that do not change the meaning of the message. Duplicate keys
+ * are rejected: a peer must not be able to say two things at once. */
+#include "common/proto.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+/* ---- names -------------------------------------------------------------- */
+
+static const char *const type_names[] = {
+    [PROTO_INVALID] = "invalid",   [PROTO_HELLO] = "hello",     [PROTO_HEARTBEAT] = "heartbeat",
+    [PROTO_STARTED] = "started",   [PROTO_METRICS] = "metrics", [PROTO_CHECKPOINT] = "checkpoint",
+    [PROTO_FINISHED] = "finished", [PROTO_WELCOME] = "welcome", [PROTO_ASSIGN] = "assign",
+    [PROTO_CANCEL] = "cancel",     [PROTO_ACK] = "ack",         [PROTO_ERROR] = "error",
+};
+#define NTYPES ((int)(sizeof type_names / sizeof *type_names))
+
+const char *proto_type_name(proto_type t) {
+  if ((int)t < 0 || (int)t >= NTYPES)
+    return "invalid";
+  return type_names[t];
+}
+
+/* ---- framing ------------------------------------------------------------ */
+
+void proto_reader_init(proto_reader *r) {
+  r->buf = NULL;
+  r->len = 0;
+  r->cap = 0;
+}
+
+void proto_reader_free(proto_reader *r) {
+  free(r->buf);
+  proto_reader_init(r);
+}
+
+/* Makes room for `need` bytes (need <= PROTO_MAX_LINE + 1), doubling from
+ * 4 KiB so that ordinary lines cost no reallocation. */
+static int reader_reserve(proto_reader *r, size_t need) {
+  if (need <= r->cap)
+    return 0;
+  size_t cap = r->cap ? r->cap : 4096;
+  while (cap < need)
+    cap *= 2;
+  if (cap > (size_t)PROTO_MAX_LINE + 1)
+    cap = (size_t)PROTO_MAX_LINE + 1;
+  char *p = realloc(r->buf, cap);
+  if (!p)
+    return SS_ENOMEM;
+  r->buf = p;
+  r->cap = cap;
+  return 0;
+}
+
+int proto_reader_feed(proto_reader *r, const char *data, size_t n,
+                      int (*on_line)(void *ud, const char *line, size_t len), void *ud) {
+  while (n > 0) {
+    const char *nl = memchr(data, '\n', n);
+    size_t take = nl ? (size_t)(nl - data) : n;
+    if (r->len + take > PROTO_MAX_LINE) {
+      r->len = 0;
+      return SS_ERANGE;
+    }
+    int rc = reader_reserve(r, r->len + take + 1);
+    if (rc) {
+      r->len = 0;
+      return rc;
+    }
+    memcpy(r->buf + r->len, data, take);
+    r->len += take;
+    if (!nl)
+      return 0;
+    data += take + 1;
+    n -= take + 1;
+    size_t len = r->len;
+    r->len = 0;
+    if (len > 0 && r->buf[len - 1] == '\r')
+      len--;
+    if (len == 0)
+      continue;
+    r->buf[len] = '\0';
+    rc = on_line(ud, r->buf, len);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+/* ---- validation --------------------------------------------------------- */
+
+typedef struct vctx {
+  char *err;
+  size_t errlen;
+  int failed;
+} vctx;
+
+static void vfail(vctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void vfail(vctx *c, const char *fmt, ...) {
+  if (c->failed)
+    return;
+  c->failed = 1;
+  if (!c->err || !c->errlen)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->err, c->errlen, fmt, ap);
+  va_end(ap);
+}
+
+/* A short rendering of a JSON value for "found ..." in messages: scalars as
+ * JSON (strings cut at 40 bytes), containers by kind. */
+static void describe(const json_t *v, char *out, size_t n) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT:
+    snprintf(out, n, "an object");
+    return;
+  case JSON_ARRAY:
+    snprintf(out, n, "an array");
+    return;
+  case JSON_TRUE:
+    snprintf(out, n, "true");
+    return;
+  case JSON_FALSE:
+    snprintf(out, n, "false");
+    return;
+  case JSON_NULL:
+    snprintf(out, n, "null");
+    return;
+  case JSON_INTEGER:
+    snprintf(out, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    return;
+  case JSON_REAL: {
+    char *s = json_dumps(v, JSON_ENCODE_ANY); /* 1.0 stays 1.0, unlike %g */
+    snprintf(out, n, "%s", s ? s : "a number");
+    free(s);
+    return;
+  }
+  case JSON_STRING: {
+    size_t len = json_string_length(v);
+    json_t *cut = json_stringn_nocheck(json_string_value(v), len > 40 ? 40 : len);
+    char *s = cut ? json_dumps(cut, JSON_ENCODE_ANY) : NULL;
+    /* A cut in the middle of a UTF-8 sequence is harmless here: the
+     * description is only printed. */
+    snprintf(out, n, "%s%s", s ? s : "a string", s && len > 40 ? "..." : "");
+    free(s);
+    json_decref(cut);
+    return;
+  }
+  }
+  snprintf(out, n, "a value");
+}
+
+static void fail_type(vctx *c, const char *path, const char *expected, const json_t *v) {
+  char found[96];
+  describe(v, found, sizeof found);
+  vfail(c, "%s: expected %s, found %s", path, expected, found);
+}
+
+/* The member `key` of object o, or NULL after a "missing" error. */
+static json_t *need(vctx *c, const json_t *o, const char *path, const char *key,
+                    const char *expected) {
+  json_t *v = json_object_get(o, key);
+  if (!v)
+    vfail(c, "%s.%s: missing, expected %s", path, key, expected);
+  return v;
+}
+
+static void check_int(vctx *c, const char *path, const json_t *v, json_int_t min) {
+  if (c->failed)
+    return;
+  if (!json_is_integer(v)) {
+    fail_type(c, path,
+              min == 0   ? "a non-negative integer"
+              : min == 1 ? "a positive integer"
+                         : "an integer",
+              v);
+    return;
+  }
+  if (json_integer_value(v) < min)
+    vfail(c, "%s: expected an integer >= %" JSON_INTEGER_FORMAT ", found %" JSON_INTEGER_FORMAT,
+          path, min, json_integer_value(v));
+}
+
+enum kind {
+  K_INT0,       /* integer >= 0 */
+  K_INT1,       /* integer >= 1 */
+  K_INT,        /* any integer */
+  K_NUMBER,     /* any number */
+  K_NUMBER_POS, /* number > 0 */
+  K_STRING,
+  K_STRING_OR_NULL,
+  K_OBJECT,
+  K_OBJECT_OR_NULL,
+  K_BOOL,
+  K_VERSION,   /* == PROTO_VERSION */
+  K_GPU_LIST,  /* [{"index":int>=0,"name":str,"memory_bytes":int>=0}] */
+  K_RUN_REFS,  /* [{"run_id":int>=0,"attempt":int>=0}] */
+  K_INT0_LIST, /* [int>=0] */
+  K_ROWS,      /* trainer step / eval events */
+};
+
+static const char *kind_text(enum kind k) {
+  switch (k) {
+  case K_INT0:
+    return "a non-negative integer";
+  case K_INT1:
+    return "a positive integer";
+  case K_INT:
+    return "an integer";
+  case K_NUMBER:
+    return "a number";
+  case K_NUMBER_POS:
+    return "a positive number";
+  case K_STRING:
+    return "a string";
+  case K_STRING_OR_NULL:
+    return "a string or null";
+  case K_OBJECT:
+    return "an object";
+  case K_OBJECT_OR_NULL:
+    return "an object or null";
+  case K_BOOL:
+    return "true or false";
+  case K_VERSION:
+    return "1";
+  case K_GPU_LIST:
+    return "an array of GPU objects";
+  case K_RUN_REFS:
+    return "an array of {run_id, attempt} objects";
+  case K_INT0_LIST:
+    return "an array of non-negative integers";
+  case K_ROWS:
+    return "an array of step and eval events";
+  }
+  return "a value";
+}
+
+typedef struct field {
+  const char *key;
+  enum kind kind;
+} field;
+
+static void check_value(vctx *c, const char *path, const json_t *v, enum kind k);
+
+/* Builds a JSON path; a path cut at the buffer's end is still a useful hint. */
+static void subpath(char *out, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void subpath(char *out, size_t n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out, n, fmt, ap);
+  va_end(ap);
+}
+
+static void check_fields(vctx *c, const char *path, const json_t *o, const field *fs) {
+  char sub[256];
+  for (; fs->key && !c->failed; fs++) {
+    json_t *v = need(c, o, path, fs->key, kind_text(fs->kind));
+    if (!v)
+      return;
+    subpath(sub, sizeof sub, "%s.%s", path, fs->key);
+    check_value(c, sub, v, fs->kind);
+  }
+}
+
+/* A trainer `step` or `eval` event as the trainer printed it. The fields the
+ * metrics table needs are required; the optional numeric ones (b_noise only
+ * when measurable, loss_scale only with fp16) are checked when present. */
+static void check_row(vctx *c, const char *path, const json_t *row) {
+  static const field common[] = {{"step", K_INT0}, {"tokens", K_INT0}, {NULL, 0}};
+  static const field step_fields[] = {{"train_loss", K_NUMBER}, {NULL, 0}};
+  static const field eval_fields[] = {{"val_loss", K_NUMBER}, {NULL, 0}};
+  static const char *const optional[] = {"lr",         "grad_norm", "b_noise",
+                                         "loss_scale", "tok_per_s", NULL};
+  char sub[256];
+  if (!json_is_object(row)) {
+    fail_type(c, path, "a step or eval event object", row);
+    return;
+  }
+  json_t *ev = need(c, row, path, "event", "\"step\" or \"eval\"");
+  if (!ev)
+    return;
+  const char *e = json_string_value(ev);
+  int is_step = e && !strcmp(e, "step"), is_eval = e && !strcmp(e, "eval");
+  if (!is_step && !is_eval) {
+    subpath(sub, sizeof sub, "%s.event", path);
+    fail_type(c, sub, "\"step\" or \"eval\"", ev);
+    return;
+  }
+  check_fields(c, path, row, common);
+  check_fields(c, path, row, is_step ? step_fields : eval_fields);
+  for (int i = 0; optional[i] && !c->failed; i++) {
+    json_t *v = json_object_get(row, optional[i]);
+    if (!v)
+      continue;
+    subpath(sub, sizeof sub, "%s.%s", path, optional[i]);
+    check_value(c, sub, v, K_NUMBER);
+  }
+}
+
+static void check_array(vctx *c, const char *path, const json_t *v, enum kind k) {
+  static const field gpu_fields[] = {
+      {"index", K_INT0}, {"name", K_STRING}, {"memory_bytes", K_INT0}, {NULL, 0}};
+  static const field ref_fields[] = {{"run_id", K_INT0}, {"attempt", K_INT0}, {NULL, 0}};
+  if (!json_is_array(v)) {
+    fail_type(c, path, kind_text(k), v);
+    return;
+  }
+  char sub[256];
+  size_t i;
+  json_t *e;
+  json_array_foreach(v, i, e) {
+    if (c->failed)
+      return;
+    subpath(sub, sizeof sub, "%s[%zu]", path, i);
+    switch (k) {
+    case K_GPU_LIST:
+    case K_RUN_REFS:
+      if (!json_is_object(e))
+        fail_type(c, sub, "an object", e);
+      else
+        check_fields(c, sub, e, k == K_GPU_LIST ? gpu_fields : ref_fields);
+      break;
+    case K_INT0_LIST:
+      check_int(c, sub, e, 0);
+      break;
+    case K_ROWS:
+      check_row(c, sub, e);
+      break;
+    default:
+      break;
+    }
+  }
+}
+
+static void check_value(vctx *c, const char *path, const json_t *v, enum kind k) {
+  if (c->failed)
+    return;
+  switch (k) {
+  case K_INT0:
+    check_int(c, path, v, 0);
+    return;
+  case K_INT1:
+    check_int(c, path, v, 1);
+    return;
+  case K_INT:
+    if (!json_is_integer(v))
+      fail_type(c, path, kind_text(k), v);
+    return;
+  case K_NUMBER:
+    if (!json_is_number(v))
+      fail_type(c, path, kind_text(k), v);
+    return;
+  case K_NUMBER_POS:
+    if (!json_is_number(v) || !(json_number_value(v) > 0))
+      fail_type(c, path, kind_text(k), v);
+    return;
+  case K_STRING:
+    if (!json_is_string(v))
+      fail_type(c, path, kind_text(k), v);
+    return;
+  case K_STRING_OR_NULL:
+    if (!json_is_string(v) && !json_is_null(v))
+      fail_type(c, path, kind_text(k), v);
+    return;
+  case K_OBJECT:
+    if (!json_is_object(v))
+      fail_type(c, path, kind_text(k), v);
+    return;
+  case K_OBJECT_OR_NULL:
+    if (!json_is_object(v) && !json_is_null(v))
+      fail_type(c, path, kind_text(k), v);
+    return;
+  case K_BOOL:
+    if (!json_is_boolean(v))
+      fail_type(c, path, kind_text(k), v);
+    return;
+  case K_VERSION:
+    if (!json_is_integer(v) || json_integer_value(v) != PROTO_VERSION)
+      fail_type(c, path,
+                "protocol version 1 (HINT: run the same scalesweep version on "
+                "the scheduler and the workers)",
+                v);
+    return;
+  case K_GPU_LIST:
+  case K_RUN_REFS:
+  case K_INT0_LIST:
+  case K_ROWS:
+    check_array(c, path, v, k);
+    return;
+  }
+}
+
+/* The required fields of each message type (docs/runtime.md). */
+static const field f_hello[] = {
+    {"version", K_VERSION}, {"token", K_STRING},   {"name", K_STRING},   {"host", K_STRING},
+    {"gpus", K_GPU_LIST},   {"cpu_slots", K_INT0}, {"runs", K_RUN_REFS}, {NULL, 0}};
+static const field f_heartbeat[] = {{"runs", K_INT0_LIST}, {NULL, 0}};
+static const field f_started[] = {
+    {"run_id", K_INT0}, {"attempt", K_INT0}, {"config", K_OBJECT}, {NULL, 0}};
+static const field f_metrics[] = {
+    {"run_id", K_INT0}, {"attempt", K_INT0}, {"seq", K_INT1}, {"rows", K_ROWS}, {NULL, 0}};
+static const field f_checkpoint[] = {
+    {"run_id", K_INT0}, {"attempt", K_INT0}, {"step", K_INT0}, {"path", K_STRING}, {NULL, 0}};
+static const field f_finished[] = {
+    {"run_id", K_INT0},          {"attempt", K_INT0},    {"seq", K_INT1},
+    {"exit_code", K_INT},        {"signal", K_INT0},     {"done", K_OBJECT_OR_NULL},
+    {"error", K_STRING_OR_NULL}, {"log_tail", K_STRING}, {NULL, 0}};
+static const field f_welcome[] = {
+    {"worker_id", K_INT0}, {"heartbeat_s", K_NUMBER_POS}, {"lease_s", K_NUMBER_POS}, {NULL, 0}};
+static const field f_assign[] = {{"run_id", K_INT0},
+                                 {"attempt", K_INT0},
+                                 {"config", K_OBJECT},
+                                 {"gpus", K_INT0_LIST},
+                                 {"checkpoint_dir", K_STRING},
+                                 {"resume", K_BOOL},
+                                 {NULL, 0}};
+static const field f_cancel[] = {{"run_id", K_INT0}, {NULL, 0}};
+static const field f_ack[] = {{"run_id", K_INT0}, {"attempt", K_INT0}, {"seq", K_INT0}, {NULL, 0}};
+static const field f_error[] = {{"message", K_STRING}, {NULL, 0}};
+
+static const field *const type_fields[] = {
+    [PROTO_HELLO] = f_hello,     [PROTO_HEARTBEAT] = f_heartbeat,   [PROTO_STARTED] = f_started,
+    [PROTO_METRICS] = f_metrics, [PROTO_CHECKPOINT] = f_checkpoint, [PROTO_FINISHED] = f_finished,
+    [PROTO_WELCOME] = f_welcome, [PROTO_ASSIGN] = f_assign,         [PROTO_CANCEL] = f_cancel,
+    [PROTO_ACK] = f_ack,         [PROTO_ERROR] = f_error,
+};
+
+proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, size_t errlen) {
+  vctx c = {err, errlen, 0};
+  if (msg)
+    *msg = NULL;
+  if (err && errlen)
+    err[0] = '\0';
+  if (len > PROTO_MAX_LINE) {
+    vfail(&c, "$: line of %zu bytes exceeds the limit of %u", len, PROTO_MAX_LINE);
+    return PROTO_INVALID;
+  }
+  json_error_t jerr;
+  json_t *root = json_loadb(line, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+  if (!root) {
+    vfail(&c, "$: invalid JSON at column %d: %s", jerr.column, jerr.text);
+    return PROTO_INVALID;
+  }
+  proto_type t = PROTO_INVALID;
+  if (!json_is_object(root)) {
+    fail_type(&c, "$", "a message object", root);
+    goto out;
+  }
+  json_t *tv = need(&c, root, "$", "type", "a message type string");
+  if (!tv)
+    goto out;
+  const char *ts = json_string_value(tv);
+  for (int i = PROTO_INVALID + 1; ts && i < NTYPES; i++)
+    if (!strcmp(ts, type_names[i]))
+      t = (proto_type)i;
+  if (t == PROTO_INVALID) {
+    fail_type(&c, "$.type",
+              "one of hello, heartbeat, started, metrics, checkpoint, finished, welcome, "
+              "assign, cancel, ack, error",
+              tv);
+    goto out;
+  }
+  check_fields(&c, "$", root, type_fields[t]);
+out:
+  if (c.failed) {
+    json_decref(root);
+    return PROTO_INVALID;
+  }
+  if (msg)
+    *msg = root;
+  else
+    json_decref(root);
+  return t;
+}
+
+/* ---- encoding ----------------------------------------------------------- */
+
+/* NULL when msg cannot be encoded (a NaN has no JSON form; Jansson refuses
+ * it earlier) or when the line would exceed PROTO_MAX_LINE, which the peer
+ * would reject: the caller must split or drop such a message. */
+char *proto_encode(const json_t *msg, size_t *len) {
+  char *s = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
+  if (!s)
+    return NULL;
+  size_t n = strlen(s);
+  if (n > PROTO_MAX_LINE) {
+    free(s);
+    return NULL;
+  }
+  char *line = realloc(s, n + 2);
+  if (!line) {
+    free(s);
+    return NULL;
+  }
+  line[n] = '\n';
+  line[n + 1] = '\0';
+  if (len)
+    *len = n + 1;
+  return line;
+}

@@ -1,0 +1,435 @@
+/* The HTTP API (DESIGN.md "HTTP API conventions"): JSON in and out, keys
+ * named as the table columns, errors as {"error": {"message", "path"}}. Most
+ * answers are built as JSON by PostgreSQL itself. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler/internal.h"
+#include "scheduler/submit.h"
+
+typedef struct req_ctx {
+  sched *s;
+  http_request *r;
+  int created; /* answer 201 instead of 200 */
+  int64_t id;
+} req_ctx;
+
+static req_ctx *rctx(sched *s, http_request *r) {
+  req_ctx *x = http_alloc(r, sizeof *x);
+  memset(x, 0, sizeof *x);
+  x->s = s;
+  x->r = r;
+  return x;
+}
+
+static void record_latency(sched *s, http_request *r) {
+  double ms = (double)(uv_hrtime() - http_request_start_ns(r)) / 1e6;
+  static const double le[12] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000};
+  for (int i = 0; i < 12; i++)
+    if (ms <= le[i])
+      s->lat_buckets[i]++;
+  s->lat_count++;
+  s->lat_sum_s += ms / 1e3;
+}
+
+static void answer_json(req_ctx *x, int status, const char *json) {
+  record_latency(x->s, x->r);
+  http_respond_json(x->r, status, json);
+}
+
+static void answer_error(req_ctx *x, int status, const char *msg, const char *path) {
+  record_latency(x->s, x->r);
+  http_respond_error(x->r, status, msg, path);
+}
+
+/* A query whose single cell is the JSON answer; no row is 404. */
+static void on_json_row(void *ud, int status, PGresult *res, const char *errmsg) {
+  req_ctx *x = ud;
+  if (status == DB_ERR_CONN)
+    answer_error(x, 503, "database unavailable; try again", NULL);
+  else if (status != DB_OK)
+    answer_error(x, 500, errmsg, NULL);
+  else if (PQntuples(res) == 0 || PQgetisnull(res, 0, 0))
+    answer_error(x, 404, "no such object", NULL);
+  else
+    answer_json(x, x->created ? 201 : 200, PQgetvalue(res, 0, 0));
+}
+
+/* "/api/runs/12/cancel" with prefix "/api/runs/" -> 12 and rest "/cancel" */
+static int parse_id(const char *path, const char *prefix, int64_t *id, const char **rest) {
+  size_t pl = strlen(prefix);
+  if (strncmp(path, prefix, pl) != 0)
+    return 0;
+  char *end;
+  const char *p = path + pl;
+  if (*p < '0' || *p > '9')
+    return 0;
+  long long v = strtoll(p, &end, 10);
+  if (v <= 0)
+    return 0;
+  *id = v;
+  *rest = end;
+  return 1;
+}
+
+static int authorized(sched *s, http_request *r) {
+  const char *h = http_header(r, "authorization");
+  if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+    return 0;
+  return sched__token_ok(s->api_token, h + 7);
+}
+
+/* ---- reads ---------------------------------------------------------------------- */
+
+static void get_sweeps(sched *s, req_ctx *x) {
+  (void)s;
+  db_query(x->s->db,
+           "SELECT coalesce(json_agg(t ORDER BY t.id DESC), '[]') FROM ("
+           "SELECT sw.id, sw.name, sw.status, sw.priority, sw.created_at, sw.spec_hash, "
+           "count(r.id) AS runs, "
+           "count(r.id) FILTER (WHERE r.status = 'succeeded') AS succeeded, "
+           "count(r.id) FILTER (WHERE r.status = 'failed') AS failed, "
+           "count(r.id) FILTER (WHERE r.status = 'running') AS running, "
+           "count(r.id) FILTER (WHERE r.status = 'queued') AS queued, "
+           "coalesce(sum(r.flops), 0) AS flops_planned, "
+           "coalesce(sum(r.flops) FILTER (WHERE r.status = 'succeeded'), 0) AS flops_done "
+           "FROM sweeps sw LEFT JOIN runs r ON r.sweep_id = sw.id "
+           "GROUP BY sw.id ORDER BY sw.id DESC LIMIT 1000) t",
+           0, NULL, on_json_row, x);
+}
+
+static const char *run_columns =
+    "r.id, r.sweep_id, r.status, r.attempt, r.max_attempts, r.gpus, r.priority, r.worker, "
+    "r.lease_until, r.params, r.nonembedding_params, r.tokens, r.batch_size, r.flops, "
+    "r.final_val_loss, r.started_at, r.finished_at, r.reproduces, r.code_version, r.error, "
+    "r.checkpoint_step, r.config_hash";
+
+static void get_sweep(sched *s, req_ctx *x, int64_t id) {
+  char sql[2048], ids[32];
+  snprintf(ids, sizeof ids, "%" PRId64, id);
+  snprintf(sql, sizeof sql,
+           "SELECT json_build_object('id', sw.id, 'name', sw.name, 'status', sw.status, "
+           "'priority', sw.priority, 'created_at', sw.created_at, 'spec', sw.spec, "
+           "'spec_hash', sw.spec_hash, 'runs', (SELECT coalesce(json_agg(t ORDER BY t.id), "
+           "'[]') FROM (SELECT %s FROM runs r WHERE r.sweep_id = sw.id) t)) "
+           "FROM sweeps sw WHERE sw.id = $1",
+           run_columns);
+  const char *p[1] = {ids};
+  db_query(s->db, sql, 1, p, on_json_row, x);
+}
+
+static void get_run(sched *s, req_ctx *x, int64_t id) {
+  char sql[2048], ids[32];
+  snprintf(ids, sizeof ids, "%" PRId64, id);
+  snprintf(sql, sizeof sql,
+           "SELECT json_build_object('run', (SELECT row_to_json(t) FROM (SELECT %s, "
+           "r.config FROM runs r WHERE r.id = $1) t), "
+           "'metrics', (SELECT coalesce(json_agg(m ORDER BY m.step), '[]') FROM "
+           "(SELECT step, tokens, train_loss, val_loss, lr, grad_norm, b_noise, loss_scale, "
+           "tok_per_s FROM metrics WHERE run_id = $1) m)) "
+           "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1)",
+           run_columns);
+  const char *p[1] = {ids};
+  db_query(s->db, sql, 1, p, on_json_row, x);
+}
+
+static void get_workers(sched *s, req_ctx *x) {
+  /* connected workers from memory, with their busy slots */
+  json_t *arr = json_array();
+  for (sched__wconn *c = s->conns; c; c = c->next) {
+    if (!c->authed || c->closing)
+      continue;
+    json_t *runs = json_array();
+    for (sched__wrun *w = c->runs; w; w = w->next)
+      json_array_append_new(runs, json_integer(w->run_id));
+    int busy = 0;
+    for (int g = 0; g < c->ngpus; g++)
+      busy += c->gpu_busy[g];
+    json_array_append_new(
+        arr, json_pack("{s:I,s:s,s:s,s:O,s:i,s:i,s:i,s:o}", "id", (json_int_t)c->worker_id,
+                       "name", c->name, "host", c->host, "gpus",
+                       c->gpus_json ? c->gpus_json : json_null(), "gpus_busy", busy,
+                       "cpu_slots", c->cpu_slots, "cpu_busy", c->cpu_busy, "runs", runs));
+  }
+  char *text = json_dumps(arr, JSON_COMPACT);
+  json_decref(arr);
+  answer_json(x, 200, text);
+  free(text);
+}
+
+/* ---- mutations ------------------------------------------------------------------------ */
+
+static void on_cancelled(void *ud, int status, PGresult *res, const char *errmsg) {
+  req_ctx *x = ud;
+  if (status != DB_OK) {
+    answer_error(x, status == DB_ERR_CONN ? 503 : 500, errmsg, NULL);
+    return;
+  }
+  if (PQntuples(res) == 0) {
+    answer_error(x, 404, "no such object", NULL);
+    return;
+  }
+  /* rows: run ids that were running (to be stopped on their workers) */
+  int stopped = 0;
+  for (int i = 0; i < PQntuples(res); i++) {
+    if (PQgetisnull(res, i, 0))
+      continue;
+    int64_t rid = strtoll(PQgetvalue(res, i, 0), NULL, 10);
+    if (!strcmp(PQgetvalue(res, i, 1), "running")) {
+      sched__cancel_running(x->s, rid);
+      stopped++;
+    } else {
+      sched__emit(x->s, "run", json_pack("{s:I,s:s}", "id", (json_int_t)rid, "status",
+                                         "cancelled"));
+    }
+  }
+  char body[128];
+  snprintf(body, sizeof body, "{\"id\":%" PRId64 ",\"cancelling_running\":%d}", x->id,
+           stopped);
+  answer_json(x, 200, body);
+}
+
+static void cancel(sched *s, req_ctx *x, int sweep, int64_t id) {
+  char ids[32];
+  snprintf(ids, sizeof ids, "%" PRId64, id);
+  x->id = id;
+  const char *p[1] = {ids};
+  /* queued runs are cancelled here; running ones are stopped by their
+   * worker (they checkpoint) and recorded when it reports */
+  if (sweep)
+    db_query(s->db,
+             "WITH q AS (UPDATE runs SET status = 'cancelled', finished_at = now() "
+             "WHERE sweep_id = $1 AND status = 'queued' RETURNING id, 'queued'::text AS st), "
+             "sw AS (UPDATE sweeps SET status = 'cancelled' WHERE id = $1 RETURNING id) "
+             "SELECT id, st FROM q UNION ALL "
+             "SELECT id, 'running' FROM runs WHERE sweep_id = $1 AND status = 'running' "
+             "UNION ALL SELECT NULL, 'sweep' FROM sw",
+             1, p, on_cancelled, x);
+  else
+    db_query(s->db,
+             "WITH q AS (UPDATE runs SET status = 'cancelled', finished_at = now() "
+             "WHERE id = $1 AND status = 'queued' RETURNING id, 'queued'::text AS st) "
+             "SELECT id, st FROM q UNION ALL "
+             "SELECT id, status::text FROM runs WHERE id = $1 AND status <> 'queued'",
+             1, p, on_cancelled, x);
+}
+
+static void on_reproduced(void *ud, int status, PGresult *res, const char *errmsg) {
+  req_ctx *x = ud;
+  on_json_row(ud, status, res, errmsg);
+  if (status == DB_OK && PQntuples(res) == 1)
+    sched__place(x->s);
+}
+
+static void reproduce(sched *s, req_ctx *x, int64_t id) {
+  char ids[32];
+  snprintf(ids, sizeof ids, "%" PRId64, id);
+  const char *p[1] = {ids};
+  x->created = 1;
+  db_query(s->db,
+           "INSERT INTO runs (sweep_id, config, config_hash, gpus, priority, max_attempts, "
+           "params, nonembedding_params, tokens, batch_size, flops, reproduces) "
+           "SELECT sweep_id, config, config_hash, gpus, priority, max_attempts, params, "
+           "nonembedding_params, tokens, batch_size, flops, id FROM runs WHERE id = $1 "
+           "RETURNING json_build_object('id', id, 'reproduces', reproduces)",
+           1, p, on_reproduced, x);
+}
+
+/* ---- /metrics (Prometheus text format) ----------------------------------------------------- */
+
+static void on_counts(void *ud, int status, PGresult *res, const char *errmsg) {
+  req_ctx *x = ud;
+  sched *s = x->s;
+  (void)errmsg;
+  long long queued = -1, running = -1, succeeded = -1, failed = -1;
+  if (status == DB_OK && PQntuples(res) == 1) {
+    queued = atoll(PQgetvalue(res, 0, 0));
+    running = atoll(PQgetvalue(res, 0, 1));
+    succeeded = atoll(PQgetvalue(res, 0, 2));
+    failed = atoll(PQgetvalue(res, 0, 3));
+  }
+  int gpus = 0, gpus_busy = 0, cpu = 0, cpu_busy = 0, workers = 0;
+  for (sched__wconn *c = s->conns; c; c = c->next) {
+    if (!c->authed || c->closing)
+      continue;
+    workers++;
+    gpus += c->ngpus;
+    for (int g = 0; g < c->ngpus; g++)
+      gpus_busy += c->gpu_busy[g];
+    cpu += c->cpu_slots;
+    cpu_busy += c->cpu_busy;
+  }
+  http_stats hs;
+  http_server_stats(s->http, &hs);
+  size_t cap = 8192, len = 0;
+  char *b = http_alloc(x->r, cap);
+#define OUT(...) len += (size_t)snprintf(b + len, cap - len, __VA_ARGS__)
+  OUT("# HELP scalesweep_runs Runs by status (from the database; -1 when unavailable).\n"
+      "# TYPE scalesweep_runs gauge\n");
+  OUT("scalesweep_runs{status=\"queued\"} %lld\n", queued);
+  OUT("scalesweep_runs{status=\"running\"} %lld\n", running);
+  OUT("scalesweep_runs{status=\"succeeded\"} %lld\n", succeeded);
+  OUT("scalesweep_runs{status=\"failed\"} %lld\n", failed);
+  OUT("# TYPE scalesweep_queue_length gauge\nscalesweep_queue_length %lld\n", queued);
+  OUT("# TYPE scalesweep_workers gauge\nscalesweep_workers %d\n", workers);
+  OUT("# TYPE scalesweep_gpu_slots gauge\nscalesweep_gpu_slots{state=\"busy\"} %d\n"
+      "scalesweep_gpu_slots{state=\"free\"} %d\n",
+      gpus_busy, gpus - gpus_busy);
+  OUT("# TYPE scalesweep_cpu_slots gauge\nscalesweep_cpu_slots{state=\"busy\"} %d\n"
+      "scalesweep_cpu_slots{state=\"free\"} %d\n",
+      cpu_busy, cpu - cpu_busy);
+  OUT("# TYPE scalesweep_runs_finished_total counter\nscalesweep_runs_finished_total %llu\n",
+      (unsigned long long)s->runs_finished);
+  OUT("# TYPE scalesweep_runs_failed_total counter\nscalesweep_runs_failed_total %llu\n",
+      (unsigned long long)s->runs_failed);
+  OUT("# TYPE scalesweep_runs_requeued_total counter\nscalesweep_runs_requeued_total %llu\n",
+      (unsigned long long)s->runs_requeued);
+  OUT("# TYPE scalesweep_metric_rows_stored_total counter\n"
+      "scalesweep_metric_rows_stored_total %llu\n",
+      (unsigned long long)s->metric_rows);
+  OUT("# TYPE scalesweep_db_queue_length gauge\nscalesweep_db_queue_length %zu\n",
+      db_queue_length(s->db));
+  OUT("# TYPE scalesweep_db_up gauge\nscalesweep_db_up %d\n", db_ready(s->db));
+  OUT("# HELP scalesweep_http_request_duration_seconds API request latency.\n"
+      "# TYPE scalesweep_http_request_duration_seconds histogram\n");
+  static const char *const le[12] = {"0.001", "0.002", "0.005", "0.01", "0.02", "0.05",
+                                     "0.1",   "0.2",   "0.5",   "1",    "2",    "5"};
+  for (int i = 0; i < 12; i++)
+    OUT("scalesweep_http_request_duration_seconds_bucket{le=\"%s\"} %llu\n", le[i],
+        (unsigned long long)s->lat_buckets[i]);
+  OUT("scalesweep_http_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+      (unsigned long long)s->lat_count);
+  OUT("scalesweep_http_request_duration_seconds_sum %.6f\n", s->lat_sum_s);
+  OUT("scalesweep_http_request_duration_seconds_count %llu\n",
+      (unsigned long long)s->lat_count);
+  OUT("# TYPE scalesweep_http_connections gauge\nscalesweep_http_connections %d\n",
+      hs.connections);
+#undef OUT
+  http_respond(x->r, 200, "text/plain; version=0.0.4", b, len < cap ? len : cap - 1, "");
+}
+
+static void get_metrics(sched *s, req_ctx *x) {
+  db_query(s->db,
+           "SELECT count(*) FILTER (WHERE status = 'queued'), "
+           "count(*) FILTER (WHERE status = 'running'), "
+           "count(*) FILTER (WHERE status = 'succeeded'), "
+           "count(*) FILTER (WHERE status = 'failed') FROM runs",
+           0, NULL, on_counts, x);
+}
+
+/* ---- SSE ------------------------------------------------------------------------------------ */
+
+static void on_sse_closed(http_sse *st, void *ud) {
+  sched *s = ud;
+  for (sched__sse **pp = &s->sse; *pp; pp = &(*pp)->next)
+    if ((*pp)->stream == st) {
+      sched__sse *dead = *pp;
+      *pp = dead->next;
+      free(dead);
+      return;
+    }
+}
+
+static void events(sched *s, http_request *r) {
+  http_sse *st = http_sse_start(r);
+  if (!st)
+    return;
+  sched__sse *c = calloc(1, sizeof *c);
+  c->stream = st;
+  c->next = s->sse;
+  s->sse = c;
+  http_sse_on_close(st, on_sse_closed, s);
+  /* resume: replay what the ring still holds after Last-Event-ID */
+  uint64_t last = http_sse_last_id(st);
+  if (last && last < s->next_event_id) {
+    uint64_t from = last + 1;
+    if (s->next_event_id - from >= SCHED__EVENT_RING)
+      from = s->next_event_id - SCHED__EVENT_RING + 1;
+    for (uint64_t id = from; id <= s->next_event_id; id++) {
+      sched__event *e = &s->events[id % SCHED__EVENT_RING];
+      if (e->id == id)
+        http_sse_send(st, id, e->name, e->data);
+    }
+  }
+}
+
+/* ---- routing ------------------------------------------------------------------------------------ */
+
+void sched__http(http_request *r, void *ud) {
+  sched *s = ud;
+  req_ctx *x = rctx(s, r);
+  const char *m = http_method(r), *path = http_path(r);
+  int get = !strcmp(m, "GET") || !strcmp(m, "HEAD"), post = !strcmp(m, "POST");
+  int64_t id;
+  const char *rest;
+
+  if (!strcmp(path, "/metrics") || !strcmp(path, "/healthz")) {
+    if (!get)
+      return answer_error(x, 405, "method not allowed: use GET", NULL);
+    if (!strcmp(path, "/healthz"))
+      return answer_json(x, db_ready(s->db) ? 200 : 503,
+                         db_ready(s->db) ? "{\"ok\":true}" : "{\"ok\":false}");
+    return get_metrics(s, x);
+  }
+  if (strncmp(path, "/api/", 5) != 0)
+    return answer_error(x, 404, "not found", NULL);
+  if (get && !s->o.open_reads && !authorized(s, r))
+    return answer_error(x, 401, "reads need the API token (Authorization: Bearer ...)", NULL);
+  if (!get && !authorized(s, r))
+    return answer_error(x, 401, "changes need the API token (Authorization: Bearer ...)",
+                        NULL);
+  if (!strcmp(path, "/api/events")) {
+    if (!get)
+      return answer_error(x, 405, "method not allowed: use GET", NULL);
+    return events(s, r);
+  }
+  if (!strcmp(path, "/api/workers")) {
+    if (!get)
+      return answer_error(x, 405, "method not allowed: use GET", NULL);
+    return get_workers(s, x);
+  }
+  if (!db_ready(s->db))
+    return answer_error(x, 503, "database unavailable; try again", NULL);
+  if (!strcmp(path, "/api/sweeps")) {
+    if (get)
+      return get_sweeps(s, x);
+    if (post) {
+      size_t len;
+      const char *body = http_body(r, &len);
+      return sched__submit(s, r, body, len);
+    }
+    return answer_error(x, 405, "method not allowed: use GET or POST", NULL);
+  }
+  if (parse_id(path, "/api/sweeps/", &id, &rest)) {
+    if (!*rest) {
+      if (!get)
+        return answer_error(x, 405, "method not allowed: use GET", NULL);
+      return get_sweep(s, x, id);
+    }
+    if (!strcmp(rest, "/cancel")) {
+      if (!post)
+        return answer_error(x, 405, "method not allowed: use POST", NULL);
+      return cancel(s, x, 1, id);
+    }
+    if (!strcmp(rest, "/fit")) {
+      if (!get)
+        return answer_error(x, 405, "method not allowed: use GET", NULL);
+      return sched__get_fit(s, r, id);
+    }
+  }
+  if (parse_id(path, "/api/runs/", &id, &rest)) {
+    if (!*rest) {
+      if (!get)
+        return answer_error(x, 405, "method not allowed: use GET", NULL);
+      return get_run(s, x, id);
+    }
+    if (!strcmp(rest, "/cancel") || !strcmp(rest, "/reproduce")) {
+      if (!post)
+        return answer_error(x, 405, "method not allowed: use POST", NULL);
+      return rest[1] == 'c' ? cancel(s, x, 0, id) : reproduce(s, x, id);
+    }
+  }
+  answer_error(x, 404, "not found", NULL);
+}

@@ -1,0 +1,114 @@
+/* Shared between the scheduler's files (not exported). */
+#ifndef SS_SCHEDULER_INTERNAL_H
+#define SS_SCHEDULER_INTERNAL_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "common/proto.h"
+#include "scheduler/db.h"
+#include "scheduler/http.h"
+#include "scheduler/sched.h"
+
+#define SCHED__MAX_GPUS 64
+#define SCHED__EVENT_RING 1024
+#define SCHED__MAX_AUTH_FAILURES 5 /* per peer address per minute */
+
+typedef struct sched sched;
+
+/* A run a connected worker is executing (as the scheduler believes). */
+typedef struct sched__wrun {
+  int64_t run_id;
+  int attempt;
+  int ngpus;
+  int gpus[8];
+  int cancelling; /* a cancel was sent: its end is "cancelled" */
+  struct sched__wrun *next;
+} sched__wrun;
+
+/* One worker connection. The uv_tcp_t is embedded; the struct is freed in
+ * the close callback. */
+typedef struct sched__wconn {
+  uv_tcp_t tcp;
+  sched *s;
+  proto_reader rd;
+  int authed;
+  int closing;
+  int64_t worker_id;
+  char name[128], host[128], peer[64];
+  int ngpus;
+  char gpu_busy[SCHED__MAX_GPUS];
+  int cpu_slots, cpu_busy;
+  json_t *gpus_json;
+  sched__wrun *runs;
+  uint64_t connected_ns;
+  struct sched__wconn *next;
+} sched__wconn;
+
+/* A recent event kept for SSE resumption (Last-Event-ID). */
+typedef struct sched__event {
+  uint64_t id;
+  char *name;
+  char *data;
+} sched__event;
+
+typedef struct sched__sse {
+  http_sse *stream;
+  struct sched__sse *next;
+} sched__sse;
+
+/* Failed authentication attempts of one peer address. */
+typedef struct sched__authfail {
+  char addr[64];
+  int count;
+  uint64_t window_start_ns;
+  struct sched__authfail *next;
+} sched__authfail;
+
+struct sched {
+  uv_loop_t *loop;
+  sched_options o;
+  db *db;
+  http_server *http;
+  int http_port, workers_port;
+  uv_tcp_t listener;
+  uv_timer_t lease_timer;
+  uv_signal_t sigint, sigterm;
+  char token[512], api_token[512];
+  sched__wconn *conns;
+  sched__authfail *authfails;
+  int placing, place_again;
+  int stopping;
+
+  sched__sse *sse;
+  sched__event events[SCHED__EVENT_RING];
+  uint64_t next_event_id;
+
+  /* counters for /metrics */
+  uint64_t runs_finished, runs_failed, runs_requeued, metric_rows, assigns;
+  uint64_t lat_count, lat_buckets[12]; /* request latencies, le 1,2,5,...ms */
+  double lat_sum_s;
+};
+
+/* sched.c */
+void sched__place(sched *s);
+void sched__emit(sched *s, const char *name, json_t *data); /* steals data */
+int sched__token_ok(const char *want, const char *got);
+
+/* workers.c */
+int sched__workers_listen(sched *s, const char *hostport, char *err, size_t errlen);
+void sched__send(sched__wconn *c, json_t *msg); /* steals msg */
+void sched__conn_drop(sched__wconn *c, const char *why);
+sched__wconn *sched__conn_by_worker(sched *s, int64_t worker_id);
+sched__wrun *sched__conn_find_run(sched__wconn *c, int64_t run_id);
+void sched__conn_release_run(sched__wconn *c, int64_t run_id);
+void sched__cancel_running(sched *s, int64_t run_id);
+
+/* api.c */
+void sched__http(http_request *r, void *ud);
+
+/* host:port parsing ("127.0.0.1:8080", "[::1]:0", ":8080"); 0 or -1 */
+int sched__split_hostport(const char *hp, char *host, size_t hostlen, int *port);
+
+#endif

@@ -1,0 +1,28 @@
+/* The scheduler daemon: HTTP API, worker port, placement, leases, metric
+ * ingestion, all on one libuv loop, with PostgreSQL as the only durable
+ * state (a restarted scheduler recovers everything from it). */
+#ifndef SS_SCHEDULER_SCHED_H
+#define SS_SCHEDULER_SCHED_H
+
+#include <stddef.h>
+
+typedef struct sched_options {
+  const char *database;        /* libpq URL or conninfo */
+  const char *listen;          /* HTTP API HOST:PORT (port 0: any) */
+  const char *workers;         /* worker port HOST:PORT (port 0: any) */
+  const char *token_file;      /* cluster token (workers) */
+  const char *api_token_file;  /* API mutations (NULL: the cluster token) */
+  const char *checkpoint_root; /* where run checkpoints live (shared with local workers) */
+  const char *ready_file;      /* written with the bound addresses once serving (NULL: none) */
+  int lease_s;                 /* lease length (default 30) */
+  int heartbeat_s;             /* heartbeat interval told to workers (default 5) */
+  int open_reads;              /* GET needs no token (default 1) */
+} sched_options;
+
+void sched_options_default(sched_options *o);
+
+/* Runs until SIGINT/SIGTERM. Returns 0, or an SS_E* code with a message in
+ * err when it could not start (database unreachable, port taken, ...). */
+int sched_run(const sched_options *o, char *err, size_t errlen);
+
+#endif

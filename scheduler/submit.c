@@ -1,0 +1,139 @@
+#include "scheduler/submit.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sweeps/plan.h"
+#include "sweeps/spec.h"
+
+static void problems_answer(http_request *r, const spec_problems *pr) {
+  json_t *probs = spec_problems_to_json(pr);
+  char msg[128];
+  snprintf(msg, sizeof msg, "invalid sweep spec: %zu problem(s)", pr->n);
+  json_t *e = json_pack("{s:{s:s,s:s?,s:o}}", "error", "message", msg, "path",
+                        pr->n ? pr->items[0].path : NULL, "problems", probs);
+  char *text = json_dumps(e, JSON_COMPACT);
+  json_decref(e);
+  http_respond_json(r, 400, text);
+  free(text);
+}
+
+typedef struct sub_ctx {
+  sched *s;
+  http_request *r;
+  char hash[65];
+} sub_ctx;
+
+static void on_existing(void *ud, int status, PGresult *res, const char *errmsg) {
+  sub_ctx *x = ud;
+  if (status != DB_OK || PQntuples(res) != 1) {
+    http_respond_error(x->r, status == DB_ERR_CONN ? 503 : 500,
+                       status == DB_OK ? "sweep vanished" : errmsg, NULL);
+    return;
+  }
+  char body[512];
+  snprintf(body, sizeof body,
+           "{\"error\":{\"message\":\"an identical spec was already submitted as sweep %s; "
+           "change the spec (for instance its name or seeds) to run it again\",\"path\":null},"
+           "\"id\":%s}",
+           PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 0));
+  http_respond_json(x->r, 409, body);
+}
+
+static void on_inserted(void *ud, int status, PGresult *res, const char *errmsg) {
+  sub_ctx *x = ud;
+  if (status != DB_OK) {
+    http_respond_error(x->r, status == DB_ERR_CONN ? 503 : 500, errmsg, NULL);
+    return;
+  }
+  if (PQgetisnull(res, 0, 0)) { /* ON CONFLICT: the spec is there already */
+    const char *p[1] = {x->hash};
+    db_query(x->s->db, "SELECT id FROM sweeps WHERE spec_hash = $1", 1, p, on_existing, x);
+    return;
+  }
+  char body[256];
+  snprintf(body, sizeof body, "{\"id\":%s,\"runs\":%s,\"spec_hash\":\"%s\"}",
+           PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), x->hash);
+  http_respond_json(x->r, 201, body);
+  sched__emit(x->s, "sweep", json_pack("{s:I,s:s}", "id",
+                                       (json_int_t)strtoll(PQgetvalue(res, 0, 0), NULL, 10),
+                                       "status", "queued"));
+  sched__place(x->s);
+}
+
+void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
+  char *text = http_alloc(r, len + 1);
+  memcpy(text, body, len);
+  text[len] = 0;
+  spec_problems pr = {0};
+  spec *sp = NULL;
+  plan *p = NULL;
+  if (spec_parse(text, "request body", &sp, &pr) != 0 || plan_spec(sp, &p, &pr) != 0) {
+    if (!pr.n)
+      spec_problem_add(&pr, "$", "the spec could not be planned");
+    problems_answer(r, &pr);
+    spec_problems_free(&pr);
+    spec_free(sp);
+    return;
+  }
+  spec_problems_free(&pr);
+  sub_ctx *x = http_alloc(r, sizeof *x);
+  x->s = s;
+  x->r = r;
+  snprintf(x->hash, sizeof x->hash, "%s", sp->digest);
+  char *canon = spec_canonical(sp);
+  char *runs = plan_runs_json(p);
+  char gpus[16], prio[16], maxa[16];
+  snprintf(gpus, sizeof gpus, "%d", sp->gpus);
+  snprintf(prio, sizeof prio, "%d", sp->priority);
+  snprintf(maxa, sizeof maxa, "%d", sp->max_attempts > 0 ? sp->max_attempts : 3);
+  const char *params[7] = {sp->name ? sp->name : "unnamed", canon, x->hash, prio, gpus, maxa,
+                           runs};
+  /* one statement: the sweep and all its runs, or nothing */
+  db_query(s->db,
+           "WITH sw AS (INSERT INTO sweeps (name, spec, spec_hash, priority) "
+           "VALUES ($1, $2::jsonb, $3, $4::int) ON CONFLICT (spec_hash) DO NOTHING "
+           "RETURNING id), "
+           "ins AS (INSERT INTO runs (sweep_id, config, config_hash, gpus, priority, "
+           "max_attempts, params, nonembedding_params, tokens, batch_size, flops) "
+           "SELECT sw.id, e->'config', e->>'config_hash', $5::int, $4::int, $6::int, "
+           "(e->>'params')::bigint, (e->>'nonembedding_params')::bigint, "
+           "(e->>'tokens')::bigint, (e->>'batch_size')::int, (e->>'flops')::float8 "
+           "FROM sw, jsonb_array_elements($7::jsonb) WITH ORDINALITY AS t(e, i) "
+           "ORDER BY t.i RETURNING 1) "
+           "SELECT (SELECT id FROM sw), (SELECT count(*) FROM ins)",
+           7, params, on_inserted, x);
+  free(canon);
+  free(runs);
+  plan_free(p);
+  spec_free(sp);
+}
+
+typedef struct fit_ctx {
+  http_request *r;
+} fit_ctx;
+
+static void on_fit(void *ud, int status, PGresult *res, const char *errmsg) {
+  fit_ctx *x = ud;
+  if (status != DB_OK)
+    http_respond_error(x->r, status == DB_ERR_CONN ? 503 : 500, errmsg, NULL);
+  else if (PQntuples(res) == 0)
+    http_respond_error(x->r, 404, "no such sweep", NULL);
+  else
+    http_respond_json(x->r, 200, PQgetvalue(res, 0, 0));
+}
+
+void sched__get_fit(sched *s, http_request *r, int64_t sweep_id) {
+  fit_ctx *x = http_alloc(r, sizeof *x);
+  x->r = r;
+  char id[32];
+  snprintf(id, sizeof id, "%" PRId64, sweep_id);
+  const char *p[1] = {id};
+  db_query(s->db,
+           "SELECT coalesce((SELECT json_object_agg(law, params) FROM (SELECT DISTINCT ON "
+           "(law) law, params FROM fits WHERE sweep_id = $1 ORDER BY law, created_at DESC) f), "
+           "'{}') FROM sweeps WHERE id = $1",
+           1, p, on_fit, x);
+}

@@ -1,0 +1,19 @@
+/* Submitting sweeps and serving their fits (scheduler/submit.c). */
+#ifndef SS_SCHEDULER_SUBMIT_H
+#define SS_SCHEDULER_SUBMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scheduler/internal.h"
+
+/* POST /api/sweeps: validates and plans the spec (sweeps/spec.h, plan.h),
+ * stores the sweep and its runs in one statement and answers 201 with
+ * {"id", "runs", "spec_hash"}; 400 with every problem and its JSON path; 409
+ * when an identical spec was submitted before (naming that sweep). */
+void sched__submit(sched *s, http_request *r, const char *body, size_t len);
+
+/* GET /api/sweeps/{id}/fit: the latest fit of each law, by law. */
+void sched__get_fit(sched *s, http_request *r, int64_t sweep_id);
+
+#endif

@@ -1,0 +1,110 @@
+/* Planning: a validated spec -> the list of runs it asks for (DESIGN.md
+ * "Sweep spec", docs/sweeps.md "The plan").
+ *
+ * Each planned run is base merged with the planned values (shape, tokens,
+ * batch size, learning rate, seed, backend, world_size, threads) and resolved
+ * through the trainer's own parser (trn_config_parse -> trn_config_to_json),
+ * so a planned config is exactly what `scalesweep train` runs, and its
+ * config_hash is the SHA-256 of that canonical text. Planning is
+ * deterministic: the same spec gives the same runs, in the same order
+ * (smallest compute first), with the same hashes, on any machine (threads is
+ * always set, never left to the planning machine's core count).
+ *
+ * Counting (SCIENCE.md section 1): flops = flops_per_token * tokens, where
+ * tokens is what the trainer trains (a whole number of batches: planned D is
+ * rounded to the nearest multiple of batch_size * seq_len); flops_6nd =
+ * 6 * nonembedding_params * tokens. est_seconds adds the evaluation passes'
+ * forward FLOPs and divides by the spec's throughput_flops.
+ *
+ * Ownership: a plan owns everything in it; plan_free releases it. */
+#ifndef SS_SWEEPS_PLAN_H
+#define SS_SWEEPS_PLAN_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sweeps/spec.h"
+
+/* Host threads of a GPU run (always set so the config, and its hash, do not
+ * depend on the machine that planned it). */
+#define PLAN_GPU_HOST_THREADS 4
+/* Runs with fewer optimizer steps than this get a warning. */
+#define PLAN_FEW_STEPS 100
+
+#define PLAN_BATCH_RULE_NAME "deepseek_bopt_pow2_min_steps"
+#define PLAN_LR_RULE_NAME "deepseek_eta_opt_sqrt_batch_clamped"
+
+typedef struct plan_run {
+  int index;           /* position in the plan (smallest compute first) */
+  const char *part;    /* "grid", "isoflop", "batch" or "runs" (static) */
+  char *config;        /* canonical resolved run config (trn_config_to_json) */
+  char config_hash[65];/* SHA-256 of config, hex */
+  int n_layer, d_model, n_head, seq_len, vocab_size;
+  int64_t params, nonembedding_params;
+  double target_params; /* N asked for; 0 when the shape was given */
+  int64_t tokens;       /* D trained: steps * batch_size * seq_len */
+  int64_t steps;
+  int batch_size;       /* sequences */
+  double lr;
+  uint64_t seed;
+  double flops_per_token, flops, flops_6nd, est_seconds;
+  double budget;        /* isoflop: the budget C (else 0) */
+  int batch_from_rule, lr_from_rule;
+  double rule_compute;  /* C the rules were evaluated at */
+  double b_opt_tokens;  /* B_opt(C) before rounding and the step floor */
+  double *target_loss;  /* batch ladder: the target losses (owned) */
+  size_t n_target_loss;
+} plan_run;
+
+typedef struct plan {
+  plan_run *runs;
+  size_t n;
+  char spec_digest[65];
+  char name[160];
+  spec_method method;
+  int has_ladder;
+  spec_batch_rule batch_rule;
+  spec_lr_rule lr_rule;
+  double aspect_ratio;
+  int head_size;
+  double throughput_flops;
+  int parallel_runs;
+  double max_hours;
+  double total_flops, total_seconds; /* sums over runs */
+  double wall_seconds;               /* total_seconds / parallel_runs */
+  char **warnings;                   /* owned, n_warnings of them */
+  size_t n_warnings;
+} plan;
+
+/* Expands a spec into its runs. Returns 0 and a new plan in *out, or
+ * SS_EINVAL with every problem appended to pr (JSON path, found vs
+ * expected) and *out NULL: a model below one head, D smaller than one batch,
+ * a run config the trainer refuses, two identical runs, more than
+ * SPEC_MAX_RUNS runs, an estimated time over max_hours. */
+int plan_spec(const spec *s, plan **out, spec_problems *pr);
+
+void plan_free(plan *p);
+
+/* One planned run as JSON text: {"index", "part", "config": {...},
+ * "config_hash", "params", "nonembedding_params", "tokens", "batch_size",
+ * "lr", "steps", "flops", "flops_6nd", "est_seconds", "seed",
+ * "target_params", "budget", "target_loss", "batch_rule", "lr_rule"}; the
+ * config is spliced in verbatim so that its hash can be checked from the
+ * text. malloc'd. */
+char *plan_run_json(const plan_run *r, const plan *p);
+
+/* The whole plan as a JSON list of plan_run_json objects (what `scalesweep
+ * plan --json` prints). malloc'd. */
+char *plan_runs_json(const plan *p);
+
+/* The rules with their names and constants (new reference): {"batch": {...},
+ * "lr": {...}, "shape": {...}, "throughput_flops", "parallel_runs"}. */
+json_t *plan_rules_json(const plan *p);
+
+/* The human-readable plan: one line per run (index, part, n_layer, d_model,
+ * n_head, N, D, B, steps, lr, C, estimated time), totals, the rules and the
+ * warnings. */
+void plan_write_table(const plan *p, FILE *f);
+
+#endif

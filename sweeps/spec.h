@@ -1,0 +1,193 @@
+/* Sweep specs (DESIGN.md "Sweep spec", docs/sweeps.md): parsing and
+ * validation.
+ *
+ * A spec is JSON (Jansson, duplicate keys refused). spec_parse checks every
+ * key, type and range and reports every problem at once, each with its JSON
+ * path ("$.isoflop.flops[2]"), the value found and what is allowed;
+ * malformed JSON is reported as "FILE:line:column: ...". What can only be
+ * known by planning (a model too small for one head, D below one batch, a
+ * plan over max_hours) is checked by plan_spec (sweeps/plan.h), which reports
+ * into the same problem list.
+ *
+ * Ownership: a spec owns its parsed JSON; every json_t pointer in it is
+ * borrowed from that tree and lives as long as the spec. */
+#ifndef SS_SWEEPS_SPEC_H
+#define SS_SWEEPS_SPEC_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- problems: where and what, collected, never fatal one by one ------- */
+
+typedef struct spec_problem {
+  char *path;    /* "$.grid.tokens[2]", or "FILE:line:column" for malformed JSON */
+  char *message; /* what was found and what is allowed */
+} spec_problem;
+
+typedef struct spec_problems { /* zero-initialise; spec_problems_free releases */
+  spec_problem *items;
+  size_t n, cap;
+} spec_problems;
+
+/* Appends one problem (printf-style message). An exact duplicate of one
+ * already listed is dropped (one bad key in base would otherwise be reported
+ * once per planned run). */
+void spec_problem_add(spec_problems *pr, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void spec_problems_free(spec_problems *pr);
+
+/* All problems as text, one per line: "NAME: PATH: MESSAGE" (NAME is the
+ * file name; a malformed-JSON problem is "FILE:line:column: MESSAGE").
+ * malloc'd, caller frees. */
+char *spec_problems_format(const spec_problems *pr, const char *name);
+
+/* [{"path": ..., "message": ...}, ...] for the HTTP API (new reference). */
+json_t *spec_problems_to_json(const spec_problems *pr);
+
+/* ---- values: a number, a list, or a log-spaced range ------------------- */
+
+/* The expanded values of one key (spec_values_path names element i). */
+typedef struct spec_values {
+  double *v; /* owned */
+  size_t n;
+  int range;  /* 1: from {"from", "to", "points"} */
+  int scalar; /* 1: a single number, not a list */
+  char path[96];
+} spec_values;
+
+/* Writes the JSON path of element i ("$.grid.tokens[2]"; for a range
+ * "$.grid.tokens (point 3 of 7)"; for a single number "$.grid.tokens"). */
+void spec_values_path(const spec_values *v, size_t i, char *out, size_t n);
+
+/* ---- the spec --------------------------------------------------------- */
+
+typedef enum spec_method { SPEC_GRID, SPEC_ISOFLOP, SPEC_BATCH, SPEC_RUNS } spec_method;
+
+const char *spec_method_name(spec_method m);
+
+/* Batch size per run, unless the spec fixes it (docs/sweeps.md "Batch and
+ * learning-rate rule"): B_opt = coef * C^exponent tokens (DeepSeek LLM 2024:
+ * 0.292, 0.3271), converted to sequences of seq_len, rounded to the nearest
+ * power of two and kept in [min_batch, max_batch]; then halved until the run
+ * makes at least min_steps optimizer steps (D / (B * seq_len) >= min_steps)
+ * or reaches min_batch. */
+typedef struct spec_batch_rule {
+  double coef, exponent;
+  double min_steps;
+  int min_batch, max_batch; /* sequences */
+} spec_batch_rule;
+
+#define SPEC_BATCH_COEF 0.292
+#define SPEC_BATCH_EXPONENT 0.3271
+/* Measured on the synthetic corpus (SCIENCE.md section 4, the sweep issue):
+ * at 6e11 FLOPs a 2-layer d=64 model reached 0.66 nats with 8-sequence
+ * batches (~1,800 steps) and 0.87 with 32 (~450 steps): a few hundred steps
+ * starve it. 1000 keeps every run of a small study above that. */
+#define SPEC_BATCH_MIN_STEPS 1000.0
+#define SPEC_BATCH_MIN 1
+#define SPEC_BATCH_MAX 65536
+
+/* Learning rate per run, unless the spec fixes it: eta = coef * C^exponent
+ * (DeepSeek's eta_opt: 0.3118, -0.125), times sqrt(B / B_opt) when
+ * sqrt_batch (Adam's square-root batch scaling: the step floor often leaves B
+ * below B_opt), clamped to [min, max], rounded to 3 significant digits. */
+typedef struct spec_lr_rule {
+  double coef, exponent, min, max;
+  int sqrt_batch;
+} spec_lr_rule;
+
+#define SPEC_LR_COEF 0.3118
+#define SPEC_LR_EXPONENT (-0.125)
+#define SPEC_LR_MIN 1e-4
+#define SPEC_LR_MAX 1e-2
+
+/* Estimated training throughput of one run when the spec gives none
+ * (FLOP/s, SCIENCE.md's count): measured for this trainer on 2 CPU cores at
+ * 1e4-1e6 parameters (12-70 GFLOP/s, most near 35), and about 10% of an
+ * A100/H100's bf16 peak per GPU. */
+#define SPEC_CPU_FLOPS 3e10
+#define SPEC_GPU_FLOPS 1e14
+
+/* At most this many planned runs per spec. */
+#define SPEC_MAX_RUNS 10000
+
+/* The "batch" section: a batch-size ladder at fixed N and D. */
+typedef struct spec_ladder {
+  int present;
+  int has_params;          /* 0: the shape comes from base.model */
+  double params;           /* target N (non-embedding) */
+  double tokens;           /* D */
+  spec_values batch_size;  /* the ladder, sequences */
+  spec_values target_loss; /* recorded for the critical-batch fit */
+  spec_values seeds;
+} spec_ladder;
+
+typedef struct spec {
+  json_t *root;          /* owned */
+  char *file;            /* name given to spec_parse, for messages (owned) */
+  const char *name;      /* $.name */
+  const char *description;
+  spec_method method;
+  json_t *base;          /* $.base (an empty object when absent) */
+
+  int gpus, cpus;        /* $.resources: exactly one is > 0 */
+  int priority, max_attempts;
+  double max_hours;        /* 0: no limit */
+  double throughput_flops; /* per run, FLOP/s */
+  int parallel_runs;       /* runs the cluster trains at once (time estimate) */
+
+  double aspect_ratio; /* $.shape */
+  int head_size;       /* 0: automatic */
+  spec_batch_rule batch_rule;
+  spec_lr_rule lr_rule;
+
+  struct {
+    spec_values params, tokens, batch_size, lr, seeds; /* n = 0 when absent */
+  } grid;
+  struct {
+    spec_values flops, params, seeds; /* params: absolute sizes, or n = 0 */
+    int centred;                      /* sizes around coef * C^exponent instead */
+    double centre_coef, centre_exponent, centre_span;
+    int centre_points;
+    int exact; /* "flops_count": "exact": D = C / flops_per_token */
+  } isoflop;
+  spec_ladder batch;
+  json_t *runs; /* $.runs (array of partial run configs) */
+
+  /* base resolved by the trainer's parser (train values neutralised): what
+   * planning needs before any run exists */
+  int seq_len, vocab_size;
+  int base_sets_batch, base_sets_lr, base_sets_micro, base_micro;
+
+  char digest[65]; /* SHA-256 of the canonical spec, hex */
+} spec;
+
+/* Parses and validates spec text. name is the file name used in messages.
+ * Returns 0 and a new spec in *out, or SS_EINVAL (or SS_ENOMEM) with every
+ * problem appended to pr and *out NULL. */
+int spec_parse(const char *text, const char *name, spec **out, spec_problems *pr);
+
+/* Reads a file and parses it; SS_ENOENT/SS_EIO (one problem naming the file)
+ * when it cannot be read. */
+int spec_load(const char *path, spec **out, spec_problems *pr);
+
+void spec_free(spec *s);
+
+/* Resolves a merged run config JSON through the trainer's parser and maps its
+ * problems onto spec paths: each trainer path ("$.model.d_model") is
+ * reported under the first of layers[] that sets that key (layers[i] at
+ * layer_paths[i], e.g. a run of $.runs, then $.base), or else under fallback
+ * with context (a description of the planned run) in front of the message.
+ * Returns the trainer's code (0 or SS_EINVAL); on 0, *cfg is resolved. */
+struct trn_config;
+int spec_resolve_config(const json_t *merged, struct trn_config *cfg, const json_t *const *layers,
+                        const char *const *layer_paths, int n_layers, const char *fallback,
+                        const char *context, spec_problems *pr);
+
+/* The canonical text the digest is taken over: keys sorted, compact, every
+ * number as a double with 17 significant digits (so 1e12 and 1000000000000
+ * agree). malloc'd. */
+char *spec_canonical(const spec *s);
+
+#endif

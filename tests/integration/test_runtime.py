@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""The cluster runtime end to end, against a throwaway PostgreSQL
+(run through tests/integration/run_with_pg.sh, which sets SCALESWEEP_TEST_DB
+and PGTEST_SH) and the real binaries on free ports:
+
+- submit a sweep; two workers run it to completion;
+- kill -9 a worker mid-run: its run's lease expires, the run finishes on the
+  other worker, resuming from its checkpoint;
+- restart the scheduler mid-sweep: workers reconnect, the sweep finishes;
+- stop PostgreSQL for a few seconds mid-sweep: nothing is lost;
+- at the end every run succeeded and every run's metric steps are exactly
+  1..steps, no gap, no duplicate (the primary key forbids duplicates; the
+  test checks the count and the range);
+- the API's bad-input answers (400 with the JSON path, 401, 404, 405, 409,
+  413) and a misbehaving worker connection leave the scheduler serving.
+
+Usage: test_runtime.py SCALESWEEP_BINARY
+"""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = sys.argv[1]
+DB = os.environ["SCALESWEEP_TEST_DB"]
+PGTEST = os.environ["PGTEST_SH"]
+T0 = time.time()
+TIMEOUT = 240  # seconds for the whole sweep
+STEPS = 1000
+
+
+def fail(msg):
+    print("FAIL:", msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def psql(sql):
+    out = subprocess.run(["bash", "-c", '. "$PGTEST_SH" && pg_psql -At -c "$0"', sql],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+tmp = tempfile.mkdtemp(prefix="ss-runtime-")
+token = os.path.join(tmp, "token")
+with open(token, "w") as f:
+    f.write(os.urandom(24).hex())
+api_port, wport = free_port(), free_port()
+procs = {}
+
+
+def start_scheduler():
+    log = open(os.path.join(tmp, "scheduler.log"), "a")
+    procs["scheduler"] = subprocess.Popen(
+        [BIN, "scheduler", "--database", DB, "--token-file", token,
+         "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
+         "--checkpoints", os.path.join(tmp, "ckpt"), "--lease-seconds", "4"],
+        stdout=log, stderr=log)
+    for _ in range(200):
+        try:
+            if request("GET", "/healthz")[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    fail("the scheduler did not come up; see " + tmp + "/scheduler.log")
+
+
+def start_worker(name):
+    log = open(os.path.join(tmp, f"{name}.log"), "a")
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    procs[name] = subprocess.Popen(
+        [BIN, "worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
+         "--cpu-slots", "1", "--work-dir", os.path.join(tmp, name), "--name", name],
+        stdout=log, stderr=log, env=env, start_new_session=True)
+
+
+def request(method, path, body=None, auth=True, headers=None):
+    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
+    h = dict(headers or {})
+    if auth:
+        h["Authorization"] = "Bearer " + open(token).read().strip()
+    if body is not None and not isinstance(body, bytes):
+        body = json.dumps(body).encode()
+    c.request(method, path, body=body, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    try:
+        return r.status, json.loads(data) if data else None
+    except ValueError:
+        return r.status, data
+
+
+def cleanup():
+    for name, p in procs.items():
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL) if name != "scheduler" else p.kill()
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def runs_of(sweep):
+    st, s = request("GET", f"/api/sweeps/{sweep}")
+    if st != 200:
+        fail(f"GET /api/sweeps/{sweep}: {st} {s}")
+    return s["runs"]
+
+
+try:
+    start_scheduler()
+    start_worker("w1")
+    start_worker("w2")
+
+    # each run: 1 layer, d 32, T 32, batch 8 -> 256 tokens/step; STEPS steps
+    # (a few seconds); the scheduler makes it checkpoint every tenth of it
+    spec = {
+        "name": "runtime-test",
+        "method": "runs",
+        "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
+                 "train": {"batch_size": 8, "lr": 0.003},
+                 "eval": {"every_tokens": STEPS * 256 // 4, "tokens": 256}, "threads": 1},
+        "runs": [{"train": {"tokens": STEPS * 256, "seed": i}} for i in range(1, 7)],
+        "resources": {"cpus": 1},
+        "max_attempts": 5,
+    }
+    st, body = request("POST", "/api/sweeps", spec)
+    if st != 201:
+        fail(f"submit: {st} {body}")
+    sweep = body["id"]
+    if body["runs"] != 6:
+        fail(f"submit planned {body['runs']} runs, expected 6")
+    # an identical spec is refused, naming the first
+    st, body = request("POST", "/api/sweeps", spec)
+    if st != 409 or body.get("id") != sweep:
+        fail(f"resubmitting the same spec: {st} {body}, expected 409 naming sweep {sweep}")
+
+    # kill -9 the worker of a run that is under way, once it has checkpointed
+    victim = None
+    while time.time() - T0 < TIMEOUT and victim is None:
+        for r in runs_of(sweep):
+            if r["status"] == "running" and (r.get("checkpoint_step") or 0) >= STEPS // 10:
+                victim = r
+                break
+        time.sleep(0.2)
+    if victim is None:
+        fail("no run reached a checkpoint while running: " + json.dumps(runs_of(sweep))[:1500])
+    st, workers = request("GET", "/api/workers")
+    wname = next(w["name"] for w in workers if w["id"] == victim["worker"])
+    os.killpg(procs[wname].pid, signal.SIGKILL)  # the worker and its trainer
+    procs[wname].wait()
+    # the runs that worker held when it died (the victim may just have ended)
+    lost = [int(x) for x in psql(f"SELECT id FROM runs WHERE worker = {victim['worker']} "
+                                  "AND status = 'running'").split()]
+    if not lost:
+        fail(f"run {victim['id']} finished before its worker could be killed; make runs longer")
+    victim = next(r for r in runs_of(sweep) if r["id"] == lost[0])
+    print(f"killed worker {wname} running run {victim['id']} at checkpoint step "
+          f"{victim['checkpoint_step']}")
+
+    # restart the scheduler mid-sweep
+    time.sleep(1.0)
+    procs["scheduler"].send_signal(signal.SIGTERM)
+    procs["scheduler"].wait(timeout=20)
+    start_scheduler()
+    print("scheduler restarted")
+    start_worker(wname)  # the killed worker's host comes back
+
+    # stop PostgreSQL for 3 seconds
+    time.sleep(1.0)
+    subprocess.run(["bash", "-c", '. "$PGTEST_SH" && pg_server_stop && sleep 3 && '
+                    'pg_server_start'], check=True)
+    print("PostgreSQL was stopped for 3 s")
+    for _ in range(100):  # the scheduler reconnects with backoff (at most 5 s)
+        if request("GET", "/healthz")[0] == 200:
+            break
+        time.sleep(0.1)
+    else:
+        fail("the scheduler did not reconnect to PostgreSQL within 10 s")
+
+    # bad input while the sweep runs: the scheduler keeps serving
+    checks = [
+        (("POST", "/api/sweeps", b"{not json"), 400),
+        (("POST", "/api/sweeps", {"name": "x", "method": "grid", "grid": {"tokens": "many"}}),
+         400),
+        (("GET", "/api/nothing-here", None), 404),
+        (("DELETE", "/api/sweeps", None), 405),
+        (("POST", "/api/sweeps", b"{" + b" " * (2 << 20) + b"}"), 413),
+        (("GET", "/api/sweeps/999999", None), 404),
+    ]
+    for (m, p, b), want in checks:
+        st, body = request(m, p, b)
+        if st != want:
+            fail(f"{m} {p}: {st}, expected {want}: {str(body)[:200]}")
+        if want >= 400 and want != 413 and not (isinstance(body, dict) and "error" in body):
+            fail(f"{m} {p}: error body is not {{\"error\": ...}}: {str(body)[:200]}")
+    st, body = request("POST", "/api/sweeps",
+                       {"name": "x", "method": "grid", "grid": {"tokens": "many"}})
+    paths = [p["path"] for p in body["error"].get("problems", [])]
+    if not any(p.startswith("$.grid") for p in paths):
+        fail(f"invalid spec: no problem names its JSON path: {body}")
+    st, _ = request("POST", "/api/sweeps", spec, auth=False)
+    if st != 401:
+        fail(f"unauthenticated submit: {st}, expected 401")
+    # a worker that speaks garbage, then one with a wrong token
+    for line in (b"this is not json\n",
+                 json.dumps({"type": "hello", "version": 1, "token": "wrong-token-000000",
+                             "name": "intruder", "host": "x", "gpus": [], "cpu_slots": 1,
+                             "runs": []}).encode() + b"\n"):
+        s = socket.create_connection(("127.0.0.1", wport), timeout=5)
+        s.sendall(line)
+        reply = s.recv(4096)
+        if b'"error"' not in reply:
+            fail(f"bad worker message got {reply!r}, expected an error and a disconnect")
+        s.close()
+    if request("GET", "/healthz")[0] != 200:
+        fail("the scheduler stopped serving after bad input")
+    print("bad input: 400 (with paths), 401, 404, 405, 409, 413, bad workers refused")
+
+    # wait for the sweep
+    while time.time() - T0 < TIMEOUT:
+        runs = runs_of(sweep)
+        if all(r["status"] in ("succeeded", "failed", "cancelled") for r in runs):
+            break
+        time.sleep(0.5)
+    else:
+        fail("the sweep did not finish in time: " +
+             ", ".join(f"{r['id']}:{r['status']}" for r in runs_of(sweep)))
+    bad = [r for r in runs if r["status"] != "succeeded"]
+    if bad:
+        fail(f"runs not succeeded: {bad}")
+    victim_now = next(r for r in runs if r["id"] == victim["id"])
+    if victim_now["attempt"] < 2:
+        fail(f"run {victim['id']} was not re-run after its worker died: {victim_now}")
+
+    # metrics: exactly steps 1..STEPS for every run, each with its loss
+    rows = psql("SELECT run_id, count(*), min(step), max(step), "
+                "count(train_loss) FROM metrics GROUP BY run_id ORDER BY run_id")
+    got = {int(l.split("|")[0]): l.split("|")[1:] for l in rows.splitlines()}
+    for r in runs:
+        c = got.get(r["id"])
+        want = [str(STEPS), "1", str(STEPS), str(STEPS)]
+        if c != want:
+            fail(f"run {r['id']}: metrics count/min/max/with-loss {c}, expected {want}")
+    val = psql(f"SELECT count(val_loss) FROM metrics WHERE run_id = {victim['id']}")
+    if val != "4":
+        fail(f"run {victim['id']}: {val} evaluations stored, expected 4")
+    st, m = request("GET", "/metrics")
+    if st != 200 or b"scalesweep_metric_rows_stored_total" not in m:
+        fail("/metrics lacks the counters")
+    print(f"all {len(runs)} runs succeeded; run {victim['id']} took {victim_now['attempt']} "
+          f"attempts; metrics complete and without duplicates ({time.time() - T0:.0f} s)")
+    print("all checks passed")
+finally:
+    cleanup()

@@ -1,0 +1,504 @@
+/* The planner (sweeps/plan.h) and the shape rule (sweeps/shapes.h):
+ * determinism, the FLOP accounting of SCIENCE.md section 1, isoflop runs on
+ * their budgets, shapes on their targets, the batch rule's step floor,
+ * smallest-first order, refusals with paths, and every example. */
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/err.h"
+#include "sweeps/plan.h"
+#include "sweeps/shapes.h"
+#include "sweeps/spec.h"
+#include "trainer/config.h"
+#include "trainer/flops.h"
+
+#ifndef SS_SOURCE_DIR
+#define SS_SOURCE_DIR "."
+#endif
+
+static const char *const examples[] = {"quickstart.json", "gpu-cluster.json", "grid.json",
+                                       "batch.json", "runs.json"};
+
+static void show(const spec_problems *pr) {
+  for (size_t i = 0; i < pr->n; i++)
+    fprintf(stderr, "  %s: %s\n", pr->items[i].path, pr->items[i].message);
+}
+
+static plan *plan_text(const char *text, spec **sp) {
+  spec_problems pr = {0};
+  spec *s = NULL;
+  plan *p = NULL;
+  int rc = spec_parse(text, "t.json", &s, &pr);
+  if (rc == 0)
+    rc = plan_spec(s, &p, &pr);
+  if (rc)
+    show(&pr);
+  CHECK(rc == 0);
+  spec_problems_free(&pr);
+  if (sp)
+    *sp = s;
+  else
+    spec_free(s);
+  return p;
+}
+
+static plan *plan_file(const char *name, spec **sp) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/sweeps/examples/%s", SS_SOURCE_DIR, name);
+  spec_problems pr = {0};
+  spec *s = NULL;
+  plan *p = NULL;
+  int rc = spec_load(path, &s, &pr);
+  if (rc == 0)
+    rc = plan_spec(s, &p, &pr);
+  if (rc) {
+    fprintf(stderr, "%s:\n", path);
+    show(&pr);
+  }
+  CHECK(rc == 0);
+  spec_problems_free(&pr);
+  if (sp)
+    *sp = s;
+  else
+    spec_free(s);
+  return p;
+}
+
+/* Plans text expecting refusal; returns the problems. */
+static spec_problems refused(const char *text) {
+  spec_problems pr = {0};
+  spec *s = NULL;
+  plan *p = NULL;
+  int rc = spec_parse(text, "t.json", &s, &pr);
+  CHECK(rc == 0);
+  if (rc == 0) {
+    rc = plan_spec(s, &p, &pr);
+    CHECK(rc == SS_EINVAL);
+    CHECK(p == NULL);
+  }
+  plan_free(p);
+  spec_free(s);
+  return pr;
+}
+
+static int has(const spec_problems *pr, const char *path, const char *needle) {
+  for (size_t i = 0; i < pr->n; i++)
+    if (!strcmp(pr->items[i].path, path) && (!needle || strstr(pr->items[i].message, needle)))
+      return 1;
+  fprintf(stderr, "  no problem at %s with '%s'; problems:\n", path, needle ? needle : "");
+  show(pr);
+  return 0;
+}
+
+static void sha256_hex(const char *text, char out[65]) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(text, strlen(text), md, &len, EVP_sha256(), NULL);
+  for (unsigned i = 0; i < len; i++)
+    snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+/* Checks that hold for every planned run of every plan. */
+static void check_invariants(const plan *p, const spec *s) {
+  double prev = 0;
+  for (size_t i = 0; i < p->n; i++) {
+    const plan_run *r = &p->runs[i];
+    CHECK_INT_EQ(r->index, i);
+    /* the config is the trainer's canonical text of itself: exactly what
+     * `scalesweep train` resolves and runs */
+    trn_config cfg;
+    char err[4096];
+    CHECK(trn_config_parse(r->config, "planned", &cfg, err, sizeof err) == 0);
+    char *again = trn_config_to_json(&cfg);
+    CHECK(again && !strcmp(again, r->config));
+    free(again);
+    char h[65];
+    sha256_hex(r->config, h);
+    CHECK(!strcmp(h, r->config_hash));
+    /* FLOP accounting (SCIENCE.md section 1) */
+    trn_shape sh = {r->n_layer, r->d_model, r->n_head, r->seq_len, r->vocab_size};
+    CHECK_INT_EQ(cfg.model.n_layer, r->n_layer);
+    CHECK_INT_EQ(cfg.train.batch_size, r->batch_size);
+    CHECK_INT_EQ(r->params, trn_params(&sh));
+    CHECK_INT_EQ(r->nonembedding_params, trn_nonembedding_params(&sh));
+    double fpt = 6.0 * (12.0 * r->n_layer * (double)r->d_model * r->d_model +
+                        (double)r->d_model * r->vocab_size) +
+                 6.0 * r->n_layer * (double)r->seq_len * r->d_model;
+    CHECK_NEAR(r->flops_per_token, fpt, 0, 1e-12);
+    CHECK(r->flops == r->flops_per_token * (double)r->tokens);
+    CHECK(r->flops_6nd == 6.0 * (double)r->nonembedding_params * (double)r->tokens);
+    /* tokens are what the trainer trains: whole batches */
+    int64_t bt = (int64_t)r->batch_size * r->seq_len;
+    CHECK_INT_EQ(r->tokens % bt, 0);
+    CHECK_INT_EQ(r->steps * bt, r->tokens);
+    CHECK(r->steps >= 1);
+    if (strcmp(r->part, "runs") != 0)
+      CHECK_INT_EQ(cfg.train.tokens, r->tokens);
+    /* estimated time: training FLOPs plus the evaluation passes, at the
+     * stated throughput */
+    CHECK(r->est_seconds >= r->flops / s->throughput_flops);
+    CHECK(r->est_seconds <= 1.5 * r->flops / s->throughput_flops);
+    /* threads never left to the planning machine */
+    CHECK(cfg.threads == (s->gpus ? PLAN_GPU_HOST_THREADS : s->cpus) ||
+          json_object_get(s->base, "threads"));
+    /* the batch rule: a power of two, at most B_opt rounded, and the step
+     * floor holds unless the batch hit its minimum */
+    if (r->batch_from_rule) {
+      CHECK((r->batch_size & (r->batch_size - 1)) == 0);
+      CHECK(r->batch_size <= fmax(p->batch_rule.min_batch,
+                                  r->b_opt_tokens / r->seq_len * sqrt(2.0) * 1.0001));
+      CHECK(r->steps >= p->batch_rule.min_steps - 1 || r->batch_size == p->batch_rule.min_batch);
+      /* a doubled batch would have broken the floor (or rounding capped it) */
+      CHECK((double)r->tokens / (2.0 * bt) < p->batch_rule.min_steps + 1 ||
+            2.0 * r->batch_size > exp2(round(log2(r->b_opt_tokens / r->seq_len))));
+    }
+    if (r->lr_from_rule) {
+      CHECK(r->lr >= p->lr_rule.min && r->lr <= p->lr_rule.max);
+      double eta = p->lr_rule.coef * pow(r->rule_compute, p->lr_rule.exponent) *
+                   sqrt((double)bt / r->b_opt_tokens);
+      eta = fmin(fmax(eta, p->lr_rule.min), p->lr_rule.max);
+      CHECK_NEAR(r->lr, eta, 0, 0.006); /* 3 significant digits */
+    }
+    /* smallest first */
+    double c = r->budget > 0 ? r->budget : r->flops;
+    CHECK(c >= prev);
+    prev = c;
+    /* distinct runs */
+    for (size_t j = 0; j < i; j++)
+      CHECK(strcmp(p->runs[j].config_hash, r->config_hash) != 0);
+  }
+}
+
+static void test_examples(void) {
+  for (size_t i = 0; i < sizeof examples / sizeof *examples; i++) {
+    spec *s = NULL;
+    plan *p = plan_file(examples[i], &s);
+    if (p && s) {
+      CHECK(p->n > 0);
+      check_invariants(p, s);
+      CHECK(!strcmp(p->spec_digest, s->digest));
+    }
+    plan_free(p);
+    spec_free(s);
+  }
+}
+
+static void test_determinism(void) {
+  for (size_t e = 0; e < sizeof examples / sizeof *examples; e++) {
+    plan *a = plan_file(examples[e], NULL);
+    plan *b = plan_file(examples[e], NULL);
+    if (!a || !b) {
+      plan_free(a);
+      plan_free(b);
+      continue;
+    }
+    CHECK_INT_EQ(a->n, b->n);
+    for (size_t i = 0; i < a->n && i < b->n; i++) {
+      CHECK(!strcmp(a->runs[i].config, b->runs[i].config));
+      CHECK(!strcmp(a->runs[i].config_hash, b->runs[i].config_hash));
+    }
+    char *ja = plan_runs_json(a), *jb = plan_runs_json(b);
+    CHECK(ja && jb && !strcmp(ja, jb));
+    /* the --json list parses, and each config in it is the canonical text */
+    json_error_t je;
+    json_t *list = ja ? json_loads(ja, 0, &je) : NULL;
+    CHECK(json_is_array(list) && json_array_size(list) == a->n);
+    for (size_t i = 0; list && i < json_array_size(list); i++) {
+      json_t *o = json_array_get(list, i);
+      static const char *const keys[] = {"config", "config_hash", "params", "nonembedding_params",
+                                         "tokens", "batch_size", "flops", "est_seconds"};
+      for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+        CHECK(json_object_get(o, keys[k]) != NULL);
+      CHECK(!strcmp(json_string_value(json_object_get(o, "config_hash")),
+                    a->runs[i].config_hash));
+      CHECK(json_integer_value(json_object_get(o, "tokens")) == a->runs[i].tokens);
+    }
+    if (ja && a->n) {
+      char *first = plan_run_json(&a->runs[0], a);
+      CHECK(first && strstr(first, a->runs[0].config) != NULL); /* spliced verbatim */
+      free(first);
+    }
+    json_decref(list);
+    free(ja);
+    free(jb);
+    plan_free(a);
+    plan_free(b);
+  }
+}
+
+/* isoflop runs sit on their budget: 6ND within the rounding of D to whole
+ * batches, or the exact count when asked */
+static void test_isoflop_budgets(void) {
+  spec *s = NULL;
+  plan *p = plan_file("gpu-cluster.json", &s); /* 6ND */
+  if (p && s) {
+    CHECK(!s->isoflop.exact);
+    CHECK_INT_EQ(p->n, 35);
+    double lo = INFINITY, hi = 0;
+    for (size_t i = 0; i < p->n; i++) {
+      const plan_run *r = &p->runs[i];
+      double bt = (double)r->batch_size * r->seq_len;
+      CHECK(r->budget > 0);
+      /* |D - C/(6N)| <= B*T/2 */
+      CHECK(fabs(r->flops_6nd - r->budget) <= 6.0 * r->nonembedding_params * bt / 2 + 1);
+      CHECK_NEAR(r->flops_6nd, r->budget, 0, 1e-3);
+      lo = fmin(lo, (double)r->nonembedding_params);
+      hi = fmax(hi, (double)r->nonembedding_params);
+      /* GPT-2 style: head size 64, bf16, CUDA, one GPU */
+      CHECK_INT_EQ(r->d_model / r->n_head, 64);
+      CHECK(strstr(r->config, "\"precision\":\"bf16\"") != NULL);
+      CHECK(strstr(r->config, "\"backend\":\"cuda\"") != NULL);
+      CHECK(strstr(r->config, "\"world_size\":1") != NULL);
+      CHECK(strstr(r->config, "\"micro_batch_size\":16") != NULL);
+    }
+    /* spans about 10M to 400M non-embedding parameters */
+    CHECK(lo >= 8e6 && lo <= 1.2e7);
+    CHECK(hi >= 3.5e8 && hi <= 4.5e8);
+  }
+  plan_free(p);
+  spec_free(s);
+
+  p = plan_file("quickstart.json", &s); /* exact count, plus a ladder */
+  if (p && s) {
+    CHECK(s->isoflop.exact);
+    size_t n_iso = 0, n_ladder = 0;
+    double budgets[16];
+    size_t nb = 0;
+    for (size_t i = 0; i < p->n; i++) {
+      const plan_run *r = &p->runs[i];
+      if (!strcmp(r->part, "batch")) {
+        n_ladder++;
+        CHECK(r->n_target_loss == 3);
+        CHECK(!r->batch_from_rule);
+        continue;
+      }
+      n_iso++;
+      double bt = (double)r->batch_size * r->seq_len;
+      CHECK(fabs(r->flops - r->budget) <= r->flops_per_token * bt / 2 + 1);
+      CHECK_NEAR(r->flops, r->budget, 0, 1e-3);
+      size_t k = 0;
+      while (k < nb && budgets[k] != r->budget)
+        k++;
+      if (k == nb && nb < 16)
+        budgets[nb++] = r->budget;
+    }
+    /* >= 4 budgets over >= 1.5 decades, >= 5 sizes each, a ladder */
+    CHECK(nb >= 4);
+    CHECK(log10(budgets[nb - 1] / budgets[0]) >= 1.5 - 1e-9);
+    CHECK(n_iso >= 5 * nb);
+    CHECK(n_ladder >= 4);
+    /* sized for about 15 minutes on 2 cores */
+    CHECK(p->total_flops > 1e13 && p->total_flops < 6e13);
+  }
+  plan_free(p);
+  spec_free(s);
+}
+
+/* The shape rule: stated tolerances (shapes.h) over the whole range */
+static void test_shapes(void) {
+  shape_rule r = shape_rule_default();
+  struct {
+    double lo, hi, tol;
+  } bands[] = {{1.3e4, 3e4, 1.25}, {3e4, 1e6, 1.17}, {1e6, 1e7, 1.08}, {1e7, 2e9, 1.05}};
+  for (size_t b = 0; b < sizeof bands / sizeof *bands; b++)
+    for (double t = bands[b].lo; t < bands[b].hi; t *= 1.01) {
+      trn_shape s = {0, 0, 0, 64, 27};
+      CHECK(shape_for_params(&r, t, &s) == 0);
+      double n = (double)trn_nonembedding_params(&s);
+      if (!(fabs(log(n / t)) <= log(bands[b].tol))) {
+        fprintf(stderr, "  target %g -> %d x %d: N = %g\n", t, s.n_layer, s.d_model, n);
+        CHECK(0);
+      }
+      int h = shape_head_size(&r, s.d_model);
+      CHECK(s.d_model % h == 0 && s.n_head == s.d_model / h && s.n_head >= 1);
+      double a = (double)s.d_model / s.n_layer;
+      CHECK(a >= r.aspect_ratio / SHAPE_ASPECT_BAND - 1e-9 &&
+            a <= r.aspect_ratio * SHAPE_ASPECT_BAND + 1e-9);
+    }
+  /* known shapes */
+  trn_shape s = {0, 0, 0, 64, 27};
+  CHECK(shape_for_params(&r, 1e5, &s) == 0);
+  CHECK(s.n_layer == 2 && s.d_model == 64 && s.n_head == 4);
+  shape_rule g = {64, 64};
+  CHECK(shape_for_params(&g, 85e6, &s) == 0); /* GPT-2 small: 85M non-embedding, 12 x 768 */
+  CHECK(s.n_layer == 12 && s.d_model == 768 && s.n_head == 12);
+  /* the head-size rule */
+  CHECK(shape_head_size(&r, 16) == 8 && shape_head_size(&r, 64) == 16);
+  CHECK(shape_head_size(&r, 128) == 32 && shape_head_size(&r, 768) == 64);
+  /* below one head: refused, with the smallest shape reported */
+  CHECK(shape_for_params(&r, 100, &s) == SS_ERANGE);
+  trn_shape small = {0, 0, 0, 64, 27};
+  shape_smallest(&r, &small);
+  CHECK(s.n_layer == 1 && s.d_model == small.d_model);
+  CHECK(shape_for_params(&g, 1e4, &s) == SS_ERANGE); /* one head of 64 is 50k */
+}
+
+/* The issue's measurement: at 6e11 FLOPs a 2-layer d=64 model did far
+ * better with 8-sequence batches than with 32; the rule picks 8. */
+static void test_batch_rule(void) {
+  plan *p = plan_text("{\"name\": \"b\", \"method\": \"grid\", \"grid\": {"
+                      "\"params\": [1e5], \"tokens\": [999000]}}",
+                      NULL);
+  if (p && p->n == 1) {
+    const plan_run *r = &p->runs[0];
+    CHECK(r->n_layer == 2 && r->d_model == 64);
+    CHECK_NEAR(r->flops, 6.5e11, 0, 0.01);
+    CHECK_INT_EQ(r->batch_size, 8); /* B_opt ~ 33 sequences -> 32, halved to reach 1000 steps */
+    CHECK(r->steps >= 1000);
+    CHECK(r->batch_from_rule && r->lr_from_rule);
+  }
+  plan_free(p);
+  /* large budgets: the floor does not bind, B is B_opt rounded */
+  p = plan_text("{\"name\": \"b\", \"method\": \"grid\", \"base\": {\"model\": {\"seq_len\": "
+                "1024}}, \"grid\": {\"params\": [1e8], \"tokens\": [2e9]},"
+                " \"shape\": {\"aspect_ratio\": 64, \"head_size\": 64}}",
+                NULL);
+  if (p && p->n == 1) {
+    const plan_run *r = &p->runs[0];
+    double bopt = 0.292 * pow(r->flops, 0.3271) / 1024;
+    CHECK_INT_EQ(r->batch_size, (int)exp2(round(log2(bopt))));
+    CHECK(r->steps > 1000);
+  }
+  plan_free(p);
+  /* fixed batch and lr are kept; base's micro_batch_size caps micro-batches */
+  spec *s = NULL;
+  p = plan_text("{\"name\": \"b\", \"method\": \"grid\", \"base\": {\"train\": "
+                "{\"micro_batch_size\": 6}}, \"grid\": {\"params\": [5e4], \"tokens\": [1e6], "
+                "\"batch_size\": [12, 32], \"lr\": [0.002]}}",
+                &s);
+  if (p && s) {
+    CHECK_INT_EQ(p->n, 2);
+    check_invariants(p, s);
+    for (size_t i = 0; i < p->n; i++) {
+      CHECK(!p->runs[i].batch_from_rule && !p->runs[i].lr_from_rule);
+      CHECK(p->runs[i].lr == 0.002);
+    }
+    for (size_t i = 0; i < p->n; i++) {
+      const plan_run *r = &p->runs[i];
+      CHECK(r->batch_size == 12 || r->batch_size == 32);
+      if (r->batch_size == 12) /* largest divisor of 12 not above 6 */
+        CHECK(strstr(r->config, "\"micro_batch_size\":6") != NULL);
+      else
+        CHECK(strstr(r->config, "\"micro_batch_size\":4") != NULL);
+    }
+  }
+  plan_free(p);
+  spec_free(s);
+}
+
+static void test_order_and_resources(void) {
+  spec *s = NULL;
+  plan *p = plan_text("{\"name\": \"o\", \"method\": \"grid\", \"grid\": {"
+                      "\"params\": [2e5, 3e4], \"tokens\": [4e6, 1e6], \"seeds\": [2, 1]},"
+                      " \"resources\": {\"gpus\": 2}, \"base\": {\"precision\": \"bf16\"}}",
+                      &s);
+  if (p && s) {
+    CHECK_INT_EQ(p->n, 8);
+    check_invariants(p, s);
+    /* smallest first; equal runs but the seed, seed order */
+    CHECK(p->runs[0].nonembedding_params < 5e4 && p->runs[0].tokens < 2e6);
+    CHECK(p->runs[0].seed == 1 && p->runs[1].seed == 2);
+    for (size_t i = 1; i < p->n; i++)
+      CHECK(p->runs[i].flops >= p->runs[i - 1].flops);
+    CHECK(strstr(p->runs[0].config, "\"backend\":\"cuda\",\"world_size\":2,\"threads\":4"));
+  }
+  plan_free(p);
+  spec_free(s);
+}
+
+static void test_runs_method(void) {
+  spec *s = NULL;
+  plan *p = plan_file("runs.json", &s);
+  if (p && s) {
+    CHECK_INT_EQ(p->n, 3);
+    int fixed = 0;
+    for (size_t i = 0; i < p->n; i++)
+      if (p->runs[i].batch_size == 32 && p->runs[i].lr == 0.003 && !p->runs[i].batch_from_rule)
+        fixed++;
+    CHECK_INT_EQ(fixed, 1);
+  }
+  plan_free(p);
+  spec_free(s);
+
+  /* the trainer's problems with a run are reported at that run's paths */
+  spec_problems pr = refused("{\"name\": \"r\", \"method\": \"runs\","
+                             " \"base\": {\"train\": {\"tokens\": 1048576}},"
+                             " \"runs\": [{\"model\": {\"n_layer\": 2}},"
+                             "  {\"model\": {\"d_model\": 60, \"n_head\": 8}},"
+                             "  {\"train\": {\"batch_size\": 4, \"schedule\": \"linear\"}},"
+                             "  {\"train\": {\"tokens\": null}}]}");
+  CHECK(has(&pr, "$.runs[1].model.d_model", "multiple of n_head"));
+  CHECK(has(&pr, "$.runs[2].train.schedule", "\"linear\""));
+  CHECK(has(&pr, "$.runs[3].train.tokens", NULL));
+  spec_problems_free(&pr);
+}
+
+/* Plans that cannot run are refused, every problem at once, with paths. */
+static void test_refusals(void) {
+  spec_problems pr = refused("{\"name\": \"x\", \"method\": \"grid\", \"grid\": {"
+                             "\"params\": [100, 1e5], \"tokens\": [1e6, 100],"
+                             " \"batch_size\": [4]}, \"max_hours\": 1e-5}");
+  /* a model too small for one head */
+  CHECK(has(&pr, "$.grid.params[0]", "below the smallest model"));
+  CHECK(has(&pr, "$.grid.params[0]", "head"));
+  /* D smaller than one batch */
+  CHECK(has(&pr, "$.grid.tokens[1]", "smaller than one batch of 4 x 64 = 256 tokens"));
+  /* and, over the runs that do plan, the time limit: all in one answer */
+  CHECK(has(&pr, "$.max_hours", "estimated time"));
+  CHECK_INT_EQ(pr.n, 3);
+  spec_problems_free(&pr);
+
+  /* isoflop: a budget too small for its largest model; centred targets too small */
+  pr = refused("{\"name\": \"x\", \"method\": \"isoflop\", \"isoflop\": {"
+               "\"flops\": [1e9, 1e12], \"params\": [2e4, 5e4, 3e6]}}");
+  CHECK(has(&pr, "$.isoflop.flops[0]", "smaller than one batch"));
+  spec_problems_free(&pr);
+  pr = refused("{\"name\": \"x\", \"method\": \"isoflop\", \"isoflop\": {"
+               "\"flops\": [1e7], \"centre\": {\"coef\": 0.0913, \"exponent\": 0.5, \"span\": 3,"
+               " \"points\": 3}}}");
+  CHECK(has(&pr, "$.isoflop.centre", "budget $.isoflop.flops[0]"));
+  spec_problems_free(&pr);
+
+  /* over max_hours at the stated throughput */
+  pr = refused("{\"name\": \"x\", \"method\": \"grid\", \"grid\": {"
+               "\"params\": [1e6], \"tokens\": [1e9]}, \"max_hours\": 1,"
+               " \"throughput_flops\": 1e10}");
+  CHECK(has(&pr, "$.max_hours", "estimated time"));
+  spec_problems_free(&pr);
+
+  /* two targets that round to the same shape plan the same run */
+  pr = refused("{\"name\": \"x\", \"method\": \"grid\", \"grid\": {"
+               "\"params\": [1e5, 1.01e5], \"tokens\": [1e6]}}");
+  CHECK(has(&pr, "$", "identical"));
+  spec_problems_free(&pr);
+
+  /* too many runs */
+  pr = refused("{\"name\": \"x\", \"method\": \"grid\", \"grid\": {"
+               "\"params\": {\"from\": 1e4, \"to\": 1e8, \"points\": 200},"
+               " \"tokens\": {\"from\": 1e6, \"to\": 1e9, \"points\": 100}}}");
+  CHECK(has(&pr, "$", "at most 10000"));
+  spec_problems_free(&pr);
+
+  /* a ladder too long for its D */
+  pr = refused("{\"name\": \"x\", \"method\": \"batch\", \"batch\": {\"params\": 5e4,"
+               " \"tokens\": 10000, \"batch_size\": [16, 64, 256, 1024], \"target_loss\": 1.5}}");
+  CHECK(has(&pr, "$.batch.batch_size[2]", "smaller than one batch"));
+  CHECK(has(&pr, "$.batch.batch_size[3]", "smaller than one batch"));
+  spec_problems_free(&pr);
+}
+
+int main(void) {
+  test_shapes();
+  test_examples();
+  test_determinism();
+  test_isoflop_budgets();
+  test_batch_rule();
+  test_order_and_resources();
+  test_runs_method();
+  test_refusals();
+  CHECK_DONE();
+}
