@@ -51,7 +51,6 @@ int cmd_migrate(int argc, char **argv) {
     fprintf(stderr, "scalesweep migrate: %s\n", err);
     return SS_EXIT_FAILURE;
   }
-  printf("applied %d migration%s (%d known)\n", applied, applied == 1 ? "" : "s",
-         db_nmigrations);
+  printf("applied %d migration%s (%d known)\n", applied, applied == 1 ? "" : "s", db_nmigrations);
   return SS_EXIT_OK;
 }

@@ -31,8 +31,9 @@
  * - COPY is not supported: a statement that starts one fails with
  *   DB_ERR_QUERY and the connection is re-established.
  * - db_queue_length counts the request in flight and those waiting.
- * - Callbacks never run inside db_query or db_tx, except after db_close has
- *   been called (they then fail at once with DB_ERR_CONN).
+ * - Callbacks never run inside db_query or db_tx (queued requests are sent
+ *   from a uv_prepare_t, just before the loop polls), except after db_close
+ *   (they then fail at once with DB_ERR_CONN) or when out of memory.
  * - Connection failures and recoveries are reported on stderr, once per
  *   outage. */
 #include "scheduler/db.h"
@@ -67,12 +68,12 @@ typedef struct db_req {
   struct db_req *next;
   db_cb cb;
   void *ud;
-  int tx;       /* BEGIN ... COMMIT around the statements */
-  int nstmts;   /* 1 when !tx */
-  int step;     /* the statement in flight (tx: STEP_BEGIN .. STEP_ROLLBACK) */
-  PGresult *cur;     /* the result of the statement in flight, so far */
-  PGresult *last;    /* tx: the last statement's result, kept for the callback */
-  PGresult *failed;  /* tx: the error being rolled back */
+  int tx;           /* BEGIN ... COMMIT around the statements */
+  int nstmts;       /* 1 when !tx */
+  int step;         /* the statement in flight (tx: STEP_BEGIN .. STEP_ROLLBACK) */
+  PGresult *cur;    /* the result of the statement in flight, so far */
+  PGresult *last;   /* tx: the last statement's result, kept for the callback */
+  PGresult *failed; /* tx: the error being rolled back */
   db_stmt *stmts;
 } db_req;
 
@@ -86,18 +87,19 @@ typedef struct db_watch {
 struct db {
   uv_loop_t *loop;
   char *url;
-  PGconn *conn;          /* NULL while DB_DOWN */
+  PGconn *conn; /* NULL while DB_DOWN */
   int state;
   int closing;
-  int flushing;          /* PQflush left data to send: watch for writable too */
-  int outage_logged;     /* a failure was reported and no recovery since */
+  int flushing;      /* PQflush left data to send: watch for writable too */
+  int outage_logged; /* a failure was reported and no recovery since */
   PostgresPollingStatusType connect_poll;
-  db_watch *watch;       /* on PQsocket(conn), or NULL */
-  uv_timer_t timer;      /* reconnect backoff, or the connect timeout */
-  int nhandles;          /* handles open or closing; d is freed at 0 */
+  db_watch *watch;      /* on PQsocket(conn), or NULL */
+  uv_timer_t timer;     /* reconnect backoff, or the connect timeout */
+  uv_prepare_t prepare; /* sends what db_query queued, before the loop polls */
+  int nhandles;         /* handles open or closing; d is freed at 0 */
   unsigned backoff_ms;
-  db_req *inflight;      /* the request being executed, or NULL */
-  db_req *head, *tail;   /* waiting requests */
+  db_req *inflight;    /* the request being executed, or NULL */
+  db_req *head, *tail; /* waiting requests */
   size_t nwaiting;
   void (*close_cb)(void *ud);
   void *close_ud;
@@ -107,6 +109,7 @@ static void pump(db *d);
 static void send_step(db *d);
 static void connect_start(db *d);
 static void on_poll(uv_poll_t *h, int status, int events);
+static void on_prepare(uv_prepare_t *h);
 
 /* Copies the first line of a libpq message into dst, runs of blanks made
  * single spaces (libpq's second lines are hints such as "Is the server
@@ -157,7 +160,7 @@ static void on_watch_closed(uv_handle_t *h) {
   maybe_finish(d);
 }
 
-static void on_timer_closed(uv_handle_t *h) {
+static void on_handle_closed(uv_handle_t *h) {
   db *d = h->data;
   d->nhandles--;
   maybe_finish(d);
@@ -300,12 +303,16 @@ static void connect_step(db *d) {
 }
 
 /* The URL comes last so that whatever it sets overrides these defaults
- * (keepalives apply to TCP only: a dead peer is noticed within a minute). */
+ * (TCP only: a dead peer is noticed within about a minute, idle or not). */
 static void connect_start(db *d) {
-  static const char *const keys[] = {"fallback_application_name", "keepalives_idle",
-                                     "keepalives_interval", "keepalives_count", "dbname",
+  static const char *const keys[] = {"fallback_application_name",
+                                     "keepalives_idle",
+                                     "keepalives_interval",
+                                     "keepalives_count",
+                                     "tcp_user_timeout",
+                                     "dbname",
                                      NULL};
-  const char *const vals[] = {"scalesweep", "30", "10", "3", d->url, NULL};
+  const char *const vals[] = {"scalesweep", "30", "10", "3", "60000", d->url, NULL};
   d->conn = PQconnectStartParams(keys, vals, 1);
   if (!d->conn) {
     connect_failed(d, "out of memory");
@@ -378,6 +385,15 @@ static db_req *req_new(int tx, int n, const char *const *sqls, const int *nparam
   return q;
 }
 
+/* Sending from db_query itself could run a callback inside it (a send that
+ * fails at once); sending just before the loop next polls cannot, and
+ * costs no latency. */
+static void on_prepare(uv_prepare_t *h) {
+  db *d = h->data;
+  uv_prepare_stop(h);
+  pump(d);
+}
+
 static void enqueue(db *d, db_req *q, db_cb cb, void *ud) {
   if (!q) {
     cb(ud, DB_ERR_QUERY, NULL, "out of memory");
@@ -394,7 +410,7 @@ static void enqueue(db *d, db_req *q, db_cb cb, void *ud) {
     d->head = q;
   d->tail = q;
   d->nwaiting++;
-  pump(d);
+  uv_prepare_start(&d->prepare, on_prepare);
 }
 
 /* Sends the next waiting request if the connection is up and idle. */
@@ -648,13 +664,14 @@ db *db_open(uv_loop_t *loop, const char *url) {
   d->backoff_ms = DB_BACKOFF_MIN_MS;
   uv_timer_init(loop, &d->timer);
   d->timer.data = d;
-  d->nhandles = 1;
+  uv_prepare_init(loop, &d->prepare);
+  d->prepare.data = d;
+  d->nhandles = 2;
   connect_start(d);
   return d;
 }
 
-void db_query(db *d, const char *sql, int nparams, const char *const *params, db_cb cb,
-              void *ud) {
+void db_query(db *d, const char *sql, int nparams, const char *const *params, db_cb cb, void *ud) {
   const char *const *pp[1] = {params};
   enqueue(d, req_new(0, 1, &sql, &nparams, pp, cb, ud), cb, ud);
 }
@@ -677,7 +694,8 @@ void db_close(db *d, void (*cb)(void *ud), void *ud) {
   d->close_cb = cb;
   d->close_ud = ud;
   drop_conn(d);
-  uv_close((uv_handle_t *)&d->timer, on_timer_closed);
+  uv_close((uv_handle_t *)&d->timer, on_handle_closed);
+  uv_close((uv_handle_t *)&d->prepare, on_handle_closed);
   db_req *q = d->inflight;
   d->inflight = NULL;
   if (q) {

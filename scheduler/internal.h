@@ -96,6 +96,11 @@ void sched__place(sched *s);
 void sched__emit(sched *s, const char *name, json_t *data); /* steals data */
 int sched__token_ok(const char *want, const char *got);
 
+/* refit.c: refit a sweep's laws (after a run of it succeeded) */
+void sched__refit(sched *s, int64_t sweep_id);
+/* recomputes sweeps.status from its runs */
+void sched__sweep_status(sched *s, int64_t sweep_id);
+
 /* workers.c */
 int sched__workers_listen(sched *s, const char *hostport, char *err, size_t errlen);
 void sched__send(sched__wconn *c, json_t *msg); /* steals msg */

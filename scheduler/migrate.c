@@ -63,8 +63,8 @@ static int apply(PGconn *c, const db_migration *m, char *err, size_t errlen) {
   if (!rc)
     rc = exec(c, m->sql, 0, NULL, what, err, errlen);
   if (!rc)
-    rc = exec(c, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", 2, row, what,
-              err, errlen);
+    rc = exec(c, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", 2, row, what, err,
+              errlen);
   if (!rc)
     rc = exec(c, "COMMIT", 0, NULL, what, err, errlen);
   if (rc)

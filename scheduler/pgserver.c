@@ -33,7 +33,7 @@
 #include "common/err.h"
 
 #define PGS_PORT "5432"
-#define PGS_ROLE "scalesweep"     /* bootstrap superuser */
+#define PGS_ROLE "scalesweep" /* bootstrap superuser */
 #define PGS_DBNAME "scalesweep"
 #define PGS_TMP_PREFIX "/tmp/scalesweep-pg-"
 #define PGS_SOCKET_FILE "/.s.PGSQL." PGS_PORT
@@ -45,17 +45,17 @@
 extern char **environ;
 
 typedef struct pgs {
-  char pgdir[PATH_MAX];  /* STATE/pg */
-  char data[PATH_MAX];   /* STATE/pg/data */
-  char log[PATH_MAX];    /* STATE/pg/log */
+  char pgdir[PATH_MAX]; /* STATE/pg */
+  char data[PATH_MAX];  /* STATE/pg/data */
+  char log[PATH_MAX];   /* STATE/pg/log */
   char bindir[PATH_MAX];
-  int as_user;           /* switch to uid/gid in children (we are root) */
+  int as_user; /* switch to uid/gid in children (we are root) */
   uid_t uid;
   gid_t gid;
   char user[64];
   gid_t groups[PGS_MAX_GROUPS];
   int ngroups;
-  char **env;            /* environ without locale settings, plus LC_ALL=C */
+  char **env; /* environ without locale settings, plus LC_ALL=C */
 } pgs;
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -417,8 +417,7 @@ static int conninfo(char *out, size_t n, const char *sock, const char *port, con
     quoted[j++] = *s;
   }
   quoted[j] = '\0';
-  int len = snprintf(out, n, "host='%s' port=%s user=" PGS_ROLE " dbname=%s", quoted, port,
-                     dbname);
+  int len = snprintf(out, n, "host='%s' port=%s user=" PGS_ROLE " dbname=%s", quoted, port, dbname);
   return len < 0 || (size_t)len >= n ? SS_ERANGE : 0;
 }
 
@@ -473,8 +472,8 @@ static int setup(pgs *p, const char *state_dir, int create, char *err, size_t er
   if (rc)
     return rc;
   if (p->as_user) {
-    char *argv[] = {"/bin/sh", "-c", "test -r \"$1\" && test -w \"$1\" && test -x \"$1\"", "sh",
-                    p->pgdir, NULL};
+    char *argv[] = {"/bin/sh", "-c",     "test -r \"$1\" && test -w \"$1\" && test -x \"$1\"",
+                    "sh",      p->pgdir, NULL};
     char out[256];
     if (run(p, argv, "/", out, sizeof out) != 0) {
       set_err(err, errlen,
@@ -508,8 +507,8 @@ static int init_cluster(pgs *p, char *err, size_t errlen) {
   char initdb[PATH_MAX], out[PGS_OUT_MAX];
   if (path_fmt(initdb, "%s/initdb", p->bindir))
     return SS_ERANGE;
-  char *argv[] = {initdb,  "-D",         tmp, "-U",   PGS_ROLE, "-A", "trust",
-                  "--no-locale", "-E", "UTF8", NULL};
+  char *argv[] = {initdb,  "-D",          tmp,  "-U",   PGS_ROLE, "-A",
+                  "trust", "--no-locale", "-E", "UTF8", NULL};
   int rc = run(p, argv, p->pgdir, out, sizeof out);
   if (rc != 0) {
     set_err(err, errlen, "initdb %s failed (exit %d): %s", tmp, rc, out);
@@ -616,8 +615,8 @@ static int create_database(const char *admin, char *err, size_t errlen) {
   }
   PQsetNoticeProcessor(c, quiet, NULL);
   const char *const name[] = {PGS_DBNAME};
-  PGresult *r = PQexecParams(c, "SELECT 1 FROM pg_database WHERE datname = $1", 1, NULL, name,
-                             NULL, NULL, 0);
+  PGresult *r =
+      PQexecParams(c, "SELECT 1 FROM pg_database WHERE datname = $1", 1, NULL, name, NULL, NULL, 0);
   int rc = 0;
   if (PQresultStatus(r) != PGRES_TUPLES_OK) {
     set_err(err, errlen, "listing databases: %s", PQresultErrorMessage(r));
@@ -700,8 +699,8 @@ static int start(pgs *p, const char *state_dir, char *url_out, size_t url_len, c
     if (st != 0) {
       char tail[1024];
       log_tail(p, tail, sizeof tail);
-      set_err(err, errlen, "PostgreSQL did not start (pg_ctl exit %d): %s\n%s ends with:\n%s",
-              st, out, p->log, tail);
+      set_err(err, errlen, "PostgreSQL did not start (pg_ctl exit %d): %s\n%s ends with:\n%s", st,
+              out, p->log, tail);
       return SS_EIO;
     }
   }

@@ -218,6 +218,8 @@ static void on_claimed(void *ud, int status, PGresult *res, const char *errmsg) 
                              config ? config : json_object(), "gpus", gl,
                              "checkpoint_dir", dir, "resume", attempt > 1));
     s->assigns++;
+    if (attempt == 1)
+      sched__sweep_status(s, strtoll(PQgetvalue(res, 0, 2), NULL, 10));
     sched__emit(s, "run", json_pack("{s:I,s:s,s:i,s:I}", "id", (json_int_t)a->run_id,
                                     "status", "running", "attempt", attempt, "worker",
                                     (json_int_t)a->worker_id));
@@ -282,7 +284,7 @@ static void on_queue(void *ud, int status, PGresult *res, const char *errmsg) {
              "lease_until = now() + $3 * interval '1 second', "
              "started_at = coalesce(started_at, now()), error = NULL "
              "WHERE id = $1 AND status = 'queued' AND attempt < max_attempts "
-             "RETURNING attempt, config",
+             "RETURNING attempt, config, sweep_id",
              3, p, on_claimed, a);
     last = a;
     if (total_free(s) == 0)
@@ -339,6 +341,7 @@ static void on_expired(void *ud, int status, PGresult *res, const char *errmsg) 
     else
       s->runs_requeued++;
     sched__emit(s, "run", json_pack("{s:I,s:s}", "id", (json_int_t)id, "status", st));
+    sched__sweep_status(s, strtoll(PQgetvalue(res, i, 3), NULL, 10));
   }
   if (PQntuples(res) > 0)
     sched__place(s);
@@ -356,7 +359,7 @@ static void on_lease_timer(uv_timer_t *t) {
            "worker = NULL, lease_until = NULL, "
            "error = 'lease expired: worker lost', "
            "finished_at = CASE WHEN r.attempt >= r.max_attempts THEN now() END "
-           "FROM x WHERE r.id = x.id RETURNING r.id, r.status, x.worker",
+           "FROM x WHERE r.id = x.id RETURNING r.id, r.status, x.worker, r.sweep_id",
            0, NULL, on_expired, s);
   sched__place(s);
 }

@@ -541,6 +541,10 @@ static void on_finished_stored(void *ud, int status, PGresult *res, const char *
       s->runs_requeued++;
     sched__emit(s, "run", json_pack("{s:I,s:s,s:i}", "id", (json_int_t)x->run_id, "status",
                                     st, "attempt", x->attempt));
+    int64_t sweep_id = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+    sched__sweep_status(s, sweep_id);
+    if (!strcmp(st, "succeeded"))
+      sched__refit(s, sweep_id);
   }
   ack(x);
   json_decref(x->msg);
@@ -588,7 +592,7 @@ static void on_finished(sched__wconn *c, json_t *m) {
            "finished_at = CASE WHEN $4 = 'failed' AND attempt < max_attempts THEN NULL "
            "ELSE now() END "
            "WHERE id = $1 AND attempt = $2 AND worker = $3 AND status = 'running' "
-           "RETURNING status",
+           "RETURNING status, sweep_id",
            7, p, on_finished_stored, x);
 }
 

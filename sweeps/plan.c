@@ -675,7 +675,8 @@ int plan_spec(const spec *s, plan **out, spec_problems *pr) {
   if (p->n == 0 && pr->n == before)
     spec_problem_add(pr, "$", "the spec plans no runs; expected at least one");
 
-  qsort(p->runs, p->n, sizeof *p->runs, cmp_runs);
+  if (p->n)
+    qsort(p->runs, p->n, sizeof *p->runs, cmp_runs);
   for (size_t i = 0; i < p->n; i++)
     p->runs[i].index = (int)i;
 

@@ -365,6 +365,7 @@ static void test_async_basics(uv_loop_t *loop) {
   const char *pn[] = {NULL, "41"};
   db_query(d, "SELECT $1::text IS NULL, $2::int + 1", 2, pn, on_res, &rn);
   db_query(d, "SELECT $1::text", 1, pn, on_res, &rn2);
+  CHECK(!rn.done); /* callbacks never run inside db_query */
   CHECK(wait_done(loop, &rn2, 1, 5));
   CHECK(rn.done && rn.status == DB_OK && !strcmp(rn.v0, "t") && !strcmp(rn.v1, "42"));
   CHECK(rn2.status == DB_OK && rn2.null0 == 1);
@@ -649,8 +650,10 @@ static void test_pgserver(void) {
   test_pgserver_dir(state, 0);
 
   /* a path too long for a Unix socket: the socket goes to /tmp */
-  snprintf(state, sizeof state, "%s/a-state-directory-with-a-rather-long-name/"
-           "and-another-level-below-it-to-pass-the-limit", dir);
+  snprintf(state, sizeof state,
+           "%s/a-state-directory-with-a-rather-long-name/"
+           "and-another-level-below-it-to-pass-the-limit",
+           dir);
   test_pgserver_dir(state, 1);
 
   char err[256];

@@ -1,0 +1,199 @@
+/* Refitting a sweep's laws when its runs finish (DESIGN.md data flow, step
+ * 4): the points come from PostgreSQL, the fits run on libuv's thread pool
+ * (a Chinchilla fit with its bootstrap takes about a second and must not
+ * hold the loop), and each result is stored in `fits` and announced on the
+ * event stream. One refit per sweep at a time; finishes that arrive
+ * meanwhile cause one more. */
+#include <gsl/gsl_errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler/internal.h"
+#include "sweeps/fit.h"
+
+#define REFIT_BOOTSTRAP 200 /* enough for 95% intervals; the CLI can ask for more */
+
+typedef struct refit {
+  uv_work_t work;
+  sched *s;
+  int64_t sweep_id;
+  fit_point *pts;
+  int n;
+  char *json[3]; /* chinchilla, isoflop, batch results (NULL: not applicable) */
+  int npoints[3];
+  struct refit *next;
+} refit;
+
+static const char *const laws[3] = {"chinchilla", "isoflop", "batch"};
+
+/* sweeps being refitted, and those to refit again when that ends */
+typedef struct refit_state {
+  int64_t busy[64], again[64];
+  int nbusy, nagain;
+} refit_state;
+
+static refit_state state;
+
+static int in(const int64_t *a, int n, int64_t v) {
+  for (int i = 0; i < n; i++)
+    if (a[i] == v)
+      return i;
+  return -1;
+}
+
+static void work(uv_work_t *w) {
+  refit *r = w->data;
+  fit_options o = {.bootstrap = REFIT_BOOTSTRAP, .seed = (uint64_t)r->sweep_id, .threads = 1,
+                   .fit_irreducible = 1};
+  for (int l = 0; l < 3; l++) {
+    fit_result res;
+    char err[512];
+    int rc;
+    fit_result_init(&res, laws[l]);
+    if (l == 0)
+      rc = fit_chinchilla(r->pts, r->n, &o, &res, err, sizeof err);
+    else if (l == 1)
+      rc = fit_isoflop(r->pts, r->n, &o, &res, err, sizeof err);
+    else
+      rc = fit_batch(r->pts, r->n, &o, &res, err, sizeof err);
+    /* a law the points cannot support (too few, one size, no ladder) is
+     * simply not fitted yet */
+    if (rc == 0) {
+      r->json[l] = fit_result_to_json(&res);
+      r->npoints[l] = res.n_points;
+    }
+    fit_result_free(&res);
+  }
+}
+
+static void on_stored(void *ud, int status, PGresult *res, const char *errmsg) {
+  (void)res;
+  if (status != DB_OK)
+    fprintf(stderr, "scheduler: storing a fit failed: %s\n", errmsg);
+  (void)ud;
+}
+
+static void after_work(uv_work_t *w, int status) {
+  refit *r = w->data;
+  sched *s = r->s;
+  for (int l = 0; l < 3 && status == 0 && !s->stopping; l++) {
+    if (!r->json[l])
+      continue;
+    char id[32], np[16];
+    snprintf(id, sizeof id, "%" PRId64, r->sweep_id);
+    snprintf(np, sizeof np, "%d", r->npoints[l]);
+    const char *p[4] = {id, laws[l], r->json[l], np};
+    db_query(s->db,
+             "INSERT INTO fits (sweep_id, law, params, intervals, n_points) "
+             "VALUES ($1, $2, $3::jsonb, jsonb_build_object('ci95', $3::jsonb->'ci95', "
+             "'stderr', $3::jsonb->'stderr'), $4::int)",
+             4, p, on_stored, NULL);
+    json_error_t je;
+    json_t *fit = json_loads(r->json[l], 0, &je);
+    sched__emit(s, "fit", json_pack("{s:I,s:s,s:o}", "sweep_id", (json_int_t)r->sweep_id,
+                                    "law", laws[l], "fit", fit ? fit : json_null()));
+  }
+  int i = in(state.busy, state.nbusy, r->sweep_id);
+  if (i >= 0)
+    state.busy[i] = state.busy[--state.nbusy];
+  int j = in(state.again, state.nagain, r->sweep_id);
+  if (j >= 0) {
+    state.again[j] = state.again[--state.nagain];
+    if (!s->stopping)
+      sched__refit(s, r->sweep_id);
+  }
+  for (int l = 0; l < 3; l++)
+    free(r->json[l]);
+  free(r->pts);
+  free(r);
+}
+
+static void on_points(void *ud, int status, PGresult *res, const char *errmsg) {
+  refit *r = ud;
+  sched *s = r->s;
+  if (status != DB_OK || s->stopping) {
+    if (status != DB_OK)
+      fprintf(stderr, "scheduler: reading fit points failed: %s\n", errmsg);
+    int i = in(state.busy, state.nbusy, r->sweep_id);
+    if (i >= 0)
+      state.busy[i] = state.busy[--state.nbusy];
+    free(r);
+    return;
+  }
+  r->n = PQntuples(res);
+  r->pts = calloc(r->n ? (size_t)r->n : 1, sizeof *r->pts);
+  for (int k = 0; k < r->n; k++) {
+    fit_point *p = &r->pts[k];
+    p->params = atof(PQgetvalue(res, k, 0));
+    p->tokens = atof(PQgetvalue(res, k, 1));
+    p->flops = atof(PQgetvalue(res, k, 2));
+    p->loss = atof(PQgetvalue(res, k, 3));
+    p->batch_size = atof(PQgetvalue(res, k, 4));
+    p->steps = PQgetisnull(res, k, 5) ? NAN : atof(PQgetvalue(res, k, 5));
+    p->lr = PQgetisnull(res, k, 6) ? NAN : atof(PQgetvalue(res, k, 6));
+    p->group = k;
+  }
+  r->work.data = r;
+  uv_queue_work(s->loop, &r->work, work, after_work);
+}
+
+void sched__refit(sched *s, int64_t sweep_id) {
+  gsl_set_error_handler_off(); /* a numerical corner must not abort the daemon */
+  if (in(state.busy, state.nbusy, sweep_id) >= 0) {
+    if (in(state.again, state.nagain, sweep_id) < 0 && state.nagain < 64)
+      state.again[state.nagain++] = sweep_id;
+    return;
+  }
+  if (state.nbusy >= 64)
+    return;
+  state.busy[state.nbusy++] = sweep_id;
+  refit *r = calloc(1, sizeof *r);
+  r->s = s;
+  r->sweep_id = sweep_id;
+  char id[32];
+  snprintf(id, sizeof id, "%" PRId64, sweep_id);
+  const char *p[1] = {id};
+  /* batch_size in tokens (sequences x seq_len), as the laws expect */
+  db_query(s->db,
+           "SELECT nonembedding_params, tokens, flops, final_val_loss, "
+           "batch_size * (config->'model'->>'seq_len')::int, "
+           "tokens / nullif(batch_size * (config->'model'->>'seq_len')::int, 0), "
+           "(config->'train'->>'lr')::float8 "
+           "FROM runs WHERE sweep_id = $1 AND status = 'succeeded' "
+           "AND final_val_loss > 0 AND nonembedding_params > 0 AND tokens > 0 ORDER BY id",
+           1, p, on_points, r);
+}
+
+static void on_sweep_status(void *ud, int status, PGresult *res, const char *errmsg) {
+  sched *s = ud;
+  if (status != DB_OK) {
+    fprintf(stderr, "scheduler: updating a sweep's status failed: %s\n", errmsg);
+    return;
+  }
+  if (PQntuples(res) == 1)
+    sched__emit(s, "sweep", json_pack("{s:I,s:s}", "id",
+                                      (json_int_t)strtoll(PQgetvalue(res, 0, 0), NULL, 10),
+                                      "status", PQgetvalue(res, 0, 1)));
+}
+
+void sched__sweep_status(sched *s, int64_t sweep_id) {
+  char id[32];
+  snprintf(id, sizeof id, "%" PRId64, sweep_id);
+  const char *p[1] = {id};
+  /* running while anything runs or waits after a start; then failed if any
+   * run failed, else succeeded (cancelled sweeps stay cancelled) */
+  db_query(s->db,
+           "UPDATE sweeps sw SET status = x.st FROM (SELECT CASE "
+           "WHEN count(*) FILTER (WHERE status IN ('queued', 'running')) > 0 THEN "
+           "CASE WHEN count(*) FILTER (WHERE status <> 'queued') > 0 THEN 'running' "
+           "ELSE 'queued' END "
+           "WHEN count(*) FILTER (WHERE status = 'failed') > 0 THEN 'failed' "
+           "WHEN count(*) FILTER (WHERE status = 'succeeded') > 0 THEN 'succeeded' "
+           "ELSE 'cancelled' END::run_status AS st FROM runs WHERE sweep_id = $1) x "
+           "WHERE sw.id = $1 AND sw.status <> 'cancelled' AND sw.status <> x.st "
+           "RETURNING sw.id, sw.status",
+           1, p, on_sweep_status, s);
+}
