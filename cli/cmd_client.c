@@ -69,7 +69,8 @@ static json_t *call(const copts *o, const char *method, const char *path, const 
     return NULL;
   }
   json_error_t je;
-  json_t *j = json_loads(resp, 0, &je);
+  /* reals: jsonb writes large numbers as long integers */
+  json_t *j = json_loads(resp, JSON_DECODE_INT_AS_REAL, &je);
   if (status >= 400) {
     json_t *e = json_object_get(j, "error");
     const char *msg = json_string_value(json_object_get(e, "message"));
@@ -137,8 +138,8 @@ int cmd_submit(int argc, char **argv) {
     printf("%s\n", raw);
   else
     printf("sweep %lld submitted: %lld runs planned\n",
-           (long long)json_integer_value(json_object_get(j, "id")),
-           (long long)json_integer_value(json_object_get(j, "runs")));
+           (long long)json_number_value(json_object_get(j, "id")),
+           (long long)json_number_value(json_object_get(j, "runs")));
   free(raw);
   json_decref(j);
   return 0;

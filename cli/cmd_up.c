@@ -95,6 +95,64 @@ static int read_ports(const char *path, int *http_port, int *workers_port) {
   return *http_port > 0 && *workers_port > 0 ? 0 : -1;
 }
 
+/* Prints one law's parameters with their 95% intervals. */
+static void print_law(const char *law, json_t *fit) {
+  json_t *params = json_object_get(fit, "params"), *ci = json_object_get(fit, "ci95");
+  printf("  %s (%lld points%s):", law,
+         (long long)json_number_value(json_object_get(fit, "n_points")),
+         json_is_true(json_object_get(fit, "converged")) ? "" : ", not converged");
+  const char *k;
+  json_t *v;
+  json_object_foreach(params, k, v) {
+    json_t *iv = json_object_get(ci, k);
+    if (!json_is_number(v))
+      printf(" %s = n/a", k);
+    else if (json_array_size(iv) == 2)
+      printf(" %s = %.4g [%.4g, %.4g]", k, json_number_value(v),
+             json_number_value(json_array_get(iv, 0)), json_number_value(json_array_get(iv, 1)));
+    else
+      printf(" %s = %.4g", k, json_number_value(v));
+  }
+  printf("\n");
+}
+
+/* (Fits come back through jsonb, which writes 1e129 as 130 digits: parsed
+ * as reals so they do not overflow Jansson's integers.) */
+/* Waits (up to 2 minutes) for the refit that has seen every successful run
+ * (expected points), then prints the fitted laws. */
+static void print_fits(const cli_target *t, long long id, int expected) {
+  char path[64];
+  snprintf(path, sizeof path, "/api/sweeps/%lld/fit", id);
+  json_t *fits = NULL;
+  for (int i = 0; i < 240 && !stop_requested; i++) {
+    int status;
+    char *resp;
+    if (cli_request(t, "GET", path, NULL, 0, &status, &resp) == 0 && status == 200) {
+      json_error_t je;
+      json_t *j = json_loads(resp, JSON_DECODE_INT_AS_REAL, &je);
+      /* complete when the latest chinchilla fit has seen the last run */
+      json_t *c = json_object_get(j, "chinchilla");
+      if (c && json_number_value(json_object_get(c, "n_points")) >= expected) {
+        fits = j;
+        free(resp);
+        break;
+      }
+      json_decref(j);
+    }
+    free(resp);
+    usleep(500000);
+  }
+  if (!fits) {
+    printf("the fit did not finish within 2 minutes; see `scalesweep fit %lld` later\n", id);
+    return;
+  }
+  printf("fits (95%% bootstrap intervals; scalesweep fit %lld for more):\n", id);
+  const char *law;
+  json_t *fit;
+  json_object_foreach(fits, law, fit) print_law(law, fit);
+  json_decref(fits);
+}
+
 /* Polls the sweep until nothing is queued or running; prints a summary. */
 static int wait_for_sweep(const cli_target *t, long long id) {
   char path[64];
@@ -107,7 +165,7 @@ static int wait_for_sweep(const cli_target *t, long long id) {
     if (cli_request(t, "GET", path, NULL, 0, &status, &resp) == 0 && status == 200) {
       json_error_t je;
       json_t *j = json_loads(resp, 0, &je);
-      int active = 0, ok = 0, failed = 0, total = 0;
+      int active = 0, ok = 0, failed = 0, total = 0, fit_points = 0;
       size_t i;
       json_t *r;
       json_array_foreach(json_object_get(j, "runs"), i, r) {
@@ -116,6 +174,8 @@ static int wait_for_sweep(const cli_target *t, long long id) {
         if (!strcmp(st, "queued") || !strcmp(st, "running"))
           active++;
         ok += !strcmp(st, "succeeded");
+        const char *part = json_string_value(json_object_get(r, "part"));
+        fit_points += !strcmp(st, "succeeded") && !(part && !strcmp(part, "batch"));
         failed += !strcmp(st, "failed");
       }
       json_decref(j);
@@ -123,6 +183,10 @@ static int wait_for_sweep(const cli_target *t, long long id) {
       if (total && !active) {
         printf("sweep %lld finished: %d of %d runs succeeded, %d failed\n", id, ok, total,
                failed);
+        if (fit_points >= 7) /* the Chinchilla law needs its 5 parameters + 2 */
+          print_fits(t, id, fit_points);
+        else
+          printf("too few successful runs (%d) to fit the laws\n", fit_points);
         return failed ? SS_EXIT_FAILURE : 0;
       }
     } else {

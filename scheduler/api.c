@@ -104,7 +104,7 @@ static const char *run_columns =
     "r.id, r.sweep_id, r.status, r.attempt, r.max_attempts, r.gpus, r.priority, r.worker, "
     "r.lease_until, r.params, r.nonembedding_params, r.tokens, r.batch_size, r.flops, "
     "r.final_val_loss, r.started_at, r.finished_at, r.reproduces, r.code_version, r.error, "
-    "r.checkpoint_step, r.config_hash";
+    "r.checkpoint_step, r.config_hash, r.part, r.target_loss";
 
 static void get_sweep(sched *s, req_ctx *x, int64_t id) {
   char sql[2048], ids[32];

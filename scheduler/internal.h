@@ -79,6 +79,7 @@ struct sched {
   sched__wconn *conns;
   sched__authfail *authfails;
   int placing, place_again;
+  int db_was_down; /* the lease timer saw the database unavailable */
   int stopping;
 
   sched__sse *sse;

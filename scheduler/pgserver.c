@@ -583,6 +583,19 @@ static int pg_ctl(const pgs *p, const char *const *args, char *out, size_t outle
   return run(p, argv, p->pgdir, out, outlen);
 }
 
+/* Removes a socket directory that configure() made in /tmp, with the
+ * socket and lock files a crashed server leaves there. */
+static void remove_tmp_socket_dir(const char *sock, const char *port) {
+  char path[PATH_MAX];
+  if (strncmp(sock, PGS_TMP_PREFIX, strlen(PGS_TMP_PREFIX)) || !*port)
+    return;
+  if (!path_fmt(path, "%s/.s.PGSQL.%s", sock, port))
+    unlink(path);
+  if (!path_fmt(path, "%s/.s.PGSQL.%s.lock", sock, port))
+    unlink(path);
+  rmdir(sock);
+}
+
 static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
@@ -691,6 +704,9 @@ static int start(pgs *p, const char *state_dir, char *url_out, size_t url_len, c
   if (rc)
     return rc;
   if (!running) {
+    char old_port[16] = "", old_sock[PATH_MAX] = "";
+    if (!read_pidfile(p, old_port, sizeof old_port, old_sock, sizeof old_sock)) /* a crash */
+      remove_tmp_socket_dir(old_sock, old_port);
     rc = configure(p, err, errlen);
     if (rc)
       return rc;
@@ -768,8 +784,7 @@ static int stop(pgs *p, const char *state_dir, char *err, size_t errlen) {
       return SS_EIO;
     }
   }
-  if (!strncmp(sock, PGS_TMP_PREFIX, strlen(PGS_TMP_PREFIX)))
-    rmdir(sock);
+  remove_tmp_socket_dir(sock, port);
   return 0;
 }
 

@@ -16,18 +16,25 @@
 
 #define REFIT_BOOTSTRAP 200 /* enough for 95% intervals; the CLI can ask for more */
 
+/* The batch ladder's fit needs the steps each run took to reach each target
+ * loss, read from its metrics: not done here yet, so only the loss laws are
+ * refitted (over every run but the ladder's; isoflop over the isoflop runs). */
+static const char *const laws[2] = {"chinchilla", "isoflop"};
+#define NLAWS 2
+
 typedef struct refit {
   uv_work_t work;
   sched *s;
   int64_t sweep_id;
   fit_point *pts;
   int n;
-  char *json[3]; /* chinchilla, isoflop, batch results (NULL: not applicable) */
-  int npoints[3];
+  char *json[NLAWS]; /* results (NULL: the points do not support the law yet) */
+  int npoints[NLAWS];
+  int *isoflop;      /* per point: 1 when it is an isoflop run */
+  char why[NLAWS][600]; /* why a law was not fitted */
   struct refit *next;
 } refit;
 
-static const char *const laws[3] = {"chinchilla", "isoflop", "batch"};
 
 /* sweeps being refitted, and those to refit again when that ends */
 typedef struct refit_state {
@@ -48,25 +55,31 @@ static void work(uv_work_t *w) {
   refit *r = w->data;
   fit_options o = {.bootstrap = REFIT_BOOTSTRAP, .seed = (uint64_t)r->sweep_id, .threads = 1,
                    .fit_irreducible = 1};
-  for (int l = 0; l < 3; l++) {
+  fit_point *iso = calloc(r->n ? (size_t)r->n : 1, sizeof *iso);
+  int niso = 0;
+  for (int k = 0; k < r->n; k++)
+    if (r->isoflop[k])
+      iso[niso++] = r->pts[k];
+  for (int l = 0; l < NLAWS; l++) {
     fit_result res;
     char err[512];
     int rc;
     fit_result_init(&res, laws[l]);
     if (l == 0)
       rc = fit_chinchilla(r->pts, r->n, &o, &res, err, sizeof err);
-    else if (l == 1)
-      rc = fit_isoflop(r->pts, r->n, &o, &res, err, sizeof err);
     else
-      rc = fit_batch(r->pts, r->n, &o, &res, err, sizeof err);
+      rc = niso ? fit_isoflop(iso, niso, &o, &res, err, sizeof err) : -1;
     /* a law the points cannot support (too few, one size, no ladder) is
      * simply not fitted yet */
     if (rc == 0) {
       r->json[l] = fit_result_to_json(&res);
       r->npoints[l] = res.n_points;
+    } else {
+      snprintf(r->why[l], sizeof r->why[l], "%s", rc == -1 ? "no isoflop runs" : err);
     }
     fit_result_free(&res);
   }
+  free(iso);
 }
 
 static void on_stored(void *ud, int status, PGresult *res, const char *errmsg) {
@@ -79,9 +92,12 @@ static void on_stored(void *ud, int status, PGresult *res, const char *errmsg) {
 static void after_work(uv_work_t *w, int status) {
   refit *r = w->data;
   sched *s = r->s;
-  for (int l = 0; l < 3 && status == 0 && !s->stopping; l++) {
-    if (!r->json[l])
+  for (int l = 0; l < NLAWS && status == 0 && !s->stopping; l++) {
+    if (!r->json[l]) {
+      fprintf(stderr, "scheduler: sweep %" PRId64 ": %s not fitted (%d points): %s\n",
+              r->sweep_id, laws[l], r->n, r->why[l]);
       continue;
+    }
     char id[32], np[16];
     snprintf(id, sizeof id, "%" PRId64, r->sweep_id);
     snprintf(np, sizeof np, "%d", r->npoints[l]);
@@ -105,9 +121,10 @@ static void after_work(uv_work_t *w, int status) {
     if (!s->stopping)
       sched__refit(s, r->sweep_id);
   }
-  for (int l = 0; l < 3; l++)
+  for (int l = 0; l < NLAWS; l++)
     free(r->json[l]);
   free(r->pts);
+  free(r->isoflop);
   free(r);
 }
 
@@ -125,6 +142,7 @@ static void on_points(void *ud, int status, PGresult *res, const char *errmsg) {
   }
   r->n = PQntuples(res);
   r->pts = calloc(r->n ? (size_t)r->n : 1, sizeof *r->pts);
+  r->isoflop = calloc(r->n ? (size_t)r->n : 1, sizeof *r->isoflop);
   for (int k = 0; k < r->n; k++) {
     fit_point *p = &r->pts[k];
     p->params = atof(PQgetvalue(res, k, 0));
@@ -135,6 +153,7 @@ static void on_points(void *ud, int status, PGresult *res, const char *errmsg) {
     p->steps = PQgetisnull(res, k, 5) ? NAN : atof(PQgetvalue(res, k, 5));
     p->lr = PQgetisnull(res, k, 6) ? NAN : atof(PQgetvalue(res, k, 6));
     p->group = k;
+    r->isoflop[k] = !strcmp(PQgetvalue(res, k, 7), "isoflop");
   }
   r->work.data = r;
   uv_queue_work(s->loop, &r->work, work, after_work);
@@ -161,8 +180,9 @@ void sched__refit(sched *s, int64_t sweep_id) {
            "SELECT nonembedding_params, tokens, flops, final_val_loss, "
            "batch_size * (config->'model'->>'seq_len')::int, "
            "tokens / nullif(batch_size * (config->'model'->>'seq_len')::int, 0), "
-           "(config->'train'->>'lr')::float8 "
+           "(config->'train'->>'lr')::float8, coalesce(part, '') "
            "FROM runs WHERE sweep_id = $1 AND status = 'succeeded' "
+           "AND coalesce(part, '') <> 'batch' "
            "AND final_val_loss > 0 AND nonembedding_params > 0 AND tokens > 0 ORDER BY id",
            1, p, on_points, r);
 }

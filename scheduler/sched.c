@@ -347,10 +347,32 @@ static void on_expired(void *ud, int status, PGresult *res, const char *errmsg) 
     sched__place(s);
 }
 
+static void on_extended(void *ud, int status, PGresult *res, const char *errmsg) {
+  (void)ud;
+  (void)res;
+  if (status != DB_OK)
+    logf_("extending leases failed: %s", errmsg);
+}
+
 static void on_lease_timer(uv_timer_t *t) {
   sched *s = t->data;
-  if (!db_ready(s->db))
+  if (!db_ready(s->db)) {
+    s->db_was_down = 1;
     return;
+  }
+  if (s->db_was_down) {
+    /* while the database (or this scheduler) was away no heartbeat could
+     * renew a lease: give every running run a full lease before judging */
+    s->db_was_down = 0;
+    char lease[16];
+    snprintf(lease, sizeof lease, "%d", s->o.lease_s);
+    const char *p[1] = {lease};
+    db_query(s->db,
+             "UPDATE runs SET lease_until = greatest(lease_until, "
+             "now() + $1 * interval '1 second') WHERE status = 'running'",
+             1, p, on_extended, s);
+    return;
+  }
   db_query(s->db,
            "WITH x AS (SELECT id, worker FROM runs WHERE status = 'running' "
            "AND lease_until < now() FOR UPDATE) "
@@ -464,6 +486,7 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
     free(s);
     return rc;
   }
+  s->db_was_down = 1; /* a (re)started scheduler first extends the leases */
   uv_timer_start(&s->lease_timer, on_lease_timer, 1000, 1000);
   uv_signal_start(&s->sigint, on_signal, SIGINT);
   uv_signal_start(&s->sigterm, on_signal, SIGTERM);

@@ -203,6 +203,25 @@ static void on_reconciled(void *ud, int status, PGresult *res, const char *errms
   free(x);
 }
 
+static void on_orphans(void *ud, int status, PGresult *res, const char *errmsg) {
+  sched *s = ud;
+  if (status != DB_OK) {
+    log_db_error("re-queueing a restarted worker's runs", status, errmsg);
+    return;
+  }
+  for (int i = 0; i < PQntuples(res); i++) {
+    fprintf(stderr, "scheduler: run %s: its worker restarted without it; now %s\n",
+            PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
+    s->runs_requeued++;
+    sched__emit(s, "run", json_pack("{s:I,s:s}", "id",
+                                    (json_int_t)strtoll(PQgetvalue(res, i, 0), NULL, 10),
+                                    "status", PQgetvalue(res, i, 1)));
+    sched__sweep_status(s, strtoll(PQgetvalue(res, i, 3), NULL, 10));
+  }
+  if (PQntuples(res))
+    sched__place(s);
+}
+
 static void on_worker_row(void *ud, int status, PGresult *res, const char *errmsg) {
   hello_ctx *h = ud;
   sched *s = h->s;
@@ -262,6 +281,27 @@ static void on_worker_row(void *ud, int status, PGresult *res, const char *errms
              "RETURNING id",
              4, p, on_reconciled, ctx(c, run_id, attempt, 0));
   }
+  /* runs the database gives this worker that it no longer has (its previous
+   * process died): back to the queue now rather than at lease expiry */
+  {
+    char wid[32];
+    snprintf(wid, sizeof wid, "%" PRId64, c->worker_id);
+    json_t *ids = json_array();
+    json_array_foreach(h->runs, i, r) json_array_append(ids, json_object_get(r, "run_id"));
+    char *idtext = json_dumps(ids, JSON_COMPACT);
+    json_decref(ids);
+    const char *p[2] = {wid, idtext ? idtext : "[]"};
+    db_query(s->db,
+             "UPDATE runs SET status = CASE WHEN attempt >= max_attempts "
+             "THEN 'failed'::run_status ELSE 'queued'::run_status END, "
+             "worker = NULL, lease_until = NULL, error = 'worker restarted: run lost', "
+             "finished_at = CASE WHEN attempt >= max_attempts THEN now() END "
+             "WHERE worker = $1 AND status = 'running' "
+             "AND id NOT IN (SELECT jsonb_array_elements_text($2::jsonb)::bigint) "
+             "RETURNING id, status, worker, sweep_id",
+             2, p, on_orphans, s);
+    free(idtext);
+  }
   sched__emit(s, "worker", json_pack("{s:I,s:s,s:b}", "id", (json_int_t)c->worker_id,
                                      "name", c->name, "connected", 1));
   json_decref(h->runs);
@@ -319,19 +359,24 @@ static void on_heartbeat_done(void *ud, int status, PGresult *res, const char *e
   free(ud);
 }
 
+/* Renews the leases of the runs the worker says it is executing, and only
+ * those: a run of a worker that died and came back under the same name is
+ * not kept alive by the new process's heartbeats. */
 static void on_heartbeat(sched__wconn *c, json_t *m) {
-  (void)m;
   char wid[32], lease[16];
   snprintf(wid, sizeof wid, "%" PRId64, c->worker_id);
   snprintf(lease, sizeof lease, "%d", c->s->o.lease_s);
+  char *ids = json_dumps(json_object_get(m, "runs"), JSON_COMPACT);
   const char *sqls[2] = {
       "UPDATE runs SET lease_until = now() + $2 * interval '1 second' "
-      "WHERE worker = $1 AND status = 'running'",
+      "WHERE worker = $1 AND status = 'running' "
+      "AND id IN (SELECT jsonb_array_elements_text($3::jsonb)::bigint)",
       "UPDATE workers SET last_seen = now() WHERE id = $1"};
-  const char *p1[2] = {wid, lease}, *p2[1] = {wid};
+  const char *p1[3] = {wid, lease, ids ? ids : "[]"}, *p2[1] = {wid};
   const char *const *ps[2] = {p1, p2};
-  const int np[2] = {2, 1};
+  const int np[2] = {3, 1};
   db_tx(c->s->db, 2, sqls, np, ps, on_heartbeat_done, NULL);
+  free(ids);
 }
 
 /* ---- started / checkpoint ---------------------------------------------------------------- */

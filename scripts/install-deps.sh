@@ -17,7 +17,7 @@ packages=(
   python3                  # test helpers
 )
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(python3-torch)
+  packages+=(python3-torch python3-scipy)
 fi
 
 missing=()

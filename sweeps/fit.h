@@ -82,7 +82,7 @@ void fit_result_warn(fit_result *r, const char *fmt, ...);
 /* Chinchilla Approach 3: L = E + A/N^alpha + B/D^beta, Huber (delta 1e-3)
  * on log loss, summed; grid of 4,500 starts (SCIENCE.md), BFGS from the best;
  * bootstrap over runs. params: E, A, B, alpha, beta; derived: a, b, G, and at
- * target_flops N_opt, D_opt, loss. */
+ * target_flops N_opt, D_opt, loss_at_target. residuals: ln L_hat - ln L. */
 int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_result *out,
                    char *err, size_t errlen);
 

@@ -43,18 +43,20 @@ enum { NT = 5 }; /* t0 (a), t1 (b), e, alpha, beta */
 /* Gradient tolerance on |grad f| in centred coordinates, relative to the
  * total weight (the number of points, or of draws in a resample): the
  * objective is a sum, so its gradient grows with the data. 1e-9 per point
- * moves the optimum by far less than the 1e-6 that distinguishes fits, and
- * is well above the rounding noise of the gradient (~1e-14 per point). */
+ * pins the parameters far below the 1e-6 that distinguishes fits and stays
+ * above the rounding noise of the gradient; 1e-11 is not always reachable. */
 #define GTOL_PER_POINT 1e-9
 #define MAX_ITERS 500    /* per BFGS2 run */
 #define PLAIN_ITERS 200  /* before whitening (see frame) */
 #define POLISH_ROUNDS 4  /* whitened runs, each from a fresh Hessian */
 #define LINE_TOL 0.1 /* Fletcher's sigma; GSL recommends 0.1 for bfgs2 */
 
-/* Flags: an exponent below this is "at its bound"; e below this means E
- * collapsed toward 0. */
+/* Flags: an exponent below EXP_FLOOR is "at its bound"; e below E_FLOOR
+ * means E collapsed toward 0; an N or D term below TERM_FLOOR of the
+ * predicted loss at every point has collapsed too. */
 #define EXP_FLOOR 0.01
 #define E_FLOOR (-10.0)
+#define TERM_FLOOR 1e-4
 
 /* The data the objective sees: m points with weights. */
 typedef struct {
@@ -261,19 +263,26 @@ static double gnorm_t(const frame *fr, const gsl_multimin_fdfminimizer *s) {
 
 /* BFGS2 in frame fr from z0 until |grad_t f| < gtol, max_iters, or no
  * progress (a stalled line search gets one restart, a fresh Hessian
- * estimate, before giving up). Leaves the point in t; returns iterations. */
+ * estimate, before giving up). Leaves the best point seen in t (GSL's line
+ * search can end on a worse one when it runs out of trials); returns the
+ * iterations. */
 static int bfgs_in(frame *fr, gsl_multimin_fdfminimizer *s, const double *z0, double step,
                    int max_iters, double gtol, double *t, double *f, double *gn) {
   gsl_multimin_function_fdf fn = {gsl_f, gsl_df, gsl_fdf, NT, fr};
   gsl_vector_const_view x0 = gsl_vector_const_view_array(z0, NT);
   gsl_multimin_fdfminimizer_set(s, &fn, &x0.vector, step, LINE_TOL);
   int iter = 0, stalls = 0;
-  *gn = gnorm_t(fr, s);
-  while (*gn >= gtol && iter < max_iters && isfinite(s->f)) {
+  double best[NT], fbest = s->f, gbest = gnorm_t(fr, s);
+  memcpy(best, s->x->data, sizeof best);
+  while (gbest >= gtol && iter < max_iters && isfinite(s->f)) {
     double fprev = s->f;
     int st = gsl_multimin_fdfminimizer_iterate(s);
     iter++;
-    *gn = gnorm_t(fr, s);
+    if (s->f < fbest || (s->f == fbest && gnorm_t(fr, s) < gbest)) {
+      fbest = s->f;
+      gbest = gnorm_t(fr, s);
+      memcpy(best, s->x->data, sizeof best);
+    }
     if (st != GSL_SUCCESS || !(s->f < fprev)) {
       if (++stalls > 1)
         break;
@@ -282,8 +291,9 @@ static int bfgs_in(frame *fr, gsl_multimin_fdfminimizer *s, const double *z0, do
       stalls = 0;
     }
   }
-  frame_point(fr, s->x->data, t);
-  *f = s->f;
+  frame_point(fr, best, t);
+  *f = fbest;
+  *gn = gbest;
   return iter;
 }
 
@@ -600,6 +610,25 @@ static int bootstrap_one(const objective *full, const int *group, int ngroups,
   return rr.converged;
 }
 
+/* group[i] = the run of point i, numbered 0..runs-1: points sharing a
+ * group id >= 0 form one run, and a point with group -1 is a run of its own.
+ * Returns the number of runs, or -1 when out of memory. */
+static int runs_of(const fit_point *pts, int n, int *group) {
+  ranked *by = malloc((size_t)n * sizeof *by);
+  if (!by)
+    return -1;
+  for (int i = 0; i < n; i++)
+    by[i] = (ranked){pts[i].group, i};
+  qsort(by, (size_t)n, sizeof *by, by_f);
+  int runs = 0;
+  for (int k = 0; k < n; k++) {
+    int fresh = by[k].f < 0 || k == 0 || by[k].f != by[k - 1].f;
+    group[by[k].idx] = fresh ? runs++ : group[by[k - 1].idx];
+  }
+  free(by);
+  return runs;
+}
+
 static int bootstrap(const objective *full, const fit_point *pts, const double *t_opt,
                      double cN, double cD, const fit_options *opt, int nt, int nq,
                      fit_result *out) {
@@ -611,18 +640,10 @@ static int bootstrap(const objective *full, const fit_point *pts, const double *
     free(group), free(vals), free(col);
     return SS_ENOMEM;
   }
-  /* runs: points sharing a group id >= 0 form one run */
-  int ngroups = 0;
-  for (int i = 0; i < n; i++) {
-    group[i] = -1;
-    if (pts[i].group >= 0)
-      for (int j = 0; j < i; j++)
-        if (pts[j].group == pts[i].group) {
-          group[i] = group[j];
-          break;
-        }
-    if (group[i] < 0)
-      group[i] = ngroups++;
+  int ngroups = runs_of(pts, n, group);
+  if (ngroups < 0) {
+    free(group), free(vals), free(col);
+    return SS_ENOMEM;
   }
   int failed = 0;
 #pragma omp parallel num_threads(nt) reduction(+ : failed)
@@ -633,17 +654,19 @@ static int bootstrap(const objective *full, const fit_point *pts, const double *
     gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
     gsl_multimin_fdfminimizer *s =
         gsl_multimin_fdfminimizer_alloc(gsl_multimin_fdfminimizer_vector_bfgs2, NT);
-    if (o.x1 && count && rng && s) {
+    int ok = o.x1 && count && rng && s;
+    if (ok)
       o.x2 = o.x1 + n, o.y = o.x2 + n, o.w = o.y + n;
 #pragma omp for schedule(dynamic, 4)
-      for (int k = 0; k < B; k++)
+    for (int k = 0; k < B; k++) {
+      if (ok) {
         failed += !bootstrap_one(full, group, ngroups, opt->seed, k, t_opt, cN, cD,
                                  opt->target_flops, rng, s, count, &o, &vals[k * NQ]);
-    } else {
-#pragma omp for
-      for (int k = 0; k < B; k++)
+      } else {
+        failed++;
         for (int j = 0; j < NQ; j++)
           vals[k * NQ + j] = NAN;
+      }
     }
     free(o.x1);
     free(count);
@@ -685,7 +708,7 @@ static int bootstrap(const objective *full, const fit_point *pts, const double *
 
 /* ---- the fit ---- */
 
-static void flag_bounds(const double *th, fit_result *out) {
+static void flag_bounds(const double *th, const fit_point *pts, int n, fit_result *out) {
   static const char *const nm[NT] = {"a = ln A", "b = ln B", "e = ln E", "alpha", "beta"};
   static const double lo[NT] = {0, 0, -1, 0, 0}, hi[NT] = {25, 25, 1, 2, 2};
   char buf[192] = "";
@@ -717,8 +740,34 @@ static void flag_bounds(const double *th, fit_result *out) {
                     "E = %.3g collapsed toward 0 (ln E = %.1f): the data do not identify "
                     "the irreducible loss",
                     exp(th[2]), th[2]);
+  /* a term that is a negligible share of the predicted loss at every point
+   * has collapsed just as surely, whatever its exponent */
+  double share_n = 0, share_d = 0;
+  for (int i = 0; i < n; i++) {
+    double u1 = th[0] - th[3] * log(pts[i].params), u2 = th[1] - th[4] * log(pts[i].tokens);
+    double mx = fmax(fmax(u1, u2), th[2]);
+    double s = exp(u1 - mx) + exp(u2 - mx) + exp(th[2] - mx);
+    share_n = fmax(share_n, exp(u1 - mx) / s);
+    share_d = fmax(share_d, exp(u2 - mx) / s);
+  }
+  if (share_n < TERM_FLOOR)
+    fit_result_warn(out,
+                    "the N term A/N^alpha is at most %.2g of the predicted loss: A and "
+                    "alpha are not identified",
+                    share_n);
+  if (share_d < TERM_FLOOR)
+    fit_result_warn(out,
+                    "the D term B/D^beta is at most %.2g of the predicted loss: B and "
+                    "beta are not identified",
+                    share_d);
 }
 
+/* Contract in fit.h. The search is a screen of the 4,500-start grid (see
+ * SCREEN_KEEP) unless opt->full_grid; converged means the best run met the
+ * gradient tolerance; the bootstrap refits each resample of runs from the
+ * full-data optimum (not the grid: a resample's optimum is a small step
+ * away, and restarting the grid would let a resample jump between local
+ * optima and inflate the intervals for reasons unrelated to the data). */
 int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_result *out,
                    char *err, size_t errlen) {
   static const fit_options defaults = {0};
@@ -762,7 +811,10 @@ int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_resu
   rc = search(&o, cN, cD, opt->full_grid, nt, &best);
   if (rc) {
     free(o.x1);
-    snprintf(err, errlen, "the objective was not finite at any starting point");
+    if (rc == SS_ENOMEM)
+      snprintf(err, errlen, "out of memory for the starting grid");
+    else
+      snprintf(err, errlen, "the objective was not finite at any starting point");
     return rc;
   }
   double th[NT], q[NQ];
@@ -788,7 +840,7 @@ int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_resu
                     "not converged: BFGS stopped after %d iterations with |gradient| = %.3g "
                     "above its tolerance %.3g; the values are the best point found",
                     best.iters, best.gnorm, GTOL_PER_POINT * o.wsum);
-  flag_bounds(th, out);
+  flag_bounds(th, pts, n, out);
   if (opt->bootstrap > 0) {
     rc = bootstrap(&o, pts, best.t, cN, cD, opt, nt, nq, out);
     if (rc) {

@@ -267,6 +267,7 @@ struct worker {
   conn *c;
   int backoff_ms;
   int64_t worker_id;
+  int64_t lease_ms; /* from the last welcome; 0 before one */
 
   run *runs;    /* in order of assignment */
   int stopping; /* 1: stopping runs and draining; 2: closing every handle */
@@ -1036,6 +1037,8 @@ static void on_welcome(conn *c, json_t *m) {
   c->welcomed = 1;
   w->backoff_ms = BACKOFF_MIN_MS;
   w->worker_id = json_integer_value(json_object_get(m, "worker_id"));
+  double lease = json_number_value(json_object_get(m, "lease_s"));
+  w->lease_ms = lease * 1000 > 3.6e6 ? 3600000 : (int64_t)(lease * 1000);
   uv_timer_stop(&w->welcome_timer);
   double hb =
       w->hb_override > 0 ? w->hb_override : json_number_value(json_object_get(m, "heartbeat_s"));
@@ -1098,12 +1101,21 @@ static int on_sched_line(void *ud, const char *line, size_t len) {
 
 static void on_reconnect_timer(uv_timer_t *t) { start_connect(t->data); }
 
+/* Exponential backoff from 100 ms to 5 s; once a welcome has told the lease,
+ * to at most a quarter of it, so that a worker kept out for a while (a
+ * scheduler restarting, its database away) is back before its runs' leases
+ * lapse. */
 static void schedule_reconnect(worker *w) {
   if (w->stopping)
     return;
+  int cap = BACKOFF_MAX_MS;
+  if (w->lease_ms > 0 && w->lease_ms / 4 < cap)
+    cap = w->lease_ms / 4 > BACKOFF_MIN_MS ? (int)(w->lease_ms / 4) : BACKOFF_MIN_MS;
+  if (w->backoff_ms > cap)
+    w->backoff_ms = cap;
   wlog("reconnecting in %d ms", w->backoff_ms);
   uv_timer_start(&w->reconnect_timer, on_reconnect_timer, (uint64_t)w->backoff_ms, 0);
-  w->backoff_ms = w->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : w->backoff_ms * 2;
+  w->backoff_ms = w->backoff_ms * 2 > cap ? cap : w->backoff_ms * 2;
 }
 
 static void connect_next(worker *w);

@@ -9,7 +9,8 @@
  * - connects over TCP and says hello with the cluster token (read once; it
  *   never appears in a log); after a lost connection, a refused connection
  *   or a scheduler `error` it reconnects forever with exponential backoff
- *   (100 ms doubling to 5 s, back to 100 ms after a welcome);
+ *   (100 ms doubling to 5 s, or to a quarter of the lease once a welcome
+ *   has told it; back to 100 ms after a welcome);
  * - per assign: writes WORK_DIR/runs/RUN_ID/config.json (checkpoint.dir set
  *   to the assigned directory), spawns BINARY train --config ... [--resume
  *   DIR] with CUDA_VISIBLE_DEVICES set to the run's GPUs (empty for a CPU

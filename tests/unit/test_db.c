@@ -568,6 +568,18 @@ static void test_async(void) {
 
 /* ---- the private server of `up` ------------------------------------------ */
 
+/* The host='...' of a pgs_start conninfo (in place). */
+static const char *socket_dir(char *url) {
+  char *host = strstr(url, "host='");
+  if (!host)
+    return "";
+  host += 6;
+  char *end = strchr(host, '\'');
+  if (end)
+    *end = '\0';
+  return host;
+}
+
 static void test_pgserver_dir(const char *state, int expect_tmp_socket) {
   char url[1024], url2[1024], err[2048];
   int rc = pgs_start(state, url, sizeof url, err, sizeof err);
@@ -623,20 +635,23 @@ static void test_pgserver_dir(const char *state, int expect_tmp_socket) {
     fclose(f);
   if (pid > 1)
     kill((pid_t)pid, SIGKILL);
+  char crashed[1024];
+  snprintf(crashed, sizeof crashed, "%s", url2);
   rc = pgs_start(state, url2, sizeof url2, err, sizeof err);
   if (rc)
     fprintf(stderr, "pgs_start after a crash: %s\n", err);
   CHECK_INT_EQ(rc, 0);
+  /* the crashed server's /tmp socket directory is gone */
+  if (expect_tmp_socket)
+    CHECK(access(socket_dir(crashed), F_OK) != 0);
   c = connect_url(url2);
   CHECK_INT_EQ(count(c, "SELECT x FROM kept"), 7);
   PQfinish(c);
   CHECK_INT_EQ(pgs_stop(state, err, sizeof err), 0);
   CHECK_INT_EQ(pgs_stop(state, err, sizeof err), 0); /* not running: fine */
-  if (expect_tmp_socket) {
-    char *host = strstr(url2, "host='") + 6;
-    *strchr(host, '\'') = '\0';
-    CHECK(access(host, F_OK) != 0); /* the /tmp socket directory is gone */
-  }
+  /* the /tmp socket directory is gone */
+  if (expect_tmp_socket)
+    CHECK(access(socket_dir(url2), F_OK) != 0);
 }
 
 static void test_pgserver(void) {

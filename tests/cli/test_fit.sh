@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# `scalesweep fit` through the real binary: a CSV of points from known Chinchilla
+# parameters is fitted (--json checked with python3, the table checked by eye-level
+# greps), and bad inputs exit 2 with a message naming the file and what is wrong.
+# Usage: test_fit.sh PATH/TO/scalesweep
+set -euo pipefail
+
+bin=${1:?usage: test_fit.sh PATH/TO/scalesweep}
+[ -x "$bin" ] || { echo "FAIL: $bin is not an executable" >&2; exit 1; }
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+py=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+export OMP_WAIT_POLICY=PASSIVE
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+# fit LABEL ARGS...: runs `scalesweep fit ARGS`; stdout in out, stdout and stderr
+# together in msg, the exit status in $rc.
+fit() {
+  label=$1
+  shift
+  rc=0
+  timeout 120 "$bin" fit "$@" >out 2>err || rc=$?
+  cat out err >msg
+}
+
+expect_rc() {
+  [ "$rc" = "$1" ] || fail "$label: exit $rc, expected $1; output: $(head -c 800 msg)"
+}
+
+expect_msg() {
+  local n
+  for n in "$@"; do
+    grep -qF -- "$n" msg || fail "$label: the output lacks '$n': $(head -c 800 msg)"
+  done
+}
+
+# SCIENCE.md known answer 2's design from the published parameters, noise-free:
+# 5 budgets 1e17..1e21, 15 sizes per budget over [N_opt/10, 10 N_opt], D = C/(6N).
+# Columns in an unusual order, an extra column, tokens derived from flops.
+"$py" - <<'EOF'
+E, A, B, al, be = 1.69, 406.4, 410.7, 0.34, 0.28
+s = al + be
+G = (al * A / (be * B)) ** (1 / s)
+with open("points.csv", "w") as f:
+    f.write("loss,note,flops,params,run\n")
+    for i in range(5):
+        C = 1e17 * 10 ** i
+        n_opt = G * (C / 6) ** (be / s)
+        for j in range(15):
+            N = n_opt / 10 * 100 ** (j / 14)
+            D = C / (6 * N)
+            f.write(f"{E + A / N**al + B / D**be:.17g},x,{C:.17g},{N:.17g},run{i}-{j}\n")
+EOF
+
+fit json --points points.csv --law chinchilla --json --bootstrap 100 --target-flops 5.76e23
+expect_rc 0
+"$py" - out <<'EOF' || fail "json: $(head -c 800 out)"
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["law"] == "chinchilla" and o["n_points"] == 75, o
+truth = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
+for k, v in truth.items():
+    # noise-free points: recovered to rounding (the text has 17 digits)
+    assert abs(o["params"][k] - v) <= 1e-7 * v, (k, o["params"][k], v)
+d = o["derived"]
+assert abs(d["G"] - 1.34471) < 1e-4 * 1.34471, d
+assert abs(d["a"] - 0.451613) < 1e-4 * 0.451613, d
+assert abs(d["N_opt"] - 3.219e10) < 1e-4 * 3.219e10, d
+assert abs(d["D_opt"] / d["N_opt"] - 92.65) < 1e-4 * 92.65, d
+for k in list(truth) + ["a", "b", "G", "N_opt", "D_opt", "loss_at_target"]:
+    assert k in o["stderr"] and len(o["ci95"][k]) == 2, k
+assert o["converged"] is True and o["warnings"] == [], o
+assert len(o["residuals"]) == 75 and max(abs(r) for r in o["residuals"]) < 1e-9
+EOF
+
+fit table --points points.csv --law chinchilla --bootstrap 50 --target-flops 5.76e23
+expect_rc 0
+expect_msg "chinchilla fit of 75 points from points.csv" "std. error" "95% interval" \
+  "alpha" "beta" "a = beta/(alpha+beta)" "N_opt (parameters)" "D_opt / N_opt" \
+  "converged   yes" "residuals   RMS" "warnings    none"
+grep -qE '^  alpha +0\.34 ' out || fail "table: no 'alpha 0.34' row: $(cat out)"
+
+# bad inputs: exit 2 and a message naming the file and what is wrong
+printf 'params,loss\n1e6,3\n2e6,2.9\n3e6,2.8\n4e6,2.7\n5e6,2.6\n6e6,2.5\n7e6,2.4\n' >notokens.csv
+fit missing --points notokens.csv --law chinchilla
+expect_rc 2
+expect_msg "notokens.csv" "column 'tokens' is missing"
+
+printf 'params,tokens,loss\n1e6,1e9,3.5\n2e6,1e9,abc\n' >abc.csv
+fit non-numeric --points abc.csv --law chinchilla
+expect_rc 2
+expect_msg "abc.csv:3:9: column 'loss': found 'abc', expected a positive number"
+
+printf 'params,tokens,loss\r\n1e6,1e9,3.5\r\n2e6,-1e9,3.4\r\n' >neg.csv
+fit non-positive --points neg.csv --law chinchilla
+expect_rc 2
+expect_msg "neg.csv:3:5: column 'tokens': found '-1e9', expected a positive number"
+
+head -n 6 points.csv >few.csv
+fit too-few --points few.csv --law chinchilla
+expect_rc 2
+expect_msg "few.csv" "too few points: 5" "at least 7"
+
+{
+  echo "params,tokens,loss"
+  for i in 1 2 3 4 5 6 7 8; do echo "1e8,${i}e9,3.$i"; done
+} >oneN.csv
+fit one-N --points oneN.csv --law chinchilla
+expect_rc 2
+expect_msg "oneN.csv" "all 8 points have the same params"
+
+: >empty.csv
+fit empty --points empty.csv --law chinchilla
+expect_rc 2
+expect_msg "empty.csv: empty file"
+
+fit no-file --points nonexistent.csv --law chinchilla
+expect_rc 2
+expect_msg "nonexistent.csv: cannot open"
+
+fit no-law --points points.csv
+expect_rc 2
+expect_msg "--law is required"
+
+fit bad-law --points points.csv --law chinchila
+expect_rc 2
+expect_msg "got 'chinchila'"
+
+fit sweep 42
+expect_rc 2
+expect_msg "stored sweep '42' needs the scheduler"
+
+fit help --help
+expect_rc 0
+expect_msg "usage: scalesweep fit"
+
+echo "cli_fit: all checks passed"
