@@ -264,3 +264,27 @@ int cmd_cancel(int argc, char **argv) {
   json_decref(j);
   return 0;
 }
+
+int cmd_reproduce(int argc, char **argv) {
+  static const char usage[] =
+      "usage: scalesweep reproduce RUN_ID [--url URL] [--state DIR] [--token-file F] [--json]\n"
+      "  queues a new run with RUN_ID's stored config (runs.reproduces names the original)\n";
+  copts o;
+  int rc = parse(argc, argv, &o, usage);
+  if (rc)
+    return rc;
+  if (!positive_id("reproduce", o.arg))
+    return SS_EXIT_USAGE;
+  char path[96], *raw = NULL;
+  snprintf(path, sizeof path, "/api/runs/%s/reproduce", o.arg);
+  json_t *j = call(&o, "POST", path, "{}", 2, &rc, &raw);
+  if (!j)
+    return rc;
+  if (o.json)
+    printf("%s\n", raw);
+  else
+    printf("run %lld queued, reproducing run %s\n", (long long)num(j, "id"), o.arg);
+  free(raw);
+  json_decref(j);
+  return 0;
+}

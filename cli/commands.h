@@ -14,6 +14,7 @@ int cmd_submit(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_runs(int argc, char **argv);
 int cmd_cancel(int argc, char **argv);
+int cmd_reproduce(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 
 #endif

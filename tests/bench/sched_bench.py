@@ -40,8 +40,9 @@ Three parts, each against the same scheduler process:
 (c) API latency -- a sweep of BENCH_API_RUNS runs is submitted through the API
     (its time is reported too); then, straight in SQL, its runs are marked
     succeeded and given BENCH_API_METRICS_PER_RUN metric rows each with
-    generate_series (10,000 x 1,000 = 10 million rows by default), followed
-    by VACUUM ANALYZE. Then, on one keep-alive connection, sequentially:
+    generate_series (10,000 x 1,000 = 10 million rows by default), run after
+    run (so a run's rows lie together in the table, as they do when a worker
+    sends them in batches of hundreds), followed by VACUUM ANALYZE. Then, on one keep-alive connection, sequentially:
     3 warm-up requests, then BENCH_API_REQUESTS timed GET /api/sweeps/{id},
     the same number of GET /api/runs/{id} (a run with its metric rows), and
     BENCH_API_REQUESTS/4 GET /api/sweeps. EXPLAIN ANALYZE of the scheduler's
@@ -242,7 +243,8 @@ class CpuMeter:
         self.sched_pid, self.worker_pids = sched_pid, list(worker_pids)
         self.t0 = time.time()
         self.s0 = proc_ticks(sched_pid)
-        self.w0 = sum(proc_ticks(p, True) for p in self.worker_pids)
+        self.w0 = sum(proc_ticks(p) for p in self.worker_pids)
+        self.c0 = sum(proc_ticks(p, True) for p in self.worker_pids) - self.w0
         self.p0 = postgres_ticks()
         self.b0 = self_ticks()
         self.total0 = self._total()
@@ -256,14 +258,17 @@ class CpuMeter:
     def stop(self):
         wall = time.time() - self.t0
         s = (proc_ticks(self.sched_pid) - self.s0) / CLK_TCK
-        w = (sum(proc_ticks(p, True) for p in self.worker_pids) - self.w0) / CLK_TCK
+        wt = sum(proc_ticks(p) for p in self.worker_pids)
+        w = (wt - self.w0) / CLK_TCK
+        c = (sum(proc_ticks(p, True) for p in self.worker_pids) - wt - self.c0) / CLK_TCK
         p = (postgres_ticks() - self.p0) / CLK_TCK
         b = (self_ticks() - self.b0) / CLK_TCK
         busy = (self._total() - self.total0) / CLK_TCK
-        others = busy - s - w - p - b
+        others = busy - s - w - c - p - b
         return {"wall_s": round(wall, 2), "scheduler_cpu_s": round(s, 2),
                 "scheduler_cpu_pct": round(100 * s / wall, 1) if wall else None,
-                "workers_cpu_s": round(w, 2), "postgres_cpu_s": round(p, 2),
+                "workers_cpu_s": round(w, 2), "trainers_cpu_s": round(c, 2),
+                "postgres_cpu_s": round(p, 2),
                 "postgres_cpu_pct": round(100 * p / wall, 1) if wall else None,
                 "bench_client_cpu_s": round(b, 2),
                 "machine_busy_pct_of_all_cores": round(100 * busy / wall / os.cpu_count(), 1)
@@ -889,7 +894,7 @@ def api_part():
          f"tok_per_s) SELECT r.id, s, s * 64::bigint, 5.5 - ln(s) * 0.3, "
          f"CASE WHEN s % 100 = 0 THEN 5.4 - ln(s) * 0.3 END, 3e-4, 1.0 + 1.0 / s, 1e5 "
          f"FROM (SELECT id FROM runs WHERE sweep_id = {sweep_id} ORDER BY id) r, "
-         f"LATERAL generate_series(1, {API_METRICS}) s", timeout=1800)
+         f"LATERAL generate_series(1, {API_METRICS} + 0 * r.id) s", timeout=1800)
     load_s = time.time() - t
     t = time.time()
     psql("VACUUM ANALYZE runs")
@@ -968,9 +973,14 @@ def print_table(results):
         rows.append((f"{lay}: gap from the database (finished_at->next started_at), "
                      f"median / p99 ms",
                      f"{d['gap_db_ms'].get('median')} / {d['gap_db_ms'].get('p99')}", "-", ""))
-        rows.append((f"{lay}: CPU scheduler / postgres (% of one core)",
-                     f"{d['cpu']['scheduler_cpu_pct']} / {d['cpu']['postgres_cpu_pct']}", "-",
-                     ""))
+        c = d["cpu"]
+        rows.append((f"{lay}: CPU % of one core: scheduler / postgres / workers / trainers / "
+                     f"other users",
+                     "%s / %s / %.0f / %.0f / %s" % (
+                         c["scheduler_cpu_pct"], c["postgres_cpu_pct"],
+                         100 * c["workers_cpu_s"] / c["wall_s"],
+                         100 * c["trainers_cpu_s"] / c["wall_s"], c["other_processes_cpu_pct"]),
+                     "-", ""))
     m = results.get("metrics")
     if m:
         rows.append((f"metric rows stored per second ({m['fake_workers']} workers)",
@@ -982,9 +992,11 @@ def print_table(results):
         a = m["api_get_sweep_during_ingest_ms"]
         rows.append(("GET /api/sweeps/{id} (8 runs) during ingestion, median / p99 ms",
                      f"{r3(a.get('median'))} / {r3(a.get('p99'))}", "-", ""))
-        rows.append(("metrics: CPU scheduler / postgres (% of one core)",
-                     f"{m['cpu']['scheduler_cpu_pct']} / {m['cpu']['postgres_cpu_pct']}", "-",
-                     ""))
+        rows.append(("metrics: CPU % of one core: scheduler / postgres / bench client / other users",
+                     "%s / %s / %.0f / %s" % (
+                         m["cpu"]["scheduler_cpu_pct"], m["cpu"]["postgres_cpu_pct"],
+                         100 * m["cpu"]["bench_client_cpu_s"] / m["cpu"]["wall_s"],
+                         m["cpu"]["other_processes_cpu_pct"]), "-", ""))
     a = results.get("api")
     if a:
         tag = f"{a['runs_in_sweep']} runs, {a['metric_rows_in_db'] / 1e6:.1f}M metric rows"
@@ -1008,6 +1020,15 @@ def print_table(results):
     print("-" * (w + 45))
     for r in rows:
         print(f"{r[0]:<{w}}  {r[1]:>22}  {r[2]:>9}  {r[3]}")
+    print()
+    parts = [(f"dispatch {d['layout']}", d) for d in results.get("dispatch", [])]
+    parts += [(k, results[k]) for k in ("metrics", "api") if results.get(k)]
+    for label, d in parts:
+        if d.get("top_queries"):
+            print(f"database time by statement, {label} (pg_stat_statements; top 3):")
+            for t in d["top_queries"][:3]:
+                print(f"  {t['calls']:>6} calls {t['total_ms']:>9.1f} ms total "
+                      f"{t['mean_ms']:>8.3f} ms mean  {t['query'][:90]}")
     print()
 
 

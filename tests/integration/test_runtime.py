@@ -262,6 +262,42 @@ try:
     st, m = request("GET", "/metrics")
     if st != 200 or b"scalesweep_metric_rows_stored_total" not in m:
         fail("/metrics lacks the counters")
+    # the CLI: status, runs, reproduce (same config, same thread count: the
+    # same losses to the last bit, DESIGN.md), cancel
+    env = dict(os.environ, SCALESWEEP_URL=f"http://127.0.0.1:{api_port}",
+               SCALESWEEP_TOKEN=open(token).read().strip())
+    def cli(*args):
+        return subprocess.run([BIN, *args], capture_output=True, text=True, env=env)
+    out = cli("status")
+    if out.returncode != 0 or "runtime-test" not in out.stdout or "succeeded" not in out.stdout:
+        fail(f"scalesweep status: {out.returncode} {out.stdout} {out.stderr}")
+    out = cli("runs", str(sweep), "--json")
+    if out.returncode != 0 or len(json.loads(out.stdout)) != 6:
+        fail(f"scalesweep runs --json: {out.returncode} {out.stdout[:300]} {out.stderr}")
+    out = cli("reproduce", str(victim["id"]), "--json")
+    if out.returncode != 0:
+        fail(f"scalesweep reproduce: {out.stderr}")
+    rep = json.loads(out.stdout)["id"]
+    while time.time() - T0 < TIMEOUT:
+        st, r = request("GET", f"/api/runs/{rep}")
+        if r["run"]["status"] in ("succeeded", "failed"):
+            break
+        time.sleep(0.3)
+    if r["run"]["status"] != "succeeded" or r["run"]["reproduces"] != victim["id"]:
+        fail(f"reproduced run: {r['run']}")
+    if r["run"]["final_val_loss"] != victim_now["final_val_loss"]:
+        fail(f"run {victim['id']} reproduced with val loss {r['run']['final_val_loss']}, "
+             f"originally {victim_now['final_val_loss']} (resumed from a checkpoint, on "
+             "another worker): expected the same bits")
+    out = cli("cancel", "999999")
+    if out.returncode != 2:
+        fail(f"scalesweep cancel of a missing sweep: exit {out.returncode}, expected 2")
+    out = cli("status", "--url", "http://127.0.0.1:1")
+    if out.returncode != 1 or "cannot reach" not in out.stderr:
+        fail(f"scalesweep status with no scheduler: {out.returncode} {out.stderr}")
+    print(f"CLI: status, runs, reproduce (identical final loss "
+          f"{victim_now['final_val_loss']!r}), cancel")
+
     print(f"all {len(runs)} runs succeeded; run {victim['id']} took {victim_now['attempt']} "
           f"attempts; metrics complete and without duplicates ({time.time() - T0:.0f} s)")
     print("all checks passed")
