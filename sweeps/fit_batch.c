@@ -15,6 +15,7 @@
 
 #include "common/err.h"
 #include "sweeps/fit.h"
+#include "sweeps/internal.h"
 
 /* Points whose losses agree to this relative tolerance share a target: the
  * losses of one ladder are one number set in the spec, and targets a
@@ -24,14 +25,6 @@
 #define MIN_LADDER 4
 /* Quantities per target in the flat vector of fitted values. */
 #define PER_TARGET 3
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return SS_EINVAL;
-}
 
 /* Per-target least squares of S on 1/B with weights 1/S^2 (the noise on S is
  * relative). The covariance from gsl_fit_wlinear assumes the weights are
@@ -182,77 +175,6 @@ static void ladder_intervals(const ladder *lf, fit_param *ps, fit_param *pe, fit
     set_interval(pb, sqrt(vl) * lf->b_crit, lf->dof, 1);
 }
 
-/* Resampling units: whole runs (group >= 0), else single points. */
-typedef struct groups {
-  int ng, maxsize;
-  int *start; /* ng + 1 */
-  int *idx;   /* n point indices ordered by group */
-} groups;
-
-static int cmp_group(const void *a, const void *b, void *ctx) {
-  const fit_point *p = ctx;
-  int ia = *(const int *)a, ib = *(const int *)b;
-  int ga = p[ia].group, gb = p[ib].group;
-  if (ga < 0 && gb < 0)
-    return (ia > ib) - (ia < ib);
-  if (ga < 0 || gb < 0)
-    return ga < 0 ? 1 : -1;
-  return ga != gb ? (ga > gb) - (ga < gb) : (ia > ib) - (ia < ib);
-}
-
-static void groups_build(const fit_point *p, int n, groups *g) {
-  g->idx = malloc(sizeof(int) * n);
-  g->start = malloc(sizeof(int) * (n + 1));
-  for (int i = 0; i < n; i++)
-    g->idx[i] = i;
-  qsort_r(g->idx, n, sizeof(int), cmp_group, (void *)p);
-  g->ng = 0;
-  g->maxsize = 0;
-  for (int i = 0; i < n; i++) {
-    int gi = p[g->idx[i]].group;
-    if (i == 0 || gi < 0 || gi != p[g->idx[i - 1]].group)
-      g->start[g->ng++] = i;
-  }
-  g->start[g->ng] = n;
-  for (int k = 0; k < g->ng; k++)
-    if (g->start[k + 1] - g->start[k] > g->maxsize)
-      g->maxsize = g->start[k + 1] - g->start[k];
-}
-
-static int groups_draw(const groups *g, gsl_rng *rng, int *out) {
-  int m = 0;
-  for (int k = 0; k < g->ng; k++) {
-    int c = (int)gsl_rng_uniform_int(rng, g->ng);
-    for (int j = g->start[c]; j < g->start[c + 1]; j++)
-      out[m++] = g->idx[j];
-  }
-  return m;
-}
-
-static uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-/* Standard deviation and 2.5/97.5 percentiles of column k over the
- * resamples where it was finite. Returns how many were. */
-static int boot_column(const double *boot, int nb, int nq, int k, fit_param *p) {
-  double *v = malloc(sizeof(double) * nb);
-  int m = 0;
-  for (int b = 0; b < nb; b++)
-    if (isfinite(boot[(size_t)b * nq + k]))
-      v[m++] = boot[(size_t)b * nq + k];
-  if (p && m >= 2) {
-    gsl_sort(v, 1, m);
-    p->stderr_ = gsl_stats_sd(v, 1, m);
-    p->ci_lo = gsl_stats_quantile_from_sorted_data(v, 1, m, 0.025);
-    p->ci_hi = gsl_stats_quantile_from_sorted_data(v, 1, m, 0.975);
-  }
-  free(v);
-  return m;
-}
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -286,28 +208,28 @@ int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *o
               size_t errlen) {
   fit_result_init(out, "batch");
   if (!pts || n < MIN_LADDER)
-    return fail(err, errlen, "batch: %d point%s; the law (S_min, E_min) needs at least %d", n,
+    return fit__fail(err, errlen, "batch: %d point%s; the law (S_min, E_min) needs at least %d", n,
                 n == 1 ? "" : "s", MIN_LADDER);
   int nloss = 0;
   for (int i = 0; i < n; i++) {
     if (isnan(pts[i].batch_size))
-      return fail(
+      return fit__fail(
           err, errlen,
           "batch: batch_size missing at point %d (the law needs columns batch_size and steps)",
           i + 1);
     if (isnan(pts[i].steps))
-      return fail(err, errlen,
+      return fit__fail(err, errlen,
                   "batch: steps missing at point %d (the law needs columns batch_size and steps)",
                   i + 1);
     if (!(pts[i].batch_size > 0) || !isfinite(pts[i].batch_size))
-      return fail(err, errlen, "batch: point %d: batch_size = %g, expected a positive number",
+      return fit__fail(err, errlen, "batch: point %d: batch_size = %g, expected a positive number",
                   i + 1, pts[i].batch_size);
     if (!(pts[i].steps > 0) || !isfinite(pts[i].steps))
-      return fail(err, errlen, "batch: point %d: steps = %g, expected a positive number", i + 1,
+      return fit__fail(err, errlen, "batch: point %d: steps = %g, expected a positive number", i + 1,
                   pts[i].steps);
     if (!isnan(pts[i].loss)) {
       if (!(pts[i].loss > 0) || !isfinite(pts[i].loss))
-        return fail(err, errlen, "batch: point %d: loss = %g, expected a positive target loss",
+        return fit__fail(err, errlen, "batch: point %d: loss = %g, expected a positive target loss",
                     i + 1, pts[i].loss);
       nloss++;
     }
@@ -315,7 +237,7 @@ int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *o
   if (nloss && nloss != n) {
     for (int i = 0; i < n; i++)
       if (isnan(pts[i].loss))
-        return fail(err, errlen,
+        return fit__fail(err, errlen,
                     "batch: loss missing at point %d but present at others (give every point its "
                     "target loss, or none)",
                     i + 1);
@@ -325,7 +247,7 @@ int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *o
     if (pts[i].batch_size != pts[0].batch_size)
       distinct = 1;
   if (!distinct)
-    return fail(err, errlen,
+    return fit__fail(err, errlen,
                 "batch: all %d points at one batch size (%g); the ladder needs several", n,
                 pts[0].batch_size);
 
@@ -451,8 +373,8 @@ int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *o
 
   int nb = opt ? opt->bootstrap : 0;
   if (nb > 0) {
-    groups g;
-    groups_build(pts, n, &g);
+    fit__groups g;
+    fit__groups_build(pts, n, &g);
     double *boot = malloc(sizeof(double) * (size_t)nb * nq);
     int nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
 #pragma omp parallel num_threads(nthreads)
@@ -461,8 +383,8 @@ int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *o
       int *idx = malloc(sizeof(int) * (size_t)g.ng * g.maxsize);
 #pragma omp for schedule(dynamic, 16)
       for (int b = 0; b < nb; b++) {
-        gsl_rng_set(rng, (unsigned long)mix64(opt->seed + (uint64_t)b));
-        int m = groups_draw(&g, rng, idx);
+        gsl_rng_set(rng, (unsigned long)fit__mix64(opt->seed + (uint64_t)b));
+        int m = fit__groups_draw(&g, rng, idx);
         fit_all(&pb, idx, m, boot + (size_t)b * nq, NULL, NULL);
       }
       free(idx);
@@ -474,7 +396,7 @@ int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *o
        * resamples that happen to repeat its points */
       if (!slot[k] || !isfinite(slot[k]->value))
         continue;
-      int ok = boot_column(boot, nb, nq, k, slot[k]);
+      int ok = fit__boot_column(boot, nb, nq, k, slot[k]);
       if (ok < fewest)
         fewest = ok;
     }

@@ -17,6 +17,7 @@
 
 #include "common/err.h"
 #include "sweeps/fit.h"
+#include "sweeps/internal.h"
 
 /* Points whose ln C lie within this of the smallest ln C of their budget
  * share the budget (5% in C): a planner that rounds D to whole batches, or
@@ -33,14 +34,6 @@
  * the largest usable budget (from the least-squares slope of offset on
  * ln C, so one noisy budget weighs less than the trend). */
 #define DRIFT_TOL 0.25
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return SS_EINVAL;
-}
 
 typedef struct profile {
   double c2, c1, c0; /* L = c2 x^2 + c1 x + c0, x = ln N */
@@ -172,31 +165,6 @@ static void set_interval(fit_param *p, double se, double dof, int lognormal) {
   p->ci_hi = lognormal ? p->value * exp(t * se) : p->value + t * se;
 }
 
-static uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-/* Standard deviation and 2.5/97.5 percentiles of column k over the
- * resamples where it was finite. Returns how many were. */
-static int boot_column(const double *boot, int nb, int nq, int k, fit_param *p) {
-  double *v = malloc(sizeof(double) * nb);
-  int m = 0;
-  for (int b = 0; b < nb; b++)
-    if (isfinite(boot[(size_t)b * nq + k]))
-      v[m++] = boot[(size_t)b * nq + k];
-  if (p && m >= 2) {
-    gsl_sort(v, 1, m);
-    p->stderr_ = gsl_stats_sd(v, 1, m);
-    p->ci_lo = gsl_stats_quantile_from_sorted_data(v, 1, m, 0.025);
-    p->ci_hi = gsl_stats_quantile_from_sorted_data(v, 1, m, 0.975);
-  }
-  free(v);
-  return m;
-}
-
 static int cmp_lnc(const void *a, const void *b, void *ctx) {
   const fit_point *p = ctx;
   double x = p[*(const int *)a].flops, y = p[*(const int *)b].flops;
@@ -262,7 +230,7 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
                 size_t errlen) {
   fit_result_init(out, "isoflop");
   if (!pts || n < NPARAMS + 2)
-    return fail(err, errlen,
+    return fit__fail(err, errlen,
                 "isoflop: %d point%s; the law (a, b, n_coef, d_coef) needs at least %d", n,
                 n == 1 ? "" : "s", NPARAMS + 2);
   static const char *const cols = "params, flops and loss";
@@ -272,10 +240,10 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
     double v[3] = {p->params, p->flops, p->loss};
     for (int k = 0; k < 3; k++) {
       if (isnan(v[k]))
-        return fail(err, errlen, "isoflop: %s missing at point %d (the law needs %s)", name[k],
+        return fit__fail(err, errlen, "isoflop: %s missing at point %d (the law needs %s)", name[k],
                     i + 1, cols);
       if (!(v[k] > 0) || !isfinite(v[k]))
-        return fail(err, errlen, "isoflop: point %d: %s = %g, expected a positive number", i + 1,
+        return fit__fail(err, errlen, "isoflop: point %d: %s = %g, expected a positive number", i + 1,
                     name[k], v[k]);
     }
   }
@@ -284,21 +252,21 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
     if (pts[i].params != pts[0].params)
       one_n = 0;
   if (one_n)
-    return fail(err, errlen,
+    return fit__fail(err, errlen,
                 "isoflop: all %d points at one N (%g); each budget needs 3 or more model sizes", n,
                 pts[0].params);
   budgets bs;
   int nb = group_budgets(pts, n, &bs);
   if (nb < 0) {
     free(bs.idx);
-    return fail(err, errlen,
+    return fit__fail(err, errlen,
                 "isoflop: more than %d compute budgets (points whose flops differ by more than 5%% "
                 "are different budgets)",
                 FIT_MAX_BUDGETS);
   }
   if (nb < 2) {
     free(bs.idx);
-    return fail(err, errlen,
+    return fit__fail(err, errlen,
                 "isoflop: all %d points at one compute budget (C = %g); the law needs 2 or more", n,
                 pts[0].flops);
   }
@@ -406,7 +374,7 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
       double *bx = malloc(sizeof(double) * n), *by = malloc(sizeof(double) * n);
 #pragma omp for schedule(dynamic, 16)
       for (int b = 0; b < nboot; b++) {
-        gsl_rng_set(rng, (unsigned long)mix64(opt->seed + (uint64_t)b));
+        gsl_rng_set(rng, (unsigned long)fit__mix64(opt->seed + (uint64_t)b));
         for (int j = 0; j < nb; j++) {
           int s = bs.start[j], m = bs.start[j + 1] - s;
           for (int i = 0; i < m; i++) {
@@ -423,7 +391,7 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
     }
     int fewest = nboot;
     for (int k = 0; k < NPARAMS; k++) {
-      int ok = boot_column(boot, nboot, NPARAMS, k, slot[k]);
+      int ok = fit__boot_column(boot, nboot, NPARAMS, k, slot[k]);
       if (ok < fewest)
         fewest = ok;
     }

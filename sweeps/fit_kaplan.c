@@ -15,6 +15,7 @@
 
 #include "common/err.h"
 #include "sweeps/fit.h"
+#include "sweeps/internal.h"
 
 #define NVARS 3
 #define PER_VAR 3 /* X_c, alpha_X, E_X in the flat vector of fitted values */
@@ -24,14 +25,6 @@ static const char *const var_column[NVARS] = {"params", "tokens", "flops"};
 
 static double var_value(const fit_point *p, int v) {
   return v == 0 ? p->params : v == 1 ? p->tokens : p->flops;
-}
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return SS_EINVAL;
 }
 
 /* One variable's data: t = ln X - mean ln X (centred so that the intercept
@@ -247,77 +240,6 @@ static void fit_var(const fit_point *pts, const int *idx, int m, int v, int with
   free(y);
 }
 
-/* Resampling units: whole runs (group >= 0), else single points. */
-typedef struct groups {
-  int ng, maxsize;
-  int *start; /* ng + 1 */
-  int *idx;   /* n point indices ordered by group */
-} groups;
-
-static int cmp_group(const void *a, const void *b, void *ctx) {
-  const fit_point *p = ctx;
-  int ia = *(const int *)a, ib = *(const int *)b;
-  int ga = p[ia].group, gb = p[ib].group;
-  if (ga < 0 && gb < 0)
-    return (ia > ib) - (ia < ib);
-  if (ga < 0 || gb < 0)
-    return ga < 0 ? 1 : -1;
-  return ga != gb ? (ga > gb) - (ga < gb) : (ia > ib) - (ia < ib);
-}
-
-static void groups_build(const fit_point *p, int n, groups *g) {
-  g->idx = malloc(sizeof(int) * n);
-  g->start = malloc(sizeof(int) * (n + 1));
-  for (int i = 0; i < n; i++)
-    g->idx[i] = i;
-  qsort_r(g->idx, n, sizeof(int), cmp_group, (void *)p);
-  g->ng = 0;
-  g->maxsize = 0;
-  for (int i = 0; i < n; i++) {
-    int gi = p[g->idx[i]].group;
-    if (i == 0 || gi < 0 || gi != p[g->idx[i - 1]].group)
-      g->start[g->ng++] = i;
-  }
-  g->start[g->ng] = n;
-  for (int k = 0; k < g->ng; k++)
-    if (g->start[k + 1] - g->start[k] > g->maxsize)
-      g->maxsize = g->start[k + 1] - g->start[k];
-}
-
-static int groups_draw(const groups *g, gsl_rng *rng, int *out) {
-  int m = 0;
-  for (int k = 0; k < g->ng; k++) {
-    int c = (int)gsl_rng_uniform_int(rng, g->ng);
-    for (int j = g->start[c]; j < g->start[c + 1]; j++)
-      out[m++] = g->idx[j];
-  }
-  return m;
-}
-
-static uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-/* Standard deviation and 2.5/97.5 percentiles of column k over the
- * resamples where it was finite. Returns how many were. */
-static int boot_column(const double *boot, int nb, int nq, int k, fit_param *p) {
-  double *v = malloc(sizeof(double) * nb);
-  int m = 0;
-  for (int b = 0; b < nb; b++)
-    if (isfinite(boot[(size_t)b * nq + k]))
-      v[m++] = boot[(size_t)b * nq + k];
-  if (p && m >= 2) {
-    gsl_sort(v, 1, m);
-    p->stderr_ = gsl_stats_sd(v, 1, m);
-    p->ci_lo = gsl_stats_quantile_from_sorted_data(v, 1, m, 0.025);
-    p->ci_hi = gsl_stats_quantile_from_sorted_data(v, 1, m, 0.975);
-  }
-  free(v);
-  return m;
-}
 
 /* Fits L(X) = E + (X_c / X)^alpha_X for each X among N (params), D (tokens)
  * and C (flops) that every point carries, by least squares on ln L (the
@@ -344,14 +266,14 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
   int with_e = opt && opt->fit_irreducible;
   int need = (with_e ? 3 : 2) + 2;
   if (!pts || n < need)
-    return fail(err, errlen, "kaplan: %d point%s; L(X) = %s(X_c/X)^alpha needs at least %d", n,
+    return fit__fail(err, errlen, "kaplan: %d point%s; L(X) = %s(X_c/X)^alpha needs at least %d", n,
                 n == 1 ? "" : "s", with_e ? "E + " : "", need);
   for (int i = 0; i < n; i++) {
     if (isnan(pts[i].loss))
-      return fail(err, errlen, "kaplan: loss missing at point %d (the law needs column loss)",
+      return fit__fail(err, errlen, "kaplan: loss missing at point %d (the law needs column loss)",
                   i + 1);
     if (!(pts[i].loss > 0) || !isfinite(pts[i].loss))
-      return fail(err, errlen, "kaplan: point %d: loss = %g, expected a positive number", i + 1,
+      return fit__fail(err, errlen, "kaplan: point %d: loss = %g, expected a positive number", i + 1,
                   pts[i].loss);
   }
   int use[NVARS] = {0};
@@ -366,7 +288,7 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
       if (isnan(x))
         continue;
       if (!(x > 0) || !isfinite(x))
-        return fail(err, errlen, "kaplan: point %d: %s = %g, expected a positive number", i + 1,
+        return fit__fail(err, errlen, "kaplan: point %d: %s = %g, expected a positive number", i + 1,
                     var_column[v], x);
       if (present++ == 0)
         first = x;
@@ -393,7 +315,7 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
   }
   if (!nuse) {
     out->nwarnings = 0;
-    return fail(err, errlen, "kaplan: nothing to fit: %s; %s; %s", why[0], why[1], why[2]);
+    return fit__fail(err, errlen, "kaplan: nothing to fit: %s; %s; %s", why[0], why[1], why[2]);
   }
 
   int *all = malloc(sizeof(int) * n);
@@ -446,8 +368,8 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
         start[v][1] = lf[v].lnxc;
         start[v][2] = lf[v].th[2];
       }
-    groups g;
-    groups_build(pts, n, &g);
+    fit__groups g;
+    fit__groups_build(pts, n, &g);
     double *boot = malloc(sizeof(double) * (size_t)nb * nq);
     int nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
 #pragma omp parallel num_threads(nthreads)
@@ -456,8 +378,8 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
       int *idx = malloc(sizeof(int) * (size_t)g.ng * g.maxsize);
 #pragma omp for schedule(dynamic, 8)
       for (int b = 0; b < nb; b++) {
-        gsl_rng_set(rng, (unsigned long)mix64(opt->seed + (uint64_t)b));
-        int m = groups_draw(&g, rng, idx);
+        gsl_rng_set(rng, (unsigned long)fit__mix64(opt->seed + (uint64_t)b));
+        int m = fit__groups_draw(&g, rng, idx);
         double *row = boot + (size_t)b * nq;
         for (int k = 0; k < nq; k++)
           row[k] = NAN;
@@ -471,7 +393,7 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
     int fewest = nb;
     for (int k = 0; k < nq; k++)
       if (slot[k]) {
-        int ok = boot_column(boot, nb, nq, k, slot[k]);
+        int ok = fit__boot_column(boot, nb, nq, k, slot[k]);
         if (ok < fewest)
           fewest = ok;
       }

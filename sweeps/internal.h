@@ -1,0 +1,31 @@
+/* Internals shared by the fits (not exported outside sweeps/). */
+#ifndef SS_SWEEPS_INTERNAL_H
+#define SS_SWEEPS_INTERNAL_H
+
+#include <gsl/gsl_rng.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sweeps/fit.h"
+
+/* Resampling units: whole runs (group >= 0), else single points. */
+typedef struct fit__groups {
+  int ng, maxsize;
+  int *start; /* ng + 1 */
+  int *idx;   /* n point indices ordered by group */
+} fit__groups;
+
+/* Orders the points by run (group), single points last. */
+void fit__groups_build(const fit_point *p, int n, fit__groups *g);
+/* One bootstrap resample of whole runs: point indices into out (at most n);
+ * returns how many. */
+int fit__groups_draw(const fit__groups *g, gsl_rng *rng, int *out);
+/* splitmix64: independent seeds for the resamples from one seed. */
+uint64_t fit__mix64(uint64_t x);
+/* SD and 2.5/97.5 percentiles of column k of an nb x nq table of resamples
+ * (finite values only) into p; returns how many were finite. */
+int fit__boot_column(const double *boot, int nb, int nq, int k, fit_param *p);
+/* Writes a printf-style message to err and returns SS_EINVAL. */
+int fit__fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif
