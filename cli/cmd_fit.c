@@ -233,7 +233,7 @@ int cmd_fit(int argc, char **argv) {
     else
       return usage_error("%s needs a value", a);
     int rc = 0;
-    long v;
+    long v = 0;
     if (IS("--points")) {
       points = val;
     } else if (IS("--law")) {

@@ -21,6 +21,7 @@ static const struct {
     {"runs", cmd_runs, "the runs of a sweep"},
     {"cancel", cmd_cancel, "cancel a sweep or a run"},
     {"reproduce", cmd_reproduce, "run a finished run again from its stored config"},
+    {"fit", cmd_fit, "fit scaling laws to a sweep's runs or to a CSV of points"},
     {"train", cmd_train, "train one model from a run config, JSON lines on stdout"},
     {"data", cmd_data, "prepare token shards from text, or write the synthetic corpus"},
     {"scheduler", cmd_scheduler, "the scheduler daemon (API, page, worker port)"},

@@ -206,7 +206,7 @@ static double frame_eval(frame *fr, const double *z, double *gz) {
 /* L L^T = H + shift I, the smallest shift (0, then from 1e-10 of the
  * largest diagonal up by tens) that makes it positive definite: far from
  * an optimum H may be indefinite, and it is only a preconditioner. */
-static int precondition(frame *fr, const double H[NT][NT]) {
+static int precondition(frame *fr, double H[NT][NT]) {
   double scale = 0;
   for (int a = 0; a < NT; a++)
     scale = fmax(scale, fabs(H[a][a]));
