@@ -283,7 +283,6 @@ int fit_read_csv(const char *path, fit_point **pts, int *n, char *err, size_t er
         continue;
       const field *f = &r.f[idx[c]];
       char *s = trim(f->text), *end;
-      errno = 0;
       double x = strtod(s, &end);
       if (!*s || *end || !isfinite(x) || !(x > 0)) {
         snprintf(err, errlen, "%s:%d:%d: column '%s': found '%.40s', expected a positive number",

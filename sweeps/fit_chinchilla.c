@@ -10,8 +10,6 @@
  * Everything outside this file sees theta = (a, b, e, alpha, beta). */
 #include <gsl/gsl_multimin.h>
 #include <gsl/gsl_rng.h>
-#include <gsl/gsl_sort.h>
-#include <gsl/gsl_statistics_double.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -20,6 +18,7 @@
 
 #include "common/err.h"
 #include "sweeps/fit.h"
+#include "sweeps/internal.h"
 
 enum { NT = 5 }; /* t0 (a), t1 (b), e, alpha, beta */
 
@@ -439,8 +438,8 @@ static objective objective_copy(const objective *src) {
   return o;
 }
 
-/* Runs BFGS from the starts idx[0..n) (grid indices), max_iters each, into
- * res[0..n). */
+/* minimise() from the grid starts idx[0..n) into res[0..n) (f NAN where
+ * GSL could not allocate its minimiser). */
 static void run_starts(const objective *o, const int *idx, int n, double cN, double cD,
                        int max_iters, int polish, double gtol, int nt, run_result *res) {
 #pragma omp parallel num_threads(nt)
@@ -452,9 +451,13 @@ static void run_starts(const objective *o, const int *idx, int n, double cN, dou
     for (int i = 0; i < n; i++) {
       double t[NT];
       grid_start(idx[i], cN, cD, t);
-      minimise(&loc, s, t, max_iters, polish, gtol, &res[i]);
+      if (s)
+        minimise(&loc, s, t, max_iters, polish, gtol, &res[i]);
+      else
+        res[i] = (run_result){.f = NAN, .gnorm = NAN};
     }
-    gsl_multimin_fdfminimizer_free(s);
+    if (s)
+      gsl_multimin_fdfminimizer_free(s);
   }
 }
 
@@ -570,36 +573,31 @@ static int check_points(const fit_point *pts, int n, char *err, size_t errlen) {
 
 /* ---- bootstrap ---- */
 
-static uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-/* Resample k of the bootstrap, refitted from t_opt; q receives the
- * quantities (NAN when the refit failed). Each resample seeds its own
- * generator from (seed, k), so results do not depend on the thread count. */
-static int bootstrap_one(const objective *full, const int *group, int ngroups,
-                         uint64_t seed, int k, const double *t_opt, double cN, double cD,
-                         double C, gsl_rng *rng, gsl_multimin_fdfminimizer *s, int *count,
-                         objective *o, double *q) {
-  gsl_rng_set(rng, (unsigned long)splitmix64(seed ^ splitmix64((uint64_t)k)));
-  memset(count, 0, (size_t)ngroups * sizeof *count);
-  for (int j = 0; j < ngroups; j++)
-    count[gsl_rng_uniform_int(rng, (unsigned long)ngroups)]++;
+/* Resample k of the bootstrap (whole runs, sweeps/internal.h), refitted
+ * from t_opt; q receives the quantities. A resample is the full data with
+ * integer weights, each point counted as often as its run was drawn. Each
+ * resample seeds its own generator from (seed, k), so results do not
+ * depend on the thread count. Returns whether the refit converged. */
+static int bootstrap_one(const objective *full, const fit__groups *g, uint64_t seed, int k,
+                         const double *t_opt, double cN, double cD, double C, gsl_rng *rng,
+                         gsl_multimin_fdfminimizer *s, int *drawn, int *count, objective *o,
+                         double *q) {
+  gsl_rng_set(rng, (unsigned long)fit__mix64(seed + (uint64_t)k));
+  int m = fit__groups_draw(g, rng, drawn);
+  memset(count, 0, (size_t)full->m * sizeof *count);
+  for (int j = 0; j < m; j++)
+    count[drawn[j]]++;
   o->m = 0;
   o->wsum = 0;
   o->cvalid = 0;
   for (int i = 0; i < full->m; i++) {
-    int c = count[group[i]];
-    if (!c)
+    if (!count[i])
       continue;
     o->x1[o->m] = full->x1[i];
     o->x2[o->m] = full->x2[i];
     o->y[o->m] = full->y[i];
-    o->w[o->m] = c;
-    o->wsum += c;
+    o->w[o->m] = count[i];
+    o->wsum += count[i];
     o->m++;
   }
   run_result rr;
@@ -610,39 +608,15 @@ static int bootstrap_one(const objective *full, const int *group, int ngroups,
   return rr.converged;
 }
 
-/* group[i] = the run of point i, numbered 0..runs-1: points sharing a
- * group id >= 0 form one run, and a point with group -1 is a run of its own.
- * Returns the number of runs, or -1 when out of memory. */
-static int runs_of(const fit_point *pts, int n, int *group) {
-  ranked *by = malloc((size_t)n * sizeof *by);
-  if (!by)
-    return -1;
-  for (int i = 0; i < n; i++)
-    by[i] = (ranked){pts[i].group, i};
-  qsort(by, (size_t)n, sizeof *by, by_f);
-  int runs = 0;
-  for (int k = 0; k < n; k++) {
-    int fresh = by[k].f < 0 || k == 0 || by[k].f != by[k - 1].f;
-    group[by[k].idx] = fresh ? runs++ : group[by[k - 1].idx];
-  }
-  free(by);
-  return runs;
-}
-
 static int bootstrap(const objective *full, const fit_point *pts, const double *t_opt,
                      double cN, double cD, const fit_options *opt, int nt, int nq,
                      fit_result *out) {
   int n = full->m, B = opt->bootstrap;
-  int *group = malloc((size_t)n * sizeof *group);
+  fit__groups g;
+  fit__groups_build(pts, n, &g);
   double *vals = malloc((size_t)B * NQ * sizeof *vals);
-  double *col = malloc((size_t)B * sizeof *col);
-  if (!group || !vals || !col) {
-    free(group), free(vals), free(col);
-    return SS_ENOMEM;
-  }
-  int ngroups = runs_of(pts, n, group);
-  if (ngroups < 0) {
-    free(group), free(vals), free(col);
+  if (!g.idx || !g.start || !vals) {
+    free(g.idx), free(g.start), free(vals);
     return SS_ENOMEM;
   }
   int failed = 0;
@@ -650,25 +624,27 @@ static int bootstrap(const objective *full, const fit_point *pts, const double *
   {
     objective o = {0};
     o.x1 = malloc((size_t)n * 4 * sizeof(double));
-    int *count = malloc((size_t)ngroups * sizeof *count);
+    int *drawn = malloc((size_t)g.ng * g.maxsize * sizeof *drawn);
+    int *count = malloc((size_t)n * sizeof *count);
     gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
     gsl_multimin_fdfminimizer *s =
         gsl_multimin_fdfminimizer_alloc(gsl_multimin_fdfminimizer_vector_bfgs2, NT);
-    int ok = o.x1 && count && rng && s;
+    int ok = o.x1 && drawn && count && rng && s;
     if (ok)
       o.x2 = o.x1 + n, o.y = o.x2 + n, o.w = o.y + n;
 #pragma omp for schedule(dynamic, 4)
     for (int k = 0; k < B; k++) {
       if (ok) {
-        failed += !bootstrap_one(full, group, ngroups, opt->seed, k, t_opt, cN, cD,
-                                 opt->target_flops, rng, s, count, &o, &vals[k * NQ]);
+        failed += !bootstrap_one(full, &g, opt->seed, k, t_opt, cN, cD, opt->target_flops,
+                                 rng, s, drawn, count, &o, &vals[(size_t)k * NQ]);
       } else {
         failed++;
         for (int j = 0; j < NQ; j++)
-          vals[k * NQ + j] = NAN;
+          vals[(size_t)k * NQ + j] = NAN;
       }
     }
     free(o.x1);
+    free(drawn);
     free(count);
     if (rng)
       gsl_rng_free(rng);
@@ -677,19 +653,9 @@ static int bootstrap(const objective *full, const fit_point *pts, const double *
   }
   int nonfinite = 0;
   for (int j = 0; j < nq; j++) {
-    int m = 0;
-    for (int k = 0; k < B; k++)
-      if (isfinite(vals[k * NQ + j]))
-        col[m++] = vals[k * NQ + j];
+    int m = fit__boot_column(vals, B, NQ, j, j < NT ? &out->params[j] : &out->derived[j - NT]);
     if (B - m > nonfinite)
       nonfinite = B - m;
-    fit_param *p = j < NT ? &out->params[j] : &out->derived[j - NT];
-    if (m < 2)
-      continue;
-    p->stderr_ = gsl_stats_sd(col, 1, (size_t)m);
-    gsl_sort(col, 1, (size_t)m);
-    p->ci_lo = gsl_stats_quantile_from_sorted_data(col, 1, (size_t)m, 0.025);
-    p->ci_hi = gsl_stats_quantile_from_sorted_data(col, 1, (size_t)m, 0.975);
   }
   if (failed)
     fit_result_warn(out,
@@ -702,7 +668,7 @@ static int bootstrap(const objective *full, const fit_point *pts, const double *
                     "quantity (an exponent at or below 0); those are left out of its "
                     "interval",
                     nonfinite, B);
-  free(group), free(vals), free(col);
+  free(g.idx), free(g.start), free(vals);
   return 0;
 }
 
