@@ -154,3 +154,35 @@ int cli_request(const cli_target *t, const char *method, const char *path, const
   free(buf);
   return 0;
 }
+
+static void print_values(FILE *f, json_t *vals, json_t *ci) {
+  const char *k;
+  json_t *v;
+  json_object_foreach(vals, k, v) {
+    json_t *iv = json_object_get(ci, k);
+    if (!json_is_number(v))
+      fprintf(f, "    %-18s n/a\n", k);
+    else if (json_array_size(iv) == 2)
+      fprintf(f, "    %-18s %-12.5g [%.5g, %.5g]\n", k, json_number_value(v),
+              json_number_value(json_array_get(iv, 0)), json_number_value(json_array_get(iv, 1)));
+    else
+      fprintf(f, "    %-18s %.5g\n", k, json_number_value(v));
+  }
+}
+
+void cli_print_fit(FILE *f, const char *law, json_t *fit) {
+  fprintf(f, "%s: %.0f points, %s\n", law, json_number_value(json_object_get(fit, "n_points")),
+          json_is_true(json_object_get(fit, "converged")) ? "converged" : "NOT converged");
+  json_t *ci = json_object_get(fit, "ci95");
+  print_values(f, json_object_get(fit, "params"), ci);
+  json_t *derived = json_object_get(fit, "derived");
+  if (json_object_size(derived)) {
+    fprintf(f, "  derived:\n");
+    print_values(f, derived, ci);
+  }
+  size_t i;
+  json_t *w;
+  json_array_foreach(json_object_get(fit, "warnings"), i, w) {
+    fprintf(f, "  warning: %s\n", json_string_value(w));
+  }
+}

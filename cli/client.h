@@ -23,4 +23,10 @@ int cli_target_find(cli_target *t, const char *url, const char *state, const cha
 int cli_request(const cli_target *t, const char *method, const char *path, const char *body,
                 size_t body_len, int *status, char **resp);
 
+/* Prints one fit object of the API (law, n_points, params with 95%
+ * intervals, derived values, warnings) as readable lines. */
+#include <jansson.h>
+#include <stdio.h>
+void cli_print_fit(FILE *f, const char *law, json_t *fit);
+
 #endif

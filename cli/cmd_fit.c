@@ -5,10 +5,12 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/client.h"
 #include "cli/commands.h"
 #include "common/err.h"
 #include "sweeps/fit.h"
@@ -19,7 +21,8 @@ static const char usage_text[] =
     "usage: scalesweep fit --points FILE.csv --law chinchilla|kaplan|isoflop|batch\n"
     "                      [--bootstrap N] [--seed S] [--threads T] [--target-flops C]\n"
     "                      [--no-irreducible] [--full-grid] [--json]\n"
-    "       scalesweep fit SWEEP_ID   (a stored sweep: needs the scheduler)\n"
+    "       scalesweep fit SWEEP_ID [--law L] [--json] [--url URL] [--state DIR]\n"
+    "                                  (the fits the scheduler made of a sweep)\n"
     "\n"
     "Fits a scaling law to the points of a CSV file whose header row names its\n"
     "columns among params, tokens, flops, loss, batch_size, steps, lr, run (any\n"
@@ -194,10 +197,60 @@ static const struct {
     {"batch", fit_batch},
 };
 
+/* scalesweep fit SWEEP: the fits the scheduler made when the sweep's runs
+ * finished (GET /api/sweeps/{id}/fit), all laws or --law's. */
+static int fit_stored(const char *sweep, const char *law, int json, const char *url,
+                      const char *state, const char *token_file) {
+  char *end;
+  long long id = strtoll(sweep, &end, 10);
+  if (*end || id <= 0)
+    return usage_error("expected a sweep id (a positive integer) or --points, got '%s'", sweep);
+  cli_target t;
+  int rc = cli_target_find(&t, url, state, token_file);
+  if (rc)
+    return rc;
+  char path[64];
+  snprintf(path, sizeof path, "/api/sweeps/%lld/fit", id);
+  int status;
+  char *resp;
+  if (cli_request(&t, "GET", path, NULL, 0, &status, &resp) != 0)
+    return SS_EXIT_FAILURE;
+  json_error_t je;
+  json_t *all = json_loads(resp, JSON_DECODE_INT_AS_REAL, &je);
+  free(resp);
+  if (status != 200 || !json_is_object(all)) {
+    const char *m = json_string_value(json_object_get(json_object_get(all, "error"), "message"));
+    fprintf(stderr, "scalesweep fit: sweep %lld: %s\n", id, m ? m : "no answer");
+    json_decref(all);
+    return status == 404 ? SS_EXIT_USAGE : SS_EXIT_FAILURE;
+  }
+  json_t *pick = law ? json_object_get(all, law) : all;
+  if (!pick || !json_object_size(pick)) {
+    fprintf(stderr, "scalesweep fit: sweep %lld has no %s fit yet (its runs are still "
+                    "running, or too few succeeded for the law)\n", id, law ? law : "");
+    json_decref(all);
+    return SS_EXIT_FAILURE;
+  }
+  if (json) {
+    char *text = json_dumps(pick, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    printf("%s\n", text);
+    free(text);
+  } else if (law) {
+    cli_print_fit(stdout, law, pick);
+  } else {
+    const char *k;
+    json_t *v;
+    json_object_foreach(all, k, v) cli_print_fit(stdout, k, v);
+  }
+  json_decref(all);
+  return SS_EXIT_OK;
+}
+
 int cmd_fit(int argc, char **argv) {
   const char *points = NULL, *law = NULL, *sweep = NULL;
   fit_options opt = {.bootstrap = -1, .seed = 1, .fit_irreducible = 1};
   int json = 0;
+  const char *url = NULL, *state = NULL, *token_file = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *eq = strchr(a, '='), *val = NULL;
     size_t nlen = eq && a[0] == '-' ? (size_t)(eq - a) : strlen(a);
@@ -224,7 +277,8 @@ int cmd_fit(int argc, char **argv) {
       continue;
     }
     if (!(IS("--points") || IS("--law") || IS("--bootstrap") || IS("--seed") ||
-          IS("--threads") || IS("--target-flops")))
+          IS("--threads") || IS("--target-flops") || IS("--url") || IS("--state") ||
+          IS("--token-file")))
       return usage_error("unknown option '%.*s'", (int)nlen, a);
     if (eq)
       val = eq + 1;
@@ -236,6 +290,8 @@ int cmd_fit(int argc, char **argv) {
     long v = 0;
     if (IS("--points")) {
       points = val;
+    } else if (IS("--url") || IS("--state") || IS("--token-file")) {
+      *(IS("--url") ? &url : IS("--state") ? &state : &token_file) = val;
     } else if (IS("--law")) {
       law = val;
     } else if (IS("--bootstrap")) {
@@ -260,15 +316,8 @@ int cmd_fit(int argc, char **argv) {
   }
   if (sweep && points)
     return usage_error("give either a sweep id or --points FILE.csv, not both");
-  if (sweep) {
-    fprintf(stderr,
-            "scalesweep fit: fitting the stored sweep '%s' needs the scheduler, which this "
-            "build does not have yet.\n"
-            "Export the sweep's points to a CSV file and run: scalesweep fit --points "
-            "FILE.csv --law LAW\n",
-            sweep);
-    return SS_EXIT_USAGE;
-  }
+  if (sweep)
+    return fit_stored(sweep, law, json, url, state, token_file);
   if (!points)
     return usage_error("--points FILE.csv is required");
   if (!law)

@@ -95,27 +95,6 @@ static int read_ports(const char *path, int *http_port, int *workers_port) {
   return *http_port > 0 && *workers_port > 0 ? 0 : -1;
 }
 
-/* Prints one law's parameters with their 95% intervals. */
-static void print_law(const char *law, json_t *fit) {
-  json_t *params = json_object_get(fit, "params"), *ci = json_object_get(fit, "ci95");
-  printf("  %s (%lld points%s):", law,
-         (long long)json_number_value(json_object_get(fit, "n_points")),
-         json_is_true(json_object_get(fit, "converged")) ? "" : ", not converged");
-  const char *k;
-  json_t *v;
-  json_object_foreach(params, k, v) {
-    json_t *iv = json_object_get(ci, k);
-    if (!json_is_number(v))
-      printf(" %s = n/a", k);
-    else if (json_array_size(iv) == 2)
-      printf(" %s = %.4g [%.4g, %.4g]", k, json_number_value(v),
-             json_number_value(json_array_get(iv, 0)), json_number_value(json_array_get(iv, 1)));
-    else
-      printf(" %s = %.4g", k, json_number_value(v));
-  }
-  printf("\n");
-}
-
 /* (Fits come back through jsonb, which writes 1e129 as 130 digits: parsed
  * as reals so they do not overflow Jansson's integers.) */
 /* Waits (up to 2 minutes) for the refit that has seen every successful run
@@ -146,10 +125,10 @@ static void print_fits(const cli_target *t, long long id, int expected) {
     printf("the fit did not finish within 2 minutes; see `scalesweep fit %lld` later\n", id);
     return;
   }
-  printf("fits (95%% bootstrap intervals; scalesweep fit %lld for more):\n", id);
+  printf("fits (values with 95%% bootstrap intervals; scalesweep fit %lld --json):\n", id);
   const char *law;
   json_t *fit;
-  json_object_foreach(fits, law, fit) print_law(law, fit);
+  json_object_foreach(fits, law, fit) cli_print_fit(stdout, law, fit);
   json_decref(fits);
 }
 

@@ -132,9 +132,10 @@ fit bad-law --points points.csv --law chinchila
 expect_rc 2
 expect_msg "got 'chinchila'"
 
-fit sweep 42
-expect_rc 2
-expect_msg "stored sweep '42' needs the scheduler"
+# a stored sweep needs a scheduler; with none reachable: a run-time failure
+fit sweep 42 --url http://127.0.0.1:1
+expect_rc 1
+expect_msg "cannot reach the scheduler"
 
 fit help --help
 expect_rc 0
