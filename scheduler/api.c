@@ -218,9 +218,10 @@ static void cancel(sched *s, req_ctx *x, int sweep, int64_t id) {
 
 static void on_reproduced(void *ud, int status, PGresult *res, const char *errmsg) {
   req_ctx *x = ud;
+  sched *s = x->s; /* x lives in the request's arena, freed by the answer */
   on_json_row(ud, status, res, errmsg);
   if (status == DB_OK && PQntuples(res) == 1)
-    sched__place(x->s);
+    sched__place(s);
 }
 
 static void reproduce(sched *s, req_ctx *x, int64_t id) {

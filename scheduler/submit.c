@@ -56,11 +56,12 @@ static void on_inserted(void *ud, int status, PGresult *res, const char *errmsg)
   char body[256];
   snprintf(body, sizeof body, "{\"id\":%s,\"runs\":%s,\"spec_hash\":\"%s\"}",
            PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), x->hash);
+  sched *s = x->s; /* x lives in the request's arena, freed by the answer */
   http_respond_json(x->r, 201, body);
-  sched__emit(x->s, "sweep", json_pack("{s:I,s:s}", "id",
-                                       (json_int_t)strtoll(PQgetvalue(res, 0, 0), NULL, 10),
-                                       "status", "queued"));
-  sched__place(x->s);
+  sched__emit(s, "sweep", json_pack("{s:I,s:s}", "id",
+                                    (json_int_t)strtoll(PQgetvalue(res, 0, 0), NULL, 10),
+                                    "status", "queued"));
+  sched__place(s);
 }
 
 void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
