@@ -6,7 +6,7 @@ and the real `scalesweep scheduler` and `scalesweep worker`.
 
 Usage: sched_bench.py SCALESWEEP_BINARY
 
-Three parts, each against the same scheduler process:
+Four parts, all against one scheduler process:
 
 (a) dispatch -- fake instant runs (tests/bench/sched_fake_trainer.sh, a /bin/sh
     stand-in for `scalesweep train` that prints a config, FAKE_STEPS step
@@ -42,32 +42,40 @@ Three parts, each against the same scheduler process:
     succeeded and given BENCH_API_METRICS_PER_RUN metric rows each with
     generate_series (10,000 x 1,000 = 10 million rows by default), run after
     run (so a run's rows lie together in the table, as they do when a worker
-    sends them in batches of hundreds), followed by VACUUM ANALYZE. Then, on one keep-alive connection, sequentially:
-    3 warm-up requests, then BENCH_API_REQUESTS timed GET /api/sweeps/{id},
+    sends them in batches of hundreds), followed by VACUUM ANALYZE. Then, on
+    one keep-alive connection, sequentially: 3 warm-up requests, then BENCH_API_REQUESTS timed GET /api/sweeps/{id},
     the same number of GET /api/runs/{id} (a run with its metric rows), and
     BENCH_API_REQUESTS/4 GET /api/sweeps. EXPLAIN ANALYZE of the scheduler's
     queries (copied from scheduler/api.c, sched.c, refit.c) goes to the
     output directory.
+(d) dispatch inside a big sweep -- after (c): BENCH_BIG_RUNS runs of (c)'s
+    sweep are reproduced (POST /api/runs/{id}/reproduce: new queued runs in
+    that sweep of 10,000) and run as in (a) on one worker with 2 slots; the
+    same figures, to show what the size of the sweep costs each run.
 
-CPU use of the scheduler, the workers (with their trainers) and PostgreSQL
-(every postgres process plus the backends already reaped) is sampled from
-/proc over each part.
+CPU use of the scheduler, the workers, their trainers, PostgreSQL (our
+cluster's processes, with the backends already reaped) and everything else on
+the machine (other users: noise) is sampled from /proc over each part, and
+pg_stat_statements says which statements took the database's time.
 
 Prints a table of every figure against its target and writes
 build/bench/sched.json (BENCH_OUT) and the logs under build/bench/sched/
 (BENCH_LOG_DIR). The figures are information: the exit status is 0 unless
 the benchmark itself could not run (then 1).
 
-Environment (defaults: about 5-8 minutes on 2 cores):
-  BENCH_PARTS="dispatch metrics api"
+Environment (defaults: about 3-4 minutes on a quiet 2-core machine):
+  BENCH_PARTS="dispatch metrics api bigsweep"   (bigsweep needs api)
   BENCH_DISPATCH_RUNS=2000   BENCH_DISPATCH_LAYOUTS="1x2 8x1"   FAKE_STEPS=0
   BENCH_METRIC_WORKERS=8     BENCH_METRIC_BATCH=500   BENCH_METRIC_WINDOW=4
   BENCH_METRIC_SECONDS=20
   BENCH_API_RUNS=10000       BENCH_API_METRICS_PER_RUN=1000   BENCH_API_REQUESTS=200
+  BENCH_BIG_RUNS=300
+  BENCH_PGSS=1               0: no pg_stat_statements (it restarts the throwaway cluster
+                             once, before the scheduler starts, to load it)
+  BENCH_OUT, BENCH_LOG_DIR   where the JSON and the logs go
 """
 import collections
 import datetime
-import glob
 import http.client
 import json
 import os
@@ -96,7 +104,7 @@ def env_int(name, default):
     return int(os.environ.get(name, default))
 
 
-PARTS = os.environ.get("BENCH_PARTS", "dispatch metrics api").split()
+PARTS = os.environ.get("BENCH_PARTS", "dispatch metrics api bigsweep").split()
 DISPATCH_RUNS = env_int("BENCH_DISPATCH_RUNS", 2000)
 DISPATCH_LAYOUTS = os.environ.get("BENCH_DISPATCH_LAYOUTS", "1x2 8x1").split()
 FAKE_STEPS = env_int("FAKE_STEPS", 0)
@@ -108,6 +116,7 @@ METRIC_SECONDS = float(os.environ.get("BENCH_METRIC_SECONDS", 20))
 API_RUNS = env_int("BENCH_API_RUNS", 10000)
 API_METRICS = env_int("BENCH_API_METRICS_PER_RUN", 1000)
 API_REQUESTS = env_int("BENCH_API_REQUESTS", 200)
+BIG_RUNS = env_int("BENCH_BIG_RUNS", 300)
 OUT = os.environ.get("BENCH_OUT", os.path.join(ROOT, "build", "bench", "sched.json"))
 LOG_DIR = os.environ.get("BENCH_LOG_DIR", os.path.join(os.path.dirname(OUT), "sched"))
 
@@ -563,16 +572,24 @@ def slot_gaps(runs, slots):
     return out
 
 
-def dispatch(layout):
+def dispatch(layout, label=None, sweep_id=None, nruns=DISPATCH_RUNS, run_filter="true"):
+    """Runs nruns queued runs of a sweep (a new one of nruns fake runs when
+    sweep_id is None) on workers laid out as layout ("NxK": N workers with K
+    CPU slots each); run_filter picks the sweep's runs that belong to this
+    measurement (SQL on runs)."""
     nworkers, slots = (int(x) for x in layout.lower().split("x"))
-    name = f"bench-dispatch-{layout}-{os.getpid()}-{int(time.time())}"
-    log(f"dispatch {layout}: submitting {DISPATCH_RUNS} runs")
-    sweep_id, submit_ms, _ = submit(name, DISPATCH_RUNS)
+    label = label or f"dispatch {layout}"
+    tag = label.replace(" ", "-")
+    name = f"bench-{tag}-{os.getpid()}-{int(time.time())}"
+    submit_ms = None
+    if sweep_id is None:
+        log(f"{label}: submitting {nruns} runs")
+        sweep_id, submit_ms, _ = submit(name, nruns)
+        log(f"{label}: sweep {sweep_id} submitted in {submit_ms:.0f} ms")
     limit = (nworkers * slots) * 4 + 16
-    q_ms = explain(f"queue-{layout}", Q_QUEUE.format(limit=limit))
-    st_ms = explain(f"sweep-status-{layout}", Q_SWEEP_STATUS.format(id=sweep_id))
-    log(f"dispatch {layout}: sweep {sweep_id} submitted in {submit_ms:.0f} ms; starting "
-        f"{nworkers} worker(s) x {slots} slot(s)")
+    q_ms = explain(f"queue-{tag}", Q_QUEUE.format(limit=limit))
+    st_ms = explain(f"sweep-status-{tag}", Q_SWEEP_STATUS.format(id=sweep_id))
+    log(f"{label}: starting {nworkers} worker(s) x {slots} slot(s)")
     pgss_reset()
     workers = [start_worker(f"{name}-w{i}", slots, FAKE_STEPS) for i in range(nworkers)]
     cpu = CpuMeter(sched_proc.pid, [w[0].pid for w in workers])
@@ -580,7 +597,7 @@ def dispatch(layout):
     offsets = [0] * nworkers
     acked = 0
     last_report = time.time()
-    while acked < DISPATCH_RUNS:
+    while acked < nruns:
         for i, (p, logp, _) in enumerate(workers):
             if p.poll() is not None:
                 die(f"worker {i} exited with {p.returncode}; see {logp}")
@@ -591,16 +608,16 @@ def dispatch(layout):
             offsets[i] += len(chunk[:cut].encode())
             acked += chunk[:cut].count("finished and acknowledged")
         if time.time() > deadline:
-            die(f"dispatch {layout}: only {acked} of {DISPATCH_RUNS} runs finished within "
+            die(f"{label}: only {acked} of {nruns} runs finished within "
                 f"{DISPATCH_TIMEOUT} s; see {LOG_DIR}")
         if time.time() - last_report > 10:
-            log(f"dispatch {layout}: {acked} of {DISPATCH_RUNS} runs done")
+            log(f"{label}: {acked} of {nruns} runs done")
             last_report = time.time()
         time.sleep(0.2)
     usage = cpu.stop()
     for p, _, _ in workers:
         stop_worker(p)
-    top = pgss_top(f"dispatch-{layout}")
+    top = pgss_top(tag)
 
     # the worker logs: per-run timestamps
     all_runs = {}
@@ -619,10 +636,10 @@ def dispatch(layout):
 
     # the database: outcome, and the scheduler-side view
     counts = psql(f"SELECT status, count(*) FROM runs WHERE sweep_id = {sweep_id} "
-                  f"GROUP BY status ORDER BY status")
+                  f"AND ({run_filter}) GROUP BY status ORDER BY status")
     rows = psql(f"SELECT coalesce(worker, 0), extract(epoch FROM started_at), "
                 f"extract(epoch FROM finished_at), attempt FROM runs "
-                f"WHERE sweep_id = {sweep_id} AND started_at IS NOT NULL")
+                f"WHERE sweep_id = {sweep_id} AND started_at IS NOT NULL AND ({run_filter})")
     by_worker = collections.defaultdict(dict)
     attempts_over_1 = 0
     for line in rows.splitlines():
@@ -640,9 +657,9 @@ def dispatch(layout):
 
     g = [x[0] for x in gaps]
     res = {
-        "layout": layout, "workers": nworkers, "slots_per_worker": slots,
-        "runs": DISPATCH_RUNS, "fake_steps": FAKE_STEPS, "sweep_id": sweep_id,
-        "submit_ms": round(submit_ms, 1),
+        "label": label, "layout": layout, "workers": nworkers, "slots_per_worker": slots,
+        "runs": nruns, "fake_steps": FAKE_STEPS, "sweep_id": sweep_id,
+        "submit_ms": None if submit_ms is None else round(submit_ms, 1),
         "status_counts": dict(line.split("|") for line in counts.splitlines()),
         "runs_with_attempt_over_1": attempts_over_1,
         "runs_per_worker": per_worker_runs,
@@ -659,7 +676,7 @@ def dispatch(layout):
         "explain_queue_query_ms": q_ms, "explain_sweep_status_ms": st_ms,
         "cpu": usage, "top_queries": top,
     }
-    log(f"dispatch {layout}: {res['runs_per_s']} runs/s, gap median "
+    log(f"{label}: {res['runs_per_s']} runs/s, gap median "
         f"{res['gap_ms'].get('median')} ms, p99 {res['gap_ms'].get('p99')} ms; "
         f"scheduler CPU {usage['scheduler_cpu_pct']}%, postgres {usage['postgres_cpu_pct']}%")
     return res
@@ -942,6 +959,37 @@ def api_part():
     return res
 
 
+# ---- (d) dispatch inside a big sweep ---------------------------------------------------------
+
+def bigsweep_part(api_sweep_id):
+    """BENCH_BIG_RUNS reproductions (POST /api/runs/{id}/reproduce) of runs of
+    the API part's sweep (10,000 succeeded runs): queued runs in a sweep that
+    already holds 10,000, run by one worker with 2 slots -- the scheduler's
+    per-run queries that read the whole sweep show here."""
+    ids = psql(f"SELECT id FROM runs WHERE sweep_id = {api_sweep_id} ORDER BY id "
+               f"LIMIT {BIG_RUNS}").split()
+    fits0 = int(psql(f"SELECT count(*) FROM fits WHERE sweep_id = {api_sweep_id}"))
+    api = Api()
+    lat = []
+    for rid in ids:
+        st, data, ms = api.request("POST", f"/api/runs/{rid}/reproduce")
+        if st != 201:
+            die(f"POST /api/runs/{rid}/reproduce: {st} {data[:300]!r}")
+        lat.append(ms)
+    api.close()
+    log(f"big sweep: {len(ids)} reproductions queued in sweep {api_sweep_id} (POST median "
+        f"{r3(statistics.median(lat))} ms)")
+    res = dispatch("1x2", label="dispatch 1x2 in a 10k-run sweep", sweep_id=api_sweep_id,
+                   nruns=len(ids), run_filter="reproduces IS NOT NULL")
+    res["reproduce_post_ms"] = rsum(summary(lat))
+    # the scheduler refits the sweep's laws (on its thread pool) after runs succeed
+    res["fits_stored_meanwhile"] = int(psql(f"SELECT count(*) FROM fits WHERE sweep_id = "
+                                            f"{api_sweep_id}")) - fits0
+    res["runs_already_in_sweep"] = int(psql(f"SELECT count(*) FROM runs WHERE sweep_id = "
+                                            f"{api_sweep_id} AND reproduces IS NULL"))
+    return res
+
+
 # ---- the table ------------------------------------------------------------------------------------
 
 def verdict(value, target, higher_better):
@@ -954,7 +1002,7 @@ def verdict(value, target, higher_better):
 def print_table(results):
     rows = []
     for d in results.get("dispatch", []):
-        lay = f"dispatch {d['layout']}"
+        lay = d.get("label", f"dispatch {d['layout']}")
         rows.append((f"{lay}: runs dispatched per second", f"{d['runs_per_s']:.1f}",
                      "-", ""))
         rows.append((f"{lay}: idle gap per slot, median (ms)", f"{d['gap_ms']['median']:.1f}",
@@ -1021,7 +1069,7 @@ def print_table(results):
     for r in rows:
         print(f"{r[0]:<{w}}  {r[1]:>22}  {r[2]:>9}  {r[3]}")
     print()
-    parts = [(f"dispatch {d['layout']}", d) for d in results.get("dispatch", [])]
+    parts = [(d.get("label", f"dispatch {d['layout']}"), d) for d in results.get("dispatch", [])]
     parts += [(k, results[k]) for k in ("metrics", "api") if results.get(k)]
     for label, d in parts:
         if d.get("top_queries"):
@@ -1070,6 +1118,9 @@ def main():
         results["metrics"] = metrics_part()
     if "api" in PARTS:
         results["api"] = api_part()
+        if "bigsweep" in PARTS and BIG_RUNS > 0:
+            results["dispatch"] = results.get("dispatch", []) + \
+                [bigsweep_part(results["api"]["sweep_id"])]
     results["total_s"] = round(time.time() - T_START, 1)
     sched_proc.send_signal(signal.SIGTERM)
     try:

@@ -300,6 +300,13 @@ try:
 
     print(f"all {len(runs)} runs succeeded; run {victim['id']} took {victim_now['attempt']} "
           f"attempts; metrics complete and without duplicates ({time.time() - T0:.0f} s)")
+    # a sanitizer build reports into the logs: any report fails the test
+    for name in os.listdir(tmp):
+        if name.endswith(".log"):
+            text = open(os.path.join(tmp, name), errors="replace").read()
+            if "ERROR: AddressSanitizer" in text or "ERROR: LeakSanitizer" in text or \
+                    "runtime error:" in text:
+                fail(f"a sanitizer report in {tmp}/{name}")
     print("all checks passed")
 finally:
     cleanup()
