@@ -979,7 +979,8 @@ def bigsweep_part(api_sweep_id):
     api.close()
     log(f"big sweep: {len(ids)} reproductions queued in sweep {api_sweep_id} (POST median "
         f"{r3(statistics.median(lat))} ms)")
-    res = dispatch("1x2", label="dispatch 1x2 in a 10k-run sweep", sweep_id=api_sweep_id,
+    size = int(psql(f"SELECT count(*) FROM runs WHERE sweep_id = {api_sweep_id}"))
+    res = dispatch("1x2", label=f"dispatch 1x2 in a {size}-run sweep", sweep_id=api_sweep_id,
                    nruns=len(ids), run_filter="reproduces IS NOT NULL")
     res["reproduce_post_ms"] = rsum(summary(lat))
     # the scheduler refits the sweep's laws (on its thread pool) after runs succeed
@@ -1038,7 +1039,8 @@ def print_table(results):
                      f"{m['rows_acked']} / {m['rows_in_db']}", "equal",
                      "met" if m["rows_acked"] == m["rows_in_db"] else "MISSED"))
         a = m["api_get_sweep_during_ingest_ms"]
-        rows.append(("GET /api/sweeps/{id} (8 runs) during ingestion, median / p99 ms",
+        rows.append((f"GET /api/sweeps/{{id}} ({m['fake_workers']} runs) during ingestion, "
+                     f"median / p99 ms",
                      f"{r3(a.get('median'))} / {r3(a.get('p99'))}", "-", ""))
         rows.append(("metrics: CPU % of one core: scheduler / postgres / bench client / other users",
                      "%s / %s / %.0f / %s" % (

@@ -18,8 +18,9 @@ if [ ! -x "$bin" ]; then
   stale=1
 elif [ -n "$(find "$root/CMakeLists.txt" "$root/cli" "$root/common" "$root/scheduler" \
            "$root/worker" "$root/sweeps" "$root/trainer" "$root/kernels" "$root/migrations" \
-           -newer "$bin" \( -name '*.c' -o -name '*.h' -o -name '*.sql' -o -name '*.txt' \
-           -o -name '*.cmake' \) -print -quit 2>/dev/null)" ]; then
+           "$root/web" -newer "$bin" \( -name '*.c' -o -name '*.h' -o -name '*.sql' \
+           -o -name '*.txt' -o -name '*.cmake' -o -name '*.js' -o -name '*.css' -o -name '*.html' \) \
+           -print -quit 2>/dev/null)" ]; then
   stale=1
 fi
 if [ "$stale" = 1 ]; then
