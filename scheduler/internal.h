@@ -24,6 +24,8 @@ typedef struct sched__wrun {
   int ngpus;
   int gpus[8];
   int cancelling; /* a cancel was sent: its end is "cancelled" */
+  int metrics_inflight; /* metric batches sent to the database, not yet stored */
+  json_t *finished;     /* a finished message held until those are stored */
   struct sched__wrun *next;
 } sched__wrun;
 
@@ -69,7 +71,9 @@ typedef struct sched__authfail {
 struct sched {
   uv_loop_t *loop;
   sched_options o;
-  db *db;
+  db *db;         /* everything but metric rows */
+  db *db_metrics; /* metric rows: their own connection, so that a stream of
+                   * metrics neither caps at one connection nor delays placement */
   http_server *http;
   int http_port, workers_port;
   uv_tcp_t listener;
@@ -80,6 +84,9 @@ struct sched {
   sched__authfail *authfails;
   int placing, place_again;
   int db_was_down; /* the lease timer saw the database unavailable */
+  int64_t touched[256]; /* sweeps waiting for sched__sweep_flush */
+  char touched_refit[256];
+  int ntouched;
   int stopping;
 
   sched__sse *sse;
@@ -101,6 +108,12 @@ int sched__token_ok(const char *want, const char *got);
 void sched__refit(sched *s, int64_t sweep_id);
 /* recomputes sweeps.status from its runs */
 void sched__sweep_status(sched *s, int64_t sweep_id);
+/* Marks a sweep for a status update (and a refit when refit is set) at the
+ * next tick of the lease timer: finishes arriving together cost one of each. */
+void sched__sweep_touch(sched *s, int64_t sweep_id, int refit);
+void sched__sweep_flush(sched *s);
+
+#define SCHED__TOUCHED 256
 
 /* workers.c */
 int sched__workers_listen(sched *s, const char *hostport, char *err, size_t errlen);

@@ -217,3 +217,28 @@ void sched__sweep_status(sched *s, int64_t sweep_id) {
            "RETURNING sw.id, sw.status",
            1, p, on_sweep_status, s);
 }
+
+void sched__sweep_touch(sched *s, int64_t sweep_id, int refit) {
+  for (int i = 0; i < s->ntouched; i++)
+    if (s->touched[i] == sweep_id) {
+      s->touched_refit[i] |= (char)refit;
+      return;
+    }
+  if (s->ntouched == SCHED__TOUCHED) { /* full: do it now */
+    sched__sweep_status(s, sweep_id);
+    if (refit)
+      sched__refit(s, sweep_id);
+    return;
+  }
+  s->touched[s->ntouched] = sweep_id;
+  s->touched_refit[s->ntouched++] = (char)refit;
+}
+
+void sched__sweep_flush(sched *s) {
+  for (int i = 0; i < s->ntouched; i++) {
+    sched__sweep_status(s, s->touched[i]);
+    if (s->touched_refit[i])
+      sched__refit(s, s->touched[i]);
+  }
+  s->ntouched = 0;
+}

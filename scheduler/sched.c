@@ -219,7 +219,7 @@ static void on_claimed(void *ud, int status, PGresult *res, const char *errmsg) 
                              "checkpoint_dir", dir, "resume", attempt > 1));
     s->assigns++;
     if (attempt == 1)
-      sched__sweep_status(s, strtoll(PQgetvalue(res, 0, 2), NULL, 10));
+      sched__sweep_touch(s, strtoll(PQgetvalue(res, 0, 2), NULL, 10), 0);
     sched__emit(s, "run", json_pack("{s:I,s:s,s:i,s:I}", "id", (json_int_t)a->run_id,
                                     "status", "running", "attempt", attempt, "worker",
                                     (json_int_t)a->worker_id));
@@ -341,7 +341,7 @@ static void on_expired(void *ud, int status, PGresult *res, const char *errmsg) 
     else
       s->runs_requeued++;
     sched__emit(s, "run", json_pack("{s:I,s:s}", "id", (json_int_t)id, "status", st));
-    sched__sweep_status(s, strtoll(PQgetvalue(res, i, 3), NULL, 10));
+    sched__sweep_touch(s, strtoll(PQgetvalue(res, i, 3), NULL, 10), 0);
   }
   if (PQntuples(res) > 0)
     sched__place(s);
@@ -356,6 +356,8 @@ static void on_extended(void *ud, int status, PGresult *res, const char *errmsg)
 
 static void on_lease_timer(uv_timer_t *t) {
   sched *s = t->data;
+  if (db_ready(s->db))
+    sched__sweep_flush(s);
   if (!db_ready(s->db)) {
     s->db_was_down = 1;
     return;
@@ -408,6 +410,7 @@ static void stop(sched *s) {
   if (s->http)
     http_server_stop(s->http, on_http_stopped, s);
   db_close(s->db, on_db_closed, s);
+  db_close(s->db_metrics, on_db_closed, s);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -456,6 +459,7 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   uv_loop_init(&loop);
   s->loop = &loop;
   s->db = db_open(&loop, opt->database);
+  s->db_metrics = db_open(&loop, opt->database);
   char host[256];
   int port;
   if (sched__split_hostport(opt->listen, host, sizeof host, &port) != 0) {

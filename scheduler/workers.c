@@ -44,6 +44,7 @@ void sched__conn_release_run(sched__wconn *c, int64_t run_id) {
     for (int g = 0; g < w->ngpus; g++)
       c->gpu_busy[w->gpus[g]] = 0;
     *pp = w->next;
+    json_decref(w->finished);
     free(w);
     return;
   }
@@ -87,6 +88,7 @@ static void on_conn_closed(uv_handle_t *h) {
   proto_reader_free(&c->rd);
   while (c->runs) {
     sched__wrun *n = c->runs->next;
+    json_decref(c->runs->finished);
     free(c->runs);
     c->runs = n;
   }
@@ -470,8 +472,19 @@ static void resend_later(wctx *x) {
     sched__conn_drop(c, "the scheduler could not store a message; reconnect and resend");
 }
 
+static void on_finished(sched__wconn *c, json_t *m);
+
 static void on_metrics_stored(void *ud, int status, PGresult *res, const char *errmsg) {
   wctx *x = ud;
+  sched__wconn *c = sched__conn_by_worker(x->s, x->worker_id);
+  sched__wrun *w = c ? sched__conn_find_run(c, x->run_id) : NULL;
+  if (w && --w->metrics_inflight == 0 && w->finished && status == DB_OK) {
+    /* the result waited for the run's last rows: record it now */
+    json_t *fin = w->finished;
+    w->finished = NULL;
+    on_finished(c, fin);
+    json_decref(fin);
+  }
   if (status != DB_OK) {
     log_db_error("storing metrics", status, errmsg);
     resend_later(x);
@@ -536,7 +549,7 @@ static void on_metrics(sched__wconn *c, json_t *m) {
   /* stored for the run's current attempt (also when that attempt has just
    * finished: a batch resent after a reconnect may arrive after the
    * result); a stale attempt's batch is acknowledged and ignored (0 rows) */
-  db_query(s->db,
+  db_query(s->db_metrics,
            "INSERT INTO metrics (run_id, step, tokens, train_loss, val_loss, lr, grad_norm, "
            "b_noise, loss_scale, tok_per_s) "
            "SELECT $1::bigint, u.* FROM unnest($4::int[], $5::bigint[], $6::float8[], "
@@ -553,6 +566,9 @@ static void on_metrics(sched__wconn *c, json_t *m) {
            "loss_scale = coalesce(metrics.loss_scale, EXCLUDED.loss_scale), "
            "tok_per_s = coalesce(metrics.tok_per_s, EXCLUDED.tok_per_s)",
            3 + NCOLS, p, on_metrics_stored, ctx(c, run_id, attempt, seq));
+  sched__wrun *w = sched__conn_find_run(c, run_id);
+  if (w)
+    w->metrics_inflight++;
   for (int j = 0; j < NCOLS; j++)
     free(cols[j].p);
   if (out)
@@ -586,10 +602,7 @@ static void on_finished_stored(void *ud, int status, PGresult *res, const char *
       s->runs_requeued++;
     sched__emit(s, "run", json_pack("{s:I,s:s,s:i}", "id", (json_int_t)x->run_id, "status",
                                     st, "attempt", x->attempt));
-    int64_t sweep_id = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
-    sched__sweep_status(s, sweep_id);
-    if (!strcmp(st, "succeeded"))
-      sched__refit(s, sweep_id);
+    sched__sweep_touch(s, strtoll(PQgetvalue(res, 0, 1), NULL, 10), !strcmp(st, "succeeded"));
   }
   ack(x);
   json_decref(x->msg);
@@ -599,6 +612,14 @@ static void on_finished_stored(void *ud, int status, PGresult *res, const char *
 
 static void on_finished(sched__wconn *c, json_t *m) {
   int64_t run_id = json_integer_value(json_object_get(m, "run_id"));
+  sched__wrun *held = sched__conn_find_run(c, run_id);
+  if (held && held->metrics_inflight > 0) {
+    /* its metric batches are still being stored (on their own connection):
+     * the result is recorded after them, so a finished run's curve is whole */
+    json_decref(held->finished);
+    held->finished = json_incref(m);
+    return;
+  }
   int attempt = (int)json_integer_value(json_object_get(m, "attempt"));
   int64_t seq = json_integer_value(json_object_get(m, "seq"));
   json_t *done = json_object_get(m, "done");
@@ -658,7 +679,7 @@ static int on_line(void *ud, const char *line, size_t len) {
     sched__conn_drop(c, "the first message must be hello");
   } else if (c->authed && t == PROTO_HELLO) {
     sched__conn_drop(c, "hello sent twice");
-  } else if (!db_ready(c->s->db) && t != PROTO_HEARTBEAT) {
+  } else if ((!db_ready(c->s->db) || !db_ready(c->s->db_metrics)) && t != PROTO_HEARTBEAT) {
     /* nothing can be stored: the worker keeps its messages and resends */
     sched__conn_drop(c, "database unavailable; reconnect later");
   } else {
