@@ -8,6 +8,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "common/err.h"
+#include "common/fileio.h"
 
 typedef struct copts {
   const char *url, *state, *token_file;
@@ -95,23 +96,6 @@ static json_t *call(const copts *o, const char *method, const char *path, const 
   return j;
 }
 
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "rb");
-  if (!f)
-    return NULL;
-  size_t cap = 1 << 16, n = 0, r;
-  char *b = malloc(cap);
-  while ((r = fread(b + n, 1, cap - n, f)) > 0) {
-    n += r;
-    if (n == cap)
-      b = realloc(b, cap *= 2);
-  }
-  if (f != stdin)
-    fclose(f);
-  *len = n;
-  return b;
-}
-
 int cmd_submit(int argc, char **argv) {
   static const char usage[] =
       "usage: scalesweep submit SPEC.json [--url URL] [--state DIR] [--token-file F] [--json]\n";
@@ -124,9 +108,9 @@ int cmd_submit(int argc, char **argv) {
     return SS_EXIT_USAGE;
   }
   size_t len;
-  char *body = slurp(o.arg, &len);
-  if (!body) {
-    fprintf(stderr, "scalesweep submit: %s: cannot read\n", o.arg);
+  char *body, msg[512];
+  if (fio_read_all(o.arg, &body, &len, msg, sizeof msg) != 0) {
+    fprintf(stderr, "scalesweep submit: %s\n", msg);
     return SS_EXIT_USAGE;
   }
   char *raw = NULL;

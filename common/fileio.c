@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -77,4 +78,47 @@ void fio_atomic_abort(fio_atomic *a) {
     close(a->fd);
   a->fd = -1;
   unlink(a->tmp);
+}
+
+int fio_read_all(const char *path, char **out, size_t *len, char *err, size_t errlen) {
+  *out = NULL;
+  int is_stdin = !strcmp(path, "-");
+  FILE *f = is_stdin ? stdin : fopen(path, "rb");
+  if (!f) {
+    int e = errno;
+    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+    return e == ENOENT ? SS_ENOENT : SS_EIO;
+  }
+  size_t cap = 1 << 16, n = 0, r;
+  char *text = malloc(cap);
+  while (text && (r = fread(text + n, 1, cap - n - 1, f)) > 0) {
+    n += r;
+    if (n + 1 >= cap) {
+      char *t = realloc(text, cap * 2);
+      if (!t) {
+        free(text);
+        text = NULL;
+        break;
+      }
+      text = t;
+      cap *= 2;
+    }
+  }
+  int bad = ferror(f);
+  if (!is_stdin)
+    fclose(f);
+  if (!text) {
+    snprintf(err, errlen, "%s: out of memory reading it", path);
+    return SS_ENOMEM;
+  }
+  if (bad) {
+    free(text);
+    snprintf(err, errlen, "%s: read error", path);
+    return SS_EIO;
+  }
+  text[n] = 0;
+  *out = text;
+  if (len)
+    *len = n;
+  return 0;
 }

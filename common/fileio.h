@@ -30,4 +30,10 @@ int fio_atomic_commit(fio_atomic *a, char *err, size_t errlen);
 /* Gives up: closes and removes the temporary file. */
 void fio_atomic_abort(fio_atomic *a);
 
+/* Reads a whole file ("-": standard input) into a NUL-terminated malloc'd
+ * buffer; *len (may be NULL) gets its length. Returns 0, or SS_ENOENT /
+ * SS_EIO / SS_ENOMEM with "PATH: cannot open: reason" or "PATH: read error"
+ * in err. */
+int fio_read_all(const char *path, char **out, size_t *len, char *err, size_t errlen);
+
 #endif

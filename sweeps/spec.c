@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/fileio.h"
 #include "sweeps/shapes.h"
 #include "trainer/config.h"
 
@@ -963,38 +964,15 @@ int spec_parse(const char *text, const char *name, spec **out, spec_problems *pr
 
 int spec_load(const char *path, spec **out, spec_problems *pr) {
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    int e = errno;
-    spec_problem_add(pr, path, "cannot open: %s", strerror(e));
-    return e == ENOENT ? SS_ENOENT : SS_EIO;
+  char *text, msg[512];
+  int rc = fio_read_all(path, &text, NULL, msg, sizeof msg);
+  if (rc) {
+    /* the message starts with the path, which the problem names already */
+    const char *m = strncmp(msg, path, strlen(path)) == 0 ? msg + strlen(path) : msg;
+    spec_problem_add(pr, path, "%s", m[0] == ':' ? m + 2 : m);
+    return rc;
   }
-  size_t cap = 1 << 16, len = 0, r;
-  char *text = malloc(cap);
-  while (text && (r = fread(text + len, 1, cap - len - 1, f)) > 0) {
-    len += r;
-    if (len + 1 >= cap) {
-      char *t = realloc(text, cap * 2);
-      if (!t) {
-        free(text);
-        text = NULL;
-        break;
-      }
-      text = t;
-      cap *= 2;
-    }
-  }
-  int bad = ferror(f);
-  fclose(f);
-  if (!text)
-    return SS_ENOMEM;
-  if (bad) {
-    free(text);
-    spec_problem_add(pr, path, "read error");
-    return SS_EIO;
-  }
-  text[len] = 0;
-  int rc = spec_parse(text, path, out, pr);
+  rc = spec_parse(text, path, out, pr);
   free(text);
   return rc;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/fileio.h"
 
 typedef struct problems {
   char *buf;
@@ -442,39 +443,11 @@ int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *
 }
 
 int trn_config_load(const char *path, trn_config *cfg, char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    int e = errno;
-    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
-    return e == ENOENT ? SS_ENOENT : SS_EIO;
-  }
-  size_t cap = 1 << 16, len = 0;
-  char *text = malloc(cap);
-  size_t r;
-  while (text && (r = fread(text + len, 1, cap - len - 1, f)) > 0) {
-    len += r;
-    if (len + 1 >= cap) {
-      char *t = realloc(text, cap * 2);
-      if (!t) {
-        free(text);
-        text = NULL;
-        break;
-      }
-      text = t;
-      cap *= 2;
-    }
-  }
-  int bad = ferror(f);
-  fclose(f);
-  if (!text)
-    return SS_ENOMEM;
-  if (bad) {
-    free(text);
-    snprintf(err, errlen, "%s: read error", path);
-    return SS_EIO;
-  }
-  text[len] = 0;
-  int rc = trn_config_parse(text, path, cfg, err, errlen);
+  char *text;
+  int rc = fio_read_all(path, &text, NULL, err, errlen);
+  if (rc)
+    return rc;
+  rc = trn_config_parse(text, path, cfg, err, errlen);
   free(text);
   return rc;
 }

@@ -268,8 +268,12 @@ try:
                SCALESWEEP_TOKEN=open(token).read().strip())
     def cli(*args):
         return subprocess.run([BIN, *args], capture_output=True, text=True, env=env)
-    out = cli("status")
-    if out.returncode != 0 or "runtime-test" not in out.stdout or "succeeded" not in out.stdout:
+    for _ in range(50):  # the sweep's status follows its runs within a second
+        out = cli("status")
+        if out.returncode == 0 and "runtime-test" in out.stdout and "succeeded" in out.stdout:
+            break
+        time.sleep(0.1)
+    else:
         fail(f"scalesweep status: {out.returncode} {out.stdout} {out.stderr}")
     out = cli("runs", str(sweep), "--json")
     if out.returncode != 0 or len(json.loads(out.stdout)) != 6:
