@@ -3,11 +3,9 @@
  * losses B_crit(L) = B* / L^(1/alpha_B). */
 #include <gsl/gsl_cdf.h>
 #include <gsl/gsl_fit.h>
-#include <gsl/gsl_rng.h>
 #include <gsl/gsl_sort.h>
 #include <gsl/gsl_statistics_double.h>
 #include <math.h>
-#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,6 +202,11 @@ static int cmp_double(const void *a, const void *b) {
  * Residuals: relative, (S_fit - S) / S per point (NAN where a point's
  * ladder was unusable). objective: the weighted residual sum of squares,
  * summed over targets. */
+/* One bootstrap resample of the ladder(s). */
+static void boot_one(void *ctx, const int *idx, int m, double *row) {
+  fit_all(ctx, idx, m, row, NULL, NULL);
+}
+
 int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
               size_t errlen) {
   fit_result_init(out, "batch");
@@ -373,39 +376,25 @@ int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *o
 
   int nb = opt ? opt->bootstrap : 0;
   if (nb > 0) {
-    fit__groups g;
-    fit__groups_build(pts, n, &g);
-    double *boot = malloc(sizeof(double) * (size_t)nb * nq);
-    int nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
-#pragma omp parallel num_threads(nthreads)
-    {
-      gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
-      int *idx = malloc(sizeof(int) * (size_t)g.ng * g.maxsize);
-#pragma omp for schedule(dynamic, 16)
-      for (int b = 0; b < nb; b++) {
-        gsl_rng_set(rng, (unsigned long)fit__mix64(opt->seed + (uint64_t)b));
-        int m = fit__groups_draw(&g, rng, idx);
-        fit_all(&pb, idx, m, boot + (size_t)b * nq, NULL, NULL);
+    double *boot = fit__bootstrap(pts, n, opt, nq, boot_one, &pb);
+    if (!boot) {
+      fit_result_warn(out, "bootstrap: out of memory for %d resamples; no intervals", nb);
+    } else {
+      int fewest = nb;
+      for (int k = 0; k < nq; k++) {
+        /* a ladder unusable on all the data is not made usable by
+         * resamples that happen to repeat its points */
+        if (!slot[k] || !isfinite(slot[k]->value))
+          continue;
+        int ok = fit__boot_column(boot, nb, nq, k, slot[k]);
+        if (ok < fewest)
+          fewest = ok;
       }
-      free(idx);
-      gsl_rng_free(rng);
+      if (fewest < nb)
+        fit_result_warn(out, "bootstrap: %d of %d resamples could not be fitted for some quantity",
+                        nb - fewest, nb);
+      free(boot);
     }
-    int fewest = nb;
-    for (int k = 0; k < nq; k++) {
-      /* a ladder unusable on all the data is not made usable by
-       * resamples that happen to repeat its points */
-      if (!slot[k] || !isfinite(slot[k]->value))
-        continue;
-      int ok = fit__boot_column(boot, nb, nq, k, slot[k]);
-      if (ok < fewest)
-        fewest = ok;
-    }
-    if (fewest < nb)
-      fit_result_warn(out, "bootstrap: %d of %d resamples could not be fitted for some quantity",
-                      nb - fewest, nb);
-    free(boot);
-    free(g.idx);
-    free(g.start);
   } else {
     for (int t = 0; t < nt; t++)
       ladder_intervals(&lad[t], slot[2 + PER_TARGET * t], slot[3 + PER_TARGET * t],

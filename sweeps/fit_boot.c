@@ -4,6 +4,7 @@
 #include <gsl/gsl_sort.h>
 #include <gsl/gsl_statistics.h>
 #include <math.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,3 +85,38 @@ int fit__fail(char *err, size_t errlen, const char *fmt, ...) {
   return SS_EINVAL;
 }
 
+
+double *fit__bootstrap(const fit_point *pts, int n, const fit_options *opt, int nq,
+                       void (*fit1)(void *ctx, const int *idx, int m, double *row), void *ctx) {
+  int nb = opt->bootstrap;
+  fit__groups g;
+  fit__groups_build(pts, n, &g);
+  double *boot = malloc(sizeof(double) * (size_t)nb * nq);
+  if (!boot || !g.idx || !g.start) {
+    free(boot), free(g.idx), free(g.start);
+    return NULL;
+  }
+  int nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
+#pragma omp parallel num_threads(nthreads)
+  {
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    int *idx = malloc(sizeof(int) * (size_t)g.ng * g.maxsize);
+#pragma omp for schedule(dynamic, 8)
+    for (int b = 0; b < nb; b++) {
+      double *row = boot + (size_t)b * nq;
+      for (int k = 0; k < nq; k++)
+        row[k] = NAN;
+      if (!rng || !idx)
+        continue;
+      gsl_rng_set(rng, (unsigned long)fit__mix64(opt->seed + (uint64_t)b));
+      int m = fit__groups_draw(&g, rng, idx);
+      fit1(ctx, idx, m, row);
+    }
+    free(idx);
+    if (rng)
+      gsl_rng_free(rng);
+  }
+  free(g.idx);
+  free(g.start);
+  return boot;
+}

@@ -3,11 +3,9 @@
 #include <gsl/gsl_errno.h>
 #include <gsl/gsl_fit.h>
 #include <gsl/gsl_multifit_nlinear.h>
-#include <gsl/gsl_rng.h>
 #include <gsl/gsl_sort.h>
 #include <gsl/gsl_statistics_double.h>
 #include <math.h>
-#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -260,6 +258,21 @@ static void fit_var(const fit_point *pts, const int *idx, int m, int v, int with
  * residuals: ln L_fit - ln L of the first fitted variable (N, else D, else
  * C). converged: every fit converged (see fit_e). opt->bootstrap > 0:
  * stderr and 95% percentile intervals over resamples of whole runs. */
+/* One bootstrap resample: every variable refitted from the full-data fit. */
+typedef struct boot_ctx {
+  const fit_point *pts;
+  const int *use;
+  int need, with_e;
+  double (*start)[3];
+} boot_ctx;
+
+static void boot_one(void *ctx, const int *idx, int m, double *row) {
+  const boot_ctx *c = ctx;
+  for (int v = 0; v < NVARS; v++)
+    if (c->use[v] && m >= c->need)
+      fit_var(c->pts, idx, m, v, c->with_e, c->start[v], row + PER_VAR * v, NULL, NULL);
+}
+
 int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
                size_t errlen) {
   fit_result_init(out, "kaplan");
@@ -368,40 +381,22 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
         start[v][1] = lf[v].lnxc;
         start[v][2] = lf[v].th[2];
       }
-    fit__groups g;
-    fit__groups_build(pts, n, &g);
-    double *boot = malloc(sizeof(double) * (size_t)nb * nq);
-    int nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
-#pragma omp parallel num_threads(nthreads)
-    {
-      gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
-      int *idx = malloc(sizeof(int) * (size_t)g.ng * g.maxsize);
-#pragma omp for schedule(dynamic, 8)
-      for (int b = 0; b < nb; b++) {
-        gsl_rng_set(rng, (unsigned long)fit__mix64(opt->seed + (uint64_t)b));
-        int m = fit__groups_draw(&g, rng, idx);
-        double *row = boot + (size_t)b * nq;
-        for (int k = 0; k < nq; k++)
-          row[k] = NAN;
-        for (int v = 0; v < NVARS; v++)
-          if (use[v] && m >= need)
-            fit_var(pts, idx, m, v, with_e, start[v], row + PER_VAR * v, NULL, NULL);
-      }
-      free(idx);
-      gsl_rng_free(rng);
+    boot_ctx bc = {pts, use, need, with_e, start};
+    double *boot = fit__bootstrap(pts, n, opt, nq, boot_one, &bc);
+    if (!boot) {
+      fit_result_warn(out, "bootstrap: out of memory for %d resamples; no intervals", nb);
+    } else {
+      int fewest = nb;
+      for (int k = 0; k < nq; k++)
+        if (slot[k]) {
+          int ok = fit__boot_column(boot, nb, nq, k, slot[k]);
+          if (ok < fewest)
+            fewest = ok;
+        }
+      if (fewest < nb)
+        fit_result_warn(out, "bootstrap: %d of %d resamples could not be fitted", nb - fewest, nb);
+      free(boot);
     }
-    int fewest = nb;
-    for (int k = 0; k < nq; k++)
-      if (slot[k]) {
-        int ok = fit__boot_column(boot, nb, nq, k, slot[k]);
-        if (ok < fewest)
-          fewest = ok;
-      }
-    if (fewest < nb)
-      fit_result_warn(out, "bootstrap: %d of %d resamples could not be fitted", nb - fewest, nb);
-    free(boot);
-    free(g.idx);
-    free(g.start);
   }
   free(all);
   return 0;

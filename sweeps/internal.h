@@ -25,6 +25,14 @@ uint64_t fit__mix64(uint64_t x);
 /* SD and 2.5/97.5 percentiles of column k of an nb x nq table of resamples
  * (finite values only) into p; returns how many were finite. */
 int fit__boot_column(const double *boot, int nb, int nq, int k, fit_param *p);
+/* The bootstrap by run: opt->bootstrap resamples of whole runs, each drawn
+ * with a generator seeded from opt->seed and its index (so the result does
+ * not depend on the thread count), refitted by fit1 into its row of nq
+ * values (NAN where it cannot). Returns the malloc'd nb x nq table, or
+ * NULL when out of memory. */
+double *fit__bootstrap(const fit_point *pts, int n, const fit_options *opt, int nq,
+                       void (*fit1)(void *ctx, const int *idx, int m, double *row), void *ctx);
+
 /* Writes a printf-style message to err and returns SS_EINVAL. */
 int fit__fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
