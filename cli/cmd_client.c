@@ -223,6 +223,32 @@ int cmd_runs(int argc, char **argv) {
   return 0;
 }
 
+/* POSTs to /api/KIND/ID/ACTION for a positive id; prints the answer as
+ * JSON with --json, else through say(). */
+static int post_action(const copts *o, const char *cmd, const char *kind, const char *action,
+                       void (*say)(const copts *o, json_t *j)) {
+  if (!positive_id(cmd, o->arg))
+    return SS_EXIT_USAGE;
+  char path[96], *raw = NULL;
+  int rc;
+  snprintf(path, sizeof path, "/api/%s/%s/%s", kind, o->arg, action);
+  json_t *j = call(o, "POST", path, "{}", 2, &rc, &raw);
+  if (!j)
+    return rc;
+  if (o->json)
+    printf("%s\n", raw);
+  else
+    say(o, j);
+  free(raw);
+  json_decref(j);
+  return 0;
+}
+
+static void say_cancelled(const copts *o, json_t *j) {
+  printf("%s %s cancelled (%lld running run(s) stopping)\n", o->run ? "run" : "sweep", o->arg,
+         (long long)num(j, "cancelling_running"));
+}
+
 int cmd_cancel(int argc, char **argv) {
   static const char usage[] =
       "usage: scalesweep cancel ID [--run] [--url URL] [--state DIR] [--token-file F]\n"
@@ -232,21 +258,11 @@ int cmd_cancel(int argc, char **argv) {
   int rc = parse(argc, argv, &o, usage);
   if (rc)
     return rc;
-  if (!positive_id("cancel", o.arg))
-    return SS_EXIT_USAGE;
-  char path[96], *raw = NULL;
-  snprintf(path, sizeof path, "/api/%s/%s/cancel", o.run ? "runs" : "sweeps", o.arg);
-  json_t *j = call(&o, "POST", path, "{}", 2, &rc, &raw);
-  if (!j)
-    return rc;
-  if (o.json)
-    printf("%s\n", raw);
-  else
-    printf("%s %s cancelled (%lld running run(s) stopping)\n", o.run ? "run" : "sweep", o.arg,
-           (long long)num(j, "cancelling_running"));
-  free(raw);
-  json_decref(j);
-  return 0;
+  return post_action(&o, "cancel", o.run ? "runs" : "sweeps", "cancel", say_cancelled);
+}
+
+static void say_reproduced(const copts *o, json_t *j) {
+  printf("run %lld queued, reproducing run %s\n", (long long)num(j, "id"), o->arg);
 }
 
 int cmd_reproduce(int argc, char **argv) {
@@ -257,18 +273,5 @@ int cmd_reproduce(int argc, char **argv) {
   int rc = parse(argc, argv, &o, usage);
   if (rc)
     return rc;
-  if (!positive_id("reproduce", o.arg))
-    return SS_EXIT_USAGE;
-  char path[96], *raw = NULL;
-  snprintf(path, sizeof path, "/api/runs/%s/reproduce", o.arg);
-  json_t *j = call(&o, "POST", path, "{}", 2, &rc, &raw);
-  if (!j)
-    return rc;
-  if (o.json)
-    printf("%s\n", raw);
-  else
-    printf("run %lld queued, reproducing run %s\n", (long long)num(j, "id"), o.arg);
-  free(raw);
-  json_decref(j);
-  return 0;
+  return post_action(&o, "reproduce", "runs", "reproduce", say_reproduced);
 }
