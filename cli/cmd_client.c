@@ -168,19 +168,14 @@ int cmd_status(int argc, char **argv) {
              num(s, "flops_planned") / 8.64e19);
     }
   } else {
-    json_t *runs = json_object_get(j, "runs");
-    int counts[5] = {0};
-    static const char *const st[5] = {"queued", "running", "succeeded", "failed", "cancelled"};
-    size_t i;
-    json_t *r;
-    json_array_foreach(runs, i, r) {
-      for (int k = 0; k < 5; k++)
-        counts[k] += !strcmp(str(r, "status"), st[k]);
-    }
-    printf("sweep %lld %s: %s; %zu runs: %d queued, %d running, %d succeeded, %d failed, "
-           "%d cancelled\n",
-           (long long)num(j, "id"), str(j, "name"), str(j, "status"), json_array_size(runs),
-           counts[0], counts[1], counts[2], counts[3], counts[4]);
+    json_t *c = json_object_get(j, "counts");
+    printf("sweep %lld %s: %s; %lld runs: %lld queued, %lld running, %lld succeeded, "
+           "%lld failed, %lld cancelled; compute %.3g / %.3g PF-days\n",
+           (long long)num(j, "id"), str(j, "name"), str(j, "status"), (long long)num(c, "total"),
+           (long long)num(c, "queued"), (long long)num(c, "running"),
+           (long long)num(c, "succeeded"), (long long)num(c, "failed"),
+           (long long)num(c, "cancelled"), num(c, "flops_done") / 8.64e19,
+           num(c, "flops_planned") / 8.64e19);
   }
   free(raw);
   json_decref(j);
@@ -188,21 +183,35 @@ int cmd_status(int argc, char **argv) {
 }
 
 int cmd_runs(int argc, char **argv) {
-  static const char usage[] = "usage: scalesweep runs SWEEP [--url URL] [--state DIR] [--json]\n";
+  static const char usage[] =
+      "usage: scalesweep runs SWEEP [--url URL] [--state DIR] [--json]\n"
+      "  every run of the sweep (fetched a page of 1000 at a time)\n";
   copts o;
   int rc = parse(argc, argv, &o, usage);
   if (rc)
     return rc;
   if (!positive_id("runs", o.arg))
     return SS_EXIT_USAGE;
-  char path[64], *raw = NULL;
-  snprintf(path, sizeof path, "/api/sweeps/%s", o.arg);
-  json_t *j = call(&o, "GET", path, NULL, 0, &rc, &raw);
-  if (!j)
-    return rc;
-  json_t *runs = json_object_get(j, "runs");
+  json_t *all = json_array();
+  for (long long offset = 0;;) {
+    char path[128], *raw = NULL;
+    snprintf(path, sizeof path, "/api/sweeps/%s/runs?limit=1000&offset=%lld", o.arg, offset);
+    json_t *j = call(&o, "GET", path, NULL, 0, &rc, &raw);
+    free(raw);
+    if (!j) {
+      json_decref(all);
+      return rc;
+    }
+    json_t *page = json_object_get(j, "runs");
+    json_array_extend(all, page);
+    offset += (long long)json_array_size(page);
+    int done = json_array_size(page) == 0 || offset >= (long long)num(j, "runs_total");
+    json_decref(j);
+    if (done)
+      break;
+  }
   if (o.json) {
-    char *s = json_dumps(runs, JSON_COMPACT);
+    char *s = json_dumps(all, JSON_COMPACT);
     printf("%s\n", s);
     free(s);
   } else {
@@ -210,7 +219,7 @@ int cmd_runs(int argc, char **argv) {
            "tokens", "batch", "flops", "val_loss", "error");
     size_t i;
     json_t *r;
-    json_array_foreach(runs, i, r) {
+    json_array_foreach(all, i, r) {
       printf("%7lld  %-10s %3lld %12.4g %12.4g %6lld %11.3e %10.5f  %.60s\n",
              (long long)num(r, "id"), str(r, "status"), (long long)num(r, "attempt"),
              num(r, "nonembedding_params"), num(r, "tokens"), (long long)num(r, "batch_size"),
@@ -218,8 +227,7 @@ int cmd_runs(int argc, char **argv) {
              json_is_string(json_object_get(r, "error")) ? str(r, "error") : "");
     }
   }
-  free(raw);
-  json_decref(j);
+  json_decref(all);
   return 0;
 }
 

@@ -132,10 +132,41 @@ static void print_fits(const cli_target *t, long long id, int expected) {
   json_decref(fits);
 }
 
+/* Succeeded runs that the laws fit (batch-ladder runs are not), counted from
+ * the sweep's pages of succeeded runs. */
+static int count_fit_points(const cli_target *t, long long id) {
+  int n = 0;
+  for (long long offset = 0;;) {
+    char path[128];
+    snprintf(path, sizeof path, "/api/sweeps/%lld/runs?status=succeeded&limit=1000&offset=%lld",
+             id, offset);
+    int status;
+    char *resp = NULL;
+    if (cli_request(t, "GET", path, NULL, 0, &status, &resp) != 0 || status != 200) {
+      free(resp);
+      return n;
+    }
+    json_t *j = json_loads(resp, 0, NULL);
+    free(resp);
+    json_t *page = json_object_get(j, "runs"), *r;
+    size_t i;
+    json_array_foreach(page, i, r) {
+      const char *part = json_string_value(json_object_get(r, "part"));
+      n += !(part && !strcmp(part, "batch"));
+    }
+    size_t got = json_array_size(page);
+    offset += (long long)got;
+    int done = !got || offset >= (long long)json_number_value(json_object_get(j, "runs_total"));
+    json_decref(j);
+    if (done)
+      return n;
+  }
+}
+
 /* Polls the sweep until nothing is queued or running; prints a summary. */
 static int wait_for_sweep(const cli_target *t, long long id) {
   char path[64];
-  snprintf(path, sizeof path, "/api/sweeps/%lld", id);
+  snprintf(path, sizeof path, "/api/sweeps/%lld?limit=0", id);
   for (;;) {
     if (stop_requested)
       return SS_EXIT_FAILURE;
@@ -144,24 +175,18 @@ static int wait_for_sweep(const cli_target *t, long long id) {
     if (cli_request(t, "GET", path, NULL, 0, &status, &resp) == 0 && status == 200) {
       json_error_t je;
       json_t *j = json_loads(resp, 0, &je);
-      int active = 0, ok = 0, failed = 0, total = 0, fit_points = 0;
-      size_t i;
-      json_t *r;
-      json_array_foreach(json_object_get(j, "runs"), i, r) {
-        const char *st = json_string_value(json_object_get(r, "status"));
-        total++;
-        if (!strcmp(st, "queued") || !strcmp(st, "running"))
-          active++;
-        ok += !strcmp(st, "succeeded");
-        const char *part = json_string_value(json_object_get(r, "part"));
-        fit_points += !strcmp(st, "succeeded") && !(part && !strcmp(part, "batch"));
-        failed += !strcmp(st, "failed");
-      }
+      json_t *c = json_object_get(j, "counts");
+      long long total = (long long)json_number_value(json_object_get(c, "total"));
+      long long active = (long long)json_number_value(json_object_get(c, "queued")) +
+                         (long long)json_number_value(json_object_get(c, "running"));
+      long long ok = (long long)json_number_value(json_object_get(c, "succeeded"));
+      long long failed = (long long)json_number_value(json_object_get(c, "failed"));
       json_decref(j);
       free(resp);
       if (total && !active) {
-        printf("sweep %lld finished: %d of %d runs succeeded, %d failed\n", id, ok, total,
-               failed);
+        printf("sweep %lld finished: %lld of %lld runs succeeded, %lld failed\n", id, ok,
+               total, failed);
+        int fit_points = count_fit_points(t, id);
         if (fit_points >= 7) /* the Chinchilla law needs its 5 parameters + 2 */
           print_fits(t, id, fit_points);
         else

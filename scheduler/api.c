@@ -1,6 +1,7 @@
 /* The HTTP API (DESIGN.md "HTTP API conventions"): JSON in and out, keys
  * named as the table columns, errors as {"error": {"message", "path"}}. Most
  * answers are built as JSON by PostgreSQL itself. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,18 +107,122 @@ static const char *run_columns =
     "r.final_val_loss, r.started_at, r.finished_at, r.reproduces, r.code_version, r.error, "
     "r.checkpoint_step, r.config_hash, r.part, r.target_loss";
 
-static void get_sweep(sched *s, req_ctx *x, int64_t id) {
-  char sql[2048], ids[32];
+/* Paging of a sweep's runs: ?limit= (default 500, at most 10000), ?offset=,
+ * ?status= (one run status), ?sort= (a column of sort_columns) and
+ * ?order=asc|desc. A bad value answers 400 naming the parameter. */
+typedef struct run_page {
+  char limit[24], offset[24];
+  const char *status; /* NULL: every status */
+  const char *sort, *order;
+} run_page;
+
+static const char *const sort_columns[] = {
+    "id", "status", "attempt", "params", "nonembedding_params", "tokens", "batch_size",
+    "flops", "final_val_loss", "started_at", "finished_at", "worker", NULL};
+
+/* A query parameter, or a 400 naming it when its encoding is bad. */
+static int query_param(req_ctx *x, const char *name, const char **value) {
+  if (http_query_param(x->r, name, value) >= 0)
+    return 0;
+  char msg[96];
+  snprintf(msg, sizeof msg, "query parameter %s: invalid percent-encoding", name);
+  answer_error(x, 400, msg, name);
+  return -1;
+}
+
+static int parse_page(req_ctx *x, run_page *pg) {
+  static const struct { const char *name; long long dflt, max; } nums[2] = {
+      {"limit", 500, 10000}, {"offset", 0, INT64_MAX}};
+  for (int i = 0; i < 2; i++) {
+    const char *v;
+    if (query_param(x, nums[i].name, &v))
+      return -1;
+    long long n = nums[i].dflt;
+    if (v) {
+      char *end;
+      errno = 0;
+      n = strtoll(v, &end, 10);
+      if (!*v || *end || errno || n < 0 || n > nums[i].max) {
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "query parameter %s = '%.40s': expected an integer in [0, %lld]",
+                 nums[i].name, v, nums[i].max);
+        answer_error(x, 400, msg, nums[i].name);
+        return -1;
+      }
+    }
+    snprintf(i ? pg->offset : pg->limit, sizeof pg->limit, "%lld", n);
+  }
+  static const char *const statuses[] = {"queued", "running", "succeeded", "failed",
+                                         "cancelled", NULL};
+  if (query_param(x, "status", &pg->status))
+    return -1;
+  int ok = !pg->status;
+  for (int i = 0; !ok && statuses[i]; i++)
+    ok = !strcmp(pg->status, statuses[i]);
+  if (!ok) {
+    answer_error(x, 400,
+                 "query parameter status: expected queued, running, succeeded, failed or "
+                 "cancelled",
+                 "status");
+    return -1;
+  }
+  const char *sort, *order;
+  if (query_param(x, "sort", &sort) || query_param(x, "order", &order))
+    return -1;
+  pg->sort = "id";
+  for (int i = 0; sort && sort_columns[i]; i++)
+    if (!strcmp(sort, sort_columns[i]))
+      pg->sort = sort_columns[i]; /* from the table: safe to put in SQL */
+  if (sort && strcmp(sort, pg->sort)) {
+    answer_error(x, 400,
+                 "query parameter sort: expected one of id, status, attempt, params, "
+                 "nonembedding_params, tokens, batch_size, flops, final_val_loss, started_at, "
+                 "finished_at, worker",
+                 "sort");
+    return -1;
+  }
+  if (order && strcmp(order, "asc") && strcmp(order, "desc")) {
+    answer_error(x, 400, "query parameter order: expected asc or desc", "order");
+    return -1;
+  }
+  pg->order = order && !strcmp(order, "desc") ? "DESC" : "ASC";
+  return 0;
+}
+
+/* GET /api/sweeps/{id} (header, counts and one page of runs) and
+ * GET /api/sweeps/{id}/runs (the page alone). */
+static void get_sweep(sched *s, req_ctx *x, int64_t id, int runs_only) {
+  run_page pg;
+  if (parse_page(x, &pg))
+    return;
+  char sql[3072], ids[32];
   snprintf(ids, sizeof ids, "%" PRId64, id);
   snprintf(sql, sizeof sql,
-           "SELECT json_build_object('id', sw.id, 'name', sw.name, 'status', sw.status, "
-           "'priority', sw.priority, 'created_at', sw.created_at, 'spec', sw.spec, "
-           "'spec_hash', sw.spec_hash, 'runs', (SELECT coalesce(json_agg(t ORDER BY t.id), "
-           "'[]') FROM (SELECT %s FROM runs r WHERE r.sweep_id = sw.id) t)) "
+           "SELECT json_build_object(%s"
+           "'runs_total', (SELECT count(*) FROM runs WHERE sweep_id = sw.id "
+           "AND ($4::run_status IS NULL OR status = $4)), "
+           "'runs_offset', $3::bigint, 'runs_limit', $2::bigint, "
+           "'runs', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT %s FROM runs r "
+           "WHERE r.sweep_id = sw.id AND ($4::run_status IS NULL OR r.status = $4) "
+           "ORDER BY r.%s %s NULLS LAST, r.id %s LIMIT $2 OFFSET $3) t)) "
            "FROM sweeps sw WHERE sw.id = $1",
-           run_columns);
-  const char *p[1] = {ids};
-  db_query(s->db, sql, 1, p, on_json_row, x);
+           runs_only ? ""
+                     : "'id', sw.id, 'name', sw.name, 'status', sw.status, "
+                       "'priority', sw.priority, 'created_at', sw.created_at, 'spec', sw.spec, "
+                       "'spec_hash', sw.spec_hash, 'counts', (SELECT json_build_object("
+                       "'queued', count(*) FILTER (WHERE status = 'queued'), "
+                       "'running', count(*) FILTER (WHERE status = 'running'), "
+                       "'succeeded', count(*) FILTER (WHERE status = 'succeeded'), "
+                       "'failed', count(*) FILTER (WHERE status = 'failed'), "
+                       "'cancelled', count(*) FILTER (WHERE status = 'cancelled'), "
+                       "'total', count(*), "
+                       "'flops_planned', coalesce(sum(flops), 0), "
+                       "'flops_done', coalesce(sum(flops) FILTER (WHERE status = "
+                       "'succeeded'), 0)) FROM runs WHERE sweep_id = sw.id), ",
+           run_columns, pg.sort, pg.order, pg.order);
+  const char *p[4] = {ids, pg.limit, pg.offset, pg.status};
+  db_query(s->db, sql, 4, p, on_json_row, x);
 }
 
 static void get_run(sched *s, req_ctx *x, int64_t id) {
@@ -407,7 +512,12 @@ void sched__http(http_request *r, void *ud) {
     if (!*rest) {
       if (!get)
         return answer_error(x, 405, "method not allowed: use GET", NULL);
-      return get_sweep(s, x, id);
+      return get_sweep(s, x, id, 0);
+    }
+    if (!strcmp(rest, "/runs")) {
+      if (!get)
+        return answer_error(x, 405, "method not allowed: use GET", NULL);
+      return get_sweep(s, x, id, 1);
     }
     if (!strcmp(rest, "/cancel")) {
       if (!post)

@@ -341,6 +341,41 @@ const char *http_method(const http_request *r) { return r->method; }
 const char *http_path(const http_request *r) { return r->path; }
 const char *http_query(const http_request *r) { return r->query; }
 const char *http_peer(const http_request *r) { return r->peer; }
+
+int http_query_param(http_request *r, const char *name, const char **value) {
+  size_t nlen = strlen(name);
+  *value = NULL;
+  for (const char *p = r->query; *p;) {
+    size_t len = strcspn(p, "&;");
+    size_t klen = strcspn(p, "=&;");
+    if (klen == nlen && !memcmp(p, name, nlen)) {
+      const char *v = p + klen + (klen < len);
+      size_t vlen = len - (size_t)(v - p);
+      char *out = http_alloc(r, vlen + 1);
+      if (!out) return -1;
+      size_t o = 0;
+      for (size_t i = 0; i < vlen; i++) {
+        if (v[i] == '+') {
+          out[o++] = ' ';
+        } else if (v[i] != '%') {
+          out[o++] = v[i];
+        } else {
+          int hi = i + 2 < vlen ? hexval((unsigned char)v[i + 1]) : -1;
+          int lo = hi >= 0 ? hexval((unsigned char)v[i + 2]) : -1;
+          if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) return -1;
+          out[o++] = (char)(hi * 16 + lo);
+          i += 2;
+        }
+      }
+      out[o] = '\0';
+      *value = out;
+      return 1;
+    }
+    p += len;
+    if (*p) p++;
+  }
+  return 0;
+}
 uint64_t http_request_start_ns(const http_request *r) { return r->start_ns; }
 
 const char *http_header(const http_request *r, const char *name) {

@@ -115,7 +115,7 @@ def cleanup():
 
 
 def runs_of(sweep):
-    st, s = request("GET", f"/api/sweeps/{sweep}")
+    st, s = request("GET", f"/api/sweeps/{sweep}?limit=10000")
     if st != 200:
         fail(f"GET /api/sweeps/{sweep}: {st} {s}")
     return s["runs"]
@@ -244,6 +244,22 @@ try:
     if bad:
         fail(f"runs not succeeded: {bad}")
     victim_now = next(r for r in runs if r["id"] == victim["id"])
+
+    # paging and sorting of a sweep's runs (the status page and the CLI use them)
+    st, page = request("GET", f"/api/sweeps/{sweep}?limit=2&offset=1&sort=flops&order=desc")
+    by_flops = sorted(runs, key=lambda r: (-r["flops"], -r["id"]))
+    if (st != 200 or page["runs_total"] != 6 or page["counts"]["succeeded"] != 6
+            or [r["id"] for r in page["runs"]] != [r["id"] for r in by_flops[1:3]]):
+        fail(f"GET /api/sweeps/{sweep}?limit=2&offset=1&sort=flops&order=desc: {st} "
+             f"{str(page)[:300]}")
+    st, page = request("GET", f"/api/sweeps/{sweep}/runs?status=failed")
+    if st != 200 or page["runs_total"] != 0 or page["runs"] != [] or "spec" in page:
+        fail(f"GET /api/sweeps/{sweep}/runs?status=failed: {st} {str(page)[:300]}")
+    for q in ("limit=-1", "limit=10001", "offset=x", "status=done", "sort=config",
+              "order=up", "limit=%zz"):
+        st, body = request("GET", f"/api/sweeps/{sweep}?{q}")
+        if st != 400 or "error" not in body:
+            fail(f"GET /api/sweeps/{sweep}?{q}: {st}, expected 400: {str(body)[:200]}")
     if victim_now["attempt"] < 2:
         fail(f"run {victim['id']} was not re-run after its worker died: {victim_now}")
 

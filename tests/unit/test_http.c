@@ -106,6 +106,15 @@ static void handler(http_request *r, void *ud) {
     char *out = http_alloc(r, n); /* the answer may live in the arena */
     snprintf(out, n, "%s\n%s", p, http_query(r));
     http_respond(r, 200, "text/plain", out, strlen(out), "");
+  } else if (strcmp(p, "/param") == 0) {
+    /* "/param?name=N&...": the decoded value of N as "rc:value" */
+    const char *name, *v;
+    if (http_query_param(r, "name", &name) != 1) name = "";
+    int rc = http_query_param(r, name, &v);
+    size_t n = (v ? strlen(v) : 4) + 16;
+    char *out = http_alloc(r, n);
+    snprintf(out, n, "[%d:%s]", rc, v ? v : "null");
+    http_respond(r, 200, "text/plain", out, strlen(out), "");
   } else if (strcmp(p, "/peer") == 0) {
     http_respond(r, 200, "text/plain", http_peer(r), strlen(http_peer(r)), "");
   } else if (strcmp(p, "/slow") == 0) {
@@ -332,6 +341,14 @@ static void test_basic(int port) {
   CHECK_INT_EQ(roundtrip(port, "GET /peer HTTP/1.1\r\n\r\n", &r), 0);
   CHECK(r.body && strncmp(r.body, "127.0.0.1:", 10) == 0);
   free(r.body);
+
+  /* query parameters: first match, '+' and %XX decoded, bare names, bad encodings */
+  check_status(port, "GET /param?name=a&a=x%20y+z&a=2 HTTP/1.1\r\n\r\n", 200, "[1:x y z]");
+  check_status(port, "GET /param?name=b&a=1&b HTTP/1.1\r\n\r\n", 200, "[1:]");
+  check_status(port, "GET /param?name=ab&a=1&b=2 HTTP/1.1\r\n\r\n", 200, "[0:null]");
+  check_status(port, "GET /param?name=a&a=%zz HTTP/1.1\r\n\r\n", 200, "[-1:null]");
+  check_status(port, "GET /param?name=a&a=%00 HTTP/1.1\r\n\r\n", 200, "[-1:null]");
+  check_status(port, "GET /param?name=a&a=%4 HTTP/1.1\r\n\r\n", 200, "[-1:null]");
 
   /* the arena hands out aligned, independent blocks, large ones included */
   check_status(port, "GET /arena HTTP/1.1\r\n\r\n", 200, "\"ok\"");
