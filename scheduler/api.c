@@ -395,9 +395,13 @@ static void on_counts(void *ud, int status, PGresult *res, const char *errmsg) {
   OUT("# TYPE scalesweep_metric_rows_stored_total counter\n"
       "scalesweep_metric_rows_stored_total %llu\n",
       (unsigned long long)s->metric_rows);
-  OUT("# TYPE scalesweep_db_queue_length gauge\nscalesweep_db_queue_length %zu\n",
-      db_queue_length(s->db));
-  OUT("# TYPE scalesweep_db_up gauge\nscalesweep_db_up %d\n", db_ready(s->db));
+  size_t mq = 0;
+  for (int i = 0; i < SCHED__METRIC_DBS; i++)
+    mq += db_queue_length(s->db_metrics[i]);
+  OUT("# TYPE scalesweep_db_queue_length gauge\nscalesweep_db_queue_length{conn=\"main\"} %zu\n"
+      "scalesweep_db_queue_length{conn=\"metrics\"} %zu\n",
+      db_queue_length(s->db), mq);
+  OUT("# TYPE scalesweep_db_up gauge\nscalesweep_db_up %d\n", sched__db_up(s));
   OUT("# HELP scalesweep_http_request_duration_seconds API request latency.\n"
       "# TYPE scalesweep_http_request_duration_seconds histogram\n");
   static const char *const le[12] = {"0.001", "0.002", "0.005", "0.01", "0.02", "0.05",
@@ -475,8 +479,8 @@ void sched__http(http_request *r, void *ud) {
     if (!get)
       return answer_error(x, 405, "method not allowed: use GET", NULL);
     if (!strcmp(path, "/healthz"))
-      return answer_json(x, db_ready(s->db) ? 200 : 503,
-                         db_ready(s->db) ? "{\"ok\":true}" : "{\"ok\":false}");
+      return answer_json(x, sched__db_up(s) ? 200 : 503,
+                         sched__db_up(s) ? "{\"ok\":true}" : "{\"ok\":false}");
     return get_metrics(s, x);
   }
   if (strncmp(path, "/api/", 5) != 0)

@@ -60,6 +60,8 @@ typedef struct db_stmt {
   const char *sql;
   int nparams;
   const char *const *params;
+  const int *lengths; /* NULL: every parameter is text */
+  const int *formats;
 } db_stmt;
 
 /* One allocation: the struct, then the statements, their parameter arrays
@@ -341,8 +343,11 @@ static void on_timer(uv_timer_t *t) {
 
 /* ---- requests ----------------------------------------------------------- */
 
+/* lengths and formats (PQsendQueryParams's) may be NULL: text parameters.
+ * Only a single statement (!tx) takes them. */
 static db_req *req_new(int tx, int n, const char *const *sqls, const int *nparams,
-                       const char *const *const *params, db_cb cb, void *ud) {
+                       const char *const *const *params, const int *lengths,
+                       const int *formats, db_cb cb, void *ud) {
   size_t nptr = 0, nchar = 0;
   for (int i = 0; i < n; i++) {
     int np = nparams && nparams[i] > 0 ? nparams[i] : 0;
@@ -350,9 +355,11 @@ static db_req *req_new(int tx, int n, const char *const *sqls, const int *nparam
     nchar += strlen(sqls[i]) + 1;
     for (int j = 0; j < np; j++)
       if (params && params[i] && params[i][j])
-        nchar += strlen(params[i][j]) + 1;
+        nchar += (formats && formats[j] ? (size_t)lengths[j] : strlen(params[i][j])) + 1;
   }
-  db_req *q = calloc(1, sizeof *q + (size_t)n * sizeof(db_stmt) + nptr * sizeof(char *) + nchar);
+  size_t nlen = formats ? nptr : 0; /* lengths and formats, copied */
+  db_req *q = calloc(1, sizeof *q + (size_t)n * sizeof(db_stmt) + nptr * sizeof(char *) +
+                            2 * nlen * sizeof(int) + nchar);
   if (!q)
     return NULL;
   q->cb = cb;
@@ -361,7 +368,12 @@ static db_req *req_new(int tx, int n, const char *const *sqls, const int *nparam
   q->nstmts = n;
   q->stmts = (db_stmt *)(q + 1);
   const char **ptrs = (const char **)(q->stmts + n);
-  char *chars = (char *)(ptrs + nptr);
+  int *lens = (int *)(ptrs + nptr), *fmts = lens + nlen;
+  char *chars = (char *)(fmts + nlen);
+  if (nlen) {
+    memcpy(lens, lengths, nlen * sizeof(int));
+    memcpy(fmts, formats, nlen * sizeof(int));
+  }
   for (int i = 0; i < n; i++) {
     int np = nparams && nparams[i] > 0 ? nparams[i] : 0;
     size_t len = strlen(sqls[i]) + 1;
@@ -370,10 +382,12 @@ static db_req *req_new(int tx, int n, const char *const *sqls, const int *nparam
     chars += len;
     q->stmts[i].nparams = np;
     q->stmts[i].params = ptrs;
+    q->stmts[i].lengths = nlen ? lens : NULL;
+    q->stmts[i].formats = nlen ? fmts : NULL;
     for (int j = 0; j < np; j++) {
       const char *p = params && params[i] ? params[i][j] : NULL;
       if (p) {
-        len = strlen(p) + 1;
+        len = formats && formats[j] ? (size_t)lengths[j] : strlen(p) + 1;
         memcpy(chars, p, len);
         *ptrs++ = chars;
         chars += len;
@@ -552,6 +566,7 @@ static void send_step(db *d) {
   const char *sql;
   int n = 0;
   const char *const *params = NULL;
+  const int *lengths = NULL, *formats = NULL;
   if (q->tx && q->step == STEP_BEGIN) {
     sql = "BEGIN";
   } else if (q->tx && q->step == STEP_COMMIT(q)) {
@@ -562,8 +577,10 @@ static void send_step(db *d) {
     sql = q->stmts[q->step].sql;
     n = q->stmts[q->step].nparams;
     params = q->stmts[q->step].params;
+    lengths = q->stmts[q->step].lengths;
+    formats = q->stmts[q->step].formats;
   }
-  if (!PQsendQueryParams(d->conn, sql, n, NULL, params, NULL, NULL, 0)) {
+  if (!PQsendQueryParams(d->conn, sql, n, NULL, params, lengths, formats, 0)) {
     if (PQstatus(d->conn) == CONNECTION_BAD) {
       conn_reset(d, DB_ERR_CONN, PQerrorMessage(d->conn));
       return;
@@ -673,14 +690,20 @@ db *db_open(uv_loop_t *loop, const char *url) {
 
 void db_query(db *d, const char *sql, int nparams, const char *const *params, db_cb cb, void *ud) {
   const char *const *pp[1] = {params};
-  enqueue(d, req_new(0, 1, &sql, &nparams, pp, cb, ud), cb, ud);
+  enqueue(d, req_new(0, 1, &sql, &nparams, pp, NULL, NULL, cb, ud), cb, ud);
+}
+
+void db_query_bin(db *d, const char *sql, int nparams, const char *const *params,
+                  const int *lengths, const int *formats, db_cb cb, void *ud) {
+  const char *const *pp[1] = {params};
+  enqueue(d, req_new(0, 1, &sql, &nparams, pp, lengths, formats, cb, ud), cb, ud);
 }
 
 void db_tx(db *d, int nstmts, const char *const *sqls, const int *nparams,
            const char *const *const *params, db_cb cb, void *ud) {
   if (nstmts < 0)
     nstmts = 0;
-  enqueue(d, req_new(1, nstmts, sqls, nparams, params, cb, ud), cb, ud);
+  enqueue(d, req_new(1, nstmts, sqls, nparams, params, NULL, NULL, cb, ud), cb, ud);
 }
 
 int db_ready(const db *d) { return d->state == DB_UP; }

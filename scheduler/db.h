@@ -33,6 +33,11 @@ db *db_open(uv_loop_t *loop, const char *url);
 void db_query(db *d, const char *sql, int nparams, const char *const *params, db_cb cb,
               void *ud);
 
+/* db_query with binary parameters: formats[i] 1 for binary (lengths[i]
+ * bytes, PostgreSQL's send format), 0 for text (lengths[i] ignored). */
+void db_query_bin(db *d, const char *sql, int nparams, const char *const *params,
+                  const int *lengths, const int *formats, db_cb cb, void *ud);
+
 /* Queues statements to run in one transaction (BEGIN; each; COMMIT); on any
  * error the transaction is rolled back and cb gets that error. */
 void db_tx(db *d, int nstmts, const char *const *sqls, const int *nparams,

@@ -68,12 +68,17 @@ typedef struct sched__authfail {
   struct sched__authfail *next;
 } sched__authfail;
 
+#define SCHED__METRIC_DBS 2
+
 struct sched {
   uv_loop_t *loop;
   sched_options o;
   db *db;         /* everything but metric rows */
-  db *db_metrics; /* metric rows: their own connection, so that a stream of
-                   * metrics neither caps at one connection nor delays placement */
+  /* metric rows: connections of their own, so that a stream of metrics
+   * neither delays placement nor caps at one server process; a run's batches
+   * all go to one of them (run_id % SCHED__METRIC_DBS), which keeps them in
+   * order, so an acknowledgement covers every earlier batch */
+  db *db_metrics[SCHED__METRIC_DBS];
   http_server *http;
   int http_port, workers_port;
   uv_tcp_t listener;
@@ -123,6 +128,9 @@ sched__wconn *sched__conn_by_worker(sched *s, int64_t worker_id);
 sched__wrun *sched__conn_find_run(sched__wconn *c, int64_t run_id);
 void sched__conn_release_run(sched__wconn *c, int64_t run_id);
 void sched__cancel_running(sched *s, int64_t run_id);
+
+/* the main connection and every metrics connection are up */
+int sched__db_up(const sched *s);
 
 /* api.c */
 void sched__http(http_request *r, void *ud);

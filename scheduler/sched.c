@@ -395,6 +395,13 @@ static void on_closed_handle(uv_handle_t *h) { (void)h; }
 static void on_http_stopped(void *ud) { (void)ud; }
 static void on_db_closed(void *ud) { (void)ud; }
 
+int sched__db_up(const sched *s) {
+  int up = db_ready(s->db);
+  for (int i = 0; i < SCHED__METRIC_DBS; i++)
+    up = up && db_ready(s->db_metrics[i]);
+  return up;
+}
+
 static void stop(sched *s) {
   if (s->stopping)
     return;
@@ -410,7 +417,8 @@ static void stop(sched *s) {
   if (s->http)
     http_server_stop(s->http, on_http_stopped, s);
   db_close(s->db, on_db_closed, s);
-  db_close(s->db_metrics, on_db_closed, s);
+  for (int i = 0; i < SCHED__METRIC_DBS; i++)
+    db_close(s->db_metrics[i], on_db_closed, s);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -459,7 +467,8 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   uv_loop_init(&loop);
   s->loop = &loop;
   s->db = db_open(&loop, opt->database);
-  s->db_metrics = db_open(&loop, opt->database);
+  for (int i = 0; i < SCHED__METRIC_DBS; i++)
+    s->db_metrics[i] = db_open(&loop, opt->database);
   char host[256];
   int port;
   if (sched__split_hostport(opt->listen, host, sizeof host, &port) != 0) {

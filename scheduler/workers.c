@@ -427,36 +427,69 @@ static void on_checkpoint(sched__wconn *c, json_t *m) {
 
 /* ---- metrics ------------------------------------------------------------------------------ */
 
-/* Column arrays of a batch in PostgreSQL's array text format, one row per
- * step: a step line and an eval line of the same step are merged, so one
- * INSERT never touches a row twice. */
+/* Column arrays of a batch in PostgreSQL's binary array format (array_recv:
+ * ndim, has-nulls flag, element type, then per dimension its length and
+ * lower bound, then per element its byte length, -1 for NULL, and its
+ * big-endian value), one element per step: a step line and an eval line of
+ * the same step are merged, so one INSERT never touches a row twice. Binary
+ * arrays spare the server parsing decimal text, most of its work per row. */
+enum { OID_INT4 = 23, OID_INT8 = 20, OID_FLOAT8 = 701 };
+
 typedef struct colbuf {
-  char *p;
-  size_t len, cap;
+  unsigned char *p;
+  size_t len;
+  int oid;
 } colbuf;
 
-static void cb_add(colbuf *b, const char *s) {
-  size_t n = strlen(s);
-  if (b->len + n + 2 > b->cap) {
-    b->cap = (b->len + n + 2) * 2;
-    b->p = realloc(b->p, b->cap);
-  }
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = 0;
+static void put32(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)(v >> 24);
+  p[1] = (unsigned char)(v >> 16);
+  p[2] = (unsigned char)(v >> 8);
+  p[3] = (unsigned char)v;
 }
 
-static void cb_num(colbuf *b, json_t *v, int first) {
-  char tmp[40];
-  if (!first)
-    cb_add(b, ",");
-  if (json_is_number(v)) {
-    snprintf(tmp, sizeof tmp, "%.17g", json_number_value(v));
-    cb_add(b, tmp);
-  } else {
-    cb_add(b, "NULL");
-  }
+/* room for n elements of at most 8 bytes each */
+static int cb_init(colbuf *b, int oid, size_t n) {
+  b->p = malloc(20 + n * 12);
+  b->oid = oid;
+  if (!b->p)
+    return -1;
+  put32(b->p, 1);                 /* dimensions */
+  put32(b->p + 4, 1);             /* may hold NULLs */
+  put32(b->p + 8, (uint32_t)oid); /* element type */
+  put32(b->p + 12, 0);            /* length, set by cb_finish */
+  put32(b->p + 16, 1);            /* lower bound */
+  b->len = 20;
+  return 0;
 }
+
+static void cb_num(colbuf *b, json_t *v) {
+  unsigned char *p = b->p + b->len;
+  if (!json_is_number(v)) {
+    put32(p, UINT32_MAX); /* NULL */
+    b->len += 4;
+    return;
+  }
+  uint64_t u;
+  if (b->oid == OID_INT4) {
+    put32(p, 4);
+    put32(p + 4, (uint32_t)(int32_t)json_integer_value(v));
+    b->len += 8;
+    return;
+  }
+  if (b->oid == OID_INT8) {
+    u = (uint64_t)(int64_t)json_number_value(v);
+  } else {
+    double d = json_number_value(v);
+    memcpy(&u, &d, sizeof u);
+  }
+  put32(p, 8);
+  put32(p + 4, (uint32_t)(u >> 32));
+  put32(p + 8, (uint32_t)u);
+  b->len += 12;
+}
+
+static void cb_finish(colbuf *b, size_t n) { put32(b->p + 12, (uint32_t)n); }
 
 static int cmp_step(const void *a, const void *b) {
   json_int_t x = json_integer_value(json_object_get(*(json_t *const *)a, "step"));
@@ -516,56 +549,83 @@ static void on_metrics(sched__wconn *c, json_t *m) {
   }
   qsort(sorted, k, sizeof *sorted, cmp_step);
   colbuf cols[NCOLS] = {{0}};
+  int oom = 0;
   for (int j = 0; j < NCOLS; j++)
-    cb_add(&cols[j], "{");
+    oom |= cb_init(&cols[j], j == 0 ? OID_INT4 : j == 1 ? OID_INT8 : OID_FLOAT8, k);
   size_t out = 0;
-  for (size_t i = 0; i < k;) {
-    /* merge every row of this step: later non-null values fill gaps */
+  for (size_t i = 0; i < k && !oom;) {
+    /* one row per step: each column takes the first number among the
+     * step's lines (a step line and an eval line of the same step) */
     json_int_t step = json_integer_value(json_object_get(sorted[i], "step"));
-    json_t *merged = json_object();
-    for (; i < k && json_integer_value(json_object_get(sorted[i], "step")) == step; i++) {
-      const char *key;
-      json_t *v;
-      json_object_foreach(sorted[i], key, v) {
-        if (!json_object_get(merged, key) || json_is_null(json_object_get(merged, key)))
-          json_object_set(merged, key, v);
-      }
+    size_t end = i + 1;
+    while (end < k && json_integer_value(json_object_get(sorted[end], "step")) == step)
+      end++;
+    for (int j = 0; j < NCOLS; j++) {
+      json_t *v = NULL;
+      for (size_t g = i; g < end && !json_is_number(v); g++)
+        v = json_object_get(sorted[g], metric_cols[j]);
+      cb_num(&cols[j], v);
     }
-    for (int j = 0; j < NCOLS; j++)
-      cb_num(&cols[j], json_object_get(merged, metric_cols[j]), out == 0);
-    json_decref(merged);
+    i = end;
     out++;
   }
-  for (int j = 0; j < NCOLS; j++)
-    cb_add(&cols[j], "}");
-  free(sorted);
+  if (oom) {
+    free(sorted);
+    for (int j = 0; j < NCOLS; j++)
+      free(cols[j].p);
+    sched__conn_drop(c, "the scheduler is out of memory; reconnect and resend");
+    return;
+  }
   char rid[32], att[16], wid[32];
   snprintf(rid, sizeof rid, "%" PRId64, run_id);
   snprintf(att, sizeof att, "%d", attempt);
   snprintf(wid, sizeof wid, "%" PRId64, c->worker_id);
-  const char *p[3 + NCOLS] = {rid, att, wid};
-  for (int j = 0; j < NCOLS; j++)
-    p[3 + j] = cols[j].p;
+  const char *p[5 + NCOLS] = {rid, att, wid};
+  int lens[5 + NCOLS] = {0}, fmts[5 + NCOLS] = {0};
+  for (int j = 0; j < NCOLS; j++) {
+    cb_finish(&cols[j], out);
+    p[3 + j] = (const char *)cols[j].p;
+    lens[3 + j] = (int)cols[j].len;
+    fmts[3 + j] = 1;
+  }
   /* stored for the run's current attempt (also when that attempt has just
    * finished: a batch resent after a reconnect may arrive after the
-   * result); a stale attempt's batch is acknowledged and ignored (0 rows) */
-  db_query(s->db_metrics,
-           "INSERT INTO metrics (run_id, step, tokens, train_loss, val_loss, lr, grad_norm, "
-           "b_noise, loss_scale, tok_per_s) "
-           "SELECT $1::bigint, u.* FROM unnest($4::int[], $5::bigint[], $6::float8[], "
-           "$7::float8[], $8::float8[], $9::float8[], $10::float8[], $11::float8[], "
-           "$12::float8[]) AS u "
-           "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1::bigint AND attempt = $2::int "
-           "AND $3::bigint IS NOT NULL) "
-           "ON CONFLICT (run_id, step) DO UPDATE SET "
-           "train_loss = coalesce(metrics.train_loss, EXCLUDED.train_loss), "
-           "val_loss = coalesce(metrics.val_loss, EXCLUDED.val_loss), "
-           "lr = coalesce(metrics.lr, EXCLUDED.lr), "
-           "grad_norm = coalesce(metrics.grad_norm, EXCLUDED.grad_norm), "
-           "b_noise = coalesce(metrics.b_noise, EXCLUDED.b_noise), "
-           "loss_scale = coalesce(metrics.loss_scale, EXCLUDED.loss_scale), "
-           "tok_per_s = coalesce(metrics.tok_per_s, EXCLUDED.tok_per_s)",
-           3 + NCOLS, p, on_metrics_stored, ctx(c, run_id, attempt, seq));
+   * result); a stale attempt's batch is acknowledged and ignored (0 rows).
+   * A step already stored (resent, or an eval line after its step line)
+   * keeps its values and gains the ones it lacked; the other steps are
+   * plain inserts, cheaper than ON CONFLICT's speculative ones. One run's
+   * batches go through one connection in order, so no other statement
+   * inserts its steps meanwhile; were one to, the primary key refuses the
+   * batch and the worker resends it. */
+  char lo[24], hi[24];
+  snprintf(lo, sizeof lo, "%" PRId64, out ? (int64_t)json_integer_value(
+                                                json_object_get(sorted[0], "step")) : 0);
+  snprintf(hi, sizeof hi, "%" PRId64, out ? (int64_t)json_integer_value(
+                                                json_object_get(sorted[k - 1], "step")) : -1);
+  free(sorted);
+  p[3 + NCOLS] = lo;
+  p[4 + NCOLS] = hi;
+  db_query_bin(s->db_metrics[(uint64_t)run_id % SCHED__METRIC_DBS],
+               "WITH u AS (SELECT * FROM unnest($4::int[], $5::bigint[], $6::float8[], "
+               "$7::float8[], $8::float8[], $9::float8[], $10::float8[], $11::float8[], "
+               "$12::float8[]) AS u (step, tokens, train_loss, val_loss, lr, grad_norm, "
+               "b_noise, loss_scale, tok_per_s) "
+               "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1::bigint AND attempt = $2::int "
+               "AND $3::bigint IS NOT NULL)), "
+               "merged AS (UPDATE metrics m SET "
+               "train_loss = coalesce(m.train_loss, u.train_loss), "
+               "val_loss = coalesce(m.val_loss, u.val_loss), lr = coalesce(m.lr, u.lr), "
+               "grad_norm = coalesce(m.grad_norm, u.grad_norm), "
+               "b_noise = coalesce(m.b_noise, u.b_noise), "
+               "loss_scale = coalesce(m.loss_scale, u.loss_scale), "
+               "tok_per_s = coalesce(m.tok_per_s, u.tok_per_s) FROM u "
+               "WHERE m.run_id = $1::bigint AND m.step BETWEEN $13::int AND $14::int "
+               "AND m.step = u.step RETURNING 1) "
+               "INSERT INTO metrics (run_id, step, tokens, train_loss, val_loss, lr, grad_norm, "
+               "b_noise, loss_scale, tok_per_s) SELECT $1::bigint, u.* FROM u "
+               "WHERE NOT EXISTS (SELECT 1 FROM metrics m WHERE m.run_id = $1::bigint "
+               "AND m.step BETWEEN $13::int AND $14::int AND m.step = u.step)",
+               5 + NCOLS, p, lens, fmts, on_metrics_stored, ctx(c, run_id, attempt, seq));
   sched__wrun *w = sched__conn_find_run(c, run_id);
   if (w)
     w->metrics_inflight++;
@@ -679,7 +739,7 @@ static int on_line(void *ud, const char *line, size_t len) {
     sched__conn_drop(c, "the first message must be hello");
   } else if (c->authed && t == PROTO_HELLO) {
     sched__conn_drop(c, "hello sent twice");
-  } else if ((!db_ready(c->s->db) || !db_ready(c->s->db_metrics)) && t != PROTO_HEARTBEAT) {
+  } else if (!sched__db_up(c->s) && t != PROTO_HEARTBEAT) {
     /* nothing can be stored: the worker keeps its messages and resends */
     sched__conn_drop(c, "database unavailable; reconnect later");
   } else {

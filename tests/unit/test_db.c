@@ -241,6 +241,19 @@ static void test_constraints(void) {
   r = q(c, "INSERT INTO metrics (run_id, step, tokens) SELECT id, 0, 1 FROM runs");
   CHECK_INT_EQ(PQresultStatus(r), PGRES_FATAL_ERROR); /* without ON CONFLICT: refused */
   PQclear(r);
+  /* deleting a sweep deletes its runs and their metrics: by the trigger of
+   * migration 004, which replaced the per-row foreign key check */
+  CHECK_INT_EQ(count(c, "SELECT count(*) FROM pg_trigger WHERE tgname = 'runs_delete_metrics'"),
+               1);
+  CHECK_INT_EQ(count(c, "SELECT count(*) FROM pg_constraint WHERE conrelid = 'metrics'::regclass "
+                        "AND contype = 'f'"),
+               0);
+  CHECK_INT_EQ(count(c, "SELECT count(*) FROM metrics WHERE run_id IN (SELECT id FROM runs)"), 1);
+  r = q(c, "DELETE FROM sweeps WHERE id = (SELECT sweep_id FROM runs WHERE id = "
+           "(SELECT run_id FROM metrics))");
+  CHECK_INT_EQ(PQresultStatus(r), PGRES_COMMAND_OK);
+  PQclear(r);
+  CHECK_INT_EQ(count(c, "SELECT count(*) FROM metrics"), 0);
   PQfinish(c);
   free(url);
 }

@@ -301,6 +301,9 @@ static void test_invalid(void) {
              "$.rows[0].lr: expected a number", "found \"high\"");
   expect_err("{\"type\":\"metrics\",\"run_id\":1,\"attempt\":1,\"seq\":1,\"rows\":[7]}",
              "$.rows[0]: expected a step or eval event object", "found 7");
+  expect_err("{\"type\":\"metrics\",\"run_id\":1,\"attempt\":1,\"seq\":1,\"rows\":["
+             "{\"event\":\"step\",\"step\":2147483648,\"tokens\":64,\"train_loss\":3}]}",
+             "$.rows[0].step: expected an integer in [0, 2147483647]", "found 2147483648");
   expect_err("{\"type\":\"metrics\",\"run_id\":1,\"attempt\":1,\"seq\":1}", "$.rows: missing",
              NULL);
   /* checkpoint */
