@@ -1,0 +1,325 @@
+// The status page's plots, drawn with uPlot (web/package.json pins it; the
+// scheduler serves it from /static/): loss curves on log-log axes, final
+// loss against compute with the fitted frontier, IsoFLOP profiles,
+// N_opt(C) and D_opt(C). Every label is set as text, never as HTML.
+/* global uPlot */
+import { fmt } from './util.js';
+
+const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+
+// t in [0, 1] -> a viridis colour
+export function colour(t) {
+  const x = Math.min(1, Math.max(0, Number.isFinite(t) ? t : 0)) * (VIRIDIS.length - 1);
+  const i = Math.min(VIRIDIS.length - 2, Math.floor(x));
+  const f = x - i;
+  const c = VIRIDIS[i].map((v, k) => Math.round(v + f * (VIRIDIS[i + 1][k] - v)));
+  return `rgb(${c[0]},${c[1]},${c[2]})`;
+}
+
+const PALETTE = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#17becf', '#8c564b',
+  '#e377c2'];
+
+function logGrid(lo, hi, n) {
+  const out = [];
+  const a = Math.log(lo);
+  const b = Math.log(hi);
+  for (let i = 0; i < n; i++) out.push(Math.exp(a + ((b - a) * i) / (n - 1)));
+  return out;
+}
+
+function figureBody(fig) {
+  let box = fig.querySelector('.plot');
+  if (!box) {
+    box = document.createElement('div');
+    box.className = 'plot';
+    fig.insertBefore(box, fig.firstChild);
+  }
+  return box;
+}
+
+function say(fig, text) {
+  const box = figureBody(fig);
+  if (box._u) {
+    box._u.destroy();
+    box._u = null;
+  }
+  box.textContent = '';
+  const p = document.createElement('p');
+  p.className = 'empty';
+  p.textContent = text;
+  box.appendChild(p);
+}
+
+function widthOf(box) {
+  return Math.max(260, Math.min(900, (box.parentElement || box).clientWidth - 8));
+}
+
+// Draws (or redraws) a uPlot chart in a figure from aligned data.
+function draw(fig, series, data, opts) {
+  const box = figureBody(fig);
+  const o = Object.assign({
+    width: widthOf(box),
+    height: 300,
+    scales: { x: { time: false, distr: 3 }, y: { distr: 3 } },
+    legend: { show: true, live: false },
+    cursor: { drag: { x: true, y: true } },
+    series: [{}].concat(series),
+  }, opts);
+  o.axes = [
+    { label: o.xlabel, values: (u, vals) => vals.map((v) => fmt(v, 2)) },
+    { label: o.ylabel, size: 60, values: (u, vals) => vals.map((v) => fmt(v, 3)) },
+  ];
+  if (box._u && box._u._key === o.key && box._u.series.length === series.length + 1) {
+    box._u.setData(data);
+    return box._u;
+  }
+  if (box._u) box._u.destroy();
+  box.textContent = '';
+  box._u = new uPlot(o, data, box);
+  box._u._key = o.key;
+  box.setAttribute('role', 'img');
+  box.setAttribute('aria-label', fig.querySelector('figcaption').textContent);
+  return box._u;
+}
+
+export function resizeAll() {
+  for (const box of document.querySelectorAll('.plot')) {
+    if (box._u) box._u.setSize({ width: widthOf(box), height: 300 });
+  }
+}
+
+const scatter = (label, stroke) => ({
+  label, stroke, fill: stroke, width: 0, paths: () => null,
+  points: { show: true, size: 7, stroke, fill: stroke },
+});
+
+const line = (label, stroke, dash) => ({
+  label, stroke, width: 2, dash, spanGaps: true, points: { show: false },
+});
+
+// ---- loss curves ----------------------------------------------------------------------
+
+// Curves of several runs (GET .../curves): training loss solid, validation
+// dashed, coloured by N on a log scale. Returns how many points are drawn.
+export function drawCurves(fig, curves, key) {
+  const withData = curves.filter((c) => (c.tokens && c.tokens.length) ||
+    (c.val_tokens && c.val_tokens.length));
+  if (!withData.length) {
+    say(fig, 'No steps reported yet.');
+    fig.dataset.points = '0';
+    return 0;
+  }
+  const ns = withData.map((c) => Number(c.nonembedding_params) || 1);
+  const lo = Math.log(Math.min(...ns));
+  const hi = Math.log(Math.max(...ns));
+  const tables = [];
+  const series = [];
+  let points = 0;
+  for (const c of withData) {
+    const col = colour(hi > lo ? (Math.log(Number(c.nonembedding_params) || 1) - lo) / (hi - lo) : 0.5);
+    const label = `run ${c.run_id} (N ${fmt(c.nonembedding_params)})`;
+    if (c.tokens && c.tokens.length) {
+      tables.push([c.tokens, c.train_loss]);
+      series.push(line(`${label} train`, col));
+      points += c.tokens.length;
+    }
+    if (c.val_tokens && c.val_tokens.length) {
+      tables.push([c.val_tokens, c.val_loss]);
+      series.push(Object.assign(line(`${label} val`, col, [6, 4]),
+        { points: { show: true, size: 5, stroke: col, fill: col } }));
+      points += c.val_tokens.length;
+    }
+  }
+  draw(fig, series, uPlot.join(tables), {
+    key, xlabel: 'tokens', ylabel: 'loss (nats/token)',
+    legend: { show: withData.length <= 4, live: false },
+  });
+  fig.dataset.points = String(points);
+  fig.dataset.runs = String(withData.length);
+  let cap = fig.querySelector('.scale');
+  if (!cap) {
+    cap = document.createElement('p');
+    cap.className = 'scale';
+    fig.appendChild(cap);
+  }
+  cap.textContent = withData.length > 1
+    ? `Colour: N from ${fmt(Math.exp(lo))} (purple) to ${fmt(Math.exp(hi))} (yellow); ` +
+      'dashed: validation.'
+    : 'Solid: training; dashed: validation.';
+  return points;
+}
+
+// ---- fits -----------------------------------------------------------------------------
+
+function chinchilla(fit) {
+  const p = fit && fit.params;
+  if (!p || ![p.E, p.A, p.B, p.alpha, p.beta].every(Number.isFinite)) return null;
+  const d = fit.derived || {};
+  const s = p.alpha + p.beta;
+  const G = Number.isFinite(d.G) ? d.G : Math.pow((p.alpha * p.A) / (p.beta * p.B), 1 / s);
+  const a = Number.isFinite(d.a) ? d.a : p.beta / s;
+  const b = Number.isFinite(d.b) ? d.b : p.alpha / s;
+  const nopt = (C) => G * Math.pow(C / 6, a);
+  const dopt = (C) => Math.pow(C / 6, b) / G;
+  const loss = (C) => p.E + p.A / Math.pow(nopt(C), p.alpha) + p.B / Math.pow(dopt(C), p.beta);
+  return { nopt, dopt, loss };
+}
+
+function sortedPairs(xs, ys) {
+  const idx = xs.map((_, i) => i).filter((i) => xs[i] > 0 && ys[i] > 0);
+  idx.sort((i, j) => xs[i] - xs[j]);
+  return [idx.map((i) => xs[i]), idx.map((i) => ys[i])];
+}
+
+// Final loss against compute, and the Chinchilla frontier L(N_opt(C), D_opt(C))
+// with its band where the fit carries one (frontier: [{flops, lo, hi}]).
+export function drawFrontier(fig, pts, fits) {
+  const C = pts.flops.map(Number);
+  const L = pts.final_val_loss.map(Number);
+  if (!C.length) {
+    say(fig, 'No run has succeeded yet.');
+    return;
+  }
+  const tables = [sortedPairs(C, L)];
+  const series = [scatter('runs', '#1f77b4')];
+  const law = chinchilla(fits.chinchilla);
+  let bands;
+  if (law) {
+    const grid = logGrid(Math.min(...C) / 2, Math.max(...C) * 4, 64);
+    tables.push([grid, grid.map(law.loss)]);
+    series.push(line('Chinchilla frontier', '#d62728'));
+    const fr = fits.chinchilla.frontier;
+    if (Array.isArray(fr) && fr.length > 1) {
+      const xs = fr.map((f) => f.flops);
+      tables.push([xs, fr.map((f) => f.hi)], [xs, fr.map((f) => f.lo)]);
+      series.push(line('95% band (high)', 'rgba(214,39,40,0.4)', [2, 2]),
+        line('95% band (low)', 'rgba(214,39,40,0.4)', [2, 2]));
+      bands = [{ series: [3, 4], fill: 'rgba(214,39,40,0.12)' }];
+    }
+  }
+  draw(fig, series, uPlot.join(tables), {
+    key: 'frontier' + series.length, xlabel: 'compute C (FLOPs)', ylabel: 'final loss', bands,
+  });
+  fig.dataset.fit = law ? 'chinchilla' : '';
+}
+
+// Least squares y = c2 x^2 + c1 x + c0; null when singular.
+function quadfit(x, y) {
+  const S = [0, 0, 0, 0, 0];
+  const T = [0, 0, 0];
+  for (let i = 0; i < x.length; i++) {
+    let p = 1;
+    for (let k = 0; k < 5; k++) {
+      S[k] += p;
+      if (k < 3) T[k] += p * y[i];
+      p *= x[i];
+    }
+  }
+  const M = [[S[4], S[3], S[2], T[2]], [S[3], S[2], S[1], T[1]], [S[2], S[1], S[0], T[0]]];
+  for (let c = 0; c < 3; c++) {
+    let piv = c;
+    for (let r = c + 1; r < 3; r++) if (Math.abs(M[r][c]) > Math.abs(M[piv][c])) piv = r;
+    [M[c], M[piv]] = [M[piv], M[c]];
+    if (Math.abs(M[c][c]) < 1e-12) return null;
+    for (let r = 0; r < 3; r++) {
+      if (r === c) continue;
+      const f = M[r][c] / M[c][c];
+      for (let k = c; k < 4; k++) M[r][k] -= f * M[c][k];
+    }
+  }
+  return [M[0][3] / M[0][0], M[1][3] / M[1][1], M[2][3] / M[2][2]];
+}
+
+// IsoFLOP profiles: each budget's runs (loss against N), its parabola in
+// ln N and its minimum (from the isoflop fit).
+export function drawIsoflop(fig, pts, fits) {
+  const budgets = ((fits.isoflop && fits.isoflop.budgets) || []).filter((b) => b.flops > 0);
+  const iso = pts.part.map((p, i) => i).filter((i) => pts.part[i] === 'isoflop');
+  if (!iso.length) {
+    say(fig, 'This sweep has no IsoFLOP runs yet.');
+    return;
+  }
+  // each run to its nearest budget (in log C); without a fit, group by C itself
+  const centres = budgets.length ? budgets.map((b) => b.flops)
+    : [...new Set(iso.map((i) => Number(pts.flops[i]).toPrecision(2)))].map(Number);
+  const groups = centres.map(() => []);
+  for (const i of iso) {
+    let best = 0;
+    for (let k = 1; k < centres.length; k++) {
+      if (Math.abs(Math.log(pts.flops[i] / centres[k])) <
+          Math.abs(Math.log(pts.flops[i] / centres[best]))) best = k;
+    }
+    groups[best].push(i);
+  }
+  const tables = [];
+  const series = [];
+  groups.forEach((g, k) => {
+    if (!g.length) return;
+    const col = PALETTE[k % PALETTE.length];
+    const N = g.map((i) => Number(pts.nonembedding_params[i]));
+    const Ls = g.map((i) => Number(pts.final_val_loss[i]));
+    tables.push(sortedPairs(N, Ls));
+    series.push(scatter(`C ${fmt(centres[k], 2)}`, col));
+    const q = g.length >= 3 ? quadfit(N.map(Math.log), Ls) : null;
+    if (q && q[0] > 0) {
+      const grid = logGrid(Math.min(...N), Math.max(...N), 40);
+      tables.push([grid, grid.map((n) => { const x = Math.log(n); return q[0] * x * x + q[1] * x + q[2]; })]);
+      series.push(line(`C ${fmt(centres[k], 2)} parabola`, col));
+    }
+    const b = budgets[k];
+    if (b && b.usable && b.n_opt > 0 && b.loss > 0) {
+      tables.push([[b.n_opt], [b.loss]]);
+      series.push(Object.assign(scatter(`C ${fmt(centres[k], 2)} minimum`, '#000'),
+        { points: { show: true, size: 12, stroke: col, fill: '#fff', width: 3 } }));
+    }
+  });
+  draw(fig, series, uPlot.join(tables), {
+    key: 'isoflop' + series.length, xlabel: 'N (non-embedding parameters)', ylabel: 'final loss',
+  });
+}
+
+// N_opt(C) and D_opt(C): the Chinchilla allocation and the IsoFLOP law, with
+// the budgets' minima as points.
+export function drawNopt(fig, pts, fits) {
+  const law = chinchilla(fits.chinchilla);
+  const iso = fits.isoflop && fits.isoflop.params;
+  const budgets = ((fits.isoflop && fits.isoflop.budgets) || []).filter((b) => b.usable);
+  if (!law && !(iso && Number.isFinite(iso.a)) && !budgets.length) {
+    say(fig, 'No allocation fitted yet.');
+    return;
+  }
+  const C = pts.flops.map(Number).filter((c) => c > 0).concat(budgets.map((b) => b.flops));
+  const grid = logGrid(Math.min(...C) / 2, Math.max(...C) * 4, 48);
+  const tables = [];
+  const series = [];
+  if (law) {
+    tables.push([grid, grid.map(law.nopt)], [grid, grid.map(law.dopt)]);
+    series.push(line('N_opt (Chinchilla)', '#1f77b4'), line('D_opt (Chinchilla)', '#d62728'));
+  }
+  if (iso && Number.isFinite(iso.a) && iso.n_coef > 0) {
+    tables.push([grid, grid.map((c) => iso.n_coef * Math.pow(c, iso.a))],
+      [grid, grid.map((c) => iso.d_coef * Math.pow(c, iso.b))]);
+    series.push(line('N_opt (IsoFLOP)', '#1f77b4', [6, 4]), line('D_opt (IsoFLOP)', '#d62728', [6, 4]));
+  }
+  if (budgets.length) {
+    const bs = budgets.slice().sort((x, y) => x.flops - y.flops);
+    tables.push([bs.map((b) => b.flops), bs.map((b) => b.n_opt)],
+      [bs.map((b) => b.flops), bs.map((b) => b.d_opt)]);
+    series.push(scatter('N* per budget', '#1f77b4'), scatter('D* per budget', '#d62728'));
+  }
+  draw(fig, series, uPlot.join(tables), {
+    key: 'nopt' + series.length, xlabel: 'compute C (FLOPs)', ylabel: 'N or D',
+  });
+}
+
+export function drawBatch(fig, fits) {
+  const f = fits.batch;
+  if (!f || !f.params) {
+    say(fig, 'No critical batch size fitted yet: the batch ladder\'s fit needs the steps each ' +
+      'run took to reach its target losses.');
+    return;
+  }
+  const names = Object.keys(f.params);
+  say(fig, 'Fitted: ' + names.map((n) => `${n} = ${fmt(f.params[n], 4)}`).join(', ') +
+    ' (intervals in the table above).');
+}
