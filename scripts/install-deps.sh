@@ -15,7 +15,14 @@ packages=(
   libgsl-dev               # fits
   node-llhttp              # HTTP parser sources
   python3                  # test helpers
+  chromium                 # the status page's browser test (headless)
 )
+# npm fetches the status page's charting library (web/package-lock.json) and
+# the browser test's driver at build time; Debian's npm brings Node.js. A
+# Node.js installed otherwise (with its own npm) is used as it is.
+if ! command -v npm >/dev/null 2>&1; then
+  packages+=(npm)
+fi
 if [ "${1:-}" = "--bench" ]; then
   packages+=(python3-torch python3-scipy)
 fi
