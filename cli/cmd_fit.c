@@ -18,7 +18,7 @@
 #define DEFAULT_BOOTSTRAP_CHINCHILLA 1000
 
 static const char usage_text[] =
-    "usage: scalesweep fit --points FILE.csv --law chinchilla|kaplan|isoflop|batch\n"
+    "usage: scalesweep fit --points FILE.csv --law chinchilla|kaplan|isoflop|batch|bopt\n"
     "                      [--bootstrap N] [--seed S] [--threads T] [--target-flops C]\n"
     "                      [--no-irreducible] [--full-grid] [--json]\n"
     "       scalesweep fit SWEEP_ID [--law L] [--json] [--url URL] [--state DIR]\n"
@@ -34,13 +34,19 @@ static const char usage_text[] =
     "  kaplan      L(X) = E + (X_c/X)^alpha_X for each of params, tokens, flops given\n"
     "  isoflop     per-budget parabolas in ln N, then N_opt(C), D_opt(C) (Approach 2)\n"
     "  batch       S = S_min + E_min/B from a batch ladder (batch_size, steps)\n"
+    "  bopt        B_opt(C), eta_opt(C) and B_opt(D) from the runs within --near-best\n"
+    "              of each compute budget's best loss (flops, tokens, batch_size,\n"
+    "              loss, and lr for eta_opt; batch_size in tokens to compare with\n"
+    "              DeepSeek's published 0.292 C^0.3271)\n"
     "\n"
     "  --bootstrap N     resamples for standard errors and 95% intervals (default\n"
-    "                    1000 for chinchilla, 0 for the other laws)\n"
+    "                    1000 for chinchilla and bopt, 0 for the other laws)\n"
     "  --seed S          bootstrap seed (default 1)\n"
     "  --threads T       threads (default: all cores)\n"
     "  --target-flops C  chinchilla: also N_opt, D_opt and the loss at compute C\n"
     "  --no-irreducible  kaplan: fix E = 0 (Kaplan et al.'s form)\n"
+    "  --near-best R     bopt: near-optimal runs are within R of the best loss\n"
+    "                    (relative; default 0.01)\n"
     "  --full-grid       chinchilla: BFGS from all 4,500 grid starts instead of the\n"
     "                    screened best (slow; the reference the screen is tested on)\n"
     "  --json            print one JSON object instead of the table\n"
@@ -136,6 +142,17 @@ static void print_chinchilla_allocation(const fit_result *r, double target) {
 }
 
 static void print_budgets(const fit_result *r) {
+  if (!strcmp(r->law, "bopt")) {
+    printf("\n  %12s %5s %5s %14s %12s %12s %10s\n", "budget C", "runs", "near", "B_opt",
+           "eta_opt", "D", "best loss");
+    for (int i = 0; i < r->nbudgets; i++) {
+      const fit_budget *b = &r->budgets[i];
+      printf("  %12.4g %5d %5d %14.6g %12.4g %12.4g %10.6g%s\n", b->flops, b->n_points,
+             b->n_near, b->b_opt, b->lr_opt, b->d_opt, b->loss,
+             b->usable ? "" : "  (one run: not used)");
+    }
+    return;
+  }
   printf("\n  %12s %7s %14s %14s %10s  %s\n", "budget C", "points", "N*", "D*", "loss",
          "usable");
   for (int i = 0; i < r->nbudgets; i++) {
@@ -195,6 +212,7 @@ static const struct {
     {"kaplan", fit_kaplan},
     {"isoflop", fit_isoflop},
     {"batch", fit_batch},
+    {"bopt", fit_bopt},
 };
 
 /* scalesweep fit SWEEP: the fits the scheduler made when the sweep's runs
@@ -277,8 +295,8 @@ int cmd_fit(int argc, char **argv) {
       continue;
     }
     if (!(IS("--points") || IS("--law") || IS("--bootstrap") || IS("--seed") ||
-          IS("--threads") || IS("--target-flops") || IS("--url") || IS("--state") ||
-          IS("--token-file")))
+          IS("--threads") || IS("--target-flops") || IS("--near-best") || IS("--url") ||
+          IS("--state") || IS("--token-file")))
       return usage_error("unknown option '%.*s'", (int)nlen, a);
     if (eq)
       val = eq + 1;
@@ -307,6 +325,8 @@ int cmd_fit(int argc, char **argv) {
     } else if (IS("--threads")) {
       if (!(rc = parse_count("--threads", val, 4096, &v)))
         opt.threads = (int)v;
+    } else if (IS("--near-best")) {
+      rc = parse_positive("--near-best", val, &opt.near_best_rtol);
     } else {
       rc = parse_positive("--target-flops", val, &opt.target_flops);
     }
@@ -321,16 +341,18 @@ int cmd_fit(int argc, char **argv) {
   if (!points)
     return usage_error("--points FILE.csv is required");
   if (!law)
-    return usage_error("--law is required: chinchilla, kaplan, isoflop or batch");
+    return usage_error("--law is required: chinchilla, kaplan, isoflop, batch or bopt");
   law_fn fit = NULL;
   for (size_t i = 0; i < sizeof laws / sizeof *laws; i++)
     if (!strcmp(law, laws[i].name))
       fit = laws[i].fit;
   if (!fit)
-    return usage_error("--law: expected chinchilla, kaplan, isoflop or batch, got '%s'",
+    return usage_error("--law: expected chinchilla, kaplan, isoflop, batch or bopt, got '%s'",
                        law);
   if (opt.bootstrap < 0)
-    opt.bootstrap = !strcmp(law, "chinchilla") ? DEFAULT_BOOTSTRAP_CHINCHILLA : 0;
+    opt.bootstrap = !strcmp(law, "chinchilla") || !strcmp(law, "bopt")
+                        ? DEFAULT_BOOTSTRAP_CHINCHILLA
+                        : 0;
 
   char err[512];
   fit_point *pts = NULL;

@@ -29,7 +29,7 @@ typedef struct fit_point {
   int group;
 } fit_point;
 
-#define FIT_MAX_PARAMS 12
+#define FIT_MAX_PARAMS 24
 #define FIT_MAX_WARNINGS 16
 #define FIT_MAX_BUDGETS 64
 
@@ -40,11 +40,13 @@ typedef struct fit_param {
   double ci_lo, ci_hi; /* 2.5 and 97.5 percentiles (NAN when not computed) */
 } fit_param;
 
-typedef struct fit_budget { /* isoflop: one compute budget's profile */
+typedef struct fit_budget { /* isoflop and bopt: one compute budget */
   double flops, n_opt, d_opt, loss;
   int n_points;
-  int usable; /* 0: no interior minimum (c2 <= 0 or vertex outside the range) */
+  int usable; /* 0: no interior minimum (c2 <= 0 or vertex outside the range); bopt: < 2 runs */
   double c2, c1, c0;
+  double b_opt, lr_opt; /* bopt: geometric means over the near-optimal runs (d_opt too) */
+  int n_near;           /* bopt: runs within near_best_rtol of the budget's best loss */
 } fit_budget;
 
 typedef struct fit_options {
@@ -54,6 +56,7 @@ typedef struct fit_options {
   double target_flops;  /* chinchilla: also predict N_opt, D_opt and loss here (0: none) */
   int fit_irreducible;  /* kaplan: include E (1) or fix E = 0 (0) */
   int full_grid;        /* chinchilla: BFGS from all 4,500 starts, no screen (reference) */
+  double near_best_rtol; /* bopt: near-optimal = loss <= best (1 + this); 0: 0.01 */
 } fit_options;
 
 typedef struct fit_result {
@@ -110,6 +113,19 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
  * least squares (weights 1/S^2). params: S_min, E_min, B_crit = E_min/S_min. */
 int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *out,
               char *err, size_t errlen);
+
+/* Optimal batch size and learning rate against compute (SCIENCE.md section 3,
+ * DeepSeek LLM 2024): budgets are points whose C agree within 5%; per budget
+ * the runs within near_best_rtol of its best loss give B_opt(C) and
+ * eta_opt(C) (geometric means); across budgets with 2 or more runs (at
+ * least 3 of them) B_opt = k_B C^beta_B, eta_opt = k_eta C^beta_eta (when
+ * every point has lr) and B_opt = k_BD D^beta_BD (D: the near-optimal runs'
+ * geometric mean tokens), least squares in log-log space, intervals from the
+ * bootstrap over runs. budgets lists flops, b_opt, lr_opt, d_opt, loss (the
+ * best), n_points, n_near. B is in the unit of the points' batch_size
+ * (tokens for a comparison with the published 0.292 C^0.3271). */
+int fit_bopt(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
+             size_t errlen);
 
 /* Extrapolation check: refits `law` without the points of the largest
  * compute budget and predicts the held-out points' losses. Adds derived

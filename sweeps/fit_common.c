@@ -81,10 +81,17 @@ char *fit_result_to_json(const fit_result *r) {
     json_t *b = json_array();
     for (int i = 0; i < r->nbudgets; i++) {
       const fit_budget *x = &r->budgets[i];
-      json_array_append_new(
-          b, json_pack("{s:o,s:o,s:o,s:o,s:i,s:b}", "flops", num(x->flops), "n_opt",
-                       num(x->n_opt), "d_opt", num(x->d_opt), "loss", num(x->loss),
-                       "n_points", x->n_points, "usable", x->usable));
+      if (!strcmp(r->law, "bopt"))
+        json_array_append_new(
+            b, json_pack("{s:o,s:o,s:o,s:o,s:o,s:i,s:i,s:b}", "flops", num(x->flops), "b_opt",
+                         num(x->b_opt), "lr_opt", num(x->lr_opt), "d_opt", num(x->d_opt),
+                         "loss", num(x->loss), "n_points", x->n_points, "n_near", x->n_near,
+                         "usable", x->usable));
+      else
+        json_array_append_new(
+            b, json_pack("{s:o,s:o,s:o,s:o,s:i,s:b}", "flops", num(x->flops), "n_opt",
+                         num(x->n_opt), "d_opt", num(x->d_opt), "loss", num(x->loss),
+                         "n_points", x->n_points, "usable", x->usable));
     }
     json_object_set_new(root, "budgets", b);
   }

@@ -414,8 +414,96 @@ static void test_extrapolation(void) {
   fit_result_free(&r);
 }
 
+/* B_opt(C), eta_opt(C), B_opt(D): per budget a grid of batch sizes and
+ * learning rates placed symmetrically (in log space) around the published
+ * optima B* = 0.292 C^0.3271 tokens and eta* = 0.3118 C^-0.125, with a loss
+ * bowl around them; the near-optimal runs are then symmetric about the
+ * optimum and their geometric mean is it exactly. D = C / (6 N) with
+ * N = 0.1 C^0.5, so B* = k_BD D^beta_BD with beta_BD = 2 * 0.3271. */
+static int bopt_points(fit_point *p, int nc, int with_lr, double jitter_c) {
+  int n = 0;
+  for (int c = 0; c < nc; c++) {
+    double C = 1e15 * pow(10, c);
+    double bs = 0.292 * pow(C, 0.3271), es = 0.3118 * pow(C, -0.125);
+    for (int k = -3; k <= 3; k++)
+      for (int j = -2; j <= 2; j++) {
+        if (!with_lr && j)
+          continue;
+        p[n] = blank();
+        p[n].flops = C * (1 + jitter_c * ((k + j) % 3)); /* one budget, C rounded per run */
+        p[n].batch_size = bs * pow(2, k);
+        p[n].lr = with_lr ? es * pow(2, j) : NAN;
+        p[n].tokens = C / (6 * 0.1 * sqrt(C));
+        p[n].loss = 2 + 0.5 / log10(C) + 0.004 * k * k + 0.003 * j * j;
+        p[n].group = n;
+        n++;
+      }
+  }
+  return n;
+}
+
+static void test_bopt(void) {
+  char err[256];
+  fit_result r;
+  fit_options o = options();
+  fit_point p[5 * 35];
+  int n = bopt_points(p, 5, 1, 0);
+  CHECK_INT_EQ(fit_bopt(p, n, &o, &r, err, sizeof err), 0);
+  CHECK_NEAR(param(&r, "k_B"), 0.292, 0, 1e-9);
+  CHECK_NEAR(param(&r, "beta_B"), 0.3271, 1e-10, 0);
+  CHECK_NEAR(param(&r, "k_eta"), 0.3118, 0, 1e-9);
+  CHECK_NEAR(param(&r, "beta_eta"), -0.125, 1e-10, 0);
+  CHECK_NEAR(param(&r, "beta_BD"), 2 * 0.3271, 1e-10, 0);
+  CHECK_NEAR(param(&r, "k_BD"), 0.292 * pow(0.6, 0.3271 * 2), 0, 1e-9);
+  CHECK_INT_EQ(r.nbudgets, 5);
+  /* near-optimal with the default 1% of L = 2.1: 0.004 k^2 + 0.003 j^2 <=
+   * 0.021, so |j| <= 2 for |k| <= 1 and |j| <= 1 for |k| = 2: 21 runs */
+  CHECK_INT_EQ(r.budgets[0].n_points, 35);
+  CHECK_INT_EQ(r.budgets[0].n_near, 21);
+  CHECK_NEAR(r.budgets[2].b_opt, 0.292 * pow(1e17, 0.3271), 0, 1e-9);
+  CHECK_INT_EQ(r.nwarnings, 0);
+  fit_result_free(&r);
+
+  /* the bootstrap gives intervals around the values; without lr no eta law;
+   * runs of one budget whose C differ by 2% (D rounded to whole batches) are
+   * still one budget */
+  o.bootstrap = 200;
+  n = bopt_points(p, 5, 0, 0.01);
+  CHECK_INT_EQ(fit_bopt(p, n, &o, &r, err, sizeof err), 0);
+  const fit_param *bb = find(r.params, r.nparams, "beta_B");
+  CHECK(bb && bb->ci_lo <= 0.3271 + 1e-9 && bb->ci_hi >= 0.3271 - 1e-9 && isfinite(bb->stderr_));
+  CHECK(find(r.params, r.nparams, "k_eta") == NULL);
+  CHECK(has_warning(&r, "no learning rate"));
+  CHECK_INT_EQ(r.nbudgets, 5);
+  CHECK_NEAR(param(&r, "beta_B"), 0.3271, 1e-3, 0);
+  fit_result_free(&r);
+
+  /* a wider tolerance takes the whole ladder: the budgets are not bracketed */
+  o.bootstrap = 0;
+  o.near_best_rtol = 0.5;
+  n = bopt_points(p, 5, 0, 0);
+  CHECK_INT_EQ(fit_bopt(p, n, &o, &r, err, sizeof err), 0);
+  CHECK(has_warning(&r, "do not bracket an optimum"));
+  fit_result_free(&r);
+  o.near_best_rtol = 0;
+
+  /* bad input: two budgets; a non-positive batch size */
+  n = bopt_points(p, 2, 0, 0);
+  fit_result_init(&r, "bopt");
+  CHECK_INT_EQ(fit_bopt(p, n, &o, &r, err, sizeof err), SS_EINVAL);
+  CHECK(strstr(err, "2 compute budgets with 2 or more runs") != NULL);
+  fit_result_free(&r);
+  n = bopt_points(p, 3, 0, 0);
+  p[4].batch_size = 0;
+  fit_result_init(&r, "bopt");
+  CHECK_INT_EQ(fit_bopt(p, n, &o, &r, err, sizeof err), SS_EINVAL);
+  CHECK(strstr(err, "point 5: batch_size = 0") != NULL);
+  fit_result_free(&r);
+}
+
 int main(void) {
   test_kaplan();
+  test_bopt();
   test_isoflop();
   test_batch();
   test_extrapolation();
