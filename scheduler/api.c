@@ -475,6 +475,8 @@ void sched__http(http_request *r, void *ud) {
   int64_t id;
   const char *rest;
 
+  if (sched__web(s, r)) /* the status page and its JSON (web.c) */
+    return;
   if (!strcmp(path, "/metrics") || !strcmp(path, "/healthz")) {
     if (!get)
       return answer_error(x, 405, "method not allowed: use GET", NULL);

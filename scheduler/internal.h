@@ -135,6 +135,27 @@ int sched__db_up(const sched *s);
 /* api.c */
 void sched__http(http_request *r, void *ud);
 
+/* web.c: the status page. sched__web answers what is the page's (every path
+ * outside /api/ but /metrics and /healthz, and the page's own JSON under
+ * /api/: curves, fit points) and returns 1; 0 leaves the request to the API. */
+int sched__web(sched *s, http_request *r);
+/* text with & < > " ' replaced by their HTML character references (malloc;
+ * NULL when out of memory): safe inside elements and quoted attributes */
+char *sched__html_escape(const char *text);
+
+/* The page's files, embedded at build time (scheduler/embed_web.cmake). */
+typedef struct sched__asset {
+  const char *name; /* served as /static/NAME */
+  const char *type; /* Content-Type */
+  const unsigned char *data;
+  size_t len;
+  const char *etag; /* quoted */
+} sched__asset;
+extern const sched__asset sched__assets[];
+extern const int sched__nassets;
+/* The asset named exactly name (no path is ever resolved), or NULL. */
+const sched__asset *sched__asset_find(const char *name);
+
 /* host:port parsing ("127.0.0.1:8080", "[::1]:0", ":8080"); 0 or -1 */
 int sched__split_hostport(const char *hp, char *host, size_t hostlen, int *port);
 
