@@ -16,25 +16,28 @@
 
 #define REFIT_BOOTSTRAP 200 /* enough for 95% intervals; the CLI can ask for more */
 
-/* The batch ladder's fit needs the steps each run took to reach each target
- * loss, read from its metrics: not done here yet, so only the loss laws are
- * refitted (over every run but the ladder's; isoflop over the isoflop runs). */
-static const char *const laws[2] = {"chinchilla", "isoflop"};
-#define NLAWS 2
+/* chinchilla over every run but the ladder's, isoflop over the isoflop
+ * runs, batch over the ladder (steps to each target loss, from the runs'
+ * evaluations), bopt over every run but the ladder's */
+static const char *const laws[] = {"chinchilla", "isoflop", "batch", "bopt"};
+#define NLAWS 4
 
 typedef struct refit {
   uv_work_t work;
   sched *s;
   int64_t sweep_id;
-  fit_point *pts;
+  fit_point *pts;  /* the loss laws' points: one per run */
   int n;
+  int *isoflop;    /* per point: 1 when it is an isoflop run */
+  fit_point *lad;  /* the ladder's points: one per run and target reached */
+  int nlad;
+  int lad_runs, lad_missed; /* ladder runs; (run, target) pairs never reached */
+  double *bnoise;  /* per ladder run: median b_noise of its second half, tokens (NAN: none) */
   char *json[NLAWS]; /* results (NULL: the points do not support the law yet) */
   int npoints[NLAWS];
-  int *isoflop;      /* per point: 1 when it is an isoflop run */
   char why[NLAWS][600]; /* why a law was not fitted */
   struct refit *next;
 } refit;
-
 
 /* sweeps being refitted, and those to refit again when that ends */
 typedef struct refit_state {
@@ -51,6 +54,33 @@ static int in(const int64_t *a, int n, int64_t v) {
   return -1;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The ladder's gradient noise scale: the median over its runs of each run's
+ * late median b_noise (SCIENCE.md section 3), next to B_crit in the fit. */
+static void add_bnoise(refit *r, fit_result *res) {
+  double *v = malloc(sizeof(double) * (r->lad_runs ? r->lad_runs : 1));
+  int m = 0;
+  for (int i = 0; v && i < r->lad_runs; i++)
+    if (isfinite(r->bnoise[i]))
+      v[m++] = r->bnoise[i];
+  if (m) {
+    qsort(v, m, sizeof *v, cmp_double);
+    double med = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+    fit_result_add_derived(res, "B_noise", med);
+  } else {
+    fit_result_warn(res, "no b_noise from the ladder's runs (the trainer measures it when "
+                         "micro_batch_size is below batch_size)");
+  }
+  if (r->lad_missed)
+    fit_result_warn(res, "%d (run, target loss) pairs: the run never reached the target; "
+                         "left out", r->lad_missed);
+  free(v);
+}
+
 static void work(uv_work_t *w) {
   refit *r = w->data;
   fit_options o = {.bootstrap = REFIT_BOOTSTRAP, .seed = (uint64_t)r->sweep_id, .threads = 1,
@@ -62,24 +92,39 @@ static void work(uv_work_t *w) {
       iso[niso++] = r->pts[k];
   for (int l = 0; l < NLAWS; l++) {
     fit_result res;
-    char err[512];
-    int rc;
+    char err[512] = "";
+    int rc = -1;
     fit_result_init(&res, laws[l]);
     if (l == 0)
       rc = fit_chinchilla(r->pts, r->n, &o, &res, err, sizeof err);
-    else
-      rc = niso ? fit_isoflop(iso, niso, &o, &res, err, sizeof err) : -1;
+    else if (l == 1 && niso)
+      rc = fit_isoflop(iso, niso, &o, &res, err, sizeof err);
+    else if (l == 2 && r->nlad)
+      rc = fit_batch(r->lad, r->nlad, &o, &res, err, sizeof err);
+    else if (l == 3)
+      rc = fit_bopt(r->pts, r->n, &o, &res, err, sizeof err);
+    if (rc == 0 && l == 2)
+      add_bnoise(r, &res);
     /* a law the points cannot support (too few, one size, no ladder) is
      * simply not fitted yet */
     if (rc == 0) {
       r->json[l] = fit_result_to_json(&res);
       r->npoints[l] = res.n_points;
     } else {
-      snprintf(r->why[l], sizeof r->why[l], "%s", rc == -1 ? "no isoflop runs" : err);
+      snprintf(r->why[l], sizeof r->why[l], "%s",
+               rc != -1 ? err : l == 1 ? "no isoflop runs" : "no batch ladder runs");
     }
     fit_result_free(&res);
   }
   free(iso);
+}
+
+static void refit_free(refit *r) {
+  free(r->pts);
+  free(r->isoflop);
+  free(r->lad);
+  free(r->bnoise);
+  free(r);
 }
 
 static void on_stored(void *ud, int status, PGresult *res, const char *errmsg) {
@@ -123,23 +168,86 @@ static void after_work(uv_work_t *w, int status) {
   }
   for (int l = 0; l < NLAWS; l++)
     free(r->json[l]);
-  free(r->pts);
-  free(r->isoflop);
-  free(r);
+  refit_free(r);
+}
+
+static void refit_abandon(refit *r, int status, const char *errmsg) {
+  if (status != DB_OK)
+    fprintf(stderr, "scheduler: reading fit points failed: %s\n", errmsg);
+  int i = in(state.busy, state.nbusy, r->sweep_id);
+  if (i >= 0)
+    state.busy[i] = state.busy[--state.nbusy];
+  refit_free(r);
+}
+
+/* Steps to first reach `target` from a run's evaluations [[step, val_loss],
+ * ...] in step order: linear between the last evaluation above the target
+ * and the first at or below it; NAN when never reached. */
+static double steps_to(json_t *evals, double target) {
+  double s0 = NAN, l0 = NAN;
+  size_t i;
+  json_t *e;
+  json_array_foreach(evals, i, e) {
+    double s = json_number_value(json_array_get(e, 0)), l = json_number_value(json_array_get(e, 1));
+    if (l <= target) {
+      if (isnan(s0) || !(l0 > l))
+        return s;
+      return s0 + (s - s0) * (l0 - target) / (l0 - l);
+    }
+    s0 = s;
+    l0 = l;
+  }
+  return NAN;
+}
+
+/* rows: run id, batch size in tokens, target losses (JSON array), the
+ * evaluations (JSON), median late b_noise in tokens (or NULL) */
+static void on_ladder(void *ud, int status, PGresult *res, const char *errmsg) {
+  refit *r = ud;
+  sched *s = r->s;
+  if (status != DB_OK || s->stopping)
+    return refit_abandon(r, status, errmsg);
+  int nrun = PQntuples(res), cap = 0;
+  r->lad_runs = nrun;
+  r->bnoise = calloc(nrun ? (size_t)nrun : 1, sizeof *r->bnoise);
+  for (int k = 0; k < nrun; k++) {
+    json_t *targets = json_loads(PQgetvalue(res, k, 2), 0, NULL);
+    json_t *evals = json_loads(PQgetvalue(res, k, 3), 0, NULL);
+    r->bnoise[k] = PQgetisnull(res, k, 4) ? NAN : atof(PQgetvalue(res, k, 4));
+    size_t i;
+    json_t *t;
+    json_array_foreach(targets, i, t) {
+      double st = steps_to(evals, json_number_value(t));
+      if (!(st > 0)) {
+        r->lad_missed++;
+        continue;
+      }
+      if (r->nlad == cap) {
+        cap = cap ? 2 * cap : 64;
+        fit_point *np = realloc(r->lad, sizeof *np * (size_t)cap);
+        if (!np)
+          break;
+        r->lad = np;
+      }
+      fit_point *p = &r->lad[r->nlad++];
+      *p = (fit_point){.params = NAN, .tokens = NAN, .flops = NAN, .lr = NAN};
+      p->batch_size = atof(PQgetvalue(res, k, 1));
+      p->steps = st;
+      p->loss = json_number_value(t);
+      p->group = k;
+    }
+    json_decref(targets);
+    json_decref(evals);
+  }
+  r->work.data = r;
+  uv_queue_work(s->loop, &r->work, work, after_work);
 }
 
 static void on_points(void *ud, int status, PGresult *res, const char *errmsg) {
   refit *r = ud;
   sched *s = r->s;
-  if (status != DB_OK || s->stopping) {
-    if (status != DB_OK)
-      fprintf(stderr, "scheduler: reading fit points failed: %s\n", errmsg);
-    int i = in(state.busy, state.nbusy, r->sweep_id);
-    if (i >= 0)
-      state.busy[i] = state.busy[--state.nbusy];
-    free(r);
-    return;
-  }
+  if (status != DB_OK || s->stopping)
+    return refit_abandon(r, status, errmsg);
   r->n = PQntuples(res);
   r->pts = calloc(r->n ? (size_t)r->n : 1, sizeof *r->pts);
   r->isoflop = calloc(r->n ? (size_t)r->n : 1, sizeof *r->isoflop);
@@ -155,8 +263,23 @@ static void on_points(void *ud, int status, PGresult *res, const char *errmsg) {
     p->group = k;
     r->isoflop[k] = !strcmp(PQgetvalue(res, k, 7), "isoflop");
   }
-  r->work.data = r;
-  uv_queue_work(s->loop, &r->work, work, after_work);
+  char id[32];
+  snprintf(id, sizeof id, "%" PRId64, r->sweep_id);
+  const char *p[1] = {id};
+  /* the ladder: each run's evaluations (the partial index metrics_evals
+   * finds them without its steps) and its late gradient noise scale */
+  db_query(s->db,
+           "SELECT r.id, r.batch_size * (r.config->'model'->>'seq_len')::int, "
+           "coalesce(r.target_loss, '[]'::jsonb)::text, "
+           "(SELECT coalesce(json_agg(json_build_array(m.step, m.val_loss) ORDER BY m.step), "
+           "'[]') FROM metrics m WHERE m.run_id = r.id AND m.val_loss IS NOT NULL)::text, "
+           "(SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY m.b_noise) FROM metrics m "
+           "WHERE m.run_id = r.id AND m.b_noise IS NOT NULL AND m.step * 2 > "
+           "(SELECT max(step) FROM metrics WHERE run_id = r.id)) * "
+           "(r.config->'model'->>'seq_len')::int "
+           "FROM runs r WHERE r.sweep_id = $1 AND r.status = 'succeeded' AND r.part = 'batch' "
+           "ORDER BY r.id",
+           1, p, on_ladder, r);
 }
 
 void sched__refit(sched *s, int64_t sweep_id) {

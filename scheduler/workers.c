@@ -705,8 +705,10 @@ static void on_finished(sched__wconn *c, json_t *m) {
   snprintf(msg, sizeof msg, "%s", error ? error : ok ? "" : "trainer exited");
   if (!ok && !error)
     snprintf(msg, sizeof msg, "trainer exited with code %d", code);
-  const char *p[7] = {rid, att, wid, outcome, ok ? loss : NULL, ok ? tokens : NULL,
-                      ok ? NULL : msg};
+  /* a failed run's log tail is kept for the status page */
+  const char *tail = json_string_value(json_object_get(m, "log_tail"));
+  const char *p[8] = {rid, att, wid, outcome, ok ? loss : NULL, ok ? tokens : NULL,
+                      ok ? NULL : msg, ok ? NULL : tail};
   /* failed with attempts left: back to the queue (it resumes from its
    * checkpoint); otherwise final */
   db_query(c->s->db,
@@ -714,12 +716,12 @@ static void on_finished(sched__wconn *c, json_t *m) {
            "THEN 'queued'::run_status ELSE $4::run_status END, "
            "worker = NULL, lease_until = NULL, "
            "final_val_loss = coalesce($5::float8, final_val_loss), "
-           "tokens = coalesce($6::bigint, tokens), error = $7, "
+           "tokens = coalesce($6::bigint, tokens), error = $7, log_tail = $8, "
            "finished_at = CASE WHEN $4 = 'failed' AND attempt < max_attempts THEN NULL "
            "ELSE now() END "
            "WHERE id = $1 AND attempt = $2 AND worker = $3 AND status = 'running' "
            "RETURNING status, sweep_id",
-           7, p, on_finished_stored, x);
+           8, p, on_finished_stored, x);
 }
 
 /* ---- reading --------------------------------------------------------------------------------- */

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""A stand-in for `scalesweep train` whose curves follow known laws, for the
+scheduler's refits (tests/integration/test_refit.py): called as
+  fake_law_trainer.py train --config FILE [--resume DIR]
+it prints the trainer's JSON-lines events (DESIGN.md "Trainer output") at
+once, with no training.
+
+The validation loss after s optimizer steps at batch size B (sequences) is
+  L(s) = 2 + (s / (S0 + E0 / B))^-0.5,  S0 = 100, E0 = 3200,
+so the steps to reach a target loss L_t are S = g (S0 + E0 / B) with
+g = (L_t - 2)^-2: the empirical model S = S_min + E_min / B with
+B_crit = E_min / S_min = E0 / S0 = 32 sequences at every target. Every
+step line carries b_noise = 20 sequences. A config whose train.seed is 99
+writes a line to stderr and fails half-way."""
+import json
+import math
+import sys
+
+S0, E0, BNOISE = 100.0, 3200.0, 20.0
+
+
+def main():
+    if len(sys.argv) < 4 or sys.argv[1] != "train" or sys.argv[2] != "--config":
+        print("usage: fake_law_trainer.py train --config FILE [--resume DIR]", file=sys.stderr)
+        return 2
+    cfg = json.load(open(sys.argv[3]))
+    m, t = cfg["model"], cfg["train"]
+    n = 12 * m["n_layer"] * m["d_model"] ** 2
+    b = t["batch_size"]
+    per_step = b * m["seq_len"]
+    steps = max(1, math.ceil(t["tokens"] / per_step))
+
+    def loss(s):
+        return 2 + (s / (S0 + E0 / b)) ** -0.5
+
+    def out(o):
+        sys.stdout.write(json.dumps(o) + "\n")
+
+    out({"event": "config", "config": cfg, "params": n, "nonembedding_params": n,
+         "flops_per_token": 6 * n})
+    emit = min(steps, 400)
+    for i in range(1, emit + 1):
+        s = max(1, round(steps * i / emit))
+        out({"event": "step", "step": s, "tokens": s * per_step, "train_loss": loss(s),
+             "lr": t.get("lr", 0.001), "grad_norm": 1.0, "b_noise": BNOISE, "tok_per_s": 1e6})
+        out({"event": "eval", "step": s, "tokens": s * per_step, "val_loss": loss(s)})
+        if t.get("seed") == 99 and i == emit // 2:
+            print(f"fake_law_trainer: loss diverged at step {s}", file=sys.stderr)
+            out({"event": "error", "message": "loss diverged"})
+            return 1
+    out({"event": "done", "final_val_loss": loss(steps), "params": n, "nonembedding_params": n,
+         "flops": 6 * n * steps * per_step, "flops_6nd": 6 * n * steps * per_step,
+         "tokens": steps * per_step, "steps": steps, "wall_s": 0.01, "peak_rss_bytes": 1 << 20})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

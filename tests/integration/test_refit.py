@@ -1,0 +1,168 @@
+"""The scheduler's refits end to end, against a throwaway PostgreSQL (run
+through tests/integration/run_with_pg.sh) and the real scheduler and worker,
+the worker training with tests/integration/fake_law_trainer.py, whose curves
+follow known laws:
+
+- a batch ladder (B = 4 .. 128 sequences of 32 tokens, one target loss):
+  the scheduler reads the steps each run took to reach the target from its
+  evaluations, fits S = S_min + E_min / B, stores the fit, and serves it at
+  GET /api/sweeps/{id}/fit: B_crit = 32 sequences = 1024 tokens, and the
+  ladder's gradient noise scale B_noise = 20 sequences = 640 tokens;
+- a failed run keeps the tail of its log (runs.log_tail) for the page.
+
+Usage: test_refit.py SCALESWEEP_BINARY
+"""
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = sys.argv[1]
+DB = os.environ["SCALESWEEP_TEST_DB"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAKE = os.path.join(HERE, "fake_law_trainer.py")
+T0 = time.time()
+TIMEOUT = 120
+
+
+def fail(msg):
+    print("FAIL:", msg, file=sys.stderr)
+    for name in ("scheduler", "worker"):
+        path = os.path.join(tmp, name + ".log")
+        if os.path.exists(path):
+            print(f"--- {name}.log (end)", file=sys.stderr)
+            print(open(path).read()[-3000:], file=sys.stderr)
+    sys.exit(1)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def psql(sql):
+    out = subprocess.run(["bash", "-c", '. "$PGTEST_SH" && pg_psql -At -c "$0"', sql],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+tmp = tempfile.mkdtemp(prefix="ss-refit-")
+token = os.path.join(tmp, "token")
+with open(token, "w") as f:
+    f.write(os.urandom(24).hex())
+api_port, wport = free_port(), free_port()
+procs = []
+
+
+def request(method, path, body=None):
+    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
+    h = {"Authorization": "Bearer " + open(token).read().strip()}
+    if body is not None:
+        body = json.dumps(body).encode()
+    c.request(method, path, body=body, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, json.loads(data) if data else None
+
+
+def start(name, args):
+    log = open(os.path.join(tmp, name + ".log"), "a")
+    procs.append(subprocess.Popen([BIN] + args, stdout=log, stderr=log))
+
+
+def wait_sweep(sweep):
+    while time.time() - T0 < TIMEOUT:
+        st, s = request("GET", f"/api/sweeps/{sweep}?limit=0")
+        c = s["counts"]
+        if st == 200 and c["total"] and c["queued"] + c["running"] == 0:
+            return c
+        time.sleep(0.2)
+    fail(f"sweep {sweep} did not finish in {TIMEOUT} s")
+
+
+try:
+    start("scheduler", ["scheduler", "--database", DB, "--token-file", token,
+                        "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
+                        "--checkpoints", os.path.join(tmp, "ckpt")])
+    for _ in range(200):
+        try:
+            if request("GET", "/healthz")[0] == 200:
+                break
+        except OSError:
+            pass
+        time.sleep(0.1)
+    else:
+        fail("the scheduler did not come up")
+    start("worker", ["worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
+                     "--cpu-slots", "2", "--work-dir", os.path.join(tmp, "w"), "--name", "w",
+                     "--bin", FAKE])
+
+    ladder = [4, 8, 16, 32, 64, 128]
+    spec = {"name": "refit-ladder", "method": "batch",
+            "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
+                     "train": {"lr": 0.003}},
+            "batch": {"tokens": 4096000, "batch_size": ladder, "target_loss": [2.5]},
+            "resources": {"cpus": 1}}
+    st, body = request("POST", "/api/sweeps", spec)
+    if st != 201:
+        fail(f"submit the ladder: {st} {body}")
+    sweep = body["id"]
+    c = wait_sweep(sweep)
+    if c["succeeded"] != len(ladder):
+        fail(f"ladder: {c}")
+    # the refit runs once a second per sweep, on the thread pool
+    fit = None
+    while time.time() - T0 < TIMEOUT:
+        st, fits = request("GET", f"/api/sweeps/{sweep}/fit")
+        if st == 200 and "batch" in fits and fits["batch"]["n_points"] == len(ladder):
+            fit = fits["batch"]
+            break
+        time.sleep(0.3)
+    if fit is None:
+        fail(f"no batch fit of {len(ladder)} points: {st} {fits}")
+    # steps to the target: S = 4 (100 + 3200 / B), read between evaluations
+    # 10 to 40 steps apart on a convex curve: within 1%
+    bc, smin, emin = fit["params"]["B_crit"], fit["params"]["S_min"], fit["params"]["E_min"]
+    if abs(bc / 1024 - 1) > 0.01 or abs(smin / 400 - 1) > 0.01 or abs(emin / (12800 * 32) - 1) > 0.01:
+        fail(f"batch fit: B_crit {bc} (expected 1024 tokens), S_min {smin} (400), "
+             f"E_min {emin} (409600): {fit}")
+    if fit["derived"].get("B_noise") != 640:
+        fail(f"batch fit: B_noise {fit['derived'].get('B_noise')}, expected 640 tokens: {fit}")
+    print(f"batch ladder: B_crit {bc:.1f} tokens (exact 1024), S_min {smin:.1f} (400), "
+          f"B_noise {fit['derived']['B_noise']:.0f} (640)")
+
+    # a failed run keeps its log tail
+    spec = {"name": "refit-failure", "method": "runs",
+            "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
+                     "train": {"batch_size": 8, "lr": 0.003}},
+            "runs": [{"train": {"tokens": 256000, "seed": 99}}],
+            "resources": {"cpus": 1}, "max_attempts": 1}
+    st, body = request("POST", "/api/sweeps", spec)
+    if st != 201:
+        fail(f"submit: {st} {body}")
+    c = wait_sweep(body["id"])
+    if c["failed"] != 1:
+        fail(f"the failing run: {c}")
+    tail = psql(f"SELECT log_tail FROM runs WHERE sweep_id = {body['id']}")
+    if "loss diverged at step" not in tail:
+        fail(f"runs.log_tail of the failed run: {tail!r}")
+    print("failed run: its log tail is stored")
+finally:
+    for p in procs[::-1]:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    shutil.rmtree(tmp, ignore_errors=True)
+print("refit e2e: ok")
