@@ -49,6 +49,15 @@ typedef struct fit_budget { /* isoflop and bopt: one compute budget */
   int n_near;           /* bopt: runs within near_best_rtol of the budget's best loss */
 } fit_budget;
 
+/* chinchilla: the compute-optimal frontier L(N_opt(C), D_opt(C)) at C, with
+ * the bootstrap's 2.5 and 97.5 percentiles of it (NAN without a bootstrap):
+ * a band that keeps the parameters' correlation, which intervals per
+ * parameter cannot. */
+#define FIT_FRONTIER_POINTS 16
+typedef struct fit_frontier {
+  double flops, loss, lo, hi;
+} fit_frontier;
+
 typedef struct fit_options {
   int bootstrap;        /* resamples (0: none) */
   uint64_t seed;        /* bootstrap resampling seed */
@@ -73,6 +82,10 @@ typedef struct fit_result {
   int nbudgets;
   fit_budget budgets[FIT_MAX_BUDGETS];
   double *residuals; /* n_points entries (log-loss residuals for chinchilla); owned */
+  int nfrontier;     /* chinchilla: FIT_FRONTIER_POINTS, log-spaced from half the
+                      * smallest C of the points to 10 times the largest (or to
+                      * target_flops when that is larger) */
+  fit_frontier frontier[FIT_FRONTIER_POINTS];
 } fit_result;
 
 void fit_result_init(fit_result *r, const char *law);

@@ -579,9 +579,9 @@ static int check_points(const fit_point *pts, int n, char *err, size_t errlen) {
  * resample seeds its own generator from (seed, k), so results do not
  * depend on the thread count. Returns whether the refit converged. */
 static int bootstrap_one(const objective *full, const fit__groups *g, uint64_t seed, int k,
-                         const double *t_opt, double cN, double cD, double C, gsl_rng *rng,
-                         gsl_multimin_fdfminimizer *s, int *drawn, int *count, objective *o,
-                         double *q) {
+                         const double *t_opt, double cN, double cD, double C,
+                         const fit_result *grid, gsl_rng *rng, gsl_multimin_fdfminimizer *s,
+                         int *drawn, int *count, objective *o, double *q) {
   gsl_rng_set(rng, (unsigned long)fit__mix64(seed + (uint64_t)k));
   int m = fit__groups_draw(g, rng, drawn);
   memset(count, 0, (size_t)full->m * sizeof *count);
@@ -605,16 +605,21 @@ static int bootstrap_one(const objective *full, const fit__groups *g, uint64_t s
   double th[NT];
   to_theta(rr.t, cN, cD, th);
   quantities(th, C, q);
+  for (int j = 0; j < grid->nfrontier; j++) { /* the frontier after the quantities */
+    double f[NQ];
+    quantities(th, grid->frontier[j].flops, f);
+    q[NQ + j] = f[Q_LOSS];
+  }
   return rr.converged;
 }
 
 static int bootstrap(const objective *full, const fit_point *pts, const double *t_opt,
                      double cN, double cD, const fit_options *opt, int nt, int nq,
                      fit_result *out) {
-  int n = full->m, B = opt->bootstrap;
+  int n = full->m, B = opt->bootstrap, W = NQ + out->nfrontier;
   fit__groups g;
   fit__groups_build(pts, n, &g);
-  double *vals = malloc((size_t)B * NQ * sizeof *vals);
+  double *vals = malloc((size_t)B * W * sizeof *vals);
   if (!g.idx || !g.start || !vals) {
     free(g.idx), free(g.start), free(vals);
     return SS_ENOMEM;
@@ -636,11 +641,11 @@ static int bootstrap(const objective *full, const fit_point *pts, const double *
     for (int k = 0; k < B; k++) {
       if (ok) {
         failed += !bootstrap_one(full, &g, opt->seed, k, t_opt, cN, cD, opt->target_flops,
-                                 rng, s, drawn, count, &o, &vals[(size_t)k * NQ]);
+                                 out, rng, s, drawn, count, &o, &vals[(size_t)k * W]);
       } else {
         failed++;
-        for (int j = 0; j < NQ; j++)
-          vals[(size_t)k * NQ + j] = NAN;
+        for (int j = 0; j < W; j++)
+          vals[(size_t)k * W + j] = NAN;
       }
     }
     free(o.x1);
@@ -653,9 +658,15 @@ static int bootstrap(const objective *full, const fit_point *pts, const double *
   }
   int nonfinite = 0;
   for (int j = 0; j < nq; j++) {
-    int m = fit__boot_column(vals, B, NQ, j, j < NT ? &out->params[j] : &out->derived[j - NT]);
+    int m = fit__boot_column(vals, B, W, j, j < NT ? &out->params[j] : &out->derived[j - NT]);
     if (B - m > nonfinite)
       nonfinite = B - m;
+  }
+  for (int j = 0; j < out->nfrontier; j++) {
+    fit_param band = {.ci_lo = NAN, .ci_hi = NAN};
+    fit__boot_column(vals, B, W, NQ + j, &band);
+    out->frontier[j].lo = band.ci_lo;
+    out->frontier[j].hi = band.ci_hi;
   }
   if (failed)
     fit_result_warn(out,
@@ -673,6 +684,31 @@ static int bootstrap(const objective *full, const fit_point *pts, const double *
 }
 
 /* ---- the fit ---- */
+
+/* The frontier's grid of C and its point estimate (fit.h). */
+static void frontier(const double *th, const fit_point *pts, int n, double target,
+                     fit_result *out) {
+  double lo = INFINITY, hi = 0;
+  for (int i = 0; i < n; i++) {
+    double c = isfinite(pts[i].flops) && pts[i].flops > 0 ? pts[i].flops
+                                                          : 6 * pts[i].params * pts[i].tokens;
+    lo = fmin(lo, c);
+    hi = fmax(hi, c);
+  }
+  if (!(lo > 0) || !isfinite(hi))
+    return;
+  lo /= 2;
+  hi = fmax(hi * 10, target);
+  out->nfrontier = FIT_FRONTIER_POINTS;
+  for (int j = 0; j < FIT_FRONTIER_POINTS; j++) {
+    double q[NQ];
+    fit_frontier *f = &out->frontier[j];
+    f->flops = lo * pow(hi / lo, (double)j / (FIT_FRONTIER_POINTS - 1));
+    quantities(th, f->flops, q);
+    f->loss = q[Q_LOSS];
+    f->lo = f->hi = NAN;
+  }
+}
 
 static void flag_bounds(const double *th, const fit_point *pts, int n, fit_result *out) {
   static const char *const nm[NT] = {"a = ln A", "b = ln B", "e = ln E", "alpha", "beta"};
@@ -807,6 +843,7 @@ int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_resu
                     "above its tolerance %.3g; the values are the best point found",
                     best.iters, best.gnorm, GTOL_PER_POINT * o.wsum);
   flag_bounds(th, pts, n, out);
+  frontier(th, pts, n, opt->target_flops, out);
   if (opt->bootstrap > 0) {
     rc = bootstrap(&o, pts, best.t, cN, cD, opt, nt, nq, out);
     if (rc) {

@@ -95,6 +95,15 @@ char *fit_result_to_json(const fit_result *r) {
     }
     json_object_set_new(root, "budgets", b);
   }
+  if (r->nfrontier) {
+    json_t *f = json_array();
+    for (int i = 0; i < r->nfrontier; i++) {
+      const fit_frontier *x = &r->frontier[i];
+      json_array_append_new(f, json_pack("{s:o,s:o,s:o,s:o}", "flops", num(x->flops), "loss",
+                                         num(x->loss), "lo", num(x->lo), "hi", num(x->hi)));
+    }
+    json_object_set_new(root, "frontier", f);
+  }
   if (r->residuals) {
     json_t *res = json_array();
     for (int i = 0; i < r->n_points; i++)

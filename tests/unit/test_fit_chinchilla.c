@@ -145,6 +145,29 @@ static void test_bootstrap_covers_truth(void) {
   double a_true = BETA0 / (ALPHA0 + BETA0);
   CHECK(param(&r, "a")->ci_lo <= a_true && a_true <= param(&r, "a")->ci_hi);
   CHECK(isfinite(param(&r, "G")->stderr_));
+  /* the frontier: 16 points from 5e16 to 1e22, each the fitted law at the
+   * compute-optimal allocation, inside its band; the truth inside the band
+   * over the data's range; the band widest where it extrapolates */
+  CHECK_INT_EQ(r.nfrontier, FIT_FRONTIER_POINTS);
+  CHECK_NEAR(r.frontier[0].flops, 5e16, 0, 1e-12);
+  CHECK_NEAR(r.frontier[FIT_FRONTIER_POINTS - 1].flops, 1e22, 0, 1e-12);
+  double narrowest = INFINITY;
+  for (int j = 0; j < r.nfrontier; j++) {
+    const fit_frontier *f = &r.frontier[j];
+    double n_opt, d_opt, width = f->hi - f->lo;
+    fit_chinchilla_allocation(value(&r, "A"), value(&r, "B"), value(&r, "alpha"),
+                              value(&r, "beta"), f->flops, NULL, NULL, NULL, &n_opt, &d_opt);
+    CHECK_NEAR(f->loss, value(&r, "E") + value(&r, "A") / pow(n_opt, value(&r, "alpha")) +
+                            value(&r, "B") / pow(d_opt, value(&r, "beta")),
+               0, 1e-9);
+    CHECK(f->lo < f->loss && f->loss < f->hi);
+    fit_chinchilla_allocation(A0, B0, ALPHA0, BETA0, f->flops, NULL, NULL, NULL, &n_opt, &d_opt);
+    if (f->flops >= 1e17 && f->flops <= 1e21)
+      CHECK(f->lo <= law(n_opt, d_opt) && law(n_opt, d_opt) <= f->hi);
+    narrowest = fmin(narrowest, width);
+  }
+  CHECK(r.frontier[FIT_FRONTIER_POINTS - 1].hi - r.frontier[FIT_FRONTIER_POINTS - 1].lo >
+        2 * narrowest);
   fit_result_free(&r);
   free(p);
 }
