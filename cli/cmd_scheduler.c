@@ -11,12 +11,14 @@ static const char usage[] =
     "usage: scalesweep scheduler --database URL --token-file F [--api-token-file F2]\n"
     "                            [--listen HOST:PORT] [--workers HOST:PORT]\n"
     "                            [--checkpoints DIR] [--lease-seconds N] [--ready-file F]\n"
-    "                            [--closed-reads]\n"
+    "                            [--closed-reads] [--data-dir DIR ...]\n"
     "  --listen       the HTTP API and page (default 127.0.0.1:8080)\n"
     "  --workers      the worker port (default 127.0.0.1:8081)\n"
     "  --token-file   the cluster token: workers authenticate with it\n"
     "  --api-token-file  the token API changes need (default: the cluster token)\n"
-    "  --closed-reads reads need the API token too\n";
+    "  --closed-reads reads need the API token too\n"
+    "  --data-dir     a directory a spec's token shards may lie under (repeatable; without\n"
+    "                 one, specs must use the synthetic corpus)\n";
 
 int cmd_scheduler(int argc, char **argv) {
   sched_options o;
@@ -49,6 +51,16 @@ int cmd_scheduler(int argc, char **argv) {
       o.checkpoint_root = v;
     else if (!strcmp(a, "--ready-file"))
       o.ready_file = v;
+    else if (!strcmp(a, "--data-dir")) {
+      char *real = realpath(v, NULL); /* lives as long as the process */
+      if (!real || o.ndata_dirs == SCHED_MAX_DATA_DIRS) {
+        fprintf(stderr, "scalesweep scheduler: --data-dir %s: %s\n", v,
+                real ? "too many (at most 16)" : "no such directory");
+        free(real);
+        return SS_EXIT_USAGE;
+      }
+      o.data_dirs[o.ndata_dirs++] = real;
+    }
     else if (!strcmp(a, "--lease-seconds")) {
       o.lease_s = atoi(v);
       if (o.lease_s < 2) {

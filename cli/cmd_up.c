@@ -21,12 +21,13 @@
 
 static const char usage[] =
     "usage: scalesweep up [--state DIR] [--sweep FILE] [--wait] [--listen HOST:PORT]\n"
-    "                     [--database URL] [--cpu-slots N]\n"
+    "                     [--database URL] [--cpu-slots N] [--data-dir DIR]\n"
     "  --state     where the database, tokens, logs and checkpoints live (./.scalesweep)\n"
     "  --sweep     submit this sweep spec once everything is up\n"
     "  --wait      wait for the sweep to finish, print its result, then stop\n"
     "  --listen    the page and API (default 127.0.0.1:8080)\n"
-    "  --database  use this PostgreSQL instead of a private one\n";
+    "  --database  use this PostgreSQL instead of a private one\n"
+    "  --data-dir  where a spec's token shards may lie (default: the current directory)\n";
 
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig) { stop_requested = sig; }
@@ -202,7 +203,7 @@ static int wait_for_sweep(const cli_target *t, long long id) {
 
 int cmd_up(int argc, char **argv) {
   const char *state = "./.scalesweep", *sweep = NULL, *listen = "127.0.0.1:8080",
-             *database = NULL, *cpu_slots = NULL;
+             *database = NULL, *cpu_slots = NULL, *data_dir = ".";
   int wait = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -221,6 +222,8 @@ int cmd_up(int argc, char **argv) {
       database = argv[++i];
     } else if (v && !strcmp(a, "--cpu-slots")) {
       cpu_slots = argv[++i];
+    } else if (v && !strcmp(a, "--data-dir")) {
+      data_dir = argv[++i];
     } else {
       fprintf(stderr, "scalesweep up: unexpected argument '%s'\n%s", a, usage);
       return SS_EXIT_USAGE;
@@ -269,7 +272,8 @@ int cmd_up(int argc, char **argv) {
   snprintf(path, sizeof path, "%s/scheduler.log", state);
   char *sargv[] = {"scalesweep", "scheduler", "--database", url, "--token-file", tok,
                    "--api-token-file", apitok, "--listen", (char *)listen, "--workers",
-                   "127.0.0.1:0", "--checkpoints", ckpt, "--ready-file", ready, NULL};
+                   "127.0.0.1:0", "--checkpoints", ckpt, "--ready-file", ready,
+                   "--data-dir", (char *)data_dir, NULL};
   pid_t sched_pid = spawn(sargv, path), worker_pid = -1;
   int rc = 0, http_port = 0, workers_port = 0;
   for (int i = 0; i < 300 && read_ports(ready, &http_port, &workers_port) != 0; i++) {

@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 
+#define SCHED_MAX_DATA_DIRS 16
+
 typedef struct sched_options {
   const char *database;        /* libpq URL or conninfo */
   const char *listen;          /* HTTP API HOST:PORT (port 0: any) */
@@ -17,6 +19,11 @@ typedef struct sched_options {
   int lease_s;                 /* lease length (default 30) */
   int heartbeat_s;             /* heartbeat interval told to workers (default 5) */
   int open_reads;              /* GET needs no token (default 1) */
+  /* directories a spec's token shards (data.train, data.val) may lie under,
+   * absolute and without symbolic links (cmd_scheduler resolves them);
+   * none: specs must use the synthetic corpus */
+  const char *data_dirs[SCHED_MAX_DATA_DIRS];
+  int ndata_dirs;
 } sched_options;
 
 void sched_options_default(sched_options *o);

@@ -1,6 +1,7 @@
 #include "scheduler/submit.h"
 
 #include <inttypes.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,79 @@ static void problems_answer(http_request *r, const spec_problems *pr) {
   json_decref(e);
   http_respond_json(r, 400, text);
   free(text);
+}
+
+/* Paths in a spec (DESIGN.md, issue "Reliability and security"): token
+ * shards only under the directories the operator allowed (--data-dir),
+ * given as absolute paths without "." or ".." components (so no prefix
+ * trick escapes them); checkpoint directories are the scheduler's choice
+ * (--checkpoints), never the spec's. Every "data" and "checkpoint" object
+ * anywhere in the spec is checked, wherever the method puts it. */
+static int under_allowed(const sched *s, const char *path) {
+  if (path[0] != '/')
+    return 0;
+  for (const char *c = path; *c;) { /* components */
+    while (*c == '/')
+      c++;
+    size_t n = strcspn(c, "/");
+    if ((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+      return 0;
+    c += n;
+  }
+  for (int i = 0; i < s->o.ndata_dirs; i++) {
+    const char *d = s->o.data_dirs[i];
+    size_t n = strlen(d);
+    if (!strcmp(d, "/") || (!strncmp(path, d, n) && path[n] == '/'))
+      return 1;
+  }
+  return 0;
+}
+
+static void check_paths(const sched *s, json_t *v, const char *path, spec_problems *pr) {
+  char sub[512];
+  if (json_is_array(v)) {
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+      snprintf(sub, sizeof sub, "%s[%zu]", path, i);
+      check_paths(s, e, sub, pr);
+    }
+    return;
+  }
+  if (!json_is_object(v))
+    return;
+  const char *key;
+  json_t *e;
+  json_object_foreach(v, key, e) {
+    snprintf(sub, sizeof sub, "%s.%s", path, key);
+    if (!strcmp(key, "checkpoint") && json_object_get(e, "dir")) {
+      snprintf(sub, sizeof sub, "%s.checkpoint.dir", path);
+      spec_problem_add(pr, sub,
+                       "a spec may not choose checkpoint directories; the scheduler keeps "
+                       "them under its --checkpoints directory");
+    }
+    if (!strcmp(key, "data") && json_is_object(e)) {
+      static const char *const shard_keys[] = {"train", "val"};
+      for (int k = 0; k < 2; k++) {
+        const char *p = json_string_value(json_object_get(e, shard_keys[k]));
+        if (!p || under_allowed(s, p))
+          continue;
+        char where[512];
+        snprintf(where, sizeof where, "%s.data.%s", path, shard_keys[k]);
+        if (!s->o.ndata_dirs)
+          spec_problem_add(pr, where,
+                           "found '%.200s', but this scheduler allows no token shards (start "
+                           "it with --data-dir DIR to allow those under DIR)",
+                           p);
+        else
+          spec_problem_add(pr, where,
+                           "found '%.200s', expected an absolute path without . or .. under "
+                           "an allowed data directory (%s%s)",
+                           p, s->o.data_dirs[0], s->o.ndata_dirs > 1 ? ", ..." : "");
+      }
+    }
+    check_paths(s, e, sub, pr);
+  }
 }
 
 typedef struct sub_ctx {
@@ -76,6 +150,16 @@ void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
       spec_problem_add(&pr, "$", "the spec could not be planned");
     problems_answer(r, &pr);
     spec_problems_free(&pr);
+    spec_free(sp);
+    return;
+  }
+  json_t *raw = json_loads(text, 0, NULL); /* parsed once already: valid */
+  check_paths(s, raw, "$", &pr);
+  json_decref(raw);
+  if (pr.n) {
+    problems_answer(r, &pr);
+    spec_problems_free(&pr);
+    plan_free(p);
     spec_free(sp);
     return;
   }

@@ -8,7 +8,9 @@ follow known laws:
   evaluations, fits S = S_min + E_min / B, stores the fit, and serves it at
   GET /api/sweeps/{id}/fit: B_crit = 32 sequences = 1024 tokens, and the
   ladder's gradient noise scale B_noise = 20 sequences = 640 tokens;
-- a failed run keeps the tail of its log (runs.log_tail) for the page.
+- a failed run keeps the tail of its log (runs.log_tail) for the page;
+- paths in specs: token shards only under the scheduler's --data-dir, no
+  checkpoint directory chosen by a spec (400 naming each JSON path).
 
 Usage: test_refit.py SCALESWEEP_BINARY
 """
@@ -90,9 +92,11 @@ def wait_sweep(sweep):
 
 
 try:
+    data = os.path.join(tmp, "data")
+    os.mkdir(data)
     start("scheduler", ["scheduler", "--database", DB, "--token-file", token,
                         "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
-                        "--checkpoints", os.path.join(tmp, "ckpt")])
+                        "--checkpoints", os.path.join(tmp, "ckpt"), "--data-dir", data])
     for _ in range(200):
         try:
             if request("GET", "/healthz")[0] == 200:
@@ -105,6 +109,30 @@ try:
     start("worker", ["worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
                      "--cpu-slots", "2", "--work-dir", os.path.join(tmp, "w"), "--name", "w",
                      "--bin", FAKE])
+
+    # paths in specs
+    def with_base(extra):
+        return {"name": "paths", "method": "runs",
+                "base": dict({"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
+                              "train": {"batch_size": 8, "lr": 0.003, "tokens": 25600}}, **extra),
+                "runs": [{"train": {"seed": 1}}], "resources": {"cpus": 1}}
+    bad = [({"data": {"train": "/etc/passwd", "val": f"{data}/val.bin"}}, ["$.base.data.train"]),
+           ({"data": {"train": f"{data}/../../etc/x", "val": f"{data}x/v.bin"}},
+            ["$.base.data.train", "$.base.data.val"]),
+           ({"data": {"train": "rel/train.bin", "val": f"{data}/./v.bin"}},
+            ["$.base.data.train", "$.base.data.val"]),
+           ({"checkpoint": {"dir": "/tmp/elsewhere"}}, ["$.base.checkpoint.dir"])]
+    for extra, paths in bad:
+        st, body = request("POST", "/api/sweeps", with_base(extra))
+        got = sorted(p["path"] for p in (body or {}).get("error", {}).get("problems", []))
+        if st != 400 or got != sorted(paths):
+            fail(f"spec with {extra}: {st}, problems at {got}, expected 400 at {paths}: {body}")
+    st, body = request("POST", "/api/sweeps", with_base(
+        {"data": {"train": f"{data}/train_*.bin", "val": f"{data}/val.bin"}}))
+    if st != 201:
+        fail(f"a spec with shards under --data-dir: {st} {body}")
+    request("POST", f"/api/sweeps/{body['id']}/cancel")
+    print("paths in specs: shards outside --data-dir and checkpoint dirs refused")
 
     ladder = [4, 8, 16, 32, 64, 128]
     spec = {"name": "refit-ladder", "method": "batch",
