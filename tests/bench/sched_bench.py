@@ -244,6 +244,18 @@ def self_ticks():
     return (t.user + t.system + t.children_user + t.children_system) * CLK_TCK
 
 
+def rss_mb(pid):
+    """Resident memory of a process in MiB (VmRSS), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
 class CpuMeter:
     """CPU seconds used over an interval by the scheduler, a set of worker
     processes (their reaped trainers included) and PostgreSQL."""
@@ -606,7 +618,12 @@ def dispatch(layout, label=None, sweep_id=None, nruns=DISPATCH_RUNS, run_filter=
     offsets = [0] * nworkers
     acked = 0
     last_report = time.time()
+    rss = [rss_mb(sched_proc.pid)]  # the scheduler's memory, sampled once a second
+    last_rss = time.time()
     while acked < nruns:
+        if time.time() - last_rss >= 1:
+            rss.append(rss_mb(sched_proc.pid))
+            last_rss = time.time()
         for i, (p, logp, _) in enumerate(workers):
             if p.poll() is not None:
                 die(f"worker {i} exited with {p.returncode}; see {logp}")
@@ -624,6 +641,7 @@ def dispatch(layout, label=None, sweep_id=None, nruns=DISPATCH_RUNS, run_filter=
             last_report = time.time()
         time.sleep(0.2)
     usage = cpu.stop()
+    rss.append(rss_mb(sched_proc.pid))
     for p, _, _ in workers:
         stop_worker(p)
     top = pgss_top(tag)
@@ -663,6 +681,8 @@ def dispatch(layout, label=None, sweep_id=None, nruns=DISPATCH_RUNS, run_filter=
     db_starts = [e["started"] for rs in by_worker.values() for e in rs.values()]
     db_ends = [e["exited"] for rs in by_worker.values() for e in rs.values() if "exited" in e]
     db_wall = max(db_ends) - min(db_starts)
+    metric_rows = int(psql(f"SELECT count(*) FROM metrics m JOIN runs r ON r.id = m.run_id "
+                           f"WHERE r.sweep_id = {sweep_id} AND ({run_filter})"))
 
     g = [x[0] for x in gaps]
     res = {
@@ -684,6 +704,10 @@ def dispatch(layout, label=None, sweep_id=None, nruns=DISPATCH_RUNS, run_filter=
         "gaps_over_50ms": sum(1 for x in g if x > 50),
         "explain_queue_query_ms": q_ms, "explain_sweep_status_ms": st_ms,
         "cpu": usage, "top_queries": top,
+        "scheduler_rss_mb": {"start": rss[0], "peak": max(rss), "end": rss[-1],
+                             "samples": len(rss)},
+        "metric_rows": metric_rows,
+        "metric_rows_per_s": round(metric_rows / db_wall, 1) if db_wall else None,
     }
     log(f"{label}: {res['runs_per_s']} runs/s, gap median "
         f"{res['gap_ms'].get('median')} ms, p99 {res['gap_ms'].get('p99')} ms; "
@@ -1035,6 +1059,15 @@ def print_table(results):
         rows.append((f"{lay}: gap from the database (finished_at->next started_at), "
                      f"median / p99 ms",
                      f"{d['gap_db_ms'].get('median')} / {d['gap_db_ms'].get('p99')}", "-", ""))
+        ok = int(d["status_counts"].get("succeeded", 0))
+        rows.append((f"{lay}: runs succeeded / submitted", f"{ok} / {d['runs']}", "all",
+                     "met" if ok == d["runs"] else "MISSED"))
+        m = d.get("scheduler_rss_mb") or {}
+        rows.append((f"{lay}: scheduler RSS start / peak / end (MiB)",
+                     f"{m.get('start')} / {m.get('peak')} / {m.get('end')}", "-", ""))
+        if d.get("metric_rows"):
+            rows.append((f"{lay}: metric rows stored ({d['metric_rows']}) per second",
+                         f"{d['metric_rows_per_s']:.0f}", "-", ""))
         c = d["cpu"]
         rows.append((f"{lay}: CPU % of one core: scheduler / postgres / workers / trainers / "
                      f"other users",
