@@ -18,9 +18,9 @@
 #define DEFAULT_BOOTSTRAP_CHINCHILLA 1000
 
 static const char usage_text[] =
-    "usage: scalesweep fit --points FILE.csv --law chinchilla|kaplan|isoflop|batch|bopt\n"
+    "usage: scalesweep fit --points FILE.csv --law chinchilla|kaplan|isoflop|batch|bopt|curve\n"
     "                      [--bootstrap N] [--seed S] [--threads T] [--target-flops C]\n"
-    "                      [--no-irreducible] [--full-grid] [--json]\n"
+    "                      [--target-steps S] [--no-irreducible] [--full-grid] [--json]\n"
     "       scalesweep fit SWEEP_ID [--law L] [--json] [--url URL] [--state DIR]\n"
     "                                  (the fits the scheduler made of a sweep)\n"
     "\n"
@@ -38,12 +38,15 @@ static const char usage_text[] =
     "              of each compute budget's best loss (flops, tokens, batch_size,\n"
     "              loss, and lr for eta_opt; batch_size in tokens to compare with\n"
     "              DeepSeek's published 0.292 C^0.3271)\n"
+    "  curve       L(S) = L_inf + (S_c/S)^alpha_S from one run's learning curve\n"
+    "              (steps, loss; points after warmup), to predict a later loss\n"
     "\n"
     "  --bootstrap N     resamples for standard errors and 95% intervals (default\n"
-    "                    1000 for chinchilla and bopt, 0 for the other laws)\n"
+    "                    1000 for chinchilla, bopt and curve, 0 for the other laws)\n"
     "  --seed S          bootstrap seed (default 1)\n"
     "  --threads T       threads (default: all cores)\n"
     "  --target-flops C  chinchilla: also N_opt, D_opt and the loss at compute C\n"
+    "  --target-steps S  curve: also the loss predicted at optimizer step S\n"
     "  --no-irreducible  kaplan: fix E = 0 (Kaplan et al.'s form)\n"
     "  --near-best R     bopt: near-optimal runs are within R of the best loss\n"
     "                    (relative; default 0.01)\n"
@@ -141,6 +144,19 @@ static void print_chinchilla_allocation(const fit_result *r, double target) {
   }
 }
 
+static void print_curve(const fit_result *r, double target) {
+  const fit_param *sd = derived(r, "noise_sd"), *rho = derived(r, "noise_rho");
+  if (sd && rho)
+    printf("  noise (ln L, AR(1)): SD %.4g, lag-1 correlation %.3f\n", sd->value, rho->value);
+  const fit_param *p = derived(r, "loss_at_target");
+  if (p && target > 0) {
+    char title[64];
+    snprintf(title, sizeof title, "at S = %.6g steps", target);
+    header(title);
+    row(p, "loss");
+  }
+}
+
 static void print_budgets(const fit_result *r) {
   if (!strcmp(r->law, "bopt")) {
     printf("\n  %12s %5s %5s %14s %12s %12s %10s\n", "budget C", "runs", "near", "B_opt",
@@ -172,6 +188,8 @@ static void print_table(const fit_result *r, const char *path, const fit_options
     row(&r->params[i], NULL);
   if (!strcmp(r->law, "chinchilla")) {
     print_chinchilla_allocation(r, opt->target_flops);
+  } else if (!strcmp(r->law, "curve")) {
+    print_curve(r, opt->target_steps);
   } else if (r->nderived) {
     header("derived");
     for (int i = 0; i < r->nderived; i++)
@@ -191,7 +209,7 @@ static void print_table(const fit_result *r, const char *path, const fit_options
     }
     printf("  residuals   RMS %.4g, max |r| %.4g (data row %d)%s\n", sqrt(ss / r->n_points),
            worst, at + 1,
-           !strcmp(r->law, "chinchilla") ? "; r = ln L_predicted - ln L" : "");
+           !strcmp(r->law, "chinchilla") || !strcmp(r->law, "curve") ? "; r = ln L_predicted - ln L" : "");
   }
   if (!r->nwarnings)
     printf("  warnings    none\n");
@@ -213,7 +231,18 @@ static const struct {
     {"isoflop", fit_isoflop},
     {"batch", fit_batch},
     {"bopt", fit_bopt},
+    {"curve", fit_curve},
 };
+
+/* A learning curve: steps and loss at every point, no column that another
+ * law needs besides. */
+static int only_curve(const fit_point *p, int n) {
+  for (int i = 0; i < n; i++)
+    if (isnan(p[i].steps) || !isnan(p[i].params) || !isnan(p[i].tokens) ||
+        !isnan(p[i].flops) || !isnan(p[i].batch_size))
+      return 0;
+  return n > 0;
+}
 
 /* scalesweep fit SWEEP: the fits the scheduler made when the sweep's runs
  * finished (GET /api/sweeps/{id}/fit), all laws or --law's. */
@@ -295,7 +324,7 @@ int cmd_fit(int argc, char **argv) {
       continue;
     }
     if (!(IS("--points") || IS("--law") || IS("--bootstrap") || IS("--seed") ||
-          IS("--threads") || IS("--target-flops") || IS("--near-best") || IS("--url") ||
+          IS("--threads") || IS("--target-flops") || IS("--target-steps") || IS("--near-best") || IS("--url") ||
           IS("--state") || IS("--token-file")))
       return usage_error("unknown option '%.*s'", (int)nlen, a);
     if (eq)
@@ -325,6 +354,8 @@ int cmd_fit(int argc, char **argv) {
     } else if (IS("--threads")) {
       if (!(rc = parse_count("--threads", val, 4096, &v)))
         opt.threads = (int)v;
+    } else if (IS("--target-steps")) {
+      rc = parse_positive("--target-steps", val, &opt.target_steps);
     } else if (IS("--near-best")) {
       rc = parse_positive("--near-best", val, &opt.near_best_rtol);
     } else {
@@ -341,16 +372,16 @@ int cmd_fit(int argc, char **argv) {
   if (!points)
     return usage_error("--points FILE.csv is required");
   if (!law)
-    return usage_error("--law is required: chinchilla, kaplan, isoflop, batch or bopt");
+    return usage_error("--law is required: chinchilla, kaplan, isoflop, batch, bopt or curve");
   law_fn fit = NULL;
   for (size_t i = 0; i < sizeof laws / sizeof *laws; i++)
     if (!strcmp(law, laws[i].name))
       fit = laws[i].fit;
   if (!fit)
-    return usage_error("--law: expected chinchilla, kaplan, isoflop, batch or bopt, got '%s'",
+    return usage_error("--law: expected chinchilla, kaplan, isoflop, batch, bopt or curve, got '%s'",
                        law);
   if (opt.bootstrap < 0)
-    opt.bootstrap = !strcmp(law, "chinchilla") || !strcmp(law, "bopt")
+    opt.bootstrap = !strcmp(law, "chinchilla") || !strcmp(law, "bopt") || !strcmp(law, "curve")
                         ? DEFAULT_BOOTSTRAP_CHINCHILLA
                         : 0;
 
@@ -361,6 +392,15 @@ int cmd_fit(int argc, char **argv) {
   if (rc) {
     fprintf(stderr, "scalesweep fit: %s\n", err);
     return err_exit_code(rc);
+  }
+  if (strcmp(law, "curve") && only_curve(pts, n)) {
+    fprintf(stderr,
+            "scalesweep fit: %s: the points have only steps and loss, one run's learning "
+            "curve; the %s law needs model or batch columns (params, tokens, flops, "
+            "batch_size): use --law curve\n",
+            points, law);
+    free(pts);
+    return SS_EXIT_USAGE;
   }
   fit_result res;
   fit_result_init(&res, law);

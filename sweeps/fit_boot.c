@@ -120,3 +120,28 @@ double *fit__bootstrap(const fit_point *pts, int n, const fit_options *opt, int 
   free(g.start);
   return boot;
 }
+
+double *fit__bootstrap_rng(int nb, int nq, uint64_t seed, int threads,
+                           void (*draw1)(void *ctx, gsl_rng *rng, double *row), void *ctx) {
+  double *boot = malloc(sizeof(double) * (size_t)nb * nq);
+  if (!boot)
+    return NULL;
+  int nthreads = threads > 0 ? threads : omp_get_max_threads();
+#pragma omp parallel num_threads(nthreads)
+  {
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+#pragma omp for schedule(dynamic, 8)
+    for (int b = 0; b < nb; b++) {
+      double *row = boot + (size_t)b * nq;
+      for (int k = 0; k < nq; k++)
+        row[k] = NAN;
+      if (!rng)
+        continue;
+      gsl_rng_set(rng, (unsigned long)fit__mix64(seed + (uint64_t)b));
+      draw1(ctx, rng, row);
+    }
+    if (rng)
+      gsl_rng_free(rng);
+  }
+  return boot;
+}

@@ -33,6 +33,15 @@ int fit__boot_column(const double *boot, int nb, int nq, int k, fit_param *p);
 double *fit__bootstrap(const fit_point *pts, int n, const fit_options *opt, int nq,
                        void (*fit1)(void *ctx, const int *idx, int m, double *row), void *ctx);
 
+/* The same seeding for any resampling scheme: nb resamples run in
+ * parallel, the b-th with an MT19937 generator seeded from
+ * fit__mix64(seed + b) exactly as in fit__bootstrap (so the result does not
+ * depend on the thread count); draw1 draws its resample from rng and
+ * refits it into row (nq values, NAN on entry). threads <= 0: all cores.
+ * Returns the malloc'd nb x nq table, or NULL when out of memory. */
+double *fit__bootstrap_rng(int nb, int nq, uint64_t seed, int threads,
+                           void (*draw1)(void *ctx, gsl_rng *rng, double *row), void *ctx);
+
 /* Writes a printf-style message to err and returns SS_EINVAL. */
 int fit__fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

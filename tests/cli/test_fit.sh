@@ -132,6 +132,46 @@ fit bad-law --points points.csv --law chinchila
 expect_rc 2
 expect_msg "got 'chinchila'"
 
+# a learning curve (steps, loss) from L(S) = 1.5 + (2000/S)^0.6, noise-free,
+# evaluated every 100 steps to 1500: --law curve predicts step 5000
+"$py" - <<'EOF'
+with open("curve.csv", "w") as f:
+    f.write("steps,loss\n")
+    for s in range(100, 1600, 100):
+        f.write(f"{s},{1.5 + (2000 / s) ** 0.6:.17g}\n")
+EOF
+fit curve --points curve.csv --law curve --target-steps 5000 --bootstrap 50 --json
+expect_rc 0
+"$py" - out <<'EOF' || fail "curve: $(head -c 800 out)"
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["law"] == "curve" and o["n_points"] == 15, o
+for k in ["params", "stderr", "ci95", "derived", "objective", "converged", "warnings"]:
+    assert k in o, k
+truth = {"L_inf": 1.5, "S_c": 2000, "alpha_S": 0.6}
+for k, v in truth.items():
+    # noise-free points: recovered to the optimiser's tolerance
+    assert abs(o["params"][k] - v) <= 1e-4 * v, (k, o["params"][k], v)
+    assert k in o["stderr"] and len(o["ci95"][k]) == 2, k
+lt = 1.5 + (2000 / 5000) ** 0.6
+assert abs(o["derived"]["loss_at_target"] - lt) < 1e-4 * lt, o["derived"]
+assert len(o["ci95"]["loss_at_target"]) == 2
+assert o["converged"] is True
+EOF
+
+fit curve-table --points curve.csv --law curve --target-steps 5000 --bootstrap 20
+expect_rc 0
+expect_msg "curve fit of 15 points from curve.csv" "alpha_S" "at S = 5000 steps" "converged   yes"
+
+head -n 5 curve.csv >few-curve.csv
+fit curve-few --points few-curve.csv --law curve
+expect_rc 2
+expect_msg "few-curve.csv" "at least 5"
+
+fit curve-as-chinchilla --points curve.csv --law chinchilla
+expect_rc 2
+expect_msg "curve.csv" "only steps and loss" "use --law curve"
+
 # a stored sweep needs a scheduler; with none reachable: a run-time failure
 fit sweep 42 --url http://127.0.0.1:1
 expect_rc 1
