@@ -2,6 +2,7 @@
 # Installs every system package scalesweep needs on Debian 12, as root.
 # Quiet and quick when everything is already there.
 #   --bench   also the benchmark's comparison side (Debian's python3-torch)
+#   --fuzz    also clang with libFuzzer and OpenMP for tests/fuzz/run.sh
 set -euo pipefail
 
 packages=(
@@ -23,9 +24,12 @@ packages=(
 if ! command -v npm >/dev/null 2>&1; then
   packages+=(npm)
 fi
-if [ "${1:-}" = "--bench" ]; then
-  packages+=(python3-torch python3-scipy)
-fi
+for opt in "$@"; do
+  case $opt in
+    --bench) packages+=(python3-torch python3-scipy) ;;
+    --fuzz) packages+=(clang libclang-rt-dev libomp-dev) ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
