@@ -295,8 +295,17 @@ int fit_read_csv(const char *path, fit_point **pts, int *n, char *err, size_t er
     fit_point *p = &out[count];
     *p = (fit_point){v[C_PARAMS], v[C_TOKENS], v[C_FLOPS], v[C_LOSS], v[C_BATCH], v[C_STEPS],
                      v[C_LR], -1};
-    if (idx[C_TOKENS] < 0 && idx[C_PARAMS] >= 0 && idx[C_FLOPS] >= 0)
+    if (idx[C_TOKENS] < 0 && idx[C_PARAMS] >= 0 && idx[C_FLOPS] >= 0) {
       p->tokens = p->flops / (6 * p->params);
+      if (!isfinite(p->tokens) || !(p->tokens > 0)) {
+        snprintf(err, errlen,
+                 "%s:%d: tokens = flops / (6 params) = %g / (6 x %g) = %g, expected a positive "
+                 "finite number",
+                 path, line, p->flops, p->params, p->tokens);
+        rc = SS_EINVAL;
+        goto done;
+      }
+    }
     keys[count] = (run_key){idx[C_RUN] >= 0 ? trim(r.f[idx[C_RUN]].text) : "", count};
     count++;
   }

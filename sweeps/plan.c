@@ -159,9 +159,14 @@ static int plan_shape(planner *P, double target, const char *path, const char *c
   return 0;
 }
 
+/* The trainer's bound on train.tokens (trainer/config.c): 2^53, the
+ * largest integer a JSON number carries exactly. */
+#define PLAN_MAX_TOKENS 9007199254740992.0
+
 /* Batch size, lr and rounded D for one planned point; fixed_B / fixed_lr
  * are 0 when the rule decides. Sets train.* in d->over. Returns -1 (with a
- * problem at d_path) when D is smaller than one batch. */
+ * problem at d_path) when D is smaller than one batch or larger than
+ * PLAN_MAX_TOKENS. */
 static int plan_train(planner *P, draft *d, double C, double D, int fixed_B, double fixed_lr,
                       const char *d_path, const char *what) {
   const spec *s = P->s;
@@ -178,6 +183,13 @@ static int plan_train(planner *P, draft *d, double C, double D, int fixed_B, dou
                      "%s gives D = %.4g tokens, smaller than one batch of %d x %d = %lld tokens; "
                      "expected D >= one batch (a larger D, a smaller model, or a smaller batch)",
                      what, D, B, T, (long long)B * T);
+    return -1;
+  }
+  if (!(D <= PLAN_MAX_TOKENS)) { /* also keeps D / step * step below INT64_MAX */
+    spec_problem_add(P->pr, d_path,
+                     "%s gives D = %.4g tokens; expected at most 2^53 = %.4g, the most "
+                     "train.tokens a run config holds (a smaller budget or a larger model)",
+                     what, D, PLAN_MAX_TOKENS);
     return -1;
   }
   int64_t step = (int64_t)B * T;
@@ -584,6 +596,56 @@ static int cmp_runs(const void *a, const void *b) {
   return x->index < y->index ? -1 : x->index > y->index;
 }
 
+typedef struct hash_ref {
+  const char *hash;
+  size_t i;
+} hash_ref;
+
+static int cmp_hash_refs(const void *a, const void *b) {
+  const hash_ref *x = a, *y = b;
+  int c = strcmp(x->hash, y->hash);
+  return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* Identical runs (the same config twice is wasted compute): each run that
+ * repeats an earlier one is reported with the first it repeats, in plan
+ * order. The hashes are sorted: comparing every pair of SPEC_MAX_RUNS runs
+ * cost as much as planning them (a fuzzing timeout). 0 or SS_ENOMEM. */
+static int report_duplicates(const plan *p, spec_problems *pr) {
+  if (p->n < 2)
+    return 0;
+  hash_ref *refs = malloc(p->n * sizeof *refs);
+  size_t *first = malloc(p->n * sizeof *first);
+  if (!refs || !first) {
+    free(refs);
+    free(first);
+    return SS_ENOMEM;
+  }
+  for (size_t i = 0; i < p->n; i++)
+    refs[i] = (hash_ref){p->runs[i].config_hash, i};
+  qsort(refs, p->n, sizeof *refs, cmp_hash_refs);
+  for (size_t k = 0, g = 0; k < p->n; k++) {
+    if (strcmp(refs[k].hash, refs[g].hash))
+      g = k; /* a new hash: refs[g] is its first run */
+    first[refs[k].i] = refs[g].i;
+  }
+  for (size_t i = 0; i < p->n; i++) {
+    size_t j = first[i];
+    if (j == i)
+      continue;
+    spec_problem_add(pr, "$",
+                     "planned runs %zu and %zu are identical (%s, %d layers x d_model %d, "
+                     "D = %lld, batch %d, lr %g; config_hash %.12s); expected distinct runs: "
+                     "use fewer sizes, a wider range or more distinct values",
+                     j, i, p->runs[i].part, p->runs[i].n_layer, p->runs[i].d_model,
+                     (long long)p->runs[i].tokens, p->runs[i].batch_size, p->runs[i].lr,
+                     p->runs[i].config_hash);
+  }
+  free(refs);
+  free(first);
+  return 0;
+}
+
 void plan_free(plan *p) {
   if (!p)
     return;
@@ -680,19 +742,11 @@ int plan_spec(const spec *s, plan **out, spec_problems *pr) {
   for (size_t i = 0; i < p->n; i++)
     p->runs[i].index = (int)i;
 
-  /* identical runs: the same config twice is wasted compute */
-  for (size_t i = 0; i < p->n; i++)
-    for (size_t j = 0; j < i; j++)
-      if (!strcmp(p->runs[i].config_hash, p->runs[j].config_hash)) {
-        spec_problem_add(pr, "$",
-                         "planned runs %zu and %zu are identical (%s, %d layers x d_model %d, "
-                         "D = %lld, batch %d, lr %g; config_hash %.12s); expected distinct runs: "
-                         "use fewer sizes, a wider range or more distinct values",
-                         j, i, p->runs[i].part, p->runs[i].n_layer, p->runs[i].d_model,
-                         (long long)p->runs[i].tokens, p->runs[i].batch_size, p->runs[i].lr,
-                         p->runs[i].config_hash);
-        break;
-      }
+  if (report_duplicates(p, pr) != 0) {
+    drafts_free(&P.ds);
+    plan_free(p);
+    return SS_ENOMEM;
+  }
 
   for (size_t i = 0; i < p->n; i++) {
     p->total_flops += p->runs[i].flops;

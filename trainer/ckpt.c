@@ -231,8 +231,19 @@ int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_o
   }
   size_t clen = rc ? 0 : (size_t)(uint32_t)hdr[H_CONFIG_LEN];
   size_t pbytes = m->nparams * sizeof(float);
-  size_t want = fixed + clen + (size_t)r.nparams * sizeof(float) + (size_t)r.optim_bytes;
-  if (!rc && (size_t)size != want) {
+  /* the lengths the file declares: a forged one must not wrap the sum
+   * around to the file's size (then the config copy below read past it) */
+  size_t want;
+  int wraps = __builtin_mul_overflow(r.nparams, sizeof(float), &want) ||
+              __builtin_add_overflow(want, r.optim_bytes, &want) ||
+              __builtin_add_overflow(want, fixed + clen, &want);
+  if (!rc && wraps) {
+    snprintf(err, errlen,
+             "%s: size is %ld bytes, its header describes %llu parameters and %llu optimizer "
+             "bytes, more than any file holds (corrupt)",
+             path, size, (unsigned long long)r.nparams, (unsigned long long)r.optim_bytes);
+    rc = SS_ECORRUPT;
+  } else if (!rc && (size_t)size != want) {
     snprintf(err, errlen, "%s: size is %ld bytes, its header describes %zu (truncated?)",
              path, size, want);
     rc = SS_ECORRUPT;
@@ -260,6 +271,12 @@ int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_o
     snprintf(err, errlen, "%s: holds %llu parameters and %llu optimizer bytes, expected %zu "
              "and %zu", path, (unsigned long long)r.nparams,
              (unsigned long long)r.optim_bytes, m->nparams, o->state_bytes);
+    rc = SS_ECORRUPT;
+  }
+  if (!rc && (r.carry < 0 || r.carry >= m->shape.vocab_size)) {
+    /* the next window's first input indexes the embedding */
+    snprintf(err, errlen, "%s: the carried token is %d, expected one below vocab_size %d "
+             "(corrupt)", path, r.carry, m->shape.vocab_size);
     rc = SS_ECORRUPT;
   }
   if (!rc) {
