@@ -1,5 +1,6 @@
 /* scalesweep train --config run.json [--resume DIR] */
 #include <signal.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,12 +12,15 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: scalesweep train --config RUN.json [--resume DIR] [--print-config]\n"
+          "usage: scalesweep train --config RUN.json [--resume DIR [--resume-max-step N]]\n"
+          "                        [--print-config]\n"
           "\n"
           "Trains one GPT from a run config (a partial config is completed with\n"
           "defaults) and prints JSON lines: config, step, eval, checkpoint, done, error.\n"
           "  --config FILE    the run config ('-' reads stdin)\n"
           "  --resume DIR     continue from DIR/checkpoint.bin, bit for bit\n"
+          "  --resume-max-step N  from the newest checkpoint (checkpoint.bin or the one\n"
+          "                   before it) at step N or earlier; none: start afresh\n"
           "  --print-config   print the resolved config and exit\n"
           "Exit codes: 0 done, 1 failed at run time, 2 invalid input,\n"
           "128+N stopped by signal N (SIGTERM: 143, after writing a checkpoint when\ncheckpoint.dir is set).\n");
@@ -24,6 +28,7 @@ static void usage(FILE *f) {
 
 int cmd_train(int argc, char **argv) {
   const char *config = NULL, *resume = NULL;
+  long long max_step = -1;
   int print_only = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -33,11 +38,22 @@ int cmd_train(int argc, char **argv) {
       config = argv[++i];
     } else if (!strcmp(argv[i], "--resume") && i + 1 < argc) {
       resume = argv[++i];
+    } else if (!strcmp(argv[i], "--resume-max-step") && i + 1 < argc) {
+      char *end;
+      const char *v = argv[++i];
+      errno = 0;
+      max_step = strtoll(v, &end, 10);
+      if (!*v || *end || errno || max_step < 0) {
+        fprintf(stderr, "scalesweep train: --resume-max-step '%s': expected an integer >= 0\n",
+                v);
+        return SS_EXIT_USAGE;
+      }
     } else if (!strcmp(argv[i], "--print-config")) {
       print_only = 1;
     } else {
       fprintf(stderr, "scalesweep train: unexpected argument '%s'%s\n", argv[i],
-              (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--resume"))
+              (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--resume") ||
+               !strcmp(argv[i], "--resume-max-step"))
                   ? " (it needs a value)"
                   : "");
       usage(stderr);
@@ -64,7 +80,11 @@ int cmd_train(int argc, char **argv) {
     return SS_EXIT_OK;
   }
   trn_train_install_signals();
-  rc = trn_train(&cfg, resume, stdout, err, sizeof err);
+  if (max_step >= 0 && !resume) {
+    fprintf(stderr, "scalesweep train: --resume-max-step needs --resume DIR\n");
+    return SS_EXIT_USAGE;
+  }
+  rc = trn_train(&cfg, resume, (int64_t)max_step, stdout, err, sizeof err);
   if (rc)
     fprintf(stderr, "scalesweep train: %s\n", err);
   if (rc == SS_ETERM)

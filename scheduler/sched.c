@@ -213,10 +213,14 @@ static void on_claimed(void *ud, int status, PGresult *res, const char *errmsg) 
         json_object_set_new(ck, "every_tokens", json_integer((json_int_t)every));
       }
     }
-    sched__send(c, json_pack("{s:s,s:I,s:i,s:o,s:o,s:s,s:b}", "type", "assign", "run_id",
-                             (json_int_t)a->run_id, "attempt", attempt, "config",
-                             config ? config : json_object(), "gpus", gl,
-                             "checkpoint_dir", dir, "resume", attempt > 1));
+    json_t *msg = json_pack("{s:s,s:I,s:i,s:o,s:o,s:s,s:b}", "type", "assign", "run_id",
+                            (json_int_t)a->run_id, "attempt", attempt, "config",
+                            config ? config : json_object(), "gpus", gl, "checkpoint_dir",
+                            dir, "resume", attempt > 1);
+    if (attempt > 1 && !PQgetisnull(res, 0, 3))
+      json_object_set_new(msg, "resume_max_step",
+                          json_integer(strtoll(PQgetvalue(res, 0, 3), NULL, 10)));
+    sched__send(c, msg);
     s->assigns++;
     if (attempt == 1)
       sched__sweep_touch(s, strtoll(PQgetvalue(res, 0, 2), NULL, 10), 0);
@@ -284,7 +288,13 @@ static void on_queue(void *ud, int status, PGresult *res, const char *errmsg) {
              "lease_until = now() + $3 * interval '1 second', "
              "started_at = coalesce(started_at, now()), error = NULL "
              "WHERE id = $1 AND status = 'queued' AND attempt < max_attempts "
-             "RETURNING attempt, config, sweep_id",
+             "RETURNING attempt, config, sweep_id, CASE WHEN attempt > 1 THEN "
+             /* a resumed run: the last step of the stored metrics' gap-free
+              * prefix 1, 2, ..., s (0 when step 1 is missing) */
+             "(SELECT CASE WHEN min(step) = 1 THEN min(step) FILTER "
+             "(WHERE nxt IS DISTINCT FROM step + 1) ELSE 0 END FROM (SELECT step, "
+             "lead(step) OVER (ORDER BY step) AS nxt FROM metrics WHERE run_id = $1 "
+             "AND step >= 1) t) END",
              3, p, on_claimed, a);
     last = a;
     if (total_free(s) == 0)

@@ -120,6 +120,15 @@ int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m,
   uint64_t trailer = h;
   fio_atomic_write(&f, &trailer, sizeof trailer);
   free(buf);
+  /* the newest becomes the previous one; a crash before the commit leaves
+   * only that, which a resume finds */
+  char prev[4200];
+  snprintf(prev, sizeof prev, "%s/%s", dir, TRN_CKPT_PREV_FILE);
+  if (rename(path, prev) != 0 && errno != ENOENT) {
+    snprintf(err, errlen, "%s: cannot keep it as %s: %s", path, prev, strerror(errno));
+    fio_atomic_abort(&f);
+    return SS_EIO;
+  }
   if ((rc = fio_atomic_commit(&f, err, errlen)) != 0)
     return rc;
   snprintf(path_out, path_len, "%s", path);
@@ -184,6 +193,41 @@ static int same_run(const char *path, const char *a_json, const char *b_json, ch
   cJSON_Delete(a);
   cJSON_Delete(b);
   return rc;
+}
+
+int trn_ckpt_peek_step(const char *path, int64_t *step, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    int e = errno;
+    snprintf(err, errlen, "%s: cannot open checkpoint: %s", path, strerror(e));
+    return e == ENOENT ? SS_ENOENT : SS_EIO;
+  }
+  int32_t hdr[HDR_INTS];
+  state_rec r;
+  int ok = fread(hdr, sizeof hdr, 1, f) == 1 && fread(&r, sizeof r, 1, f) == 1;
+  fclose(f);
+  /* the same messages as trn_ckpt_load's */
+  if (!ok) {
+    snprintf(err, errlen, "%s: truncated: a checkpoint has at least %zu bytes", path,
+             sizeof hdr + sizeof r + sizeof(uint64_t));
+    return SS_ECORRUPT;
+  }
+  if (hdr[H_MAGIC] != TRN_CKPT_MAGIC) {
+    snprintf(err, errlen,
+             "%s: byte 0: magic number is %d, expected %d\nHINT: not a scalesweep "
+             "checkpoint (a token shard or another program's file?)",
+             path, hdr[H_MAGIC], TRN_CKPT_MAGIC);
+    return SS_ECORRUPT;
+  }
+  if (hdr[H_VERSION] != TRN_CKPT_VERSION) {
+    snprintf(err, errlen,
+             "%s: byte 4: version is %d, expected %d\nHINT: written by another scalesweep "
+             "version",
+             path, hdr[H_VERSION], TRN_CKPT_VERSION);
+    return SS_ECORRUPT;
+  }
+  *step = r.step;
+  return 0;
 }
 
 int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_optim *o,

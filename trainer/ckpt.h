@@ -21,6 +21,9 @@
 #define TRN_CKPT_MAGIC 0x53534b50 /* "PKSS" little-endian: scalesweep checkpoint */
 #define TRN_CKPT_VERSION 1
 #define TRN_CKPT_FILE "checkpoint.bin"
+/* the checkpoint before it: a resume may need an older step than the newest
+ * (the worker resumes at most from the last step whose metrics are stored) */
+#define TRN_CKPT_PREV_FILE "checkpoint.prev.bin"
 
 typedef struct trn_ckpt_state {
   int64_t step;       /* optimizer steps done */
@@ -33,8 +36,8 @@ typedef struct trn_ckpt_state {
   trn_noise noise;
 } trn_ckpt_state;
 
-/* Writes DIR/checkpoint.bin (DIR is created if missing); the final path is
- * copied to path_out. */
+/* Writes DIR/checkpoint.bin (DIR is created if missing), the one it replaces
+ * becoming DIR/checkpoint.prev.bin; the final path is copied to path_out. */
 int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m,
                   const trn_optim *o, const trn_ckpt_state *st, char *path_out,
                   size_t path_len, char *err, size_t errlen);
@@ -43,6 +46,10 @@ int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m,
  * precision settings as config_json into m, o and st. A wrong magic,
  * version, size or checksum is SS_ECORRUPT; a checkpoint of another config
  * is SS_EINVAL; both name the file and what differs. */
+/* The step a checkpoint holds, from its header alone (trn_ckpt_load checks
+ * the rest). 0 or an SS_E* code with a message. */
+int trn_ckpt_peek_step(const char *path, int64_t *step, char *err, size_t errlen);
+
 int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_optim *o,
                   trn_ckpt_state *st, char *err, size_t errlen);
 

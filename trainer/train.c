@@ -195,7 +195,38 @@ static int save(run *r, const trn_ckpt_state *st, char *err, size_t errlen) {
   return 0;
 }
 
-static int train_loop(run *r, const char *resume_dir, char *err, size_t errlen) {
+/* The checkpoint to resume from (train.h): 1 with path filled, 0 when none
+ * fits, or an SS_E* code (with err) for a file that is there but unreadable
+ * or not a checkpoint (never skipped silently). */
+static int pick_checkpoint(const char *dir, int64_t max_step, char *path, size_t len,
+                           char *err, size_t errlen) {
+  static const char *const files[2] = {TRN_CKPT_FILE, TRN_CKPT_PREV_FILE};
+  int64_t best = -1;
+  for (int i = 0; i < 2; i++) {
+    char p[4200];
+    int64_t step;
+    snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+    int rc = trn_ckpt_peek_step(p, &step, err, errlen);
+    if (rc == SS_ENOENT)
+      continue;
+    if (rc)
+      return rc;
+    if (max_step >= 0 && step > max_step) {
+      fprintf(stderr, "scalesweep train: %s holds step %lld, after step %lld (the last one "
+                      "whose metrics are stored); not resumed from\n",
+              p, (long long)step, (long long)max_step);
+      continue;
+    }
+    if (step > best) {
+      best = step;
+      snprintf(path, len, "%s", p);
+    }
+  }
+  return best >= 0;
+}
+
+static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, char *err,
+                      size_t errlen) {
   const trn_config *c = r->cfg;
   int T = c->model.seq_len, mb = c->train.micro_batch_size, B = c->train.batch_size;
   int nmicro = B / mb;
@@ -208,14 +239,16 @@ static int train_loop(run *r, const char *resume_dir, char *err, size_t errlen) 
 
   int rc;
   if (resume_dir) {
-    char path[4096];
+    char path[4200];
     struct stat sb;
-    snprintf(path, sizeof path, "%s/%s", resume_dir, TRN_CKPT_FILE);
     if (stat(resume_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
       snprintf(err, errlen, "%s: --resume: not a directory", resume_dir);
       return SS_ENOENT;
     }
-    if (stat(path, &sb) == 0) {
+    rc = pick_checkpoint(resume_dir, resume_max_step, path, sizeof path, err, errlen);
+    if (rc < 0)
+      return rc;
+    if (rc == 1) {
       rc = trn_ckpt_load(path, r->config_json, &r->model, &r->optim, &st, err, errlen);
       if (rc)
         return rc;
@@ -225,7 +258,7 @@ static int train_loop(run *r, const char *resume_dir, char *err, size_t errlen) 
         return rc;
       }
     } else {
-      resume_dir = NULL; /* an empty directory: a fresh start */
+      resume_dir = NULL; /* no (usable) checkpoint: a fresh start */
     }
   }
   if (!resume_dir) {
@@ -368,8 +401,8 @@ static int train_loop(run *r, const char *resume_dir, char *err, size_t errlen) 
   return 0;
 }
 
-int trn_train(const trn_config *cfg, const char *resume_dir, FILE *out, char *err,
-              size_t errlen) {
+int trn_train(const trn_config *cfg, const char *resume_dir, int64_t resume_max_step,
+              FILE *out, char *err, size_t errlen) {
   run r;
   memset(&r, 0, sizeof r);
   r.cfg = cfg;
@@ -406,7 +439,7 @@ int trn_train(const trn_config *cfg, const char *resume_dir, FILE *out, char *er
   }
   trn_loader_next(r.val, r.val_tok, (size_t)r.nval * T + 1);
   emit_config(&r);
-  rc = train_loop(&r, resume_dir, err, errlen);
+  rc = train_loop(&r, resume_dir, resume_max_step, err, errlen);
 
 done:
   if (rc)

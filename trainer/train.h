@@ -12,9 +12,13 @@
 #include "trainer/config.h"
 
 /* resume_dir: continue from resume_dir/checkpoint.bin (NULL: fresh run; a
- * directory without a checkpoint starts fresh). */
-int trn_train(const trn_config *cfg, const char *resume_dir, FILE *out, char *err,
-              size_t errlen);
+ * directory without a checkpoint starts fresh). resume_max_step >= 0: from
+ * the newest of checkpoint.bin and checkpoint.prev.bin whose step is at most
+ * that, else fresh (the worker passes the last step whose metrics the
+ * scheduler has stored, so that no step's metrics go missing); < 0: the
+ * newest. */
+int trn_train(const trn_config *cfg, const char *resume_dir, int64_t resume_max_step,
+              FILE *out, char *err, size_t errlen);
 
 /* Installs the SIGTERM/SIGINT handlers that make trn_train checkpoint and
  * stop at the end of the current step. */

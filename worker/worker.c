@@ -719,8 +719,10 @@ static void run_start(run *r) {
   int resume = json_is_true(json_object_get(r->assign, "resume"));
   char ckfile[PATH_MAX + 32];
   if (resume) {
+    char prev[PATH_MAX + 32];
     snprintf(ckfile, sizeof ckfile, "%s/checkpoint.bin", ckdir);
-    if (!*ckdir || access(ckfile, R_OK)) {
+    snprintf(prev, sizeof prev, "%s/checkpoint.prev.bin", ckdir);
+    if (!*ckdir || (access(ckfile, R_OK) && access(prev, R_OK))) {
       wlog("run %" PRId64 " attempt %" PRId64 ": resume asked but %s%s; starting from scratch",
            r->id, r->attempt, *ckdir ? ckfile : "no checkpoint_dir was given",
            *ckdir ? " is not here" : "");
@@ -736,19 +738,28 @@ static void run_start(run *r) {
 
   char cvd[256];
   char **env = child_env(r, cvd, sizeof cvd);
+  /* resume at most from the last step whose metrics the scheduler has
+   * stored: a checkpoint past it would leave the steps between unrecorded */
+  json_t *maxj = json_object_get(r->assign, "resume_max_step");
+  char maxs[32] = "";
+  if (resume && json_is_integer(maxj) && json_integer_value(maxj) >= 0)
+    snprintf(maxs, sizeof maxs, "%" JSON_INTEGER_FORMAT, json_integer_value(maxj));
   char *args[] = {w->bin,
                   "train",
                   "--config",
                   cfg_path,
                   resume ? "--resume" : NULL,
                   resume ? (char *)ckdir : NULL,
+                  maxs[0] ? "--resume-max-step" : NULL,
+                  maxs[0] ? maxs : NULL,
                   NULL};
   {
     char head[2048];
     int n = snprintf(
         head, sizeof head,
-        "---- worker: run %" PRId64 " attempt %" PRId64 ": %s train --config %s%s%s (%s)\n", r->id,
-        r->attempt, w->bin, cfg_path, resume ? " --resume " : "", resume ? ckdir : "", cvd);
+        "---- worker: run %" PRId64 " attempt %" PRId64 ": %s train --config %s%s%s%s%s (%s)\n",
+        r->id, r->attempt, w->bin, cfg_path, resume ? " --resume " : "", resume ? ckdir : "",
+        maxs[0] ? " --resume-max-step " : "", maxs, cvd);
     if (n > 0 && write(fd, head, (size_t)n < sizeof head ? (size_t)n : sizeof head - 1) < 0)
       wlog("run %" PRId64 ": cannot write to %s: %s", r->id, r->log_path, strerror(errno));
   }

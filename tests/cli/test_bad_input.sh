@@ -194,9 +194,9 @@ grep -q '"event":"checkpoint"' out && fail "nan_resume: a checkpoint was written
 after=$(sha256sum <nan_ck2/checkpoint.bin)
 [ "$before" = "$after" ] ||
   fail "the checkpoint changed across the failing step (sha256 ${before%% *} -> ${after%% *})"
-left=(nan_ck2/*)
-[ "${left[*]}" = nan_ck2/checkpoint.bin ] ||
-  fail "files left beside the checkpoint: ${left[*]}"
+left=(nan_ck2/*) # the checkpoint and the one before it, no temporary files
+[ "${left[*]}" = "nan_ck2/checkpoint.bin nan_ck2/checkpoint.prev.bin" ] ||
+  fail "files left beside the checkpoints: ${left[*]}"
 echo "ok divergence: exit 1, error event, checkpoint of step $last intact"
 
 # ---- usage -------------------------------------------------------------------------

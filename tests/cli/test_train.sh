@@ -449,6 +449,20 @@ if [ "$rc" != 0 ] || ! h same r_fp32.full/out r_fp32.again/out "resume at the fi
     "$(grep -o '"event":"done","final_val_loss":[^,]*' r_fp32.again/out || echo 'no done line')" \
     "(uninterrupted: $(grep -o '"final_val_loss":[^,]*' r_fp32.full/out))"
 fi
+# --resume-max-step (the worker passes the last step whose metrics the scheduler
+# stored): the newest checkpoint at or before it, here checkpoint.prev.bin (step
+# 150, checkpoint.bin is step 160), or a fresh start when both are later; either
+# way the same done line as the uninterrupted run.
+for case in "155 151" "5 1"; do
+  set -- $case
+  cp -r r_fp32.full "r_fp32.max$1"
+  run "r_fp32.max$1" "$tmp/r_fp32.json" --resume ck --resume-max-step "$1"
+  first=$(grep -m1 -o '"event":"step","step":[0-9]*' "r_fp32.max$1/out" | grep -o '[0-9]*$')
+  [ "$first" = "$2" ] ||
+    fail "--resume-max-step $1: the first step printed is $first, expected $2"
+  h same r_fp32.full/out "r_fp32.max$1/out" "--resume-max-step $1" done
+done
+h same r_fp32.full/out r_fp32.max5/out "--resume-max-step before every checkpoint" step,eval,done
 echo "ok 2 kill and resume"
 
 # ---- 3. recompute --------------------------------------------------------------
