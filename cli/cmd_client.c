@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/client.h"
 #include "cli/commands.h"
@@ -13,7 +14,8 @@
 typedef struct copts {
   const char *url, *state, *token_file;
   int json;
-  int run; /* cancel: the id is a run's */
+  int run;  /* cancel: the id is a run's */
+  int wait; /* reproduce: wait and compare */
   const char *arg;
 } copts;
 
@@ -26,8 +28,8 @@ static int parse(int argc, char **argv, copts *o, const char *usage) {
       exit(0);
     } else if (!strcmp(a, "--json")) {
       o->json = 1;
-    } else if (!strcmp(a, "--run")) {
-      o->run = 1;
+    } else if ((!strcmp(a, "--run") || !strcmp(a, "--wait")) && strstr(usage, a)) {
+      *(a[2] == 'r' ? &o->run : &o->wait) = 1; /* only where the usage names it */
     } else if ((!strcmp(a, "--url") || !strcmp(a, "--state") || !strcmp(a, "--token-file")) &&
                i + 1 < argc) {
       const char **dst = a[2] == 'u' ? &o->url : a[2] == 's' ? &o->state : &o->token_file;
@@ -273,13 +275,71 @@ static void say_reproduced(const copts *o, json_t *j) {
   printf("run %lld queued, reproducing run %s\n", (long long)num(j, "id"), o->arg);
 }
 
+/* --wait: polls the new run until it has finished and its comparison with
+ * the original is there; prints it. 0 when the curves are identical, 1 when
+ * they differ or the run failed. */
+static int wait_reproduction(const copts *o, long long id) {
+  char path[64];
+  snprintf(path, sizeof path, "/api/runs/%lld", id);
+  for (;;) {
+    int rc;
+    char *raw = NULL;
+    json_t *j = call(o, "GET", path, NULL, 0, &rc, &raw);
+    if (!j)
+      return rc;
+    json_t *rep = json_object_get(j, "reproduction");
+    const char *st = str(json_object_get(j, "run"), "status");
+    if (json_is_object(rep) || !strcmp(st, "cancelled")) {
+      int same = json_is_true(json_object_get(rep, "identical"));
+      if (o->json)
+        printf("%s\n", raw);
+      else if (!json_is_object(rep))
+        printf("run %lld was cancelled\n", id);
+      else if (same)
+        printf("run %lld reproduces run %.0f exactly: %.0f steps, every training and validation "
+               "loss identical, final val loss %.17g\n",
+               id, num(rep, "of"), num(rep, "steps_compared"), num(rep, "final_val_loss_original"));
+      else
+        printf("run %lld differs from run %.0f: largest loss difference %.3g at step %.0f "
+               "(%.0f of %.0f / %.0f steps compared); final val loss %.17g vs %.17g\n",
+               id, num(rep, "of"), num(rep, "max_abs_diff"), num(rep, "at_step"),
+               num(rep, "steps_compared"), num(rep, "steps_original"),
+               num(rep, "steps_reproduced"), num(rep, "final_val_loss_reproduced"),
+               num(rep, "final_val_loss_original"));
+      free(raw);
+      json_decref(j);
+      return same ? 0 : SS_EXIT_FAILURE;
+    }
+    free(raw);
+    json_decref(j);
+    sleep(1);
+  }
+}
+
 int cmd_reproduce(int argc, char **argv) {
   static const char usage[] =
-      "usage: scalesweep reproduce RUN_ID [--url URL] [--state DIR] [--token-file F] [--json]\n"
-      "  queues a new run with RUN_ID's stored config (runs.reproduces names the original)\n";
+      "usage: scalesweep reproduce RUN_ID [--wait] [--url URL] [--state DIR] [--token-file F]\n"
+      "                            [--json]\n"
+      "  queues a new run with RUN_ID's stored config (runs.reproduces names the original);\n"
+      "  --wait waits for it and reports whether its loss curve matches the original's\n"
+      "  exactly (exit 0) or the largest difference (exit 1)\n";
   copts o;
   int rc = parse(argc, argv, &o, usage);
   if (rc)
     return rc;
-  return post_action(&o, "reproduce", "runs", "reproduce", say_reproduced);
+  if (!o.wait)
+    return post_action(&o, "reproduce", "runs", "reproduce", say_reproduced);
+  if (!positive_id("reproduce", o.arg))
+    return SS_EXIT_USAGE;
+  char path[96], *raw = NULL;
+  snprintf(path, sizeof path, "/api/runs/%s/reproduce", o.arg);
+  json_t *j = call(&o, "POST", path, "{}", 2, &rc, &raw);
+  free(raw);
+  if (!j)
+    return rc;
+  long long id = (long long)num(j, "id");
+  json_decref(j);
+  if (!o.json)
+    printf("run %lld queued, reproducing run %s; waiting for it\n", id, o.arg);
+  return wait_reproduction(&o, id);
 }

@@ -294,21 +294,33 @@ try:
     out = cli("runs", str(sweep), "--json")
     if out.returncode != 0 or len(json.loads(out.stdout)) != 6:
         fail(f"scalesweep runs --json: {out.returncode} {out.stdout[:300]} {out.stderr}")
-    out = cli("reproduce", str(victim["id"]), "--json")
-    if out.returncode != 0:
-        fail(f"scalesweep reproduce: {out.stderr}")
-    rep = json.loads(out.stdout)["id"]
-    while time.time() - T0 < TIMEOUT:
-        st, r = request("GET", f"/api/runs/{rep}")
-        if r["run"]["status"] in ("succeeded", "failed"):
-            break
-        time.sleep(0.3)
+    # reproduce --wait: the new run's curve is compared with the original's
+    out = cli("reproduce", str(victim["id"]), "--wait")
+    if out.returncode != 0 or f"reproduces run {victim['id']} exactly" not in out.stdout:
+        fail(f"scalesweep reproduce --wait: {out.returncode} {out.stdout} {out.stderr}")
+    rep = int(out.stdout.split()[1])
+    st, r = request("GET", f"/api/runs/{rep}")
     if r["run"]["status"] != "succeeded" or r["run"]["reproduces"] != victim["id"]:
         fail(f"reproduced run: {r['run']}")
     if r["run"]["final_val_loss"] != victim_now["final_val_loss"]:
         fail(f"run {victim['id']} reproduced with val loss {r['run']['final_val_loss']}, "
              f"originally {victim_now['final_val_loss']} (resumed from a checkpoint, on "
              "another worker): expected the same bits")
+    c = r["reproduction"]
+    if not (c and c["identical"] and c["steps_compared"] == STEPS and c["max_abs_diff"] == 0):
+        fail(f"GET /api/runs/{rep}: reproduction {c}, expected identical over {STEPS} steps")
+    # a curve that differs at one step: the largest difference and where
+    psql(f"UPDATE metrics SET train_loss = train_loss + 0.5 WHERE run_id = {rep} AND step = 7")
+    st, r = request("GET", f"/api/runs/{rep}")
+    c = r["reproduction"]
+    if c["identical"] or abs(c["max_abs_diff"] - 0.5) > 1e-9 or c["at_step"] != 7:
+        fail(f"a reproduction that differs at step 7 by 0.5: {c}")
+    st, r = request("GET", f"/api/runs/{victim['id']}")
+    if r.get("reproduction") is not None:
+        fail(f"an original run has no reproduction object: {r.get('reproduction')}")
+    out = cli("status", "1", "--wait")
+    if out.returncode != 2:
+        fail(f"scalesweep status --wait (not its option): exit {out.returncode}, expected 2")
     out = cli("cancel", "999999")
     if out.returncode != 2:
         fail(f"scalesweep cancel of a missing sweep: exit {out.returncode}, expected 2")
