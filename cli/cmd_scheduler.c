@@ -11,12 +11,14 @@ static const char usage[] =
     "usage: scalesweep scheduler --database URL --token-file F [--api-token-file F2]\n"
     "                            [--listen HOST:PORT] [--workers HOST:PORT]\n"
     "                            [--checkpoints DIR] [--lease-seconds N] [--ready-file F]\n"
-    "                            [--closed-reads] [--data-dir DIR ...]\n"
+    "                            [--closed-reads] [--data-dir DIR ...] [--predict-seconds N]\n"
     "  --listen       the HTTP API and page (default 127.0.0.1:8080)\n"
     "  --workers      the worker port (default 127.0.0.1:8081)\n"
     "  --token-file   the cluster token: workers authenticate with it\n"
     "  --api-token-file  the token API changes need (default: the cluster token)\n"
     "  --closed-reads reads need the API token too\n"
+    "  --predict-seconds  how often running runs' final losses are predicted from their\n"
+    "                 curves and checked against the sweep's fit (default 15; 0: never)\n"
     "  --data-dir     a directory a spec's token shards may lie under (repeatable; without\n"
     "                 one, specs must use the synthetic corpus)\n";
 
@@ -51,7 +53,15 @@ int cmd_scheduler(int argc, char **argv) {
       o.checkpoint_root = v;
     else if (!strcmp(a, "--ready-file"))
       o.ready_file = v;
-    else if (!strcmp(a, "--data-dir")) {
+    else if (!strcmp(a, "--predict-seconds")) {
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (!*v || *end || n < 0 || n > 86400) {
+        fprintf(stderr, "scalesweep scheduler: --predict-seconds %s: expected 0 to 86400\n", v);
+        return SS_EXIT_USAGE;
+      }
+      o.predict_s = (int)n;
+    } else if (!strcmp(a, "--data-dir")) {
       char *real = realpath(v, NULL); /* lives as long as the process */
       if (!real || o.ndata_dirs == SCHED_MAX_DATA_DIRS) {
         fprintf(stderr, "scalesweep scheduler: --data-dir %s: %s\n", v,

@@ -105,7 +105,7 @@ static const char *run_columns =
     "r.id, r.sweep_id, r.status, r.attempt, r.max_attempts, r.gpus, r.priority, r.worker, "
     "r.lease_until, r.params, r.nonembedding_params, r.tokens, r.batch_size, r.flops, "
     "r.final_val_loss, r.started_at, r.finished_at, r.reproduces, r.code_version, r.error, "
-    "r.checkpoint_step, r.config_hash, r.part, r.target_loss";
+    "r.checkpoint_step, r.config_hash, r.part, r.target_loss, r.prediction";
 
 /* Paging of a sweep's runs: ?limit= (default 500, at most 10000), ?offset=,
  * ?status= (one run status), ?sort= (a column of sort_columns) and

@@ -92,6 +92,7 @@ struct sched {
   int64_t touched[256]; /* sweeps waiting for sched__sweep_flush */
   char touched_refit[256];
   int ntouched;
+  int predict_ticks; /* lease-timer seconds since the last prediction pass */
   int stopping;
 
   sched__sse *sse;
@@ -108,6 +109,10 @@ struct sched {
 void sched__place(sched *s);
 void sched__emit(sched *s, const char *name, json_t *data); /* steals data */
 int sched__token_ok(const char *want, const char *got);
+
+/* predict.c: predict every running run's final loss from its curve so far
+ * and flag those far off their sweep's fitted surface (one pass at a time) */
+void sched__predict(sched *s);
 
 /* refit.c: refit a sweep's laws (after a run of it succeeded) */
 void sched__refit(sched *s, int64_t sweep_id);

@@ -23,6 +23,7 @@ void sched_options_default(sched_options *o) {
   o->lease_s = 30;
   o->heartbeat_s = 5;
   o->open_reads = 1;
+  o->predict_s = 15;
 }
 
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -368,6 +369,10 @@ static void on_lease_timer(uv_timer_t *t) {
   sched *s = t->data;
   if (db_ready(s->db))
     sched__sweep_flush(s);
+  if (db_ready(s->db) && s->o.predict_s > 0 && ++s->predict_ticks >= s->o.predict_s) {
+    s->predict_ticks = 0;
+    sched__predict(s);
+  }
   if (!db_ready(s->db)) {
     s->db_was_down = 1;
     return;

@@ -814,6 +814,26 @@ static void render_run(buf *b, web_req *w, json_t *r) {
   b_row(b, "Duration");
   b_duration(b, jnum(r, "duration_s"));
   b_puts(b, "</td></tr>");
+  json_t *pred = json_object_get(r, "prediction");
+  const char *status = jstr(r, "status");
+  if (json_is_object(pred) && status && !strcmp(status, "running")) {
+    /* predict.c: the final loss from the curve so far, against the fit */
+    b_row(b, "Predicted final loss");
+    b_num(b, jnum(pred, "predicted"), "%.4f");
+    b_puts(b, " (95% ");
+    b_num(b, jnum(pred, "lo"), "%.4f");
+    b_puts(b, " to ");
+    b_num(b, jnum(pred, "hi"), "%.4f");
+    b_printf(b, "; from %" JSON_INTEGER_FORMAT " evaluations to step %" JSON_INTEGER_FORMAT ")",
+             jint(pred, "evals"), jint(pred, "at_step"));
+    if (json_is_number(json_object_get(pred, "surface"))) {
+      b_puts(b, "; the sweep's fit says ");
+      b_num(b, jnum(pred, "surface"), "%.4f");
+    }
+    if (json_is_true(json_object_get(pred, "flagged")))
+      b_puts(b, " <strong class=\"flag\">far off the fit: worth a look</strong>");
+    b_puts(b, "</td></tr>");
+  }
   if (jint(r, "reproduces")) {
     b_row(b, "Reproduces");
     b_printf(
@@ -885,7 +905,8 @@ static const char run_sql[] =
                                              "'config_hash', r.config_hash, "
                                              "'code_version', r.code_version, "
                                              "'error', r.error, 'log_tail', "
-                                             "r.log_tail, 'config', r.config) "
+                                             "r.log_tail, 'prediction', r.prediction, "
+                                             "'config', r.config) "
                                              "FROM runs r JOIN sweeps sw ON "
                                              "sw.id = r.sweep_id LEFT JOIN "
                                              "workers wk ON wk.id = r.worker "

@@ -11,10 +11,13 @@ so the steps to reach a target loss L_t are S = g (S0 + E0 / B) with
 g = (L_t - 2)^-2: the empirical model S = S_min + E_min / B with
 B_crit = E_min / S_min = E0 / S0 = 32 sequences at every target. Every
 step line carries b_noise = 20 sequences. A config whose train.seed is 99
-writes a line to stderr and fails half-way."""
+writes a line to stderr and fails half-way. FAKE_LAW_SECONDS (default 0)
+spreads the lines over that many seconds, so a run can be seen running."""
 import json
 import math
+import os
 import sys
+import time
 
 S0, E0, BNOISE = 100.0, 3200.0, 20.0
 
@@ -39,7 +42,11 @@ def main():
     out({"event": "config", "config": cfg, "params": n, "nonembedding_params": n,
          "flops_per_token": 6 * n})
     emit = min(steps, 400)
+    pause = float(os.environ.get("FAKE_LAW_SECONDS", "0")) / emit
     for i in range(1, emit + 1):
+        if pause:
+            sys.stdout.flush()
+            time.sleep(pause)
         s = max(1, round(steps * i / emit))
         out({"event": "step", "step": s, "tokens": s * per_step, "train_loss": loss(s),
              "lr": t.get("lr", 0.001), "grad_norm": 1.0, "b_noise": BNOISE, "tok_per_s": 1e6})

@@ -10,7 +10,10 @@ follow known laws:
   ladder's gradient noise scale B_noise = 20 sequences = 640 tokens;
 - a failed run keeps the tail of its log (runs.log_tail) for the page;
 - paths in specs: token shards only under the scheduler's --data-dir, no
-  checkpoint directory chosen by a spec (400 naming each JSON path).
+  checkpoint directory chosen by a spec (400 naming each JSON path);
+- a running run's final loss is predicted from its curve so far (Kaplan's
+  L(S), runs.prediction): on the stand-in's exact power law the prediction
+  is the true final loss, inside its interval.
 
 Usage: test_refit.py SCALESWEEP_BINARY
 """
@@ -76,9 +79,10 @@ def request(method, path, body=None):
     return r.status, json.loads(data) if data else None
 
 
-def start(name, args):
+def start(name, args, env=None):
     log = open(os.path.join(tmp, name + ".log"), "a")
-    procs.append(subprocess.Popen([BIN] + args, stdout=log, stderr=log))
+    procs.append(subprocess.Popen([BIN] + args, stdout=log, stderr=log,
+                                  env=dict(os.environ, **(env or {}))))
 
 
 def wait_sweep(sweep):
@@ -96,7 +100,8 @@ try:
     os.mkdir(data)
     start("scheduler", ["scheduler", "--database", DB, "--token-file", token,
                         "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
-                        "--checkpoints", os.path.join(tmp, "ckpt"), "--data-dir", data])
+                        "--checkpoints", os.path.join(tmp, "ckpt"), "--data-dir", data,
+                        "--predict-seconds", "1"])
     for _ in range(200):
         try:
             if request("GET", "/healthz")[0] == 200:
@@ -108,7 +113,7 @@ try:
         fail("the scheduler did not come up")
     start("worker", ["worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
                      "--cpu-slots", "2", "--work-dir", os.path.join(tmp, "w"), "--name", "w",
-                     "--bin", FAKE])
+                     "--bin", FAKE], env={"FAKE_LAW_SECONDS": "0"})
 
     # paths in specs
     def with_base(extra):
@@ -184,6 +189,48 @@ try:
     if "loss diverged at step" not in tail:
         fail(f"runs.log_tail of the failed run: {tail!r}")
     print("failed run: its log tail is stored")
+
+    # a slow run: its prediction while it runs. B = 8: L(s) = 2 + (s / 500)^-0.5,
+    # 4000 steps, final loss 2 + 8^-0.5
+    for p in procs[1:]:
+        p.terminate()
+        p.wait(10)
+    start("worker2", ["worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
+                      "--cpu-slots", "1", "--work-dir", os.path.join(tmp, "w2"), "--name", "w2",
+                      "--bin", FAKE], env={"FAKE_LAW_SECONDS": "20"})
+    spec = {"name": "refit-predict", "method": "runs",
+            "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
+                     "train": {"batch_size": 8, "lr": 0.003, "warmup_tokens": 25600}},
+            "runs": [{"train": {"tokens": 1024000, "seed": 5}}], "resources": {"cpus": 1}}
+    st, body = request("POST", "/api/sweeps", spec)
+    if st != 201:
+        fail(f"submit: {st} {body}")
+    truth = 2 + 8 ** -0.5
+    pred = None
+    while time.time() - T0 < TIMEOUT:
+        st, page = request("GET", f"/api/sweeps/{body['id']}/runs")
+        run = page["runs"][0]
+        if run["status"] != "running" and run["status"] != "queued":
+            fail(f"the slow run ended before it was predicted: {run}")
+        pred = run.get("prediction")
+        if pred and pred["evals"] >= 20:
+            break
+        time.sleep(0.3)
+    if not pred:
+        fail("no prediction for the running run")
+    if not (abs(pred["predicted"] - truth) < 1e-3 and pred["lo"] <= truth <= pred["hi"]
+            and pred["target_steps"] == 4000 and pred["surface"] is None
+            and pred["flagged"] is False and pred["at_step"] < 4000):
+        fail(f"prediction {pred}, expected {truth:.6f} inside [lo, hi] at 4000 steps, "
+             "no surface (no chinchilla fit), not flagged")
+    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
+    c.request("GET", f"/runs/{run['id']}")
+    page = c.getresponse().read().decode()
+    c.close()
+    if "Predicted final loss" not in page or "2.3536" not in page:
+        fail(f"the run's page does not show the prediction: {page[:2000]}")
+    print(f"prediction at step {pred['at_step']} of 4000 from {pred['evals']} evaluations: "
+          f"{pred['predicted']:.5f} [{pred['lo']:.5f}, {pred['hi']:.5f}], true {truth:.5f}")
 finally:
     for p in procs[::-1]:
         if p.poll() is None:
