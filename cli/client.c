@@ -180,6 +180,17 @@ void cli_print_fit(FILE *f, const char *law, json_t *fit) {
     fprintf(f, "  derived:\n");
     print_values(f, derived, ci);
   }
+  json_t *ex = json_object_get(fit, "extrapolation");
+  if (json_is_object(ex))
+    fprintf(f,
+            "  extrapolation check: refitted without the largest budget (C = %.3g) on %.0f "
+            "points, the law predicts its runs' mean loss %.5g; measured %.5g (mean relative "
+            "error %.2f%%)\n",
+            json_number_value(json_object_get(ex, "held_out_flops")),
+            json_number_value(json_object_get(ex, "fitted_points")),
+            json_number_value(json_object_get(ex, "predicted_loss")),
+            json_number_value(json_object_get(ex, "measured_loss")),
+            100 * json_number_value(json_object_get(ex, "rel_err")));
   size_t i;
   json_t *w;
   json_array_foreach(json_object_get(fit, "warnings"), i, w) {

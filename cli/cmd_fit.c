@@ -50,6 +50,8 @@ static const char usage_text[] =
     "  --no-irreducible  kaplan: fix E = 0 (Kaplan et al.'s form)\n"
     "  --near-best R     bopt: near-optimal runs are within R of the best loss\n"
     "                    (relative; default 0.01)\n"
+    "  --holdout         chinchilla: also the extrapolation check (refit without the\n"
+    "                    largest compute budget, predict its runs; JSON: extrapolation)\n"
     "  --full-grid       chinchilla: BFGS from all 4,500 grid starts instead of the\n"
     "                    screened best (slow; the reference the screen is tested on)\n"
     "  --json            print one JSON object instead of the table\n"
@@ -296,7 +298,7 @@ static int fit_stored(const char *sweep, const char *law, int json, const char *
 int cmd_fit(int argc, char **argv) {
   const char *points = NULL, *law = NULL, *sweep = NULL;
   fit_options opt = {.bootstrap = -1, .seed = 1, .fit_irreducible = 1};
-  int json = 0;
+  int json = 0, holdout = 0;
   const char *url = NULL, *state = NULL, *token_file = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *eq = strchr(a, '='), *val = NULL;
@@ -312,11 +314,13 @@ int cmd_fit(int argc, char **argv) {
       continue;
     }
 #define IS(name) (nlen == strlen(name) && !strncmp(a, name, nlen))
-    if (IS("--json") || IS("--no-irreducible") || IS("--full-grid")) {
+    if (IS("--json") || IS("--no-irreducible") || IS("--full-grid") || IS("--holdout")) {
       if (eq)
         return usage_error("%.*s takes no value", (int)nlen, a);
       if (IS("--json"))
         json = 1;
+      else if (IS("--holdout"))
+        holdout = 1;
       else if (IS("--no-irreducible"))
         opt.fit_irreducible = 0;
       else
@@ -380,6 +384,8 @@ int cmd_fit(int argc, char **argv) {
   if (!fit)
     return usage_error("--law: expected chinchilla, kaplan, isoflop, batch, bopt or curve, got '%s'",
                        law);
+  if (holdout && strcmp(law, "chinchilla"))
+    return usage_error("--holdout is the Chinchilla law's extrapolation check (--law chinchilla)");
   if (opt.bootstrap < 0)
     opt.bootstrap = !strcmp(law, "chinchilla") || !strcmp(law, "bopt") || !strcmp(law, "curve")
                         ? DEFAULT_BOOTSTRAP_CHINCHILLA
@@ -405,6 +411,22 @@ int cmd_fit(int argc, char **argv) {
   fit_result res;
   fit_result_init(&res, law);
   rc = fit(pts, n, &opt, &res, err, sizeof err);
+  /* chinchilla --holdout: the extrapolation check, without a bootstrap */
+  fit_result ex;
+  int have_ex = 0;
+  if (!rc && holdout) {
+    fit_options o2 = opt;
+    o2.bootstrap = 0;
+    int erc = fit_extrapolation_check(pts, n, &o2, &ex, err, sizeof err);
+    if (erc) {
+      fprintf(stderr, "scalesweep fit: %s: %s\n", points, err);
+      fit_result_free(&ex);
+      fit_result_free(&res);
+      free(pts);
+      return err_exit_code(erc);
+    }
+    have_ex = 1;
+  }
   free(pts);
   if (rc) {
     fprintf(stderr, "scalesweep fit: %s: %s\n", points, err);
@@ -413,16 +435,45 @@ int cmd_fit(int argc, char **argv) {
   }
   if (json) {
     char *s = fit_result_to_json(&res);
+    if (s && have_ex) { /* the check's refit as "extrapolation" */
+      char *e = fit_result_to_json(&ex);
+      json_t *o = json_loads(s, 0, NULL), *eo = e ? json_loads(e, 0, NULL) : NULL;
+      free(s);
+      free(e);
+      s = NULL;
+      if (o && eo) {
+        json_object_set_new(o, "extrapolation", eo);
+        s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
+      } else {
+        json_decref(eo);
+      }
+      json_decref(o);
+    }
     if (!s) {
       fprintf(stderr, "scalesweep fit: out of memory rendering the JSON\n");
       fit_result_free(&res);
+      if (have_ex)
+        fit_result_free(&ex);
       return SS_EXIT_FAILURE;
     }
     printf("%s\n", s);
     free(s);
   } else {
     print_table(&res, points, &opt);
+    if (have_ex) {
+      printf("\nextrapolation check (the largest budget held out):\n");
+      header("refit parameter");
+      for (int i = 0; i < ex.nparams; i++)
+        row(&ex.params[i], NULL);
+      for (int i = 0; i < ex.nderived; i++)
+        if (!strncmp(ex.derived[i].name, "holdout_", 8))
+          row(&ex.derived[i], NULL);
+      for (int i = 0; i < ex.nwarnings; i++)
+        printf("  warning: %s\n", ex.warnings[i]);
+    }
   }
+  if (have_ex)
+    fit_result_free(&ex);
   fit_result_free(&res);
   return fflush(stdout) ? SS_EXIT_FAILURE : SS_EXIT_OK;
 }

@@ -81,6 +81,35 @@ static void add_bnoise(refit *r, fit_result *res) {
   free(v);
 }
 
+/* The extrapolation check (SCIENCE.md section 2): the law refitted without
+ * the largest compute budget predicts that budget's runs; NULL when the
+ * points have a single budget or the refit fails. No bootstrap: the check
+ * compares point estimates. */
+static json_t *extrapolation(refit *r, const fit_options *o) {
+  fit_options o2 = *o;
+  o2.bootstrap = 0;
+  fit_result ex;
+  char err[512];
+  json_t *j = NULL;
+  if (fit_extrapolation_check(r->pts, r->n, &o2, &ex, err, sizeof err) == 0) {
+    double v[4] = {NAN, NAN, NAN, NAN};
+    static const char *const names[4] = {"holdout_flops", "holdout_pred_loss", "holdout_loss",
+                                         "holdout_rel_err"};
+    for (int k = 0; k < 4; k++)
+      for (int i = 0; i < ex.nderived; i++)
+        if (!strcmp(ex.derived[i].name, names[k]))
+          v[k] = ex.derived[i].value;
+    json_t *w = json_array();
+    for (int i = 0; i < ex.nwarnings; i++)
+      json_array_append_new(w, json_string(ex.warnings[i]));
+    j = json_pack("{s:f,s:i,s:f,s:f,s:f,s:o}", "held_out_flops", v[0], "fitted_points",
+                  ex.n_points, "predicted_loss", v[1], "measured_loss", v[2], "rel_err", v[3],
+                  "warnings", w);
+  }
+  fit_result_free(&ex);
+  return j;
+}
+
 static void work(uv_work_t *w) {
   refit *r = w->data;
   fit_options o = {.bootstrap = REFIT_BOOTSTRAP, .seed = (uint64_t)r->sweep_id, .threads = 1,
@@ -105,15 +134,27 @@ static void work(uv_work_t *w) {
       rc = fit_bopt(r->pts, r->n, &o, &res, err, sizeof err);
     if (rc == 0 && l == 2)
       add_bnoise(r, &res);
+    json_t *extra = rc == 0 && l == 0 ? extrapolation(r, &o) : NULL;
     /* a law the points cannot support (too few, one size, no ladder) is
      * simply not fitted yet */
     if (rc == 0) {
       r->json[l] = fit_result_to_json(&res);
       r->npoints[l] = res.n_points;
+      if (extra) { /* the check rides along in the chinchilla fit's object */
+        json_t *j = json_loads(r->json[l], 0, NULL);
+        json_object_set(j, "extrapolation", extra);
+        char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+        if (text) {
+          free(r->json[l]);
+          r->json[l] = text;
+        }
+        json_decref(j);
+      }
     } else {
       snprintf(r->why[l], sizeof r->why[l], "%s",
                rc != -1 ? err : l == 1 ? "no isoflop runs" : "no batch ladder runs");
     }
+    json_decref(extra);
     fit_result_free(&res);
   }
   free(iso);

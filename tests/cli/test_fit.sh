@@ -86,6 +86,51 @@ expect_msg "chinchilla fit of 75 points from points.csv" "std. error" "95% inter
   "converged   yes" "residuals   RMS" "warnings    none"
 grep -qE '^  alpha +0\.34 ' out || fail "table: no 'alpha 0.34' row: $(cat out)"
 
+# the extrapolation check: without the 1e21 budget the noise-free law predicts it
+fit holdout --points points.csv --law chinchilla --holdout --bootstrap 0 --json
+expect_rc 0
+"$py" - out <<'EOF' || fail "holdout: $(head -c 800 out)"
+import json, sys
+x = json.load(open(sys.argv[1]))["extrapolation"]
+assert x["law"] == "chinchilla" and x["n_points"] == 60, x
+d = x["derived"]
+assert abs(d["holdout_flops"] / 1e21 - 1) < 1e-9 and d["holdout_rel_err"] < 1e-6, d
+EOF
+fit holdout-table --points points.csv --law chinchilla --holdout --bootstrap 0
+expect_rc 0
+expect_msg "extrapolation check (the largest budget held out)" "holdout_pred_loss" "holdout_rel_err"
+fit holdout-kaplan --points points.csv --law kaplan --holdout
+expect_rc 2
+expect_msg "--holdout is the Chinchilla law's extrapolation check"
+
+# bopt: per budget a batch ladder around B* = 0.292 C^0.3271 tokens and a
+# learning-rate ladder around eta* = 0.3118 C^-0.125 (SCIENCE.md section 3)
+"$py" - <<'EOF'
+with open("bopt.csv", "w") as f:
+    f.write("flops,tokens,batch_size,lr,loss,run\n")
+    for c in range(4):
+        C = 1e18 * 10 ** c
+        bs, es = 0.292 * C ** 0.3271, 0.3118 * C ** -0.125
+        for k in range(-3, 4):
+            for j in range(-2, 3):
+                f.write(f"{C:.17g},{C / 6e9:.17g},{bs * 2 ** k:.17g},{es * 2 ** j:.17g},"
+                        f"{2 + 0.004 * k * k + 0.003 * j * j:.17g},r{c}-{k}-{j}\n")
+EOF
+fit bopt --points bopt.csv --law bopt --json --bootstrap 100
+expect_rc 0
+"$py" - out <<'EOF' || fail "bopt: $(head -c 800 out)"
+import json, sys
+o = json.load(open(sys.argv[1]))
+p = o["params"]
+assert abs(p["k_B"] / 0.292 - 1) < 1e-9 and abs(p["beta_B"] - 0.3271) < 1e-9, p
+assert abs(p["k_eta"] / 0.3118 - 1) < 1e-9 and abs(p["beta_eta"] + 0.125) < 1e-9, p
+assert len(o["budgets"]) == 4 and o["budgets"][0]["n_near"] == 21, o["budgets"]
+assert len(o["ci95"]["beta_B"]) == 2, o["ci95"]
+EOF
+fit bopt-table --points bopt.csv --law bopt --bootstrap 0
+expect_rc 0
+expect_msg "bopt fit of 140 points" "k_B" "beta_eta" "B_opt" "eta_opt"
+
 # bad inputs: exit 2 and a message naming the file and what is wrong
 printf 'params,loss\n1e6,3\n2e6,2.9\n3e6,2.8\n4e6,2.7\n5e6,2.6\n6e6,2.5\n7e6,2.4\n' >notokens.csv
 fit missing --points notokens.csv --law chinchilla
