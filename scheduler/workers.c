@@ -355,10 +355,23 @@ static void on_hello(sched__wconn *c, json_t *m) {
 
 /* ---- heartbeat ---------------------------------------------------------------------- */
 
+/* The leases are renewed: a heartbeat that carried "hb" is answered with
+ * {"type":"heartbeat","hb":N,"runs":[the runs renewed]}, so that the worker
+ * knows until when its runs are its own (it stops a trainer whose lease it
+ * could not renew, before the run is given to another worker). */
 static void on_heartbeat_done(void *ud, int status, PGresult *res, const char *errmsg) {
-  (void)res;
+  wctx *x = ud;
   log_db_error("renewing leases", status, errmsg);
-  free(ud);
+  sched__wconn *c = status == DB_OK && x->attempt ? sched__conn_by_worker(x->s, x->worker_id)
+                                                  : NULL;
+  if (c) {
+    json_t *runs = json_array();
+    for (int i = 0; i < PQntuples(res); i++)
+      json_array_append_new(runs, json_integer(strtoll(PQgetvalue(res, i, 0), NULL, 10)));
+    sched__send(c, json_pack("{s:s,s:I,s:o}", "type", "heartbeat", "hb", (json_int_t)x->seq,
+                             "runs", runs));
+  }
+  free(x);
 }
 
 /* Renews the leases of the runs the worker says it is executing, and only
@@ -370,14 +383,17 @@ static void on_heartbeat(sched__wconn *c, json_t *m) {
   snprintf(lease, sizeof lease, "%d", c->s->o.lease_s);
   char *ids = json_dumps(json_object_get(m, "runs"), JSON_COMPACT);
   const char *sqls[2] = {
+      "UPDATE workers SET last_seen = now() WHERE id = $1",
       "UPDATE runs SET lease_until = now() + $2 * interval '1 second' "
       "WHERE worker = $1 AND status = 'running' "
-      "AND id IN (SELECT jsonb_array_elements_text($3::jsonb)::bigint)",
-      "UPDATE workers SET last_seen = now() WHERE id = $1"};
-  const char *p1[3] = {wid, lease, ids ? ids : "[]"}, *p2[1] = {wid};
+      "AND id IN (SELECT jsonb_array_elements_text($3::jsonb)::bigint) RETURNING id"};
+  const char *p1[1] = {wid}, *p2[3] = {wid, lease, ids ? ids : "[]"};
   const char *const *ps[2] = {p1, p2};
-  const int np[2] = {3, 1};
-  db_tx(c->s->db, 2, sqls, np, ps, on_heartbeat_done, NULL);
+  const int np[2] = {1, 3};
+  /* attempt: whether to answer (a worker that sends no "hb" expects none) */
+  json_t *hb = json_object_get(m, "hb");
+  wctx *x = ctx(c, 0, json_is_integer(hb), json_integer_value(hb));
+  db_tx(c->s->db, 2, sqls, np, ps, on_heartbeat_done, x);
   free(ids);
 }
 

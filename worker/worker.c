@@ -43,6 +43,8 @@ extern char **environ;
 #define LOG_TAIL_BYTES 4096
 #define MAX_ADDRS 8
 #define MAX_BAD_LINES_LOGGED 3
+#define FENCE_CHECK_MS 250
+#define HB_RING 64
 
 /* ---- logging ------------------------------------------------------------ */
 
@@ -217,6 +219,8 @@ struct run {
   int proc_alive; /* spawned and not yet reaped */
   int out_open;   /* stdout pipe open */
   int cancelled;
+  int fenced;          /* killed because its lease could not be renewed */
+  uint64_t renewed_ms; /* loop time from which its lease surely runs */
   int pid;
 
   proto_reader rd;
@@ -258,7 +262,7 @@ struct worker {
   int kill_grace_ms, drain_ms;
 
   uv_signal_t sigint, sigterm;
-  uv_timer_t reconnect_timer, welcome_timer, hb_timer, drain_timer;
+  uv_timer_t reconnect_timer, welcome_timer, hb_timer, drain_timer, fence_timer;
   uv_getaddrinfo_t gai;
   int gai_active;
   struct sockaddr_storage addrs[MAX_ADDRS];
@@ -267,6 +271,14 @@ struct worker {
   int backoff_ms;
   int64_t worker_id;
   int64_t lease_ms; /* from the last welcome; 0 before one */
+  /* heartbeats carry a number "hb"; the scheduler answers each once it has
+   * renewed the leases. Send times by number, to date the answers. */
+  int64_t hb_next;
+  struct {
+    int64_t hb;
+    uint64_t sent_ms;
+  } hb_sent[HB_RING];
+  int fencing; /* the scheduler answers heartbeats: trainers are fenced */
 
   run *runs;    /* in order of assignment */
   int stopping; /* 1: stopping runs and draining; 2: closing every handle */
@@ -960,6 +972,7 @@ static void on_assign(worker *w, json_t *m) {
     r->gpus[i] = (int)json_integer_value(json_array_get(gl, i));
   r->next_seq = 1;
   r->state = RUN_WAITING;
+  r->renewed_ms = uv_now(&w->loop); /* claimed just before it was sent */
   proto_reader_init(&r->rd);
   if (snprintf(r->dir, sizeof r->dir, "%s/runs/%" PRId64, w->work_dir, id) >= (int)sizeof r->dir ||
       snprintf(r->log_path, sizeof r->log_path, "%s/attempt-%" PRId64 ".log", r->dir, attempt) >=
@@ -1039,9 +1052,52 @@ static void on_hb_timer(uv_timer_t *t) {
     if (!dup)
       json_array_append_new(ids, json_integer(r->id));
   }
-  json_t *msg = json_pack("{s:s, s:o}", "type", "heartbeat", "runs", ids);
+  int64_t hb = ++w->hb_next;
+  w->hb_sent[hb % HB_RING].hb = hb;
+  w->hb_sent[hb % HB_RING].sent_ms = uv_now(&w->loop);
+  json_t *msg = json_pack("{s:s, s:o, s:I}", "type", "heartbeat", "runs", ids, "hb",
+                          (json_int_t)hb);
   send_json(w, msg);
   json_decref(msg);
+}
+
+/* The scheduler renewed the leases of the runs listed, no earlier than the
+ * heartbeat was sent. */
+static void on_lease_renewed(worker *w, json_t *m) {
+  int64_t hb = json_integer_value(json_object_get(m, "hb"));
+  if (hb <= 0 || w->hb_sent[hb % HB_RING].hb != hb)
+    return;
+  uint64_t sent = w->hb_sent[hb % HB_RING].sent_ms;
+  w->fencing = 1;
+  size_t i;
+  json_t *id;
+  json_array_foreach(json_object_get(m, "runs"), i, id) {
+    for (run *r = w->runs; r; r = r->next)
+      if (r->id == json_integer_value(id) && r->renewed_ms < sent)
+        r->renewed_ms = sent;
+  }
+}
+
+/* Fencing: a run whose lease this worker could not renew for most of the
+ * lease (a partition, a scheduler or database away) may be re-queued and
+ * started elsewhere; its trainer is killed (no SIGTERM: a checkpoint
+ * written now could race the next attempt's) before that can happen. The
+ * run's finished message still goes, when the scheduler is back. Only once
+ * the scheduler has answered a heartbeat (an older one never does). */
+static void on_fence_timer(uv_timer_t *t) {
+  worker *w = t->data;
+  if (!w->fencing || w->lease_ms <= 0)
+    return;
+  uint64_t now = uv_now(&w->loop), keep = (uint64_t)(w->lease_ms - w->lease_ms / 4);
+  for (run *r = w->runs; r; r = r->next) {
+    if (r->state != RUN_RUNNING || !r->proc_alive || r->fenced || now - r->renewed_ms <= keep)
+      continue;
+    wlog("run %" PRId64 " attempt %" PRId64 ": lease not renewed for %" PRIu64
+         " ms (lease %" PRId64 " ms): SIGKILL to pid %d, the run may go to another worker",
+         r->id, r->attempt, now - r->renewed_ms, w->lease_ms, r->pid);
+    r->fenced = r->cancelled = 1;
+    uv_process_kill(&r->proc, SIGKILL);
+  }
 }
 
 static void on_welcome(conn *c, json_t *m) {
@@ -1099,6 +1155,9 @@ static int on_sched_line(void *ud, const char *line, size_t len) {
     break;
   case PROTO_ACK:
     on_ack(w, m);
+    break;
+  case PROTO_HEARTBEAT:
+    on_lease_renewed(w, m);
     break;
   case PROTO_ERROR:
     wlog("the scheduler reported an error: %s", json_string_value(json_object_get(m, "message")));
@@ -1339,6 +1398,7 @@ static void close_all(worker *w) {
   uv_close((uv_handle_t *)&w->welcome_timer, on_worker_handle_closed);
   uv_close((uv_handle_t *)&w->hb_timer, on_worker_handle_closed);
   uv_close((uv_handle_t *)&w->drain_timer, on_worker_handle_closed);
+  uv_close((uv_handle_t *)&w->fence_timer, on_worker_handle_closed);
   if (w->gai_active)
     uv_cancel((uv_req_t *)&w->gai);
   conn_close(w->c, NULL);
@@ -1640,8 +1700,11 @@ int wrk_run(const wrk_options *o) {
   uv_timer_init(&w->loop, &w->welcome_timer);
   uv_timer_init(&w->loop, &w->hb_timer);
   uv_timer_init(&w->loop, &w->drain_timer);
+  uv_timer_init(&w->loop, &w->fence_timer);
   w->sigint.data = w->sigterm.data = w;
   w->reconnect_timer.data = w->welcome_timer.data = w->hb_timer.data = w->drain_timer.data = w;
+  w->fence_timer.data = w;
+  uv_timer_start(&w->fence_timer, on_fence_timer, FENCE_CHECK_MS, FENCE_CHECK_MS);
   if (watch_int)
     uv_signal_start(&w->sigint, on_signal, SIGINT);
   uv_signal_start(&w->sigterm, on_signal, SIGTERM);
