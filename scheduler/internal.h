@@ -116,6 +116,9 @@ void sched__predict(sched *s);
 
 /* refit.c: refit a sweep's laws (after a run of it succeeded) */
 void sched__refit(sched *s, int64_t sweep_id);
+/* starts the refits asked for while their sweep was being refitted or
+ * cooling down (once a second, from sched__sweep_flush) */
+void sched__refit_due(sched *s);
 /* recomputes sweeps.status from its runs */
 void sched__sweep_status(sched *s, int64_t sweep_id);
 /* Marks a sweep for a status update (and a refit when refit is set) at the

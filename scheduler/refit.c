@@ -36,13 +36,19 @@ typedef struct refit {
   char *json[NLAWS]; /* results (NULL: the points do not support the law yet) */
   int npoints[NLAWS];
   char why[NLAWS][600]; /* why a law was not fitted */
+  uint64_t started_ms;
   struct refit *next;
 } refit;
 
-/* sweeps being refitted, and those to refit again when that ends */
+/* sweeps being refitted, and those to refit again when that ends; after a
+ * refit a sweep cools down for REFIT_COOLDOWN times as long as it took (a
+ * sweep of 10,000 runs must not keep a core fitting) */
+#define REFIT_COOLDOWN 4
+#define REFIT_COOLDOWN_MAX_MS 60000
 typedef struct refit_state {
-  int64_t busy[64], again[64];
-  int nbusy, nagain;
+  int64_t busy[64], again[64], cool[64];
+  uint64_t cool_until_ms[64];
+  int nbusy, nagain, ncool;
 } refit_state;
 
 static refit_state state;
@@ -201,12 +207,17 @@ static void after_work(uv_work_t *w, int status) {
   int i = in(state.busy, state.nbusy, r->sweep_id);
   if (i >= 0)
     state.busy[i] = state.busy[--state.nbusy];
-  int j = in(state.again, state.nagain, r->sweep_id);
-  if (j >= 0) {
-    state.again[j] = state.again[--state.nagain];
-    if (!s->stopping)
-      sched__refit(s, r->sweep_id);
+  uint64_t now = uv_now(s->loop), took = now - r->started_ms;
+  int c = in(state.cool, state.ncool, r->sweep_id);
+  if (c < 0 && state.ncool < 64)
+    c = state.ncool++;
+  if (c >= 0) {
+    state.cool[c] = r->sweep_id;
+    state.cool_until_ms[c] =
+        now + (took * REFIT_COOLDOWN < REFIT_COOLDOWN_MAX_MS ? took * REFIT_COOLDOWN
+                                                             : REFIT_COOLDOWN_MAX_MS);
   }
+  /* a refit asked for meanwhile waits in `again` for sched__refit_due */
   for (int l = 0; l < NLAWS; l++)
     free(r->json[l]);
   refit_free(r);
@@ -323,9 +334,35 @@ static void on_points(void *ud, int status, PGresult *res, const char *errmsg) {
            1, p, on_ladder, r);
 }
 
+static int cooling(const sched *s, int64_t sweep_id) {
+  int c = in(state.cool, state.ncool, sweep_id);
+  return c >= 0 && uv_now(s->loop) < state.cool_until_ms[c];
+}
+
+void sched__refit_due(sched *s) {
+  for (int i = 0; i < state.nagain && !s->stopping;) {
+    int64_t id = state.again[i];
+    if (in(state.busy, state.nbusy, id) < 0 && !cooling(s, id)) {
+      state.again[i] = state.again[--state.nagain];
+      sched__refit(s, id);
+    } else {
+      i++;
+    }
+  }
+  for (int i = 0; i < state.ncool;) { /* forget cooled-down sweeps */
+    if (uv_now(s->loop) >= state.cool_until_ms[i] && in(state.again, state.nagain,
+                                                          state.cool[i]) < 0) {
+      state.cool[i] = state.cool[--state.ncool];
+      state.cool_until_ms[i] = state.cool_until_ms[state.ncool];
+    } else {
+      i++;
+    }
+  }
+}
+
 void sched__refit(sched *s, int64_t sweep_id) {
   gsl_set_error_handler_off(); /* a numerical corner must not abort the daemon */
-  if (in(state.busy, state.nbusy, sweep_id) >= 0) {
+  if (in(state.busy, state.nbusy, sweep_id) >= 0 || cooling(s, sweep_id)) {
     if (in(state.again, state.nagain, sweep_id) < 0 && state.nagain < 64)
       state.again[state.nagain++] = sweep_id;
     return;
@@ -336,6 +373,7 @@ void sched__refit(sched *s, int64_t sweep_id) {
   refit *r = calloc(1, sizeof *r);
   r->s = s;
   r->sweep_id = sweep_id;
+  r->started_ms = uv_now(s->loop);
   char id[32];
   snprintf(id, sizeof id, "%" PRId64, sweep_id);
   const char *p[1] = {id};
@@ -399,6 +437,7 @@ void sched__sweep_touch(sched *s, int64_t sweep_id, int refit) {
 }
 
 void sched__sweep_flush(sched *s) {
+  sched__refit_due(s);
   for (int i = 0; i < s->ntouched; i++) {
     sched__sweep_status(s, s->touched[i]);
     if (s->touched_refit[i])
