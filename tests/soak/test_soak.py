@@ -1,0 +1,588 @@
+#!/usr/bin/env python3
+"""Fault-injection soak test (issue 7), against a throwaway PostgreSQL (run
+through tests/integration/run_with_pg.sh, which sets SCALESWEEP_TEST_DB and
+PGTEST_SH) and the real binaries: a sweep of short CPU runs of the real
+trainer on three workers, each reaching the scheduler through a TCP proxy
+of this test, while a driver with a fixed seed repeatedly
+
+- kills -9 a random trainer;
+- kills -9 a random worker (its trainer dies on its next write to the
+  closed pipe) and starts it again;
+- kills -9 the scheduler and starts it again;
+- restarts PostgreSQL;
+- cuts a worker's connection: the proxy closes both of its sockets, or
+  (half the time) passes nothing for longer than the lease and then closes
+  them, a partition neither side sees as an error.
+
+At the end:
+- every run succeeded;
+- for every run, its metric steps are exactly 1..steps: count = max - min
+  + 1, min 1, max the planned steps (no gap, no duplicate);
+- no run ever had two live trainers at once: a thread scans /proc every
+  50 ms for `scalesweep train` processes, each named by its run (the
+  worker's runs/ID/config.json) and attempt (its stderr, attempt-N.log);
+- runs that resumed from a checkpoint (up to 8, sampled with the seed) are
+  trained again uninterrupted from their stored config: the final
+  validation loss and every stored train loss must be the same bits
+  (DESIGN.md: same config, backend and thread count).
+
+It prints the faults injected by kind, runs, attempts, metric rows and the
+resumed runs compared, and exits 1 on any violation.
+
+Environment: SCALESWEEP_SOAK_SEED (default 7), SCALESWEEP_SOAK_RUNS
+(default 60), SCALESWEEP_SOAK_KEEP=1 keeps the temporary directory.
+
+Usage: test_soak.py SCALESWEEP_BINARY
+"""
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import http.client
+
+BIN = os.path.abspath(sys.argv[1])
+DB = os.environ["SCALESWEEP_TEST_DB"]
+SEED = int(os.environ.get("SCALESWEEP_SOAK_SEED", "7"))
+NRUNS = int(os.environ.get("SCALESWEEP_SOAK_RUNS", "60"))
+NWORKERS = 3
+LEASE_S = 4
+FAULT_WINDOW_S = 600   # faults stop after this long, or when the sweep is done
+SWEEP_TIMEOUT_S = 900  # the whole sweep, faults included
+TOKENS_PER_STEP = 8 * 32
+MAX_COMPARED = 8
+T0 = time.time()
+sys.stdout.reconfigure(line_buffering=True)
+rng = random.Random(SEED)
+tmp = tempfile.mkdtemp(prefix="ss-soak-")
+procs = {}
+killed_by_us = set()  # pids this test killed (their exit is expected)
+
+
+def log_tails():
+    for name in ["scheduler"] + [f"w{i}" for i in range(1, NWORKERS + 1)]:
+        path = os.path.join(tmp, name + ".log")
+        if os.path.exists(path):
+            print(f"--- {path} (end)", file=sys.stderr)
+            print(open(path, errors="replace").read()[-2500:], file=sys.stderr)
+
+
+def fail(msg):
+    print(f"FAIL: {msg}", file=sys.stderr)
+    log_tails()
+    print(f"(logs kept in {tmp})", file=sys.stderr)
+    os.environ["SCALESWEEP_SOAK_KEEP"] = "1"
+    raise SystemExit(1)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def pg(fn):
+    subprocess.run(["bash", "-c", f'. "$PGTEST_SH" && {fn}'], check=True)
+
+
+def psql(sql):
+    for _ in range(50):  # PostgreSQL may be restarting
+        out = subprocess.run(["bash", "-c", '. "$PGTEST_SH" && pg_psql -At -c "$0"', sql],
+                             capture_output=True, text=True)
+        if out.returncode == 0:
+            return out.stdout.strip()
+        time.sleep(0.2)
+    fail(f"psql failed: {sql}: {out.stderr}")
+
+
+token = os.path.join(tmp, "token")
+with open(token, "w") as f:
+    f.write(os.urandom(24).hex())
+os.chmod(token, 0o600)
+api_port, wport = free_port(), free_port()
+
+
+def request(method, path, body=None):
+    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
+    h = {"Authorization": "Bearer " + open(token).read().strip()}
+    if body is not None:
+        body = json.dumps(body).encode()
+    c.request(method, path, body=body, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, json.loads(data) if data else None
+
+
+# ---- a TCP proxy per worker, whose connections the driver can cut ----------
+
+class Proxy:
+    """Listens on a port of its own and forwards every connection to the
+    scheduler's worker port; cut() closes every connection it carries."""
+
+    def __init__(self, name):
+        self.name = name
+        self.lock = threading.Lock()
+        self.pairs = []
+        self.stalled = False
+        self.srv = socket.socket()
+        self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(16)
+        self.port = self.srv.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                down, _ = self.srv.accept()
+            except OSError:
+                return
+            try:
+                up = socket.create_connection(("127.0.0.1", wport), timeout=2)
+                up.settimeout(None)
+            except OSError:
+                down.close()  # the scheduler is down: the worker retries
+                continue
+            pair = (down, up)
+            with self.lock:
+                self.pairs.append(pair)
+            threading.Thread(target=self.pump, args=(down, up, pair), daemon=True).start()
+            threading.Thread(target=self.pump, args=(up, down, pair), daemon=True).start()
+
+    def pump(self, src, dst, pair):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                while self.stalled and pair in self.pairs:
+                    time.sleep(0.05)  # a partition: nothing gets through
+                dst.sendall(data)
+        except OSError:
+            pass
+        self.close(pair)
+
+    def close(self, pair):
+        with self.lock:
+            if pair in self.pairs:
+                self.pairs.remove(pair)
+        for s in pair:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def partition(self, seconds):
+        """Nothing gets through for that long (neither side sees an error),
+        then the connections break."""
+        self.stalled = True
+        time.sleep(seconds)
+        n = self.cut()
+        self.stalled = False
+        return n
+
+    def cut(self):
+        with self.lock:
+            pairs = list(self.pairs)
+        for p in pairs:
+            self.close(p)
+        return len(pairs)
+
+
+# ---- processes ------------------------------------------------------------
+
+def start_scheduler():
+    logf = open(os.path.join(tmp, "scheduler.log"), "a")
+    procs["scheduler"] = subprocess.Popen(
+        [BIN, "scheduler", "--database", DB, "--token-file", token,
+         "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
+         "--checkpoints", os.path.join(tmp, "ckpt"), "--lease-seconds", str(LEASE_S)],
+        stdout=logf, stderr=logf)
+    for _ in range(300):
+        if procs["scheduler"].poll() is not None:
+            fail(f"the scheduler exited at start with {procs['scheduler'].returncode}")
+        try:
+            if request("GET", "/healthz")[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    fail("the scheduler did not come up within 30 s")
+
+
+def start_worker(name):
+    logf = open(os.path.join(tmp, f"{name}.log"), "a")
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    procs[name] = subprocess.Popen(
+        [BIN, "worker", "--scheduler", f"127.0.0.1:{proxies[name].port}",
+         "--token-file", token, "--cpu-slots", "1", "--work-dir", os.path.join(tmp, name),
+         "--name", name],
+        stdout=logf, stderr=logf, env=env, start_new_session=True)
+
+
+def kill9(name):
+    p = procs[name]
+    killed_by_us.add(p.pid)
+    p.kill()
+    p.wait()
+
+
+def check_alive():
+    for name, p in procs.items():
+        if p.poll() is not None:
+            fail(f"{name} (pid {p.pid}) exited by itself with {p.returncode}")
+
+
+# ---- the /proc monitor: live trainers by run and attempt --------------------
+
+CONFIG_RE = re.compile(r"/(w\d+)/runs/(\d+)/config\.json$")
+ATTEMPT_RE = re.compile(r"attempt-(\d+)\.log$")
+
+
+def trainers():
+    """{pid: (run_id, attempt, worker)} of the live (not zombie) trainers
+    of this test."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if len(argv) < 4 or argv[1] != b"train" or argv[2] != b"--config":
+                continue
+            m = CONFIG_RE.search(argv[3].decode(errors="replace"))
+            if not m or not argv[3].decode(errors="replace").startswith(tmp):
+                continue
+            with open(f"/proc/{d}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if state in ("Z", "X"):
+                continue
+            a = ATTEMPT_RE.search(os.readlink(f"/proc/{d}/fd/2"))
+            out[int(d)] = (int(m.group(2)), int(a.group(1)) if a else 0, m.group(1))
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return out
+
+
+class Monitor:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.live = {}
+        self.seen = set()        # (run, attempt)
+        self.overlaps = {}       # (run, pids): [first, last time, [(pid, attempt, worker)]]
+        self.stop = False
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def loop(self):
+        while not self.stop:
+            t = trainers()
+            by_run = {}
+            for pid, (run, att, w) in t.items():
+                by_run.setdefault(run, []).append((pid, att, w))
+            with self.lock:
+                self.live = t
+                for pid, (run, att, w) in t.items():
+                    self.seen.add((run, att))
+                now = round(time.time() - T0, 2)
+                for run, ps in by_run.items():
+                    if len(ps) > 1:
+                        key = (run, tuple(sorted(p[0] for p in ps)))
+                        self.overlaps.setdefault(key, [now, now, sorted(ps)])[1] = now
+            time.sleep(0.05)
+
+    def snapshot(self):
+        with self.lock:
+            return dict(self.live)
+
+
+# ---- faults -----------------------------------------------------------------
+
+FAULTS = ["kill_trainer", "kill_worker", "kill_scheduler", "restart_postgres", "cut_connection"]
+counts = {k: 0 for k in FAULTS}
+partitions = [0]  # of the cut connections
+workers = [f"w{i}" for i in range(1, NWORKERS + 1)]
+
+
+def inject(kind, mon):
+    if kind == "kill_trainer":
+        live = mon.snapshot()
+        if not live:
+            return False
+        pid = rng.choice(sorted(live))
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        run, att, w = live[pid]
+        print(f"[{time.time() - T0:6.1f}s] kill -9 trainer of run {run} attempt {att} on {w}")
+    elif kind == "kill_worker":
+        w = rng.choice(workers)
+        kill9(w)
+        pause = rng.uniform(0.2, 1.5)
+        time.sleep(pause)
+        start_worker(w)
+        print(f"[{time.time() - T0:6.1f}s] kill -9 worker {w}, restarted after {pause:.1f} s")
+    elif kind == "kill_scheduler":
+        kill9("scheduler")
+        pause = rng.uniform(0.2, 1.5)
+        time.sleep(pause)
+        start_scheduler()
+        print(f"[{time.time() - T0:6.1f}s] kill -9 scheduler, restarted after {pause:.1f} s")
+    elif kind == "restart_postgres":
+        pause = rng.uniform(0.5, 3.0)
+        pg("pg_server_stop")
+        time.sleep(pause)
+        pg("pg_server_start")
+        print(f"[{time.time() - T0:6.1f}s] PostgreSQL stopped for {pause:.1f} s")
+    elif kind == "cut_connection":
+        # closed (the worker sees it at once), or a partition past the lease
+        # (nothing gets through, no error: the scheduler re-queues the
+        # worker's runs, which must stop their trainers first)
+        w = rng.choice(workers)
+        if rng.random() < 0.5:
+            n = proxies[w].cut()
+            print(f"[{time.time() - T0:6.1f}s] cut {w}'s connection ({n} socket pair(s))")
+        else:
+            secs = LEASE_S + rng.uniform(1.0, 3.0)
+            n = proxies[w].partition(secs)
+            partitions[0] += 1
+            print(f"[{time.time() - T0:6.1f}s] partitioned {w} for {secs:.1f} s, then cut "
+                  f"({n} socket pair(s))")
+    counts[kind] += 1
+    return True
+
+
+def unfinished(sweep):
+    return int(psql(f"SELECT count(*) FROM runs WHERE sweep_id = {sweep} "
+                    "AND status IN ('queued', 'running')"))
+
+
+# ---- the sweep ------------------------------------------------------------------
+
+def main():
+    global proxies
+    proxies = {w: Proxy(w) for w in workers}
+    start_scheduler()
+    for w in workers:
+        start_worker(w)
+    mon = Monitor()
+
+    # 1 layer, d 32, T 32, batch 8: 256 tokens a step, about a millisecond or
+    # two; 3000-6000 steps, four evaluations; the scheduler makes each run
+    # checkpoint every tenth of it
+    plan_rng = random.Random(SEED)
+    steps = [plan_rng.randrange(3000, 6001, 10) for _ in range(NRUNS)]
+    spec = {
+        "name": f"soak-{SEED}",
+        "method": "runs",
+        "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
+                 "train": {"batch_size": 8, "lr": 0.003},
+                 "eval": {"tokens": 256}, "threads": 1},
+        "runs": [{"train": {"tokens": s * TOKENS_PER_STEP, "seed": i + 1},
+                  "eval": {"every_tokens": s * TOKENS_PER_STEP // 4}}
+                 for i, s in enumerate(steps)],
+        "resources": {"cpus": 1},
+        "max_attempts": 100,
+    }
+    st, body = request("POST", "/api/sweeps", spec)
+    if st != 201 or body.get("runs") != NRUNS:
+        fail(f"submit: {st} {body}")
+    sweep = body["id"]
+    print(f"sweep {sweep}: {NRUNS} runs of 3000-6000 steps on {NWORKERS} workers, "
+          f"lease {LEASE_S} s, seed {SEED}, temp dir {tmp}")
+
+    # faults until the sweep is done
+    while True:
+        check_alive()
+        left = unfinished(sweep)
+        if left == 0:
+            break
+        if time.time() - T0 > SWEEP_TIMEOUT_S:
+            fail(f"the sweep did not finish in {SWEEP_TIMEOUT_S} s: {left} runs left; " +
+                 psql(f"SELECT string_agg(id || ':' || status || '/' || attempt, ' ') "
+                      f"FROM runs WHERE sweep_id = {sweep} AND status IN ('queued','running')"))
+        time.sleep(rng.uniform(1.5, 3.0))
+        if time.time() - T0 < FAULT_WINDOW_S:
+            kinds = list(FAULTS)
+            rng.shuffle(kinds)
+            for kind in kinds:  # no trainer may be running: then another kind
+                if inject(kind, mon):
+                    break
+    sweep_s = time.time() - T0
+    time.sleep(0.5)
+    mon.stop = True
+    mon.thread.join()
+    check_alive()
+    return sweep, steps, sweep_s, mon
+
+
+def verify(sweep, steps, sweep_s, mon):
+    problems = []
+    rows = psql(f"SELECT id, status, attempt, coalesce(final_val_loss::text, ''), "
+                f"(config->'train'->>'tokens')::bigint FROM runs WHERE sweep_id = {sweep} "
+                "ORDER BY id")
+    runs = {}
+    for line in rows.splitlines():
+        rid, status, att, loss, tokens = line.split("|")
+        runs[int(rid)] = {"status": status, "attempt": int(att),
+                          "loss": float(loss) if loss else None,
+                          "steps": int(tokens) // TOKENS_PER_STEP}
+    if len(runs) != NRUNS:
+        problems.append(f"{len(runs)} runs stored, expected {NRUNS}")
+    for rid, r in runs.items():
+        if r["status"] != "succeeded":
+            problems.append(f"run {rid}: {r['status']} after {r['attempt']} attempts")
+    if sorted(r["steps"] for r in runs.values()) != sorted(steps):
+        problems.append("the runs' planned steps differ from the spec's")
+
+    stats = psql("SELECT m.run_id, count(*), min(step), max(step), count(train_loss), "
+                 "count(DISTINCT step) FROM metrics m JOIN runs r ON r.id = m.run_id "
+                 f"WHERE r.sweep_id = {sweep} GROUP BY m.run_id")
+    got = {}
+    for line in stats.splitlines():
+        v = [int(x) for x in line.split("|")]
+        got[v[0]] = v[1:]
+    total_rows = 0
+    for rid, r in runs.items():
+        n = r["steps"]
+        c = got.get(rid)
+        if c is None:
+            problems.append(f"run {rid}: no metrics stored")
+            continue
+        count, lo, hi, with_loss, distinct = c
+        total_rows += count
+        if lo != 1 or hi != n or count != hi - lo + 1 or distinct != count or with_loss != n:
+            problems.append(f"run {rid}: metrics count {count}, steps {lo}..{hi}, "
+                            f"{distinct} distinct, {with_loss} with a loss; expected "
+                            f"exactly 1..{n}")
+
+    for (run, _), (t1, t2, ps) in sorted(mon.overlaps.items(), key=lambda kv: kv[1][0]):
+        problems.append(f"run {run}: two live trainers from {t1} s to {t2} s: " +
+                        ", ".join(f"pid {p} attempt {a} on {w}" for p, a, w in ps))
+
+    # attempts the monitor saw must be ones the database counted
+    for run, att in sorted(mon.seen):
+        if run in runs and att > runs[run]["attempt"]:
+            problems.append(f"run {run}: a trainer of attempt {att}, but the run ended at "
+                            f"attempt {runs[run]['attempt']}")
+
+    # runs that resumed from a checkpoint: the worker's log header says --resume
+    resumed = {}
+    for w in workers:
+        base = os.path.join(tmp, w, "runs")
+        for rid in os.listdir(base) if os.path.isdir(base) else []:
+            d = os.path.join(base, rid)
+            for name in os.listdir(d):
+                if ATTEMPT_RE.search(name):
+                    with open(os.path.join(d, name), errors="replace") as f:
+                        if " --resume " in f.readline():
+                            resumed[int(rid)] = os.path.join(d, "config.json")
+    return runs, total_rows, resumed, problems
+
+
+def compare_resumed(runs, resumed, problems):
+    sample = sorted(resumed)
+    sample = sorted(random.Random(SEED).sample(sample, min(MAX_COMPARED, len(sample))))
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    for rid in sample:
+        cfg = json.load(open(resumed[rid]))
+        d = os.path.join(tmp, "rerun", str(rid))
+        os.makedirs(d)
+        cfg["checkpoint"]["dir"] = d
+        path = os.path.join(d, "config.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        out = subprocess.run([BIN, "train", "--config", path], capture_output=True, text=True,
+                             env=env, timeout=300)
+        if out.returncode != 0:
+            problems.append(f"run {rid}: the uninterrupted rerun failed: {out.stderr[-500:]}")
+            continue
+        events = [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+        done = next(e for e in events if e["event"] == "done")
+        if done["final_val_loss"] != runs[rid]["loss"]:
+            problems.append(f"run {rid}: final val loss {runs[rid]['loss']!r} after "
+                            f"{runs[rid]['attempt']} attempts, {done['final_val_loss']!r} "
+                            "uninterrupted: expected the same bits")
+        want = {e["step"]: e["train_loss"] for e in events if e["event"] == "step"}
+        stored = psql(f"SELECT step, train_loss FROM metrics WHERE run_id = {rid} ORDER BY step")
+        diff = [s for s, l in (x.split("|") for x in stored.splitlines())
+                if want.get(int(s)) != (float(l) if l else None)]
+        if diff or len(want) != runs[rid]["steps"]:
+            problems.append(f"run {rid}: {len(diff)} stored train losses differ from the "
+                            f"uninterrupted run's (first at step {diff[:1]})")
+    return sample
+
+
+def cleanup():
+    for name, p in procs.items():
+        if p.poll() is None:
+            try:
+                if name == "scheduler":
+                    p.kill()
+                else:
+                    os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    # trainers orphaned by a killed worker die on their next write; any left
+    for pid in trainers():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+try:
+    sweep, steps, sweep_s, mon = main()
+    runs, total_rows, resumed, problems = verify(sweep, steps, sweep_s, mon)
+    cleanup()  # the reruns get the CPUs to themselves
+    compared = compare_resumed(runs, resumed, problems)
+    for name in os.listdir(tmp):
+        if name.endswith(".log"):
+            text = open(os.path.join(tmp, name), errors="replace").read()
+            if "ERROR: AddressSanitizer" in text or "ERROR: LeakSanitizer" in text or \
+                    "runtime error:" in text:
+                problems.append(f"a sanitizer report in {tmp}/{name}")
+    attempts = sum(r["attempt"] for r in runs.values())
+    print(f"faults injected: {sum(counts.values())} (" +
+          ", ".join(f"{k} {v}" for k, v in counts.items()) +
+          f"; of the cuts, {partitions[0]} partitions past the lease)")
+    print(f"runs: {len(runs)}, succeeded: "
+          f"{sum(r['status'] == 'succeeded' for r in runs.values())}, attempts: {attempts} "
+          f"(trainers seen: {len(mon.seen)}), re-run runs: "
+          f"{sum(r['attempt'] > 1 for r in runs.values())}, resumed from a checkpoint: "
+          f"{len(resumed)}")
+    print(f"metric rows: {total_rows} (planned {sum(steps)}), overlapping attempts: "
+          f"{len(mon.overlaps)}")
+    print(f"resumed runs compared with an uninterrupted run: {len(compared)} "
+          f"({', '.join(map(str, compared))})")
+    print(f"wall time: sweep {sweep_s:.0f} s, total {time.time() - T0:.0f} s")
+    if problems:
+        print(f"FAIL: {len(problems)} problem(s):", file=sys.stderr)
+        for p in problems:
+            print("  " + p, file=sys.stderr)
+        print(f"(logs kept in {tmp})", file=sys.stderr)
+        os.environ["SCALESWEEP_SOAK_KEEP"] = "1"
+        sys.exit(1)
+    if counts["kill_trainer"] == 0 or len(resumed) == 0:
+        print("FAIL: no trainer was killed or no run resumed: the soak tested too little",
+              file=sys.stderr)
+        sys.exit(1)
+    print("all checks passed")
+finally:
+    cleanup()
+    if os.environ.get("SCALESWEEP_SOAK_KEEP") != "1":
+        shutil.rmtree(tmp, ignore_errors=True)
