@@ -45,8 +45,17 @@ typedef struct sched__wconn {
   json_t *gpus_json;
   sched__wrun *runs;
   uint64_t connected_ns;
+  uint64_t last_msg_ns; /* the last complete line from the peer */
   struct sched__wconn *next;
 } sched__wconn;
+
+/* The worker port's limits: a peer must say hello within a lease, an
+ * authenticated worker that sends nothing (no heartbeat) for two leases is
+ * dropped, and at most SCHED__MAX_UNAUTHED connections may wait for their
+ * hello at once (more are closed at accept), so that idle or slow peers
+ * cannot hold the scheduler's descriptors. */
+#define SCHED__MAX_UNAUTHED 64
+void sched__workers_reap(sched *s);
 
 /* A recent event kept for SSE resumption (Last-Event-ID). */
 typedef struct sched__event {

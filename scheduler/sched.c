@@ -367,6 +367,7 @@ static void on_extended(void *ud, int status, PGresult *res, const char *errmsg)
 
 static void on_lease_timer(uv_timer_t *t) {
   sched *s = t->data;
+  sched__workers_reap(s);
   if (db_ready(s->db))
     sched__sweep_flush(s);
   if (db_ready(s->db) && s->o.predict_s > 0 && ++s->predict_ticks >= s->o.predict_s) {

@@ -746,6 +746,7 @@ static int on_line(void *ud, const char *line, size_t len) {
   sched__wconn *c = ud;
   if (c->closing)
     return -1;
+  c->last_msg_ns = now_ns();
   char err[512];
   json_t *m = NULL;
   proto_type t = proto_parse(line, len, &m, err, sizeof err);
@@ -833,11 +834,34 @@ static void on_connection(uv_stream_t *server, int status) {
       uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof ip);
   }
   snprintf(c->peer, sizeof c->peer, "%s", ip);
-  c->connected_ns = now_ns();
+  c->connected_ns = c->last_msg_ns = now_ns();
+  int unauthed = 0;
+  for (sched__wconn *x = s->conns; x; x = x->next)
+    unauthed += !x->authed && !x->closing;
+  if (unauthed >= SCHED__MAX_UNAUTHED) {
+    fprintf(stderr, "scheduler: worker port: %d connections wait for their hello; %s refused\n",
+            unauthed, c->peer);
+    c->closing = 1;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    return;
+  }
   c->next = s->conns;
   s->conns = c;
   uv_tcp_nodelay(&c->tcp, 1);
   uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+void sched__workers_reap(sched *s) {
+  uint64_t now = now_ns(), lease = (uint64_t)s->o.lease_s * 1000000000ull;
+  for (sched__wconn *c = s->conns, *next; c; c = next) {
+    next = c->next;
+    if (c->closing)
+      continue;
+    if (!c->authed && now - c->connected_ns > lease)
+      sched__conn_drop(c, "no hello within a lease; closing");
+    else if (c->authed && now - c->last_msg_ns > 2 * lease)
+      sched__conn_drop(c, "nothing heard for two leases (no heartbeat); closing");
+  }
 }
 
 int sched__workers_listen(sched *s, const char *hostport, char *err, size_t errlen) {

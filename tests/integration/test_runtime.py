@@ -125,6 +125,10 @@ try:
     start_scheduler()
     start_worker("w1")
     start_worker("w2")
+    # a peer that connects to the worker port and never says hello: the
+    # scheduler closes it after a lease (4 s here); checked at the end
+    idle = socket.create_connection(("127.0.0.1", wport), timeout=5)
+    idle_since = time.time()
 
     # each run: 1 layer, d 32, T 32, batch 8 -> 256 tokens/step; STEPS steps
     # (a few seconds); the scheduler makes it checkpoint every tenth of it
@@ -229,6 +233,20 @@ try:
         s.close()
     if request("GET", "/healthz")[0] != 200:
         fail("the scheduler stopped serving after bad input")
+    time.sleep(max(0, idle_since + 6 - time.time()))
+    idle.settimeout(2)
+    try:
+        got = b""
+        while True:  # the error line (when it got out before the close), then EOF
+            chunk = idle.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+    except socket.timeout:
+        fail(f"a peer that never said hello is still connected after a lease: {got!r}")
+    except OSError:
+        pass  # reset: closed
+    idle.close()
     print("bad input: 400 (with paths), 401, 404, 405, 409, 413, bad workers refused")
 
     # wait for the sweep
