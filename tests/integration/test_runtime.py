@@ -357,6 +357,8 @@ try:
             if "ERROR: AddressSanitizer" in text or "ERROR: LeakSanitizer" in text or \
                     "runtime error:" in text:
                 fail(f"a sanitizer report in {tmp}/{name}")
+            if open(token).read().strip() in text:
+                fail(f"the cluster token appears in {tmp}/{name}")
     print("all checks passed")
 finally:
     cleanup()
