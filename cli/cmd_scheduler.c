@@ -12,6 +12,7 @@ static const char usage[] =
     "                            [--listen HOST:PORT] [--workers HOST:PORT]\n"
     "                            [--checkpoints DIR] [--lease-seconds N] [--ready-file F]\n"
     "                            [--closed-reads] [--data-dir DIR ...] [--predict-seconds N]\n"
+    "                            [--reserve-after-seconds N]\n"
     "  --listen       the HTTP API and page (default 127.0.0.1:8080)\n"
     "  --workers      the worker port (default 127.0.0.1:8081)\n"
     "  --token-file   the cluster token: workers authenticate with it\n"
@@ -19,6 +20,8 @@ static const char usage[] =
     "  --closed-reads reads need the API token too\n"
     "  --predict-seconds  how often running runs' final losses are predicted from their\n"
     "                 curves and checked against the sweep's fit (default 15; 0: never)\n"
+    "  --reserve-after-seconds  a multi-GPU run that has waited this long gets the worker\n"
+    "                 it will run on kept from smaller runs until it fits (default 300)\n"
     "  --data-dir     a directory a spec's token shards may lie under (repeatable; without\n"
     "                 one, specs must use the synthetic corpus)\n";
 
@@ -53,7 +56,16 @@ int cmd_scheduler(int argc, char **argv) {
       o.checkpoint_root = v;
     else if (!strcmp(a, "--ready-file"))
       o.ready_file = v;
-    else if (!strcmp(a, "--predict-seconds")) {
+    else if (!strcmp(a, "--reserve-after-seconds")) {
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (!*v || *end || n < 0 || n > 604800) {
+        fprintf(stderr, "scalesweep scheduler: --reserve-after-seconds %s: expected 0 to 604800\n",
+                v);
+        return SS_EXIT_USAGE;
+      }
+      o.reserve_after_s = (int)n;
+    } else if (!strcmp(a, "--predict-seconds")) {
       char *end;
       long n = strtol(v, &end, 10);
       if (!*v || *end || n < 0 || n > 86400) {

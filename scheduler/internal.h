@@ -78,6 +78,7 @@ typedef struct sched__authfail {
 } sched__authfail;
 
 #define SCHED__METRIC_DBS 2
+#define SCHED__BLOCKED 64
 
 struct sched {
   uv_loop_t *loop;
@@ -102,6 +103,12 @@ struct sched {
   char touched_refit[256];
   int ntouched;
   int predict_ticks; /* lease-timer seconds since the last prediction pass */
+  /* multi-GPU runs found waiting, and since when (placement's reservation) */
+  struct {
+    int64_t run_id;
+    uint64_t since_ms;
+  } blocked[SCHED__BLOCKED];
+  int nblocked;
   int stopping;
 
   sched__sse *sse;

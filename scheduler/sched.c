@@ -24,6 +24,7 @@ void sched_options_default(sched_options *o) {
   o->heartbeat_s = 5;
   o->open_reads = 1;
   o->predict_s = 15;
+  o->reserve_after_s = 300;
 }
 
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -115,11 +116,11 @@ void sched__emit(sched *s, const char *name, json_t *data) {
 /* A worker with room for a run that needs `gpus` GPUs (0: a CPU slot);
  * fills the chosen GPU indices. Prefers the fullest worker that fits, so
  * large holes stay open for large runs. */
-static sched__wconn *find_room(sched *s, int gpus, int *chosen) {
+static sched__wconn *find_room(sched *s, int gpus, int *chosen, const sched__wconn *exclude) {
   sched__wconn *best = NULL;
   int best_free = 1 << 30;
   for (sched__wconn *c = s->conns; c; c = c->next) {
-    if (!c->authed || c->closing)
+    if (!c->authed || c->closing || c == exclude)
       continue;
     int free_n;
     if (gpus == 0) {
@@ -157,6 +158,48 @@ static int total_free(sched *s) {
       n += !c->gpu_busy[g];
   }
   return n;
+}
+
+/* When each waiting run was first found blocked (uv_now ms), for the
+ * reservation; a small table, oldest entries dropped when full. */
+static uint64_t blocked_since(sched *s, int64_t run_id, uint64_t now) {
+  for (int i = 0; i < s->nblocked; i++)
+    if (s->blocked[i].run_id == run_id)
+      return s->blocked[i].since_ms;
+  if (s->nblocked == SCHED__BLOCKED) {
+    memmove(s->blocked, s->blocked + 1, sizeof s->blocked[0] * (SCHED__BLOCKED - 1));
+    s->nblocked--;
+  }
+  s->blocked[s->nblocked].run_id = run_id;
+  s->blocked[s->nblocked++].since_ms = now;
+  return now;
+}
+
+static void unblocked(sched *s, int64_t run_id) {
+  for (int i = 0; i < s->nblocked; i++)
+    if (s->blocked[i].run_id == run_id) {
+      s->blocked[i] = s->blocked[--s->nblocked];
+      return;
+    }
+}
+
+/* The worker a waiting run of `gpus` GPUs is kept for: of those with at
+ * least that many GPUs, the one with the most free (the soonest to drain). */
+static const sched__wconn *reserve_for(sched *s, int gpus) {
+  const sched__wconn *best = NULL;
+  int best_free = -1;
+  for (sched__wconn *c = s->conns; c; c = c->next) {
+    if (!c->authed || c->closing || c->ngpus < gpus)
+      continue;
+    int free_n = 0;
+    for (int g = 0; g < c->ngpus; g++)
+      free_n += !c->gpu_busy[g];
+    if (free_n > best_free) {
+      best = c;
+      best_free = free_n;
+    }
+  }
+  return best;
 }
 
 typedef struct assign_ctx {
@@ -244,6 +287,11 @@ static void on_queue(void *ud, int status, PGresult *res, const char *errmsg) {
   int n = PQntuples(res);
   assign_ctx *last = NULL;
   int blocked_gpus = 0; /* backfill: the smallest GPU count that did not fit */
+  /* reservation: the first multi-GPU run that has waited reserve_after_s
+   * keeps the worker it will run on from smaller runs behind it, so that
+   * worker drains and backfill cannot starve it */
+  const sched__wconn *reserved = NULL;
+  uint64_t now = uv_now(s->loop);
   for (int i = 0; i < n; i++) {
     int64_t run_id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
     int gpus = atoi(PQgetvalue(res, i, 1));
@@ -252,15 +300,19 @@ static void on_queue(void *ud, int status, PGresult *res, const char *errmsg) {
       continue;
     if (blocked_gpus && gpus >= blocked_gpus)
       continue;
-    sched__wconn *c = find_room(s, gpus, chosen);
+    sched__wconn *c = find_room(s, gpus, chosen, gpus > 0 ? reserved : NULL);
     if (!c) {
       /* a larger run waits; smaller ones behind it may still start */
       if (gpus > 0 && (!blocked_gpus || gpus < blocked_gpus))
         blocked_gpus = gpus;
       if (gpus == 0)
         blocked_gpus = 1;
+      if (gpus > 1 && !reserved && now - blocked_since(s, run_id, now) >=
+                                        (uint64_t)s->o.reserve_after_s * 1000)
+        reserved = reserve_for(s, gpus);
       continue;
     }
+    unblocked(s, run_id);
     /* take the capacity now, before the database answers */
     sched__wrun *w = calloc(1, sizeof *w);
     w->run_id = run_id;

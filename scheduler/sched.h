@@ -20,6 +20,8 @@ typedef struct sched_options {
   int heartbeat_s;             /* heartbeat interval told to workers (default 5) */
   int open_reads;              /* GET needs no token (default 1) */
   int predict_s;               /* seconds between predictions of running runs (default 15) */
+  int reserve_after_s;         /* a multi-GPU run waiting this long gets a worker kept for it
+                                * (smaller runs stop backfilling it; default 300) */
   /* directories a spec's token shards (data.train, data.val) may lie under,
    * absolute and without symbolic links (cmd_scheduler resolves them);
    * none: specs must use the synthetic corpus */

@@ -1,0 +1,164 @@
+"""Placement on GPUs against the real scheduler and a throwaway PostgreSQL
+(run through tests/integration/run_with_pg.sh), with a worker stand-in that
+speaks the protocol (docs/runtime.md) and offers 2 GPUs:
+
+- 1-GPU runs fill both GPUs; a 2-GPU run of higher priority then waits;
+- backfill: while it waits, nothing smaller may take a GPU the scheduler
+  keeps for it (--reserve-after-seconds 0: at once), so when one 1-GPU run
+  ends its GPU stays free, and when the second ends the 2-GPU run gets both;
+- then the remaining 1-GPU run.
+Without the reservation the freed GPU would go to the next 1-GPU run and a
+stream of small runs could starve the large one.
+
+Usage: test_placement.py SCALESWEEP_BINARY
+"""
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = sys.argv[1]
+DB = os.environ["SCALESWEEP_TEST_DB"]
+tmp = tempfile.mkdtemp(prefix="ss-placement-")
+token = os.path.join(tmp, "token")
+TOKEN = os.urandom(16).hex()
+with open(token, "w") as f:
+    f.write(TOKEN)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+api_port, wport = free_port(), free_port()
+sched = None
+
+
+def fail(msg):
+    print("FAIL:", msg, file=sys.stderr)
+    log = os.path.join(tmp, "scheduler.log")
+    if os.path.exists(log):
+        print(open(log).read()[-3000:], file=sys.stderr)
+    sys.exit(1)
+
+
+def request(method, path, body=None):
+    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
+    c.request(method, path, body=json.dumps(body).encode() if body is not None else None,
+              headers={"Authorization": "Bearer " + TOKEN})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, json.loads(data) if data else None
+
+
+class Worker:
+    def __init__(self):
+        self.sock = socket.create_connection(("127.0.0.1", wport), timeout=10)
+        self.buf = b""
+        gpus = [{"index": i, "name": "Fake GPU", "memory_bytes": 1 << 34} for i in range(2)]
+        self.send({"type": "hello", "version": 1, "token": TOKEN, "name": "fake", "host": "h",
+                   "gpus": gpus, "cpu_slots": 0, "runs": []})
+        self.seq = {}
+
+    def send(self, m):
+        self.sock.sendall(json.dumps(m).encode() + b"\n")
+
+    def next_assign(self, timeout):
+        """The next assign within timeout seconds (None if none); others skipped."""
+        end = time.time() + timeout
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                m = json.loads(line)
+                if m["type"] == "error":
+                    fail(f"scheduler error: {m}")
+                if m["type"] == "assign":
+                    self.send({"type": "started", "run_id": m["run_id"],
+                               "attempt": m["attempt"], "config": {"event": "config"}})
+                    return m
+            left = end - time.time()
+            if left <= 0:
+                return None
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                return None
+            if not chunk:
+                fail("the scheduler closed the worker connection")
+            self.buf += chunk
+
+    def finish(self, a):
+        self.send({"type": "finished", "run_id": a["run_id"], "attempt": a["attempt"], "seq": 1,
+                   "exit_code": 0, "signal": 0,
+                   "done": {"event": "done", "final_val_loss": 3.0, "params": 1000,
+                            "nonembedding_params": 800, "flops": 1e9, "flops_6nd": 1e9,
+                            "tokens": 1000, "steps": 10, "wall_s": 1, "peak_rss_bytes": 1},
+                   "error": None, "log_tail": ""})
+
+
+def spec(name, gpus, n, priority):
+    return {"name": name, "method": "runs", "priority": priority,
+            "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
+                     "train": {"batch_size": 8, "lr": 0.003, "tokens": 25600}},
+            "runs": [{"train": {"seed": i + 1}} for i in range(n)],
+            "resources": {"gpus": gpus}}
+
+
+try:
+    log = open(os.path.join(tmp, "scheduler.log"), "w")
+    sched = subprocess.Popen(
+        [BIN, "scheduler", "--database", DB, "--token-file", token, "--listen",
+         f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}", "--checkpoints",
+         os.path.join(tmp, "ck"), "--reserve-after-seconds", "0"], stdout=log, stderr=log)
+    for _ in range(200):
+        try:
+            if request("GET", "/healthz")[0] == 200:
+                break
+        except OSError:
+            pass
+        time.sleep(0.1)
+    else:
+        fail("the scheduler did not come up")
+    w = Worker()
+    st, small = request("POST", "/api/sweeps", spec("small", 1, 3, 0))
+    if st != 201:
+        fail(f"submit: {st} {small}")
+    a1, a2 = w.next_assign(10), w.next_assign(10)
+    if not (a1 and a2 and sorted(a1["gpus"] + a2["gpus"]) == [0, 1]):
+        fail(f"two 1-GPU runs on GPUs 0 and 1 expected: {a1} {a2}")
+    st, big = request("POST", "/api/sweeps", spec("big", 2, 1, 5))
+    if st != 201:
+        fail(f"submit: {st} {big}")
+    w.finish(a1)
+    a = w.next_assign(2.5)
+    if a is not None:
+        fail(f"a GPU kept for the waiting 2-GPU run went to run {a['run_id']} ({a['gpus']})")
+    w.finish(a2)
+    a = w.next_assign(10)
+    if not (a and sorted(a["gpus"]) == [0, 1]):
+        fail(f"the 2-GPU run should have both GPUs once they are free: {a}")
+    st, r = request("GET", f"/api/runs/{a['run_id']}")
+    if r["run"]["sweep_id"] != big["id"]:
+        fail(f"run {a['run_id']} on both GPUs is not the 2-GPU sweep's: {r['run']}")
+    w.finish(a)
+    a = w.next_assign(10)
+    if not a or len(a["gpus"]) != 1:
+        fail(f"the last 1-GPU run should start after the 2-GPU run: {a}")
+    print("placement: 1-GPU runs fill the GPUs; the waiting 2-GPU run's worker drains and it "
+          "gets both GPUs; the last small run after it")
+finally:
+    if sched and sched.poll() is None:
+        sched.terminate()
+        sched.wait(10)
+    shutil.rmtree(tmp, ignore_errors=True)
