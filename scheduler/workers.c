@@ -666,7 +666,10 @@ static void on_finished_stored(void *ud, int status, PGresult *res, const char *
     return;
   }
   sched__wconn *c = sched__conn_by_worker(s, x->worker_id);
-  if (c)
+  sched__wrun *held = c ? sched__conn_find_run(c, x->run_id) : NULL;
+  /* a stale attempt's result (resent after a newer attempt of the run was
+   * assigned to this worker) must not free the newer attempt's slot */
+  if (held && (held->attempt == 0 || held->attempt == x->attempt))
     sched__conn_release_run(c, x->run_id);
   if (PQntuples(res) == 1) {
     const char *st = PQgetvalue(res, 0, 0);
