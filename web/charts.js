@@ -312,6 +312,10 @@ export function drawNopt(fig, pts, fits) {
   });
 }
 
+// The critical batch size: per target loss the fitted S(B) = S_min + E_min / B
+// (steps to reach the target against batch size, tokens), with B_crit =
+// E_min / S_min marked where S = 2 S_min; the ladder's gradient noise scale
+// B_noise as a vertical line when the trainer measured it.
 export function drawBatch(fig, fits) {
   const f = fits.batch;
   if (!f || !f.params) {
@@ -319,7 +323,41 @@ export function drawBatch(fig, fits) {
       'run took to reach its target losses.');
     return;
   }
-  const names = Object.keys(f.params);
-  say(fig, 'Fitted: ' + names.map((n) => `${n} = ${fmt(f.params[n], 4)}`).join(', ') +
-    ' (intervals in the table above).');
+  const ladders = [];
+  if (Number.isFinite(f.params.S_min) && Number.isFinite(f.params.E_min)) {
+    ladders.push({ label: 'S(B)', smin: f.params.S_min, emin: f.params.E_min });
+  }
+  const d = f.derived || {};
+  for (const k of Object.keys(d)) {
+    const m = /^S_min\(L=(.*)\)$/.exec(k);
+    if (m && Number.isFinite(d[k]) && Number.isFinite(d[`E_min(L=${m[1]})`])) {
+      ladders.push({ label: `S(B) at L = ${m[1]}`, smin: d[k], emin: d[`E_min(L=${m[1]})`] });
+    }
+  }
+  const usable = ladders.filter((l) => l.smin > 0 && l.emin > 0);
+  if (!usable.length) {
+    say(fig, 'The batch ladder\'s fit has no positive S_min and E_min to draw (see its warnings).');
+    return;
+  }
+  const crit = usable.map((l) => l.emin / l.smin);
+  const grid = logGrid(Math.min(...crit) / 16, Math.max(...crit) * 16, 48);
+  const tables = [];
+  const series = [];
+  usable.forEach((l, k) => {
+    const col = PALETTE[k % PALETTE.length];
+    tables.push([grid, grid.map((b) => l.smin + l.emin / b)]);
+    series.push(line(l.label, col));
+    tables.push([[l.emin / l.smin], [2 * l.smin]]);
+    series.push(Object.assign(scatter(`B_crit ${fmt(l.emin / l.smin, 3)}`, col),
+      { points: { show: true, size: 10, stroke: col, fill: '#fff', width: 2 } }));
+  });
+  const bn = d.B_noise;
+  if (Number.isFinite(bn) && bn > 0) {
+    const s = usable.map((l) => l.smin);
+    tables.push([[bn, bn], [Math.min(...s), Math.max(...s) * 8]]);
+    series.push(line(`B_noise ${fmt(bn, 3)}`, '#7f7f7f', [4, 4]));
+  }
+  draw(fig, series, uPlot.join(tables), {
+    key: 'batch' + series.length, xlabel: 'batch size B (tokens)', ylabel: 'steps S to the target',
+  });
 }
