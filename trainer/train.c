@@ -19,6 +19,9 @@
 #include "trainer/noise.h"
 #include "trainer/optim.h"
 #include "trainer/prepare.h"
+#ifdef SS_HAVE_CUDA
+#include "kernels/cuda/kern_cuda.h"
+#endif
 
 /* fp16 dynamic loss scaling (the usual GradScaler constants) */
 #define SCALE_INIT 65536.0
@@ -392,11 +395,16 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
   fprintf(r->out,
           "{\"event\":\"done\",\"final_val_loss\":%.17g,\"params\":%lld,"
           "\"nonembedding_params\":%lld,\"flops\":%.17g,\"flops_6nd\":%.17g,"
-          "\"tokens\":%lld,\"steps\":%lld,\"wall_s\":%.6g,\"peak_rss_bytes\":%lld}\n",
+          "\"tokens\":%lld,\"steps\":%lld,\"wall_s\":%.6g,\"peak_rss_bytes\":%lld",
           val_loss, (long long)trn_params(&s), (long long)trn_nonembedding_params(&s),
           fpt * (double)st.tokens,
           6.0 * (double)trn_nonembedding_params(&s) * (double)st.tokens,
           (long long)st.tokens, (long long)st.step, now() - t_start, peak_rss_bytes());
+#ifdef SS_HAVE_CUDA
+  if (strcmp(k->ops->name, "cuda") == 0)
+    fprintf(r->out, ",\"peak_device_bytes\":%zu", kern_cuda_peak_bytes(k));
+#endif
+  fprintf(r->out, "}\n");
   fflush(r->out);
   return 0;
 }
@@ -409,14 +417,33 @@ int trn_train(const trn_config *cfg, const char *resume_dir, int64_t resume_max_
   r.out = out;
   err[0] = 0;
   int rc = 0;
-  if (strcmp(cfg->backend, "cpu") != 0) {
+  int on_cuda = strcmp(cfg->backend, "cuda") == 0;
+  if (cfg->world_size > 1) {
     snprintf(err, errlen,
-             "backend \"%s\": this build has no such backend\nHINT: use \"backend\": \"cpu\"",
-             cfg->backend);
+             "$.world_size: found %d: data-parallel training (NCCL) is not implemented "
+             "yet\nHINT: use \"world_size\": 1",
+             cfg->world_size);
     rc = SS_EINVAL;
     goto done;
   }
-  kern_cpu_init(&r.k, cfg->precision, cfg->threads);
+  if (on_cuda) {
+#ifdef SS_HAVE_CUDA
+    /* device 0 of those the worker leaves visible (CUDA_VISIBLE_DEVICES) */
+    if (kern_cuda_init(&r.k, cfg->precision, 0, err, errlen) != 0) {
+      rc = SS_EIO;
+      goto done;
+    }
+#else
+    snprintf(err, errlen,
+             "$.backend: found \"cuda\": this build has no CUDA backend\nHINT: build where "
+             "the CUDA toolkit is installed (cmake finds nvcc; -DSS_CUDA=ON) or use "
+             "\"backend\": \"cpu\"");
+    rc = SS_EINVAL;
+    goto done;
+#endif
+  } else {
+    kern_cpu_init(&r.k, cfg->precision, cfg->threads);
+  }
   r.config_json = trn_config_to_json(cfg);
   if ((rc = open_data(&r, err, errlen)) != 0)
     goto done;
@@ -452,5 +479,9 @@ done:
   trn_loader_free(r.train);
   trn_loader_free(r.val);
   trn_lexicon_free(r.lex);
+#ifdef SS_HAVE_CUDA
+  if (on_cuda)
+    kern_cuda_close(&r.k);
+#endif
   return rc;
 }

@@ -53,10 +53,18 @@ static void init_codes(void) {
   }
 }
 
+/* The code books are filled by kern_cpu_init; a backend that reads them
+ * without it (CUDA) fills them here first (the same values every time). */
 float kern_q8_signed_value(int q) {
+  if (code_m[127] == 0.0f)
+    init_codes();
   return q < 0 ? -code_m[-q] : code_m[q];
 }
-float kern_q8_unsigned_value(int q) { return code_v[q]; }
+float kern_q8_unsigned_value(int q) {
+  if (code_v[255] == 0.0f)
+    init_codes();
+  return code_v[q];
+}
 
 /* index of the code nearest to x (x in [0, 1], codes sorted ascending) */
 static int nearest(const float *code, int ncode, float x) {

@@ -1,12 +1,5 @@
-/* Residual addition and precision rounding on the GPU: the first kernels of
- * the CUDA backend (the rest of the ops table follows in the GPU trainer).
- * Each has its CPU twin in kernels/cpu/elementwise.c. */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <stdint.h>
-
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/kern.h"
+/* Residual addition. CPU twin: residual_forward in kernels/cpu/elementwise.c. */
+#include "kernels/cuda/internal.cuh"
 
 /* out = round(a + b) at precision p, one element per thread */
 __global__ void residual_forward_kernel(float *out, const float *a, const float *b,
@@ -14,20 +7,22 @@ __global__ void residual_forward_kernel(float *out, const float *a, const float 
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n)
     return;
-  float x = a[i] + b[i];
-  if (p == KERN_BF16)
-    x = __bfloat162float(__float2bfloat16_rn(x));
-  else if (p == KERN_FP16)
-    x = __half2float(__float2half_rn(x));
-  out[i] = x;
+  out[i] = kern__cu_rnd(a[i] + b[i], p);
 }
 
+/* The launcher, also called directly by tests/gpu/test_residual.cu. */
 extern "C" void kern_cuda_residual_forward(float *out, const float *a, const float *b,
                                            size_t n, int prec, cudaStream_t stream) {
   if (n == 0)
     return;
   const int block = 256;
-  unsigned grid = (unsigned)((n + block - 1) / block);
-  residual_forward_kernel<<<grid, block, 0, stream>>>(out, a, b, n, prec);
-  CUDA_CHECK(cudaGetLastError());
+  residual_forward_kernel<<<kern__cu_grid(n, block), block, 0, stream>>>(out, a, b, n, prec);
+  KERN__CU_LAUNCHED();
 }
+
+static void residual_forward(kern_ctx *k, float *out, const float *a, const float *b,
+                             size_t n) {
+  kern_cuda_residual_forward(out, a, b, n, k->prec, kern__cu_stream(k));
+}
+
+void kern__cuda_residual(kern_ops *o) { o->residual_forward = residual_forward; }

@@ -1,0 +1,180 @@
+/* Helpers shared by the CUDA kernels (not exported outside kernels/cuda):
+ * the backend's state, the device twins of the CPU's scalar helpers
+ * (kernels/cpu/internal.h), scratch memory and the row-major GEMM. */
+#ifndef SS_KERNELS_CUDA_INTERNAL_CUH
+#define SS_KERNELS_CUDA_INTERNAL_CUH
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kern_cuda.h"
+#include "kernels/kern.h"
+
+/* One ops->alloc allocation, for the byte count of free and the peak. */
+typedef struct kern__cu_buf {
+  void *p;
+  size_t bytes;
+} kern__cu_buf;
+
+typedef struct kern__cu {
+  int device;
+  cudaStream_t stream;
+  cublasHandle_t blas;  /* the fallback GEMM (see kern__cu_gemm) */
+  cublasLtHandle_t lt;
+  void *lt_ws;          /* cuBLASLt workspace */
+  size_t lt_ws_bytes;
+  int tf32;             /* fp32 GEMMs in TF32 (kern_cuda_set_tf32) */
+  void *scratch;        /* grow-only scratch, carved by one op at a time */
+  size_t scratch_bytes;
+  double *sumsq_part;   /* (KERN__CU_SUMSQ_BLOCKS + 1): partial sums, total */
+  double *sumsq_host;   /* pinned: the total, read back */
+  kern__cu_buf *bufs;   /* live ops->alloc allocations */
+  size_t nbufs, capbufs;
+  size_t live_bytes, peak_bytes;
+} kern__cu;
+
+static inline kern__cu *kern__cu_of(kern_ctx *k) { return (kern__cu *)k->backend; }
+static inline cudaStream_t kern__cu_stream(kern_ctx *k) { return kern__cu_of(k)->stream; }
+
+/* Blocks of `block` threads covering n items (n > 0). */
+static inline unsigned kern__cu_grid(size_t n, int block) {
+  return (unsigned)((n + (size_t)block - 1) / (size_t)block);
+}
+
+/* Checks the launch just made (a bad configuration fails here; a fault in the
+ * kernel shows at the next synchronising call, also checked). */
+#define KERN__CU_LAUNCHED() CUDA_CHECK(cudaGetLastError())
+
+/* ---- device twins of kernels/cpu/internal.h: the same integer and float
+ * operations, so rounding gives identical bits (compiled with --fmad=false:
+ * no multiply-add contraction, as gcc's ISO C mode on the CPU side). ---- */
+
+__device__ __forceinline__ float kern__cu_bf16(float x) {
+  uint32_t u = __float_as_uint(x);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  uint32_t n = (u | 0x00400000u) & 0xffff0000u;
+  return __uint_as_float((u & 0x7fffffffu) > 0x7f800000u ? n : r);
+}
+
+__device__ __forceinline__ float kern__cu_fp16(float x) {
+  uint32_t u = __float_as_uint(x);
+  uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
+  uint32_t normal = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
+  float s = __uint_as_float(a < 0x38800000u ? a : 0u) * 16777216.0f;
+  float ri = (s + 12582912.0f) - 12582912.0f;
+  uint32_t sub = __float_as_uint(ri * 5.9604644775390625e-8f);
+  uint32_t m = a < 0x38800000u ? sub : normal;
+  m = a >= 0x477ff000u ? 0x7f800000u : m;
+  m = a > 0x7f800000u ? a : m;
+  return __uint_as_float(sign | m);
+}
+
+__device__ __forceinline__ float kern__cu_rnd(float x, int p) {
+  return p == KERN_BF16 ? kern__cu_bf16(x) : p == KERN_FP16 ? kern__cu_fp16(x) : x;
+}
+
+/* kern__expf of the CPU: degree-6 Taylor polynomial and exponent arithmetic */
+__device__ __forceinline__ float kern__cu_expf(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  const float shift = 12582912.0f;
+  float t = x * 1.44269504088896341f + shift;
+  float n = t - shift;
+  int32_t ni = (int32_t)(__float_as_uint(t) - __float_as_uint(shift));
+  float r = x - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187e-06f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  return __uint_as_float(__float_as_uint(p) + ((uint32_t)ni << 23));
+}
+
+__device__ __forceinline__ float kern__cu_tanhf(float u) {
+  return 1.0f - 2.0f / (kern__cu_expf(2.0f * u) + 1.0f);
+}
+
+/* Fixed-shape reductions (the tree does not depend on timing, so the bits
+ * are the same on every call). Warp: butterfly over 32 lanes. */
+__device__ __forceinline__ float kern__cu_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float kern__cu_warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/* Block-wide sum or max of v over all threads (blockDim.x a multiple of 32,
+ * at most 1024); every thread gets the result. sh: 32 floats of shared
+ * memory; the call begins and ends with a barrier so sh can be reused. */
+__device__ __forceinline__ float kern__cu_block_reduce(float v, float *sh, int is_max) {
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  __syncthreads();
+  v = is_max ? kern__cu_warp_max(v) : kern__cu_warp_sum(v);
+  if (lane == 0)
+    sh[warp] = v;
+  __syncthreads();
+  float r = lane < nwarps ? sh[lane] : (is_max ? -INFINITY : 0.0f);
+  r = is_max ? kern__cu_warp_max(r) : kern__cu_warp_sum(r);
+  __syncthreads();
+  return r;
+}
+
+/* ---- host helpers (kernels/cuda/cuda.cu) ---- */
+
+/* At least `bytes` of device scratch, 256-byte aligned. Valid until the next
+ * call; one op carves everything it needs from one call. Out of memory is
+ * fatal (file, line, bytes asked and free). */
+void *kern__cu_scratch(kern_ctx *k, size_t bytes);
+
+/* Rounds a byte count up to 256 (the carving unit of scratch). */
+static inline size_t kern__cu_al(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+/* The element type the GEMMs take at this precision: fp32, bf16 or fp16. */
+cudaDataType_t kern__cu_gemm_type(kern_prec p);
+size_t kern__cu_gemm_elt(kern_prec p);
+
+/* dst[i] = x[i] in the GEMM input type of precision p (a copy-free no-op
+ * returning x at fp32). The trainer's GEMM inputs are already rounded to p,
+ * so the conversion is exact. */
+const void *kern__cu_lowp(kern_ctx *k, const float *x, size_t n, void *dst, kern_prec p);
+
+/* C(M,N) = alpha op(A) op(B) + beta C with row-major operands, argument for
+ * argument cblas_sgemm(CblasRowMajor, ...) so the CPU twin's calls carry over;
+ * `batch` products with element strides sA, sB, sC. A and B of type `type`,
+ * C fp32; fp32 accumulation (TF32 only when switched on). */
+void kern__cu_gemm(kern_ctx *k, int transA, int transB, int M, int N, int K, float alpha,
+                   const void *A, int lda, long long sA, const void *B, int ldb,
+                   long long sB, float beta, float *C, int ldc, long long sC, int batch,
+                   cudaDataType_t type);
+
+/* x = round(x, p) on the stream (no-op at fp32) */
+void kern__cu_round(kern_ctx *k, float *x, size_t n, kern_prec p);
+
+/* Each layer file fills its part of the ops table. */
+void kern__cuda_elementwise(kern_ops *o);
+void kern__cuda_residual(kern_ops *o);
+void kern__cuda_matmul(kern_ops *o);
+void kern__cuda_layernorm(kern_ops *o);
+void kern__cuda_attention(kern_ops *o);
+void kern__cuda_encoder(kern_ops *o);
+void kern__cuda_xent(kern_ops *o);
+void kern__cuda_adamw(kern_ops *o);
+
+/* Copies the 8-bit code books into the current device's constant memory. */
+void kern__cu_adamw_codes(void);
+
+#define KERN__CU_SUMSQ_BLOCKS 1024
+
+#endif

@@ -1,0 +1,526 @@
+/* Every CUDA kernel of kern_ops against its CPU twin (the reference), at
+ * fp32, bf16 and fp16: the same inputs to both backends, the GPU result
+ * within eps * (|ref| + rms(ref)) of the CPU's; determinism (two calls give
+ * identical bits); and one whole training step of a tiny GPT, CUDA vs CPU.
+ *
+ * Tolerances (llm.c's validate_result: tol + |ref| * eps, with tol taken
+ * as eps * rms(ref) because cancellation errors scale with the summands, not
+ * with a result near zero):
+ *   fp32 1e-5: the backends differ only in summation order (cuBLAS's tiles,
+ *     warp trees against the CPU's sequential sums): a few ulps (6e-8 each)
+ *     times the sqrt of the terms summed, well under 1e-5 for these sizes;
+ *   bf16 1e-2: outputs are rounded to bf16 (8 significant bits); an fp32
+ *     difference of one ulp can move a value across a rounding boundary,
+ *     one bf16 ulp is at most 2^-7 = 7.8e-3 relative;
+ *   fp16 1e-3: likewise with 11 significant bits, one ulp at most 2^-10 =
+ *     9.8e-4 relative.
+ * The whole-step comparison chains about 20 rounded kernels and allows 10x
+ * that. Rounding itself (kern_ops.round) is exact arithmetic: bits must agree.
+ *
+ * NOTE: written without a GPU at hand; it compiles in CI (sm_80, sm_90) and
+ * has not yet run on a GPU (tests/gpu/run.sh runs it where there is one). */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "kernels/cuda/kern_cuda.h"
+#include "kernels/kern.h"
+extern "C" {
+#include "trainer/model.h"
+#include "trainer/optim.h"
+}
+#include "trainer/rng.h"
+
+typedef std::vector<float> vec;
+
+static int failures;
+static kern_ctx CPU, GPU;
+static uint64_t rng[4];
+
+static const char *prec_name(kern_prec p) {
+  return p == KERN_BF16 ? "bf16" : p == KERN_FP16 ? "fp16" : "fp32";
+}
+static double eps_of(kern_prec p) { return p == KERN_BF16 ? 1e-2 : p == KERN_FP16 ? 1e-3 : 1e-5; }
+static float rnd(float x, kern_prec p) {
+  return p == KERN_BF16 ? kern_round_bf16(x) : p == KERN_FP16 ? kern_round_fp16(x) : x;
+}
+
+/* n normal values times scale, rounded to p (kernel inputs in the trainer
+ * are rounded activations or the rounded weight copy) */
+static vec randn(size_t n, float scale, kern_prec p) {
+  vec x(n);
+  for (size_t i = 0; i < n; i++) {
+    double u1 = 1.0 - trn_rng_uniform(rng), u2 = trn_rng_uniform(rng);
+    x[i] = rnd((float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2) * scale), p);
+  }
+  return x;
+}
+
+static std::vector<int32_t> randtok(size_t n, int V) {
+  std::vector<int32_t> t(n);
+  for (size_t i = 0; i < n; i++)
+    t[i] = (int32_t)(trn_rng_uniform(rng) * V);
+  return t;
+}
+
+/* device copy of a host array (freed by the caller with GPU.ops->free) */
+template <typename E> static E *up(const std::vector<E> &h) {
+  E *d = (E *)GPU.ops->alloc(&GPU, h.size() * sizeof(E) + 1);
+  GPU.ops->from_host(&GPU, d, h.data(), h.size() * sizeof(E));
+  return d;
+}
+template <typename E> static std::vector<E> down(const E *d, size_t n) {
+  std::vector<E> h(n);
+  GPU.ops->to_host(&GPU, h.data(), d, n * sizeof(E));
+  return h;
+}
+static void gfree(void *d) { GPU.ops->free(&GPU, d); }
+
+static void compare(const char *what, kern_prec p, const vec &gpu, const vec &ref,
+                    double eps) {
+  double ss = 0.0;
+  for (float r : ref)
+    ss += (double)r * r;
+  double rms = ref.empty() ? 0.0 : sqrt(ss / ref.size());
+  int bad = 0;
+  double worst = 0.0;
+  for (size_t i = 0; i < ref.size(); i++) {
+    double d = fabs((double)gpu[i] - ref[i]), lim = eps * (fabs(ref[i]) + rms);
+    int nan_ok = isnan(gpu[i]) && isnan(ref[i]);
+    int inf_ok = isinf(gpu[i]) && gpu[i] == ref[i];
+    if (!(d <= lim) && !nan_ok && !inf_ok) {
+      if (bad++ < 5)
+        fprintf(stderr, "  %s %s [%zu]: gpu %.9g cpu %.9g (limit %.3g)\n", what, prec_name(p),
+                i, gpu[i], ref[i], lim);
+    }
+    if (lim > 0 && d / lim > worst)
+      worst = d / lim;
+  }
+  printf("%-28s %s  n %-8zu worst error / limit %.3f%s\n", what, prec_name(p), ref.size(),
+         worst, bad ? "  FAILED" : "");
+  failures += bad != 0;
+}
+
+static void same_bits(const char *what, kern_prec p, const vec &a, const vec &b) {
+  if (a.size() != b.size() || memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0) {
+    fprintf(stderr, "  %s %s: two calls differ (not deterministic)\n", what, prec_name(p));
+    failures++;
+  }
+}
+
+/* ---- per-layer checks ---- */
+
+static void check_encoder(kern_prec p) {
+  const int B = 3, T = 17, C = 72, V = 11; /* few tokens: many repeats per bucket */
+  auto tok = randtok((size_t)B * T, V);
+  vec wte = randn((size_t)V * C, 1, p), wpe = randn((size_t)T * C, 1, p);
+  vec out((size_t)B * T * C);
+  CPU.ops->encoder_forward(&CPU, out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  int32_t *dtok = up(tok);
+  float *dwte_w = up(wte), *dwpe_w = up(wpe), *dout = up(out);
+  GPU.ops->encoder_forward(&GPU, dout, dtok, dwte_w, dwpe_w, B, T, C);
+  vec g1 = down(dout, out.size());
+  compare("encoder_forward", p, g1, out, eps_of(p));
+  GPU.ops->encoder_forward(&GPU, dout, dtok, dwte_w, dwpe_w, B, T, C);
+  same_bits("encoder_forward", p, g1, down(dout, out.size()));
+
+  vec dy = randn(out.size(), 1, p), dwte = randn(wte.size(), 1, KERN_FP32),
+      dwpe = randn(wpe.size(), 1, KERN_FP32);
+  vec cte = dwte, cpe = dwpe;
+  CPU.ops->encoder_backward(&CPU, cte.data(), cpe.data(), dy.data(), tok.data(), B, T, C);
+  float *ddy = up(dy);
+  vec r1, r2;
+  for (int rep = 0; rep < 2; rep++) {
+    float *gte = up(dwte), *gpe = up(dwpe);
+    GPU.ops->encoder_backward(&GPU, gte, gpe, ddy, dtok, B, T, C);
+    vec a = down(gte, wte.size()), b = down(gpe, wpe.size());
+    if (rep == 0) {
+      compare("encoder_backward dwte", p, a, cte, eps_of(KERN_FP32));
+      compare("encoder_backward dwpe", p, b, cpe, eps_of(KERN_FP32));
+      r1 = a;
+      r2 = b;
+    } else {
+      same_bits("encoder_backward dwte", p, r1, a);
+      same_bits("encoder_backward dwpe", p, r2, b);
+    }
+    gfree(gte);
+    gfree(gpe);
+  }
+  gfree(dtok), gfree(dwte_w), gfree(dwpe_w), gfree(dout), gfree(ddy);
+}
+
+static void check_layernorm(kern_prec p) {
+  const int N = 70, C = 80; /* C not a multiple of 32, N more than one chunk */
+  vec x = randn((size_t)N * C, 2, p), w = randn(C, 1, p), b = randn(C, 1, p);
+  vec out(x.size()), mean(N), rstd(N);
+  CPU.ops->layernorm_forward(&CPU, out.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                             b.data(), N, C);
+  float *dx = up(x), *dw = up(w), *db = up(b), *dout = up(out), *dm = up(mean),
+        *dr = up(rstd);
+  GPU.ops->layernorm_forward(&GPU, dout, dm, dr, dx, dw, db, N, C);
+  vec g = down(dout, out.size());
+  compare("layernorm_forward out", p, g, out, eps_of(p));
+  compare("layernorm_forward mean", p, down(dm, N), mean, eps_of(KERN_FP32));
+  compare("layernorm_forward rstd", p, down(dr, N), rstd, eps_of(KERN_FP32));
+  GPU.ops->layernorm_forward(&GPU, dout, dm, dr, dx, dw, db, N, C);
+  same_bits("layernorm_forward", p, g, down(dout, out.size()));
+
+  /* backward from the CPU's mean and rstd (the same inputs on both sides) */
+  GPU.ops->from_host(&GPU, dm, mean.data(), N * sizeof(float));
+  GPU.ops->from_host(&GPU, dr, rstd.data(), N * sizeof(float));
+  vec dy = randn(x.size(), 1, p), dinp0 = randn(x.size(), 1, p);
+  vec gw0 = randn(C, 1, KERN_FP32), gb0 = randn(C, 1, KERN_FP32);
+  vec cdinp = dinp0, cgw = gw0, cgb = gb0;
+  CPU.ops->layernorm_backward(&CPU, cdinp.data(), cgw.data(), cgb.data(), dy.data(), x.data(),
+                              w.data(), mean.data(), rstd.data(), N, C);
+  float *ddy = up(dy);
+  vec first[3];
+  for (int rep = 0; rep < 2; rep++) {
+    float *gi = up(dinp0), *gw = up(gw0), *gb = up(gb0);
+    GPU.ops->layernorm_backward(&GPU, gi, gw, gb, ddy, dx, dw, dm, dr, N, C);
+    vec r[3] = {down(gi, x.size()), down(gw, C), down(gb, C)};
+    if (rep == 0) {
+      compare("layernorm_backward dinp", p, r[0], cdinp, eps_of(p));
+      compare("layernorm_backward dw", p, r[1], cgw, eps_of(KERN_FP32));
+      compare("layernorm_backward db", p, r[2], cgb, eps_of(KERN_FP32));
+      for (int i = 0; i < 3; i++)
+        first[i] = r[i];
+    } else {
+      for (int i = 0; i < 3; i++)
+        same_bits("layernorm_backward", p, first[i], r[i]);
+    }
+    gfree(gi), gfree(gw), gfree(gb);
+  }
+  gfree(dx), gfree(dw), gfree(db), gfree(dout), gfree(dm), gfree(dr), gfree(ddy);
+}
+
+static void check_matmul(kern_prec p, int N, int C, int OC, int bias) {
+  char name[64];
+  vec x = randn((size_t)N * C, 1, p), w = randn((size_t)OC * C, 0.1f, p),
+      b = randn(OC, 1, p);
+  vec out((size_t)N * OC);
+  CPU.ops->matmul_forward(&CPU, out.data(), x.data(), w.data(), bias ? b.data() : NULL, N, C,
+                          OC);
+  float *dx = up(x), *dw = up(w), *db = up(b), *dout = up(out);
+  GPU.ops->matmul_forward(&GPU, dout, dx, dw, bias ? db : NULL, N, C, OC);
+  vec g = down(dout, out.size());
+  snprintf(name, sizeof name, "matmul_forward %dx%dx%d%s", N, C, OC, bias ? "+b" : "");
+  compare(name, p, g, out, eps_of(p));
+  GPU.ops->matmul_forward(&GPU, dout, dx, dw, bias ? db : NULL, N, C, OC);
+  same_bits(name, p, g, down(dout, out.size()));
+
+  vec dy = randn(out.size(), 1, p), gw0 = randn(w.size(), 1, KERN_FP32),
+      gb0 = randn(OC, 1, KERN_FP32);
+  vec cdx(x.size()), cgw = gw0, cgb = gb0;
+  CPU.ops->matmul_backward(&CPU, cdx.data(), cgw.data(), bias ? cgb.data() : NULL, dy.data(),
+                           x.data(), w.data(), N, C, OC);
+  float *ddy = up(dy);
+  snprintf(name, sizeof name, "matmul_backward %dx%dx%d%s", N, C, OC, bias ? "+b" : "");
+  vec first[3];
+  for (int rep = 0; rep < 2; rep++) {
+    float *gx = up(vec(x.size())), *gw = up(gw0), *gb = up(gb0);
+    GPU.ops->matmul_backward(&GPU, gx, gw, bias ? gb : NULL, ddy, dx, dw, N, C, OC);
+    vec r[3] = {down(gx, x.size()), down(gw, w.size()), down(gb, OC)};
+    if (rep == 0) {
+      compare(name, p, r[0], cdx, eps_of(p));
+      compare(name, p, r[1], cgw, eps_of(KERN_FP32));
+      compare(name, p, r[2], cgb, eps_of(KERN_FP32));
+      for (int i = 0; i < 3; i++)
+        first[i] = r[i];
+    } else {
+      for (int i = 0; i < 3; i++)
+        same_bits(name, p, first[i], r[i]);
+    }
+    gfree(gx), gfree(gw), gfree(gb);
+  }
+  gfree(dx), gfree(dw), gfree(db), gfree(dout), gfree(ddy);
+}
+
+static void check_attention(kern_prec p) {
+  const int B = 2, T = 40, C = 64, NH = 4; /* T not a multiple of 32 */
+  vec qkv = randn((size_t)B * T * 3 * C, 1, p);
+  vec out((size_t)B * T * C), att((size_t)B * NH * T * T);
+  CPU.ops->attention_forward(&CPU, out.data(), att.data(), qkv.data(), B, T, C, NH);
+  float *dq = up(qkv), *dout = up(out), *datt = up(att);
+  GPU.ops->attention_forward(&GPU, dout, datt, dq, B, T, C, NH);
+  vec g = down(dout, out.size()), ga = down(datt, att.size());
+  compare("attention_forward out", p, g, out, eps_of(p));
+  compare("attention_forward att", p, ga, att, eps_of(p));
+  GPU.ops->attention_forward(&GPU, dout, datt, dq, B, T, C, NH);
+  same_bits("attention_forward", p, g, down(dout, out.size()));
+
+  /* backward from the CPU's probabilities */
+  GPU.ops->from_host(&GPU, datt, att.data(), att.size() * sizeof(float));
+  vec dy = randn(out.size(), 1, p), cdqkv(qkv.size()), scratch(att.size());
+  CPU.ops->attention_backward(&CPU, cdqkv.data(), scratch.data(), dy.data(), qkv.data(),
+                              att.data(), B, T, C, NH);
+  float *ddy = up(dy), *gd = up(vec(qkv.size())), *gs = up(vec(att.size()));
+  GPU.ops->attention_backward(&GPU, gd, gs, ddy, dq, datt, B, T, C, NH);
+  vec r = down(gd, qkv.size());
+  compare("attention_backward dqkv", p, r, cdqkv, eps_of(p));
+  GPU.ops->attention_backward(&GPU, gd, gs, ddy, dq, datt, B, T, C, NH);
+  same_bits("attention_backward", p, r, down(gd, qkv.size()));
+  gfree(dq), gfree(dout), gfree(datt), gfree(ddy), gfree(gd), gfree(gs);
+}
+
+static void check_elementwise(kern_prec p) {
+  const size_t n = 5000;
+  vec x = randn(n, 3, p), y = randn(n, 1, p), out(n);
+  float *dx = up(x), *dy = up(y), *dout = up(out);
+
+  CPU.ops->gelu_forward(&CPU, out.data(), x.data(), n);
+  GPU.ops->gelu_forward(&GPU, dout, dx, n);
+  compare("gelu_forward", p, down(dout, n), out, eps_of(p));
+  /* dinp aliases dout, as the trainer calls it */
+  vec cd = y;
+  CPU.ops->gelu_backward(&CPU, cd.data(), x.data(), cd.data(), n);
+  float *gd = up(y);
+  GPU.ops->gelu_backward(&GPU, gd, dx, gd, n);
+  compare("gelu_backward (aliased)", p, down(gd, n), cd, eps_of(p));
+
+  CPU.ops->residual_forward(&CPU, out.data(), x.data(), y.data(), n);
+  GPU.ops->residual_forward(&GPU, dout, dx, dy, n);
+  compare("residual_forward", p, down(dout, n), out, eps_of(p));
+
+  vec s = x;
+  CPU.ops->scale(&CPU, s.data(), 0.37f, n);
+  float *gs = up(x);
+  GPU.ops->scale(&GPU, gs, 0.37f, n);
+  compare("scale", p, down(gs, n), s, eps_of(KERN_FP32));
+
+  for (int init = 1; init >= 0; init--) {
+    vec dst = y;
+    double cs = CPU.ops->accumulate(&CPU, dst.data(), x.data(), 0.25f, n, init);
+    float *gdst = up(y);
+    double gsum = GPU.ops->accumulate(&GPU, gdst, dx, 0.25f, n, init);
+    compare(init ? "accumulate (init)" : "accumulate (+=)", p, down(gdst, n), dst,
+            eps_of(KERN_FP32));
+    if (!(fabs(gsum - cs) <= 1e-12 * cs)) {
+      fprintf(stderr, "  accumulate sumsq: gpu %.17g cpu %.17g\n", gsum, cs);
+      failures++;
+    }
+    gfree(gdst);
+  }
+  gfree(dx), gfree(dy), gfree(dout), gfree(gd), gfree(gs);
+}
+
+/* Rounding is exact: every value, including subnormals, overflow and the
+ * boundaries between representable values, must give the CPU's bits. */
+static void check_round(void) {
+  vec x = randn(20000, 1, KERN_FP32);
+  for (size_t i = 0; i < x.size(); i += 4)
+    x[i] = ldexpf(x[i], (int)(i % 80) - 40); /* 2^-40 .. 2^39: subnormal halves, overflow */
+  x.push_back(65519.0f), x.push_back(65520.0f), x.push_back(-65520.0f);
+  x.push_back(INFINITY), x.push_back(-INFINITY), x.push_back(NAN);
+  x.push_back(1.0f + 1.0f / 256.0f), x.push_back(1.0f + 3.0f / 256.0f); /* bf16 ties */
+  x.push_back(5.9604645e-8f), x.push_back(2.9802322e-8f);               /* fp16 2^-24, 2^-25 */
+  for (int pi = 1; pi <= 2; pi++) {
+    kern_prec p = (kern_prec)pi;
+    vec c = x;
+    CPU.ops->round(&CPU, c.data(), c.size(), p);
+    float *g = up(x);
+    GPU.ops->round(&GPU, g, x.size(), p);
+    vec r = down(g, x.size());
+    int bad = memcmp(r.data(), c.data(), c.size() * sizeof(float)) != 0;
+    printf("%-28s %s  n %-8zu %s\n", "round (bits)", prec_name(p), x.size(),
+           bad ? "FAILED" : "identical");
+    failures += bad;
+    gfree(g);
+  }
+}
+
+static void check_sumsq(void) {
+  vec x = randn(1000003, 1, KERN_FP32);
+  double c = CPU.ops->sumsq(&CPU, x.data(), x.size());
+  float *d = up(x);
+  double g1 = GPU.ops->sumsq(&GPU, d, x.size()), g2 = GPU.ops->sumsq(&GPU, d, x.size());
+  /* fp64 sums of 1e6 positive terms in two orders: ~1e-16 * sqrt(n) apart */
+  int bad = !(fabs(g1 - c) <= 1e-12 * c) || memcmp(&g1, &g2, sizeof g1) != 0;
+  printf("%-28s fp64  gpu %.17g cpu %.17g%s\n", "sumsq", g1, c, bad ? "  FAILED" : "");
+  failures += bad;
+  gfree(d);
+}
+
+static void check_xent(kern_prec p) {
+  const int N = 24, V = 1000;
+  vec z = randn((size_t)N * V, 2, p);
+  auto tgt = randtok(N, V);
+  vec loss(N), cz = z;
+  float *dz = up(z), *dl = up(loss);
+  int32_t *dt = up(tgt);
+  CPU.ops->softmax_xent(&CPU, loss.data(), cz.data(), tgt.data(), N, V, 0.0f);
+  GPU.ops->softmax_xent(&GPU, dl, dz, dt, N, V, 0.0f);
+  compare("softmax_xent losses", p, down(dl, N), loss, eps_of(KERN_FP32) * 10);
+  compare("softmax_xent logits kept", p, down(dz, z.size()), z, 0.0);
+  float ds = 1.0f / N;
+  CPU.ops->softmax_xent(&CPU, loss.data(), cz.data(), tgt.data(), N, V, ds);
+  GPU.ops->softmax_xent(&GPU, dl, dz, dt, N, V, ds);
+  vec g = down(dz, z.size());
+  compare("softmax_xent dlogits", p, g, cz, eps_of(p));
+  GPU.ops->from_host(&GPU, dz, z.data(), z.size() * sizeof(float));
+  GPU.ops->softmax_xent(&GPU, dl, dz, dt, N, V, ds);
+  same_bits("softmax_xent", p, g, down(dz, z.size()));
+  gfree(dz), gfree(dl), gfree(dt);
+}
+
+static void check_adamw(kern_prec p) {
+  const size_t n = 1000; /* 4 quantisation blocks, the last one partial */
+  kern_adamw_args a = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 1};
+  vec w = randn(n, 1, KERN_FP32), g1 = randn(n, 1, KERN_FP32), g2 = randn(n, 1, KERN_FP32);
+  int low = p != KERN_FP32;
+  /* fp32 moments: two steps */
+  {
+    vec cp = w, cm(n), cv(n), cl(n);
+    float *gp = up(w), *gm = up(vec(n)), *gv = up(vec(n)), *gl = up(vec(n));
+    float *dg1 = up(g1), *dg2 = up(g2);
+    for (int s = 1; s <= 2; s++) {
+      a.step = s;
+      CPU.ops->adamw(&CPU, cp.data(), low ? cl.data() : NULL, s == 1 ? g1.data() : g2.data(),
+                     cm.data(), cv.data(), n, &a);
+      GPU.ops->adamw(&GPU, gp, low ? gl : NULL, s == 1 ? dg1 : dg2, gm, gv, n, &a);
+    }
+    compare("adamw p", p, down(gp, n), cp, eps_of(KERN_FP32));
+    compare("adamw m", p, down(gm, n), cm, eps_of(KERN_FP32));
+    compare("adamw v", p, down(gv, n), cv, eps_of(KERN_FP32));
+    if (low)
+      compare("adamw plow", p, down(gl, n), cl, eps_of(p));
+    gfree(gp), gfree(gm), gfree(gv), gfree(gl), gfree(dg1), gfree(dg2);
+  }
+  /* 8-bit moments: two steps from zero state */
+  {
+    size_t nb = (n + KERN_Q8_BLOCK - 1) / KERN_Q8_BLOCK;
+    vec cp = w, cl(n), csm(nb), csv(nb);
+    std::vector<int8_t> cqm(n);
+    std::vector<uint8_t> cqv(n);
+    float *gp = up(w), *gl = up(vec(n)), *gsm = up(vec(nb)), *gsv = up(vec(nb));
+    int8_t *gqm = up(cqm);
+    uint8_t *gqv = up(cqv);
+    float *dg1 = up(g1), *dg2 = up(g2);
+    for (int s = 1; s <= 2; s++) {
+      a.step = s;
+      CPU.ops->adamw8bit(&CPU, cp.data(), low ? cl.data() : NULL,
+                         s == 1 ? g1.data() : g2.data(), cqm.data(), cqv.data(), csm.data(),
+                         csv.data(), n, &a);
+      GPU.ops->adamw8bit(&GPU, gp, low ? gl : NULL, s == 1 ? dg1 : dg2, gqm, gqv, gsm, gsv, n,
+                         &a);
+    }
+    compare("adamw8bit p", p, down(gp, n), cp, eps_of(KERN_FP32));
+    compare("adamw8bit absmax m", p, down(gsm, nb), csm, eps_of(KERN_FP32));
+    compare("adamw8bit absmax v", p, down(gsv, nb), csv, eps_of(KERN_FP32));
+    if (low)
+      compare("adamw8bit plow", p, down(gl, n), cl, eps_of(p));
+    /* the same arithmetic on both sides (no FMA contraction): a code may
+     * differ only where a value sits on a boundary between two codes, by one */
+    auto qm = down(gqm, n);
+    auto qv = down(gqv, n);
+    int off = 0, far = 0;
+    for (size_t i = 0; i < n; i++) {
+      int dm = abs(qm[i] - cqm[i]), dv = abs((int)qv[i] - (int)cqv[i]);
+      off += dm != 0 || dv != 0;
+      far += dm > 1 || dv > 1;
+    }
+    printf("%-28s %s  codes differing %d of %zu, by more than one %d\n", "adamw8bit codes",
+           prec_name(p), off, 2 * n, far);
+    failures += far > 0 || off > (int)n / 100;
+    gfree(gp), gfree(gl), gfree(gsm), gfree(gsv), gfree(gqm), gfree(gqv), gfree(dg1),
+        gfree(dg2);
+  }
+}
+
+/* ---- one whole training step, CUDA against CPU ---- */
+
+typedef struct step_out {
+  double loss1, gnorm, loss2;
+  vec grads;
+} step_out;
+
+static step_out train_step(kern_ctx *k, const trn_shape *s, int B,
+                           const std::vector<int32_t> &tok, float S) {
+  trn_model m;
+  trn_optim o;
+  step_out r;
+  if (trn_model_init(&m, k, s, B, 0, 0) != 0 || trn_optim_init(&o, &m, 0) != 0) {
+    fprintf(stderr, "  train step: out of memory\n");
+    exit(1);
+  }
+  trn_model_init_weights(&m, 7);
+  r.loss1 = trn_model_forward(&m, B, tok.data(), tok.data() + 1);
+  trn_model_backward(&m, S);
+  r.gnorm = sqrt(k->ops->sumsq(k, m.grads, m.nparams)) / S;
+  r.grads.resize(m.nparams);
+  k->ops->to_host(k, r.grads.data(), m.grads, m.nparams * sizeof(float));
+  for (float &g : r.grads)
+    g /= S;
+  trn_optim_step(&o, &m, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0f / S, 1);
+  r.loss2 = trn_model_forward(&m, B, tok.data(), tok.data() + 1);
+  trn_optim_free(&o);
+  trn_model_free(&m);
+  return r;
+}
+
+static void check_train_step(kern_prec p) {
+  trn_shape s = {2, 64, 4, 32, 97}; /* L, C, NH, T, V */
+  const int B = 4;
+  auto tok = randtok((size_t)B * s.seq_len + 1, s.vocab_size);
+  float S = p == KERN_FP16 ? 1024.0f : 1.0f; /* a loss scale, as fp16 runs use */
+  step_out c = train_step(&CPU, &s, B, tok, S);
+  step_out g = train_step(&GPU, &s, B, tok, S);
+  step_out g2 = train_step(&GPU, &s, B, tok, S);
+  double e = 10 * eps_of(p);
+  int bad = !(fabs(g.loss1 - c.loss1) <= e * c.loss1) || !(fabs(g.loss2 - c.loss2) <= e * c.loss2) ||
+            !(fabs(g.gnorm - c.gnorm) <= e * c.gnorm);
+  printf("%-28s %s  loss %.9g / %.9g, grad norm %.9g / %.9g, loss after step %.9g / %.9g "
+         "(gpu / cpu)%s\n",
+         "train step", prec_name(p), g.loss1, c.loss1, g.gnorm, c.gnorm, g.loss2, c.loss2,
+         bad ? "  FAILED" : "");
+  failures += bad;
+  compare("train step gradients", p, g.grads, c.grads, e);
+  if (memcmp(&g.loss1, &g2.loss1, sizeof(double)) || memcmp(&g.loss2, &g2.loss2, sizeof(double)))
+    failures++, fprintf(stderr, "  train step %s: two GPU runs differ\n", prec_name(p));
+  same_bits("train step gradients", p, g.grads, g2.grads);
+}
+
+int main(void) {
+  int ndev = 0;
+  cudaError_t e = cudaGetDeviceCount(&ndev);
+  if (e != cudaSuccess || ndev == 0) {
+    printf("skipped: no GPU (cudaGetDeviceCount: %d devices, %s)\n", ndev,
+           cudaGetErrorString(e));
+    return 77;
+  }
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  printf("device 0: %s\n", prop.name);
+  trn_rng_seed(rng, 2024);
+  for (int pi = 0; pi < 3; pi++) {
+    kern_prec p = (kern_prec)pi;
+    char err[1024];
+    kern_cpu_init(&CPU, p, 0);
+    if (kern_cuda_init(&GPU, p, 0, err, sizeof err) != 0) {
+      fprintf(stderr, "%s\n", err);
+      return 1;
+    }
+    check_encoder(p);
+    check_layernorm(p);
+    check_matmul(p, 64, 96, 128, 1);
+    check_matmul(p, 37, 72, 40, 0); /* odd sizes: unaligned rows for cuBLASLt */
+    check_matmul(p, 37, 72, 40, 1);
+    check_attention(p);
+    check_elementwise(p);
+    check_xent(p);
+    check_adamw(p);
+    check_train_step(p);
+    if (pi == 0) {
+      check_round();
+      check_sumsq();
+    }
+    kern_cuda_close(&GPU);
+    kern_cpu_close(&CPU);
+  }
+  printf(failures ? "%d checks FAILED\n" : "all checks passed\n", failures);
+  return failures ? 1 : 0;
+}
