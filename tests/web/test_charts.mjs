@@ -1,0 +1,98 @@
+// The status page's critical-batch-size plot (web/charts.js drawBatch) in
+// Node, with a stand-in for the DOM and for uPlot that records what would be
+// drawn: for each target loss the curve S(B) = S_min + E_min / B, B_crit
+// marked at S = 2 S_min, and the ladder's B_noise as a vertical line; the
+// messages when there is nothing to draw. Run: node tests/web/test_charts.mjs
+import assert from 'node:assert/strict';
+
+const drawn = [];
+globalThis.uPlot = class {
+  constructor(opts, data) {
+    this.opts = opts;
+    this.data = data;
+    this.series = opts.series;
+    drawn.push(this);
+  }
+  setData(d) { this.data = d; }
+  destroy() {}
+  // tables [[x...], [y...]] -> [xs, ys1, ys2, ...] over the union of x, null elsewhere
+  static join(tables) {
+    const xs = [...new Set(tables.flatMap((t) => t[0]))].sort((a, b) => a - b);
+    const out = [xs];
+    for (const t of tables) {
+      for (let s = 1; s < t.length; s++) {
+        const at = new Map(t[0].map((x, i) => [x, t[s][i]]));
+        out.push(xs.map((x) => (at.has(x) ? at.get(x) : null)));
+      }
+    }
+    return out;
+  }
+};
+
+function element() {
+  return {
+    children: [], attrs: {}, className: '', textContent: '', clientWidth: 600,
+    parentElement: null,
+    appendChild(c) { this.children.push(c); c.parentElement = this; return c; },
+    insertBefore(c) { return this.appendChild(c); },
+    setAttribute(k, v) { this.attrs[k] = v; },
+    querySelector(sel) {
+      if (sel === 'figcaption') return { textContent: 'the critical batch size' };
+      return this.children.find((c) => sel === '.' + c.className) || null;
+    },
+  };
+}
+globalThis.document = { createElement: () => element(), querySelectorAll: () => [] };
+
+const { drawBatch } = await import(new URL('../../web/charts.js', import.meta.url));
+
+function text(fig) {
+  const box = fig.querySelector('.plot');
+  return box.children.map((c) => c.textContent).join(' ');
+}
+
+// one target: S = 400 + 409600 / B tokens, B_crit 1024, B_noise 640
+let fig = element();
+drawBatch(fig, { batch: { params: { S_min: 400, E_min: 409600, B_crit: 1024 },
+  derived: { B_noise: 640 } } });
+assert.equal(drawn.length, 1);
+let u = drawn[0];
+const labels = u.series.slice(1).map((s) => s.label);
+assert.deepEqual(labels.map((l) => l.split(' ')[0]), ['S(B)', 'B_crit', 'B_noise']);
+const [xs, curve, crit, noise] = u.data;
+let checked = 0;
+xs.forEach((b, i) => {
+  if (curve[i] != null) {
+    assert.ok(Math.abs(curve[i] - (400 + 409600 / b)) < 1e-9 * curve[i], `S(${b})`);
+    checked++;
+  }
+});
+assert.equal(checked, 48, 'the curve is drawn at 48 batch sizes');
+assert.ok(Math.min(...xs) <= 1024 / 16 * 1.0001 && Math.max(...xs) >= 1024 * 16 * 0.9999);
+assert.deepEqual(xs.map((b, i) => [b, crit[i]]).filter((p) => p[1] != null), [[1024, 800]]);
+assert.deepEqual(xs.filter((b, i) => noise[i] != null), [640]);
+assert.equal(u.opts.scales.x.distr, 3, 'log axes');
+
+// several targets: one curve and one B_crit per target from derived values
+drawn.length = 0;
+fig = element();
+drawBatch(fig, { batch: { params: { B_star: 1e8, alpha_B: 0.2 }, derived: {
+  'B_crit(L=1.3)': 500, 'S_min(L=1.3)': 100, 'E_min(L=1.3)': 50000,
+  'B_crit(L=1.2)': 1000, 'S_min(L=1.2)': 200, 'E_min(L=1.2)': 200000 } } });
+u = drawn[0];
+assert.deepEqual(u.series.slice(1).map((s) => s.label),
+  ['S(B) at L = 1.3', 'B_crit 500', 'S(B) at L = 1.2', 'B_crit 1e+3']);
+const xs2 = u.data[0];
+assert.deepEqual(xs2.map((b, i) => [b, u.data[2][i]]).filter((p) => p[1] != null), [[500, 200]]);
+assert.deepEqual(xs2.map((b, i) => [b, u.data[4][i]]).filter((p) => p[1] != null), [[1000, 400]]);
+
+// nothing to draw: no fit; a ladder whose S_min is not positive
+drawn.length = 0;
+fig = element();
+drawBatch(fig, {});
+assert.match(text(fig), /No critical batch size fitted yet/);
+fig = element();
+drawBatch(fig, { batch: { params: { S_min: -5, E_min: 1000, B_crit: -200 }, derived: {} } });
+assert.match(text(fig), /no positive S_min and E_min/);
+assert.equal(drawn.length, 0);
+console.log('drawBatch: curves, B_crit marks and B_noise as expected; messages when empty');
