@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "cli/commands.h"
 #include "common/err.h"
 #include "scheduler/pgserver.h"
+#include "trainer/data.h"
 
 static const char usage[] =
     "usage: scalesweep up [--state DIR] [--sweep FILE] [--wait] [--listen HOST:PORT]\n"
@@ -96,11 +98,183 @@ static int read_ports(const char *path, int *http_port, int *workers_port) {
   return *http_port > 0 && *workers_port > 0 ? 0 : -1;
 }
 
+/* ---- the study's result ----------------------------------------------- */
+
+/* The value of NAME in FIT's params or derived, NAN when absent; its 95%
+ * interval in lo/hi (NAN when none). */
+static double fit_value(json_t *fit, const char *name, double *lo, double *hi) {
+  json_t *v = json_object_get(json_object_get(fit, "params"), name);
+  if (!v)
+    v = json_object_get(json_object_get(fit, "derived"), name);
+  json_t *ci = json_object_get(json_object_get(fit, "ci95"), name);
+  if (lo)
+    *lo = json_array_size(ci) == 2 ? json_number_value(json_array_get(ci, 0)) : NAN;
+  if (hi)
+    *hi = json_array_size(ci) == 2 ? json_number_value(json_array_get(ci, 1)) : NAN;
+  return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* Prints "NAME = V [LO, HI]" (or without the interval, or n/a). */
+static void put_value(const char *name, json_t *fit, const char *key) {
+  double lo, hi, v = fit_value(fit, key, &lo, &hi);
+  if (isnan(v))
+    printf("%s = n/a", name);
+  else if (isnan(lo))
+    printf("%s = %.4g", name, v);
+  else
+    printf("%s = %.4g [%.4g, %.4g]", name, v, lo, hi);
+}
+
+/* The sweep's corpus: the resolved config of one of its succeeded runs
+ * (the trainer fills every default) gives the synthetic corpus's
+ * parameters and seq_len; the trainer library computes its exact entropy
+ * rate and window floor, the numbers the trainer reports in its config
+ * event. 0 when the sweep trains on the synthetic corpus. */
+static int corpus_truth(const cli_target *t, long long id, double *rate, double *wfloor,
+                        int *seq_len) {
+  char path[128];
+  snprintf(path, sizeof path, "/api/sweeps/%lld/runs?status=succeeded&limit=1", id);
+  int status, rc = -1;
+  char *resp = NULL;
+  if (cli_request(t, "GET", path, NULL, 0, &status, &resp) != 0 || status != 200) {
+    free(resp);
+    return -1;
+  }
+  json_t *j = json_loads(resp, 0, NULL);
+  free(resp);
+  resp = NULL;
+  json_t *first = json_array_get(json_object_get(j, "runs"), 0);
+  long long run = json_integer_value(json_object_get(first, "id"));
+  json_decref(j);
+  snprintf(path, sizeof path, "/api/runs/%lld", run);
+  if (!run || cli_request(t, "GET", path, NULL, 0, &status, &resp) != 0 || status != 200) {
+    free(resp);
+    return -1;
+  }
+  j = json_loads(resp, JSON_DECODE_INT_AS_REAL, NULL);
+  free(resp);
+  json_t *cfg = json_object_get(json_object_get(j, "run"), "config");
+  json_t *syn = json_object_get(json_object_get(cfg, "data"), "synthetic");
+  if (json_is_object(syn)) {
+    trn_synth_params p = {
+        .letters = (int)json_number_value(json_object_get(syn, "letters")),
+        .words = (int)json_number_value(json_object_get(syn, "words")),
+        .min_len = (int)json_number_value(json_object_get(syn, "min_len")),
+        .max_len = (int)json_number_value(json_object_get(syn, "max_len")),
+        .zipf = json_number_value(json_object_get(syn, "zipf")),
+        .seed = (uint64_t)json_number_value(json_object_get(syn, "seed"))};
+    *seq_len = (int)json_number_value(json_object_get(json_object_get(cfg, "model"), "seq_len"));
+    char err[512];
+    trn_lexicon *lx;
+    if (*seq_len > 0 && trn_lexicon_new(&p, &lx, err, sizeof err) == 0) {
+      *rate = trn_lexicon_entropy_rate(lx);
+      *wfloor = trn_lexicon_window_floor(lx, *seq_len);
+      trn_lexicon_free(lx);
+      rc = isnan(*wfloor) ? -1 : 0;
+    }
+  }
+  json_decref(j);
+  return rc;
+}
+
+/* What the researcher came for, after the fits in full: L(N, D) with its
+ * intervals and E next to the corpus's true irreducible loss, the
+ * compute-optimal exponents by both approaches, the critical batch size
+ * from the ladder and from the noise scale, and the extrapolation check. */
+static void print_result(const cli_target *t, long long id, json_t *fits, double wall_s) {
+  json_t *ch = json_object_get(fits, "chinchilla"), *iso = json_object_get(fits, "isoflop"),
+         *bat = json_object_get(fits, "batch");
+  printf("\nresult of sweep %lld (%.0fm%02.0fs from submission to the last fit):\n", id,
+         floor(wall_s / 60), fmod(wall_s, 60));
+  if (ch) {
+    printf("  L(N, D) = E + A/N^alpha + B/D^beta (Approach 3, %.0f runs; 95%% bootstrap "
+           "intervals):\n    ",
+           json_number_value(json_object_get(ch, "n_points")));
+    put_value("E", ch, "E");
+    printf(" nats/token\n");
+    double rate, wfloor;
+    int seq_len;
+    if (corpus_truth(t, id, &rate, &wfloor, &seq_len) == 0) {
+      double e = fit_value(ch, "E", NULL, NULL);
+      printf("      the corpus: entropy rate %.4f, window floor %.4f (the best loss on windows "
+             "of %d tokens); E - floor = %+.4f\n",
+             rate, wfloor, seq_len, e - wfloor);
+    }
+    printf("    ");
+    put_value("A", ch, "A");
+    printf("  ");
+    put_value("alpha", ch, "alpha");
+    printf("\n    ");
+    put_value("B", ch, "B");
+    printf("  ");
+    put_value("beta", ch, "beta");
+    printf("\n  compute-optimal N_opt(C) ~ C^a, D_opt(C) ~ C^b:\n    from L(N, D):        ");
+    put_value("a", ch, "a");
+    printf("  ");
+    put_value("b", ch, "b");
+    printf("\n");
+  }
+  if (iso) {
+    int nb = 0, nu = 0;
+    size_t i;
+    json_t *b;
+    json_array_foreach(json_object_get(iso, "budgets"), i, b) {
+      nb++;
+      nu += json_is_true(json_object_get(b, "usable"));
+    }
+    printf("    from IsoFLOP minima: ");
+    put_value("a", iso, "a");
+    printf("  ");
+    put_value("b", iso, "b");
+    printf("  (%d of %d budgets with an interior minimum)\n", nu, nb);
+  }
+  if (bat) {
+    printf("  critical batch size (tokens):\n    from the ladder:");
+    /* per target loss "B_crit(L=x)", highest target first (jsonb
+     * reorders keys) */
+    const char *k, *name[16];
+    double at[16];
+    json_t *v;
+    int any = 0;
+    json_object_foreach(json_object_get(bat, "derived"), k, v) {
+      if (any < 16 && sscanf(k, "B_crit(L=%lf)", &at[any]) == 1) {
+        int i = any++;
+        for (; i > 0 && at[i - 1] < at[i]; i--) {
+          double x = at[i];
+          at[i] = at[i - 1];
+          at[i - 1] = x;
+          name[i] = name[i - 1];
+        }
+        name[i] = k;
+      }
+    }
+    for (int i = 0; i < any; i++) {
+      printf("%s ", i ? "," : "");
+      put_value(name[i], bat, name[i]);
+    }
+    if (!any) {
+      printf(" ");
+      put_value("B_crit", bat, "B_crit");
+    }
+    printf("\n    from the gradient noise scale: ");
+    put_value("B_noise", bat, "B_noise");
+    printf(" (median over the ladder)\n");
+  }
+  json_t *ex = ch ? json_object_get(ch, "extrapolation") : NULL;
+  if (json_is_object(ex))
+    printf("  extrapolation: fitted without the largest budget (C = %.3g), L(N, D) predicts "
+           "its runs' mean loss %.4f; measured %.4f (mean relative error %.2f%%)\n",
+           json_number_value(json_object_get(ex, "held_out_flops")),
+           json_number_value(json_object_get(ex, "predicted_loss")),
+           json_number_value(json_object_get(ex, "measured_loss")),
+           100 * json_number_value(json_object_get(ex, "rel_err")));
+}
+
 /* (Fits come back through jsonb, which writes 1e129 as 130 digits: parsed
  * as reals so they do not overflow Jansson's integers.) */
 /* Waits (up to 2 minutes) for the refit that has seen every successful run
  * (expected points), then prints the fitted laws. */
-static void print_fits(const cli_target *t, long long id, int expected) {
+static void print_fits(const cli_target *t, long long id, int expected, time_t t0) {
   char path[64];
   snprintf(path, sizeof path, "/api/sweeps/%lld/fit", id);
   json_t *fits = NULL;
@@ -130,6 +304,7 @@ static void print_fits(const cli_target *t, long long id, int expected) {
   const char *law;
   json_t *fit;
   json_object_foreach(fits, law, fit) cli_print_fit(stdout, law, fit);
+  print_result(t, id, fits, difftime(time(NULL), t0));
   json_decref(fits);
 }
 
@@ -165,7 +340,7 @@ static int count_fit_points(const cli_target *t, long long id) {
 }
 
 /* Polls the sweep until nothing is queued or running; prints a summary. */
-static int wait_for_sweep(const cli_target *t, long long id) {
+static int wait_for_sweep(const cli_target *t, long long id, time_t t0) {
   char path[64];
   snprintf(path, sizeof path, "/api/sweeps/%lld?limit=0", id);
   for (;;) {
@@ -189,7 +364,7 @@ static int wait_for_sweep(const cli_target *t, long long id) {
                total, failed);
         int fit_points = count_fit_points(t, id);
         if (fit_points >= 7) /* the Chinchilla law needs its 5 parameters + 2 */
-          print_fits(t, id, fit_points);
+          print_fits(t, id, fit_points, t0);
         else
           printf("too few successful runs (%d) to fit the laws\n", fit_points);
         return failed ? SS_EXIT_FAILURE : 0;
@@ -321,6 +496,7 @@ int cmd_up(int argc, char **argv) {
     }
     usleep(100000);
   }
+  time_t t0 = time(NULL);
   if (!rc && sweep) {
     char *argv2[] = {"submit", (char *)sweep, "--state", (char *)state, NULL};
     if (!rc)
@@ -338,7 +514,7 @@ int cmd_up(int argc, char **argv) {
       json_decref(j);
       free(resp);
     }
-    rc = id ? wait_for_sweep(&t, id) : SS_EXIT_FAILURE;
+    rc = id ? wait_for_sweep(&t, id, t0) : SS_EXIT_FAILURE;
   } else if (!rc) {
     while (!stop_requested) {
       if (waitpid(sched_pid, NULL, WNOHANG) == sched_pid) {

@@ -1,10 +1,24 @@
 #!/usr/bin/env bash
-# The main job, for now: installs what is missing, builds, and trains a small
-# GPT on the built-in synthetic corpus, printing its losses as JSON lines.
+# The main job: installs what is missing, builds, and runs the quick-start
+# scaling-law study (sweeps/examples/quickstart.json, docs/study.md) with
+# `scalesweep up --wait`: a private PostgreSQL, the scheduler and a local
+# worker; about 15 minutes on 2 CPU cores; it ends by printing the fitted
+# L(N, D), E against the corpus's true entropy rate, the compute-optimal
+# exponents, the critical batch size and the extrapolation check.
+# Each call uses a fresh state directory under .scalesweep/ (the database and
+# logs stay there); extra arguments go to `scalesweep up` (say, --listen
+# 127.0.0.1:0 when port 8080 is taken).
+# The single-model demo is `./build/scalesweep train --config
+# trainer/examples/quickstart.json`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)" --target scalesweep >/dev/null
-exec ./build/scalesweep train --config trainer/examples/quickstart.json "$@"
+# OpenMP's spin-waiting makes trainers many times slower on busy cores; the
+# results do not depend on it
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+mkdir -p .scalesweep
+state=.scalesweep/quickstart-$(date +%Y%m%d-%H%M%S)
+exec ./build/scalesweep up --state "$state" --sweep sweeps/examples/quickstart.json --wait "$@"
