@@ -1,6 +1,7 @@
 #include "scheduler/submit.h"
 
 #include <inttypes.h>
+#include <malloc.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,6 +197,10 @@ void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
   free(runs);
   plan_free(p);
   spec_free(sp);
+  /* a large sweep's spec, plan and run list were tens of MB of small
+   * blocks: give the freed memory back instead of keeping it resident */
+  if (len > (1u << 20))
+    malloc_trim(0);
 }
 
 typedef struct fit_ctx {

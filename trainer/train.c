@@ -436,8 +436,8 @@ int trn_train(const trn_config *cfg, const char *resume_dir, int64_t resume_max_
 #else
     snprintf(err, errlen,
              "$.backend: found \"cuda\": this build has no CUDA backend\nHINT: build where "
-             "the CUDA toolkit is installed (cmake finds nvcc; -DSS_CUDA=ON) or use "
-             "\"backend\": \"cpu\"");
+             "the CUDA toolkit is installed with cmake -DSS_CUDA_TRAINER=ON (as "
+             "tests/gpu/run.sh does), or use \"backend\": \"cpu\"");
     rc = SS_EINVAL;
     goto done;
 #endif

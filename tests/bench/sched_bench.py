@@ -604,9 +604,21 @@ def dispatch(layout, label=None, sweep_id=None, nruns=DISPATCH_RUNS, run_filter=
     name = f"bench-{tag}-{os.getpid()}-{int(time.time())}"
     submit_ms = None
     if sweep_id is None:
+        # a sweep holds at most 10,000 runs: more are several sweeps, and
+        # run_filter picks them all
         log(f"{label}: submitting {nruns} runs")
-        sweep_id, submit_ms, _ = submit(name, nruns)
-        log(f"{label}: sweep {sweep_id} submitted in {submit_ms:.0f} ms")
+        ids, submit_ms, left, part = [], 0.0, nruns, 0
+        while left > 0:
+            k = min(left, 10000)
+            sid, ms, _ = submit(f"{name}-{part}", k)
+            ids.append(sid)
+            submit_ms += ms
+            left -= k
+            part += 1
+        sweep_id = ids[0]
+        if len(ids) > 1:
+            run_filter = f"sweep_id IN ({','.join(str(i) for i in ids)})"
+        log(f"{label}: sweep(s) {', '.join(str(i) for i in ids)} submitted in {submit_ms:.0f} ms")
     limit = (nworkers * slots) * 4 + 16
     q_ms = explain(f"queue-{tag}", Q_QUEUE.format(limit=limit))
     st_ms = explain(f"sweep-status-{tag}", Q_SWEEP_STATUS.format(id=sweep_id))
@@ -662,11 +674,13 @@ def dispatch(layout, label=None, sweep_id=None, nruns=DISPATCH_RUNS, run_filter=
                      if "started" in e and "exited" in e]
 
     # the database: outcome, and the scheduler-side view
-    counts = psql(f"SELECT status, count(*) FROM runs WHERE sweep_id = {sweep_id} "
+    sweeps = f"sweep_id = {sweep_id}" if run_filter == "true" or "sweep_id IN" not in run_filter \
+        else run_filter
+    counts = psql(f"SELECT status, count(*) FROM runs WHERE {sweeps} "
                   f"AND ({run_filter}) GROUP BY status ORDER BY status")
     rows = psql(f"SELECT coalesce(worker, 0), extract(epoch FROM started_at), "
                 f"extract(epoch FROM finished_at), attempt FROM runs "
-                f"WHERE sweep_id = {sweep_id} AND started_at IS NOT NULL AND ({run_filter})")
+                f"WHERE {sweeps} AND started_at IS NOT NULL AND ({run_filter})")
     by_worker = collections.defaultdict(dict)
     attempts_over_1 = 0
     for line in rows.splitlines():
@@ -682,7 +696,7 @@ def dispatch(layout, label=None, sweep_id=None, nruns=DISPATCH_RUNS, run_filter=
     db_ends = [e["exited"] for rs in by_worker.values() for e in rs.values() if "exited" in e]
     db_wall = max(db_ends) - min(db_starts)
     metric_rows = int(psql(f"SELECT count(*) FROM metrics m JOIN runs r ON r.id = m.run_id "
-                           f"WHERE r.sweep_id = {sweep_id} AND ({run_filter})"))
+                           f"WHERE r.{sweeps} AND ({run_filter})"))
 
     g = [x[0] for x in gaps]
     res = {

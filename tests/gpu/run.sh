@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds (cmake -DSS_CUDA=ON) and runs every GPU test and the GPU benchmark on
+# Builds (cmake -DSS_CUDA=ON -DSS_CUDA_TRAINER=ON) and runs every GPU test and the GPU benchmark on
 # a machine with a GPU, then prints a summary; about 5 minutes at most on an
 # H100/H200 (most of it the build). Usage, from anywhere:
 #   bash tests/gpu/run.sh            # SS_GPU_BUILD=DIR picks the build directory
@@ -18,12 +18,14 @@ failed=0
 note() { summary+=("$1"); }
 
 echo "== build ($build)"
-if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSS_CUDA=ON >"$work/cmake.log" 2>&1 ||
+if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSS_CUDA=ON -DSS_CUDA_TRAINER=ON \
+     >"$work/cmake.log" 2>&1 ||
    ! grep -q "CUDA kernels ON" "$work/cmake.log" ||
+   ! grep -q "CUDA trainer backend ON" "$work/cmake.log" ||
    ! cmake --build "$build" -j"$(nproc)" --target scalesweep test_cuda_residual test_cuda_kernels \
      >>"$work/cmake.log" 2>&1; then
   tail -40 "$work/cmake.log"
-  echo "FAIL: build (is nvcc found? configure with -DSS_CUDA=ON)"
+  echo "FAIL: build (is nvcc found? configure with -DSS_CUDA=ON -DSS_CUDA_TRAINER=ON)"
   exit 1
 fi
 bin=$build/scalesweep
