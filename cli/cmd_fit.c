@@ -112,10 +112,7 @@ static void header(const char *title) {
 }
 
 static const fit_param *derived(const fit_result *r, const char *name) {
-  for (int i = 0; i < r->nderived; i++)
-    if (!strcmp(r->derived[i].name, name))
-      return &r->derived[i];
-  return NULL;
+  return fit_result_get(r, name);
 }
 
 static void print_chinchilla_allocation(const fit_result *r, double target) {

@@ -55,13 +55,6 @@ static void pass_free(pred_pass *p) {
 
 static json_t *num_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
-static const fit_param *find(const fit_param *p, int n, const char *name) {
-  for (int i = 0; i < n; i++)
-    if (!strcmp(p[i].name, name))
-      return &p[i];
-  return NULL;
-}
-
 static void predict_one(pred_run *r) {
   if (r->npts < PREDICT_MIN_EVALS)
     return;
@@ -71,7 +64,7 @@ static void predict_one(pred_run *r) {
   char err[256];
   if (fit_curve(r->pts, r->npts, &o, &res, err, sizeof err) != 0)
     return;
-  const fit_param *at = find(res.derived, res.nderived, "loss_at_target");
+  const fit_param *at = fit_result_get(&res, "loss_at_target");
   double pred = at ? at->value : NAN, lo = at ? at->ci_lo : NAN, hi = at ? at->ci_hi : NAN;
   double surface = NAN, sd = NAN, z = NAN;
   if (isfinite(r->chin[0])) {

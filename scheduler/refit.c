@@ -101,10 +101,10 @@ static json_t *extrapolation(refit *r, const fit_options *o) {
     double v[4] = {NAN, NAN, NAN, NAN};
     static const char *const names[4] = {"holdout_flops", "holdout_pred_loss", "holdout_loss",
                                          "holdout_rel_err"};
-    for (int k = 0; k < 4; k++)
-      for (int i = 0; i < ex.nderived; i++)
-        if (!strcmp(ex.derived[i].name, names[k]))
-          v[k] = ex.derived[i].value;
+    for (int k = 0; k < 4; k++) {
+      const fit_param *q = fit_result_get(&ex, names[k]);
+      v[k] = q ? q->value : NAN;
+    }
     json_t *w = json_array();
     for (int i = 0; i < ex.nwarnings; i++)
       json_array_append_new(w, json_string(ex.warnings[i]));

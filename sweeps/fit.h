@@ -99,6 +99,8 @@ void fit_result_free(fit_result *r);
 fit_param *fit_result_add_param(fit_result *r, const char *name, double value);
 fit_param *fit_result_add_derived(fit_result *r, const char *name, double value);
 void fit_result_warn(fit_result *r, const char *fmt, ...);
+/* The parameter or derived quantity named name (parameters first), or NULL. */
+const fit_param *fit_result_get(const fit_result *r, const char *name);
 
 /* Chinchilla Approach 3: L = E + A/N^alpha + B/D^beta, Huber (delta 1e-3)
  * on log loss, summed; grid of 4,500 starts (SCIENCE.md), BFGS from the best;

@@ -33,6 +33,16 @@ fit_param *fit_result_add_param(fit_result *r, const char *name, double value) {
   return add(r->params, &r->nparams, name, value);
 }
 
+const fit_param *fit_result_get(const fit_result *r, const char *name) {
+  for (int i = 0; i < r->nparams; i++)
+    if (!strcmp(r->params[i].name, name))
+      return &r->params[i];
+  for (int i = 0; i < r->nderived; i++)
+    if (!strcmp(r->derived[i].name, name))
+      return &r->derived[i];
+  return NULL;
+}
+
 fit_param *fit_result_add_derived(fit_result *r, const char *name, double value) {
   return add(r->derived, &r->nderived, name, value);
 }

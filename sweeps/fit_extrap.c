@@ -22,10 +22,8 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
 }
 
 static double param(const fit_result *r, const char *name) {
-  for (int i = 0; i < r->nparams; i++)
-    if (!strcmp(r->params[i].name, name))
-      return r->params[i].value;
-  return NAN;
+  const fit_param *p = fit_result_get(r, name);
+  return p ? p->value : NAN;
 }
 
 /* Counts budgets among the ln C values sorted ascending, grouped as in
