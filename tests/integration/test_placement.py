@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+from harness import free_port
+
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
 tmp = tempfile.mkdtemp(prefix="ss-placement-")
@@ -29,14 +31,6 @@ token = os.path.join(tmp, "token")
 TOKEN = os.urandom(16).hex()
 with open(token, "w") as f:
     f.write(TOKEN)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 api_port, wport = free_port(), free_port()

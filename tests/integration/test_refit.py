@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 
+from harness import free_port, psql
+
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,20 +45,6 @@ def fail(msg):
             print(f"--- {name}.log (end)", file=sys.stderr)
             print(open(path).read()[-3000:], file=sys.stderr)
     sys.exit(1)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def psql(sql):
-    out = subprocess.run(["bash", "-c", '. "$PGTEST_SH" && pg_psql -At -c "$0"', sql],
-                         capture_output=True, text=True, check=True)
-    return out.stdout.strip()
 
 
 tmp = tempfile.mkdtemp(prefix="ss-refit-")

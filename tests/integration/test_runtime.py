@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from harness import free_port, psql
+
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
 PGTEST = os.environ["PGTEST_SH"]
@@ -37,20 +39,6 @@ STEPS = 1000
 def fail(msg):
     print("FAIL:", msg, file=sys.stderr)
     sys.exit(1)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def psql(sql):
-    out = subprocess.run(["bash", "-c", '. "$PGTEST_SH" && pg_psql -At -c "$0"', sql],
-                         capture_output=True, text=True, check=True)
-    return out.stdout.strip()
 
 
 tmp = tempfile.mkdtemp(prefix="ss-runtime-")

@@ -48,6 +48,9 @@ import threading
 import time
 import http.client
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from harness import free_port  # noqa: E402
+
 BIN = os.path.abspath(sys.argv[1])
 DB = os.environ["SCALESWEEP_TEST_DB"]
 SEED = int(os.environ.get("SCALESWEEP_SOAK_SEED", "7"))
@@ -80,14 +83,6 @@ def fail(msg):
     print(f"(logs kept in {tmp})", file=sys.stderr)
     os.environ["SCALESWEEP_SOAK_KEEP"] = "1"
     raise SystemExit(1)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def pg(fn):
