@@ -18,6 +18,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "common/err.h"
+#include "common/fileio.h"
 #include "scheduler/pgserver.h"
 #include "trainer/data.h"
 
@@ -413,7 +414,7 @@ int cmd_up(int argc, char **argv) {
     return SS_EXIT_USAGE;
   }
   char err[2048], path[4096], tok[4096], apitok[4096], ready[4096], ckpt[4096], wdir[4096];
-  if (mkdir(state, 0755) != 0 && errno != EEXIST) {
+  if (fio_mkdirs(state, 0755) != 0) {
     fprintf(stderr, "scalesweep up: %s: %s\n", state, strerror(errno));
     return SS_EXIT_FAILURE;
   }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/err.h"
@@ -121,4 +122,22 @@ int fio_read_all(const char *path, char **out, size_t *len, char *err, size_t er
   if (len)
     *len = n;
   return 0;
+}
+
+int fio_mkdirs(const char *path, unsigned mode) {
+  char tmp[4096];
+  if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  for (char *s = tmp + 1; *s; s++) {
+    if (*s != '/')
+      continue;
+    *s = '\0';
+    int rc = mkdir(tmp, 0777);
+    *s = '/';
+    if (rc != 0 && errno != EEXIST)
+      return -1;
+  }
+  return mkdir(tmp, (mode_t)mode) != 0 && errno != EEXIST ? -1 : 0;
 }

@@ -225,32 +225,6 @@ static void get_sweep(sched *s, req_ctx *x, int64_t id, int runs_only) {
   db_query(s->db, sql, 4, p, on_json_row, x);
 }
 
-/* For a run that reproduces another (runs.reproduces), once both have
- * finished: does its curve match the original's exactly (DESIGN.md: the same
- * config on the same backend and thread count gives the same losses), and
- * if not, the largest difference of a training or validation loss at a
- * common step and where. NULL for other runs and while either runs. */
-static const char *const reproduction_sql =
-    "(SELECT json_build_object('of', o.id, 'steps_original', c.no, 'steps_reproduced', c.nr, "
-    "'steps_compared', c.n, 'final_val_loss_original', o.final_val_loss, "
-    "'final_val_loss_reproduced', me.final_val_loss, "
-    "'identical', c.n = c.no AND c.n = c.nr AND c.same AND "
-    "o.final_val_loss IS NOT DISTINCT FROM me.final_val_loss, "
-    "'max_abs_diff', c.diff, 'at_step', c.at) "
-    "FROM runs me JOIN runs o ON o.id = me.reproduces, LATERAL (SELECT "
-    "(SELECT count(*) FROM metrics WHERE run_id = o.id) AS no, "
-    "(SELECT count(*) FROM metrics WHERE run_id = me.id) AS nr, "
-    "count(*) AS n, coalesce(bool_and(a.train_loss IS NOT DISTINCT FROM b.train_loss AND "
-    "a.val_loss IS NOT DISTINCT FROM b.val_loss), true) AS same, "
-    "coalesce(max(greatest(coalesce(abs(a.train_loss - b.train_loss), 0), "
-    "coalesce(abs(a.val_loss - b.val_loss), 0))), 0) AS diff, "
-    "(array_agg(a.step ORDER BY greatest(coalesce(abs(a.train_loss - b.train_loss), 0), "
-    "coalesce(abs(a.val_loss - b.val_loss), 0)) DESC, a.step))[1] AS at "
-    "FROM metrics a JOIN metrics b ON b.run_id = me.id AND b.step = a.step "
-    "WHERE a.run_id = o.id) c "
-    "WHERE me.id = $1 AND me.status IN ('succeeded', 'failed') "
-    "AND o.status IN ('succeeded', 'failed'))";
-
 static void get_run(sched *s, req_ctx *x, int64_t id) {
   char sql[4096], ids[32];
   snprintf(ids, sizeof ids, "%" PRId64, id);
@@ -262,7 +236,7 @@ static void get_run(sched *s, req_ctx *x, int64_t id) {
            "tok_per_s FROM metrics WHERE run_id = $1) m), "
            "'reproduction', %s) "
            "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1)",
-           run_columns, reproduction_sql);
+           run_columns, SCHED__REPRODUCTION_SQL);
   const char *p[1] = {ids};
   db_query(s->db, sql, 1, p, on_json_row, x);
 }

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/fileio.h"
 
 #define PGS_PORT "5432"
 #define PGS_ROLE "scalesweep" /* bootstrap superuser */
@@ -335,20 +336,6 @@ static int read_pidfile(const pgs *p, char *port, size_t portlen, char *sock, si
 
 /* ---- files and directories ---------------------------------------------- */
 
-/* mkdir -p: the parents get the default mode (umask), path itself mode. */
-static int mkdirs(char *path, mode_t mode) {
-  for (char *s = path + 1; *s; s++) {
-    if (*s != '/')
-      continue;
-    *s = '\0';
-    int rc = mkdir(path, 0777);
-    *s = '/';
-    if (rc != 0 && errno != EEXIST)
-      return -1;
-  }
-  return mkdir(path, mode) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 /* A directory owned by the server's user, mode 0700. */
 static int own_dir(const pgs *p, const char *path, char *err, size_t errlen) {
   if (mkdir(path, 0700) != 0 && errno != EEXIST) {
@@ -435,7 +422,7 @@ static int setup(pgs *p, const char *state_dir, int create, char *err, size_t er
     set_err(err, errlen, "state directory path too long");
     return SS_ERANGE;
   }
-  if (create && mkdirs(state, 0700) != 0) {
+  if (create && fio_mkdirs(state, 0700) != 0) {
     set_err(err, errlen, "cannot create the state directory %s: %s", state_dir, strerror(errno));
     return SS_EIO;
   }

@@ -770,6 +770,37 @@ static void b_row(buf *b, const char *name) {
   b_puts(b, "</th><td>");
 }
 
+
+/* The row of a run that reproduces run `of`: once both have finished, whether
+ * its curve matches the original's exactly (SCHED__REPRODUCTION_SQL), else
+ * the largest difference and its step. */
+static void b_reproduction(buf *b, json_int_t of, json_t *rep) {
+  b_row(b, "Reproduces");
+  b_printf(b, "<a href=\"/runs/%" JSON_INTEGER_FORMAT "\">run %" JSON_INTEGER_FORMAT "</a>", of,
+           of);
+  if (!json_is_object(rep)) {
+    b_puts(b, "; the curves are compared when both runs have finished</td></tr>");
+    return;
+  }
+  if (json_is_true(json_object_get(rep, "identical"))) {
+    b_printf(b,
+             ": <strong class=\"identical\">identical</strong>, every training and validation "
+             "loss of %" JSON_INTEGER_FORMAT " steps and the final loss to the last bit</td></tr>",
+             jint(rep, "steps_compared"));
+    return;
+  }
+  b_puts(b, ": <strong class=\"flag\">differs</strong>, largest difference ");
+  b_num(b, jnum(rep, "max_abs_diff"), "%.3g");
+  b_printf(b, " at step %" JSON_INTEGER_FORMAT " (%" JSON_INTEGER_FORMAT " steps compared; %"
+              JSON_INTEGER_FORMAT " stored for the original, %" JSON_INTEGER_FORMAT
+              " for this run); final loss ",
+           jint(rep, "at_step"), jint(rep, "steps_compared"), jint(rep, "steps_original"),
+           jint(rep, "steps_reproduced"));
+  b_num(b, jnum(rep, "final_val_loss_original"), "%.6f");
+  b_puts(b, " then, ");
+  b_num(b, jnum(rep, "final_val_loss_reproduced"), "%.6f");
+  b_puts(b, " now</td></tr>");
+}
 static void render_run(buf *b, web_req *w, json_t *r) {
   json_int_t sweep = jint(r, "sweep_id");
   b_printf(b,
@@ -834,11 +865,20 @@ static void render_run(buf *b, web_req *w, json_t *r) {
       b_puts(b, " <strong class=\"flag\">far off the fit: worth a look</strong>");
     b_puts(b, "</td></tr>");
   }
-  if (jint(r, "reproduces")) {
-    b_row(b, "Reproduces");
-    b_printf(
-        b, "<a href=\"/runs/%" JSON_INTEGER_FORMAT "\">run %" JSON_INTEGER_FORMAT "</a></td></tr>",
-        jint(r, "reproduces"), jint(r, "reproduces"));
+  if (jint(r, "reproduces"))
+    b_reproduction(b, jint(r, "reproduces"), json_object_get(r, "reproduction"));
+  json_t *by = json_object_get(r, "reproduced_by");
+  if (json_array_size(by) > 0) {
+    b_row(b, "Reproduced by");
+    size_t i;
+    json_t *x;
+    json_array_foreach(by, i, x) {
+      b_printf(b, "%s<a href=\"/runs/%" JSON_INTEGER_FORMAT "\">run %" JSON_INTEGER_FORMAT "</a> (",
+               i ? ", " : "", jint(x, "id"), jint(x, "id"));
+      b_esc(b, jstr(x, "status"));
+      b_puts(b, ")");
+    }
+    b_puts(b, "</td></tr>");
   }
   b_row(b, "Config hash");
   b_puts(b, "<code>");
@@ -906,6 +946,10 @@ static const char run_sql[] =
                                              "'code_version', r.code_version, "
                                              "'error', r.error, 'log_tail', "
                                              "r.log_tail, 'prediction', r.prediction, "
+                                             "'reproduction', " SCHED__REPRODUCTION_SQL ", "
+                                             "'reproduced_by', (SELECT json_agg(json_build_"
+                                             "object('id', x.id, 'status', x.status) ORDER BY "
+                                             "x.id) FROM runs x WHERE x.reproduces = r.id), "
                                              "'config', r.config) "
                                              "FROM runs r JOIN sweeps sw ON "
                                              "sw.id = r.sweep_id LEFT JOIN "

@@ -43,25 +43,10 @@ static void put(fio_atomic *f, const void *p, size_t n, uint64_t *h) {
   fio_atomic_write(f, p, n);
 }
 
-/* mkdir -p: the directory and any missing parents */
-static int mkdir_p(const char *dir) {
-  char p[4096];
-  snprintf(p, sizeof p, "%s", dir);
-  for (char *c = p + 1; *c; c++) {
-    if (*c != '/')
-      continue;
-    *c = 0;
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
-      return -1;
-    *c = '/';
-  }
-  return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m,
                   const trn_optim *o, const trn_ckpt_state *st, char *path_out,
                   size_t path_len, char *err, size_t errlen) {
-  if (mkdir_p(dir) != 0) {
+  if (fio_mkdirs(dir, 0755) != 0) {
     snprintf(err, errlen, "%s: cannot create checkpoint directory: %s", dir,
              strerror(errno));
     return SS_EIO;

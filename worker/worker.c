@@ -30,6 +30,7 @@
 #include <uv.h>
 
 #include "common/err.h"
+#include "common/fileio.h"
 #include "common/proto.h"
 
 extern char **environ;
@@ -72,23 +73,6 @@ static void wlog(const char *fmt, ...) {
 }
 
 /* ---- small helpers ------------------------------------------------------ */
-
-static int mkdirs(const char *path) {
-  char tmp[PATH_MAX];
-  if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
-    return -ENAMETOOLONG;
-  for (char *p = tmp + 1; *p; p++) {
-    if (*p != '/')
-      continue;
-    *p = '\0';
-    if (mkdir(tmp, 0755) && errno != EEXIST)
-      return -errno;
-    *p = '/';
-  }
-  if (mkdir(tmp, 0755) && errno != EEXIST)
-    return -errno;
-  return 0;
-}
 
 /* A copy of s[0..n) that is valid UTF-8 (json_string refuses anything
  * else): a sequence cut by the start of the window is dropped, any other
@@ -716,9 +700,8 @@ static void run_start(run *r) {
   }
 
   char err[1024], cfg_path[PATH_MAX + 64];
-  int rc = mkdirs(r->dir);
-  if (rc) {
-    run_fail_start(r, SS_EXIT_FAILURE, "cannot create %s: %s", r->dir, strerror(-rc));
+  if (fio_mkdirs(r->dir, 0755) != 0) {
+    run_fail_start(r, SS_EXIT_FAILURE, "cannot create %s: %s", r->dir, strerror(errno));
     return;
   }
   snprintf(cfg_path, sizeof cfg_path, "%s/config.json", r->dir);
@@ -794,7 +777,7 @@ static void run_start(run *r) {
   po.stdio_count = 3;
   po.stdio = stdio;
   r->proc.data = r;
-  rc = env ? uv_spawn(&w->loop, &r->proc, &po) : UV_ENOMEM;
+  int rc = env ? uv_spawn(&w->loop, &r->proc, &po) : UV_ENOMEM;
   free(env);
   close(fd);
   if (rc) {
@@ -1665,9 +1648,8 @@ int wrk_run(const wrk_options *o) {
   else if (uv_exepath(w->bin, &bl))
     snprintf(w->bin, sizeof w->bin, "/proc/self/exe");
   const char *wd = o->work_dir && *o->work_dir ? o->work_dir : "./.scalesweep/worker";
-  int mrc = mkdirs(wd);
-  if (mrc || !realpath(wd, w->work_dir)) {
-    wlog("cannot create the work directory %s: %s", wd, strerror(mrc ? -mrc : errno));
+  if (fio_mkdirs(wd, 0755) != 0 || !realpath(wd, w->work_dir)) {
+    wlog("cannot create the work directory %s: %s", wd, strerror(errno));
     worker_free(w);
     return SS_EIO;
   }

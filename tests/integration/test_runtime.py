@@ -315,12 +315,25 @@ try:
     c = r["reproduction"]
     if not (c and c["identical"] and c["steps_compared"] == STEPS and c["max_abs_diff"] == 0):
         fail(f"GET /api/runs/{rep}: reproduction {c}, expected identical over {STEPS} steps")
+    # the run's page says the same, and the original's links to it
+    st, page = request("GET", f"/runs/{rep}")
+    want = (f'<a href="/runs/{victim["id"]}">run {victim["id"]}</a>: '
+            f'<strong class="identical">identical</strong>, every training and validation '
+            f'loss of {STEPS} steps')
+    if st != 200 or want.encode() not in page:
+        fail(f"/runs/{rep}: {st}, lacks {want!r}")
+    st, page = request("GET", f"/runs/{victim['id']}")
+    if st != 200 or f'Reproduced by</th><td><a href="/runs/{rep}">run {rep}</a> (succeeded)'.encode() not in page:
+        fail(f"/runs/{victim['id']}: {st}, does not link its reproduction run {rep}")
     # a curve that differs at one step: the largest difference and where
     psql(f"UPDATE metrics SET train_loss = train_loss + 0.5 WHERE run_id = {rep} AND step = 7")
     st, r = request("GET", f"/api/runs/{rep}")
     c = r["reproduction"]
     if c["identical"] or abs(c["max_abs_diff"] - 0.5) > 1e-9 or c["at_step"] != 7:
         fail(f"a reproduction that differs at step 7 by 0.5: {c}")
+    st, page = request("GET", f"/runs/{rep}")
+    if b'<strong class="flag">differs</strong>, largest difference 0.5 at step 7' not in page:
+        fail(f"/runs/{rep} after a changed loss at step 7: lacks the difference")
     st, r = request("GET", f"/api/runs/{victim['id']}")
     if r.get("reproduction") is not None:
         fail(f"an original run has no reproduction object: {r.get('reproduction')}")
