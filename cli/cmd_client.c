@@ -98,6 +98,69 @@ static json_t *call(const copts *o, const char *method, const char *path, const 
   return j;
 }
 
+/* A spec's token shards ("data": {"train", "val"} anywhere in it) given as
+ * relative paths are taken from the directory submit runs in: the scheduler
+ * and the trainers run elsewhere and accept absolute paths only. Returns 1
+ * when dir + "/" + rel, with "." and ".." components resolved, fits in out. */
+static int absolute_path(const char *dir, const char *rel, char *out, size_t n) {
+  char tmp[8192];
+  if ((size_t)snprintf(tmp, sizeof tmp, "%s/%s", dir, rel) >= sizeof tmp)
+    return 0;
+  size_t len = 0;
+  out[0] = '\0';
+  for (char *save = NULL, *c = strtok_r(tmp, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+    if (!strcmp(c, "."))
+      continue;
+    if (!strcmp(c, "..")) { /* up one component; "/.." is "/" */
+      while (len > 0 && out[len - 1] != '/')
+        len--;
+      if (len > 0)
+        len--;
+      out[len] = '\0';
+      continue;
+    }
+    size_t cl = strlen(c);
+    if (len + 1 + cl + 1 > n)
+      return 0;
+    out[len++] = '/';
+    memcpy(out + len, c, cl + 1);
+    len += cl;
+  }
+  if (len == 0)
+    snprintf(out, n, "/");
+  return 1;
+}
+
+/* Rewrites the relative shard paths of spec j in place; returns how many. */
+static int absolute_shards(json_t *j, const char *cwd) {
+  int changed = 0;
+  if (json_is_array(j)) {
+    size_t i;
+    json_t *e;
+    json_array_foreach(j, i, e) changed += absolute_shards(e, cwd);
+    return changed;
+  }
+  if (!json_is_object(j))
+    return 0;
+  const char *key;
+  json_t *e;
+  json_object_foreach(j, key, e) {
+    if (!strcmp(key, "data") && json_is_object(e)) {
+      static const char *const shard_keys[] = {"train", "val"};
+      for (int k = 0; k < 2; k++) {
+        const char *p = json_string_value(json_object_get(e, shard_keys[k]));
+        char abs[4096];
+        if (p && *p && p[0] != '/' && absolute_path(cwd, p, abs, sizeof abs)) {
+          json_object_set_new(e, shard_keys[k], json_string(abs));
+          changed++;
+        }
+      }
+    }
+    changed += absolute_shards(e, cwd);
+  }
+  return changed;
+}
+
 int cmd_submit(int argc, char **argv) {
   static const char usage[] =
       "usage: scalesweep submit SPEC.json [--url URL] [--state DIR] [--token-file F] [--json]\n";
@@ -115,6 +178,18 @@ int cmd_submit(int argc, char **argv) {
     fprintf(stderr, "scalesweep submit: %s\n", msg);
     return SS_EXIT_USAGE;
   }
+  /* a spec that does not parse goes as it is, for the scheduler to say where */
+  json_t *spec = json_loadb(body, len, 0, NULL);
+  char cwd[4096];
+  if (spec && getcwd(cwd, sizeof cwd) && absolute_shards(spec, cwd) > 0) {
+    char *text = json_dumps(spec, JSON_INDENT(2));
+    if (text) {
+      free(body);
+      body = text;
+      len = strlen(text);
+    }
+  }
+  json_decref(spec);
   char *raw = NULL;
   json_t *j = call(&o, "POST", "/api/sweeps", body, len, &rc, &raw);
   free(body);

@@ -20,7 +20,6 @@
 #include "common/err.h"
 #include "common/fileio.h"
 #include "scheduler/pgserver.h"
-#include "trainer/data.h"
 
 static const char usage[] =
     "usage: scalesweep up [--state DIR] [--sweep FILE] [--wait] [--listen HOST:PORT]\n"
@@ -126,63 +125,21 @@ static void put_value(const char *name, json_t *fit, const char *key) {
     printf("%s = %.4g [%.4g, %.4g]", name, v, lo, hi);
 }
 
-/* The sweep's corpus: the resolved config of one of its succeeded runs
- * (the trainer fills every default) gives the synthetic corpus's
- * parameters and seq_len; the trainer library computes its exact entropy
- * rate and window floor, the numbers the trainer reports in its config
- * event. 0 when the sweep trains on the synthetic corpus. */
-static int corpus_truth(const cli_target *t, long long id, double *rate, double *wfloor,
-                        int *seq_len) {
-  char path[128];
-  snprintf(path, sizeof path, "/api/sweeps/%lld/runs?status=succeeded&limit=1", id);
-  int status, rc = -1;
-  char *resp = NULL;
-  if (cli_request(t, "GET", path, NULL, 0, &status, &resp) != 0 || status != 200) {
-    free(resp);
-    return -1;
-  }
-  json_t *j = json_loads(resp, 0, NULL);
-  free(resp);
-  resp = NULL;
-  json_t *first = json_array_get(json_object_get(j, "runs"), 0);
-  long long run = json_integer_value(json_object_get(first, "id"));
-  json_decref(j);
-  snprintf(path, sizeof path, "/api/runs/%lld", run);
-  if (!run || cli_request(t, "GET", path, NULL, 0, &status, &resp) != 0 || status != 200) {
-    free(resp);
-    return -1;
-  }
-  j = json_loads(resp, JSON_DECODE_INT_AS_REAL, NULL);
-  free(resp);
-  json_t *cfg = json_object_get(json_object_get(j, "run"), "config");
-  json_t *syn = json_object_get(json_object_get(cfg, "data"), "synthetic");
-  if (json_is_object(syn)) {
-    trn_synth_params p = {
-        .letters = (int)json_number_value(json_object_get(syn, "letters")),
-        .words = (int)json_number_value(json_object_get(syn, "words")),
-        .min_len = (int)json_number_value(json_object_get(syn, "min_len")),
-        .max_len = (int)json_number_value(json_object_get(syn, "max_len")),
-        .zipf = json_number_value(json_object_get(syn, "zipf")),
-        .seed = (uint64_t)json_number_value(json_object_get(syn, "seed"))};
-    *seq_len = (int)json_number_value(json_object_get(json_object_get(cfg, "model"), "seq_len"));
-    char err[512];
-    trn_lexicon *lx;
-    if (*seq_len > 0 && trn_lexicon_new(&p, &lx, err, sizeof err) == 0) {
-      *rate = trn_lexicon_entropy_rate(lx);
-      *wfloor = trn_lexicon_window_floor(lx, *seq_len);
-      trn_lexicon_free(lx);
-      rc = isnan(*wfloor) ? -1 : 0;
-    }
-  }
-  json_decref(j);
-  return rc;
+/* " (with every budget: V)", the full fit's value of key, for comparison. */
+static void put_was(json_t *fit, const char *key) {
+  double v = fit_value(fit, key, NULL, NULL);
+  if (isnan(v))
+    printf(" (every budget: n/a)");
+  else
+    printf(" (every budget: %.4g)", v);
 }
 
 /* What the researcher came for, after the fits in full: L(N, D) with its
  * intervals and E next to the corpus's true irreducible loss, the
  * compute-optimal exponents by both approaches, the critical batch size
- * from the ladder and from the noise scale, and the extrapolation check. */
-static void print_result(const cli_target *t, long long id, json_t *fits, double wall_s) {
+ * from the ladder and from the noise scale, the extrapolation check and the
+ * stability check. Everything comes from the fits' objects (refit.c). */
+static void print_result(long long id, json_t *fits, double wall_s) {
   json_t *ch = json_object_get(fits, "chinchilla"), *iso = json_object_get(fits, "isoflop"),
          *bat = json_object_get(fits, "batch");
   printf("\nresult of sweep %lld (%.0fm%02.0fs from submission to the last fit):\n", id,
@@ -193,13 +150,14 @@ static void print_result(const cli_target *t, long long id, json_t *fits, double
            json_number_value(json_object_get(ch, "n_points")));
     put_value("E", ch, "E");
     printf(" nats/token\n");
-    double rate, wfloor;
-    int seq_len;
-    if (corpus_truth(t, id, &rate, &wfloor, &seq_len) == 0) {
-      double e = fit_value(ch, "E", NULL, NULL);
+    json_t *corpus = json_object_get(ch, "corpus"); /* the synthetic corpus's truth */
+    if (json_is_object(corpus)) {
+      double wfloor = json_number_value(json_object_get(corpus, "window_floor"));
       printf("      the corpus: entropy rate %.4f, window floor %.4f (the best loss on windows "
-             "of %d tokens); E - floor = %+.4f\n",
-             rate, wfloor, seq_len, e - wfloor);
+             "of %.0f tokens); E - floor = %+.4f\n",
+             json_number_value(json_object_get(corpus, "entropy_rate")), wfloor,
+             json_number_value(json_object_get(corpus, "seq_len")),
+             fit_value(ch, "E", NULL, NULL) - wfloor);
     }
     printf("    ");
     put_value("A", ch, "A");
@@ -269,6 +227,33 @@ static void print_result(const cli_target *t, long long id, json_t *fits, double
            json_number_value(json_object_get(ex, "predicted_loss")),
            json_number_value(json_object_get(ex, "measured_loss")),
            100 * json_number_value(json_object_get(ex, "rel_err")));
+  /* stability: the same fits without the smallest budget (refit.c) */
+  json_t *wi = json_object_get(iso, "without_smallest_budget"),
+         *wc = json_object_get(ch, "without_smallest_budget");
+  if (json_is_object(wi) || json_is_object(wc)) {
+    printf("  stability: fitted without the smallest budget (C = %.3g):\n",
+           json_number_value(json_object_get(json_is_object(wi) ? wi : wc, "dropped_flops")));
+    if (json_is_object(wi)) {
+      printf("    from IsoFLOP minima: ");
+      put_value("a", wi, "a");
+      put_was(iso, "a");
+      printf("  ");
+      put_value("b", wi, "b");
+      put_was(iso, "b");
+      printf("  (%" JSON_INTEGER_FORMAT " budgets with an interior minimum)\n",
+             json_integer_value(json_object_get(wi, "usable_budgets")));
+    }
+    if (json_is_object(wc)) {
+      static const char *const names[] = {"E", "alpha", "beta", "a"};
+      printf("    from L(N, D):       ");
+      for (int i = 0; i < 4; i++) {
+        printf("%s ", i ? "," : "");
+        put_value(names[i], wc, names[i]);
+        put_was(ch, names[i]);
+      }
+      printf("\n");
+    }
+  }
 }
 
 /* (Fits come back through jsonb, which writes 1e129 as 130 digits: parsed
@@ -305,7 +290,7 @@ static void print_fits(const cli_target *t, long long id, int expected, time_t t
   const char *law;
   json_t *fit;
   json_object_foreach(fits, law, fit) cli_print_fit(stdout, law, fit);
-  print_result(t, id, fits, difftime(time(NULL), t0));
+  print_result(id, fits, difftime(time(NULL), t0));
   json_decref(fits);
 }
 
@@ -438,6 +423,17 @@ int cmd_up(int argc, char **argv) {
   } else {
     snprintf(url, sizeof url, "%s", database);
   }
+  /* STATE/database: the connection string for psql and other SQL clients
+   * ("psql \"$(cat STATE/database)\""); 0600, a URL may hold a password */
+  char dbfile[4200];
+  snprintf(dbfile, sizeof dbfile, "%s/database", state);
+  int dfd = open(dbfile, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int dok = dfd >= 0 && dprintf(dfd, "%s\n", url) > 0;
+  if (dfd >= 0 && close(dfd) != 0)
+    dok = 0;
+  if (!dok)
+    fprintf(stderr, "scalesweep up: %s: cannot write: %s (psql will not find the database "
+                    "there)\n", dbfile, strerror(errno));
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;

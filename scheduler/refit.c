@@ -13,6 +13,7 @@
 
 #include "scheduler/internal.h"
 #include "sweeps/fit.h"
+#include "trainer/data.h"
 
 #define REFIT_BOOTSTRAP 200 /* enough for 95% intervals; the CLI can ask for more */
 
@@ -33,6 +34,8 @@ typedef struct refit {
   int nlad;
   int lad_runs, lad_missed; /* ladder runs; (run, target) pairs never reached */
   double *bnoise;  /* per ladder run: median b_noise of its second half, tokens (NAN: none) */
+  char *synthetic; /* the first run's data.synthetic (JSON text; NULL: real data) */
+  int seq_len;     /* and its seq_len */
   char *json[NLAWS]; /* results (NULL: the points do not support the law yet) */
   int npoints[NLAWS];
   char why[NLAWS][600]; /* why a law was not fitted */
@@ -116,6 +119,84 @@ static json_t *extrapolation(refit *r, const fit_options *o) {
   return j;
 }
 
+/* The corpus's true irreducible loss when the sweep trains on the synthetic
+ * corpus (SCIENCE.md section 5): its exact entropy rate and the window floor
+ * at the runs' seq_len, what E should come out near. NULL for real data. */
+static json_t *corpus_truth(const refit *r) {
+  json_t *syn = r->synthetic ? json_loads(r->synthetic, JSON_DECODE_INT_AS_REAL, NULL) : NULL;
+  json_t *j = NULL;
+  if (json_is_object(syn) && r->seq_len > 0) {
+    trn_synth_params p = {
+        .letters = (int)json_number_value(json_object_get(syn, "letters")),
+        .words = (int)json_number_value(json_object_get(syn, "words")),
+        .min_len = (int)json_number_value(json_object_get(syn, "min_len")),
+        .max_len = (int)json_number_value(json_object_get(syn, "max_len")),
+        .zipf = json_number_value(json_object_get(syn, "zipf")),
+        .seed = (uint64_t)json_number_value(json_object_get(syn, "seed"))};
+    trn_lexicon *lx;
+    char err[256];
+    if (trn_lexicon_new(&p, &lx, err, sizeof err) == 0) {
+      double rate = trn_lexicon_entropy_rate(lx), floor_ = trn_lexicon_window_floor(lx, r->seq_len);
+      trn_lexicon_free(lx);
+      if (isfinite(rate) && isfinite(floor_))
+        j = json_pack("{s:f,s:f,s:i}", "entropy_rate", rate, "window_floor", floor_, "seq_len",
+                      r->seq_len);
+    }
+  }
+  json_decref(syn);
+  return j;
+}
+
+/* The stability check (issue 8: exponents that move when the smallest budget
+ * goes are not yet measured): law refitted without the points of the
+ * smallest compute budget (C within 5% of the smallest), with the given
+ * bootstrap. NULL when fewer than 2 budgets would remain or the fit fails. */
+static json_t *without_smallest_budget(const fit_point *pts, int n, const char *law,
+                                       const fit_options *o) {
+  double cmin = INFINITY;
+  for (int k = 0; k < n; k++)
+    cmin = pts[k].flops < cmin ? pts[k].flops : cmin;
+  fit_point *rest = calloc(n > 0 ? (size_t)n : 1, sizeof *rest);
+  int m = 0;
+  double cnext = INFINITY, cmax = 0;
+  for (int k = 0; k < n; k++)
+    if (rest && pts[k].flops > 1.05 * cmin) {
+      rest[m++] = pts[k];
+      cnext = pts[k].flops < cnext ? pts[k].flops : cnext;
+      cmax = pts[k].flops > cmax ? pts[k].flops : cmax;
+    }
+  json_t *j = NULL;
+  if (m > 0 && cmax > 1.05 * cnext) {
+    fit_result res;
+    char err[512];
+    fit_result_init(&res, law);
+    int rc = !strcmp(law, "isoflop") ? fit_isoflop(rest, m, o, &res, err, sizeof err)
+                                     : fit_chinchilla(rest, m, o, &res, err, sizeof err);
+    if (rc == 0) {
+      json_t *v = json_object(), *ci = json_object();
+      static const char *const names[] = {"E", "A", "B", "alpha", "beta", "a", "b"};
+      for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const fit_param *q = fit_result_get(&res, names[i]);
+        if (!q || !isfinite(q->value))
+          continue;
+        json_object_set_new(v, names[i], json_real(q->value));
+        if (isfinite(q->ci_lo) && isfinite(q->ci_hi))
+          json_object_set_new(ci, names[i], json_pack("[f,f]", q->ci_lo, q->ci_hi));
+      }
+      int usable = 0;
+      for (int b = 0; b < res.nbudgets; b++)
+        usable += res.budgets[b].usable;
+      j = json_pack("{s:f,s:i,s:o,s:o}", "dropped_flops", cmin, "fitted_points", m, "params", v,
+                    "ci95", ci);
+      if (!strcmp(law, "isoflop"))
+        json_object_set_new(j, "usable_budgets", json_integer(usable));
+    }
+    fit_result_free(&res);
+  }
+  free(rest);
+  return j;
+}
+
 static void work(uv_work_t *w) {
   refit *r = w->data;
   fit_options o = {.bootstrap = REFIT_BOOTSTRAP, .seed = (uint64_t)r->sweep_id, .threads = 1,
@@ -140,15 +221,27 @@ static void work(uv_work_t *w) {
       rc = fit_bopt(r->pts, r->n, &o, &res, err, sizeof err);
     if (rc == 0 && l == 2)
       add_bnoise(r, &res);
-    json_t *extra = rc == 0 && l == 0 ? extrapolation(r, &o) : NULL;
+    /* checks that ride along in the fit's object */
+    json_t *extra = json_object();
+    if (rc == 0 && l == 0) {
+      fit_options o2 = o;
+      o2.bootstrap = 0; /* point estimates: the comparison is with the full fit's */
+      json_object_set_new(extra, "extrapolation", extrapolation(r, &o));
+      json_object_set_new(extra, "without_smallest_budget",
+                          without_smallest_budget(r->pts, r->n, "chinchilla", &o2));
+      json_object_set_new(extra, "corpus", corpus_truth(r));
+    } else if (rc == 0 && l == 1) {
+      json_object_set_new(extra, "without_smallest_budget",
+                          without_smallest_budget(iso, niso, "isoflop", &o));
+    }
     /* a law the points cannot support (too few, one size, no ladder) is
      * simply not fitted yet */
     if (rc == 0) {
       r->json[l] = fit_result_to_json(&res);
       r->npoints[l] = res.n_points;
-      if (extra) { /* the check rides along in the chinchilla fit's object */
+      if (json_object_size(extra) > 0) {
         json_t *j = json_loads(r->json[l], 0, NULL);
-        json_object_set(j, "extrapolation", extra);
+        json_object_update(j, extra);
         char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
         if (text) {
           free(r->json[l]);
@@ -171,6 +264,7 @@ static void refit_free(refit *r) {
   free(r->isoflop);
   free(r->lad);
   free(r->bnoise);
+  free(r->synthetic);
   free(r);
 }
 
@@ -315,6 +409,10 @@ static void on_points(void *ud, int status, PGresult *res, const char *errmsg) {
     p->group = k;
     r->isoflop[k] = !strcmp(PQgetvalue(res, k, 7), "isoflop");
   }
+  if (r->n > 0 && !PQgetisnull(res, 0, 8)) { /* one corpus per sweep: the first run's */
+    r->synthetic = strdup(PQgetvalue(res, 0, 8));
+    r->seq_len = atoi(PQgetvalue(res, 0, 9));
+  }
   char id[32];
   snprintf(id, sizeof id, "%" PRId64, r->sweep_id);
   const char *p[1] = {id};
@@ -382,7 +480,8 @@ void sched__refit(sched *s, int64_t sweep_id) {
            "SELECT nonembedding_params, tokens, flops, final_val_loss, "
            "batch_size * (config->'model'->>'seq_len')::int, "
            "tokens / nullif(batch_size * (config->'model'->>'seq_len')::int, 0), "
-           "(config->'train'->>'lr')::float8, coalesce(part, '') "
+           "(config->'train'->>'lr')::float8, coalesce(part, ''), "
+           "config->'data'->'synthetic', (config->'model'->>'seq_len')::int "
            "FROM runs WHERE sweep_id = $1 AND status = 'succeeded' "
            "AND coalesce(part, '') <> 'batch' "
            "AND final_val_loss > 0 AND nonembedding_params > 0 AND tokens > 0 ORDER BY id",

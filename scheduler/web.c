@@ -587,6 +587,153 @@ static void render_fit_params(buf *b, const char *law, json_t *fit) {
   b_puts(b, "</div>");
 }
 
+/* "NAME = V [LO, HI]" of a fit's parameter or derived value (n/a when the
+ * fit lacks it): the summary's numbers. */
+static void b_fit_value(buf *b, const char *name, json_t *fit, const char *key) {
+  json_t *v = json_object_get(json_object_get(fit, "params"), key);
+  if (!v)
+    v = json_object_get(json_object_get(fit, "derived"), key);
+  json_t *ci = json_object_get(json_object_get(fit, "ci95"), key);
+  b_esc(b, name);
+  if (!json_is_number(v)) {
+    b_puts(b, " = n/a");
+    return;
+  }
+  b_puts(b, " = ");
+  b_num(b, json_number_value(v), "%.4g");
+  if (json_array_size(ci) == 2) {
+    b_puts(b, " [");
+    b_num(b, json_number_value(json_array_get(ci, 0)), "%.4g");
+    b_puts(b, ", ");
+    b_num(b, json_number_value(json_array_get(ci, 1)), "%.4g");
+    b_puts(b, "]");
+  }
+}
+
+/* " (every budget: V)": the full fit's value of key, for comparison. */
+static void b_was(buf *b, json_t *fit, const char *key) {
+  json_t *v = json_object_get(json_object_get(fit, "params"), key);
+  if (!v)
+    v = json_object_get(json_object_get(fit, "derived"), key);
+  b_puts(b, " (every budget: ");
+  if (json_is_number(v) && isfinite(json_number_value(v)))
+    b_num(b, json_number_value(v), "%.4g");
+  else
+    b_puts(b, "n/a");
+  b_puts(b, ")");
+}
+
+/* The study's result in sentences, what `scalesweep up --wait` prints at the
+ * end: L(N, D) with E next to the corpus's truth, the compute-optimal
+ * exponents both ways, the critical batch size both ways, the extrapolation
+ * and stability checks. Everything from the fits' objects (refit.c). */
+static void render_result(buf *b, json_t *fits) {
+  json_t *ch = json_object_get(fits, "chinchilla"), *iso = json_object_get(fits, "isoflop"),
+         *bat = json_object_get(fits, "batch");
+  if (!ch && !iso && !bat)
+    return;
+  b_puts(b, "<div class=\"result\"><h3>The result <small>(95% bootstrap intervals)</small>"
+            "</h3><ul>");
+  if (ch) {
+    b_puts(b, "<li>L(N, D) = E + A/N<sup>&alpha;</sup> + B/D<sup>&beta;</sup>: ");
+    b_fit_value(b, "E", ch, "E");
+    b_puts(b, " nats/token");
+    json_t *corpus = json_object_get(ch, "corpus");
+    if (json_is_object(corpus)) {
+      b_puts(b, "; the corpus: entropy rate ");
+      b_num(b, jnum(corpus, "entropy_rate"), "%.4f");
+      b_puts(b, ", window floor ");
+      b_num(b, jnum(corpus, "window_floor"), "%.4f");
+      b_printf(b, " (the best loss on windows of %" JSON_INTEGER_FORMAT " tokens), E &minus; floor = ",
+               jint(corpus, "seq_len"));
+      b_num(b, jnum(json_object_get(ch, "params"), "E") - jnum(corpus, "window_floor"), "%+.4f");
+    }
+    b_puts(b, "; ");
+    b_fit_value(b, "alpha", ch, "alpha");
+    b_puts(b, ", ");
+    b_fit_value(b, "beta", ch, "beta");
+    b_printf(b, " (%" JSON_INTEGER_FORMAT " runs)</li>", jint(ch, "n_points"));
+  }
+  if (ch || iso) {
+    b_puts(b, "<li>Compute-optimal N<sub>opt</sub>(C) &prop; C<sup>a</sup>, D<sub>opt</sub>(C) "
+              "&prop; C<sup>b</sup>: ");
+    if (ch) {
+      b_puts(b, "from L(N, D) ");
+      b_fit_value(b, "a", ch, "a");
+      b_puts(b, ", ");
+      b_fit_value(b, "b", ch, "b");
+    }
+    if (iso) {
+      int nb = 0, nu = 0;
+      size_t i;
+      json_t *bg;
+      json_array_foreach(json_object_get(iso, "budgets"), i, bg) {
+        nb++;
+        nu += json_is_true(json_object_get(bg, "usable"));
+      }
+      b_puts(b, ch ? "; from the IsoFLOP minima " : "from the IsoFLOP minima ");
+      b_fit_value(b, "a", iso, "a");
+      b_puts(b, ", ");
+      b_fit_value(b, "b", iso, "b");
+      b_printf(b, " (%d of %d budgets with an interior minimum)", nu, nb);
+    }
+    b_puts(b, "</li>");
+  }
+  if (bat) {
+    b_puts(b, "<li>Critical batch size (tokens): from the ladder ");
+    const char *k;
+    json_t *v;
+    int any = 0;
+    json_object_foreach(json_object_get(bat, "derived"), k, v) {
+      if (strncmp(k, "B_crit(L=", 9))
+        continue;
+      if (any++)
+        b_puts(b, ", ");
+      b_fit_value(b, k, bat, k);
+    }
+    if (!any)
+      b_puts(b, "n/a");
+    b_puts(b, "; from the gradient noise scale ");
+    b_fit_value(b, "B_noise", bat, "B_noise");
+    b_puts(b, " (median over the ladder)</li>");
+  }
+  json_t *ex = json_object_get(ch, "extrapolation");
+  if (json_is_object(ex)) {
+    b_puts(b, "<li>Extrapolation: fitted without the largest budget (C = ");
+    b_num(b, jnum(ex, "held_out_flops"), "%.3g");
+    b_puts(b, "), L(N, D) predicts its runs' mean loss ");
+    b_num(b, jnum(ex, "predicted_loss"), "%.4f");
+    b_puts(b, "; measured ");
+    b_num(b, jnum(ex, "measured_loss"), "%.4f");
+    b_puts(b, " (mean relative error ");
+    b_num(b, 100 * jnum(ex, "rel_err"), "%.2f");
+    b_puts(b, "%)</li>");
+  }
+  json_t *wi = json_object_get(iso, "without_smallest_budget"),
+         *wc = json_object_get(ch, "without_smallest_budget");
+  if (json_is_object(wi) || json_is_object(wc)) {
+    b_puts(b, "<li>Stability: fitted without the smallest budget (C = ");
+    b_num(b, jnum(json_is_object(wi) ? wi : wc, "dropped_flops"), "%.3g");
+    b_puts(b, "): ");
+    if (json_is_object(wi)) {
+      b_puts(b, "from the IsoFLOP minima ");
+      b_fit_value(b, "a", wi, "a");
+      b_was(b, iso, "a");
+    }
+    if (json_is_object(wc)) {
+      b_puts(b, json_is_object(wi) ? "; from L(N, D) " : "from L(N, D) ");
+      static const char *const names[] = {"E", "alpha", "beta"};
+      for (int i = 0; i < 3; i++) {
+        b_puts(b, i ? ", " : "");
+        b_fit_value(b, names[i], wc, names[i]);
+        b_was(b, ch, names[i]);
+      }
+    }
+    b_puts(b, "</li>");
+  }
+  b_puts(b, "</ul></div>");
+}
+
 /* A link to this sweep page with another status filter or offset. */
 static void b_sweep_link(buf *b, int64_t id, const char *status, long long offset) {
   b_printf(b, "/sweeps/%" PRId64, id);
@@ -700,6 +847,7 @@ static void render_sweep(buf *b, web_req *w, json_t *d) {
     b_puts(b, "<p class=\"empty\">No fit yet: the laws are fitted when enough runs have "
               "succeeded.</p>");
   } else {
+    render_result(b, fits);
     const char *law;
     json_t *fit;
     json_object_foreach(fits, law, fit) render_fit_params(b, law, fit);

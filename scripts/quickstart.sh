@@ -6,7 +6,8 @@
 # L(N, D), E against the corpus's true entropy rate, the compute-optimal
 # exponents, the critical batch size and the extrapolation check.
 # Each call uses a fresh state directory under .scalesweep/ (the database and
-# logs stay there); extra arguments go to `scalesweep up` (say, --listen
+# logs stay there; .scalesweep/quickstart-latest points to the newest);
+# extra arguments go to `scalesweep up` (say, --listen
 # 127.0.0.1:0 when port 8080 is taken).
 # The single-model demo is `./build/scalesweep train --config
 # trainer/examples/quickstart.json`.
@@ -20,5 +21,10 @@ cmake --build build -j"$(nproc)" --target scalesweep >/dev/null
 # results do not depend on it
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 mkdir -p .scalesweep
-state=.scalesweep/quickstart-$(date +%Y%m%d-%H%M%S)
+name=quickstart-$(date +%Y%m%d-%H%M%S)
+state=.scalesweep/$name
+# .scalesweep/quickstart-latest: the newest study, for `up --state` and the
+# client commands afterwards (README, "Afterwards")
+mkdir "$state"
+ln -sfn "$name" .scalesweep/quickstart-latest
 exec ./build/scalesweep up --state "$state" --sweep sweeps/examples/quickstart.json --wait "$@"

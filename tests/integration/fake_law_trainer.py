@@ -10,7 +10,10 @@ The validation loss after s optimizer steps at batch size B (sequences) is
 so the steps to reach a target loss L_t are S = g (S0 + E0 / B) with
 g = (L_t - 2)^-2: the empirical model S = S_min + E_min / B with
 B_crit = E_min / S_min = E0 / S0 = 32 sequences at every target. Every
-step line carries b_noise = 20 sequences. A config whose train.seed is 99
+step line carries b_noise = 20 sequences. A config whose train.seed is 7
+instead ends at the Chinchilla law's loss for its N (12 n_layer d_model^2)
+and D (train.tokens), L = 1.5 + 400 / N^0.34 + 4000 / D^0.28, approached as
+L + 0.3 ((steps / s)^0.5 - 1). A config whose train.seed is 99
 writes a line to stderr and fails half-way. FAKE_LAW_SECONDS (default 0)
 spreads the lines over that many seconds, so a run can be seen running."""
 import json
@@ -35,6 +38,12 @@ def main():
 
     def loss(s):
         return 2 + (s / (S0 + E0 / b)) ** -0.5
+
+    if t.get("seed") == 7:
+        final = 1.5 + 400 * n ** -0.34 + 4000 * t["tokens"] ** -0.28
+
+        def loss(s):  # noqa: F811 (the Chinchilla law's run)
+            return final + 0.3 * ((steps / s) ** 0.5 - 1)
 
     def out(o):
         sys.stdout.write(json.dumps(o) + "\n")

@@ -178,6 +178,70 @@ try:
         fail(f"runs.log_tail of the failed run: {tail!r}")
     print("failed run: its log tail is stored")
 
+    # an IsoFLOP study on an exact Chinchilla law (fake_law_trainer.py, seed 7):
+    # the fits, the stability check (the same fits without the smallest
+    # budget), the corpus's true entropy rate, and the page's summary of them
+    syn = {"letters": 26, "words": 256, "min_len": 2, "max_len": 6, "zipf": 1.1, "seed": 3}
+    spec = {"name": "refit-isoflop", "method": "isoflop",
+            "base": {"model": {"seq_len": 32}, "data": {"synthetic": syn},
+                     "train": {"seed": 7}},
+            "isoflop": {"flops": {"from": 1e13, "to": 1e15, "points": 4},
+                        "centre": {"coef": 0.0155, "exponent": 0.45, "span": 3, "points": 5},
+                        "flops_count": "exact"},
+            "resources": {"cpus": 1}}
+    st, body = request("POST", "/api/sweeps", spec)
+    if st != 201:
+        fail(f"submit the isoflop study: {st} {body}")
+    sweep = body["id"]
+    c = wait_sweep(sweep)
+    if c["succeeded"] != 20:
+        fail(f"isoflop study: {c}")
+    fits = {}
+    while time.time() - T0 < TIMEOUT:
+        st, fits = request("GET", f"/api/sweeps/{sweep}/fit")
+        if st == 200 and all(fits.get(l, {}).get("n_points") == 20 for l in ("chinchilla", "isoflop")):
+            break
+        time.sleep(0.3)
+    else:
+        fail(f"no chinchilla and isoflop fits of 20 points: {st} {fits}")
+    ch, iso = fits["chinchilla"], fits["isoflop"]
+    truth = {"E": 1.5, "alpha": 0.34, "beta": 0.28}
+    cmin = min(float(x) for x in psql(f"SELECT flops FROM runs WHERE sweep_id = {sweep}").split())
+    wc, wi = ch.get("without_smallest_budget"), iso.get("without_smallest_budget")
+    for name, want in truth.items():
+        if abs(ch["params"][name] - want) > 2e-3:
+            fail(f"chinchilla {name} = {ch['params'][name]}, exact law {want}: {ch}")
+        if not wc or abs(wc["params"][name] - want) > 2e-3:
+            fail(f"chinchilla without the smallest budget: {name} {wc}, exact law {want}")
+    if abs(wc["dropped_flops"] / cmin - 1) > 1e-9 or wc["fitted_points"] != 15:
+        fail(f"chinchilla without the smallest budget dropped {wc['dropped_flops']} "
+             f"({wc['fitted_points']} points kept), expected C = {cmin}, 15 points")
+    if not wi or wi["usable_budgets"] != 3 or abs(wi["params"]["a"] - iso["params"]["a"]) > 0.03 \
+            or not (wi["ci95"]["a"][0] <= wi["params"]["a"] <= wi["ci95"]["a"][1]):
+        fail(f"isoflop without the smallest budget: {wi}, every budget: a = {iso['params'].get('a')}")
+    # the corpus's truth, as `scalesweep data synth` computes it
+    out = subprocess.run([BIN, "data", "synth", "--out", os.path.join(tmp, "synth"),
+                          "--tokens", "1000", "--val-tokens", "100", "--seq-len", "32",
+                          "--letters", "26", "--words", "256", "--min-len", "2", "--max-len", "6",
+                          "--zipf", "1.1", "--seed", "3"], capture_output=True, text=True)
+    synth = json.loads(out.stdout.strip().splitlines()[-1])
+    corpus = ch.get("corpus") or {}
+    if corpus.get("entropy_rate") != synth["entropy_rate"] or \
+            corpus.get("window_floor") != synth["window_floor"] or corpus.get("seq_len") != 32:
+        fail(f"chinchilla fit's corpus {corpus}, `data synth` says {synth}")
+    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
+    c.request("GET", f"/sweeps/{sweep}")
+    page = c.getresponse().read().decode()
+    c.close()
+    for want in (f"the corpus: entropy rate {synth['entropy_rate']:.4f}",
+                 f"Stability: fitted without the smallest budget (C = {cmin:.3g})",
+                 "(4 of 4 budgets with an interior minimum)", "Extrapolation: fitted without"):
+        if want not in page:
+            fail(f"the sweep's page lacks {want!r}")
+    print(f"isoflop study on an exact law: alpha {ch['params']['alpha']:.4f} (0.34), without the "
+          f"smallest budget {wc['params']['alpha']:.4f}; isoflop a {iso['params']['a']:.4f}, "
+          f"without it {wi['params']['a']:.4f}; entropy rate {corpus['entropy_rate']:.4f}")
+
     # a slow run: its prediction while it runs. B = 8: L(s) = 2 + (s / 500)^-0.5,
     # 4000 steps, final loss 2 + 8^-0.5
     for p in procs[1:]:
