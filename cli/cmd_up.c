@@ -240,8 +240,8 @@ static void print_result(long long id, json_t *fits, double wall_s) {
       printf("  ");
       put_value("b", wi, "b");
       put_was(iso, "b");
-      printf("  (%" JSON_INTEGER_FORMAT " budgets with an interior minimum)\n",
-             json_integer_value(json_object_get(wi, "usable_budgets")));
+      printf("  (%.0f budgets with an interior minimum)\n",
+             json_number_value(json_object_get(wi, "usable_budgets")));
     }
     if (json_is_object(wc)) {
       static const char *const names[] = {"E", "alpha", "beta", "a"};
@@ -294,7 +294,8 @@ static void print_fits(const cli_target *t, long long id, int expected, time_t t
   json_decref(fits);
 }
 
-/* Succeeded runs that the laws fit (batch-ladder runs are not), counted from
+/* Succeeded runs that the laws fit (batch-ladder runs and reproductions are
+ * not), counted from
  * the sweep's pages of succeeded runs. */
 static int count_fit_points(const cli_target *t, long long id) {
   int n = 0;
@@ -314,7 +315,7 @@ static int count_fit_points(const cli_target *t, long long id) {
     size_t i;
     json_array_foreach(page, i, r) {
       const char *part = json_string_value(json_object_get(r, "part"));
-      n += !(part && !strcmp(part, "batch"));
+      n += !(part && !strcmp(part, "batch")) && json_is_null(json_object_get(r, "reproduces"));
     }
     size_t got = json_array_size(page);
     offset += (long long)got;

@@ -17,8 +17,9 @@
 
 #define REFIT_BOOTSTRAP 200 /* enough for 95% intervals; the CLI can ask for more */
 
-/* chinchilla over every run but the ladder's, isoflop over the isoflop
- * runs, batch over the ladder (steps to each target loss, from the runs'
+/* chinchilla over every run but the ladder's and reproductions (a run
+ * trained again is the same observation, not a new one), isoflop over the
+ * isoflop runs, batch over the ladder (steps to each target loss, from the runs'
  * evaluations), bopt over every run but the ladder's */
 static const char *const laws[] = {"chinchilla", "isoflop", "batch", "bopt"};
 #define NLAWS 4
@@ -147,10 +148,9 @@ static json_t *corpus_truth(const refit *r) {
   return j;
 }
 
-/* The stability check (issue 8: exponents that move when the smallest budget
- * goes are not yet measured): law refitted without the points of the
- * smallest compute budget (C within 5% of the smallest), with the given
- * bootstrap. NULL when fewer than 2 budgets would remain or the fit fails. */
+/* The stability check (exponents that move when the smallest budget goes
+ * are not yet measured): law refitted without the points of the smallest
+ * compute budget (C within 5% of the smallest), with the same bootstrap. NULL when fewer than 2 budgets would remain or the fit fails. */
 static json_t *without_smallest_budget(const fit_point *pts, int n, const char *law,
                                        const fit_options *o) {
   double cmin = INFINITY;
@@ -224,11 +224,9 @@ static void work(uv_work_t *w) {
     /* checks that ride along in the fit's object */
     json_t *extra = json_object();
     if (rc == 0 && l == 0) {
-      fit_options o2 = o;
-      o2.bootstrap = 0; /* point estimates: the comparison is with the full fit's */
       json_object_set_new(extra, "extrapolation", extrapolation(r, &o));
       json_object_set_new(extra, "without_smallest_budget",
-                          without_smallest_budget(r->pts, r->n, "chinchilla", &o2));
+                          without_smallest_budget(r->pts, r->n, "chinchilla", &o));
       json_object_set_new(extra, "corpus", corpus_truth(r));
     } else if (rc == 0 && l == 1) {
       json_object_set_new(extra, "without_smallest_budget",
@@ -483,7 +481,7 @@ void sched__refit(sched *s, int64_t sweep_id) {
            "(config->'train'->>'lr')::float8, coalesce(part, ''), "
            "config->'data'->'synthetic', (config->'model'->>'seq_len')::int "
            "FROM runs WHERE sweep_id = $1 AND status = 'succeeded' "
-           "AND coalesce(part, '') <> 'batch' "
+           "AND coalesce(part, '') <> 'batch' AND reproduces IS NULL "
            "AND final_val_loss > 0 AND nonembedding_params > 0 AND tokens > 0 ORDER BY id",
            1, p, on_points, r);
 }

@@ -1335,6 +1335,7 @@ static void get_points(sched *s, http_request *r, int64_t sweep_id) {
            "'final_val_loss', coalesce(json_agg(final_val_loss ORDER BY id), '[]'), "
            "'part', coalesce(json_agg(part ORDER BY id), '[]')) "
            "FROM runs WHERE sweep_id = $1 AND status = 'succeeded' AND final_val_loss > 0 "
+           "AND reproduces IS NULL "
            "AND EXISTS (SELECT 1 FROM sweeps WHERE id = $1)",
            1, p, on_json, r);
 }

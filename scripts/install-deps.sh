@@ -16,6 +16,7 @@ packages=(
   libgsl-dev               # fits
   node-llhttp              # HTTP parser sources
   python3                  # test helpers
+  curl                     # the README's HTTP examples
   chromium                 # the status page's browser test (headless)
 )
 # npm fetches the status page's charting library (web/package-lock.json) and

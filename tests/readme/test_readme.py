@@ -1,0 +1,511 @@
+#!/usr/bin/env python3
+"""Runs every command of the README, so that the README cannot drift from the
+program (ctest readme_commands; through tests/integration/run_with_pg.sh,
+which provides a throwaway PostgreSQL as SCALESWEEP_TEST_DB).
+
+  test_readme.py SCALESWEEP_BINARY SOURCE_DIR
+
+A command is a line of a ```sh block (a trailing `\\` joins lines; a line
+ending in <<'WORD' takes the lines up to WORD as its input). Each must have
+an entry in COMMANDS below, and each entry must still be in the README. An
+entry runs the command as written where it can; where it cannot (a port
+taken, a host name, a 12-minute study) it runs a stated stand-in that keeps
+the README's program, subcommand and every option the README shows, and the
+options the README shows as optional (in [brackets]) must be in the
+command's --help. Commands for hardware or packages the machine lacks (a
+GPU, PyTorch) run where they can and are listed as not run otherwise; the
+two quick-start commands are run by the study_quickstart test and by
+.ci/run.
+
+Everything runs in a scratch directory with the layout of a checkout:
+build/scalesweep is the binary under test, and sweeps/, trainer/, scripts/,
+tests/ and README.md are the source tree's."""
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from harness import free_port, psql  # noqa: E402
+
+BIN, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+DB = os.environ.get("SCALESWEEP_TEST_DB")
+T0 = time.time()
+procs = []
+
+
+def fail(msg):
+    print(f"FAIL: {msg}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def log(msg):
+    print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
+
+
+# ---- the README's commands -------------------------------------------------
+
+def readme_commands(path):
+    """[(line number, command, heredoc or None)] of every ```sh block; a
+    heredoc is its input lines and the end marker, to append to the command."""
+    out, lines = [], open(path).read().split("\n")
+    i, in_sh = 0, False
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("```"):
+            in_sh = not in_sh and line.strip() == "```sh"
+            i += 1
+            continue
+        if not in_sh or not line.strip() or line.lstrip().startswith("#"):
+            i += 1
+            continue
+        start, cmd = i + 1, line
+        while cmd.endswith("\\"):
+            i += 1
+            cmd = cmd[:-1] + " " + lines[i].strip()
+        cmd = re.sub(r"\s+#\s.*$", "", cmd).strip()  # a trailing comment
+        cmd = re.sub(r"\s+", " ", cmd)
+        here = None
+        m = re.search(r"<<\s*'(\w+)'$", cmd)
+        if m:
+            body = []
+            i += 1
+            while lines[i] != m.group(1):
+                body.append(lines[i])
+                i += 1
+            here = "\n".join(body) + "\n" + m.group(1) + "\n"  # the input and its end
+        out.append((start, cmd, here))
+        i += 1
+    return out
+
+
+def options(cmd):
+    """The --options of a command: (outside brackets, inside brackets)."""
+    inside = set(re.findall(r"--[a-z][a-z0-9-]*", " ".join(re.findall(r"\[[^\]]*\]", cmd))))
+    every = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", cmd))
+    return every - inside, inside
+
+
+def program(cmd):
+    """The program and subcommand words before the first option or argument:
+    './build/scalesweep fit', 'bash scripts/test.sh', 'curl'."""
+    words = [w for w in shlex.split(cmd.split("<<")[0]) if "=" not in w or w.startswith("-")]
+    head = []
+    for w in words:
+        if w.startswith("-") or w.startswith("[") or (head and not re.fullmatch(r"[a-z]+", w)):
+            break
+        head.append(w)
+        if w in ("bash", "sbatch") or w.endswith("scalesweep"):
+            continue
+        if len(head) >= 2:
+            break
+    return " ".join(head)
+
+
+# ---- the scratch checkout ----------------------------------------------------
+
+work = tempfile.mkdtemp(prefix="scalesweep-readme-")
+os.chmod(work, 0o755)  # as root, the private PostgreSQL runs as postgres and must reach it
+os.makedirs(os.path.join(work, "build"))
+os.makedirs(os.path.join(work, "bin"))
+os.symlink(BIN, os.path.join(work, "build", "scalesweep"))
+os.symlink(BIN, os.path.join(work, "bin", "scalesweep"))
+for name in ("sweeps", "trainer", "scripts", "tests", "docs", "README.md"):
+    os.symlink(os.path.join(SRC, name), os.path.join(work, name))
+# Slurm stand-ins: sbatch runs the script in the background as Slurm would
+# start it (the environment passed on), srun runs its command once
+with open(os.path.join(work, "bin", "sbatch"), "w") as f:
+    f.write("#!/usr/bin/env bash\n# sbatch stand-in: options dropped, the script run in the background\n"
+            "while [ $# -gt 1 ]; do shift; done\n"
+            "setsid bash \"$1\" > sbatch.log 2>&1 < /dev/null &\necho \"Submitted batch job $!\"\n")
+with open(os.path.join(work, "bin", "srun"), "w") as f:
+    f.write("#!/usr/bin/env bash\n# srun stand-in: options dropped, the command run once\n"
+            "while [ \"${1#-}\" != \"$1\" ]; do shift; done\nexec \"$@\"\n")
+for n in ("sbatch", "srun"):
+    os.chmod(os.path.join(work, "bin", n), 0o755)
+ENV = dict(os.environ, PATH=os.path.join(work, "bin") + ":" + os.environ["PATH"],
+           OMP_WAIT_POLICY="PASSIVE")
+ENV.pop("SCALESWEEP_URL", None)
+ENV.pop("SCALESWEEP_TOKEN", None)
+
+
+def sh(cmd, timeout=600, env=None):
+    """Runs cmd with bash in the scratch checkout."""
+    try:
+        return subprocess.run(["bash", "-c", cmd], cwd=work, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=timeout, env=env or ENV)
+    except subprocess.TimeoutExpired:
+        fail(f"{cmd!r} did not finish in {timeout} s")
+
+
+def background(cmd, env=None):
+    p = subprocess.Popen(["bash", "-c", "exec " + cmd], cwd=work, env=env or ENV,
+                         stdout=open(os.path.join(work, f"bg{len(procs)}.log"), "w"),
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    procs.append(p)
+    return p
+
+
+def stop(p):
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGINT)
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def get(url, timeout=10):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+def until(what, fn, timeout=120):
+    t = time.time()
+    while time.time() - t < timeout:
+        try:
+            v = fn()
+            if v:
+                return v
+        except OSError:
+            pass
+        time.sleep(0.3)
+    fail(f"timed out waiting for {what}")
+
+
+def healthy(port):
+    return lambda: get(f"http://127.0.0.1:{port}/healthz", 2)[0] == 200
+
+
+# ---- what each command is, and how it is checked ----------------------------
+
+state = {}
+
+
+def expect(r, *texts, rc=0):
+    if r.returncode != rc:
+        fail(f"exit {r.returncode}, expected {rc}\nstdout: {r.stdout[-3000:]}\nstderr: {r.stderr[-3000:]}")
+    for t in texts:
+        if t not in r.stdout:
+            fail(f"the output lacks {t!r}:\n{r.stdout[-3000:]}\nstderr: {r.stderr[-2000:]}")
+    return r
+
+
+def run_up_study(readme, concrete, here):
+    """The quick start's study: a stand-in spec of 13 tiny runs, in the
+    state directory scripts/quickstart.sh keeps (.scalesweep/quickstart-latest)."""
+    os.makedirs(os.path.join(work, ".scalesweep", "quickstart-test"))
+    os.symlink("quickstart-test", os.path.join(work, ".scalesweep", "quickstart-latest"))
+    r = expect(sh(concrete), "sweep 1 finished: 13 of 13 runs succeeded",
+               "L(N, D) = E + A/N^alpha + B/D^beta", "the corpus: entropy rate",
+               "from IsoFLOP minima", "critical batch size (tokens)",
+               "from the gradient noise scale: B_noise", "stability: fitted without the smallest budget")
+    if not os.path.exists(os.path.join(work, ".scalesweep", "quickstart-latest", "database")):
+        fail("up did not write STATE/database")
+
+
+def serve_study(readme, concrete, here):
+    port = free_port()
+    state["port"] = port
+    state["serve"] = background(f"{concrete} --listen 127.0.0.1:{port}")
+    until("the served study", healthy(port))
+
+
+def local_port(concrete):
+    return concrete.replace("127.0.0.1:8080", f"127.0.0.1:{state['port']}")
+
+
+def check_fit_table(r):
+    expect(r, "chinchilla:", "isoflop:", "batch:")
+
+
+def check_fit_json(r):
+    j = json.loads(expect(r).stdout)
+    if j.get("law") != "isoflop" or "a" not in j.get("params", {}):
+        fail(f"fit --law isoflop --json: {r.stdout[:500]}")
+
+
+def check_runs(r):
+    rows = [l for l in expect(r).stdout.splitlines() if re.match(r"\s*\d+\s", l)]
+    if len(rows) != 13:
+        fail(f"runs: {len(rows)} rows, expected 13:\n{r.stdout}")
+
+
+def check_curl_fit(r):
+    j = json.loads(expect(r).stdout)
+    if not {"chinchilla", "isoflop", "batch"} <= set(j):
+        fail(f"GET /api/sweeps/1/fit: laws {sorted(j)}")
+
+
+def check_curl_points(r):
+    j = json.loads(expect(r).stdout)
+    if len(j.get("final_val_loss", [])) != 13:  # not the reproduction: the same observation
+        fail(f"GET /api/sweeps/1/points: {r.stdout[:300]}")
+
+
+def check_sql(r):
+    expect(r, "alpha", "beta")
+    if "(0 rows)" in r.stdout or "ERROR" in r.stderr:
+        fail(f"the SQL example found nothing: {r.stdout} {r.stderr}")
+    stop(state["serve"])  # the served study is done with
+
+
+def text_prepare(r):
+    j = json.loads(expect(r).stdout.strip().splitlines()[-1])
+    if j["train_tokens"] < 1_000_000:
+        fail(f"data prepare on Python's standard library: {j}")
+
+
+def text_study(r):
+    expect(r, "sweep 1 finished: 9 of 9 runs succeeded", "L(N, D) = E + A/N^alpha + B/D^beta")
+    if "the corpus: entropy rate" in r.stdout:
+        fail("a study on real text printed a synthetic corpus's entropy rate")
+
+
+def migrate(r):
+    expect(r)
+    if psql("SELECT count(*) FROM schema_migrations") in ("", "0"):
+        fail("migrate applied nothing")
+
+
+def external_up(r):
+    expect(r, "sweep 1 finished: 13 of 13 runs succeeded")
+    if psql("SELECT count(*) FROM runs WHERE status = 'succeeded'") != "13":
+        fail("up --database: the runs are not in that database")
+
+
+def token_file(r):
+    expect(r)
+    p = os.path.join(work, "cluster.token")
+    tok = open(p).read()
+    if not re.fullmatch(r"[0-9a-f]{64}", tok) or os.stat(p).st_mode & 0o077:
+        fail(f"cluster.token: {tok!r}, mode {oct(os.stat(p).st_mode)}")
+
+
+def cluster_scheduler(readme, concrete, here):
+    state["api"], state["wport"] = free_port(), free_port()
+    os.makedirs(os.path.join(work, "data"), exist_ok=True)
+    c = (concrete.replace("0.0.0.0:8080", f"127.0.0.1:{state['api']}")
+         .replace("0.0.0.0:8081", f"127.0.0.1:{state['wport']}"))
+    state["sched"] = background(c)
+    until("the cluster's scheduler", healthy(state["api"]))
+
+
+def cluster_worker(readme, concrete, here):
+    background(concrete.replace("SCHEDULER_HOST:8081", f"127.0.0.1:{state['wport']}"))
+    until("the worker", lambda: any(w["name"] == "host1" and w.get("connected", True)
+                                    for w in json.loads(get(f"http://127.0.0.1:{state['api']}/api/workers")[1])))
+
+
+def cluster_submit(readme, concrete, here):
+    """sweeps/examples/gpu-cluster.json with its shards under this
+    scheduler's --data-dir (data/, relative) instead of /data"""
+    spec = json.load(open(os.path.join(SRC, "sweeps", "examples", "gpu-cluster.json")))
+    for k in ("train", "val"):
+        spec["base"]["data"][k] = spec["base"]["data"][k].replace("/data/", "data/", 1)
+    json.dump(spec, open(os.path.join(work, "data", "gpu-cluster.json"), "w"))
+    c = concrete.replace("SCHEDULER_HOST:8080", f"127.0.0.1:{state['api']}")
+    r = expect(sh(c), "sweep 1 submitted:")
+    planned = int(re.search(r"(\d+) runs planned", r.stdout).group(1))
+    if planned < 20:
+        fail(f"gpu-cluster.json planned {planned} runs")
+    # no GPU here: its runs wait for GPU workers; a CPU sweep runs through
+    expect(sh(f"./build/scalesweep cancel 1 --url http://127.0.0.1:{state['api']} --token-file cluster.token"))
+    expect(sh(f"./build/scalesweep submit tests/readme/tiny.json --url http://127.0.0.1:{state['api']} "
+              "--token-file cluster.token"), "sweep 2 submitted: 13 runs planned")
+    until("the CPU sweep on the cluster", lambda: json.loads(
+        get(f"http://127.0.0.1:{state['api']}/api/sweeps/2?limit=0")[1])["counts"]["succeeded"] == 13,
+        timeout=300)
+
+
+def slurm(readme, concrete, here):
+    c = (concrete.replace("SCHEDULER_HOST:8081", f"127.0.0.1:{state['wport']}")
+         .replace("/shared/cluster.token", os.path.join(work, "cluster.token")))
+    expect(sh(c), "Submitted batch job")
+    name = socket.gethostname().split(".")[0] + "-local"
+    log_ = os.path.join(work, "sbatch.log")
+    until(f"the Slurm job's worker {name} (sbatch.log: {open(log_).read()[-2000:] if os.path.exists(log_) else ''})",
+          lambda: any(w["name"] == name for w in json.loads(
+              get(f"http://127.0.0.1:{state['api']}/api/workers")[1])), timeout=30)
+    # the job ends: Slurm's SIGTERM reaches the worker
+    sh("pkill -TERM -f -- '--name " + name + "'")
+    for p in procs:
+        stop(p)
+
+
+def train_quickstart(r):
+    done = [json.loads(l) for l in expect(r).stdout.splitlines() if '"event":"done"' in l]
+    if not done or abs(done[0]["final_val_loss"] - 0.96) > 0.01:
+        fail(f"trainer/examples/quickstart.json: {done}, the README says 0.96")
+
+
+def print_config(r):
+    j = json.loads(expect(r).stdout)  # the resolved config alone
+    if j["model"]["d_model"] != 96 or "lr" not in j["train"]:
+        fail(f"--print-config: {r.stdout[:300]}")
+
+
+def data_prepare(r):
+    j = json.loads(expect(r).stdout.strip().splitlines()[-1])
+    if not (j["train_tokens"] > 0 and j["val_tokens"] > 0):
+        fail(f"data prepare: {j}")
+
+
+def data_synth(r):
+    j = json.loads(expect(r).stdout.strip().splitlines()[-1])
+    if j["train_tokens"] != 10000 or not j["entropy_rate"] > 0:
+        fail(f"data synth: {j}")
+
+
+def have_torch():
+    return subprocess.run(["python3", "-c", "import torch"], capture_output=True).returncode == 0
+
+
+def have_gpu():
+    return shutil.which("nvidia-smi") and subprocess.run(
+        ["nvidia-smi", "-L"], capture_output=True).returncode == 0
+
+
+# README command -> (stand-in or None for as written, check); a check takes
+# the finished process, or (readme, concrete, heredoc) when it runs the
+# command itself (services in the background).
+TINY = "tests/readme/tiny.json"
+COMMANDS = [
+    ("bash scripts/quickstart.sh", "study_quickstart", None),
+    ("bash scripts/test.sh", ".ci/run", None),
+    ("./build/scalesweep up --sweep sweeps/examples/quickstart.json --wait",
+     f"./build/scalesweep up --state .scalesweep/quickstart-latest --sweep {TINY} --wait "
+     "--listen 127.0.0.1:0", ("self", run_up_study)),
+    ("./build/scalesweep up --state .scalesweep/quickstart-latest", None, ("self", serve_study)),
+    ("./build/scalesweep fit 1 --state .scalesweep/quickstart-latest", None, check_fit_table),
+    ("./build/scalesweep fit 1 --law isoflop --json --state .scalesweep/quickstart-latest", None,
+     check_fit_json),
+    ("./build/scalesweep runs 1 --state .scalesweep/quickstart-latest", None, check_runs),
+    ("./build/scalesweep reproduce 3 --wait --state .scalesweep/quickstart-latest", None,
+     lambda r: expect(r, "reproduces run 3 exactly")),
+    ("curl -s http://127.0.0.1:8080/api/sweeps/1/fit", "port", check_curl_fit),
+    ("curl -s http://127.0.0.1:8080/api/sweeps/1/points", "port", check_curl_points),
+    ("psql \"$(cat .scalesweep/quickstart-latest/database)\" <<'SQL'", None, check_sql),
+    ("./build/scalesweep data prepare --out data/text $(find /usr/lib/python3.11 -name '*.py' | sort)",
+     None, text_prepare),
+    ("./build/scalesweep up --state .scalesweep/text --sweep sweeps/examples/text.json --wait",
+     "./build/scalesweep up --state .scalesweep/text --sweep tests/readme/tiny-text.json --wait "
+     "--listen 127.0.0.1:0", text_study),
+    ("./build/scalesweep plan sweeps/examples/quickstart.json", None,
+     lambda r: expect(r, "26 runs")),
+    ("./build/scalesweep migrate --database postgresql://scalesweep@db.example.org/scalesweep",
+     "./build/scalesweep migrate --database \"$SCALESWEEP_TEST_DB\"", migrate),
+    ("./build/scalesweep up --database postgresql://scalesweep@db.example.org/scalesweep "
+     "--sweep sweeps/examples/quickstart.json --wait",
+     f"./build/scalesweep up --state .scalesweep/external --database \"$SCALESWEEP_TEST_DB\" "
+     f"--sweep {TINY} --wait --listen 127.0.0.1:0", external_up),
+    ("(umask 077; od -An -N32 -tx1 /dev/urandom | tr -d ' \\n' > cluster.token)", None, token_file),
+    ("./build/scalesweep scheduler --database postgresql://scalesweep@db.example.org/scalesweep "
+     "--listen 0.0.0.0:8080 --workers 0.0.0.0:8081 --token-file cluster.token --data-dir /data "
+     "--checkpoints /shared/checkpoints",
+     "./build/scalesweep scheduler --database \"$SCALESWEEP_CLUSTER_DB\" --listen 0.0.0.0:8080 "
+     "--workers 0.0.0.0:8081 --token-file cluster.token --data-dir \"$PWD/data\" "
+     "--checkpoints \"$PWD/checkpoints\"", ("self", cluster_scheduler)),
+    ("./build/scalesweep worker --scheduler SCHEDULER_HOST:8081 --token-file cluster.token [--gpus 0,1]",
+     "./build/scalesweep worker --scheduler SCHEDULER_HOST:8081 --token-file cluster.token "
+     "--gpus none --work-dir worker1 --name host1", ("self", cluster_worker)),
+    ("./build/scalesweep submit sweeps/examples/gpu-cluster.json --url http://SCHEDULER_HOST:8080 "
+     "--token-file cluster.token",
+     "./build/scalesweep submit data/gpu-cluster.json --url http://SCHEDULER_HOST:8080 "
+     "--token-file cluster.token", ("self", cluster_submit)),
+    ("SCALESWEEP_SCHEDULER=SCHEDULER_HOST:8081 SCALESWEEP_TOKEN_FILE=/shared/cluster.token "
+     "sbatch --nodes=4 --gres=gpu:8 scripts/slurm-workers.sbatch", None, ("self", slurm)),
+    ("./build/scalesweep train --config trainer/examples/quickstart.json", None, train_quickstart),
+    ("./build/scalesweep train --config run.json [--resume DIR] [--print-config]",
+     "./build/scalesweep train --config trainer/examples/quickstart.json --print-config",
+     print_config),
+    ("./build/scalesweep data prepare --out DIR [--val-fraction 0.1] FILE...",
+     "./build/scalesweep data prepare --out data/prepared --val-fraction 0.1 README.md docs/*.md",
+     data_prepare),
+    ("./build/scalesweep data synth --out DIR [--tokens N] [--words W] [--zipf S] ...",
+     "./build/scalesweep data synth --out data/synth --tokens 10000 --words 64 --zipf 1.1",
+     data_synth),
+    ("bash scripts/install-deps.sh --bench", ("needs", have_torch, "PyTorch is not installed "
+     "(the command installs it; this test installs nothing)"), lambda r: expect(r)),
+    ("bash tests/bench/run.sh", ("needs", have_torch, "PyTorch is not installed"),
+     lambda r: expect(r, "tok/s")),
+    ("bash tests/gpu/run.sh", ("needs", have_gpu, "no GPU here"), lambda r: expect(r)),
+]
+BENCH_ENV = dict(ENV, BENCH_SHAPES="a", BENCH_PRECISIONS="fp32", BENCH_REPEATS="1",
+                 BENCH_STEPS_A="4", BENCH_WARMUP="1", BENCH_BIN=os.path.join(work, "build", "scalesweep"))
+
+
+def main():
+    found = readme_commands(os.path.join(SRC, "README.md"))
+    entries = {e[0]: e for e in COMMANDS}
+    missing = [(n, c) for n, c, _ in found if c not in entries]
+    if missing:
+        fail("README commands without a test entry (tests/readme/test_readme.py):\n" +
+             "\n".join(f"  README.md:{n}: {c}" for n, c in missing))
+    here = {c: h for _, c, h in found}
+    stale = [c for c in entries if c not in here]
+    if stale:
+        fail("test entries no longer in the README:\n" + "\n".join(f"  {c}" for c in stale))
+
+    # a second database for the cluster, so that its sweeps start at 1
+    psql("CREATE DATABASE readme_cluster")
+    ENV["SCALESWEEP_CLUSTER_DB"] = re.sub(r"dbname=\S+", "dbname=readme_cluster", DB)
+    not_run = []
+    for readme, how, check in COMMANDS:
+        if how in ("study_quickstart", ".ci/run"):
+            where = os.path.join(SRC, ".ci", "run") if how == ".ci/run" else \
+                os.path.join(SRC, "tests", "CMakeLists.txt")
+            want = readme if how == ".ci/run" else "NAME study_quickstart"
+            if want not in open(where).read():
+                fail(f"{readme!r}: {where} does not run it")
+            log(f"run by {how}: {readme}")
+            continue
+        if isinstance(how, tuple):  # ("needs", predicate, reason)
+            if not how[1]():
+                not_run.append(f"{readme}  ({how[2]})")
+                log(f"not run: {readme} ({how[2]})")
+                continue
+            how = None
+        concrete = readme if how in (None, "port") else how
+        if how == "port":
+            concrete = local_port(readme)
+        # the stand-in keeps the program and every option shown
+        shown, optional = options(readme)
+        used, _ = options(concrete)
+        if program(readme) != program(concrete) or not shown <= used:
+            fail(f"stand-in {concrete!r} for {readme!r}: program or options differ "
+                 f"({program(readme)!r} vs {program(concrete)!r}; missing {sorted(shown - used)})")
+        if optional:
+            helptext = sh(f"{program(readme)} --help")
+            for o in optional:
+                if o not in helptext.stdout + helptext.stderr:
+                    fail(f"{readme!r}: {o} is not in `{program(readme)} --help`")
+        log(f"run: {concrete}" + ("" if concrete == readme else f"   (for: {readme})"))
+        if isinstance(check, tuple):
+            check[1](readme, concrete, here[readme])
+        else:
+            env = BENCH_ENV if "bench" in readme else None
+            script = concrete + "\n" + here[readme] if here[readme] else concrete
+            check(sh(script, env=env))
+    log(f"every README command: {len(COMMANDS) - len(not_run)} run or run elsewhere, "
+        f"{len(not_run)} not run here")
+    for n in not_run:
+        print(f"  not run here: {n}")
+
+
+try:
+    main()
+finally:
+    for p in procs:
+        stop(p)
+    shutil.rmtree(work, ignore_errors=True)
+print("readme commands: ok")

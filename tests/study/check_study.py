@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""The main job, end to end (ctest study_quickstart): runs the README's
+first command, `bash scripts/quickstart.sh` (install check, a Release build
+in build/, then `scalesweep up --sweep sweeps/examples/quickstart.json
+--wait` in a fresh state directory), and checks the result it prints
+against what the study must show (docs/study.md, "The criteria"):
+
+- every run succeeded, and at least 4 budgets spread over 1.5 decades;
+- every budget has an interior IsoFLOP minimum;
+- the fitted E lies near the corpus's window floor: inside E's 95%
+  interval, or within 0.05 nats;
+- the IsoFLOP exponent a is stable when the smallest budget is dropped:
+  inside the full fit's 95% interval and within 0.05 of it;
+- the critical batch size comes out of the ladder and the noise scale, and
+  the extrapolation check predicts the largest budget within 10%.
+
+  check_study.py SOURCE_DIR
+
+About 12 minutes on 2 idle cores. The printout is kept in
+.scalesweep/quickstart-latest/result.txt."""
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+
+SRC = os.path.abspath(sys.argv[1])
+NUM = r"(-?[0-9.]+(?:e[-+]?\d+)?|n/a)"
+
+
+def fail(msg, out=""):
+    print(out[-6000:])
+    print(f"FAIL: {msg}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def value(out, pattern, what):
+    m = re.search(pattern, out)
+    if not m:
+        fail(f"the printout lacks {what} ({pattern})", out)
+    try:
+        return [float(x) for x in m.groups()]
+    except ValueError:
+        fail(f"{what}: n/a", out)
+
+
+t0 = time.time()
+p = subprocess.run(["bash", os.path.join(SRC, "scripts", "quickstart.sh"), "--listen", "127.0.0.1:0"],
+                   cwd=SRC, capture_output=True, text=True,
+                   env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
+out = p.stdout
+wall = time.time() - t0
+try:
+    with open(os.path.join(SRC, ".scalesweep", "quickstart-latest", "result.txt"), "w") as f:
+        f.write(out)
+except OSError:
+    pass
+if p.returncode != 0:
+    fail(f"scripts/quickstart.sh exited {p.returncode}: {p.stderr[-3000:]}", out)
+if "sweep 1 finished: 26 of 26 runs succeeded, 0 failed" not in out:
+    fail("not every run succeeded", out)
+
+usable, budgets = value(out, r"from IsoFLOP minima: a = .*\((\d+) of (\d+) budgets with an interior minimum\)",
+                        "the IsoFLOP minima")
+if budgets < 4 or usable != budgets:
+    fail(f"{usable:.0f} of {budgets:.0f} budgets have an interior minimum; every one of 4 or more must", out)
+(c_small,) = value(out, r"stability: fitted without the smallest budget \(C = " + NUM + r"\)", "the stability check")
+(c_large,) = value(out, r"extrapolation: fitted without the largest budget \(C = " + NUM + r"\)",
+                   "the extrapolation check")
+if math.log10(c_large / c_small) < 1.5 - 1e-9:
+    fail(f"budgets from {c_small:g} to {c_large:g}: less than 1.5 decades", out)
+
+e, e_lo, e_hi = value(out, r"E = " + NUM + r" \[" + NUM + r", " + NUM + r"\] nats/token", "E")
+(floor_,) = value(out, r"window floor " + NUM + r" \(the best loss", "the window floor")
+if not (e_lo <= floor_ <= e_hi or abs(e - floor_) <= 0.05):
+    fail(f"E = {e} [{e_lo}, {e_hi}] is not near the window floor {floor_}", out)
+
+a, a_lo, a_hi = value(out, r"from IsoFLOP minima: a = " + NUM + r" \[" + NUM + r", " + NUM + r"\]",
+                      "the IsoFLOP exponent")
+(a_wo,) = value(out, r"stability:[^\n]*\n\s+from IsoFLOP minima: a = " + NUM, "the IsoFLOP a without the smallest budget")
+if not (a_lo <= a_wo <= a_hi and abs(a_wo - a) <= 0.05):
+    fail(f"IsoFLOP a = {a} [{a_lo}, {a_hi}] with every budget, {a_wo} without the smallest", out)
+
+(bcrit,) = value(out, r"from the ladder: B_crit\(L=[0-9.]+\) = " + NUM, "B_crit from the ladder")
+(bnoise,) = value(out, r"B_noise = " + NUM, "B_noise")
+if not (bcrit > 0 and bnoise > 0):
+    fail(f"B_crit {bcrit}, B_noise {bnoise}", out)
+(rel,) = value(out, r"mean relative error " + NUM + "%", "the extrapolation's error")
+if rel > 10:
+    fail(f"the extrapolation misses the largest budget by {rel}%", out)
+
+print(out[out.index("result of sweep"):])
+print(f"study: {wall / 60:.1f} min; E {e:.4f} [{e_lo:.4f}, {e_hi:.4f}] vs floor {floor_:.4f}; "
+      f"{usable:.0f}/{budgets:.0f} interior minima; IsoFLOP a {a:.4f} -> {a_wo:.4f} without the "
+      f"smallest budget; B_crit {bcrit:.0f}, B_noise {bnoise:.0f}; extrapolation {rel:.2f}%")
