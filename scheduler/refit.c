@@ -150,7 +150,8 @@ static json_t *corpus_truth(const refit *r) {
 
 /* The stability check (exponents that move when the smallest budget goes
  * are not yet measured): law refitted without the points of the smallest
- * compute budget (C within 5% of the smallest), with the same bootstrap. NULL when fewer than 2 budgets would remain or the fit fails. */
+ * compute budget (C within 5% of the smallest), with the same bootstrap.
+ * NULL when fewer than 2 budgets would remain or the fit fails. */
 static json_t *without_smallest_budget(const fit_point *pts, int n, const char *law,
                                        const fit_options *o) {
   double cmin = INFINITY;

@@ -644,7 +644,9 @@ static void render_result(buf *b, json_t *fits) {
       b_num(b, jnum(corpus, "entropy_rate"), "%.4f");
       b_puts(b, ", window floor ");
       b_num(b, jnum(corpus, "window_floor"), "%.4f");
-      b_printf(b, " (the best loss on windows of %" JSON_INTEGER_FORMAT " tokens), E &minus; floor = ",
+      b_printf(b,
+               " (the best loss on windows of %" JSON_INTEGER_FORMAT " tokens), E &minus; "
+               "floor = ",
                jint(corpus, "seq_len"));
       b_num(b, jnum(json_object_get(ch, "params"), "E") - jnum(corpus, "window_floor"), "%+.4f");
     }

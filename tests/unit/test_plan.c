@@ -20,8 +20,8 @@
 #define SS_SOURCE_DIR "."
 #endif
 
-static const char *const examples[] = {"quickstart.json", "gpu-cluster.json", "grid.json",
-                                       "batch.json", "runs.json"};
+static const char *const examples[] = {"quickstart.json", "text.json", "gpu-cluster.json",
+                                       "grid.json", "batch.json", "runs.json"};
 
 static void show(const spec_problems *pr) {
   for (size_t i = 0; i < pr->n; i++)
