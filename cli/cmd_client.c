@@ -179,7 +179,7 @@ int cmd_submit(int argc, char **argv) {
     return SS_EXIT_USAGE;
   }
   /* a spec that does not parse goes as it is, for the scheduler to say where */
-  json_t *spec = json_loadb(body, len, 0, NULL);
+  json_t *spec = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
   char cwd[4096];
   if (spec && getcwd(cwd, sizeof cwd) && absolute_shards(spec, cwd) > 0) {
     char *text = json_dumps(spec, JSON_INDENT(2));

@@ -153,11 +153,15 @@ static void print_result(long long id, json_t *fits, double wall_s) {
     json_t *corpus = json_object_get(ch, "corpus"); /* the synthetic corpus's truth */
     if (json_is_object(corpus)) {
       double wfloor = json_number_value(json_object_get(corpus, "window_floor"));
+      double gap = fit_value(ch, "E", NULL, NULL) - wfloor;
       printf("      the corpus: entropy rate %.4f, window floor %.4f (the best loss on windows "
-             "of %.0f tokens); E - floor = %+.4f\n",
+             "of %.0f tokens); E - floor = ",
              json_number_value(json_object_get(corpus, "entropy_rate")), wfloor,
-             json_number_value(json_object_get(corpus, "seq_len")),
-             fit_value(ch, "E", NULL, NULL) - wfloor);
+             json_number_value(json_object_get(corpus, "seq_len")));
+      if (isnan(gap))
+        printf("n/a\n");
+      else
+        printf("%+.4f\n", gap);
     }
     printf("    ");
     put_value("A", ch, "A");
@@ -245,7 +249,10 @@ static void print_result(long long id, json_t *fits, double wall_s) {
     }
     if (json_is_object(wc)) {
       static const char *const names[] = {"E", "alpha", "beta", "a"};
+      double c_ch = json_number_value(json_object_get(wc, "dropped_flops"));
       printf("    from L(N, D):       ");
+      if (json_is_object(wi) && c_ch != json_number_value(json_object_get(wi, "dropped_flops")))
+        printf("(without C = %.3g) ", c_ch); /* its smallest run is not an isoflop one */
       for (int i = 0; i < 4; i++) {
         printf("%s ", i ? "," : "");
         put_value(names[i], wc, names[i]);
@@ -429,7 +436,7 @@ int cmd_up(int argc, char **argv) {
   char dbfile[4200];
   snprintf(dbfile, sizeof dbfile, "%s/database", state);
   int dfd = open(dbfile, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  int dok = dfd >= 0 && dprintf(dfd, "%s\n", url) > 0;
+  int dok = dfd >= 0 && fchmod(dfd, 0600) == 0 && dprintf(dfd, "%s\n", url) > 0;
   if (dfd >= 0 && close(dfd) != 0)
     dok = 0;
   if (!dok)

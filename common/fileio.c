@@ -126,6 +126,10 @@ int fio_read_all(const char *path, char **out, size_t *len, char *err, size_t er
 
 int fio_mkdirs(const char *path, unsigned mode) {
   char tmp[4096];
+  if (!*path) {
+    errno = ENOENT;
+    return -1;
+  }
   if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
     errno = ENAMETOOLONG;
     return -1;
@@ -134,7 +138,7 @@ int fio_mkdirs(const char *path, unsigned mode) {
     if (*s != '/')
       continue;
     *s = '\0';
-    int rc = mkdir(tmp, 0777);
+    int rc = mkdir(tmp, 0755);
     *s = '/';
     if (rc != 0 && errno != EEXIST)
       return -1;

@@ -37,8 +37,8 @@ void fio_atomic_abort(fio_atomic *a);
 int fio_read_all(const char *path, char **out, size_t *len, char *err, size_t errlen);
 
 /* mkdir -p: creates path and any missing parents; the parents get mode
- * 0777 less the umask, path itself mode (an existing directory is left as it
- * is). Returns 0, or -1 with errno set. */
+ * 0755, path itself mode (both less the umask; an existing directory is left
+ * as it is). Returns 0, or -1 with errno set (ENOENT for ""). */
 int fio_mkdirs(const char *path, unsigned mode);
 
 #endif

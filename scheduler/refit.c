@@ -150,7 +150,8 @@ static json_t *corpus_truth(const refit *r) {
 
 /* The stability check (exponents that move when the smallest budget goes
  * are not yet measured): law refitted without the points of the smallest
- * compute budget (C within 5% of the smallest), with the same bootstrap.
+ * compute budget (ln C within 0.05 of the smallest's, as the fits group
+ * budgets), with the same bootstrap.
  * NULL when fewer than 2 budgets would remain or the fit fails. */
 static json_t *without_smallest_budget(const fit_point *pts, int n, const char *law,
                                        const fit_options *o) {
@@ -161,13 +162,13 @@ static json_t *without_smallest_budget(const fit_point *pts, int n, const char *
   int m = 0;
   double cnext = INFINITY, cmax = 0;
   for (int k = 0; k < n; k++)
-    if (rest && pts[k].flops > 1.05 * cmin) {
+    if (rest && log(pts[k].flops / cmin) > 0.05) { /* the fits' budget tolerance */
       rest[m++] = pts[k];
       cnext = pts[k].flops < cnext ? pts[k].flops : cnext;
       cmax = pts[k].flops > cmax ? pts[k].flops : cmax;
     }
   json_t *j = NULL;
-  if (m > 0 && cmax > 1.05 * cnext) {
+  if (m > 0 && log(cmax / cnext) > 0.05) {
     fit_result res;
     char err[512];
     fit_result_init(&res, law);

@@ -320,6 +320,14 @@ static void b_num(buf *b, double v, const char *fmt) {
     b_printf(b, fmt ? fmt : "%.3g", v);
 }
 
+/* like b_num, but "n/a" when v is unknown (a sentence needs a word there) */
+static void b_num_na(buf *b, double v, const char *fmt) {
+  if (isfinite(v))
+    b_printf(b, fmt, v);
+  else
+    b_puts(b, "n/a");
+}
+
 static void b_duration(buf *b, double s) {
   if (!isfinite(s) || s < 0)
     return;
@@ -648,7 +656,8 @@ static void render_result(buf *b, json_t *fits) {
                " (the best loss on windows of %" JSON_INTEGER_FORMAT " tokens), E &minus; "
                "floor = ",
                jint(corpus, "seq_len"));
-      b_num(b, jnum(json_object_get(ch, "params"), "E") - jnum(corpus, "window_floor"), "%+.4f");
+      b_num_na(b, jnum(json_object_get(ch, "params"), "E") - jnum(corpus, "window_floor"),
+               "%+.4f");
     }
     b_puts(b, "; ");
     b_fit_value(b, "alpha", ch, "alpha");
@@ -714,8 +723,9 @@ static void render_result(buf *b, json_t *fits) {
   json_t *wi = json_object_get(iso, "without_smallest_budget"),
          *wc = json_object_get(ch, "without_smallest_budget");
   if (json_is_object(wi) || json_is_object(wc)) {
+    double c_iso = jnum(wi, "dropped_flops"), c_ch = jnum(wc, "dropped_flops");
     b_puts(b, "<li>Stability: fitted without the smallest budget (C = ");
-    b_num(b, jnum(json_is_object(wi) ? wi : wc, "dropped_flops"), "%.3g");
+    b_num(b, json_is_object(wi) ? c_iso : c_ch, "%.3g");
     b_puts(b, "): ");
     if (json_is_object(wi)) {
       b_puts(b, "from the IsoFLOP minima ");
@@ -724,6 +734,11 @@ static void render_result(buf *b, json_t *fits) {
     }
     if (json_is_object(wc)) {
       b_puts(b, json_is_object(wi) ? "; from L(N, D) " : "from L(N, D) ");
+      if (json_is_object(wi) && c_ch != c_iso) { /* its smallest run is not an isoflop one */
+        b_puts(b, "(without C = ");
+        b_num(b, c_ch, "%.3g");
+        b_puts(b, ") ");
+      }
       static const char *const names[] = {"E", "alpha", "beta"};
       for (int i = 0; i < 3; i++) {
         b_puts(b, i ? ", " : "");
@@ -940,15 +955,15 @@ static void b_reproduction(buf *b, json_int_t of, json_t *rep) {
     return;
   }
   b_puts(b, ": <strong class=\"flag\">differs</strong>, largest difference ");
-  b_num(b, jnum(rep, "max_abs_diff"), "%.3g");
+  b_num_na(b, jnum(rep, "max_abs_diff"), "%.3g");
   b_printf(b, " at step %" JSON_INTEGER_FORMAT " (%" JSON_INTEGER_FORMAT " steps compared; %"
               JSON_INTEGER_FORMAT " stored for the original, %" JSON_INTEGER_FORMAT
               " for this run); final loss ",
            jint(rep, "at_step"), jint(rep, "steps_compared"), jint(rep, "steps_original"),
            jint(rep, "steps_reproduced"));
-  b_num(b, jnum(rep, "final_val_loss_original"), "%.6f");
+  b_num_na(b, jnum(rep, "final_val_loss_original"), "%.6f");
   b_puts(b, " then, ");
-  b_num(b, jnum(rep, "final_val_loss_reproduced"), "%.6f");
+  b_num_na(b, jnum(rep, "final_val_loss_reproduced"), "%.6f");
   b_puts(b, " now</td></tr>");
 }
 static void render_run(buf *b, web_req *w, json_t *r) {
@@ -1124,7 +1139,8 @@ static void on_page_row(void *ud, int status, PGresult *res, const char *errmsg)
     return;
   }
   json_error_t je;
-  json_t *d = json_loads(PQgetvalue(res, 0, 0), 0, &je);
+  /* jsonb writes 1e19 FLOPs as a 20-digit integer: reals, not Jansson's ints */
+  json_t *d = json_loads(PQgetvalue(res, 0, 0), JSON_DECODE_INT_AS_REAL, &je);
   if (!d) {
     respond_message(w, 500, "Error", je.text);
     return;
