@@ -12,22 +12,25 @@
 #include "common/err.h"
 #include "trainer/data.h"
 #include "trainer/prepare.h"
+#include "trainer/rng.h"
 
 #define MAX_SEQ_LEN (1 << 20)
 
 static const char usage_text[] =
     "usage: scalesweep data prepare --out DIR [--val-fraction F] "
-    "[--shard-tokens N] FILE...\n"
+    "[--shard-tokens N] [--shuffle SEED] FILE...\n"
     "       scalesweep data synth --out DIR [--tokens N] [--val-tokens N]\n"
     "                             [--letters K] [--words W] [--min-len A] "
     "[--max-len B]\n"
     "                             [--zipf S] [--seed S] [--seq-len T]\n"
     "\n"
     "prepare  byte-level llm.c token shards (vocabulary 256) from text files,\n"
-    "         concatenated in order; the last F of the bytes (default 0.1) "
-    "are\n"
-    "         validation. Writes DIR/train_NNNNNN.bin and DIR/val_NNNNNN.bin,\n"
-    "         N tokens per shard (default 100000000).\n"
+    "         concatenated in order (--shuffle: in an order drawn from SEED, so\n"
+    "         that a trainer reading the shards front to back sees a mix of\n"
+    "         the files and validation is a random set of them); the last F\n"
+    "         of the bytes (default 0.1) are validation. Writes\n"
+    "         DIR/train_NNNNNN.bin and DIR/val_NNNNNN.bin, N tokens per shard\n"
+    "         (default 100000000).\n"
     "synth    the synthetic Zipf-lexicon corpus as DIR/train_000000.bin\n"
     "         (--tokens, default 10000000) and DIR/val_000000.bin "
     "(--val-tokens,\n"
@@ -143,9 +146,9 @@ static int runtime_error(const char *sub, int rc, const char *msg) {
 static int data_prepare(int argc, char **argv) {
   const char *sub = "prepare", *out = NULL;
   double frac = 0.1;
-  uint64_t shard_tokens = 100000000;
+  uint64_t shard_tokens = 100000000, seed = 0;
   const char **files = calloc((size_t)argc, sizeof *files);
-  int nfiles = 0, rc = 0, only_files = 0;
+  int nfiles = 0, rc = 0, only_files = 0, shuffle = 0;
   if (!files)
     return runtime_error(sub, SS_ENOMEM, "out of memory");
   for (int i = 2; i < argc && !rc; i++) {
@@ -171,6 +174,10 @@ static int data_prepare(int argc, char **argv) {
                          v);
     } else if (is_opt(a, n, "--shard-tokens"))
       rc = parse_u64(sub, "--shard-tokens", v, 1, INT32_MAX, &shard_tokens);
+    else if (is_opt(a, n, "--shuffle")) {
+      rc = parse_u64(sub, "--shuffle", v, 0, UINT64_MAX, &seed);
+      shuffle = !rc;
+    }
     else
       rc = usage_error(sub, "unknown option '%s'", a);
   }
@@ -181,6 +188,16 @@ static int data_prepare(int argc, char **argv) {
   if (rc) {
     free(files);
     return rc;
+  }
+  if (shuffle) { /* Fisher-Yates with the trainer's generator: the same on every machine */
+    uint64_t st[4];
+    trn_rng_seed(st, seed);
+    for (int i = nfiles - 1; i > 0; i--) {
+      int j = (int)(trn_rng_next(st) % (uint64_t)(i + 1));
+      const char *t = files[i];
+      files[i] = files[j];
+      files[j] = t;
+    }
   }
   char err[1024];
   trn_data_summary s;

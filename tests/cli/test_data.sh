@@ -62,6 +62,23 @@ want=$(od -An -t u1 -N 8 "$tmp/a.txt" | tr -s ' ')
 got=$(od -An -t u2 -j 1024 -N 16 "$tmp/prep/train_000000.bin" | tr -s ' ')
 [ "$want" = "$got" ] || fail "first tokens '$got', expected the bytes '$want'"
 
+# --shuffle SEED: the files in an order drawn from SEED (the same order on every
+# run and machine); without it, in the order given. Five one-letter files.
+for f in 1 2 3 4 5; do printf "%0100d" "$f" | tr 0-9 "$(printf 'abcdefghij' | cut -c"$f")" >"$tmp/f$f.txt"; done
+"$bin" data prepare --out "$tmp/plain" --val-fraction 0 "$tmp"/f{1,2,3,4,5}.txt >/dev/null
+"$bin" data prepare --out "$tmp/sh1" --val-fraction 0 --shuffle 3 "$tmp"/f{1,2,3,4,5}.txt >/dev/null
+"$bin" data prepare --out "$tmp/sh2" --val-fraction 0 --shuffle 3 "$tmp"/f{1,2,3,4,5}.txt >/dev/null
+order() { od -An -t u2 -j 1024 -v "$1" | tr -s ' ' '\n' | grep . | awk 'NR % 100 == 1'; }
+[ "$(order "$tmp/plain/train_000000.bin" | tr '\n' ' ')" = "97 98 99 100 101 " ] ||
+  fail "data prepare without --shuffle: files in order $(order "$tmp/plain/train_000000.bin" | tr '\n' ' ')"
+cmp -s "$tmp/sh1/train_000000.bin" "$tmp/sh2/train_000000.bin" ||
+  fail "--shuffle 3 twice wrote different shards"
+shuffled=$(order "$tmp/sh1/train_000000.bin" | tr '\n' ' ')
+[ "$shuffled" != "97 98 99 100 101 " ] || fail "--shuffle 3 kept the files in order"
+[ "$(order "$tmp/sh1/train_000000.bin" | sort -n | tr '\n' ' ')" = "97 98 99 100 101 " ] ||
+  fail "--shuffle 3: files $shuffled, expected each of the five once"
+expect_usage "--shuffle" data prepare --out "$tmp/x" --shuffle nope "$tmp/f1.txt"
+
 # ---- synth --------------------------------------------------------------
 "$bin" data synth --out "$tmp/syn" --tokens 20000 --val-tokens 5000 \
   --words 500 --seq-len 64 >"$tmp/out" || fail "data synth exited $?"

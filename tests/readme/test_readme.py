@@ -395,7 +395,7 @@ COMMANDS = [
     ("curl -s http://127.0.0.1:8080/api/sweeps/1/fit", "port", check_curl_fit),
     ("curl -s http://127.0.0.1:8080/api/sweeps/1/points", "port", check_curl_points),
     ("psql \"$(cat .scalesweep/quickstart-latest/database)\" <<'SQL'", None, check_sql),
-    ("./build/scalesweep data prepare --out data/text $(find /usr/lib/python3.11 -name '*.py' | sort)",
+    ("./build/scalesweep data prepare --out data/text --shuffle 1 $(find /usr/lib/python3.11 -name '*.py' | sort)",
      None, text_prepare),
     ("./build/scalesweep up --state .scalesweep/text --sweep sweeps/examples/text.json --wait",
      "./build/scalesweep up --state .scalesweep/text --sweep tests/readme/tiny-text.json --wait "
@@ -428,8 +428,9 @@ COMMANDS = [
     ("./build/scalesweep train --config run.json [--resume DIR] [--print-config]",
      "./build/scalesweep train --config trainer/examples/quickstart.json --print-config",
      print_config),
-    ("./build/scalesweep data prepare --out DIR [--val-fraction 0.1] FILE...",
-     "./build/scalesweep data prepare --out data/prepared --val-fraction 0.1 README.md docs/*.md",
+    ("./build/scalesweep data prepare --out DIR [--val-fraction 0.1] [--shuffle SEED] FILE...",
+     "./build/scalesweep data prepare --out data/prepared --val-fraction 0.1 --shuffle 7 README.md "
+     "docs/*.md", 
      data_prepare),
     ("./build/scalesweep data synth --out DIR [--tokens N] [--words W] [--zipf S] ...",
      "./build/scalesweep data synth --out data/synth --tokens 10000 --words 64 --zipf 1.1",
