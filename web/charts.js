@@ -54,7 +54,17 @@ function widthOf(box) {
   return Math.max(260, Math.min(900, (box.parentElement || box).clientWidth - 8));
 }
 
-// Draws (or redraws) a uPlot chart in a figure from aligned data.
+// A log axis fitted to its data with a little room (uPlot's own log range
+// snaps to whole decades: losses of 0.6 to 1.0 would sit flat at the foot
+// of a 0.5 to 10 axis).
+export function tightLogRange(u, lo, hi) {
+  if (!(lo > 0) || !(hi >= lo)) return [lo, hi];
+  const pad = Math.max(1.02, Math.pow(hi / lo, 0.08));
+  return [lo / pad, hi * pad];
+}
+
+// Draws (or redraws) a uPlot chart in a figure from aligned data; opts.tightY
+// fits the y axis to the data (loss axes).
 function draw(fig, series, data, opts) {
   const box = figureBody(fig);
   const o = Object.assign({
@@ -65,6 +75,7 @@ function draw(fig, series, data, opts) {
     cursor: { drag: { x: true, y: true } },
     series: [{}].concat(series),
   }, opts);
+  if (o.tightY) o.scales = { x: o.scales.x, y: { distr: 3, range: tightLogRange } };
   o.axes = [
     { label: o.xlabel, values: (u, vals) => vals.map((v) => fmt(v, 2)) },
     { label: o.ylabel, size: 60, values: (u, vals) => vals.map((v) => fmt(v, 3)) },
@@ -199,6 +210,7 @@ export function drawFrontier(fig, pts, fits) {
   }
   draw(fig, series, uPlot.join(tables), {
     key: 'frontier' + series.length, xlabel: 'compute C (FLOPs)', ylabel: 'final loss', bands,
+    tightY: true,
   });
   fig.dataset.fit = law ? 'chinchilla' : '';
 }
@@ -275,6 +287,7 @@ export function drawIsoflop(fig, pts, fits) {
   });
   draw(fig, series, uPlot.join(tables), {
     key: 'isoflop' + series.length, xlabel: 'N (non-embedding parameters)', ylabel: 'final loss',
+    tightY: true,
   });
 }
 

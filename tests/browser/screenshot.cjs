@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // Saves a picture of a status page, as the README's (docs/images/): waits
-// until the page's plots are drawn, then a full-page PNG.
+// until the page's plots are drawn, then a PNG of the whole page, or of its
+// top down to the end of the element UNTIL (a CSS selector).
 //
 //   NODE_PATH=build/tests/browser_npm/node_modules \
-//     node tests/browser/screenshot.cjs http://127.0.0.1:8080/sweeps/1 docs/images/study.png
+//     node tests/browser/screenshot.cjs http://127.0.0.1:8080/sweeps/1 docs/images/study.png '#plots'
 //
 // playwright-core comes from the browser test's pinned install (the build
 // tree's tests/browser_npm); the browser is Debian's chromium
@@ -11,9 +12,9 @@
 'use strict';
 const { chromium } = require('playwright-core');
 
-const [url, out] = process.argv.slice(2);
+const [url, out, until] = process.argv.slice(2);
 if (!url || !out) {
-  console.error('usage: screenshot.cjs URL OUT.png');
+  console.error('usage: screenshot.cjs URL OUT.png [UNTIL_SELECTOR]');
   process.exit(2);
 }
 
@@ -30,7 +31,12 @@ if (!url || !out) {
     const sel = url.includes('/runs/') ? '#chart-run canvas' : '#chart-frontier canvas';
     await page.waitForSelector(sel, { timeout: 60000 });
     await page.waitForTimeout(1000); // the last data requests settle
-    await page.screenshot({ path: out, fullPage: true });
+    let clip;
+    if (until) {
+      const bottom = await page.$eval(until, (e) => e.getBoundingClientRect().bottom + window.scrollY);
+      clip = { x: 0, y: 0, width: 1280, height: Math.ceil(bottom) + 8 };
+    }
+    await page.screenshot({ path: out, fullPage: true, clip });
     console.log(`screenshot: ${out}`);
   } finally {
     await browser.close();

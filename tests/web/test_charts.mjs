@@ -44,7 +44,7 @@ function element() {
 }
 globalThis.document = { createElement: () => element(), querySelectorAll: () => [] };
 
-const { drawBatch } = await import(new URL('../../web/charts.js', import.meta.url));
+const { drawBatch, drawFrontier, tightLogRange } = await import(new URL('../../web/charts.js', import.meta.url));
 
 function text(fig) {
   const box = fig.querySelector('.plot');
@@ -96,3 +96,18 @@ drawBatch(fig, { batch: { params: { S_min: -5, E_min: 1000, B_crit: -200 }, deri
 assert.match(text(fig), /no positive S_min and E_min/);
 assert.equal(drawn.length, 0);
 console.log('drawBatch: curves, B_crit marks and B_noise as expected; messages when empty');
+
+// loss axes fit their data: final losses of 0.63 to 0.95 get an axis just
+// around them, not uPlot's whole decades (0.5 to 10 on the study's page)
+drawn.length = 0;
+fig = element();
+fig.dataset = {};
+drawFrontier(fig, { flops: [1e11, 3e11, 1e12], final_val_loss: [0.95, 0.8, 0.63] }, {});
+u = drawn[0];
+const [ylo, yhi] = u.opts.scales.y.range(u, 0.63, 0.95);
+assert.ok(ylo < 0.63 && ylo > 0.6 && yhi > 0.95 && yhi < 1.0, `loss axis [${ylo}, ${yhi}]`);
+assert.equal(u.opts.scales.y.distr, 3, 'a log loss axis');
+assert.deepEqual(tightLogRange(null, 0, 1), [0, 1], 'a range that is not positive is left alone');
+const [a, b] = tightLogRange(null, 2, 2);
+assert.ok(a < 2 && b > 2, 'a single value gets room around it');
+console.log('loss axes: fitted to the data');
