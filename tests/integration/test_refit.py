@@ -178,9 +178,61 @@ try:
         fail(f"runs.log_tail of the failed run: {tail!r}")
     print("failed run: its log tail is stored")
 
+    # a slow run (40 s: room for a loaded machine): its prediction while it
+    # runs. B = 8: L(s) = 2 + (s / 500)^-0.5, 4000 steps, final loss 2 + 8^-0.5
+    for p in procs[1:]:
+        p.terminate()
+        p.wait(10)
+    start("worker2", ["worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
+                      "--cpu-slots", "1", "--work-dir", os.path.join(tmp, "w2"), "--name", "w2",
+                      "--bin", FAKE], env={"FAKE_LAW_SECONDS": "40"})
+    spec = {"name": "refit-predict", "method": "runs",
+            "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
+                     "train": {"batch_size": 8, "lr": 0.003, "warmup_tokens": 25600}},
+            "runs": [{"train": {"tokens": 1024000, "seed": 5}}], "resources": {"cpus": 1}}
+    st, body = request("POST", "/api/sweeps", spec)
+    if st != 201:
+        fail(f"submit: {st} {body}")
+    truth = 2 + 8 ** -0.5
+    pred = None
+    while time.time() - T0 < TIMEOUT:
+        st, page = request("GET", f"/api/sweeps/{body['id']}/runs")
+        run = page["runs"][0]
+        if run["status"] != "running" and run["status"] != "queued":
+            fail(f"the slow run ended before it was predicted: {run}")
+        pred = run.get("prediction")
+        if pred and pred["evals"] >= 20:
+            break
+        time.sleep(0.3)
+    if not pred:
+        fail("no prediction for the running run")
+    # on an exact law the interval collapses to the prediction: compare with
+    # a rounding allowance
+    if not (abs(pred["predicted"] - truth) < 1e-3
+            and pred["lo"] - 1e-9 <= truth <= pred["hi"] + 1e-9
+            and pred["target_steps"] == 4000 and pred["surface"] is None
+            and pred["flagged"] is False and pred["at_step"] < 4000):
+        fail(f"prediction {pred}, expected {truth:.6f} inside [lo, hi] at 4000 steps, "
+             "no surface (no chinchilla fit), not flagged")
+    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
+    c.request("GET", f"/runs/{run['id']}")
+    page = c.getresponse().read().decode()
+    c.close()
+    if "Predicted final loss" not in page or "2.3536" not in page:
+        fail(f"the run's page does not show the prediction: {page[:2000]}")
+    print(f"prediction at step {pred['at_step']} of 4000 from {pred['evals']} evaluations: "
+          f"{pred['predicted']:.5f} [{pred['lo']:.5f}, {pred['hi']:.5f}], true {truth:.5f}")
     # an IsoFLOP study on an exact Chinchilla law (fake_law_trainer.py, seed 7):
     # the fits, the stability check (the same fits without the smallest
-    # budget), the corpus's true entropy rate, and the page's summary of them
+    # budget), the corpus's true entropy rate, and the page's summary of them.
+    # Last: its refits keep the thread pool busy for a while (under the
+    # sanitizers, long enough to delay the prediction above)
+    for p in procs[1:]:
+        p.terminate()
+        p.wait(10)
+    start("worker3", ["worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
+                      "--cpu-slots", "2", "--work-dir", os.path.join(tmp, "w3"), "--name", "w3",
+                      "--bin", FAKE], env={"FAKE_LAW_SECONDS": "0"})
     syn = {"letters": 26, "words": 256, "min_len": 2, "max_len": 6, "zipf": 1.1, "seed": 3}
     spec = {"name": "refit-isoflop", "method": "isoflop",
             "base": {"model": {"seq_len": 32}, "data": {"synthetic": syn},
@@ -242,50 +294,6 @@ try:
           f"smallest budget {wc['params']['alpha']:.4f}; isoflop a {iso['params']['a']:.4f}, "
           f"without it {wi['params']['a']:.4f}; entropy rate {corpus['entropy_rate']:.4f}")
 
-    # a slow run: its prediction while it runs. B = 8: L(s) = 2 + (s / 500)^-0.5,
-    # 4000 steps, final loss 2 + 8^-0.5
-    for p in procs[1:]:
-        p.terminate()
-        p.wait(10)
-    start("worker2", ["worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
-                      "--cpu-slots", "1", "--work-dir", os.path.join(tmp, "w2"), "--name", "w2",
-                      "--bin", FAKE], env={"FAKE_LAW_SECONDS": "20"})
-    spec = {"name": "refit-predict", "method": "runs",
-            "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
-                     "train": {"batch_size": 8, "lr": 0.003, "warmup_tokens": 25600}},
-            "runs": [{"train": {"tokens": 1024000, "seed": 5}}], "resources": {"cpus": 1}}
-    st, body = request("POST", "/api/sweeps", spec)
-    if st != 201:
-        fail(f"submit: {st} {body}")
-    truth = 2 + 8 ** -0.5
-    pred = None
-    while time.time() - T0 < TIMEOUT:
-        st, page = request("GET", f"/api/sweeps/{body['id']}/runs")
-        run = page["runs"][0]
-        if run["status"] != "running" and run["status"] != "queued":
-            fail(f"the slow run ended before it was predicted: {run}")
-        pred = run.get("prediction")
-        if pred and pred["evals"] >= 20:
-            break
-        time.sleep(0.3)
-    if not pred:
-        fail("no prediction for the running run")
-    # on an exact law the interval collapses to the prediction: compare with
-    # a rounding allowance
-    if not (abs(pred["predicted"] - truth) < 1e-3
-            and pred["lo"] - 1e-9 <= truth <= pred["hi"] + 1e-9
-            and pred["target_steps"] == 4000 and pred["surface"] is None
-            and pred["flagged"] is False and pred["at_step"] < 4000):
-        fail(f"prediction {pred}, expected {truth:.6f} inside [lo, hi] at 4000 steps, "
-             "no surface (no chinchilla fit), not flagged")
-    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
-    c.request("GET", f"/runs/{run['id']}")
-    page = c.getresponse().read().decode()
-    c.close()
-    if "Predicted final loss" not in page or "2.3536" not in page:
-        fail(f"the run's page does not show the prediction: {page[:2000]}")
-    print(f"prediction at step {pred['at_step']} of 4000 from {pred['evals']} evaluations: "
-          f"{pred['predicted']:.5f} [{pred['lo']:.5f}, {pred['hi']:.5f}], true {truth:.5f}")
 finally:
     for p in procs[::-1]:
         if p.poll() is None:
