@@ -20,6 +20,7 @@
 #include "common/err.h"
 #include "common/fileio.h"
 #include "scheduler/pgserver.h"
+#include "sweeps/fit.h"
 
 static const char usage[] =
     "usage: scalesweep up [--state DIR] [--sweep FILE] [--wait] [--listen HOST:PORT]\n"
@@ -103,9 +104,7 @@ static int read_ports(const char *path, int *http_port, int *workers_port) {
 /* The value of NAME in FIT's params or derived, NAN when absent; its 95%
  * interval in lo/hi (NAN when none). */
 static double fit_value(json_t *fit, const char *name, double *lo, double *hi) {
-  json_t *v = json_object_get(json_object_get(fit, "params"), name);
-  if (!v)
-    v = json_object_get(json_object_get(fit, "derived"), name);
+  json_t *v = fit_json_get(fit, name);
   json_t *ci = json_object_get(json_object_get(fit, "ci95"), name);
   if (lo)
     *lo = json_array_size(ci) == 2 ? json_number_value(json_array_get(ci, 0)) : NAN;
@@ -178,13 +177,7 @@ static void print_result(long long id, json_t *fits, double wall_s) {
     printf("\n");
   }
   if (iso) {
-    int nb = 0, nu = 0;
-    size_t i;
-    json_t *b;
-    json_array_foreach(json_object_get(iso, "budgets"), i, b) {
-      nb++;
-      nu += json_is_true(json_object_get(b, "usable"));
-    }
+    int nu, nb = fit_json_budgets(iso, &nu);
     printf("    from IsoFLOP minima: ");
     put_value("a", iso, "a");
     printf("  ");

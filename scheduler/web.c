@@ -20,6 +20,7 @@
 #include <strings.h>
 
 #include "scheduler/internal.h"
+#include "sweeps/fit.h"
 
 #define RUNS_PER_PAGE 100
 #define CURVE_POINTS 100 /* default samples per curve */
@@ -598,9 +599,7 @@ static void render_fit_params(buf *b, const char *law, json_t *fit) {
 /* "NAME = V [LO, HI]" of a fit's parameter or derived value (n/a when the
  * fit lacks it): the summary's numbers. */
 static void b_fit_value(buf *b, const char *name, json_t *fit, const char *key) {
-  json_t *v = json_object_get(json_object_get(fit, "params"), key);
-  if (!v)
-    v = json_object_get(json_object_get(fit, "derived"), key);
+  json_t *v = fit_json_get(fit, key);
   json_t *ci = json_object_get(json_object_get(fit, "ci95"), key);
   b_esc(b, name);
   if (!json_is_number(v)) {
@@ -620,9 +619,7 @@ static void b_fit_value(buf *b, const char *name, json_t *fit, const char *key) 
 
 /* " (every budget: V)": the full fit's value of key, for comparison. */
 static void b_was(buf *b, json_t *fit, const char *key) {
-  json_t *v = json_object_get(json_object_get(fit, "params"), key);
-  if (!v)
-    v = json_object_get(json_object_get(fit, "derived"), key);
+  json_t *v = fit_json_get(fit, key);
   b_puts(b, " (every budget: ");
   if (json_is_number(v) && isfinite(json_number_value(v)))
     b_num(b, json_number_value(v), "%.4g");
@@ -675,13 +672,7 @@ static void render_result(buf *b, json_t *fits) {
       b_fit_value(b, "b", ch, "b");
     }
     if (iso) {
-      int nb = 0, nu = 0;
-      size_t i;
-      json_t *bg;
-      json_array_foreach(json_object_get(iso, "budgets"), i, bg) {
-        nb++;
-        nu += json_is_true(json_object_get(bg, "usable"));
-      }
+      int nu, nb = fit_json_budgets(iso, &nu);
       b_puts(b, ch ? "; from the IsoFLOP minima " : "from the IsoFLOP minima ");
       b_fit_value(b, "a", iso, "a");
       b_puts(b, ", ");

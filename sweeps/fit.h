@@ -101,6 +101,13 @@ fit_param *fit_result_add_derived(fit_result *r, const char *name, double value)
 void fit_result_warn(fit_result *r, const char *fmt, ...);
 /* The parameter or derived quantity named name (parameters first), or NULL. */
 const fit_param *fit_result_get(const fit_result *r, const char *name);
+/* The same in a fit's JSON object (fit_result_to_json, as stored and served):
+ * its "params" or "derived" member named name, or NULL. */
+struct json_t;
+struct json_t *fit_json_get(struct json_t *fit, const char *name);
+/* How many budgets an isoflop (or bopt) fit object lists; *usable gets how
+ * many of them it used (an interior minimum; bopt: 2 or more runs). */
+int fit_json_budgets(struct json_t *fit, int *usable);
 
 /* Chinchilla Approach 3: L = E + A/N^alpha + B/D^beta, Huber (delta 1e-3)
  * on log loss, summed; grid of 4,500 starts (SCIENCE.md), BFGS from the best;

@@ -72,6 +72,19 @@ static void put_params(json_t *root, const char *key, const fit_param *p, int n,
   json_object_set_new(root, key, o);
 }
 
+json_t *fit_json_get(json_t *fit, const char *name) {
+  json_t *v = json_object_get(json_object_get(fit, "params"), name);
+  return v ? v : json_object_get(json_object_get(fit, "derived"), name);
+}
+
+int fit_json_budgets(json_t *fit, int *usable) {
+  json_t *budgets = json_object_get(fit, "budgets"), *b;
+  size_t i;
+  *usable = 0;
+  json_array_foreach(budgets, i, b) *usable += json_is_true(json_object_get(b, "usable"));
+  return (int)json_array_size(budgets);
+}
+
 char *fit_result_to_json(const fit_result *r) {
   json_t *root = json_object();
   json_object_set_new(root, "law", json_string(r->law));
