@@ -260,19 +260,41 @@ async function main() {
       Number(await page.getAttribute('#chart-curves', 'data-points')) > before + 5, 30000);
     log(`sweep page: the curves grew from ${before} points without a reload`);
 
-    // one run's page: its own curve grows too
-    const running = await until('a running run', async () => {
-      const r = await api('GET', `/api/sweeps/${sweep}/runs?status=running`);
-      return r.json && r.json.runs.length ? r.json.runs[0].id : 0;
-    }, 30000);
+    // one run's page: its own curve grows too. On a loaded machine a run can finish before
+    // its page has drawn; then there is nothing left to grow, and another running run is
+    // watched instead.
     const rp = await ctx.newPage();
     rp.on('pageerror', (e) => problems.push(`page error (run page): ${e.message}`));
-    await rp.goto(`${base}/runs/${running}`);
-    await until('the run page curve', async () =>
-      Number(await rp.getAttribute('#chart-run', 'data-points')) > 0, 20000);
-    const b2 = Number(await rp.getAttribute('#chart-run', 'data-points'));
-    await until('the run page curve to grow', async () =>
-      Number(await rp.getAttribute('#chart-run', 'data-points')) > b2, 20000);
+    let running = 0;
+    let b2 = 0;
+    for (let attempt = 1; ; attempt++) {
+      running = await until('a running run', async () => {
+        const r = await api('GET', `/api/sweeps/${sweep}/runs?status=running`);
+        return r.json && r.json.runs.length ? r.json.runs[0].id : 0;
+      }, 30000);
+      await rp.goto(`${base}/runs/${running}`);
+      await until('the run page curve', async () =>
+        Number(await rp.getAttribute('#chart-run', 'data-points')) > 0, 20000);
+      b2 = Number(await rp.getAttribute('#chart-run', 'data-points'));
+      const end = Date.now() + 20000;
+      let grew = false;
+      let finished = false;
+      while (Date.now() < end && !grew && !finished) {
+        await sleep(200);
+        grew = Number(await rp.getAttribute('#chart-run', 'data-points')) > b2;
+        finished = (await api('GET', `/api/runs/${running}`)).json.status !== 'running';
+      }
+      if (grew) break;
+      if (!finished) fail(`run page ${running}: the curve stayed at ${b2} points for 20 s while the run ran`);
+      // the run ended: its page must still come to show every point it reported
+      const all = (await api('GET', `/api/runs/${running}/curves?points=500`)).json;
+      const total = all.length ? (all[0].tokens || []).length + (all[0].val_tokens || []).length : 0;
+      await until(`run page ${running} to show all ${total} points`, async () =>
+        Number(await rp.getAttribute('#chart-run', 'data-points')) >= total, 20000);
+      if (b2 < total) break; // it grew from b2 to the end
+      if (attempt === 4) fail(`run page: 4 runs finished before their page drew a partial curve`);
+      log(`run page ${running}: the run finished before its page drew; watching another`);
+    }
     if (!(await rp.textContent('#config pre')).includes('"n_layer"')) fail('run page: no resolved config');
     log(`run page ${running}: the curve grew from ${b2} points; config shown`);
 
