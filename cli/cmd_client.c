@@ -374,6 +374,20 @@ static int wait_reproduction(const copts *o, long long id) {
         printf("run %lld reproduces run %.0f exactly: %.0f steps, every training and validation "
                "loss identical, final val loss %.17g\n",
                id, num(rep, "of"), num(rep, "steps_compared"), num(rep, "final_val_loss_original"));
+      else if (num(rep, "steps_compared") == 0 &&
+               (!strcmp(str(rep, "status_reproduced"), "cancelled") ||
+                !strcmp(str(rep, "status_original"), "cancelled")))
+        printf("run %lld was not compared with run %.0f: %s was cancelled before it stored a "
+               "step\n", id, num(rep, "of"),
+               !strcmp(str(rep, "status_reproduced"), "cancelled") ? "it" : "the original");
+      else if (json_is_true(json_object_get(rep, "identical_where_both")) &&
+               num(rep, "steps_compared") > 0)
+        /* one of them was cancelled: it stored a prefix of the curve */
+        printf("run %lld (%s) matches run %.0f (%s) as far as both went: the %.0f steps both "
+               "stored are identical (%.0f stored for the original, %.0f for this run)\n",
+               id, str(rep, "status_reproduced"), num(rep, "of"), str(rep, "status_original"),
+               num(rep, "steps_compared"), num(rep, "steps_original"),
+               num(rep, "steps_reproduced"));
       else
         printf("run %lld differs from run %.0f: largest loss difference %.3g at step %.0f "
                "(%.0f of %.0f / %.0f steps compared); final val loss %.17g vs %.17g\n",
@@ -395,7 +409,8 @@ int cmd_reproduce(int argc, char **argv) {
   static const char usage[] =
       "usage: scalesweep reproduce RUN_ID [--wait] [--url URL] [--state DIR] [--token-file F]\n"
       "                            [--json]\n"
-      "  queues a new run with RUN_ID's stored config (runs.reproduces names the original);\n"
+      "  queues a new run with finished run RUN_ID's stored config (runs.reproduces names\n"
+      "  the original);\n"
       "  --wait waits for it and reports whether its loss curve matches the original's\n"
       "  exactly (exit 0) or the largest difference (exit 1)\n";
   copts o;

@@ -322,25 +322,41 @@ static void cancel(sched *s, req_ctx *x, int sweep, int64_t id) {
              1, p, on_cancelled, x);
 }
 
+/* Row: the original's status (NULL when there is no such run), and the new
+ * run's JSON (NULL when the original has not finished: its curve is not there
+ * to compare with yet). */
 static void on_reproduced(void *ud, int status, PGresult *res, const char *errmsg) {
   req_ctx *x = ud;
   sched *s = x->s; /* x lives in the request's arena, freed by the answer */
-  on_json_row(ud, status, res, errmsg);
-  if (status == DB_OK && PQntuples(res) == 1)
-    sched__place(s);
+  if (status != DB_OK || PQntuples(res) != 1)
+    return on_json_row(ud, status, res, errmsg);
+  if (PQgetisnull(res, 0, 0))
+    return answer_error(x, 404, "no such run", NULL);
+  if (PQgetisnull(res, 0, 1)) {
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "run %" PRId64 " is %s: a run can be reproduced once it has finished", x->id,
+             PQgetvalue(res, 0, 0));
+    return answer_error(x, 409, msg, NULL);
+  }
+  answer_json(x, 201, PQgetvalue(res, 0, 1));
+  sched__place(s);
 }
 
 static void reproduce(sched *s, req_ctx *x, int64_t id) {
   char ids[32];
   snprintf(ids, sizeof ids, "%" PRId64, id);
   const char *p[1] = {ids};
-  x->created = 1;
+  x->id = id;
   db_query(s->db,
-           "INSERT INTO runs (sweep_id, config, config_hash, gpus, priority, max_attempts, "
-           "params, nonembedding_params, tokens, batch_size, flops, reproduces) "
+           "WITH o AS (SELECT * FROM runs WHERE id = $1), "
+           "n AS (INSERT INTO runs (sweep_id, config, config_hash, gpus, priority, "
+           "max_attempts, params, nonembedding_params, tokens, batch_size, flops, reproduces) "
            "SELECT sweep_id, config, config_hash, gpus, priority, max_attempts, params, "
-           "nonembedding_params, tokens, batch_size, flops, id FROM runs WHERE id = $1 "
-           "RETURNING json_build_object('id', id, 'reproduces', reproduces)",
+           "nonembedding_params, tokens, batch_size, flops, id FROM o "
+           "WHERE status IN ('succeeded', 'failed', 'cancelled') "
+           "RETURNING json_build_object('id', id, 'reproduces', reproduces) AS j) "
+           "SELECT (SELECT status FROM o), (SELECT j FROM n)",
            1, p, on_reproduced, x);
 }
 

@@ -160,17 +160,22 @@ int sched__db_up(const sched *s);
 void sched__http(http_request *r, void *ud);
 
 /* For a run that reproduces another (runs.reproduces), once both have
- * finished: does its curve match the original's exactly (DESIGN.md: the same
- * config on the same backend and thread count gives the same losses), and
- * if not, the largest difference of a training or validation loss at a
- * common step and where. NULL for other runs and while either runs. Used
- * by GET /api/runs/{id} (api.c) and the run's page (web.c); $1 is the run. */
+ * finished (succeeded, failed or cancelled): does its curve match the
+ * original's exactly (DESIGN.md: the same config on the same backend and
+ * thread count gives the same losses), and if not, the largest difference of
+ * a training or validation loss at a common step and where. A cancelled run
+ * stored only a prefix of the curve: the steps both stored are compared, and
+ * its status is there to say so. NULL for other runs and while either is
+ * queued or running. Used by GET /api/runs/{id} (api.c) and the run's page
+ * (web.c); $1 is the run. */
 #define SCHED__REPRODUCTION_SQL \
-    "(SELECT json_build_object('of', o.id, 'steps_original', c.no, 'steps_reproduced', c.nr, " \
+    "(SELECT json_build_object('of', o.id, 'status_original', o.status, " \
+    "'status_reproduced', me.status, 'steps_original', c.no, 'steps_reproduced', c.nr, " \
     "'steps_compared', c.n, 'final_val_loss_original', o.final_val_loss, " \
     "'final_val_loss_reproduced', me.final_val_loss, " \
     "'identical', c.n = c.no AND c.n = c.nr AND c.same AND " \
     "o.final_val_loss IS NOT DISTINCT FROM me.final_val_loss, " \
+    "'identical_where_both', c.same AND c.n = least(c.no, c.nr), " \
     "'max_abs_diff', c.diff, 'at_step', c.at) " \
     "FROM runs me JOIN runs o ON o.id = me.reproduces, LATERAL (SELECT " \
     "(SELECT count(*) FROM metrics WHERE run_id = o.id) AS no, " \
@@ -183,8 +188,8 @@ void sched__http(http_request *r, void *ud);
     "coalesce(abs(a.val_loss - b.val_loss), 0)) DESC, a.step))[1] AS at " \
     "FROM metrics a JOIN metrics b ON b.run_id = me.id AND b.step = a.step " \
     "WHERE a.run_id = o.id) c " \
-    "WHERE me.id = $1 AND me.status IN ('succeeded', 'failed') " \
-    "AND o.status IN ('succeeded', 'failed'))"
+    "WHERE me.id = $1 AND me.status IN ('succeeded', 'failed', 'cancelled') " \
+    "AND o.status IN ('succeeded', 'failed', 'cancelled'))"
 
 /* web.c: the status page. sched__web answers what is the page's (every path
  * outside /api/ but /metrics and /healthz, and the page's own JSON under

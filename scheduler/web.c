@@ -928,8 +928,9 @@ static void b_row(buf *b, const char *name) {
 
 
 /* The row of a run that reproduces run `of`: once both have finished, whether
- * its curve matches the original's exactly (SCHED__REPRODUCTION_SQL), else
- * the largest difference and its step. */
+ * its curve matches the original's exactly (SCHED__REPRODUCTION_SQL), as far
+ * as both went when one was cancelled, else the largest difference and its
+ * step. */
 static void b_reproduction(buf *b, json_int_t of, json_t *rep) {
   b_row(b, "Reproduces");
   b_printf(b, "<a href=\"/runs/%" JSON_INTEGER_FORMAT "\">run %" JSON_INTEGER_FORMAT "</a>", of,
@@ -943,6 +944,28 @@ static void b_reproduction(buf *b, json_int_t of, json_t *rep) {
              ": <strong class=\"identical\">identical</strong>, every training and validation "
              "loss of %" JSON_INTEGER_FORMAT " steps and the final loss to the last bit</td></tr>",
              jint(rep, "steps_compared"));
+    return;
+  }
+  const char *so = jstr(rep, "status_original"), *sr = jstr(rep, "status_reproduced");
+  int cut_o = so && !strcmp(so, "cancelled"), cut_r = sr && !strcmp(sr, "cancelled");
+  if ((cut_o || cut_r) && !jint(rep, "steps_compared")) {
+    b_printf(b, ": not compared, %s was cancelled before it stored a step</td></tr>",
+             cut_r ? "this run" : "the original");
+    return;
+  }
+  if ((cut_o || cut_r) && json_is_true(json_object_get(rep, "identical_where_both"))) {
+    /* a cancelled run stored a prefix of the curve: the prefix is what can match */
+    b_printf(b,
+             ": <strong class=\"identical\">identical as far as both went</strong>, every "
+             "training and validation loss of the %" JSON_INTEGER_FORMAT " steps both stored",
+             jint(rep, "steps_compared"));
+    if (cut_o)
+      b_printf(b, "; the original was cancelled after %" JSON_INTEGER_FORMAT " steps",
+               jint(rep, "steps_original"));
+    if (cut_r)
+      b_printf(b, "; this run was cancelled after %" JSON_INTEGER_FORMAT " steps",
+               jint(rep, "steps_reproduced"));
+    b_puts(b, "</td></tr>");
     return;
   }
   b_puts(b, ": <strong class=\"flag\">differs</strong>, largest difference ");

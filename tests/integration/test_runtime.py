@@ -334,6 +334,30 @@ try:
     st, page = request("GET", f"/runs/{rep}")
     if b'<strong class="flag">differs</strong>, largest difference 0.5 at step 7' not in page:
         fail(f"/runs/{rep} after a changed loss at step 7: lacks the difference")
+    # a cancelled reproduction stored a prefix of the curve: compared as far as both went
+    psql(f"DELETE FROM metrics WHERE run_id = {rep} AND step >= 7; "
+         f"UPDATE runs SET status = 'cancelled', final_val_loss = NULL WHERE id = {rep}")
+    st, r = request("GET", f"/api/runs/{rep}")
+    c = r["reproduction"]
+    if c["identical"] or not c["identical_where_both"] or c["steps_compared"] != 6 or \
+            c["status_reproduced"] != "cancelled":
+        fail(f"a reproduction cancelled after 6 steps: {c}")
+    st, page = request("GET", f"/runs/{rep}")
+    if b'identical as far as both went</strong>, every training and validation loss of the ' \
+            b'6 steps both stored; this run was cancelled after 6 steps' not in page:
+        fail(f"/runs/{rep} cancelled after 6 steps: lacks the comparison of what both stored")
+    # only a finished run can be reproduced: a queued or running one is refused (409)
+    st, new = request("POST", f"/api/runs/{victim['id']}/reproduce", {})
+    if st != 201:
+        fail(f"POST /api/runs/{victim['id']}/reproduce: {st} {new}")
+    st, body = request("POST", f"/api/runs/{new['id']}/reproduce", {})
+    if st != 409 or "can be reproduced once it has finished" not in json.dumps(body):
+        fail(f"reproducing run {new['id']} before it finished: {st} {body}, expected 409")
+    out = cli("reproduce", str(new["id"]), "--wait")
+    if out.returncode != 2 or "once it has finished" not in out.stderr:
+        fail(f"scalesweep reproduce of an unfinished run: {out.returncode} {out.stderr}")
+    if cli("cancel", str(new["id"]), "--run").returncode != 0:
+        fail(f"scalesweep cancel {new['id']} --run")
     st, r = request("GET", f"/api/runs/{victim['id']}")
     if r.get("reproduction") is not None:
         fail(f"an original run has no reproduction object: {r.get('reproduction')}")
