@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "common/err.h"
 #include "common/fileio.h"
+#include "sweeps/spec.h"
 
 typedef struct copts {
   const char *url, *state, *token_file;
@@ -131,34 +132,26 @@ static int absolute_path(const char *dir, const char *rel, char *out, size_t n) 
   return 1;
 }
 
-/* Rewrites the relative shard paths of spec j in place; returns how many. */
-static int absolute_shards(json_t *j, const char *cwd) {
-  int changed = 0;
-  if (json_is_array(j)) {
-    size_t i;
-    json_t *e;
-    json_array_foreach(j, i, e) changed += absolute_shards(e, cwd);
-    return changed;
-  }
-  if (!json_is_object(j))
-    return 0;
-  const char *key;
-  json_t *e;
-  json_object_foreach(j, key, e) {
-    if (!strcmp(key, "data") && json_is_object(e)) {
-      static const char *const shard_keys[] = {"train", "val"};
-      for (int k = 0; k < 2; k++) {
-        const char *p = json_string_value(json_object_get(e, shard_keys[k]));
-        char abs[4096];
-        if (p && *p && p[0] != '/' && absolute_path(cwd, p, abs, sizeof abs)) {
-          json_object_set_new(e, shard_keys[k], json_string(abs));
-          changed++;
-        }
-      }
+typedef struct shards_ctx {
+  const char *cwd;
+  int changed;
+} shards_ctx;
+
+/* spec_walk's visit: a relative shard path made absolute against cwd */
+static void absolute_shard(void *ud, const char *path, const char *key, json_t *e) {
+  shards_ctx *x = ud;
+  (void)path;
+  if (strcmp(key, "data") || !json_is_object(e))
+    return;
+  static const char *const shard_keys[] = {"train", "val"};
+  for (int k = 0; k < 2; k++) {
+    const char *p = json_string_value(json_object_get(e, shard_keys[k]));
+    char abs[4096];
+    if (p && *p && p[0] != '/' && absolute_path(x->cwd, p, abs, sizeof abs)) {
+      json_object_set_new(e, shard_keys[k], json_string(abs));
+      x->changed++;
     }
-    changed += absolute_shards(e, cwd);
   }
-  return changed;
 }
 
 int cmd_submit(int argc, char **argv) {
@@ -181,7 +174,10 @@ int cmd_submit(int argc, char **argv) {
   /* a spec that does not parse goes as it is, for the scheduler to say where */
   json_t *spec = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
   char cwd[4096];
-  if (spec && getcwd(cwd, sizeof cwd) && absolute_shards(spec, cwd) > 0) {
+  shards_ctx sc = {cwd, 0};
+  if (spec && getcwd(cwd, sizeof cwd))
+    spec_walk(spec, "$", absolute_shard, &sc);
+  if (sc.changed > 0) {
     char *text = json_dumps(spec, JSON_INDENT(2));
     if (text) {
       free(body);

@@ -48,50 +48,40 @@ static int under_allowed(const sched *s, const char *path) {
   return 0;
 }
 
-static void check_paths(const sched *s, json_t *v, const char *path, spec_problems *pr) {
-  char sub[512];
-  if (json_is_array(v)) {
-    size_t i;
-    json_t *e;
-    json_array_foreach(v, i, e) {
-      snprintf(sub, sizeof sub, "%s[%zu]", path, i);
-      check_paths(s, e, sub, pr);
-    }
-    return;
+typedef struct paths_ctx {
+  const sched *s;
+  spec_problems *pr;
+} paths_ctx;
+
+/* spec_walk's visit: no checkpoint directories, shards only under --data-dir */
+static void check_path(void *ud, const char *path, const char *key, json_t *e) {
+  paths_ctx *x = ud;
+  const sched *s = x->s;
+  char where[600];
+  if (!strcmp(key, "checkpoint") && json_object_get(e, "dir")) {
+    snprintf(where, sizeof where, "%s.dir", path);
+    spec_problem_add(x->pr, where,
+                     "a spec may not choose checkpoint directories; the scheduler keeps "
+                     "them under its --checkpoints directory");
   }
-  if (!json_is_object(v))
+  if (strcmp(key, "data") || !json_is_object(e))
     return;
-  const char *key;
-  json_t *e;
-  json_object_foreach(v, key, e) {
-    snprintf(sub, sizeof sub, "%s.%s", path, key);
-    if (!strcmp(key, "checkpoint") && json_object_get(e, "dir")) {
-      snprintf(sub, sizeof sub, "%s.checkpoint.dir", path);
-      spec_problem_add(pr, sub,
-                       "a spec may not choose checkpoint directories; the scheduler keeps "
-                       "them under its --checkpoints directory");
-    }
-    if (!strcmp(key, "data") && json_is_object(e)) {
-      static const char *const shard_keys[] = {"train", "val"};
-      for (int k = 0; k < 2; k++) {
-        const char *p = json_string_value(json_object_get(e, shard_keys[k]));
-        if (!p || under_allowed(s, p))
-          continue;
-        char where[512];
-        snprintf(where, sizeof where, "%s.data.%s", path, shard_keys[k]);
-        if (!s->o.ndata_dirs)
-          spec_problem_add(pr, where,
-                           "found '%.200s', but this scheduler allows no token shards (start "
-                           "it with --data-dir DIR to allow those under DIR)",
-                           p);
-        else
-          spec_problem_add(pr, where,
-                           "found '%.200s', expected an absolute path without . or .. under "
-                           "an allowed data directory (%s%s)",
-                           p, s->o.data_dirs[0], s->o.ndata_dirs > 1 ? ", ..." : "");
-      }
-    }
-    check_paths(s, e, sub, pr);
+  static const char *const shard_keys[] = {"train", "val"};
+  for (int k = 0; k < 2; k++) {
+    const char *p = json_string_value(json_object_get(e, shard_keys[k]));
+    if (!p || under_allowed(s, p))
+      continue;
+    snprintf(where, sizeof where, "%s.%s", path, shard_keys[k]);
+    if (!s->o.ndata_dirs)
+      spec_problem_add(x->pr, where,
+                       "found '%.200s', but this scheduler allows no token shards (start "
+                       "it with --data-dir DIR to allow those under DIR)",
+                       p);
+    else
+      spec_problem_add(x->pr, where,
+                       "found '%.200s', expected an absolute path without . or .. under "
+                       "an allowed data directory (%s%s)",
+                       p, s->o.data_dirs[0], s->o.ndata_dirs > 1 ? ", ..." : "");
   }
 }
 
@@ -155,7 +145,8 @@ void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
     return;
   }
   json_t *raw = json_loads(text, 0, NULL); /* parsed once already: valid */
-  check_paths(s, raw, "$", &pr);
+  paths_ctx pc = {s, &pr};
+  spec_walk(raw, "$", check_path, &pc);
   json_decref(raw);
   if (pr.n) {
     problems_answer(r, &pr);

@@ -250,6 +250,30 @@ static const char *get_string(spec_problems *pr, const json_t *obj, const char *
   return NULL;
 }
 
+/* ---- walking ----------------------------------------------------------- */
+
+void spec_walk(json_t *v, const char *path, spec_visit_fn visit, void *ud) {
+  char sub[512];
+  if (json_is_array(v)) {
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+      snprintf(sub, sizeof sub, "%s[%zu]", path, i);
+      spec_walk(e, sub, visit, ud);
+    }
+    return;
+  }
+  if (!json_is_object(v))
+    return;
+  const char *key;
+  json_t *e;
+  json_object_foreach(v, key, e) {
+    snprintf(sub, sizeof sub, "%s.%s", path, key);
+    visit(ud, sub, key, e);
+    spec_walk(e, sub, visit, ud);
+  }
+}
+
 /* ---- values ----------------------------------------------------------- */
 
 void spec_values_path(const spec_values *v, size_t i, char *out, size_t n) {

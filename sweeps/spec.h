@@ -45,6 +45,16 @@ char *spec_problems_format(const spec_problems *pr, const char *name);
 /* [{"path": ..., "message": ...}, ...] for the HTTP API (new reference). */
 json_t *spec_problems_to_json(const spec_problems *pr);
 
+/* ---- walking a spec's tree ---------------------------------------------- */
+
+/* Calls visit for every member of every object in the tree v, depth first,
+ * a member before what it holds, with the member's JSON path
+ * ("$.runs[2].data"; v's own path is `path`). For the keys that may appear at
+ * any depth of a spec: "data" (token shards) and "checkpoint". visit may
+ * replace members of `value`, not of the object that holds it. */
+typedef void (*spec_visit_fn)(void *ud, const char *path, const char *key, json_t *value);
+void spec_walk(json_t *v, const char *path, spec_visit_fn visit, void *ud);
+
 /* ---- values: a number, a list, or a log-spaced range ------------------- */
 
 /* The expanded values of one key (spec_values_path names element i). */

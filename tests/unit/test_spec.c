@@ -325,6 +325,34 @@ static void test_examples(void) {
   spec_problems_free(&pr);
 }
 
+/* spec_walk: every member at any depth, with its JSON path, a member
+ * before what it holds; a visit may replace members of the value it gets. */
+static void walk_visit(void *ud, const char *path, const char *key, json_t *value) {
+  char *seen = ud;
+  size_t n = strlen(seen);
+  snprintf(seen + n, 1024 - n, "%s%s", n ? " " : "", path);
+  if (!strcmp(key, "data") && json_is_object(value))
+    json_object_set_new(value, "train", json_string("/abs/train.bin"));
+}
+
+static void test_walk(void) {
+  json_t *j = json_loads("{\"base\": {\"data\": {\"train\": \"t.bin\"}}, "
+                         "\"runs\": [{\"data\": {\"train\": \"u.bin\"}}, 3, [{\"k\": 1}]]}",
+                         JSON_PRESERVE_ORDER, NULL);
+  CHECK(j != NULL);
+  char seen[1024] = "";
+  spec_walk(j, "$", walk_visit, seen);
+  CHECK(!strcmp(seen, "$.base $.base.data $.base.data.train $.runs $.runs[0].data "
+                      "$.runs[0].data.train $.runs[2][0].k"));
+  json_t *base = json_object_get(j, "base");
+  const char *t = json_string_value(json_object_get(json_object_get(base, "data"), "train"));
+  CHECK(t && !strcmp(t, "/abs/train.bin"));
+  json_t *r0 = json_array_get(json_object_get(j, "runs"), 0);
+  t = json_string_value(json_object_get(json_object_get(r0, "data"), "train"));
+  CHECK(t && !strcmp(t, "/abs/train.bin"));
+  json_decref(j);
+}
+
 int main(void) {
   test_malformed();
   test_all_at_once();
@@ -333,5 +361,6 @@ int main(void) {
   test_conflicts();
   test_defaults_and_digest();
   test_examples();
+  test_walk();
   CHECK_DONE();
 }
