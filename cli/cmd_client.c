@@ -59,6 +59,23 @@ static int positive_id(const char *cmd, const char *s) {
   return 1;
 }
 
+/* Prints the error object of a 4xx/5xx answer (j: its parsed body, resp: the
+ * raw one); returns the exit code: the request was the user's mistake (4xx)
+ * or the service's (5xx). */
+static int say_error(int status, json_t *j, const char *resp) {
+  json_t *e = json_object_get(j, "error");
+  const char *msg = json_string_value(json_object_get(e, "message"));
+  fprintf(stderr, "scalesweep: %d: %s\n", status, msg ? msg : resp);
+  json_t *probs = json_object_get(e, "problems");
+  size_t i;
+  json_t *p;
+  json_array_foreach(probs, i, p) {
+    fprintf(stderr, "  %s: %s\n", json_string_value(json_object_get(p, "path")),
+            json_string_value(json_object_get(p, "message")));
+  }
+  return status < 500 ? SS_EXIT_USAGE : SS_EXIT_FAILURE;
+}
+
 /* Performs the request; prints the error object of a 4xx/5xx answer.
  * Returns the parsed JSON (or NULL) and sets *rc to the exit code. */
 static json_t *call(const copts *o, const char *method, const char *path, const char *body,
@@ -76,18 +93,7 @@ static json_t *call(const copts *o, const char *method, const char *path, const 
   /* reals: jsonb writes large numbers as long integers */
   json_t *j = json_loads(resp, JSON_DECODE_INT_AS_REAL, &je);
   if (status >= 400) {
-    json_t *e = json_object_get(j, "error");
-    const char *msg = json_string_value(json_object_get(e, "message"));
-    fprintf(stderr, "scalesweep: %d: %s\n", status, msg ? msg : resp);
-    json_t *probs = json_object_get(e, "problems");
-    size_t i;
-    json_t *p;
-    json_array_foreach(probs, i, p) {
-      fprintf(stderr, "  %s: %s\n", json_string_value(json_object_get(p, "path")),
-              json_string_value(json_object_get(p, "message")));
-    }
-    /* the request was the user's mistake (4xx) or the service's (5xx) */
-    *rc = status < 500 ? SS_EXIT_USAGE : SS_EXIT_FAILURE;
+    *rc = say_error(status, j, resp);
     json_decref(j);
     free(resp);
     return NULL;
@@ -154,20 +160,11 @@ static void absolute_shard(void *ud, const char *path, const char *key, json_t *
   }
 }
 
-int cmd_submit(int argc, char **argv) {
-  static const char usage[] =
-      "usage: scalesweep submit SPEC.json [--url URL] [--state DIR] [--token-file F] [--json]\n";
-  copts o;
-  int rc = parse(argc, argv, &o, usage);
-  if (rc)
-    return rc;
-  if (!o.arg) {
-    fprintf(stderr, "scalesweep submit: a spec file is required\n%s", usage);
-    return SS_EXIT_USAGE;
-  }
+int cli_submit(const char *file, const char *url, const char *state, const char *token_file,
+               int json_out, long long *id, int *earlier) {
   size_t len;
   char *body, msg[512];
-  if (fio_read_all(o.arg, &body, &len, msg, sizeof msg) != 0) {
+  if (fio_read_all(file, &body, &len, msg, sizeof msg) != 0) {
     fprintf(stderr, "scalesweep submit: %s\n", msg);
     return SS_EXIT_USAGE;
   }
@@ -186,20 +183,49 @@ int cmd_submit(int argc, char **argv) {
     }
   }
   json_decref(spec);
-  char *raw = NULL;
-  json_t *j = call(&o, "POST", "/api/sweeps", body, len, &rc, &raw);
+  cli_target t;
+  int rc = cli_target_find(&t, url, state, token_file), status = 0;
+  char *resp = NULL;
+  if (!rc && cli_request(&t, "POST", "/api/sweeps", body, len, &status, &resp) != 0)
+    rc = SS_EXIT_FAILURE;
   free(body);
-  if (!j)
+  if (rc)
     return rc;
-  if (o.json)
-    printf("%s\n", raw);
-  else
-    printf("sweep %lld submitted: %lld runs planned\n",
-           (long long)json_number_value(json_object_get(j, "id")),
-           (long long)json_number_value(json_object_get(j, "runs")));
-  free(raw);
+  json_t *j = json_loads(resp, JSON_DECODE_INT_AS_REAL, NULL);
+  json_t *old = json_object_get(j, "id");
+  if (earlier && status == 409 && json_is_number(old)) {
+    /* the same spec (by its digest) was submitted before: that sweep */
+    *earlier = 1;
+    *id = (long long)json_number_value(old);
+    printf("sweep %lld: this spec was submitted before; following that sweep\n", *id);
+  } else if (status >= 400) {
+    rc = say_error(status, j, resp);
+  } else {
+    *id = (long long)json_number_value(old);
+    if (json_out)
+      printf("%s\n", resp);
+    else
+      printf("sweep %lld submitted: %lld runs planned\n", *id,
+             (long long)json_number_value(json_object_get(j, "runs")));
+  }
   json_decref(j);
-  return 0;
+  free(resp);
+  return rc;
+}
+
+int cmd_submit(int argc, char **argv) {
+  static const char usage[] =
+      "usage: scalesweep submit SPEC.json [--url URL] [--state DIR] [--token-file F] [--json]\n";
+  copts o;
+  int rc = parse(argc, argv, &o, usage);
+  if (rc)
+    return rc;
+  if (!o.arg) {
+    fprintf(stderr, "scalesweep submit: a spec file is required\n%s", usage);
+    return SS_EXIT_USAGE;
+  }
+  long long id;
+  return cli_submit(o.arg, o.url, o.state, o.token_file, o.json, &id, NULL);
 }
 
 static const char *str(json_t *o, const char *k) {

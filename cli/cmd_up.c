@@ -26,8 +26,10 @@ static const char usage[] =
     "usage: scalesweep up [--state DIR] [--sweep FILE] [--wait] [--listen HOST:PORT]\n"
     "                     [--database URL] [--cpu-slots N] [--data-dir DIR]\n"
     "  --state     where the database, tokens, logs and checkpoints live (./.scalesweep)\n"
-    "  --sweep     submit this sweep spec once everything is up\n"
-    "  --wait      wait for the sweep to finish, print its result, then stop\n"
+    "  --sweep     submit this sweep spec once everything is up (a spec submitted\n"
+    "              before to this state: that sweep, which goes on where it stopped)\n"
+    "  --wait      wait for the sweep to finish, print its result, then stop (exit 0;\n"
+    "              1 when a run failed; 130 when interrupted: the same command goes on)\n"
     "  --listen    the page and API (default 127.0.0.1:8080)\n"
     "  --database  use this PostgreSQL instead of a private one\n"
     "  --data-dir  where a spec's token shards may lie (default: the current directory)\n";
@@ -137,12 +139,16 @@ static void put_was(json_t *fit, const char *key) {
  * intervals and E next to the corpus's true irreducible loss, the
  * compute-optimal exponents by both approaches, the critical batch size
  * from the ladder and from the noise scale, the extrapolation check and the
- * stability check. Everything comes from the fits' objects (refit.c). */
+ * stability check. Everything comes from the fits' objects (refit.c).
+ * wall_s < 0: unknown (the sweep was submitted by an earlier `up`). */
 static void print_result(long long id, json_t *fits, double wall_s) {
   json_t *ch = json_object_get(fits, "chinchilla"), *iso = json_object_get(fits, "isoflop"),
          *bat = json_object_get(fits, "batch");
-  printf("\nresult of sweep %lld (%.0fm%02.0fs from submission to the last fit):\n", id,
-         floor(wall_s / 60), fmod(wall_s, 60));
+  if (wall_s >= 0)
+    printf("\nresult of sweep %lld (%.0fm%02.0fs from submission to the last fit):\n", id,
+           floor(wall_s / 60), fmod(wall_s, 60));
+  else /* a sweep submitted by an earlier `up` */
+    printf("\nresult of sweep %lld:\n", id);
   if (ch) {
     printf("  L(N, D) = E + A/N^alpha + B/D^beta (Approach 3, %.0f runs; 95%% bootstrap "
            "intervals):\n    ",
@@ -283,14 +289,15 @@ static void print_fits(const cli_target *t, long long id, int expected, time_t t
     usleep(500000);
   }
   if (!fits) {
-    printf("the fit did not finish within 2 minutes; see `scalesweep fit %lld` later\n", id);
+    if (!stop_requested)
+      printf("the fit did not finish within 2 minutes; see `scalesweep fit %lld` later\n", id);
     return;
   }
   printf("fits (values with 95%% bootstrap intervals; scalesweep fit %lld --json):\n", id);
   const char *law;
   json_t *fit;
   json_object_foreach(fits, law, fit) cli_print_fit(stdout, law, fit);
-  print_result(id, fits, difftime(time(NULL), t0));
+  print_result(id, fits, t0 ? difftime(time(NULL), t0) : -1);
   json_decref(fits);
 }
 
@@ -326,13 +333,15 @@ static int count_fit_points(const cli_target *t, long long id) {
   }
 }
 
-/* Polls the sweep until nothing is queued or running; prints a summary. */
+/* Polls the sweep until nothing is queued or running; prints a summary.
+ * t0: when it was submitted, 0 when by an earlier `up`. Returns 0, 1 when a
+ * run failed, 128 + the signal when interrupted. */
 static int wait_for_sweep(const cli_target *t, long long id, time_t t0) {
   char path[64];
   snprintf(path, sizeof path, "/api/sweeps/%lld?limit=0", id);
   for (;;) {
-    if (stop_requested)
-      return SS_EXIT_FAILURE;
+    if (stop_requested) /* interrupted: 130 for Ctrl-C, as a shell reports it */
+      return 128 + stop_requested;
     int status;
     char *resp;
     if (cli_request(t, "GET", path, NULL, 0, &status, &resp) == 0 && status == 200) {
@@ -495,24 +504,12 @@ int cmd_up(int argc, char **argv) {
     usleep(100000);
   }
   time_t t0 = time(NULL);
-  if (!rc && sweep) {
-    char *argv2[] = {"submit", (char *)sweep, "--state", (char *)state, NULL};
-    if (!rc)
-      rc = cmd_submit(4, argv2);
-  }
+  long long id = 0;
+  int earlier = 0;
+  if (!rc && sweep)
+    rc = cli_submit(sweep, NULL, state, NULL, 0, &id, &earlier);
   if (!rc && wait) {
-    /* the sweep just submitted is the newest */
-    int status;
-    char *resp;
-    long long id = 0;
-    if (cli_request(&t, "GET", "/api/sweeps", NULL, 0, &status, &resp) == 0) {
-      json_error_t je;
-      json_t *j = json_loads(resp, 0, &je);
-      id = json_integer_value(json_object_get(json_array_get(j, 0), "id"));
-      json_decref(j);
-      free(resp);
-    }
-    rc = id ? wait_for_sweep(&t, id, t0) : SS_EXIT_FAILURE;
+    rc = wait_for_sweep(&t, id, earlier ? 0 : t0);
   } else if (!rc) {
     while (!stop_requested) {
       if (waitpid(sched_pid, NULL, WNOHANG) == sched_pid) {

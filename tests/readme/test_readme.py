@@ -201,12 +201,53 @@ def expect(r, *texts, rc=0):
     return r
 
 
+def worker_runs(log):
+    """{(run, attempt): [events]} from a worker's log."""
+    runs = {}
+    for m in re.finditer(r"worker: run (\d+) attempt (\d+): (started pid|checkpoint at step|"
+                         r"exited with code|finished and acknowledged)", log):
+        runs.setdefault((int(m[1]), int(m[2])), []).append(m[3])
+    return runs
+
+
 def run_up_study(readme, concrete, here):
     """The quick start's study: a stand-in spec of 13 tiny runs, in the
-    state directory scripts/quickstart.sh keeps (.scalesweep/quickstart-latest)."""
+    state directory scripts/quickstart.sh keeps (.scalesweep/quickstart-latest).
+    It is interrupted first (Ctrl-C: SIGINT to the process group) once a run
+    has finished and another has checkpointed; the same command again goes
+    on with the same sweep: finished runs are not run again, the interrupted
+    one resumes from its checkpoint."""
     os.makedirs(os.path.join(work, ".scalesweep", "quickstart-test"))
     os.symlink("quickstart-test", os.path.join(work, ".scalesweep", "quickstart-latest"))
-    r = expect(sh(concrete), "sweep 1 finished: 13 of 13 runs succeeded",
+    wlog = os.path.join(work, ".scalesweep", "quickstart-test", "worker.log")
+    first = background(concrete)
+
+    def mid_run():
+        runs = worker_runs(open(wlog).read()) if os.path.exists(wlog) else {}
+        done = [k for k, ev in runs.items() if "finished and acknowledged" in ev]
+        flying = [k for k, ev in runs.items()
+                  if "checkpoint at step" in ev and "exited with code" not in ev]
+        return done and flying and (done, flying)
+    done, flying = until("a finished run and a checkpointed running one", mid_run, 300)
+    stop(first)
+    if first.returncode == 0:
+        fail("up --wait, interrupted before its sweep finished: exit 0")
+    # a run that finished between the look and the signal has nothing to resume
+    at_stop = worker_runs(open(wlog).read())
+    flying = [k for k in flying if "finished and acknowledged" not in at_stop[k]]
+    r = expect(sh(concrete), "sweep 1: this spec was submitted before; following that sweep",
+               "sweep 1 finished: 13 of 13 runs succeeded", "result of sweep 1:")
+    runs = worker_runs(open(wlog).read())
+    again = [k for k in runs if k[0] in {d[0] for d in done} and k not in done]
+    if again:
+        fail(f"runs finished before the interruption ran again: {again}")
+    wtext = open(wlog).read()
+    for run, attempt in flying:
+        if not re.search(rf"run {run} attempt \d+: started pid \d+ .*resuming", wtext):
+            fail(f"run {run}, interrupted after a checkpoint, did not resume from it:\n{wtext[-2000:]}")
+    log(f"up --wait interrupted (exit {first.returncode}) after {len(done)} finished run(s); run(s) "
+        f"{sorted(k[0] for k in flying)} resumed from their checkpoints when it ran again")
+    expect(r, "sweep 1 finished: 13 of 13 runs succeeded",
                "L(N, D) = E + A/N^alpha + B/D^beta", "the corpus: entropy rate",
                "from IsoFLOP minima", "critical batch size (tokens)",
                "from the gradient noise scale: B_noise", "stability: fitted without the smallest budget")
