@@ -154,7 +154,7 @@ async function main() {
   await until('the scheduler', async () => (await api('GET', '/healthz')).status === 200, 20000);
   start('worker', ['worker', '--scheduler', `127.0.0.1:${wPort}`, '--token-file', tokenFile,
     '--cpu-slots', '2', '--work-dir', path.join(tmp, 'worker'), '--name', 'browser-w1',
-    '--bin', path.join(__dirname, 'fake_trainer.py')], { FAKE_RUN_S: '6' });
+    '--bin', path.join(__dirname, 'fake_trainer.py')], { FAKE_RUN_S: '9' });
 
   // ---- the static files: embedded only, with their headers -------------------------------
   for (const p of ['/static/../CMakeLists.txt', '/static/%2e%2e/CMakeLists.txt',
