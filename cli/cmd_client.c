@@ -189,8 +189,10 @@ int cli_submit(const char *file, const char *url, const char *state, const char 
   if (!rc && cli_request(&t, "POST", "/api/sweeps", body, len, &status, &resp) != 0)
     rc = SS_EXIT_FAILURE;
   free(body);
-  if (rc)
+  if (rc) {
+    free(resp);
     return rc;
+  }
   json_t *j = json_loads(resp, JSON_DECODE_INT_AS_REAL, NULL);
   json_t *old = json_object_get(j, "id");
   if (earlier && status == 409 && json_is_number(old)) {

@@ -363,7 +363,7 @@ static int wait_for_sweep(const cli_target *t, long long id, time_t t0) {
           print_fits(t, id, fit_points, t0);
         else
           printf("too few successful runs (%d) to fit the laws\n", fit_points);
-        return failed ? SS_EXIT_FAILURE : 0;
+        return stop_requested ? 128 + stop_requested : failed ? SS_EXIT_FAILURE : 0;
       }
     } else {
       free(resp);
