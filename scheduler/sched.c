@@ -569,7 +569,13 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   }
   s->db_was_down = 1; /* a (re)started scheduler first extends the leases */
   uv_timer_start(&s->lease_timer, on_lease_timer, 1000, 1000);
-  uv_signal_start(&s->sigint, on_signal, SIGINT);
+  /* A SIGINT ignored by whoever started us stays ignored (the shell's rule
+   * for background jobs): `scalesweep up` takes Ctrl-C itself and stops the
+   * worker before the scheduler, so that the worker's last reports (its
+   * trainers stopped, their runs back in the queue) still reach us. */
+  struct sigaction old_int;
+  if (!(sigaction(SIGINT, NULL, &old_int) == 0 && old_int.sa_handler == SIG_IGN))
+    uv_signal_start(&s->sigint, on_signal, SIGINT);
   uv_signal_start(&s->sigterm, on_signal, SIGTERM);
   logf_("serving the API on %s:%d and workers on port %d", host, s->http_port,
         s->workers_port);

@@ -205,7 +205,7 @@ def worker_runs(log):
     """{(run, attempt): [events]} from a worker's log."""
     runs = {}
     for m in re.finditer(r"worker: run (\d+) attempt (\d+): (started pid|checkpoint at step|"
-                         r"exited with code|finished and acknowledged)", log):
+                         r"exited with code \d+|finished and acknowledged)", log):
         runs.setdefault((int(m[1]), int(m[2])), []).append(m[3])
     return runs
 
@@ -224,9 +224,9 @@ def run_up_study(readme, concrete, here):
 
     def mid_run():
         runs = worker_runs(open(wlog).read()) if os.path.exists(wlog) else {}
-        done = [k for k, ev in runs.items() if "finished and acknowledged" in ev]
+        done = [k for k, ev in runs.items() if "exited with code 0" in ev]
         flying = [k for k, ev in runs.items()
-                  if "checkpoint at step" in ev and "exited with code" not in ev]
+                  if "checkpoint at step" in ev and not any(e.startswith("exited") for e in ev)]
         return done and flying and (done, flying)
     done, flying = until("a finished run and a checkpointed running one", mid_run, 300)
     stop(first)
@@ -234,7 +234,7 @@ def run_up_study(readme, concrete, here):
         fail("up --wait, interrupted before its sweep finished: exit 0")
     # a run that finished between the look and the signal has nothing to resume
     at_stop = worker_runs(open(wlog).read())
-    flying = [k for k in flying if "finished and acknowledged" not in at_stop[k]]
+    flying = [k for k in flying if "exited with code 0" not in at_stop[k]]
     r = expect(sh(concrete), "sweep 1: this spec was submitted before; following that sweep",
                "sweep 1 finished: 13 of 13 runs succeeded", "result of sweep 1:")
     runs = worker_runs(open(wlog).read())
