@@ -39,7 +39,7 @@ TIMEOUT = 120
 
 def fail(msg):
     print("FAIL:", msg, file=sys.stderr)
-    for name in ("scheduler", "worker"):
+    for name in ("scheduler", "w", "w2", "w3"):  # the scheduler and start_worker's workers
         path = os.path.join(tmp, name + ".log")
         if os.path.exists(path):
             print(f"--- {name}.log (end)", file=sys.stderr)
@@ -73,6 +73,17 @@ def start(name, args, env=None):
                                   env=dict(os.environ, **(env or {}))))
 
 
+def start_worker(name, slots, run_seconds):
+    """Stops the workers there are and starts worker `name` with the fake
+    trainer, each run taking run_seconds."""
+    for p in procs[1:]:
+        p.terminate()
+        p.wait(10)
+    start(name, ["worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
+                 "--cpu-slots", str(slots), "--work-dir", os.path.join(tmp, name), "--name", name,
+                 "--bin", FAKE], env={"FAKE_LAW_SECONDS": str(run_seconds)})
+
+
 def wait_sweep(sweep):
     while time.time() - T0 < TIMEOUT:
         st, s = request("GET", f"/api/sweeps/{sweep}?limit=0")
@@ -99,9 +110,7 @@ try:
         time.sleep(0.1)
     else:
         fail("the scheduler did not come up")
-    start("worker", ["worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
-                     "--cpu-slots", "2", "--work-dir", os.path.join(tmp, "w"), "--name", "w",
-                     "--bin", FAKE], env={"FAKE_LAW_SECONDS": "0"})
+    start_worker("w", 2, 0)
 
     # paths in specs
     def with_base(extra):
@@ -180,12 +189,7 @@ try:
 
     # a slow run (40 s: room for a loaded machine): its prediction while it
     # runs. B = 8: L(s) = 2 + (s / 500)^-0.5, 4000 steps, final loss 2 + 8^-0.5
-    for p in procs[1:]:
-        p.terminate()
-        p.wait(10)
-    start("worker2", ["worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
-                      "--cpu-slots", "1", "--work-dir", os.path.join(tmp, "w2"), "--name", "w2",
-                      "--bin", FAKE], env={"FAKE_LAW_SECONDS": "40"})
+    start_worker("w2", 1, 40)
     spec = {"name": "refit-predict", "method": "runs",
             "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
                      "train": {"batch_size": 8, "lr": 0.003, "warmup_tokens": 25600}},
@@ -227,12 +231,7 @@ try:
     # budget), the corpus's true entropy rate, and the page's summary of them.
     # Last: its refits keep the thread pool busy for a while (under the
     # sanitizers, long enough to delay the prediction above)
-    for p in procs[1:]:
-        p.terminate()
-        p.wait(10)
-    start("worker3", ["worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
-                      "--cpu-slots", "2", "--work-dir", os.path.join(tmp, "w3"), "--name", "w3",
-                      "--bin", FAKE], env={"FAKE_LAW_SECONDS": "0"})
+    start_worker("w3", 2, 0)
     syn = {"letters": 26, "words": 256, "min_len": 2, "max_len": 6, "zipf": 1.1, "seed": 3}
     spec = {"name": "refit-isoflop", "method": "isoflop",
             "base": {"model": {"seq_len": 32}, "data": {"synthetic": syn},
