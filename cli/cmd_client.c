@@ -390,6 +390,9 @@ static int wait_reproduction(const copts *o, long long id) {
     const char *st = str(json_object_get(j, "run"), "status");
     if (json_is_object(rep) || !strcmp(st, "cancelled")) {
       int same = json_is_true(json_object_get(rep, "identical"));
+      /* a cancelled run stored a prefix of its curve (as the run's page says) */
+      int cut_r = !strcmp(str(rep, "status_reproduced"), "cancelled"),
+          cut = cut_r || !strcmp(str(rep, "status_original"), "cancelled");
       if (o->json)
         printf("%s\n", raw);
       else if (!json_is_object(rep))
@@ -398,15 +401,10 @@ static int wait_reproduction(const copts *o, long long id) {
         printf("run %lld reproduces run %.0f exactly: %.0f steps, every training and validation "
                "loss identical, final val loss %.17g\n",
                id, num(rep, "of"), num(rep, "steps_compared"), num(rep, "final_val_loss_original"));
-      else if (num(rep, "steps_compared") == 0 &&
-               (!strcmp(str(rep, "status_reproduced"), "cancelled") ||
-                !strcmp(str(rep, "status_original"), "cancelled")))
+      else if (cut && num(rep, "steps_compared") == 0)
         printf("run %lld was not compared with run %.0f: %s was cancelled before it stored a "
-               "step\n", id, num(rep, "of"),
-               !strcmp(str(rep, "status_reproduced"), "cancelled") ? "it" : "the original");
-      else if (json_is_true(json_object_get(rep, "identical_where_both")) &&
-               num(rep, "steps_compared") > 0)
-        /* one of them was cancelled: it stored a prefix of the curve */
+               "step\n", id, num(rep, "of"), cut_r ? "it" : "the original");
+      else if (cut && json_is_true(json_object_get(rep, "identical_where_both")))
         printf("run %lld (%s) matches run %.0f (%s) as far as both went: the %.0f steps both "
                "stored are identical (%.0f stored for the original, %.0f for this run)\n",
                id, str(rep, "status_reproduced"), num(rep, "of"), str(rep, "status_original"),
