@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "common/err.h"
-#include "scheduler/db.h"
+#include "store/db.h"
 
 static void usage(FILE *f) {
   fprintf(f,

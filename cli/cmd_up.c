@@ -19,7 +19,7 @@
 #include "cli/commands.h"
 #include "common/err.h"
 #include "common/fileio.h"
-#include "scheduler/pgserver.h"
+#include "store/pgserver.h"
 #include "sweeps/fit.h"
 
 static const char usage[] =

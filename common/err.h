@@ -14,7 +14,9 @@
   X(ERANGE, -34, "value out of range")                                         \
   X(ENUMERIC, -1001, "numerical failure (NaN or infinity)")                    \
   X(ETERM, -1002, "stopped by a signal")                                       \
-  X(ECORRUPT, -1003, "corrupt or incompatible file")
+  X(ECORRUPT, -1003, "corrupt or incompatible file")                          \
+  X(EQUERY, -1004, "database statement failed")                               \
+  X(ECONN, -1005, "database connection lost or unavailable")
 
 enum {
 #define SS__ERR_ENUM(name, val, msg) SS_##name = (val),

@@ -48,9 +48,9 @@ static void answer_error(req_ctx *x, int status, const char *msg, const char *pa
 /* A query whose single cell is the JSON answer; no row is 404. */
 static void on_json_row(void *ud, int status, PGresult *res, const char *errmsg) {
   req_ctx *x = ud;
-  if (status == DB_ERR_CONN)
+  if (status == SS_ECONN)
     answer_error(x, 503, "database unavailable; try again", NULL);
-  else if (status != DB_OK)
+  else if (status != 0)
     answer_error(x, 500, errmsg, NULL);
   else if (PQntuples(res) == 0 || PQgetisnull(res, 0, 0))
     answer_error(x, 404, "no such object", NULL);
@@ -269,8 +269,8 @@ static void get_workers(sched *s, req_ctx *x) {
 
 static void on_cancelled(void *ud, int status, PGresult *res, const char *errmsg) {
   req_ctx *x = ud;
-  if (status != DB_OK) {
-    answer_error(x, status == DB_ERR_CONN ? 503 : 500, errmsg, NULL);
+  if (status != 0) {
+    answer_error(x, status == SS_ECONN ? 503 : 500, errmsg, NULL);
     return;
   }
   if (PQntuples(res) == 0) {
@@ -328,7 +328,7 @@ static void cancel(sched *s, req_ctx *x, int sweep, int64_t id) {
 static void on_reproduced(void *ud, int status, PGresult *res, const char *errmsg) {
   req_ctx *x = ud;
   sched *s = x->s; /* x lives in the request's arena, freed by the answer */
-  if (status != DB_OK || PQntuples(res) != 1)
+  if (status != 0 || PQntuples(res) != 1)
     return on_json_row(ud, status, res, errmsg);
   if (PQgetisnull(res, 0, 0))
     return answer_error(x, 404, "no such run", NULL);
@@ -367,7 +367,7 @@ static void on_counts(void *ud, int status, PGresult *res, const char *errmsg) {
   sched *s = x->s;
   (void)errmsg;
   long long queued = -1, running = -1, succeeded = -1, failed = -1;
-  if (status == DB_OK && PQntuples(res) == 1) {
+  if (status == 0 && PQntuples(res) == 1) {
     queued = atoll(PQgetvalue(res, 0, 0));
     running = atoll(PQgetvalue(res, 0, 1));
     succeeded = atoll(PQgetvalue(res, 0, 2));

@@ -7,8 +7,8 @@
 #include <uv.h>
 
 #include "common/proto.h"
-#include "scheduler/db.h"
-#include "scheduler/http.h"
+#include "store/db.h"
+#include "http/http.h"
 #include "scheduler/sched.h"
 
 #define SCHED__MAX_GPUS 64

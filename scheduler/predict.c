@@ -96,7 +96,7 @@ static void work(uv_work_t *w) {
 static void on_stored(void *ud, int status, PGresult *res, const char *errmsg) {
   (void)ud;
   (void)res;
-  if (status != DB_OK)
+  if (status != 0)
     fprintf(stderr, "scheduler: storing a run's prediction failed: %s\n", errmsg);
 }
 
@@ -133,8 +133,8 @@ static void after_work(uv_work_t *w, int status) {
  * the sweep's newest Chinchilla fit (or NULL) */
 static void on_runs(void *ud, int status, PGresult *res, const char *errmsg) {
   sched *s = ud;
-  if (status != DB_OK || s->stopping || PQntuples(res) == 0) {
-    if (status != DB_OK)
+  if (status != 0 || s->stopping || PQntuples(res) == 0) {
+    if (status != 0)
       fprintf(stderr, "scheduler: reading running runs' curves failed: %s\n", errmsg);
     busy = 0;
     return;

@@ -270,7 +270,7 @@ static void refit_free(refit *r) {
 
 static void on_stored(void *ud, int status, PGresult *res, const char *errmsg) {
   (void)res;
-  if (status != DB_OK)
+  if (status != 0)
     fprintf(stderr, "scheduler: storing a fit failed: %s\n", errmsg);
   (void)ud;
 }
@@ -318,7 +318,7 @@ static void after_work(uv_work_t *w, int status) {
 }
 
 static void refit_abandon(refit *r, int status, const char *errmsg) {
-  if (status != DB_OK)
+  if (status != 0)
     fprintf(stderr, "scheduler: reading fit points failed: %s\n", errmsg);
   int i = in(state.busy, state.nbusy, r->sweep_id);
   if (i >= 0)
@@ -351,7 +351,7 @@ static double steps_to(json_t *evals, double target) {
 static void on_ladder(void *ud, int status, PGresult *res, const char *errmsg) {
   refit *r = ud;
   sched *s = r->s;
-  if (status != DB_OK || s->stopping)
+  if (status != 0 || s->stopping)
     return refit_abandon(r, status, errmsg);
   int nrun = PQntuples(res), cap = 0;
   r->lad_runs = nrun;
@@ -392,7 +392,7 @@ static void on_ladder(void *ud, int status, PGresult *res, const char *errmsg) {
 static void on_points(void *ud, int status, PGresult *res, const char *errmsg) {
   refit *r = ud;
   sched *s = r->s;
-  if (status != DB_OK || s->stopping)
+  if (status != 0 || s->stopping)
     return refit_abandon(r, status, errmsg);
   r->n = PQntuples(res);
   r->pts = calloc(r->n ? (size_t)r->n : 1, sizeof *r->pts);
@@ -490,7 +490,7 @@ void sched__refit(sched *s, int64_t sweep_id) {
 
 static void on_sweep_status(void *ud, int status, PGresult *res, const char *errmsg) {
   sched *s = ud;
-  if (status != DB_OK) {
+  if (status != 0) {
     fprintf(stderr, "scheduler: updating a sweep's status failed: %s\n", errmsg);
     return;
   }

@@ -223,8 +223,8 @@ static void on_claimed(void *ud, int status, PGresult *res, const char *errmsg) 
   assign_ctx *a = ud;
   sched *s = a->s;
   sched__wconn *c = sched__conn_by_worker(s, a->worker_id);
-  int ok = status == DB_OK && PQntuples(res) == 1;
-  if (status != DB_OK)
+  int ok = status == 0 && PQntuples(res) == 1;
+  if (status != 0)
     logf_("claiming run %" PRId64 " failed: %s", a->run_id, errmsg);
   if (!ok || !c) {
     if (c)
@@ -279,7 +279,7 @@ static void on_claimed(void *ud, int status, PGresult *res, const char *errmsg) 
 
 static void on_queue(void *ud, int status, PGresult *res, const char *errmsg) {
   sched *s = ud;
-  if (status != DB_OK) {
+  if (status != 0) {
     logf_("reading the queue failed: %s", errmsg);
     place_done(s);
     return;
@@ -387,7 +387,7 @@ void sched__place(sched *s) {
 
 static void on_expired(void *ud, int status, PGresult *res, const char *errmsg) {
   sched *s = ud;
-  if (status != DB_OK) {
+  if (status != 0) {
     logf_("lease check failed: %s", errmsg);
     return;
   }
@@ -413,7 +413,7 @@ static void on_expired(void *ud, int status, PGresult *res, const char *errmsg) 
 static void on_extended(void *ud, int status, PGresult *res, const char *errmsg) {
   (void)ud;
   (void)res;
-  if (status != DB_OK)
+  if (status != 0)
     logf_("extending leases failed: %s", errmsg);
 }
 

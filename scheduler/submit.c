@@ -93,9 +93,9 @@ typedef struct sub_ctx {
 
 static void on_existing(void *ud, int status, PGresult *res, const char *errmsg) {
   sub_ctx *x = ud;
-  if (status != DB_OK || PQntuples(res) != 1) {
-    http_respond_error(x->r, status == DB_ERR_CONN ? 503 : 500,
-                       status == DB_OK ? "sweep vanished" : errmsg, NULL);
+  if (status != 0 || PQntuples(res) != 1) {
+    http_respond_error(x->r, status == SS_ECONN ? 503 : 500,
+                       status == 0 ? "sweep vanished" : errmsg, NULL);
     return;
   }
   char body[512];
@@ -109,8 +109,8 @@ static void on_existing(void *ud, int status, PGresult *res, const char *errmsg)
 
 static void on_inserted(void *ud, int status, PGresult *res, const char *errmsg) {
   sub_ctx *x = ud;
-  if (status != DB_OK) {
-    http_respond_error(x->r, status == DB_ERR_CONN ? 503 : 500, errmsg, NULL);
+  if (status != 0) {
+    http_respond_error(x->r, status == SS_ECONN ? 503 : 500, errmsg, NULL);
     return;
   }
   if (PQgetisnull(res, 0, 0)) { /* ON CONFLICT: the spec is there already */
@@ -200,8 +200,8 @@ typedef struct fit_ctx {
 
 static void on_fit(void *ud, int status, PGresult *res, const char *errmsg) {
   fit_ctx *x = ud;
-  if (status != DB_OK)
-    http_respond_error(x->r, status == DB_ERR_CONN ? 503 : 500, errmsg, NULL);
+  if (status != 0)
+    http_respond_error(x->r, status == SS_ECONN ? 503 : 500, errmsg, NULL);
   else if (PQntuples(res) == 0)
     http_respond_error(x->r, 404, "no such sweep", NULL);
   else

@@ -1140,11 +1140,11 @@ static const char run_sql[] =
 
 static void on_page_row(void *ud, int status, PGresult *res, const char *errmsg) {
   web_req *w = ud;
-  if (status == DB_ERR_CONN) {
+  if (status == SS_ECONN) {
     respond_message(w, 503, "Database unavailable", "The database is unavailable; try again.");
     return;
   }
-  if (status != DB_OK) {
+  if (status != 0) {
     respond_message(w, 500, "Error", errmsg ? errmsg : "query failed");
     return;
   }
@@ -1252,9 +1252,9 @@ static void page(web_req *w) {
 
 static void on_json(void *ud, int status, PGresult *res, const char *errmsg) {
   http_request *r = ud;
-  if (status == DB_ERR_CONN)
+  if (status == SS_ECONN)
     http_respond_error(r, 503, "database unavailable; try again", NULL);
-  else if (status != DB_OK)
+  else if (status != 0)
     http_respond_error(r, 500, errmsg, NULL);
   else if (PQntuples(res) == 0 || PQgetisnull(res, 0, 0))
     http_respond_error(r, 404, "no such object", NULL);

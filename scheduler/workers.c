@@ -150,7 +150,7 @@ static void ack(wctx *x) {
 }
 
 static void log_db_error(const char *what, int status, const char *errmsg) {
-  if (status != DB_OK)
+  if (status != 0)
     fprintf(stderr, "scheduler: %s failed: %s\n", what, errmsg);
 }
 
@@ -195,7 +195,7 @@ static int conn_alive(sched *s, sched__wconn *c) {
 static void on_reconciled(void *ud, int status, PGresult *res, const char *errmsg) {
   wctx *x = ud;
   sched__wconn *c = sched__conn_by_worker(x->s, x->worker_id);
-  if (status != DB_OK || !c) {
+  if (status != 0 || !c) {
     log_db_error("reconciling a worker's run", status, errmsg);
   } else if (PQntuples(res) == 0) {
     /* not ours any more (re-queued or finished meanwhile): stop it */
@@ -207,7 +207,7 @@ static void on_reconciled(void *ud, int status, PGresult *res, const char *errms
 
 static void on_orphans(void *ud, int status, PGresult *res, const char *errmsg) {
   sched *s = ud;
-  if (status != DB_OK) {
+  if (status != 0) {
     log_db_error("re-queueing a restarted worker's runs", status, errmsg);
     return;
   }
@@ -228,7 +228,7 @@ static void on_worker_row(void *ud, int status, PGresult *res, const char *errms
   hello_ctx *h = ud;
   sched *s = h->s;
   sched__wconn *c = conn_alive(s, h->c) ? h->c : NULL;
-  if (status != DB_OK || !c) {
+  if (status != 0 || !c) {
     log_db_error("registering a worker", status, errmsg);
     if (c)
       sched__conn_drop(c, "the scheduler cannot reach its database; try again");
@@ -362,7 +362,7 @@ static void on_hello(sched__wconn *c, json_t *m) {
 static void on_heartbeat_done(void *ud, int status, PGresult *res, const char *errmsg) {
   wctx *x = ud;
   log_db_error("renewing leases", status, errmsg);
-  sched__wconn *c = status == DB_OK && x->attempt ? sched__conn_by_worker(x->s, x->worker_id)
+  sched__wconn *c = status == 0 && x->attempt ? sched__conn_by_worker(x->s, x->worker_id)
                                                   : NULL;
   if (c) {
     json_t *runs = json_array();
@@ -527,14 +527,14 @@ static void on_metrics_stored(void *ud, int status, PGresult *res, const char *e
   wctx *x = ud;
   sched__wconn *c = sched__conn_by_worker(x->s, x->worker_id);
   sched__wrun *w = c ? sched__conn_find_run(c, x->run_id) : NULL;
-  if (w && --w->metrics_inflight == 0 && w->finished && status == DB_OK) {
+  if (w && --w->metrics_inflight == 0 && w->finished && status == 0) {
     /* the result waited for the run's last rows: record it now */
     json_t *fin = w->finished;
     w->finished = NULL;
     on_finished(c, fin);
     json_decref(fin);
   }
-  if (status != DB_OK) {
+  if (status != 0) {
     log_db_error("storing metrics", status, errmsg);
     resend_later(x);
   } else {
@@ -658,7 +658,7 @@ static void on_metrics(sched__wconn *c, json_t *m) {
 static void on_finished_stored(void *ud, int status, PGresult *res, const char *errmsg) {
   wctx *x = ud;
   sched *s = x->s;
-  if (status != DB_OK) {
+  if (status != 0) {
     log_db_error("recording a finished run", status, errmsg);
     resend_later(x);
     json_decref(x->msg);

@@ -19,7 +19,7 @@
 #include <uv.h>
 
 #include "fuzz.h"
-#include "scheduler/http.h"
+#include "http/http.h"
 
 enum { FUZZ_HTTP_MAX_INPUT = 256 * 1024 };
 

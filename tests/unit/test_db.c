@@ -17,8 +17,8 @@
 
 #include "check.h"
 #include "cli/commands.h"
-#include "scheduler/db.h"
-#include "scheduler/pgserver.h"
+#include "store/db.h"
+#include "store/pgserver.h"
 
 static const char *base_url;
 
@@ -274,7 +274,7 @@ static void on_res(void *ud, int status, PGresult *res, const char *errmsg) {
   r->done = 1;
   r->status = status;
   r->order = ncompleted++;
-  if (status == DB_OK) {
+  if (status == 0) {
     CHECK(res != NULL);
   } else {
     CHECK(res == NULL);
@@ -367,7 +367,7 @@ static void test_async_basics(uv_loop_t *loop) {
   CHECK(wait_done(loop, r, N, 10));
   CHECK(db_ready(d));
   for (int i = 0; i < N; i++) {
-    CHECK_INT_EQ(r[i].status, DB_OK);
+    CHECK_INT_EQ(r[i].status, 0);
     CHECK_INT_EQ(r[i].order, r[0].order + i);
     CHECK_INT_EQ(atoi(r[i].v0), i);
   }
@@ -380,17 +380,17 @@ static void test_async_basics(uv_loop_t *loop) {
   db_query(d, "SELECT $1::text", 1, pn, on_res, &rn2);
   CHECK(!rn.done); /* callbacks never run inside db_query */
   CHECK(wait_done(loop, &rn2, 1, 5));
-  CHECK(rn.done && rn.status == DB_OK && !strcmp(rn.v0, "t") && !strcmp(rn.v1, "42"));
-  CHECK(rn2.status == DB_OK && rn2.null0 == 1);
+  CHECK(rn.done && rn.status == 0 && !strcmp(rn.v0, "t") && !strcmp(rn.v1, "42"));
+  CHECK(rn2.status == 0 && rn2.null0 == 1);
 
   /* a failing query: the server's message, and the next one still runs */
   qres rf = {0}, rnext = {0};
   db_query(d, "SELECT * FROM no_such_table", 0, NULL, on_res, &rf);
   db_query(d, "SELECT 7", 0, NULL, on_res, &rnext);
   CHECK(wait_done(loop, &rnext, 1, 5));
-  CHECK_INT_EQ(rf.status, DB_ERR_QUERY);
+  CHECK_INT_EQ(rf.status, SS_EQUERY);
   CHECK(strstr(rf.msg, "no_such_table") != NULL && strstr(rf.msg, "does not exist") != NULL);
-  CHECK(rnext.status == DB_OK && !strcmp(rnext.v0, "7"));
+  CHECK(rnext.status == 0 && !strcmp(rnext.v0, "7"));
   CHECK(db_ready(d));
 
   /* a transaction: the last statement's result; a query queued behind it
@@ -406,9 +406,9 @@ static void test_async_basics(uv_loop_t *loop) {
     db_query(d, "SELECT current_setting('application_name')", 0, NULL, on_res, &rafter);
   }
   CHECK(wait_done(loop, &rafter, 1, 5));
-  CHECK_INT_EQ(rt.status, DB_OK);
+  CHECK_INT_EQ(rt.status, 0);
   CHECK(!strcmp(rt.v0, "2") && !strcmp(rt.v1, "in_tx"));
-  CHECK(rafter.status == DB_OK && strcmp(rafter.v0, "in_tx") != 0);
+  CHECK(rafter.status == 0 && strcmp(rafter.v0, "in_tx") != 0);
 
   /* a transaction that fails rolls back everything */
   qres rb = {0}, rcount = {0}, rtx0 = {0}, rtxnull = {0};
@@ -423,11 +423,11 @@ static void test_async_basics(uv_loop_t *loop) {
     db_tx(d, 1, s1, np, NULL, on_res, &rtxnull);
   }
   CHECK(wait_done(loop, &rtxnull, 1, 5));
-  CHECK_INT_EQ(rb.status, DB_ERR_QUERY);
+  CHECK_INT_EQ(rb.status, SS_EQUERY);
   CHECK(strstr(rb.msg, "duplicate key") != NULL);
-  CHECK(rcount.status == DB_OK && !strcmp(rcount.v0, "0"));
-  CHECK_INT_EQ(rtx0.status, DB_OK);
-  CHECK(rtxnull.status == DB_OK && !strcmp(rtxnull.v0, "t"));
+  CHECK(rcount.status == 0 && !strcmp(rcount.v0, "0"));
+  CHECK_INT_EQ(rtx0.status, 0);
+  CHECK(rtxnull.status == 0 && !strcmp(rtxnull.v0, "t"));
 
   /* a query queued from inside a callback */
   qres rc1 = {0};
@@ -435,7 +435,7 @@ static void test_async_basics(uv_loop_t *loop) {
   chain_db = d;
   db_query(d, "SELECT 'first'", 0, NULL, on_chain, &rc1);
   CHECK(wait_done(loop, &chain_second, 1, 5));
-  CHECK(rc1.status == DB_OK && chain_second.status == DB_OK);
+  CHECK(rc1.status == 0 && chain_second.status == 0);
   CHECK(!strcmp(chain_second.v0, "chained"));
 
   /* COPY is refused, and the layer recovers */
@@ -443,8 +443,8 @@ static void test_async_basics(uv_loop_t *loop) {
   db_query(d, "COPY tt FROM STDIN", 0, NULL, on_res, &rcopy);
   db_query(d, "SELECT 8", 0, NULL, on_res, &rpost);
   CHECK(wait_done(loop, &rpost, 1, 10));
-  CHECK_INT_EQ(rcopy.status, DB_ERR_QUERY);
-  CHECK(rpost.status == DB_OK && !strcmp(rpost.v0, "8"));
+  CHECK_INT_EQ(rcopy.status, SS_EQUERY);
+  CHECK(rpost.status == 0 && !strcmp(rpost.v0, "8"));
 
   /* db_close with a query in flight and one waiting: both fail */
   qres rslow = {0}, rwait = {0}, rlate = {0};
@@ -453,10 +453,10 @@ static void test_async_basics(uv_loop_t *loop) {
   run_for(loop, 100);
   closed = 0;
   db_close(d, on_closed, &closed);
-  CHECK(rslow.done && rslow.status == DB_ERR_CONN);
-  CHECK(rwait.done && rwait.status == DB_ERR_CONN);
+  CHECK(rslow.done && rslow.status == SS_ECONN);
+  CHECK(rwait.done && rwait.status == SS_ECONN);
   db_query(d, "SELECT 1", 0, NULL, on_res, &rlate); /* before the close callback */
-  CHECK(rlate.done && rlate.status == DB_ERR_CONN);
+  CHECK(rlate.done && rlate.status == SS_ECONN);
   CHECK(run_until(loop, &closed, 1, 5));
   free(url);
 }
@@ -474,7 +474,7 @@ static void test_async_unreachable(uv_loop_t *loop) {
   closed = 0;
   db_close(d, on_closed, &closed);
   for (int i = 0; i < 3; i++)
-    CHECK(r[i].done && r[i].status == DB_ERR_CONN);
+    CHECK(r[i].done && r[i].status == SS_ECONN);
   CHECK(run_until(loop, &closed, 1, 5));
 }
 
@@ -545,7 +545,7 @@ static void test_async_reconnect(uv_loop_t *loop) {
   run_for(loop, 200);
   CHECK_INT_EQ(pg_helper(loop, "pg_server_stop"), 0);
   CHECK(wait_done(loop, &slow, 1, 10));
-  CHECK_INT_EQ(slow.status, DB_ERR_CONN);
+  CHECK_INT_EQ(slow.status, SS_ECONN);
   run_for(loop, 700); /* a few failed attempts: 100, 200, 400 ms */
   CHECK(!db_ready(d));
   CHECK_INT_EQ(db_queue_length(d), N);
@@ -556,7 +556,7 @@ static void test_async_reconnect(uv_loop_t *loop) {
   CHECK(wait_done(loop, r, N, 20));
   CHECK(db_ready(d));
   for (int i = 0; i < N; i++) {
-    CHECK_INT_EQ(r[i].status, DB_OK);
+    CHECK_INT_EQ(r[i].status, 0);
     CHECK_INT_EQ(atoi(r[i].v0), 100 + i);
     CHECK_INT_EQ(r[i].order, r[0].order + i);
   }

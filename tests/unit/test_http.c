@@ -1,4 +1,4 @@
-/* The HTTP server (scheduler/http.h): a server on 127.0.0.1:0 in a libuv
+/* The HTTP server (http/http.h): a server on 127.0.0.1:0 in a libuv
  * loop on the main thread, driven by blocking-socket clients on a second
  * thread. Only the client thread CHECKs while the loop runs; what the
  * handler saw is checked after the thread is joined. Small limits (2 KiB
@@ -20,7 +20,7 @@
 #include <uv.h>
 
 #include "check.h"
-#include "scheduler/http.h"
+#include "http/http.h"
 
 /* Only the "quick" server has the short idle timeout: on a loaded machine a
  * client thread can be descheduled for longer than IDLE_MS, which would cut

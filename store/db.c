@@ -19,24 +19,24 @@
  * - db_tx: nparams may be NULL (no statement has parameters), params may be
  *   NULL, and so may params[i] (statement i has no parameters, or all of
  *   them are SQL NULL).
- * - DB_ERR_QUERY's message is the server's primary message
+ * - SS_EQUERY's message is the server's primary message
  *   ("duplicate key value violates unique constraint ...").
  * - A session-ending error (severity FATAL or PANIC, such as "terminating
  *   connection due to administrator command" when the server shuts down)
- *   is reported as DB_ERR_CONN, and the layer reconnects.
- * - A request that fails with DB_ERR_CONN may or may not have been applied
+ *   is reported as SS_ECONN, and the layer reconnects.
+ * - A request that fails with SS_ECONN may or may not have been applied
  *   (the connection can break after the server ran COMMIT but before the
- *   answer arrived): statements sent after a DB_ERR_CONN must be idempotent,
+ *   answer arrived): statements sent after a SS_ECONN must be idempotent,
  *   as the metric inserts (ON CONFLICT DO NOTHING) are.
  * - COPY is not supported: a statement that starts one fails with
- *   DB_ERR_QUERY and the connection is re-established.
+ *   SS_EQUERY and the connection is re-established.
  * - db_queue_length counts the request in flight and those waiting.
  * - Callbacks never run inside db_query or db_tx (queued requests are sent
  *   from a uv_prepare_t, just before the loop polls), except after db_close
- *   (they then fail at once with DB_ERR_CONN) or when out of memory.
+ *   (they then fail at once with SS_ECONN) or when out of memory.
  * - Connection failures and recoveries are reported on stderr, once per
  *   outage. */
-#include "scheduler/db.h"
+#include "store/db.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -274,7 +274,7 @@ static void connected(db *d) {
   d->outage_logged = 0;
   int rc = watch(d, UV_READABLE);
   if (rc) {
-    conn_reset(d, DB_ERR_CONN, uv_strerror(rc));
+    conn_reset(d, SS_ECONN, uv_strerror(rc));
     return;
   }
   pump(d);
@@ -410,11 +410,11 @@ static void on_prepare(uv_prepare_t *h) {
 
 static void enqueue(db *d, db_req *q, db_cb cb, void *ud) {
   if (!q) {
-    cb(ud, DB_ERR_QUERY, NULL, "out of memory");
+    cb(ud, SS_EQUERY, NULL, "out of memory");
     return;
   }
   if (d->closing) {
-    q->cb(q->ud, DB_ERR_CONN, NULL, "database connection closed");
+    q->cb(q->ud, SS_ECONN, NULL, "database connection closed");
     req_free(q);
     return;
   }
@@ -471,11 +471,11 @@ static void complete(db *d, int status, PGresult *r) {
   d->inflight = NULL;
   char buf[DB_MSG_MAX];
   const char *msg = NULL;
-  if (status != DB_OK) {
+  if (status != 0) {
     msg_copy(buf, sizeof buf, result_message(r));
     msg = buf;
   }
-  q->cb(q->ud, status, status == DB_OK ? r : NULL, msg);
+  q->cb(q->ud, status, status == 0 ? r : NULL, msg);
   PQclear(r);
   req_free(q);
   pump(d);
@@ -489,17 +489,17 @@ static void step_done(db *d, PGresult *r) {
     char buf[DB_MSG_MAX];
     msg_copy(buf, sizeof buf, r ? result_message(r) : PQerrorMessage(d->conn));
     PQclear(r);
-    conn_reset(d, DB_ERR_CONN, buf);
+    conn_reset(d, SS_ECONN, buf);
     return;
   }
   int ok = result_ok(r);
   if (!q->tx) {
-    complete(d, ok ? DB_OK : DB_ERR_QUERY, r);
+    complete(d, ok ? 0 : SS_EQUERY, r);
     return;
   }
   if (q->step == STEP_BEGIN) {
     if (!ok) {
-      complete(d, DB_ERR_QUERY, r);
+      complete(d, SS_EQUERY, r);
       return;
     }
     PQclear(r);
@@ -517,14 +517,14 @@ static void step_done(db *d, PGresult *r) {
     }
   } else if (q->step == STEP_COMMIT(q)) {
     if (!ok) {
-      complete(d, DB_ERR_QUERY, r);
+      complete(d, SS_EQUERY, r);
       return;
     }
     PGresult *last = q->last ? q->last : r;
     if (last != r)
       PQclear(r);
     q->last = NULL;
-    complete(d, DB_OK, last);
+    complete(d, 0, last);
     return;
   } else {
     /* ROLLBACK answered: report the error that caused it. A failed
@@ -536,14 +536,14 @@ static void step_done(db *d, PGresult *r) {
       msg_copy(buf, sizeof buf, result_message(r));
       PQclear(r);
       d->inflight = NULL;
-      q->cb(q->ud, DB_ERR_QUERY, NULL, result_message(failed));
+      q->cb(q->ud, SS_EQUERY, NULL, result_message(failed));
       PQclear(failed);
       req_free(q);
-      conn_reset(d, DB_ERR_CONN, buf);
+      conn_reset(d, SS_ECONN, buf);
       return;
     }
     PQclear(r);
-    complete(d, DB_ERR_QUERY, failed);
+    complete(d, SS_EQUERY, failed);
     return;
   }
   send_step(d);
@@ -552,13 +552,13 @@ static void step_done(db *d, PGresult *r) {
 static void flush(db *d) {
   int f = PQflush(d->conn);
   if (f < 0) {
-    conn_reset(d, DB_ERR_CONN, PQerrorMessage(d->conn));
+    conn_reset(d, SS_ECONN, PQerrorMessage(d->conn));
     return;
   }
   d->flushing = f == 1;
   int rc = watch(d, d->flushing ? UV_READABLE | UV_WRITABLE : UV_READABLE);
   if (rc)
-    conn_reset(d, DB_ERR_CONN, uv_strerror(rc));
+    conn_reset(d, SS_ECONN, uv_strerror(rc));
 }
 
 static void send_step(db *d) {
@@ -582,7 +582,7 @@ static void send_step(db *d) {
   }
   if (!PQsendQueryParams(d->conn, sql, n, NULL, params, lengths, formats, 0)) {
     if (PQstatus(d->conn) == CONNECTION_BAD) {
-      conn_reset(d, DB_ERR_CONN, PQerrorMessage(d->conn));
+      conn_reset(d, SS_ECONN, PQerrorMessage(d->conn));
       return;
     }
     /* Refused before sending (too many parameters, say): this statement's
@@ -607,7 +607,7 @@ static void collect(db_req *q, PGresult *r) {
 
 static void process_input(db *d) {
   if (!PQconsumeInput(d->conn)) {
-    conn_reset(d, DB_ERR_CONN, PQerrorMessage(d->conn));
+    conn_reset(d, SS_ECONN, PQerrorMessage(d->conn));
     return;
   }
   PGnotify *n;
@@ -628,7 +628,7 @@ static void process_input(db *d) {
         drop_conn(d);
         backoff_start(d);
         d->inflight = NULL;
-        q->cb(q->ud, DB_ERR_QUERY, NULL, "COPY is not supported by the database layer");
+        q->cb(q->ud, SS_EQUERY, NULL, "COPY is not supported by the database layer");
         req_free(q);
         return;
       }
@@ -640,7 +640,7 @@ static void process_input(db *d) {
     step_done(d, r);
   }
   if (d->state == DB_UP && !d->inflight && PQstatus(d->conn) == CONNECTION_BAD)
-    conn_reset(d, DB_ERR_CONN, PQerrorMessage(d->conn));
+    conn_reset(d, SS_ECONN, PQerrorMessage(d->conn));
 }
 
 static void on_poll(uv_poll_t *h, int status, int events) {
@@ -653,7 +653,7 @@ static void on_poll(uv_poll_t *h, int status, int events) {
     return;
   }
   if (status < 0) {
-    conn_reset(d, DB_ERR_CONN, uv_strerror(status));
+    conn_reset(d, SS_ECONN, uv_strerror(status));
     return;
   }
   if ((events & UV_WRITABLE) && d->flushing) {
@@ -730,7 +730,7 @@ void db_close(db *d, void (*cb)(void *ud), void *ud) {
   d->nwaiting = 0;
   while (q) {
     db_req *next = q->next;
-    q->cb(q->ud, DB_ERR_CONN, NULL, "database connection closed");
+    q->cb(q->ud, SS_ECONN, NULL, "database connection closed");
     req_free(q);
     q = next;
   }

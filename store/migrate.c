@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "scheduler/db.h"
+#include "store/db.h"
 
 /* pg_advisory_lock's key for migrations: the bytes of "scalswep". */
 #define MIGRATE_LOCK_KEY "8314596455477634416"

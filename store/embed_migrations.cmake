@@ -1,5 +1,5 @@
 # Writes OUTPUT, a C file defining db_migrations[] and db_nmigrations
-# (scheduler/db.h), from MIGRATIONS_DIR/NNN_name.sql, ordered by NNN.
+# (store/db.h), from MIGRATIONS_DIR/NNN_name.sql, ordered by NNN.
 #
 #   cmake -DMIGRATIONS_DIR=dir -DOUTPUT=file.c -P embed_migrations.cmake
 #
@@ -42,7 +42,7 @@ if(count EQUAL 0)
 endif()
 
 set(content "/* Generated from migrations/NNN_name.sql by scheduler/embed_migrations.cmake: do not edit. */
-#include \"scheduler/db.h\"
+#include \"store/db.h\"
 
 ${arrays}const db_migration db_migrations[] = {
 ${entries}};

@@ -5,7 +5,7 @@
  * Queries are queued and sent one at a time on one connection; each gets a
  * callback with its result (or an error) on the loop thread. Every query is
  * parameterised (text parameters, $1..$n). When the connection drops, the
- * query in flight fails with status DB_ERR_CONN, queued queries wait, and
+ * query in flight fails with status SS_ECONN, queued queries wait, and
  * the layer reconnects with exponential backoff (100 ms doubling to 5 s);
  * db_ready() says whether it is connected, so HTTP handlers can answer 503.
  *
@@ -18,11 +18,11 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "common/err.h"
+
 typedef struct db db;
 
-enum { DB_OK = 0, DB_ERR_QUERY = -1, DB_ERR_CONN = -2 };
-
-/* status: DB_OK with res (owned by the layer: valid during the callback
+/* status: 0 with res (owned by the layer: valid during the callback
  * only), or an error with res NULL and a message. */
 typedef void (*db_cb)(void *ud, int status, PGresult *res, const char *errmsg);
 
@@ -48,7 +48,7 @@ int db_ready(const db *d);
 /* Statistics for /metrics. */
 size_t db_queue_length(const db *d);
 
-/* Fails every queued query with DB_ERR_CONN, closes the connection and the
+/* Fails every queued query with SS_ECONN, closes the connection and the
  * libuv handles; cb runs when all handles are closed. */
 void db_close(db *d, void (*cb)(void *ud), void *ud);
 

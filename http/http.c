@@ -18,7 +18,7 @@
  * freed in the last close callback. Each request is one allocation whose
  * tail is the first block of its arena; a request whose client has gone is
  * detached from its connection and freed by the handler's answer. */
-#include "scheduler/http.h"
+#include "http/http.h"
 
 #include <arpa/inet.h>
 #include <jansson.h>

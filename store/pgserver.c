@@ -8,7 +8,7 @@
  * server's user before exec. Only async-signal-safe calls run between fork
  * and exec: everything else (user lookup, groups, paths, environment) is
  * prepared before the fork. */
-#include "scheduler/pgserver.h"
+#include "store/pgserver.h"
 
 #include <errno.h>
 #include <fcntl.h>
