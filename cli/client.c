@@ -113,8 +113,8 @@ int cli_request(const cli_target *t, const char *method, const char *path, const
   }
   freeaddrinfo(ai);
   if (fd < 0) {
-    fprintf(stderr, "scalesweep: cannot reach the scheduler at %s:%d: %s\n", t->host,
-            t->port, strerror(errno));
+    fprintf(stderr, "scalesweep: cannot reach the scheduler at %s:%d: %s\n", t->host, t->port,
+            strerror(errno));
     return 1;
   }
   char head[1024];

@@ -256,17 +256,16 @@ int cmd_status(int argc, char **argv) {
   if (o.json) {
     printf("%s\n", raw);
   } else if (!o.arg) {
-    printf("%6s  %-24s %-10s %5s %5s %5s %5s %5s  %s\n", "id", "name", "status", "runs",
-           "done", "run", "queue", "fail", "compute (PF-days done / planned)");
+    printf("%6s  %-24s %-10s %5s %5s %5s %5s %5s  %s\n", "id", "name", "status", "runs", "done",
+           "run", "queue", "fail", "compute (PF-days done / planned)");
     size_t i;
     json_t *s;
     json_array_foreach(j, i, s) {
       printf("%6lld  %-24.24s %-10s %5lld %5lld %5lld %5lld %5lld  %.3g / %.3g\n",
-             (long long)num(s, "id"), str(s, "name"), str(s, "status"),
-             (long long)num(s, "runs"), (long long)num(s, "succeeded"),
-             (long long)num(s, "running"), (long long)num(s, "queued"),
-             (long long)num(s, "failed"), num(s, "flops_done") / 8.64e19,
-             num(s, "flops_planned") / 8.64e19);
+             (long long)num(s, "id"), str(s, "name"), str(s, "status"), (long long)num(s, "runs"),
+             (long long)num(s, "succeeded"), (long long)num(s, "running"),
+             (long long)num(s, "queued"), (long long)num(s, "failed"),
+             num(s, "flops_done") / 8.64e19, num(s, "flops_planned") / 8.64e19);
     }
   } else {
     json_t *c = json_object_get(j, "counts");
@@ -284,9 +283,8 @@ int cmd_status(int argc, char **argv) {
 }
 
 int cmd_runs(int argc, char **argv) {
-  static const char usage[] =
-      "usage: scalesweep runs SWEEP [--url URL] [--state DIR] [--json]\n"
-      "  every run of the sweep (fetched a page of 1000 at a time)\n";
+  static const char usage[] = "usage: scalesweep runs SWEEP [--url URL] [--state DIR] [--json]\n"
+                              "  every run of the sweep (fetched a page of 1000 at a time)\n";
   copts o;
   int rc = parse(argc, argv, &o, usage);
   if (rc)
@@ -403,7 +401,8 @@ static int wait_reproduction(const copts *o, long long id) {
                id, num(rep, "of"), num(rep, "steps_compared"), num(rep, "final_val_loss_original"));
       else if (cut && num(rep, "steps_compared") == 0)
         printf("run %lld was not compared with run %.0f: %s was cancelled before it stored a "
-               "step\n", id, num(rep, "of"), cut_r ? "it" : "the original");
+               "step\n",
+               id, num(rep, "of"), cut_r ? "it" : "the original");
       else if (cut && json_is_true(json_object_get(rep, "identical_where_both")))
         printf("run %lld (%s) matches run %.0f (%s) as far as both went: the %.0f steps both "
                "stored are identical (%.0f stored for the original, %.0f for this run)\n",
@@ -414,9 +413,8 @@ static int wait_reproduction(const copts *o, long long id) {
         printf("run %lld differs from run %.0f: largest loss difference %.3g at step %.0f "
                "(%.0f of %.0f / %.0f steps compared); final val loss %.17g vs %.17g\n",
                id, num(rep, "of"), num(rep, "max_abs_diff"), num(rep, "at_step"),
-               num(rep, "steps_compared"), num(rep, "steps_original"),
-               num(rep, "steps_reproduced"), num(rep, "final_val_loss_reproduced"),
-               num(rep, "final_val_loss_original"));
+               num(rep, "steps_compared"), num(rep, "steps_original"), num(rep, "steps_reproduced"),
+               num(rep, "final_val_loss_reproduced"), num(rep, "final_val_loss_original"));
       free(raw);
       json_decref(j);
       return same ? 0 : SS_EXIT_FAILURE;

@@ -42,8 +42,7 @@ static const char usage_text[] =
     "Both print one JSON line describing what they wrote. Exit codes: 0 done,\n"
     "1 run-time failure, 2 bad usage or invalid input.\n";
 
-static int usage_error(const char *sub, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+static int usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static int usage_error(const char *sub, const char *fmt, ...) {
   fprintf(stderr, "scalesweep data%s%s: ", sub ? " " : "", sub ? sub : "");
@@ -57,8 +56,8 @@ static int usage_error(const char *sub, const char *fmt, ...) {
 
 /* A decimal integer, or a number in exponent form (1e7) with an integral
  * value, in [min, max]. */
-static int parse_u64(const char *sub, const char *opt, const char *s,
-                     uint64_t min, uint64_t max, uint64_t *out) {
+static int parse_u64(const char *sub, const char *opt, const char *s, uint64_t min, uint64_t max,
+                     uint64_t *out) {
   char *end;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
@@ -69,19 +68,16 @@ static int parse_u64(const char *sub, const char *opt, const char *s,
     }
   } else if (*s && *s != '-') {
     double d = strtod(s, &end);
-    if (!*end && d == floor(d) && d >= (double)min && d <= (double)max &&
-        d < 0x1p64) {
+    if (!*end && d == floor(d) && d >= (double)min && d <= (double)max && d < 0x1p64) {
       *out = (uint64_t)d;
       return 0;
     }
   }
-  return usage_error(
-      sub, "%s: expected an integer in %" PRIu64 "..%" PRIu64 ", got '%s'", opt,
-      min, max, s);
+  return usage_error(sub, "%s: expected an integer in %" PRIu64 "..%" PRIu64 ", got '%s'", opt, min,
+                     max, s);
 }
 
-static int parse_int(const char *sub, const char *opt, const char *s, int min,
-                     int max, int *out) {
+static int parse_int(const char *sub, const char *opt, const char *s, int min, int max, int *out) {
   uint64_t v;
   int rc = parse_u64(sub, opt, s, (uint64_t)min, (uint64_t)max, &v);
   if (!rc)
@@ -89,8 +85,8 @@ static int parse_int(const char *sub, const char *opt, const char *s, int min,
   return rc;
 }
 
-static int parse_double(const char *sub, const char *opt, const char *s,
-                        const char *expect, double *out) {
+static int parse_double(const char *sub, const char *opt, const char *s, const char *expect,
+                        double *out) {
   char *end;
   double d = strtod(s, &end);
   if (!*s || *end || !isfinite(d)) {
@@ -116,8 +112,7 @@ static void print_json_str(const char *s) {
 /* Splits argv[i] into an option name and its value (inline after '=' or the
  * next argument). Returns the option name length, 0 for a non-option, or -1
  * (after a usage message) when a value is missing. */
-static int take_value(const char *sub, int argc, char **argv, int *i,
-                      const char **value) {
+static int take_value(const char *sub, int argc, char **argv, int *i, const char **value) {
   const char *a = argv[*i];
   if (a[0] != '-' || a[1] != '-' || a[2] == 0)
     return 0;
@@ -167,18 +162,15 @@ static int data_prepare(int argc, char **argv) {
     else if (is_opt(a, n, "--out"))
       out = v;
     else if (is_opt(a, n, "--val-fraction")) {
-      rc = parse_double(sub, "--val-fraction", v, "a fraction 0 <= F < 1",
-                        &frac);
+      rc = parse_double(sub, "--val-fraction", v, "a fraction 0 <= F < 1", &frac);
       if (!rc && !(frac >= 0 && frac < 1))
-        rc = usage_error(sub, "--val-fraction: expected 0 <= F < 1, got '%s'",
-                         v);
+        rc = usage_error(sub, "--val-fraction: expected 0 <= F < 1, got '%s'", v);
     } else if (is_opt(a, n, "--shard-tokens"))
       rc = parse_u64(sub, "--shard-tokens", v, 1, INT32_MAX, &shard_tokens);
     else if (is_opt(a, n, "--shuffle")) {
       rc = parse_u64(sub, "--shuffle", v, 0, UINT64_MAX, &seed);
       shuffle = !rc;
-    }
-    else
+    } else
       rc = usage_error(sub, "unknown option '%s'", a);
   }
   if (!rc && !out)
@@ -201,8 +193,7 @@ static int data_prepare(int argc, char **argv) {
   }
   char err[1024];
   trn_data_summary s;
-  int e = trn_data_prepare(out, files, nfiles, frac, (size_t)shard_tokens, &s,
-                           err, sizeof err);
+  int e = trn_data_prepare(out, files, nfiles, frac, (size_t)shard_tokens, &s, err, sizeof err);
   free(files);
   if (e)
     return runtime_error(sub, e, err);
@@ -225,12 +216,8 @@ static int data_prepare(int argc, char **argv) {
 static int data_synth(int argc, char **argv) {
   const char *sub = "synth", *out = NULL;
   uint64_t tokens = 10000000, val_tokens = 1000000;
-  trn_synth_params p = {.letters = 26,
-                        .words = 4096,
-                        .min_len = 2,
-                        .max_len = 8,
-                        .zipf = 1.2,
-                        .seed = 1};
+  trn_synth_params p = {
+      .letters = 26, .words = 4096, .min_len = 2, .max_len = 8, .zipf = 1.2, .seed = 1};
   int seq_len = 256, rc = 0;
   /* Lexicon parameters are range-checked by trn_lexicon_new, the one place
    * that knows the limits. */
@@ -314,6 +301,5 @@ int cmd_data(int argc, char **argv) {
     return data_prepare(argc, argv);
   if (strcmp(argv[1], "synth") == 0)
     return data_synth(argc, argv);
-  return usage_error(NULL, "unknown subcommand '%s', expected prepare or synth",
-                     argv[1]);
+  return usage_error(NULL, "unknown subcommand '%s', expected prepare or synth", argv[1]);
 }

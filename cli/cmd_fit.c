@@ -117,8 +117,7 @@ static const fit_param *derived(const fit_result *r, const char *name) {
 
 static void print_chinchilla_allocation(const fit_result *r, double target) {
   static const char *const names[] = {"a", "b", "G"};
-  static const char *const labels[] = {"a = beta/(alpha+beta)", "b = alpha/(alpha+beta)",
-                                       "G"};
+  static const char *const labels[] = {"a = beta/(alpha+beta)", "b = alpha/(alpha+beta)", "G"};
   header("allocation (C = 6 N D)");
   for (int i = 0; i < 3; i++) {
     const fit_param *p = derived(r, names[i]);
@@ -158,22 +157,20 @@ static void print_curve(const fit_result *r, double target) {
 
 static void print_budgets(const fit_result *r) {
   if (!strcmp(r->law, "bopt")) {
-    printf("\n  %12s %5s %5s %14s %12s %12s %10s\n", "budget C", "runs", "near", "B_opt",
-           "eta_opt", "D", "best loss");
+    printf("\n  %12s %5s %5s %14s %12s %12s %10s\n", "budget C", "runs", "near", "B_opt", "eta_opt",
+           "D", "best loss");
     for (int i = 0; i < r->nbudgets; i++) {
       const fit_budget *b = &r->budgets[i];
-      printf("  %12.4g %5d %5d %14.6g %12.4g %12.4g %10.6g%s\n", b->flops, b->n_points,
-             b->n_near, b->b_opt, b->lr_opt, b->d_opt, b->loss,
-             b->usable ? "" : "  (one run: not used)");
+      printf("  %12.4g %5d %5d %14.6g %12.4g %12.4g %10.6g%s\n", b->flops, b->n_points, b->n_near,
+             b->b_opt, b->lr_opt, b->d_opt, b->loss, b->usable ? "" : "  (one run: not used)");
     }
     return;
   }
-  printf("\n  %12s %7s %14s %14s %10s  %s\n", "budget C", "points", "N*", "D*", "loss",
-         "usable");
+  printf("\n  %12s %7s %14s %14s %10s  %s\n", "budget C", "points", "N*", "D*", "loss", "usable");
   for (int i = 0; i < r->nbudgets; i++) {
     const fit_budget *b = &r->budgets[i];
-    printf("  %12.4g %7d %14.6g %14.6g %10.6g  %s\n", b->flops, b->n_points, b->n_opt,
-           b->d_opt, b->loss, b->usable ? "yes" : "no (no interior minimum)");
+    printf("  %12.4g %7d %14.6g %14.6g %10.6g  %s\n", b->flops, b->n_points, b->n_opt, b->d_opt,
+           b->loss, b->usable ? "yes" : "no (no interior minimum)");
   }
 }
 
@@ -206,9 +203,10 @@ static void print_table(const fit_result *r, const char *path, const fit_options
       if (fabs(r->residuals[i]) > worst)
         worst = fabs(r->residuals[i]), at = i;
     }
-    printf("  residuals   RMS %.4g, max |r| %.4g (data row %d)%s\n", sqrt(ss / r->n_points),
-           worst, at + 1,
-           !strcmp(r->law, "chinchilla") || !strcmp(r->law, "curve") ? "; r = ln L_predicted - ln L" : "");
+    printf("  residuals   RMS %.4g, max |r| %.4g (data row %d)%s\n", sqrt(ss / r->n_points), worst,
+           at + 1,
+           !strcmp(r->law, "chinchilla") || !strcmp(r->law, "curve") ? "; r = ln L_predicted - ln L"
+                                                                     : "");
   }
   if (!r->nwarnings)
     printf("  warnings    none\n");
@@ -218,27 +216,22 @@ static void print_table(const fit_result *r, const char *path, const fit_options
 
 /* ---- the command ---- */
 
-typedef int (*law_fn)(const fit_point *, int, const fit_options *, fit_result *, char *,
-                      size_t);
+typedef int (*law_fn)(const fit_point *, int, const fit_options *, fit_result *, char *, size_t);
 
 static const struct {
   const char *name;
   law_fn fit;
 } laws[] = {
-    {"chinchilla", fit_chinchilla},
-    {"kaplan", fit_kaplan},
-    {"isoflop", fit_isoflop},
-    {"batch", fit_batch},
-    {"bopt", fit_bopt},
-    {"curve", fit_curve},
+    {"chinchilla", fit_chinchilla}, {"kaplan", fit_kaplan}, {"isoflop", fit_isoflop},
+    {"batch", fit_batch},           {"bopt", fit_bopt},     {"curve", fit_curve},
 };
 
 /* A learning curve: steps and loss at every point, no column that another
  * law needs besides. */
 static int only_curve(const fit_point *p, int n) {
   for (int i = 0; i < n; i++)
-    if (isnan(p[i].steps) || !isnan(p[i].params) || !isnan(p[i].tokens) ||
-        !isnan(p[i].flops) || !isnan(p[i].batch_size))
+    if (isnan(p[i].steps) || !isnan(p[i].params) || !isnan(p[i].tokens) || !isnan(p[i].flops) ||
+        !isnan(p[i].batch_size))
       return 0;
   return n > 0;
 }
@@ -272,8 +265,10 @@ static int fit_stored(const char *sweep, const char *law, int json, const char *
   }
   json_t *pick = law ? json_object_get(all, law) : all;
   if (!pick || !json_object_size(pick)) {
-    fprintf(stderr, "scalesweep fit: sweep %lld has no %s fit yet (its runs are still "
-                    "running, or too few succeeded for the law)\n", id, law ? law : "");
+    fprintf(stderr,
+            "scalesweep fit: sweep %lld has no %s fit yet (its runs are still "
+            "running, or too few succeeded for the law)\n",
+            id, law ? law : "");
     json_decref(all);
     return SS_EXIT_FAILURE;
   }
@@ -324,8 +319,8 @@ int cmd_fit(int argc, char **argv) {
         opt.full_grid = 1;
       continue;
     }
-    if (!(IS("--points") || IS("--law") || IS("--bootstrap") || IS("--seed") ||
-          IS("--threads") || IS("--target-flops") || IS("--target-steps") || IS("--near-best") || IS("--url") ||
+    if (!(IS("--points") || IS("--law") || IS("--bootstrap") || IS("--seed") || IS("--threads") ||
+          IS("--target-flops") || IS("--target-steps") || IS("--near-best") || IS("--url") ||
           IS("--state") || IS("--token-file")))
       return usage_error("unknown option '%.*s'", (int)nlen, a);
     if (eq)
@@ -379,8 +374,8 @@ int cmd_fit(int argc, char **argv) {
     if (!strcmp(law, laws[i].name))
       fit = laws[i].fit;
   if (!fit)
-    return usage_error("--law: expected chinchilla, kaplan, isoflop, batch, bopt or curve, got '%s'",
-                       law);
+    return usage_error(
+        "--law: expected chinchilla, kaplan, isoflop, batch, bopt or curve, got '%s'", law);
   if (holdout && strcmp(law, "chinchilla"))
     return usage_error("--holdout is the Chinchilla law's extrapolation check (--law chinchilla)");
   if (opt.bootstrap < 0)

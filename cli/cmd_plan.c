@@ -9,16 +9,15 @@
 #include "sweeps/spec.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: scalesweep plan FILE [--json]\n"
-          "\n"
-          "Validates a sweep spec and prints the runs it plans (shape, N, D, batch size,\n"
-          "learning rate, FLOPs, estimated time), the batch/lr rule and the totals; no\n"
-          "scheduler needed. docs/sweeps.md describes the spec.\n"
-          "  --json   print the planned runs as a JSON list instead: each with its\n"
-          "           resolved config, config_hash, params, nonembedding_params, tokens,\n"
-          "           batch_size, flops and est_seconds\n"
-          "Exit codes: 0 valid, 2 invalid spec (every problem listed) or bad usage.\n");
+  fprintf(f, "usage: scalesweep plan FILE [--json]\n"
+             "\n"
+             "Validates a sweep spec and prints the runs it plans (shape, N, D, batch size,\n"
+             "learning rate, FLOPs, estimated time), the batch/lr rule and the totals; no\n"
+             "scheduler needed. docs/sweeps.md describes the spec.\n"
+             "  --json   print the planned runs as a JSON list instead: each with its\n"
+             "           resolved config, config_hash, params, nonembedding_params, tokens,\n"
+             "           batch_size, flops and est_seconds\n"
+             "Exit codes: 0 valid, 2 invalid spec (every problem listed) or bad usage.\n");
 }
 
 int cmd_plan(int argc, char **argv) {

@@ -82,8 +82,7 @@ int cmd_scheduler(int argc, char **argv) {
         return SS_EXIT_USAGE;
       }
       o.data_dirs[o.ndata_dirs++] = real;
-    }
-    else if (!strcmp(a, "--lease-seconds")) {
+    } else if (!strcmp(a, "--lease-seconds")) {
       o.lease_s = atoi(v);
       if (o.lease_s < 2) {
         fprintf(stderr, "scalesweep scheduler: --lease-seconds %s: expected >= 2\n", v);
@@ -97,8 +96,7 @@ int cmd_scheduler(int argc, char **argv) {
     }
   }
   if (!o.database || !o.token_file) {
-    fprintf(stderr, "scalesweep scheduler: --database and --token-file are required\n%s",
-            usage);
+    fprintf(stderr, "scalesweep scheduler: --database and --token-file are required\n%s", usage);
     return SS_EXIT_USAGE;
   }
   char err[2048];

@@ -11,19 +11,19 @@
 #include "trainer/train.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: scalesweep train --config RUN.json [--resume DIR [--resume-max-step N]]\n"
-          "                        [--print-config]\n"
-          "\n"
-          "Trains one GPT from a run config (a partial config is completed with\n"
-          "defaults) and prints JSON lines: config, step, eval, checkpoint, done, error.\n"
-          "  --config FILE    the run config ('-' reads stdin)\n"
-          "  --resume DIR     continue from DIR/checkpoint.bin, bit for bit\n"
-          "  --resume-max-step N  from the newest checkpoint (checkpoint.bin or the one\n"
-          "                   before it) at step N or earlier; none: start afresh\n"
-          "  --print-config   print the resolved config and exit\n"
-          "Exit codes: 0 done, 1 failed at run time, 2 invalid input,\n"
-          "128+N stopped by signal N (SIGTERM: 143, after writing a checkpoint when\ncheckpoint.dir is set).\n");
+  fprintf(f, "usage: scalesweep train --config RUN.json [--resume DIR [--resume-max-step N]]\n"
+             "                        [--print-config]\n"
+             "\n"
+             "Trains one GPT from a run config (a partial config is completed with\n"
+             "defaults) and prints JSON lines: config, step, eval, checkpoint, done, error.\n"
+             "  --config FILE    the run config ('-' reads stdin)\n"
+             "  --resume DIR     continue from DIR/checkpoint.bin, bit for bit\n"
+             "  --resume-max-step N  from the newest checkpoint (checkpoint.bin or the one\n"
+             "                   before it) at step N or earlier; none: start afresh\n"
+             "  --print-config   print the resolved config and exit\n"
+             "Exit codes: 0 done, 1 failed at run time, 2 invalid input,\n"
+             "128+N stopped by signal N (SIGTERM: 143, after writing a checkpoint "
+             "when\ncheckpoint.dir is set).\n");
 }
 
 int cmd_train(int argc, char **argv) {
@@ -44,8 +44,7 @@ int cmd_train(int argc, char **argv) {
       errno = 0;
       max_step = strtoll(v, &end, 10);
       if (!*v || *end || errno || max_step < 0) {
-        fprintf(stderr, "scalesweep train: --resume-max-step '%s': expected an integer >= 0\n",
-                v);
+        fprintf(stderr, "scalesweep train: --resume-max-step '%s': expected an integer >= 0\n", v);
         return SS_EXIT_USAGE;
       }
     } else if (!strcmp(argv[i], "--print-config")) {
@@ -67,8 +66,7 @@ int cmd_train(int argc, char **argv) {
   }
   static char err[8192];
   trn_config cfg;
-  int rc = trn_config_load(!strcmp(config, "-") ? "/dev/stdin" : config, &cfg, err,
-                           sizeof err);
+  int rc = trn_config_load(!strcmp(config, "-") ? "/dev/stdin" : config, &cfg, err, sizeof err);
   if (rc) {
     fprintf(stderr, "%s\n", err);
     return err_exit_code(rc);

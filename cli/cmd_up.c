@@ -308,8 +308,8 @@ static int count_fit_points(const cli_target *t, long long id) {
   int n = 0;
   for (long long offset = 0;;) {
     char path[128];
-    snprintf(path, sizeof path, "/api/sweeps/%lld/runs?status=succeeded&limit=1000&offset=%lld",
-             id, offset);
+    snprintf(path, sizeof path, "/api/sweeps/%lld/runs?status=succeeded&limit=1000&offset=%lld", id,
+             offset);
     int status;
     char *resp = NULL;
     if (cli_request(t, "GET", path, NULL, 0, &status, &resp) != 0 || status != 200) {
@@ -356,8 +356,8 @@ static int wait_for_sweep(const cli_target *t, long long id, time_t t0) {
       json_decref(j);
       free(resp);
       if (total && !active) {
-        printf("sweep %lld finished: %lld of %lld runs succeeded, %lld failed\n", id, ok,
-               total, failed);
+        printf("sweep %lld finished: %lld of %lld runs succeeded, %lld failed\n", id, ok, total,
+               failed);
         int fit_points = count_fit_points(t, id);
         if (fit_points >= 7) /* the Chinchilla law needs its 5 parameters + 2 */
           print_fits(t, id, fit_points, t0);
@@ -373,8 +373,8 @@ static int wait_for_sweep(const cli_target *t, long long id, time_t t0) {
 }
 
 int cmd_up(int argc, char **argv) {
-  const char *state = "./.scalesweep", *sweep = NULL, *listen = "127.0.0.1:8080",
-             *database = NULL, *cpu_slots = NULL, *data_dir = ".";
+  const char *state = "./.scalesweep", *sweep = NULL, *listen = "127.0.0.1:8080", *database = NULL,
+             *cpu_slots = NULL, *data_dir = ".";
   int wait = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -442,8 +442,10 @@ int cmd_up(int argc, char **argv) {
   if (dfd >= 0 && close(dfd) != 0)
     dok = 0;
   if (!dok)
-    fprintf(stderr, "scalesweep up: %s: cannot write: %s (psql will not find the database "
-                    "there)\n", dbfile, strerror(errno));
+    fprintf(stderr,
+            "scalesweep up: %s: cannot write: %s (psql will not find the database "
+            "there)\n",
+            dbfile, strerror(errno));
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -452,10 +454,10 @@ int cmd_up(int argc, char **argv) {
 
   unlink(ready);
   snprintf(path, sizeof path, "%s/scheduler.log", state);
-  char *sargv[] = {"scalesweep", "scheduler", "--database", url, "--token-file", tok,
-                   "--api-token-file", apitok, "--listen", (char *)listen, "--workers",
-                   "127.0.0.1:0", "--checkpoints", ckpt, "--ready-file", ready,
-                   "--data-dir", (char *)data_dir, NULL};
+  char *sargv[] = {"scalesweep", "scheduler",        "--database",     url,        "--token-file",
+                   tok,          "--api-token-file", apitok,           "--listen", (char *)listen,
+                   "--workers",  "127.0.0.1:0",      "--checkpoints",  ckpt,       "--ready-file",
+                   ready,        "--data-dir",       (char *)data_dir, NULL};
   pid_t sched_pid = spawn(sargv, path), worker_pid = -1;
   int rc = 0, http_port = 0, workers_port = 0;
   for (int i = 0; i < 300 && read_ports(ready, &http_port, &workers_port) != 0; i++) {
@@ -475,8 +477,16 @@ int cmd_up(int argc, char **argv) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", workers_port);
     snprintf(path, sizeof path, "%s/worker.log", state);
-    char *wargv[] = {"scalesweep", "worker", "--scheduler", addr, "--token-file", tok,
-                     "--work-dir", wdir, cpu_slots ? "--cpu-slots" : NULL, (char *)cpu_slots,
+    char *wargv[] = {"scalesweep",
+                     "worker",
+                     "--scheduler",
+                     addr,
+                     "--token-file",
+                     tok,
+                     "--work-dir",
+                     wdir,
+                     cpu_slots ? "--cpu-slots" : NULL,
+                     (char *)cpu_slots,
                      NULL};
     worker_pid = spawn(wargv, path);
     printf("scalesweep is up: http://127.0.0.1:%d/  (state %s; logs scheduler.log, "
@@ -497,8 +507,10 @@ int cmd_up(int argc, char **argv) {
     }
     free(resp);
     if (stop_requested || i == 299) {
-      fprintf(stderr, "scalesweep up: the scheduler did not reach its database; see %s/"
-                      "scheduler.log\n", state);
+      fprintf(stderr,
+              "scalesweep up: the scheduler did not reach its database; see %s/"
+              "scheduler.log\n",
+              state);
       rc = SS_EXIT_FAILURE;
     }
     usleep(100000);

@@ -2,8 +2,8 @@
 
 const char *err_name(int code) {
   switch (code) {
-#define SS__ERR_NAME(name, val, msg)                                           \
-  case SS_##name:                                                              \
+#define SS__ERR_NAME(name, val, msg) \
+  case SS_##name:                    \
     return #name;
     SS_ERRNO_MAP(SS__ERR_NAME)
 #undef SS__ERR_NAME
@@ -13,8 +13,8 @@ const char *err_name(int code) {
 
 const char *err_str(int code) {
   switch (code) {
-#define SS__ERR_STR(name, val, msg)                                            \
-  case SS_##name:                                                              \
+#define SS__ERR_STR(name, val, msg) \
+  case SS_##name:                   \
     return msg;
     SS_ERRNO_MAP(SS__ERR_STR)
 #undef SS__ERR_STR
@@ -25,8 +25,7 @@ const char *err_str(int code) {
 int err_exit_code(int code) {
   if (code == 0)
     return SS_EXIT_OK;
-  if (code == SS_EINVAL || code == SS_ECORRUPT || code == SS_ENOENT ||
-      code == SS_ERANGE)
+  if (code == SS_EINVAL || code == SS_ECORRUPT || code == SS_ENOENT || code == SS_ERANGE)
     return SS_EXIT_USAGE;
   return SS_EXIT_FAILURE;
 }

@@ -6,16 +6,16 @@
 #ifndef SS_COMMON_ERR_H
 #define SS_COMMON_ERR_H
 
-#define SS_ERRNO_MAP(X)                                                        \
-  X(EINVAL, -22, "invalid input")                                              \
-  X(EIO, -5, "input/output error")                                             \
-  X(ENOENT, -2, "no such file or directory")                                   \
-  X(ENOMEM, -12, "out of memory")                                              \
-  X(ERANGE, -34, "value out of range")                                         \
-  X(ENUMERIC, -1001, "numerical failure (NaN or infinity)")                    \
-  X(ETERM, -1002, "stopped by a signal")                                       \
-  X(ECORRUPT, -1003, "corrupt or incompatible file")                          \
-  X(EQUERY, -1004, "database statement failed")                               \
+#define SS_ERRNO_MAP(X)                                     \
+  X(EINVAL, -22, "invalid input")                           \
+  X(EIO, -5, "input/output error")                          \
+  X(ENOENT, -2, "no such file or directory")                \
+  X(ENOMEM, -12, "out of memory")                           \
+  X(ERANGE, -34, "value out of range")                      \
+  X(ENUMERIC, -1001, "numerical failure (NaN or infinity)") \
+  X(ETERM, -1002, "stopped by a signal")                    \
+  X(ECORRUPT, -1003, "corrupt or incompatible file")        \
+  X(EQUERY, -1004, "database statement failed")             \
   X(ECONN, -1005, "database connection lost or unavailable")
 
 enum {

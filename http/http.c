@@ -33,14 +33,14 @@
 #include <sys/socket.h>
 
 enum {
-  HTTP_READ_BUF = 64 * 1024,        /* one read; shared by all connections */
-  HTTP_IN_HIGH = 64 * 1024,         /* buffered pipelined input: stop reading */
-  HTTP_WRITE_HIGH = 1024 * 1024,    /* queued answers: stop parsing */
-  HTTP_SSE_MAX_QUEUE = 4 << 20,     /* an SSE client this far behind is closed */
-  HTTP_SSE_KEEPALIVE_MS = 15000,    /* ": keepalive" comment period */
-  HTTP_LINGER_MS = 2000,            /* input drained after a closing answer */
-  HTTP_ARENA_FIRST = 2048,          /* arena bytes inside the request allocation */
-  HTTP_ARENA_BLOCK = 16 * 1024,     /* further arena blocks */
+  HTTP_READ_BUF = 64 * 1024,     /* one read; shared by all connections */
+  HTTP_IN_HIGH = 64 * 1024,      /* buffered pipelined input: stop reading */
+  HTTP_WRITE_HIGH = 1024 * 1024, /* queued answers: stop parsing */
+  HTTP_SSE_MAX_QUEUE = 4 << 20,  /* an SSE client this far behind is closed */
+  HTTP_SSE_KEEPALIVE_MS = 15000, /* ": keepalive" comment period */
+  HTTP_LINGER_MS = 2000,         /* input drained after a closing answer */
+  HTTP_ARENA_FIRST = 2048,       /* arena bytes inside the request allocation */
+  HTTP_ARENA_BLOCK = 16 * 1024,  /* further arena blocks */
 };
 
 enum { CONN_READ, CONN_BUSY, CONN_SSE, CONN_DRAIN, CONN_LINGER };
@@ -66,20 +66,20 @@ typedef struct http_block {
 } http_block;
 
 struct http_request {
-  http_conn *conn;     /* NULL once the client has gone or the server stopped */
-  const char *method;  /* static (llhttp) */
-  char *path, *query;  /* arena */
-  char *peer;          /* arena */
-  char *head;          /* "url\0name\0value\0..." as parsed (malloc) */
+  http_conn *conn;    /* NULL once the client has gone or the server stopped */
+  const char *method; /* static (llhttp) */
+  char *path, *query; /* arena */
+  char *peer;         /* arena */
+  char *head;         /* "url\0name\0value\0..." as parsed (malloc) */
   size_t head_len, head_cap;
-  int n_fields;        /* header fields seen in head */
-  http_kv *headers;    /* arena, n_headers entries, built after the head */
+  int n_fields;     /* header fields seen in head */
+  http_kv *headers; /* arena, n_headers entries, built after the head */
   int n_headers;
-  char *body;          /* malloc, NUL-terminated */
+  char *body; /* malloc, NUL-terminated */
   size_t body_len, body_cap;
   uint64_t start_ns;
   int is_head, keep_alive, http10, dispatched;
-  http_block *blocks;  /* arena blocks after the first */
+  http_block *blocks; /* arena blocks after the first */
   size_t arena_used;
   max_align_t arena[HTTP_ARENA_FIRST / sizeof(max_align_t)];
 };
@@ -91,20 +91,20 @@ struct http_conn {
   http_server *srv;
   http_conn *prev, *next;
   llhttp_t parser;
-  http_request *req;   /* being read or with the handler */
-  char *in;            /* input received while BUSY, not yet parsed */
+  http_request *req; /* being read or with the handler */
+  char *in;          /* input received while BUSY, not yet parsed */
   size_t in_len, in_cap;
-  size_t head_bytes;   /* raw bytes of the current request's head */
+  size_t head_bytes; /* raw bytes of the current request's head */
   int state, pause;
-  int in_message;      /* a request has begun (a timeout answers 408) */
-  int timer_extended;  /* the request timer was extended once (on_conn_timer) */
+  int in_message;     /* a request has begun (a timeout answers 408) */
+  int timer_extended; /* the request timer was extended once (on_conn_timer) */
   int head_done;
-  int err_status;      /* set by a parser callback that rejects the request */
+  int err_status; /* set by a parser callback that rejects the request */
   const char *err_msg;
-  int processing;      /* conn_parse is on the stack */
-  int read_paused;     /* uv_read_stop'ed: too much buffered input */
+  int processing;  /* conn_parse is on the stack */
+  int read_paused; /* uv_read_stop'ed: too much buffered input */
   int closing, closed_handles;
-  unsigned writes;     /* uv_write requests in flight */
+  unsigned writes; /* uv_write requests in flight */
   int is_sse;
   http_sse sse;
   char peer[INET6_ADDRSTRLEN + 8];
@@ -120,7 +120,7 @@ struct http_server {
   llhttp_settings_t settings;
   http_conn *conns;
   int n_conns, n_sse;
-  int open_handles;    /* listener, keepalive timer, connections */
+  int open_handles; /* listener, keepalive timer, connections */
   int stopping;
   void (*stop_cb)(void *ud);
   void *stop_ud;
@@ -149,47 +149,87 @@ void http_limits_default(http_limits *l) {
 
 static const char *status_text(int status) {
   switch (status) {
-  case 100: return "Continue";
-  case 200: return "OK";
-  case 201: return "Created";
-  case 202: return "Accepted";
-  case 204: return "No Content";
-  case 301: return "Moved Permanently";
-  case 302: return "Found";
-  case 303: return "See Other";
-  case 304: return "Not Modified";
-  case 307: return "Temporary Redirect";
-  case 308: return "Permanent Redirect";
-  case 400: return "Bad Request";
-  case 401: return "Unauthorized";
-  case 403: return "Forbidden";
-  case 404: return "Not Found";
-  case 405: return "Method Not Allowed";
-  case 406: return "Not Acceptable";
-  case 408: return "Request Timeout";
-  case 409: return "Conflict";
-  case 410: return "Gone";
-  case 411: return "Length Required";
-  case 412: return "Precondition Failed";
-  case 413: return "Content Too Large";
-  case 414: return "URI Too Long";
-  case 415: return "Unsupported Media Type";
-  case 416: return "Range Not Satisfiable";
-  case 422: return "Unprocessable Content";
-  case 429: return "Too Many Requests";
-  case 431: return "Request Header Fields Too Large";
-  case 500: return "Internal Server Error";
-  case 501: return "Not Implemented";
-  case 502: return "Bad Gateway";
-  case 503: return "Service Unavailable";
-  case 504: return "Gateway Timeout";
-  case 505: return "HTTP Version Not Supported";
-  default: break;
+  case 100:
+    return "Continue";
+  case 200:
+    return "OK";
+  case 201:
+    return "Created";
+  case 202:
+    return "Accepted";
+  case 204:
+    return "No Content";
+  case 301:
+    return "Moved Permanently";
+  case 302:
+    return "Found";
+  case 303:
+    return "See Other";
+  case 304:
+    return "Not Modified";
+  case 307:
+    return "Temporary Redirect";
+  case 308:
+    return "Permanent Redirect";
+  case 400:
+    return "Bad Request";
+  case 401:
+    return "Unauthorized";
+  case 403:
+    return "Forbidden";
+  case 404:
+    return "Not Found";
+  case 405:
+    return "Method Not Allowed";
+  case 406:
+    return "Not Acceptable";
+  case 408:
+    return "Request Timeout";
+  case 409:
+    return "Conflict";
+  case 410:
+    return "Gone";
+  case 411:
+    return "Length Required";
+  case 412:
+    return "Precondition Failed";
+  case 413:
+    return "Content Too Large";
+  case 414:
+    return "URI Too Long";
+  case 415:
+    return "Unsupported Media Type";
+  case 416:
+    return "Range Not Satisfiable";
+  case 422:
+    return "Unprocessable Content";
+  case 429:
+    return "Too Many Requests";
+  case 431:
+    return "Request Header Fields Too Large";
+  case 500:
+    return "Internal Server Error";
+  case 501:
+    return "Not Implemented";
+  case 502:
+    return "Bad Gateway";
+  case 503:
+    return "Service Unavailable";
+  case 504:
+    return "Gateway Timeout";
+  case 505:
+    return "HTTP Version Not Supported";
+  default:
+    break;
   }
-  if (status < 200) return "Informational";
-  if (status < 300) return "Success";
-  if (status < 400) return "Redirection";
-  if (status < 500) return "Client Error";
+  if (status < 200)
+    return "Informational";
+  if (status < 300)
+    return "Success";
+  if (status < 400)
+    return "Redirection";
+  if (status < 500)
+    return "Client Error";
   return "Server Error";
 }
 
@@ -205,9 +245,12 @@ static char *error_json(int status, const char *msg, const char *path) {
 }
 
 static int hexval(int ch) {
-  if (ch >= '0' && ch <= '9') return ch - '0';
-  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  if (ch >= '0' && ch <= '9')
+    return ch - '0';
+  if (ch >= 'a' && ch <= 'f')
+    return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F')
+    return ch - 'A' + 10;
   return -1;
 }
 
@@ -215,7 +258,8 @@ static int hexval(int ch) {
 
 static http_request *req_new(http_conn *c) {
   http_request *r = calloc(1, sizeof *r);
-  if (!r) return NULL;
+  if (!r)
+    return NULL;
   r->conn = c;
   r->start_ns = uv_hrtime();
   size_t n = strlen(c->peer) + 1;
@@ -228,7 +272,8 @@ static http_request *req_new(http_conn *c) {
 }
 
 static void req_free(http_request *r) {
-  if (!r) return;
+  if (!r)
+    return;
   for (http_block *b = r->blocks, *next; b; b = next) {
     next = b->next;
     free(b);
@@ -240,9 +285,11 @@ static void req_free(http_request *r) {
 
 void *http_alloc(http_request *r, size_t n) {
   const size_t a = alignof(max_align_t);
-  if (n > SIZE_MAX - a) return NULL;
+  if (n > SIZE_MAX - a)
+    return NULL;
   n = (n + a - 1) / a * a;
-  if (n == 0) n = a;
+  if (n == 0)
+    n = a;
   if (n <= sizeof r->arena - r->arena_used) {
     void *p = (char *)r->arena + r->arena_used;
     r->arena_used += n;
@@ -256,7 +303,8 @@ void *http_alloc(http_request *r, size_t n) {
   }
   size_t cap = n > HTTP_ARENA_BLOCK / 2 ? n : HTTP_ARENA_BLOCK;
   http_block *nb = malloc(sizeof *nb + cap);
-  if (!nb) return NULL;
+  if (!nb)
+    return NULL;
   nb->cap = cap;
   nb->used = n;
   if (cap == n && b) { /* a large one-off: keep filling the current block */
@@ -271,7 +319,8 @@ void *http_alloc(http_request *r, size_t n) {
 
 static char *arena_strndup(http_request *r, const char *s, size_t n) {
   char *p = http_alloc(r, n + 1);
-  if (!p) return NULL;
+  if (!p)
+    return NULL;
   memcpy(p, s, n);
   p[n] = '\0';
   return p;
@@ -288,12 +337,16 @@ static const char *req_set_target(http_request *r, const char *url) {
   size_t plen = strcspn(p, "?#");
   if (p[plen] == '?') {
     const char *q = p + plen + 1;
-    if (!(r->query = arena_strndup(r, q, strcspn(q, "#")))) return "out of memory";
+    if (!(r->query = arena_strndup(r, q, strcspn(q, "#"))))
+      return "out of memory";
   }
-  if (plen == 0) return NULL; /* path "/" */
-  if (p[0] != '/' && !(plen == 1 && p[0] == '*')) return "request target must start with '/'";
+  if (plen == 0)
+    return NULL; /* path "/" */
+  if (p[0] != '/' && !(plen == 1 && p[0] == '*'))
+    return "request target must start with '/'";
   char *out = http_alloc(r, plen + 1);
-  if (!out) return "out of memory";
+  if (!out)
+    return "out of memory";
   size_t o = 0;
   for (size_t i = 0; i < plen; i++) {
     if (p[i] != '%') {
@@ -302,8 +355,10 @@ static const char *req_set_target(http_request *r, const char *url) {
     }
     int hi = i + 2 < plen ? hexval((unsigned char)p[i + 1]) : -1;
     int lo = hi >= 0 ? hexval((unsigned char)p[i + 2]) : -1;
-    if (hi < 0 || lo < 0) return "invalid percent-encoding in path";
-    if (hi == 0 && lo == 0) return "%00 in path";
+    if (hi < 0 || lo < 0)
+      return "invalid percent-encoding in path";
+    if (hi == 0 && lo == 0)
+      return "%00 in path";
     out[o++] = (char)(hi * 16 + lo);
     i += 2;
   }
@@ -319,15 +374,18 @@ static const char *req_index_head(http_request *r) {
   const char *url = p;
   p += strlen(p) + 1;
   r->headers = http_alloc(r, (size_t)(r->n_fields + 1) * sizeof *r->headers);
-  if (!r->headers) return "out of memory";
+  if (!r->headers)
+    return "out of memory";
   while (p < end && r->n_headers < r->n_fields) {
     char *name = p;
     p += strlen(p) + 1;
-    if (p >= end) break;
+    if (p >= end)
+      break;
     char *value = p;
     size_t vlen = strlen(value);
     p += vlen + 1;
-    while (vlen > 0 && (value[vlen - 1] == ' ' || value[vlen - 1] == '\t')) value[--vlen] = '\0';
+    while (vlen > 0 && (value[vlen - 1] == ' ' || value[vlen - 1] == '\t'))
+      value[--vlen] = '\0';
     r->headers[r->n_headers].name = name;
     r->headers[r->n_headers].value = value;
     r->n_headers++;
@@ -352,7 +410,8 @@ int http_query_param(http_request *r, const char *name, const char **value) {
       const char *v = p + klen + (klen < len);
       size_t vlen = len - (size_t)(v - p);
       char *out = http_alloc(r, vlen + 1);
-      if (!out) return -1;
+      if (!out)
+        return -1;
       size_t o = 0;
       for (size_t i = 0; i < vlen; i++) {
         if (v[i] == '+') {
@@ -362,7 +421,8 @@ int http_query_param(http_request *r, const char *name, const char **value) {
         } else {
           int hi = i + 2 < vlen ? hexval((unsigned char)v[i + 1]) : -1;
           int lo = hi >= 0 ? hexval((unsigned char)v[i + 2]) : -1;
-          if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) return -1;
+          if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
+            return -1;
           out[o++] = (char)(hi * 16 + lo);
           i += 2;
         }
@@ -372,7 +432,8 @@ int http_query_param(http_request *r, const char *name, const char **value) {
       return 1;
     }
     p += len;
-    if (*p) p++;
+    if (*p)
+      p++;
   }
   return 0;
 }
@@ -380,12 +441,14 @@ uint64_t http_request_start_ns(const http_request *r) { return r->start_ns; }
 
 const char *http_header(const http_request *r, const char *name) {
   for (int i = 0; i < r->n_headers; i++)
-    if (strcasecmp(r->headers[i].name, name) == 0) return r->headers[i].value;
+    if (strcasecmp(r->headers[i].name, name) == 0)
+      return r->headers[i].value;
   return NULL;
 }
 
 const char *http_body(const http_request *r, size_t *len) {
-  if (len) *len = r->body_len;
+  if (len)
+    *len = r->body_len;
   return r->body ? r->body : "";
 }
 
@@ -400,8 +463,10 @@ static void conn_timer(http_conn *c, int ms) {
 /* ---- connections: closing ---- */
 
 static void server_maybe_finish(http_server *s) {
-  if (!s->stopping || s->open_handles > 0) return;
-  if (s->stop_cb) s->stop_cb(s->stop_ud);
+  if (!s->stopping || s->open_handles > 0)
+    return;
+  if (s->stop_cb)
+    s->stop_cb(s->stop_ud);
   free(s);
 }
 
@@ -413,16 +478,22 @@ static void on_handle_closed(uv_handle_t *h) {
 
 static void on_conn_closed(uv_handle_t *h) {
   http_conn *c = h->data;
-  if (++c->closed_handles < 2) return;
+  if (++c->closed_handles < 2)
+    return;
   http_server *s = c->srv;
-  if (c->prev) c->prev->next = c->next;
-  else s->conns = c->next;
-  if (c->next) c->next->prev = c->prev;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    s->conns = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
   s->n_conns--;
   if (c->is_sse) {
     s->n_sse--;
-    if (s->n_sse == 0 && !s->stopping) uv_timer_stop(&s->keepalive);
-    if (c->sse.on_close) c->sse.on_close(&c->sse, c->sse.ud);
+    if (s->n_sse == 0 && !s->stopping)
+      uv_timer_stop(&s->keepalive);
+    if (c->sse.on_close)
+      c->sse.on_close(&c->sse, c->sse.ud);
   }
   free(c->in);
   free(c);
@@ -433,11 +504,14 @@ static void on_conn_closed(uv_handle_t *h) {
 /* Closes at once; pending writes are cancelled (their callbacks free them).
  * A request with the handler is detached and freed by its answer. */
 static void conn_close(http_conn *c) {
-  if (c->closing) return;
+  if (c->closing)
+    return;
   c->closing = 1;
   if (c->req) {
-    if (c->req->dispatched) c->req->conn = NULL;
-    else req_free(c->req);
+    if (c->req->dispatched)
+      c->req->conn = NULL;
+    else
+      req_free(c->req);
     c->req = NULL;
   }
   uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
@@ -446,7 +520,8 @@ static void conn_close(http_conn *c) {
 
 static void on_shutdown(uv_shutdown_t *req, int status) {
   http_conn *c = req->data;
-  if (status < 0) conn_close(c);
+  if (status < 0)
+    conn_close(c);
 }
 
 /* All answers are written: send FIN, then discard input until the client
@@ -458,8 +533,8 @@ static void conn_linger(http_conn *c) {
     conn_close(c);
     return;
   }
-  int ms = c->srv->lim.idle_timeout_ms < HTTP_LINGER_MS ? c->srv->lim.idle_timeout_ms
-                                                        : HTTP_LINGER_MS;
+  int ms =
+      c->srv->lim.idle_timeout_ms < HTTP_LINGER_MS ? c->srv->lim.idle_timeout_ms : HTTP_LINGER_MS;
   conn_timer(c, ms);
 }
 
@@ -481,7 +556,8 @@ static void on_write(uv_write_t *req, int status) {
   http_conn *c = w->conn;
   free(w);
   c->writes--;
-  if (c->closing) return;
+  if (c->closing)
+    return;
   if (status < 0) {
     conn_close(c);
     return;
@@ -497,7 +573,8 @@ static void on_write(uv_write_t *req, int status) {
 
 static http_write *write_new(size_t len) {
   http_write *w = malloc(sizeof *w + len);
-  if (w) w->len = len;
+  if (w)
+    w->len = len;
   return w;
 }
 
@@ -526,8 +603,10 @@ static int conn_write(http_conn *c, http_write *w) {
 }
 
 static void count_status(http_server *s, int status) {
-  if (status >= 500) s->stats.responses_5xx++;
-  else if (status >= 400) s->stats.responses_4xx++;
+  if (status >= 500)
+    s->stats.responses_5xx++;
+  else if (status >= 400)
+    s->stats.responses_4xx++;
 }
 
 /* Formats a complete answer; NULL when out of memory. */
@@ -535,19 +614,24 @@ static http_write *response_new(int status, const char *ctype, const char *body,
                                 const char *headers, int is_head, int http10, int close) {
   int no_body = status < 200 || status == 204 || status == 304;
   char cl[64] = "", ct[256] = "";
-  if (!no_body) snprintf(cl, sizeof cl, "Content-Length: %zu\r\n", len);
+  if (!no_body)
+    snprintf(cl, sizeof cl, "Content-Length: %zu\r\n", len);
   if (ctype && *ctype && strlen(ctype) < sizeof ct - 20)
     snprintf(ct, sizeof ct, "Content-Type: %s\r\n", ctype);
   const char *conn = close ? "Connection: close\r\n" : http10 ? "Connection: keep-alive\r\n" : "";
-  if (!headers) headers = "";
+  if (!headers)
+    headers = "";
   const char *fmt = "HTTP/1.1 %d %s\r\n%s%s%s%s\r\n";
   int hlen = snprintf(NULL, 0, fmt, status, status_text(status), ct, cl, conn, headers);
-  if (hlen < 0) return NULL;
+  if (hlen < 0)
+    return NULL;
   size_t blen = is_head || no_body ? 0 : len;
   http_write *w = write_new((size_t)hlen + 1 + blen);
-  if (!w) return NULL;
+  if (!w)
+    return NULL;
   snprintf(w->data, (size_t)hlen + 1, fmt, status, status_text(status), ct, cl, conn, headers);
-  if (blen) memcpy(w->data + hlen, body, blen);
+  if (blen)
+    memcpy(w->data + hlen, body, blen);
   w->len = (size_t)hlen + blen;
   return w;
 }
@@ -567,7 +651,8 @@ static int conn_send(http_conn *c, int status, const char *ctype, const char *bo
 
 /* Answers a request that never reached the handler, then closes. */
 static void conn_fail(http_conn *c, int status, const char *msg) {
-  if (c->closing) return;
+  if (c->closing)
+    return;
   c->srv->stats.requests++;
   if (c->req) {
     req_free(c->req);
@@ -577,14 +662,16 @@ static void conn_fail(http_conn *c, int status, const char *msg) {
   const char *b = json ? json : "{\"error\":{\"message\":\"error\",\"path\":null}}";
   int rc = conn_send(c, status, "application/json", b, strlen(b), NULL, 0, 0, 1);
   free(json);
-  if (rc == 0) conn_drain(c);
+  if (rc == 0)
+    conn_drain(c);
 }
 
 /* ---- parsing ---- */
 
 static int head_append(http_conn *c, const char *at, size_t len) {
   http_request *r = c->req;
-  if (!r) return -1;
+  if (!r)
+    return -1;
   if (r->head_len + len + 1 > c->srv->lim.max_header_bytes) {
     c->err_status = 431;
     c->err_msg = "request header too large";
@@ -592,7 +679,8 @@ static int head_append(http_conn *c, const char *at, size_t len) {
   }
   if (r->head_len + len + 1 > r->head_cap) {
     size_t cap = r->head_cap ? r->head_cap : 512;
-    while (cap < r->head_len + len + 1) cap *= 2;
+    while (cap < r->head_len + len + 1)
+      cap *= 2;
     char *p = realloc(r->head, cap);
     if (!p) {
       c->err_status = 503;
@@ -633,7 +721,8 @@ static int on_part_complete(llhttp_t *p) {
 
 static int on_field_complete(llhttp_t *p) {
   http_conn *c = p->data;
-  if (c->head_done) return 0;
+  if (c->head_done)
+    return 0;
   c->req->n_fields++;
   return head_append(c, "", 1);
 }
@@ -656,8 +745,10 @@ static int on_body(llhttp_t *p, const char *at, size_t len) {
   }
   if (r->body_len + len + 1 > r->body_cap) {
     size_t cap = r->body_cap ? r->body_cap : 4096;
-    while (cap < r->body_len + len + 1) cap *= 2;
-    if (cap > max + 1) cap = max + 1;
+    while (cap < r->body_len + len + 1)
+      cap *= 2;
+    if (cap > max + 1)
+      cap = max + 1;
     char *b = realloc(r->body, cap);
     if (!b) {
       c->err_status = 503;
@@ -719,7 +810,8 @@ static int head_checks(http_conn *c) {
       return -1;
     }
     memcpy(w->data, cont, sizeof cont - 1);
-    if (conn_write(c, w) != 0) return -1;
+    if (conn_write(c, w) != 0)
+      return -1;
   }
   return 0;
 }
@@ -742,12 +834,14 @@ static size_t conn_parse(http_conn *c, const char *data, size_t len) {
   int again = 0; /* after the head pause, a bodiless request completes on an empty call */
   c->processing = 1;
   while (c->state == CONN_READ && !c->closing && (off < len || again)) {
-    if (c->tcp.write_queue_size > HTTP_WRITE_HIGH) break; /* resumed by on_write */
+    if (c->tcp.write_queue_size > HTTP_WRITE_HIGH)
+      break; /* resumed by on_write */
     again = 0;
     c->pause = PAUSE_NONE;
     int counting = !c->head_done;
     llhttp_errno_t e = llhttp_execute(&c->parser, data + off, len - off);
-    size_t used = e == HPE_OK ? len - off : (size_t)(llhttp_get_error_pos(&c->parser) - (data + off));
+    size_t used =
+        e == HPE_OK ? len - off : (size_t)(llhttp_get_error_pos(&c->parser) - (data + off));
     off += used;
     if (counting && c->in_message) {
       c->head_bytes += used;
@@ -756,9 +850,11 @@ static size_t conn_parse(http_conn *c, const char *data, size_t len) {
         break;
       }
     }
-    if (e == HPE_OK) continue;
+    if (e == HPE_OK)
+      continue;
     if (e == HPE_PAUSED && c->pause == PAUSE_HEAD) {
-      if (head_checks(c) != 0) break;
+      if (head_checks(c) != 0)
+        break;
       llhttp_resume(&c->parser);
       again = 1;
     } else if (e == HPE_PAUSED && c->pause == PAUSE_DONE) {
@@ -776,7 +872,8 @@ static size_t conn_parse(http_conn *c, const char *data, size_t len) {
 static void conn_buffer(http_conn *c, const char *data, size_t len) {
   if (c->in_len + len > c->in_cap) {
     size_t cap = c->in_cap ? c->in_cap : 4096;
-    while (cap < c->in_len + len) cap *= 2;
+    while (cap < c->in_len + len)
+      cap *= 2;
     char *p = realloc(c->in, cap);
     if (!p) {
       conn_close(c);
@@ -798,17 +895,20 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 
 /* Parses buffered input after an answer or when the write queue drained. */
 static void conn_resume(http_conn *c) {
-  if (c->processing || c->closing) return;
+  if (c->processing || c->closing)
+    return;
   if (c->state == CONN_READ && c->in_len > 0) {
     size_t used = conn_parse(c, c->in, c->in_len);
-    if (c->closing) return;
+    if (c->closing)
+      return;
     memmove(c->in, c->in + used, c->in_len - used);
     c->in_len -= used;
   }
   if (c->read_paused && c->in_len < HTTP_IN_HIGH &&
       (c->state == CONN_READ || c->state == CONN_BUSY)) {
     c->read_paused = 0;
-    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) conn_close(c);
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
+      conn_close(c);
   }
 }
 
@@ -827,7 +927,8 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     conn_close(c);
     return;
   }
-  if (c->state != CONN_READ && c->state != CONN_BUSY) return; /* SSE, DRAIN, LINGER: discarded */
+  if (c->state != CONN_READ && c->state != CONN_BUSY)
+    return; /* SSE, DRAIN, LINGER: discarded */
   const char *data = buf->base;
   size_t len = (size_t)nread;
   if (c->state == CONN_READ && c->in_len == 0) {
@@ -870,17 +971,20 @@ void http_respond(http_request *r, int status, const char *content_type, const c
                   size_t len, const char *headers) {
   http_conn *c = r->conn;
   if (!c || c->closing || c->req != r || c->state != CONN_BUSY) { /* client gone: dropped */
-    if (c && c->req == r) c->req = NULL;
+    if (c && c->req == r)
+      c->req = NULL;
     req_free(r);
     return;
   }
-  if (status < 100 || status > 999) status = 500;
+  if (status < 100 || status > 999)
+    status = 500;
   int close = !r->keep_alive || c->srv->stopping;
   c->req = NULL;
-  int rc = conn_send(c, status, content_type, body ? body : "", body ? len : 0, headers,
-                     r->is_head, r->http10, close);
+  int rc = conn_send(c, status, content_type, body ? body : "", body ? len : 0, headers, r->is_head,
+                     r->http10, close);
   req_free(r); /* after the copy: body and headers may live in the arena */
-  if (rc != 0 || c->closing) return;
+  if (rc != 0 || c->closing)
+    return;
   if (close) {
     conn_drain(c);
     return;
@@ -912,7 +1016,8 @@ void http_respond_error(http_request *r, int status, const char *msg, const char
 /* Queues w on a stream; a client too far behind is closed. */
 static int sse_write(http_conn *c, http_write *w) {
   int rc = conn_write(c, w);
-  if (rc != 0) return rc;
+  if (rc != 0)
+    return rc;
   if (c->tcp.write_queue_size > HTTP_SSE_MAX_QUEUE) {
     conn_close(c);
     return UV_ENOBUFS;
@@ -924,19 +1029,23 @@ static void on_keepalive(uv_timer_t *t) {
   http_server *s = t->data;
   static const char ka[] = ": keepalive\n\n";
   for (http_conn *c = s->conns; c; c = c->next) {
-    if (c->closing || c->state != CONN_SSE) continue;
+    if (c->closing || c->state != CONN_SSE)
+      continue;
     http_write *w = write_new(sizeof ka - 1);
-    if (!w) return;
+    if (!w)
+      return;
     memcpy(w->data, ka, sizeof ka - 1);
     sse_write(c, w);
   }
 }
 
 static uint64_t parse_event_id(const char *v) {
-  if (!v) return 0;
+  if (!v)
+    return 0;
   uint64_t id = 0;
   for (; *v; v++) {
-    if (*v < '0' || *v > '9' || id > (UINT64_MAX - 9) / 10) return 0;
+    if (*v < '0' || *v > '9' || id > (UINT64_MAX - 9) / 10)
+      return 0;
     id = id * 10 + (uint64_t)(*v - '0');
   }
   return id;
@@ -945,7 +1054,8 @@ static uint64_t parse_event_id(const char *v) {
 http_sse *http_sse_start(http_request *r) {
   http_conn *c = r->conn;
   if (!c || c->closing || c->req != r || c->state != CONN_BUSY) {
-    if (c && c->req == r) c->req = NULL;
+    if (c && c->req == r)
+      c->req = NULL;
     req_free(r);
     return NULL;
   }
@@ -971,24 +1081,32 @@ http_sse *http_sse_start(http_request *r) {
     return &c->sse;
   }
   memcpy(w->data, head, sizeof head - 1);
-  if (conn_write(c, w) == 0 && is_head) conn_drain(c);
+  if (conn_write(c, w) == 0 && is_head)
+    conn_drain(c);
   return &c->sse;
 }
 
 int http_sse_send(http_sse *s, uint64_t id, const char *event, const char *data) {
   http_conn *c = s->conn;
-  if (c->closing || c->state != CONN_SSE) return UV_EPIPE;
-  if (event && strpbrk(event, "\r\n")) return UV_EINVAL;
-  if (!data) data = "";
+  if (c->closing || c->state != CONN_SSE)
+    return UV_EPIPE;
+  if (event && strpbrk(event, "\r\n"))
+    return UV_EINVAL;
+  if (!data)
+    data = "";
   size_t dlen = strlen(data), lines = 1;
   for (const char *p = data; *p; p++)
-    if (*p == '\n' || (*p == '\r' && p[1] != '\n')) lines++;
+    if (*p == '\n' || (*p == '\r' && p[1] != '\n'))
+      lines++;
   size_t cap = 32 + (event ? strlen(event) + 8 : 0) + dlen + lines * 7 + 2;
   http_write *w = write_new(cap);
-  if (!w) return UV_ENOMEM;
+  if (!w)
+    return UV_ENOMEM;
   char *o = w->data;
-  if (id) o += sprintf(o, "id: %llu\n", (unsigned long long)id);
-  if (event) o += sprintf(o, "event: %s\n", event);
+  if (id)
+    o += sprintf(o, "id: %llu\n", (unsigned long long)id);
+  if (event)
+    o += sprintf(o, "event: %s\n", event);
   const char *p = data;
   for (;;) { /* one "data:" line per line; CRLF, CR and LF all end a line */
     size_t n = strcspn(p, "\r\n");
@@ -997,7 +1115,8 @@ int http_sse_send(http_sse *s, uint64_t id, const char *event, const char *data)
     o += 6 + n;
     *o++ = '\n';
     p += n;
-    if (!*p) break;
+    if (!*p)
+      break;
     p += p[0] == '\r' && p[1] == '\n' ? 2 : 1;
   }
   *o++ = '\n';
@@ -1016,16 +1135,19 @@ void http_sse_on_close(http_sse *s, void (*cb)(http_sse *s, void *ud), void *ud)
 
 static void on_connection(uv_stream_t *l, int status) {
   http_server *s = l->data;
-  if (status < 0 || s->stopping) return;
+  if (status < 0 || s->stopping)
+    return;
   http_conn *c = calloc(1, sizeof *c);
-  if (!c) return;
+  if (!c)
+    return;
   c->srv = s;
   uv_tcp_init(s->loop, &c->tcp);
   uv_timer_init(s->loop, &c->timer);
   c->tcp.data = c;
   c->timer.data = c;
   c->next = s->conns;
-  if (s->conns) s->conns->prev = c;
+  if (s->conns)
+    s->conns->prev = c;
   s->conns = c;
   s->n_conns++;
   s->open_handles++;
@@ -1052,15 +1174,19 @@ static void on_connection(uv_stream_t *l, int status) {
   c->parser.data = c;
   c->state = CONN_READ;
   conn_timer(c, s->lim.idle_timeout_ms);
-  if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) conn_close(c);
+  if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
+    conn_close(c);
 }
 
 static int parse_host(const char *host, int port, struct sockaddr_storage *ss) {
   char h[INET6_ADDRSTRLEN + 2];
-  if (!host || !*host) host = "0.0.0.0";
-  if (strcmp(host, "localhost") == 0) host = "127.0.0.1";
+  if (!host || !*host)
+    host = "0.0.0.0";
+  if (strcmp(host, "localhost") == 0)
+    host = "127.0.0.1";
   size_t n = strlen(host);
-  if (n >= sizeof h) return UV_EINVAL;
+  if (n >= sizeof h)
+    return UV_EINVAL;
   if (host[0] == '[' && host[n - 1] == ']') { /* "[::1]" */
     memcpy(h, host + 1, n - 2);
     h[n - 2] = '\0';
@@ -1068,8 +1194,10 @@ static int parse_host(const char *host, int port, struct sockaddr_storage *ss) {
     memcpy(h, host, n + 1);
   }
   memset(ss, 0, sizeof *ss);
-  if (uv_ip4_addr(h, port, (struct sockaddr_in *)ss) == 0) return 0;
-  if (uv_ip6_addr(h, port, (struct sockaddr_in6 *)ss) == 0) return 0;
+  if (uv_ip4_addr(h, port, (struct sockaddr_in *)ss) == 0)
+    return 0;
+  if (uv_ip6_addr(h, port, (struct sockaddr_in6 *)ss) == 0)
+    return 0;
   return UV_EINVAL;
 }
 
@@ -1085,8 +1213,7 @@ http_server *http_server_start(uv_loop_t *loop, const char *host, int port,
   /* libuv writes with write(2): a client gone mid-answer would raise
    * SIGPIPE and kill the process. Only the default action is replaced. */
   struct sigaction sa;
-  if (sigaction(SIGPIPE, NULL, &sa) == 0 && !(sa.sa_flags & SA_SIGINFO) &&
-      sa.sa_handler == SIG_DFL)
+  if (sigaction(SIGPIPE, NULL, &sa) == 0 && !(sa.sa_flags & SA_SIGINFO) && sa.sa_handler == SIG_DFL)
     signal(SIGPIPE, SIG_IGN);
   http_server *s = calloc(1, sizeof *s);
   if (!s) {
@@ -1098,10 +1225,14 @@ http_server *http_server_start(uv_loop_t *loop, const char *host, int port,
   s->ud = ud;
   http_limits_default(&s->lim);
   if (limits) { /* zero fields keep their defaults */
-    if (limits->max_header_bytes) s->lim.max_header_bytes = limits->max_header_bytes;
-    if (limits->max_body_bytes) s->lim.max_body_bytes = limits->max_body_bytes;
-    if (limits->max_connections > 0) s->lim.max_connections = limits->max_connections;
-    if (limits->idle_timeout_ms > 0) s->lim.idle_timeout_ms = limits->idle_timeout_ms;
+    if (limits->max_header_bytes)
+      s->lim.max_header_bytes = limits->max_header_bytes;
+    if (limits->max_body_bytes)
+      s->lim.max_body_bytes = limits->max_body_bytes;
+    if (limits->max_connections > 0)
+      s->lim.max_connections = limits->max_connections;
+    if (limits->idle_timeout_ms > 0)
+      s->lim.idle_timeout_ms = limits->idle_timeout_ms;
   }
   llhttp_settings_init(&s->settings);
   s->settings.on_message_begin = on_message_begin;
@@ -1120,10 +1251,12 @@ http_server *http_server_start(uv_loop_t *loop, const char *host, int port,
   s->keepalive.data = s;
   s->open_handles = 2;
   int rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
-  if (rc == 0) rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
   struct sockaddr_storage bound;
   int bl = sizeof bound;
-  if (rc == 0) rc = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &bl);
+  if (rc == 0)
+    rc = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &bl);
   if (rc != 0) {
     snprintf(err, errlen, "cannot listen on %s:%d: %s", host ? host : "", port, uv_strerror(rc));
     s->stopping = 1; /* freed by the close callbacks, on the loop's next turn */
@@ -1138,7 +1271,8 @@ http_server *http_server_start(uv_loop_t *loop, const char *host, int port,
 }
 
 void http_server_stop(http_server *s, void (*cb)(void *ud), void *ud) {
-  if (s->stopping) return;
+  if (s->stopping)
+    return;
   s->stopping = 1;
   s->stop_cb = cb;
   s->stop_ud = ud;
@@ -1146,7 +1280,8 @@ void http_server_stop(http_server *s, void (*cb)(void *ud), void *ud) {
   uv_close((uv_handle_t *)&s->keepalive, on_handle_closed);
   char *json = error_json(503, "server is stopping", NULL);
   for (http_conn *c = s->conns; c; c = c->next) {
-    if (c->closing) continue;
+    if (c->closing)
+      continue;
     if (c->req && c->req->dispatched && c->state == CONN_BUSY && json) {
       /* Best effort: the 503 goes out only if it fits in the socket now. */
       http_write *w = response_new(503, "application/json", json, strlen(json), NULL,

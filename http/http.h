@@ -46,16 +46,16 @@ http_server *http_server_start(uv_loop_t *loop, const char *host, int port,
 void http_server_stop(http_server *s, void (*cb)(void *ud), void *ud);
 
 /* Request accessors (valid until the answer). */
-const char *http_method(const http_request *r);  /* "GET", "POST", ... */
-const char *http_path(const http_request *r);    /* decoded path, no query */
-const char *http_query(const http_request *r);   /* raw query string or "" */
+const char *http_method(const http_request *r); /* "GET", "POST", ... */
+const char *http_path(const http_request *r);   /* decoded path, no query */
+const char *http_query(const http_request *r);  /* raw query string or "" */
 /* Finds the first NAME=VALUE of the query: 1 with *value decoded ('+' is a
  * space; "" for a bare NAME) in request memory, 0 when absent (*value NULL),
  * -1 when the value's percent-encoding is invalid or decodes to NUL. */
 int http_query_param(http_request *r, const char *name, const char **value);
 const char *http_header(const http_request *r, const char *name); /* case-insensitive; NULL */
 const char *http_body(const http_request *r, size_t *len);
-const char *http_peer(const http_request *r);    /* "ip:port" */
+const char *http_peer(const http_request *r); /* "ip:port" */
 uint64_t http_request_start_ns(const http_request *r);
 
 /* Memory that lives as long as the request. */

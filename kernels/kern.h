@@ -64,33 +64,32 @@ struct kern_ops {
   void (*sync)(kern_ctx *k);
 
   /* out(B,T,C) = wte[tokens] + wpe[t] */
-  void (*encoder_forward)(kern_ctx *k, float *out, const int32_t *tokens,
-                          const float *wte, const float *wpe, int B, int T, int C);
+  void (*encoder_forward)(kern_ctx *k, float *out, const int32_t *tokens, const float *wte,
+                          const float *wpe, int B, int T, int C);
   /* dwte += scatter(dout), dwpe += sum over batch */
   void (*encoder_backward)(kern_ctx *k, float *dwte, float *dwpe, const float *dout,
                            const int32_t *tokens, int B, int T, int C);
 
   /* out = (inp - mean) * rstd * w + b, eps 1e-5; mean, rstd (N) saved */
-  void (*layernorm_forward)(kern_ctx *k, float *out, float *mean, float *rstd,
-                            const float *inp, const float *w, const float *b, int N, int C);
+  void (*layernorm_forward)(kern_ctx *k, float *out, float *mean, float *rstd, const float *inp,
+                            const float *w, const float *b, int N, int C);
   /* dinp +=, dw +=, db += */
-  void (*layernorm_backward)(kern_ctx *k, float *dinp, float *dw, float *db,
-                             const float *dout, const float *inp, const float *w,
-                             const float *mean, const float *rstd, int N, int C);
+  void (*layernorm_backward)(kern_ctx *k, float *dinp, float *dw, float *db, const float *dout,
+                             const float *inp, const float *w, const float *mean, const float *rstd,
+                             int N, int C);
 
   /* out(N,OC) = inp(N,C) @ w(OC,C)^T + b (b may be NULL) */
-  void (*matmul_forward)(kern_ctx *k, float *out, const float *inp, const float *w,
-                         const float *b, int N, int C, int OC);
+  void (*matmul_forward)(kern_ctx *k, float *out, const float *inp, const float *w, const float *b,
+                         int N, int C, int OC);
   /* dinp = dout @ w (overwrite); dw += dout^T @ inp; db += colsum(dout) (db may be NULL) */
-  void (*matmul_backward)(kern_ctx *k, float *dinp, float *dw, float *db,
-                          const float *dout, const float *inp, const float *w,
-                          int N, int C, int OC);
+  void (*matmul_backward)(kern_ctx *k, float *dinp, float *dw, float *db, const float *dout,
+                          const float *inp, const float *w, int N, int C, int OC);
 
   /* causal self-attention. qkv (B,T,3C) holds q|k|v, each split into NH
    * heads of hs; att (B,NH,T,T) saves the softmax probabilities (upper
    * triangle zero); out (B,T,C). */
-  void (*attention_forward)(kern_ctx *k, float *out, float *att, const float *qkv,
-                            int B, int T, int C, int NH);
+  void (*attention_forward)(kern_ctx *k, float *out, float *att, const float *qkv, int B, int T,
+                            int C, int NH);
   /* dqkv overwrite; datt (B,NH,T,T) is scratch */
   void (*attention_backward)(kern_ctx *k, float *dqkv, float *datt, const float *dout,
                              const float *qkv, const float *att, int B, int T, int C, int NH);
@@ -98,8 +97,7 @@ struct kern_ops {
   /* GELU, tanh approximation */
   void (*gelu_forward)(kern_ctx *k, float *out, const float *inp, size_t n);
   /* dinp = gelu'(inp) * dout (overwrite; dinp may alias dout) */
-  void (*gelu_backward)(kern_ctx *k, float *dinp, const float *inp, const float *dout,
-                        size_t n);
+  void (*gelu_backward)(kern_ctx *k, float *dinp, const float *inp, const float *dout, size_t n);
 
   /* out = a + b */
   void (*residual_forward)(kern_ctx *k, float *out, const float *a, const float *b, size_t n);
@@ -107,15 +105,14 @@ struct kern_ops {
   /* Fused softmax + cross-entropy over rows of logits (N,V): losses(N) get
    * -log softmax(logits)[target]; when dscale != 0, logits are overwritten
    * in place with dlogits = (softmax - onehot(target)) * dscale. */
-  void (*softmax_xent)(kern_ctx *k, float *losses, float *logits, const int32_t *targets,
-                       int N, int V, float dscale);
+  void (*softmax_xent)(kern_ctx *k, float *losses, float *logits, const int32_t *targets, int N,
+                       int V, float dscale);
 
   /* sum of squares, accumulated in fp64, deterministic */
   double (*sumsq)(kern_ctx *k, const float *x, size_t n);
   /* dst = src * s when init, else dst += src * s; returns sum of squares of
    * src (the micro-batch gradient norm, for the noise scale) */
-  double (*accumulate)(kern_ctx *k, float *dst, const float *src, float s, size_t n,
-                       int init);
+  double (*accumulate)(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init);
   /* x *= s */
   void (*scale)(kern_ctx *k, float *x, float s, size_t n);
   /* rounds x to the given precision in place */
@@ -123,12 +120,12 @@ struct kern_ops {
 
   /* AdamW with decoupled weight decay on one tensor: updates p (fp32 master),
    * m, v and, when plow is not NULL, writes plow = round(p) at ctx->prec */
-  void (*adamw)(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v,
-                size_t n, const kern_adamw_args *a);
+  void (*adamw)(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v, size_t n,
+                const kern_adamw_args *a);
   /* The same with m, v quantised blockwise to 8 bits: m signed codes with
    * one absmax per KERN_Q8_BLOCK values (qm, sm), v unsigned (qv, sv). */
-  void (*adamw8bit)(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm,
-                    uint8_t *qv, float *sm, float *sv, size_t n, const kern_adamw_args *a);
+  void (*adamw8bit)(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm, uint8_t *qv,
+                    float *sm, float *sv, size_t n, const kern_adamw_args *a);
 };
 
 /* The CPU backend (reference). Sets OpenMP's and OpenBLAS's thread count to

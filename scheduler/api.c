@@ -117,8 +117,9 @@ typedef struct run_page {
 } run_page;
 
 static const char *const sort_columns[] = {
-    "id", "status", "attempt", "params", "nonembedding_params", "tokens", "batch_size",
-    "flops", "final_val_loss", "started_at", "finished_at", "worker", NULL};
+    "id",          "status",     "attempt", "params",         "nonembedding_params",
+    "tokens",      "batch_size", "flops",   "final_val_loss", "started_at",
+    "finished_at", "worker",     NULL};
 
 /* A query parameter, or a 400 naming it when its encoding is bad. */
 static int query_param(req_ctx *x, const char *name, const char **value) {
@@ -131,8 +132,10 @@ static int query_param(req_ctx *x, const char *name, const char **value) {
 }
 
 static int parse_page(req_ctx *x, run_page *pg) {
-  static const struct { const char *name; long long dflt, max; } nums[2] = {
-      {"limit", 500, 10000}, {"offset", 0, INT64_MAX}};
+  static const struct {
+    const char *name;
+    long long dflt, max;
+  } nums[2] = {{"limit", 500, 10000}, {"offset", 0, INT64_MAX}};
   for (int i = 0; i < 2; i++) {
     const char *v;
     if (query_param(x, nums[i].name, &v))
@@ -144,8 +147,7 @@ static int parse_page(req_ctx *x, run_page *pg) {
       n = strtoll(v, &end, 10);
       if (!*v || *end || errno || n < 0 || n > nums[i].max) {
         char msg[160];
-        snprintf(msg, sizeof msg,
-                 "query parameter %s = '%.40s': expected an integer in [0, %lld]",
+        snprintf(msg, sizeof msg, "query parameter %s = '%.40s': expected an integer in [0, %lld]",
                  nums[i].name, v, nums[i].max);
         answer_error(x, 400, msg, nums[i].name);
         return -1;
@@ -153,8 +155,8 @@ static int parse_page(req_ctx *x, run_page *pg) {
     }
     snprintf(i ? pg->offset : pg->limit, sizeof pg->limit, "%lld", n);
   }
-  static const char *const statuses[] = {"queued", "running", "succeeded", "failed",
-                                         "cancelled", NULL};
+  static const char *const statuses[] = {"queued", "running",   "succeeded",
+                                         "failed", "cancelled", NULL};
   if (query_param(x, "status", &pg->status))
     return -1;
   int ok = !pg->status;
@@ -253,11 +255,11 @@ static void get_workers(sched *s, req_ctx *x) {
     int busy = 0;
     for (int g = 0; g < c->ngpus; g++)
       busy += c->gpu_busy[g];
-    json_array_append_new(
-        arr, json_pack("{s:I,s:s,s:s,s:O,s:i,s:i,s:i,s:o}", "id", (json_int_t)c->worker_id,
-                       "name", c->name, "host", c->host, "gpus",
-                       c->gpus_json ? c->gpus_json : json_null(), "gpus_busy", busy,
-                       "cpu_slots", c->cpu_slots, "cpu_busy", c->cpu_busy, "runs", runs));
+    json_array_append_new(arr, json_pack("{s:I,s:s,s:s,s:O,s:i,s:i,s:i,s:o}", "id",
+                                         (json_int_t)c->worker_id, "name", c->name, "host", c->host,
+                                         "gpus", c->gpus_json ? c->gpus_json : json_null(),
+                                         "gpus_busy", busy, "cpu_slots", c->cpu_slots, "cpu_busy",
+                                         c->cpu_busy, "runs", runs));
   }
   char *text = json_dumps(arr, JSON_COMPACT);
   json_decref(arr);
@@ -287,13 +289,12 @@ static void on_cancelled(void *ud, int status, PGresult *res, const char *errmsg
       sched__cancel_running(x->s, rid);
       stopped++;
     } else {
-      sched__emit(x->s, "run", json_pack("{s:I,s:s}", "id", (json_int_t)rid, "status",
-                                         "cancelled"));
+      sched__emit(x->s, "run",
+                  json_pack("{s:I,s:s}", "id", (json_int_t)rid, "status", "cancelled"));
     }
   }
   char body[128];
-  snprintf(body, sizeof body, "{\"id\":%" PRId64 ",\"cancelling_running\":%d}", x->id,
-           stopped);
+  snprintf(body, sizeof body, "{\"id\":%" PRId64 ",\"cancelling_running\":%d}", x->id, stopped);
   answer_json(x, 200, body);
 }
 
@@ -334,9 +335,8 @@ static void on_reproduced(void *ud, int status, PGresult *res, const char *errms
     return answer_error(x, 404, "no such run", NULL);
   if (PQgetisnull(res, 0, 1)) {
     char msg[160];
-    snprintf(msg, sizeof msg,
-             "run %" PRId64 " is %s: a run can be reproduced once it has finished", x->id,
-             PQgetvalue(res, 0, 0));
+    snprintf(msg, sizeof msg, "run %" PRId64 " is %s: a run can be reproduced once it has finished",
+             x->id, PQgetvalue(res, 0, 0));
     return answer_error(x, 409, msg, NULL);
   }
   answer_json(x, 201, PQgetvalue(res, 0, 1));
@@ -429,10 +429,8 @@ static void on_counts(void *ud, int status, PGresult *res, const char *errmsg) {
   OUT("scalesweep_http_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
       (unsigned long long)s->lat_count);
   OUT("scalesweep_http_request_duration_seconds_sum %.6f\n", s->lat_sum_s);
-  OUT("scalesweep_http_request_duration_seconds_count %llu\n",
-      (unsigned long long)s->lat_count);
-  OUT("# TYPE scalesweep_http_connections gauge\nscalesweep_http_connections %d\n",
-      hs.connections);
+  OUT("scalesweep_http_request_duration_seconds_count %llu\n", (unsigned long long)s->lat_count);
+  OUT("# TYPE scalesweep_http_connections gauge\nscalesweep_http_connections %d\n", hs.connections);
 #undef OUT
   http_respond(x->r, 200, "text/plain; version=0.0.4", b, len < cap ? len : cap - 1, "");
 }
@@ -482,7 +480,8 @@ static void events(sched *s, http_request *r) {
   }
 }
 
-/* ---- routing ------------------------------------------------------------------------------------ */
+/* ---- routing ------------------------------------------------------------------------------------
+ */
 
 void sched__http(http_request *r, void *ud) {
   sched *s = ud;
@@ -507,8 +506,7 @@ void sched__http(http_request *r, void *ud) {
   if (get && !s->o.open_reads && !authorized(s, r))
     return answer_error(x, 401, "reads need the API token (Authorization: Bearer ...)", NULL);
   if (!get && !authorized(s, r))
-    return answer_error(x, 401, "changes need the API token (Authorization: Bearer ...)",
-                        NULL);
+    return answer_error(x, 401, "changes need the API token (Authorization: Bearer ...)", NULL);
   if (!strcmp(path, "/api/events")) {
     if (!get)
       return answer_error(x, 405, "method not allowed: use GET", NULL);

@@ -23,7 +23,7 @@ typedef struct sched__wrun {
   int attempt;
   int ngpus;
   int gpus[8];
-  int cancelling; /* a cancel was sent: its end is "cancelled" */
+  int cancelling;       /* a cancel was sent: its end is "cancelled" */
   int metrics_inflight; /* metric batches sent to the database, not yet stored */
   json_t *finished;     /* a finished message held until those are stored */
   struct sched__wrun *next;
@@ -83,7 +83,7 @@ typedef struct sched__authfail {
 struct sched {
   uv_loop_t *loop;
   sched_options o;
-  db *db;         /* everything but metric rows */
+  db *db; /* everything but metric rows */
   /* metric rows: connections of their own, so that a stream of metrics
    * neither delays placement nor caps at one server process; a run's batches
    * all go to one of them (run_id % SCHED__METRIC_DBS), which keeps them in
@@ -98,7 +98,7 @@ struct sched {
   sched__wconn *conns;
   sched__authfail *authfails;
   int placing, place_again;
-  int db_was_down; /* the lease timer saw the database unavailable */
+  int db_was_down;      /* the lease timer saw the database unavailable */
   int64_t touched[256]; /* sweeps waiting for sched__sweep_flush */
   char touched_refit[256];
   int ntouched;
@@ -168,28 +168,28 @@ void sched__http(http_request *r, void *ud);
  * its status is there to say so. NULL for other runs and while either is
  * queued or running. Used by GET /api/runs/{id} (api.c) and the run's page
  * (web.c); $1 is the run. */
-#define SCHED__REPRODUCTION_SQL \
-    "(SELECT json_build_object('of', o.id, 'status_original', o.status, " \
-    "'status_reproduced', me.status, 'steps_original', c.no, 'steps_reproduced', c.nr, " \
-    "'steps_compared', c.n, 'final_val_loss_original', o.final_val_loss, " \
-    "'final_val_loss_reproduced', me.final_val_loss, " \
-    "'identical', c.n = c.no AND c.n = c.nr AND c.same AND " \
-    "o.final_val_loss IS NOT DISTINCT FROM me.final_val_loss, " \
-    "'identical_where_both', c.same AND c.n = least(c.no, c.nr), " \
-    "'max_abs_diff', c.diff, 'at_step', c.at) " \
-    "FROM runs me JOIN runs o ON o.id = me.reproduces, LATERAL (SELECT " \
-    "(SELECT count(*) FROM metrics WHERE run_id = o.id) AS no, " \
-    "(SELECT count(*) FROM metrics WHERE run_id = me.id) AS nr, " \
-    "count(*) AS n, coalesce(bool_and(a.train_loss IS NOT DISTINCT FROM b.train_loss AND " \
-    "a.val_loss IS NOT DISTINCT FROM b.val_loss), true) AS same, " \
-    "coalesce(max(greatest(coalesce(abs(a.train_loss - b.train_loss), 0), " \
-    "coalesce(abs(a.val_loss - b.val_loss), 0))), 0) AS diff, " \
-    "(array_agg(a.step ORDER BY greatest(coalesce(abs(a.train_loss - b.train_loss), 0), " \
-    "coalesce(abs(a.val_loss - b.val_loss), 0)) DESC, a.step))[1] AS at " \
-    "FROM metrics a JOIN metrics b ON b.run_id = me.id AND b.step = a.step " \
-    "WHERE a.run_id = o.id) c " \
-    "WHERE me.id = $1 AND me.status IN ('succeeded', 'failed', 'cancelled') " \
-    "AND o.status IN ('succeeded', 'failed', 'cancelled'))"
+#define SCHED__REPRODUCTION_SQL                                                          \
+  "(SELECT json_build_object('of', o.id, 'status_original', o.status, "                  \
+  "'status_reproduced', me.status, 'steps_original', c.no, 'steps_reproduced', c.nr, "   \
+  "'steps_compared', c.n, 'final_val_loss_original', o.final_val_loss, "                 \
+  "'final_val_loss_reproduced', me.final_val_loss, "                                     \
+  "'identical', c.n = c.no AND c.n = c.nr AND c.same AND "                               \
+  "o.final_val_loss IS NOT DISTINCT FROM me.final_val_loss, "                            \
+  "'identical_where_both', c.same AND c.n = least(c.no, c.nr), "                         \
+  "'max_abs_diff', c.diff, 'at_step', c.at) "                                            \
+  "FROM runs me JOIN runs o ON o.id = me.reproduces, LATERAL (SELECT "                   \
+  "(SELECT count(*) FROM metrics WHERE run_id = o.id) AS no, "                           \
+  "(SELECT count(*) FROM metrics WHERE run_id = me.id) AS nr, "                          \
+  "count(*) AS n, coalesce(bool_and(a.train_loss IS NOT DISTINCT FROM b.train_loss AND " \
+  "a.val_loss IS NOT DISTINCT FROM b.val_loss), true) AS same, "                         \
+  "coalesce(max(greatest(coalesce(abs(a.train_loss - b.train_loss), 0), "                \
+  "coalesce(abs(a.val_loss - b.val_loss), 0))), 0) AS diff, "                            \
+  "(array_agg(a.step ORDER BY greatest(coalesce(abs(a.train_loss - b.train_loss), 0), "  \
+  "coalesce(abs(a.val_loss - b.val_loss), 0)) DESC, a.step))[1] AS at "                  \
+  "FROM metrics a JOIN metrics b ON b.run_id = me.id AND b.step = a.step "               \
+  "WHERE a.run_id = o.id) c "                                                            \
+  "WHERE me.id = $1 AND me.status IN ('succeeded', 'failed', 'cancelled') "              \
+  "AND o.status IN ('succeeded', 'failed', 'cancelled'))"
 
 /* web.c: the status page. sched__web answers what is the page's (every path
  * outside /api/ but /metrics and /healthz, and the page's own JSON under

@@ -58,7 +58,9 @@ static json_t *num_or_null(double v) { return isfinite(v) ? json_real(v) : json_
 static void predict_one(pred_run *r) {
   if (r->npts < PREDICT_MIN_EVALS)
     return;
-  fit_options o = {.bootstrap = PREDICT_BOOTSTRAP, .seed = (uint64_t)r->id, .threads = 1,
+  fit_options o = {.bootstrap = PREDICT_BOOTSTRAP,
+                   .seed = (uint64_t)r->id,
+                   .threads = 1,
                    .target_steps = r->steps};
   fit_result res;
   char err[256];
@@ -77,11 +79,10 @@ static void predict_one(pred_run *r) {
     json_array_append_new(w, json_string(res.warnings[i]));
   json_t *j = json_pack("{s:I,s:i,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:b,s:b,s:o}", "at_step",
                         (json_int_t)r->pts[r->npts - 1].steps, "evals", r->npts, "target_steps",
-                        json_real(r->steps), "predicted", num_or_null(pred), "lo",
-                        num_or_null(lo), "hi", num_or_null(hi), "surface",
-                        num_or_null(surface), "surface_sd", num_or_null(sd), "z",
-                        num_or_null(z), "flagged", r->flagged, "converged", res.converged,
-                        "warnings", w);
+                        json_real(r->steps), "predicted", num_or_null(pred), "lo", num_or_null(lo),
+                        "hi", num_or_null(hi), "surface", num_or_null(surface), "surface_sd",
+                        num_or_null(sd), "z", num_or_null(z), "flagged", r->flagged, "converged",
+                        res.converged, "warnings", w);
   r->json = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
   json_decref(j);
   fit_result_free(&res);
@@ -121,9 +122,9 @@ static void after_work(uv_work_t *w, int status) {
               r->id, json_number_value(json_object_get(j, "predicted")),
               json_number_value(json_object_get(j, "surface")),
               json_number_value(json_object_get(j, "z")));
-    sched__emit(s, "prediction",
-                json_pack("{s:I,s:o}", "run_id", (json_int_t)r->id, "prediction",
-                          j ? j : json_null()));
+    sched__emit(
+        s, "prediction",
+        json_pack("{s:I,s:o}", "run_id", (json_int_t)r->id, "prediction", j ? j : json_null()));
   }
   pass_free(p);
   busy = 0;
@@ -164,8 +165,14 @@ static void on_runs(void *ud, int status, PGresult *res, const char *errmsg) {
       double l = json_number_value(json_array_get(e, 1));
       if (!r->pts || !(st > r->warmup_steps) || !(l > 0))
         continue; /* the warmup bends the curve the law does not model */
-      r->pts[r->npts++] = (fit_point){.params = NAN, .tokens = NAN, .flops = NAN, .loss = l,
-                                      .batch_size = NAN, .steps = st, .lr = NAN, .group = -1};
+      r->pts[r->npts++] = (fit_point){.params = NAN,
+                                      .tokens = NAN,
+                                      .flops = NAN,
+                                      .loss = l,
+                                      .batch_size = NAN,
+                                      .steps = st,
+                                      .lr = NAN,
+                                      .group = -1};
     }
     json_decref(ev);
     for (int q = 0; q < 5; q++)

@@ -28,15 +28,15 @@ typedef struct refit {
   uv_work_t work;
   sched *s;
   int64_t sweep_id;
-  fit_point *pts;  /* the loss laws' points: one per run */
+  fit_point *pts; /* the loss laws' points: one per run */
   int n;
-  int *isoflop;    /* per point: 1 when it is an isoflop run */
-  fit_point *lad;  /* the ladder's points: one per run and target reached */
+  int *isoflop;   /* per point: 1 when it is an isoflop run */
+  fit_point *lad; /* the ladder's points: one per run and target reached */
   int nlad;
   int lad_runs, lad_missed; /* ladder runs; (run, target) pairs never reached */
-  double *bnoise;  /* per ladder run: median b_noise of its second half, tokens (NAN: none) */
-  char *synthetic; /* the first run's data.synthetic (JSON text; NULL: real data) */
-  int seq_len;     /* and its seq_len */
+  double *bnoise;    /* per ladder run: median b_noise of its second half, tokens (NAN: none) */
+  char *synthetic;   /* the first run's data.synthetic (JSON text; NULL: real data) */
+  int seq_len;       /* and its seq_len */
   char *json[NLAWS]; /* results (NULL: the points do not support the law yet) */
   int npoints[NLAWS];
   char why[NLAWS][600]; /* why a law was not fitted */
@@ -86,8 +86,10 @@ static void add_bnoise(refit *r, fit_result *res) {
                          "micro_batch_size is below batch_size)");
   }
   if (r->lad_missed)
-    fit_result_warn(res, "%d (run, target loss) pairs: the run never reached the target; "
-                         "left out", r->lad_missed);
+    fit_result_warn(res,
+                    "%d (run, target loss) pairs: the run never reached the target; "
+                    "left out",
+                    r->lad_missed);
   free(v);
 }
 
@@ -112,9 +114,8 @@ static json_t *extrapolation(refit *r, const fit_options *o) {
     json_t *w = json_array();
     for (int i = 0; i < ex.nwarnings; i++)
       json_array_append_new(w, json_string(ex.warnings[i]));
-    j = json_pack("{s:f,s:i,s:f,s:f,s:f,s:o}", "held_out_flops", v[0], "fitted_points",
-                  ex.n_points, "predicted_loss", v[1], "measured_loss", v[2], "rel_err", v[3],
-                  "warnings", w);
+    j = json_pack("{s:f,s:i,s:f,s:f,s:f,s:o}", "held_out_flops", v[0], "fitted_points", ex.n_points,
+                  "predicted_loss", v[1], "measured_loss", v[2], "rel_err", v[3], "warnings", w);
   }
   fit_result_free(&ex);
   return j;
@@ -127,13 +128,12 @@ static json_t *corpus_truth(const refit *r) {
   json_t *syn = r->synthetic ? json_loads(r->synthetic, JSON_DECODE_INT_AS_REAL, NULL) : NULL;
   json_t *j = NULL;
   if (json_is_object(syn) && r->seq_len > 0) {
-    trn_synth_params p = {
-        .letters = (int)json_number_value(json_object_get(syn, "letters")),
-        .words = (int)json_number_value(json_object_get(syn, "words")),
-        .min_len = (int)json_number_value(json_object_get(syn, "min_len")),
-        .max_len = (int)json_number_value(json_object_get(syn, "max_len")),
-        .zipf = json_number_value(json_object_get(syn, "zipf")),
-        .seed = (uint64_t)json_number_value(json_object_get(syn, "seed"))};
+    trn_synth_params p = {.letters = (int)json_number_value(json_object_get(syn, "letters")),
+                          .words = (int)json_number_value(json_object_get(syn, "words")),
+                          .min_len = (int)json_number_value(json_object_get(syn, "min_len")),
+                          .max_len = (int)json_number_value(json_object_get(syn, "max_len")),
+                          .zipf = json_number_value(json_object_get(syn, "zipf")),
+                          .seed = (uint64_t)json_number_value(json_object_get(syn, "seed"))};
     trn_lexicon *lx;
     char err[256];
     if (trn_lexicon_new(&p, &lx, err, sizeof err) == 0) {
@@ -201,7 +201,9 @@ static json_t *without_smallest_budget(const fit_point *pts, int n, const char *
 
 static void work(uv_work_t *w) {
   refit *r = w->data;
-  fit_options o = {.bootstrap = REFIT_BOOTSTRAP, .seed = (uint64_t)r->sweep_id, .threads = 1,
+  fit_options o = {.bootstrap = REFIT_BOOTSTRAP,
+                   .seed = (uint64_t)r->sweep_id,
+                   .threads = 1,
                    .fit_irreducible = 1};
   fit_point *iso = calloc(r->n ? (size_t)r->n : 1, sizeof *iso);
   int niso = 0;
@@ -251,7 +253,9 @@ static void work(uv_work_t *w) {
       }
     } else {
       snprintf(r->why[l], sizeof r->why[l], "%s",
-               rc != -1 ? err : l == 1 ? "no isoflop runs" : "no batch ladder runs");
+               rc != -1 ? err
+               : l == 1 ? "no isoflop runs"
+                        : "no batch ladder runs");
     }
     json_decref(extra);
     fit_result_free(&res);
@@ -280,8 +284,8 @@ static void after_work(uv_work_t *w, int status) {
   sched *s = r->s;
   for (int l = 0; l < NLAWS && status == 0 && !s->stopping; l++) {
     if (!r->json[l]) {
-      fprintf(stderr, "scheduler: sweep %" PRId64 ": %s not fitted (%d points): %s\n",
-              r->sweep_id, laws[l], r->n, r->why[l]);
+      fprintf(stderr, "scheduler: sweep %" PRId64 ": %s not fitted (%d points): %s\n", r->sweep_id,
+              laws[l], r->n, r->why[l]);
       continue;
     }
     char id[32], np[16];
@@ -295,8 +299,9 @@ static void after_work(uv_work_t *w, int status) {
              4, p, on_stored, NULL);
     json_error_t je;
     json_t *fit = json_loads(r->json[l], 0, &je);
-    sched__emit(s, "fit", json_pack("{s:I,s:s,s:o}", "sweep_id", (json_int_t)r->sweep_id,
-                                    "law", laws[l], "fit", fit ? fit : json_null()));
+    sched__emit(s, "fit",
+                json_pack("{s:I,s:s,s:o}", "sweep_id", (json_int_t)r->sweep_id, "law", laws[l],
+                          "fit", fit ? fit : json_null()));
   }
   int i = in(state.busy, state.nbusy, r->sweep_id);
   if (i >= 0)
@@ -448,8 +453,8 @@ void sched__refit_due(sched *s) {
     }
   }
   for (int i = 0; i < state.ncool;) { /* forget cooled-down sweeps */
-    if (uv_now(s->loop) >= state.cool_until_ms[i] && in(state.again, state.nagain,
-                                                          state.cool[i]) < 0) {
+    if (uv_now(s->loop) >= state.cool_until_ms[i] &&
+        in(state.again, state.nagain, state.cool[i]) < 0) {
       state.cool[i] = state.cool[--state.ncool];
       state.cool_until_ms[i] = state.cool_until_ms[state.ncool];
     } else {
@@ -495,9 +500,9 @@ static void on_sweep_status(void *ud, int status, PGresult *res, const char *err
     return;
   }
   if (PQntuples(res) == 1)
-    sched__emit(s, "sweep", json_pack("{s:I,s:s}", "id",
-                                      (json_int_t)strtoll(PQgetvalue(res, 0, 0), NULL, 10),
-                                      "status", PQgetvalue(res, 0, 1)));
+    sched__emit(s, "sweep",
+                json_pack("{s:I,s:s}", "id", (json_int_t)strtoll(PQgetvalue(res, 0, 0), NULL, 10),
+                          "status", PQgetvalue(res, 0, 1)));
 }
 
 void sched__sweep_status(sched *s, int64_t sweep_id) {

@@ -259,8 +259,8 @@ static void on_claimed(void *ud, int status, PGresult *res, const char *errmsg) 
     }
     json_t *msg = json_pack("{s:s,s:I,s:i,s:o,s:o,s:s,s:b}", "type", "assign", "run_id",
                             (json_int_t)a->run_id, "attempt", attempt, "config",
-                            config ? config : json_object(), "gpus", gl, "checkpoint_dir",
-                            dir, "resume", attempt > 1);
+                            config ? config : json_object(), "gpus", gl, "checkpoint_dir", dir,
+                            "resume", attempt > 1);
     if (attempt > 1 && !PQgetisnull(res, 0, 3))
       json_object_set_new(msg, "resume_max_step",
                           json_integer(strtoll(PQgetvalue(res, 0, 3), NULL, 10)));
@@ -268,9 +268,9 @@ static void on_claimed(void *ud, int status, PGresult *res, const char *errmsg) 
     s->assigns++;
     if (attempt == 1)
       sched__sweep_touch(s, strtoll(PQgetvalue(res, 0, 2), NULL, 10), 0);
-    sched__emit(s, "run", json_pack("{s:I,s:s,s:i,s:I}", "id", (json_int_t)a->run_id,
-                                    "status", "running", "attempt", attempt, "worker",
-                                    (json_int_t)a->worker_id));
+    sched__emit(s, "run",
+                json_pack("{s:I,s:s,s:i,s:I}", "id", (json_int_t)a->run_id, "status", "running",
+                          "attempt", attempt, "worker", (json_int_t)a->worker_id));
   }
   if (a->pending)
     place_done(s);
@@ -307,8 +307,8 @@ static void on_queue(void *ud, int status, PGresult *res, const char *errmsg) {
         blocked_gpus = gpus;
       if (gpus == 0)
         blocked_gpus = 1;
-      if (gpus > 1 && !reserved && now - blocked_since(s, run_id, now) >=
-                                        (uint64_t)s->o.reserve_after_s * 1000)
+      if (gpus > 1 && !reserved &&
+          now - blocked_since(s, run_id, now) >= (uint64_t)s->o.reserve_after_s * 1000)
         reserved = reserve_for(s, gpus);
       continue;
     }
@@ -500,8 +500,9 @@ static int write_ready_file(sched *s, char *err, size_t errlen) {
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp", s->o.ready_file);
   FILE *f = fopen(tmp, "w");
-  if (!f || fprintf(f, "{\"http_port\":%d,\"workers_port\":%d,\"pid\":%d}\n", s->http_port,
-                    s->workers_port, (int)getpid()) < 0 ||
+  if (!f ||
+      fprintf(f, "{\"http_port\":%d,\"workers_port\":%d,\"pid\":%d}\n", s->http_port,
+              s->workers_port, (int)getpid()) < 0 ||
       fclose(f) != 0 || rename(tmp, s->o.ready_file) != 0) {
     snprintf(err, errlen, "%s: cannot write: %s", s->o.ready_file, strerror(errno));
     return SS_EIO;
@@ -516,8 +517,8 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   s->o = *opt;
   int rc = read_token(opt->token_file, s->token, sizeof s->token, err, errlen);
   if (!rc)
-    rc = read_token(opt->api_token_file ? opt->api_token_file : opt->token_file,
-                    s->api_token, sizeof s->api_token, err, errlen);
+    rc = read_token(opt->api_token_file ? opt->api_token_file : opt->token_file, s->api_token,
+                    sizeof s->api_token, err, errlen);
   int applied = 0;
   if (!rc)
     rc = db_migrate(opt->database, &applied, err, errlen);
@@ -546,8 +547,8 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   http_limits lim;
   http_limits_default(&lim);
   if (!rc) {
-    s->http = http_server_start(&loop, host, port, &lim, sched__http, s, &s->http_port, err,
-                                errlen);
+    s->http =
+        http_server_start(&loop, host, port, &lim, sched__http, s, &s->http_port, err, errlen);
     if (!s->http)
       rc = SS_EIO;
   }
@@ -577,8 +578,7 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   if (!(sigaction(SIGINT, NULL, &old_int) == 0 && old_int.sa_handler == SIG_IGN))
     uv_signal_start(&s->sigint, on_signal, SIGINT);
   uv_signal_start(&s->sigterm, on_signal, SIGTERM);
-  logf_("serving the API on %s:%d and workers on port %d", host, s->http_port,
-        s->workers_port);
+  logf_("serving the API on %s:%d and workers on port %d", host, s->http_port, s->workers_port);
   uv_run(&loop, UV_RUN_DEFAULT);
   rc = uv_loop_close(&loop) == 0 ? 0 : SS_EIO;
   if (rc)

@@ -119,13 +119,13 @@ static void on_inserted(void *ud, int status, PGresult *res, const char *errmsg)
     return;
   }
   char body[256];
-  snprintf(body, sizeof body, "{\"id\":%s,\"runs\":%s,\"spec_hash\":\"%s\"}",
-           PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), x->hash);
+  snprintf(body, sizeof body, "{\"id\":%s,\"runs\":%s,\"spec_hash\":\"%s\"}", PQgetvalue(res, 0, 0),
+           PQgetvalue(res, 0, 1), x->hash);
   sched *s = x->s; /* x lives in the request's arena, freed by the answer */
   http_respond_json(x->r, 201, body);
-  sched__emit(s, "sweep", json_pack("{s:I,s:s}", "id",
-                                    (json_int_t)strtoll(PQgetvalue(res, 0, 0), NULL, 10),
-                                    "status", "queued"));
+  sched__emit(s, "sweep",
+              json_pack("{s:I,s:s}", "id", (json_int_t)strtoll(PQgetvalue(res, 0, 0), NULL, 10),
+                        "status", "queued"));
   sched__place(s);
 }
 
@@ -166,8 +166,7 @@ void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
   snprintf(gpus, sizeof gpus, "%d", sp->gpus);
   snprintf(prio, sizeof prio, "%d", sp->priority);
   snprintf(maxa, sizeof maxa, "%d", sp->max_attempts > 0 ? sp->max_attempts : 3);
-  const char *params[7] = {sp->name ? sp->name : "unnamed", canon, x->hash, prio, gpus, maxa,
-                           runs};
+  const char *params[7] = {sp->name ? sp->name : "unnamed", canon, x->hash, prio, gpus, maxa, runs};
   /* one statement: the sweep and all its runs, or nothing */
   db_query(s->db,
            "WITH sw AS (INSERT INTO sweeps (name, spec, spec_hash, priority) "

@@ -31,14 +31,14 @@
 
 /* Every answer the page gets: scripts only from /static/, no inline code,
  * no framing, no sniffing. */
-#define SECURITY_HEADERS                                                                           \
-  "Content-Security-Policy: default-src 'none'; script-src 'self'; style-src "                     \
-  "'self'; "                                                                                       \
-  "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action "                        \
-  "'self'; "                                                                                       \
-  "frame-ancestors 'none'\r\n"                                                                     \
-  "X-Content-Type-Options: nosniff\r\n"                                                            \
-  "X-Frame-Options: DENY\r\n"                                                                      \
+#define SECURITY_HEADERS                                                       \
+  "Content-Security-Policy: default-src 'none'; script-src 'self'; style-src " \
+  "'self'; "                                                                   \
+  "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action "    \
+  "'self'; "                                                                   \
+  "frame-ancestors 'none'\r\n"                                                 \
+  "X-Content-Type-Options: nosniff\r\n"                                        \
+  "X-Frame-Options: DENY\r\n"                                                  \
   "Referrer-Policy: no-referrer\r\n"
 
 /* ---- text buffers
@@ -362,11 +362,11 @@ static void b_progress(buf *b, const char *label, double done, double total, con
 
 /* compute a run has spent: all of it when it succeeded, else the share of
  * its tokens its last stored step reached */
-#define SPENT_SQL                                                                                  \
-  "CASE WHEN r.status = 'succeeded' THEN r.flops WHEN r.attempt > 0 THEN "                         \
-  "r.flops * "                                                                                     \
-  "least(1.0, coalesce((SELECT m.tokens FROM metrics m WHERE m.run_id = r.id "                     \
-  "ORDER BY "                                                                                      \
+#define SPENT_SQL                                                              \
+  "CASE WHEN r.status = 'succeeded' THEN r.flops WHEN r.attempt > 0 THEN "     \
+  "r.flops * "                                                                 \
+  "least(1.0, coalesce((SELECT m.tokens FROM metrics m WHERE m.run_id = r.id " \
+  "ORDER BY "                                                                  \
   "m.step DESC LIMIT 1), 0)::float8 / greatest(r.tokens, 1)) ELSE 0 END"
 
 #define TS_SQL(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')"
@@ -653,8 +653,7 @@ static void render_result(buf *b, json_t *fits) {
                " (the best loss on windows of %" JSON_INTEGER_FORMAT " tokens), E &minus; "
                "floor = ",
                jint(corpus, "seq_len"));
-      b_num_na(b, jnum(json_object_get(ch, "params"), "E") - jnum(corpus, "window_floor"),
-               "%+.4f");
+      b_num_na(b, jnum(json_object_get(ch, "params"), "E") - jnum(corpus, "window_floor"), "%+.4f");
     }
     b_puts(b, "; ");
     b_fit_value(b, "alpha", ch, "alpha");
@@ -926,7 +925,6 @@ static void b_row(buf *b, const char *name) {
   b_puts(b, "</th><td>");
 }
 
-
 /* The row of a run that reproduces run `of`: once both have finished, whether
  * its curve matches the original's exactly (SCHED__REPRODUCTION_SQL), as far
  * as both went when one was cancelled, else the largest difference and its
@@ -970,9 +968,10 @@ static void b_reproduction(buf *b, json_int_t of, json_t *rep) {
   }
   b_puts(b, ": <strong class=\"flag\">differs</strong>, largest difference ");
   b_num_na(b, jnum(rep, "max_abs_diff"), "%.3g");
-  b_printf(b, " at step %" JSON_INTEGER_FORMAT " (%" JSON_INTEGER_FORMAT " steps compared; %"
-              JSON_INTEGER_FORMAT " stored for the original, %" JSON_INTEGER_FORMAT
-              " for this run); final loss ",
+  b_printf(b,
+           " at step %" JSON_INTEGER_FORMAT " (%" JSON_INTEGER_FORMAT
+           " steps compared; %" JSON_INTEGER_FORMAT
+           " stored for the original, %" JSON_INTEGER_FORMAT " for this run); final loss ",
            jint(rep, "at_step"), jint(rep, "steps_compared"), jint(rep, "steps_original"),
            jint(rep, "steps_reproduced"));
   b_num_na(b, jnum(rep, "final_val_loss_original"), "%.6f");

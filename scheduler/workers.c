@@ -9,8 +9,7 @@
 
 static uint64_t now_ns(void) { return uv_hrtime(); }
 
-static void wlog(const sched__wconn *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+static void wlog(const sched__wconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void wlog(const sched__wconn *c, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -114,8 +113,9 @@ void sched__conn_drop(sched__wconn *c, const char *why) {
       break;
     }
   if (c->authed)
-    sched__emit(s, "worker", json_pack("{s:I,s:s,s:b}", "id", (json_int_t)c->worker_id,
-                                       "name", c->name, "connected", 0));
+    sched__emit(s, "worker",
+                json_pack("{s:I,s:s,s:b}", "id", (json_int_t)c->worker_id, "name", c->name,
+                          "connected", 0));
   uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
 
@@ -144,9 +144,8 @@ static wctx *ctx(sched__wconn *c, int64_t run_id, int attempt, int64_t seq) {
 static void ack(wctx *x) {
   sched__wconn *c = sched__conn_by_worker(x->s, x->worker_id);
   if (c)
-    sched__send(c, json_pack("{s:s,s:I,s:i,s:I}", "type", "ack", "run_id",
-                             (json_int_t)x->run_id, "attempt", x->attempt, "seq",
-                             (json_int_t)x->seq));
+    sched__send(c, json_pack("{s:s,s:I,s:i,s:I}", "type", "ack", "run_id", (json_int_t)x->run_id,
+                             "attempt", x->attempt, "seq", (json_int_t)x->seq));
 }
 
 static void log_db_error(const char *what, int status, const char *errmsg) {
@@ -215,9 +214,9 @@ static void on_orphans(void *ud, int status, PGresult *res, const char *errmsg) 
     fprintf(stderr, "scheduler: run %s: its worker restarted without it; now %s\n",
             PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
     s->runs_requeued++;
-    sched__emit(s, "run", json_pack("{s:I,s:s}", "id",
-                                    (json_int_t)strtoll(PQgetvalue(res, i, 0), NULL, 10),
-                                    "status", PQgetvalue(res, i, 1)));
+    sched__emit(s, "run",
+                json_pack("{s:I,s:s}", "id", (json_int_t)strtoll(PQgetvalue(res, i, 0), NULL, 10),
+                          "status", PQgetvalue(res, i, 1)));
     sched__sweep_status(s, strtoll(PQgetvalue(res, i, 3), NULL, 10));
   }
   if (PQntuples(res))
@@ -245,8 +244,8 @@ static void on_worker_row(void *ud, int status, PGresult *res, const char *errms
     }
   c->authed = 1;
   sched__send(c, json_pack("{s:s,s:I,s:i,s:i}", "type", "welcome", "worker_id",
-                           (json_int_t)c->worker_id, "heartbeat_s", s->o.heartbeat_s,
-                           "lease_s", s->o.lease_s));
+                           (json_int_t)c->worker_id, "heartbeat_s", s->o.heartbeat_s, "lease_s",
+                           s->o.lease_s));
   wlog(c, "connected: %d GPU(s), %d CPU slot(s)", c->ngpus, c->cpu_slots);
   /* runs it is still executing: keep those that are still its, by attempt */
   size_t i;
@@ -304,8 +303,9 @@ static void on_worker_row(void *ud, int status, PGresult *res, const char *errms
              2, p, on_orphans, s);
     free(idtext);
   }
-  sched__emit(s, "worker", json_pack("{s:I,s:s,s:b}", "id", (json_int_t)c->worker_id,
-                                     "name", c->name, "connected", 1));
+  sched__emit(
+      s, "worker",
+      json_pack("{s:I,s:s,s:b}", "id", (json_int_t)c->worker_id, "name", c->name, "connected", 1));
   json_decref(h->runs);
   free(h);
   sched__place(s);
@@ -362,14 +362,13 @@ static void on_hello(sched__wconn *c, json_t *m) {
 static void on_heartbeat_done(void *ud, int status, PGresult *res, const char *errmsg) {
   wctx *x = ud;
   log_db_error("renewing leases", status, errmsg);
-  sched__wconn *c = status == 0 && x->attempt ? sched__conn_by_worker(x->s, x->worker_id)
-                                                  : NULL;
+  sched__wconn *c = status == 0 && x->attempt ? sched__conn_by_worker(x->s, x->worker_id) : NULL;
   if (c) {
     json_t *runs = json_array();
     for (int i = 0; i < PQntuples(res); i++)
       json_array_append_new(runs, json_integer(strtoll(PQgetvalue(res, i, 0), NULL, 10)));
-    sched__send(c, json_pack("{s:s,s:I,s:o}", "type", "heartbeat", "hb", (json_int_t)x->seq,
-                             "runs", runs));
+    sched__send(
+        c, json_pack("{s:s,s:I,s:o}", "type", "heartbeat", "hb", (json_int_t)x->seq, "runs", runs));
   }
   free(x);
 }
@@ -414,8 +413,7 @@ static void on_started(sched__wconn *c, json_t *m) {
            json_integer_value(json_object_get(m, "attempt")));
   snprintf(wid, sizeof wid, "%" PRId64, c->worker_id);
   snprintf(params, sizeof params, "%.0f", json_number_value(json_object_get(cfg, "params")));
-  snprintf(nep, sizeof nep, "%.0f",
-           json_number_value(json_object_get(cfg, "nonembedding_params")));
+  snprintf(nep, sizeof nep, "%.0f", json_number_value(json_object_get(cfg, "nonembedding_params")));
   snprintf(flops_pt, sizeof flops_pt, "%.17g",
            json_number_value(json_object_get(cfg, "flops_per_token")));
   const char *p[6] = {rid, att, wid, params, nep, flops_pt};
@@ -545,8 +543,8 @@ static void on_metrics_stored(void *ud, int status, PGresult *res, const char *e
 }
 
 #define NCOLS 9
-static const char *const metric_cols[NCOLS] = {"step",     "tokens",  "train_loss",
-                                               "val_loss", "lr",      "grad_norm",
+static const char *const metric_cols[NCOLS] = {"step",     "tokens",     "train_loss",
+                                               "val_loss", "lr",         "grad_norm",
                                                "b_noise",  "loss_scale", "tok_per_s"};
 
 static void on_metrics(sched__wconn *c, json_t *m) {
@@ -614,10 +612,10 @@ static void on_metrics(sched__wconn *c, json_t *m) {
    * inserts its steps meanwhile; were one to, the primary key refuses the
    * batch and the worker resends it. */
   char lo[24], hi[24];
-  snprintf(lo, sizeof lo, "%" PRId64, out ? (int64_t)json_integer_value(
-                                                json_object_get(sorted[0], "step")) : 0);
-  snprintf(hi, sizeof hi, "%" PRId64, out ? (int64_t)json_integer_value(
-                                                json_object_get(sorted[k - 1], "step")) : -1);
+  snprintf(lo, sizeof lo, "%" PRId64,
+           out ? (int64_t)json_integer_value(json_object_get(sorted[0], "step")) : 0);
+  snprintf(hi, sizeof hi, "%" PRId64,
+           out ? (int64_t)json_integer_value(json_object_get(sorted[k - 1], "step")) : -1);
   free(sorted);
   p[3 + NCOLS] = lo;
   p[4 + NCOLS] = hi;
@@ -648,9 +646,9 @@ static void on_metrics(sched__wconn *c, json_t *m) {
   for (int j = 0; j < NCOLS; j++)
     free(cols[j].p);
   if (out)
-    sched__emit(s, "metrics", json_pack("{s:I,s:I,s:O}", "run_id", (json_int_t)run_id,
-                                        "rows", (json_int_t)out, "last",
-                                        json_array_get(rows, json_array_size(rows) - 1)));
+    sched__emit(s, "metrics",
+                json_pack("{s:I,s:I,s:O}", "run_id", (json_int_t)run_id, "rows", (json_int_t)out,
+                          "last", json_array_get(rows, json_array_size(rows) - 1)));
 }
 
 /* ---- finished ------------------------------------------------------------------------------ */
@@ -679,8 +677,9 @@ static void on_finished_stored(void *ud, int status, PGresult *res, const char *
       s->runs_failed++;
     if (!strcmp(st, "queued"))
       s->runs_requeued++;
-    sched__emit(s, "run", json_pack("{s:I,s:s,s:i}", "id", (json_int_t)x->run_id, "status",
-                                    st, "attempt", x->attempt));
+    sched__emit(s, "run",
+                json_pack("{s:I,s:s,s:i}", "id", (json_int_t)x->run_id, "status", st, "attempt",
+                          x->attempt));
     sched__sweep_touch(s, strtoll(PQgetvalue(res, 0, 1), NULL, 10), !strcmp(st, "succeeded"));
   }
   ack(x);
@@ -718,16 +717,21 @@ static void on_finished(sched__wconn *c, json_t *m) {
              json_number_value(json_object_get(done, "final_val_loss")));
     snprintf(tokens, sizeof tokens, "%.0f", json_number_value(json_object_get(done, "tokens")));
   }
-  snprintf(outcome, sizeof outcome, "%s",
-           ok ? "succeeded" : x->cancelled ? "cancelled" : "failed");
+  snprintf(outcome, sizeof outcome, "%s", ok ? "succeeded" : x->cancelled ? "cancelled" : "failed");
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", error ? error : ok ? "" : "trainer exited");
   if (!ok && !error)
     snprintf(msg, sizeof msg, "trainer exited with code %d", code);
   /* a failed run's log tail is kept for the status page */
   const char *tail = json_string_value(json_object_get(m, "log_tail"));
-  const char *p[8] = {rid, att, wid, outcome, ok ? loss : NULL, ok ? tokens : NULL,
-                      ok ? NULL : msg, ok ? NULL : tail};
+  const char *p[8] = {rid,
+                      att,
+                      wid,
+                      outcome,
+                      ok ? loss : NULL,
+                      ok ? tokens : NULL,
+                      ok ? NULL : msg,
+                      ok ? NULL : tail};
   /* failed with attempts left: back to the queue (it resumes from its
    * checkpoint); otherwise final */
   db_query(c->s->db,

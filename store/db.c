@@ -346,8 +346,8 @@ static void on_timer(uv_timer_t *t) {
 /* lengths and formats (PQsendQueryParams's) may be NULL: text parameters.
  * Only a single statement (!tx) takes them. */
 static db_req *req_new(int tx, int n, const char *const *sqls, const int *nparams,
-                       const char *const *const *params, const int *lengths,
-                       const int *formats, db_cb cb, void *ud) {
+                       const char *const *const *params, const int *lengths, const int *formats,
+                       db_cb cb, void *ud) {
   size_t nptr = 0, nchar = 0;
   for (int i = 0; i < n; i++) {
     int np = nparams && nparams[i] > 0 ? nparams[i] : 0;

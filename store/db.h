@@ -30,8 +30,7 @@ typedef void (*db_cb)(void *ud, int status, PGresult *res, const char *errmsg);
 db *db_open(uv_loop_t *loop, const char *url);
 
 /* Queues one statement. params are NUL-terminated text or NULL for SQL NULL. */
-void db_query(db *d, const char *sql, int nparams, const char *const *params, db_cb cb,
-              void *ud);
+void db_query(db *d, const char *sql, int nparams, const char *const *params, db_cb cb, void *ud);
 
 /* db_query with binary parameters: formats[i] 1 for binary (lengths[i]
  * bytes, PostgreSQL's send format), 0 for text (lengths[i] ignored). */

@@ -12,8 +12,8 @@
 #include "sweeps/fit.h"
 
 enum { C_PARAMS, C_TOKENS, C_FLOPS, C_LOSS, C_BATCH, C_STEPS, C_LR, C_RUN, NCOLS };
-static const char *const colnames[NCOLS] = {"params", "tokens", "flops", "loss",
-                                            "batch_size", "steps", "lr", "run"};
+static const char *const colnames[NCOLS] = {"params",     "tokens", "flops", "loss",
+                                            "batch_size", "steps",  "lr",    "run"};
 
 typedef struct {
   char *text; /* unescaped, NUL-terminated, inside the reader's buffer */
@@ -105,8 +105,7 @@ static int read_record(reader *r, int *line) {
         r->pos++;
         for (;;) {
           if (r->pos >= r->len) {
-            snprintf(r->err, r->errlen, "%s:%d:%d: quoted field not closed", r->path, qline,
-                     qcol);
+            snprintf(r->err, r->errlen, "%s:%d:%d: quoted field not closed", r->path, qline, qcol);
             return SS_EINVAL;
           }
           c = r->buf[r->pos++];
@@ -137,8 +136,8 @@ static int read_record(reader *r, int *line) {
         }
       }
       if (!c && r->pos < r->len) {
-        snprintf(r->err, r->errlen, "%s:%d:%d: found a NUL byte, expected text", r->path,
-                 r->line, (int)(r->pos - line_start) + 1);
+        snprintf(r->err, r->errlen, "%s:%d:%d: found a NUL byte, expected text", r->path, r->line,
+                 (int)(r->pos - line_start) + 1);
         return SS_EINVAL;
       }
       /* c keeps the delimiter, which the terminating NUL may overwrite */
@@ -233,8 +232,8 @@ int fit_read_csv(const char *path, fit_point **pts, int *n, char *err, size_t er
       if (strcasecmp(name, colnames[c]))
         continue;
       if (idx[c] >= 0) {
-        snprintf(err, errlen, "%s:%d:%d: column '%s' appears twice (also column %d)", path,
-                 hline, r.f[j].col, colnames[c], idx[c] + 1);
+        snprintf(err, errlen, "%s:%d:%d: column '%s' appears twice (also column %d)", path, hline,
+                 r.f[j].col, colnames[c], idx[c] + 1);
         rc = SS_EINVAL;
         goto done;
       }
@@ -257,8 +256,8 @@ int fit_read_csv(const char *path, fit_point **pts, int *n, char *err, size_t er
     if (r.nf == 0)
       break;
     if (r.nf != nhead) {
-      snprintf(err, errlen, "%s:%d: found %d fields, expected %d as in the header (line %d)",
-               path, line, r.nf, nhead, hline);
+      snprintf(err, errlen, "%s:%d: found %d fields, expected %d as in the header (line %d)", path,
+               line, r.nf, nhead, hline);
       rc = SS_EINVAL;
       goto done;
     }
@@ -293,8 +292,8 @@ int fit_read_csv(const char *path, fit_point **pts, int *n, char *err, size_t er
       v[c] = x;
     }
     fit_point *p = &out[count];
-    *p = (fit_point){v[C_PARAMS], v[C_TOKENS], v[C_FLOPS], v[C_LOSS], v[C_BATCH], v[C_STEPS],
-                     v[C_LR], -1};
+    *p = (fit_point){v[C_PARAMS], v[C_TOKENS], v[C_FLOPS], v[C_LOSS],
+                     v[C_BATCH],  v[C_STEPS],  v[C_LR],    -1};
     if (idx[C_TOKENS] < 0 && idx[C_PARAMS] >= 0 && idx[C_FLOPS] >= 0) {
       p->tokens = p->flops / (6 * p->params);
       if (!isfinite(p->tokens) || !(p->tokens > 0)) {

@@ -36,7 +36,7 @@ typedef struct fit_point {
 typedef struct fit_param {
   char name[24];
   double value;
-  double stderr_;    /* bootstrap standard deviation (NAN when not computed) */
+  double stderr_;      /* bootstrap standard deviation (NAN when not computed) */
   double ci_lo, ci_hi; /* 2.5 and 97.5 percentiles (NAN when not computed) */
 } fit_param;
 
@@ -59,15 +59,15 @@ typedef struct fit_frontier {
 } fit_frontier;
 
 typedef struct fit_options {
-  int bootstrap;        /* resamples (0: none) */
-  uint64_t seed;        /* bootstrap resampling seed */
-  int threads;          /* <= 0: all cores */
-  double target_flops;  /* chinchilla: also predict N_opt, D_opt and loss here (0: none) */
-  int fit_irreducible;  /* kaplan: include E (1) or fix E = 0 (0) */
-  int full_grid;        /* chinchilla: BFGS from all 4,500 starts, no screen (reference) */
+  int bootstrap;         /* resamples (0: none) */
+  uint64_t seed;         /* bootstrap resampling seed */
+  int threads;           /* <= 0: all cores */
+  double target_flops;   /* chinchilla: also predict N_opt, D_opt and loss here (0: none) */
+  int fit_irreducible;   /* kaplan: include E (1) or fix E = 0 (0) */
+  int full_grid;         /* chinchilla: BFGS from all 4,500 starts, no screen (reference) */
   double near_best_rtol; /* bopt: near-optimal = loss <= best (1 + this); 0: 0.01 */
-  double target_steps;  /* curve: also predict the loss at this optimizer step (0: none) */
-  int curve_noise;      /* curve: the bootstrap's noise model, FIT_CURVE_* (0: AR(1)) */
+  double target_steps;   /* curve: also predict the loss at this optimizer step (0: none) */
+  int curve_noise;       /* curve: the bootstrap's noise model, FIT_CURVE_* (0: AR(1)) */
 } fit_options;
 
 /* fit_curve's bootstrap noise models (fit_options.curve_noise; see fit_curve) */
@@ -113,33 +113,32 @@ int fit_json_budgets(struct json_t *fit, int *usable);
  * on log loss, summed; grid of 4,500 starts (SCIENCE.md), BFGS from the best;
  * bootstrap over runs. params: E, A, B, alpha, beta; derived: a, b, G, and at
  * target_flops N_opt, D_opt, loss_at_target. residuals: ln L_hat - ln L. */
-int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_result *out,
-                   char *err, size_t errlen);
+int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
+                   size_t errlen);
 
 /* Closed-form compute-optimal allocation for C = 6 N D (SCIENCE.md):
  * G = (alpha A / (beta B))^(1/(alpha+beta)), a = beta/(alpha+beta),
  * b = alpha/(alpha+beta), N_opt = G (C/6)^a, D_opt = (C/6)^b / G. */
-void fit_chinchilla_allocation(double A, double B, double alpha, double beta, double C,
-                               double *G, double *a, double *b, double *n_opt,
-                               double *d_opt);
+void fit_chinchilla_allocation(double A, double B, double alpha, double beta, double C, double *G,
+                               double *a, double *b, double *n_opt, double *d_opt);
 
 /* Kaplan single-variable laws L(X) = E + (X_c / X)^alpha_X for X in N, D, C
  * (each fitted when the points carry that column); params per variable:
  * N_c, alpha_N, E_N (when fit_irreducible), and the same for D and C. */
-int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *out,
-               char *err, size_t errlen);
+int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
+               size_t errlen);
 
 /* Chinchilla Approach 2: per compute budget a parabola in ln N, its vertex
  * N*, D* = C / (6 N*); then ln N* and ln D* regressed on ln C. params: a, b
  * (exponents) and their prefactors; budgets listed; off-centre sampling and
  * budgets without an interior minimum reported as warnings. */
-int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result *out,
-                char *err, size_t errlen);
+int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
+                size_t errlen);
 
 /* Critical batch size from a batch ladder: S = S_min + E_min / B, weighted
  * least squares (weights 1/S^2). params: S_min, E_min, B_crit = E_min/S_min. */
-int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *out,
-              char *err, size_t errlen);
+int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
+              size_t errlen);
 
 /* Optimal batch size and learning rate against compute (SCIENCE.md section 3,
  * DeepSeek LLM 2024): budgets are points whose C agree within 5%; per budget
@@ -205,8 +204,8 @@ int fit_bopt(const fit_point *pts, int n, const fit_options *opt, fit_result *ou
  * model: the prediction holds for the schedule's shape only roughly, and
  * from the early part of a decaying schedule it tends to be pessimistic.
  * The caller should pass points from after warmup. */
-int fit_curve(const fit_point *pts, int n, const fit_options *opt, fit_result *out,
-              char *err, size_t errlen);
+int fit_curve(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
+              size_t errlen);
 
 /* The scheduler's check of a running run: does its predicted final loss
  * (fit_curve's loss_at_target with its 95% interval [pred_lo, pred_hi])
@@ -226,8 +225,8 @@ int fit_curve_flag(double predicted, double pred_lo, double pred_hi, double surf
 /* Extrapolation check: refits `law` without the points of the largest
  * compute budget and predicts the held-out points' losses. Adds derived
  * values holdout_flops, holdout_pred_loss, holdout_loss, holdout_rel_err. */
-int fit_extrapolation_check(const fit_point *pts, int n, const fit_options *opt,
-                            fit_result *out, char *err, size_t errlen);
+int fit_extrapolation_check(const fit_point *pts, int n, const fit_options *opt, fit_result *out,
+                            char *err, size_t errlen);
 
 /* The JSON object `fit --json` prints (a malloc'd string): law, n_points,
  * params, stderr, ci95 ([lo, hi]), derived, objective, converged, warnings,

@@ -173,7 +173,6 @@ static void ladder_intervals(const ladder *lf, fit_param *ps, fit_param *pe, fit
     set_interval(pb, sqrt(vl) * lf->b_crit, lf->dof, 1);
 }
 
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -212,7 +211,7 @@ int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *o
   fit_result_init(out, "batch");
   if (!pts || n < MIN_LADDER)
     return fit__fail(err, errlen, "batch: %d point%s; the law (S_min, E_min) needs at least %d", n,
-                n == 1 ? "" : "s", MIN_LADDER);
+                     n == 1 ? "" : "s", MIN_LADDER);
   int nloss = 0;
   for (int i = 0; i < n; i++) {
     if (isnan(pts[i].batch_size))
@@ -221,29 +220,30 @@ int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *o
           "batch: batch_size missing at point %d (the law needs columns batch_size and steps)",
           i + 1);
     if (isnan(pts[i].steps))
-      return fit__fail(err, errlen,
-                  "batch: steps missing at point %d (the law needs columns batch_size and steps)",
-                  i + 1);
+      return fit__fail(
+          err, errlen,
+          "batch: steps missing at point %d (the law needs columns batch_size and steps)", i + 1);
     if (!(pts[i].batch_size > 0) || !isfinite(pts[i].batch_size))
       return fit__fail(err, errlen, "batch: point %d: batch_size = %g, expected a positive number",
-                  i + 1, pts[i].batch_size);
+                       i + 1, pts[i].batch_size);
     if (!(pts[i].steps > 0) || !isfinite(pts[i].steps))
-      return fit__fail(err, errlen, "batch: point %d: steps = %g, expected a positive number", i + 1,
-                  pts[i].steps);
+      return fit__fail(err, errlen, "batch: point %d: steps = %g, expected a positive number",
+                       i + 1, pts[i].steps);
     if (!isnan(pts[i].loss)) {
       if (!(pts[i].loss > 0) || !isfinite(pts[i].loss))
         return fit__fail(err, errlen, "batch: point %d: loss = %g, expected a positive target loss",
-                    i + 1, pts[i].loss);
+                         i + 1, pts[i].loss);
       nloss++;
     }
   }
   if (nloss && nloss != n) {
     for (int i = 0; i < n; i++)
       if (isnan(pts[i].loss))
-        return fit__fail(err, errlen,
-                    "batch: loss missing at point %d but present at others (give every point its "
-                    "target loss, or none)",
-                    i + 1);
+        return fit__fail(
+            err, errlen,
+            "batch: loss missing at point %d but present at others (give every point its "
+            "target loss, or none)",
+            i + 1);
   }
   int distinct = 0;
   for (int i = 1; i < n; i++)
@@ -251,8 +251,8 @@ int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *o
       distinct = 1;
   if (!distinct)
     return fit__fail(err, errlen,
-                "batch: all %d points at one batch size (%g); the ladder needs several", n,
-                pts[0].batch_size);
+                     "batch: all %d points at one batch size (%g); the ladder needs several", n,
+                     pts[0].batch_size);
 
   /* targets: sorted distinct losses, merged within TARGET_RTOL */
   int *target = calloc(n, sizeof(int));

@@ -85,7 +85,6 @@ int fit__fail(char *err, size_t errlen, const char *fmt, ...) {
   return SS_EINVAL;
 }
 
-
 double *fit__bootstrap(const fit_point *pts, int n, const fit_options *opt, int nq,
                        void (*fit1)(void *ctx, const int *idx, int m, double *row), void *ctx) {
   int nb = opt->bootstrap;

@@ -32,9 +32,9 @@
 enum { Q_KB, Q_BB, Q_KE, Q_BE, Q_KD, Q_BD, Q_FIXED };
 
 typedef struct budget {
-  double lc;                       /* mean ln C */
-  double b, lr, d, best;           /* geometric means over the near-optimal runs; best loss */
-  int n, near;                     /* runs, near-optimal runs */
+  double lc;             /* mean ln C */
+  double b, lr, d, best; /* geometric means over the near-optimal runs; best loss */
+  int n, near;           /* runs, near-optimal runs */
 } budget;
 
 typedef struct problem {
@@ -147,8 +147,8 @@ int fit_bopt(const fit_point *pts, int n, const fit_options *opt, fit_result *ou
     double v[4] = {p->flops, p->batch_size, p->tokens, p->loss};
     for (int k = 0; k < 4; k++)
       if (!(v[k] > 0) || !isfinite(v[k]))
-        return fit__fail(err, errlen, "bopt: point %d: %s = %g, expected a positive number",
-                         i + 1, what[k], v[k]);
+        return fit__fail(err, errlen, "bopt: point %d: %s = %g, expected a positive number", i + 1,
+                         what[k], v[k]);
     if (!(p->lr > 0) || !isfinite(p->lr))
       has_lr = 0;
   }
@@ -213,8 +213,8 @@ int fit_bopt(const fit_point *pts, int n, const fit_options *opt, fit_result *ou
   if (!has_lr)
     fit_result_warn(out, "no learning rate on every point (column lr): eta_opt(C) not fitted");
   if (usable < 4)
-    fit_result_warn(out, "%d usable budgets: the exponents rest on %d degree%s of freedom",
-                    usable, usable - 2, usable == 3 ? "" : "s");
+    fit_result_warn(out, "%d usable budgets: the exponents rest on %d degree%s of freedom", usable,
+                    usable - 2, usable == 3 ? "" : "s");
 
   if (opt->bootstrap > 0) {
     double *boot = fit__bootstrap(pts, n, opt, Q_FIXED, boot_one, &pb);

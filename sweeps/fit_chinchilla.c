@@ -45,10 +45,10 @@ enum { NT = 5 }; /* t0 (a), t1 (b), e, alpha, beta */
  * pins the parameters far below the 1e-6 that distinguishes fits and stays
  * above the rounding noise of the gradient; 1e-11 is not always reachable. */
 #define GTOL_PER_POINT 1e-9
-#define MAX_ITERS 500    /* per BFGS2 run */
-#define PLAIN_ITERS 200  /* before whitening (see frame) */
-#define POLISH_ROUNDS 4  /* whitened runs, each from a fresh Hessian */
-#define LINE_TOL 0.1 /* Fletcher's sigma; GSL recommends 0.1 for bfgs2 */
+#define MAX_ITERS 500   /* per BFGS2 run */
+#define PLAIN_ITERS 200 /* before whitening (see frame) */
+#define POLISH_ROUNDS 4 /* whitened runs, each from a fresh Hessian */
+#define LINE_TOL 0.1    /* Fletcher's sigma; GSL recommends 0.1 for bfgs2 */
 
 /* Flags: an exponent below EXP_FLOOR is "at its bound"; e below E_FLOOR
  * means E collapsed toward 0; an N or D term below TERM_FLOOR of the
@@ -239,9 +239,7 @@ static double gsl_f(const gsl_vector *x, void *p) {
   return frame_eval(p, x->data, g);
 }
 
-static void gsl_df(const gsl_vector *x, void *p, gsl_vector *g) {
-  frame_eval(p, x->data, g->data);
-}
+static void gsl_df(const gsl_vector *x, void *p, gsl_vector *g) { frame_eval(p, x->data, g->data); }
 
 static void gsl_fdf(const gsl_vector *x, void *p, double *f, gsl_vector *g) {
   *f = frame_eval(p, x->data, g->data);
@@ -300,8 +298,8 @@ static int bfgs_in(frame *fr, gsl_multimin_fdfminimizer *s, const double *z0, do
  * coordinates, then up to polish rounds of BFGS2 whitened by the Hessian
  * at the current point. converged is set only when |grad f| (centred
  * coordinates) fell below gtol. */
-static void minimise(objective *o, gsl_multimin_fdfminimizer *s, const double *t0,
-                     int plain_iters, int polish, double gtol, run_result *out) {
+static void minimise(objective *o, gsl_multimin_fdfminimizer *s, const double *t0, int plain_iters,
+                     int polish, double gtol, run_result *out) {
   frame fr = {.o = o};
   double t[NT], f = NAN, gn = INFINITY, zero[NT] = {0};
   int iters = 0;
@@ -346,12 +344,11 @@ static void to_centred(const double *th, double cN, double cD, double *t) {
 }
 
 enum { Q_E, Q_A, Q_B, Q_ALPHA, Q_BETA, Q_a, Q_b, Q_G, Q_NOPT, Q_DOPT, Q_LOSS, NQ };
-static const char *const qnames[NQ] = {"E", "A",   "B",     "alpha", "beta",          "a",
-                                       "b", "G",   "N_opt", "D_opt", "loss_at_target"};
+static const char *const qnames[NQ] = {"E", "A", "B",     "alpha", "beta",          "a",
+                                       "b", "G", "N_opt", "D_opt", "loss_at_target"};
 
-void fit_chinchilla_allocation(double A, double B, double alpha, double beta, double C,
-                               double *G, double *a, double *b, double *n_opt,
-                               double *d_opt) {
+void fit_chinchilla_allocation(double A, double B, double alpha, double beta, double C, double *G,
+                               double *a, double *b, double *n_opt, double *d_opt) {
   double s = alpha + beta;
   double g = pow(alpha * A / (beta * B), 1.0 / s);
   double ea = beta / s, eb = alpha / s;
@@ -471,8 +468,7 @@ static int best_of(const run_result *res, int n) {
 
 /* The optimum over the grid: BFGS from every start when full, else the
  * screen described at SCREEN_KEEP. */
-static int search(const objective *o, double cN, double cD, int full, int nt,
-                  run_result *best) {
+static int search(const objective *o, double cN, double cD, int full, int nt, run_result *best) {
   double gtol = GTOL_PER_POINT * o->wsum;
   int *idx = malloc(GRID_N * sizeof *idx);
   ranked *rk = malloc(GRID_N * sizeof *rk);
@@ -544,14 +540,13 @@ static int check_points(const fit_point *pts, int n, char *err, size_t errlen) {
   }
   for (int i = 0; i < n; i++) {
     const fit_point *p = &pts[i];
-    const char *bad = !positive(p->params) ? "params"
+    const char *bad = !positive(p->params)   ? "params"
                       : !positive(p->tokens) ? "tokens"
                       : !positive(p->loss)   ? "loss"
                                              : NULL;
     if (bad) {
       double v = bad[0] == 'p' ? p->params : bad[0] == 't' ? p->tokens : p->loss;
-      snprintf(err, errlen, "point %d: %s = %g, expected a positive number", i + 1, bad,
-               v);
+      snprintf(err, errlen, "point %d: %s = %g, expected a positive number", i + 1, bad, v);
       return SS_EINVAL;
     }
   }
@@ -564,8 +559,7 @@ static int check_points(const fit_point *pts, int n, char *err, size_t errlen) {
     snprintf(err, errlen,
              "all %d points have the same %s (%g): the chinchilla law needs several "
              "model sizes and several token counts to separate A/N^alpha, B/D^beta and E",
-             n, !distinct_n ? "params" : "tokens",
-             !distinct_n ? pts[0].params : pts[0].tokens);
+             n, !distinct_n ? "params" : "tokens", !distinct_n ? pts[0].params : pts[0].tokens);
     return SS_EINVAL;
   }
   return 0;
@@ -613,9 +607,8 @@ static int bootstrap_one(const objective *full, const fit__groups *g, uint64_t s
   return rr.converged;
 }
 
-static int bootstrap(const objective *full, const fit_point *pts, const double *t_opt,
-                     double cN, double cD, const fit_options *opt, int nt, int nq,
-                     fit_result *out) {
+static int bootstrap(const objective *full, const fit_point *pts, const double *t_opt, double cN,
+                     double cD, const fit_options *opt, int nt, int nq, fit_result *out) {
   int n = full->m, B = opt->bootstrap, W = NQ + out->nfrontier;
   fit__groups g;
   fit__groups_build(pts, n, &g);
@@ -640,8 +633,8 @@ static int bootstrap(const objective *full, const fit_point *pts, const double *
 #pragma omp for schedule(dynamic, 4)
     for (int k = 0; k < B; k++) {
       if (ok) {
-        failed += !bootstrap_one(full, &g, opt->seed, k, t_opt, cN, cD, opt->target_flops,
-                                 out, rng, s, drawn, count, &o, &vals[(size_t)k * W]);
+        failed += !bootstrap_one(full, &g, opt->seed, k, t_opt, cN, cD, opt->target_flops, out, rng,
+                                 s, drawn, count, &o, &vals[(size_t)k * W]);
       } else {
         failed++;
         for (int j = 0; j < W; j++)
@@ -719,8 +712,8 @@ static void flag_bounds(const double *th, const fit_point *pts, int n, fit_resul
     double margin = 0.01 * (hi[k] - lo[k]);
     if (th[k] <= lo[k] + margin || th[k] >= hi[k] - margin)
       len += (size_t)snprintf(buf + len, len < sizeof buf ? sizeof buf - len : 0,
-                              "%s%s = %.4g (grid %g..%g)", len ? ", " : "", nm[k], th[k],
-                              lo[k], hi[k]);
+                              "%s%s = %.4g (grid %g..%g)", len ? ", " : "", nm[k], th[k], lo[k],
+                              hi[k]);
   }
   if (len)
     fit_result_warn(out,
@@ -770,8 +763,8 @@ static void flag_bounds(const double *th, const fit_point *pts, int n, fit_resul
  * full-data optimum (not the grid: a resample's optimum is a small step
  * away, and restarting the grid would let a resample jump between local
  * optima and inflate the intervals for reasons unrelated to the data). */
-int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_result *out,
-                   char *err, size_t errlen) {
+int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
+                   size_t errlen) {
   static const fit_options defaults = {0};
   if (!opt)
     opt = &defaults;
@@ -834,8 +827,7 @@ int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_resu
   for (int i = 0; i < n && out->residuals; i++) {
     double u1 = th[0] - th[3] * log(pts[i].params), u2 = th[1] - th[4] * log(pts[i].tokens);
     double mx = fmax(fmax(u1, u2), th[2]);
-    out->residuals[i] =
-        mx + log(exp(u1 - mx) + exp(u2 - mx) + exp(th[2] - mx)) - log(pts[i].loss);
+    out->residuals[i] = mx + log(exp(u1 - mx) + exp(u2 - mx) + exp(th[2] - mx)) - log(pts[i].loss);
   }
   if (!best.converged)
     fit_result_warn(out,

@@ -59,8 +59,8 @@ void fit_result_warn(fit_result *r, const char *fmt, ...) {
 /* JSON has no NaN: unknown values are null */
 static json_t *num(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
-static void put_params(json_t *root, const char *key, const fit_param *p, int n,
-                       json_t *stderr_obj, json_t *ci_obj) {
+static void put_params(json_t *root, const char *key, const fit_param *p, int n, json_t *stderr_obj,
+                       json_t *ci_obj) {
   json_t *o = json_object();
   for (int i = 0; i < n; i++) {
     json_object_set_new(o, p[i].name, num(p[i].value));
@@ -105,16 +105,16 @@ char *fit_result_to_json(const fit_result *r) {
     for (int i = 0; i < r->nbudgets; i++) {
       const fit_budget *x = &r->budgets[i];
       if (!strcmp(r->law, "bopt"))
-        json_array_append_new(
-            b, json_pack("{s:o,s:o,s:o,s:o,s:o,s:i,s:i,s:b}", "flops", num(x->flops), "b_opt",
-                         num(x->b_opt), "lr_opt", num(x->lr_opt), "d_opt", num(x->d_opt),
-                         "loss", num(x->loss), "n_points", x->n_points, "n_near", x->n_near,
-                         "usable", x->usable));
+        json_array_append_new(b,
+                              json_pack("{s:o,s:o,s:o,s:o,s:o,s:i,s:i,s:b}", "flops", num(x->flops),
+                                        "b_opt", num(x->b_opt), "lr_opt", num(x->lr_opt), "d_opt",
+                                        num(x->d_opt), "loss", num(x->loss), "n_points",
+                                        x->n_points, "n_near", x->n_near, "usable", x->usable));
       else
-        json_array_append_new(
-            b, json_pack("{s:o,s:o,s:o,s:o,s:i,s:b}", "flops", num(x->flops), "n_opt",
-                         num(x->n_opt), "d_opt", num(x->d_opt), "loss", num(x->loss),
-                         "n_points", x->n_points, "usable", x->usable));
+        json_array_append_new(b, json_pack("{s:o,s:o,s:o,s:o,s:i,s:b}", "flops", num(x->flops),
+                                           "n_opt", num(x->n_opt), "d_opt", num(x->d_opt), "loss",
+                                           num(x->loss), "n_points", x->n_points, "usable",
+                                           x->usable));
     }
     json_object_set_new(root, "budgets", b);
   }

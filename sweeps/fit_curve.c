@@ -24,7 +24,7 @@
 /* Gradient tolerance on the summed objective, per point: far below what
  * moves a parameter in its 6th digit, above the gradient's rounding noise. */
 #define GTOL_PER_POINT 1e-10
-#define MAX_ITERS 1000 /* per BFGS2 run */
+#define MAX_ITERS 1000  /* per BFGS2 run */
 #define POLISH_ROUNDS 4 /* fresh-Hessian restarts from the best point */
 #define LINE_TOL 0.1    /* Fletcher's sigma; GSL recommends 0.1 for bfgs2 */
 /* alpha_S outside [ALPHA_FLOOR, ALPHA_CEIL] is "at its bound": the data do
@@ -97,8 +97,7 @@ typedef struct cfit {
 /* BFGS2 from th0 until |grad f| < gtol: runs of MAX_ITERS iterations, a
  * stalled line search restarting from the best point with a fresh Hessian
  * estimate (up to POLISH_ROUNDS times). Replaces *best when it ends lower. */
-static void bfgs_from(const curve *c, gsl_multimin_fdfminimizer *s, const double *th0,
-                      cfit *best) {
+static void bfgs_from(const curve *c, gsl_multimin_fdfminimizer *s, const double *th0, cfit *best) {
   double gtol = GTOL_PER_POINT * c->m, x[NT], g[NT];
   memcpy(x, th0, sizeof x);
   double fx = curve_eval(c, x, g), gx = norm3(g);
@@ -340,7 +339,7 @@ typedef struct boot_ctx {
   const double *res;  /* residuals (block, iid: centred and rescaled), step order */
   int method;         /* FIT_CURVE_AR1, _BLOCK, _IID */
   int block;
-  double rho, sd; /* AR(1) */
+  double rho, sd;      /* AR(1) */
   const double *start; /* the full-data optimum */
   double target;
 } boot_ctx;
@@ -406,8 +405,8 @@ static int check_points(const fit_point *pts, int n, const fit_options *opt, cha
                        "curve: point %d: steps = %g, expected a positive optimizer step", i + 1,
                        p->steps);
     if (!(p->loss > 0) || !isfinite(p->loss))
-      return fit__fail(err, errlen, "curve: point %d: loss = %g, expected a positive number",
-                       i + 1, p->loss);
+      return fit__fail(err, errlen, "curve: point %d: loss = %g, expected a positive number", i + 1,
+                       p->loss);
   }
   int distinct = 1;
   for (int i = 1; i < n && distinct < 3; i++) {
@@ -587,8 +586,7 @@ int fit_curve(const fit_point *pts, int n, const fit_options *opt, fit_result *o
             fewest = ok;
         }
       if (fewest < nb)
-        fit_result_warn(out, "bootstrap: %d of %d resamples could not be fitted", nb - fewest,
-                        nb);
+        fit_result_warn(out, "bootstrap: %d of %d resamples could not be fitted", nb - fewest, nb);
       free(boot);
     }
   }
@@ -602,8 +600,8 @@ int fit_curve_flag(double predicted, double pred_lo, double pred_hi, double surf
   double sd_pred = (pred_hi - pred_lo) / 3.92;
   double sd = sqrt(sd_pred * sd_pred + surface_sd * surface_sd);
   double zz = NAN;
-  if (isfinite(predicted) && isfinite(surface) && sd_pred >= 0 && surface_sd >= 0 &&
-      isfinite(sd) && sd > 0)
+  if (isfinite(predicted) && isfinite(surface) && sd_pred >= 0 && surface_sd >= 0 && isfinite(sd) &&
+      sd > 0)
     zz = (predicted - surface) / sd;
   if (z)
     *z = zz;

@@ -231,8 +231,8 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
   fit_result_init(out, "isoflop");
   if (!pts || n < NPARAMS + 2)
     return fit__fail(err, errlen,
-                "isoflop: %d point%s; the law (a, b, n_coef, d_coef) needs at least %d", n,
-                n == 1 ? "" : "s", NPARAMS + 2);
+                     "isoflop: %d point%s; the law (a, b, n_coef, d_coef) needs at least %d", n,
+                     n == 1 ? "" : "s", NPARAMS + 2);
   static const char *const cols = "params, flops and loss";
   for (int i = 0; i < n; i++) {
     const fit_point *p = &pts[i];
@@ -241,10 +241,10 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
     for (int k = 0; k < 3; k++) {
       if (isnan(v[k]))
         return fit__fail(err, errlen, "isoflop: %s missing at point %d (the law needs %s)", name[k],
-                    i + 1, cols);
+                         i + 1, cols);
       if (!(v[k] > 0) || !isfinite(v[k]))
-        return fit__fail(err, errlen, "isoflop: point %d: %s = %g, expected a positive number", i + 1,
-                    name[k], v[k]);
+        return fit__fail(err, errlen, "isoflop: point %d: %s = %g, expected a positive number",
+                         i + 1, name[k], v[k]);
     }
   }
   int one_n = 1;
@@ -252,23 +252,26 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
     if (pts[i].params != pts[0].params)
       one_n = 0;
   if (one_n)
-    return fit__fail(err, errlen,
-                "isoflop: all %d points at one N (%g); each budget needs 3 or more model sizes", n,
-                pts[0].params);
+    return fit__fail(
+        err, errlen,
+        "isoflop: all %d points at one N (%g); each budget needs 3 or more model sizes", n,
+        pts[0].params);
   budgets bs;
   int nb = group_budgets(pts, n, &bs);
   if (nb < 0) {
     free(bs.idx);
-    return fit__fail(err, errlen,
-                "isoflop: more than %d compute budgets (points whose flops differ by more than 5%% "
-                "are different budgets)",
-                FIT_MAX_BUDGETS);
+    return fit__fail(
+        err, errlen,
+        "isoflop: more than %d compute budgets (points whose flops differ by more than 5%% "
+        "are different budgets)",
+        FIT_MAX_BUDGETS);
   }
   if (nb < 2) {
     free(bs.idx);
-    return fit__fail(err, errlen,
-                "isoflop: all %d points at one compute budget (C = %g); the law needs 2 or more", n,
-                pts[0].flops);
+    return fit__fail(
+        err, errlen,
+        "isoflop: all %d points at one compute budget (C = %g); the law needs 2 or more", n,
+        pts[0].flops);
   }
 
   double *x = malloc(sizeof(double) * n), *y = malloc(sizeof(double) * n);

@@ -238,7 +238,6 @@ static void fit_var(const fit_point *pts, const int *idx, int m, int v, int with
   free(y);
 }
 
-
 /* Fits L(X) = E + (X_c / X)^alpha_X for each X among N (params), D (tokens)
  * and C (flops) that every point carries, by least squares on ln L (the
  * losses' noise is roughly relative, and this matches the Chinchilla fit's
@@ -280,14 +279,14 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
   int need = (with_e ? 3 : 2) + 2;
   if (!pts || n < need)
     return fit__fail(err, errlen, "kaplan: %d point%s; L(X) = %s(X_c/X)^alpha needs at least %d", n,
-                n == 1 ? "" : "s", with_e ? "E + " : "", need);
+                     n == 1 ? "" : "s", with_e ? "E + " : "", need);
   for (int i = 0; i < n; i++) {
     if (isnan(pts[i].loss))
       return fit__fail(err, errlen, "kaplan: loss missing at point %d (the law needs column loss)",
-                  i + 1);
+                       i + 1);
     if (!(pts[i].loss > 0) || !isfinite(pts[i].loss))
-      return fit__fail(err, errlen, "kaplan: point %d: loss = %g, expected a positive number", i + 1,
-                  pts[i].loss);
+      return fit__fail(err, errlen, "kaplan: point %d: loss = %g, expected a positive number",
+                       i + 1, pts[i].loss);
   }
   int use[NVARS] = {0};
   int nuse = 0;
@@ -301,8 +300,8 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
       if (isnan(x))
         continue;
       if (!(x > 0) || !isfinite(x))
-        return fit__fail(err, errlen, "kaplan: point %d: %s = %g, expected a positive number", i + 1,
-                    var_column[v], x);
+        return fit__fail(err, errlen, "kaplan: point %d: %s = %g, expected a positive number",
+                         i + 1, var_column[v], x);
       if (present++ == 0)
         first = x;
       else if (x != first && distinct < 3)

@@ -23,8 +23,8 @@ typedef struct draft {
   json_t *over;            /* planned values, a partial run config (owned) */
   const json_t *run_layer; /* method runs: the $.runs[i] object */
   char layer_path[32];
-  char fallback[256];      /* spec path a problem with a planned value is reported at */
-  char context[512];       /* which planned run, for messages */
+  char fallback[256]; /* spec path a problem with a planned value is reported at */
+  char context[512];  /* which planned run, for messages */
   double target_params, budget;
   int batch_from_rule, lr_from_rule;
   double rule_compute, b_opt;
@@ -248,10 +248,10 @@ static void plan_grid(planner *P) {
             spec_values_path(ts, j, tpath, sizeof tpath);
             snprintf(d->fallback, sizeof d->fallback, "%s", tpath);
             snprintf(d->context, sizeof d->context,
-                     "grid run (params %s: %d layers x d_model %d; tokens %s)", ppath,
-                     sh.n_layer, sh.d_model, tpath);
-            snprintf(what, sizeof what, "with %s (%d layers x d_model %d), this token count",
-                     ppath, sh.n_layer, sh.d_model);
+                     "grid run (params %s: %d layers x d_model %d; tokens %s)", ppath, sh.n_layer,
+                     sh.d_model, tpath);
+            snprintf(what, sizeof what, "with %s (%d layers x d_model %d), this token count", ppath,
+                     sh.n_layer, sh.d_model);
             d->failed = plan_train(P, d, fpt_of(&sh) * D, D, bs->n ? (int)bs->v[b] : 0,
                                    ls->n ? ls->v[l] : 0, tpath, what) != 0;
           }
@@ -301,8 +301,8 @@ static void plan_isoflop(planner *P) {
                  cpath, C, j + 1, nsz, sh.n_layer, sh.d_model);
         char what[512];
         snprintf(what, sizeof what,
-                 "this budget with size %zu of %zu (%d layers x d_model %d, N = %.0f)", j + 1,
-                 nsz, sh.n_layer, sh.d_model, N);
+                 "this budget with size %zu of %zu (%d layers x d_model %d, N = %.0f)", j + 1, nsz,
+                 sh.n_layer, sh.d_model, N);
         d->failed = plan_train(P, d, C, D, 0, 0, cpath, what) != 0;
       }
     }
@@ -315,8 +315,8 @@ static int ladder_shape(planner *P, trn_shape *sh) {
   if (b->has_params)
     return plan_shape(P, b->params, "$.batch.params", "", sh);
   json_t *m = json_deep_copy(P->s->base);
-  json_t *over = json_pack("{s:{s:i, s:i, s:I}}", "train", "batch_size", 1, "micro_batch_size",
-                           1, "tokens", (json_int_t)1 << 40);
+  json_t *over = json_pack("{s:{s:i, s:i, s:I}}", "train", "batch_size", 1, "micro_batch_size", 1,
+                           "tokens", (json_int_t)1 << 40);
   json_object_update_recursive(m, over);
   json_decref(over);
   trn_config cfg;
@@ -355,8 +355,8 @@ static void plan_ladder(planner *P) {
       put_seed(d, ss, k);
       snprintf(d->fallback, sizeof d->fallback, "%s", bpath);
       snprintf(d->context, sizeof d->context,
-               "batch ladder run (%s = %d sequences, %d layers x d_model %d)", bpath,
-               (int)bs->v[i], sh.n_layer, sh.d_model);
+               "batch ladder run (%s = %d sequences, %d layers x d_model %d)", bpath, (int)bs->v[i],
+               sh.n_layer, sh.d_model);
       snprintf(what, sizeof what, "$.batch.tokens with %s = %d sequences", bpath, (int)bs->v[i]);
       d->failed = plan_train(P, d, C, D, (int)bs->v[i], 0, bpath, what) != 0;
     }
@@ -385,9 +385,10 @@ static void plan_explicit(planner *P) {
     if (!has_B && !has_D) {
       char p[64];
       snprintf(p, sizeof p, "$.runs[%zu].train.tokens", i);
-      spec_problem_add(P->pr, p, "missing; expected the run's D (here or in $.base.train) so the "
-                                 "batch rule can choose its batch size (or set "
-                                 "train.batch_size)");
+      spec_problem_add(P->pr, p,
+                       "missing; expected the run's D (here or in $.base.train) so the "
+                       "batch rule can choose its batch size (or set "
+                       "train.batch_size)");
       json_decref(m);
       d->failed = 1;
       continue;
@@ -580,8 +581,8 @@ static int resolve(planner *P, draft *d, plan_run *r) {
 static int cmp_runs(const void *a, const void *b) {
   const plan_run *x = a, *y = b;
   double cx = x->budget > 0 ? x->budget : x->flops, cy = y->budget > 0 ? y->budget : y->flops;
-#define CMP(u, v)                                                                            \
-  if ((u) != (v))                                                                            \
+#define CMP(u, v) \
+  if ((u) != (v)) \
     return (u) < (v) ? -1 : 1;
   CMP(cx, cy);
   CMP(x->nonembedding_params, y->nonembedding_params);
@@ -759,8 +760,8 @@ int plan_spec(const spec *s, plan **out, spec_problems *pr) {
                      "FLOPs at throughput_flops %.3g FLOP/s per run, %d at a time); expected at "
                      "least %.3g, or a smaller sweep",
                      s->max_hours, p->wall_seconds / 3600.0, p->n, p->n == 1 ? "" : "s",
-                     p->total_flops,
-                     s->throughput_flops, s->parallel_runs, p->wall_seconds / 3600.0);
+                     p->total_flops, s->throughput_flops, s->parallel_runs,
+                     p->wall_seconds / 3600.0);
   drafts_free(&P.ds);
   if (pr->n > before) {
     plan_free(p);
@@ -792,8 +793,9 @@ int plan_spec(const spec *s, plan **out, spec_problems *pr) {
         snprintf(last_pattern, sizeof last_pattern, "%s", pattern);
         last_tokens = shard_tokens(pattern);
         if (last_tokens < 0)
-          add_warning(p, "no file matches the training shards '%s' on this host: data reuse not "
-                         "checked",
+          add_warning(p,
+                      "no file matches the training shards '%s' on this host: data reuse not "
+                      "checked",
                       pattern);
       }
       if (last_tokens > 0) {
@@ -801,8 +803,8 @@ int plan_spec(const spec *s, plan **out, spec_problems *pr) {
         double unique = fmin((double)r->tokens, last_tokens);
         double bound = 5e3 * pow((double)r->nonembedding_params, 0.74);
         if (epochs > 1)
-          add_warning(p, "run %zu makes %.2f epochs over the %.4g tokens of '%s': data repeats",
-                      i, epochs, last_tokens, pattern);
+          add_warning(p, "run %zu makes %.2f epochs over the %.4g tokens of '%s': data repeats", i,
+                      epochs, last_tokens, pattern);
         if (unique < bound)
           add_warning(p,
                       "run %zu sees %.4g distinct tokens, below Kaplan's overfitting bound "
@@ -824,8 +826,8 @@ static json_t *batch_rule_json(const spec_batch_rule *r) {
                    "B_opt = coef * C^exponent tokens; B = nearest power of two of B_opt / "
                    "seq_len sequences in [min_batch, max_batch], halved while D / (B * seq_len) "
                    "< min_steps",
-                   "coef", r->coef, "exponent", r->exponent, "min_steps", r->min_steps,
-                   "min_batch", r->min_batch, "max_batch", r->max_batch, "source",
+                   "coef", r->coef, "exponent", r->exponent, "min_steps", r->min_steps, "min_batch",
+                   r->min_batch, "max_batch", r->max_batch, "source",
                    "DeepSeek LLM (2024) B_opt(C); step floor from the synthetic-corpus "
                    "measurement (SCIENCE.md section 4)");
 }
@@ -841,14 +843,15 @@ static json_t *lr_rule_json(const spec_lr_rule *r) {
 }
 
 json_t *plan_rules_json(const plan *p) {
-  json_t *shape = json_pack("{s:s, s:f, s:f, s:f}", "name", "fixed_aspect_head", "aspect_ratio",
-                            p->aspect_ratio, "aspect_band", SHAPE_ASPECT_BAND, "slack",
-                            SHAPE_SLACK);
+  json_t *shape =
+      json_pack("{s:s, s:f, s:f, s:f}", "name", "fixed_aspect_head", "aspect_ratio",
+                p->aspect_ratio, "aspect_band", SHAPE_ASPECT_BAND, "slack", SHAPE_SLACK);
   if (p->head_size)
     json_object_set_new(shape, "head_size", json_integer(p->head_size));
   else
-    json_object_set_new(shape, "head_size", json_string("auto: the largest power of two leaving "
-                                                        "4 heads, within [8, 64]"));
+    json_object_set_new(shape, "head_size",
+                        json_string("auto: the largest power of two leaving "
+                                    "4 heads, within [8, 64]"));
   return json_pack("{s:o, s:o, s:o, s:f, s:i}", "batch", batch_rule_json(&p->batch_rule), "lr",
                    lr_rule_json(&p->lr_rule), "shape", shape, "throughput_flops",
                    p->throughput_flops, "parallel_runs", p->parallel_runs);
@@ -971,10 +974,10 @@ static void duration(double s, char *out, size_t n) {
 
 void plan_write_table(const plan *p, FILE *f) {
   fprintf(f, "sweep \"%s\" (%s%s): %zu runs; spec digest %.16s\n\n", p->name,
-          spec_method_name(p->method), p->has_ladder && p->method != SPEC_BATCH ? " + batch ladder" : "",
-          p->n, p->spec_digest);
-  fprintf(f, "%5s  %-7s %3s %5s %3s %8s %8s %5s %6s %8s %4s %9s %9s %8s\n", "#", "part", "L",
-          "d", "h", "N", "D", "B", "steps", "lr", "seed", "C", "budget", "est.");
+          spec_method_name(p->method),
+          p->has_ladder && p->method != SPEC_BATCH ? " + batch ladder" : "", p->n, p->spec_digest);
+  fprintf(f, "%5s  %-7s %3s %5s %3s %8s %8s %5s %6s %8s %4s %9s %9s %8s\n", "#", "part", "L", "d",
+          "h", "N", "D", "B", "steps", "lr", "seed", "C", "budget", "est.");
   size_t n_brule = 0, n_lrule = 0;
   for (size_t i = 0; i < p->n; i++) {
     const plan_run *r = &p->runs[i];
@@ -984,9 +987,9 @@ void plan_write_table(const plan *p, FILE *f) {
     duration(r->est_seconds, t, sizeof t);
     if (r->budget > 0)
       snprintf(budget, sizeof budget, "%.3g", r->budget);
-    fprintf(f, "%5zu  %-7s %3d %5d %3d %8s %8s %5d %6lld %8.3g %4llu %9.3g %9s %8s\n", i,
-            r->part, r->n_layer, r->d_model, r->n_head, N, D, r->batch_size, (long long)r->steps,
-            r->lr, (unsigned long long)r->seed, r->flops, budget, t);
+    fprintf(f, "%5zu  %-7s %3d %5d %3d %8s %8s %5d %6lld %8.3g %4llu %9.3g %9s %8s\n", i, r->part,
+            r->n_layer, r->d_model, r->n_head, N, D, r->batch_size, (long long)r->steps, r->lr,
+            (unsigned long long)r->seed, r->flops, budget, t);
     n_brule += (size_t)r->batch_from_rule;
     n_lrule += (size_t)r->lr_from_rule;
   }
@@ -1010,17 +1013,20 @@ void plan_write_table(const plan *p, FILE *f) {
           "nearest power of two in [%d, %d], halved until D / (B * seq_len) >= %g steps\n",
           PLAN_BATCH_RULE_NAME, n_brule, p->n, b->coef, b->exponent, b->min_batch, b->max_batch,
           b->min_steps);
-  fprintf(f, "lr rule %s (%zu of %zu runs): eta = %g * C^%g%s, clamped to [%g, %g], 3 "
-             "significant digits\n",
+  fprintf(f,
+          "lr rule %s (%zu of %zu runs): eta = %g * C^%g%s, clamped to [%g, %g], 3 "
+          "significant digits\n",
           PLAN_LR_RULE_NAME, n_lrule, p->n, l->coef, l->exponent,
           l->sqrt_batch ? " * sqrt(B * seq_len / B_opt)" : "", l->min, l->max);
   if (p->head_size)
-    fprintf(f, "shape rule: d_model / n_layer = %g (within x%g), head size %d, nearest N (within "
-               "%g%% counts as equal)\n",
+    fprintf(f,
+            "shape rule: d_model / n_layer = %g (within x%g), head size %d, nearest N (within "
+            "%g%% counts as equal)\n",
             p->aspect_ratio, SHAPE_ASPECT_BAND, p->head_size, (SHAPE_SLACK - 1) * 100);
   else
-    fprintf(f, "shape rule: d_model / n_layer = %g (within x%g), head size the largest power of "
-               "two leaving 4 heads in [8, 64], nearest N (within %g%% counts as equal)\n",
+    fprintf(f,
+            "shape rule: d_model / n_layer = %g (within x%g), head size the largest power of "
+            "two leaving 4 heads in [8, 64], nearest N (within %g%% counts as equal)\n",
             p->aspect_ratio, SHAPE_ASPECT_BAND, (SHAPE_SLACK - 1) * 100);
   for (size_t i = 0; i < p->n_warnings; i++)
     fprintf(f, "warning: %s\n", p->warnings[i]);

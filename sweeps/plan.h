@@ -36,24 +36,24 @@
 #define PLAN_LR_RULE_NAME "deepseek_eta_opt_sqrt_batch_clamped"
 
 typedef struct plan_run {
-  int index;           /* position in the plan (smallest compute first) */
-  const char *part;    /* "grid", "isoflop", "batch" or "runs" (static) */
-  char *config;        /* canonical resolved run config (trn_config_to_json) */
-  char config_hash[65];/* SHA-256 of config, hex */
+  int index;            /* position in the plan (smallest compute first) */
+  const char *part;     /* "grid", "isoflop", "batch" or "runs" (static) */
+  char *config;         /* canonical resolved run config (trn_config_to_json) */
+  char config_hash[65]; /* SHA-256 of config, hex */
   int n_layer, d_model, n_head, seq_len, vocab_size;
   int64_t params, nonembedding_params;
   double target_params; /* N asked for; 0 when the shape was given */
   int64_t tokens;       /* D trained: steps * batch_size * seq_len */
   int64_t steps;
-  int batch_size;       /* sequences */
+  int batch_size; /* sequences */
   double lr;
   uint64_t seed;
   double flops_per_token, flops, flops_6nd, est_seconds;
-  double budget;        /* isoflop: the budget C (else 0) */
+  double budget; /* isoflop: the budget C (else 0) */
   int batch_from_rule, lr_from_rule;
-  double rule_compute;  /* C the rules were evaluated at */
-  double b_opt_tokens;  /* B_opt(C) before rounding and the step floor */
-  double *target_loss;  /* batch ladder: the target losses (owned) */
+  double rule_compute; /* C the rules were evaluated at */
+  double b_opt_tokens; /* B_opt(C) before rounding and the step floor */
+  double *target_loss; /* batch ladder: the target losses (owned) */
   size_t n_target_loss;
 } plan_run;
 

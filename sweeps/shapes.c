@@ -32,9 +32,7 @@ static int width_ok(const shape_rule *r, int d) {
 }
 
 /* The width step to scan with: every legal width is a multiple of it. */
-static int width_step(const shape_rule *r) {
-  return r->head_size > 0 ? r->head_size : 8;
-}
+static int width_step(const shape_rule *r) { return r->head_size > 0 ? r->head_size : 8; }
 
 static void fill(const shape_rule *r, int L, int d, trn_shape *out) {
   out->n_layer = L;

@@ -85,8 +85,8 @@ char *spec_problems_format(const spec_problems *pr, const char *name) {
 json_t *spec_problems_to_json(const spec_problems *pr) {
   json_t *a = json_array();
   for (size_t i = 0; i < pr->n; i++)
-    json_array_append_new(a, json_pack("{s:s, s:s}", "path", pr->items[i].path, "message",
-                                       pr->items[i].message));
+    json_array_append_new(
+        a, json_pack("{s:s, s:s}", "path", pr->items[i].path, "message", pr->items[i].message));
   return a;
 }
 
@@ -288,7 +288,7 @@ void spec_values_path(const spec_values *v, size_t i, char *out, size_t n) {
 typedef struct value_kind {
   double lo, hi;
   int integer;
-  int min_count; /* fewest values allowed */
+  int min_count;    /* fewest values allowed */
   const char *what; /* "a compute budget in FLOPs" */
 } value_kind;
 
@@ -322,8 +322,8 @@ static int get_values(spec_problems *pr, const json_t *obj, const char *path, co
   if (json_is_number(v) || json_is_array(v)) {
     size_t n = json_is_array(v) ? json_array_size(v) : 1;
     if (json_is_array(v) && n == 0) {
-      spec_problem_add(pr, out->path, "found an empty list, expected %s (at least %d)",
-                       allowed, k->min_count);
+      spec_problem_add(pr, out->path, "found an empty list, expected %s (at least %d)", allowed,
+                       k->min_count);
       return 0;
     }
     out->v = calloc(n, sizeof *out->v);
@@ -374,8 +374,7 @@ static int get_values(spec_problems *pr, const json_t *obj, const char *path, co
       return 0;
     }
     if (points > 1 && !(from < to)) {
-      spec_problem_add(pr, out->path, "found from %.6g and to %.6g; expected from < to", from,
-                       to);
+      spec_problem_add(pr, out->path, "found from %.6g and to %.6g; expected from < to", from, to);
       return 0;
     }
     size_t n = (size_t)points;
@@ -385,7 +384,8 @@ static int get_values(spec_problems *pr, const json_t *obj, const char *path, co
     out->n = n;
     out->range = 1;
     for (size_t i = 0; i < n; i++) {
-      double x = n == 1 ? from : exp(log(from) + (log(to) - log(from)) * (double)i / (double)(n - 1));
+      double x =
+          n == 1 ? from : exp(log(from) + (log(to) - log(from)) * (double)i / (double)(n - 1));
       if (i == 0)
         x = from;
       if (i == n - 1)
@@ -480,8 +480,7 @@ int spec_resolve_config(const json_t *merged, struct trn_config *cfg, const json
       break;
     }
     if (!mapped)
-      spec_problem_add(pr, fallback, "%s: run config %s: %s", context, tpath[0] ? tpath : "",
-                       msg);
+      spec_problem_add(pr, fallback, "%s: run config %s: %s", context, tpath[0] ? tpath : "", msg);
   }
   return rc;
 }
@@ -574,8 +573,7 @@ static void sha256_hex(const char *text, char out[65]) {
 }
 
 /* A key of base that the method plans: set there, it is a conflict. */
-static void conflict(spec_problems *pr, const json_t *base, const char *key_path,
-                     const char *why) {
+static void conflict(spec_problems *pr, const json_t *base, const char *key_path, const char *why) {
   if (!sets_key(base, key_path))
     return;
   char full[160], f[64];
@@ -591,15 +589,17 @@ static void conflict(spec_problems *pr, const json_t *base, const char *key_path
 }
 
 static void parse_ladder(spec_problems *pr, json_t *sec, spec_ladder *b) {
-  static const char *const keys[] = {"params", "tokens", "batch_size", "target_loss", "seeds",
-                                     NULL};
+  static const char *const keys[] = {"params",      "tokens", "batch_size",
+                                     "target_loss", "seeds",  NULL};
   check_keys(pr, sec, "$.batch", keys);
   b->present = 1;
   spec_values v;
   if (get_values(pr, sec, "$.batch", "params", &K_PARAMS, 0, &v)) {
     if (v.n != 1)
-      spec_problem_add(pr, v.path, "found %zu values, expected one target N: a ladder runs at "
-                                   "fixed N and D", v.n);
+      spec_problem_add(pr, v.path,
+                       "found %zu values, expected one target N: a ladder runs at "
+                       "fixed N and D",
+                       v.n);
     else {
       b->has_params = 1;
       b->params = v.v[0];
@@ -608,8 +608,10 @@ static void parse_ladder(spec_problems *pr, json_t *sec, spec_ladder *b) {
   }
   if (get_values(pr, sec, "$.batch", "tokens", &K_TOKENS, 1, &v)) {
     if (v.n != 1)
-      spec_problem_add(pr, v.path, "found %zu values, expected one D: a ladder runs at fixed N "
-                                   "and D", v.n);
+      spec_problem_add(pr, v.path,
+                       "found %zu values, expected one D: a ladder runs at fixed N "
+                       "and D",
+                       v.n);
     else
       b->tokens = v.v[0];
     free_values(&v);
@@ -628,8 +630,8 @@ static void parse_ladder(spec_problems *pr, json_t *sec, spec_ladder *b) {
  * own problems with $.base paths. */
 static void probe_base(spec *s, spec_problems *pr) {
   json_t *m = json_deep_copy(s->base);
-  json_t *over = json_pack("{s:{s:i, s:i, s:I}}", "train", "batch_size", 1, "micro_batch_size",
-                           1, "tokens", (json_int_t)1 << 40);
+  json_t *over = json_pack("{s:{s:i, s:i, s:I}}", "train", "batch_size", 1, "micro_batch_size", 1,
+                           "tokens", (json_int_t)1 << 40);
   json_object_update_recursive(m, over);
   json_decref(over);
   trn_config cfg;
@@ -661,8 +663,9 @@ static void parse_resources(spec *s, json_t *root, spec_problems *pr) {
     get_int(pr, res, "$.resources", "cpus", &s->cpus, 1, 1024, 0);
     int has_g = json_object_get(res, "gpus") != NULL, has_c = json_object_get(res, "cpus") != NULL;
     if (has_g == has_c)
-      spec_problem_add(pr, "$.resources", "found %s, expected exactly one of \"gpus\" (GPUs per "
-                                          "run) or \"cpus\" (CPU threads per run)",
+      spec_problem_add(pr, "$.resources",
+                       "found %s, expected exactly one of \"gpus\" (GPUs per "
+                       "run) or \"cpus\" (CPU threads per run)",
                        has_g ? "both \"gpus\" and \"cpus\"" : "neither \"gpus\" nor \"cpus\"");
   } else if (backend && !strcmp(backend, "cuda")) {
     s->gpus = 1;
@@ -706,8 +709,8 @@ static void parse_rules(spec *s, json_t *root, spec_problems *pr) {
   br->max_batch = SPEC_BATCH_MAX;
   json_t *o = get_object(pr, root, "$", "batch_rule", 0, "an object");
   if (o) {
-    static const char *const keys[] = {"coef", "exponent", "min_steps", "min_batch", "max_batch",
-                                       NULL};
+    static const char *const keys[] = {"coef",      "exponent",  "min_steps",
+                                       "min_batch", "max_batch", NULL};
     check_keys(pr, o, "$.batch_rule", keys);
     get_number(pr, o, "$.batch_rule", "coef", &br->coef, 1e-12, 1e12, 0, 0,
                "a positive number (B_opt = coef * C^exponent tokens)");
@@ -734,12 +737,9 @@ static void parse_rules(spec *s, json_t *root, spec_problems *pr) {
     check_keys(pr, o, "$.lr_rule", keys);
     get_number(pr, o, "$.lr_rule", "coef", &lr->coef, 1e-12, 1e6, 0, 0,
                "a positive number (eta = coef * C^exponent)");
-    get_number(pr, o, "$.lr_rule", "exponent", &lr->exponent, -2, 2, 0, 0,
-               "a number from -2 to 2");
-    get_number(pr, o, "$.lr_rule", "min", &lr->min, 1e-12, 10, 0, 0,
-               "a learning rate in (0, 10]");
-    get_number(pr, o, "$.lr_rule", "max", &lr->max, 1e-12, 10, 0, 0,
-               "a learning rate in (0, 10]");
+    get_number(pr, o, "$.lr_rule", "exponent", &lr->exponent, -2, 2, 0, 0, "a number from -2 to 2");
+    get_number(pr, o, "$.lr_rule", "min", &lr->min, 1e-12, 10, 0, 0, "a learning rate in (0, 10]");
+    get_number(pr, o, "$.lr_rule", "max", &lr->max, 1e-12, 10, 0, 0, "a learning rate in (0, 10]");
     const char *sc = get_string(pr, o, "$.lr_rule", "batch_scaling", scalings, 0,
                                 "how the rate follows B / B_opt");
     if (sc)
@@ -761,7 +761,8 @@ static void parse_isoflop(spec *s, json_t *sec, spec_problems *pr) {
     spec_problem_add(pr, "$.isoflop",
                      "found %s; expected exactly one: \"params\" (the same sizes at every "
                      "budget) or \"centre\" (sizes around N_opt(C) at each budget)",
-                     has_p ? "both \"params\" and \"centre\"" : "neither \"params\" nor \"centre\"");
+                     has_p ? "both \"params\" and \"centre\""
+                           : "neither \"params\" nor \"centre\"");
   value_kind kp = K_PARAMS;
   kp.min_count = 3;
   kp.what = "target non-embedding parameter counts, at least 3 per budget (a parabola in log N "
@@ -783,8 +784,8 @@ static void parse_isoflop(spec *s, json_t *sec, spec_problems *pr) {
                "a factor from 1.01 to 1e4: sizes run from N_c / span to N_c * span");
     get_int(pr, c, "$.isoflop.centre", "points", &s->isoflop.centre_points, 3, 1000, 1);
   }
-  const char *fc = get_string(pr, sec, "$.isoflop", "flops_count", counts, 0,
-                              "how D follows from C");
+  const char *fc =
+      get_string(pr, sec, "$.isoflop", "flops_count", counts, 0, "how D follows from C");
   s->isoflop.exact = fc && !strcmp(fc, "exact");
   get_values(pr, sec, "$.isoflop", "seeds", &K_SEED, 0, &s->isoflop.seeds);
 }
@@ -809,8 +810,9 @@ static void parse_runs(spec *s, json_t *root, spec_problems *pr) {
     return;
   }
   if (json_array_size(r) == 0) {
-    spec_problem_add(pr, "$.runs", "found an empty list, expected at least one partial run "
-                                   "config");
+    spec_problem_add(pr, "$.runs",
+                     "found an empty list, expected at least one partial run "
+                     "config");
     return;
   }
   if (json_array_size(r) > SPEC_MAX_RUNS)
@@ -838,8 +840,9 @@ int spec_parse(const char *text, const char *name, spec **out, spec_problems *pr
   if (!root) {
     char where[600];
     snprintf(where, sizeof where, "%s:%d:%d", name, je.line, je.column);
-    spec_problem_add(pr, where, "malformed JSON: %s; expected a JSON object (RFC 8259: quoted "
-                                "keys, no trailing commas, no comments)",
+    spec_problem_add(pr, where,
+                     "malformed JSON: %s; expected a JSON object (RFC 8259: quoted "
+                     "keys, no trailing commas, no comments)",
                      je.text);
     return SS_EINVAL;
   }
@@ -855,10 +858,24 @@ int spec_parse(const char *text, const char *name, spec **out, spec_problems *pr
   }
   s->root = root;
   s->file = dupstr(name);
-  static const char *const top[] = {"name", "description", "method", "base", "grid", "isoflop",
-                                    "batch", "runs", "resources", "priority", "max_attempts",
-                                    "max_hours", "throughput_flops", "parallel_runs", "shape",
-                                    "batch_rule", "lr_rule", NULL};
+  static const char *const top[] = {"name",
+                                    "description",
+                                    "method",
+                                    "base",
+                                    "grid",
+                                    "isoflop",
+                                    "batch",
+                                    "runs",
+                                    "resources",
+                                    "priority",
+                                    "max_attempts",
+                                    "max_hours",
+                                    "throughput_flops",
+                                    "parallel_runs",
+                                    "shape",
+                                    "batch_rule",
+                                    "lr_rule",
+                                    NULL};
   check_keys(pr, root, "$", top);
 
   s->name = get_string(pr, root, "$", "name", NULL, 1, "a sweep name (a string)");
@@ -868,19 +885,20 @@ int spec_parse(const char *text, const char *name, spec **out, spec_problems *pr
     for (size_t i = 0; i < n; i++)
       ctrl |= (unsigned char)s->name[i] < 0x20;
     if (n == 0 || n > 128 || ctrl)
-      spec_problem_add(pr, "$.name", "found a name of %zu bytes%s, expected 1 to 128 printable "
-                                     "characters",
+      spec_problem_add(pr, "$.name",
+                       "found a name of %zu bytes%s, expected 1 to 128 printable "
+                       "characters",
                        n, ctrl ? " with control characters" : "");
   }
   s->description = get_string(pr, root, "$", "description", NULL, 0, "a string");
   static const char *const methods[] = {"grid", "isoflop", "batch", "runs", NULL};
   const char *m = get_string(pr, root, "$", "method", methods, 1, "the planning method");
   int method_ok = m != NULL;
-  s->method = !m                          ? SPEC_GRID
-              : !strcmp(m, "grid")        ? SPEC_GRID
-              : !strcmp(m, "isoflop")     ? SPEC_ISOFLOP
-              : !strcmp(m, "batch")       ? SPEC_BATCH
-                                          : SPEC_RUNS;
+  s->method = !m                      ? SPEC_GRID
+              : !strcmp(m, "grid")    ? SPEC_GRID
+              : !strcmp(m, "isoflop") ? SPEC_ISOFLOP
+              : !strcmp(m, "batch")   ? SPEC_BATCH
+                                      : SPEC_RUNS;
 
   json_t *base = get_object(pr, root, "$", "base", 0, "a partial run config (an object)");
   s->base = base ? json_incref(base) : json_object();
@@ -922,8 +940,9 @@ int spec_parse(const char *text, const char *name, spec **out, spec_problems *pr
       spec_problem_add(pr, p, "missing; method \"%s\" needs a \"%s\" section", sections[i],
                        sections[i]);
     if (!mine && present && !(i == SPEC_BATCH && s->method != SPEC_BATCH)) {
-      spec_problem_add(pr, p, "found a \"%s\" section, but method is \"%s\"; expected only the "
-                              "\"%s\" section (and optionally a \"batch\" ladder)",
+      spec_problem_add(pr, p,
+                       "found a \"%s\" section, but method is \"%s\"; expected only the "
+                       "\"%s\" section (and optionally a \"batch\" ladder)",
                        sections[i], m, m);
     }
   }

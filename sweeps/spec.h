@@ -134,14 +134,14 @@ typedef struct spec_ladder {
 } spec_ladder;
 
 typedef struct spec {
-  json_t *root;          /* owned */
-  char *file;            /* name given to spec_parse, for messages (owned) */
-  const char *name;      /* $.name */
+  json_t *root;     /* owned */
+  char *file;       /* name given to spec_parse, for messages (owned) */
+  const char *name; /* $.name */
   const char *description;
   spec_method method;
-  json_t *base;          /* $.base (an empty object when absent) */
+  json_t *base; /* $.base (an empty object when absent) */
 
-  int gpus, cpus;        /* $.resources: exactly one is > 0 */
+  int gpus, cpus; /* $.resources: exactly one is > 0 */
   int priority, max_attempts;
   double max_hours;        /* 0: no limit */
   double throughput_flops; /* per run, FLOP/s */

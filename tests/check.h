@@ -18,42 +18,41 @@ static int check__failures;
     }                                                                          \
   } while (0)
 
-#define CHECK_INT_EQ(a, b)                                                     \
-  do {                                                                         \
-    long long check__a = (long long)(a), check__b = (long long)(b);            \
-    if (check__a != check__b) {                                                \
-      fprintf(stderr, "%s:%d: %s == %s failed: %lld vs %lld\n", __FILE__,      \
-              __LINE__, #a, #b, check__a, check__b);                           \
-      check__failures++;                                                       \
-    }                                                                          \
+#define CHECK_INT_EQ(a, b)                                                                  \
+  do {                                                                                      \
+    long long check__a = (long long)(a), check__b = (long long)(b);                         \
+    if (check__a != check__b) {                                                             \
+      fprintf(stderr, "%s:%d: %s == %s failed: %lld vs %lld\n", __FILE__, __LINE__, #a, #b, \
+              check__a, check__b);                                                          \
+      check__failures++;                                                                    \
+    }                                                                                       \
   } while (0)
 
 /* |a - b| <= tol + rtol * |b| */
-#define CHECK_NEAR(a, b, tol, rtol)                                            \
-  do {                                                                         \
-    double check__a = (double)(a), check__b = (double)(b);                     \
-    if (!(fabs(check__a - check__b) <= (tol) + (rtol)*fabs(check__b))) {       \
-      fprintf(stderr, "%s:%d: %s ~ %s failed: %.9g vs %.9g (tol %g, rtol %g)\n",\
-              __FILE__, __LINE__, #a, #b, check__a, check__b, (double)(tol),   \
-              (double)(rtol));                                                 \
-      check__failures++;                                                       \
-    }                                                                          \
+#define CHECK_NEAR(a, b, tol, rtol)                                                        \
+  do {                                                                                     \
+    double check__a = (double)(a), check__b = (double)(b);                                 \
+    if (!(fabs(check__a - check__b) <= (tol) + (rtol)*fabs(check__b))) {                   \
+      fprintf(stderr, "%s:%d: %s ~ %s failed: %.9g vs %.9g (tol %g, rtol %g)\n", __FILE__, \
+              __LINE__, #a, #b, check__a, check__b, (double)(tol), (double)(rtol));        \
+      check__failures++;                                                                   \
+    }                                                                                      \
   } while (0)
 
-#define CHECK_DONE()                                                           \
-  do {                                                                         \
-    if (check__failures) {                                                     \
-      fprintf(stderr, "%d check(s) failed\n", check__failures);                \
-      return 1;                                                                \
-    }                                                                          \
-    printf("all checks passed\n");                                             \
-    return 0;                                                                  \
+#define CHECK_DONE()                                            \
+  do {                                                          \
+    if (check__failures) {                                      \
+      fprintf(stderr, "%d check(s) failed\n", check__failures); \
+      return 1;                                                 \
+    }                                                           \
+    printf("all checks passed\n");                              \
+    return 0;                                                   \
   } while (0)
 
-#define SKIP(reason)                                                           \
-  do {                                                                         \
-    printf("skipped: %s\n", reason);                                           \
-    return 77;                                                                 \
+#define SKIP(reason)                 \
+  do {                               \
+    printf("skipped: %s\n", reason); \
+    return 77;                       \
   } while (0)
 
 #endif

@@ -14,8 +14,18 @@
 
 #define HDR_INTS 256
 
-enum { H_MAGIC, H_VERSION, H_LAYERS, H_DMODEL, H_HEADS, H_SEQ, H_VOCAB, H_Q8, H_PREC,
-       H_CONFIG_LEN };
+enum {
+  H_MAGIC,
+  H_VERSION,
+  H_LAYERS,
+  H_DMODEL,
+  H_HEADS,
+  H_SEQ,
+  H_VOCAB,
+  H_Q8,
+  H_PREC,
+  H_CONFIG_LEN
+};
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
   const unsigned char *c = p;
@@ -43,12 +53,11 @@ static void put(fio_atomic *f, const void *p, size_t n, uint64_t *h) {
   fio_atomic_write(f, p, n);
 }
 
-int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m,
-                  const trn_optim *o, const trn_ckpt_state *st, char *path_out,
-                  size_t path_len, char *err, size_t errlen) {
+int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m, const trn_optim *o,
+                  const trn_ckpt_state *st, char *path_out, size_t path_len, char *err,
+                  size_t errlen) {
   if (fio_mkdirs(dir, 0755) != 0) {
-    snprintf(err, errlen, "%s: cannot create checkpoint directory: %s", dir,
-             strerror(errno));
+    snprintf(err, errlen, "%s: cannot create checkpoint directory: %s", dir, strerror(errno));
     return SS_EIO;
   }
   char path[4096];
@@ -122,8 +131,7 @@ int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m,
 
 /* Finds the first place where two JSON values differ: writes its path
  * (such as $.train.lr) and both values; returns 1 when they differ. */
-static int first_diff(const cJSON *a, const cJSON *b, const char *path, char *out,
-                      size_t outlen) {
+static int first_diff(const cJSON *a, const cJSON *b, const char *path, char *out, size_t outlen) {
   if (cJSON_IsObject(a) && cJSON_IsObject(b)) {
     const cJSON *c;
     cJSON_ArrayForEach(c, a) {
@@ -238,8 +246,8 @@ int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_o
   state_rec r;
   size_t fixed = sizeof hdr + sizeof r + sizeof(uint64_t);
   if (size < 0 || got != (size_t)size || (size_t)size < fixed) {
-    snprintf(err, errlen, "%s: truncated: %ld bytes, a checkpoint has at least %zu", path,
-             size, fixed);
+    snprintf(err, errlen, "%s: truncated: %ld bytes, a checkpoint has at least %zu", path, size,
+             fixed);
     free(buf);
     return SS_ECORRUPT;
   }
@@ -273,8 +281,8 @@ int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_o
              path, size, (unsigned long long)r.nparams, (unsigned long long)r.optim_bytes);
     rc = SS_ECORRUPT;
   } else if (!rc && (size_t)size != want) {
-    snprintf(err, errlen, "%s: size is %ld bytes, its header describes %zu (truncated?)",
-             path, size, want);
+    snprintf(err, errlen, "%s: size is %ld bytes, its header describes %zu (truncated?)", path,
+             size, want);
     rc = SS_ECORRUPT;
   }
   if (!rc) {
@@ -297,15 +305,19 @@ int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_o
     }
   }
   if (!rc && (r.nparams != m->nparams || r.optim_bytes != o->state_bytes)) {
-    snprintf(err, errlen, "%s: holds %llu parameters and %llu optimizer bytes, expected %zu "
-             "and %zu", path, (unsigned long long)r.nparams,
-             (unsigned long long)r.optim_bytes, m->nparams, o->state_bytes);
+    snprintf(err, errlen,
+             "%s: holds %llu parameters and %llu optimizer bytes, expected %zu "
+             "and %zu",
+             path, (unsigned long long)r.nparams, (unsigned long long)r.optim_bytes, m->nparams,
+             o->state_bytes);
     rc = SS_ECORRUPT;
   }
   if (!rc && (r.carry < 0 || r.carry >= m->shape.vocab_size)) {
     /* the next window's first input indexes the embedding */
-    snprintf(err, errlen, "%s: the carried token is %d, expected one below vocab_size %d "
-             "(corrupt)", path, r.carry, m->shape.vocab_size);
+    snprintf(err, errlen,
+             "%s: the carried token is %d, expected one below vocab_size %d "
+             "(corrupt)",
+             path, r.carry, m->shape.vocab_size);
     rc = SS_ECORRUPT;
   }
   if (!rc) {

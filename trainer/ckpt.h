@@ -26,21 +26,21 @@
 #define TRN_CKPT_PREV_FILE "checkpoint.prev.bin"
 
 typedef struct trn_ckpt_state {
-  int64_t step;       /* optimizer steps done */
-  int64_t tokens;     /* training tokens consumed */
-  double loss_scale;  /* fp16 dynamic loss scale (1 otherwise) */
-  int64_t good_steps; /* clean steps since the scale last changed */
+  int64_t step;          /* optimizer steps done */
+  int64_t tokens;        /* training tokens consumed */
+  double loss_scale;     /* fp16 dynamic loss scale (1 otherwise) */
+  int64_t good_steps;    /* clean steps since the scale last changed */
   int64_t skipped_steps; /* fp16 steps skipped for overflow (no update) */
   trn_loader_pos train_pos;
-  int32_t carry;      /* last token read: the first input of the next window */
+  int32_t carry; /* last token read: the first input of the next window */
   trn_noise noise;
 } trn_ckpt_state;
 
 /* Writes DIR/checkpoint.bin (DIR is created if missing), the one it replaces
  * becoming DIR/checkpoint.prev.bin; the final path is copied to path_out. */
-int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m,
-                  const trn_optim *o, const trn_ckpt_state *st, char *path_out,
-                  size_t path_len, char *err, size_t errlen);
+int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m, const trn_optim *o,
+                  const trn_ckpt_state *st, char *path_out, size_t path_len, char *err,
+                  size_t errlen);
 
 /* Reads a checkpoint written for the same model, data, train, optimizer and
  * precision settings as config_json into m, o and st. A wrong magic,

@@ -24,8 +24,8 @@ static void problem(problems *p, const char *path, const char *fmt, ...) {
   p->n++;
   if (p->len + 1 >= p->cap)
     return;
-  int w = snprintf(p->buf + p->len, p->cap - p->len, "%s%s: %s: ", p->len ? "\n" : "",
-                   p->name, path);
+  int w =
+      snprintf(p->buf + p->len, p->cap - p->len, "%s%s: %s: ", p->len ? "\n" : "", p->name, path);
   if (w < 0)
     return;
   p->len = p->len + (size_t)w < p->cap ? p->len + (size_t)w : p->cap - 1;
@@ -89,8 +89,7 @@ static void check_keys(problems *p, const cJSON *obj, const char *path,
 }
 
 /* Section lookup: absent -> NULL; present but not an object -> problem. */
-static const cJSON *section(problems *p, const cJSON *root, const char *key,
-                            const char *path) {
+static const cJSON *section(problems *p, const cJSON *root, const char *key, const char *path) {
   const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, key);
   if (s && !cJSON_IsObject(s)) {
     problem(p, path, "expected an object, found %s", type_name(s));
@@ -99,8 +98,8 @@ static const cJSON *section(problems *p, const cJSON *root, const char *key,
   return s;
 }
 
-static void get_num(problems *p, const cJSON *obj, const char *path, const char *key,
-                    double *out, double lo, double hi, const char *range) {
+static void get_num(problems *p, const cJSON *obj, const char *path, const char *key, double *out,
+                    double lo, double hi, const char *range) {
   const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
   if (!v)
     return;
@@ -120,8 +119,8 @@ static void get_num(problems *p, const cJSON *obj, const char *path, const char 
   *out = x;
 }
 
-static void get_i64(problems *p, const cJSON *obj, const char *path, const char *key,
-                    int64_t *out, int64_t lo, int64_t hi) {
+static void get_i64(problems *p, const cJSON *obj, const char *path, const char *key, int64_t *out,
+                    int64_t lo, int64_t hi) {
   const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
   if (!v)
     return;
@@ -136,22 +135,22 @@ static void get_i64(problems *p, const cJSON *obj, const char *path, const char 
   }
   double x = v->valuedouble;
   if (!(x >= (double)lo && x <= (double)hi)) {
-    problem(p, full, "found %.17g, expected an integer from %lld to %lld", x,
-            (long long)lo, (long long)hi);
+    problem(p, full, "found %.17g, expected an integer from %lld to %lld", x, (long long)lo,
+            (long long)hi);
     return;
   }
   *out = (int64_t)x;
 }
 
-static void get_int(problems *p, const cJSON *obj, const char *path, const char *key,
-                    int *out, int lo, int hi) {
+static void get_int(problems *p, const cJSON *obj, const char *path, const char *key, int *out,
+                    int lo, int hi) {
   int64_t x = *out;
   get_i64(p, obj, path, key, &x, lo, hi);
   *out = (int)x;
 }
 
-static void get_str(problems *p, const cJSON *obj, const char *path, const char *key,
-                    char *out, size_t n, const char *const *choices) {
+static void get_str(problems *p, const cJSON *obj, const char *path, const char *key, char *out,
+                    size_t n, const char *const *choices) {
   const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
   if (!v)
     return;
@@ -168,13 +167,12 @@ static void get_str(problems *p, const cJSON *obj, const char *path, const char 
   if (!cJSON_IsString(v)) {
     char f[64];
     found(v, f, sizeof f);
-    problem(p, full, "expected a string%s%s, found %s %s", choices ? " among " : "",
-            allowed, type_name(v), f);
+    problem(p, full, "expected a string%s%s, found %s %s", choices ? " among " : "", allowed,
+            type_name(v), f);
     return;
   }
   if (strlen(v->valuestring) >= n) {
-    problem(p, full, "string too long (%zu bytes, at most %zu)", strlen(v->valuestring),
-            n - 1);
+    problem(p, full, "string too long (%zu bytes, at most %zu)", strlen(v->valuestring), n - 1);
     return;
   }
   if (choices) {
@@ -190,8 +188,7 @@ static void get_str(problems *p, const cJSON *obj, const char *path, const char 
   snprintf(out, n, "%s", v->valuestring);
 }
 
-static void get_bool(problems *p, const cJSON *obj, const char *path, const char *key,
-                     int *out) {
+static void get_bool(problems *p, const cJSON *obj, const char *path, const char *key, int *out) {
   const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
   if (!v)
     return;
@@ -252,9 +249,9 @@ int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *
     cJSON_Delete(root);
     return SS_EINVAL;
   }
-  static const char *const top_keys[] = {"model", "data", "train", "optimizer",
-                                         "precision", "memory", "eval", "checkpoint",
-                                         "backend", "world_size", "threads", NULL};
+  static const char *const top_keys[] = {"model",     "data",       "train",   "optimizer",
+                                         "precision", "memory",     "eval",    "checkpoint",
+                                         "backend",   "world_size", "threads", NULL};
   check_keys(&p, root, "$", top_keys);
 
   memset(cfg, 0, sizeof *cfg);
@@ -269,7 +266,7 @@ int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *
   /* data first: the vocabulary default depends on it */
   static const char *const data_keys[] = {"train", "val", "synthetic", NULL};
   static const char *const synth_keys[] = {"letters", "words", "min_len", "max_len",
-                                           "zipf", "seed", NULL};
+                                           "zipf",    "seed",  NULL};
   if (data)
     check_keys(&p, data, "$.data", data_keys);
   trn_synth_params *sp = &cfg->data.synth;
@@ -298,19 +295,18 @@ int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *
       get_int(&p, syn, "$.data.synthetic", "words", &sp->words, 1, 10000000);
       get_int(&p, syn, "$.data.synthetic", "min_len", &sp->min_len, 1, 64);
       get_int(&p, syn, "$.data.synthetic", "max_len", &sp->max_len, 1, 64);
-      get_num(&p, syn, "$.data.synthetic", "zipf", &sp->zipf, 1e-6, 100.0,
-              "in (0, 100]");
+      get_num(&p, syn, "$.data.synthetic", "zipf", &sp->zipf, 1e-6, 100.0, "in (0, 100]");
       int64_t seed = (int64_t)sp->seed;
       get_i64(&p, syn, "$.data.synthetic", "seed", &seed, 0, (int64_t)1 << 53);
       sp->seed = (uint64_t)seed;
       if (sp->min_len > sp->max_len)
-        problem(&p, "$.data.synthetic.min_len", "found %d, expected <= max_len (%d)",
-                sp->min_len, sp->max_len);
+        problem(&p, "$.data.synthetic.min_len", "found %d, expected <= max_len (%d)", sp->min_len,
+                sp->max_len);
     }
   }
 
-  static const char *const model_keys[] = {"n_layer", "d_model", "n_head", "seq_len",
-                                           "vocab_size", NULL};
+  static const char *const model_keys[] = {"n_layer", "d_model",    "n_head",
+                                           "seq_len", "vocab_size", NULL};
   if (model)
     check_keys(&p, model, "$.model", model_keys);
   cfg->model.n_layer = 2;
@@ -333,22 +329,20 @@ int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *
             "found %d, expected at least letters + 1 = %d for the synthetic corpus",
             cfg->model.vocab_size, sp->letters + 1);
 
-  static const char *const train_keys[] = {"batch_size", "micro_batch_size", "tokens",
-                                           "lr", "warmup_tokens", "schedule",
-                                           "min_lr_ratio", "weight_decay", "grad_clip",
-                                           "seed", NULL};
+  static const char *const train_keys[] = {
+      "batch_size", "micro_batch_size", "tokens",       "lr",        "warmup_tokens",
+      "schedule",   "min_lr_ratio",     "weight_decay", "grad_clip", "seed",
+      NULL};
   static const char *const schedules[] = {"cosine", "constant", NULL};
   if (train)
     check_keys(&p, train, "$.train", train_keys);
   cfg->train.batch_size = 8;
   get_int(&p, train, "$.train", "batch_size", &cfg->train.batch_size, 1, 1 << 20);
   cfg->train.micro_batch_size = cfg->train.batch_size;
-  get_int(&p, train, "$.train", "micro_batch_size", &cfg->train.micro_batch_size, 1,
-          1 << 20);
+  get_int(&p, train, "$.train", "micro_batch_size", &cfg->train.micro_batch_size, 1, 1 << 20);
   if (cfg->train.batch_size % cfg->train.micro_batch_size)
-    problem(&p, "$.train.micro_batch_size",
-            "found %d, expected a divisor of batch_size (%d)", cfg->train.micro_batch_size,
-            cfg->train.batch_size);
+    problem(&p, "$.train.micro_batch_size", "found %d, expected a divisor of batch_size (%d)",
+            cfg->train.micro_batch_size, cfg->train.batch_size);
   int64_t step_tokens = (int64_t)cfg->train.batch_size * cfg->model.seq_len;
   cfg->train.tokens = step_tokens * 100;
   get_i64(&p, train, "$.train", "tokens", &cfg->train.tokens, 1, (int64_t)1 << 53);
@@ -359,17 +353,14 @@ int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *
   cfg->train.lr = 1e-3;
   get_num(&p, train, "$.train", "lr", &cfg->train.lr, 1e-12, 10.0, "in (0, 10]");
   cfg->train.warmup_tokens = floor(0.05 * (double)cfg->train.tokens);
-  get_num(&p, train, "$.train", "warmup_tokens", &cfg->train.warmup_tokens, 0.0, 1e18,
-          ">= 0");
+  get_num(&p, train, "$.train", "warmup_tokens", &cfg->train.warmup_tokens, 0.0, 1e18, ">= 0");
   snprintf(cfg->train.schedule, sizeof cfg->train.schedule, "cosine");
-  get_str(&p, train, "$.train", "schedule", cfg->train.schedule,
-          sizeof cfg->train.schedule, schedules);
+  get_str(&p, train, "$.train", "schedule", cfg->train.schedule, sizeof cfg->train.schedule,
+          schedules);
   cfg->train.min_lr_ratio = 0.1;
-  get_num(&p, train, "$.train", "min_lr_ratio", &cfg->train.min_lr_ratio, 0.0, 1.0,
-          "in [0, 1]");
+  get_num(&p, train, "$.train", "min_lr_ratio", &cfg->train.min_lr_ratio, 0.0, 1.0, "in [0, 1]");
   cfg->train.weight_decay = 0.1;
-  get_num(&p, train, "$.train", "weight_decay", &cfg->train.weight_decay, 0.0, 10.0,
-          "in [0, 10]");
+  get_num(&p, train, "$.train", "weight_decay", &cfg->train.weight_decay, 0.0, 10.0, "in [0, 10]");
   cfg->train.grad_clip = 1.0;
   get_num(&p, train, "$.train", "grad_clip", &cfg->train.grad_clip, 0.0, 1e9,
           ">= 0 (0 turns clipping off)");
@@ -387,10 +378,8 @@ int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *
   cfg->optimizer.beta1 = 0.9;
   cfg->optimizer.beta2 = 0.95;
   cfg->optimizer.eps = 1e-8;
-  get_num(&p, opt, "$.optimizer", "beta1", &cfg->optimizer.beta1, 0.0, 0.999999,
-          "in [0, 1)");
-  get_num(&p, opt, "$.optimizer", "beta2", &cfg->optimizer.beta2, 0.0, 0.999999,
-          "in [0, 1)");
+  get_num(&p, opt, "$.optimizer", "beta1", &cfg->optimizer.beta1, 0.0, 0.999999, "in [0, 1)");
+  get_num(&p, opt, "$.optimizer", "beta2", &cfg->optimizer.beta2, 0.0, 0.999999, "in [0, 1)");
   get_num(&p, opt, "$.optimizer", "eps", &cfg->optimizer.eps, 1e-30, 1.0, "in (0, 1]");
 
   static const char *const precs[] = {"fp32", "bf16", "fp16", NULL};
@@ -409,8 +398,7 @@ int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *
   if (eval)
     check_keys(&p, eval, "$.eval", eval_keys);
   cfg->eval.every_tokens = cfg->train.tokens / 10;
-  get_i64(&p, eval, "$.eval", "every_tokens", &cfg->eval.every_tokens, 0,
-          (int64_t)1 << 53);
+  get_i64(&p, eval, "$.eval", "every_tokens", &cfg->eval.every_tokens, 0, (int64_t)1 << 53);
   cfg->eval.tokens = (int64_t)cfg->model.seq_len * 64;
   get_i64(&p, eval, "$.eval", "tokens", &cfg->eval.tokens, 1, (int64_t)1 << 40);
   if (cfg->eval.tokens < cfg->model.seq_len)
@@ -420,8 +408,7 @@ int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *
   static const char *const ckpt_keys[] = {"dir", "every_tokens", NULL};
   if (ckpt)
     check_keys(&p, ckpt, "$.checkpoint", ckpt_keys);
-  get_str(&p, ckpt, "$.checkpoint", "dir", cfg->checkpoint.dir,
-          sizeof cfg->checkpoint.dir, NULL);
+  get_str(&p, ckpt, "$.checkpoint", "dir", cfg->checkpoint.dir, sizeof cfg->checkpoint.dir, NULL);
   get_i64(&p, ckpt, "$.checkpoint", "every_tokens", &cfg->checkpoint.every_tokens, 0,
           (int64_t)1 << 53);
   if (cfg->checkpoint.every_tokens > 0 && !cfg->checkpoint.dir[0])
@@ -433,8 +420,7 @@ int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *
   cfg->world_size = 1;
   get_int(&p, root, "$", "world_size", &cfg->world_size, 1, 1024);
   if (cfg->world_size > 1 && strcmp(cfg->backend, "cpu") == 0)
-    problem(&p, "$.world_size", "found %d, expected 1 with the cpu backend",
-            cfg->world_size);
+    problem(&p, "$.world_size", "found %d, expected 1 with the cpu backend", cfg->world_size);
   cfg->threads = omp_get_num_procs();
   get_int(&p, root, "$", "threads", &cfg->threads, 1, 1024);
 

@@ -52,8 +52,7 @@ typedef struct trn_config {
 /* Parses a JSON run config from text (name is the file name for messages),
  * fills defaults, validates. Returns 0, or SS_EINVAL with one message per
  * problem (newline separated) in err. */
-int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *err,
-                     size_t errlen);
+int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *err, size_t errlen);
 
 /* Reads and parses a file; SS_ENOENT/SS_EIO when it cannot be read. */
 int trn_config_load(const char *path, trn_config *cfg, char *err, size_t errlen);

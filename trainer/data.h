@@ -22,17 +22,16 @@
 
 /* Writes one shard: 256 x int32 header (magic, version, count, zeros), then
  * the tokens as little-endian uint16. Written to PATH.tmp and renamed. */
-int trn_shard_write(const char *path, const uint16_t *tokens, size_t n,
-                    char *err, size_t errlen);
+int trn_shard_write(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen);
 
 /* ---- the synthetic Zipf lexicon (SCIENCE.md section 4) ----------------- */
 
 typedef struct trn_synth_params {
-  int letters;  /* K: tokens 1..K are letters, 0 is the separator */
-  int words;    /* W: lexicon size */
-  int min_len;  /* word lengths drawn uniformly from [min_len, max_len] */
+  int letters; /* K: tokens 1..K are letters, 0 is the separator */
+  int words;   /* W: lexicon size */
+  int min_len; /* word lengths drawn uniformly from [min_len, max_len] */
   int max_len;
-  double zipf;  /* s: p_k proportional to k^-s, k = 1..W */
+  double zipf; /* s: p_k proportional to k^-s, k = 1..W */
   uint64_t seed;
 } trn_synth_params;
 
@@ -40,8 +39,7 @@ typedef struct trn_lexicon trn_lexicon; /* opaque, immutable once built */
 
 /* Draws the lexicon from p->seed. Refuses parameters that leave too few
  * possible distinct words (SS_EINVAL with the count). */
-int trn_lexicon_new(const trn_synth_params *p, trn_lexicon **out, char *err,
-                    size_t errlen);
+int trn_lexicon_new(const trn_synth_params *p, trn_lexicon **out, char *err, size_t errlen);
 void trn_lexicon_free(trn_lexicon *lx);
 
 int trn_lexicon_nwords(const trn_lexicon *lx);
@@ -69,10 +67,10 @@ uint64_t trn_lexicon_digest(const trn_lexicon *lx);
 
 /* Position of a loader in its stream; plain data, saved in checkpoints. */
 typedef struct trn_loader_pos {
-  uint64_t rng[4];   /* synthetic: word-sampling generator state */
-  uint64_t offset;   /* shards: global token offset; synthetic: tokens drawn */
-  int32_t word;      /* synthetic: word being emitted, -1 for none */
-  int32_t in_word;   /* synthetic: next position inside that word (len = separator) */
+  uint64_t rng[4]; /* synthetic: word-sampling generator state */
+  uint64_t offset; /* shards: global token offset; synthetic: tokens drawn */
+  int32_t word;    /* synthetic: word being emitted, -1 for none */
+  int32_t in_word; /* synthetic: next position inside that word (len = separator) */
 } trn_loader_pos;
 
 typedef struct trn_loader trn_loader;
@@ -81,14 +79,14 @@ typedef struct trn_loader trn_loader;
  * wraps around at the end). Checks every shard's header and size; a wrong
  * magic, version or truncated file is SS_ECORRUPT naming the file and byte
  * offset. Tokens >= vocab_size are SS_EINVAL (file and token index). */
-int trn_loader_open_shards(const char *glob_pattern, int vocab_size,
-                           trn_loader **out, char *err, size_t errlen);
+int trn_loader_open_shards(const char *glob_pattern, int vocab_size, trn_loader **out, char *err,
+                           size_t errlen);
 
 /* A loader over the synthetic stream of lx with an independent stream seed
  * (train and validation use different stream seeds over one lexicon). The
  * loader does not own lx. */
-int trn_loader_open_synth(const trn_lexicon *lx, uint64_t stream_seed,
-                          trn_loader **out, char *err, size_t errlen);
+int trn_loader_open_synth(const trn_lexicon *lx, uint64_t stream_seed, trn_loader **out, char *err,
+                          size_t errlen);
 
 void trn_loader_free(trn_loader *l);
 

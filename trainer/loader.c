@@ -43,8 +43,7 @@ struct trn_loader {
 };
 
 static uint32_t get_le32(const uint8_t *b) {
-  return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-         (uint32_t)b[3] << 24;
+  return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 }
 
 static void hex(const unsigned char *md, unsigned n, char *out) {
@@ -110,8 +109,7 @@ static int open_shard(shard *f, int vocab_size, char *err, size_t errlen) {
     return SS_ECORRUPT;
   }
   if (count < 0) {
-    snprintf(err, errlen, "%s: byte 8: token count is %d, expected >= 0",
-             f->path, count);
+    snprintf(err, errlen, "%s: byte 8: token count is %d, expected >= 0", f->path, count);
     return SS_ECORRUPT;
   }
   uint64_t want = 2 * (uint64_t)count;
@@ -120,8 +118,8 @@ static int open_shard(shard *f, int vocab_size, char *err, size_t errlen) {
     snprintf(err, errlen,
              "%s: %s: header says %d tokens (%llu bytes after the %d-byte "
              "header), file has %llu",
-             f->path, have < want ? "truncated" : "trailing bytes", count,
-             (unsigned long long)want, HEADER_BYTES, (unsigned long long)have);
+             f->path, have < want ? "truncated" : "trailing bytes", count, (unsigned long long)want,
+             HEADER_BYTES, (unsigned long long)have);
     return SS_ECORRUPT;
   }
   f->ntokens = (uint64_t)count;
@@ -129,10 +127,8 @@ static int open_shard(shard *f, int vocab_size, char *err, size_t errlen) {
   for (uint64_t i = 0; vocab_size <= UINT16_MAX && i < f->ntokens; i++) {
     unsigned v = (unsigned)t[2 * i] | (unsigned)t[2 * i + 1] << 8;
     if ((long)v >= (long)vocab_size) {
-      snprintf(err, errlen,
-               "%s: token %llu (byte %llu) is %u, expected < vocab_size %d",
-               f->path, (unsigned long long)i,
-               (unsigned long long)(HEADER_BYTES + 2 * i), v, vocab_size);
+      snprintf(err, errlen, "%s: token %llu (byte %llu) is %u, expected < vocab_size %d", f->path,
+               (unsigned long long)i, (unsigned long long)(HEADER_BYTES + 2 * i), v, vocab_size);
       return SS_EINVAL;
     }
   }
@@ -146,8 +142,8 @@ static int open_shard(shard *f, int vocab_size, char *err, size_t errlen) {
   return 0;
 }
 
-int trn_loader_open_shards(const char *glob_pattern, int vocab_size,
-                           trn_loader **out, char *err, size_t errlen) {
+int trn_loader_open_shards(const char *glob_pattern, int vocab_size, trn_loader **out, char *err,
+                           size_t errlen) {
   *out = NULL;
   if (vocab_size < 1) {
     snprintf(err, errlen, "vocab_size: %d, expected >= 1", vocab_size);
@@ -158,8 +154,7 @@ int trn_loader_open_shards(const char *glob_pattern, int vocab_size,
    * user's mistake, not an I/O failure */
   int grc = glob(glob_pattern, 0, NULL, &g);
   if (grc == GLOB_NOMATCH) {
-    snprintf(err, errlen, "no files match '%s' (expected llm.c token shards)",
-             glob_pattern);
+    snprintf(err, errlen, "no files match '%s' (expected llm.c token shards)", glob_pattern);
     globfree(&g);
     return SS_ENOENT;
   }
@@ -194,8 +189,7 @@ int trn_loader_open_shards(const char *glob_pattern, int vocab_size,
     l->total += f->ntokens;
   }
   if (rc == 0 && l->total == 0) {
-    snprintf(err, errlen, "'%s': the %d matching shard(s) hold no tokens",
-             glob_pattern, l->nfiles);
+    snprintf(err, errlen, "'%s': the %d matching shard(s) hold no tokens", glob_pattern, l->nfiles);
     rc = SS_EINVAL;
   }
   globfree(&g);
@@ -209,8 +203,8 @@ int trn_loader_open_shards(const char *glob_pattern, int vocab_size,
   return 0;
 }
 
-int trn_loader_open_synth(const trn_lexicon *lx, uint64_t stream_seed,
-                          trn_loader **out, char *err, size_t errlen) {
+int trn_loader_open_synth(const trn_lexicon *lx, uint64_t stream_seed, trn_loader **out, char *err,
+                          size_t errlen) {
   *out = NULL;
   trn_loader *l = calloc(1, sizeof *l);
   int w = trn_lexicon_nwords(lx);
@@ -309,9 +303,7 @@ void trn_loader_next(trn_loader *l, int32_t *out, size_t n) {
     next_shards(l, out, n);
 }
 
-void trn_loader_get_pos(const trn_loader *l, trn_loader_pos *pos) {
-  *pos = l->pos;
-}
+void trn_loader_get_pos(const trn_loader *l, trn_loader_pos *pos) { *pos = l->pos; }
 
 static int set_pos_shards(trn_loader *l, const trn_loader_pos *pos) {
   if (pos->offset >= l->total)
@@ -324,8 +316,7 @@ static int set_pos_shards(trn_loader *l, const trn_loader_pos *pos) {
     else
       hi = mid - 1;
   }
-  while (l->files[lo].ntokens == 0 ||
-         pos->offset - l->files[lo].start >= l->files[lo].ntokens)
+  while (l->files[lo].ntokens == 0 || pos->offset - l->files[lo].start >= l->files[lo].ntokens)
     lo++;
   l->cur = lo;
   l->in_file = pos->offset - l->files[lo].start;
@@ -338,8 +329,7 @@ static int set_pos_shards(trn_loader *l, const trn_loader_pos *pos) {
 static int set_pos_synth(trn_loader *l, const trn_loader_pos *pos) {
   if (pos->word < -1 || pos->word >= l->nwords)
     return SS_ECORRUPT;
-  if (pos->word >= 0 &&
-      (pos->in_word < 0 || pos->in_word > trn_lexicon_len(l->lx, pos->word)))
+  if (pos->word >= 0 && (pos->in_word < 0 || pos->in_word > trn_lexicon_len(l->lx, pos->word)))
     return SS_ECORRUPT;
   if (!(pos->rng[0] | pos->rng[1] | pos->rng[2] | pos->rng[3]))
     return SS_ECORRUPT;

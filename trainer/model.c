@@ -11,23 +11,21 @@
 /* Sizes of the tensors in trn_weights order. */
 static void tensor_sizes(const trn_shape *s, size_t sz[TRN_NTENSORS]) {
   size_t V = s->vocab_size, T = s->seq_len, L = s->n_layer, C = s->d_model;
-  size_t v[TRN_NTENSORS] = {V * C,     T * C, L * C,     L * C,         L * 3 * C * C,
-                            L * 3 * C, L * C * C, L * C, L * C,         L * C,
-                            L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
+  size_t v[TRN_NTENSORS] = {V * C,         T * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
+                            L * C * C,     L * C, L * C, L * C, L * 4 * C * C, L * 4 * C,
+                            L * C * 4 * C, L * C, C,     C};
   memcpy(sz, v, sizeof v);
 }
 
 static const char *const tensor_names[TRN_NTENSORS] = {
-    "wte",  "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
-static const int tensor_decay[TRN_NTENSORS] = {1, 1, 0, 0, 1, 0, 1, 0,
-                                               0, 0, 1, 0, 1, 0, 0, 0};
+    "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
+static const int tensor_decay[TRN_NTENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
 
 static void carve(trn_weights *p, float *base, const trn_tensor_info *t) {
-  float **ptrs[TRN_NTENSORS] = {&p->wte,  &p->wpe,      &p->ln1w,     &p->ln1b,
-                                &p->qkvw, &p->qkvb,     &p->attprojw, &p->attprojb,
-                                &p->ln2w, &p->ln2b,     &p->fcw,      &p->fcb,
-                                &p->fcprojw, &p->fcprojb, &p->lnfw,   &p->lnfb};
+  float **ptrs[TRN_NTENSORS] = {&p->wte,      &p->wpe,      &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb,
+                                &p->attprojw, &p->attprojb, &p->ln2w, &p->ln2b, &p->fcw,  &p->fcb,
+                                &p->fcprojw,  &p->fcprojb,  &p->lnfw, &p->lnfb};
   for (int i = 0; i < TRN_NTENSORS; i++)
     *ptrs[i] = base + t[i].offset;
 }
@@ -45,8 +43,7 @@ static float *take(carver *c, size_t n) {
   return p;
 }
 
-static void layer_acts(carver *c, trn_layer_acts *a, size_t BT, size_t C, size_t NH,
-                       size_t T) {
+static void layer_acts(carver *c, trn_layer_acts *a, size_t BT, size_t C, size_t NH, size_t T) {
   a->ln1 = take(c, BT * C);
   a->ln1_mean = take(c, BT);
   a->ln1_rstd = take(c, BT);
@@ -226,23 +223,21 @@ static void layer_forward(trn_model *m, int l) {
   size_t LC = (size_t)l * C;
   trn_layer_acts *a = &m->layer[l];
   const trn_weights *w = &m->plow;
-  o->layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, m->resid[l], w->ln1w + LC,
-                       w->ln1b + LC, N, C);
+  o->layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, m->resid[l], w->ln1w + LC, w->ln1b + LC,
+                       N, C);
   o->matmul_forward(k, a->qkv, a->ln1, w->qkvw + LC * 3 * C, w->qkvb + LC * 3, N, C, 3 * C);
   o->attention_forward(k, a->atty, a->att, a->qkv, B, T, C, NH);
   o->matmul_forward(k, m->proj, a->atty, w->attprojw + LC * C, w->attprojb + LC, N, C, C);
   o->residual_forward(k, a->resid2, m->resid[l], m->proj, (size_t)N * C);
-  o->layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->resid2, w->ln2w + LC,
-                       w->ln2b + LC, N, C);
+  o->layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->resid2, w->ln2w + LC, w->ln2b + LC,
+                       N, C);
   o->matmul_forward(k, a->fch, a->ln2, w->fcw + LC * 4 * C, w->fcb + LC * 4, N, C, 4 * C);
   o->gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * 4 * C);
-  o->matmul_forward(k, m->proj, a->fch_gelu, w->fcprojw + LC * 4 * C, w->fcprojb + LC, N,
-                    4 * C, C);
+  o->matmul_forward(k, m->proj, a->fch_gelu, w->fcprojw + LC * 4 * C, w->fcprojb + LC, N, 4 * C, C);
   o->residual_forward(k, m->resid[l + 1], a->resid2, m->proj, (size_t)N * C);
 }
 
-double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens,
-                         const int32_t *targets) {
+double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens, const int32_t *targets) {
   kern_ctx *k = m->k;
   const kern_ops *o = k->ops;
   const trn_shape *s = &m->shape;
@@ -252,8 +247,8 @@ double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens,
   o->encoder_forward(k, m->resid[0], m->tokens, m->plow.wte, m->plow.wpe, B, T, C);
   for (int l = 0; l < s->n_layer; l++)
     layer_forward(m, l);
-  o->layernorm_forward(k, m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[s->n_layer],
-                       m->plow.lnfw, m->plow.lnfb, N, C);
+  o->layernorm_forward(k, m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[s->n_layer], m->plow.lnfw,
+                       m->plow.lnfb, N, C);
   o->matmul_forward(k, m->logits, m->lnf, m->plow.wte, NULL, N, C, V);
   if (!targets)
     return 0.0;
@@ -286,8 +281,8 @@ void trn_model_backward(trn_model *m, float dscale) {
   o->softmax_xent(k, m->losses, m->logits, m->targets, N, V, dscale / (float)N);
   o->matmul_backward(k, m->dln, g->wte, NULL, m->logits, m->lnf, w->wte, N, C, V);
   o->zero(k, m->dresid, (size_t)N * C * sizeof(float));
-  o->layernorm_backward(k, m->dresid, g->lnfw, g->lnfb, m->dln, m->resid[L], w->lnfw,
-                        m->lnf_mean, m->lnf_rstd, N, C);
+  o->layernorm_backward(k, m->dresid, g->lnfw, g->lnfb, m->dln, m->resid[L], w->lnfw, m->lnf_mean,
+                        m->lnf_rstd, N, C);
 
   for (int l = L - 1; l >= 0; l--) {
     if (m->recompute)
@@ -295,16 +290,16 @@ void trn_model_backward(trn_model *m, float dscale) {
     trn_layer_acts *a = &m->layer[l];
     size_t LC = (size_t)l * C;
     /* MLP half: resid[l+1] = resid2 + fcproj(gelu(fc(ln2(resid2)))) */
-    o->matmul_backward(k, m->dfch, g->fcprojw + LC * 4 * C, g->fcprojb + LC, m->dresid,
-                       a->fch_gelu, w->fcprojw + LC * 4 * C, N, 4 * C, C);
+    o->matmul_backward(k, m->dfch, g->fcprojw + LC * 4 * C, g->fcprojb + LC, m->dresid, a->fch_gelu,
+                       w->fcprojw + LC * 4 * C, N, 4 * C, C);
     o->gelu_backward(k, m->dfch, a->fch, m->dfch, (size_t)N * 4 * C);
     o->matmul_backward(k, m->dln, g->fcw + LC * 4 * C, g->fcb + LC * 4, m->dfch, a->ln2,
                        w->fcw + LC * 4 * C, N, C, 4 * C);
-    o->layernorm_backward(k, m->dresid, g->ln2w + LC, g->ln2b + LC, m->dln, a->resid2,
-                          w->ln2w + LC, a->ln2_mean, a->ln2_rstd, N, C);
+    o->layernorm_backward(k, m->dresid, g->ln2w + LC, g->ln2b + LC, m->dln, a->resid2, w->ln2w + LC,
+                          a->ln2_mean, a->ln2_rstd, N, C);
     /* attention half: resid2 = resid[l] + attproj(attn(qkv(ln1(resid[l])))) */
-    o->matmul_backward(k, m->datty, g->attprojw + LC * C, g->attprojb + LC, m->dresid,
-                       a->atty, w->attprojw + LC * C, N, C, C);
+    o->matmul_backward(k, m->datty, g->attprojw + LC * C, g->attprojb + LC, m->dresid, a->atty,
+                       w->attprojw + LC * C, N, C, C);
     o->attention_backward(k, m->dqkv, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
     o->matmul_backward(k, m->dln, g->qkvw + LC * 3 * C, g->qkvb + LC * 3, m->dqkv, a->ln1,
                        w->qkvw + LC * 3 * C, N, C, 3 * C);

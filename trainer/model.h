@@ -75,15 +75,15 @@ typedef struct trn_model {
 
   float *acts_mem;
   size_t acts_bytes;
-  float **resid;          /* L + 1 pointers, each (B, T, C): block inputs */
-  trn_layer_acts *layer;  /* L entries; all alias one scratch set with recompute */
-  float *proj;            /* (B, T, C) output of a projection, before the residual */
+  float **resid;                    /* L + 1 pointers, each (B, T, C): block inputs */
+  trn_layer_acts *layer;            /* L entries; all alias one scratch set with recompute */
+  float *proj;                      /* (B, T, C) output of a projection, before the residual */
   float *lnf, *lnf_mean, *lnf_rstd; /* (B, T, C), (B, T), (B, T) */
-  float *logits;          /* (B, T, V); holds dlogits after backward */
-  float *losses;          /* (B, T) */
-  int32_t *tokens, *targets; /* (B, T) backend copies of the batch */
+  float *logits;                    /* (B, T, V); holds dlogits after backward */
+  float *losses;                    /* (B, T) */
+  int32_t *tokens, *targets;        /* (B, T) backend copies of the batch */
 
-  float *grad_mem;        /* backward scratch for one layer */
+  float *grad_mem; /* backward scratch for one layer */
   float *dresid, *dln, *dqkv, *datt, *datty, *dfch;
 } trn_model;
 
@@ -102,8 +102,7 @@ void trn_model_sync_low(trn_model *m);
 
 /* Forward pass on nseq <= B sequences of T tokens (host arrays, nseq*T
  * each); with targets, computes the per-token losses and returns their mean. */
-double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens,
-                         const int32_t *targets);
+double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens, const int32_t *targets);
 
 /* Backward pass after trn_model_forward with targets: writes the gradient
  * of dscale x (mean loss) into mgrads (zeroed first). */

@@ -7,8 +7,7 @@ void trn_noise_init(trn_noise *z, double decay) {
   z->n = 0;
 }
 
-void trn_noise_update(trn_noise *z, double g_small2, double g_big2, double b_small,
-                      double b_big) {
+void trn_noise_update(trn_noise *z, double g_small2, double g_big2, double b_small, double b_big) {
   /* |G|^2 = (b_big |G_big|^2 - b_small |G_small|^2) / (b_big - b_small)
    * S     = (|G_small|^2 - |G_big|^2) / (1/b_small - 1/b_big) */
   double g2 = (b_big * g_big2 - b_small * g_small2) / (b_big - b_small);

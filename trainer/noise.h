@@ -20,8 +20,7 @@ typedef struct trn_noise {
 void trn_noise_init(trn_noise *z, double decay);
 
 /* One step's norms; requires b_big > b_small (in sequences). */
-void trn_noise_update(trn_noise *z, double g_small2, double g_big2, double b_small,
-                      double b_big);
+void trn_noise_update(trn_noise *z, double g_small2, double g_big2, double b_small, double b_big);
 
 /* B_simple in sequences (the unit of b_small and b_big). Returns 0 and sets
  * *b, or -1 while not measurable (no update yet, or EMA(|G|^2) <= 0). */

@@ -51,27 +51,22 @@ void trn_optim_free(trn_optim *o) {
   memset(o, 0, sizeof *o);
 }
 
-void trn_optim_step(trn_optim *o, trn_model *m, double lr, double beta1, double beta2,
-                    double eps, double weight_decay, float grad_scale, int step) {
+void trn_optim_step(trn_optim *o, trn_model *m, double lr, double beta1, double beta2, double eps,
+                    double weight_decay, float grad_scale, int step) {
   kern_ctx *k = m->k;
   float *plow = m->params_low == m->params ? NULL : m->params_low;
   for (int i = 0; i < TRN_NTENSORS; i++) {
     const trn_tensor_info *t = &m->tensors[i];
-    kern_adamw_args a = {(float)lr,
-                         (float)beta1,
-                         (float)beta2,
-                         (float)eps,
-                         t->decay ? (float)weight_decay : 0.0f,
-                         grad_scale,
-                         step};
+    kern_adamw_args a = {
+        (float)lr,  (float)beta1, (float)beta2, (float)eps, t->decay ? (float)weight_decay : 0.0f,
+        grad_scale, step};
     size_t off = t->offset;
     if (o->q8)
-      k->ops->adamw8bit(k, m->params + off, plow ? plow + off : NULL, m->grads + off,
-                        o->qm + off, o->qv + off, o->sm + o->block_off[i],
-                        o->sv + o->block_off[i], t->size, &a);
+      k->ops->adamw8bit(k, m->params + off, plow ? plow + off : NULL, m->grads + off, o->qm + off,
+                        o->qv + off, o->sm + o->block_off[i], o->sv + o->block_off[i], t->size, &a);
     else
-      k->ops->adamw(k, m->params + off, plow ? plow + off : NULL, m->grads + off,
-                    o->m + off, o->v + off, t->size, &a);
+      k->ops->adamw(k, m->params + off, plow ? plow + off : NULL, m->grads + off, o->m + off,
+                    o->v + off, t->size, &a);
   }
 }
 
@@ -88,8 +83,7 @@ void trn_optim_save(const trn_optim *o, void *host) {
   k->ops->to_host(k, h, o->qm, n);
   k->ops->to_host(k, h + n, o->qv, n);
   k->ops->to_host(k, h + 2 * n, o->sm, o->nblocks * sizeof(float));
-  k->ops->to_host(k, h + 2 * n + o->nblocks * sizeof(float), o->sv,
-                  o->nblocks * sizeof(float));
+  k->ops->to_host(k, h + 2 * n + o->nblocks * sizeof(float), o->sv, o->nblocks * sizeof(float));
 }
 
 void trn_optim_load(trn_optim *o, const void *host) {
@@ -105,6 +99,5 @@ void trn_optim_load(trn_optim *o, const void *host) {
   k->ops->from_host(k, o->qm, h, n);
   k->ops->from_host(k, o->qv, h + n, n);
   k->ops->from_host(k, o->sm, h + 2 * n, o->nblocks * sizeof(float));
-  k->ops->from_host(k, o->sv, h + 2 * n + o->nblocks * sizeof(float),
-                    o->nblocks * sizeof(float));
+  k->ops->from_host(k, o->sv, h + 2 * n + o->nblocks * sizeof(float), o->nblocks * sizeof(float));
 }

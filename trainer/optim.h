@@ -13,13 +13,13 @@
 typedef struct trn_optim {
   int q8;
   kern_ctx *k;
-  float *m, *v;       /* fp32: (nparams) each */
-  int8_t *qm;         /* 8-bit: (nparams) */
-  uint8_t *qv;        /* 8-bit: (nparams) */
-  float *sm, *sv;     /* 8-bit: one absmax per block, (nblocks) each */
+  float *m, *v;   /* fp32: (nparams) each */
+  int8_t *qm;     /* 8-bit: (nparams) */
+  uint8_t *qv;    /* 8-bit: (nparams) */
+  float *sm, *sv; /* 8-bit: one absmax per block, (nblocks) each */
   size_t nblocks;
   size_t block_off[TRN_NTENSORS]; /* first block of each tensor (blocks never span tensors) */
-  size_t state_bytes; /* bytes of optimizer state, for the report */
+  size_t state_bytes;             /* bytes of optimizer state, for the report */
 } trn_optim;
 
 int trn_optim_init(trn_optim *o, const trn_model *m, int q8);
@@ -27,8 +27,8 @@ void trn_optim_free(trn_optim *o);
 
 /* One update of every tensor. grad_scale multiplies the gradients first
  * (loss-scale undo times the clipping factor); step is 1-based. */
-void trn_optim_step(trn_optim *o, trn_model *m, double lr, double beta1, double beta2,
-                    double eps, double weight_decay, float grad_scale, int step);
+void trn_optim_step(trn_optim *o, trn_model *m, double lr, double beta1, double beta2, double eps,
+                    double weight_decay, float grad_scale, int step);
 
 /* The state as host bytes and back (checkpoints): a flat copy of the
  * buffers in a fixed order, trn_optim.state_bytes long. */

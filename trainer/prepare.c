@@ -46,8 +46,8 @@ static int make_dirs(const char *dir, char *err, size_t errlen) {
   return 0;
 }
 
-static int shard_path(char *buf, size_t n, const char *out_dir,
-                      const char *split, int i, char *err, size_t errlen) {
+static int shard_path(char *buf, size_t n, const char *out_dir, const char *split, int i, char *err,
+                      size_t errlen) {
   int w = snprintf(buf, n, TRN_SHARD_PATH_FMT, out_dir, split, i);
   if (w < 0 || (size_t)w >= n) {
     snprintf(err, errlen, "%s: output directory name too long", out_dir);
@@ -58,8 +58,8 @@ static int shard_path(char *buf, size_t n, const char *out_dir,
 
 /* Unlinks split_NNNNNN.bin for NNNNNN = from, from + 1, ... up to the first
  * one missing: the shards of an earlier run that this one did not rewrite. */
-static int remove_stale(const char *out_dir, const char *split, int from,
-                        char *err, size_t errlen) {
+static int remove_stale(const char *out_dir, const char *split, int from, char *err,
+                        size_t errlen) {
   char path[4096];
   for (int i = from;; i++) {
     int rc = shard_path(path, sizeof path, out_dir, split, i, err, errlen);
@@ -68,8 +68,7 @@ static int remove_stale(const char *out_dir, const char *split, int from,
     if (unlink(path) < 0) {
       if (errno == ENOENT)
         return 0;
-      snprintf(err, errlen, "%s: cannot remove this stale shard: %s", path,
-               strerror(errno));
+      snprintf(err, errlen, "%s: cannot remove this stale shard: %s", path, strerror(errno));
       return SS_EIO;
     }
   }
@@ -87,8 +86,7 @@ typedef struct byte_source {
   uint64_t left; /* bytes still to read from inputs[cur] */
 } byte_source;
 
-static int source_measure(byte_source *src, uint64_t *total, char *err,
-                          size_t errlen) {
+static int source_measure(byte_source *src, uint64_t *total, char *err, size_t errlen) {
   *total = 0;
   for (int i = 0; i < src->n; i++) {
     struct stat st;
@@ -107,16 +105,14 @@ static int source_measure(byte_source *src, uint64_t *total, char *err,
   return 0;
 }
 
-static int source_read(byte_source *src, uint16_t *dst, size_t n, char *err,
-                       size_t errlen) {
+static int source_read(byte_source *src, uint16_t *dst, size_t n, char *err, size_t errlen) {
   unsigned char buf[1 << 16];
   while (n > 0) {
     if (!src->f) {
       src->f = fopen(src->inputs[src->cur], "rb");
       if (!src->f) {
         int e = errno;
-        snprintf(err, errlen, "%s: cannot open: %s", src->inputs[src->cur],
-                 strerror(e));
+        snprintf(err, errlen, "%s: cannot open: %s", src->inputs[src->cur], strerror(e));
         return e == ENOENT ? SS_ENOENT : SS_EIO;
       }
       src->left = src->sizes[src->cur];
@@ -149,9 +145,8 @@ static int source_read(byte_source *src, uint16_t *dst, size_t n, char *err,
   return 0;
 }
 
-static int write_split(byte_source *src, const char *out_dir, const char *split,
-                       uint64_t ntok, size_t shard_tokens, uint16_t *buf,
-                       int *nshards, char *err, size_t errlen) {
+static int write_split(byte_source *src, const char *out_dir, const char *split, uint64_t ntok,
+                       size_t shard_tokens, uint16_t *buf, int *nshards, char *err, size_t errlen) {
   char path[4096];
   int i = 0;
   for (; ntok > 0; i++) {
@@ -169,21 +164,19 @@ static int write_split(byte_source *src, const char *out_dir, const char *split,
   return remove_stale(out_dir, split, i, err, errlen);
 }
 
-int trn_data_prepare(const char *out_dir, const char *const *inputs,
-                     int ninputs, double val_fraction, size_t shard_tokens,
-                     trn_data_summary *summary, char *err, size_t errlen) {
+int trn_data_prepare(const char *out_dir, const char *const *inputs, int ninputs,
+                     double val_fraction, size_t shard_tokens, trn_data_summary *summary, char *err,
+                     size_t errlen) {
   if (ninputs < 1) {
     snprintf(err, errlen, "no input files, expected at least one");
     return SS_EINVAL;
   }
   if (!(val_fraction >= 0 && val_fraction < 1)) {
-    snprintf(err, errlen, "val_fraction: %g, expected 0 <= fraction < 1",
-             val_fraction);
+    snprintf(err, errlen, "val_fraction: %g, expected 0 <= fraction < 1", val_fraction);
     return SS_EINVAL;
   }
   if (shard_tokens < 1 || shard_tokens > INT32_MAX) {
-    snprintf(err, errlen, "shard_tokens: %zu, expected 1..%d", shard_tokens,
-             INT32_MAX);
+    snprintf(err, errlen, "shard_tokens: %zu, expected 1..%d", shard_tokens, INT32_MAX);
     return SS_EINVAL;
   }
   byte_source src = {.inputs = inputs, .n = ninputs};
@@ -222,11 +215,10 @@ int trn_data_prepare(const char *out_dir, const char *const *inputs,
   if (!rc)
     rc = make_dirs(out_dir, err, errlen);
   if (!rc)
-    rc = write_split(&src, out_dir, "train", ntrain, shard_tokens, buf,
-                     &s.train_shards, err, errlen);
+    rc = write_split(&src, out_dir, "train", ntrain, shard_tokens, buf, &s.train_shards, err,
+                     errlen);
   if (!rc)
-    rc = write_split(&src, out_dir, "val", nval, shard_tokens, buf,
-                     &s.val_shards, err, errlen);
+    rc = write_split(&src, out_dir, "val", nval, shard_tokens, buf, &s.val_shards, err, errlen);
   if (src.f)
     fclose(src.f);
   free(src.sizes);
@@ -236,9 +228,8 @@ int trn_data_prepare(const char *out_dir, const char *const *inputs,
   return rc;
 }
 
-static int write_synth_split(const trn_lexicon *lx, const char *out_dir,
-                             const char *split, uint64_t ntok, uint64_t seed,
-                             char *err, size_t errlen) {
+static int write_synth_split(const trn_lexicon *lx, const char *out_dir, const char *split,
+                             uint64_t ntok, uint64_t seed, char *err, size_t errlen) {
   char path[4096];
   int rc = shard_path(path, sizeof path, out_dir, split, 0, err, errlen);
   if (rc)
@@ -249,8 +240,7 @@ static int write_synth_split(const trn_lexicon *lx, const char *out_dir,
   uint16_t *tok = malloc((size_t)ntok * sizeof *tok);
   if (!tok) {
     trn_loader_free(l);
-    snprintf(err, errlen, "%s: %llu tokens: out of memory", path,
-             (unsigned long long)ntok);
+    snprintf(err, errlen, "%s: %llu tokens: out of memory", path, (unsigned long long)ntok);
     return SS_ENOMEM;
   }
   int32_t chunk[4096];
@@ -267,18 +257,17 @@ static int write_synth_split(const trn_lexicon *lx, const char *out_dir,
   return rc ? rc : remove_stale(out_dir, split, 1, err, errlen);
 }
 
-int trn_data_synth(const char *out_dir, const trn_synth_params *p,
-                   uint64_t train_tokens, uint64_t val_tokens,
-                   uint64_t train_seed, uint64_t val_seed,
+int trn_data_synth(const char *out_dir, const trn_synth_params *p, uint64_t train_tokens,
+                   uint64_t val_tokens, uint64_t train_seed, uint64_t val_seed,
                    trn_data_summary *summary, char *err, size_t errlen) {
   if (train_tokens < 1 || train_tokens > INT32_MAX) {
-    snprintf(err, errlen, "train_tokens: %llu, expected 1..%d",
-             (unsigned long long)train_tokens, INT32_MAX);
+    snprintf(err, errlen, "train_tokens: %llu, expected 1..%d", (unsigned long long)train_tokens,
+             INT32_MAX);
     return SS_EINVAL;
   }
   if (val_tokens < 1 || val_tokens > INT32_MAX) {
-    snprintf(err, errlen, "val_tokens: %llu, expected 1..%d",
-             (unsigned long long)val_tokens, INT32_MAX);
+    snprintf(err, errlen, "val_tokens: %llu, expected 1..%d", (unsigned long long)val_tokens,
+             INT32_MAX);
     return SS_EINVAL;
   }
   trn_lexicon *lx;
@@ -287,16 +276,12 @@ int trn_data_synth(const char *out_dir, const trn_synth_params *p,
     return rc;
   rc = make_dirs(out_dir, err, errlen);
   if (!rc)
-    rc = write_synth_split(lx, out_dir, "train", train_tokens, train_seed, err,
-                           errlen);
+    rc = write_synth_split(lx, out_dir, "train", train_tokens, train_seed, err, errlen);
   if (!rc)
-    rc = write_synth_split(lx, out_dir, "val", val_tokens, val_seed, err,
-                           errlen);
+    rc = write_synth_split(lx, out_dir, "val", val_tokens, val_seed, err, errlen);
   trn_lexicon_free(lx);
   if (!rc && summary)
-    *summary = (trn_data_summary){.train_tokens = train_tokens,
-                                  .val_tokens = val_tokens,
-                                  .train_shards = 1,
-                                  .val_shards = 1};
+    *summary = (trn_data_summary){
+        .train_tokens = train_tokens, .val_tokens = val_tokens, .train_shards = 1, .val_shards = 1};
   return rc;
 }

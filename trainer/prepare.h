@@ -31,17 +31,16 @@ typedef struct trn_data_summary {
  * validation split (no val shards when that rounds to 0); each split is cut
  * into shards of shard_tokens (1..INT32_MAX) tokens, the last one shorter.
  * Inputs are streamed, never held in memory whole. summary may be NULL. */
-int trn_data_prepare(const char *out_dir, const char *const *inputs,
-                     int ninputs, double val_fraction, size_t shard_tokens,
-                     trn_data_summary *summary, char *err, size_t errlen);
+int trn_data_prepare(const char *out_dir, const char *const *inputs, int ninputs,
+                     double val_fraction, size_t shard_tokens, trn_data_summary *summary, char *err,
+                     size_t errlen);
 
 /* The first train_tokens tokens of the synthetic stream with seed train_seed
  * as OUT/train_000000.bin and the first val_tokens of the stream val_seed as
  * OUT/val_000000.bin, both over the lexicon of p (each count 1..INT32_MAX:
  * one shard per split). summary may be NULL. */
-int trn_data_synth(const char *out_dir, const trn_synth_params *p,
-                   uint64_t train_tokens, uint64_t val_tokens,
-                   uint64_t train_seed, uint64_t val_seed,
+int trn_data_synth(const char *out_dir, const trn_synth_params *p, uint64_t train_tokens,
+                   uint64_t val_tokens, uint64_t train_seed, uint64_t val_seed,
                    trn_data_summary *summary, char *err, size_t errlen);
 
 /* The stream seeds `scalesweep data synth` uses for a lexicon seed. A run on

@@ -14,9 +14,7 @@ static inline uint64_t trn__splitmix64(uint64_t *x) {
   return z ^ (z >> 31);
 }
 
-static inline uint64_t trn__rotl(uint64_t x, int k) {
-  return (x << k) | (x >> (64 - k));
-}
+static inline uint64_t trn__rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 /* Fills the state from one 64-bit seed. splitmix64 never yields four zero
  * words in a row, so every seed (0 included) gives a valid state. */

@@ -40,8 +40,7 @@ static void write_shard(fio_atomic *f, const uint16_t *tokens, size_t n) {
   }
 }
 
-int trn_shard_write(const char *path, const uint16_t *tokens, size_t n,
-                    char *err, size_t errlen) {
+int trn_shard_write(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen) {
   if (n > INT32_MAX) {
     snprintf(err, errlen,
              "%s: %zu tokens do not fit one shard (its header counts at most "

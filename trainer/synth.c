@@ -60,18 +60,16 @@ static int check_params(const trn_synth_params *p, char *err, size_t errlen) {
     return SS_EINVAL;
   }
   if (p->words < 1 || p->words > TRN_LEXICON_MAX_WORDS) {
-    snprintf(err, errlen, "words: %d, expected 1..%d", p->words,
-             TRN_LEXICON_MAX_WORDS);
+    snprintf(err, errlen, "words: %d, expected 1..%d", p->words, TRN_LEXICON_MAX_WORDS);
     return SS_EINVAL;
   }
   if (p->min_len < 1 || p->min_len > TRN_LEXICON_MAX_LEN) {
-    snprintf(err, errlen, "min_len: %d, expected 1..%d", p->min_len,
-             TRN_LEXICON_MAX_LEN);
+    snprintf(err, errlen, "min_len: %d, expected 1..%d", p->min_len, TRN_LEXICON_MAX_LEN);
     return SS_EINVAL;
   }
   if (p->max_len < p->min_len || p->max_len > TRN_LEXICON_MAX_LEN) {
-    snprintf(err, errlen, "max_len: %d, expected min_len (%d)..%d", p->max_len,
-             p->min_len, TRN_LEXICON_MAX_LEN);
+    snprintf(err, errlen, "max_len: %d, expected min_len (%d)..%d", p->max_len, p->min_len,
+             TRN_LEXICON_MAX_LEN);
     return SS_EINVAL;
   }
   if (!(p->zipf > 0) || !isfinite(p->zipf)) {
@@ -83,9 +81,7 @@ static int check_params(const trn_synth_params *p, char *err, size_t errlen) {
    * against; it is exact whenever the check fails. */
   uint64_t need = 2 * (uint64_t)p->words, have = 0, per_len = 1;
   for (int l = 1; l <= p->max_len && have < need; l++) {
-    per_len = per_len > need / (uint64_t)p->letters
-                  ? need
-                  : per_len * (uint64_t)p->letters;
+    per_len = per_len > need / (uint64_t)p->letters ? need : per_len * (uint64_t)p->letters;
     if (l >= p->min_len)
       have = have + per_len > need ? need : have + per_len;
   }
@@ -94,8 +90,8 @@ static int check_params(const trn_synth_params *p, char *err, size_t errlen) {
              "words: %d needs at least %llu possible distinct words (twice "
              "as many), but letters=%d with lengths %d..%d allow only %llu; "
              "raise letters or max_len, or lower words",
-             p->words, (unsigned long long)need, p->letters, p->min_len,
-             p->max_len, (unsigned long long)have);
+             p->words, (unsigned long long)need, p->letters, p->min_len, p->max_len,
+             (unsigned long long)have);
     return SS_EINVAL;
   }
   return 0;
@@ -103,8 +99,7 @@ static int check_params(const trn_synth_params *p, char *err, size_t errlen) {
 
 /* Draws word k, redrawing (length and letters both) until it differs from
  * words 0..k-1. table is an open-addressing set of word index + 1. */
-static void draw_word(trn_lexicon *lx, int k, uint64_t s[4], uint32_t *table,
-                      size_t mask) {
+static void draw_word(trn_lexicon *lx, int k, uint64_t s[4], uint32_t *table, size_t mask) {
   uint8_t *w = lx->text + (size_t)k * lx->stride;
   int span = lx->max_len - lx->min_len + 1;
   for (;;) {
@@ -116,8 +111,7 @@ static void draw_word(trn_lexicon *lx, int k, uint64_t s[4], uint32_t *table,
     int dup = 0;
     while (table[slot]) {
       int j = (int)table[slot] - 1;
-      if (lx->len[j] == len &&
-          memcmp(lx->text + (size_t)j * lx->stride, w, (size_t)len) == 0) {
+      if (lx->len[j] == len && memcmp(lx->text + (size_t)j * lx->stride, w, (size_t)len) == 0) {
         dup = 1;
         break;
       }
@@ -131,8 +125,7 @@ static void draw_word(trn_lexicon *lx, int k, uint64_t s[4], uint32_t *table,
   }
 }
 
-int trn_lexicon_new(const trn_synth_params *p, trn_lexicon **out, char *err,
-                    size_t errlen) {
+int trn_lexicon_new(const trn_synth_params *p, trn_lexicon **out, char *err, size_t errlen) {
   *out = NULL;
   int rc = check_params(p, err, errlen);
   if (rc)
@@ -205,9 +198,7 @@ const uint8_t *trn_lexicon_word(const trn_lexicon *lx, int k) {
   return lx->text + (size_t)k * lx->stride;
 }
 
-double trn_lexicon_entropy_rate(const trn_lexicon *lx) {
-  return lx->entropy_rate;
-}
+double trn_lexicon_entropy_rate(const trn_lexicon *lx) { return lx->entropy_rate; }
 
 uint64_t trn_lexicon_digest(const trn_lexicon *lx) { return lx->digest; }
 
@@ -235,8 +226,7 @@ static void sort_strs(const uint8_t **a, size_t n, int d) {
   while (n > 1) {
     if (n < 12) {
       for (size_t i = 1; i < n; i++)
-        for (size_t j = i; j > 0 && strcmp((const char *)a[j - 1] + d,
-                                           (const char *)a[j] + d) > 0;
+        for (size_t j = i; j > 0 && strcmp((const char *)a[j - 1] + d, (const char *)a[j] + d) > 0;
              j--)
           swap_str(a, j - 1, j);
       return;
@@ -350,8 +340,7 @@ static double token_entropy(const trn_lexicon *lx, double z) {
  *                     + sum_{l <= r} P(len + 1 = l) G(r - l).
  * Cuts of different words (or suffixes) can coincide, so H(.) is the entropy
  * over distinct cut strings. */
-static int block_entropy(const trn_lexicon *lx, size_t n, double z,
-                         double *out) {
+static int block_entropy(const trn_lexicon *lx, size_t n, double z, double *out) {
   int maxl = lx->max_len + 1;
   size_t nw = (size_t)lx->nwords;
   sorted_strs words = {0}, suff = {0};
@@ -376,8 +365,7 @@ static int block_entropy(const trn_lexicon *lx, size_t n, double z,
       suff.s[i++] = w + j;
     ksum_add(&q[lx->len[k] + 1], lx->p[k]);
   }
-  if ((rc = sorted_finish(lx, &words, 1.0)) != 0 ||
-      (rc = sorted_finish(lx, &suff, 1.0 / z)) != 0)
+  if ((rc = sorted_finish(lx, &words, 1.0)) != 0 || (rc = sorted_finish(lx, &suff, 1.0 / z)) != 0)
     goto done;
 
   for (int r = 1; r <= maxl; r++)

@@ -105,11 +105,11 @@ static int open_data(run *r, char *err, size_t errlen) {
     int rc = trn_lexicon_new(&c->data.synth, &r->lex, err, errlen);
     if (rc)
       return rc;
-    rc = trn_loader_open_synth(r->lex, trn_synth_train_seed(c->data.synth.seed), &r->train,
-                               err, errlen);
+    rc = trn_loader_open_synth(r->lex, trn_synth_train_seed(c->data.synth.seed), &r->train, err,
+                               errlen);
     if (!rc)
-      rc = trn_loader_open_synth(r->lex, trn_synth_val_seed(c->data.synth.seed), &r->val,
-                                 err, errlen);
+      rc = trn_loader_open_synth(r->lex, trn_synth_val_seed(c->data.synth.seed), &r->val, err,
+                                 errlen);
     return rc;
   }
   const char *keys[2] = {"$.data.train", "$.data.val"};
@@ -137,8 +137,7 @@ static void emit_config(run *r) {
   cJSON_AddNumberToObject(o, "nonembedding_params", (double)trn_nonembedding_params(&s));
   cJSON_AddNumberToObject(o, "flops_per_token", trn_flops_per_token(&s));
   cJSON_AddNumberToObject(o, "optimizer_state_bytes", (double)r->optim.state_bytes);
-  cJSON_AddNumberToObject(o, "activation_bytes",
-                          (double)trn_model_activation_bytes(&r->model));
+  cJSON_AddNumberToObject(o, "activation_bytes", (double)trn_model_activation_bytes(&r->model));
   cJSON_AddStringToObject(o, "b_noise_unit", "sequences");
   cJSON_AddNumberToObject(o, "val_tokens", (double)r->nval * c->model.seq_len);
   if (r->lex) {
@@ -146,8 +145,7 @@ static void emit_config(run *r) {
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)trn_lexicon_digest(r->lex));
     cJSON_AddStringToObject(o, "lexicon_digest", hex);
     cJSON_AddNumberToObject(o, "entropy_rate", trn_lexicon_entropy_rate(r->lex));
-    cJSON_AddNumberToObject(o, "window_floor",
-                            trn_lexicon_window_floor(r->lex, c->model.seq_len));
+    cJSON_AddNumberToObject(o, "window_floor", trn_lexicon_window_floor(r->lex, c->model.seq_len));
   } else {
     cJSON *h = cJSON_AddArrayToObject(o, "data_hashes");
     trn_loader *ls[2] = {r->train, r->val};
@@ -181,8 +179,8 @@ static double evaluate(run *r) {
 
 static int save(run *r, const trn_ckpt_state *st, char *err, size_t errlen) {
   char path[4096];
-  int rc = trn_ckpt_save(r->cfg->checkpoint.dir, r->config_json, &r->model, &r->optim, st,
-                         path, sizeof path, err, errlen);
+  int rc = trn_ckpt_save(r->cfg->checkpoint.dir, r->config_json, &r->model, &r->optim, st, path,
+                         sizeof path, err, errlen);
   if (rc)
     return rc;
   cJSON *o = cJSON_CreateObject();
@@ -201,8 +199,8 @@ static int save(run *r, const trn_ckpt_state *st, char *err, size_t errlen) {
 /* The checkpoint to resume from (train.h): 1 with path filled, 0 when none
  * fits, or an SS_E* code (with err) for a file that is there but unreadable
  * or not a checkpoint (never skipped silently). */
-static int pick_checkpoint(const char *dir, int64_t max_step, char *path, size_t len,
-                           char *err, size_t errlen) {
+static int pick_checkpoint(const char *dir, int64_t max_step, char *path, size_t len, char *err,
+                           size_t errlen) {
   static const char *const files[2] = {TRN_CKPT_FILE, TRN_CKPT_PREV_FILE};
   int64_t best = -1;
   for (int i = 0; i < 2; i++) {
@@ -215,8 +213,9 @@ static int pick_checkpoint(const char *dir, int64_t max_step, char *path, size_t
     if (rc)
       return rc;
     if (max_step >= 0 && step > max_step) {
-      fprintf(stderr, "scalesweep train: %s holds step %lld, after step %lld (the last one "
-                      "whose metrics are stored); not resumed from\n",
+      fprintf(stderr,
+              "scalesweep train: %s holds step %lld, after step %lld (the last one "
+              "whose metrics are stored); not resumed from\n",
               p, (long long)step, (long long)max_step);
       continue;
     }
@@ -256,8 +255,8 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
       if (rc)
         return rc;
       if ((rc = trn_loader_set_pos(r->train, &st.train_pos)) != 0) {
-        snprintf(err, errlen, "%s: data position %llu does not fit the training data",
-                 path, (unsigned long long)st.train_pos.offset);
+        snprintf(err, errlen, "%s: data position %llu does not fit the training data", path,
+                 (unsigned long long)st.train_pos.offset);
         return rc;
       }
     } else {
@@ -274,7 +273,7 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
   int64_t val_at = -1; /* step of the last evaluation */
   kern_ctx *k = &r->k;
   trn_model *m = &r->model;
-  for (; st.step < steps; ) {
+  for (; st.step < steps;) {
     double t0 = now();
     double lr = lr_at(c, (double)st.tokens);
     double loss = 0.0, g_small2 = 0.0;
@@ -289,8 +288,7 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
       loss += trn_model_forward(m, mb, r->batch, r->batch + 1);
       trn_model_backward(m, S);
       if (nmicro > 1)
-        g_small2 += k->ops->accumulate(k, m->grads, m->mgrads, 1.0f / nmicro, m->nparams,
-                                       i == 0);
+        g_small2 += k->ops->accumulate(k, m->grads, m->mgrads, 1.0f / nmicro, m->nparams, i == 0);
     }
     loss /= nmicro;
     if (!isfinite(loss)) {
@@ -317,13 +315,11 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     double gnorm = sqrt(gnorm2) / S;
     if (!skipped) {
       if (nmicro > 1)
-        trn_noise_update(&st.noise, g_small2 / nmicro / ((double)S * S), gnorm * gnorm,
-                         mb, B);
-      double clip = c->train.grad_clip > 0 && gnorm > c->train.grad_clip
-                        ? c->train.grad_clip / gnorm
-                        : 1.0;
-      trn_optim_step(&r->optim, m, lr, c->optimizer.beta1, c->optimizer.beta2,
-                     c->optimizer.eps, c->train.weight_decay, (float)(clip / S),
+        trn_noise_update(&st.noise, g_small2 / nmicro / ((double)S * S), gnorm * gnorm, mb, B);
+      double clip =
+          c->train.grad_clip > 0 && gnorm > c->train.grad_clip ? c->train.grad_clip / gnorm : 1.0;
+      trn_optim_step(&r->optim, m, lr, c->optimizer.beta1, c->optimizer.beta2, c->optimizer.eps,
+                     c->train.weight_decay, (float)(clip / S),
                      (int)(st.step + 1 - st.skipped_steps));
       if (c->precision == KERN_FP16 && ++st.good_steps >= SCALE_GROWTH_STEPS) {
         st.loss_scale *= 2.0;
@@ -397,8 +393,7 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
           "\"nonembedding_params\":%lld,\"flops\":%.17g,\"flops_6nd\":%.17g,"
           "\"tokens\":%lld,\"steps\":%lld,\"wall_s\":%.6g,\"peak_rss_bytes\":%lld",
           val_loss, (long long)trn_params(&s), (long long)trn_nonembedding_params(&s),
-          fpt * (double)st.tokens,
-          6.0 * (double)trn_nonembedding_params(&s) * (double)st.tokens,
+          fpt * (double)st.tokens, 6.0 * (double)trn_nonembedding_params(&s) * (double)st.tokens,
           (long long)st.tokens, (long long)st.step, now() - t_start, peak_rss_bytes());
 #ifdef SS_HAVE_CUDA
   if (strcmp(k->ops->name, "cuda") == 0)
@@ -409,8 +404,8 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
   return 0;
 }
 
-int trn_train(const trn_config *cfg, const char *resume_dir, int64_t resume_max_step,
-              FILE *out, char *err, size_t errlen) {
+int trn_train(const trn_config *cfg, const char *resume_dir, int64_t resume_max_step, FILE *out,
+              char *err, size_t errlen) {
   run r;
   memset(&r, 0, sizeof r);
   r.cfg = cfg;
@@ -447,20 +442,21 @@ int trn_train(const trn_config *cfg, const char *resume_dir, int64_t resume_max_
   r.config_json = trn_config_to_json(cfg);
   if ((rc = open_data(&r, err, errlen)) != 0)
     goto done;
-  trn_shape s = {cfg->model.n_layer, cfg->model.d_model, cfg->model.n_head,
-                 cfg->model.seq_len, cfg->model.vocab_size};
+  trn_shape s = {cfg->model.n_layer, cfg->model.d_model, cfg->model.n_head, cfg->model.seq_len,
+                 cfg->model.vocab_size};
   int mb = cfg->train.micro_batch_size, T = cfg->model.seq_len;
   /* evaluation reuses the training micro-batch buffers, at least one window */
   r.nval = (int)(cfg->eval.tokens / T);
-  rc = trn_model_init(&r.model, &r.k, &s, mb, cfg->memory.recompute,
-                      cfg->train.batch_size > mb);
+  rc = trn_model_init(&r.model, &r.k, &s, mb, cfg->memory.recompute, cfg->train.batch_size > mb);
   if (!rc)
     rc = trn_optim_init(&r.optim, &r.model, strcmp(cfg->optimizer.name, "adamw8bit") == 0);
   r.batch = malloc(((size_t)mb * T + 1) * sizeof(int32_t));
   r.val_tok = malloc(((size_t)r.nval * T + 1) * sizeof(int32_t));
   if (rc || !r.batch || !r.val_tok) {
-    snprintf(err, errlen, "out of memory allocating the model (%lld parameters, micro-batch "
-             "%d x %d tokens)", (long long)trn_params(&s), mb, T);
+    snprintf(err, errlen,
+             "out of memory allocating the model (%lld parameters, micro-batch "
+             "%d x %d tokens)",
+             (long long)trn_params(&s), mb, T);
     rc = SS_ENOMEM;
     goto done;
   }

@@ -17,8 +17,8 @@
  * that, else fresh (the worker passes the last step whose metrics the
  * scheduler has stored, so that no step's metrics go missing); < 0: the
  * newest. */
-int trn_train(const trn_config *cfg, const char *resume_dir, int64_t resume_max_step,
-              FILE *out, char *err, size_t errlen);
+int trn_train(const trn_config *cfg, const char *resume_dir, int64_t resume_max_step, FILE *out,
+              char *err, size_t errlen);
 
 /* Installs the SIGTERM/SIGINT handlers that make trn_train checkpoint and
  * stop at the end of the current step. */

@@ -750,11 +750,11 @@ static void run_start(run *r) {
                   NULL};
   {
     char head[2048];
-    int n = snprintf(
-        head, sizeof head,
-        "---- worker: run %" PRId64 " attempt %" PRId64 ": %s train --config %s%s%s%s%s (%s)\n",
-        r->id, r->attempt, w->bin, cfg_path, resume ? " --resume " : "", resume ? ckdir : "",
-        maxs[0] ? " --resume-max-step " : "", maxs, cvd);
+    int n = snprintf(head, sizeof head,
+                     "---- worker: run %" PRId64 " attempt %" PRId64
+                     ": %s train --config %s%s%s%s%s (%s)\n",
+                     r->id, r->attempt, w->bin, cfg_path, resume ? " --resume " : "",
+                     resume ? ckdir : "", maxs[0] ? " --resume-max-step " : "", maxs, cvd);
     if (n > 0 && write(fd, head, (size_t)n < sizeof head ? (size_t)n : sizeof head - 1) < 0)
       wlog("run %" PRId64 ": cannot write to %s: %s", r->id, r->log_path, strerror(errno));
   }
@@ -1038,8 +1038,8 @@ static void on_hb_timer(uv_timer_t *t) {
   int64_t hb = ++w->hb_next;
   w->hb_sent[hb % HB_RING].hb = hb;
   w->hb_sent[hb % HB_RING].sent_ms = uv_now(&w->loop);
-  json_t *msg = json_pack("{s:s, s:o, s:I}", "type", "heartbeat", "runs", ids, "hb",
-                          (json_int_t)hb);
+  json_t *msg =
+      json_pack("{s:s, s:o, s:I}", "type", "heartbeat", "runs", ids, "hb", (json_int_t)hb);
   send_json(w, msg);
   json_decref(msg);
 }
@@ -1075,8 +1075,8 @@ static void on_fence_timer(uv_timer_t *t) {
   for (run *r = w->runs; r; r = r->next) {
     if (r->state != RUN_RUNNING || !r->proc_alive || r->fenced || now - r->renewed_ms <= keep)
       continue;
-    wlog("run %" PRId64 " attempt %" PRId64 ": lease not renewed for %" PRIu64
-         " ms (lease %" PRId64 " ms): SIGKILL to pid %d, the run may go to another worker",
+    wlog("run %" PRId64 " attempt %" PRId64 ": lease not renewed for %" PRIu64 " ms (lease %" PRId64
+         " ms): SIGKILL to pid %d, the run may go to another worker",
          r->id, r->attempt, now - r->renewed_ms, w->lease_ms, r->pid);
     r->fenced = r->cancelled = 1;
     uv_process_kill(&r->proc, SIGKILL);

@@ -3,9 +3,8 @@
 
 #include "internal.h"
 
-KERN__INLINE void adamw_range(float *p, float *plow, const float *g, float *m, float *v,
-                              size_t lo, size_t hi, const kern_adamw_args *a,
-                              const kern_prec prec) {
+KERN__INLINE void adamw_range(float *p, float *plow, const float *g, float *m, float *v, size_t lo,
+                              size_t hi, const kern_adamw_args *a, const kern_prec prec) {
   float b1 = a->beta1, b2 = a->beta2;
   float bc1 = (float)(1.0 - pow(b1, a->step)), bc2 = (float)(1.0 - pow(b2, a->step));
   for (size_t i = lo; i < hi; i++) {
@@ -23,8 +22,8 @@ KERN__INLINE void adamw_range(float *p, float *plow, const float *g, float *m, f
 }
 
 /* plow is only written (and must only be given) at bf16 and fp16 */
-static void adamw(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v,
-                  size_t n, const kern_adamw_args *a) {
+static void adamw(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v, size_t n,
+                  const kern_adamw_args *a) {
   kern_prec prec = plow ? k->prec : KERN_FP32;
 #pragma omp parallel
   {
@@ -83,9 +82,8 @@ static int nearest(const float *code, int ncode, float x) {
   return x - code[lo] <= code[hi] - x ? lo : hi;
 }
 
-static void adamw8bit(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm,
-                      uint8_t *qv, float *sm, float *sv, size_t n,
-                      const kern_adamw_args *a) {
+static void adamw8bit(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm, uint8_t *qv,
+                      float *sm, float *sv, size_t n, const kern_adamw_args *a) {
   float b1 = a->beta1, b2 = a->beta2;
   float bc1 = (float)(1.0 - pow(b1, a->step)), bc2 = (float)(1.0 - pow(b2, a->step));
   kern_prec prec = k->prec;

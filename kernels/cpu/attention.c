@@ -15,9 +15,8 @@
 
 #define ROWS 64
 
-KERN__INLINE void attn_fwd_head(float *y, float *a, const float *q, const float *kk,
-                                const float *v, int T, int C, int hs, float sc,
-                                const kern_prec p) {
+KERN__INLINE void attn_fwd_head(float *y, float *a, const float *q, const float *kk, const float *v,
+                                int T, int C, int hs, float sc, const kern_prec p) {
   for (int i0 = 0; i0 < T; i0 += ROWS) {
     int i1 = i0 + ROWS < T ? i0 + ROWS : T;
     float *ab = a + (size_t)i0 * T;
@@ -42,16 +41,16 @@ KERN__INLINE void attn_fwd_head(float *y, float *a, const float *q, const float 
     }
     /* y rows [i0, i1) = A_blk(:, 0:i1) V(0:i1), into head h's columns */
     float *yb = y + (size_t)i0 * C;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1, 1.0f, ab, T, v,
-                3 * C, 0.0f, yb, C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1, 1.0f, ab, T, v, 3 * C,
+                0.0f, yb, C);
     for (int t = i0; t < i1; t++)
       for (int i = 0; i < hs; i++)
         yb[(size_t)(t - i0) * C + i] = kern__rnd(yb[(size_t)(t - i0) * C + i], p);
   }
 }
 
-static void attention_forward(kern_ctx *k, float *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH) {
+static void attention_forward(kern_ctx *k, float *out, float *att, const float *qkv, int B, int T,
+                              int C, int NH) {
   int hs = C / NH;
   float sc = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
@@ -67,9 +66,8 @@ static void attention_forward(kern_ctx *k, float *out, float *att, const float *
 }
 
 KERN__INLINE void attn_bwd_head(float *dq, float *dk, float *dv, float *da, const float *q,
-                                const float *kk, const float *v, const float *a,
-                                const float *dy, int T, int C, int hs, float sc,
-                                const kern_prec p) {
+                                const float *kk, const float *v, const float *a, const float *dy,
+                                int T, int C, int hs, float sc, const kern_prec p) {
   /* dK and dV gather over all later query rows: accumulate block by block */
   for (int t = 0; t < T; t++)
     for (int i = 0; i < hs; i++) {
@@ -81,11 +79,11 @@ KERN__INLINE void attn_bwd_head(float *dq, float *dk, float *dv, float *da, cons
     const float *ab = a + (size_t)i0 * T, *dyb = dy + (size_t)i0 * C;
     float *dab = da + (size_t)i0 * T;
     /* dA_blk(m, 0:i1) = dY_blk V(0:i1)^T */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, i1, hs, 1.0f, dyb, C, v, 3 * C,
-                0.0f, dab, T);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, i1, hs, 1.0f, dyb, C, v, 3 * C, 0.0f,
+                dab, T);
     /* dV(0:i1) += A_blk(:, 0:i1)^T dY_blk */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hs, m, 1.0f, ab, T, dyb, C,
-                1.0f, dv, 3 * C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hs, m, 1.0f, ab, T, dyb, C, 1.0f, dv,
+                3 * C);
     /* softmax backward on the causal part: dS = A * (dA - sum_j A dA), then
      * the 1/sqrt(hs) scale of the scores; the masked part has no gradient */
     for (int t = i0; t < i1; t++) {
@@ -100,8 +98,8 @@ KERN__INLINE void attn_bwd_head(float *dq, float *dk, float *dv, float *da, cons
         dr[j] = 0.0f;
     }
     /* dQ_blk = dS_blk(:, 0:i1) K(0:i1); dK(0:i1) += dS_blk^T Q_blk */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, i1, 1.0f, dab, T, kk,
-                3 * C, 0.0f, dq + (size_t)i0 * 3 * C, 3 * C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, i1, 1.0f, dab, T, kk, 3 * C, 0.0f,
+                dq + (size_t)i0 * 3 * C, 3 * C);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1, hs, m, 1.0f, dab, T,
                 q + (size_t)i0 * 3 * C, 3 * C, 1.0f, dk, 3 * C);
   }
@@ -115,8 +113,7 @@ KERN__INLINE void attn_bwd_head(float *dq, float *dk, float *dv, float *da, cons
 }
 
 static void attention_backward(kern_ctx *k, float *dqkv, float *datt, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C,
-                               int NH) {
+                               const float *qkv, const float *att, int B, int T, int C, int NH) {
   int hs = C / NH;
   float sc = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
@@ -128,7 +125,7 @@ static void attention_backward(kern_ctx *k, float *dqkv, float *datt, const floa
     const float *a = att + (size_t)bh * T * T;
     float *da = datt + (size_t)bh * T * T;
     const float *dy = dout + (size_t)b * T * C + h * hs;
-#define CALL(P)                                                                \
+#define CALL(P) \
   attn_bwd_head(dq, dq + C, dq + 2 * C, da, q, q + C, q + 2 * C, a, dy, T, C, hs, sc, P)
     KERN__WITH_PREC(k->prec, CALL);
 #undef CALL

@@ -8,14 +8,13 @@
  * ranges, added in order, so the result does not depend on threads. */
 #define SUMSQ_CHUNK 16384
 
-KERN__INLINE void residual_range(float *out, const float *a, const float *b, size_t lo,
-                                 size_t hi, const kern_prec p) {
+KERN__INLINE void residual_range(float *out, const float *a, const float *b, size_t lo, size_t hi,
+                                 const kern_prec p) {
   for (size_t i = lo; i < hi; i++)
     out[i] = kern__rnd(a[i] + b[i], p);
 }
 
-static void residual_forward(kern_ctx *k, float *out, const float *a, const float *b,
-                             size_t n) {
+static void residual_forward(kern_ctx *k, float *out, const float *a, const float *b, size_t n) {
 #pragma omp parallel
   {
     size_t lo, hi;
@@ -49,8 +48,8 @@ static void gelu_forward(kern_ctx *k, float *out, const float *inp, size_t n) {
   }
 }
 
-KERN__INLINE void gelu_bwd_range(float *dinp, const float *inp, const float *dout,
-                                 size_t lo, size_t hi, const kern_prec p) {
+KERN__INLINE void gelu_bwd_range(float *dinp, const float *inp, const float *dout, size_t lo,
+                                 size_t hi, const kern_prec p) {
   for (size_t i = lo; i < hi; i++) {
     float x = inp[i];
     float u = GELU_S * (x + GELU_C * x * x * x);
@@ -61,8 +60,7 @@ KERN__INLINE void gelu_bwd_range(float *dinp, const float *inp, const float *dou
   }
 }
 
-static void gelu_backward(kern_ctx *k, float *dinp, const float *inp, const float *dout,
-                          size_t n) {
+static void gelu_backward(kern_ctx *k, float *dinp, const float *inp, const float *dout, size_t n) {
 #pragma omp parallel
   {
     size_t lo, hi;
@@ -94,8 +92,7 @@ static double sumsq(kern_ctx *k, const float *x, size_t n) {
   return total;
 }
 
-static double accumulate(kern_ctx *k, float *dst, const float *src, float s, size_t n,
-                         int init) {
+static double accumulate(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init) {
   if (init) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++)

@@ -3,14 +3,13 @@
 
 #include "internal.h"
 
-KERN__INLINE void enc_row(float *y, const float *e, const float *q, int C,
-                          const kern_prec p) {
+KERN__INLINE void enc_row(float *y, const float *e, const float *q, int C, const kern_prec p) {
   for (int c = 0; c < C; c++)
     y[c] = kern__rnd(e[c] + q[c], p);
 }
 
-static void encoder_forward(kern_ctx *k, float *out, const int32_t *tokens,
-                            const float *wte, const float *wpe, int B, int T, int C) {
+static void encoder_forward(kern_ctx *k, float *out, const int32_t *tokens, const float *wte,
+                            const float *wpe, int B, int T, int C) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < B * T; r++) {
     const float *e = wte + (size_t)tokens[r] * C, *q = wpe + (size_t)(r % T) * C;

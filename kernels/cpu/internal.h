@@ -54,18 +54,18 @@ static inline float kern__rnd(float x, kern_prec p) {
 
 /* Expands CALL(P) with P a compile-time constant for each precision, so a
  * loop inside an inlined CALL rounds without a branch and vectorises. */
-#define KERN__WITH_PREC(p, CALL)                                               \
-  do {                                                                         \
-    switch (p) {                                                               \
-    case KERN_BF16:                                                            \
-      CALL(KERN_BF16);                                                         \
-      break;                                                                   \
-    case KERN_FP16:                                                            \
-      CALL(KERN_FP16);                                                         \
-      break;                                                                   \
-    default:                                                                   \
-      CALL(KERN_FP32);                                                         \
-    }                                                                          \
+#define KERN__WITH_PREC(p, CALL) \
+  do {                           \
+    switch (p) {                 \
+    case KERN_BF16:              \
+      CALL(KERN_BF16);           \
+      break;                     \
+    case KERN_FP16:              \
+      CALL(KERN_FP16);           \
+      break;                     \
+    default:                     \
+      CALL(KERN_FP32);           \
+    }                            \
   } while (0)
 
 #define KERN__INLINE static inline __attribute__((always_inline))
@@ -85,8 +85,8 @@ static inline float kern__expf(float x) {
   float t = x * 1.44269504088896341f + shift;
   float n = t - shift;
   int32_t ni = (int32_t)(kern__bits(t) - kern__bits(shift));
-  float r = x - n * 0.693145751953125f;   /* ln2 high part, exact in n*hi */
-  r = r - n * 1.428606765330187e-06f;     /* ln2 low part */
+  float r = x - n * 0.693145751953125f; /* ln2 high part, exact in n*hi */
+  r = r - n * 1.428606765330187e-06f;   /* ln2 low part */
   float p = 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
@@ -98,9 +98,7 @@ static inline float kern__expf(float x) {
 }
 
 /* tanh(u) = 1 - 2 / (e^{2u} + 1): saturates cleanly at +-1. */
-static inline float kern__tanhf(float u) {
-  return 1.0f - 2.0f / (kern__expf(2.0f * u) + 1.0f);
-}
+static inline float kern__tanhf(float u) { return 1.0f - 2.0f / (kern__expf(2.0f * u) + 1.0f); }
 
 /* dst[c] += sum over rows of src[r, c] (and of src[r,c]*src2[r,c] when
  * asked), summed row by row in order for each column, so the bits do not

@@ -5,8 +5,8 @@
 
 #define LN_EPS 1e-5f
 
-KERN__INLINE void ln_fwd_row(float *y, float *mean, float *rstd, const float *x,
-                             const float *w, const float *b, int C, const kern_prec p) {
+KERN__INLINE void ln_fwd_row(float *y, float *mean, float *rstd, const float *x, const float *w,
+                             const float *b, int C, const kern_prec p) {
   {
     float m = 0.0f;
     for (int c = 0; c < C; c++)
@@ -25,9 +25,8 @@ KERN__INLINE void ln_fwd_row(float *y, float *mean, float *rstd, const float *x,
   }
 }
 
-static void layernorm_forward(kern_ctx *k, float *out, float *mean, float *rstd,
-                              const float *inp, const float *w, const float *b, int N,
-                              int C) {
+static void layernorm_forward(kern_ctx *k, float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < N; r++) {
     size_t o = (size_t)r * C;
@@ -39,8 +38,8 @@ static void layernorm_forward(kern_ctx *k, float *out, float *mean, float *rstd,
 
 /* dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), with
  * dnorm = dout * w and norm = (x - mean) * rstd */
-KERN__INLINE void ln_bwd_row(float *dx, const float *dy, const float *x, const float *w,
-                             float m, float s, int C, const kern_prec p) {
+KERN__INLINE void ln_bwd_row(float *dx, const float *dy, const float *x, const float *w, float m,
+                             float s, int C, const kern_prec p) {
   {
     float sum_dn = 0.0f, sum_dn_n = 0.0f;
     for (int c = 0; c < C; c++) {
@@ -59,9 +58,9 @@ KERN__INLINE void ln_bwd_row(float *dx, const float *dy, const float *x, const f
   }
 }
 
-static void layernorm_backward(kern_ctx *k, float *dinp, float *dw, float *db,
-                               const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int N, int C) {
+static void layernorm_backward(kern_ctx *k, float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < N; r++) {
     size_t o = (size_t)r * C;

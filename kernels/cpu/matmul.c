@@ -13,21 +13,19 @@ static void matmul_forward(kern_ctx *k, float *out, const float *inp, const floa
     beta = 1.0f;
   }
   /* out(N,OC) = inp(N,C) @ w(OC,C)^T (+ out) */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C,
-              beta, out, OC);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
   k->ops->round(k, out, (size_t)N * OC, k->prec);
 }
 
-static void matmul_backward(kern_ctx *k, float *dinp, float *dw, float *db,
-                            const float *dout, const float *inp, const float *w, int N,
-                            int C, int OC) {
+static void matmul_backward(kern_ctx *k, float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC) {
   /* dinp(N,C) = dout(N,OC) @ w(OC,C) */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
-              0.0f, dinp, C);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp,
+              C);
   k->ops->round(k, dinp, (size_t)N * C, k->prec);
   /* dw(OC,C) += dout(N,OC)^T @ inp(N,C) */
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
-              1.0f, dw, C);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
+              C);
   if (db)
     kern__colsum_add(db, dout, N, OC);
 }

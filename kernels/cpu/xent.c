@@ -1,8 +1,7 @@
 /* Fused softmax + cross-entropy (+ its gradient, in place). */
 #include "internal.h"
 
-KERN__INLINE void xent_row(float *loss, float *z, int tgt, int V, float dscale,
-                           const kern_prec p) {
+KERN__INLINE void xent_row(float *loss, float *z, int tgt, int V, float dscale, const kern_prec p) {
   {
     float mx = z[0];
     for (int v = 1; v < V; v++)
@@ -15,14 +14,13 @@ KERN__INLINE void xent_row(float *loss, float *z, int tgt, int V, float dscale,
     if (dscale != 0.0f) {
       float inv = 1.0f / sum;
       for (int v = 0; v < V; v++)
-        z[v] = kern__rnd((kern__expf(z[v] - mx) * inv - (v == tgt ? 1.0f : 0.0f)) * dscale,
-                         p);
+        z[v] = kern__rnd((kern__expf(z[v] - mx) * inv - (v == tgt ? 1.0f : 0.0f)) * dscale, p);
     }
   }
 }
 
-static void softmax_xent(kern_ctx *k, float *losses, float *logits, const int32_t *targets,
-                         int N, int V, float dscale) {
+static void softmax_xent(kern_ctx *k, float *losses, float *logits, const int32_t *targets, int N,
+                         int V, float dscale) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < N; r++) {
 #define CALL(P) xent_row(losses + r, logits + (size_t)r * V, targets[r], V, dscale, P)

@@ -7,9 +7,9 @@ __constant__ float code_m[128]; /* |value| of signed code q, relative to absmax 
 __constant__ float code_v[256]; /* value of unsigned code q */
 
 /* bc1, bc2: bias corrections 1 - beta^step, computed on the host as on the CPU */
-__global__ void adamw_kernel(float *p, float *plow, const float *g, float *m, float *v,
-                             size_t n, float lr, float b1, float b2, float eps, float wd,
-                             float gs, float bc1, float bc2, int prec) {
+__global__ void adamw_kernel(float *p, float *plow, const float *g, float *m, float *v, size_t n,
+                             float lr, float b1, float b2, float eps, float wd, float gs, float bc1,
+                             float bc2, int prec) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n)
     return;
@@ -45,10 +45,9 @@ __device__ int nearest(const float *code, int ncode, float x) {
 /* One block of KERN_Q8_BLOCK threads per quantisation block, one element per
  * thread: dequantise, update, then requantise against the block's new
  * absmax (a max: the same whatever the reduction order). */
-__global__ void adamw8bit_kernel(float *p, float *plow, const float *g, int8_t *qm,
-                                 uint8_t *qv, float *sm, float *sv, size_t n, float lr,
-                                 float b1, float b2, float eps, float wd, float gs, float bc1,
-                                 float bc2, int prec) {
+__global__ void adamw8bit_kernel(float *p, float *plow, const float *g, int8_t *qm, uint8_t *qv,
+                                 float *sm, float *sv, size_t n, float lr, float b1, float b2,
+                                 float eps, float wd, float gs, float bc1, float bc2, int prec) {
   __shared__ float sh[32];
   size_t blk = blockIdx.x;
   size_t i = blk * KERN_Q8_BLOCK + threadIdx.x;
@@ -90,22 +89,21 @@ static void bias_corrections(const kern_adamw_args *a, float *bc1, float *bc2) {
 }
 
 /* plow is only written (and must only be given) at bf16 and fp16 */
-static void adamw(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v,
-                  size_t n, const kern_adamw_args *a) {
+static void adamw(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v, size_t n,
+                  const kern_adamw_args *a) {
   if (n == 0)
     return;
   float bc1, bc2;
   bias_corrections(a, &bc1, &bc2);
   kern_prec prec = plow ? k->prec : KERN_FP32;
   adamw_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(
-      p, plow, g, m, v, n, a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->grad_scale,
-      bc1, bc2, prec);
+      p, plow, g, m, v, n, a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->grad_scale, bc1,
+      bc2, prec);
   KERN__CU_LAUNCHED();
 }
 
-static void adamw8bit(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm,
-                      uint8_t *qv, float *sm, float *sv, size_t n,
-                      const kern_adamw_args *a) {
+static void adamw8bit(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm, uint8_t *qv,
+                      float *sm, float *sv, size_t n, const kern_adamw_args *a) {
   if (n == 0)
     return;
   float bc1, bc2;

@@ -23,8 +23,8 @@ template <> __device__ __forceinline__ __half from_float<__half>(float x) {
  * of dst (B, NH, T, hs); converted to E (exact: the values are already
  * rounded to the run's precision) */
 template <typename E>
-__global__ void permute_kernel(E *dst, const float *src, int B, int T, int NH, int hs,
-                               int ld, int off) {
+__global__ void permute_kernel(E *dst, const float *src, int B, int T, int NH, int hs, int ld,
+                               int off) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (size_t)B * NH * T * hs)
     return;
@@ -37,8 +37,8 @@ __global__ void permute_kernel(E *dst, const float *src, int B, int T, int NH, i
 
 /* the inverse, with rounding: dst[(b*T + t)*ld + off + h*hs + i] =
  * round(src[bh, t, i]) */
-__global__ void unpermute_kernel(float *dst, const float *src, int B, int T, int NH, int hs,
-                                 int ld, int off, int p) {
+__global__ void unpermute_kernel(float *dst, const float *src, int B, int T, int NH, int hs, int ld,
+                                 int off, int p) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (size_t)B * NH * T * hs)
     return;
@@ -75,8 +75,8 @@ __global__ void softmax_forward_kernel(float *att, int rows, int T, int p) {
 
 /* softmax backward on the causal part, in place on datt (holding dA):
  * dS = round(A * (dA - sum_j A dA) * sc); the masked part has no gradient */
-__global__ void softmax_backward_kernel(float *datt, const float *att, int rows, int T,
-                                        float sc, int p) {
+__global__ void softmax_backward_kernel(float *datt, const float *att, int rows, int T, float sc,
+                                        int p) {
   int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= rows)
     return;
@@ -93,14 +93,14 @@ __global__ void softmax_backward_kernel(float *datt, const float *att, int rows,
 
 /* ---- launchers ---- */
 
-static void permute(kern_ctx *k, void *dst, const float *src, int B, int T, int NH, int hs,
-                    int ld, int off) {
+static void permute(kern_ctx *k, void *dst, const float *src, int B, int T, int NH, int hs, int ld,
+                    int off) {
   size_t n = (size_t)B * NH * T * hs;
   unsigned g = kern__cu_grid(n, 256);
   cudaStream_t st = kern__cu_stream(k);
   if (k->prec == KERN_BF16)
-    permute_kernel<__nv_bfloat16><<<g, 256, 0, st>>>((__nv_bfloat16 *)dst, src, B, T, NH, hs,
-                                                     ld, off);
+    permute_kernel<__nv_bfloat16>
+        <<<g, 256, 0, st>>>((__nv_bfloat16 *)dst, src, B, T, NH, hs, ld, off);
   else if (k->prec == KERN_FP16)
     permute_kernel<__half><<<g, 256, 0, st>>>((__half *)dst, src, B, T, NH, hs, ld, off);
   else
@@ -108,16 +108,16 @@ static void permute(kern_ctx *k, void *dst, const float *src, int B, int T, int 
   KERN__CU_LAUNCHED();
 }
 
-static void unpermute(kern_ctx *k, float *dst, const float *src, int B, int T, int NH,
-                      int hs, int ld, int off) {
+static void unpermute(kern_ctx *k, float *dst, const float *src, int B, int T, int NH, int hs,
+                      int ld, int off) {
   size_t n = (size_t)B * NH * T * hs;
-  unpermute_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(
-      dst, src, B, T, NH, hs, ld, off, k->prec);
+  unpermute_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(dst, src, B, T, NH, hs,
+                                                                          ld, off, k->prec);
   KERN__CU_LAUNCHED();
 }
 
-static void attention_forward(kern_ctx *k, float *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH) {
+static void attention_forward(kern_ctx *k, float *out, float *att, const float *qkv, int B, int T,
+                              int C, int NH) {
   if (B == 0 || T == 0)
     return;
   kern_prec p = k->prec;
@@ -147,8 +147,7 @@ static void attention_forward(kern_ctx *k, float *out, float *att, const float *
 }
 
 static void attention_backward(kern_ctx *k, float *dqkv, float *datt, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C,
-                               int NH) {
+                               const float *qkv, const float *att, int B, int T, int C, int NH) {
   if (B == 0 || T == 0)
     return;
   kern_prec p = k->prec;

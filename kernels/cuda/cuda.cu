@@ -135,11 +135,10 @@ const void *kern__cu_lowp(kern_ctx *k, const float *x, size_t n, void *dst, kern
   if (n == 0)
     return dst;
   if (p == KERN_BF16)
-    to_bf16_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(
-        (__nv_bfloat16 *)dst, x, n);
-  else
-    to_fp16_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>((__half *)dst, x,
+    to_bf16_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>((__nv_bfloat16 *)dst, x,
                                                                           n);
+  else
+    to_fp16_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>((__half *)dst, x, n);
   KERN__CU_LAUNCHED();
   return dst;
 }
@@ -161,10 +160,10 @@ static cublasLtMatrixLayout_t layout(cudaDataType_t t, int rows, int cols, int l
   if (batch > 1) {
     int32_t b = batch;
     int64_t s = stride;
-    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b,
-                                                  sizeof b));
-    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
-        l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof s));
+    CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b));
+    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                  &s, sizeof s));
   }
   return l;
 }
@@ -172,9 +171,8 @@ static cublasLtMatrixLayout_t layout(cudaDataType_t t, int rows, int cols, int l
 /* Row-major C = A B is column-major C^T = B^T A^T: the column-major product
  * takes B first (as P) and A second (as Q), m = N and n = M. */
 void kern__cu_gemm(kern_ctx *k, int transA, int transB, int M, int N, int K, float alpha,
-                   const void *A, int lda, long long sA, const void *B, int ldb,
-                   long long sB, float beta, float *C, int ldc, long long sC, int batch,
-                   cudaDataType_t type) {
+                   const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
+                   float beta, float *C, int ldc, long long sC, int batch, cudaDataType_t type) {
   if (M == 0 || N == 0 || batch == 0)
     return;
   kern__cu *c = kern__cu_of(k);
@@ -186,21 +184,19 @@ void kern__cu_gemm(kern_ctx *k, int transA, int transB, int M, int N, int K, flo
 
   cublasLtMatmulDesc_t desc;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opP,
-                                              sizeof opP));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opQ,
-                                              sizeof opQ));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opP, sizeof opP));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opQ, sizeof opQ));
   /* stored shapes: P is m x K (K x m transposed), Q is K x n (n x K) */
-  cublasLtMatrixLayout_t lP = transB ? layout(type, K, m, ldb, batch, sB)
-                                     : layout(type, m, K, ldb, batch, sB);
-  cublasLtMatrixLayout_t lQ = transA ? layout(type, n, K, lda, batch, sA)
-                                     : layout(type, K, n, lda, batch, sA);
+  cublasLtMatrixLayout_t lP =
+      transB ? layout(type, K, m, ldb, batch, sB) : layout(type, m, K, ldb, batch, sB);
+  cublasLtMatrixLayout_t lQ =
+      transA ? layout(type, n, K, lda, batch, sA) : layout(type, K, n, lda, batch, sA);
   cublasLtMatrixLayout_t lC = layout(CUDA_R_32F, m, n, ldc, batch, sC);
 
   cublasLtMatmulPreference_t pref;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->lt_ws_bytes, sizeof c->lt_ws_bytes));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &c->lt_ws_bytes, sizeof c->lt_ws_bytes));
   uint32_t aP = align_of(B), aQ = align_of(A), aC = align_of(C);
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aP, sizeof aP));
@@ -220,14 +216,14 @@ void kern__cu_gemm(kern_ctx *k, int transA, int transB, int M, int N, int K, flo
      * a given call site gets the same algorithm, and cuBLAS gives the same
      * bits for the same algorithm on the same GPU model (cuBLAS docs,
      * "Results reproducibility") */
-    CUBLAS_CHECK(cublasLtMatmul(c->lt, desc, &alpha, B, lP, A, lQ, &beta, C, lC, C, lC,
-                                &h.algo, c->lt_ws, c->lt_ws_bytes, c->stream));
+    CUBLAS_CHECK(cublasLtMatmul(c->lt, desc, &alpha, B, lP, A, lQ, &beta, C, lC, C, lC, &h.algo,
+                                c->lt_ws, c->lt_ws_bytes, c->stream));
   } else {
     /* no cuBLASLt kernel for these alignments or leading dimensions: the
      * classic strided-batched GEMM takes any */
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, opP, opQ, m, n, K, &alpha, B, type, ldb,
-                                            sB, A, type, lda, sA, &beta, C, CUDA_R_32F, ldc,
-                                            sC, batch, compute, CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, opP, opQ, m, n, K, &alpha, B, type, ldb, sB, A,
+                                            type, lda, sA, &beta, C, CUDA_R_32F, ldc, sC, batch,
+                                            compute, CUBLAS_GEMM_DEFAULT));
   }
   CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lC));
@@ -260,8 +256,7 @@ static void fill_ops(void) {
   kern__cuda_adamw(&cuda_ops);
 }
 
-extern "C" int kern_cuda_init(kern_ctx *k, kern_prec prec, int device, char *err,
-                              size_t errlen) {
+extern "C" int kern_cuda_init(kern_ctx *k, kern_prec prec, int device, char *err, size_t errlen) {
   memset(k, 0, sizeof *k);
   int ndev = 0;
   cudaError_t e = cudaGetDeviceCount(&ndev);
@@ -275,8 +270,8 @@ extern "C" int kern_cuda_init(kern_ctx *k, kern_prec prec, int device, char *err
     return -1;
   }
   if (device < 0 || device >= ndev) {
-    snprintf(err, errlen, "backend \"cuda\": device %d asked, cudaGetDeviceCount found %d",
-             device, ndev);
+    snprintf(err, errlen, "backend \"cuda\": device %d asked, cudaGetDeviceCount found %d", device,
+             ndev);
     return -1;
   }
   kern__cu *c = (kern__cu *)calloc(1, sizeof *c);

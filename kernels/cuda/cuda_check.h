@@ -10,8 +10,8 @@
 
 static inline void kern__cuda_check(cudaError_t e, const char *file, int line) {
   if (e != cudaSuccess) {
-    fprintf(stderr, "%s:%d: CUDA error: %s (%s)\nHINT: %s\n", file, line,
-            cudaGetErrorString(e), cudaGetErrorName(e),
+    fprintf(stderr, "%s:%d: CUDA error: %s (%s)\nHINT: %s\n", file, line, cudaGetErrorString(e),
+            cudaGetErrorName(e),
             e == cudaErrorMemoryAllocation
                 ? "out of device memory: lower train.micro_batch_size or turn on "
                   "memory.recompute"

@@ -15,8 +15,8 @@ __global__ void gelu_forward_kernel(float *out, const float *inp, size_t n, int 
 }
 
 /* dinp may alias dout: each thread reads its element before writing it */
-__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout,
-                                     size_t n, int p) {
+__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n,
+                                     int p) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n)
     return;
@@ -40,8 +40,7 @@ __global__ void scale_kernel(float *x, float s, size_t n) {
     x[i] *= s;
 }
 
-__global__ void accumulate_kernel(float *dst, const float *src, float s, size_t n,
-                                  int init) {
+__global__ void accumulate_kernel(float *dst, const float *src, float s, size_t n, int init) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n)
     return;
@@ -93,17 +92,15 @@ __global__ void sumsq_final_kernel(double *part, int nparts) {
 static void gelu_forward(kern_ctx *k, float *out, const float *inp, size_t n) {
   if (n == 0)
     return;
-  gelu_forward_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(out, inp, n,
-                                                                             k->prec);
+  gelu_forward_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(out, inp, n, k->prec);
   KERN__CU_LAUNCHED();
 }
 
-static void gelu_backward(kern_ctx *k, float *dinp, const float *inp, const float *dout,
-                          size_t n) {
+static void gelu_backward(kern_ctx *k, float *dinp, const float *inp, const float *dout, size_t n) {
   if (n == 0)
     return;
-  gelu_backward_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(
-      dinp, inp, dout, n, k->prec);
+  gelu_backward_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(dinp, inp, dout, n,
+                                                                              k->prec);
   KERN__CU_LAUNCHED();
 }
 
@@ -128,24 +125,20 @@ static double sumsq(kern_ctx *k, const float *x, size_t n) {
   kern__cu *c = kern__cu_of(k);
   if (n == 0)
     return 0.0;
-  sumsq_part_kernel<<<KERN__CU_SUMSQ_BLOCKS, SUMSQ_THREADS, 0, c->stream>>>(c->sumsq_part, x,
-                                                                            n);
+  sumsq_part_kernel<<<KERN__CU_SUMSQ_BLOCKS, SUMSQ_THREADS, 0, c->stream>>>(c->sumsq_part, x, n);
   KERN__CU_LAUNCHED();
-  sumsq_final_kernel<<<1, SUMSQ_THREADS, 0, c->stream>>>(c->sumsq_part,
-                                                         KERN__CU_SUMSQ_BLOCKS);
+  sumsq_final_kernel<<<1, SUMSQ_THREADS, 0, c->stream>>>(c->sumsq_part, KERN__CU_SUMSQ_BLOCKS);
   KERN__CU_LAUNCHED();
-  CUDA_CHECK(cudaMemcpyAsync(c->sumsq_host, c->sumsq_part + KERN__CU_SUMSQ_BLOCKS,
-                             sizeof(double), cudaMemcpyDeviceToHost, c->stream));
+  CUDA_CHECK(cudaMemcpyAsync(c->sumsq_host, c->sumsq_part + KERN__CU_SUMSQ_BLOCKS, sizeof(double),
+                             cudaMemcpyDeviceToHost, c->stream));
   CUDA_CHECK(cudaStreamSynchronize(c->stream));
   return *c->sumsq_host;
 }
 
-static double accumulate(kern_ctx *k, float *dst, const float *src, float s, size_t n,
-                         int init) {
+static double accumulate(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init) {
   if (n == 0)
     return 0.0;
-  accumulate_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(dst, src, s, n,
-                                                                           init);
+  accumulate_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(dst, src, s, n, init);
   KERN__CU_LAUNCHED();
   return sumsq(k, src, n);
 }

@@ -46,8 +46,8 @@ __global__ void encoder_dwte_kernel(float *dwte, const float *dout, const int32_
 
 /* ---- launchers ---- */
 
-static void encoder_forward(kern_ctx *k, float *out, const int32_t *tokens,
-                            const float *wte, const float *wpe, int B, int T, int C) {
+static void encoder_forward(kern_ctx *k, float *out, const int32_t *tokens, const float *wte,
+                            const float *wpe, int B, int T, int C) {
   size_t n = (size_t)B * T * C;
   if (n == 0)
     return;
@@ -70,20 +70,19 @@ static void encoder_backward(kern_ctx *k, float *dwte, float *dwpe, const float 
   if (N == 0 || C == 0)
     return;
   cudaStream_t st = kern__cu_stream(k);
-  encoder_dwpe_kernel<<<kern__cu_grid((size_t)T * C, 256), 256, 0, st>>>(dwpe, dout, B, T,
-                                                                          C);
+  encoder_dwpe_kernel<<<kern__cu_grid((size_t)T * C, 256), 256, 0, st>>>(dwpe, dout, B, T, C);
   KERN__CU_LAUNCHED();
 
   uint64_t *keys = (uint64_t *)malloc((size_t)N * sizeof *keys);
   int32_t *host = (int32_t *)malloc(((size_t)2 * N + 1) * sizeof *host);
   if (!keys || !host) {
-    fprintf(stderr, "%s:%d: out of host memory (encoder backward, %d rows)\n", __FILE__,
-            __LINE__, N);
+    fprintf(stderr, "%s:%d: out of host memory (encoder backward, %d rows)\n", __FILE__, __LINE__,
+            N);
     exit(1);
   }
   int32_t *rows = host, *start = host + N;
-  CUDA_CHECK(cudaMemcpyAsync(rows, tokens, (size_t)N * sizeof(int32_t),
-                             cudaMemcpyDeviceToHost, st));
+  CUDA_CHECK(
+      cudaMemcpyAsync(rows, tokens, (size_t)N * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
   CUDA_CHECK(cudaStreamSynchronize(st));
   for (int r = 0; r < N; r++)
     keys[r] = (uint64_t)(uint32_t)rows[r] << 32 | (uint32_t)r;
@@ -97,8 +96,7 @@ static void encoder_backward(kern_ctx *k, float *dwte, float *dwpe, const float 
   start[nb] = N;
 
   int32_t *dev = (int32_t *)kern__cu_scratch(k, ((size_t)N + nb + 1) * sizeof(int32_t));
-  CUDA_CHECK(cudaMemcpyAsync(dev, rows, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice,
-                             st));
+  CUDA_CHECK(cudaMemcpyAsync(dev, rows, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
   CUDA_CHECK(cudaMemcpyAsync(dev + N, start, ((size_t)nb + 1) * sizeof(int32_t),
                              cudaMemcpyHostToDevice, st));
   CUDA_CHECK(cudaStreamSynchronize(st)); /* the host arrays are freed below */

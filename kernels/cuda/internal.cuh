@@ -24,16 +24,16 @@ typedef struct kern__cu_buf {
 typedef struct kern__cu {
   int device;
   cudaStream_t stream;
-  cublasHandle_t blas;  /* the fallback GEMM (see kern__cu_gemm) */
+  cublasHandle_t blas; /* the fallback GEMM (see kern__cu_gemm) */
   cublasLtHandle_t lt;
-  void *lt_ws;          /* cuBLASLt workspace */
+  void *lt_ws; /* cuBLASLt workspace */
   size_t lt_ws_bytes;
-  int tf32;             /* fp32 GEMMs in TF32 (kern_cuda_set_tf32) */
-  void *scratch;        /* grow-only scratch, carved by one op at a time */
+  int tf32;      /* fp32 GEMMs in TF32 (kern_cuda_set_tf32) */
+  void *scratch; /* grow-only scratch, carved by one op at a time */
   size_t scratch_bytes;
-  double *sumsq_part;   /* (KERN__CU_SUMSQ_BLOCKS + 1): partial sums, total */
-  double *sumsq_host;   /* pinned: the total, read back */
-  kern__cu_buf *bufs;   /* live ops->alloc allocations */
+  double *sumsq_part; /* (KERN__CU_SUMSQ_BLOCKS + 1): partial sums, total */
+  double *sumsq_host; /* pinned: the total, read back */
+  kern__cu_buf *bufs; /* live ops->alloc allocations */
   size_t nbufs, capbufs;
   size_t live_bytes, peak_bytes;
 } kern__cu;
@@ -155,9 +155,8 @@ const void *kern__cu_lowp(kern_ctx *k, const float *x, size_t n, void *dst, kern
  * `batch` products with element strides sA, sB, sC. A and B of type `type`,
  * C fp32; fp32 accumulation (TF32 only when switched on). */
 void kern__cu_gemm(kern_ctx *k, int transA, int transB, int M, int N, int K, float alpha,
-                   const void *A, int lda, long long sA, const void *B, int ldb,
-                   long long sB, float beta, float *C, int ldc, long long sC, int batch,
-                   cudaDataType_t type);
+                   const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
+                   float beta, float *C, int ldc, long long sC, int batch, cudaDataType_t type);
 
 /* x = round(x, p) on the stream (no-op at fp32) */
 void kern__cu_round(kern_ctx *k, float *x, size_t n, kern_prec p);

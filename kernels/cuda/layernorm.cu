@@ -2,14 +2,13 @@
 #include "kernels/cuda/internal.cuh"
 
 #define LN_EPS 1e-5f
-#define WARPS 8      /* rows per block of the row kernels: one warp per row */
+#define WARPS 8       /* rows per block of the row kernels: one warp per row */
 #define CHUNK_ROWS 64 /* rows per partial sum of dw, db */
 
 /* One warp per row: lane l takes channels l, l + 32, ...; the warp sums by
  * butterfly. Two-pass variance as on the CPU. */
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd,
-                                         const float *inp, const float *w, const float *b,
-                                         int N, int C, int p) {
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                         const float *w, const float *b, int N, int C, int p) {
   int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N)
     return; /* whole warps leave together: the shuffles below see 32 lanes */
@@ -35,10 +34,9 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd,
 
 /* dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), one warp
  * per row, dnorm = dout * w, norm = (x - mean) * rstd */
-__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout,
-                                               const float *inp, const float *w,
-                                               const float *mean, const float *rstd, int N,
-                                               int C, int p) {
+__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
+                                               const float *w, const float *mean, const float *rstd,
+                                               int N, int C, int p) {
   int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N)
     return;
@@ -67,8 +65,7 @@ __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout,
  * (x, chunk), one thread per channel (consecutive threads read consecutive
  * channels of a row). */
 __global__ void layernorm_dwdb_part_kernel(float *part, const float *dout, const float *inp,
-                                           const float *mean, const float *rstd, int N,
-                                           int C) {
+                                           const float *mean, const float *rstd, int N, int C) {
   int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
   if (c >= C)
     return;
@@ -85,8 +82,8 @@ __global__ void layernorm_dwdb_part_kernel(float *part, const float *dout, const
 }
 
 /* dw[c] += sum of the chunks' partials in chunk order; likewise db */
-__global__ void layernorm_dwdb_final_kernel(float *dw, float *db, const float *part,
-                                            int nchunks, int C) {
+__global__ void layernorm_dwdb_final_kernel(float *dw, float *db, const float *part, int nchunks,
+                                            int C) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C)
     return;
@@ -101,19 +98,18 @@ __global__ void layernorm_dwdb_final_kernel(float *dw, float *db, const float *p
 
 /* ---- launchers ---- */
 
-static void layernorm_forward(kern_ctx *k, float *out, float *mean, float *rstd,
-                              const float *inp, const float *w, const float *b, int N,
-                              int C) {
+static void layernorm_forward(kern_ctx *k, float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C) {
   if (N == 0)
     return;
-  layernorm_forward_kernel<<<kern__cu_grid((size_t)N, WARPS), WARPS * 32, 0,
-                             kern__cu_stream(k)>>>(out, mean, rstd, inp, w, b, N, C, k->prec);
+  layernorm_forward_kernel<<<kern__cu_grid((size_t)N, WARPS), WARPS * 32, 0, kern__cu_stream(k)>>>(
+      out, mean, rstd, inp, w, b, N, C, k->prec);
   KERN__CU_LAUNCHED();
 }
 
-static void layernorm_backward(kern_ctx *k, float *dinp, float *dw, float *db,
-                               const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int N, int C) {
+static void layernorm_backward(kern_ctx *k, float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C) {
   if (N == 0)
     return;
   cudaStream_t st = kern__cu_stream(k);
@@ -125,8 +121,8 @@ static void layernorm_backward(kern_ctx *k, float *dinp, float *dw, float *db,
   dim3 grid(kern__cu_grid((size_t)C, 256), (unsigned)nchunks);
   layernorm_dwdb_part_kernel<<<grid, 256, 0, st>>>(part, dout, inp, mean, rstd, N, C);
   KERN__CU_LAUNCHED();
-  layernorm_dwdb_final_kernel<<<kern__cu_grid((size_t)C, 256), 256, 0, st>>>(dw, db, part,
-                                                                            nchunks, C);
+  layernorm_dwdb_final_kernel<<<kern__cu_grid((size_t)C, 256), 256, 0, st>>>(dw, db, part, nchunks,
+                                                                             C);
   KERN__CU_LAUNCHED();
 }
 

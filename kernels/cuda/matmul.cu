@@ -64,9 +64,8 @@ static void matmul_forward(kern_ctx *k, float *out, const float *inp, const floa
   kern__cu_round(k, out, (size_t)N * OC, p);
 }
 
-static void matmul_backward(kern_ctx *k, float *dinp, float *dw, float *db,
-                            const float *dout, const float *inp, const float *w, int N,
-                            int C, int OC) {
+static void matmul_backward(kern_ctx *k, float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC) {
   if (N == 0)
     return;
   cudaStream_t st = kern__cu_stream(k);
@@ -92,8 +91,7 @@ static void matmul_backward(kern_ctx *k, float *dinp, float *dw, float *db,
     dim3 grid(kern__cu_grid((size_t)OC, 256), (unsigned)nchunks);
     colsum_part_kernel<<<grid, 256, 0, st>>>(part, dout, N, OC);
     KERN__CU_LAUNCHED();
-    colsum_final_kernel<<<kern__cu_grid((size_t)OC, 256), 256, 0, st>>>(db, part, nchunks,
-                                                                       OC);
+    colsum_final_kernel<<<kern__cu_grid((size_t)OC, 256), 256, 0, st>>>(db, part, nchunks, OC);
     KERN__CU_LAUNCHED();
   }
 }

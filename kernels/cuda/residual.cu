@@ -2,8 +2,8 @@
 #include "kernels/cuda/internal.cuh"
 
 /* out = round(a + b) at precision p, one element per thread */
-__global__ void residual_forward_kernel(float *out, const float *a, const float *b,
-                                        size_t n, int p) {
+__global__ void residual_forward_kernel(float *out, const float *a, const float *b, size_t n,
+                                        int p) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n)
     return;
@@ -11,8 +11,8 @@ __global__ void residual_forward_kernel(float *out, const float *a, const float 
 }
 
 /* The launcher, also called directly by tests/gpu/test_residual.cu. */
-extern "C" void kern_cuda_residual_forward(float *out, const float *a, const float *b,
-                                           size_t n, int prec, cudaStream_t stream) {
+extern "C" void kern_cuda_residual_forward(float *out, const float *a, const float *b, size_t n,
+                                           int prec, cudaStream_t stream) {
   if (n == 0)
     return;
   const int block = 256;
@@ -20,8 +20,7 @@ extern "C" void kern_cuda_residual_forward(float *out, const float *a, const flo
   KERN__CU_LAUNCHED();
 }
 
-static void residual_forward(kern_ctx *k, float *out, const float *a, const float *b,
-                             size_t n) {
+static void residual_forward(kern_ctx *k, float *out, const float *a, const float *b, size_t n) {
   kern_cuda_residual_forward(out, a, b, n, k->prec, kern__cu_stream(k));
 }
 

@@ -7,8 +7,8 @@
 /* One block per row of logits. Thread i owns columns i, i + THREADS, ...;
  * max and sum are block reductions with a fixed tree. z[target] is read by
  * every thread before any thread overwrites the row. */
-__global__ void softmax_xent_kernel(float *losses, float *logits, const int32_t *targets,
-                                    int V, float dscale, int p) {
+__global__ void softmax_xent_kernel(float *losses, float *logits, const int32_t *targets, int V,
+                                    float dscale, int p) {
   __shared__ float sh[32];
   int r = blockIdx.x;
   float *z = logits + (size_t)r * V;
@@ -27,18 +27,16 @@ __global__ void softmax_xent_kernel(float *losses, float *logits, const int32_t 
   if (dscale != 0.0f) {
     float inv = 1.0f / sum;
     for (int v = threadIdx.x; v < V; v += THREADS)
-      z[v] = kern__cu_rnd((kern__cu_expf(z[v] - mx) * inv - (v == tgt ? 1.0f : 0.0f)) * dscale,
-                          p);
+      z[v] = kern__cu_rnd((kern__cu_expf(z[v] - mx) * inv - (v == tgt ? 1.0f : 0.0f)) * dscale, p);
   }
 }
 
-static void softmax_xent(kern_ctx *k, float *losses, float *logits, const int32_t *targets,
-                         int N, int V, float dscale) {
+static void softmax_xent(kern_ctx *k, float *losses, float *logits, const int32_t *targets, int N,
+                         int V, float dscale) {
   if (N == 0)
     return;
-  softmax_xent_kernel<<<(unsigned)N, THREADS, 0, kern__cu_stream(k)>>>(losses, logits,
-                                                                       targets, V, dscale,
-                                                                       k->prec);
+  softmax_xent_kernel<<<(unsigned)N, THREADS, 0, kern__cu_stream(k)>>>(losses, logits, targets, V,
+                                                                       dscale, k->prec);
   KERN__CU_LAUNCHED();
 }
 

@@ -15,11 +15,11 @@
 #include "trainer/config.h"
 #include "trainer/prepare.h"
 
-#define CONFIG                                                                             \
-  "{\"model\": {\"n_layer\": 1, \"d_model\": 8, \"n_head\": 2, \"seq_len\": 4},"           \
-  " \"data\": {\"synthetic\": {\"letters\": 4, \"words\": 16, \"min_len\": 1,"              \
-  " \"max_len\": 3, \"seed\": 1}},"                                                       \
-  " \"train\": {\"batch_size\": 2, \"tokens\": 64, \"lr\": 0.01},"                          \
+#define CONFIG                                                                   \
+  "{\"model\": {\"n_layer\": 1, \"d_model\": 8, \"n_head\": 2, \"seq_len\": 4}," \
+  " \"data\": {\"synthetic\": {\"letters\": 4, \"words\": 16, \"min_len\": 1,"   \
+  " \"max_len\": 3, \"seed\": 1}},"                                              \
+  " \"train\": {\"batch_size\": 2, \"tokens\": 64, \"lr\": 0.01},"               \
   " \"eval\": {\"every_tokens\": 0, \"tokens\": 4}, \"precision\": \"bf16\", \"threads\": 1}"
 
 typedef struct run {
@@ -44,8 +44,8 @@ static run *setup(void) {
   }
   r.config_json = trn_config_to_json(&r.cfg);
   kern_cpu_init(&r.k, r.cfg.precision, r.cfg.threads);
-  trn_shape s = {r.cfg.model.n_layer, r.cfg.model.d_model, r.cfg.model.n_head,
-                 r.cfg.model.seq_len, r.cfg.model.vocab_size};
+  trn_shape s = {r.cfg.model.n_layer, r.cfg.model.d_model, r.cfg.model.n_head, r.cfg.model.seq_len,
+                 r.cfg.model.vocab_size};
   if (trn_model_init(&r.m, &r.k, &s, r.cfg.train.micro_batch_size, 0, 0) != 0 ||
       trn_optim_init(&r.o, &r.m, 0) != 0 ||
       trn_lexicon_new(&r.cfg.data.synth, &r.lx, err, sizeof err) != 0 ||

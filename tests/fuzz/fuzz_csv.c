@@ -18,9 +18,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (n < 1 || !pts)
       abort();
     for (int i = 0; i < n; i++)
-      if (bad_value(pts[i].params) || bad_value(pts[i].tokens) || bad_value(pts[i].loss) || bad_value(pts[i].flops) ||
-          bad_value(pts[i].batch_size) || bad_value(pts[i].steps) || bad_value(pts[i].lr) ||
-          pts[i].group < -1 || pts[i].group >= n)
+      if (bad_value(pts[i].params) || bad_value(pts[i].tokens) || bad_value(pts[i].loss) ||
+          bad_value(pts[i].flops) || bad_value(pts[i].batch_size) || bad_value(pts[i].steps) ||
+          bad_value(pts[i].lr) || pts[i].group < -1 || pts[i].group >= n)
         abort();
   } else if (!err[0] || pts || n) {
     abort();

@@ -118,9 +118,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     lim.max_body_bytes = 8192;
     lim.idle_timeout_ms = 2000;
     char err[256];
-    if (uv_loop_init(&loop) != 0 ||
-        !(srv = http_server_start(&loop, "127.0.0.1", 0, &lim, handler, NULL, &port, err,
-                                  sizeof err))) {
+    if (uv_loop_init(&loop) != 0 || !(srv = http_server_start(&loop, "127.0.0.1", 0, &lim, handler,
+                                                              NULL, &port, err, sizeof err))) {
       fprintf(stderr, "fuzz_http: cannot start the server: %s\n", srv ? "" : err);
       abort();
     }
@@ -131,8 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   c.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (c.fd < 0 ||
-      (connect(c.fd, (struct sockaddr *)&a, sizeof a) != 0 && errno != EINPROGRESS)) {
+  if (c.fd < 0 || (connect(c.fd, (struct sockaddr *)&a, sizeof a) != 0 && errno != EINPROGRESS)) {
     perror("fuzz_http: connect");
     abort();
   }

@@ -1,7 +1,7 @@
 /* The scheduler <-> worker protocol as a worker or the scheduler receives
  * it: bytes framed by proto_reader (fed in chunks of 1 + size % 257 bytes,
- * so that lines are split at many places), each line validated by proto_parse. A message it accepts must
- * survive proto_encode and parse again as the same type. */
+ * so that lines are split at many places), each line validated by proto_parse. A message it accepts
+ * must survive proto_encode and parse again as the same type. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -80,8 +80,7 @@ template <typename E> static std::vector<E> down(const E *d, size_t n) {
 }
 static void gfree(void *d) { GPU.ops->free(&GPU, d); }
 
-static void compare(const char *what, kern_prec p, const vec &gpu, const vec &ref,
-                    double eps) {
+static void compare(const char *what, kern_prec p, const vec &gpu, const vec &ref, double eps) {
   double ss = 0.0;
   for (float r : ref)
     ss += (double)r * r;
@@ -94,14 +93,14 @@ static void compare(const char *what, kern_prec p, const vec &gpu, const vec &re
     int inf_ok = isinf(gpu[i]) && gpu[i] == ref[i];
     if (!(d <= lim) && !nan_ok && !inf_ok) {
       if (bad++ < 5)
-        fprintf(stderr, "  %s %s [%zu]: gpu %.9g cpu %.9g (limit %.3g)\n", what, prec_name(p),
-                i, gpu[i], ref[i], lim);
+        fprintf(stderr, "  %s %s [%zu]: gpu %.9g cpu %.9g (limit %.3g)\n", what, prec_name(p), i,
+                gpu[i], ref[i], lim);
     }
     if (lim > 0 && d / lim > worst)
       worst = d / lim;
   }
-  printf("%-28s %s  n %-8zu worst error / limit %.3f%s\n", what, prec_name(p), ref.size(),
-         worst, bad ? "  FAILED" : "");
+  printf("%-28s %s  n %-8zu worst error / limit %.3f%s\n", what, prec_name(p), ref.size(), worst,
+         bad ? "  FAILED" : "");
   failures += bad != 0;
 }
 
@@ -159,8 +158,7 @@ static void check_layernorm(kern_prec p) {
   vec out(x.size()), mean(N), rstd(N);
   CPU.ops->layernorm_forward(&CPU, out.data(), mean.data(), rstd.data(), x.data(), w.data(),
                              b.data(), N, C);
-  float *dx = up(x), *dw = up(w), *db = up(b), *dout = up(out), *dm = up(mean),
-        *dr = up(rstd);
+  float *dx = up(x), *dw = up(w), *db = up(b), *dout = up(out), *dm = up(mean), *dr = up(rstd);
   GPU.ops->layernorm_forward(&GPU, dout, dm, dr, dx, dw, db, N, C);
   vec g = down(dout, out.size());
   compare("layernorm_forward out", p, g, out, eps_of(p));
@@ -200,11 +198,9 @@ static void check_layernorm(kern_prec p) {
 
 static void check_matmul(kern_prec p, int N, int C, int OC, int bias) {
   char name[64];
-  vec x = randn((size_t)N * C, 1, p), w = randn((size_t)OC * C, 0.1f, p),
-      b = randn(OC, 1, p);
+  vec x = randn((size_t)N * C, 1, p), w = randn((size_t)OC * C, 0.1f, p), b = randn(OC, 1, p);
   vec out((size_t)N * OC);
-  CPU.ops->matmul_forward(&CPU, out.data(), x.data(), w.data(), bias ? b.data() : NULL, N, C,
-                          OC);
+  CPU.ops->matmul_forward(&CPU, out.data(), x.data(), w.data(), bias ? b.data() : NULL, N, C, OC);
   float *dx = up(x), *dw = up(w), *db = up(b), *dout = up(out);
   GPU.ops->matmul_forward(&GPU, dout, dx, dw, bias ? db : NULL, N, C, OC);
   vec g = down(dout, out.size());
@@ -256,8 +252,8 @@ static void check_attention(kern_prec p) {
   /* backward from the CPU's probabilities */
   GPU.ops->from_host(&GPU, datt, att.data(), att.size() * sizeof(float));
   vec dy = randn(out.size(), 1, p), cdqkv(qkv.size()), scratch(att.size());
-  CPU.ops->attention_backward(&CPU, cdqkv.data(), scratch.data(), dy.data(), qkv.data(),
-                              att.data(), B, T, C, NH);
+  CPU.ops->attention_backward(&CPU, cdqkv.data(), scratch.data(), dy.data(), qkv.data(), att.data(),
+                              B, T, C, NH);
   float *ddy = up(dy), *gd = up(vec(qkv.size())), *gs = up(vec(att.size()));
   GPU.ops->attention_backward(&GPU, gd, gs, ddy, dq, datt, B, T, C, NH);
   vec r = down(gd, qkv.size());
@@ -402,11 +398,9 @@ static void check_adamw(kern_prec p) {
     float *dg1 = up(g1), *dg2 = up(g2);
     for (int s = 1; s <= 2; s++) {
       a.step = s;
-      CPU.ops->adamw8bit(&CPU, cp.data(), low ? cl.data() : NULL,
-                         s == 1 ? g1.data() : g2.data(), cqm.data(), cqv.data(), csm.data(),
-                         csv.data(), n, &a);
-      GPU.ops->adamw8bit(&GPU, gp, low ? gl : NULL, s == 1 ? dg1 : dg2, gqm, gqv, gsm, gsv, n,
-                         &a);
+      CPU.ops->adamw8bit(&CPU, cp.data(), low ? cl.data() : NULL, s == 1 ? g1.data() : g2.data(),
+                         cqm.data(), cqv.data(), csm.data(), csv.data(), n, &a);
+      GPU.ops->adamw8bit(&GPU, gp, low ? gl : NULL, s == 1 ? dg1 : dg2, gqm, gqv, gsm, gsv, n, &a);
     }
     compare("adamw8bit p", p, down(gp, n), cp, eps_of(KERN_FP32));
     compare("adamw8bit absmax m", p, down(gsm, nb), csm, eps_of(KERN_FP32));
@@ -426,8 +420,7 @@ static void check_adamw(kern_prec p) {
     printf("%-28s %s  codes differing %d of %zu, by more than one %d\n", "adamw8bit codes",
            prec_name(p), off, 2 * n, far);
     failures += far > 0 || off > (int)n / 100;
-    gfree(gp), gfree(gl), gfree(gsm), gfree(gsv), gfree(gqm), gfree(gqv), gfree(dg1),
-        gfree(dg2);
+    gfree(gp), gfree(gl), gfree(gsm), gfree(gsv), gfree(gqm), gfree(gqv), gfree(dg1), gfree(dg2);
   }
 }
 
@@ -438,8 +431,8 @@ typedef struct step_out {
   vec grads;
 } step_out;
 
-static step_out train_step(kern_ctx *k, const trn_shape *s, int B,
-                           const std::vector<int32_t> &tok, float S) {
+static step_out train_step(kern_ctx *k, const trn_shape *s, int B, const std::vector<int32_t> &tok,
+                           float S) {
   trn_model m;
   trn_optim o;
   step_out r;
@@ -471,8 +464,8 @@ static void check_train_step(kern_prec p) {
   step_out g = train_step(&GPU, &s, B, tok, S);
   step_out g2 = train_step(&GPU, &s, B, tok, S);
   double e = 10 * eps_of(p);
-  int bad = !(fabs(g.loss1 - c.loss1) <= e * c.loss1) || !(fabs(g.loss2 - c.loss2) <= e * c.loss2) ||
-            !(fabs(g.gnorm - c.gnorm) <= e * c.gnorm);
+  int bad = !(fabs(g.loss1 - c.loss1) <= e * c.loss1) ||
+            !(fabs(g.loss2 - c.loss2) <= e * c.loss2) || !(fabs(g.gnorm - c.gnorm) <= e * c.gnorm);
   printf("%-28s %s  loss %.9g / %.9g, grad norm %.9g / %.9g, loss after step %.9g / %.9g "
          "(gpu / cpu)%s\n",
          "train step", prec_name(p), g.loss1, c.loss1, g.gnorm, c.gnorm, g.loss2, c.loss2,
@@ -488,8 +481,7 @@ int main(void) {
   int ndev = 0;
   cudaError_t e = cudaGetDeviceCount(&ndev);
   if (e != cudaSuccess || ndev == 0) {
-    printf("skipped: no GPU (cudaGetDeviceCount: %d devices, %s)\n", ndev,
-           cudaGetErrorString(e));
+    printf("skipped: no GPU (cudaGetDeviceCount: %d devices, %s)\n", ndev, cudaGetErrorString(e));
     return 77;
   }
   cudaDeviceProp prop;

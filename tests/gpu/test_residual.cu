@@ -6,8 +6,8 @@
 
 #include "kernels/kern.h"
 
-extern "C" void kern_cuda_residual_forward(float *out, const float *a, const float *b,
-                                           size_t n, int prec, cudaStream_t stream);
+extern "C" void kern_cuda_residual_forward(float *out, const float *a, const float *b, size_t n,
+                                           int prec, cudaStream_t stream);
 
 int main(void) {
   int ndev = 0;

@@ -25,21 +25,18 @@ static const char *tmp_path(const char *name) {
 }
 
 static void patch_le32(const char *path, long at, uint32_t v) {
-  unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8),
-                        (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
+  unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                        (unsigned char)(v >> 24)};
   int fd = open(path, O_WRONLY);
   CHECK(fd >= 0 && pwrite(fd, b, 4, at) == 4);
   close(fd);
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag,
-                        struct FTW *ftw) {
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
   return remove(path);
 }
 
-static void cleanup(void) {
-  nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+static void cleanup(void) { nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 /* ---- shards ------------------------------------------------------------ */
 
@@ -55,8 +52,7 @@ static void test_shard_round_trip(void) {
   CHECK_INT_EQ(trn_loader_ntokens(l), 3);
   /* sha256sum of the 1030-byte file: header (20240520, 1, 3, zeros) then
    * 01 00 02 00 03 00, computed independently with Python's hashlib. */
-  static const char sha[] =
-      "3ebd50e28771e617e8271cc6803f9db84c65c9486ef3d1c828c5481d5702543c";
+  static const char sha[] = "3ebd50e28771e617e8271cc6803f9db84c65c9486ef3d1c828c5481d5702543c";
   CHECK(strcmp(trn_loader_file_sha256(l, 0), sha) == 0);
   int32_t out[7];
   trn_loader_next(l, out, 7);
@@ -82,8 +78,7 @@ static void test_shard_round_trip(void) {
   free(big);
 }
 
-static int open_fails(const char *pattern, int vocab, int code,
-                      const char *needle) {
+static int open_fails(const char *pattern, int vocab, int code, const char *needle) {
   trn_loader *l = NULL;
   int rc = trn_loader_open_shards(pattern, vocab, &l, err, sizeof err);
   CHECK_INT_EQ(rc, code);
@@ -102,8 +97,7 @@ static void test_shard_errors(void) {
   CHECK_INT_EQ(trn_shard_write(p, tok, 10, err, sizeof err), 0);
   patch_le32(p, 0, 12345);
   CHECK(open_fails(p, 256, SS_ECORRUPT, p));
-  CHECK(strstr(err, "byte 0") && strstr(err, "12345") &&
-        strstr(err, "20240520"));
+  CHECK(strstr(err, "byte 0") && strstr(err, "12345") && strstr(err, "20240520"));
 
   CHECK_INT_EQ(trn_shard_write(p, tok, 10, err, sizeof err), 0);
   patch_le32(p, 4, 7);
@@ -113,8 +107,7 @@ static void test_shard_errors(void) {
   CHECK_INT_EQ(trn_shard_write(p, tok, 10, err, sizeof err), 0);
   CHECK(truncate(p, 1024 + 15) == 0);
   CHECK(open_fails(p, 256, SS_ECORRUPT, p));
-  CHECK(strstr(err, "truncated") && strstr(err, "10 tokens") &&
-        strstr(err, "has 15"));
+  CHECK(strstr(err, "truncated") && strstr(err, "10 tokens") && strstr(err, "has 15"));
 
   CHECK(truncate(p, 100) == 0);
   CHECK(open_fails(p, 256, SS_ECORRUPT, p));
@@ -135,16 +128,11 @@ static void test_shard_errors(void) {
  * saved mid-file, at a boundary and after wrapping restore the same stream. */
 static void test_shard_positions(void) {
   uint16_t a[5] = {10, 11, 12, 13, 14}, c[3] = {20, 21, 22};
-  CHECK_INT_EQ(trn_shard_write(tmp_path("pos_0.bin"), a, 5, err, sizeof err),
-               0);
-  CHECK_INT_EQ(trn_shard_write(tmp_path("pos_1.bin"), NULL, 0, err, sizeof err),
-               0);
-  CHECK_INT_EQ(trn_shard_write(tmp_path("pos_2.bin"), c, 3, err, sizeof err),
-               0);
+  CHECK_INT_EQ(trn_shard_write(tmp_path("pos_0.bin"), a, 5, err, sizeof err), 0);
+  CHECK_INT_EQ(trn_shard_write(tmp_path("pos_1.bin"), NULL, 0, err, sizeof err), 0);
+  CHECK_INT_EQ(trn_shard_write(tmp_path("pos_2.bin"), c, 3, err, sizeof err), 0);
   trn_loader *l;
-  CHECK_INT_EQ(
-      trn_loader_open_shards(tmp_path("pos_*.bin"), 256, &l, err, sizeof err),
-      0);
+  CHECK_INT_EQ(trn_loader_open_shards(tmp_path("pos_*.bin"), 256, &l, err, sizeof err), 0);
   CHECK_INT_EQ(trn_loader_nfiles(l), 3);
   CHECK_INT_EQ(trn_loader_ntokens(l), 8);
   int32_t seq[8] = {10, 11, 12, 13, 14, 20, 21, 22};
@@ -179,8 +167,8 @@ static void test_shard_positions(void) {
 
 /* ---- the lexicon ------------------------------------------------------- */
 
-static trn_lexicon *lexicon(int letters, int words, int min_len, int max_len,
-                            double zipf, uint64_t seed) {
+static trn_lexicon *lexicon(int letters, int words, int min_len, int max_len, double zipf,
+                            uint64_t seed) {
   trn_synth_params p = {letters, words, min_len, max_len, zipf, seed};
   trn_lexicon *lx = NULL;
   int rc = trn_lexicon_new(&p, &lx, err, sizeof err);
@@ -189,8 +177,7 @@ static trn_lexicon *lexicon(int letters, int words, int min_len, int max_len,
   return lx;
 }
 
-static int lexicon_rc(int letters, int words, int min_len, int max_len,
-                      double zipf) {
+static int lexicon_rc(int letters, int words, int min_len, int max_len, double zipf) {
   trn_synth_params p = {letters, words, min_len, max_len, zipf, 1};
   trn_lexicon *lx = NULL;
   int rc = trn_lexicon_new(&p, &lx, err, sizeof err);
@@ -201,8 +188,7 @@ static int lexicon_rc(int letters, int words, int min_len, int max_len,
 static void test_lexicon_params(void) {
   /* 2 letters, length 2: 4 possible words; 3 words need 6. */
   CHECK_INT_EQ(lexicon_rc(2, 3, 2, 2, 1.0), SS_EINVAL);
-  CHECK(strstr(err, "words: 3") && strstr(err, "only 4") &&
-        strstr(err, "least 6"));
+  CHECK(strstr(err, "words: 3") && strstr(err, "only 4") && strstr(err, "least 6"));
   CHECK_INT_EQ(lexicon_rc(2, 2, 2, 2, 1.0), 0);
   /* 26 letters, lengths 2..2: 676 possible; 339 words need 678. */
   CHECK_INT_EQ(lexicon_rc(26, 339, 2, 2, 1.0), SS_EINVAL);
@@ -239,16 +225,15 @@ static void test_lexicon_shape(void) {
     for (int i = 0; i < len; i++)
       ok &= w[i] >= 1 && w[i] <= 3;
     for (int j = 0; j < k; j++)
-      ok &= !(trn_lexicon_len(lx, j) == len &&
-              memcmp(trn_lexicon_word(lx, j), w, (size_t)len) == 0);
+      ok &=
+          !(trn_lexicon_len(lx, j) == len && memcmp(trn_lexicon_word(lx, j), w, (size_t)len) == 0);
     if (k > 0)
       ok &= trn_lexicon_prob(lx, k) < trn_lexicon_prob(lx, k - 1);
     sum += trn_lexicon_prob(lx, k);
   }
   CHECK(ok);
   CHECK_NEAR(sum, 1.0, 1e-14, 0);
-  CHECK_NEAR(trn_lexicon_prob(lx, 1) / trn_lexicon_prob(lx, 0), pow(2, -1.3), 0,
-             1e-14);
+  CHECK_NEAR(trn_lexicon_prob(lx, 1) / trn_lexicon_prob(lx, 0), pow(2, -1.3), 0, 1e-14);
   trn_lexicon_free(lx);
 }
 
@@ -289,9 +274,7 @@ typedef struct bf {
 
 static int bf_n;
 
-static int bf_cmp(const void *a, const void *b) {
-  return memcmp(a, b, (size_t)bf_n);
-}
+static int bf_cmp(const void *a, const void *b) { return memcmp(a, b, (size_t)bf_n); }
 
 static void bf_walk(bf *s, unsigned char *buf, int pos, double prob) {
   if (pos >= s->n) {
@@ -338,8 +321,7 @@ static double bf_block_entropy(const trn_lexicon *lx, int n) {
     double p;
     memcpy(&p, s.blocks + i * rec + n, sizeof p);
     total += p;
-    if (i > 0 &&
-        memcmp(s.blocks + i * rec, s.blocks + (i - 1) * rec, (size_t)n) != 0) {
+    if (i > 0 && memcmp(s.blocks + i * rec, s.blocks + (i - 1) * rec, (size_t)n) != 0) {
       h -= g * log(g);
       g = 0;
     }
@@ -356,13 +338,11 @@ static void test_window_floor_brute_force(void) {
     int letters, words, min_len, max_len;
     double zipf;
     uint64_t seed;
-  } cases[] = {
-      {3, 5, 1, 3, 1.1, 3}, {2, 6, 1, 3, 0.8, 9}, {2, 4, 2, 4, 1.5, 4}};
+  } cases[] = {{3, 5, 1, 3, 1.1, 3}, {2, 6, 1, 3, 0.8, 9}, {2, 4, 2, 4, 1.5, 4}};
   int ns[] = {1, 2, 3, 4, 5, 7, 10, 12};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    trn_lexicon *lx =
-        lexicon(cases[c].letters, cases[c].words, cases[c].min_len,
-                cases[c].max_len, cases[c].zipf, cases[c].seed);
+    trn_lexicon *lx = lexicon(cases[c].letters, cases[c].words, cases[c].min_len, cases[c].max_len,
+                              cases[c].zipf, cases[c].seed);
     CHECK(lx != NULL);
     if (!lx)
       continue;
@@ -435,8 +415,7 @@ static void test_synth_positions(void) {
   trn_loader_open_synth(lx, 7, &x, err, sizeof err);
   trn_loader_open_synth(lx, 7, &y, err, sizeof err);
   trn_loader_next(x, a, 5000);
-  for (size_t done = 0, piece = 1; done < 5000;
-       done += piece, piece = piece * 3 % 17 + 1)
+  for (size_t done = 0, piece = 1; done < 5000; done += piece, piece = piece * 3 % 17 + 1)
     trn_loader_next(y, b + done, done + piece > 5000 ? 5000 - done : piece);
   CHECK(memcmp(a, b, sizeof a) == 0);
   trn_loader_free(y);
@@ -472,8 +451,8 @@ static size_t word_hash(const int32_t *w, int len) {
   return (size_t)h;
 }
 
-static int word_find(const word_index *ix, const trn_lexicon *lx,
-                     const int32_t *w, int len, int insert_k) {
+static int word_find(const word_index *ix, const trn_lexicon *lx, const int32_t *w, int len,
+                     int insert_k) {
   for (size_t s = word_hash(w, len) & ix->mask;; s = (s + 1) & ix->mask) {
     if (ix->slot[s] == 0) {
       if (insert_k >= 0)
@@ -555,8 +534,7 @@ static void test_synth_statistics(void) {
     bins++;
   }
   int df = bins - 1;
-  printf("word frequencies: chi-square %.1f on %d df (%ld words)\n", chi2, df,
-         nwords);
+  printf("word frequencies: chi-square %.1f on %d df (%ld words)\n", chi2, df, nwords);
   CHECK(bins > 1000);
   CHECK(chi2 < df + 6 * sqrt(2.0 * df));
   /* The top word alone: a binomial count, within 5 SD. */
@@ -609,8 +587,8 @@ static void test_prepare(void) {
   write_file(tmp_path("b.txt"), b, sizeof b);
   const char *out = tmp_path("prep/nested");
   /* A stale shard from an earlier, larger run must go. */
-  CHECK_INT_EQ(trn_data_prepare(out, (const char *const[]){tmp_path("a.txt")},
-                                1, 0.5, 50, NULL, err, sizeof err),
+  CHECK_INT_EQ(trn_data_prepare(out, (const char *const[]){tmp_path("a.txt")}, 1, 0.5, 50, NULL,
+                                err, sizeof err),
                0);
   const char *in[2] = {tmp_path("a.txt"), tmp_path("b.txt")};
   trn_data_summary s;
@@ -639,12 +617,11 @@ static void test_prepare(void) {
     ok &= t[i] == (unsigned char)(i < 600 ? a[i] : b[i - 600]);
   CHECK(ok);
 
-  CHECK_INT_EQ(trn_data_prepare(out, (const char *const[]){tmp_path("no.txt")},
-                                1, 0.1, 400, NULL, err, sizeof err),
+  CHECK_INT_EQ(trn_data_prepare(out, (const char *const[]){tmp_path("no.txt")}, 1, 0.1, 400, NULL,
+                                err, sizeof err),
                SS_ENOENT);
   CHECK(strstr(err, "no.txt"));
-  CHECK_INT_EQ(trn_data_prepare(out, in, 2, 1.0, 400, NULL, err, sizeof err),
-               SS_EINVAL);
+  CHECK_INT_EQ(trn_data_prepare(out, in, 2, 1.0, 400, NULL, err, sizeof err), SS_EINVAL);
   CHECK(strstr(err, "val_fraction"));
 }
 
@@ -652,8 +629,7 @@ static void test_synth_dataset(void) {
   trn_synth_params p = {26, 300, 2, 8, 1.2, 3};
   const char *out = tmp_path("syn");
   trn_data_summary s;
-  CHECK_INT_EQ(trn_data_synth(out, &p, 3000, 500, 11, 12, &s, err, sizeof err),
-               0);
+  CHECK_INT_EQ(trn_data_synth(out, &p, 3000, 500, 11, 12, &s, err, sizeof err), 0);
   CHECK_INT_EQ(s.train_tokens, 3000);
   trn_lexicon *lx = lexicon(26, 300, 2, 8, 1.2, 3);
   const char *split[2] = {"train", "val"};

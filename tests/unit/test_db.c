@@ -243,8 +243,7 @@ static void test_constraints(void) {
   PQclear(r);
   /* deleting a sweep deletes its runs and their metrics: by the trigger of
    * migration 004, which replaced the per-row foreign key check */
-  CHECK_INT_EQ(count(c, "SELECT count(*) FROM pg_trigger WHERE tgname = 'runs_delete_metrics'"),
-               1);
+  CHECK_INT_EQ(count(c, "SELECT count(*) FROM pg_trigger WHERE tgname = 'runs_delete_metrics'"), 1);
   CHECK_INT_EQ(count(c, "SELECT count(*) FROM pg_constraint WHERE conrelid = 'metrics'::regclass "
                         "AND contype = 'f'"),
                0);

@@ -37,8 +37,14 @@ static fit_point *approach3_points(double sd, unsigned long seed, int *n) {
     for (int j = 0; j < 15; j++) {
       double N = n_opt / 10 * pow(100, j / 14.0), D = C / (6 * N);
       double L = law(N, D) + (sd > 0 ? gsl_ran_gaussian(r, sd) : 0);
-      p[k++] = (fit_point){.params = N, .tokens = D, .flops = C, .loss = L, .batch_size = NAN,
-                           .steps = NAN, .lr = NAN, .group = -1};
+      p[k++] = (fit_point){.params = N,
+                           .tokens = D,
+                           .flops = C,
+                           .loss = L,
+                           .batch_size = NAN,
+                           .steps = NAN,
+                           .lr = NAN,
+                           .group = -1};
     }
   }
   gsl_rng_free(r);
@@ -95,8 +101,7 @@ static void test_exact_recovery(void) {
   CHECK_NEAR(value(&r, "G"), 1.34471, 0, 1e-4);
   CHECK_NEAR(value(&r, "N_opt"), 3.219e10, 0, 1e-4);
   CHECK_NEAR(value(&r, "D_opt") / value(&r, "N_opt"), 92.65, 0, 1e-4);
-  CHECK_NEAR(value(&r, "loss_at_target"), law(value(&r, "N_opt"), value(&r, "D_opt")), 0,
-             1e-9);
+  CHECK_NEAR(value(&r, "loss_at_target"), law(value(&r, "N_opt"), value(&r, "D_opt")), 0, 1e-9);
   CHECK(r.objective < 1e-20);
   CHECK_INT_EQ(r.converged, 1);
   CHECK_INT_EQ(r.nwarnings, 0);
@@ -155,10 +160,11 @@ static void test_bootstrap_covers_truth(void) {
   for (int j = 0; j < r.nfrontier; j++) {
     const fit_frontier *f = &r.frontier[j];
     double n_opt, d_opt, width = f->hi - f->lo;
-    fit_chinchilla_allocation(value(&r, "A"), value(&r, "B"), value(&r, "alpha"),
-                              value(&r, "beta"), f->flops, NULL, NULL, NULL, &n_opt, &d_opt);
-    CHECK_NEAR(f->loss, value(&r, "E") + value(&r, "A") / pow(n_opt, value(&r, "alpha")) +
-                            value(&r, "B") / pow(d_opt, value(&r, "beta")),
+    fit_chinchilla_allocation(value(&r, "A"), value(&r, "B"), value(&r, "alpha"), value(&r, "beta"),
+                              f->flops, NULL, NULL, NULL, &n_opt, &d_opt);
+    CHECK_NEAR(f->loss,
+               value(&r, "E") + value(&r, "A") / pow(n_opt, value(&r, "alpha")) +
+                   value(&r, "B") / pow(d_opt, value(&r, "beta")),
                0, 1e-9);
     CHECK(f->lo < f->loss && f->loss < f->hi);
     fit_chinchilla_allocation(A0, B0, ALPHA0, BETA0, f->flops, NULL, NULL, NULL, &n_opt, &d_opt);
@@ -208,8 +214,8 @@ static void test_screen_matches_full_grid(void) {
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < 6; j++) {
       double N = 1e6 * pow(10, i * 0.7), D = 2e8 * pow(3, j);
-      q[i * 6 + j] = (fit_point){.params = N, .tokens = D, .loss = law(N, D) *
-                                 exp(gsl_ran_gaussian(r, 0.02)), .group = i};
+      q[i * 6 + j] = (fit_point){
+          .params = N, .tokens = D, .loss = law(N, D) * exp(gsl_ran_gaussian(r, 0.02)), .group = i};
     }
   gsl_rng_free(r);
   compare_with_full_grid(q, 24, "checkpoint design, 2% noise");
@@ -245,8 +251,8 @@ static void test_flags(void) {
   fit_point p[40];
   for (int i = 0; i < 40; i++) {
     double N = 1e7 * pow(10, (i % 8) * 0.4), D = 1e9 * pow(10, (i / 8) * 0.5);
-    p[i] = (fit_point){.params = N, .tokens = D, .loss = A0 / pow(N, ALPHA0) + B0 / pow(D, BETA0),
-                       .group = -1};
+    p[i] = (fit_point){
+        .params = N, .tokens = D, .loss = A0 / pow(N, ALPHA0) + B0 / pow(D, BETA0), .group = -1};
   }
   fit_result r;
   char err[256];
@@ -348,8 +354,8 @@ static void test_csv(void) {
   }
   free(p);
   /* tokens from flops; no run column: every point its own run */
-  CHECK_INT_EQ(read_text("flops.csv", "params,flops,loss\n1e6,6e15,3.1\n2e6,6e15,3.0",
-                         &p, &n, err, sizeof err),
+  CHECK_INT_EQ(read_text("flops.csv", "params,flops,loss\n1e6,6e15,3.1\n2e6,6e15,3.0", &p, &n, err,
+                         sizeof err),
                0);
   CHECK_INT_EQ(n, 2);
   if (n == 2) {
@@ -361,8 +367,8 @@ static void test_csv(void) {
   /* a column the law needs is missing: the reader returns what it has and
    * the law names the column */
   CHECK_INT_EQ(read_text("notokens.csv",
-                         "params,loss\n1e6,3\n2e6,3\n3e6,3\n4e6,3\n5e6,3\n6e6,3\n7e6,3\n",
-                         &p, &n, err, sizeof err),
+                         "params,loss\n1e6,3\n2e6,3\n3e6,3\n4e6,3\n5e6,3\n6e6,3\n7e6,3\n", &p, &n,
+                         err, sizeof err),
                0);
   fit_result r;
   CHECK_INT_EQ(fit_chinchilla(p, n, NULL, &r, err, sizeof err), SS_EINVAL);
@@ -397,10 +403,10 @@ static void test_csv(void) {
 }
 
 static void cleanup(void) {
-  static const char *const names[] = {
-      "good.csv",  "flops.csv", "notokens.csv", "abc.csv",   "neg.csv",    "zero.csv",
-      "empty_cell.csv", "inf.csv", "crlf.csv",  "fields.csv", "quote.csv", "empty.csv",
-      "blank.csv", "header.csv", "unknown.csv", "twice.csv"};
+  static const char *const names[] = {"good.csv",  "flops.csv",  "notokens.csv",   "abc.csv",
+                                      "neg.csv",   "zero.csv",   "empty_cell.csv", "inf.csv",
+                                      "crlf.csv",  "fields.csv", "quote.csv",      "empty.csv",
+                                      "blank.csv", "header.csv", "unknown.csv",    "twice.csv"};
   char path[128];
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     snprintf(path, sizeof path, "%s/%s", dir, names[i]);

@@ -130,8 +130,8 @@ static void test_coverage(void) {
     fit_point p[15];
     int n = noisy_curve(rng, 1500, 0.01, 0.8, p);
     for (int m = 0; m < 3; m++) {
-      fit_options o = {.bootstrap = nb, .seed = 77 + rep, .threads = 2, .target_steps = LAST,
-                       .curve_noise = m};
+      fit_options o = {
+          .bootstrap = nb, .seed = 77 + rep, .threads = 2, .target_steps = LAST, .curve_noise = m};
       fit_result r;
       CHECK_INT_EQ(fit_curve(p, n, &o, &r, err, sizeof err), 0);
       const fit_param *b = find(r.derived, r.nderived, "loss_at_target");

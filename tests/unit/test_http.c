@@ -33,7 +33,7 @@ typedef struct state {
   uv_loop_t *loop;
   http_server *srv[N_SRV]; /* srv[SRV_V6] is NULL without IPv6 */
   int port[N_SRV];
-  http_request *held;  /* answered only after the server stopped */
+  http_request *held; /* answered only after the server stopped */
   int stopped;
   int sse_opened, sse_closed;
   int flood_sends, flood_rc;
@@ -78,8 +78,10 @@ static void on_stopped(void *ud) {
 
 static void stop_fire(uv_timer_t *t) {
   for (int i = 0; i < N_SRV; i++) {
-    if (st.srv[i]) http_server_stop(st.srv[i], on_stopped, NULL);
-    else on_stopped(NULL);
+    if (st.srv[i])
+      http_server_stop(st.srv[i], on_stopped, NULL);
+    else
+      on_stopped(NULL);
   }
   uv_close((uv_handle_t *)t, slow_closed);
 }
@@ -109,7 +111,8 @@ static void handler(http_request *r, void *ud) {
   } else if (strcmp(p, "/param") == 0) {
     /* "/param?name=N&...": the decoded value of N as "rc:value" */
     const char *name, *v;
-    if (http_query_param(r, "name", &name) != 1) name = "";
+    if (http_query_param(r, "name", &name) != 1)
+      name = "";
     int rc = http_query_param(r, name, &v);
     size_t n = (v ? strlen(v) : 4) + 16;
     char *out = http_alloc(r, n);
@@ -126,7 +129,8 @@ static void handler(http_request *r, void *ud) {
     st.slow_started++;
   } else if (strcmp(p, "/events") == 0) {
     http_sse *s = http_sse_start(r);
-    if (!s) return;
+    if (!s)
+      return;
     st.sse_opened++;
     http_sse_on_close(s, sse_gone, NULL);
     uint64_t id = http_sse_last_id(s);
@@ -135,13 +139,15 @@ static void handler(http_request *r, void *ud) {
     http_sse_send(s, id + 3, "tick", "three");
   } else if (strcmp(p, "/flood") == 0) {
     http_sse *s = http_sse_start(r);
-    if (!s) return;
+    if (!s)
+      return;
     st.sse_opened++;
     http_sse_on_close(s, sse_gone, NULL);
     static char big[64 * 1024];
     memset(big, 'x', sizeof big - 1);
     int rc = 0, i;
-    for (i = 0; i < 2000 && rc == 0; i++) rc = http_sse_send(s, (uint64_t)i + 1, NULL, big);
+    for (i = 0; i < 2000 && rc == 0; i++)
+      rc = http_sse_send(s, (uint64_t)i + 1, NULL, big);
     st.flood_sends = i;
     st.flood_rc = rc;
   } else if (strcmp(p, "/arena") == 0) {
@@ -151,8 +157,10 @@ static void handler(http_request *r, void *ud) {
     for (int i = 0; i < 64; i++) {
       sizes[i] = (size_t)(i % 7 == 0 ? 100000 : 1 + i * 37);
       ptrs[i] = http_alloc(r, sizes[i]);
-      if (!ptrs[i] || ((uintptr_t)ptrs[i] % sizeof(void *)) != 0) ok = 0;
-      else memset(ptrs[i], i, sizes[i]);
+      if (!ptrs[i] || ((uintptr_t)ptrs[i] % sizeof(void *)) != 0)
+        ok = 0;
+      else
+        memset(ptrs[i], i, sizes[i]);
     }
     for (int i = 0; i < 64 && ok; i++)
       for (size_t j = 0; j < sizes[i]; j++)
@@ -208,7 +216,8 @@ static void send_str(int fd, const char *s) {
   size_t n = strlen(s), off = 0;
   while (off < n) {
     ssize_t k = send(fd, s + off, n - off, MSG_NOSIGNAL);
-    if (k <= 0) return;
+    if (k <= 0)
+      return;
     off += (size_t)k;
   }
 }
@@ -228,9 +237,11 @@ typedef struct client {
 } client;
 
 static int client_fill(client *c) {
-  if (c->len == sizeof c->buf) return -1;
+  if (c->len == sizeof c->buf)
+    return -1;
   ssize_t k = recv(c->fd, c->buf + c->len, sizeof c->buf - c->len, 0);
-  if (k <= 0) return -1;
+  if (k <= 0)
+    return -1;
   c->len += (size_t)k;
   return 0;
 }
@@ -241,9 +252,11 @@ static const char *header_in(const char *head, const char *name) {
   for (const char *p = strstr(head, "\r\n"); p && p[2]; p = strstr(p + 2, "\r\n")) {
     if (strncasecmp(p + 2, name, n) == 0 && p[2 + n] == ':') {
       const char *s = p + 3 + n;
-      while (*s == ' ') s++;
+      while (*s == ' ')
+        s++;
       size_t l = strcspn(s, "\r");
-      if (l >= sizeof v) l = sizeof v - 1;
+      if (l >= sizeof v)
+        l = sizeof v - 1;
       memcpy(v, s, l);
       v[l] = '\0';
       return v;
@@ -257,16 +270,20 @@ static int read_response(client *c, response *r, int no_body) {
   memset(r, 0, sizeof *r);
   char *end;
   while (!(end = memmem(c->buf, c->len, "\r\n\r\n", 4)))
-    if (client_fill(c) != 0) return -1;
+    if (client_fill(c) != 0)
+      return -1;
   size_t hl = (size_t)(end - c->buf) + 4;
-  if (hl >= sizeof r->head) return -1;
+  if (hl >= sizeof r->head)
+    return -1;
   memcpy(r->head, c->buf, hl);
   r->head[hl] = '\0';
-  if (sscanf(r->head, "HTTP/1.%*d %d", &r->status) != 1) return -1;
+  if (sscanf(r->head, "HTTP/1.%*d %d", &r->status) != 1)
+    return -1;
   const char *cl = header_in(r->head, "Content-Length");
   size_t blen = cl && !no_body ? strtoul(cl, NULL, 10) : 0;
   while (c->len < hl + blen)
-    if (client_fill(c) != 0) return -1;
+    if (client_fill(c) != 0)
+      return -1;
   r->body = malloc(blen + 1);
   memcpy(r->body, c->buf + hl, blen);
   r->body[blen] = '\0';
@@ -281,8 +298,10 @@ static int closed_by_server(client *c) {
   char b[4096];
   for (;;) {
     ssize_t k = recv(c->fd, b, sizeof b, 0);
-    if (k == 0) return 1;
-    if (k < 0) return errno == ECONNRESET;
+    if (k == 0)
+      return 1;
+    if (k < 0)
+      return errno == ECONNRESET;
   }
 }
 
@@ -293,7 +312,8 @@ static client *client_open(int port) {
 }
 
 static void client_close(client *c) {
-  if (c->fd >= 0) close(c->fd);
+  if (c->fd >= 0)
+    close(c->fd);
   free(c);
 }
 
@@ -374,7 +394,8 @@ static void test_keepalive_and_pipelining(int port) {
   enum { BIG = 60000 };
   char *req = malloc(BIG + 128);
   int hl = sprintf(req, "POST /echo HTTP/1.1\r\nContent-Length: %d\r\n\r\n", BIG);
-  for (int i = 0; i < BIG; i++) req[hl + i] = (char)('a' + i % 26);
+  for (int i = 0; i < BIG; i++)
+    req[hl + i] = (char)('a' + i % 26);
   req[hl + BIG] = '\0';
   send_str(c->fd, req);
   CHECK_INT_EQ(read_response(c, &r, 0), 0);
@@ -478,7 +499,8 @@ static void test_bad_requests(int port) {
   client_close(c);
   check_status(port, "GET /hello HTTP/1.1\r\nBad Header\r\n\r\n", 400, "\"error\"");
   check_status(port, "GET /hello HTTP/9.9\r\n\r\n", 400, "\"error\"");
-  check_status(port, "GET /hello HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+  check_status(port,
+               "GET /hello HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
                400, "\"error\"");
 
   /* 413 as soon as Content-Length is over the limit: no body is sent */
@@ -498,7 +520,8 @@ static void test_bad_requests(int port) {
   int n = sprintf(chunk, "%x\r\n", 16 * 1024);
   memset(chunk + n, 'y', 16 * 1024);
   strcpy(chunk + n + 16 * 1024, "\r\n");
-  for (int i = 0; i < 5; i++) send_str(c->fd, chunk);
+  for (int i = 0; i < 5; i++)
+    send_str(c->fd, chunk);
   free(chunk);
   CHECK_INT_EQ(read_response(c, &r, 0), 0);
   CHECK_INT_EQ(r.status, 413);
@@ -512,7 +535,8 @@ static void test_bad_requests(int port) {
   strcpy(big + k + 3000, "\r\n\r\n");
   check_status(port, big, 431, "too large");
   k = snprintf(big, sizeof big, "GET /hello HTTP/1.1\r\n");
-  for (int i = 0; i < 300; i++) k += snprintf(big + k, sizeof big - (size_t)k, "A%d: b\r\n", i);
+  for (int i = 0; i < 300; i++)
+    k += snprintf(big + k, sizeof big - (size_t)k, "A%d: b\r\n", i);
   strcat(big, "\r\n");
   check_status(port, big, 431, "too large");
 
@@ -552,13 +576,16 @@ static void test_async(int port) {
 
 /* Reads SSE events up to n; returns the text after the answer's head. */
 static char *read_events(client *c, int n, response *head) {
-  if (read_response(c, head, 1) != 0) return NULL;
+  if (read_response(c, head, 1) != 0)
+    return NULL;
   for (;;) {
     int count = 0;
     for (char *p = c->buf; (p = memmem(p, c->len - (size_t)(p - c->buf), "\n\n", 2)); p += 2)
       count++;
-    if (count >= n) break;
-    if (client_fill(c) != 0) return NULL;
+    if (count >= n)
+      break;
+    if (client_fill(c) != 0)
+      return NULL;
   }
   char *out = malloc(c->len + 1);
   memcpy(out, c->buf, c->len);
@@ -580,7 +607,8 @@ static void test_sse(int port) {
   CHECK(ev && strcmp(ev, "id: 6\nevent: tick\ndata: one\n\n"
                          "id: 7\ndata: line1\ndata: line2\n\n"
                          "id: 8\nevent: tick\ndata: three\n\n") == 0);
-  if (ev) free(ev);
+  if (ev)
+    free(ev);
   client_close(c);
 
   c = client_open(port);
@@ -602,14 +630,16 @@ static void test_sse(int port) {
     CHECK_INT_EQ(roundtrip(port, "GET /stats HTTP/1.1\r\n\r\n", &r), 0);
     done = r.body && !strstr(r.body, "\"flood_sends\":0}");
     free(r.body);
-    if (!done) usleep(10 * 1000);
+    if (!done)
+      usleep(10 * 1000);
   }
   CHECK(done);
   size_t total = 0;
   char buf[65536];
   for (;;) {
     ssize_t k = recv(c->fd, buf, sizeof buf, 0);
-    if (k <= 0) break;
+    if (k <= 0)
+      break;
     total += (size_t)k;
   }
   CHECK(total > 0);
@@ -674,15 +704,18 @@ static void test_garbage(int port) {
     memcpy(buf, src, n);
     if (i % 5 == 4) { /* random bytes */
       n = 1 + rand_r(&seed) % 300;
-      for (size_t j = 0; j < n; j++) buf[j] = (char)(rand_r(&seed) & 0xff);
+      for (size_t j = 0; j < n; j++)
+        buf[j] = (char)(rand_r(&seed) & 0xff);
     } else { /* a few bytes flipped */
-      for (int k = 0; k < 1 + i % 4; k++) buf[rand_r(&seed) % n] = (char)(rand_r(&seed) & 0xff);
+      for (int k = 0; k < 1 + i % 4; k++)
+        buf[rand_r(&seed) % n] = (char)(rand_r(&seed) & 0xff);
     }
     cs[i] = client_open(port);
     size_t off = 0;
     while (off < n) {
       ssize_t k = send(cs[i]->fd, buf + off, n - off, MSG_NOSIGNAL);
-      if (k <= 0) break;
+      if (k <= 0)
+        break;
       off += (size_t)k;
     }
   }
@@ -724,11 +757,13 @@ static void test_connection_limit(int port) {
     }
   }
   CHECK(cs[0] != NULL);
-  if (!cs[0]) return;
+  if (!cs[0])
+    return;
   CHECK_INT_EQ(r.status, 200);
   CHECK(r.body && strstr(r.body, "\"connections\":3"));
   free(r.body);
-  for (int i = 0; i < LIMITED_CONNS; i++) client_close(cs[i]);
+  for (int i = 0; i < LIMITED_CONNS; i++)
+    client_close(cs[i]);
 }
 
 static void test_ipv6(int port) {
@@ -780,8 +815,10 @@ static void *client_main(void *arg) {
   test_timeouts(st.port[SRV_QUICK]);
   test_garbage(st.port[SRV_QUICK]);
   test_connection_limit(st.port[SRV_LIMITED]);
-  if (st.srv[SRV_V6]) test_ipv6(st.port[SRV_V6]);
-  else printf("note: no IPv6 loopback here; the IPv6 part is skipped\n");
+  if (st.srv[SRV_V6])
+    test_ipv6(st.port[SRV_V6]);
+  else
+    printf("note: no IPv6 loopback here; the IPv6 part is skipped\n");
 
   /* every earlier client has gone once the server has seen them go */
   response r;
@@ -789,9 +826,11 @@ static void *client_main(void *arg) {
   for (double t0 = now_ms(); !quiet && now_ms() - t0 < 3000;) {
     CHECK_INT_EQ(roundtrip(port, "GET /stats HTTP/1.1\r\n\r\n", &r), 0);
     quiet = r.body && strstr(r.body, "\"sse\":0") && strstr(r.body, "\"connections\":1");
-    if (quiet) printf("stats before stop: %s\n", r.body);
+    if (quiet)
+      printf("stats before stop: %s\n", r.body);
     free(r.body);
-    if (!quiet) usleep(20 * 1000);
+    if (!quiet)
+      usleep(20 * 1000);
   }
   CHECK(quiet);
 
@@ -818,19 +857,20 @@ int main(void) {
   char err[256];
 
   /* failures: a bad address, a port in use */
-  CHECK(http_server_start(&loop, "no.such.host", 0, &lim, handler, NULL, NULL, err,
-                          sizeof err) == NULL);
+  CHECK(http_server_start(&loop, "no.such.host", 0, &lim, handler, NULL, NULL, err, sizeof err) ==
+        NULL);
   CHECK(strstr(err, "no.such.host") != NULL);
 
   int used_port = 0;
-  http_server *blocker = http_server_start(&loop, "127.0.0.1", 0, &lim, handler, NULL,
-                                           &used_port, err, sizeof err);
+  http_server *blocker =
+      http_server_start(&loop, "127.0.0.1", 0, &lim, handler, NULL, &used_port, err, sizeof err);
   CHECK(blocker != NULL);
   CHECK(http_server_start(&loop, "127.0.0.1", used_port, &lim, handler, NULL, NULL, err,
                           sizeof err) == NULL);
   CHECK(strstr(err, "address already in use") != NULL);
   int blocker_done = 0;
-  if (blocker) http_server_stop(blocker, blocker_stopped, &blocker_done);
+  if (blocker)
+    http_server_stop(blocker, blocker_stopped, &blocker_done);
   uv_run(&loop, UV_RUN_DEFAULT); /* frees both */
   CHECK_INT_EQ(blocker_done, 1);
 
@@ -838,7 +878,8 @@ int main(void) {
   for (int i = 0; i < N_SRV; i++) {
     http_limits l = lim;
     l.idle_timeout_ms = i == SRV_QUICK ? IDLE_MS : SLOW_IDLE_MS;
-    if (i == SRV_LIMITED) l.max_connections = LIMITED_CONNS;
+    if (i == SRV_LIMITED)
+      l.max_connections = LIMITED_CONNS;
     st.srv[i] = http_server_start(&loop, i == SRV_V6 ? "::1" : "127.0.0.1", 0, &l, handler,
                                   &st.srv[i], &st.port[i], err, sizeof err);
     if (!st.srv[i] && i != SRV_V6) {

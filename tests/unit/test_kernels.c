@@ -40,8 +40,8 @@ typedef double (*loss_fn)(void *ctx);
  * the O(h^2) truncation error the agreement expected is ~1e-3 relative to
  * the gradient's scale; 2e-2 leaves margin without hiding a wrong formula
  * (those are off by O(1)). */
-static void fd_check(const char *name, float *x, const float *g, size_t n, loss_fn f,
-                     void *ctx, int probes) {
+static void fd_check(const char *name, float *x, const float *g, size_t n, loss_fn f, void *ctx,
+                     int probes) {
   double gscale = 0;
   for (size_t i = 0; i < n; i++)
     gscale = fabs(g[i]) > gscale ? fabs(g[i]) : gscale;
@@ -60,8 +60,8 @@ static void fd_check(const char *name, float *x, const float *g, size_t n, loss_
     double num = (fp - fm) / (2.0 * h);
     if (fabs(num - g[i]) > 2e-2 * gscale + 1e-5) {
       if (bad++ < 5)
-        fprintf(stderr, "%s[%zu]: numeric %.6g analytic %.6g (scale %.3g)\n", name, i, num,
-                g[i], gscale);
+        fprintf(stderr, "%s[%zu]: numeric %.6g analytic %.6g (scale %.3g)\n", name, i, num, g[i],
+                gscale);
     }
   }
   CHECK(bad == 0);
@@ -313,7 +313,7 @@ static float ref_bf16(float x) {
 static void test_precision(void) {
   /* bf16 */
   CHECK(kern_round_bf16(1.0f) == 1.0f);
-  CHECK(kern_round_bf16(1.0f + 0x1p-8f) == 1.0f);             /* tie to even */
+  CHECK(kern_round_bf16(1.0f + 0x1p-8f) == 1.0f);               /* tie to even */
   CHECK(kern_round_bf16(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f); /* tie to even, up */
   CHECK(isinf(kern_round_bf16(FLT_MAX)));
   CHECK(isnan(kern_round_bf16(NAN)));
@@ -322,8 +322,8 @@ static void test_precision(void) {
   CHECK(kern_round_fp16(65519.0f) == 65504.0f);
   CHECK(isinf(kern_round_fp16(65520.0f)));
   CHECK(kern_round_fp16(0x1p-24f) == 0x1p-24f);
-  CHECK(kern_round_fp16(0x1p-25f) == 0.0f);                 /* tie to even: 0 */
-  CHECK(kern_round_fp16(3 * 0x1p-25f) == 0x1p-23f);          /* tie to even: 2 */
+  CHECK(kern_round_fp16(0x1p-25f) == 0.0f);         /* tie to even: 0 */
+  CHECK(kern_round_fp16(3 * 0x1p-25f) == 0x1p-23f); /* tie to even: 2 */
   CHECK(kern_round_fp16(1.0f + 0x1p-11f) == 1.0f);
   CHECK(kern_round_fp16(-(1.0f + 3 * 0x1p-11f)) == -(1.0f + 0x1p-9f));
   int bad16 = 0, badbf = 0;

@@ -25,8 +25,8 @@ static void test_counts(void) {
   CHECK_INT_EQ((long long)m.nparams, trn_params(&S));
   int64_t L = S.n_layer, d = S.d_model;
   CHECK_INT_EQ(trn_nonembedding_params(&S), L * (12 * d * d + 13 * d) + 2 * d);
-  CHECK_NEAR(trn_flops_per_token(&S),
-             6.0 * (12.0 * 2 * 16 * 16 + 16.0 * 11) + 6.0 * 2 * 8 * 16, 0, 1e-15);
+  CHECK_NEAR(trn_flops_per_token(&S), 6.0 * (12.0 * 2 * 16 * 16 + 16.0 * 11) + 6.0 * 2 * 8 * 16, 0,
+             1e-15);
   trn_model_free(&m);
 }
 

@@ -63,8 +63,7 @@ int main(void) {
   }
   double b;
   CHECK_INT_EQ(trn_noise_value(&z, &b), 0);
-  printf("B_simple: estimated %.3f, analytic %.3f; naive %.3f\n", b, truth,
-         naive_sum / steps);
+  printf("B_simple: estimated %.3f, analytic %.3f; naive %.3f\n", b, truth, naive_sum / steps);
   CHECK_NEAR(b, truth, 0, 0.03);
   /* the naive ratio divides by |G_big|^2 = |G|^2 + tr(Sigma)/B_big = 1.5:
    * about 22 instead of 33, far outside the 3% */

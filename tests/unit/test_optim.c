@@ -96,8 +96,7 @@ static void test_8bit_tracks_32bit(void) {
   /* both converge to the noise floor; 8-bit within 2x of 32-bit there */
   CHECK(l8 < 0.01 * loss0);
   CHECK(l8 < 2.0 * l32 + 1e-3 * loss0);
-  free(p32), free(p8), free(g), free(t), free(m), free(v), free(sm), free(sv), free(qm),
-      free(qv);
+  free(p32), free(p8), free(g), free(t), free(m), free(v), free(sm), free(sv), free(qm), free(qv);
 }
 
 static void test_state_bytes(void) {
@@ -113,8 +112,8 @@ static void test_state_bytes(void) {
   /* 2 bytes per parameter plus two fp32 absmax per 256-value block */
   CHECK(b.state_bytes >= 2 * m.nparams);
   CHECK(b.state_bytes < 2 * m.nparams + 2 * 4 * (m.nparams / KERN_Q8_BLOCK + TRN_NTENSORS));
-  printf("state bytes: adamw %zu, adamw8bit %zu (%.2fx smaller)\n", a.state_bytes,
-         b.state_bytes, (double)a.state_bytes / b.state_bytes);
+  printf("state bytes: adamw %zu, adamw8bit %zu (%.2fx smaller)\n", a.state_bytes, b.state_bytes,
+         (double)a.state_bytes / b.state_bytes);
   trn_optim_free(&a);
   trn_optim_free(&b);
   trn_model_free(&m);

@@ -20,8 +20,8 @@
 #define SS_SOURCE_DIR "."
 #endif
 
-static const char *const examples[] = {"quickstart.json", "text.json", "gpu-cluster.json",
-                                       "grid.json", "batch.json", "runs.json"};
+static const char *const examples[] = {"quickstart.json", "text.json",  "gpu-cluster.json",
+                                       "grid.json",       "batch.json", "runs.json"};
 
 static void show(const spec_problems *pr) {
   for (size_t i = 0; i < pr->n; i++)
@@ -149,8 +149,8 @@ static void check_invariants(const plan *p, const spec *s) {
      * floor holds unless the batch hit its minimum */
     if (r->batch_from_rule) {
       CHECK((r->batch_size & (r->batch_size - 1)) == 0);
-      CHECK(r->batch_size <= fmax(p->batch_rule.min_batch,
-                                  r->b_opt_tokens / r->seq_len * sqrt(2.0) * 1.0001));
+      CHECK(r->batch_size <=
+            fmax(p->batch_rule.min_batch, r->b_opt_tokens / r->seq_len * sqrt(2.0) * 1.0001));
       CHECK(r->steps >= p->batch_rule.min_steps - 1 || r->batch_size == p->batch_rule.min_batch);
       /* a doubled batch would have broken the floor (or rounding capped it) */
       CHECK((double)r->tokens / (2.0 * bt) < p->batch_rule.min_steps + 1 ||
@@ -210,11 +210,10 @@ static void test_determinism(void) {
     for (size_t i = 0; list && i < json_array_size(list); i++) {
       json_t *o = json_array_get(list, i);
       static const char *const keys[] = {"config", "config_hash", "params", "nonembedding_params",
-                                         "tokens", "batch_size", "flops", "est_seconds"};
+                                         "tokens", "batch_size",  "flops",  "est_seconds"};
       for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
         CHECK(json_object_get(o, keys[k]) != NULL);
-      CHECK(!strcmp(json_string_value(json_object_get(o, "config_hash")),
-                    a->runs[i].config_hash));
+      CHECK(!strcmp(json_string_value(json_object_get(o, "config_hash")), a->runs[i].config_hash));
       CHECK(json_integer_value(json_object_get(o, "tokens")) == a->runs[i].tokens);
     }
     if (ja && a->n) {

@@ -142,8 +142,8 @@ static void test_all_at_once(void) {
   free(m);
   json_t *j = spec_problems_to_json(&pr);
   CHECK(json_array_size(j) == pr.n);
-  CHECK(!strcmp(json_string_value(json_object_get(json_array_get(j, 0), "path")),
-                pr.items[0].path));
+  CHECK(
+      !strcmp(json_string_value(json_object_get(json_array_get(j, 0), "path")), pr.items[0].path));
   json_decref(j);
   spec_problems_free(&pr);
 }
