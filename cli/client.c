@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/token.h"
+
 static int parse_url(const char *url, cli_target *t) {
   const char *p = url;
   if (!strncmp(p, "http://", 7))
@@ -22,17 +24,6 @@ static int parse_url(const char *url, cli_target *t) {
   t->host[hl] = 0;
   t->port = colon ? atoi(colon + 1) : 80;
   return t->port > 0 && t->port < 65536 ? 0 : -1;
-}
-
-static void read_file_trim(const char *path, char *out, size_t n) {
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return;
-  size_t got = fread(out, 1, n - 1, f);
-  fclose(f);
-  out[got] = 0;
-  while (got && (out[got - 1] == '\n' || out[got - 1] == '\r' || out[got - 1] == ' '))
-    out[--got] = 0;
 }
 
 int cli_target_find(cli_target *t, const char *url, const char *state, const char *token_file) {
@@ -64,14 +55,19 @@ int cli_target_find(cli_target *t, const char *url, const char *state, const cha
     json_decref(j);
   }
   const char *tok = getenv("SCALESWEEP_TOKEN");
-  if (token_file)
-    read_file_trim(token_file, t->token, sizeof t->token);
-  else if (tok)
+  char err[512];
+  if (token_file) {
+    if (token_read(token_file, 1, t->token, sizeof t->token, NULL, err, sizeof err)) {
+      fprintf(stderr, "scalesweep: --token-file %s\n", err);
+      return 2;
+    }
+  } else if (tok) {
     snprintf(t->token, sizeof t->token, "%s", tok);
-  else {
+  } else {
+    /* up's API token, when there is one: reads need none */
     char path[4096];
     snprintf(path, sizeof path, "%s/api.token", dir);
-    read_file_trim(path, t->token, sizeof t->token);
+    token_read(path, 1, t->token, sizeof t->token, NULL, err, sizeof err);
   }
   return 0;
 }

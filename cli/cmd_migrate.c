@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "common/err.h"
-#include "store/db.h"
+#include "store/migrate.h"
 
 static void usage(FILE *f) {
   fprintf(f,

@@ -6,6 +6,8 @@
 #ifndef SS_COMMON_ERR_H
 #define SS_COMMON_ERR_H
 
+#include <stddef.h>
+
 #define SS_ERRNO_MAP(X)                                     \
   X(EINVAL, -22, "invalid input")                           \
   X(EIO, -5, "input/output error")                          \
@@ -35,5 +37,10 @@ enum { SS_EXIT_OK = 0, SS_EXIT_FAILURE = 1, SS_EXIT_USAGE = 2 };
 /* Maps an error code to the process exit code: invalid input, corrupt files
  * and missing files are the user's (2), everything else a run-time failure (1). */
 int err_exit_code(int code);
+
+/* Writes a message into err (errlen bytes; nothing when err is NULL) and
+ * strips trailing newlines and spaces, which libpq's and other libraries'
+ * messages end with. */
+void err_setf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -9,8 +9,8 @@
  * valid until it is answered with one http_respond* call, even if its
  * client went away meanwhile (then the answer is dropped). Each request has
  * an arena (http_alloc) freed in one go after the answer. */
-#ifndef SS_SCHEDULER_HTTP_H
-#define SS_SCHEDULER_HTTP_H
+#ifndef SS_HTTP_HTTP_H
+#define SS_HTTP_HTTP_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/token.h"
 #include "scheduler/internal.h"
 #include "scheduler/submit.h"
 
@@ -79,7 +80,7 @@ static int authorized(sched *s, http_request *r) {
   const char *h = http_header(r, "authorization");
   if (!h || strncasecmp(h, "Bearer ", 7) != 0)
     return 0;
-  return sched__token_ok(s->api_token, h + 7);
+  return token_equal(s->api_token, h + 7);
 }
 
 /* ---- reads ---------------------------------------------------------------------- */

@@ -8,6 +8,7 @@
 
 #include "common/proto.h"
 #include "store/db.h"
+#include "store/migrate.h"
 #include "http/http.h"
 #include "scheduler/sched.h"
 
@@ -124,7 +125,6 @@ struct sched {
 /* sched.c */
 void sched__place(sched *s);
 void sched__emit(sched *s, const char *name, json_t *data); /* steals data */
-int sched__token_ok(const char *want, const char *got);
 
 /* predict.c: predict every running run's final loss from its curve so far
  * and flag those far off their sweep's fitted surface (one pass at a time) */
@@ -211,8 +211,5 @@ extern const sched__asset sched__assets[];
 extern const int sched__nassets;
 /* The asset named exactly name (no path is ever resolved), or NULL. */
 const sched__asset *sched__asset_find(const char *name);
-
-/* host:port parsing ("127.0.0.1:8080", "[::1]:0", ":8080"); 0 or -1 */
-int sched__split_hostport(const char *hp, char *host, size_t hostlen, int *port);
 
 #endif

@@ -12,7 +12,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/addr.h"
 #include "common/err.h"
+#include "common/token.h"
 #include "scheduler/internal.h"
 
 void sched_options_default(sched_options *o) {
@@ -38,59 +40,6 @@ static void logf_(const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
-}
-
-/* Compares in time independent of where the strings differ. */
-int sched__token_ok(const char *want, const char *got) {
-  if (!got)
-    return 0;
-  size_t lw = strlen(want), lg = strlen(got);
-  unsigned char diff = (unsigned char)(lw != lg);
-  for (size_t i = 0; i < lw; i++)
-    diff |= (unsigned char)(want[i] ^ (i < lg ? got[i] : 0));
-  return diff == 0 && lw > 0;
-}
-
-int sched__split_hostport(const char *hp, char *host, size_t hostlen, int *port) {
-  const char *colon = strrchr(hp, ':');
-  if (!colon)
-    return -1;
-  size_t hl = (size_t)(colon - hp);
-  const char *h = hp;
-  if (hl >= 2 && hp[0] == '[' && hp[hl - 1] == ']') {
-    h = hp + 1;
-    hl -= 2;
-  }
-  if (hl >= hostlen)
-    return -1;
-  memcpy(host, h, hl);
-  host[hl] = 0;
-  if (hl == 0)
-    snprintf(host, hostlen, "0.0.0.0");
-  char *end;
-  long p = strtol(colon + 1, &end, 10);
-  if (*end || p < 0 || p > 65535 || end == colon + 1)
-    return -1;
-  *port = (int)p;
-  return 0;
-}
-
-static int read_token(const char *path, char *out, size_t n, char *err, size_t errlen) {
-  FILE *f = fopen(path, "r");
-  if (!f) {
-    snprintf(err, errlen, "%s: cannot read token file: %s", path, strerror(errno));
-    return SS_ENOENT;
-  }
-  size_t got = fread(out, 1, n - 1, f);
-  fclose(f);
-  out[got] = 0;
-  while (got && (out[got - 1] == '\n' || out[got - 1] == '\r' || out[got - 1] == ' '))
-    out[--got] = 0;
-  if (got < 16) {
-    snprintf(err, errlen, "%s: token is %zu characters, expected at least 16", path, got);
-    return SS_EINVAL;
-  }
-  return 0;
 }
 
 /* ---- events (SSE) --------------------------------------------------------- */
@@ -515,10 +464,11 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   if (!s)
     return SS_ENOMEM;
   s->o = *opt;
-  int rc = read_token(opt->token_file, s->token, sizeof s->token, err, errlen);
+  /* tokens shorter than 16 characters are refused: they can be guessed */
+  int rc = token_read(opt->token_file, 16, s->token, sizeof s->token, NULL, err, errlen);
   if (!rc)
-    rc = read_token(opt->api_token_file ? opt->api_token_file : opt->token_file, s->api_token,
-                    sizeof s->api_token, err, errlen);
+    rc = token_read(opt->api_token_file ? opt->api_token_file : opt->token_file, 16, s->api_token,
+                    sizeof s->api_token, NULL, err, errlen);
   int applied = 0;
   if (!rc)
     rc = db_migrate(opt->database, &applied, err, errlen);
@@ -540,7 +490,7 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
     s->db_metrics[i] = db_open(&loop, opt->database);
   char host[256];
   int port;
-  if (sched__split_hostport(opt->listen, host, sizeof host, &port) != 0) {
+  if (addr_split(opt->listen, "0.0.0.0", 0, host, sizeof host, &port, NULL, 0) != 0) {
     snprintf(err, errlen, "--listen %s: expected HOST:PORT", opt->listen);
     rc = SS_EINVAL;
   }

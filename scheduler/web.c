@@ -19,6 +19,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/token.h"
 #include "scheduler/internal.h"
 #include "sweeps/fit.h"
 
@@ -201,7 +202,7 @@ typedef struct web_req {
 
 static int has_token(sched *s, http_request *r) {
   const char *h = http_header(r, "authorization");
-  return h && !strncasecmp(h, "Bearer ", 7) && sched__token_ok(s->api_token, h + 7);
+  return h && !strncasecmp(h, "Bearer ", 7) && token_equal(s->api_token, h + 7);
 }
 
 static const char *const run_statuses[] = {"queued", "running",   "succeeded",

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/addr.h"
 #include "common/err.h"
+#include "common/token.h"
 #include "scheduler/internal.h"
 
 static uint64_t now_ns(void) { return uv_hrtime(); }
@@ -318,7 +320,7 @@ static void on_hello(sched__wconn *c, json_t *m) {
     sched__conn_drop(c, "too many failed authentications; wait a minute");
     return;
   }
-  if (!sched__token_ok(s->token, token)) {
+  if (!token_equal(s->token, token)) {
     auth_blocked(s, c->peer, 1);
     sched__conn_drop(c, "authentication failed: wrong cluster token");
     return;
@@ -874,7 +876,7 @@ void sched__workers_reap(sched *s) {
 int sched__workers_listen(sched *s, const char *hostport, char *err, size_t errlen) {
   char host[256];
   int port;
-  if (sched__split_hostport(hostport, host, sizeof host, &port) != 0) {
+  if (addr_split(hostport, "0.0.0.0", 0, host, sizeof host, &port, NULL, 0) != 0) {
     snprintf(err, errlen, "--workers %s: expected HOST:PORT", hostport);
     return SS_EINVAL;
   }

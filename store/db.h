@@ -1,4 +1,7 @@
-/* PostgreSQL access for the scheduler (the only database client): libpq's
+/* Inside store/ only (and its tests): the connection's statement API, with
+ * libpq's results. Everything outside store/ uses store/store.h.
+ *
+ * PostgreSQL access for the scheduler (the only database client): libpq's
  * asynchronous API driven by the scheduler's libuv loop, so the loop never
  * blocks on the database.
  *
@@ -11,23 +14,19 @@
  *
  * A "transaction" is a list of statements sent as one unit (BEGIN ... COMMIT
  * around them); its callback sees the result of the last statement. */
-#ifndef SS_SCHEDULER_DB_H
-#define SS_SCHEDULER_DB_H
+#ifndef SS_STORE_DB_H
+#define SS_STORE_DB_H
 
 #include <libpq-fe.h>
 #include <stddef.h>
 #include <uv.h>
 
 #include "common/err.h"
-
-typedef struct db db;
+#include "store/store.h"
 
 /* status: 0 with res (owned by the layer: valid during the callback
  * only), or an error with res NULL and a message. */
 typedef void (*db_cb)(void *ud, int status, PGresult *res, const char *errmsg);
-
-/* Starts connecting (asynchronously) to conninfo/URL. */
-db *db_open(uv_loop_t *loop, const char *url);
 
 /* Queues one statement. params are NUL-terminated text or NULL for SQL NULL. */
 void db_query(db *d, const char *sql, int nparams, const char *const *params, db_cb cb, void *ud);
@@ -41,31 +40,5 @@ void db_query_bin(db *d, const char *sql, int nparams, const char *const *params
  * error the transaction is rolled back and cb gets that error. */
 void db_tx(db *d, int nstmts, const char *const *sqls, const int *nparams,
            const char *const *const *params, db_cb cb, void *ud);
-
-int db_ready(const db *d);
-
-/* Statistics for /metrics. */
-size_t db_queue_length(const db *d);
-
-/* Fails every queued query with SS_ECONN, closes the connection and the
- * libuv handles; cb runs when all handles are closed. */
-void db_close(db *d, void (*cb)(void *ud), void *ud);
-
-/* The SQL migrations, embedded in the binary at build time from
- * migrations/NNN_name.sql (sorted by NNN). */
-typedef struct db_migration {
-  int version;
-  const char *name;
-  const char *sql;
-} db_migration;
-extern const db_migration db_migrations[];
-extern const int db_nmigrations;
-
-/* Blocking, for commands that run before any loop (migrate, scheduler start,
- * up): applies every embedded migration not yet recorded in
- * schema_migrations, in order, each in its own transaction, under
- * pg_advisory_lock so that two schedulers starting together apply each
- * once. Returns 0 or SS_E* with a message; *applied counts those applied. */
-int db_migrate(const char *url, int *applied, char *err, size_t errlen);
 
 #endif

@@ -1,5 +1,5 @@
 # Writes OUTPUT, a C file defining db_migrations[] and db_nmigrations
-# (store/db.h), from MIGRATIONS_DIR/NNN_name.sql, ordered by NNN.
+# (store/migrate.h), from MIGRATIONS_DIR/NNN_name.sql, ordered by NNN.
 #
 #   cmake -DMIGRATIONS_DIR=dir -DOUTPUT=file.c -P embed_migrations.cmake
 #
@@ -42,7 +42,7 @@ if(count EQUAL 0)
 endif()
 
 set(content "/* Generated from migrations/NNN_name.sql by scheduler/embed_migrations.cmake: do not edit. */
-#include \"store/db.h\"
+#include \"store/migrate.h\"
 
 ${arrays}const db_migration db_migrations[] = {
 ${entries}};

@@ -15,6 +15,7 @@
 
 #include "common/err.h"
 #include "store/db.h"
+#include "store/migrate.h"
 
 /* pg_advisory_lock's key for migrations: the bytes of "scalswep". */
 #define MIGRATE_LOCK_KEY "8314596455477634416"
@@ -22,21 +23,6 @@
 static void quiet(void *arg, const char *message) {
   (void)arg;
   (void)message;
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  size_t n = strlen(err);
-  while (n > 0 && (err[n - 1] == '\n' || err[n - 1] == ' '))
-    err[--n] = '\0';
 }
 
 /* Runs sql (parameters as in PQexecParams); 0, or SS_EIO with the server's
@@ -49,7 +35,7 @@ static int exec(PGconn *c, const char *sql, int n, const char *const *params, co
     PQclear(r);
     return 0;
   }
-  set_err(err, errlen, "%s: %s", what, r ? PQresultErrorMessage(r) : PQerrorMessage(c));
+  err_setf(err, errlen, "%s: %s", what, r ? PQresultErrorMessage(r) : PQerrorMessage(c));
   PQclear(r);
   return SS_EIO;
 }
@@ -83,7 +69,7 @@ static int migrate_locked(PGconn *c, int *applied, char *err, size_t errlen) {
     return rc;
   PGresult *r = PQexec(c, "SELECT version FROM schema_migrations");
   if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-    set_err(err, errlen, "reading schema_migrations: %s", PQresultErrorMessage(r));
+    err_setf(err, errlen, "reading schema_migrations: %s", PQresultErrorMessage(r));
     PQclear(r);
     return SS_EIO;
   }
@@ -114,11 +100,11 @@ int db_migrate(const char *url, int *applied, char *err, size_t errlen) {
   const char *const vals[] = {"scalesweep-migrate", "10", url ? url : "", NULL};
   PGconn *c = PQconnectdbParams(keys, vals, 1);
   if (!c) {
-    set_err(err, errlen, "out of memory");
+    err_setf(err, errlen, "out of memory");
     return SS_ENOMEM;
   }
   if (PQstatus(c) != CONNECTION_OK) {
-    set_err(err, errlen, "cannot connect to the database: %s", PQerrorMessage(c));
+    err_setf(err, errlen, "cannot connect to the database: %s", PQerrorMessage(c));
     PQfinish(c);
     return SS_EIO;
   }

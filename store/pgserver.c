@@ -59,21 +59,6 @@ typedef struct pgs {
   char **env; /* environ without locale settings, plus LC_ALL=C */
 } pgs;
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  size_t n = strlen(err);
-  while (n > 0 && (err[n - 1] == '\n' || err[n - 1] == ' '))
-    err[--n] = '\0';
-}
-
 static int path_fmt(char *dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* snprintf into a PATH_MAX buffer; 0, or SS_ERANGE when it does not fit. */
@@ -201,7 +186,7 @@ static int find_bindir(pgs *p, const char *major, char *err, size_t errlen) {
   const char *env = getenv("SCALESWEEP_PG_BINDIR");
   if (env && *env) {
     if (!has_server_bins(env)) {
-      set_err(err, errlen, "SCALESWEEP_PG_BINDIR=%s has no initdb, pg_ctl and postgres", env);
+      err_setf(err, errlen, "SCALESWEEP_PG_BINDIR=%s has no initdb, pg_ctl and postgres", env);
       return SS_ENOENT;
     }
     return path_fmt(p->bindir, "%s", env);
@@ -239,7 +224,7 @@ static int find_bindir(pgs *p, const char *major, char *err, size_t errlen) {
   }
   if (best >= 0)
     return 0;
-  set_err(err, errlen,
+  err_setf(err, errlen,
           "PostgreSQL server programs (initdb, pg_ctl, postgres) not found: install the "
           "postgresql package, set SCALESWEEP_PG_BINDIR, or give --database URL");
   return SS_ENOENT;
@@ -285,7 +270,7 @@ static int choose_user(pgs *p, char *err, size_t errlen) {
       name = "postgres";
     pw = getpwnam(name);
     if (!pw) {
-      set_err(err, errlen,
+      err_setf(err, errlen,
               "running as root: PostgreSQL refuses to run as root and would run as user '%s', "
               "which does not exist; create it or set SCALESWEEP_PG_USER to an unprivileged "
               "user",
@@ -293,7 +278,7 @@ static int choose_user(pgs *p, char *err, size_t errlen) {
       return SS_EINVAL;
     }
     if (pw->pw_uid == 0) {
-      set_err(err, errlen,
+      err_setf(err, errlen,
               "running as root: SCALESWEEP_PG_USER=%s is root, and PostgreSQL refuses to run "
               "as root; name an unprivileged user",
               name);
@@ -339,11 +324,11 @@ static int read_pidfile(const pgs *p, char *port, size_t portlen, char *sock, si
 /* A directory owned by the server's user, mode 0700. */
 static int own_dir(const pgs *p, const char *path, char *err, size_t errlen) {
   if (mkdir(path, 0700) != 0 && errno != EEXIST) {
-    set_err(err, errlen, "cannot create %s: %s", path, strerror(errno));
+    err_setf(err, errlen, "cannot create %s: %s", path, strerror(errno));
     return SS_EIO;
   }
   if ((p->as_user && chown(path, p->uid, p->gid) != 0) || chmod(path, 0700) != 0) {
-    set_err(err, errlen, "cannot set the owner and mode of %s: %s", path, strerror(errno));
+    err_setf(err, errlen, "cannot set the owner and mode of %s: %s", path, strerror(errno));
     return SS_EIO;
   }
   return 0;
@@ -355,7 +340,7 @@ static int write_file(const pgs *p, const char *path, int flags, const char *tex
   size_t len = strlen(text);
   if (fd < 0 || write(fd, text, len) != (ssize_t)len ||
       (p->as_user && fchown(fd, p->uid, p->gid) != 0) || close(fd) != 0) {
-    set_err(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    err_setf(err, errlen, "cannot write %s: %s", path, strerror(errno));
     if (fd >= 0)
       close(fd);
     return SS_EIO;
@@ -415,25 +400,25 @@ static int conninfo(char *out, size_t n, const char *sock, const char *port, con
 static int setup(pgs *p, const char *state_dir, int create, char *err, size_t errlen) {
   char state[PATH_MAX];
   if (!state_dir || !*state_dir) {
-    set_err(err, errlen, "no state directory given");
+    err_setf(err, errlen, "no state directory given");
     return SS_EINVAL;
   }
   if (path_fmt(state, "%s", state_dir)) {
-    set_err(err, errlen, "state directory path too long");
+    err_setf(err, errlen, "state directory path too long");
     return SS_ERANGE;
   }
   if (create && fio_mkdirs(state, 0700) != 0) {
-    set_err(err, errlen, "cannot create the state directory %s: %s", state_dir, strerror(errno));
+    err_setf(err, errlen, "cannot create the state directory %s: %s", state_dir, strerror(errno));
     return SS_EIO;
   }
   char abs[PATH_MAX];
   if (!realpath(state, abs)) {
-    set_err(err, errlen, "state directory %s: %s", state_dir, strerror(errno));
+    err_setf(err, errlen, "state directory %s: %s", state_dir, strerror(errno));
     return errno == ENOENT ? SS_ENOENT : SS_EIO;
   }
   /* pg_ctl puts paths in double quotes in a shell command line. */
   if (strpbrk(abs, "\"$`\\\n")) {
-    set_err(err, errlen,
+    err_setf(err, errlen,
             "state directory %s: its path holds a character (\" $ ` \\ or a newline) that "
             "pg_ctl cannot quote; choose another directory",
             abs);
@@ -441,7 +426,7 @@ static int setup(pgs *p, const char *state_dir, int create, char *err, size_t er
   }
   if (path_fmt(p->pgdir, "%s/pg", abs) || path_fmt(p->data, "%s/data", p->pgdir) ||
       path_fmt(p->log, "%s/log", p->pgdir)) {
-    set_err(err, errlen, "state directory path too long");
+    err_setf(err, errlen, "state directory path too long");
     return SS_ERANGE;
   }
   if (!create && !exists(p->data))
@@ -463,7 +448,7 @@ static int setup(pgs *p, const char *state_dir, int create, char *err, size_t er
                     "sh",      p->pgdir, NULL};
     char out[256];
     if (run(p, argv, "/", out, sizeof out) != 0) {
-      set_err(err, errlen,
+      err_setf(err, errlen,
               "running as root, PostgreSQL runs as user '%s', who cannot reach %s: every "
               "directory above it must be searchable by that user (chmod o+x), or choose "
               "another --state directory, or set SCALESWEEP_PG_USER",
@@ -481,14 +466,14 @@ static int init_cluster(pgs *p, char *err, size_t errlen) {
   if (path_fmt(tmp, "%s/data.initdb", p->pgdir))
     return SS_ERANGE;
   if (exists(p->data)) {
-    set_err(err, errlen,
+    err_setf(err, errlen,
             "%s exists but holds no PostgreSQL cluster (no PG_VERSION); move it away and "
             "try again",
             p->data);
     return SS_EIO;
   }
   if (exists(tmp) && rmtree(tmp) != 0) {
-    set_err(err, errlen, "cannot remove the unfinished %s: %s", tmp, strerror(errno));
+    err_setf(err, errlen, "cannot remove the unfinished %s: %s", tmp, strerror(errno));
     return SS_EIO;
   }
   char initdb[PATH_MAX], out[PGS_OUT_MAX];
@@ -498,7 +483,7 @@ static int init_cluster(pgs *p, char *err, size_t errlen) {
                   "trust", "--no-locale", "-E", "UTF8", NULL};
   int rc = run(p, argv, p->pgdir, out, sizeof out);
   if (rc != 0) {
-    set_err(err, errlen, "initdb %s failed (exit %d): %s", tmp, rc, out);
+    err_setf(err, errlen, "initdb %s failed (exit %d): %s", tmp, rc, out);
     return SS_EIO;
   }
   rc = path_fmt(path, "%s/pg_hba.conf", tmp);
@@ -517,7 +502,7 @@ static int init_cluster(pgs *p, char *err, size_t errlen) {
   if (rc)
     return rc;
   if (rename(tmp, p->data) != 0) {
-    set_err(err, errlen, "cannot rename %s to %s: %s", tmp, p->data, strerror(errno));
+    err_setf(err, errlen, "cannot rename %s to %s: %s", tmp, p->data, strerror(errno));
     return SS_EIO;
   }
   return 0;
@@ -534,7 +519,7 @@ static int configure(pgs *p, char *err, size_t errlen) {
       strpbrk(sock, ",'")) {
     snprintf(sock, sizeof sock, "%sXXXXXX", PGS_TMP_PREFIX);
     if (!mkdtemp(sock)) {
-      set_err(err, errlen, "cannot create a socket directory in /tmp: %s", strerror(errno));
+      err_setf(err, errlen, "cannot create a socket directory in /tmp: %s", strerror(errno));
       return SS_EIO;
     }
   }
@@ -595,12 +580,12 @@ static int wait_ready(const char *admin, char *err, size_t errlen) {
     if (ping == PQPING_OK)
       return 0;
     if (ping == PQPING_NO_ATTEMPT) {
-      set_err(err, errlen, "bad connection parameters: %s", admin);
+      err_setf(err, errlen, "bad connection parameters: %s", admin);
       return SS_EINVAL;
     }
     sleep_ms(100);
   }
-  set_err(err, errlen, "PostgreSQL does not accept connections after %d s (%s)",
+  err_setf(err, errlen, "PostgreSQL does not accept connections after %d s (%s)",
           PGS_READY_TIMEOUT_S, admin);
   return SS_EIO;
 }
@@ -608,7 +593,7 @@ static int wait_ready(const char *admin, char *err, size_t errlen) {
 static int create_database(const char *admin, char *err, size_t errlen) {
   PGconn *c = PQconnectdb(admin);
   if (!c || PQstatus(c) != CONNECTION_OK) {
-    set_err(err, errlen, "cannot connect to the private PostgreSQL: %s",
+    err_setf(err, errlen, "cannot connect to the private PostgreSQL: %s",
             c ? PQerrorMessage(c) : "out of memory");
     PQfinish(c);
     return SS_EIO;
@@ -619,7 +604,7 @@ static int create_database(const char *admin, char *err, size_t errlen) {
       PQexecParams(c, "SELECT 1 FROM pg_database WHERE datname = $1", 1, NULL, name, NULL, NULL, 0);
   int rc = 0;
   if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-    set_err(err, errlen, "listing databases: %s", PQresultErrorMessage(r));
+    err_setf(err, errlen, "listing databases: %s", PQresultErrorMessage(r));
     rc = SS_EIO;
   } else if (PQntuples(r) == 0) {
     PQclear(r);
@@ -627,7 +612,7 @@ static int create_database(const char *admin, char *err, size_t errlen) {
     const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
     /* 42P04 duplicate_database: another start created it just now */
     if (PQresultStatus(r) != PGRES_COMMAND_OK && !(state && !strcmp(state, "42P04"))) {
-      set_err(err, errlen, "CREATE DATABASE " PGS_DBNAME ": %s", PQresultErrorMessage(r));
+      err_setf(err, errlen, "CREATE DATABASE " PGS_DBNAME ": %s", PQresultErrorMessage(r));
       rc = SS_EIO;
     }
   }
@@ -658,7 +643,7 @@ static int find_running(const pgs *p, int *running, char *err, size_t errlen) {
       }
     }
     if (waited >= PGS_STALE_WAIT_S * 4) {
-      set_err(err, errlen,
+      err_setf(err, errlen,
               "pg_ctl reports a server running in %s, but it does not answer on %s; if no "
               "PostgreSQL runs there, remove %s/postmaster.pid",
               p->data, *sock ? sock : "its socket", p->data);
@@ -702,14 +687,14 @@ static int start(pgs *p, const char *state_dir, char *url_out, size_t url_len, c
     if (st != 0) {
       char tail[1024];
       log_tail(p, tail, sizeof tail);
-      set_err(err, errlen, "PostgreSQL did not start (pg_ctl exit %d): %s\n%s ends with:\n%s", st,
+      err_setf(err, errlen, "PostgreSQL did not start (pg_ctl exit %d): %s\n%s ends with:\n%s", st,
               out, p->log, tail);
       return SS_EIO;
     }
   }
   char port[16] = "", sock[PATH_MAX] = "", admin[PATH_MAX * 2 + 128];
   if (read_pidfile(p, port, sizeof port, sock, sizeof sock) != 0) {
-    set_err(err, errlen, "PostgreSQL is running but %s/postmaster.pid names no Unix socket",
+    err_setf(err, errlen, "PostgreSQL is running but %s/postmaster.pid names no Unix socket",
             p->data);
     return SS_EIO;
   }
@@ -719,7 +704,7 @@ static int start(pgs *p, const char *state_dir, char *url_out, size_t url_len, c
   if (!rc)
     rc = create_database(admin, err, errlen);
   if (!rc && conninfo(url_out, url_len, sock, port, PGS_DBNAME)) {
-    set_err(err, errlen, "the connection string does not fit in %zu bytes", url_len);
+    err_setf(err, errlen, "the connection string does not fit in %zu bytes", url_len);
     rc = SS_ERANGE;
   }
   return rc;
@@ -766,7 +751,7 @@ static int stop(pgs *p, const char *state_dir, char *err, size_t errlen) {
     static const char *const status_args[] = {"status", NULL};
     /* pg_ctl status: 3 when no server runs (a stale postmaster.pid included) */
     if (pg_ctl(p, status_args, ignored, sizeof ignored) != 3) {
-      set_err(err, errlen, "could not stop PostgreSQL in %s (pg_ctl exit %d): %s", p->data, st,
+      err_setf(err, errlen, "could not stop PostgreSQL in %s (pg_ctl exit %d): %s", p->data, st,
               out);
       return SS_EIO;
     }

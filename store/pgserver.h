@@ -30,8 +30,8 @@
  * are meant for start-up and shutdown, before and after the event loop.
  * The server runs in its own session, so Ctrl-C at the terminal does not
  * reach it: stop it with pgs_stop. */
-#ifndef SS_SCHEDULER_PGSERVER_H
-#define SS_SCHEDULER_PGSERVER_H
+#ifndef SS_STORE_PGSERVER_H
+#define SS_STORE_PGSERVER_H
 
 #include <stddef.h>
 

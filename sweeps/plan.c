@@ -4,12 +4,12 @@
 
 #include <glob.h>
 #include <math.h>
-#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/digest.h"
 #include "common/err.h"
 #include "sweeps/shapes.h"
 #include "trainer/config.h"
@@ -452,16 +452,6 @@ static void put_resources(const spec *s, draft *d) {
 
 /* ---- resolving and accounting ----------------------------------------- */
 
-static void sha256_hex(const char *text, char out[65]) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  out[0] = 0;
-  if (!EVP_Digest(text, strlen(text), md, &len, EVP_sha256(), NULL))
-    return;
-  for (unsigned i = 0; i < len && i < 32; i++)
-    snprintf(out + 2 * i, 3, "%02x", md[i]);
-}
-
 /* Evaluation passes the trainer makes (trainer/train.c): one at every
  * crossing of a multiple of every_tokens, and one at the last step. */
 static double eval_passes(int64_t D, int64_t BT, int64_t every) {
@@ -536,7 +526,7 @@ static int resolve(planner *P, draft *d, plan_run *r) {
   r->config = trn_config_to_json(&cfg);
   if (!r->config)
     return -1;
-  sha256_hex(r->config, r->config_hash);
+  digest_sha256_hex(r->config, strlen(r->config), r->config_hash);
   trn_shape sh = {cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len,
                   cfg.model.vocab_size};
   r->part = d->part;

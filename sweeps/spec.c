@@ -3,12 +3,12 @@
 
 #include <errno.h>
 #include <math.h>
-#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/digest.h"
 #include "common/err.h"
 #include "common/fileio.h"
 #include "sweeps/shapes.h"
@@ -562,16 +562,6 @@ char *spec_canonical(const spec *s) {
   return t;
 }
 
-static void sha256_hex(const char *text, char out[65]) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  out[0] = 0;
-  if (!EVP_Digest(text, strlen(text), md, &len, EVP_sha256(), NULL))
-    return;
-  for (unsigned i = 0; i < len && i < 32; i++)
-    snprintf(out + 2 * i, 3, "%02x", md[i]);
-}
-
 /* A key of base that the method plans: set there, it is a conflict. */
 static void conflict(spec_problems *pr, const json_t *base, const char *key_path, const char *why) {
   if (!sets_key(base, key_path))
@@ -999,7 +989,7 @@ int spec_parse(const char *text, const char *name, spec **out, spec_problems *pr
     spec_free(s);
     return SS_ENOMEM;
   }
-  sha256_hex(c, s->digest);
+  digest_sha256_hex(c, strlen(c), s->digest);
   free(c);
   *out = s;
   return 0;

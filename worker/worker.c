@@ -29,9 +29,11 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "common/addr.h"
 #include "common/err.h"
 #include "common/fileio.h"
 #include "common/proto.h"
+#include "common/token.h"
 
 extern char **environ;
 
@@ -1466,32 +1468,14 @@ static int read_token(worker *w, const wrk_options *o) {
     w->token = strdup(o->token);
     return w->token ? 0 : SS_ENOMEM;
   }
-  FILE *f = fopen(o->token_file, "rb");
-  if (!f) {
-    wlog("cannot read the token file %s: %s", o->token_file, strerror(errno));
-    return errno == ENOENT ? SS_ENOENT : SS_EIO;
-  }
-  struct stat st;
-  if (!fstat(fileno(f), &st) && (st.st_mode & 077))
+  char buf[TOKEN_MAX + 1], err[512];
+  int shared = 0;
+  int rc = token_read(o->token_file, 1, buf, sizeof buf, &shared, err, sizeof err);
+  if (shared)
     wlog("warning: the token file %s is readable by other users", o->token_file);
-  char buf[4097];
-  size_t n = fread(buf, 1, sizeof buf, f);
-  fclose(f);
-  if (n == sizeof buf) {
-    wlog("the token file %s is over 4096 bytes", o->token_file);
-    return SS_EINVAL;
-  }
-  while (n > 0 &&
-         (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
-    n--;
-  buf[n] = '\0';
-  json_t *probe = json_stringn(buf, n);
-  int ok = n > 0 && probe && strlen(buf) == n;
-  json_decref(probe);
-  if (!ok) {
-    wlog("the token file %s is empty or not UTF-8 text", o->token_file);
-    memset(buf, 0, sizeof buf);
-    return SS_EINVAL;
+  if (rc) {
+    wlog("%s", err);
+    return rc;
   }
   w->token = strdup(buf);
   memset(buf, 0, sizeof buf);
@@ -1503,23 +1487,13 @@ static int parse_address(worker *w, const char *s) {
     wlog("no scheduler address: give --scheduler HOST:PORT");
     return SS_EINVAL;
   }
-  const char *colon = strrchr(s, ':');
-  const char *host = s;
-  size_t hlen = colon ? (size_t)(colon - s) : 0;
-  if (colon && s[0] == '[' && hlen >= 2 && s[hlen - 1] == ']') {
-    host = s + 1;
-    hlen -= 2;
-  }
-  char *end;
-  long port = colon ? strtol(colon + 1, &end, 10) : 0;
-  if (!colon || hlen == 0 || hlen >= sizeof w->sched_host || !colon[1] || *end || port < 1 ||
-      port > 65535) {
-    wlog("--scheduler %s: expected HOST:PORT (port 1-65535)", s);
+  int port;
+  char err[512];
+  if (addr_split(s, NULL, 1, w->sched_host, sizeof w->sched_host, &port, err, sizeof err)) {
+    wlog("--scheduler %s", err);
     return SS_EINVAL;
   }
-  memcpy(w->sched_host, host, hlen);
-  w->sched_host[hlen] = '\0';
-  snprintf(w->sched_port, sizeof w->sched_port, "%ld", port);
+  snprintf(w->sched_port, sizeof w->sched_port, "%d", port);
   return 0;
 }
 

@@ -18,6 +18,7 @@
 #include "check.h"
 #include "cli/commands.h"
 #include "store/db.h"
+#include "store/migrate.h"
 #include "store/pgserver.h"
 
 static const char *base_url;
