@@ -380,16 +380,12 @@ int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *o
     if (!boot) {
       fit_result_warn(out, "bootstrap: out of memory for %d resamples; no intervals", nb);
     } else {
-      int fewest = nb;
-      for (int k = 0; k < nq; k++) {
-        /* a ladder unusable on all the data is not made usable by
-         * resamples that happen to repeat its points */
-        if (!slot[k] || !isfinite(slot[k]->value))
-          continue;
-        int ok = fit__boot_column(boot, nb, nq, k, slot[k]);
-        if (ok < fewest)
-          fewest = ok;
-      }
+      /* a ladder unusable on all the data is not made usable by
+       * resamples that happen to repeat its points */
+      for (int k = 0; k < nq; k++)
+        if (slot[k] && !isfinite(slot[k]->value))
+          slot[k] = NULL;
+      int fewest = fit__boot_columns(boot, nb, nq, slot);
       if (fewest < nb)
         fit_result_warn(out, "bootstrap: %d of %d resamples could not be fitted for some quantity",
                         nb - fewest, nb);

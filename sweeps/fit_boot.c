@@ -77,6 +77,16 @@ int fit__boot_column(const double *boot, int nb, int nq, int k, fit_param *p) {
   return m;
 }
 
+int fit__boot_columns(const double *boot, int nb, int nq, fit_param *const *slot) {
+  int fewest = nb;
+  for (int k = 0; k < nq; k++)
+    if (slot[k]) {
+      int ok = fit__boot_column(boot, nb, nq, k, slot[k]);
+      fewest = ok < fewest ? ok : fewest;
+    }
+  return fewest;
+}
+
 int fit__fail(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -578,13 +578,7 @@ int fit_curve(const fit_point *pts, int n, const fit_options *opt, fit_result *o
     if (!boot) {
       fit_result_warn(out, "bootstrap: out of memory for %d resamples; no intervals", nb);
     } else {
-      int fewest = nb;
-      for (int k = 0; k < NQ; k++)
-        if (slot[k]) {
-          int ok = fit__boot_column(boot, nb, NQ, k, slot[k]);
-          if (ok < fewest)
-            fewest = ok;
-        }
+      int fewest = fit__boot_columns(boot, nb, NQ, slot);
       if (fewest < nb)
         fit_result_warn(out, "bootstrap: %d of %d resamples could not be fitted", nb - fewest, nb);
       free(boot);

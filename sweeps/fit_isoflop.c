@@ -392,12 +392,7 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
       free(by);
       gsl_rng_free(rng);
     }
-    int fewest = nboot;
-    for (int k = 0; k < NPARAMS; k++) {
-      int ok = fit__boot_column(boot, nboot, NPARAMS, k, slot[k]);
-      if (ok < fewest)
-        fewest = ok;
-    }
+    int fewest = fit__boot_columns(boot, nboot, NPARAMS, slot);
     if (fewest < nboot)
       fit_result_warn(out, "bootstrap: %d of %d resamples left fewer than 2 usable budgets",
                       nboot - fewest, nboot);

@@ -385,13 +385,7 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
     if (!boot) {
       fit_result_warn(out, "bootstrap: out of memory for %d resamples; no intervals", nb);
     } else {
-      int fewest = nb;
-      for (int k = 0; k < nq; k++)
-        if (slot[k]) {
-          int ok = fit__boot_column(boot, nb, nq, k, slot[k]);
-          if (ok < fewest)
-            fewest = ok;
-        }
+      int fewest = fit__boot_columns(boot, nb, nq, slot);
       if (fewest < nb)
         fit_result_warn(out, "bootstrap: %d of %d resamples could not be fitted", nb - fewest, nb);
       free(boot);

@@ -25,6 +25,10 @@ uint64_t fit__mix64(uint64_t x);
 /* SD and 2.5/97.5 percentiles of column k of an nb x nq table of resamples
  * (finite values only) into p; returns how many were finite. */
 int fit__boot_column(const double *boot, int nb, int nq, int k, fit_param *p);
+/* fit__boot_column for every quantity k < nq whose slot[k] is not NULL;
+ * returns the fewest finite resamples over them (nb when there is none), for
+ * the "N of M resamples could not be fitted" warning. */
+int fit__boot_columns(const double *boot, int nb, int nq, fit_param *const *slot);
 /* The bootstrap by run: opt->bootstrap resamples of whole runs, each drawn
  * with a generator seeded from opt->seed and its index (so the result does
  * not depend on the thread count), refitted by fit1 into its row of nq
