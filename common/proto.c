@@ -392,6 +392,30 @@ static void check_array(vctx *c, const char *path, const json_t *v, enum kind k)
   }
 }
 
+/* The kinds checked by the value's JSON type alone. */
+static int scalar_ok(const json_t *v, enum kind k) {
+  switch (k) {
+  case K_INT:
+    return json_is_integer(v);
+  case K_NUMBER:
+    return json_is_number(v);
+  case K_NUMBER_POS:
+    return json_is_number(v) && json_number_value(v) > 0;
+  case K_STRING_OR_NULL:
+    return json_is_string(v) || json_is_null(v);
+  case K_STRING:
+    return json_is_string(v);
+  case K_OBJECT_OR_NULL:
+    return json_is_object(v) || json_is_null(v);
+  case K_OBJECT:
+    return json_is_object(v);
+  case K_BOOL:
+    return json_is_boolean(v);
+  default:
+    return 0;
+  }
+}
+
 static void check_value(vctx *c, const char *path, const json_t *v, enum kind k) {
   if (c->failed)
     return;
@@ -403,35 +427,14 @@ static void check_value(vctx *c, const char *path, const json_t *v, enum kind k)
     check_int(c, path, v, 1);
     return;
   case K_INT:
-    if (!json_is_integer(v))
-      fail_type(c, path, kind_text(k), v);
-    return;
   case K_NUMBER:
-    if (!json_is_number(v))
-      fail_type(c, path, kind_text(k), v);
-    return;
   case K_NUMBER_POS:
-    if (!json_is_number(v) || !(json_number_value(v) > 0))
-      fail_type(c, path, kind_text(k), v);
-    return;
   case K_STRING:
-    if (!json_is_string(v))
-      fail_type(c, path, kind_text(k), v);
-    return;
   case K_STRING_OR_NULL:
-    if (!json_is_string(v) && !json_is_null(v))
-      fail_type(c, path, kind_text(k), v);
-    return;
   case K_OBJECT:
-    if (!json_is_object(v))
-      fail_type(c, path, kind_text(k), v);
-    return;
   case K_OBJECT_OR_NULL:
-    if (!json_is_object(v) && !json_is_null(v))
-      fail_type(c, path, kind_text(k), v);
-    return;
   case K_BOOL:
-    if (!json_is_boolean(v))
+    if (!scalar_ok(v, k))
       fail_type(c, path, kind_text(k), v);
     return;
   case K_VERSION:
