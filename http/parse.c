@@ -188,15 +188,17 @@ size_t http__conn_parse(http_conn *c, const char *data, size_t len) {
 }
 
 void http__parser_settings(llhttp_settings_t *s) {
-  llhttp_settings_init(s);
-  s->on_message_begin = on_message_begin;
-  s->on_url = on_url;
-  s->on_url_complete = on_part_complete;
-  s->on_header_field = on_field;
-  s->on_header_field_complete = on_field_complete;
-  s->on_header_value = on_field;
-  s->on_header_value_complete = on_part_complete;
-  s->on_headers_complete = on_headers_complete;
-  s->on_body = on_body;
-  s->on_message_complete = on_message_complete;
+  /* what llhttp_settings_init() does, callbacks set: the others are NULL */
+  *s = (llhttp_settings_t){
+      .on_message_begin = on_message_begin,
+      .on_url = on_url,
+      .on_url_complete = on_part_complete,
+      .on_header_field = on_field,
+      .on_header_field_complete = on_field_complete,
+      .on_header_value = on_field,
+      .on_header_value_complete = on_part_complete,
+      .on_headers_complete = on_headers_complete,
+      .on_body = on_body,
+      .on_message_complete = on_message_complete,
+  };
 }

@@ -25,6 +25,13 @@ void http__server_handle_closed(http_server *s) {
 
 static void on_handle_closed(uv_handle_t *h) { http__server_handle_closed(h->data); }
 
+/* Stops the server's own handles; it is freed once every handle closed. */
+static void server_close_handles(http_server *s) {
+  s->stopping = 1;
+  uv_close((uv_handle_t *)&s->listener, on_handle_closed);
+  uv_close((uv_handle_t *)&s->keepalive, on_handle_closed);
+}
+
 static void on_connection(uv_stream_t *l, int status) {
   http_server *s = l->data;
   if (status < 0 || s->stopping)
@@ -103,9 +110,7 @@ http_server *http_server_start(uv_loop_t *loop, const char *host, int port,
     rc = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &bl);
   if (rc != 0) {
     snprintf(err, errlen, "cannot listen on %s:%d: %s", host ? host : "", port, uv_strerror(rc));
-    s->stopping = 1; /* freed by the close callbacks, on the loop's next turn */
-    uv_close((uv_handle_t *)&s->listener, on_handle_closed);
-    uv_close((uv_handle_t *)&s->keepalive, on_handle_closed);
+    server_close_handles(s); /* freed by the close callbacks, on the loop's next turn */
     return NULL;
   }
   if (bound_port)
@@ -117,11 +122,9 @@ http_server *http_server_start(uv_loop_t *loop, const char *host, int port,
 void http_server_stop(http_server *s, void (*cb)(void *ud), void *ud) {
   if (s->stopping)
     return;
-  s->stopping = 1;
   s->stop_cb = cb;
   s->stop_ud = ud;
-  uv_close((uv_handle_t *)&s->listener, on_handle_closed);
-  uv_close((uv_handle_t *)&s->keepalive, on_handle_closed);
+  server_close_handles(s);
   char *json = http__error_json(503, "server is stopping", NULL);
   for (http_conn *c = s->conns; c; c = c->next) {
     if (c->closing)
