@@ -1,4 +1,4 @@
-/* The scheduler's HTTP server (scheduler/http.c) as a client sees it: the
+/* The HTTP server (http/, the scheduler's) as a client sees it: the
  * input is written as raw bytes to a real server on 127.0.0.1 in this
  * process's libuv loop (one connection per input, then a half-close), and
  * the loop runs until the server has closed that connection. So llhttp, the
