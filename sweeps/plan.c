@@ -9,12 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/digest.h"
 #include "common/err.h"
+#include "runcfg/flops.h"
+#include "runcfg/runcfg.h"
+#include "runcfg/shard.h"
 #include "sweeps/shapes.h"
-#include "trainer/config.h"
-#include "trainer/data.h"
-#include "trainer/flops.h"
 
 /* One run before it is resolved: the planned values and where they came from. */
 typedef struct draft {
@@ -140,10 +139,10 @@ typedef struct planner {
 
 /* Shape for target N; a problem at path when below one head. */
 static int plan_shape(planner *P, double target, const char *path, const char *context,
-                      trn_shape *sh) {
-  trn_shape s = {0, 0, 0, P->T, P->V};
+                      rcfg_shape *sh) {
+  rcfg_shape s = {0, 0, 0, P->T, P->V};
   if (shape_for_params(&P->shape, target, &s) != 0) {
-    double n = (double)trn_nonembedding_params(&s);
+    double n = (double)rcfg_nonembedding_params(&s);
     spec_problem_add(P->pr, path,
                      "%sfound target N = %.4g, below the smallest model the shape rule builds "
                      "(1 layer x d_model %d, %d head%s of %d: N = %.0f); a smaller one would "
@@ -159,7 +158,7 @@ static int plan_shape(planner *P, double target, const char *path, const char *c
   return 0;
 }
 
-/* The trainer's bound on train.tokens (trainer/config.c): 2^53, the
+/* The trainer's bound on train.tokens (runcfg/runcfg.c): 2^53, the
  * largest integer a JSON number carries exactly. */
 #define PLAN_MAX_TOKENS 9007199254740992.0
 
@@ -209,7 +208,7 @@ static int plan_train(planner *P, draft *d, double C, double D, int fixed_B, dou
   return 0;
 }
 
-static void put_shape(draft *d, const trn_shape *sh) {
+static void put_shape(draft *d, const rcfg_shape *sh) {
   put(d->over, "model", "n_layer", json_integer(sh->n_layer));
   put(d->over, "model", "d_model", json_integer(sh->d_model));
   put(d->over, "model", "n_head", json_integer(sh->n_head));
@@ -220,7 +219,7 @@ static void put_seed(draft *d, const spec_values *seeds, size_t k) {
     put(d->over, "train", "seed", json_integer((json_int_t)seeds->v[k]));
 }
 
-static double fpt_of(const trn_shape *sh) { return trn_flops_per_token(sh); }
+static double fpt_of(const rcfg_shape *sh) { return rcfg_flops_per_token(sh); }
 
 static void plan_grid(planner *P) {
   const spec *s = P->s;
@@ -230,7 +229,7 @@ static void plan_grid(planner *P) {
   for (size_t i = 0; i < ps->n; i++) {
     char ppath[192];
     spec_values_path(ps, i, ppath, sizeof ppath);
-    trn_shape sh;
+    rcfg_shape sh;
     if (plan_shape(P, ps->v[i], ppath, "", &sh))
       continue;
     for (size_t j = 0; j < ts->n; j++)
@@ -282,10 +281,10 @@ static void plan_isoflop(planner *P) {
       char ctx[384];
       snprintf(ctx, sizeof ctx, "at budget %s = %.4g FLOPs, size %zu of %zu: ", cpath, C, j + 1,
                nsz);
-      trn_shape sh;
+      rcfg_shape sh;
       if (plan_shape(P, target, ppath, s->isoflop.centred ? ctx : "", &sh))
         continue;
-      double N = (double)trn_nonembedding_params(&sh);
+      double N = (double)rcfg_nonembedding_params(&sh);
       double D = s->isoflop.exact ? C / fpt_of(&sh) : C / (6.0 * N);
       for (size_t k = 0; k < nseed; k++) {
         draft *d = draft_new(&P->ds, "isoflop", 1);
@@ -310,7 +309,7 @@ static void plan_isoflop(planner *P) {
 }
 
 /* The ladder's model: from $.batch.params, or base.model (resolved). */
-static int ladder_shape(planner *P, trn_shape *sh) {
+static int ladder_shape(planner *P, rcfg_shape *sh) {
   const spec_ladder *b = &P->s->batch;
   if (b->has_params)
     return plan_shape(P, b->params, "$.batch.params", "", sh);
@@ -319,22 +318,22 @@ static int ladder_shape(planner *P, trn_shape *sh) {
                            "tokens", (json_int_t)1 << 40);
   json_object_update_recursive(m, over);
   json_decref(over);
-  trn_config cfg;
+  rcfg cfg;
   const json_t *layers[] = {P->s->base};
   const char *paths[] = {"$.base"};
   int rc = spec_resolve_config(m, &cfg, layers, paths, 1, "$.batch", "batch ladder", P->pr);
   json_decref(m);
   if (rc)
     return -1;
-  trn_shape s = {cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len,
-                 cfg.model.vocab_size};
+  rcfg_shape s = {cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len,
+                  cfg.model.vocab_size};
   *sh = s;
   return 0;
 }
 
 static void plan_ladder(planner *P) {
   const spec_ladder *b = &P->s->batch;
-  trn_shape sh;
+  rcfg_shape sh;
   if (ladder_shape(P, &sh))
     return;
   const spec_values *bs = &b->batch_size, *ss = &b->seeds;
@@ -398,7 +397,7 @@ static void plan_explicit(planner *P) {
       json_object_update_recursive(m, o);
       json_decref(o);
     }
-    trn_config cfg;
+    rcfg cfg;
     const json_t *layers[] = {run, s->base};
     const char *paths[] = {d->layer_path, "$.base"};
     int rc = spec_resolve_config(m, &cfg, layers, paths, 2, d->fallback, d->context, P->pr);
@@ -407,8 +406,8 @@ static void plan_explicit(planner *P) {
       d->failed = 1;
       continue;
     }
-    trn_shape sh = {cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len,
-                    cfg.model.vocab_size};
+    rcfg_shape sh = {cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len,
+                     cfg.model.vocab_size};
     double D = (double)cfg.train.tokens;
     double C = fpt_of(&sh) * D;
     int T = cfg.model.seq_len;
@@ -452,7 +451,7 @@ static void put_resources(const spec *s, draft *d) {
 
 /* ---- resolving and accounting ----------------------------------------- */
 
-/* Evaluation passes the trainer makes (trainer/train.c): one at every
+/* Evaluation passes the trainer makes (its training loop): one at every
  * crossing of a multiple of every_tokens, and one at the last step. */
 static double eval_passes(int64_t D, int64_t BT, int64_t every) {
   if (D < BT)
@@ -491,15 +490,20 @@ static double shard_tokens(const char *pattern) {
     return -1;
   double total = 0;
   for (size_t i = 0; i < g.gl_pathc; i++) {
-    FILE *f = fopen(g.gl_pathv[i], "rb");
-    int32_t h[3];
-    if (f && fread(h, sizeof h[0], 3, f) == 3 && h[0] == TRN_SHARD_MAGIC)
-      total += (double)(uint32_t)h[2];
-    if (f)
-      fclose(f);
+    int64_t n = rcfg_shard_tokens(g.gl_pathv[i]);
+    total += n > 0 ? (double)n : 0;
   }
   globfree(&g);
   return total;
+}
+
+/* The checkpoint interval of a run whose spec chooses none: about ten
+ * checkpoints per run, in whole steps, so that a re-queued run resumes
+ * from its last one. Decided here, before the hash, so that config_hash is
+ * the hash of the config that trains. */
+static int64_t checkpoint_every(const rcfg *cfg) {
+  double step = (double)cfg->train.batch_size * cfg->model.seq_len;
+  return (int64_t)(ceil((double)cfg->train.tokens / 10.0 / step) * step);
 }
 
 static int resolve(planner *P, draft *d, plan_run *r) {
@@ -509,7 +513,7 @@ static int resolve(planner *P, draft *d, plan_run *r) {
   if (d->run_layer)
     json_object_update_recursive(m, (json_t *)d->run_layer);
   json_object_update_recursive(m, d->over);
-  trn_config cfg;
+  rcfg cfg;
   const json_t *layers[2];
   const char *paths[2];
   int n = 0;
@@ -523,27 +527,28 @@ static int resolve(planner *P, draft *d, plan_run *r) {
   json_decref(m);
   if (rc)
     return -1;
-  r->config = trn_config_to_json(&cfg);
-  if (!r->config)
+  if (cfg.checkpoint.every_tokens <= 0)
+    cfg.checkpoint.every_tokens = checkpoint_every(&cfg);
+  r->config = rcfg_to_json(&cfg);
+  if (!r->config || rcfg_hash(&cfg, r->config_hash) != 0)
     return -1;
-  digest_sha256_hex(r->config, strlen(r->config), r->config_hash);
-  trn_shape sh = {cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len,
-                  cfg.model.vocab_size};
+  rcfg_shape sh = {cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len,
+                   cfg.model.vocab_size};
   r->part = d->part;
   r->n_layer = sh.n_layer;
   r->d_model = sh.d_model;
   r->n_head = sh.n_head;
   r->seq_len = sh.seq_len;
   r->vocab_size = sh.vocab_size;
-  r->params = trn_params(&sh);
-  r->nonembedding_params = trn_nonembedding_params(&sh);
+  r->params = rcfg_params(&sh);
+  r->nonembedding_params = rcfg_nonembedding_params(&sh);
   r->batch_size = cfg.train.batch_size;
   r->lr = cfg.train.lr;
   r->seed = cfg.train.seed;
   int64_t BT = (int64_t)cfg.train.batch_size * cfg.model.seq_len;
   r->steps = cfg.train.tokens / BT;
   r->tokens = r->steps * BT;
-  r->flops_per_token = trn_flops_per_token(&sh);
+  r->flops_per_token = rcfg_flops_per_token(&sh);
   r->flops = r->flops_per_token * (double)r->tokens;
   r->flops_6nd = 6.0 * (double)r->nonembedding_params * (double)r->tokens;
   int64_t eval_tokens = cfg.eval.tokens / cfg.model.seq_len * cfg.model.seq_len;

@@ -11,8 +11,8 @@
 #include "common/digest.h"
 #include "common/err.h"
 #include "common/fileio.h"
+#include "runcfg/runcfg.h"
 #include "sweeps/shapes.h"
-#include "trainer/config.h"
 
 /* ---- problems --------------------------------------------------------- */
 
@@ -444,7 +444,7 @@ static int sets_key(const json_t *obj, const char *path) {
   return 1;
 }
 
-int spec_resolve_config(const json_t *merged, struct trn_config *cfg, const json_t *const *layers,
+int spec_resolve_config(const json_t *merged, struct rcfg *cfg, const json_t *const *layers,
                         const char *const *layer_paths, int n_layers, const char *fallback,
                         const char *context, spec_problems *pr) {
   char *text = json_dumps(merged, JSON_COMPACT | JSON_REAL_PRECISION(17));
@@ -452,7 +452,7 @@ int spec_resolve_config(const json_t *merged, struct trn_config *cfg, const json
     return SS_ENOMEM;
   static const char name[] = "config";
   char err[8192];
-  int rc = trn_config_parse(text, name, cfg, err, sizeof err);
+  int rc = rcfg_parse(text, name, cfg, err, sizeof err);
   free(text);
   if (rc == 0)
     return 0;
@@ -624,7 +624,7 @@ static void probe_base(spec *s, spec_problems *pr) {
                            "tokens", (json_int_t)1 << 40);
   json_object_update_recursive(m, over);
   json_decref(over);
-  trn_config cfg;
+  rcfg cfg;
   const json_t *layers[] = {s->base};
   const char *paths[] = {"$.base"};
   if (spec_resolve_config(m, &cfg, layers, paths, 1, "$.base", "base", pr) == 0) {

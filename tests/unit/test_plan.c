@@ -13,8 +13,8 @@
 #include "sweeps/plan.h"
 #include "sweeps/shapes.h"
 #include "sweeps/spec.h"
-#include "trainer/config.h"
-#include "trainer/flops.h"
+#include "runcfg/runcfg.h"
+#include "runcfg/flops.h"
 
 #ifndef SS_SOURCE_DIR
 #define SS_SOURCE_DIR "."
@@ -110,21 +110,21 @@ static void check_invariants(const plan *p, const spec *s) {
     CHECK_INT_EQ(r->index, i);
     /* the config is the trainer's canonical text of itself: exactly what
      * `scalesweep train` resolves and runs */
-    trn_config cfg;
+    rcfg cfg;
     char err[4096];
-    CHECK(trn_config_parse(r->config, "planned", &cfg, err, sizeof err) == 0);
-    char *again = trn_config_to_json(&cfg);
+    CHECK(rcfg_parse(r->config, "planned", &cfg, err, sizeof err) == 0);
+    char *again = rcfg_to_json(&cfg);
     CHECK(again && !strcmp(again, r->config));
     free(again);
     char h[65];
     sha256_hex(r->config, h);
     CHECK(!strcmp(h, r->config_hash));
     /* FLOP accounting (SCIENCE.md section 1) */
-    trn_shape sh = {r->n_layer, r->d_model, r->n_head, r->seq_len, r->vocab_size};
+    rcfg_shape sh = {r->n_layer, r->d_model, r->n_head, r->seq_len, r->vocab_size};
     CHECK_INT_EQ(cfg.model.n_layer, r->n_layer);
     CHECK_INT_EQ(cfg.train.batch_size, r->batch_size);
-    CHECK_INT_EQ(r->params, trn_params(&sh));
-    CHECK_INT_EQ(r->nonembedding_params, trn_nonembedding_params(&sh));
+    CHECK_INT_EQ(r->params, rcfg_params(&sh));
+    CHECK_INT_EQ(r->nonembedding_params, rcfg_nonembedding_params(&sh));
     double fpt = 6.0 * (12.0 * r->n_layer * (double)r->d_model * r->d_model +
                         (double)r->d_model * r->vocab_size) +
                  6.0 * r->n_layer * (double)r->seq_len * r->d_model;
@@ -305,9 +305,9 @@ static void test_shapes(void) {
   } bands[] = {{1.3e4, 3e4, 1.25}, {3e4, 1e6, 1.17}, {1e6, 1e7, 1.08}, {1e7, 2e9, 1.05}};
   for (size_t b = 0; b < sizeof bands / sizeof *bands; b++)
     for (double t = bands[b].lo; t < bands[b].hi; t *= 1.01) {
-      trn_shape s = {0, 0, 0, 64, 27};
+      rcfg_shape s = {0, 0, 0, 64, 27};
       CHECK(shape_for_params(&r, t, &s) == 0);
-      double n = (double)trn_nonembedding_params(&s);
+      double n = (double)rcfg_nonembedding_params(&s);
       if (!(fabs(log(n / t)) <= log(bands[b].tol))) {
         fprintf(stderr, "  target %g -> %d x %d: N = %g\n", t, s.n_layer, s.d_model, n);
         CHECK(0);
@@ -319,7 +319,7 @@ static void test_shapes(void) {
             a <= r.aspect_ratio * SHAPE_ASPECT_BAND + 1e-9);
     }
   /* known shapes */
-  trn_shape s = {0, 0, 0, 64, 27};
+  rcfg_shape s = {0, 0, 0, 64, 27};
   CHECK(shape_for_params(&r, 1e5, &s) == 0);
   CHECK(s.n_layer == 2 && s.d_model == 64 && s.n_head == 4);
   shape_rule g = {64, 64};
@@ -330,7 +330,7 @@ static void test_shapes(void) {
   CHECK(shape_head_size(&r, 128) == 32 && shape_head_size(&r, 768) == 64);
   /* below one head: refused, with the smallest shape reported */
   CHECK(shape_for_params(&r, 100, &s) == SS_ERANGE);
-  trn_shape small = {0, 0, 0, 64, 27};
+  rcfg_shape small = {0, 0, 0, 64, 27};
   shape_smallest(&r, &small);
   CHECK(s.n_layer == 1 && s.d_model == small.d_model);
   CHECK(shape_for_params(&g, 1e4, &s) == SS_ERANGE); /* one head of 64 is 50k */
