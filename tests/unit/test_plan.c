@@ -1,20 +1,24 @@
 /* The planner (sweeps/plan.h) and the shape rule (sweeps/shapes.h):
  * determinism, the FLOP accounting of SCIENCE.md section 1, isoflop runs on
  * their budgets, shapes on their targets, the batch rule's step floor,
- * smallest-first order, refusals with paths, and every example. */
+ * smallest-first order, refusals with paths, and every example; and that
+ * the trainer reports the planner's config_hash for a planned run. */
 #include <math.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "common/err.h"
+#include "runcfg/flops.h"
+#include "runcfg/runcfg.h"
 #include "sweeps/plan.h"
 #include "sweeps/shapes.h"
 #include "sweeps/spec.h"
-#include "runcfg/runcfg.h"
-#include "runcfg/flops.h"
+#include "trainer/ckpt.h"
+#include "trainer/train.h"
 
 #ifndef SS_SOURCE_DIR
 #define SS_SOURCE_DIR "."
@@ -490,6 +494,49 @@ static void test_refusals(void) {
   spec_problems_free(&pr);
 }
 
+/* A planned run, trained as the worker trains it (its checkpoint directory
+ * a flag, not in the config), reports the planner's config_hash: the hash
+ * is of the config that trains. Fails if either side hashes anything else
+ * (the interval the planner sets, a directory the worker adds). */
+static void test_trainer_hash(void) {
+  plan *p = plan_text("{\"name\": \"h\", \"method\": \"grid\", \"grid\": {\"params\": [1e4],"
+                      " \"tokens\": [256], \"batch_size\": [2]}, \"base\": {\"model\":"
+                      " {\"seq_len\": 16}, \"eval\": {\"tokens\": 16}}}",
+                      NULL);
+  CHECK(p && p->n == 1);
+  if (!p || p->n != 1)
+    return;
+  const plan_run *r = &p->runs[0];
+  rcfg cfg;
+  char err[4096], dir[] = "/tmp/test_plan_ckXXXXXX";
+  CHECK(rcfg_parse(r->config, "planned", &cfg, err, sizeof err) == 0);
+  CHECK(cfg.checkpoint.every_tokens > 0 && !cfg.checkpoint.dir[0]);
+  CHECK(mkdtemp(dir) != NULL);
+  FILE *out = tmpfile();
+  trn_train_opts opts = {NULL, -1, dir};
+  CHECK(trn_train(&cfg, &opts, out, err, sizeof err) == 0);
+  rewind(out);
+  char line[65536];
+  CHECK(fgets(line, sizeof line, out) != NULL);
+  json_t *ev = json_loads(line, 0, NULL);
+  const char *hash = json_string_value(json_object_get(ev, "config_hash"));
+  CHECK(hash && !strcmp(hash, r->config_hash));
+  CHECK(!strcmp(json_string_value(json_object_get(ev, "checkpoint_dir")), dir));
+  char *given = json_dumps(json_object_get(ev, "config"), JSON_COMPACT);
+  CHECK(given && !strstr(given, dir)); /* the config is reported as given */
+  free(given);
+  json_decref(ev);
+  fclose(out);
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, TRN_CKPT_FILE);
+  CHECK(access(path, F_OK) == 0); /* the checkpoints went under the flag's directory */
+  unlink(path);
+  snprintf(path, sizeof path, "%s/%s", dir, TRN_CKPT_PREV_FILE);
+  unlink(path);
+  rmdir(dir);
+  plan_free(p);
+}
+
 int main(void) {
   test_shapes();
   test_examples();
@@ -499,5 +546,6 @@ int main(void) {
   test_order_and_resources();
   test_runs_method();
   test_refusals();
+  test_trainer_hash();
   CHECK_DONE();
 }
