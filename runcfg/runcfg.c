@@ -62,26 +62,34 @@ static const char *type_name(const cJSON *v) {
   return "an object";
 }
 
+/* The NULL-terminated list as "a, b, c" (quoted: "\"a\", \"b\"") */
+static void key_list(char *out, size_t n, const char *const *list, int quoted) {
+  size_t at = 0;
+  out[0] = 0;
+  for (const char *const *a = list; a && *a && at < n; a++) {
+    int w = snprintf(out + at, n - at, quoted ? "%s\"%s\"" : "%s%s", a == list ? "" : ", ", *a);
+    at += w > 0 ? (size_t)w : 0;
+  }
+}
+
+static int listed(const char *const *list, const char *s) {
+  for (const char *const *a = list; *a; a++)
+    if (strcmp(s, *a) == 0)
+      return 1;
+  return 0;
+}
+
 /* Flags keys of obj that are not in the NULL-terminated list allowed. */
 static void check_keys(problems *p, const cJSON *obj, const char *path,
                        const char *const *allowed) {
   const cJSON *c;
   cJSON_ArrayForEach(c, obj) {
-    int ok = 0;
-    for (const char *const *a = allowed; *a; a++)
-      if (strcmp(c->string, *a) == 0)
-        ok = 1;
-    if (!ok) {
-      char list[256] = "";
-      for (const char *const *a = allowed; *a; a++) {
-        strncat(list, *a, sizeof list - strlen(list) - 1);
-        if (a[1])
-          strncat(list, ", ", sizeof list - strlen(list) - 1);
-      }
-      char full[192];
-      snprintf(full, sizeof full, "%s.%s", path, c->string);
-      problem(p, full, "unknown key; expected one of: %s", list);
-    }
+    if (listed(allowed, c->string))
+      continue;
+    char list[256], full[192];
+    key_list(list, sizeof list, allowed, 0);
+    snprintf(full, sizeof full, "%s.%s", path, c->string);
+    problem(p, full, "unknown key; expected one of: %s", list);
   }
 }
 
@@ -153,14 +161,8 @@ static void get_str(problems *p, const cJSON *obj, const char *path, const char 
     return;
   char full[128];
   snprintf(full, sizeof full, "%s.%s", path, key);
-  char allowed[160] = "";
-  for (const char *const *c = choices; c && *c; c++) {
-    if (*allowed)
-      strncat(allowed, ", ", sizeof allowed - strlen(allowed) - 1);
-    strncat(allowed, "\"", sizeof allowed - strlen(allowed) - 1);
-    strncat(allowed, *c, sizeof allowed - strlen(allowed) - 1);
-    strncat(allowed, "\"", sizeof allowed - strlen(allowed) - 1);
-  }
+  char allowed[160];
+  key_list(allowed, sizeof allowed, choices, 1);
   if (!cJSON_IsString(v)) {
     char f[64];
     found(v, f, sizeof f);
@@ -172,15 +174,9 @@ static void get_str(problems *p, const cJSON *obj, const char *path, const char 
     problem(p, full, "string too long (%zu bytes, at most %zu)", strlen(v->valuestring), n - 1);
     return;
   }
-  if (choices) {
-    int ok = 0;
-    for (const char *const *c = choices; *c; c++)
-      if (strcmp(*c, v->valuestring) == 0)
-        ok = 1;
-    if (!ok) {
-      problem(p, full, "found \"%s\", expected one of %s", v->valuestring, allowed);
-      return;
-    }
+  if (choices && !listed(choices, v->valuestring)) {
+    problem(p, full, "found \"%s\", expected one of %s", v->valuestring, allowed);
+    return;
   }
   snprintf(out, n, "%s", v->valuestring);
 }

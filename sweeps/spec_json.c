@@ -152,16 +152,23 @@ void spec__check_keys(spec_problems *pr, const json_t *obj, const char *path,
 
 /* obj[key] as an object: NULL when absent (a problem when required) or not
  * an object (a problem). */
+/* obj[key] with its path in full; NULL when absent (a problem when
+ * required: "missing; expected what") */
+static json_t *lookup(spec_problems *pr, const json_t *obj, const char *path, const char *key,
+                      int required, const char *what, char full[160]) {
+  json_t *v = obj ? json_object_get(obj, key) : NULL;
+  join(full, 160, path, key);
+  if (!v && required)
+    spec_problem_add(pr, full, "missing; expected %s", what);
+  return v;
+}
+
 json_t *spec__get_object(spec_problems *pr, json_t *obj, const char *path, const char *key,
                          int required, const char *what) {
-  json_t *v = obj ? json_object_get(obj, key) : NULL;
   char full[160];
-  join(full, sizeof full, path, key);
-  if (!v) {
-    if (required)
-      spec_problem_add(pr, full, "missing; expected %s", what);
+  json_t *v = lookup(pr, obj, path, key, required, what, full);
+  if (!v)
     return NULL;
-  }
   if (!json_is_object(v)) {
     char f[64];
     spec__found(v, f, sizeof f);
@@ -175,14 +182,10 @@ json_t *spec__get_object(spec_problems *pr, json_t *obj, const char *path, const
 int spec__get_number(spec_problems *pr, const json_t *obj, const char *path, const char *key,
                      double *out, double lo, double hi, int integer, int required,
                      const char *allowed) {
-  json_t *v = obj ? json_object_get(obj, key) : NULL;
   char full[160];
-  join(full, sizeof full, path, key);
-  if (!v) {
-    if (required)
-      spec_problem_add(pr, full, "missing; expected %s", allowed);
+  json_t *v = lookup(pr, obj, path, key, required, allowed, full);
+  if (!v)
     return 0;
-  }
   char f[64];
   spec__found(v, f, sizeof f);
   if (!json_is_number(v)) {
