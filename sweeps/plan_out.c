@@ -49,20 +49,15 @@ json_t *plan_rules_json(const plan *p) {
 }
 
 char *plan_run_json(const plan_run *r, const plan *p) {
-  json_t *o = json_object();
-  json_object_set_new(o, "index", json_integer(r->index));
-  json_object_set_new(o, "part", json_string(r->part));
-  json_object_set_new(o, "config_hash", json_string(r->config_hash));
-  json_object_set_new(o, "params", json_integer(r->params));
-  json_object_set_new(o, "nonembedding_params", json_integer(r->nonembedding_params));
-  json_object_set_new(o, "tokens", json_integer(r->tokens));
-  json_object_set_new(o, "batch_size", json_integer(r->batch_size));
-  json_object_set_new(o, "lr", json_real(r->lr));
-  json_object_set_new(o, "steps", json_integer(r->steps));
-  json_object_set_new(o, "flops", json_real(r->flops));
-  json_object_set_new(o, "flops_6nd", json_real(r->flops_6nd));
-  json_object_set_new(o, "est_seconds", json_real(r->est_seconds));
-  json_object_set_new(o, "seed", json_integer((json_int_t)r->seed));
+  /* the keys in this order (the config goes in second, below) */
+  json_t *o = json_pack(
+      "{s:i, s:s, s:s, s:I, s:I, s:I, s:i, s:f, s:I, s:f, s:f, s:f, s:I}", "index", r->index,
+      "part", r->part, "config_hash", r->config_hash, "params", (json_int_t)r->params,
+      "nonembedding_params", (json_int_t)r->nonembedding_params, "tokens", (json_int_t)r->tokens,
+      "batch_size", r->batch_size, "lr", r->lr, "steps", (json_int_t)r->steps, "flops", r->flops,
+      "flops_6nd", r->flops_6nd, "est_seconds", r->est_seconds, "seed", (json_int_t)r->seed);
+  if (!o)
+    return NULL;
   json_object_set_new(o, "target_params",
                       r->target_params > 0 ? json_real(r->target_params) : json_null());
   json_object_set_new(o, "budget", r->budget > 0 ? json_real(r->budget) : json_null());
