@@ -404,3 +404,9 @@ int plan_spec(const spec *s, plan **out, spec_problems *pr) {
   *out = p;
   return 0;
 }
+
+int plan_load(const char *path, spec **s, plan **out, spec_problems *pr) {
+  *out = NULL;
+  int rc = spec_load(path, s, pr);
+  return rc ? rc : plan_spec(*s, out, pr);
+}

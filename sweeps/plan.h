@@ -88,6 +88,10 @@ typedef struct plan {
  * SPEC_MAX_RUNS runs, an estimated time over max_hours. */
 int plan_spec(const spec *s, plan **out, spec_problems *pr);
 
+/* spec_load then plan_spec: *s and *out are set as far as each succeeded
+ * (the caller frees both, either may be NULL); returns the first error. */
+int plan_load(const char *path, spec **s, plan **out, spec_problems *pr);
+
 void plan_free(plan *p);
 
 /* One planned run as JSON text: {"index", "part", "config": {...},

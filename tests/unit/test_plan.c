@@ -56,9 +56,7 @@ static plan *plan_file(const char *name, spec **sp) {
   spec_problems pr = {0};
   spec *s = NULL;
   plan *p = NULL;
-  int rc = spec_load(path, &s, &pr);
-  if (rc == 0)
-    rc = plan_spec(s, &p, &pr);
+  int rc = plan_load(path, &s, &p, &pr);
   if (rc) {
     fprintf(stderr, "%s:\n", path);
     show(&pr);
