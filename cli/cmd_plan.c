@@ -51,9 +51,7 @@ int cmd_plan(int argc, char **argv) {
   spec_problems pr = {0};
   spec *s = NULL;
   plan *p = NULL;
-  int rc = spec_load(path, &s, &pr);
-  if (rc == 0)
-    rc = plan_spec(s, &p, &pr);
+  int rc = plan_load(path, &s, &p, &pr);
   if (rc) {
     char *msg = spec_problems_format(&pr, path);
     fprintf(stderr, "%s\n", msg ? msg : err_str(rc));

@@ -1,4 +1,4 @@
-/* scalesweep train --config run.json [--resume DIR] */
+/* scalesweep train --config run.json [--checkpoint-dir DIR] [--resume DIR] */
 #include <signal.h>
 #include <errno.h>
 #include <stdio.h>
@@ -7,16 +7,18 @@
 
 #include "cli/commands.h"
 #include "common/err.h"
-#include "trainer/config.h"
+#include "runcfg/runcfg.h"
 #include "trainer/train.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: scalesweep train --config RUN.json [--resume DIR [--resume-max-step N]]\n"
-             "                        [--print-config]\n"
+  fprintf(f, "usage: scalesweep train --config RUN.json [--checkpoint-dir DIR]\n"
+             "                        [--resume DIR [--resume-max-step N]] [--print-config]\n"
              "\n"
              "Trains one GPT from a run config (a partial config is completed with\n"
              "defaults) and prints JSON lines: config, step, eval, checkpoint, done, error.\n"
              "  --config FILE    the run config ('-' reads stdin)\n"
+             "  --checkpoint-dir DIR  write checkpoints under DIR instead of the config's\n"
+             "                   checkpoint.dir (the config, and its hash, stay as given)\n"
              "  --resume DIR     continue from DIR/checkpoint.bin, bit for bit\n"
              "  --resume-max-step N  from the newest checkpoint (checkpoint.bin or the one\n"
              "                   before it) at step N or earlier; none: start afresh\n"
@@ -27,7 +29,7 @@ static void usage(FILE *f) {
 }
 
 int cmd_train(int argc, char **argv) {
-  const char *config = NULL, *resume = NULL;
+  const char *config = NULL, *resume = NULL, *ckdir = NULL;
   long long max_step = -1;
   int print_only = 0;
   for (int i = 1; i < argc; i++) {
@@ -36,6 +38,8 @@ int cmd_train(int argc, char **argv) {
       return SS_EXIT_OK;
     } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
       config = argv[++i];
+    } else if (!strcmp(argv[i], "--checkpoint-dir") && i + 1 < argc) {
+      ckdir = argv[++i];
     } else if (!strcmp(argv[i], "--resume") && i + 1 < argc) {
       resume = argv[++i];
     } else if (!strcmp(argv[i], "--resume-max-step") && i + 1 < argc) {
@@ -52,7 +56,7 @@ int cmd_train(int argc, char **argv) {
     } else {
       fprintf(stderr, "scalesweep train: unexpected argument '%s'%s\n", argv[i],
               (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--resume") ||
-               !strcmp(argv[i], "--resume-max-step"))
+               !strcmp(argv[i], "--checkpoint-dir") || !strcmp(argv[i], "--resume-max-step"))
                   ? " (it needs a value)"
                   : "");
       usage(stderr);
@@ -65,14 +69,14 @@ int cmd_train(int argc, char **argv) {
     return SS_EXIT_USAGE;
   }
   static char err[8192];
-  trn_config cfg;
-  int rc = trn_config_load(!strcmp(config, "-") ? "/dev/stdin" : config, &cfg, err, sizeof err);
+  rcfg cfg;
+  int rc = rcfg_load(!strcmp(config, "-") ? "/dev/stdin" : config, &cfg, err, sizeof err);
   if (rc) {
     fprintf(stderr, "%s\n", err);
     return err_exit_code(rc);
   }
   if (print_only) {
-    char *s = trn_config_to_json(&cfg);
+    char *s = rcfg_to_json(&cfg);
     printf("%s\n", s);
     free(s);
     return SS_EXIT_OK;
@@ -82,7 +86,12 @@ int cmd_train(int argc, char **argv) {
     fprintf(stderr, "scalesweep train: --resume-max-step needs --resume DIR\n");
     return SS_EXIT_USAGE;
   }
-  rc = trn_train(&cfg, resume, (int64_t)max_step, stdout, err, sizeof err);
+  if (ckdir && !*ckdir) {
+    fprintf(stderr, "scalesweep train: --checkpoint-dir: expected a directory, found ''\n");
+    return SS_EXIT_USAGE;
+  }
+  trn_train_opts opts = {resume, (int64_t)max_step, ckdir};
+  rc = trn_train(&cfg, &opts, stdout, err, sizeof err);
   if (rc)
     fprintf(stderr, "scalesweep train: %s\n", err);
   if (rc == SS_ETERM)

@@ -3,9 +3,13 @@
  *
  * Each planned run is base merged with the planned values (shape, tokens,
  * batch size, learning rate, seed, backend, world_size, threads) and resolved
- * through the trainer's own parser (trn_config_parse -> trn_config_to_json),
- * so a planned config is exactly what `scalesweep train` runs, and its
- * config_hash is the SHA-256 of that canonical text. Planning is
+ * through the run config library the trainer uses (rcfg_parse ->
+ * rcfg_to_json), so a planned config is exactly what `scalesweep train`
+ * runs, and its config_hash (rcfg_hash) is the SHA-256 of that canonical
+ * text. Where the spec chooses no checkpoint.every_tokens, the planner sets
+ * about ten checkpoints per run (whole steps) before hashing; the
+ * checkpoint directory is not in the config (the worker passes it to the
+ * trainer as --checkpoint-dir). Planning is
  * deterministic: the same spec gives the same runs, in the same order
  * (smallest compute first), with the same hashes, on any machine (threads is
  * always set, never left to the planning machine's core count).
@@ -38,7 +42,7 @@
 typedef struct plan_run {
   int index;            /* position in the plan (smallest compute first) */
   const char *part;     /* "grid", "isoflop", "batch" or "runs" (static) */
-  char *config;         /* canonical resolved run config (trn_config_to_json) */
+  char *config;         /* canonical resolved run config (rcfg_to_json) */
   char config_hash[65]; /* SHA-256 of config, hex */
   int n_layer, d_model, n_head, seq_len, vocab_size;
   int64_t params, nonembedding_params;
@@ -83,6 +87,10 @@ typedef struct plan {
  * a run config the trainer refuses, two identical runs, more than
  * SPEC_MAX_RUNS runs, an estimated time over max_hours. */
 int plan_spec(const spec *s, plan **out, spec_problems *pr);
+
+/* spec_load then plan_spec: *s and *out are set as far as each succeeded
+ * (the caller frees both, either may be NULL); returns the first error. */
+int plan_load(const char *path, spec **s, plan **out, spec_problems *pr);
 
 void plan_free(plan *p);
 

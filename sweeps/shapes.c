@@ -6,7 +6,7 @@
 
 #include "common/err.h"
 
-/* The trainer's limits on n_layer and d_model (trainer/config.c). */
+/* The trainer's limits on n_layer and d_model (runcfg/runcfg.c). */
 #define MAX_LAYERS 1024
 #define MAX_WIDTH 65536
 
@@ -34,18 +34,18 @@ static int width_ok(const shape_rule *r, int d) {
 /* The width step to scan with: every legal width is a multiple of it. */
 static int width_step(const shape_rule *r) { return r->head_size > 0 ? r->head_size : 8; }
 
-static void fill(const shape_rule *r, int L, int d, trn_shape *out) {
+static void fill(const shape_rule *r, int L, int d, rcfg_shape *out) {
   out->n_layer = L;
   out->d_model = d;
   out->n_head = d / shape_head_size(r, d);
 }
 
 static int64_t nonemb(int L, int d) {
-  trn_shape s = {L, d, 1, 1, 1};
-  return trn_nonembedding_params(&s);
+  rcfg_shape s = {L, d, 1, 1, 1};
+  return rcfg_nonembedding_params(&s);
 }
 
-void shape_smallest(const shape_rule *r, trn_shape *out) {
+void shape_smallest(const shape_rule *r, rcfg_shape *out) {
   int step = width_step(r);
   int lo = (int)ceil(r->aspect_ratio / SHAPE_ASPECT_BAND);
   int d = step;
@@ -54,8 +54,8 @@ void shape_smallest(const shape_rule *r, trn_shape *out) {
   fill(r, 1, d, out);
 }
 
-int shape_for_params(const shape_rule *r, double target, trn_shape *out) {
-  trn_shape small = *out;
+int shape_for_params(const shape_rule *r, double target, rcfg_shape *out) {
+  rcfg_shape small = *out;
   shape_smallest(r, &small);
   double n_small = (double)nonemb(small.n_layer, small.d_model);
   if (!(target > 0) || target < n_small / SHAPE_TOO_SMALL) {

@@ -9,14 +9,14 @@
  * Candidates are every (n_layer, d_model) with d_model a multiple of the head
  * size, at least one head wide, and d_model / n_layer within a factor
  * SHAPE_ASPECT_BAND of the target ratio; the one whose exact non-embedding
- * count (trn_nonembedding_params: 12 L d^2 + 13 L d + 2 d) is nearest to the
+ * count (rcfg_nonembedding_params: 12 L d^2 + 13 L d + 2 d) is nearest to the
  * target in log space wins, where counts within SHAPE_SLACK of the target
  * are equally near and the aspect ratio nearer the rule's decides among
  * them. The caller records the exact N it got. */
 #ifndef SS_SWEEPS_SHAPES_H
 #define SS_SWEEPS_SHAPES_H
 
-#include "trainer/flops.h"
+#include "runcfg/flops.h"
 
 /* d_model / n_layer: 32 is at the small end of the range the papers use
  * (Kaplan: 20-200 with little effect) and gives the shapes small CPU studies
@@ -52,13 +52,13 @@ int shape_head_size(const shape_rule *r, int d_model);
 
 /* The smallest shape the rule builds: one layer, one head, the narrowest
  * width in the aspect band. Fills n_layer, d_model and n_head of out. */
-void shape_smallest(const shape_rule *r, trn_shape *out);
+void shape_smallest(const shape_rule *r, rcfg_shape *out);
 
 /* Fills out->n_layer, d_model and n_head (seq_len and vocab_size are left as
  * the caller set them: they do not change N) with the candidate nearest to
  * target (non-embedding parameters). Returns 0, or SS_ERANGE when the target
  * is below the smallest shape by more than SHAPE_TOO_SMALL (out then holds
  * the smallest shape, for the message). */
-int shape_for_params(const shape_rule *r, double target, trn_shape *out);
+int shape_for_params(const shape_rule *r, double target, rcfg_shape *out);
 
 #endif

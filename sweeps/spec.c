@@ -11,479 +11,9 @@
 #include "common/digest.h"
 #include "common/err.h"
 #include "common/fileio.h"
+#include "runcfg/runcfg.h"
 #include "sweeps/shapes.h"
-#include "trainer/config.h"
-
-/* ---- problems --------------------------------------------------------- */
-
-static char *dupstr(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d)
-    memcpy(d, s, n);
-  return d;
-}
-
-void spec_problem_add(spec_problems *pr, const char *path, const char *fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  for (size_t i = 0; i < pr->n; i++)
-    if (!strcmp(pr->items[i].path, path) && !strcmp(pr->items[i].message, msg))
-      return;
-  if (pr->n == pr->cap) {
-    size_t cap = pr->cap ? 2 * pr->cap : 16;
-    spec_problem *it = realloc(pr->items, cap * sizeof *it);
-    if (!it)
-      return;
-    pr->items = it;
-    pr->cap = cap;
-  }
-  char *p = dupstr(path), *m = dupstr(msg);
-  if (!p || !m) {
-    free(p);
-    free(m);
-    return;
-  }
-  pr->items[pr->n].path = p;
-  pr->items[pr->n].message = m;
-  pr->n++;
-}
-
-void spec_problems_free(spec_problems *pr) {
-  for (size_t i = 0; i < pr->n; i++) {
-    free(pr->items[i].path);
-    free(pr->items[i].message);
-  }
-  free(pr->items);
-  memset(pr, 0, sizeof *pr);
-}
-
-char *spec_problems_format(const spec_problems *pr, const char *name) {
-  size_t len = 1;
-  for (size_t i = 0; i < pr->n; i++)
-    len += strlen(name) + strlen(pr->items[i].path) + strlen(pr->items[i].message) + 8;
-  char *out = malloc(len);
-  if (!out)
-    return NULL;
-  size_t at = 0;
-  out[0] = 0;
-  for (size_t i = 0; i < pr->n; i++) {
-    const spec_problem *p = &pr->items[i];
-    /* a malformed-JSON problem already carries FILE:line:column */
-    if (p->path[0] == '$')
-      at += (size_t)snprintf(out + at, len - at, "%s%s: %s: %s", i ? "\n" : "", name, p->path,
-                             p->message);
-    else
-      at += (size_t)snprintf(out + at, len - at, "%s%s: %s", i ? "\n" : "", p->path, p->message);
-  }
-  return out;
-}
-
-json_t *spec_problems_to_json(const spec_problems *pr) {
-  json_t *a = json_array();
-  for (size_t i = 0; i < pr->n; i++)
-    json_array_append_new(
-        a, json_pack("{s:s, s:s}", "path", pr->items[i].path, "message", pr->items[i].message));
-  return a;
-}
-
-/* ---- JSON helpers ----------------------------------------------------- */
-
-static const char *type_name(const json_t *v) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT:
-    return "an object";
-  case JSON_ARRAY:
-    return "a list";
-  case JSON_STRING:
-    return "a string";
-  case JSON_INTEGER:
-  case JSON_REAL:
-    return "a number";
-  case JSON_TRUE:
-  case JSON_FALSE:
-    return "a boolean";
-  default:
-    return "null";
-  }
-}
-
-/* The value as compact JSON, cut at 48 characters, for "found ..." */
-static void found(const json_t *v, char *out, size_t n) {
-  char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(10));
-  if (!s) {
-    snprintf(out, n, "?");
-    return;
-  }
-  if (strlen(s) > 48)
-    snprintf(out, n, "%.45s...", s);
-  else
-    snprintf(out, n, "%s", s);
-  free(s);
-}
-
-static void join(char *out, size_t n, const char *a, const char *b) {
-  snprintf(out, n, "%s.%s", a, b);
-}
-
-/* Flags keys of obj not in the NULL-terminated list allowed. */
-static void check_keys(spec_problems *pr, const json_t *obj, const char *path,
-                       const char *const *allowed) {
-  const char *key;
-  json_t *v;
-  json_object_foreach((json_t *)obj, key, v) {
-    int ok = 0;
-    for (const char *const *a = allowed; *a; a++)
-      ok |= !strcmp(key, *a);
-    if (ok)
-      continue;
-    char list[512] = "";
-    for (const char *const *a = allowed; *a; a++) {
-      strncat(list, *a, sizeof list - strlen(list) - 1);
-      if (a[1])
-        strncat(list, ", ", sizeof list - strlen(list) - 1);
-    }
-    char full[160];
-    join(full, sizeof full, path, key);
-    spec_problem_add(pr, full, "unknown key; expected one of: %s", list);
-  }
-}
-
-/* obj[key] as an object: NULL when absent (a problem when required) or not
- * an object (a problem). */
-static json_t *get_object(spec_problems *pr, json_t *obj, const char *path, const char *key,
-                          int required, const char *what) {
-  json_t *v = obj ? json_object_get(obj, key) : NULL;
-  char full[160];
-  join(full, sizeof full, path, key);
-  if (!v) {
-    if (required)
-      spec_problem_add(pr, full, "missing; expected %s", what);
-    return NULL;
-  }
-  if (!json_is_object(v)) {
-    char f[64];
-    found(v, f, sizeof f);
-    spec_problem_add(pr, full, "found %s %s, expected %s", type_name(v), f, what);
-    return NULL;
-  }
-  return v;
-}
-
-/* A number in [lo, hi] (integer when integer). Returns 1 when set. */
-static int get_number(spec_problems *pr, const json_t *obj, const char *path, const char *key,
-                      double *out, double lo, double hi, int integer, int required,
-                      const char *allowed) {
-  json_t *v = obj ? json_object_get(obj, key) : NULL;
-  char full[160];
-  join(full, sizeof full, path, key);
-  if (!v) {
-    if (required)
-      spec_problem_add(pr, full, "missing; expected %s", allowed);
-    return 0;
-  }
-  char f[64];
-  found(v, f, sizeof f);
-  if (!json_is_number(v)) {
-    spec_problem_add(pr, full, "found %s %s, expected %s", type_name(v), f, allowed);
-    return 0;
-  }
-  double x = json_number_value(v);
-  if (!(x >= lo && x <= hi) || (integer && x != floor(x))) {
-    spec_problem_add(pr, full, "found %s, expected %s", f, allowed);
-    return 0;
-  }
-  *out = x;
-  return 1;
-}
-
-static int get_int(spec_problems *pr, const json_t *obj, const char *path, const char *key,
-                   int *out, int lo, int hi, int required) {
-  char allowed[96];
-  snprintf(allowed, sizeof allowed, "an integer from %d to %d", lo, hi);
-  double x;
-  if (!get_number(pr, obj, path, key, &x, lo, hi, 1, required, allowed))
-    return 0;
-  *out = (int)x;
-  return 1;
-}
-
-/* A string; with choices, one of them. Returns the borrowed string or NULL. */
-static const char *get_string(spec_problems *pr, const json_t *obj, const char *path,
-                              const char *key, const char *const *choices, int required,
-                              const char *what) {
-  json_t *v = obj ? json_object_get(obj, key) : NULL;
-  char full[160], allowed[256] = "";
-  join(full, sizeof full, path, key);
-  for (const char *const *c = choices; c && *c; c++) {
-    if (*allowed)
-      strncat(allowed, ", ", sizeof allowed - strlen(allowed) - 1);
-    strncat(allowed, "\"", sizeof allowed - strlen(allowed) - 1);
-    strncat(allowed, *c, sizeof allowed - strlen(allowed) - 1);
-    strncat(allowed, "\"", sizeof allowed - strlen(allowed) - 1);
-  }
-  if (!v) {
-    if (required)
-      spec_problem_add(pr, full, "missing; expected %s%s%s", what, choices ? ": one of " : "",
-                       allowed);
-    return NULL;
-  }
-  if (!json_is_string(v)) {
-    char f[64];
-    found(v, f, sizeof f);
-    spec_problem_add(pr, full, "found %s %s, expected %s%s%s", type_name(v), f, what,
-                     choices ? ": one of " : "", allowed);
-    return NULL;
-  }
-  const char *s = json_string_value(v);
-  if (!choices)
-    return s;
-  for (const char *const *c = choices; *c; c++)
-    if (!strcmp(*c, s))
-      return s;
-  char f[64];
-  found(v, f, sizeof f);
-  spec_problem_add(pr, full, "found %s, expected one of %s", f, allowed);
-  return NULL;
-}
-
-/* ---- walking ----------------------------------------------------------- */
-
-void spec_walk(json_t *v, const char *path, spec_visit_fn visit, void *ud) {
-  char sub[512];
-  if (json_is_array(v)) {
-    size_t i;
-    json_t *e;
-    json_array_foreach(v, i, e) {
-      snprintf(sub, sizeof sub, "%s[%zu]", path, i);
-      spec_walk(e, sub, visit, ud);
-    }
-    return;
-  }
-  if (!json_is_object(v))
-    return;
-  const char *key;
-  json_t *e;
-  json_object_foreach(v, key, e) {
-    snprintf(sub, sizeof sub, "%s.%s", path, key);
-    visit(ud, sub, key, e);
-    spec_walk(e, sub, visit, ud);
-  }
-}
-
-/* ---- values ----------------------------------------------------------- */
-
-void spec_values_path(const spec_values *v, size_t i, char *out, size_t n) {
-  if (v->range)
-    snprintf(out, n, "%s (point %zu of %zu)", v->path, i + 1, v->n);
-  else if (v->scalar)
-    snprintf(out, n, "%s", v->path);
-  else
-    snprintf(out, n, "%s[%zu]", v->path, i);
-}
-
-typedef struct value_kind {
-  double lo, hi;
-  int integer;
-  int min_count;    /* fewest values allowed */
-  const char *what; /* "a compute budget in FLOPs" */
-} value_kind;
-
-static void describe(const value_kind *k, char *out, size_t n) {
-  if (k->integer)
-    snprintf(out, n, "%s: an integer from %.17g to %.17g", k->what, k->lo, k->hi);
-  else
-    snprintf(out, n, "%s: a number from %.6g to %.6g", k->what, k->lo, k->hi);
-}
-
-/* obj[key] as values: a number, a non-empty list of numbers, or a log-spaced
- * range {"from": a, "to": b, "points": k} with 0 < a < b (a = b with k = 1).
- * Returns 1 when the key is present and valid. A scalar number is a list of
- * one (its elements' paths are path[0]). */
-static int get_values(spec_problems *pr, const json_t *obj, const char *path, const char *key,
-                      const value_kind *k, int required, spec_values *out) {
-  memset(out, 0, sizeof *out);
-  json_t *v = obj ? json_object_get(obj, key) : NULL;
-  join(out->path, sizeof out->path, path, key);
-  char allowed[192];
-  describe(k, allowed, sizeof allowed);
-  if (!v) {
-    if (required)
-      spec_problem_add(pr, out->path,
-                       "missing; expected %s, as a number, a list or a range "
-                       "{\"from\", \"to\", \"points\"}",
-                       allowed);
-    return 0;
-  }
-  int bad = 0;
-  if (json_is_number(v) || json_is_array(v)) {
-    size_t n = json_is_array(v) ? json_array_size(v) : 1;
-    if (json_is_array(v) && n == 0) {
-      spec_problem_add(pr, out->path, "found an empty list, expected %s (at least %d)", allowed,
-                       k->min_count);
-      return 0;
-    }
-    out->v = calloc(n, sizeof *out->v);
-    if (!out->v)
-      return 0;
-    out->n = n;
-    out->scalar = !json_is_array(v);
-    for (size_t i = 0; i < n; i++) {
-      json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
-      char ep[192], f[64];
-      spec_values_path(out, i, ep, sizeof ep);
-      found(e, f, sizeof f);
-      if (!json_is_number(e)) {
-        spec_problem_add(pr, ep, "found %s %s, expected %s", type_name(e), f, allowed);
-        bad = 1;
-        continue;
-      }
-      double x = json_number_value(e);
-      if (!(x >= k->lo && x <= k->hi) || (k->integer && x != floor(x))) {
-        spec_problem_add(pr, ep, "found %s, expected %s", f, allowed);
-        bad = 1;
-        continue;
-      }
-      out->v[i] = x;
-      for (size_t j = 0; j < i; j++)
-        if (out->v[j] == x) {
-          spec_problem_add(pr, ep, "found %s again (also at [%zu]), expected distinct values", f,
-                           j);
-          bad = 1;
-        }
-    }
-  } else if (json_is_object(v)) {
-    static const char *const range_keys[] = {"from", "to", "points", NULL};
-    check_keys(pr, v, out->path, range_keys);
-    double from = 0, to = 0, points = 0;
-    double lo = k->lo > 0 ? k->lo : 1e-300;
-    int ok = get_number(pr, v, out->path, "from", &from, lo, k->hi, 0, 1, allowed);
-    ok &= get_number(pr, v, out->path, "to", &to, lo, k->hi, 0, 1, allowed);
-    ok &= get_number(pr, v, out->path, "points", &points, 1, 1000, 1, 1,
-                     "the number of log-spaced points: an integer from 1 to 1000");
-    if (!ok)
-      return 0;
-    if (points == 1 && from != to) {
-      spec_problem_add(pr, out->path,
-                       "found a range from %.6g to %.6g with 1 point; expected from = to for one "
-                       "point, or at least 2 points",
-                       from, to);
-      return 0;
-    }
-    if (points > 1 && !(from < to)) {
-      spec_problem_add(pr, out->path, "found from %.6g and to %.6g; expected from < to", from, to);
-      return 0;
-    }
-    size_t n = (size_t)points;
-    out->v = calloc(n, sizeof *out->v);
-    if (!out->v)
-      return 0;
-    out->n = n;
-    out->range = 1;
-    for (size_t i = 0; i < n; i++) {
-      double x =
-          n == 1 ? from : exp(log(from) + (log(to) - log(from)) * (double)i / (double)(n - 1));
-      if (i == 0)
-        x = from;
-      if (i == n - 1)
-        x = to;
-      if (k->integer)
-        x = round(x);
-      out->v[i] = x;
-      if (i > 0 && out->v[i - 1] == x && !bad) {
-        spec_problem_add(pr, out->path,
-                         "the range from %.6g to %.6g with %zu points repeats %.17g after rounding "
-                         "to integers; expected fewer points or a wider range",
-                         from, to, n, x);
-        bad = 1;
-      }
-    }
-  } else {
-    char f[64];
-    found(v, f, sizeof f);
-    spec_problem_add(pr, out->path,
-                     "found %s %s, expected %s, as a number, a list or a range "
-                     "{\"from\", \"to\", \"points\"}",
-                     type_name(v), f, allowed);
-    return 0;
-  }
-  if (!bad && out->n < (size_t)k->min_count) {
-    spec_problem_add(pr, out->path, "found %zu value%s, expected at least %d (%s)", out->n,
-                     out->n == 1 ? "" : "s", k->min_count, k->what);
-    bad = 1;
-  }
-  if (bad) {
-    free(out->v);
-    out->v = NULL;
-    out->n = 0;
-    return 0;
-  }
-  return 1;
-}
-
-/* ---- mapping the trainer's problems onto spec paths -------------------- */
-
-/* 1 when the dotted trainer path ("$.model.d_model") names a key set in obj */
-static int sets_key(const json_t *obj, const char *path) {
-  if (!obj || strncmp(path, "$.", 2) != 0)
-    return 0;
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", path + 2);
-  const json_t *at = obj;
-  char *save = NULL;
-  for (char *seg = strtok_r(buf, ".", &save); seg; seg = strtok_r(NULL, ".", &save)) {
-    if (!json_is_object(at))
-      return 0;
-    at = json_object_get(at, seg);
-    if (!at)
-      return 0;
-  }
-  return 1;
-}
-
-int spec_resolve_config(const json_t *merged, struct trn_config *cfg, const json_t *const *layers,
-                        const char *const *layer_paths, int n_layers, const char *fallback,
-                        const char *context, spec_problems *pr) {
-  char *text = json_dumps(merged, JSON_COMPACT | JSON_REAL_PRECISION(17));
-  if (!text)
-    return SS_ENOMEM;
-  static const char name[] = "config";
-  char err[8192];
-  int rc = trn_config_parse(text, name, cfg, err, sizeof err);
-  free(text);
-  if (rc == 0)
-    return 0;
-  /* each line: "config: $.path: message" */
-  char *save = NULL;
-  for (char *line = strtok_r(err, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-    const char *p = line;
-    if (!strncmp(p, name, sizeof name - 1) && !strncmp(p + sizeof name - 1, ": ", 2))
-      p += sizeof name + 1;
-    const char *sep = strstr(p, ": ");
-    char tpath[256] = "";
-    const char *msg = p;
-    if (p[0] == '$' && sep) {
-      snprintf(tpath, sizeof tpath, "%.*s", (int)(sep - p), p);
-      msg = sep + 2;
-    }
-    int mapped = 0;
-    for (int i = 0; i < n_layers && tpath[0]; i++) {
-      if (!sets_key(layers[i], tpath))
-        continue;
-      char full[320];
-      snprintf(full, sizeof full, "%s%s", layer_paths[i], tpath + 1);
-      spec_problem_add(pr, full, "%s", msg);
-      mapped = 1;
-      break;
-    }
-    if (!mapped)
-      spec_problem_add(pr, fallback, "%s: run config %s: %s", context, tpath[0] ? tpath : "", msg);
-  }
-  return rc;
-}
+#include "sweeps/spec_json.h"
 
 /* ---- the spec --------------------------------------------------------- */
 
@@ -500,13 +30,13 @@ const char *spec_method_name(spec_method m) {
   }
 }
 
-static const value_kind K_PARAMS = {1, 1e13, 0, 1, "a target non-embedding parameter count"};
-static const value_kind K_TOKENS = {1, 9007199254740992.0, 0, 1, "a token count D"};
-static const value_kind K_FLOPS = {1, 1e30, 0, 1, "a compute budget in FLOPs"};
-static const value_kind K_BATCH = {1, 1 << 20, 1, 1, "a batch size in sequences"};
-static const value_kind K_LR = {1e-12, 10, 0, 1, "a learning rate"};
-static const value_kind K_SEED = {0, 9007199254740992.0, 1, 1, "a training seed"};
-static const value_kind K_LOSS = {1e-9, 100, 0, 1, "a target loss in nats per token"};
+static const spec__kind K_PARAMS = {1, 1e13, 0, 1, "a target non-embedding parameter count"};
+static const spec__kind K_TOKENS = {1, 9007199254740992.0, 0, 1, "a token count D"};
+static const spec__kind K_FLOPS = {1, 1e30, 0, 1, "a compute budget in FLOPs"};
+static const spec__kind K_BATCH = {1, 1 << 20, 1, 1, "a batch size in sequences"};
+static const spec__kind K_LR = {1e-12, 10, 0, 1, "a learning rate"};
+static const spec__kind K_SEED = {0, 9007199254740992.0, 1, 1, "a training seed"};
+static const spec__kind K_LOSS = {1e-9, 100, 0, 1, "a target loss in nats per token"};
 
 static void free_values(spec_values *v) {
   free(v->v);
@@ -564,7 +94,7 @@ char *spec_canonical(const spec *s) {
 
 /* A key of base that the method plans: set there, it is a conflict. */
 static void conflict(spec_problems *pr, const json_t *base, const char *key_path, const char *why) {
-  if (!sets_key(base, key_path))
+  if (!spec__sets_key(base, key_path))
     return;
   char full[160], f[64];
   snprintf(full, sizeof full, "$.base%s", key_path + 1);
@@ -574,17 +104,17 @@ static void conflict(spec_problems *pr, const json_t *base, const char *key_path
   char *save = NULL;
   for (char *seg = strtok_r(buf, ".", &save); seg; seg = strtok_r(NULL, ".", &save))
     at = json_object_get(at, seg);
-  found(at, f, sizeof f);
+  spec__found(at, f, sizeof f);
   spec_problem_add(pr, full, "found %s, but %s; expected it left out of base", f, why);
 }
 
 static void parse_ladder(spec_problems *pr, json_t *sec, spec_ladder *b) {
   static const char *const keys[] = {"params",      "tokens", "batch_size",
                                      "target_loss", "seeds",  NULL};
-  check_keys(pr, sec, "$.batch", keys);
+  spec__check_keys(pr, sec, "$.batch", keys);
   b->present = 1;
   spec_values v;
-  if (get_values(pr, sec, "$.batch", "params", &K_PARAMS, 0, &v)) {
+  if (spec__get_values(pr, sec, "$.batch", "params", &K_PARAMS, 0, &v)) {
     if (v.n != 1)
       spec_problem_add(pr, v.path,
                        "found %zu values, expected one target N: a ladder runs at "
@@ -596,7 +126,7 @@ static void parse_ladder(spec_problems *pr, json_t *sec, spec_ladder *b) {
     }
     free_values(&v);
   }
-  if (get_values(pr, sec, "$.batch", "tokens", &K_TOKENS, 1, &v)) {
+  if (spec__get_values(pr, sec, "$.batch", "tokens", &K_TOKENS, 1, &v)) {
     if (v.n != 1)
       spec_problem_add(pr, v.path,
                        "found %zu values, expected one D: a ladder runs at fixed N "
@@ -606,13 +136,13 @@ static void parse_ladder(spec_problems *pr, json_t *sec, spec_ladder *b) {
       b->tokens = v.v[0];
     free_values(&v);
   }
-  value_kind ladder = K_BATCH;
+  spec__kind ladder = K_BATCH;
   ladder.min_count = 4;
   ladder.what = "a ladder of batch sizes in sequences (the fit of S = S_min + E_min / B needs "
                 "its 2 parameters plus 2)";
-  get_values(pr, sec, "$.batch", "batch_size", &ladder, 1, &b->batch_size);
-  get_values(pr, sec, "$.batch", "target_loss", &K_LOSS, 1, &b->target_loss);
-  get_values(pr, sec, "$.batch", "seeds", &K_SEED, 0, &b->seeds);
+  spec__get_values(pr, sec, "$.batch", "batch_size", &ladder, 1, &b->batch_size);
+  spec__get_values(pr, sec, "$.batch", "target_loss", &K_LOSS, 1, &b->target_loss);
+  spec__get_values(pr, sec, "$.batch", "seeds", &K_SEED, 0, &b->seeds);
 }
 
 /* Resolves base alone through the trainer (train batch/tokens neutralised:
@@ -624,7 +154,7 @@ static void probe_base(spec *s, spec_problems *pr) {
                            "tokens", (json_int_t)1 << 40);
   json_object_update_recursive(m, over);
   json_decref(over);
-  trn_config cfg;
+  rcfg cfg;
   const json_t *layers[] = {s->base};
   const char *paths[] = {"$.base"};
   if (spec_resolve_config(m, &cfg, layers, paths, 1, "$.base", "base", pr) == 0) {
@@ -641,16 +171,16 @@ static void probe_base(spec *s, spec_problems *pr) {
 }
 
 static void parse_resources(spec *s, json_t *root, spec_problems *pr) {
-  json_t *res = get_object(pr, root, "$", "resources", 0, "{\"gpus\": n} or {\"cpus\": n}");
+  json_t *res = spec__get_object(pr, root, "$", "resources", 0, "{\"gpus\": n} or {\"cpus\": n}");
   const char *backend = NULL;
   json_t *b = json_object_get(s->base, "backend");
   if (json_is_string(b))
     backend = json_string_value(b);
   if (res) {
     static const char *const keys[] = {"gpus", "cpus", NULL};
-    check_keys(pr, res, "$.resources", keys);
-    get_int(pr, res, "$.resources", "gpus", &s->gpus, 1, 1024, 0);
-    get_int(pr, res, "$.resources", "cpus", &s->cpus, 1, 1024, 0);
+    spec__check_keys(pr, res, "$.resources", keys);
+    spec__get_int(pr, res, "$.resources", "gpus", &s->gpus, 1, 1024, 0);
+    spec__get_int(pr, res, "$.resources", "cpus", &s->cpus, 1, 1024, 0);
     int has_g = json_object_get(res, "gpus") != NULL, has_c = json_object_get(res, "cpus") != NULL;
     if (has_g == has_c)
       spec_problem_add(pr, "$.resources",
@@ -697,19 +227,19 @@ static void parse_rules(spec *s, json_t *root, spec_problems *pr) {
   br->min_steps = SPEC_BATCH_MIN_STEPS;
   br->min_batch = SPEC_BATCH_MIN;
   br->max_batch = SPEC_BATCH_MAX;
-  json_t *o = get_object(pr, root, "$", "batch_rule", 0, "an object");
+  json_t *o = spec__get_object(pr, root, "$", "batch_rule", 0, "an object");
   if (o) {
     static const char *const keys[] = {"coef",      "exponent",  "min_steps",
                                        "min_batch", "max_batch", NULL};
-    check_keys(pr, o, "$.batch_rule", keys);
-    get_number(pr, o, "$.batch_rule", "coef", &br->coef, 1e-12, 1e12, 0, 0,
-               "a positive number (B_opt = coef * C^exponent tokens)");
-    get_number(pr, o, "$.batch_rule", "exponent", &br->exponent, -2, 2, 0, 0,
-               "a number from -2 to 2");
-    get_number(pr, o, "$.batch_rule", "min_steps", &br->min_steps, 1, 1e9, 0, 0,
-               "a number of optimizer steps from 1 to 1e9");
-    get_int(pr, o, "$.batch_rule", "min_batch", &br->min_batch, 1, 1 << 20, 0);
-    get_int(pr, o, "$.batch_rule", "max_batch", &br->max_batch, 1, 1 << 20, 0);
+    spec__check_keys(pr, o, "$.batch_rule", keys);
+    spec__get_number(pr, o, "$.batch_rule", "coef", &br->coef, 1e-12, 1e12, 0, 0,
+                     "a positive number (B_opt = coef * C^exponent tokens)");
+    spec__get_number(pr, o, "$.batch_rule", "exponent", &br->exponent, -2, 2, 0, 0,
+                     "a number from -2 to 2");
+    spec__get_number(pr, o, "$.batch_rule", "min_steps", &br->min_steps, 1, 1e9, 0, 0,
+                     "a number of optimizer steps from 1 to 1e9");
+    spec__get_int(pr, o, "$.batch_rule", "min_batch", &br->min_batch, 1, 1 << 20, 0);
+    spec__get_int(pr, o, "$.batch_rule", "max_batch", &br->max_batch, 1, 1 << 20, 0);
     if (br->min_batch > br->max_batch)
       spec_problem_add(pr, "$.batch_rule.min_batch", "found %d, expected at most max_batch (%d)",
                        br->min_batch, br->max_batch);
@@ -720,18 +250,21 @@ static void parse_rules(spec *s, json_t *root, spec_problems *pr) {
   lr->min = SPEC_LR_MIN;
   lr->max = SPEC_LR_MAX;
   lr->sqrt_batch = 1;
-  o = get_object(pr, root, "$", "lr_rule", 0, "an object");
+  o = spec__get_object(pr, root, "$", "lr_rule", 0, "an object");
   if (o) {
     static const char *const keys[] = {"coef", "exponent", "min", "max", "batch_scaling", NULL};
     static const char *const scalings[] = {"sqrt", "none", NULL};
-    check_keys(pr, o, "$.lr_rule", keys);
-    get_number(pr, o, "$.lr_rule", "coef", &lr->coef, 1e-12, 1e6, 0, 0,
-               "a positive number (eta = coef * C^exponent)");
-    get_number(pr, o, "$.lr_rule", "exponent", &lr->exponent, -2, 2, 0, 0, "a number from -2 to 2");
-    get_number(pr, o, "$.lr_rule", "min", &lr->min, 1e-12, 10, 0, 0, "a learning rate in (0, 10]");
-    get_number(pr, o, "$.lr_rule", "max", &lr->max, 1e-12, 10, 0, 0, "a learning rate in (0, 10]");
-    const char *sc = get_string(pr, o, "$.lr_rule", "batch_scaling", scalings, 0,
-                                "how the rate follows B / B_opt");
+    spec__check_keys(pr, o, "$.lr_rule", keys);
+    spec__get_number(pr, o, "$.lr_rule", "coef", &lr->coef, 1e-12, 1e6, 0, 0,
+                     "a positive number (eta = coef * C^exponent)");
+    spec__get_number(pr, o, "$.lr_rule", "exponent", &lr->exponent, -2, 2, 0, 0,
+                     "a number from -2 to 2");
+    spec__get_number(pr, o, "$.lr_rule", "min", &lr->min, 1e-12, 10, 0, 0,
+                     "a learning rate in (0, 10]");
+    spec__get_number(pr, o, "$.lr_rule", "max", &lr->max, 1e-12, 10, 0, 0,
+                     "a learning rate in (0, 10]");
+    const char *sc = spec__get_string(pr, o, "$.lr_rule", "batch_scaling", scalings, 0,
+                                      "how the rate follows B / B_opt");
     if (sc)
       lr->sqrt_batch = !strcmp(sc, "sqrt");
     if (lr->min > lr->max)
@@ -743,8 +276,8 @@ static void parse_rules(spec *s, json_t *root, spec_problems *pr) {
 static void parse_isoflop(spec *s, json_t *sec, spec_problems *pr) {
   static const char *const keys[] = {"flops", "params", "centre", "flops_count", "seeds", NULL};
   static const char *const counts[] = {"6nd", "exact", NULL};
-  check_keys(pr, sec, "$.isoflop", keys);
-  get_values(pr, sec, "$.isoflop", "flops", &K_FLOPS, 1, &s->isoflop.flops);
+  spec__check_keys(pr, sec, "$.isoflop", keys);
+  spec__get_values(pr, sec, "$.isoflop", "flops", &K_FLOPS, 1, &s->isoflop.flops);
   int has_p = json_object_get(sec, "params") != NULL;
   int has_c = json_object_get(sec, "centre") != NULL;
   if (has_p == has_c)
@@ -753,50 +286,50 @@ static void parse_isoflop(spec *s, json_t *sec, spec_problems *pr) {
                      "budget) or \"centre\" (sizes around N_opt(C) at each budget)",
                      has_p ? "both \"params\" and \"centre\""
                            : "neither \"params\" nor \"centre\"");
-  value_kind kp = K_PARAMS;
+  spec__kind kp = K_PARAMS;
   kp.min_count = 3;
   kp.what = "target non-embedding parameter counts, at least 3 per budget (a parabola in log N "
             "needs 3 points)";
   if (has_p)
-    get_values(pr, sec, "$.isoflop", "params", &kp, 1, &s->isoflop.params);
-  json_t *c = has_c ? get_object(pr, sec, "$.isoflop", "centre", 1,
-                                 "{\"coef\", \"exponent\", \"span\", \"points\"}")
+    spec__get_values(pr, sec, "$.isoflop", "params", &kp, 1, &s->isoflop.params);
+  json_t *c = has_c ? spec__get_object(pr, sec, "$.isoflop", "centre", 1,
+                                       "{\"coef\", \"exponent\", \"span\", \"points\"}")
                     : NULL;
   if (c) {
     static const char *const ckeys[] = {"coef", "exponent", "span", "points", NULL};
-    check_keys(pr, c, "$.isoflop.centre", ckeys);
+    spec__check_keys(pr, c, "$.isoflop.centre", ckeys);
     s->isoflop.centred = 1;
-    get_number(pr, c, "$.isoflop.centre", "coef", &s->isoflop.centre_coef, 1e-30, 1e30, 0, 1,
-               "a positive number: the centre is N_c = coef * C^exponent");
-    get_number(pr, c, "$.isoflop.centre", "exponent", &s->isoflop.centre_exponent, 0, 1, 0, 1,
-               "a number from 0 to 1 (Chinchilla: about 0.5)");
-    get_number(pr, c, "$.isoflop.centre", "span", &s->isoflop.centre_span, 1.01, 1e4, 0, 1,
-               "a factor from 1.01 to 1e4: sizes run from N_c / span to N_c * span");
-    get_int(pr, c, "$.isoflop.centre", "points", &s->isoflop.centre_points, 3, 1000, 1);
+    spec__get_number(pr, c, "$.isoflop.centre", "coef", &s->isoflop.centre_coef, 1e-30, 1e30, 0, 1,
+                     "a positive number: the centre is N_c = coef * C^exponent");
+    spec__get_number(pr, c, "$.isoflop.centre", "exponent", &s->isoflop.centre_exponent, 0, 1, 0, 1,
+                     "a number from 0 to 1 (Chinchilla: about 0.5)");
+    spec__get_number(pr, c, "$.isoflop.centre", "span", &s->isoflop.centre_span, 1.01, 1e4, 0, 1,
+                     "a factor from 1.01 to 1e4: sizes run from N_c / span to N_c * span");
+    spec__get_int(pr, c, "$.isoflop.centre", "points", &s->isoflop.centre_points, 3, 1000, 1);
   }
   const char *fc =
-      get_string(pr, sec, "$.isoflop", "flops_count", counts, 0, "how D follows from C");
+      spec__get_string(pr, sec, "$.isoflop", "flops_count", counts, 0, "how D follows from C");
   s->isoflop.exact = fc && !strcmp(fc, "exact");
-  get_values(pr, sec, "$.isoflop", "seeds", &K_SEED, 0, &s->isoflop.seeds);
+  spec__get_values(pr, sec, "$.isoflop", "seeds", &K_SEED, 0, &s->isoflop.seeds);
 }
 
 static void parse_grid(spec *s, json_t *sec, spec_problems *pr) {
   static const char *const keys[] = {"params", "tokens", "batch_size", "lr", "seeds", NULL};
-  check_keys(pr, sec, "$.grid", keys);
-  get_values(pr, sec, "$.grid", "params", &K_PARAMS, 1, &s->grid.params);
-  get_values(pr, sec, "$.grid", "tokens", &K_TOKENS, 1, &s->grid.tokens);
-  get_values(pr, sec, "$.grid", "batch_size", &K_BATCH, 0, &s->grid.batch_size);
-  get_values(pr, sec, "$.grid", "lr", &K_LR, 0, &s->grid.lr);
-  get_values(pr, sec, "$.grid", "seeds", &K_SEED, 0, &s->grid.seeds);
+  spec__check_keys(pr, sec, "$.grid", keys);
+  spec__get_values(pr, sec, "$.grid", "params", &K_PARAMS, 1, &s->grid.params);
+  spec__get_values(pr, sec, "$.grid", "tokens", &K_TOKENS, 1, &s->grid.tokens);
+  spec__get_values(pr, sec, "$.grid", "batch_size", &K_BATCH, 0, &s->grid.batch_size);
+  spec__get_values(pr, sec, "$.grid", "lr", &K_LR, 0, &s->grid.lr);
+  spec__get_values(pr, sec, "$.grid", "seeds", &K_SEED, 0, &s->grid.seeds);
 }
 
 static void parse_runs(spec *s, json_t *root, spec_problems *pr) {
   json_t *r = json_object_get(root, "runs");
   if (!json_is_array(r)) {
     char f[64];
-    found(r, f, sizeof f);
+    spec__found(r, f, sizeof f);
     spec_problem_add(pr, "$.runs", "found %s %s, expected a list of partial run configs",
-                     type_name(r), f);
+                     spec__type_name(r), f);
     return;
   }
   if (json_array_size(r) == 0) {
@@ -814,17 +347,16 @@ static void parse_runs(spec *s, json_t *root, spec_problems *pr) {
     if (!json_is_object(e)) {
       char p[64], f[64];
       snprintf(p, sizeof p, "$.runs[%zu]", i);
-      found(e, f, sizeof f);
+      spec__found(e, f, sizeof f);
       spec_problem_add(pr, p, "found %s %s, expected a partial run config (an object)",
-                       type_name(e), f);
+                       spec__type_name(e), f);
     }
   }
   s->runs = r;
 }
 
-int spec_parse(const char *text, const char *name, spec **out, spec_problems *pr) {
-  *out = NULL;
-  size_t before = pr->n;
+/* The text as a JSON object, or NULL with the problem. */
+static json_t *load_root(const char *text, const char *name, spec_problems *pr) {
   json_error_t je;
   json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
   if (!root) {
@@ -834,20 +366,18 @@ int spec_parse(const char *text, const char *name, spec **out, spec_problems *pr
                      "malformed JSON: %s; expected a JSON object (RFC 8259: quoted "
                      "keys, no trailing commas, no comments)",
                      je.text);
-    return SS_EINVAL;
+    return NULL;
   }
   if (!json_is_object(root)) {
-    spec_problem_add(pr, "$", "found %s, expected a JSON object", type_name(root));
+    spec_problem_add(pr, "$", "found %s, expected a JSON object", spec__type_name(root));
     json_decref(root);
-    return SS_EINVAL;
+    return NULL;
   }
-  spec *s = calloc(1, sizeof *s);
-  if (!s) {
-    json_decref(root);
-    return SS_ENOMEM;
-  }
-  s->root = root;
-  s->file = dupstr(name);
+  return root;
+}
+
+/* name, description, method; returns the method's name, NULL when invalid */
+static const char *parse_header(spec *s, json_t *root, spec_problems *pr) {
   static const char *const top[] = {"name",
                                     "description",
                                     "method",
@@ -866,9 +396,8 @@ int spec_parse(const char *text, const char *name, spec **out, spec_problems *pr
                                     "batch_rule",
                                     "lr_rule",
                                     NULL};
-  check_keys(pr, root, "$", top);
-
-  s->name = get_string(pr, root, "$", "name", NULL, 1, "a sweep name (a string)");
+  spec__check_keys(pr, root, "$", top);
+  s->name = spec__get_string(pr, root, "$", "name", NULL, 1, "a sweep name (a string)");
   if (s->name) {
     size_t n = strlen(s->name);
     int ctrl = 0;
@@ -880,48 +409,51 @@ int spec_parse(const char *text, const char *name, spec **out, spec_problems *pr
                        "characters",
                        n, ctrl ? " with control characters" : "");
   }
-  s->description = get_string(pr, root, "$", "description", NULL, 0, "a string");
+  s->description = spec__get_string(pr, root, "$", "description", NULL, 0, "a string");
   static const char *const methods[] = {"grid", "isoflop", "batch", "runs", NULL};
-  const char *m = get_string(pr, root, "$", "method", methods, 1, "the planning method");
-  int method_ok = m != NULL;
+  const char *m = spec__get_string(pr, root, "$", "method", methods, 1, "the planning method");
   s->method = !m                      ? SPEC_GRID
               : !strcmp(m, "grid")    ? SPEC_GRID
               : !strcmp(m, "isoflop") ? SPEC_ISOFLOP
               : !strcmp(m, "batch")   ? SPEC_BATCH
                                       : SPEC_RUNS;
+  return m;
+}
 
-  json_t *base = get_object(pr, root, "$", "base", 0, "a partial run config (an object)");
+/* base, priority, attempts, time, resources, throughput, shape, rules */
+static void parse_settings(spec *s, json_t *root, spec_problems *pr) {
+  json_t *base = spec__get_object(pr, root, "$", "base", 0, "a partial run config (an object)");
   s->base = base ? json_incref(base) : json_object();
-
   s->priority = 0;
-  get_int(pr, root, "$", "priority", &s->priority, -1000000, 1000000, 0);
+  spec__get_int(pr, root, "$", "priority", &s->priority, -1000000, 1000000, 0);
   s->max_attempts = 3;
-  get_int(pr, root, "$", "max_attempts", &s->max_attempts, 1, 100, 0);
-  get_number(pr, root, "$", "max_hours", &s->max_hours, 1e-6, 1e6, 0, 0,
-             "a number of hours in (0, 1e6]");
+  spec__get_int(pr, root, "$", "max_attempts", &s->max_attempts, 1, 100, 0);
+  spec__get_number(pr, root, "$", "max_hours", &s->max_hours, 1e-6, 1e6, 0, 0,
+                   "a number of hours in (0, 1e6]");
   s->parallel_runs = 1;
-  get_int(pr, root, "$", "parallel_runs", &s->parallel_runs, 1, 100000, 0);
+  spec__get_int(pr, root, "$", "parallel_runs", &s->parallel_runs, 1, 100000, 0);
   parse_resources(s, root, pr);
   s->throughput_flops = s->gpus > 0 ? SPEC_GPU_FLOPS * s->gpus : SPEC_CPU_FLOPS;
-  get_number(pr, root, "$", "throughput_flops", &s->throughput_flops, 1e3, 1e21, 0, 0,
-             "a training throughput per run in FLOP/s, from 1e3 to 1e21");
-
+  spec__get_number(pr, root, "$", "throughput_flops", &s->throughput_flops, 1e3, 1e21, 0, 0,
+                   "a training throughput per run in FLOP/s, from 1e3 to 1e21");
   s->aspect_ratio = SHAPE_ASPECT_DEFAULT;
   s->head_size = 0;
-  json_t *sh = get_object(pr, root, "$", "shape", 0, "{\"aspect_ratio\", \"head_size\"}");
+  json_t *sh = spec__get_object(pr, root, "$", "shape", 0, "{\"aspect_ratio\", \"head_size\"}");
   if (sh) {
     static const char *const keys[] = {"aspect_ratio", "head_size", NULL};
-    check_keys(pr, sh, "$.shape", keys);
-    get_number(pr, sh, "$.shape", "aspect_ratio", &s->aspect_ratio, 1, 1024, 0, 0,
-               "d_model / n_layer: a number from 1 to 1024");
-    get_int(pr, sh, "$.shape", "head_size", &s->head_size, 1, 4096, 0);
+    spec__check_keys(pr, sh, "$.shape", keys);
+    spec__get_number(pr, sh, "$.shape", "aspect_ratio", &s->aspect_ratio, 1, 1024, 0, 0,
+                     "d_model / n_layer: a number from 1 to 1024");
+    spec__get_int(pr, sh, "$.shape", "head_size", &s->head_size, 1, 4096, 0);
   }
   parse_rules(s, root, pr);
+}
 
-  /* the method's section, and no other method's (a batch ladder may ride
-   * along with any other method) */
+/* the method's section, and no other method's (a batch ladder may ride
+ * along with any other method) */
+static void parse_sections(spec *s, json_t *root, const char *m, spec_problems *pr) {
   static const char *const sections[] = {"grid", "isoflop", "batch", "runs"};
-  for (int i = 0; i < 4 && method_ok; i++) {
+  for (int i = 0; i < 4; i++) {
     int mine = (int)s->method == i;
     int present = json_object_get(root, sections[i]) != NULL;
     char p[32];
@@ -937,49 +469,67 @@ int spec_parse(const char *text, const char *name, spec **out, spec_problems *pr
     }
   }
   json_t *sec;
-  if (method_ok && s->method == SPEC_GRID &&
-      (sec = get_object(pr, root, "$", "grid", 0, "an object")))
+  if (s->method == SPEC_GRID && (sec = spec__get_object(pr, root, "$", "grid", 0, "an object")))
     parse_grid(s, sec, pr);
-  if (method_ok && s->method == SPEC_ISOFLOP &&
-      (sec = get_object(pr, root, "$", "isoflop", 0, "an object")))
+  if (s->method == SPEC_ISOFLOP &&
+      (sec = spec__get_object(pr, root, "$", "isoflop", 0, "an object")))
     parse_isoflop(s, sec, pr);
-  if (method_ok && (sec = get_object(pr, root, "$", "batch", 0, "an object")))
+  if ((sec = spec__get_object(pr, root, "$", "batch", 0, "an object")))
     parse_ladder(pr, sec, &s->batch);
-  if (method_ok && s->method == SPEC_RUNS && json_object_get(root, "runs"))
+  if (s->method == SPEC_RUNS && json_object_get(root, "runs"))
     parse_runs(s, root, pr);
+}
 
-  /* base must not set what the method plans */
-  if (method_ok && s->method != SPEC_RUNS) {
-    int shapes = s->method != SPEC_BATCH || s->batch.has_params;
-    const char *planner = s->method == SPEC_GRID      ? "$.grid.params chooses the model shapes"
-                          : s->method == SPEC_ISOFLOP ? "the isoflop method chooses the model "
-                                                        "shapes (use $.shape to steer them)"
-                                                      : "$.batch.params chooses the model shape";
-    if (shapes) {
-      conflict(pr, s->base, "$.model.n_layer", planner);
-      conflict(pr, s->base, "$.model.d_model", planner);
-      conflict(pr, s->base, "$.model.n_head", planner);
-    }
-    conflict(pr, s->base, "$.train.tokens",
-             s->method == SPEC_ISOFLOP ? "the isoflop method sets D = C / (6 N)"
-                                       : "the method's \"tokens\" sets D");
-    if (s->method == SPEC_BATCH)
-      conflict(pr, s->base, "$.train.batch_size", "$.batch.batch_size sets the ladder");
-    if (s->method == SPEC_GRID && s->grid.batch_size.n)
-      conflict(pr, s->base, "$.train.batch_size", "$.grid.batch_size sets it");
-    if (s->method == SPEC_GRID && s->grid.lr.n)
-      conflict(pr, s->base, "$.train.lr", "$.grid.lr sets it");
-    int seeds = (s->method == SPEC_GRID && s->grid.seeds.n) ||
-                (s->method == SPEC_ISOFLOP && s->isoflop.seeds.n) ||
-                (s->method == SPEC_BATCH && s->batch.seeds.n);
-    if (seeds)
-      conflict(pr, s->base, "$.train.seed", "the method's \"seeds\" sets it");
+/* base must not set what the method plans */
+static void check_base(const spec *s, spec_problems *pr) {
+  int shapes = s->method != SPEC_BATCH || s->batch.has_params;
+  const char *planner = s->method == SPEC_GRID      ? "$.grid.params chooses the model shapes"
+                        : s->method == SPEC_ISOFLOP ? "the isoflop method chooses the model "
+                                                      "shapes (use $.shape to steer them)"
+                                                    : "$.batch.params chooses the model shape";
+  if (shapes) {
+    conflict(pr, s->base, "$.model.n_layer", planner);
+    conflict(pr, s->base, "$.model.d_model", planner);
+    conflict(pr, s->base, "$.model.n_head", planner);
   }
+  conflict(pr, s->base, "$.train.tokens",
+           s->method == SPEC_ISOFLOP ? "the isoflop method sets D = C / (6 N)"
+                                     : "the method's \"tokens\" sets D");
+  if (s->method == SPEC_BATCH)
+    conflict(pr, s->base, "$.train.batch_size", "$.batch.batch_size sets the ladder");
+  if (s->method == SPEC_GRID && s->grid.batch_size.n)
+    conflict(pr, s->base, "$.train.batch_size", "$.grid.batch_size sets it");
+  if (s->method == SPEC_GRID && s->grid.lr.n)
+    conflict(pr, s->base, "$.train.lr", "$.grid.lr sets it");
+  int seeds = (s->method == SPEC_GRID && s->grid.seeds.n) ||
+              (s->method == SPEC_ISOFLOP && s->isoflop.seeds.n) ||
+              (s->method == SPEC_BATCH && s->batch.seeds.n);
+  if (seeds)
+    conflict(pr, s->base, "$.train.seed", "the method's \"seeds\" sets it");
+}
 
+int spec_parse(const char *text, const char *name, spec **out, spec_problems *pr) {
+  *out = NULL;
+  size_t before = pr->n;
+  json_t *root = load_root(text, name, pr);
+  if (!root)
+    return SS_EINVAL;
+  spec *s = calloc(1, sizeof *s);
+  if (!s) {
+    json_decref(root);
+    return SS_ENOMEM;
+  }
+  s->root = root;
+  s->file = spec__dupstr(name);
+  const char *m = parse_header(s, root, pr);
+  parse_settings(s, root, pr);
+  if (m)
+    parse_sections(s, root, m, pr);
+  if (m && s->method != SPEC_RUNS)
+    check_base(s, pr);
   /* base's own problems, with $.base paths */
   if (json_is_object(s->base))
     probe_base(s, pr);
-
   if (pr->n > before) {
     spec_free(s);
     return SS_EINVAL;

@@ -165,7 +165,7 @@ typedef struct spec {
   spec_ladder batch;
   json_t *runs; /* $.runs (array of partial run configs) */
 
-  /* base resolved by the trainer's parser (train values neutralised): what
+  /* base resolved by the run config parser (runcfg/) (train values neutralised): what
    * planning needs before any run exists */
   int seq_len, vocab_size;
   int base_sets_batch, base_sets_lr, base_sets_micro, base_micro;
@@ -184,14 +184,15 @@ int spec_load(const char *path, spec **out, spec_problems *pr);
 
 void spec_free(spec *s);
 
-/* Resolves a merged run config JSON through the trainer's parser and maps its
- * problems onto spec paths: each trainer path ("$.model.d_model") is
+/* Resolves a merged run config JSON through the run config parser (the
+ * trainer's: runcfg/runcfg.h) and maps its problems onto spec paths: each
+ * run config path ("$.model.d_model") is
  * reported under the first of layers[] that sets that key (layers[i] at
  * layer_paths[i], e.g. a run of $.runs, then $.base), or else under fallback
  * with context (a description of the planned run) in front of the message.
- * Returns the trainer's code (0 or SS_EINVAL); on 0, *cfg is resolved. */
-struct trn_config;
-int spec_resolve_config(const json_t *merged, struct trn_config *cfg, const json_t *const *layers,
+ * Returns the parser's code (0 or SS_EINVAL); on 0, *cfg is resolved. */
+struct rcfg;
+int spec_resolve_config(const json_t *merged, struct rcfg *cfg, const json_t *const *layers,
                         const char *const *layer_paths, int n_layers, const char *fallback,
                         const char *context, spec_problems *pr);
 

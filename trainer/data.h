@@ -14,11 +14,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runcfg/runcfg.h"
+#include "runcfg/shard.h"
+
 /* ---- token shards (llm.c format) --------------------------------------- */
 
-#define TRN_SHARD_MAGIC 20240520
-#define TRN_SHARD_VERSION 1
-#define TRN_SHARD_HEADER_INTS 256
+#define TRN_SHARD_MAGIC RCFG_SHARD_MAGIC
+#define TRN_SHARD_VERSION RCFG_SHARD_VERSION
+#define TRN_SHARD_HEADER_INTS RCFG_SHARD_HEADER_INTS
 
 /* Writes one shard: 256 x int32 header (magic, version, count, zeros), then
  * the tokens as little-endian uint16. Written to PATH.tmp and renamed. */
@@ -26,14 +29,8 @@ int trn_shard_write(const char *path, const uint16_t *tokens, size_t n, char *er
 
 /* ---- the synthetic Zipf lexicon (SCIENCE.md section 4) ----------------- */
 
-typedef struct trn_synth_params {
-  int letters; /* K: tokens 1..K are letters, 0 is the separator */
-  int words;   /* W: lexicon size */
-  int min_len; /* word lengths drawn uniformly from [min_len, max_len] */
-  int max_len;
-  double zipf; /* s: p_k proportional to k^-s, k = 1..W */
-  uint64_t seed;
-} trn_synth_params;
+/* The lexicon's parameters, as the run config gives them. */
+typedef rcfg_synth trn_synth_params;
 
 typedef struct trn_lexicon trn_lexicon; /* opaque, immutable once built */
 

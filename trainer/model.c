@@ -9,7 +9,7 @@
 #include "trainer/rng.h"
 
 /* Sizes of the tensors in trn_weights order. */
-static void tensor_sizes(const trn_shape *s, size_t sz[TRN_NTENSORS]) {
+static void tensor_sizes(const rcfg_shape *s, size_t sz[TRN_NTENSORS]) {
   size_t V = s->vocab_size, T = s->seq_len, L = s->n_layer, C = s->d_model;
   size_t v[TRN_NTENSORS] = {V * C,         T * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
                             L * C * C,     L * C, L * C, L * C, L * 4 * C * C, L * 4 * C,
@@ -60,7 +60,7 @@ static void layer_acts(carver *c, trn_layer_acts *a, size_t BT, size_t C, size_t
 
 /* Lays out all activations; counts only when c->base is NULL. */
 static void carve_acts(trn_model *m, carver *c) {
-  const trn_shape *s = &m->shape;
+  const rcfg_shape *s = &m->shape;
   size_t B = m->B, T = s->seq_len, C = s->d_model, V = s->vocab_size, NH = s->n_head;
   size_t BT = B * T, L = s->n_layer;
   for (size_t l = 0; l <= L; l++)
@@ -83,7 +83,7 @@ static void carve_acts(trn_model *m, carver *c) {
 }
 
 static void carve_grads(trn_model *m, carver *c) {
-  const trn_shape *s = &m->shape;
+  const rcfg_shape *s = &m->shape;
   size_t B = m->B, T = s->seq_len, C = s->d_model, NH = s->n_head, BT = B * T;
   m->dresid = take(c, BT * C);
   m->dln = take(c, BT * C);
@@ -93,7 +93,7 @@ static void carve_grads(trn_model *m, carver *c) {
   m->dfch = take(c, BT * 4 * C);
 }
 
-int trn_model_init(trn_model *m, kern_ctx *k, const trn_shape *s, int B, int recompute,
+int trn_model_init(trn_model *m, kern_ctx *k, const rcfg_shape *s, int B, int recompute,
                    int accumulate) {
   memset(m, 0, sizeof *m);
   m->k = k;
@@ -218,7 +218,7 @@ void trn_model_sync_low(trn_model *m) {
 static void layer_forward(trn_model *m, int l) {
   kern_ctx *k = m->k;
   const kern_ops *o = k->ops;
-  const trn_shape *s = &m->shape;
+  const rcfg_shape *s = &m->shape;
   int B = m->cur_B, T = s->seq_len, C = s->d_model, NH = s->n_head, N = B * T;
   size_t LC = (size_t)l * C;
   trn_layer_acts *a = &m->layer[l];
@@ -240,7 +240,7 @@ static void layer_forward(trn_model *m, int l) {
 double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens, const int32_t *targets) {
   kern_ctx *k = m->k;
   const kern_ops *o = k->ops;
-  const trn_shape *s = &m->shape;
+  const rcfg_shape *s = &m->shape;
   m->cur_B = nseq;
   int B = nseq, T = s->seq_len, C = s->d_model, V = s->vocab_size, N = B * T;
   o->from_host(k, m->tokens, tokens, (size_t)N * sizeof(int32_t));
@@ -269,7 +269,7 @@ double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens, const in
 void trn_model_backward(trn_model *m, float dscale) {
   kern_ctx *k = m->k;
   const kern_ops *o = k->ops;
-  const trn_shape *s = &m->shape;
+  const rcfg_shape *s = &m->shape;
   int B = m->cur_B, T = s->seq_len, C = s->d_model, V = s->vocab_size, NH = s->n_head;
   int N = B * T, L = s->n_layer;
   const trn_weights *w = &m->plow;

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "kernels/kern.h"
-#include "trainer/flops.h"
+#include "runcfg/flops.h"
 
 #define TRN_NTENSORS 16
 
@@ -60,7 +60,7 @@ typedef struct trn_layer_acts {
 
 typedef struct trn_model {
   kern_ctx *k;
-  trn_shape shape;
+  rcfg_shape shape;
   int B;     /* capacity: most sequences per forward/backward */
   int cur_B; /* sequences in the last forward */
   int recompute;
@@ -89,7 +89,7 @@ typedef struct trn_model {
 
 /* Allocates a model for micro-batches of B sequences. accumulate: keep a
  * separate micro-batch gradient buffer. Returns 0 or SS_ENOMEM. */
-int trn_model_init(trn_model *m, kern_ctx *k, const trn_shape *s, int B, int recompute,
+int trn_model_init(trn_model *m, kern_ctx *k, const rcfg_shape *s, int B, int recompute,
                    int accumulate);
 void trn_model_free(trn_model *m);
 

@@ -13,8 +13,8 @@
 
 #include "common/err.h"
 #include "trainer/ckpt.h"
+#include "runcfg/flops.h"
 #include "trainer/data.h"
-#include "trainer/flops.h"
 #include "trainer/model.h"
 #include "trainer/noise.h"
 #include "trainer/optim.h"
@@ -56,7 +56,7 @@ static long long peak_rss_bytes(void) {
 }
 
 /* learning rate after `tokens` training tokens */
-static double lr_at(const trn_config *c, double tokens) {
+static double lr_at(const rcfg *c, double tokens) {
   double lr = c->train.lr;
   if (tokens < c->train.warmup_tokens)
     return lr * (tokens + 1.0) / (c->train.warmup_tokens + 1.0);
@@ -86,7 +86,7 @@ static int crossed(int64_t before, int64_t after, int64_t every) {
 }
 
 typedef struct run {
-  const trn_config *cfg;
+  const rcfg *cfg;
   FILE *out;
   kern_ctx k;
   trn_lexicon *lex;
@@ -97,10 +97,13 @@ typedef struct run {
   int32_t *val_tok; /* (nval * T + 1) */
   int nval;         /* validation windows */
   char *config_json;
+  char config_hash[65];
+  const char *ckpt_dir;      /* the flag's, else the config's checkpoint.dir */
+  const char *ckpt_dir_flag; /* --checkpoint-dir, or NULL */
 } run;
 
 static int open_data(run *r, char *err, size_t errlen) {
-  const trn_config *c = r->cfg;
+  const rcfg *c = r->cfg;
   if (c->data.synthetic) {
     int rc = trn_lexicon_new(&c->data.synth, &r->lex, err, errlen);
     if (rc)
@@ -127,15 +130,17 @@ static int open_data(run *r, char *err, size_t errlen) {
 }
 
 static void emit_config(run *r) {
-  const trn_config *c = r->cfg;
-  trn_shape s = {c->model.n_layer, c->model.d_model, c->model.n_head, c->model.seq_len,
-                 c->model.vocab_size};
+  const rcfg *c = r->cfg;
+  rcfg_shape s = rcfg_shape_of(c);
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "event", "config");
   cJSON_AddItemToObject(o, "config", cJSON_Parse(r->config_json));
-  cJSON_AddNumberToObject(o, "params", (double)trn_params(&s));
-  cJSON_AddNumberToObject(o, "nonembedding_params", (double)trn_nonembedding_params(&s));
-  cJSON_AddNumberToObject(o, "flops_per_token", trn_flops_per_token(&s));
+  cJSON_AddStringToObject(o, "config_hash", r->config_hash);
+  if (r->ckpt_dir_flag)
+    cJSON_AddStringToObject(o, "checkpoint_dir", r->ckpt_dir_flag);
+  cJSON_AddNumberToObject(o, "params", (double)rcfg_params(&s));
+  cJSON_AddNumberToObject(o, "nonembedding_params", (double)rcfg_nonembedding_params(&s));
+  cJSON_AddNumberToObject(o, "flops_per_token", rcfg_flops_per_token(&s));
   cJSON_AddNumberToObject(o, "optimizer_state_bytes", (double)r->optim.state_bytes);
   cJSON_AddNumberToObject(o, "activation_bytes", (double)trn_model_activation_bytes(&r->model));
   cJSON_AddStringToObject(o, "b_noise_unit", "sequences");
@@ -179,8 +184,8 @@ static double evaluate(run *r) {
 
 static int save(run *r, const trn_ckpt_state *st, char *err, size_t errlen) {
   char path[4096];
-  int rc = trn_ckpt_save(r->cfg->checkpoint.dir, r->config_json, &r->model, &r->optim, st, path,
-                         sizeof path, err, errlen);
+  int rc = trn_ckpt_save(r->ckpt_dir, r->config_json, &r->model, &r->optim, st, path, sizeof path,
+                         err, errlen);
   if (rc)
     return rc;
   cJSON *o = cJSON_CreateObject();
@@ -229,14 +234,14 @@ static int pick_checkpoint(const char *dir, int64_t max_step, char *path, size_t
 
 static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, char *err,
                       size_t errlen) {
-  const trn_config *c = r->cfg;
+  const rcfg *c = r->cfg;
   int T = c->model.seq_len, mb = c->train.micro_batch_size, B = c->train.batch_size;
   int nmicro = B / mb;
   int64_t step_tokens = (int64_t)B * T;
   int64_t steps = c->train.tokens / step_tokens;
   trn_ckpt_state st;
   memset(&st, 0, sizeof st);
-  st.loss_scale = c->precision == KERN_FP16 ? SCALE_INIT : 1.0;
+  st.loss_scale = c->precision == RCFG_FP16 ? SCALE_INIT : 1.0;
   trn_noise_init(&st.noise, NOISE_EMA_DECAY);
 
   int rc;
@@ -302,7 +307,7 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     double gnorm2 = k->ops->sumsq(k, m->grads, m->nparams);
     int skipped = 0;
     if (!isfinite(gnorm2)) {
-      if (c->precision != KERN_FP16) {
+      if (c->precision != RCFG_FP16) {
         snprintf(err, errlen, "gradient norm is not finite at step %lld; stopping",
                  (long long)st.step + 1);
         return SS_ENUMERIC;
@@ -321,7 +326,7 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
       trn_optim_step(&r->optim, m, lr, c->optimizer.beta1, c->optimizer.beta2, c->optimizer.eps,
                      c->train.weight_decay, (float)(clip / S),
                      (int)(st.step + 1 - st.skipped_steps));
-      if (c->precision == KERN_FP16 && ++st.good_steps >= SCALE_GROWTH_STEPS) {
+      if (c->precision == RCFG_FP16 && ++st.good_steps >= SCALE_GROWTH_STEPS) {
         st.loss_scale *= 2.0;
         st.good_steps = 0;
       }
@@ -344,7 +349,7 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     double bn;
     if (trn_noise_value(&st.noise, &bn) == 0)
       fprintf(r->out, ",\"b_noise\":%.17g", bn);
-    if (c->precision == KERN_FP16)
+    if (c->precision == RCFG_FP16)
       fprintf(r->out, ",\"loss_scale\":%.17g,\"skipped\":%s", st.loss_scale,
               skipped ? "true" : "false");
     fprintf(r->out, ",\"tok_per_s\":%.6g}\n", (double)step_tokens / dt);
@@ -364,8 +369,8 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     }
     /* a signal during the last step lets the run finish normally */
     int stopping = stop_signal && st.step < steps;
-    int want_ckpt = crossed(before, st.tokens, c->checkpoint.every_tokens) ||
-                    (stopping && c->checkpoint.dir[0]);
+    int want_ckpt =
+        crossed(before, st.tokens, c->checkpoint.every_tokens) || (stopping && r->ckpt_dir[0]);
     if (want_ckpt) {
       trn_loader_get_pos(r->train, &st.train_pos);
       if ((rc = save(r, &st, err, errlen)) != 0)
@@ -374,8 +379,8 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     if (stopping) {
       snprintf(err, errlen, "stopped by signal %d after step %lld%s", (int)stop_signal,
                (long long)st.step,
-               c->checkpoint.dir[0] ? "; resume with --resume and the checkpoint directory"
-                                    : " (no checkpoint.dir: nothing saved)");
+               r->ckpt_dir[0] ? "; resume with --resume and the checkpoint directory"
+                              : " (no checkpoint.dir: nothing saved)");
       return SS_ETERM;
     }
   }
@@ -385,15 +390,14 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     fprintf(r->out, "{\"event\":\"eval\",\"step\":%lld,\"tokens\":%lld,\"val_loss\":%.17g}\n",
             (long long)st.step, (long long)st.tokens, val_loss);
   }
-  trn_shape s = {c->model.n_layer, c->model.d_model, c->model.n_head, c->model.seq_len,
-                 c->model.vocab_size};
-  double fpt = trn_flops_per_token(&s);
+  rcfg_shape s = rcfg_shape_of(c);
+  double fpt = rcfg_flops_per_token(&s);
   fprintf(r->out,
           "{\"event\":\"done\",\"final_val_loss\":%.17g,\"params\":%lld,"
           "\"nonembedding_params\":%lld,\"flops\":%.17g,\"flops_6nd\":%.17g,"
           "\"tokens\":%lld,\"steps\":%lld,\"wall_s\":%.6g,\"peak_rss_bytes\":%lld",
-          val_loss, (long long)trn_params(&s), (long long)trn_nonembedding_params(&s),
-          fpt * (double)st.tokens, 6.0 * (double)trn_nonembedding_params(&s) * (double)st.tokens,
+          val_loss, (long long)rcfg_params(&s), (long long)rcfg_nonembedding_params(&s),
+          fpt * (double)st.tokens, 6.0 * (double)rcfg_nonembedding_params(&s) * (double)st.tokens,
           (long long)st.tokens, (long long)st.step, now() - t_start, peak_rss_bytes());
 #ifdef SS_HAVE_CUDA
   if (strcmp(k->ops->name, "cuda") == 0)
@@ -404,15 +408,27 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
   return 0;
 }
 
-int trn_train(const trn_config *cfg, const char *resume_dir, int64_t resume_max_step, FILE *out,
-              char *err, size_t errlen) {
+kern_prec trn_kern_prec(rcfg_prec p) {
+  return p == RCFG_BF16 ? KERN_BF16 : p == RCFG_FP16 ? KERN_FP16 : KERN_FP32;
+}
+
+int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err, size_t errlen) {
   run r;
   memset(&r, 0, sizeof r);
   r.cfg = cfg;
   r.out = out;
+  r.ckpt_dir_flag = opts->checkpoint_dir;
+  r.ckpt_dir = opts->checkpoint_dir ? opts->checkpoint_dir : cfg->checkpoint.dir;
   err[0] = 0;
   int rc = 0;
   int on_cuda = strcmp(cfg->backend, "cuda") == 0;
+  if (cfg->checkpoint.every_tokens > 0 && !r.ckpt_dir[0]) {
+    snprintf(err, errlen,
+             "$.checkpoint.dir: missing; checkpoint.every_tokens > 0 needs a directory\nHINT: "
+             "set checkpoint.dir, or pass --checkpoint-dir DIR");
+    rc = SS_EINVAL;
+    goto done;
+  }
   if (cfg->world_size > 1) {
     snprintf(err, errlen,
              "$.world_size: found %d: data-parallel training (NCCL) is not implemented "
@@ -424,7 +440,7 @@ int trn_train(const trn_config *cfg, const char *resume_dir, int64_t resume_max_
   if (on_cuda) {
 #ifdef SS_HAVE_CUDA
     /* device 0 of those the worker leaves visible (CUDA_VISIBLE_DEVICES) */
-    if (kern_cuda_init(&r.k, cfg->precision, 0, err, errlen) != 0) {
+    if (kern_cuda_init(&r.k, trn_kern_prec(cfg->precision), 0, err, errlen) != 0) {
       rc = SS_EIO;
       goto done;
     }
@@ -437,13 +453,17 @@ int trn_train(const trn_config *cfg, const char *resume_dir, int64_t resume_max_
     goto done;
 #endif
   } else {
-    kern_cpu_init(&r.k, cfg->precision, cfg->threads);
+    kern_cpu_init(&r.k, trn_kern_prec(cfg->precision), cfg->threads);
   }
-  r.config_json = trn_config_to_json(cfg);
+  r.config_json = rcfg_to_json(cfg);
+  if (!r.config_json || rcfg_hash(cfg, r.config_hash) != 0) {
+    snprintf(err, errlen, "out of memory printing the run config");
+    rc = SS_ENOMEM;
+    goto done;
+  }
   if ((rc = open_data(&r, err, errlen)) != 0)
     goto done;
-  trn_shape s = {cfg->model.n_layer, cfg->model.d_model, cfg->model.n_head, cfg->model.seq_len,
-                 cfg->model.vocab_size};
+  rcfg_shape s = rcfg_shape_of(cfg);
   int mb = cfg->train.micro_batch_size, T = cfg->model.seq_len;
   /* evaluation reuses the training micro-batch buffers, at least one window */
   r.nval = (int)(cfg->eval.tokens / T);
@@ -456,13 +476,13 @@ int trn_train(const trn_config *cfg, const char *resume_dir, int64_t resume_max_
     snprintf(err, errlen,
              "out of memory allocating the model (%lld parameters, micro-batch "
              "%d x %d tokens)",
-             (long long)trn_params(&s), mb, T);
+             (long long)rcfg_params(&s), mb, T);
     rc = SS_ENOMEM;
     goto done;
   }
   trn_loader_next(r.val, r.val_tok, (size_t)r.nval * T + 1);
   emit_config(&r);
-  rc = train_loop(&r, resume_dir, resume_max_step, err, errlen);
+  rc = train_loop(&r, opts->resume_dir, opts->resume_max_step, err, errlen);
 
 done:
   if (rc)

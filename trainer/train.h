@@ -7,18 +7,37 @@
 #ifndef SS_TRAINER_TRAIN_H
 #define SS_TRAINER_TRAIN_H
 
+#include <stdint.h>
 #include <stdio.h>
 
-#include "trainer/config.h"
+#include "kernels/kern.h"
+#include "runcfg/runcfg.h"
 
-/* resume_dir: continue from resume_dir/checkpoint.bin (NULL: fresh run; a
- * directory without a checkpoint starts fresh). resume_max_step >= 0: from
- * the newest of checkpoint.bin and checkpoint.prev.bin whose step is at most
- * that, else fresh (the worker passes the last step whose metrics the
- * scheduler has stored, so that no step's metrics go missing); < 0: the
- * newest. */
-int trn_train(const trn_config *cfg, const char *resume_dir, int64_t resume_max_step, FILE *out,
-              char *err, size_t errlen);
+/* How one run is started, beside its config. */
+typedef struct trn_train_opts {
+  /* continue from resume_dir/checkpoint.bin (NULL: fresh run; a directory
+   * without a checkpoint starts fresh) */
+  const char *resume_dir;
+  /* >= 0: from the newest of checkpoint.bin and checkpoint.prev.bin whose
+   * step is at most that, else fresh (the worker passes the last step whose
+   * metrics the scheduler has stored, so that no step's metrics go
+   * missing); < 0: the newest */
+  int64_t resume_max_step;
+  /* where checkpoints go, overriding the config's checkpoint.dir (NULL: the
+   * config's). The config itself is reported and hashed as given, so a
+   * planned run's config_hash is the planner's wherever the worker puts its
+   * checkpoints. */
+  const char *checkpoint_dir;
+} trn_train_opts;
+
+/* Trains cfg. The config event reports the config as given, its
+ * config_hash (rcfg_hash) and, when opts->checkpoint_dir is set, that
+ * directory. checkpoint.every_tokens > 0 with no directory from either
+ * place is SS_EINVAL. */
+int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err, size_t errlen);
+
+/* The kernels' precision of a run config's. */
+kern_prec trn_kern_prec(rcfg_prec p);
 
 /* Installs the SIGTERM/SIGINT handlers that make trn_train checkpoint and
  * stop at the end of the current step. */

@@ -12,8 +12,9 @@
 #include "common/err.h"
 #include "fuzz.h"
 #include "trainer/ckpt.h"
-#include "trainer/config.h"
+#include "runcfg/runcfg.h"
 #include "trainer/prepare.h"
+#include "trainer/train.h"
 
 #define CONFIG                                                                   \
   "{\"model\": {\"n_layer\": 1, \"d_model\": 8, \"n_head\": 2, \"seq_len\": 4}," \
@@ -23,7 +24,7 @@
   " \"eval\": {\"every_tokens\": 0, \"tokens\": 4}, \"precision\": \"bf16\", \"threads\": 1}"
 
 typedef struct run {
-  trn_config cfg;
+  rcfg cfg;
   char *config_json;
   kern_ctx k;
   trn_model m;
@@ -38,14 +39,14 @@ static run *setup(void) {
   if (ready)
     return &r;
   char err[1024];
-  if (trn_config_parse(CONFIG, "fuzz_ckpt", &r.cfg, err, sizeof err) != 0) {
+  if (rcfg_parse(CONFIG, "fuzz_ckpt", &r.cfg, err, sizeof err) != 0) {
     fprintf(stderr, "%s\n", err);
     abort();
   }
-  r.config_json = trn_config_to_json(&r.cfg);
-  kern_cpu_init(&r.k, r.cfg.precision, r.cfg.threads);
-  trn_shape s = {r.cfg.model.n_layer, r.cfg.model.d_model, r.cfg.model.n_head, r.cfg.model.seq_len,
-                 r.cfg.model.vocab_size};
+  r.config_json = rcfg_to_json(&r.cfg);
+  kern_cpu_init(&r.k, trn_kern_prec(r.cfg.precision), r.cfg.threads);
+  rcfg_shape s = {r.cfg.model.n_layer, r.cfg.model.d_model, r.cfg.model.n_head, r.cfg.model.seq_len,
+                  r.cfg.model.vocab_size};
   if (trn_model_init(&r.m, &r.k, &s, r.cfg.train.micro_batch_size, 0, 0) != 0 ||
       trn_optim_init(&r.o, &r.m, 0) != 0 ||
       trn_lexicon_new(&r.cfg.data.synth, &r.lx, err, sizeof err) != 0 ||

@@ -431,7 +431,7 @@ typedef struct step_out {
   vec grads;
 } step_out;
 
-static step_out train_step(kern_ctx *k, const trn_shape *s, int B, const std::vector<int32_t> &tok,
+static step_out train_step(kern_ctx *k, const rcfg_shape *s, int B, const std::vector<int32_t> &tok,
                            float S) {
   trn_model m;
   trn_optim o;
@@ -456,7 +456,7 @@ static step_out train_step(kern_ctx *k, const trn_shape *s, int B, const std::ve
 }
 
 static void check_train_step(kern_prec p) {
-  trn_shape s = {2, 64, 4, 32, 97}; /* L, C, NH, T, V */
+  rcfg_shape s = {2, 64, 4, 32, 97}; /* L, C, NH, T, V */
   const int B = 4;
   auto tok = randtok((size_t)B * s.seq_len + 1, s.vocab_size);
   float S = p == KERN_FP16 ? 1024.0f : 1.0f; /* a loss scale, as fp16 runs use */

@@ -4,11 +4,11 @@
 #include <string.h>
 
 #include "check.h"
-#include "trainer/flops.h"
+#include "runcfg/flops.h"
 #include "trainer/model.h"
 #include "trainer/rng.h"
 
-static const trn_shape S = {2, 16, 2, 8, 11}; /* L, d, heads, T, V */
+static const rcfg_shape S = {2, 16, 2, 8, 11}; /* L, d, heads, T, V */
 
 static void random_tokens(int32_t *t, int n, uint64_t seed) {
   uint64_t r[4];
@@ -22,10 +22,10 @@ static void test_counts(void) {
   kern_cpu_init(&k, KERN_FP32, 2);
   trn_model m;
   CHECK_INT_EQ(trn_model_init(&m, &k, &S, 2, 0, 0), 0);
-  CHECK_INT_EQ((long long)m.nparams, trn_params(&S));
+  CHECK_INT_EQ((long long)m.nparams, rcfg_params(&S));
   int64_t L = S.n_layer, d = S.d_model;
-  CHECK_INT_EQ(trn_nonembedding_params(&S), L * (12 * d * d + 13 * d) + 2 * d);
-  CHECK_NEAR(trn_flops_per_token(&S), 6.0 * (12.0 * 2 * 16 * 16 + 16.0 * 11) + 6.0 * 2 * 8 * 16, 0,
+  CHECK_INT_EQ(rcfg_nonembedding_params(&S), L * (12 * d * d + 13 * d) + 2 * d);
+  CHECK_NEAR(rcfg_flops_per_token(&S), 6.0 * (12.0 * 2 * 16 * 16 + 16.0 * 11) + 6.0 * 2 * 8 * 16, 0,
              1e-15);
   trn_model_free(&m);
 }

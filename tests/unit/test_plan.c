@@ -1,20 +1,24 @@
 /* The planner (sweeps/plan.h) and the shape rule (sweeps/shapes.h):
  * determinism, the FLOP accounting of SCIENCE.md section 1, isoflop runs on
  * their budgets, shapes on their targets, the batch rule's step floor,
- * smallest-first order, refusals with paths, and every example. */
+ * smallest-first order, refusals with paths, and every example; and that
+ * the trainer reports the planner's config_hash for a planned run. */
 #include <math.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "common/err.h"
+#include "runcfg/flops.h"
+#include "runcfg/runcfg.h"
 #include "sweeps/plan.h"
 #include "sweeps/shapes.h"
 #include "sweeps/spec.h"
-#include "trainer/config.h"
-#include "trainer/flops.h"
+#include "trainer/ckpt.h"
+#include "trainer/train.h"
 
 #ifndef SS_SOURCE_DIR
 #define SS_SOURCE_DIR "."
@@ -52,9 +56,7 @@ static plan *plan_file(const char *name, spec **sp) {
   spec_problems pr = {0};
   spec *s = NULL;
   plan *p = NULL;
-  int rc = spec_load(path, &s, &pr);
-  if (rc == 0)
-    rc = plan_spec(s, &p, &pr);
+  int rc = plan_load(path, &s, &p, &pr);
   if (rc) {
     fprintf(stderr, "%s:\n", path);
     show(&pr);
@@ -110,21 +112,21 @@ static void check_invariants(const plan *p, const spec *s) {
     CHECK_INT_EQ(r->index, i);
     /* the config is the trainer's canonical text of itself: exactly what
      * `scalesweep train` resolves and runs */
-    trn_config cfg;
+    rcfg cfg;
     char err[4096];
-    CHECK(trn_config_parse(r->config, "planned", &cfg, err, sizeof err) == 0);
-    char *again = trn_config_to_json(&cfg);
+    CHECK(rcfg_parse(r->config, "planned", &cfg, err, sizeof err) == 0);
+    char *again = rcfg_to_json(&cfg);
     CHECK(again && !strcmp(again, r->config));
     free(again);
     char h[65];
     sha256_hex(r->config, h);
     CHECK(!strcmp(h, r->config_hash));
     /* FLOP accounting (SCIENCE.md section 1) */
-    trn_shape sh = {r->n_layer, r->d_model, r->n_head, r->seq_len, r->vocab_size};
+    rcfg_shape sh = {r->n_layer, r->d_model, r->n_head, r->seq_len, r->vocab_size};
     CHECK_INT_EQ(cfg.model.n_layer, r->n_layer);
     CHECK_INT_EQ(cfg.train.batch_size, r->batch_size);
-    CHECK_INT_EQ(r->params, trn_params(&sh));
-    CHECK_INT_EQ(r->nonembedding_params, trn_nonembedding_params(&sh));
+    CHECK_INT_EQ(r->params, rcfg_params(&sh));
+    CHECK_INT_EQ(r->nonembedding_params, rcfg_nonembedding_params(&sh));
     double fpt = 6.0 * (12.0 * r->n_layer * (double)r->d_model * r->d_model +
                         (double)r->d_model * r->vocab_size) +
                  6.0 * r->n_layer * (double)r->seq_len * r->d_model;
@@ -305,9 +307,9 @@ static void test_shapes(void) {
   } bands[] = {{1.3e4, 3e4, 1.25}, {3e4, 1e6, 1.17}, {1e6, 1e7, 1.08}, {1e7, 2e9, 1.05}};
   for (size_t b = 0; b < sizeof bands / sizeof *bands; b++)
     for (double t = bands[b].lo; t < bands[b].hi; t *= 1.01) {
-      trn_shape s = {0, 0, 0, 64, 27};
+      rcfg_shape s = {0, 0, 0, 64, 27};
       CHECK(shape_for_params(&r, t, &s) == 0);
-      double n = (double)trn_nonembedding_params(&s);
+      double n = (double)rcfg_nonembedding_params(&s);
       if (!(fabs(log(n / t)) <= log(bands[b].tol))) {
         fprintf(stderr, "  target %g -> %d x %d: N = %g\n", t, s.n_layer, s.d_model, n);
         CHECK(0);
@@ -319,7 +321,7 @@ static void test_shapes(void) {
             a <= r.aspect_ratio * SHAPE_ASPECT_BAND + 1e-9);
     }
   /* known shapes */
-  trn_shape s = {0, 0, 0, 64, 27};
+  rcfg_shape s = {0, 0, 0, 64, 27};
   CHECK(shape_for_params(&r, 1e5, &s) == 0);
   CHECK(s.n_layer == 2 && s.d_model == 64 && s.n_head == 4);
   shape_rule g = {64, 64};
@@ -330,7 +332,7 @@ static void test_shapes(void) {
   CHECK(shape_head_size(&r, 128) == 32 && shape_head_size(&r, 768) == 64);
   /* below one head: refused, with the smallest shape reported */
   CHECK(shape_for_params(&r, 100, &s) == SS_ERANGE);
-  trn_shape small = {0, 0, 0, 64, 27};
+  rcfg_shape small = {0, 0, 0, 64, 27};
   shape_smallest(&r, &small);
   CHECK(s.n_layer == 1 && s.d_model == small.d_model);
   CHECK(shape_for_params(&g, 1e4, &s) == SS_ERANGE); /* one head of 64 is 50k */
@@ -490,6 +492,49 @@ static void test_refusals(void) {
   spec_problems_free(&pr);
 }
 
+/* A planned run, trained as the worker trains it (its checkpoint directory
+ * a flag, not in the config), reports the planner's config_hash: the hash
+ * is of the config that trains. Fails if either side hashes anything else
+ * (the interval the planner sets, a directory the worker adds). */
+static void test_trainer_hash(void) {
+  plan *p = plan_text("{\"name\": \"h\", \"method\": \"grid\", \"grid\": {\"params\": [1e4],"
+                      " \"tokens\": [256], \"batch_size\": [2]}, \"base\": {\"model\":"
+                      " {\"seq_len\": 16}, \"eval\": {\"tokens\": 16}}}",
+                      NULL);
+  CHECK(p && p->n == 1);
+  if (!p || p->n != 1)
+    return;
+  const plan_run *r = &p->runs[0];
+  rcfg cfg;
+  char err[4096], dir[] = "/tmp/test_plan_ckXXXXXX";
+  CHECK(rcfg_parse(r->config, "planned", &cfg, err, sizeof err) == 0);
+  CHECK(cfg.checkpoint.every_tokens > 0 && !cfg.checkpoint.dir[0]);
+  CHECK(mkdtemp(dir) != NULL);
+  FILE *out = tmpfile();
+  trn_train_opts opts = {NULL, -1, dir};
+  CHECK(trn_train(&cfg, &opts, out, err, sizeof err) == 0);
+  rewind(out);
+  char line[65536];
+  CHECK(fgets(line, sizeof line, out) != NULL);
+  json_t *ev = json_loads(line, 0, NULL);
+  const char *hash = json_string_value(json_object_get(ev, "config_hash"));
+  CHECK(hash && !strcmp(hash, r->config_hash));
+  CHECK(!strcmp(json_string_value(json_object_get(ev, "checkpoint_dir")), dir));
+  char *given = json_dumps(json_object_get(ev, "config"), JSON_COMPACT);
+  CHECK(given && !strstr(given, dir)); /* the config is reported as given */
+  free(given);
+  json_decref(ev);
+  fclose(out);
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, TRN_CKPT_FILE);
+  CHECK(access(path, F_OK) == 0); /* the checkpoints went under the flag's directory */
+  unlink(path);
+  snprintf(path, sizeof path, "%s/%s", dir, TRN_CKPT_PREV_FILE);
+  unlink(path);
+  rmdir(dir);
+  plan_free(p);
+}
+
 int main(void) {
   test_shapes();
   test_examples();
@@ -499,5 +544,6 @@ int main(void) {
   test_order_and_resources();
   test_runs_method();
   test_refusals();
+  test_trainer_hash();
   CHECK_DONE();
 }

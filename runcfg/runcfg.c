@@ -1,5 +1,6 @@
-/* Run config: JSON (cJSON) -> trn_config, with defaults and validation. */
-#include "trainer/config.h"
+/* Run config: JSON (cJSON) -> rcfg, with defaults and validation; the
+ * canonical text and its hash. */
+#include "runcfg/runcfg.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/digest.h"
 #include "common/err.h"
 #include "common/fileio.h"
 
@@ -37,17 +39,12 @@ static void problem(problems *p, const char *path, const char *fmt, ...) {
     p->len = p->len + (size_t)w < p->cap ? p->len + (size_t)w : p->cap - 1;
 }
 
-/* A short rendering of a JSON value for "found ..." messages. */
+/* A short rendering of a JSON value for "found ..." messages: at most 40
+ * characters, longer ones cut to 37 and "..." */
 static void found(const cJSON *v, char *out, size_t n) {
   char *s = cJSON_PrintUnformatted(v);
-  if (!s) {
-    snprintf(out, n, "?");
-    return;
-  }
-  if (strlen(s) > 40)
-    snprintf(out, n, "%.37s...", s);
-  else
-    snprintf(out, n, "%s", s);
+  size_t len = s ? strlen(s) : 0;
+  snprintf(out, n, "%.*s%s", len > 40 ? 37 : (int)len, s ? s : "?", len > 40 ? "..." : "");
   free(s);
 }
 
@@ -65,26 +62,34 @@ static const char *type_name(const cJSON *v) {
   return "an object";
 }
 
+/* The NULL-terminated list as "a, b, c" (quoted: "\"a\", \"b\"") */
+static void key_list(char *out, size_t n, const char *const *list, int quoted) {
+  size_t at = 0;
+  out[0] = 0;
+  for (const char *const *a = list; a && *a && at < n; a++) {
+    int w = snprintf(out + at, n - at, quoted ? "%s\"%s\"" : "%s%s", a == list ? "" : ", ", *a);
+    at += w > 0 ? (size_t)w : 0;
+  }
+}
+
+static int listed(const char *const *list, const char *s) {
+  for (const char *const *a = list; *a; a++)
+    if (strcmp(s, *a) == 0)
+      return 1;
+  return 0;
+}
+
 /* Flags keys of obj that are not in the NULL-terminated list allowed. */
 static void check_keys(problems *p, const cJSON *obj, const char *path,
                        const char *const *allowed) {
   const cJSON *c;
   cJSON_ArrayForEach(c, obj) {
-    int ok = 0;
-    for (const char *const *a = allowed; *a; a++)
-      if (strcmp(c->string, *a) == 0)
-        ok = 1;
-    if (!ok) {
-      char list[256] = "";
-      for (const char *const *a = allowed; *a; a++) {
-        strncat(list, *a, sizeof list - strlen(list) - 1);
-        if (a[1])
-          strncat(list, ", ", sizeof list - strlen(list) - 1);
-      }
-      char full[192];
-      snprintf(full, sizeof full, "%s.%s", path, c->string);
-      problem(p, full, "unknown key; expected one of: %s", list);
-    }
+    if (listed(allowed, c->string))
+      continue;
+    char list[256], full[192];
+    key_list(list, sizeof list, allowed, 0);
+    snprintf(full, sizeof full, "%s.%s", path, c->string);
+    problem(p, full, "unknown key; expected one of: %s", list);
   }
 }
 
@@ -156,14 +161,8 @@ static void get_str(problems *p, const cJSON *obj, const char *path, const char 
     return;
   char full[128];
   snprintf(full, sizeof full, "%s.%s", path, key);
-  char allowed[160] = "";
-  for (const char *const *c = choices; c && *c; c++) {
-    if (*allowed)
-      strncat(allowed, ", ", sizeof allowed - strlen(allowed) - 1);
-    strncat(allowed, "\"", sizeof allowed - strlen(allowed) - 1);
-    strncat(allowed, *c, sizeof allowed - strlen(allowed) - 1);
-    strncat(allowed, "\"", sizeof allowed - strlen(allowed) - 1);
-  }
+  char allowed[160];
+  key_list(allowed, sizeof allowed, choices, 1);
   if (!cJSON_IsString(v)) {
     char f[64];
     found(v, f, sizeof f);
@@ -175,15 +174,9 @@ static void get_str(problems *p, const cJSON *obj, const char *path, const char 
     problem(p, full, "string too long (%zu bytes, at most %zu)", strlen(v->valuestring), n - 1);
     return;
   }
-  if (choices) {
-    int ok = 0;
-    for (const char *const *c = choices; *c; c++)
-      if (strcmp(*c, v->valuestring) == 0)
-        ok = 1;
-    if (!ok) {
-      problem(p, full, "found \"%s\", expected one of %s", v->valuestring, allowed);
-      return;
-    }
+  if (choices && !listed(choices, v->valuestring)) {
+    problem(p, full, "found \"%s\", expected one of %s", v->valuestring, allowed);
+    return;
   }
   snprintf(out, n, "%s", v->valuestring);
 }
@@ -220,15 +213,13 @@ static void line_col(const char *text, const char *pos, int *line, int *col) {
   }
 }
 
-const char *trn_prec_name(kern_prec p) {
-  return p == KERN_BF16 ? "bf16" : p == KERN_FP16 ? "fp16" : "fp32";
+const char *rcfg_prec_name(rcfg_prec p) {
+  return p == RCFG_BF16 ? "bf16" : p == RCFG_FP16 ? "fp16" : "fp32";
 }
 
-int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *err,
-                     size_t errlen) {
-  problems p = {err, errlen, 0, 0, name};
-  if (errlen)
-    err[0] = 0;
+/* The root object of text, or NULL with the malformed-JSON or not-an-object
+ * message in err. */
+static cJSON *parse_root(const char *text, problems *p) {
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
   if (!root) {
@@ -238,207 +229,242 @@ int trn_config_parse(const char *text, const char *name, trn_config *cfg, char *
     char near[16] = "";
     for (int i = 0; at && at[i] && i < 12; i++)
       near[i] = (at[i] == '\n' || at[i] == '\r' || at[i] == '\t') ? ' ' : at[i];
-    snprintf(err, errlen,
+    snprintf(p->buf, p->cap,
              "%s:%d:%d: malformed JSON near '%s'; expected a JSON object (RFC 8259: "
              "quoted keys, no trailing commas, no comments)",
-             name, line, col, near);
-    return SS_EINVAL;
+             p->name, line, col, near);
+    return NULL;
   }
   if (!cJSON_IsObject(root)) {
-    problem(&p, "$", "expected a JSON object, found %s", type_name(root));
+    problem(p, "$", "expected a JSON object, found %s", type_name(root));
     cJSON_Delete(root);
-    return SS_EINVAL;
+    return NULL;
   }
-  static const char *const top_keys[] = {"model",     "data",       "train",   "optimizer",
-                                         "precision", "memory",     "eval",    "checkpoint",
-                                         "backend",   "world_size", "threads", NULL};
-  check_keys(&p, root, "$", top_keys);
+  return root;
+}
 
-  memset(cfg, 0, sizeof *cfg);
-  const cJSON *model = section(&p, root, "model", "$.model");
-  const cJSON *data = section(&p, root, "data", "$.data");
-  const cJSON *train = section(&p, root, "train", "$.train");
-  const cJSON *opt = section(&p, root, "optimizer", "$.optimizer");
-  const cJSON *mem = section(&p, root, "memory", "$.memory");
-  const cJSON *eval = section(&p, root, "eval", "$.eval");
-  const cJSON *ckpt = section(&p, root, "checkpoint", "$.checkpoint");
-
-  /* data first: the vocabulary default depends on it */
-  static const char *const data_keys[] = {"train", "val", "synthetic", NULL};
+static void parse_synth(problems *p, const cJSON *syn, rcfg_synth *sp) {
   static const char *const synth_keys[] = {"letters", "words", "min_len", "max_len",
                                            "zipf",    "seed",  NULL};
+  static const char *const at = "$.data.synthetic";
+  check_keys(p, syn, at, synth_keys);
+  get_int(p, syn, at, "letters", &sp->letters, 1, 255);
+  get_int(p, syn, at, "words", &sp->words, 1, 10000000);
+  get_int(p, syn, at, "min_len", &sp->min_len, 1, 64);
+  get_int(p, syn, at, "max_len", &sp->max_len, 1, 64);
+  get_num(p, syn, at, "zipf", &sp->zipf, 1e-6, 100.0, "in (0, 100]");
+  int64_t seed = (int64_t)sp->seed;
+  get_i64(p, syn, at, "seed", &seed, 0, (int64_t)1 << 53);
+  sp->seed = (uint64_t)seed;
+  if (sp->min_len > sp->max_len)
+    problem(p, "$.data.synthetic.min_len", "found %d, expected <= max_len (%d)", sp->min_len,
+            sp->max_len);
+}
+
+/* data comes first: the vocabulary default depends on it */
+static void parse_data(problems *p, const cJSON *data, rcfg *cfg) {
+  static const char *const data_keys[] = {"train", "val", "synthetic", NULL};
   if (data)
-    check_keys(&p, data, "$.data", data_keys);
-  trn_synth_params *sp = &cfg->data.synth;
-  sp->letters = 26;
-  sp->words = 4096;
-  sp->min_len = 2;
-  sp->max_len = 8;
-  sp->zipf = 1.2;
-  sp->seed = 1;
+    check_keys(p, data, "$.data", data_keys);
+  cfg->data.synth = (rcfg_synth){26, 4096, 2, 8, 1.2, 1};
   int has_shards = has(data, "train") || has(data, "val");
   cfg->data.synthetic = !has_shards;
   if (has_shards && has(data, "synthetic"))
-    problem(&p, "$.data", "give either \"synthetic\" or \"train\"/\"val\" shards, not both");
+    problem(p, "$.data", "give either \"synthetic\" or \"train\"/\"val\" shards, not both");
   if (has_shards) {
-    get_str(&p, data, "$.data", "train", cfg->data.train, sizeof cfg->data.train, NULL);
-    get_str(&p, data, "$.data", "val", cfg->data.val, sizeof cfg->data.val, NULL);
+    get_str(p, data, "$.data", "train", cfg->data.train, sizeof cfg->data.train, NULL);
+    get_str(p, data, "$.data", "val", cfg->data.val, sizeof cfg->data.val, NULL);
     if (!has(data, "train"))
-      problem(&p, "$.data.train", "missing; expected a token shard path or glob");
+      problem(p, "$.data.train", "missing; expected a token shard path or glob");
     if (!has(data, "val"))
-      problem(&p, "$.data.val", "missing; expected a token shard path or glob");
-  } else {
-    const cJSON *syn = section(&p, data, "synthetic", "$.data.synthetic");
-    if (syn) {
-      check_keys(&p, syn, "$.data.synthetic", synth_keys);
-      get_int(&p, syn, "$.data.synthetic", "letters", &sp->letters, 1, 255);
-      get_int(&p, syn, "$.data.synthetic", "words", &sp->words, 1, 10000000);
-      get_int(&p, syn, "$.data.synthetic", "min_len", &sp->min_len, 1, 64);
-      get_int(&p, syn, "$.data.synthetic", "max_len", &sp->max_len, 1, 64);
-      get_num(&p, syn, "$.data.synthetic", "zipf", &sp->zipf, 1e-6, 100.0, "in (0, 100]");
-      int64_t seed = (int64_t)sp->seed;
-      get_i64(&p, syn, "$.data.synthetic", "seed", &seed, 0, (int64_t)1 << 53);
-      sp->seed = (uint64_t)seed;
-      if (sp->min_len > sp->max_len)
-        problem(&p, "$.data.synthetic.min_len", "found %d, expected <= max_len (%d)", sp->min_len,
-                sp->max_len);
-    }
+      problem(p, "$.data.val", "missing; expected a token shard path or glob");
+    return;
   }
+  const cJSON *syn = section(p, data, "synthetic", "$.data.synthetic");
+  if (syn)
+    parse_synth(p, syn, &cfg->data.synth);
+}
 
+static void parse_model(problems *p, const cJSON *model, rcfg *cfg) {
   static const char *const model_keys[] = {"n_layer", "d_model",    "n_head",
                                            "seq_len", "vocab_size", NULL};
   if (model)
-    check_keys(&p, model, "$.model", model_keys);
+    check_keys(p, model, "$.model", model_keys);
+  int letters = cfg->data.synth.letters;
   cfg->model.n_layer = 2;
   cfg->model.d_model = 64;
   cfg->model.n_head = 4;
   cfg->model.seq_len = 64;
-  cfg->model.vocab_size = cfg->data.synthetic ? sp->letters + 1 : 256;
-  get_int(&p, model, "$.model", "n_layer", &cfg->model.n_layer, 1, 1024);
-  get_int(&p, model, "$.model", "d_model", &cfg->model.d_model, 1, 1 << 16);
-  get_int(&p, model, "$.model", "n_head", &cfg->model.n_head, 1, 1024);
-  get_int(&p, model, "$.model", "seq_len", &cfg->model.seq_len, 2, 1 << 16);
-  get_int(&p, model, "$.model", "vocab_size", &cfg->model.vocab_size, 2, 65536);
+  cfg->model.vocab_size = cfg->data.synthetic ? letters + 1 : 256;
+  get_int(p, model, "$.model", "n_layer", &cfg->model.n_layer, 1, 1024);
+  get_int(p, model, "$.model", "d_model", &cfg->model.d_model, 1, 1 << 16);
+  get_int(p, model, "$.model", "n_head", &cfg->model.n_head, 1, 1024);
+  get_int(p, model, "$.model", "seq_len", &cfg->model.seq_len, 2, 1 << 16);
+  get_int(p, model, "$.model", "vocab_size", &cfg->model.vocab_size, 2, 65536);
   if (cfg->model.d_model % cfg->model.n_head)
-    problem(&p, "$.model.d_model",
+    problem(p, "$.model.d_model",
             "found %d, expected a multiple of n_head (%d): each head gets d_model / n_head "
             "channels",
             cfg->model.d_model, cfg->model.n_head);
-  if (cfg->data.synthetic && cfg->model.vocab_size < sp->letters + 1)
-    problem(&p, "$.model.vocab_size",
+  if (cfg->data.synthetic && cfg->model.vocab_size < letters + 1)
+    problem(p, "$.model.vocab_size",
             "found %d, expected at least letters + 1 = %d for the synthetic corpus",
-            cfg->model.vocab_size, sp->letters + 1);
+            cfg->model.vocab_size, letters + 1);
+}
 
+/* train.batch_size, micro_batch_size and tokens (the defaults of the rest
+ * follow from tokens) */
+static void parse_batch(problems *p, const cJSON *train, rcfg *cfg) {
+  cfg->train.batch_size = 8;
+  get_int(p, train, "$.train", "batch_size", &cfg->train.batch_size, 1, 1 << 20);
+  cfg->train.micro_batch_size = cfg->train.batch_size;
+  get_int(p, train, "$.train", "micro_batch_size", &cfg->train.micro_batch_size, 1, 1 << 20);
+  if (cfg->train.batch_size % cfg->train.micro_batch_size)
+    problem(p, "$.train.micro_batch_size", "found %d, expected a divisor of batch_size (%d)",
+            cfg->train.micro_batch_size, cfg->train.batch_size);
+  int64_t step_tokens = (int64_t)cfg->train.batch_size * cfg->model.seq_len;
+  cfg->train.tokens = step_tokens * 100;
+  get_i64(p, train, "$.train", "tokens", &cfg->train.tokens, 1, (int64_t)1 << 53);
+  if (cfg->train.tokens < step_tokens)
+    problem(p, "$.train.tokens",
+            "found %lld, expected at least one batch: batch_size x seq_len = %lld",
+            (long long)cfg->train.tokens, (long long)step_tokens);
+}
+
+static void parse_train(problems *p, const cJSON *train, rcfg *cfg) {
   static const char *const train_keys[] = {
       "batch_size", "micro_batch_size", "tokens",       "lr",        "warmup_tokens",
       "schedule",   "min_lr_ratio",     "weight_decay", "grad_clip", "seed",
       NULL};
   static const char *const schedules[] = {"cosine", "constant", NULL};
   if (train)
-    check_keys(&p, train, "$.train", train_keys);
-  cfg->train.batch_size = 8;
-  get_int(&p, train, "$.train", "batch_size", &cfg->train.batch_size, 1, 1 << 20);
-  cfg->train.micro_batch_size = cfg->train.batch_size;
-  get_int(&p, train, "$.train", "micro_batch_size", &cfg->train.micro_batch_size, 1, 1 << 20);
-  if (cfg->train.batch_size % cfg->train.micro_batch_size)
-    problem(&p, "$.train.micro_batch_size", "found %d, expected a divisor of batch_size (%d)",
-            cfg->train.micro_batch_size, cfg->train.batch_size);
-  int64_t step_tokens = (int64_t)cfg->train.batch_size * cfg->model.seq_len;
-  cfg->train.tokens = step_tokens * 100;
-  get_i64(&p, train, "$.train", "tokens", &cfg->train.tokens, 1, (int64_t)1 << 53);
-  if (cfg->train.tokens < step_tokens)
-    problem(&p, "$.train.tokens",
-            "found %lld, expected at least one batch: batch_size x seq_len = %lld",
-            (long long)cfg->train.tokens, (long long)step_tokens);
+    check_keys(p, train, "$.train", train_keys);
+  parse_batch(p, train, cfg);
   cfg->train.lr = 1e-3;
-  get_num(&p, train, "$.train", "lr", &cfg->train.lr, 1e-12, 10.0, "in (0, 10]");
+  get_num(p, train, "$.train", "lr", &cfg->train.lr, 1e-12, 10.0, "in (0, 10]");
   cfg->train.warmup_tokens = floor(0.05 * (double)cfg->train.tokens);
-  get_num(&p, train, "$.train", "warmup_tokens", &cfg->train.warmup_tokens, 0.0, 1e18, ">= 0");
+  get_num(p, train, "$.train", "warmup_tokens", &cfg->train.warmup_tokens, 0.0, 1e18, ">= 0");
   snprintf(cfg->train.schedule, sizeof cfg->train.schedule, "cosine");
-  get_str(&p, train, "$.train", "schedule", cfg->train.schedule, sizeof cfg->train.schedule,
+  get_str(p, train, "$.train", "schedule", cfg->train.schedule, sizeof cfg->train.schedule,
           schedules);
   cfg->train.min_lr_ratio = 0.1;
-  get_num(&p, train, "$.train", "min_lr_ratio", &cfg->train.min_lr_ratio, 0.0, 1.0, "in [0, 1]");
+  get_num(p, train, "$.train", "min_lr_ratio", &cfg->train.min_lr_ratio, 0.0, 1.0, "in [0, 1]");
   cfg->train.weight_decay = 0.1;
-  get_num(&p, train, "$.train", "weight_decay", &cfg->train.weight_decay, 0.0, 10.0, "in [0, 10]");
+  get_num(p, train, "$.train", "weight_decay", &cfg->train.weight_decay, 0.0, 10.0, "in [0, 10]");
   cfg->train.grad_clip = 1.0;
-  get_num(&p, train, "$.train", "grad_clip", &cfg->train.grad_clip, 0.0, 1e9,
+  get_num(p, train, "$.train", "grad_clip", &cfg->train.grad_clip, 0.0, 1e9,
           ">= 0 (0 turns clipping off)");
   int64_t seed = 1;
-  get_i64(&p, train, "$.train", "seed", &seed, 0, (int64_t)1 << 53);
+  get_i64(p, train, "$.train", "seed", &seed, 0, (int64_t)1 << 53);
   cfg->train.seed = (uint64_t)seed;
+}
 
+static void parse_optimizer(problems *p, const cJSON *opt, rcfg *cfg) {
   static const char *const opt_keys[] = {"name", "beta1", "beta2", "eps", NULL};
   static const char *const opt_names[] = {"adamw", "adamw8bit", NULL};
   if (opt)
-    check_keys(&p, opt, "$.optimizer", opt_keys);
+    check_keys(p, opt, "$.optimizer", opt_keys);
   snprintf(cfg->optimizer.name, sizeof cfg->optimizer.name, "adamw");
-  get_str(&p, opt, "$.optimizer", "name", cfg->optimizer.name, sizeof cfg->optimizer.name,
+  get_str(p, opt, "$.optimizer", "name", cfg->optimizer.name, sizeof cfg->optimizer.name,
           opt_names);
   cfg->optimizer.beta1 = 0.9;
   cfg->optimizer.beta2 = 0.95;
   cfg->optimizer.eps = 1e-8;
-  get_num(&p, opt, "$.optimizer", "beta1", &cfg->optimizer.beta1, 0.0, 0.999999, "in [0, 1)");
-  get_num(&p, opt, "$.optimizer", "beta2", &cfg->optimizer.beta2, 0.0, 0.999999, "in [0, 1)");
-  get_num(&p, opt, "$.optimizer", "eps", &cfg->optimizer.eps, 1e-30, 1.0, "in (0, 1]");
+  get_num(p, opt, "$.optimizer", "beta1", &cfg->optimizer.beta1, 0.0, 0.999999, "in [0, 1)");
+  get_num(p, opt, "$.optimizer", "beta2", &cfg->optimizer.beta2, 0.0, 0.999999, "in [0, 1)");
+  get_num(p, opt, "$.optimizer", "eps", &cfg->optimizer.eps, 1e-30, 1.0, "in (0, 1]");
+}
 
+/* memory, eval and checkpoint */
+static void parse_schedule(problems *p, const cJSON *mem, const cJSON *eval, const cJSON *ckpt,
+                           rcfg *cfg) {
+  static const char *const mem_keys[] = {"recompute", NULL};
+  static const char *const eval_keys[] = {"every_tokens", "tokens", NULL};
+  static const char *const ckpt_keys[] = {"dir", "every_tokens", NULL};
+  if (mem)
+    check_keys(p, mem, "$.memory", mem_keys);
+  get_bool(p, mem, "$.memory", "recompute", &cfg->memory.recompute);
+  if (eval)
+    check_keys(p, eval, "$.eval", eval_keys);
+  cfg->eval.every_tokens = cfg->train.tokens / 10;
+  get_i64(p, eval, "$.eval", "every_tokens", &cfg->eval.every_tokens, 0, (int64_t)1 << 53);
+  cfg->eval.tokens = (int64_t)cfg->model.seq_len * 64;
+  get_i64(p, eval, "$.eval", "tokens", &cfg->eval.tokens, 1, (int64_t)1 << 40);
+  if (cfg->eval.tokens < cfg->model.seq_len)
+    problem(p, "$.eval.tokens", "found %lld, expected at least one window (seq_len = %d)",
+            (long long)cfg->eval.tokens, cfg->model.seq_len);
+  if (ckpt)
+    check_keys(p, ckpt, "$.checkpoint", ckpt_keys);
+  get_str(p, ckpt, "$.checkpoint", "dir", cfg->checkpoint.dir, sizeof cfg->checkpoint.dir, NULL);
+  get_i64(p, ckpt, "$.checkpoint", "every_tokens", &cfg->checkpoint.every_tokens, 0,
+          (int64_t)1 << 53);
+}
+
+static void parse_precision(problems *p, const cJSON *root, rcfg *cfg) {
   static const char *const precs[] = {"fp32", "bf16", "fp16", NULL};
   char prec[8] = "fp32";
-  get_str(&p, root, "$", "precision", prec, sizeof prec, precs);
-  cfg->precision = strcmp(prec, "bf16") == 0   ? KERN_BF16
-                   : strcmp(prec, "fp16") == 0 ? KERN_FP16
-                                               : KERN_FP32;
+  get_str(p, root, "$", "precision", prec, sizeof prec, precs);
+  cfg->precision = strcmp(prec, "bf16") == 0   ? RCFG_BF16
+                   : strcmp(prec, "fp16") == 0 ? RCFG_FP16
+                                               : RCFG_FP32;
+}
 
-  static const char *const mem_keys[] = {"recompute", NULL};
-  if (mem)
-    check_keys(&p, mem, "$.memory", mem_keys);
-  get_bool(&p, mem, "$.memory", "recompute", &cfg->memory.recompute);
-
-  static const char *const eval_keys[] = {"every_tokens", "tokens", NULL};
-  if (eval)
-    check_keys(&p, eval, "$.eval", eval_keys);
-  cfg->eval.every_tokens = cfg->train.tokens / 10;
-  get_i64(&p, eval, "$.eval", "every_tokens", &cfg->eval.every_tokens, 0, (int64_t)1 << 53);
-  cfg->eval.tokens = (int64_t)cfg->model.seq_len * 64;
-  get_i64(&p, eval, "$.eval", "tokens", &cfg->eval.tokens, 1, (int64_t)1 << 40);
-  if (cfg->eval.tokens < cfg->model.seq_len)
-    problem(&p, "$.eval.tokens", "found %lld, expected at least one window (seq_len = %d)",
-            (long long)cfg->eval.tokens, cfg->model.seq_len);
-
-  static const char *const ckpt_keys[] = {"dir", "every_tokens", NULL};
-  if (ckpt)
-    check_keys(&p, ckpt, "$.checkpoint", ckpt_keys);
-  get_str(&p, ckpt, "$.checkpoint", "dir", cfg->checkpoint.dir, sizeof cfg->checkpoint.dir, NULL);
-  get_i64(&p, ckpt, "$.checkpoint", "every_tokens", &cfg->checkpoint.every_tokens, 0,
-          (int64_t)1 << 53);
-  if (cfg->checkpoint.every_tokens > 0 && !cfg->checkpoint.dir[0])
-    problem(&p, "$.checkpoint.dir", "missing; checkpoint.every_tokens > 0 needs a directory");
-
+/* backend, world_size, threads */
+static void parse_device(problems *p, const cJSON *root, rcfg *cfg) {
   static const char *const backends[] = {"cpu", "cuda", NULL};
   snprintf(cfg->backend, sizeof cfg->backend, "cpu");
-  get_str(&p, root, "$", "backend", cfg->backend, sizeof cfg->backend, backends);
+  get_str(p, root, "$", "backend", cfg->backend, sizeof cfg->backend, backends);
   cfg->world_size = 1;
-  get_int(&p, root, "$", "world_size", &cfg->world_size, 1, 1024);
+  get_int(p, root, "$", "world_size", &cfg->world_size, 1, 1024);
   if (cfg->world_size > 1 && strcmp(cfg->backend, "cpu") == 0)
-    problem(&p, "$.world_size", "found %d, expected 1 with the cpu backend", cfg->world_size);
+    problem(p, "$.world_size", "found %d, expected 1 with the cpu backend", cfg->world_size);
   cfg->threads = omp_get_num_procs();
-  get_int(&p, root, "$", "threads", &cfg->threads, 1, 1024);
+  get_int(p, root, "$", "threads", &cfg->threads, 1, 1024);
+}
 
+int rcfg_parse(const char *text, const char *name, rcfg *cfg, char *err, size_t errlen) {
+  problems p = {err, errlen, 0, 0, name};
+  if (errlen)
+    err[0] = 0;
+  cJSON *root = parse_root(text, &p);
+  if (!root)
+    return SS_EINVAL;
+  static const char *const top_keys[] = {"model",     "data",       "train",   "optimizer",
+                                         "precision", "memory",     "eval",    "checkpoint",
+                                         "backend",   "world_size", "threads", NULL};
+  check_keys(&p, root, "$", top_keys);
+  memset(cfg, 0, sizeof *cfg);
+  /* sections in this order, so their problems come in this order */
+  static const char *const keys[] = {"model",  "data", "train",     "optimizer",
+                                     "memory", "eval", "checkpoint"};
+  const cJSON *sec[7];
+  for (int i = 0; i < 7; i++) {
+    char path[32];
+    snprintf(path, sizeof path, "$.%s", keys[i]);
+    sec[i] = section(&p, root, keys[i], path);
+  }
+  parse_data(&p, sec[1], cfg);
+  parse_model(&p, sec[0], cfg);
+  parse_train(&p, sec[2], cfg);
+  parse_optimizer(&p, sec[3], cfg);
+  parse_precision(&p, root, cfg);
+  parse_schedule(&p, sec[4], sec[5], sec[6], cfg);
+  parse_device(&p, root, cfg);
   cJSON_Delete(root);
   return p.n ? SS_EINVAL : 0;
 }
 
-int trn_config_load(const char *path, trn_config *cfg, char *err, size_t errlen) {
+int rcfg_load(const char *path, rcfg *cfg, char *err, size_t errlen) {
   char *text;
   int rc = fio_read_all(path, &text, NULL, err, errlen);
   if (rc)
     return rc;
-  rc = trn_config_parse(text, path, cfg, err, errlen);
+  rc = rcfg_parse(text, path, cfg, err, errlen);
   free(text);
   return rc;
 }
 
-char *trn_config_to_json(const trn_config *c) {
+char *rcfg_to_json(const rcfg *c) {
   cJSON *root = cJSON_CreateObject();
   cJSON *m = cJSON_AddObjectToObject(root, "model");
   cJSON_AddNumberToObject(m, "n_layer", c->model.n_layer);
@@ -475,7 +501,7 @@ char *trn_config_to_json(const trn_config *c) {
   cJSON_AddNumberToObject(o, "beta1", c->optimizer.beta1);
   cJSON_AddNumberToObject(o, "beta2", c->optimizer.beta2);
   cJSON_AddNumberToObject(o, "eps", c->optimizer.eps);
-  cJSON_AddStringToObject(root, "precision", trn_prec_name(c->precision));
+  cJSON_AddStringToObject(root, "precision", rcfg_prec_name(c->precision));
   cJSON *me = cJSON_AddObjectToObject(root, "memory");
   cJSON_AddBoolToObject(me, "recompute", c->memory.recompute);
   cJSON *e = cJSON_AddObjectToObject(root, "eval");
@@ -490,4 +516,13 @@ char *trn_config_to_json(const trn_config *c) {
   char *s = cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
   return s;
+}
+
+int rcfg_hash(const rcfg *cfg, char out[65]) {
+  char *text = rcfg_to_json(cfg);
+  if (!text)
+    return SS_ENOMEM;
+  digest_sha256_hex(text, strlen(text), out);
+  free(text);
+  return 0;
 }

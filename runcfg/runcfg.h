@@ -1,0 +1,90 @@
+/* The run config (DESIGN.md "Run config"): parsing, validation, defaults,
+ * the canonical JSON text and its hash. The one owner of the run config:
+ * the planner (sweeps/) and the trainer both resolve configs here, so a
+ * planned config is exactly what `scalesweep train` runs.
+ *
+ * A partial config is completed with every default; the resolved config,
+ * printed back as JSON, alone reproduces the run. Validation errors name the
+ * JSON path, the value found and what is allowed; malformed JSON names the
+ * line and column.
+ *
+ * The library links no kernels, no trainer, no libuv and no libpq; JSON is
+ * cJSON (the trainer's). */
+#ifndef SS_RUNCFG_RUNCFG_H
+#define SS_RUNCFG_RUNCFG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Arithmetic precision of a run; the trainer maps it to its kernels' own. */
+typedef enum rcfg_prec { RCFG_FP32 = 0, RCFG_BF16 = 1, RCFG_FP16 = 2 } rcfg_prec;
+
+/* The synthetic Zipf lexicon's parameters (SCIENCE.md section 4). */
+typedef struct rcfg_synth {
+  int letters; /* K: tokens 1..K are letters, 0 is the separator */
+  int words;   /* W: lexicon size */
+  int min_len; /* word lengths drawn uniformly from [min_len, max_len] */
+  int max_len;
+  double zipf; /* s: p_k proportional to k^-s, k = 1..W */
+  uint64_t seed;
+} rcfg_synth;
+
+typedef struct rcfg {
+  struct {
+    int n_layer, d_model, n_head, seq_len, vocab_size;
+  } model;
+  struct {
+    char train[1024], val[1024]; /* shard globs; empty with synthetic */
+    int synthetic;               /* 1: the built-in corpus */
+    rcfg_synth synth;
+  } data;
+  struct {
+    int batch_size, micro_batch_size;
+    int64_t tokens;
+    double lr, warmup_tokens, min_lr_ratio, weight_decay, grad_clip;
+    char schedule[16]; /* "cosine" or "constant" */
+    uint64_t seed;
+  } train;
+  struct {
+    char name[16]; /* "adamw" or "adamw8bit" */
+    double beta1, beta2, eps;
+  } optimizer;
+  rcfg_prec precision;
+  struct {
+    int recompute;
+  } memory;
+  struct {
+    int64_t every_tokens, tokens;
+  } eval;
+  struct {
+    /* checkpoint.every_tokens > 0 needs a directory when the run trains,
+     * not when it is parsed: the planner decides the interval and the
+     * trainer may get the directory as a flag (--checkpoint-dir) */
+    char dir[1024];
+    int64_t every_tokens;
+  } checkpoint;
+  char backend[8]; /* "cpu" or "cuda" */
+  int world_size;
+  int threads;
+} rcfg;
+
+/* Parses a JSON run config from text (name is the file name for messages),
+ * fills defaults, validates. Returns 0, or SS_EINVAL with one message per
+ * problem (newline separated, "NAME: $.path: message") in err. */
+int rcfg_parse(const char *text, const char *name, rcfg *cfg, char *err, size_t errlen);
+
+/* Reads and parses a file; SS_ENOENT/SS_EIO when it cannot be read. */
+int rcfg_load(const char *path, rcfg *cfg, char *err, size_t errlen);
+
+/* The resolved config as canonical JSON text (malloc'd, caller frees; NULL
+ * when out of memory): every key present, in a fixed order, compact. */
+char *rcfg_to_json(const rcfg *cfg);
+
+/* The config's hash: the SHA-256, as 64 hex digits and a NUL, of
+ * rcfg_to_json's text (what runs.config_hash stores). 0 or SS_ENOMEM. */
+int rcfg_hash(const rcfg *cfg, char out[65]);
+
+/* "fp32", "bf16", "fp16" */
+const char *rcfg_prec_name(rcfg_prec p);
+
+#endif

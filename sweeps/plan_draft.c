@@ -1,0 +1,415 @@
+/* Planning, drafting: the runs each method asks for, with the batch and
+ * learning-rate rules and the shape rule, before they are resolved. */
+#include "sweeps/plan_draft.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runcfg/flops.h"
+#include "runcfg/runcfg.h"
+#include "sweeps/plan.h"
+
+static plan__draft *draft_new(plan__drafts *ds, const char *part, int order) {
+  if (ds->n == ds->cap) {
+    size_t cap = ds->cap ? 2 * ds->cap : 64;
+    plan__draft *d = realloc(ds->d, cap * sizeof *d);
+    if (!d)
+      return NULL;
+    ds->d = d;
+    ds->cap = cap;
+  }
+  plan__draft *d = &ds->d[ds->n++];
+  memset(d, 0, sizeof *d);
+  d->part = part;
+  d->part_order = order;
+  d->over = json_object();
+  return d;
+}
+
+void plan__drafts_free(plan__drafts *ds) {
+  for (size_t i = 0; i < ds->n; i++)
+    json_decref(ds->d[i].over);
+  free(ds->d);
+}
+
+/* Sets over.section.key (creating the section). */
+static void put(json_t *over, const char *section, const char *key, json_t *v) {
+  if (!section) {
+    json_object_set_new(over, key, v);
+    return;
+  }
+  json_t *sec = json_object_get(over, section);
+  if (!sec) {
+    sec = json_object();
+    json_object_set_new(over, section, sec);
+  }
+  json_object_set_new(sec, key, v);
+}
+
+static int sets(const json_t *obj, const char *section, const char *key) {
+  if (!obj)
+    return 0;
+  if (!section)
+    return json_object_get(obj, key) != NULL;
+  return json_object_get(json_object_get(obj, section), key) != NULL;
+}
+
+/* ---- the rules -------------------------------------------------------- */
+
+static double b_opt_tokens(const spec_batch_rule *r, double C) {
+  return r->coef * pow(C, r->exponent);
+}
+
+/* Batch size in sequences from the rule (spec.h spec_batch_rule). */
+static int rule_batch(const spec_batch_rule *r, double C, double D, int T) {
+  double seqs = b_opt_tokens(r, C) / T;
+  double e = round(log2(fmax(seqs, 1e-300)));
+  int B = e < 0 ? 1 : e > 30 ? (1 << 30) : (1 << (int)e);
+  if (B < r->min_batch)
+    B = r->min_batch;
+  if (B > r->max_batch)
+    B = r->max_batch;
+  while (B > r->min_batch && D / ((double)B * T) < r->min_steps)
+    B = B / 2 > r->min_batch ? B / 2 : r->min_batch;
+  return B;
+}
+
+/* 3 significant digits, through the decimal text, so the config prints it
+ * exactly as written */
+static double round_sig3(double x) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%.3g", x);
+  return strtod(buf, NULL);
+}
+
+static double rule_lr(const spec_lr_rule *r, const spec_batch_rule *br, double C, int B, int T) {
+  double eta = r->coef * pow(C, r->exponent);
+  if (r->sqrt_batch)
+    eta *= sqrt((double)B * T / b_opt_tokens(br, C));
+  eta = fmin(fmax(eta, r->min), r->max);
+  return round_sig3(eta);
+}
+
+/* Largest divisor of B not above cap. */
+static int micro_for(int B, int cap) {
+  for (int m = cap < B ? cap : B; m > 1; m--)
+    if (B % m == 0)
+      return m;
+  return 1;
+}
+
+/* ---- drafting --------------------------------------------------------- */
+
+/* Shape for target N; a problem at path when below one head. */
+static int plan_shape(plan__planner *P, double target, const char *path, const char *context,
+                      rcfg_shape *sh) {
+  rcfg_shape s = {0, 0, 0, P->T, P->V};
+  if (shape_for_params(&P->shape, target, &s) != 0) {
+    double n = (double)rcfg_nonembedding_params(&s);
+    spec_problem_add(P->pr, path,
+                     "%sfound target N = %.4g, below the smallest model the shape rule builds "
+                     "(1 layer x d_model %d, %d head%s of %d: N = %.0f); a smaller one would "
+                     "need a d_model below the rule's aspect ratio band (d_model / n_layer >= "
+                     "%g) or below one head; expected at least %.4g (or a smaller "
+                     "$.shape.aspect_ratio / head_size)",
+                     context, target, s.d_model, s.n_head, s.n_head == 1 ? "" : "s",
+                     shape_head_size(&P->shape, s.d_model), n,
+                     P->shape.aspect_ratio / SHAPE_ASPECT_BAND, n / SHAPE_TOO_SMALL);
+    return -1;
+  }
+  *sh = s;
+  return 0;
+}
+
+/* The trainer's bound on train.tokens (runcfg/runcfg.c): 2^53, the
+ * largest integer a JSON number carries exactly. */
+#define PLAN_MAX_TOKENS 9007199254740992.0
+
+/* Batch size, lr and rounded D for one planned point; fixed_B / fixed_lr
+ * are 0 when the rule decides. Sets train.* in d->over. Returns -1 (with a
+ * problem at d_path) when D is smaller than one batch or larger than
+ * PLAN_MAX_TOKENS. */
+static int plan_train(plan__planner *P, plan__draft *d, double C, double D, int fixed_B,
+                      double fixed_lr, const char *d_path, const char *what) {
+  const spec *s = P->s;
+  int T = P->T;
+  int B = fixed_B ? fixed_B : P->base_batch;
+  d->rule_compute = C;
+  d->b_opt = b_opt_tokens(&s->batch_rule, C);
+  if (!B) {
+    B = rule_batch(&s->batch_rule, C, D, T);
+    d->batch_from_rule = 1;
+  }
+  if (D < (double)B * T) {
+    spec_problem_add(P->pr, d_path,
+                     "%s gives D = %.4g tokens, smaller than one batch of %d x %d = %lld tokens; "
+                     "expected D >= one batch (a larger D, a smaller model, or a smaller batch)",
+                     what, D, B, T, (long long)B * T);
+    return -1;
+  }
+  if (!(D <= PLAN_MAX_TOKENS)) { /* also keeps D / step * step below INT64_MAX */
+    spec_problem_add(P->pr, d_path,
+                     "%s gives D = %.4g tokens; expected at most 2^53 = %.4g, the most "
+                     "train.tokens a run config holds (a smaller budget or a larger model)",
+                     what, D, PLAN_MAX_TOKENS);
+    return -1;
+  }
+  int64_t step = (int64_t)B * T;
+  int64_t tokens = (int64_t)llround(D / (double)step) * step;
+  put(d->over, "train", "tokens", json_integer(tokens));
+  if (!P->base_batch || fixed_B) {
+    put(d->over, "train", "batch_size", json_integer(B));
+    if (s->base_sets_micro)
+      put(d->over, "train", "micro_batch_size", json_integer(micro_for(B, s->base_micro)));
+  }
+  if (fixed_lr > 0) {
+    put(d->over, "train", "lr", json_real(fixed_lr));
+  } else if (!s->base_sets_lr) {
+    put(d->over, "train", "lr", json_real(rule_lr(&s->lr_rule, &s->batch_rule, C, B, T)));
+    d->lr_from_rule = 1;
+  }
+  return 0;
+}
+
+static void put_shape(plan__draft *d, const rcfg_shape *sh) {
+  put(d->over, "model", "n_layer", json_integer(sh->n_layer));
+  put(d->over, "model", "d_model", json_integer(sh->d_model));
+  put(d->over, "model", "n_head", json_integer(sh->n_head));
+}
+
+static void put_seed(plan__draft *d, const spec_values *seeds, size_t k) {
+  if (seeds->n)
+    put(d->over, "train", "seed", json_integer((json_int_t)seeds->v[k]));
+}
+
+static double fpt_of(const rcfg_shape *sh) { return rcfg_flops_per_token(sh); }
+
+void plan__grid(plan__planner *P) {
+  const spec *s = P->s;
+  const spec_values *ps = &s->grid.params, *ts = &s->grid.tokens, *bs = &s->grid.batch_size,
+                    *ls = &s->grid.lr, *ss = &s->grid.seeds;
+  size_t nb = bs->n ? bs->n : 1, nl = ls->n ? ls->n : 1, nseed = ss->n ? ss->n : 1;
+  for (size_t i = 0; i < ps->n; i++) {
+    char ppath[192];
+    spec_values_path(ps, i, ppath, sizeof ppath);
+    rcfg_shape sh;
+    if (plan_shape(P, ps->v[i], ppath, "", &sh))
+      continue;
+    for (size_t j = 0; j < ts->n; j++)
+      for (size_t b = 0; b < nb; b++)
+        for (size_t l = 0; l < nl; l++)
+          for (size_t k = 0; k < nseed; k++) {
+            plan__draft *d = draft_new(&P->ds, "grid", 0);
+            if (!d)
+              return;
+            double D = ts->v[j];
+            d->target_params = ps->v[i];
+            put_shape(d, &sh);
+            put_seed(d, ss, k);
+            char tpath[192], what[512];
+            spec_values_path(ts, j, tpath, sizeof tpath);
+            snprintf(d->fallback, sizeof d->fallback, "%s", tpath);
+            snprintf(d->context, sizeof d->context,
+                     "grid run (params %s: %d layers x d_model %d; tokens %s)", ppath, sh.n_layer,
+                     sh.d_model, tpath);
+            snprintf(what, sizeof what, "with %s (%d layers x d_model %d), this token count", ppath,
+                     sh.n_layer, sh.d_model);
+            d->failed = plan_train(P, d, fpt_of(&sh) * D, D, bs->n ? (int)bs->v[b] : 0,
+                                   ls->n ? ls->v[l] : 0, tpath, what) != 0;
+          }
+  }
+}
+
+void plan__isoflop(plan__planner *P) {
+  const spec *s = P->s;
+  const spec_values *fs = &s->isoflop.flops, *ss = &s->isoflop.seeds;
+  size_t nseed = ss->n ? ss->n : 1;
+  for (size_t i = 0; i < fs->n; i++) {
+    double C = fs->v[i];
+    char cpath[192];
+    spec_values_path(fs, i, cpath, sizeof cpath);
+    size_t nsz = s->isoflop.centred ? (size_t)s->isoflop.centre_points : s->isoflop.params.n;
+    double nc = s->isoflop.centre_coef * pow(C, s->isoflop.centre_exponent);
+    for (size_t j = 0; j < nsz; j++) {
+      double target;
+      char ppath[192];
+      if (s->isoflop.centred) {
+        double u = nsz > 1 ? 2.0 * (double)j / (double)(nsz - 1) - 1.0 : 0.0;
+        target = nc * pow(s->isoflop.centre_span, u);
+        snprintf(ppath, sizeof ppath, "$.isoflop.centre");
+      } else {
+        target = s->isoflop.params.v[j];
+        spec_values_path(&s->isoflop.params, j, ppath, sizeof ppath);
+      }
+      char ctx[384];
+      snprintf(ctx, sizeof ctx, "at budget %s = %.4g FLOPs, size %zu of %zu: ", cpath, C, j + 1,
+               nsz);
+      rcfg_shape sh;
+      if (plan_shape(P, target, ppath, s->isoflop.centred ? ctx : "", &sh))
+        continue;
+      double N = (double)rcfg_nonembedding_params(&sh);
+      double D = s->isoflop.exact ? C / fpt_of(&sh) : C / (6.0 * N);
+      for (size_t k = 0; k < nseed; k++) {
+        plan__draft *d = draft_new(&P->ds, "isoflop", 1);
+        if (!d)
+          return;
+        d->target_params = target;
+        d->budget = C;
+        put_shape(d, &sh);
+        put_seed(d, ss, k);
+        snprintf(d->fallback, sizeof d->fallback, "%s", cpath);
+        snprintf(d->context, sizeof d->context,
+                 "isoflop run (budget %s = %.4g FLOPs, size %zu of %zu: %d layers x d_model %d)",
+                 cpath, C, j + 1, nsz, sh.n_layer, sh.d_model);
+        char what[512];
+        snprintf(what, sizeof what,
+                 "this budget with size %zu of %zu (%d layers x d_model %d, N = %.0f)", j + 1, nsz,
+                 sh.n_layer, sh.d_model, N);
+        d->failed = plan_train(P, d, C, D, 0, 0, cpath, what) != 0;
+      }
+    }
+  }
+}
+
+/* The ladder's model: from $.batch.params, or base.model (resolved). */
+static int ladder_shape(plan__planner *P, rcfg_shape *sh) {
+  const spec_ladder *b = &P->s->batch;
+  if (b->has_params)
+    return plan_shape(P, b->params, "$.batch.params", "", sh);
+  json_t *m = json_deep_copy(P->s->base);
+  json_t *over = json_pack("{s:{s:i, s:i, s:I}}", "train", "batch_size", 1, "micro_batch_size", 1,
+                           "tokens", (json_int_t)1 << 40);
+  json_object_update_recursive(m, over);
+  json_decref(over);
+  rcfg cfg;
+  const json_t *layers[] = {P->s->base};
+  const char *paths[] = {"$.base"};
+  int rc = spec_resolve_config(m, &cfg, layers, paths, 1, "$.batch", "batch ladder", P->pr);
+  json_decref(m);
+  if (rc)
+    return -1;
+  rcfg_shape s = {cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len,
+                  cfg.model.vocab_size};
+  *sh = s;
+  return 0;
+}
+
+void plan__ladder(plan__planner *P) {
+  const spec_ladder *b = &P->s->batch;
+  rcfg_shape sh;
+  if (ladder_shape(P, &sh))
+    return;
+  const spec_values *bs = &b->batch_size, *ss = &b->seeds;
+  size_t nseed = ss->n ? ss->n : 1;
+  double D = b->tokens;
+  double C = fpt_of(&sh) * D;
+  for (size_t i = 0; i < bs->n; i++)
+    for (size_t k = 0; k < nseed; k++) {
+      plan__draft *d = draft_new(&P->ds, "batch", 2);
+      if (!d)
+        return;
+      char bpath[192], what[512];
+      spec_values_path(bs, i, bpath, sizeof bpath);
+      d->target_params = b->has_params ? b->params : 0;
+      d->target_loss = &b->target_loss;
+      if (b->has_params)
+        put_shape(d, &sh);
+      put_seed(d, ss, k);
+      snprintf(d->fallback, sizeof d->fallback, "%s", bpath);
+      snprintf(d->context, sizeof d->context,
+               "batch ladder run (%s = %d sequences, %d layers x d_model %d)", bpath, (int)bs->v[i],
+               sh.n_layer, sh.d_model);
+      snprintf(what, sizeof what, "$.batch.tokens with %s = %d sequences", bpath, (int)bs->v[i]);
+      d->failed = plan_train(P, d, C, D, (int)bs->v[i], 0, bpath, what) != 0;
+    }
+}
+
+void plan__explicit(plan__planner *P) {
+  const spec *s = P->s;
+  size_t i;
+  json_t *run;
+  json_array_foreach(s->runs, i, run) {
+    plan__draft *d = draft_new(&P->ds, "runs", 3);
+    if (!d)
+      return;
+    d->run_layer = run;
+    snprintf(d->layer_path, sizeof d->layer_path, "$.runs[%zu]", i);
+    snprintf(d->fallback, sizeof d->fallback, "$.runs[%zu]", i);
+    snprintf(d->context, sizeof d->context, "run $.runs[%zu]", i);
+    int has_B = sets(run, "train", "batch_size") || s->base_sets_batch;
+    int has_lr = sets(run, "train", "lr") || s->base_sets_lr;
+    if (has_B && has_lr)
+      continue;
+    /* the rule needs the run's shape and D: resolve it with a stand-in batch */
+    json_t *m = json_deep_copy(s->base);
+    json_object_update_recursive(m, run);
+    int has_D = sets(m, "train", "tokens");
+    if (!has_B && !has_D) {
+      char p[64];
+      snprintf(p, sizeof p, "$.runs[%zu].train.tokens", i);
+      spec_problem_add(P->pr, p,
+                       "missing; expected the run's D (here or in $.base.train) so the "
+                       "batch rule can choose its batch size (or set "
+                       "train.batch_size)");
+      json_decref(m);
+      d->failed = 1;
+      continue;
+    }
+    if (!has_B) {
+      json_t *o = json_pack("{s:{s:i, s:i}}", "train", "batch_size", 1, "micro_batch_size", 1);
+      json_object_update_recursive(m, o);
+      json_decref(o);
+    }
+    rcfg cfg;
+    const json_t *layers[] = {run, s->base};
+    const char *paths[] = {d->layer_path, "$.base"};
+    int rc = spec_resolve_config(m, &cfg, layers, paths, 2, d->fallback, d->context, P->pr);
+    json_decref(m);
+    if (rc) {
+      d->failed = 1;
+      continue;
+    }
+    rcfg_shape sh = {cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len,
+                     cfg.model.vocab_size};
+    double D = (double)cfg.train.tokens;
+    double C = fpt_of(&sh) * D;
+    int T = cfg.model.seq_len;
+    int B = has_B ? cfg.train.batch_size : rule_batch(&s->batch_rule, C, D, T);
+    d->rule_compute = C;
+    d->b_opt = b_opt_tokens(&s->batch_rule, C);
+    if (!has_B) {
+      d->batch_from_rule = 1;
+      put(d->over, "train", "batch_size", json_integer(B));
+      if (!sets(run, "train", "micro_batch_size") && s->base_sets_micro)
+        put(d->over, "train", "micro_batch_size", json_integer(micro_for(B, s->base_micro)));
+      if (D < (double)B * T) {
+        char p[64];
+        snprintf(p, sizeof p, "%s.train.tokens",
+                 sets(run, "train", "tokens") ? d->layer_path : "$.base");
+        spec_problem_add(P->pr, p,
+                         "found %.0f, smaller than one batch of %d x %d = %lld tokens; expected "
+                         "D >= one batch",
+                         D, B, T, (long long)B * T);
+        d->failed = 1;
+      }
+    }
+    if (!has_lr) {
+      d->lr_from_rule = 1;
+      put(d->over, "train", "lr", json_real(rule_lr(&s->lr_rule, &s->batch_rule, C, B, T)));
+    }
+  }
+}
+
+/* backend, world_size, threads: from $.resources unless base or the run set
+ * them (threads always ends up set: see PLAN_GPU_HOST_THREADS) */
+void plan__put_resources(const spec *s, plan__draft *d) {
+  const json_t *r = d->run_layer;
+  if (!sets(s->base, NULL, "backend") && !sets(r, NULL, "backend"))
+    put(d->over, NULL, "backend", json_string(s->gpus > 0 ? "cuda" : "cpu"));
+  if (!sets(s->base, NULL, "world_size") && !sets(r, NULL, "world_size"))
+    put(d->over, NULL, "world_size", json_integer(s->gpus > 0 ? s->gpus : 1));
+  if (!sets(s->base, NULL, "threads") && !sets(r, NULL, "threads"))
+    put(d->over, NULL, "threads", json_integer(s->gpus > 0 ? PLAN_GPU_HOST_THREADS : s->cpus));
+}

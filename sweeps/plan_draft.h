@@ -1,0 +1,57 @@
+/* Internal to sweeps/: planning's drafts (plan_draft.c), resolved into
+ * runs by plan.c. A draft is one planned run before it is resolved: the
+ * planned values, as a partial run config, and where they came from. */
+#ifndef SS_SWEEPS_PLAN_DRAFT_H
+#define SS_SWEEPS_PLAN_DRAFT_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "sweeps/shapes.h"
+#include "sweeps/spec.h"
+
+typedef struct plan__draft {
+  const char *part;
+  int part_order;
+  json_t *over;            /* planned values, a partial run config (owned) */
+  const json_t *run_layer; /* method runs: the $.runs[i] object */
+  char layer_path[32];
+  char fallback[256]; /* spec path a problem with a planned value is reported at */
+  char context[512];  /* which planned run, for messages */
+  double target_params, budget;
+  int batch_from_rule, lr_from_rule;
+  double rule_compute, b_opt;
+  const spec_values *target_loss;
+  int failed; /* a problem was reported: not resolved, not planned */
+} plan__draft;
+
+typedef struct plan__drafts {
+  plan__draft *d;
+  size_t n, cap;
+} plan__drafts;
+
+typedef struct plan__planner {
+  const spec *s;
+  spec_problems *pr;
+  plan__drafts ds;
+  shape_rule shape;
+  int T, V;
+  int base_batch; /* base.train.batch_size, 0 when unset */
+  double base_lr;
+} plan__planner;
+
+/* Each appends the drafts of one method (or the batch ladder) to P->ds,
+ * reporting into P->pr what cannot be planned (a draft then has failed
+ * set). */
+void plan__grid(plan__planner *P);
+void plan__isoflop(plan__planner *P);
+void plan__ladder(plan__planner *P);
+void plan__explicit(plan__planner *P);
+
+/* backend, world_size, threads: from $.resources unless base or the run set
+ * them (threads always ends up set: see PLAN_GPU_HOST_THREADS) */
+void plan__put_resources(const spec *s, plan__draft *d);
+
+void plan__drafts_free(plan__drafts *ds);
+
+#endif

@@ -1,0 +1,219 @@
+/* Planning, output: a plan as JSON (the API, `scalesweep plan --json`) and
+ * as the human-readable table. */
+#include "sweeps/plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sweeps/shapes.h"
+
+/* ---- output ----------------------------------------------------------- */
+
+static json_t *batch_rule_json(const spec_batch_rule *r) {
+  return json_pack("{s:s, s:s, s:f, s:f, s:f, s:i, s:i, s:s}", "name", PLAN_BATCH_RULE_NAME,
+                   "formula",
+                   "B_opt = coef * C^exponent tokens; B = nearest power of two of B_opt / "
+                   "seq_len sequences in [min_batch, max_batch], halved while D / (B * seq_len) "
+                   "< min_steps",
+                   "coef", r->coef, "exponent", r->exponent, "min_steps", r->min_steps, "min_batch",
+                   r->min_batch, "max_batch", r->max_batch, "source",
+                   "DeepSeek LLM (2024) B_opt(C); step floor from the synthetic-corpus "
+                   "measurement (SCIENCE.md section 4)");
+}
+
+static json_t *lr_rule_json(const spec_lr_rule *r) {
+  return json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:s}", "name", PLAN_LR_RULE_NAME, "formula",
+                   r->sqrt_batch ? "eta = clamp(coef * C^exponent * sqrt(B * seq_len / B_opt), "
+                                   "min, max), 3 significant digits"
+                                 : "eta = clamp(coef * C^exponent, min, max), 3 significant "
+                                   "digits",
+                   "coef", r->coef, "exponent", r->exponent, "min", r->min, "max", r->max,
+                   "batch_scaling", r->sqrt_batch ? "sqrt" : "none");
+}
+
+json_t *plan_rules_json(const plan *p) {
+  json_t *shape =
+      json_pack("{s:s, s:f, s:f, s:f}", "name", "fixed_aspect_head", "aspect_ratio",
+                p->aspect_ratio, "aspect_band", SHAPE_ASPECT_BAND, "slack", SHAPE_SLACK);
+  if (p->head_size)
+    json_object_set_new(shape, "head_size", json_integer(p->head_size));
+  else
+    json_object_set_new(shape, "head_size",
+                        json_string("auto: the largest power of two leaving "
+                                    "4 heads, within [8, 64]"));
+  return json_pack("{s:o, s:o, s:o, s:f, s:i}", "batch", batch_rule_json(&p->batch_rule), "lr",
+                   lr_rule_json(&p->lr_rule), "shape", shape, "throughput_flops",
+                   p->throughput_flops, "parallel_runs", p->parallel_runs);
+}
+
+char *plan_run_json(const plan_run *r, const plan *p) {
+  /* the keys in this order (the config goes in second, below) */
+  json_t *o = json_pack(
+      "{s:i, s:s, s:s, s:I, s:I, s:I, s:i, s:f, s:I, s:f, s:f, s:f, s:I}", "index", r->index,
+      "part", r->part, "config_hash", r->config_hash, "params", (json_int_t)r->params,
+      "nonembedding_params", (json_int_t)r->nonembedding_params, "tokens", (json_int_t)r->tokens,
+      "batch_size", r->batch_size, "lr", r->lr, "steps", (json_int_t)r->steps, "flops", r->flops,
+      "flops_6nd", r->flops_6nd, "est_seconds", r->est_seconds, "seed", (json_int_t)r->seed);
+  if (!o)
+    return NULL;
+  json_object_set_new(o, "target_params",
+                      r->target_params > 0 ? json_real(r->target_params) : json_null());
+  json_object_set_new(o, "budget", r->budget > 0 ? json_real(r->budget) : json_null());
+  if (r->n_target_loss) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < r->n_target_loss; i++)
+      json_array_append_new(a, json_real(r->target_loss[i]));
+    json_object_set_new(o, "target_loss", a);
+  }
+  if (r->batch_from_rule) {
+    json_t *b = batch_rule_json(&p->batch_rule);
+    json_object_del(b, "formula");
+    json_object_del(b, "source");
+    json_object_set_new(b, "compute", json_real(r->rule_compute));
+    json_object_set_new(b, "b_opt_tokens", json_real(r->b_opt_tokens));
+    json_object_set_new(o, "batch_rule", b);
+  } else {
+    json_object_set_new(o, "batch_rule", json_string("spec"));
+  }
+  if (r->lr_from_rule) {
+    json_t *l = lr_rule_json(&p->lr_rule);
+    json_object_del(l, "formula");
+    json_object_set_new(l, "compute", json_real(r->rule_compute));
+    json_object_set_new(o, "lr_rule", l);
+  } else {
+    json_object_set_new(o, "lr_rule", json_string("spec"));
+  }
+  char *rest = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  json_decref(o);
+  if (!rest)
+    return NULL;
+  /* splice the canonical config in as the second key: {"index":..,"config":<text>,...} */
+  size_t n = strlen(rest) + strlen(r->config) + 16;
+  char *out = malloc(n);
+  if (out) {
+    const char *comma = strchr(rest, ',');
+    size_t head = comma ? (size_t)(comma - rest) : 0;
+    snprintf(out, n, "%.*s,\"config\":%s%s", (int)head, rest, r->config, comma ? comma : "}");
+  }
+  free(rest);
+  return out;
+}
+
+char *plan_runs_json(const plan *p) {
+  size_t cap = 4096, len = 0;
+  char *out = malloc(cap);
+  if (!out)
+    return NULL;
+  out[len++] = '[';
+  for (size_t i = 0; i < p->n; i++) {
+    char *o = plan_run_json(&p->runs[i], p);
+    if (!o) {
+      free(out);
+      return NULL;
+    }
+    size_t need = len + strlen(o) + 4;
+    if (need > cap) {
+      while (cap < need)
+        cap *= 2;
+      char *t = realloc(out, cap);
+      if (!t) {
+        free(o);
+        free(out);
+        return NULL;
+      }
+      out = t;
+    }
+    if (i)
+      out[len++] = ',';
+    memcpy(out + len, o, strlen(o));
+    len += strlen(o);
+    free(o);
+  }
+  out[len++] = ']';
+  out[len] = 0;
+  return out;
+}
+
+/* 12.8k, 1.31M, 2.5G */
+static void si(double x, char *out, size_t n) {
+  static const char *const u[] = {"", "k", "M", "G", "T", "P"};
+  int i = 0;
+  while (fabs(x) >= 999.5 && i < 5) {
+    x /= 1000;
+    i++;
+  }
+  snprintf(out, n, "%.3g%s", x, u[i]);
+}
+
+static void duration(double s, char *out, size_t n) {
+  if (s < 60)
+    snprintf(out, n, "%.0fs", s < 1 ? 1 : s);
+  else if (s < 3600)
+    snprintf(out, n, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+  else if (s < 86400 * 3)
+    snprintf(out, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+  else
+    snprintf(out, n, "%.1fd", s / 86400);
+}
+
+void plan_write_table(const plan *p, FILE *f) {
+  fprintf(f, "sweep \"%s\" (%s%s): %zu runs; spec digest %.16s\n\n", p->name,
+          spec_method_name(p->method),
+          p->has_ladder && p->method != SPEC_BATCH ? " + batch ladder" : "", p->n, p->spec_digest);
+  fprintf(f, "%5s  %-7s %3s %5s %3s %8s %8s %5s %6s %8s %4s %9s %9s %8s\n", "#", "part", "L", "d",
+          "h", "N", "D", "B", "steps", "lr", "seed", "C", "budget", "est.");
+  size_t n_brule = 0, n_lrule = 0;
+  for (size_t i = 0; i < p->n; i++) {
+    const plan_run *r = &p->runs[i];
+    char N[16], D[16], t[16], budget[16] = "-";
+    si((double)r->nonembedding_params, N, sizeof N);
+    si((double)r->tokens, D, sizeof D);
+    duration(r->est_seconds, t, sizeof t);
+    if (r->budget > 0)
+      snprintf(budget, sizeof budget, "%.3g", r->budget);
+    fprintf(f, "%5zu  %-7s %3d %5d %3d %8s %8s %5d %6lld %8.3g %4llu %9.3g %9s %8s\n", i, r->part,
+            r->n_layer, r->d_model, r->n_head, N, D, r->batch_size, (long long)r->steps, r->lr,
+            (unsigned long long)r->seed, r->flops, budget, t);
+    n_brule += (size_t)r->batch_from_rule;
+    n_lrule += (size_t)r->lr_from_rule;
+  }
+  char t[16], w[16];
+  duration(p->total_seconds, t, sizeof t);
+  duration(p->wall_seconds, w, sizeof w);
+  fprintf(f, "\ntotal: %zu runs, %.3g FLOPs, estimated %s of training", p->n, p->total_flops, t);
+  if (p->parallel_runs > 1)
+    fprintf(f, " (%s with %d runs at a time)", w, p->parallel_runs);
+  fprintf(f, " at %.3g FLOP/s per run", p->throughput_flops);
+  if (p->max_hours > 0)
+    fprintf(f, "; max_hours %g", p->max_hours);
+  fprintf(f, "\n");
+  fprintf(f, "N: non-embedding parameters; D: tokens trained; B: sequences per step; C: "
+             "training FLOPs, exact count (SCIENCE.md section 1); budget: the isoflop budget "
+             "(6ND, or exact with \"flops_count\": \"exact\")\n\n");
+  const spec_batch_rule *b = &p->batch_rule;
+  const spec_lr_rule *l = &p->lr_rule;
+  fprintf(f,
+          "batch rule %s (%zu of %zu runs): B_opt = %g * C^%g tokens (DeepSeek), in sequences, "
+          "nearest power of two in [%d, %d], halved until D / (B * seq_len) >= %g steps\n",
+          PLAN_BATCH_RULE_NAME, n_brule, p->n, b->coef, b->exponent, b->min_batch, b->max_batch,
+          b->min_steps);
+  fprintf(f,
+          "lr rule %s (%zu of %zu runs): eta = %g * C^%g%s, clamped to [%g, %g], 3 "
+          "significant digits\n",
+          PLAN_LR_RULE_NAME, n_lrule, p->n, l->coef, l->exponent,
+          l->sqrt_batch ? " * sqrt(B * seq_len / B_opt)" : "", l->min, l->max);
+  if (p->head_size)
+    fprintf(f,
+            "shape rule: d_model / n_layer = %g (within x%g), head size %d, nearest N (within "
+            "%g%% counts as equal)\n",
+            p->aspect_ratio, SHAPE_ASPECT_BAND, p->head_size, (SHAPE_SLACK - 1) * 100);
+  else
+    fprintf(f,
+            "shape rule: d_model / n_layer = %g (within x%g), head size the largest power of "
+            "two leaving 4 heads in [8, 64], nearest N (within %g%% counts as equal)\n",
+            p->aspect_ratio, SHAPE_ASPECT_BAND, (SHAPE_SLACK - 1) * 100);
+  for (size_t i = 0; i < p->n_warnings; i++)
+    fprintf(f, "warning: %s\n", p->warnings[i]);
+}
