@@ -41,6 +41,16 @@ typedef struct dbt_test {
  * when SCALESWEEP_TEST_DB is not set, else 0. */
 int dbt_run(int argc, char **argv, const dbt_test *tests, size_t n, const int *failures);
 
+/* main() of a test program: `NAME [TEST...]` runs the tests given, each
+ * {"name", fn}, through dbt_run. */
+#define DBT_MAIN(...)                                                                    \
+  int main(int argc, char **argv) {                                                      \
+    static const dbt_test tests[] = {__VA_ARGS__};                                       \
+    if (dbt_run(argc, argv, tests, sizeof tests / sizeof *tests, &check__failures) != 0) \
+      return 77;                                                                         \
+    CHECK_DONE();                                                                        \
+  }
+
 /* One statement that must succeed, counted as a failed check if not. */
 #define DBT_EXEC_OK(c, sql) CHECK(dbt_exec((c), (sql)) == 0)
 

@@ -334,11 +334,4 @@ static void test_async(void) {
 }
 
 /* test_db [NAME...]: runs the named tests only (all without arguments). */
-int main(int argc, char **argv) {
-  static const dbt_test tests[] = {
-      {"async", test_async},
-  };
-  if (dbt_run(argc, argv, tests, sizeof tests / sizeof *tests, &check__failures))
-    return 77;
-  CHECK_DONE();
-}
+DBT_MAIN({"async", test_async})

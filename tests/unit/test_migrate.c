@@ -202,15 +202,6 @@ static void test_cmd_migrate(void) {
 }
 
 /* test_migrate [NAME...]: runs the named tests only (all without arguments). */
-int main(int argc, char **argv) {
-  static const dbt_test tests[] = {
-      {"embedded", test_embedded},
-      {"migrate_once", test_migrate_once},
-      {"migrate_concurrent", test_migrate_concurrent},
-      {"constraints", test_constraints},
-      {"cmd_migrate", test_cmd_migrate},
-  };
-  if (dbt_run(argc, argv, tests, sizeof tests / sizeof *tests, &check__failures))
-    return 77;
-  CHECK_DONE();
-}
+DBT_MAIN({"embedded", test_embedded}, {"migrate_once", test_migrate_once},
+         {"migrate_concurrent", test_migrate_concurrent}, {"constraints", test_constraints},
+         {"cmd_migrate", test_cmd_migrate})

@@ -127,11 +127,4 @@ static void test_pgserver(void) {
 }
 
 /* test_pgserver [NAME...]: runs the named tests only (all without arguments). */
-int main(int argc, char **argv) {
-  static const dbt_test tests[] = {
-      {"pgserver", test_pgserver},
-  };
-  if (dbt_run(argc, argv, tests, sizeof tests / sizeof *tests, &check__failures))
-    return 77;
-  CHECK_DONE();
-}
+DBT_MAIN({"pgserver", test_pgserver})
