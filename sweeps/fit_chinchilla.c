@@ -7,7 +7,8 @@
  * ln D of the data: a - alpha ln N = t0 - alpha (ln N - cN), so the prefactors
  * no longer move with the exponents and the problem is far better conditioned
  * (the gradient tolerance then means the same thing in every direction).
- * Everything outside this file sees theta = (a, b, e, alpha, beta). */
+ * Everything outside this file sees theta = (a, b, e, alpha, beta). The
+ * objective and its minimiser are in fit_chinchilla_opt.c. */
 #include <gsl/gsl_multimin.h>
 #include <gsl/gsl_rng.h>
 #include <math.h>
@@ -20,9 +21,7 @@
 #include "sweeps/fit.h"
 #include "sweeps/internal.h"
 
-enum { NT = 5 }; /* t0 (a), t1 (b), e, alpha, beta */
-
-#define HUBER_DELTA 1e-3
+#define NT FIT__CHIN_NT /* t0 (a), t1 (b), e, alpha, beta */
 
 /* The starting grid of SCIENCE.md: alpha, beta in 0..2 step 0.5, e in -1..1
  * step 0.5, a, b in 0..25 step 5. */
@@ -45,10 +44,8 @@ enum { NT = 5 }; /* t0 (a), t1 (b), e, alpha, beta */
  * pins the parameters far below the 1e-6 that distinguishes fits and stays
  * above the rounding noise of the gradient; 1e-11 is not always reachable. */
 #define GTOL_PER_POINT 1e-9
-#define MAX_ITERS 500   /* per BFGS2 run */
-#define PLAIN_ITERS 200 /* before whitening (see frame) */
+#define PLAIN_ITERS 200 /* before whitening (see frame, fit_chinchilla_opt.c) */
 #define POLISH_ROUNDS 4 /* whitened runs, each from a fresh Hessian */
-#define LINE_TOL 0.1    /* Fletcher's sigma; GSL recommends 0.1 for bfgs2 */
 
 /* Flags: an exponent below EXP_FLOOR is "at its bound"; e below E_FLOOR
  * means E collapsed toward 0; an N or D term below TERM_FLOOR of the
@@ -56,274 +53,6 @@ enum { NT = 5 }; /* t0 (a), t1 (b), e, alpha, beta */
 #define EXP_FLOOR 0.01
 #define E_FLOOR (-10.0)
 #define TERM_FLOOR 1e-4
-
-/* The data the objective sees: m points with weights. */
-typedef struct {
-  int m;
-  double *x1, *x2, *y, *w; /* ln N - cN, ln D - cD, ln L, weight */
-  double wsum;
-  /* cache of the last evaluation: GSL's line search asks for f and then the
-   * gradient at the same point, and both come from one pass */
-  double cx[NT], cf, cg[NT];
-  int cvalid;
-} objective;
-
-typedef struct {
-  double t[NT];
-  double f;
-  double gnorm;
-  int converged;
-  int iters;
-} run_result;
-
-static double huber(double r, double *dr) {
-  double ar = fabs(r);
-  if (ar <= HUBER_DELTA) {
-    *dr = r;
-    return 0.5 * r * r;
-  }
-  *dr = r > 0 ? HUBER_DELTA : -HUBER_DELTA;
-  return HUBER_DELTA * (ar - 0.5 * HUBER_DELTA);
-}
-
-/* f and its gradient at t (centred coordinates). */
-static double eval(objective *o, const double *t, double *g) {
-  if (o->cvalid && !memcmp(t, o->cx, sizeof o->cx)) {
-    memcpy(g, o->cg, sizeof o->cg);
-    return o->cf;
-  }
-  double f = 0, g0 = 0, g1 = 0, g2 = 0, g3 = 0, g4 = 0;
-  const double t0 = t[0], t1 = t[1], e = t[2], al = t[3], be = t[4];
-  for (int i = 0; i < o->m; i++) {
-    double u1 = t0 - al * o->x1[i], u2 = t1 - be * o->x2[i];
-    double mx = u1 > u2 ? u1 : u2;
-    mx = mx > e ? mx : e;
-    double p1 = exp(u1 - mx), p2 = exp(u2 - mx), p3 = exp(e - mx);
-    double s = p1 + p2 + p3;
-    double r = mx + log(s) - o->y[i];
-    double dr;
-    f += o->w[i] * huber(r, &dr);
-    double c = o->w[i] * dr / s;
-    g0 += c * p1;
-    g1 += c * p2;
-    g2 += c * p3;
-    g3 -= c * p1 * o->x1[i];
-    g4 -= c * p2 * o->x2[i];
-  }
-  g[0] = g0, g[1] = g1, g[2] = g2, g[3] = g3, g[4] = g4;
-  memcpy(o->cx, t, sizeof o->cx);
-  memcpy(o->cg, g, sizeof o->cg);
-  o->cf = f;
-  o->cvalid = 1;
-  return f;
-}
-
-/* The Hessian of f at t (centred coordinates), lower triangle. Per point,
- * with p the softmax weights, J = dr/dt and m_k = du_k/dt:
- * d2r/dt2 = sum_k p_k m_k m_k^T - J J^T, and Huber adds h'' J J^T. */
-static void hessian(const objective *o, const double *t, double H[NT][NT]) {
-  memset(H, 0, sizeof(double) * NT * NT);
-  for (int i = 0; i < o->m; i++) {
-    double x1 = o->x1[i], x2 = o->x2[i];
-    double u1 = t[0] - t[3] * x1, u2 = t[1] - t[4] * x2;
-    double mx = fmax(fmax(u1, u2), t[2]);
-    double p1 = exp(u1 - mx), p2 = exp(u2 - mx), p3 = exp(t[2] - mx);
-    double s = p1 + p2 + p3;
-    p1 /= s, p2 /= s, p3 /= s;
-    double r = mx + log(s) - o->y[i], h1;
-    huber(r, &h1);
-    double h2 = fabs(r) <= HUBER_DELTA ? 1.0 : 0.0;
-    double w = o->w[i], J[NT] = {p1, p2, p3, -p1 * x1, -p2 * x2};
-    for (int a = 0; a < NT; a++)
-      for (int b = 0; b <= a; b++)
-        H[a][b] += w * (h2 - h1) * J[a] * J[b];
-    /* h1 sum_k p_k m_k m_k^T: m_1 = (1,0,0,-x1,0), m_2 = (0,1,0,0,-x2), m_3 = e_2 */
-    double c1 = w * h1 * p1, c2 = w * h1 * p2;
-    H[0][0] += c1, H[3][0] -= c1 * x1, H[3][3] += c1 * x1 * x1;
-    H[1][1] += c2, H[4][1] -= c2 * x2, H[4][4] += c2 * x2 * x2;
-    H[2][2] += w * h1 * p3;
-  }
-}
-
-/* The coordinates GSL iterates in: t itself, or z = L^T (t - tc) with
- * L L^T the (shifted) Cholesky factor of the Hessian at tc, where the
- * Hessian is near the identity. GSL's BFGS2 normalises its search
- * direction and guesses the first trial step from the last decrease, which
- * in the raw coordinates (condition number ~1e3) costs ~80 iterations of
- * linear convergence and stalls on rounding before a tight gradient
- * tolerance; whitened, it reaches the tolerance in a few. */
-typedef struct {
-  objective *o;
-  int whiten;
-  double tc[NT];
-  double L[NT][NT];
-} frame;
-
-static void frame_point(const frame *fr, const double *z, double *t) {
-  if (!fr->whiten) {
-    memcpy(t, z, sizeof(double) * NT);
-    return;
-  }
-  double d[NT];
-  for (int a = NT - 1; a >= 0; a--) { /* L^T d = z */
-    double v = z[a];
-    for (int b = a + 1; b < NT; b++)
-      v -= fr->L[b][a] * d[b];
-    d[a] = v / fr->L[a][a];
-  }
-  for (int a = 0; a < NT; a++)
-    t[a] = fr->tc[a] + d[a];
-}
-
-/* gradient in t from the gradient in z: g_t = L g_z */
-static void frame_grad_t(const frame *fr, const double *gz, double *gt) {
-  for (int a = 0; a < NT; a++) {
-    double v = 0;
-    for (int b = 0; b <= a; b++)
-      v += (fr->whiten ? fr->L[a][b] : (a == b)) * gz[b];
-    gt[a] = v;
-  }
-}
-
-static double frame_eval(frame *fr, const double *z, double *gz) {
-  double t[NT], gt[NT];
-  frame_point(fr, z, t);
-  double f = eval(fr->o, t, gt);
-  if (!fr->whiten) {
-    memcpy(gz, gt, sizeof gt);
-    return f;
-  }
-  for (int a = 0; a < NT; a++) { /* L g_z = g_t */
-    double v = gt[a];
-    for (int b = 0; b < a; b++)
-      v -= fr->L[a][b] * gz[b];
-    gz[a] = v / fr->L[a][a];
-  }
-  return f;
-}
-
-/* L L^T = H + shift I, the smallest shift (0, then from 1e-10 of the
- * largest diagonal up by tens) that makes it positive definite: far from
- * an optimum H may be indefinite, and it is only a preconditioner. */
-static int precondition(frame *fr, double H[NT][NT]) {
-  double scale = 0;
-  for (int a = 0; a < NT; a++)
-    scale = fmax(scale, fabs(H[a][a]));
-  if (!(scale > 0) || !isfinite(scale))
-    return fr->whiten = 0;
-  for (double shift = 0; shift < 10 * scale; shift = shift ? shift * 10 : 1e-10 * scale) {
-    int ok = 1;
-    for (int a = 0; a < NT && ok; a++) {
-      for (int b = 0; b <= a; b++) {
-        double v = H[a][b] + (a == b ? shift : 0);
-        for (int k = 0; k < b; k++)
-          v -= fr->L[a][k] * fr->L[b][k];
-        if (a == b) {
-          ok = v > 1e-14 * scale;
-          fr->L[a][a] = ok ? sqrt(v) : 0;
-        } else {
-          fr->L[a][b] = v / fr->L[b][b];
-        }
-        if (!ok)
-          break;
-      }
-    }
-    if (ok)
-      return fr->whiten = 1;
-  }
-  return fr->whiten = 0;
-}
-
-static double gsl_f(const gsl_vector *x, void *p) {
-  double g[NT];
-  return frame_eval(p, x->data, g);
-}
-
-static void gsl_df(const gsl_vector *x, void *p, gsl_vector *g) { frame_eval(p, x->data, g->data); }
-
-static void gsl_fdf(const gsl_vector *x, void *p, double *f, gsl_vector *g) {
-  *f = frame_eval(p, x->data, g->data);
-}
-
-static double norm5(const double *g) {
-  double s = 0;
-  for (int k = 0; k < NT; k++)
-    s += g[k] * g[k];
-  return sqrt(s);
-}
-
-static double gnorm_t(const frame *fr, const gsl_multimin_fdfminimizer *s) {
-  double gt[NT];
-  frame_grad_t(fr, s->gradient->data, gt);
-  return norm5(gt);
-}
-
-/* BFGS2 in frame fr from z0 until |grad_t f| < gtol, max_iters, or no
- * progress (a stalled line search gets one restart, a fresh Hessian
- * estimate, before giving up). Leaves the best point seen in t (GSL's line
- * search can end on a worse one when it runs out of trials); returns the
- * iterations. */
-static int bfgs_in(frame *fr, gsl_multimin_fdfminimizer *s, const double *z0, double step,
-                   int max_iters, double gtol, double *t, double *f, double *gn) {
-  gsl_multimin_function_fdf fn = {gsl_f, gsl_df, gsl_fdf, NT, fr};
-  gsl_vector_const_view x0 = gsl_vector_const_view_array(z0, NT);
-  gsl_multimin_fdfminimizer_set(s, &fn, &x0.vector, step, LINE_TOL);
-  int iter = 0, stalls = 0;
-  double best[NT], fbest = s->f, gbest = gnorm_t(fr, s);
-  memcpy(best, s->x->data, sizeof best);
-  while (gbest >= gtol && iter < max_iters && isfinite(s->f)) {
-    double fprev = s->f;
-    int st = gsl_multimin_fdfminimizer_iterate(s);
-    iter++;
-    if (s->f < fbest || (s->f == fbest && gnorm_t(fr, s) < gbest)) {
-      fbest = s->f;
-      gbest = gnorm_t(fr, s);
-      memcpy(best, s->x->data, sizeof best);
-    }
-    if (st != GSL_SUCCESS || !(s->f < fprev)) {
-      if (++stalls > 1)
-        break;
-      gsl_multimin_fdfminimizer_restart(s);
-    } else {
-      stalls = 0;
-    }
-  }
-  frame_point(fr, best, t);
-  *f = fbest;
-  *gn = gbest;
-  return iter;
-}
-
-/* Minimises from t0: up to plain_iters BFGS2 iterations in centred
- * coordinates, then up to polish rounds of BFGS2 whitened by the Hessian
- * at the current point. converged is set only when |grad f| (centred
- * coordinates) fell below gtol. */
-static void minimise(objective *o, gsl_multimin_fdfminimizer *s, const double *t0, int plain_iters,
-                     int polish, double gtol, run_result *out) {
-  frame fr = {.o = o};
-  double t[NT], f = NAN, gn = INFINITY, zero[NT] = {0};
-  int iters = 0;
-  memcpy(t, t0, sizeof t);
-  o->cvalid = 0;
-  if (plain_iters > 0)
-    iters += bfgs_in(&fr, s, t, 0.1, plain_iters, gtol, t, &f, &gn);
-  for (int round = 0; round < polish && !(gn < gtol) && isfinite(t[0]); round++) {
-    double H[NT][NT], gz[NT], step = 0.1;
-    hessian(o, t, H);
-    memcpy(fr.tc, t, sizeof t);
-    if (precondition(&fr, H)) {
-      /* whitened, the Newton step has length |g_z| */
-      frame_eval(&fr, zero, gz);
-      step = norm5(gz) > 0 ? norm5(gz) : 1e-3;
-    }
-    iters += bfgs_in(&fr, s, fr.whiten ? zero : t, step, MAX_ITERS, gtol, t, &f, &gn);
-  }
-  memcpy(out->t, t, sizeof t);
-  out->f = f;
-  out->gnorm = gn;
-  out->converged = gn < gtol && isfinite(f);
-  out->iters = iters;
-}
 
 /* ---- coordinates and derived quantities ---- */
 
@@ -429,19 +158,19 @@ static void grid_start(int k, double cN, double cD, double *t) {
   to_centred(th, cN, cD, t);
 }
 
-static objective objective_copy(const objective *src) {
-  objective o = *src;
+static fit__chin_objective objective_copy(const fit__chin_objective *src) {
+  fit__chin_objective o = *src;
   o.cvalid = 0;
   return o;
 }
 
-/* minimise() from the grid starts idx[0..n) into res[0..n) (f NAN where
+/* fit__chin_minimise() from the grid starts idx[0..n) into res[0..n) (f NAN where
  * GSL could not allocate its minimiser). */
-static void run_starts(const objective *o, const int *idx, int n, double cN, double cD,
-                       int max_iters, int polish, double gtol, int nt, run_result *res) {
+static void run_starts(const fit__chin_objective *o, const int *idx, int n, double cN, double cD,
+                       int max_iters, int polish, double gtol, int nt, fit__chin_run *res) {
 #pragma omp parallel num_threads(nt)
   {
-    objective loc = objective_copy(o);
+    fit__chin_objective loc = objective_copy(o);
     gsl_multimin_fdfminimizer *s =
         gsl_multimin_fdfminimizer_alloc(gsl_multimin_fdfminimizer_vector_bfgs2, NT);
 #pragma omp for schedule(dynamic, 1)
@@ -449,16 +178,16 @@ static void run_starts(const objective *o, const int *idx, int n, double cN, dou
       double t[NT];
       grid_start(idx[i], cN, cD, t);
       if (s)
-        minimise(&loc, s, t, max_iters, polish, gtol, &res[i]);
+        fit__chin_minimise(&loc, s, t, max_iters, polish, gtol, &res[i]);
       else
-        res[i] = (run_result){.f = NAN, .gnorm = NAN};
+        res[i] = (fit__chin_run){.f = NAN, .gnorm = NAN};
     }
     if (s)
       gsl_multimin_fdfminimizer_free(s);
   }
 }
 
-static int best_of(const run_result *res, int n) {
+static int best_of(const fit__chin_run *res, int n) {
   int best = -1;
   for (int i = 0; i < n; i++)
     if (isfinite(res[i].f) && (best < 0 || res[i].f < res[best].f))
@@ -468,11 +197,12 @@ static int best_of(const run_result *res, int n) {
 
 /* The optimum over the grid: BFGS from every start when full, else the
  * screen described at SCREEN_KEEP. */
-static int search(const objective *o, double cN, double cD, int full, int nt, run_result *best) {
+static int search(const fit__chin_objective *o, double cN, double cD, int full, int nt,
+                  fit__chin_run *best) {
   double gtol = GTOL_PER_POINT * o->wsum;
   int *idx = malloc(GRID_N * sizeof *idx);
   ranked *rk = malloc(GRID_N * sizeof *rk);
-  run_result *res = malloc(GRID_N * sizeof *res);
+  fit__chin_run *res = malloc(GRID_N * sizeof *res);
   if (!idx || !rk || !res) {
     free(idx), free(rk), free(res);
     return SS_ENOMEM;
@@ -483,12 +213,12 @@ static int search(const objective *o, double cN, double cD, int full, int nt, ru
   if (!full) {
 #pragma omp parallel num_threads(nt)
     {
-      objective loc = objective_copy(o);
+      fit__chin_objective loc = objective_copy(o);
 #pragma omp for schedule(static)
       for (int k = 0; k < GRID_N; k++) {
         double t[NT], g[NT];
         grid_start(k, cN, cD, t);
-        rk[k].f = eval(&loc, t, g);
+        rk[k].f = fit__chin_eval(&loc, t, g);
         rk[k].idx = k;
       }
     }
@@ -572,10 +302,10 @@ static int check_points(const fit_point *pts, int n, char *err, size_t errlen) {
  * integer weights, each point counted as often as its run was drawn. Each
  * resample seeds its own generator from (seed, k), so results do not
  * depend on the thread count. Returns whether the refit converged. */
-static int bootstrap_one(const objective *full, const fit__groups *g, uint64_t seed, int k,
-                         const double *t_opt, double cN, double cD, double C,
+static int bootstrap_one(const fit__chin_objective *full, const fit__groups *g, uint64_t seed,
+                         int k, const double *t_opt, double cN, double cD, double C,
                          const fit_result *grid, gsl_rng *rng, gsl_multimin_fdfminimizer *s,
-                         int *drawn, int *count, objective *o, double *q) {
+                         int *drawn, int *count, fit__chin_objective *o, double *q) {
   gsl_rng_set(rng, (unsigned long)fit__mix64(seed + (uint64_t)k));
   int m = fit__groups_draw(g, rng, drawn);
   memset(count, 0, (size_t)full->m * sizeof *count);
@@ -594,8 +324,8 @@ static int bootstrap_one(const objective *full, const fit__groups *g, uint64_t s
     o->wsum += count[i];
     o->m++;
   }
-  run_result rr;
-  minimise(o, s, t_opt, 0, POLISH_ROUNDS, GTOL_PER_POINT * o->wsum, &rr);
+  fit__chin_run rr;
+  fit__chin_minimise(o, s, t_opt, 0, POLISH_ROUNDS, GTOL_PER_POINT * o->wsum, &rr);
   double th[NT];
   to_theta(rr.t, cN, cD, th);
   quantities(th, C, q);
@@ -607,8 +337,9 @@ static int bootstrap_one(const objective *full, const fit__groups *g, uint64_t s
   return rr.converged;
 }
 
-static int bootstrap(const objective *full, const fit_point *pts, const double *t_opt, double cN,
-                     double cD, const fit_options *opt, int nt, int nq, fit_result *out) {
+static int bootstrap(const fit__chin_objective *full, const fit_point *pts, const double *t_opt,
+                     double cN, double cD, const fit_options *opt, int nt, int nq,
+                     fit_result *out) {
   int n = full->m, B = opt->bootstrap, W = NQ + out->nfrontier;
   fit__groups g;
   fit__groups_build(pts, n, &g);
@@ -620,7 +351,7 @@ static int bootstrap(const objective *full, const fit_point *pts, const double *
   int failed = 0;
 #pragma omp parallel num_threads(nt) reduction(+ : failed)
   {
-    objective o = {0};
+    fit__chin_objective o = {0};
     o.x1 = malloc((size_t)n * 4 * sizeof(double));
     int *drawn = malloc((size_t)g.ng * g.maxsize * sizeof *drawn);
     int *count = malloc((size_t)n * sizeof *count);
@@ -781,7 +512,7 @@ int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_resu
     return SS_EINVAL;
   }
   int nt = threads_of(opt);
-  objective o = {0};
+  fit__chin_objective o = {0};
   o.x1 = malloc((size_t)n * 4 * sizeof(double));
   if (!o.x1) {
     snprintf(err, errlen, "out of memory for %d points", n);
@@ -802,7 +533,7 @@ int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_resu
   }
   o.wsum = n;
 
-  run_result best;
+  fit__chin_run best;
   rc = search(&o, cN, cD, opt->full_grid, nt, &best);
   if (rc) {
     free(o.x1);

@@ -2,6 +2,7 @@
 #ifndef SS_SWEEPS_INTERNAL_H
 #define SS_SWEEPS_INTERNAL_H
 
+#include <gsl/gsl_multimin.h>
 #include <gsl/gsl_rng.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -48,5 +49,41 @@ double *fit__bootstrap_rng(int nb, int nq, uint64_t seed, int threads,
 
 /* Writes a printf-style message to err and returns SS_EINVAL. */
 int fit__fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- Chinchilla Approach 3 (fit_chinchilla.c; its objective and minimiser
+ * in fit_chinchilla_opt.c), in centred coordinates
+ * t = (a - alpha cN, b - beta cD, e, alpha, beta) ---- */
+enum { FIT__CHIN_NT = 5 };
+
+/* The data the objective sees: m points with weights. */
+typedef struct fit__chin_objective {
+  int m;
+  double *x1, *x2, *y, *w; /* ln N - cN, ln D - cD, ln L, weight */
+  double wsum;
+  /* cache of the last evaluation: GSL's line search asks for f and then the
+   * gradient at the same point, and both come from one pass */
+  double cx[FIT__CHIN_NT], cf, cg[FIT__CHIN_NT];
+  int cvalid;
+} fit__chin_objective;
+
+/* Where one minimisation ended. */
+typedef struct fit__chin_run {
+  double t[FIT__CHIN_NT];
+  double f;
+  double gnorm;
+  int converged;
+  int iters;
+} fit__chin_run;
+
+/* The summed Huber objective f and its gradient g at t. */
+double fit__chin_eval(fit__chin_objective *o, const double *t, double *g);
+
+/* Minimises from t0 with s (a BFGS2 minimiser of FIT__CHIN_NT variables):
+ * up to plain_iters BFGS2 iterations in centred coordinates, then up to
+ * polish rounds of BFGS2 whitened by the Hessian at the current point.
+ * converged is set only when |grad f| (centred coordinates) fell below
+ * gtol. */
+void fit__chin_minimise(fit__chin_objective *o, gsl_multimin_fdfminimizer *s, const double *t0,
+                        int plain_iters, int polish, double gtol, fit__chin_run *out);
 
 #endif

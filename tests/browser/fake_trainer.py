@@ -8,19 +8,21 @@ page can be watched while curves grow and the fits can find the law.
 A config whose train.seed is 99 fails half-way (for the failure views)."""
 import json
 import math
+import os
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from harness import trainer_config  # noqa: E402
 
 E, A, ALPHA, B, BETA = 1.7, 400.0, 0.34, 410.0, 0.28
 
 
 def main():
-    if len(sys.argv) < 4 or sys.argv[1] != "train" or sys.argv[2] != "--config":
-        print("usage: fake_trainer.py train --config FILE [--resume DIR]", file=sys.stderr)
+    args = trainer_config("fake_trainer.py")
+    if args is None:
         return 2
-    cfg = json.load(open(sys.argv[3]))
-    m, t = cfg["model"], cfg["train"]
-    n = 12 * m["n_layer"] * m["d_model"] ** 2
+    cfg, m, t, n = args
     per_step = t["batch_size"] * m["seq_len"]
     steps = max(1, math.ceil(t["tokens"] / per_step))
     run_s = float(__import__("os").environ.get("FAKE_RUN_S", "5"))

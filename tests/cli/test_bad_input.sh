@@ -6,44 +6,11 @@
 # Usage: test_bad_input.sh PATH/TO/scalesweep
 set -euo pipefail
 
-bin=${1:?usage: test_bad_input.sh PATH/TO/scalesweep}
-[ -x "$bin" ] || { echo "FAIL: $bin is not an executable" >&2; exit 1; }
-bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
-py=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-started=$SECONDS
-export OMP_WAIT_POLICY=PASSIVE # see test_train.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_setup "$@"
 
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-
-
-# train LABEL ARGS...: runs `scalesweep train ARGS`; stdout in out, stderr in err,
-# stdout and stderr together in msg, the exit status in $rc.
-train() {
-  label=$1
-  shift
-  rc=0
-  timeout 60 "$bin" train "$@" >out 2>err || rc=$?
-  cat out err >msg
-}
-
-# expect_rc CODE: the last train exited CODE.
-expect_rc() {
-  [ "$rc" = "$1" ] || fail "$label: exit $rc, expected $1; output: $(head -c 800 msg)"
-}
-
-# expect_msg NEEDLE...: each NEEDLE (fixed string) is in the last train's output.
-expect_msg() {
-  local n
-  for n in "$@"; do
-    grep -qF -- "$n" msg || fail "$label: the message lacks '$n': $(head -c 800 msg)"
-  done
-}
+# train LABEL ARGS...: runs `scalesweep train ARGS` (lib.sh's cli_run).
+train() { cli_run 60 train "$@"; }
 
 # expect_error_event: stdout ends with a JSON error event (the worker reads stdout).
 expect_error_event() {

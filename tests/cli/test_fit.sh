@@ -5,40 +5,11 @@
 # Usage: test_fit.sh PATH/TO/scalesweep
 set -euo pipefail
 
-bin=${1:?usage: test_fit.sh PATH/TO/scalesweep}
-[ -x "$bin" ] || { echo "FAIL: $bin is not an executable" >&2; exit 1; }
-bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
-py=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-export OMP_WAIT_POLICY=PASSIVE
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_setup "$@"
 
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-
-# fit LABEL ARGS...: runs `scalesweep fit ARGS`; stdout in out, stdout and stderr
-# together in msg, the exit status in $rc.
-fit() {
-  label=$1
-  shift
-  rc=0
-  timeout 120 "$bin" fit "$@" >out 2>err || rc=$?
-  cat out err >msg
-}
-
-expect_rc() {
-  [ "$rc" = "$1" ] || fail "$label: exit $rc, expected $1; output: $(head -c 800 msg)"
-}
-
-expect_msg() {
-  local n
-  for n in "$@"; do
-    grep -qF -- "$n" msg || fail "$label: the output lacks '$n': $(head -c 800 msg)"
-  done
-}
+# fit LABEL ARGS...: runs `scalesweep fit ARGS` (lib.sh's cli_run).
+fit() { cli_run 120 fit "$@"; }
 
 # SCIENCE.md known answer 2's design from the published parameters, noise-free:
 # 5 budgets 1e17..1e21, 15 sizes per budget over [N_opt/10, 10 N_opt], D = C/(6N).

@@ -9,24 +9,8 @@
 # at threads: 2, so the script fits in well under 90 s on 2 shared CI cores.
 set -euo pipefail
 
-bin=${1:?usage: test_train.sh PATH/TO/scalesweep}
-[ -x "$bin" ] || { echo "FAIL: $bin is not an executable" >&2; exit 1; }
-bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
-py=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-started=$SECONDS
-
-# libgomp spins while waiting; with threads: 2 on 2 cores shared with other ctest
-# jobs a spinning run is 20-50x slower. Passive waiting changes no result.
-export OMP_WAIT_POLICY=PASSIVE
-
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_setup "$@"
 
 # ---- helpers ---------------------------------------------------------------
 cat >"$tmp/h.py" <<'PY'

@@ -22,16 +22,16 @@ import os
 import sys
 import time
 
+from harness import trainer_config
+
 S0, E0, BNOISE = 100.0, 3200.0, 20.0
 
 
 def main():
-    if len(sys.argv) < 4 or sys.argv[1] != "train" or sys.argv[2] != "--config":
-        print("usage: fake_law_trainer.py train --config FILE [--resume DIR]", file=sys.stderr)
+    args = trainer_config("fake_law_trainer.py")
+    if args is None:
         return 2
-    cfg = json.load(open(sys.argv[3]))
-    m, t = cfg["model"], cfg["train"]
-    n = 12 * m["n_layer"] * m["d_model"] ** 2
+    cfg, m, t, n = args
     b = t["batch_size"]
     per_step = b * m["seq_len"]
     steps = max(1, math.ceil(t["tokens"] / per_step))

@@ -1,7 +1,12 @@
 """Helpers shared by the Python integration tests (run through
 tests/integration/run_with_pg.sh, which sets PGTEST_SH)."""
+import http.client
+import json
+import os
 import socket
 import subprocess
+import sys
+import time
 
 
 def free_port():
@@ -18,3 +23,55 @@ def psql(sql):
     out = subprocess.run(["bash", "-c", '. "$PGTEST_SH" && pg_psql -At -c "$0"', sql],
                          capture_output=True, text=True, check=True)
     return out.stdout.strip()
+
+
+def make_token(tmp):
+    """A fresh bearer token in tmp/token (mode 0600); the file's path."""
+    path = os.path.join(tmp, "token")
+    with open(path, "w") as f:
+        f.write(os.urandom(24).hex())
+    os.chmod(path, 0o600)
+    return path
+
+
+def api_request(port, token_file, method, path, body=None, timeout=10):
+    """One request to the scheduler's API on 127.0.0.1:port with the token
+    of token_file (body sent as JSON when given): (status, decoded JSON body
+    or None)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    h = {"Authorization": "Bearer " + open(token_file).read().strip()}
+    if body is not None:
+        body = json.dumps(body).encode()
+    c.request(method, path, body=body, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, json.loads(data) if data else None
+
+
+def wait_healthz(request, tries=200, proc=None):
+    """Polls GET /healthz through request(method, path) every 0.1 s, at most
+    tries times: True once it answers 200; False when it never does, or as
+    soon as proc (the scheduler's Popen, when given) has exited."""
+    for _ in range(tries):
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            if request("GET", "/healthz")[0] == 200:
+                return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def trainer_config(prog):
+    """A trainer stand-in's command line, `PROG train --config FILE [--resume
+    DIR]` (sys.argv): (config, its model, its train, n = 12 n_layer d_model^2),
+    or None after printing the usage when the command line is not that."""
+    if len(sys.argv) < 4 or sys.argv[1] != "train" or sys.argv[2] != "--config":
+        print(f"usage: {prog} train --config FILE [--resume DIR]", file=sys.stderr)
+        return None
+    cfg = json.load(open(sys.argv[3]))
+    m, t = cfg["model"], cfg["train"]
+    return cfg, m, t, 12 * m["n_layer"] * m["d_model"] ** 2

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from harness import free_port
+from harness import api_request, free_port, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -46,13 +46,7 @@ def fail(msg):
 
 
 def request(method, path, body=None):
-    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
-    c.request(method, path, body=json.dumps(body).encode() if body is not None else None,
-              headers={"Authorization": "Bearer " + TOKEN})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, json.loads(data) if data else None
+    return api_request(api_port, token, method, path, body)
 
 
 class Worker:
@@ -115,14 +109,7 @@ try:
         [BIN, "scheduler", "--database", DB, "--token-file", token, "--listen",
          f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}", "--checkpoints",
          os.path.join(tmp, "ck"), "--reserve-after-seconds", "0"], stdout=log, stderr=log)
-    for _ in range(200):
-        try:
-            if request("GET", "/healthz")[0] == 200:
-                break
-        except OSError:
-            pass
-        time.sleep(0.1)
-    else:
+    if not wait_healthz(request):
         fail("the scheduler did not come up")
     w = Worker()
     st, small = request("POST", "/api/sweeps", spec("small", 1, 3, 0))

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from harness import free_port, psql
+from harness import api_request, free_port, make_token, psql, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -48,23 +48,13 @@ def fail(msg):
 
 
 tmp = tempfile.mkdtemp(prefix="ss-refit-")
-token = os.path.join(tmp, "token")
-with open(token, "w") as f:
-    f.write(os.urandom(24).hex())
+token = make_token(tmp)
 api_port, wport = free_port(), free_port()
 procs = []
 
 
 def request(method, path, body=None):
-    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
-    h = {"Authorization": "Bearer " + open(token).read().strip()}
-    if body is not None:
-        body = json.dumps(body).encode()
-    c.request(method, path, body=body, headers=h)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, json.loads(data) if data else None
+    return api_request(api_port, token, method, path, body)
 
 
 def start(name, args, env=None):
@@ -94,6 +84,18 @@ def wait_sweep(sweep):
     fail(f"sweep {sweep} did not finish in {TIMEOUT} s")
 
 
+def run_sweep(spec, what, succeeded):
+    """Submits spec and waits for its sweep; fails unless `succeeded` runs
+    succeeded. The sweep's id."""
+    st, body = request("POST", "/api/sweeps", spec)
+    if st != 201:
+        fail(f"submit the {what}: {st} {body}")
+    c = wait_sweep(body["id"])
+    if c["succeeded"] != succeeded:
+        fail(f"{what}: {c}")
+    return body["id"]
+
+
 try:
     data = os.path.join(tmp, "data")
     os.mkdir(data)
@@ -101,14 +103,7 @@ try:
                         "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
                         "--checkpoints", os.path.join(tmp, "ckpt"), "--data-dir", data,
                         "--predict-seconds", "1"])
-    for _ in range(200):
-        try:
-            if request("GET", "/healthz")[0] == 200:
-                break
-        except OSError:
-            pass
-        time.sleep(0.1)
-    else:
+    if not wait_healthz(request):
         fail("the scheduler did not come up")
     start_worker("w", 2, 0)
 
@@ -142,13 +137,7 @@ try:
                      "train": {"lr": 0.003}},
             "batch": {"tokens": 4096000, "batch_size": ladder, "target_loss": [2.5]},
             "resources": {"cpus": 1}}
-    st, body = request("POST", "/api/sweeps", spec)
-    if st != 201:
-        fail(f"submit the ladder: {st} {body}")
-    sweep = body["id"]
-    c = wait_sweep(sweep)
-    if c["succeeded"] != len(ladder):
-        fail(f"ladder: {c}")
+    sweep = run_sweep(spec, "ladder", len(ladder))
     # the refit runs once a second per sweep, on the thread pool
     fit = None
     while time.time() - T0 < TIMEOUT:
@@ -240,13 +229,7 @@ try:
                         "centre": {"coef": 0.0155, "exponent": 0.45, "span": 3, "points": 5},
                         "flops_count": "exact"},
             "resources": {"cpus": 1}}
-    st, body = request("POST", "/api/sweeps", spec)
-    if st != 201:
-        fail(f"submit the isoflop study: {st} {body}")
-    sweep = body["id"]
-    c = wait_sweep(sweep)
-    if c["succeeded"] != 20:
-        fail(f"isoflop study: {c}")
+    sweep = run_sweep(spec, "isoflop study", 20)
     fits = {}
     while time.time() - T0 < TIMEOUT:
         st, fits = request("GET", f"/api/sweeps/{sweep}/fit")

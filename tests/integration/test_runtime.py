@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from harness import free_port, psql
+from harness import free_port, make_token, psql, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -42,9 +42,7 @@ def fail(msg):
 
 
 tmp = tempfile.mkdtemp(prefix="ss-runtime-")
-token = os.path.join(tmp, "token")
-with open(token, "w") as f:
-    f.write(os.urandom(24).hex())
+token = make_token(tmp)
 api_port, wport = free_port(), free_port()
 procs = {}
 
@@ -56,14 +54,8 @@ def start_scheduler():
          "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
          "--checkpoints", os.path.join(tmp, "ckpt"), "--lease-seconds", "4"],
         stdout=log, stderr=log)
-    for _ in range(200):
-        try:
-            if request("GET", "/healthz")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    fail("the scheduler did not come up; see " + tmp + "/scheduler.log")
+    if not wait_healthz(request):
+        fail("the scheduler did not come up; see " + tmp + "/scheduler.log")
 
 
 def start_worker(name):

@@ -230,6 +230,18 @@ def main():
     print("worker protocol: all checks passed in %.1f s" % (time.time() - started_at))
 
 
+def reconnected(listener, p):
+    """Reads p until the worker drops it; the worker's next connection, its
+    hello (no runs) checked and welcomed."""
+    while p.recv(5) is not None:
+        pass
+    p.close()
+    p = accept(listener, 5)
+    expect_hello(p, [])
+    welcome(p)
+    return p
+
+
 def run_test(binary):
     global worker
     tok = os.path.join(tmp, "token")
@@ -450,21 +462,11 @@ def run_test(binary):
         p.send_raw(b"x" * ((1 << 20) + 10))
     except OSError:
         pass
-    while p.recv(5) is not None:
-        pass
-    p.close()
-    p = accept(listener, 5)
-    expect_hello(p, [])
-    welcome(p)
+    p = reconnected(listener, p)
 
     # ---- 8. an `error` message: the worker reconnects after backoff -----------
     p.send({"type": "error", "message": "go away"})
-    while p.recv(5) is not None:
-        pass
-    p.close()
-    p = accept(listener, 5)
-    expect_hello(p, [])
-    welcome(p)
+    p = reconnected(listener, p)
 
     # ---- 9. SIGTERM: the trainer checkpoints, its last messages go, exit 0 ----
     assign(p, 5, 1, LONG, [], ck(5))

@@ -49,7 +49,7 @@ import time
 import http.client
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from harness import free_port  # noqa: E402
+from harness import api_request, free_port, make_token, wait_healthz  # noqa: E402
 
 BIN = os.path.abspath(sys.argv[1])
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -99,23 +99,12 @@ def psql(sql):
     fail(f"psql failed: {sql}: {out.stderr}")
 
 
-token = os.path.join(tmp, "token")
-with open(token, "w") as f:
-    f.write(os.urandom(24).hex())
-os.chmod(token, 0o600)
+token = make_token(tmp)
 api_port, wport = free_port(), free_port()
 
 
 def request(method, path, body=None):
-    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
-    h = {"Authorization": "Bearer " + open(token).read().strip()}
-    if body is not None:
-        body = json.dumps(body).encode()
-    c.request(method, path, body=body, headers=h)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, json.loads(data) if data else None
+    return api_request(api_port, token, method, path, body)
 
 
 # ---- a TCP proxy per worker, whose connections the driver can cut ----------
@@ -204,15 +193,10 @@ def start_scheduler():
          "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
          "--checkpoints", os.path.join(tmp, "ckpt"), "--lease-seconds", str(LEASE_S)],
         stdout=logf, stderr=logf)
-    for _ in range(300):
-        if procs["scheduler"].poll() is not None:
-            fail(f"the scheduler exited at start with {procs['scheduler'].returncode}")
-        try:
-            if request("GET", "/healthz")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
+    if wait_healthz(request, 300, procs["scheduler"]):
+        return
+    if procs["scheduler"].poll() is not None:
+        fail(f"the scheduler exited at start with {procs['scheduler'].returncode}")
     fail("the scheduler did not come up within 30 s")
 
 

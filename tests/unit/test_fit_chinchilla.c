@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "common/err.h"
+#include "fit_testlib.h"
 #include "sweeps/fit.h"
 
 /* Hoffmann et al.'s rounded published parameters */
@@ -37,14 +38,11 @@ static fit_point *approach3_points(double sd, unsigned long seed, int *n) {
     for (int j = 0; j < 15; j++) {
       double N = n_opt / 10 * pow(100, j / 14.0), D = C / (6 * N);
       double L = law(N, D) + (sd > 0 ? gsl_ran_gaussian(r, sd) : 0);
-      p[k++] = (fit_point){.params = N,
-                           .tokens = D,
-                           .flops = C,
-                           .loss = L,
-                           .batch_size = NAN,
-                           .steps = NAN,
-                           .lr = NAN,
-                           .group = -1};
+      p[k] = fitt_blank();
+      p[k].params = N;
+      p[k].tokens = D;
+      p[k].flops = C;
+      p[k++].loss = L;
     }
   }
   gsl_rng_free(r);
@@ -53,24 +51,15 @@ static fit_point *approach3_points(double sd, unsigned long seed, int *n) {
 }
 
 static const fit_param *param(const fit_result *r, const char *name) {
-  for (int i = 0; i < r->nparams; i++)
-    if (!strcmp(r->params[i].name, name))
-      return &r->params[i];
-  for (int i = 0; i < r->nderived; i++)
-    if (!strcmp(r->derived[i].name, name))
-      return &r->derived[i];
-  fprintf(stderr, "no parameter '%s'\n", name);
-  exit(1);
+  const fit_param *p = fit_result_get(r, name);
+  if (!p) {
+    fprintf(stderr, "no parameter '%s'\n", name);
+    exit(1);
+  }
+  return p;
 }
 
 static double value(const fit_result *r, const char *name) { return param(r, name)->value; }
-
-static int has_warning(const fit_result *r, const char *needle) {
-  for (int i = 0; i < r->nwarnings; i++)
-    if (strstr(r->warnings[i], needle))
-      return 1;
-  return 0;
-}
 
 static void test_allocation(void) {
   double G, a, b, n_opt, d_opt;
@@ -257,14 +246,14 @@ static void test_flags(void) {
   fit_result r;
   char err[256];
   CHECK_INT_EQ(fit_chinchilla(p, 40, NULL, &r, err, sizeof err), 0);
-  CHECK(has_warning(&r, "collapsed toward 0"));
-  CHECK(has_warning(&r, "edge of the starting grid"));
+  CHECK(fitt_has_warning(&r, "collapsed toward 0"));
+  CHECK(fitt_has_warning(&r, "edge of the starting grid"));
   fit_result_free(&r);
   /* loss that does not fall with N: alpha at its bound */
   for (int i = 0; i < 40; i++)
     p[i].loss = E0 + B0 / pow(p[i].tokens, BETA0) + 1e-3 * ((i * 7919) % 13 - 6) / 6.0;
   CHECK_INT_EQ(fit_chinchilla(p, 40, NULL, &r, err, sizeof err), 0);
-  CHECK(has_warning(&r, "alpha = ") || has_warning(&r, "the N term"));
+  CHECK(fitt_has_warning(&r, "alpha = ") || fitt_has_warning(&r, "the N term"));
   fit_result_free(&r);
 }
 

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "common/err.h"
+#include "fit_testlib.h"
 #include "sweeps/fit.h"
 
 /* The truth: L(S) = 1.5 + (2000 / S)^0.6, evaluated every 100 steps. */
@@ -21,34 +22,10 @@
 static double truth(double s) { return LINF + pow(SC / s, ALPHA); }
 
 static fit_point curve_point(double s, double loss) {
-  fit_point p = {.params = NAN,
-                 .tokens = NAN,
-                 .flops = NAN,
-                 .loss = loss,
-                 .batch_size = NAN,
-                 .steps = s,
-                 .lr = NAN,
-                 .group = -1};
+  fit_point p = fitt_blank();
+  p.loss = loss;
+  p.steps = s;
   return p;
-}
-
-static const fit_param *find(const fit_param *p, int n, const char *name) {
-  for (int i = 0; i < n; i++)
-    if (!strcmp(p[i].name, name))
-      return &p[i];
-  return NULL;
-}
-
-static double param(const fit_result *r, const char *name) {
-  const fit_param *p = find(r->params, r->nparams, name);
-  return p ? p->value : NAN;
-}
-
-static int has_warning(const fit_result *r, const char *needle) {
-  for (int i = 0; i < r->nwarnings; i++)
-    if (strstr(r->warnings[i], needle))
-      return 1;
-  return 0;
 }
 
 /* Noise-free points at steps 100..5000: the parameters to 1e-4 relative
@@ -64,10 +41,10 @@ static void test_exact(void) {
   CHECK_INT_EQ(fit_curve(p, n, &o, &r, err, sizeof err), 0);
   CHECK(!strcmp(r.law, "curve"));
   CHECK_INT_EQ(r.n_points, n);
-  CHECK_NEAR(param(&r, "L_inf"), LINF, 0, 1e-4);
-  CHECK_NEAR(param(&r, "S_c"), SC, 0, 1e-4);
-  CHECK_NEAR(param(&r, "alpha_S"), ALPHA, 0, 1e-4);
-  const fit_param *lt = find(r.derived, r.nderived, "loss_at_target");
+  CHECK_NEAR(fitt_param(&r, "L_inf"), LINF, 0, 1e-4);
+  CHECK_NEAR(fitt_param(&r, "S_c"), SC, 0, 1e-4);
+  CHECK_NEAR(fitt_param(&r, "alpha_S"), ALPHA, 0, 1e-4);
+  const fit_param *lt = fitt_find(r.derived, r.nderived, "loss_at_target");
   CHECK(lt && fabs(lt->value - truth(2e4)) < 1e-6 * truth(2e4));
   CHECK_INT_EQ(r.converged, 1);
   CHECK(r.objective < 1e-16);
@@ -78,7 +55,7 @@ static void test_exact(void) {
   /* 200,000 steps: 40x the last observed, a far extrapolation */
   o.target_steps = 2e5;
   CHECK_INT_EQ(fit_curve(p, n, &o, &r, err, sizeof err), 0);
-  CHECK(has_warning(&r, "far extrapolation"));
+  CHECK(fitt_has_warning(&r, "far extrapolation"));
   fit_result_free(&r);
 
   /* input order does not matter (the fit sorts by step) */
@@ -87,8 +64,8 @@ static void test_exact(void) {
     q[i] = p[n - 1 - i];
   o.target_steps = 0;
   CHECK_INT_EQ(fit_curve(q, n, &o, &r, err, sizeof err), 0);
-  CHECK_NEAR(param(&r, "S_c"), SC, 0, 1e-4);
-  CHECK(!find(r.derived, r.nderived, "loss_at_target"));
+  CHECK_NEAR(fitt_param(&r, "S_c"), SC, 0, 1e-4);
+  CHECK(!fitt_find(r.derived, r.nderived, "loss_at_target"));
   fit_result_free(&r);
 }
 
@@ -134,7 +111,7 @@ static void test_coverage(void) {
           .bootstrap = nb, .seed = 77 + rep, .threads = 2, .target_steps = LAST, .curve_noise = m};
       fit_result r;
       CHECK_INT_EQ(fit_curve(p, n, &o, &r, err, sizeof err), 0);
-      const fit_param *b = find(r.derived, r.nderived, "loss_at_target");
+      const fit_param *b = fitt_find(r.derived, r.nderived, "loss_at_target");
       if (b && isfinite(b->ci_lo) && isfinite(b->ci_hi)) {
         fitted[m]++;
         cover[m] += b->ci_lo <= want && want <= b->ci_hi;
@@ -190,13 +167,13 @@ static void test_warnings(void) {
     p[i] = curve_point(s, i < 30 ? truth(s) : truth(3000) * (1 + 0.01 * (i - 29)));
   }
   CHECK_INT_EQ(fit_curve(p, 40, &o, &r, err, sizeof err), 0);
-  CHECK(has_warning(&r, "non-monotone"));
+  CHECK(fitt_has_warning(&r, "non-monotone"));
   fit_result_free(&r);
   /* a flat curve: no shape to identify */
   for (int i = 0; i < 10; i++)
     p[i] = curve_point(EVERY * (i + 1), 2.0 + 1e-3 * (i % 2));
   CHECK_INT_EQ(fit_curve(p, 10, &o, &r, err, sizeof err), 0);
-  CHECK(has_warning(&r, "at its bound"));
+  CHECK(fitt_has_warning(&r, "at its bound"));
   fit_result_free(&r);
   /* several runs in one table */
   for (int i = 0; i < 10; i++) {
@@ -204,7 +181,7 @@ static void test_warnings(void) {
     p[i].group = i / 5;
   }
   CHECK_INT_EQ(fit_curve(p, 10, &o, &r, err, sizeof err), 0);
-  CHECK(has_warning(&r, "more than one run"));
+  CHECK(fitt_has_warning(&r, "more than one run"));
   fit_result_free(&r);
 }
 

@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "common/err.h"
+#include "fit_testlib.h"
 #include "sweeps/fit.h"
 
 /* Published Chinchilla parameters (SCIENCE.md), the truth for generated data. */
@@ -27,42 +28,6 @@ static double chin_nopt(double c) {
   return g * pow(c / 6, CBETA / (CALPHA + CBETA));
 }
 
-static fit_point blank(void) {
-  fit_point p = {.params = NAN,
-                 .tokens = NAN,
-                 .flops = NAN,
-                 .loss = NAN,
-                 .batch_size = NAN,
-                 .steps = NAN,
-                 .lr = NAN,
-                 .group = -1};
-  return p;
-}
-
-static const fit_param *find(const fit_param *p, int n, const char *name) {
-  for (int i = 0; i < n; i++)
-    if (!strcmp(p[i].name, name))
-      return &p[i];
-  return NULL;
-}
-
-static double param(const fit_result *r, const char *name) {
-  const fit_param *p = find(r->params, r->nparams, name);
-  return p ? p->value : NAN;
-}
-
-static double derived(const fit_result *r, const char *name) {
-  const fit_param *p = find(r->derived, r->nderived, name);
-  return p ? p->value : NAN;
-}
-
-static int has_warning(const fit_result *r, const char *needle) {
-  for (int i = 0; i < r->nwarnings; i++)
-    if (strstr(r->warnings[i], needle))
-      return 1;
-  return 0;
-}
-
 static fit_options options(void) {
   fit_options o = {.bootstrap = 0, .seed = 1234, .threads = 2};
   return o;
@@ -76,7 +41,7 @@ static int isoflop_points(fit_point *p, const double *cs, int nc, double drift) 
   for (int j = 0; j < nc; j++)
     for (int k = 0; k < 7; k++) {
       double nn = chin_nopt(cs[j]) * pow(cs[j] / cs[0], drift) * exp(-1.5 + 0.5 * k);
-      p[n] = blank();
+      p[n] = fitt_blank();
       p[n].params = nn;
       p[n].flops = cs[j];
       p[n].tokens = cs[j] / (6 * nn);
@@ -95,7 +60,7 @@ static void test_kaplan(void) {
   const double nc = 8.8e13, an = 0.076;
   fit_point p[9];
   for (int i = 0; i < 9; i++) {
-    p[i] = blank();
+    p[i] = fitt_blank();
     p[i].params = 1e6 * pow(10, i * 0.5);
     p[i].tokens = 20 * p[i].params;
     p[i].loss = pow(nc / p[i].params, an);
@@ -103,12 +68,12 @@ static void test_kaplan(void) {
   CHECK_INT_EQ(fit_kaplan(p, 9, &o, &r, err, sizeof err), 0);
   /* exact data, closed-form least squares: only rounding remains, and
    * N_c = exp(ln-intercept / alpha) amplifies it by about ln N_c = 32 */
-  CHECK_NEAR(param(&r, "alpha_N"), an, 1e-12, 0);
-  CHECK_NEAR(param(&r, "N_c"), nc, 0, 1e-9);
-  CHECK_NEAR(param(&r, "alpha_D"), an, 1e-12, 0);
-  CHECK_NEAR(param(&r, "D_c"), 20 * nc, 0, 1e-9);
-  CHECK(isnan(param(&r, "C_c")));
-  CHECK(isnan(param(&r, "E_N")));
+  CHECK_NEAR(fitt_param(&r, "alpha_N"), an, 1e-12, 0);
+  CHECK_NEAR(fitt_param(&r, "N_c"), nc, 0, 1e-9);
+  CHECK_NEAR(fitt_param(&r, "alpha_D"), an, 1e-12, 0);
+  CHECK_NEAR(fitt_param(&r, "D_c"), 20 * nc, 0, 1e-9);
+  CHECK(isnan(fitt_param(&r, "C_c")));
+  CHECK(isnan(fitt_param(&r, "E_N")));
   CHECK_INT_EQ(r.nparams, 4);
   CHECK_INT_EQ(r.converged, 1);
   CHECK(r.objective < 1e-25);
@@ -119,7 +84,7 @@ static void test_kaplan(void) {
   const double e = CE, a = CALPHA, nc2 = pow(CA, 1 / CALPHA);
   fit_point q[11];
   for (int i = 0; i < 11; i++) {
-    q[i] = blank();
+    q[i] = fitt_blank();
     q[i].params = 1e7 * pow(10, i * 0.4);
     q[i].loss = e + pow(nc2 / q[i].params, a);
   }
@@ -128,9 +93,9 @@ static void test_kaplan(void) {
   /* exact data; Levenberg-Marquardt stops at xtol 1e-12 on (sqrt E, k,
    * alpha), and the three are correlated (condition number ~1e4), so 1e-7
    * leaves room without hiding a wrong optimum */
-  CHECK_NEAR(param(&r, "E_N"), e, 1e-7, 0);
-  CHECK_NEAR(param(&r, "alpha_N"), a, 1e-7, 0);
-  CHECK_NEAR(param(&r, "N_c"), nc2, 0, 1e-5);
+  CHECK_NEAR(fitt_param(&r, "E_N"), e, 1e-7, 0);
+  CHECK_NEAR(fitt_param(&r, "alpha_N"), a, 1e-7, 0);
+  CHECK_NEAR(fitt_param(&r, "N_c"), nc2, 0, 1e-5);
   CHECK_INT_EQ(r.converged, 1);
   CHECK_INT_EQ(r.nwarnings, 0);
   fit_result_free(&r);
@@ -138,9 +103,9 @@ static void test_kaplan(void) {
   /* With E fitted on data that has none: E goes to its bound and says so;
    * the E = 0 candidate is the exact line, so rounding-level tolerances. */
   CHECK_INT_EQ(fit_kaplan(p, 9, &o, &r, err, sizeof err), 0);
-  CHECK_NEAR(param(&r, "E_N"), 0, 1e-9, 0);
-  CHECK_NEAR(param(&r, "alpha_N"), an, 1e-9, 0);
-  CHECK(has_warning(&r, "E_N is at its bound"));
+  CHECK_NEAR(fitt_param(&r, "E_N"), 0, 1e-9, 0);
+  CHECK_NEAR(fitt_param(&r, "alpha_N"), an, 1e-9, 0);
+  CHECK(fitt_has_warning(&r, "E_N is at its bound"));
   CHECK_INT_EQ(r.converged, 1);
   fit_result_free(&r);
 
@@ -150,7 +115,7 @@ static void test_kaplan(void) {
   gsl_rng_set(rng, 7);
   fit_point s[30];
   for (int i = 0; i < 30; i++) {
-    s[i] = blank();
+    s[i] = fitt_blank();
     s[i].params = 1e6 * pow(10, i * (4.0 / 29));
     s[i].loss = pow(nc / s[i].params, an) * (1 + 0.01 * gsl_ran_gaussian(rng, 1));
   }
@@ -158,7 +123,7 @@ static void test_kaplan(void) {
   o.fit_irreducible = 0;
   o.bootstrap = 400;
   CHECK_INT_EQ(fit_kaplan(s, 30, &o, &r, err, sizeof err), 0);
-  const fit_param *al = find(r.params, r.nparams, "alpha_N");
+  const fit_param *al = fitt_find(r.params, r.nparams, "alpha_N");
   CHECK(al && al->ci_lo < an && an < al->ci_hi);
   /* the slope's standard error with 1% noise over 4 decades is ~1e-3 */
   CHECK(al && al->stderr_ > 1e-4 && al->stderr_ < 1e-2);
@@ -174,7 +139,7 @@ static void test_kaplan(void) {
   CHECK_INT_EQ(fit_kaplan(bad, 9, &o, &r, err, sizeof err), SS_EINVAL);
   CHECK(strstr(err, "loss missing at point 5"));
   for (int i = 0; i < 9; i++)
-    bad[i] = blank(), bad[i].loss = 3;
+    bad[i] = fitt_blank(), bad[i].loss = 3;
   CHECK_INT_EQ(fit_kaplan(bad, 9, &o, &r, err, sizeof err), SS_EINVAL);
   CHECK(strstr(err, "no params"));
   for (int i = 0; i < 9; i++)
@@ -197,10 +162,10 @@ static void test_isoflop(void) {
    * profile is E + K(C) g(ln N - ln N_opt(C)), so the parabola's vertex is
    * off the true optimum by the same amount at every budget and the slope
    * is exact up to rounding (L ~ 2, profile depths ~0.05: ~1e-13). */
-  CHECK_NEAR(param(&r, "a"), a_true, 1e-9, 0);
-  CHECK_NEAR(param(&r, "b"), 1 - a_true, 1e-9, 0);
+  CHECK_NEAR(fitt_param(&r, "a"), a_true, 1e-9, 0);
+  CHECK_NEAR(fitt_param(&r, "b"), 1 - a_true, 1e-9, 0);
   /* D* = C / (6 N*) makes the prefactors exact reciprocals up to 6 */
-  CHECK_NEAR(param(&r, "d_coef") * 6 * param(&r, "n_coef"), 1, 0, 1e-9);
+  CHECK_NEAR(fitt_param(&r, "d_coef") * 6 * fitt_param(&r, "n_coef"), 1, 0, 1e-9);
   CHECK_INT_EQ(r.nbudgets, 4);
   for (int j = 0; j < r.nbudgets; j++) {
     CHECK_INT_EQ(r.budgets[j].usable, 1);
@@ -221,7 +186,7 @@ static void test_isoflop(void) {
    * (well under the 0.01-level differences the method is used to tell). */
   o.bootstrap = 50;
   CHECK_INT_EQ(fit_isoflop(p, n, &o, &r, err, sizeof err), 0);
-  const fit_param *pa = find(r.params, r.nparams, "a");
+  const fit_param *pa = fitt_find(r.params, r.nparams, "a");
   CHECK(pa && pa->ci_lo < a_true && a_true < pa->ci_hi);
   CHECK(pa && pa->ci_hi - pa->ci_lo < 0.01);
   fit_result_free(&r);
@@ -233,9 +198,9 @@ static void test_isoflop(void) {
    * ~1e-13 rounding of the centred case. */
   n = isoflop_points(p, cs, 4, 0.15);
   CHECK_INT_EQ(fit_isoflop(p, n, &o, &r, err, sizeof err), 0);
-  CHECK(has_warning(&r, "drifts off-centre"));
-  CHECK(has_warning(&r, "sampling off-centre"));
-  CHECK(fabs(param(&r, "a") - a_true) > 1e-4);
+  CHECK(fitt_has_warning(&r, "drifts off-centre"));
+  CHECK(fitt_has_warning(&r, "sampling off-centre"));
+  CHECK(fabs(fitt_param(&r, "a") - a_true) > 1e-4);
   fit_result_free(&r);
 
   /* Unusable budgets among good ones: one concave profile (c2 < 0), one
@@ -243,7 +208,7 @@ static void test_isoflop(void) {
   n = isoflop_points(p, cs, 3, 0);
   for (int k = 0; k < 7; k++) {
     fit_point *q = &p[n++];
-    *q = blank();
+    *q = fitt_blank();
     q->flops = 3e19;
     q->params = 1e8 * exp(0.5 * k);
     q->tokens = q->flops / (6 * q->params);
@@ -251,7 +216,7 @@ static void test_isoflop(void) {
   }
   for (int k = 0; k < 7; k++) {
     fit_point *q = &p[n++];
-    *q = blank();
+    *q = fitt_blank();
     q->flops = 3e20;
     q->params = chin_nopt(q->flops) * exp(4 + 0.5 * k);
     q->tokens = q->flops / (6 * q->params);
@@ -275,10 +240,10 @@ static void test_isoflop(void) {
     unusable += !b->usable;
   }
   CHECK_INT_EQ(unusable, 2);
-  CHECK(has_warning(&r, "C = 3e+19 unusable: the loss profile has no minimum"));
-  CHECK(has_warning(&r, "C = 3e+20 unusable: the parabola's minimum"));
+  CHECK(fitt_has_warning(&r, "C = 3e+19 unusable: the loss profile has no minimum"));
+  CHECK(fitt_has_warning(&r, "C = 3e+20 unusable: the parabola's minimum"));
   /* the three good budgets alone: exact as above */
-  CHECK_NEAR(param(&r, "a"), a_true, 1e-9, 0);
+  CHECK_NEAR(fitt_param(&r, "a"), a_true, 1e-9, 0);
   fit_result_free(&r);
 
   /* bad input */
@@ -300,15 +265,15 @@ static void test_batch(void) {
   /* SCIENCE.md: S_min = 2000, E_min = 2e6, B = 32..8192 -> B_crit = 1000 */
   fit_point p[9];
   for (int i = 0; i < 9; i++) {
-    p[i] = blank();
+    p[i] = fitt_blank();
     p[i].batch_size = 32 << i;
     p[i].steps = 2000 + 2e6 / p[i].batch_size;
   }
   CHECK_INT_EQ(fit_batch(p, 9, &o, &r, err, sizeof err), 0);
   /* exact data, weighted linear least squares: rounding only */
-  CHECK_NEAR(param(&r, "B_crit"), 1000, 0, 1e-9);
-  CHECK_NEAR(param(&r, "S_min"), 2000, 0, 1e-9);
-  CHECK_NEAR(param(&r, "E_min"), 2e6, 0, 1e-9);
+  CHECK_NEAR(fitt_param(&r, "B_crit"), 1000, 0, 1e-9);
+  CHECK_NEAR(fitt_param(&r, "S_min"), 2000, 0, 1e-9);
+  CHECK_NEAR(fitt_param(&r, "E_min"), 2e6, 0, 1e-9);
   CHECK_INT_EQ(r.converged, 1);
   CHECK_INT_EQ(r.nwarnings, 0);
   fit_result_free(&r);
@@ -326,9 +291,9 @@ static void test_batch(void) {
     }
     o.bootstrap = seed == 1 ? 500 : 0;
     CHECK_INT_EQ(fit_batch(q, 9, &o, &r, err, sizeof err), 0);
-    double bc = param(&r, "B_crit");
+    double bc = fitt_param(&r, "B_crit");
     worst = fmax(worst, fabs(bc / 1000 - 1));
-    const fit_param *pb = find(r.params, r.nparams, "B_crit");
+    const fit_param *pb = fitt_find(r.params, r.nparams, "B_crit");
     /* either interval (bootstrap for seed 1, delta-method t otherwise) is
      * finite and brackets the estimate */
     CHECK(pb && pb->ci_lo < bc && bc < pb->ci_hi && pb->stderr_ > 0);
@@ -346,7 +311,7 @@ static void test_batch(void) {
     double bc = bstar / pow(tl[t], 1 / ab), smin = 1000 * (4 / tl[t]);
     for (int i = 0; i < 9; i++) {
       fit_point *q = &m[9 * t + i];
-      *q = blank();
+      *q = fitt_blank();
       q->batch_size = bc / 32 * (1 << i);
       q->steps = smin + bc * smin / q->batch_size;
       q->loss = tl[t];
@@ -355,17 +320,17 @@ static void test_batch(void) {
   }
   CHECK_INT_EQ(fit_batch(m, 27, &o, &r, err, sizeof err), 0);
   /* exact data; ln B_crit is linear in ln L: rounding only */
-  CHECK_NEAR(param(&r, "B_star"), bstar, 0, 1e-9);
-  CHECK_NEAR(param(&r, "alpha_B"), ab, 1e-10, 0);
-  CHECK_NEAR(derived(&r, "B_crit(L=3)"), bstar / pow(3, 1 / ab), 0, 1e-9);
-  CHECK_NEAR(derived(&r, "S_min(L=3.5)"), 1000 * 4 / 3.5, 0, 1e-9);
+  CHECK_NEAR(fitt_param(&r, "B_star"), bstar, 0, 1e-9);
+  CHECK_NEAR(fitt_param(&r, "alpha_B"), ab, 1e-10, 0);
+  CHECK_NEAR(fitt_derived(&r, "B_crit(L=3)"), bstar / pow(3, 1 / ab), 0, 1e-9);
+  CHECK_NEAR(fitt_derived(&r, "S_min(L=3.5)"), 1000 * 4 / 3.5, 0, 1e-9);
   CHECK_INT_EQ(r.converged, 1);
   fit_result_free(&r);
   /* resamples of exact data are exact: the interval collapses onto alpha_B
    * (1e-8: rounding through the power law's slope, well above 1e-12) */
   o.bootstrap = 100;
   CHECK_INT_EQ(fit_batch(m, 27, &o, &r, err, sizeof err), 0);
-  const fit_param *pa = find(r.params, r.nparams, "alpha_B");
+  const fit_param *pa = fitt_find(r.params, r.nparams, "alpha_B");
   CHECK(pa && fabs(pa->ci_lo - ab) < 1e-8 && fabs(pa->ci_hi - ab) < 1e-8);
   fit_result_free(&r);
   o.bootstrap = 0;
@@ -396,17 +361,17 @@ static void test_extrapolation(void) {
   CHECK_INT_EQ(fit_extrapolation_check(p, n, &o, &r, err, sizeof err), 0);
   CHECK_INT_EQ(r.n_points, n - 7);
   /* the held-out budget's C and mean loss are the data's: rounding only */
-  CHECK_NEAR(derived(&r, "holdout_flops"), 1e21, 0, 1e-12);
+  CHECK_NEAR(fitt_derived(&r, "holdout_flops"), 1e21, 0, 1e-12);
   double meas = 0;
   for (int i = n - 7; i < n; i++)
     meas += p[i].loss / 7;
-  CHECK_NEAR(derived(&r, "holdout_loss"), meas, 0, 1e-12);
+  CHECK_NEAR(fitt_derived(&r, "holdout_loss"), meas, 0, 1e-12);
   /* noise-free data from the law itself: the refit recovers it to the
    * optimiser's tolerance, so one decade of extrapolation stays within
    * 1e-4 (a percent-level miss would mean a wrong fit or prediction) */
-  CHECK_NEAR(derived(&r, "holdout_pred_loss"), meas, 0, 1e-4);
-  CHECK(derived(&r, "holdout_rel_err") < 1e-4);
-  CHECK(!has_warning(&r, "extrapolation check"));
+  CHECK_NEAR(fitt_derived(&r, "holdout_pred_loss"), meas, 0, 1e-4);
+  CHECK(fitt_derived(&r, "holdout_rel_err") < 1e-4);
+  CHECK(!fitt_has_warning(&r, "extrapolation check"));
   fit_result_free(&r);
 
   CHECK_INT_EQ(fit_extrapolation_check(p, 7, &o, &r, err, sizeof err), SS_EINVAL);
@@ -429,7 +394,7 @@ static int bopt_points(fit_point *p, int nc, int with_lr, double jitter_c) {
       for (int j = -2; j <= 2; j++) {
         if (!with_lr && j)
           continue;
-        p[n] = blank();
+        p[n] = fitt_blank();
         p[n].flops = C * (1 + jitter_c * ((k + j) % 3)); /* one budget, C rounded per run */
         p[n].batch_size = bs * pow(2, k);
         p[n].lr = with_lr ? es * pow(2, j) : NAN;
@@ -449,12 +414,12 @@ static void test_bopt(void) {
   fit_point p[5 * 35];
   int n = bopt_points(p, 5, 1, 0);
   CHECK_INT_EQ(fit_bopt(p, n, &o, &r, err, sizeof err), 0);
-  CHECK_NEAR(param(&r, "k_B"), 0.292, 0, 1e-9);
-  CHECK_NEAR(param(&r, "beta_B"), 0.3271, 1e-10, 0);
-  CHECK_NEAR(param(&r, "k_eta"), 0.3118, 0, 1e-9);
-  CHECK_NEAR(param(&r, "beta_eta"), -0.125, 1e-10, 0);
-  CHECK_NEAR(param(&r, "beta_BD"), 2 * 0.3271, 1e-10, 0);
-  CHECK_NEAR(param(&r, "k_BD"), 0.292 * pow(0.6, 0.3271 * 2), 0, 1e-9);
+  CHECK_NEAR(fitt_param(&r, "k_B"), 0.292, 0, 1e-9);
+  CHECK_NEAR(fitt_param(&r, "beta_B"), 0.3271, 1e-10, 0);
+  CHECK_NEAR(fitt_param(&r, "k_eta"), 0.3118, 0, 1e-9);
+  CHECK_NEAR(fitt_param(&r, "beta_eta"), -0.125, 1e-10, 0);
+  CHECK_NEAR(fitt_param(&r, "beta_BD"), 2 * 0.3271, 1e-10, 0);
+  CHECK_NEAR(fitt_param(&r, "k_BD"), 0.292 * pow(0.6, 0.3271 * 2), 0, 1e-9);
   CHECK_INT_EQ(r.nbudgets, 5);
   /* near-optimal with the default 1% of L = 2.1: 0.004 k^2 + 0.003 j^2 <=
    * 0.021, so |j| <= 2 for |k| <= 1 and |j| <= 1 for |k| = 2: 21 runs */
@@ -470,12 +435,12 @@ static void test_bopt(void) {
   o.bootstrap = 200;
   n = bopt_points(p, 5, 0, 0.01);
   CHECK_INT_EQ(fit_bopt(p, n, &o, &r, err, sizeof err), 0);
-  const fit_param *bb = find(r.params, r.nparams, "beta_B");
+  const fit_param *bb = fitt_find(r.params, r.nparams, "beta_B");
   CHECK(bb && bb->ci_lo <= 0.3271 + 1e-9 && bb->ci_hi >= 0.3271 - 1e-9 && isfinite(bb->stderr_));
-  CHECK(find(r.params, r.nparams, "k_eta") == NULL);
-  CHECK(has_warning(&r, "no learning rate"));
+  CHECK(fitt_find(r.params, r.nparams, "k_eta") == NULL);
+  CHECK(fitt_has_warning(&r, "no learning rate"));
   CHECK_INT_EQ(r.nbudgets, 5);
-  CHECK_NEAR(param(&r, "beta_B"), 0.3271, 1e-3, 0);
+  CHECK_NEAR(fitt_param(&r, "beta_B"), 0.3271, 1e-3, 0);
   fit_result_free(&r);
 
   /* a wider tolerance takes the whole ladder: the budgets are not bracketed */
@@ -483,7 +448,7 @@ static void test_bopt(void) {
   o.near_best_rtol = 0.5;
   n = bopt_points(p, 5, 0, 0);
   CHECK_INT_EQ(fit_bopt(p, n, &o, &r, err, sizeof err), 0);
-  CHECK(has_warning(&r, "do not bracket an optimum"));
+  CHECK(fitt_has_warning(&r, "do not bracket an optimum"));
   fit_result_free(&r);
   o.near_best_rtol = 0;
 

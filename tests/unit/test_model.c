@@ -30,16 +30,22 @@ static void test_counts(void) {
   trn_model_free(&m);
 }
 
+/* m on k (the CPU kernels at prec, 2 threads): batch rows of the test
+ * shape S, weights initialised from seed. */
+static void model_at(kern_ctx *k, kern_prec prec, trn_model *m, int batch, uint64_t seed) {
+  kern_cpu_init(k, prec, 2);
+  CHECK_INT_EQ(trn_model_init(m, k, &S, batch, 0, 0), 0);
+  trn_model_init_weights(m, seed);
+}
+
 /* Whole-model gradient: central differences of the mean loss on a sample
  * of every tensor's entries. Tolerance as in test_kernels (fp32 forward,
  * h = 1e-2): 3% of the tensor's gradient scale; a wrong backward is off by
  * O(1) of it. */
 static void test_gradients(void) {
   kern_ctx k;
-  kern_cpu_init(&k, KERN_FP32, 2);
   trn_model m;
-  CHECK_INT_EQ(trn_model_init(&m, &k, &S, 3, 0, 0), 0);
-  trn_model_init_weights(&m, 7);
+  model_at(&k, KERN_FP32, &m, 3, 7);
   /* larger weights than the init so every path carries gradient */
   uint64_t r[4];
   trn_rng_seed(r, 99);
@@ -138,10 +144,8 @@ static void test_accumulation(void) {
 /* In bf16 the kernels see weights rounded to bf16; the master stays fp32. */
 static void test_low_precision_weights(void) {
   kern_ctx k;
-  kern_cpu_init(&k, KERN_BF16, 2);
   trn_model m;
-  CHECK_INT_EQ(trn_model_init(&m, &k, &S, 2, 0, 0), 0);
-  trn_model_init_weights(&m, 9);
+  model_at(&k, KERN_BF16, &m, 2, 9);
   CHECK(m.params_low != m.params);
   int differ = 0;
   for (size_t i = 0; i < m.nparams; i++) {

@@ -1,0 +1,73 @@
+/* Inside store/ only: what pgserver.c (the steps of starting and stopping
+ * `up`'s PostgreSQL) and pgproc.c (running PostgreSQL's programs as the
+ * server's user, finding them, the files they need) share. */
+#ifndef SS_STORE_INTERNAL_H
+#define SS_STORE_INTERNAL_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define STORE__PG_MAX_GROUPS 64
+
+/* One start or stop of the private server: its paths, its binaries and the
+ * user its programs run as. Zeroed by the caller; env is freed by it. */
+typedef struct store__pgs {
+  char pgdir[PATH_MAX]; /* STATE/pg */
+  char data[PATH_MAX];  /* STATE/pg/data */
+  char log[PATH_MAX];   /* STATE/pg/log */
+  char bindir[PATH_MAX];
+  int as_user; /* switch to uid/gid in children (we are root) */
+  uid_t uid;
+  gid_t gid;
+  char user[64];
+  gid_t groups[STORE__PG_MAX_GROUPS];
+  int ngroups;
+  char **env; /* environ without locale settings, plus LC_ALL=C */
+} store__pgs;
+
+/* snprintf into a PATH_MAX buffer; 0, or SS_ERANGE when it does not fit. */
+int store__path_fmt(char *dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int store__exists(const char *path);
+/* rm -rf path; 0, also when it is missing */
+int store__rmtree(const char *path);
+
+/* Sets p->env: environ without LC_* and LANG*, plus LC_ALL=C. */
+int store__pg_env(store__pgs *p);
+
+/* Runs argv (argv[0] an absolute path) in cwd, as the server's user when
+ * p->as_user, in a new session with default signals and no inherited
+ * descriptors; its stdout and stderr go to out (the first outlen - 1 bytes,
+ * NUL-terminated). Returns its exit status (128 + N when killed by signal
+ * N), or a negative SS_E* code when it could not be run. */
+int store__pg_run(const store__pgs *p, char *const argv[], const char *cwd, char *out,
+                  size_t outlen);
+
+/* Sets p->bindir (SCALESWEEP_PG_BINDIR, the major version's directory,
+ * pg_config, the newest installed); major: the existing cluster's
+ * PG_VERSION, or "". */
+int store__pg_find_bindir(store__pgs *p, const char *major, char *err, size_t errlen);
+
+/* The cluster's major version ("15"), or "" when there is no cluster. */
+void store__pg_read_major(const store__pgs *p, char *major, size_t n);
+
+/* Sets p->as_user and the user: when root, the existing cluster's owner,
+ * else SCALESWEEP_PG_USER, else postgres (root runs nothing itself). */
+int store__pg_choose_user(store__pgs *p, char *err, size_t errlen);
+
+/* Reads postmaster.pid: line 4 the port, line 5 the first socket directory. */
+int store__pg_read_pidfile(const store__pgs *p, char *port, size_t portlen, char *sock,
+                           size_t socklen);
+
+/* A directory owned by the server's user, mode 0700. */
+int store__pg_own_dir(const store__pgs *p, const char *path, char *err, size_t errlen);
+
+/* Writes text to dir/name (open flags: O_TRUNC or O_APPEND), mode 0600,
+ * owned by the server's user. */
+int store__pg_write_file(const store__pgs *p, const char *dir, const char *name, int flags,
+                         const char *text, char *err, size_t errlen);
+
+/* The last few lines of the server log, for error messages. */
+void store__pg_log_tail(const store__pgs *p, char *out, size_t n);
+
+#endif
