@@ -91,23 +91,11 @@ static char **child_env(const wrk__run *r, char *cvd, size_t cvdlen) {
   return env;
 }
 
+/* The config exactly as assigned: it is what the planner hashed. What the
+ * worker decides (the checkpoint directory, resuming) goes as flags. */
 static int write_config(wrk__run *r, const char *path, char *err, size_t errlen) {
-  json_t *cfg = json_deep_copy(json_object_get(r->assign, "config"));
-  const char *ckdir = json_string_value(json_object_get(r->assign, "checkpoint_dir"));
-  if (!cfg) {
-    snprintf(err, errlen, "out of memory");
-    return SS_ENOMEM;
-  }
-  if (ckdir && *ckdir) {
-    json_t *ck = json_object_get(cfg, "checkpoint");
-    if (!json_is_object(ck)) {
-      ck = json_object();
-      json_object_set_new(cfg, "checkpoint", ck);
-    }
-    json_object_set_new(ck, "dir", json_string(ckdir));
-  }
+  const json_t *cfg = json_object_get(r->assign, "config");
   char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
-  json_decref(cfg);
   if (!text) {
     snprintf(err, errlen, "cannot encode the run config");
     return SS_EINVAL;
@@ -127,6 +115,24 @@ static int write_config(wrk__run *r, const char *path, char *err, size_t errlen)
   }
   free(text);
   return rc;
+}
+
+/* "---- worker: run N attempt M: BIN train --config ... (CUDA_VISIBLE_DEVICES=...)"
+ * at the top of the attempt's log (fd), so that it can be run again by hand. */
+static void log_header(const wrk__run *r, int fd, char *const *args, const char *cvd) {
+  char head[2048];
+  size_t n = (size_t)snprintf(
+      head, sizeof head, "---- worker: run %" PRId64 " attempt %" PRId64 ":", r->id, r->attempt);
+  for (int i = 0; args[i] && n < sizeof head; i++)
+    n += (size_t)snprintf(head + n, sizeof head - n, " %s", args[i]);
+  if (n < sizeof head)
+    n += (size_t)snprintf(head + n, sizeof head - n, " (%s)\n", cvd);
+  if (n >= sizeof head) {
+    n = sizeof head - 1;
+    head[n - 1] = '\n';
+  }
+  if (write(fd, head, n) < 0)
+    wrk__log("run %" PRId64 ": cannot write to %s: %s", r->id, r->log_path, strerror(errno));
 }
 
 void wrk__run_start(wrk__run *r) {
@@ -187,25 +193,26 @@ void wrk__run_start(wrk__run *r) {
   char maxs[32] = "";
   if (resume && json_is_integer(maxj) && json_integer_value(maxj) >= 0)
     snprintf(maxs, sizeof maxs, "%" JSON_INTEGER_FORMAT, json_integer_value(maxj));
-  char *args[] = {w->bin,
-                  "train",
-                  "--config",
-                  cfg_path,
-                  resume ? "--resume" : NULL,
-                  resume ? (char *)ckdir : NULL,
-                  maxs[0] ? "--resume-max-step" : NULL,
-                  maxs[0] ? maxs : NULL,
-                  NULL};
-  {
-    char head[2048];
-    int n = snprintf(head, sizeof head,
-                     "---- worker: run %" PRId64 " attempt %" PRId64
-                     ": %s train --config %s%s%s%s%s (%s)\n",
-                     r->id, r->attempt, w->bin, cfg_path, resume ? " --resume " : "",
-                     resume ? ckdir : "", maxs[0] ? " --resume-max-step " : "", maxs, cvd);
-    if (n > 0 && write(fd, head, (size_t)n < sizeof head ? (size_t)n : sizeof head - 1) < 0)
-      wrk__log("run %" PRId64 ": cannot write to %s: %s", r->id, r->log_path, strerror(errno));
+  char *args[11];
+  int na = 0;
+  args[na++] = w->bin;
+  args[na++] = "train";
+  args[na++] = "--config";
+  args[na++] = cfg_path;
+  if (*ckdir) {
+    args[na++] = "--checkpoint-dir";
+    args[na++] = (char *)ckdir;
   }
+  if (resume) {
+    args[na++] = "--resume";
+    args[na++] = (char *)ckdir;
+  }
+  if (maxs[0]) {
+    args[na++] = "--resume-max-step";
+    args[na++] = maxs;
+  }
+  args[na] = NULL;
+  log_header(r, fd, args, cvd);
 
   uv_pipe_init(&w->loop, &r->out, 0);
   r->out.data = r;
