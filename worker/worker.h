@@ -11,11 +11,12 @@
  *   or a scheduler `error` it reconnects forever with exponential backoff
  *   (100 ms doubling to 5 s, or to a quarter of the lease once a welcome
  *   has told it; back to 100 ms after a welcome);
- * - per assign: writes WORK_DIR/runs/RUN_ID/config.json (checkpoint.dir set
- *   to the assigned directory), spawns BINARY train --config ... [--resume
- *   DIR] with CUDA_VISIBLE_DEVICES set to the run's GPUs (empty for a CPU
- *   run), appends its stderr to WORK_DIR/runs/RUN_ID/attempt-A.log, and
- *   turns its stdout into started / metrics (batched: 500 rows or 200 ms) /
+ * - per assign: writes WORK_DIR/runs/RUN_ID/config.json (the config exactly
+ *   as assigned: what the planner hashed), spawns BINARY train --config ...
+ *   --checkpoint-dir DIR [--resume DIR [--resume-max-step N]] with
+ *   CUDA_VISIBLE_DEVICES set to the run's GPUs (empty for a CPU run),
+ *   appends its stderr to WORK_DIR/runs/RUN_ID/attempt-A.log, and turns
+ *   its stdout into started / metrics (batched: 500 rows or 200 ms) /
  *   checkpoint messages and, when it exits, one finished message;
  * - keeps every metrics and finished message until the scheduler acks it,
  *   and resends them in order after a reconnect (with the last started and

@@ -1,0 +1,76 @@
+/* Leases: numbered heartbeats, the scheduler's answers that renew the
+ * leases of the runs listed, and fencing (trainers whose lease lapsed are
+ * killed before their run can go elsewhere). */
+#include <inttypes.h>
+#include <signal.h>
+
+#include "worker/internal.h"
+
+static void on_hb_timer(uv_timer_t *t) {
+  wrk__worker *w = t->data;
+  json_t *ids = json_array();
+  for (wrk__run *r = w->runs; r; r = r->next) {
+    int dup = 0;
+    for (wrk__run *x = w->runs; x != r; x = x->next)
+      dup |= x->id == r->id;
+    if (!dup)
+      json_array_append_new(ids, json_integer(r->id));
+  }
+  int64_t hb = ++w->hb_next;
+  w->hb_sent[hb % WRK__HB_RING].hb = hb;
+  w->hb_sent[hb % WRK__HB_RING].sent_ms = uv_now(&w->loop);
+  json_t *msg =
+      json_pack("{s:s, s:o, s:I}", "type", "heartbeat", "runs", ids, "hb", (json_int_t)hb);
+  wrk__send_json(w, msg);
+  json_decref(msg);
+}
+
+double wrk__lease_welcome(wrk__worker *w, json_t *welcome) {
+  double lease = json_number_value(json_object_get(welcome, "lease_s"));
+  w->lease_ms = lease * 1000 > 3.6e6 ? 3600000 : (int64_t)(lease * 1000);
+  double hb = w->hb_override > 0 ? w->hb_override
+                                 : json_number_value(json_object_get(welcome, "heartbeat_s"));
+  uint64_t hb_ms = hb * 1000 < 10 ? 10 : hb * 1000 > 3.6e6 ? 3600000 : (uint64_t)(hb * 1000);
+  uv_timer_start(&w->hb_timer, on_hb_timer, hb_ms, hb_ms);
+  return hb;
+}
+
+/* The scheduler renewed the leases of the runs listed, no earlier than the
+ * heartbeat was sent. */
+void wrk__on_lease_renewed(wrk__conn *c, json_t *m) {
+  wrk__worker *w = c->w;
+  int64_t hb = json_integer_value(json_object_get(m, "hb"));
+  if (hb <= 0 || w->hb_sent[hb % WRK__HB_RING].hb != hb)
+    return;
+  uint64_t sent = w->hb_sent[hb % WRK__HB_RING].sent_ms;
+  w->fencing = 1;
+  size_t i;
+  json_t *id;
+  json_array_foreach(json_object_get(m, "runs"), i, id) {
+    for (wrk__run *r = w->runs; r; r = r->next)
+      if (r->id == json_integer_value(id) && r->renewed_ms < sent)
+        r->renewed_ms = sent;
+  }
+}
+
+/* Fencing: a run whose lease this worker could not renew for most of the
+ * lease (a partition, a scheduler or database away) may be re-queued and
+ * started elsewhere; its trainer is killed (no SIGTERM: a checkpoint
+ * written now could race the next attempt's) before that can happen. The
+ * run's finished message still goes, when the scheduler is back. Only once
+ * the scheduler has answered a heartbeat (an older one never does). */
+void wrk__on_fence_timer(uv_timer_t *t) {
+  wrk__worker *w = t->data;
+  if (!w->fencing || w->lease_ms <= 0)
+    return;
+  uint64_t now = uv_now(&w->loop), keep = (uint64_t)(w->lease_ms - w->lease_ms / 4);
+  for (wrk__run *r = w->runs; r; r = r->next) {
+    if (r->state != WRK__RUN_RUNNING || !r->proc_alive || r->fenced || now - r->renewed_ms <= keep)
+      continue;
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": lease not renewed for %" PRIu64
+             " ms (lease %" PRId64 " ms): SIGKILL to pid %d, the run may go to another worker",
+             r->id, r->attempt, now - r->renewed_ms, w->lease_ms, r->pid);
+    r->fenced = r->cancelled = 1;
+    uv_process_kill(&r->proc, SIGKILL);
+  }
+}

@@ -1,0 +1,284 @@
+/* Trainer processes: the run's config file, the argv and environment, the
+ * spawn, reading its stdout, its exit, and SIGTERM / SIGKILL. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/fileio.h"
+#include "worker/internal.h"
+
+extern char **environ;
+
+static void on_out_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  wrk__run *r = h->data;
+  *buf = uv_buf_init(r->obuf, sizeof r->obuf);
+}
+
+static void on_out_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  wrk__run *r = s->data;
+  if (nread > 0) {
+    if (r->out_broken)
+      return;
+    int rc = proto_reader_feed(&r->rd, buf->base, (size_t)nread, wrk__on_trainer_line, r);
+    if (rc) {
+      wrk__log("run %" PRId64 ": the trainer printed a line over %u bytes; the rest of its "
+               "output is ignored",
+               r->id, PROTO_MAX_LINE);
+      r->out_broken = 1;
+    }
+    return;
+  }
+  if (nread == 0)
+    return;
+  if (nread != UV_EOF)
+    wrk__log("run %" PRId64 ": reading the trainer's output failed: %s", r->id,
+             uv_strerror((int)nread));
+  r->out_open = 0;
+  wrk__run_close_handle(r, (uv_handle_t *)&r->out);
+  if (!r->proc_alive)
+    wrk__run_complete(r);
+}
+
+static void on_child_exit(uv_process_t *p, int64_t exit_status, int term_signal) {
+  wrk__run *r = p->data;
+  r->proc_alive = 0;
+  r->exit_status = exit_status;
+  r->term_signal = term_signal;
+  uv_timer_stop(&r->kill_timer);
+  wrk__run_close_handle(r, (uv_handle_t *)&r->proc);
+  if (!r->out_open)
+    wrk__run_complete(r);
+}
+
+/* When several CPU runs share the host, libgomp's spinning waits steal the
+ * cores from each other (20-50x slower); passive waiting changes no result. */
+static int cpu_shared(const wrk__run *r) {
+  wrk__worker *w = r->w;
+  if (w->cpu_slots > 1)
+    return 1;
+  for (const wrk__run *x = w->runs; x; x = x->next)
+    if (x != r && x->state == WRK__RUN_RUNNING && x->ngpus == 0)
+      return 1;
+  return 0;
+}
+
+static char **child_env(const wrk__run *r, char *cvd, size_t cvdlen) {
+  size_t n = 0;
+  while (environ[n])
+    n++;
+  char **env = calloc(n + 4, sizeof *env);
+  if (!env)
+    return NULL;
+  int passive = r->ngpus == 0 && cpu_shared(r) && !getenv("OMP_WAIT_POLICY");
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) &&
+        strncmp(environ[i], "CUDA_DEVICE_ORDER=", 18))
+      env[k++] = environ[i];
+  wrk__gpu_visible(r, cvd, cvdlen);
+  env[k++] = cvd;
+  /* nvidia-smi numbers GPUs in PCI bus order; CUDA's default order differs */
+  env[k++] = "CUDA_DEVICE_ORDER=PCI_BUS_ID";
+  if (passive)
+    env[k++] = "OMP_WAIT_POLICY=PASSIVE";
+  env[k] = NULL;
+  return env;
+}
+
+/* The config exactly as assigned: it is what the planner hashed. What the
+ * worker decides (the checkpoint directory, resuming) goes as flags. */
+static int write_config(wrk__run *r, const char *path, char *err, size_t errlen) {
+  const json_t *cfg = json_object_get(r->assign, "config");
+  char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+  if (!text) {
+    snprintf(err, errlen, "cannot encode the run config");
+    return SS_EINVAL;
+  }
+  /* not fsynced: the trainer reads it at once, and after a crash the run is
+   * assigned again with its config (an fsync here cost tens of ms per run,
+   * time a GPU would sit idle between runs) */
+  int rc = 0;
+  FILE *f = fopen(path, "w");
+  if (!f || fputs(text, f) == EOF || fputc('\n', f) == EOF) {
+    snprintf(err, errlen, "%.200s: %s", path, strerror(errno));
+    rc = SS_EIO;
+  }
+  if (f && fclose(f) != 0 && !rc) {
+    snprintf(err, errlen, "%.200s: %s", path, strerror(errno));
+    rc = SS_EIO;
+  }
+  free(text);
+  return rc;
+}
+
+/* "---- worker: run N attempt M: BIN train --config ... (CUDA_VISIBLE_DEVICES=...)"
+ * at the top of the attempt's log (fd), so that it can be run again by hand. */
+static void log_header(const wrk__run *r, int fd, char *const *args, const char *cvd) {
+  char head[2048];
+  size_t n = (size_t)snprintf(
+      head, sizeof head, "---- worker: run %" PRId64 " attempt %" PRId64 ":", r->id, r->attempt);
+  for (int i = 0; args[i] && n < sizeof head; i++)
+    n += (size_t)snprintf(head + n, sizeof head - n, " %s", args[i]);
+  if (n < sizeof head)
+    n += (size_t)snprintf(head + n, sizeof head - n, " (%s)\n", cvd);
+  if (n >= sizeof head) {
+    n = sizeof head - 1;
+    head[n - 1] = '\n';
+  }
+  if (write(fd, head, n) < 0)
+    wrk__log("run %" PRId64 ": cannot write to %s: %s", r->id, r->log_path, strerror(errno));
+}
+
+void wrk__run_start(wrk__run *r) {
+  wrk__worker *w = r->w;
+  for (int i = 0; i < r->ngpus; i++)
+    if (!wrk__gpu_offered(w, r->gpus[i])) {
+      wrk__run_fail_start(r, SS_EXIT_USAGE, "assigned GPU %d, which this worker does not offer",
+                          r->gpus[i]);
+      return;
+    }
+  for (wrk__run *x = w->runs; x; x = x->next) {
+    if (x == r || x->state != WRK__RUN_RUNNING)
+      continue;
+    for (int i = 0; i < r->ngpus; i++)
+      for (int j = 0; j < x->ngpus; j++)
+        if (r->gpus[i] == x->gpus[j])
+          wrk__log("run %" PRId64 ": warning: GPU %d is also used by run %" PRId64, r->id,
+                   r->gpus[i], x->id);
+  }
+
+  char err[1024], cfg_path[PATH_MAX + 64];
+  if (fio_mkdirs(r->dir, 0755) != 0) {
+    wrk__run_fail_start(r, SS_EXIT_FAILURE, "cannot create %s: %s", r->dir, strerror(errno));
+    return;
+  }
+  snprintf(cfg_path, sizeof cfg_path, "%s/config.json", r->dir);
+  if (write_config(r, cfg_path, err, sizeof err)) {
+    wrk__run_fail_start(r, SS_EXIT_FAILURE, "cannot write the run config: %s", err);
+    return;
+  }
+
+  const char *ckdir = json_string_value(json_object_get(r->assign, "checkpoint_dir"));
+  int resume = json_is_true(json_object_get(r->assign, "resume"));
+  char ckfile[PATH_MAX + 32];
+  if (resume) {
+    char prev[PATH_MAX + 32];
+    snprintf(ckfile, sizeof ckfile, "%s/checkpoint.bin", ckdir);
+    snprintf(prev, sizeof prev, "%s/checkpoint.prev.bin", ckdir);
+    if (!*ckdir || (access(ckfile, R_OK) && access(prev, R_OK))) {
+      wrk__log("run %" PRId64 " attempt %" PRId64 ": resume asked but %s%s; starting from scratch",
+               r->id, r->attempt, *ckdir ? ckfile : "no checkpoint_dir was given",
+               *ckdir ? " is not here" : "");
+      resume = 0;
+    }
+  }
+
+  int fd = open(r->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    wrk__run_fail_start(r, SS_EXIT_FAILURE, "cannot open %s: %s", r->log_path, strerror(errno));
+    return;
+  }
+
+  char cvd[256];
+  char **env = child_env(r, cvd, sizeof cvd);
+  /* resume at most from the last step whose metrics the scheduler has
+   * stored: a checkpoint past it would leave the steps between unrecorded */
+  json_t *maxj = json_object_get(r->assign, "resume_max_step");
+  char maxs[32] = "";
+  if (resume && json_is_integer(maxj) && json_integer_value(maxj) >= 0)
+    snprintf(maxs, sizeof maxs, "%" JSON_INTEGER_FORMAT, json_integer_value(maxj));
+  char *args[11];
+  int na = 0;
+  args[na++] = w->bin;
+  args[na++] = "train";
+  args[na++] = "--config";
+  args[na++] = cfg_path;
+  if (*ckdir) {
+    args[na++] = "--checkpoint-dir";
+    args[na++] = (char *)ckdir;
+  }
+  if (resume) {
+    args[na++] = "--resume";
+    args[na++] = (char *)ckdir;
+  }
+  if (maxs[0]) {
+    args[na++] = "--resume-max-step";
+    args[na++] = maxs;
+  }
+  args[na] = NULL;
+  log_header(r, fd, args, cvd);
+
+  uv_pipe_init(&w->loop, &r->out, 0);
+  r->out.data = r;
+  r->nopen++;
+  uv_stdio_container_t stdio[3];
+  stdio[0].flags = UV_IGNORE;
+  stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[1].data.stream = (uv_stream_t *)&r->out;
+  stdio[2].flags = UV_INHERIT_FD;
+  stdio[2].data.fd = fd;
+  uv_process_options_t po;
+  memset(&po, 0, sizeof po);
+  po.exit_cb = on_child_exit;
+  po.file = w->bin;
+  po.args = args;
+  po.env = env;
+  po.stdio_count = 3;
+  po.stdio = stdio;
+  r->proc.data = r;
+  int rc = env ? uv_spawn(&w->loop, &r->proc, &po) : UV_ENOMEM;
+  free(env);
+  close(fd);
+  if (rc) {
+    /* uv_spawn initialised the handle even when it failed: it is closed */
+    if (env) {
+      r->nopen++;
+      wrk__run_close_handle(r, (uv_handle_t *)&r->proc);
+    }
+    wrk__run_close_handle(r, (uv_handle_t *)&r->out);
+    wrk__run_fail_start(r, 127, "cannot start %s: %s", w->bin, uv_strerror(rc));
+    return;
+  }
+  r->nopen++;
+  r->proc_alive = 1;
+  r->out_open = 1;
+  r->pid = r->proc.pid;
+  r->state = WRK__RUN_RUNNING;
+  uv_read_start((uv_stream_t *)&r->out, on_out_alloc, on_out_read);
+  wrk__log("run %" PRId64 " attempt %" PRId64 ": started pid %d (%s)%s", r->id, r->attempt, r->pid,
+           cvd, resume ? ", resuming" : "");
+}
+
+static void on_kill_timer(uv_timer_t *t) {
+  wrk__run *r = t->data;
+  if (!r->proc_alive)
+    return;
+  wrk__log("run %" PRId64 " attempt %" PRId64 ": still running %d ms after SIGTERM; SIGKILL", r->id,
+           r->attempt, r->w->kill_grace_ms);
+  uv_process_kill(&r->proc, SIGKILL);
+}
+
+/* SIGTERM (the trainer writes a checkpoint and exits 143), then SIGKILL
+ * after the grace period. A run that has not started ends at once. */
+void wrk__run_cancel(wrk__run *r, const char *why) {
+  if (r->cancelled || r->state == WRK__RUN_EXITED)
+    return;
+  r->cancelled = 1;
+  if (r->state == WRK__RUN_WAITING) {
+    r->term_signal = 0;
+    wrk__run_fail_start(r, 128 + SIGTERM, "%s before it started", why);
+    return;
+  }
+  wrk__log("run %" PRId64 " attempt %" PRId64 ": %s: SIGTERM to pid %d", r->id, r->attempt, why,
+           r->pid);
+  int rc = uv_process_kill(&r->proc, SIGTERM);
+  if (rc)
+    wrk__log("run %" PRId64 ": SIGTERM failed: %s", r->id, uv_strerror(rc));
+  uv_timer_start(&r->kill_timer, on_kill_timer, (uint64_t)r->w->kill_grace_ms, 0);
+}

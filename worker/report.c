@@ -1,0 +1,164 @@
+/* What a trainer reports, turned into messages: its config event into
+ * started, checkpoint events into checkpoint, step and eval rows into the
+ * outbox, and at its end one finished message (exit code, signal, error,
+ * the tail of its log). */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "worker/internal.h"
+
+#define LOG_TAIL_BYTES 4096
+#define MAX_BAD_LINES_LOGGED 3
+
+/* Sends msg (consumed) and keeps it in *slot, instead of the one before, to
+ * be resent after a reconnect. 0 when it fails validation (logged). */
+static int send_latest(wrk__run *r, wrk__wbuf **slot, json_t *msg, const char *event) {
+  char err[512];
+  wrk__wbuf *b = wrk__wbuf_encode(msg, err, sizeof err);
+  json_decref(msg);
+  if (!b) {
+    wrk__log("run %" PRId64 ": cannot report the trainer's %s event: %s", r->id, event, err);
+    return 0;
+  }
+  wrk__wbuf_unref(*slot);
+  *slot = b;
+  wrk__send(r->w, b);
+  return 1;
+}
+
+int wrk__on_trainer_line(void *ud, const char *line, size_t len) {
+  wrk__run *r = ud;
+  json_error_t jerr;
+  json_t *ev = json_loadb(line, len, 0, &jerr);
+  const char *event = ev ? json_string_value(json_object_get(ev, "event")) : NULL;
+  if (!event) {
+    if (r->bad_lines++ < MAX_BAD_LINES_LOGGED)
+      wrk__log("run %" PRId64 ": ignored a trainer line that is not a JSON event: %.100s", r->id,
+               line);
+    json_decref(ev);
+    return 0;
+  }
+  if (!strcmp(event, "step") || !strcmp(event, "eval")) {
+    wrk__outbox_add_row(r, ev, len);
+  } else if (!strcmp(event, "config")) {
+    json_t *msg = wrk__run_header(r, "started");
+    json_object_set(msg, "config", ev);
+    send_latest(r, &r->started, msg, event);
+  } else if (!strcmp(event, "checkpoint")) {
+    /* the rows up to the checkpoint go first */
+    wrk__outbox_flush(r);
+    json_t *msg = wrk__run_header(r, "checkpoint");
+    json_object_set(msg, "step", json_object_get(ev, "step"));
+    json_object_set(msg, "path", json_object_get(ev, "path"));
+    if (send_latest(r, &r->ckpt, msg, event))
+      wrk__log("run %" PRId64 " attempt %" PRId64 ": checkpoint at step %" JSON_INTEGER_FORMAT,
+               r->id, r->attempt, json_integer_value(json_object_get(ev, "step")));
+  } else if (!strcmp(event, "done")) {
+    json_decref(r->done);
+    r->done = json_incref(ev);
+  } else if (!strcmp(event, "error")) {
+    const char *m = json_string_value(json_object_get(ev, "message"));
+    free(r->error);
+    r->error = strdup(m ? m : "the trainer reported an error without a message");
+  }
+  json_decref(ev);
+  return 0;
+}
+
+static char *log_tail(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return strdup("");
+  struct stat st;
+  char buf[LOG_TAIL_BYTES];
+  ssize_t n = 0;
+  if (!fstat(fd, &st)) {
+    off_t off = st.st_size > LOG_TAIL_BYTES ? st.st_size - LOG_TAIL_BYTES : 0;
+    n = pread(fd, buf, sizeof buf, off);
+  }
+  close(fd);
+  return wrk__utf8_clean(buf, n > 0 ? (size_t)n : 0);
+}
+
+/* The trainer has exited and its stdout is drained (or it never started):
+ * the last rows go, then one finished message that continues the seq. */
+void wrk__run_complete(wrk__run *r) {
+  wrk__worker *w = r->w;
+  wrk__outbox_flush(r);
+  uv_timer_stop(&r->kill_timer);
+  r->state = WRK__RUN_EXITED;
+  int64_t code = r->term_signal ? 128 + r->term_signal : r->exit_status;
+  char *tail = log_tail(r->log_path);
+  if (!r->error && code != 0) {
+    /* no error event (a config the trainer refused, a crash): the last line
+     * of its stderr says why */
+    char m[1024];
+    const char *last = NULL;
+    size_t llen = 0;
+    for (const char *p = tail ? tail : ""; *p;) {
+      const char *e = strchr(p, '\n');
+      size_t n = e ? (size_t)(e - p) : strlen(p);
+      if (n > 0 && strncmp(p, "---- worker:", 12)) {
+        last = p;
+        llen = n;
+      }
+      p += n + (e ? 1 : 0);
+    }
+    int k = r->term_signal
+                ? snprintf(m, sizeof m, "the trainer was killed by signal %d (%s)", r->term_signal,
+                           strsignal(r->term_signal))
+                : snprintf(m, sizeof m, "the trainer exited with code %" PRId64, r->exit_status);
+    if (last && k > 0 && (size_t)k < sizeof m)
+      snprintf(m + k, sizeof m - (size_t)k, ": %.*s", (int)(llen > 800 ? 800 : llen), last);
+    r->error = strdup(m);
+  }
+  json_t *msg = wrk__run_header(r, "finished");
+  json_object_set_new(msg, "seq", json_integer(r->next_seq));
+  json_object_set_new(msg, "exit_code", json_integer(code));
+  json_object_set_new(msg, "signal", json_integer(r->term_signal));
+  json_object_set(msg, "done", r->done ? r->done : json_null());
+  json_object_set_new(msg, "error", r->error ? json_string(r->error) : json_null());
+  json_object_set_new(msg, "log_tail", json_string(tail ? tail : ""));
+  free(tail);
+  char err[512];
+  wrk__wbuf *b = wrk__wbuf_encode(msg, err, sizeof err);
+  if (!b) {
+    /* a malformed done object or error text: report without them */
+    wrk__log("run %" PRId64 ": %s; sending finished without the done object", r->id, err);
+    json_object_set_new(msg, "done", json_null());
+    json_object_set_new(msg, "error", json_string("the trainer's final events were malformed"));
+    b = wrk__wbuf_encode(msg, err, sizeof err);
+  }
+  json_decref(msg);
+  if (b) {
+    r->finished_seq = r->next_seq++;
+    wrk__outbox_push(r, r->finished_seq, b);
+    wrk__wbuf_unref(b);
+  } else {
+    wrk__log("BUG: run %" PRId64 ": cannot encode the finished message: %s", r->id, err);
+  }
+  if (r->term_signal)
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": killed by signal %d", r->id, r->attempt,
+             r->term_signal);
+  else
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": exited with code %" PRId64, r->id, r->attempt,
+             r->exit_status);
+  wrk__run_close_handle(r, (uv_handle_t *)&r->flush_timer);
+  wrk__run_close_handle(r, (uv_handle_t *)&r->kill_timer);
+  if (!b) {
+    wrk__run_unlink(r);
+  }
+  /* a newer attempt of the same run waited for this one to stop */
+  if (!w->stopping)
+    for (wrk__run *x = w->runs; x; x = x->next)
+      if (x->id == r->id && x->state == WRK__RUN_WAITING) {
+        wrk__run_start(x);
+        break;
+      }
+  wrk__maybe_finish_shutdown(w);
+}

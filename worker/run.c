@@ -1,0 +1,150 @@
+/* Run objects: an assignment becomes a run in the worker's list, a cancel
+ * stops its attempts; lookup and lifetime (a run is freed with its last
+ * handle once unlinked). */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/internal.h"
+
+wrk__run *wrk__run_find(wrk__worker *w, int64_t id, int64_t attempt) {
+  for (wrk__run *r = w->runs; r; r = r->next)
+    if (r->id == id && r->attempt == attempt)
+      return r;
+  return NULL;
+}
+
+static void run_free(wrk__run *r) {
+  wrk__outbox_free(r);
+  json_decref(r->done);
+  json_decref(r->assign);
+  proto_reader_free(&r->rd);
+  free(r->error);
+  free(r->gpus);
+  free(r);
+}
+
+static void run_maybe_free(wrk__run *r) {
+  if (!r->in_list && r->nopen == 0)
+    run_free(r);
+}
+
+static void on_run_handle_closed(uv_handle_t *h) {
+  wrk__run *r = h->data;
+  r->nopen--;
+  run_maybe_free(r);
+}
+
+void wrk__run_close_handle(wrk__run *r, uv_handle_t *h) {
+  if (!uv_is_closing(h))
+    uv_close(h, on_run_handle_closed);
+}
+
+void wrk__run_unlink(wrk__run *r) {
+  wrk__worker *w = r->w;
+  for (wrk__run **p = &w->runs; *p; p = &(*p)->next)
+    if (*p == r) {
+      *p = r->next;
+      break;
+    }
+  r->in_list = 0;
+  wrk__run_close_handle(r, (uv_handle_t *)&r->flush_timer);
+  wrk__run_close_handle(r, (uv_handle_t *)&r->kill_timer);
+  run_maybe_free(r);
+}
+
+void wrk__run_fail_start(wrk__run *r, int exit_code, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  wrk__log("run %" PRId64 " attempt %" PRId64 ": %s", r->id, r->attempt, msg);
+  free(r->error);
+  r->error = strdup(msg);
+  r->exit_status = exit_code;
+  r->term_signal = 0;
+  wrk__run_complete(r);
+}
+
+void wrk__on_assign(wrk__conn *c, json_t *m) {
+  wrk__worker *w = c->w;
+  int64_t id = json_integer_value(json_object_get(m, "run_id"));
+  int64_t attempt = json_integer_value(json_object_get(m, "attempt"));
+  if (w->stopping) {
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": assignment ignored: the worker is stopping", id,
+             attempt);
+    return;
+  }
+  if (wrk__run_find(w, id, attempt)) {
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": already assigned here; repeat ignored", id,
+             attempt);
+    return;
+  }
+  wrk__run *r = calloc(1, sizeof *r);
+  json_t *gl = json_object_get(m, "gpus");
+  size_t ng = json_array_size(gl);
+  if (!r || (ng && !(r->gpus = calloc(ng, sizeof *r->gpus)))) {
+    wrk__log("run %" PRId64 ": out of memory; assignment ignored", id);
+    free(r);
+    return;
+  }
+  r->w = w;
+  r->id = id;
+  r->attempt = attempt;
+  r->assign = json_incref(m);
+  r->ngpus = (int)ng;
+  for (size_t i = 0; i < ng; i++)
+    r->gpus[i] = (int)json_integer_value(json_array_get(gl, i));
+  r->next_seq = 1;
+  r->state = WRK__RUN_WAITING;
+  r->renewed_ms = uv_now(&w->loop); /* claimed just before it was sent */
+  proto_reader_init(&r->rd);
+  if (snprintf(r->dir, sizeof r->dir, "%s/runs/%" PRId64, w->work_dir, id) >= (int)sizeof r->dir ||
+      snprintf(r->log_path, sizeof r->log_path, "%s/attempt-%" PRId64 ".log", r->dir, attempt) >=
+          (int)sizeof r->log_path)
+    wrk__log("run %" PRId64 ": the work directory's path is too long", id);
+  uv_timer_init(&w->loop, &r->flush_timer);
+  uv_timer_init(&w->loop, &r->kill_timer);
+  r->flush_timer.data = r->kill_timer.data = r;
+  r->nopen = 2;
+  r->in_list = 1;
+  wrk__run **tail = &w->runs;
+  while (*tail)
+    tail = &(*tail)->next;
+  *tail = r;
+
+  /* an older attempt of the same run still here stops first: two trainers
+   * must never share a checkpoint directory */
+  int blocked = 0;
+  for (wrk__run *x = w->runs; x; x = x->next) {
+    if (x == r || x->id != id || x->state == WRK__RUN_EXITED)
+      continue;
+    char why[64];
+    snprintf(why, sizeof why, "superseded by attempt %" PRId64, attempt);
+    if (x->state == WRK__RUN_RUNNING)
+      blocked = 1;
+    wrk__run_cancel(x, why);
+  }
+  wrk__log("run %" PRId64 " attempt %" PRId64 ": assigned (%zu GPU%s)%s", id, attempt, ng,
+           ng == 1 ? "" : "s", blocked ? "; waiting for the previous attempt to stop" : "");
+  if (!blocked)
+    wrk__run_start(r);
+}
+
+void wrk__on_cancel(wrk__conn *c, json_t *m) {
+  wrk__worker *w = c->w;
+  int64_t id = json_integer_value(json_object_get(m, "run_id"));
+  int found = 0;
+  for (wrk__run *r = w->runs, *next; r; r = next) {
+    next = r->next;
+    if (r->id != id)
+      continue;
+    found = 1;
+    wrk__run_cancel(r, "cancelled by the scheduler");
+  }
+  if (!found)
+    wrk__log("cancel for run %" PRId64 ", which is not here; ignored", id);
+}

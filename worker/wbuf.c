@@ -1,0 +1,41 @@
+/* Refcounted wire buffers: one encoded, validated message line shared by the
+ * unacked queue and the writes in flight. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/internal.h"
+
+wrk__wbuf *wrk__wbuf_ref(wrk__wbuf *b) {
+  if (b)
+    b->refs++;
+  return b;
+}
+
+void wrk__wbuf_unref(wrk__wbuf *b) {
+  if (b && --b->refs == 0)
+    free(b);
+}
+
+wrk__wbuf *wrk__wbuf_encode(const json_t *msg, char *err, size_t errlen) {
+  size_t len;
+  char *line = proto_encode(msg, &len);
+  if (!line) {
+    snprintf(err, errlen, "cannot encode (over %u bytes, or not JSON)", PROTO_MAX_LINE);
+    return NULL;
+  }
+  if (proto_parse(line, len - 1, NULL, err, errlen) == PROTO_INVALID) {
+    free(line);
+    return NULL;
+  }
+  wrk__wbuf *b = malloc(sizeof *b + len);
+  if (b) {
+    b->refs = 1;
+    b->len = len;
+    memcpy(b->data, line, len);
+  } else {
+    snprintf(err, errlen, "out of memory");
+  }
+  free(line);
+  return b;
+}
