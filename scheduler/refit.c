@@ -279,19 +279,19 @@ static void work(uv_work_t *w) {
   free(iso);
 }
 
+/* store_fits_insert's answer: a fit that could not be stored is only logged */
+static void on_stored(void *ud, int status, int64_t rows, const char *errmsg) {
+  (void)ud, (void)rows;
+  if (status != 0)
+    fprintf(stderr, "scheduler: storing a fit failed: %s\n", errmsg);
+}
+
 static void refit_free(refit *r) {
   free(r->pts);
   free(r->isoflop);
   free(r->lad);
   free(r->bnoise);
   free(r);
-}
-
-static void on_stored(void *ud, int status, int64_t rows, const char *errmsg) {
-  (void)ud;
-  (void)rows;
-  if (status != 0)
-    fprintf(stderr, "scheduler: storing a fit failed: %s\n", errmsg);
 }
 
 static void after_work(uv_work_t *w, int status) {
