@@ -10,6 +10,7 @@
 #include "store/db.h"
 #include "store/migrate.h"
 #include "http/http.h"
+#include "scheduler/refit.h"
 #include "scheduler/sched.h"
 
 #define SCHED__MAX_GPUS 64
@@ -99,10 +100,9 @@ struct sched {
   sched__wconn *conns;
   sched__authfail *authfails;
   int placing, place_again;
-  int db_was_down;      /* the lease timer saw the database unavailable */
-  int64_t touched[256]; /* sweeps waiting for sched__sweep_flush */
-  char touched_refit[256];
-  int ntouched;
+  int db_was_down; /* the lease timer saw the database unavailable */
+  /* refit.c: refits under way, asked for or cooling; sweeps touched */
+  sched__refits refits;
   int predict_ticks; /* lease-timer seconds since the last prediction pass */
   /* multi-GPU runs found waiting, and since when (placement's reservation) */
   struct {
@@ -141,8 +141,6 @@ void sched__sweep_status(sched *s, int64_t sweep_id);
  * next tick of the lease timer: finishes arriving together cost one of each. */
 void sched__sweep_touch(sched *s, int64_t sweep_id, int refit);
 void sched__sweep_flush(sched *s);
-
-#define SCHED__TOUCHED 256
 
 /* workers.c */
 int sched__workers_listen(sched *s, const char *hostport, char *err, size_t errlen);

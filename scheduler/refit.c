@@ -12,8 +12,9 @@
 #include <string.h>
 
 #include "scheduler/internal.h"
+#include "store/fits.h"
+#include "store/sweeps.h"
 #include "sweeps/fit.h"
-#include "trainer/data.h"
 
 #define REFIT_BOOTSTRAP 200 /* enough for 95% intervals; the CLI can ask for more */
 
@@ -34,34 +35,64 @@ typedef struct refit {
   fit_point *lad; /* the ladder's points: one per run and target reached */
   int nlad;
   int lad_runs, lad_missed; /* ladder runs; (run, target) pairs never reached */
-  double *bnoise;    /* per ladder run: median b_noise of its second half, tokens (NAN: none) */
-  char *synthetic;   /* the first run's data.synthetic (JSON text; NULL: real data) */
-  int seq_len;       /* and its seq_len */
-  char *json[NLAWS]; /* results (NULL: the points do not support the law yet) */
+  double *bnoise;      /* per ladder run: median b_noise of its second half, tokens (NAN: none) */
+  store_corpus corpus; /* the synthetic corpus's figures (NAN: real data) */
+  char *json[NLAWS];   /* results (NULL: the points do not support the law yet) */
   int npoints[NLAWS];
   char why[NLAWS][600]; /* why a law was not fitted */
   uint64_t started_ms;
   struct refit *next;
 } refit;
 
-/* sweeps being refitted, and those to refit again when that ends; after a
- * refit a sweep cools down for REFIT_COOLDOWN times as long as it took (a
- * sweep of 10,000 runs must not keep a core fitting) */
+/* after a refit a sweep cools down for REFIT_COOLDOWN times as long as it
+ * took (a sweep of 10,000 runs must not keep a core fitting) */
 #define REFIT_COOLDOWN 4
 #define REFIT_COOLDOWN_MAX_MS 60000
-typedef struct refit_state {
-  int64_t busy[64], again[64], cool[64];
-  uint64_t cool_until_ms[64];
-  int nbusy, nagain, ncool;
-} refit_state;
 
-static refit_state state;
+/* v with room for one more than its n elements of size bytes (capacity
+ * *cap): v itself, or v reallocated; NULL when out of memory (v is then
+ * unchanged). */
+static void *grow(void *v, int *cap, int n, size_t size) {
+  if (n < *cap)
+    return v;
+  int c = *cap ? 2 * *cap : 16;
+  void *p = realloc(v, size * (size_t)c);
+  if (p)
+    *cap = c;
+  return p;
+}
 
-static int in(const int64_t *a, int n, int64_t v) {
-  for (int i = 0; i < n; i++)
-    if (a[i] == v)
-      return i;
-  return -1;
+/* The sweep's entry in s->refits (NULL when it has none). */
+static sched__refit_sweep *sweep_find(sched *s, int64_t sweep_id) {
+  for (int i = 0; i < s->refits.nsweeps; i++)
+    if (s->refits.sweeps[i].sweep_id == sweep_id)
+      return &s->refits.sweeps[i];
+  return NULL;
+}
+
+/* The sweep's entry, added when it has none; NULL when out of memory. */
+static sched__refit_sweep *sweep_get(sched *s, int64_t sweep_id) {
+  sched__refits *st = &s->refits;
+  sched__refit_sweep *e = sweep_find(s, sweep_id);
+  if (e)
+    return e;
+  sched__refit_sweep *v = grow(st->sweeps, &st->cap, st->nsweeps, sizeof *v);
+  if (!v)
+    return NULL;
+  st->sweeps = v;
+  e = &st->sweeps[st->nsweeps++];
+  *e = (sched__refit_sweep){.sweep_id = sweep_id};
+  return e;
+}
+
+static int cooling(const sched *s, const sched__refit_sweep *e) {
+  return e && uv_now(s->loop) < e->cool_until_ms;
+}
+
+void sched__refits_free(sched__refits *st) {
+  free(st->sweeps);
+  free(st->touched);
+  *st = (sched__refits){0};
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -123,29 +154,14 @@ static json_t *extrapolation(refit *r, const fit_options *o) {
 
 /* The corpus's true irreducible loss when the sweep trains on the synthetic
  * corpus (SCIENCE.md section 5): its exact entropy rate and the window floor
- * at the runs' seq_len, what E should come out near. NULL for real data. */
+ * at the runs' seq_len, what E should come out near, as the trainer reported
+ * them when the runs started. NULL for real data. */
 static json_t *corpus_truth(const refit *r) {
-  json_t *syn = r->synthetic ? json_loads(r->synthetic, JSON_DECODE_INT_AS_REAL, NULL) : NULL;
-  json_t *j = NULL;
-  if (json_is_object(syn) && r->seq_len > 0) {
-    trn_synth_params p = {.letters = (int)json_number_value(json_object_get(syn, "letters")),
-                          .words = (int)json_number_value(json_object_get(syn, "words")),
-                          .min_len = (int)json_number_value(json_object_get(syn, "min_len")),
-                          .max_len = (int)json_number_value(json_object_get(syn, "max_len")),
-                          .zipf = json_number_value(json_object_get(syn, "zipf")),
-                          .seed = (uint64_t)json_number_value(json_object_get(syn, "seed"))};
-    trn_lexicon *lx;
-    char err[256];
-    if (trn_lexicon_new(&p, &lx, err, sizeof err) == 0) {
-      double rate = trn_lexicon_entropy_rate(lx), floor_ = trn_lexicon_window_floor(lx, r->seq_len);
-      trn_lexicon_free(lx);
-      if (isfinite(rate) && isfinite(floor_))
-        j = json_pack("{s:f,s:f,s:i}", "entropy_rate", rate, "window_floor", floor_, "seq_len",
-                      r->seq_len);
-    }
-  }
-  json_decref(syn);
-  return j;
+  const store_corpus *c = &r->corpus;
+  if (c->seq_len <= 0 || !isfinite(c->entropy_rate) || !isfinite(c->window_floor))
+    return NULL;
+  return json_pack("{s:f,s:f,s:i}", "entropy_rate", c->entropy_rate, "window_floor",
+                   c->window_floor, "seq_len", c->seq_len);
 }
 
 /* The stability check (exponents that move when the smallest budget goes
@@ -263,20 +279,19 @@ static void work(uv_work_t *w) {
   free(iso);
 }
 
+/* store_fits_insert's answer: a fit that could not be stored is only logged */
+static void on_stored(void *ud, int status, int64_t rows, const char *errmsg) {
+  (void)ud, (void)rows;
+  if (status != 0)
+    fprintf(stderr, "scheduler: storing a fit failed: %s\n", errmsg);
+}
+
 static void refit_free(refit *r) {
   free(r->pts);
   free(r->isoflop);
   free(r->lad);
   free(r->bnoise);
-  free(r->synthetic);
   free(r);
-}
-
-static void on_stored(void *ud, int status, PGresult *res, const char *errmsg) {
-  (void)res;
-  if (status != 0)
-    fprintf(stderr, "scheduler: storing a fit failed: %s\n", errmsg);
-  (void)ud;
 }
 
 static void after_work(uv_work_t *w, int status) {
@@ -288,35 +303,22 @@ static void after_work(uv_work_t *w, int status) {
               laws[l], r->n, r->why[l]);
       continue;
     }
-    char id[32], np[16];
-    snprintf(id, sizeof id, "%" PRId64, r->sweep_id);
-    snprintf(np, sizeof np, "%d", r->npoints[l]);
-    const char *p[4] = {id, laws[l], r->json[l], np};
-    db_query(s->db,
-             "INSERT INTO fits (sweep_id, law, params, intervals, n_points) "
-             "VALUES ($1, $2, $3::jsonb, jsonb_build_object('ci95', $3::jsonb->'ci95', "
-             "'stderr', $3::jsonb->'stderr'), $4::int)",
-             4, p, on_stored, NULL);
+    store_fits_insert(s->db, r->sweep_id, laws[l], r->json[l], r->npoints[l], on_stored, NULL);
     json_error_t je;
     json_t *fit = json_loads(r->json[l], 0, &je);
     sched__emit(s, "fit",
                 json_pack("{s:I,s:s,s:o}", "sweep_id", (json_int_t)r->sweep_id, "law", laws[l],
                           "fit", fit ? fit : json_null()));
   }
-  int i = in(state.busy, state.nbusy, r->sweep_id);
-  if (i >= 0)
-    state.busy[i] = state.busy[--state.nbusy];
-  uint64_t now = uv_now(s->loop), took = now - r->started_ms;
-  int c = in(state.cool, state.ncool, r->sweep_id);
-  if (c < 0 && state.ncool < 64)
-    c = state.ncool++;
-  if (c >= 0) {
-    state.cool[c] = r->sweep_id;
-    state.cool_until_ms[c] =
+  sched__refit_sweep *e = sweep_find(s, r->sweep_id);
+  if (e) {
+    uint64_t now = uv_now(s->loop), took = now - r->started_ms;
+    e->busy = 0;
+    e->cool_until_ms =
         now + (took * REFIT_COOLDOWN < REFIT_COOLDOWN_MAX_MS ? took * REFIT_COOLDOWN
                                                              : REFIT_COOLDOWN_MAX_MS);
   }
-  /* a refit asked for meanwhile waits in `again` for sched__refit_due */
+  /* a refit asked for meanwhile waits (again) for sched__refit_due */
   for (int l = 0; l < NLAWS; l++)
     free(r->json[l]);
   refit_free(r);
@@ -325,9 +327,9 @@ static void after_work(uv_work_t *w, int status) {
 static void refit_abandon(refit *r, int status, const char *errmsg) {
   if (status != 0)
     fprintf(stderr, "scheduler: reading fit points failed: %s\n", errmsg);
-  int i = in(state.busy, state.nbusy, r->sweep_id);
-  if (i >= 0)
-    state.busy[i] = state.busy[--state.nbusy];
+  sched__refit_sweep *e = sweep_find(r->s, r->sweep_id);
+  if (e)
+    e->busy = 0;
   refit_free(r);
 }
 
@@ -351,20 +353,21 @@ static double steps_to(json_t *evals, double target) {
   return NAN;
 }
 
-/* rows: run id, batch size in tokens, target losses (JSON array), the
- * evaluations (JSON), median late b_noise in tokens (or NULL) */
-static void on_ladder(void *ud, int status, PGresult *res, const char *errmsg) {
+static void on_ladder(void *ud, int status, const store_ladder_run *runs, int nrun,
+                      const char *errmsg) {
   refit *r = ud;
   sched *s = r->s;
   if (status != 0 || s->stopping)
     return refit_abandon(r, status, errmsg);
-  int nrun = PQntuples(res), cap = 0;
+  int cap = 0;
   r->lad_runs = nrun;
   r->bnoise = calloc(nrun ? (size_t)nrun : 1, sizeof *r->bnoise);
+  if (!r->bnoise)
+    return refit_abandon(r, SS_ENOMEM, "out of memory");
   for (int k = 0; k < nrun; k++) {
-    json_t *targets = json_loads(PQgetvalue(res, k, 2), 0, NULL);
-    json_t *evals = json_loads(PQgetvalue(res, k, 3), 0, NULL);
-    r->bnoise[k] = PQgetisnull(res, k, 4) ? NAN : atof(PQgetvalue(res, k, 4));
+    json_t *targets = json_loads(runs[k].target_loss, 0, NULL);
+    json_t *evals = json_loads(runs[k].evals, 0, NULL);
+    r->bnoise[k] = runs[k].b_noise;
     size_t i;
     json_t *t;
     json_array_foreach(targets, i, t) {
@@ -373,16 +376,13 @@ static void on_ladder(void *ud, int status, PGresult *res, const char *errmsg) {
         r->lad_missed++;
         continue;
       }
-      if (r->nlad == cap) {
-        cap = cap ? 2 * cap : 64;
-        fit_point *np = realloc(r->lad, sizeof *np * (size_t)cap);
-        if (!np)
-          break;
-        r->lad = np;
-      }
+      fit_point *np = grow(r->lad, &cap, r->nlad, sizeof *np);
+      if (!np)
+        break;
+      r->lad = np;
       fit_point *p = &r->lad[r->nlad++];
       *p = (fit_point){.params = NAN, .tokens = NAN, .flops = NAN, .lr = NAN};
-      p->batch_size = atof(PQgetvalue(res, k, 1));
+      p->batch_size = runs[k].batch_tokens;
       p->steps = st;
       p->loss = json_number_value(t);
       p->group = k;
@@ -394,158 +394,110 @@ static void on_ladder(void *ud, int status, PGresult *res, const char *errmsg) {
   uv_queue_work(s->loop, &r->work, work, after_work);
 }
 
-static void on_points(void *ud, int status, PGresult *res, const char *errmsg) {
+static void on_points(void *ud, int status, const store_fit_point *pts, int n,
+                      const store_corpus *corpus, const char *errmsg) {
   refit *r = ud;
   sched *s = r->s;
   if (status != 0 || s->stopping)
     return refit_abandon(r, status, errmsg);
-  r->n = PQntuples(res);
-  r->pts = calloc(r->n ? (size_t)r->n : 1, sizeof *r->pts);
-  r->isoflop = calloc(r->n ? (size_t)r->n : 1, sizeof *r->isoflop);
-  for (int k = 0; k < r->n; k++) {
-    fit_point *p = &r->pts[k];
-    p->params = atof(PQgetvalue(res, k, 0));
-    p->tokens = atof(PQgetvalue(res, k, 1));
-    p->flops = atof(PQgetvalue(res, k, 2));
-    p->loss = atof(PQgetvalue(res, k, 3));
-    p->batch_size = atof(PQgetvalue(res, k, 4));
-    p->steps = PQgetisnull(res, k, 5) ? NAN : atof(PQgetvalue(res, k, 5));
-    p->lr = PQgetisnull(res, k, 6) ? NAN : atof(PQgetvalue(res, k, 6));
-    p->group = k;
-    r->isoflop[k] = !strcmp(PQgetvalue(res, k, 7), "isoflop");
+  r->n = n;
+  r->pts = calloc(n ? (size_t)n : 1, sizeof *r->pts);
+  r->isoflop = calloc(n ? (size_t)n : 1, sizeof *r->isoflop);
+  if (!r->pts || !r->isoflop)
+    return refit_abandon(r, SS_ENOMEM, "out of memory");
+  for (int k = 0; k < n; k++) {
+    r->pts[k] = (fit_point){.params = pts[k].params,
+                            .tokens = pts[k].tokens,
+                            .flops = pts[k].flops,
+                            .loss = pts[k].loss,
+                            .batch_size = pts[k].batch_size,
+                            .steps = pts[k].steps,
+                            .lr = pts[k].lr,
+                            .group = k};
+    r->isoflop[k] = pts[k].isoflop;
   }
-  if (r->n > 0 && !PQgetisnull(res, 0, 8)) { /* one corpus per sweep: the first run's */
-    r->synthetic = strdup(PQgetvalue(res, 0, 8));
-    r->seq_len = atoi(PQgetvalue(res, 0, 9));
-  }
-  char id[32];
-  snprintf(id, sizeof id, "%" PRId64, r->sweep_id);
-  const char *p[1] = {id};
-  /* the ladder: each run's evaluations (the partial index metrics_evals
-   * finds them without its steps) and its late gradient noise scale */
-  db_query(s->db,
-           "SELECT r.id, r.batch_size * (r.config->'model'->>'seq_len')::int, "
-           "coalesce(r.target_loss, '[]'::jsonb)::text, "
-           "(SELECT coalesce(json_agg(json_build_array(m.step, m.val_loss) ORDER BY m.step), "
-           "'[]') FROM metrics m WHERE m.run_id = r.id AND m.val_loss IS NOT NULL)::text, "
-           "(SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY m.b_noise) FROM metrics m "
-           "WHERE m.run_id = r.id AND m.b_noise IS NOT NULL AND m.step * 2 > "
-           "(SELECT max(step) FROM metrics WHERE run_id = r.id)) * "
-           "(r.config->'model'->>'seq_len')::int "
-           "FROM runs r WHERE r.sweep_id = $1 AND r.status = 'succeeded' AND r.part = 'batch' "
-           "ORDER BY r.id",
-           1, p, on_ladder, r);
-}
-
-static int cooling(const sched *s, int64_t sweep_id) {
-  int c = in(state.cool, state.ncool, sweep_id);
-  return c >= 0 && uv_now(s->loop) < state.cool_until_ms[c];
+  r->corpus = *corpus;
+  store_fits_ladder(s->db, r->sweep_id, on_ladder, r);
 }
 
 void sched__refit_due(sched *s) {
-  for (int i = 0; i < state.nagain && !s->stopping;) {
-    int64_t id = state.again[i];
-    if (in(state.busy, state.nbusy, id) < 0 && !cooling(s, id)) {
-      state.again[i] = state.again[--state.nagain];
-      sched__refit(s, id);
-    } else {
-      i++;
+  sched__refits *st = &s->refits;
+  for (int i = 0; i < st->nsweeps && !s->stopping; i++) {
+    sched__refit_sweep *e = &st->sweeps[i];
+    if (e->again && !e->busy && !cooling(s, e)) {
+      e->again = 0;
+      sched__refit(s, e->sweep_id); /* finds e: the list does not grow */
     }
   }
-  for (int i = 0; i < state.ncool;) { /* forget cooled-down sweeps */
-    if (uv_now(s->loop) >= state.cool_until_ms[i] &&
-        in(state.again, state.nagain, state.cool[i]) < 0) {
-      state.cool[i] = state.cool[--state.ncool];
-      state.cool_until_ms[i] = state.cool_until_ms[state.ncool];
-    } else {
+  for (int i = 0; i < st->nsweeps;) { /* forget sweeps with nothing left to do */
+    const sched__refit_sweep *e = &st->sweeps[i];
+    if (!e->busy && !e->again && !cooling(s, e))
+      st->sweeps[i] = st->sweeps[--st->nsweeps];
+    else
       i++;
-    }
   }
 }
 
 void sched__refit(sched *s, int64_t sweep_id) {
   gsl_set_error_handler_off(); /* a numerical corner must not abort the daemon */
-  if (in(state.busy, state.nbusy, sweep_id) >= 0 || cooling(s, sweep_id)) {
-    if (in(state.again, state.nagain, sweep_id) < 0 && state.nagain < 64)
-      state.again[state.nagain++] = sweep_id;
+  sched__refit_sweep *e = sweep_get(s, sweep_id);
+  if (e && (e->busy || cooling(s, e))) {
+    e->again = 1;
     return;
   }
-  if (state.nbusy >= 64)
+  refit *r = e ? calloc(1, sizeof *r) : NULL;
+  if (!r) {
+    fprintf(stderr, "scheduler: sweep %" PRId64 ": out of memory for its refit\n", sweep_id);
     return;
-  state.busy[state.nbusy++] = sweep_id;
-  refit *r = calloc(1, sizeof *r);
+  }
+  e->busy = 1;
   r->s = s;
   r->sweep_id = sweep_id;
   r->started_ms = uv_now(s->loop);
-  char id[32];
-  snprintf(id, sizeof id, "%" PRId64, sweep_id);
-  const char *p[1] = {id};
-  /* batch_size in tokens (sequences x seq_len), as the laws expect */
-  db_query(s->db,
-           "SELECT nonembedding_params, tokens, flops, final_val_loss, "
-           "batch_size * (config->'model'->>'seq_len')::int, "
-           "tokens / nullif(batch_size * (config->'model'->>'seq_len')::int, 0), "
-           "(config->'train'->>'lr')::float8, coalesce(part, ''), "
-           "config->'data'->'synthetic', (config->'model'->>'seq_len')::int "
-           "FROM runs WHERE sweep_id = $1 AND status = 'succeeded' "
-           "AND coalesce(part, '') <> 'batch' AND reproduces IS NULL "
-           "AND final_val_loss > 0 AND nonembedding_params > 0 AND tokens > 0 ORDER BY id",
-           1, p, on_points, r);
+  store_fits_points(s->db, sweep_id, on_points, r);
 }
 
-static void on_sweep_status(void *ud, int status, PGresult *res, const char *errmsg) {
+static void on_sweep_status(void *ud, int status, int64_t sweep_id, const char *new_status,
+                            const char *errmsg) {
   sched *s = ud;
   if (status != 0) {
     fprintf(stderr, "scheduler: updating a sweep's status failed: %s\n", errmsg);
     return;
   }
-  if (PQntuples(res) == 1)
+  if (new_status)
     sched__emit(s, "sweep",
-                json_pack("{s:I,s:s}", "id", (json_int_t)strtoll(PQgetvalue(res, 0, 0), NULL, 10),
-                          "status", PQgetvalue(res, 0, 1)));
+                json_pack("{s:I,s:s}", "id", (json_int_t)sweep_id, "status", new_status));
 }
 
 void sched__sweep_status(sched *s, int64_t sweep_id) {
-  char id[32];
-  snprintf(id, sizeof id, "%" PRId64, sweep_id);
-  const char *p[1] = {id};
-  /* running while anything runs or waits after a start; then failed if any
-   * run failed, else succeeded (cancelled sweeps stay cancelled) */
-  db_query(s->db,
-           "UPDATE sweeps sw SET status = x.st FROM (SELECT CASE "
-           "WHEN count(*) FILTER (WHERE status IN ('queued', 'running')) > 0 THEN "
-           "CASE WHEN count(*) FILTER (WHERE status <> 'queued') > 0 THEN 'running' "
-           "ELSE 'queued' END "
-           "WHEN count(*) FILTER (WHERE status = 'failed') > 0 THEN 'failed' "
-           "WHEN count(*) FILTER (WHERE status = 'succeeded') > 0 THEN 'succeeded' "
-           "ELSE 'cancelled' END::run_status AS st FROM runs WHERE sweep_id = $1) x "
-           "WHERE sw.id = $1 AND sw.status <> 'cancelled' AND sw.status <> x.st "
-           "RETURNING sw.id, sw.status",
-           1, p, on_sweep_status, s);
+  store_sweeps_update_status(s->db, sweep_id, on_sweep_status, s);
 }
 
 void sched__sweep_touch(sched *s, int64_t sweep_id, int refit) {
-  for (int i = 0; i < s->ntouched; i++)
-    if (s->touched[i] == sweep_id) {
-      s->touched_refit[i] |= (char)refit;
+  sched__refits *st = &s->refits;
+  for (int i = 0; i < st->ntouched; i++)
+    if (st->touched[i].sweep_id == sweep_id) {
+      st->touched[i].refit |= refit != 0;
       return;
     }
-  if (s->ntouched == SCHED__TOUCHED) { /* full: do it now */
+  sched__touched *v = grow(st->touched, &st->touched_cap, st->ntouched, sizeof *v);
+  if (!v) { /* no room: do it now */
     sched__sweep_status(s, sweep_id);
     if (refit)
       sched__refit(s, sweep_id);
     return;
   }
-  s->touched[s->ntouched] = sweep_id;
-  s->touched_refit[s->ntouched++] = (char)refit;
+  st->touched = v;
+  st->touched[st->ntouched++] = (sched__touched){.sweep_id = sweep_id, .refit = refit != 0};
 }
 
 void sched__sweep_flush(sched *s) {
+  sched__refits *st = &s->refits;
   sched__refit_due(s);
-  for (int i = 0; i < s->ntouched; i++) {
-    sched__sweep_status(s, s->touched[i]);
-    if (s->touched_refit[i])
-      sched__refit(s, s->touched[i]);
+  for (int i = 0; i < st->ntouched; i++) {
+    sched__sweep_status(s, st->touched[i].sweep_id);
+    if (st->touched[i].refit)
+      sched__refit(s, st->touched[i].sweep_id);
   }
-  s->ntouched = 0;
+  st->ntouched = 0;
 }

@@ -542,6 +542,7 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
     free(s->authfails);
     s->authfails = n;
   }
+  sched__refits_free(&s->refits);
   free(s);
   return rc;
 }

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/fits.h"
+#include "store/sweeps.h"
 #include "sweeps/plan.h"
 #include "sweeps/spec.h"
 
@@ -91,41 +93,41 @@ typedef struct sub_ctx {
   char hash[65];
 } sub_ctx;
 
-static void on_existing(void *ud, int status, PGresult *res, const char *errmsg) {
+static void answer_store_error(http_request *r, int status, const char *errmsg) {
+  http_respond_error(r, status == SS_ECONN ? 503 : 500, errmsg, NULL);
+}
+
+static void on_existing(void *ud, int status, int64_t sweep_id, const char *errmsg) {
   sub_ctx *x = ud;
-  if (status != 0 || PQntuples(res) != 1) {
-    http_respond_error(x->r, status == SS_ECONN ? 503 : 500,
-                       status == 0 ? "sweep vanished" : errmsg, NULL);
+  if (status != 0 || sweep_id == 0) {
+    answer_store_error(x->r, status, status == 0 ? "sweep vanished" : errmsg);
     return;
   }
   char body[512];
   snprintf(body, sizeof body,
-           "{\"error\":{\"message\":\"an identical spec was already submitted as sweep %s; "
-           "change the spec (for instance its name or seeds) to run it again\",\"path\":null},"
-           "\"id\":%s}",
-           PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 0));
+           "{\"error\":{\"message\":\"an identical spec was already submitted as sweep %" PRId64
+           "; change the spec (for instance its name or seeds) to run it again\",\"path\":null},"
+           "\"id\":%" PRId64 "}",
+           sweep_id, sweep_id);
   http_respond_json(x->r, 409, body);
 }
 
-static void on_inserted(void *ud, int status, PGresult *res, const char *errmsg) {
+static void on_inserted(void *ud, int status, int64_t sweep_id, int64_t runs, const char *errmsg) {
   sub_ctx *x = ud;
   if (status != 0) {
-    http_respond_error(x->r, status == SS_ECONN ? 503 : 500, errmsg, NULL);
+    answer_store_error(x->r, status, errmsg);
     return;
   }
-  if (PQgetisnull(res, 0, 0)) { /* ON CONFLICT: the spec is there already */
-    const char *p[1] = {x->hash};
-    db_query(x->s->db, "SELECT id FROM sweeps WHERE spec_hash = $1", 1, p, on_existing, x);
+  if (sweep_id == 0) { /* the spec is there already */
+    store_sweeps_find_by_hash(x->s->db, x->hash, on_existing, x);
     return;
   }
   char body[256];
-  snprintf(body, sizeof body, "{\"id\":%s,\"runs\":%s,\"spec_hash\":\"%s\"}", PQgetvalue(res, 0, 0),
-           PQgetvalue(res, 0, 1), x->hash);
+  snprintf(body, sizeof body, "{\"id\":%" PRId64 ",\"runs\":%" PRId64 ",\"spec_hash\":\"%s\"}",
+           sweep_id, runs, x->hash);
   sched *s = x->s; /* x lives in the request's arena, freed by the answer */
   http_respond_json(x->r, 201, body);
-  sched__emit(s, "sweep",
-              json_pack("{s:I,s:s}", "id", (json_int_t)strtoll(PQgetvalue(res, 0, 0), NULL, 10),
-                        "status", "queued"));
+  sched__emit(s, "sweep", json_pack("{s:I,s:s}", "id", (json_int_t)sweep_id, "status", "queued"));
   sched__place(s);
 }
 
@@ -162,27 +164,14 @@ void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
   snprintf(x->hash, sizeof x->hash, "%s", sp->digest);
   char *canon = spec_canonical(sp);
   char *runs = plan_runs_json(p);
-  char gpus[16], prio[16], maxa[16];
-  snprintf(gpus, sizeof gpus, "%d", sp->gpus);
-  snprintf(prio, sizeof prio, "%d", sp->priority);
-  snprintf(maxa, sizeof maxa, "%d", sp->max_attempts > 0 ? sp->max_attempts : 3);
-  const char *params[7] = {sp->name ? sp->name : "unnamed", canon, x->hash, prio, gpus, maxa, runs};
-  /* one statement: the sweep and all its runs, or nothing */
-  db_query(s->db,
-           "WITH sw AS (INSERT INTO sweeps (name, spec, spec_hash, priority) "
-           "VALUES ($1, $2::jsonb, $3, $4::int) ON CONFLICT (spec_hash) DO NOTHING "
-           "RETURNING id), "
-           "ins AS (INSERT INTO runs (sweep_id, config, config_hash, gpus, priority, "
-           "max_attempts, params, nonembedding_params, tokens, batch_size, flops, part, "
-           "target_loss) "
-           "SELECT sw.id, e->'config', e->>'config_hash', $5::int, $4::int, $6::int, "
-           "(e->>'params')::bigint, (e->>'nonembedding_params')::bigint, "
-           "(e->>'tokens')::bigint, (e->>'batch_size')::int, (e->>'flops')::float8, "
-           "e->>'part', e->'target_loss' "
-           "FROM sw, jsonb_array_elements($7::jsonb) WITH ORDINALITY AS t(e, i) "
-           "ORDER BY t.i RETURNING 1) "
-           "SELECT (SELECT id FROM sw), (SELECT count(*) FROM ins)",
-           7, params, on_inserted, x);
+  store_sweep_new sw = {.name = sp->name ? sp->name : "unnamed",
+                        .spec_json = canon,
+                        .spec_hash = x->hash,
+                        .priority = sp->priority,
+                        .gpus = sp->gpus,
+                        .max_attempts = sp->max_attempts > 0 ? sp->max_attempts : 3,
+                        .runs_json = runs};
+  store_sweeps_insert(s->db, &sw, on_inserted, x);
   free(canon);
   free(runs);
   plan_free(p);
@@ -193,29 +182,16 @@ void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
     malloc_trim(0);
 }
 
-typedef struct fit_ctx {
-  http_request *r;
-} fit_ctx;
-
-static void on_fit(void *ud, int status, PGresult *res, const char *errmsg) {
-  fit_ctx *x = ud;
+static void on_fit(void *ud, int status, const char *json, const char *errmsg) {
+  http_request *r = ud;
   if (status != 0)
-    http_respond_error(x->r, status == SS_ECONN ? 503 : 500, errmsg, NULL);
-  else if (PQntuples(res) == 0)
-    http_respond_error(x->r, 404, "no such sweep", NULL);
+    answer_store_error(r, status, errmsg);
+  else if (!json)
+    http_respond_error(r, 404, "no such sweep", NULL);
   else
-    http_respond_json(x->r, 200, PQgetvalue(res, 0, 0));
+    http_respond_json(r, 200, json);
 }
 
 void sched__get_fit(sched *s, http_request *r, int64_t sweep_id) {
-  fit_ctx *x = http_alloc(r, sizeof *x);
-  x->r = r;
-  char id[32];
-  snprintf(id, sizeof id, "%" PRId64, sweep_id);
-  const char *p[1] = {id};
-  db_query(s->db,
-           "SELECT coalesce((SELECT json_object_agg(law, params) FROM (SELECT DISTINCT ON "
-           "(law) law, params FROM fits WHERE sweep_id = $1 ORDER BY law, created_at DESC) f), "
-           "'{}') FROM sweeps WHERE id = $1",
-           1, p, on_fit, x);
+  store_fits_latest(s->db, sweep_id, on_fit, r);
 }

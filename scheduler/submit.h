@@ -8,7 +8,7 @@
 #include "scheduler/internal.h"
 
 /* POST /api/sweeps: validates and plans the spec (sweeps/spec.h, plan.h),
- * stores the sweep and its runs in one statement and answers 201 with
+ * stores the sweep and its runs at once (store/sweeps.h) and answers 201 with
  * {"id", "runs", "spec_hash"}; 400 with every problem and its JSON path; 409
  * when an identical spec was submitted before (naming that sweep). */
 void sched__submit(sched *s, http_request *r, const char *body, size_t len);

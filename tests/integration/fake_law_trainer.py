@@ -19,12 +19,33 @@ spreads the lines over that many seconds, so a run can be seen running."""
 import json
 import math
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 from harness import trainer_config
 
 S0, E0, BNOISE = 100.0, 3200.0, 20.0
+
+
+def corpus_figures(cfg):
+    """The synthetic corpus's entropy rate and window floor, which the real
+    trainer reports in its config event, from `scalesweep data synth` (the
+    worker that started us is that binary); {} for real text."""
+    syn = (cfg.get("data") or {}).get("synthetic")
+    if not isinstance(syn, dict):
+        return {}
+    exe = os.readlink(f"/proc/{os.getppid()}/exe")
+    with tempfile.TemporaryDirectory() as d:
+        args = [exe, "data", "synth", "--out", d, "--tokens", "100", "--val-tokens", "10",
+                "--seq-len", str(cfg["model"]["seq_len"])]
+        for k in ("letters", "words", "min_len", "max_len", "zipf", "seed"):
+            if k in syn:
+                args += ["--" + k.replace("_", "-"), str(syn[k])]
+        j = json.loads(subprocess.run(args, check=True, capture_output=True,
+                                      text=True).stdout.strip().splitlines()[-1])
+    return {"entropy_rate": j["entropy_rate"], "window_floor": j["window_floor"]}
 
 
 def main():
@@ -48,8 +69,8 @@ def main():
     def out(o):
         sys.stdout.write(json.dumps(o) + "\n")
 
-    out({"event": "config", "config": cfg, "params": n, "nonembedding_params": n,
-         "flops_per_token": 6 * n})
+    out(dict({"event": "config", "config": cfg, "params": n, "nonembedding_params": n,
+              "flops_per_token": 6 * n}, **corpus_figures(cfg)))
     emit = min(steps, 400)
     pause = float(os.environ.get("FAKE_LAW_SECONDS", "0")) / emit
     for i in range(1, emit + 1):

@@ -1,0 +1,52 @@
+/* Sweeps (store/sweeps.c): submitting a sweep with its runs, finding one by
+ * its spec's hash, and recomputing a sweep's status from its runs. */
+#ifndef SS_STORE_SWEEPS_H
+#define SS_STORE_SWEEPS_H
+
+#include <stdint.h>
+
+#include "store/store.h"
+
+/* A planned sweep to store. The strings are copied before
+ * store_sweeps_insert returns. */
+typedef struct store_sweep_new {
+  const char *name;
+  const char *spec_json; /* the canonical spec */
+  const char *spec_hash; /* its digest: one sweep per spec */
+  int priority;
+  int gpus;         /* per run */
+  int max_attempts; /* per run */
+  /* the plan's runs: a JSON array of objects with config, config_hash,
+   * params, nonembedding_params, tokens, batch_size, flops, part and
+   * target_loss (sweeps/plan.h, plan_runs_json) */
+  const char *runs_json;
+} store_sweep_new;
+
+/* sweep_id 0 (and runs 0) when a sweep of the same spec hash is stored
+ * already: nothing was inserted. */
+typedef void (*store_sweeps_inserted_cb)(void *ud, int status, int64_t sweep_id, int64_t runs,
+                                         const char *errmsg);
+
+/* Stores the sweep and all its runs (queued), or nothing: one statement,
+ * so a lost connection never leaves a sweep without some of its runs. An
+ * identical spec submitted before is not an error: sweep_id is 0. */
+void store_sweeps_insert(db *d, const store_sweep_new *sw, store_sweeps_inserted_cb cb, void *ud);
+
+/* A sweep's id: 0 when there is none (or no longer). */
+typedef void (*store_sweeps_id_cb)(void *ud, int status, int64_t sweep_id, const char *errmsg);
+
+/* The sweep whose spec has this hash (the one an identical submission
+ * collided with). */
+void store_sweeps_find_by_hash(db *d, const char *spec_hash, store_sweeps_id_cb cb, void *ud);
+
+/* new_status is NULL when the sweep's status did not change (or the sweep
+ * is cancelled, or gone); valid during the callback only. */
+typedef void (*store_sweeps_status_cb)(void *ud, int status, int64_t sweep_id,
+                                       const char *new_status, const char *errmsg);
+
+/* Recomputes sweeps.status from its runs: running while anything runs or
+ * waits after a start (queued while nothing has started), then failed if
+ * any run failed, else succeeded; a cancelled sweep stays cancelled. */
+void store_sweeps_update_status(db *d, int64_t sweep_id, store_sweeps_status_cb cb, void *ud);
+
+#endif
