@@ -418,24 +418,12 @@ static void on_started(sched__wconn *c, json_t *m) {
   snprintf(nep, sizeof nep, "%.0f", json_number_value(json_object_get(cfg, "nonembedding_params")));
   snprintf(flops_pt, sizeof flops_pt, "%.17g",
            json_number_value(json_object_get(cfg, "flops_per_token")));
-  char rate[64], wfloor[64];
-  json_t *er = json_object_get(cfg, "entropy_rate"), *wf = json_object_get(cfg, "window_floor");
-  snprintf(rate, sizeof rate, "%.17g", json_number_value(er));
-  snprintf(wfloor, sizeof wfloor, "%.17g", json_number_value(wf));
-  const char *p[8] = {rid,
-                      att,
-                      wid,
-                      params,
-                      nep,
-                      flops_pt,
-                      json_is_number(er) ? rate : NULL,
-                      json_is_number(wf) ? wfloor : NULL};
+  const char *p[6] = {rid, att, wid, params, nep, flops_pt};
   db_query(c->s->db,
            "UPDATE runs SET params = $4::bigint, nonembedding_params = $5::bigint, "
-           "flops = coalesce(flops, $6::float8 * tokens), "
-           "entropy_rate = $7::float8, window_floor = $8::float8 "
+           "flops = coalesce(flops, $6::float8 * tokens) "
            "WHERE id = $1 AND attempt = $2 AND worker = $3",
-           8, p, on_update_done, NULL);
+           6, p, on_update_done, NULL);
 }
 
 static void on_checkpoint(sched__wconn *c, json_t *m) {
