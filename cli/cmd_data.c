@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "common/err.h"
 #include "trainer/data.h"
@@ -42,18 +43,6 @@ static const char usage_text[] =
     "Both print one JSON line describing what they wrote. Exit codes: 0 done,\n"
     "1 run-time failure, 2 bad usage or invalid input.\n";
 
-static int usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int usage_error(const char *sub, const char *fmt, ...) {
-  fprintf(stderr, "scalesweep data%s%s: ", sub ? " " : "", sub ? sub : "");
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "\n(scalesweep data --help for usage)\n");
-  return SS_EXIT_USAGE;
-}
-
 /* A decimal integer, or a number in exponent form (1e7) with an integral
  * value, in [min, max]. */
 static int parse_u64(const char *sub, const char *opt, const char *s, uint64_t min, uint64_t max,
@@ -73,8 +62,9 @@ static int parse_u64(const char *sub, const char *opt, const char *s, uint64_t m
       return 0;
     }
   }
-  return usage_error(sub, "%s: expected an integer in %" PRIu64 "..%" PRIu64 ", got '%s'", opt, min,
-                     max, s);
+  return cli_usage_error("data", sub,
+                         "%s: expected an integer in %" PRIu64 "..%" PRIu64 ", got '%s'", opt, min,
+                         max, s);
 }
 
 static int parse_int(const char *sub, const char *opt, const char *s, int min, int max, int *out) {
@@ -90,7 +80,7 @@ static int parse_double(const char *sub, const char *opt, const char *s, const c
   char *end;
   double d = strtod(s, &end);
   if (!*s || *end || !isfinite(d)) {
-    return usage_error(sub, "%s: expected %s, got '%s'", opt, expect, s);
+    return cli_usage_error("data", sub, "%s: expected %s, got '%s'", opt, expect, s);
   }
   *out = d;
   return 0;
@@ -122,7 +112,7 @@ static int take_value(const char *sub, int argc, char **argv, int *i, const char
     return (int)(eq - a);
   }
   if (*i + 1 >= argc) {
-    usage_error(sub, "%s needs a value", a);
+    cli_usage_error("data", sub, "%s needs a value", a);
     return -1;
   }
   *value = argv[++*i];
@@ -164,19 +154,19 @@ static int data_prepare(int argc, char **argv) {
     else if (is_opt(a, n, "--val-fraction")) {
       rc = parse_double(sub, "--val-fraction", v, "a fraction 0 <= F < 1", &frac);
       if (!rc && !(frac >= 0 && frac < 1))
-        rc = usage_error(sub, "--val-fraction: expected 0 <= F < 1, got '%s'", v);
+        rc = cli_usage_error("data", sub, "--val-fraction: expected 0 <= F < 1, got '%s'", v);
     } else if (is_opt(a, n, "--shard-tokens"))
       rc = parse_u64(sub, "--shard-tokens", v, 1, INT32_MAX, &shard_tokens);
     else if (is_opt(a, n, "--shuffle")) {
       rc = parse_u64(sub, "--shuffle", v, 0, UINT64_MAX, &seed);
       shuffle = !rc;
     } else
-      rc = usage_error(sub, "unknown option '%s'", a);
+      rc = cli_usage_error("data", sub, "unknown option '%s'", a);
   }
   if (!rc && !out)
-    rc = usage_error(sub, "--out DIR is required");
+    rc = cli_usage_error("data", sub, "--out DIR is required");
   if (!rc && nfiles == 0)
-    rc = usage_error(sub, "expected at least one input FILE");
+    rc = cli_usage_error("data", sub, "expected at least one input FILE");
   if (rc) {
     free(files);
     return rc;
@@ -227,7 +217,7 @@ static int data_synth(int argc, char **argv) {
     if (n < 0)
       rc = SS_EXIT_USAGE;
     else if (n == 0)
-      rc = usage_error(sub, "unexpected argument '%s'", a);
+      rc = cli_usage_error("data", sub, "unexpected argument '%s'", a);
     else if (is_opt(a, n, "--out"))
       out = v;
     else if (is_opt(a, n, "--tokens"))
@@ -249,10 +239,10 @@ static int data_synth(int argc, char **argv) {
     else if (is_opt(a, n, "--seq-len"))
       rc = parse_int(sub, "--seq-len", v, 1, MAX_SEQ_LEN, &seq_len);
     else
-      rc = usage_error(sub, "unknown option '%s'", a);
+      rc = cli_usage_error("data", sub, "unknown option '%s'", a);
   }
   if (!rc && !out)
-    rc = usage_error(sub, "--out DIR is required");
+    rc = cli_usage_error("data", sub, "--out DIR is required");
   if (rc)
     return rc;
 
@@ -296,10 +286,11 @@ int cmd_data(int argc, char **argv) {
     }
   }
   if (argc < 2)
-    return usage_error(NULL, "expected a subcommand: prepare or synth");
+    return cli_usage_error("data", NULL, "expected a subcommand: prepare or synth");
   if (strcmp(argv[1], "prepare") == 0)
     return data_prepare(argc, argv);
   if (strcmp(argv[1], "synth") == 0)
     return data_synth(argc, argv);
-  return usage_error(NULL, "unknown subcommand '%s', expected prepare or synth", argv[1]);
+  return cli_usage_error("data", NULL, "unknown subcommand '%s', expected prepare or synth",
+                         argv[1]);
 }

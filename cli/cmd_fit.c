@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli/client.h"
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "common/err.h"
 #include "sweeps/fit.h"
@@ -59,24 +60,12 @@ static const char usage_text[] =
     "A fit that did not converge is printed with converged: no and a warning.\n"
     "Exit codes: 0 fitted, 1 run-time failure, 2 bad usage or invalid input.\n";
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int usage_error(const char *fmt, ...) {
-  fprintf(stderr, "scalesweep fit: ");
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "\n(scalesweep fit --help for usage)\n");
-  return SS_EXIT_USAGE;
-}
-
 static int parse_count(const char *opt, const char *s, long max, long *out) {
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
   if (!*s || *end || errno || v < 0 || v > max)
-    return usage_error("%s: expected an integer in 0..%ld, got '%s'", opt, max, s);
+    return cli_usage_error("fit", NULL, "%s: expected an integer in 0..%ld, got '%s'", opt, max, s);
   *out = v;
   return 0;
 }
@@ -85,7 +74,7 @@ static int parse_positive(const char *opt, const char *s, double *out) {
   char *end;
   double v = strtod(s, &end);
   if (!*s || *end || !isfinite(v) || !(v > 0))
-    return usage_error("%s: expected a positive number, got '%s'", opt, s);
+    return cli_usage_error("fit", NULL, "%s: expected a positive number, got '%s'", opt, s);
   *out = v;
   return 0;
 }
@@ -243,7 +232,8 @@ static int fit_stored(const char *sweep, const char *law, int json, const char *
   char *end;
   long long id = strtoll(sweep, &end, 10);
   if (*end || id <= 0)
-    return usage_error("expected a sweep id (a positive integer) or --points, got '%s'", sweep);
+    return cli_usage_error("fit", NULL,
+                           "expected a sweep id (a positive integer) or --points, got '%s'", sweep);
   cli_target t;
   int rc = cli_target_find(&t, url, state, token_file);
   if (rc)
@@ -301,14 +291,14 @@ int cmd_fit(int argc, char **argv) {
     }
     if (a[0] != '-' || !a[1]) {
       if (sweep)
-        return usage_error("unexpected argument '%s' after '%s'", a, sweep);
+        return cli_usage_error("fit", NULL, "unexpected argument '%s' after '%s'", a, sweep);
       sweep = a;
       continue;
     }
 #define IS(name) (nlen == strlen(name) && !strncmp(a, name, nlen))
     if (IS("--json") || IS("--no-irreducible") || IS("--full-grid") || IS("--holdout")) {
       if (eq)
-        return usage_error("%.*s takes no value", (int)nlen, a);
+        return cli_usage_error("fit", NULL, "%.*s takes no value", (int)nlen, a);
       if (IS("--json"))
         json = 1;
       else if (IS("--holdout"))
@@ -322,13 +312,13 @@ int cmd_fit(int argc, char **argv) {
     if (!(IS("--points") || IS("--law") || IS("--bootstrap") || IS("--seed") || IS("--threads") ||
           IS("--target-flops") || IS("--target-steps") || IS("--near-best") || IS("--url") ||
           IS("--state") || IS("--token-file")))
-      return usage_error("unknown option '%.*s'", (int)nlen, a);
+      return cli_usage_error("fit", NULL, "unknown option '%.*s'", (int)nlen, a);
     if (eq)
       val = eq + 1;
     else if (i + 1 < argc)
       val = argv[++i];
     else
-      return usage_error("%s needs a value", a);
+      return cli_usage_error("fit", NULL, "%s needs a value", a);
     int rc = 0;
     long v = 0;
     if (IS("--points")) {
@@ -345,7 +335,8 @@ int cmd_fit(int argc, char **argv) {
       errno = 0;
       unsigned long long s = strtoull(val, &end, 10);
       if (!*val || *val == '-' || *end || errno)
-        return usage_error("--seed: expected a non-negative integer, got '%s'", val);
+        return cli_usage_error("fit", NULL, "--seed: expected a non-negative integer, got '%s'",
+                               val);
       opt.seed = s;
     } else if (IS("--threads")) {
       if (!(rc = parse_count("--threads", val, 4096, &v)))
@@ -362,22 +353,25 @@ int cmd_fit(int argc, char **argv) {
       return rc;
   }
   if (sweep && points)
-    return usage_error("give either a sweep id or --points FILE.csv, not both");
+    return cli_usage_error("fit", NULL, "give either a sweep id or --points FILE.csv, not both");
   if (sweep)
     return fit_stored(sweep, law, json, url, state, token_file);
   if (!points)
-    return usage_error("--points FILE.csv is required");
+    return cli_usage_error("fit", NULL, "--points FILE.csv is required");
   if (!law)
-    return usage_error("--law is required: chinchilla, kaplan, isoflop, batch, bopt or curve");
+    return cli_usage_error("fit", NULL,
+                           "--law is required: chinchilla, kaplan, isoflop, batch, bopt or curve");
   law_fn fit = NULL;
   for (size_t i = 0; i < sizeof laws / sizeof *laws; i++)
     if (!strcmp(law, laws[i].name))
       fit = laws[i].fit;
   if (!fit)
-    return usage_error(
-        "--law: expected chinchilla, kaplan, isoflop, batch, bopt or curve, got '%s'", law);
+    return cli_usage_error(
+        "fit", NULL, "--law: expected chinchilla, kaplan, isoflop, batch, bopt or curve, got '%s'",
+        law);
   if (holdout && strcmp(law, "chinchilla"))
-    return usage_error("--holdout is the Chinchilla law's extrapolation check (--law chinchilla)");
+    return cli_usage_error(
+        "fit", NULL, "--holdout is the Chinchilla law's extrapolation check (--law chinchilla)");
   if (opt.bootstrap < 0)
     opt.bootstrap = !strcmp(law, "chinchilla") || !strcmp(law, "bopt") || !strcmp(law, "curve")
                         ? DEFAULT_BOOTSTRAP_CHINCHILLA

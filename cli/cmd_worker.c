@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "common/err.h"
 #include "worker/worker.h"
@@ -35,18 +36,6 @@ static void usage(FILE *f) {
              "Exit codes: 0 stopped cleanly, 1 failed at run time, 2 bad usage.\n");
 }
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int usage_error(const char *fmt, ...) {
-  fprintf(stderr, "scalesweep worker: ");
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "\n(scalesweep worker --help for usage)\n");
-  return SS_EXIT_USAGE;
-}
-
 /* "0,1,3" -> indices; "none" or "" -> no GPU. */
 static int parse_gpus(const char *s, int *out, int *n) {
   *n = 0;
@@ -58,9 +47,10 @@ static int parse_gpus(const char *s, int *out, int *n) {
     errno = 0;
     long v = strtol(p, &end, 10);
     if (end == p || *p == '-' || *p == '+' || errno || v > INT_MAX || (*end && *end != ','))
-      return usage_error("--gpus %s: expected comma-separated GPU indices such as 0,1", s);
+      return cli_usage_error("worker", NULL,
+                             "--gpus %s: expected comma-separated GPU indices such as 0,1", s);
     if (*n == MAX_GPUS)
-      return usage_error("--gpus %s: more than %d GPUs", s, MAX_GPUS);
+      return cli_usage_error("worker", NULL, "--gpus %s: more than %d GPUs", s, MAX_GPUS);
     out[(*n)++] = (int)v;
     if (!*end)
       return 0;
@@ -72,7 +62,8 @@ static int parse_seconds(const char *opt, const char *s, double *out) {
   char *end;
   double d = strtod(s, &end);
   if (!*s || *end || !isfinite(d) || d <= 0 || d > 86400)
-    return usage_error("%s %s: expected a number of seconds in (0, 86400]", opt, s);
+    return cli_usage_error("worker", NULL, "%s %s: expected a number of seconds in (0, 86400]", opt,
+                           s);
   *out = d;
   return 0;
 }
@@ -88,7 +79,7 @@ int cmd_worker(int argc, char **argv) {
       return SS_EXIT_OK;
     }
     if (strncmp(a, "--", 2))
-      return usage_error("unexpected argument '%s'", a);
+      return cli_usage_error("worker", NULL, "unexpected argument '%s'", a);
     const char *eq = strchr(a, '=');
     size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
     const char *v;
@@ -97,7 +88,7 @@ int cmd_worker(int argc, char **argv) {
     } else if (i + 1 < argc) {
       v = argv[++i];
     } else {
-      return usage_error("%s needs a value", a);
+      return cli_usage_error("worker", NULL, "%s needs a value", a);
     }
 #define IS(name) (nlen == strlen(name) && !strncmp(a, name, nlen))
     if (IS("--scheduler")) {
@@ -114,7 +105,7 @@ int cmd_worker(int argc, char **argv) {
       errno = 0;
       long n = strtol(v, &end, 10);
       if (!*v || *end || errno || n < 0 || n > 4096)
-        return usage_error("--cpu-slots %s: expected an integer in 0..4096", v);
+        return cli_usage_error("worker", NULL, "--cpu-slots %s: expected an integer in 0..4096", v);
       o.cpu_slots = (int)n;
     } else if (IS("--work-dir")) {
       o.work_dir = v;
@@ -131,16 +122,17 @@ int cmd_worker(int argc, char **argv) {
         return SS_EXIT_USAGE;
       o.kill_grace_ms = (int)ceil(s * 1000);
     } else {
-      return usage_error("unknown option '%.*s'", (int)nlen, a);
+      return cli_usage_error("worker", NULL, "unknown option '%.*s'", (int)nlen, a);
     }
 #undef IS
   }
   if (!o.scheduler)
-    return usage_error("--scheduler HOST:PORT is required");
+    return cli_usage_error("worker", NULL, "--scheduler HOST:PORT is required");
   if (!o.token_file) {
     o.token = getenv("SCALESWEEP_WORKER_TOKEN");
     if (!o.token || !*o.token)
-      return usage_error("--token-file is required (or set SCALESWEEP_WORKER_TOKEN)");
+      return cli_usage_error("worker", NULL,
+                             "--token-file is required (or set SCALESWEEP_WORKER_TOKEN)");
   }
   int rc = wrk_run(&o);
   return err_exit_code(rc);

@@ -3,19 +3,26 @@
 #ifndef SS_CLI_COMMANDS_H
 #define SS_CLI_COMMANDS_H
 
-int cmd_data(int argc, char **argv);
-int cmd_fit(int argc, char **argv);
-int cmd_migrate(int argc, char **argv);
-int cmd_train(int argc, char **argv);
-int cmd_plan(int argc, char **argv);
-int cmd_scheduler(int argc, char **argv);
-int cmd_up(int argc, char **argv);
-int cmd_submit(int argc, char **argv);
-int cmd_status(int argc, char **argv);
-int cmd_runs(int argc, char **argv);
-int cmd_cancel(int argc, char **argv);
-int cmd_reproduce(int argc, char **argv);
-int cmd_worker(int argc, char **argv);
+/* Every subcommand, in the order `scalesweep --help` lists them: its name
+ * (cmd_NAME runs it) and its line of help. */
+#define CLI_COMMANDS(X)                                                    \
+  X(up, "everything on one machine: database, scheduler, a local worker")  \
+  X(plan, "validate a sweep spec and print the runs it plans")             \
+  X(submit, "submit a sweep spec to the scheduler")                        \
+  X(status, "sweeps and their progress")                                   \
+  X(runs, "the runs of a sweep")                                           \
+  X(cancel, "cancel a sweep or a run")                                     \
+  X(reproduce, "run a finished run again from its stored config")          \
+  X(fit, "fit scaling laws to a sweep's runs or to a CSV of points")       \
+  X(train, "train one model from a run config, JSON lines on stdout")      \
+  X(data, "prepare token shards from text, or write the synthetic corpus") \
+  X(scheduler, "the scheduler daemon (API, page, worker port)")            \
+  X(worker, "the worker agent of a GPU (or CPU) host")                     \
+  X(migrate, "apply the database migrations")
+
+#define CLI__DECLARE(name, help) int cmd_##name(int argc, char **argv);
+CLI_COMMANDS(CLI__DECLARE)
+#undef CLI__DECLARE
 
 /* submit's work: sends the spec in `file` (relative token shard paths made
  * absolute against the current directory) to the scheduler found from url,

@@ -14,19 +14,9 @@ static const struct {
   int (*run)(int argc, char **argv);
   const char *help;
 } commands[] = {
-    {"up", cmd_up, "everything on one machine: database, scheduler, a local worker"},
-    {"plan", cmd_plan, "validate a sweep spec and print the runs it plans"},
-    {"submit", cmd_submit, "submit a sweep spec to the scheduler"},
-    {"status", cmd_status, "sweeps and their progress"},
-    {"runs", cmd_runs, "the runs of a sweep"},
-    {"cancel", cmd_cancel, "cancel a sweep or a run"},
-    {"reproduce", cmd_reproduce, "run a finished run again from its stored config"},
-    {"fit", cmd_fit, "fit scaling laws to a sweep's runs or to a CSV of points"},
-    {"train", cmd_train, "train one model from a run config, JSON lines on stdout"},
-    {"data", cmd_data, "prepare token shards from text, or write the synthetic corpus"},
-    {"scheduler", cmd_scheduler, "the scheduler daemon (API, page, worker port)"},
-    {"worker", cmd_worker, "the worker agent of a GPU (or CPU) host"},
-    {"migrate", cmd_migrate, "apply the database migrations"},
+#define CLI__ENTRY(name, help) {#name, cmd_##name, help},
+    CLI_COMMANDS(CLI__ENTRY)
+#undef CLI__ENTRY
 };
 
 static void usage(FILE *f) {
