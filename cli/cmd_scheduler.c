@@ -25,6 +25,47 @@ static const char usage[] =
     "  --data-dir     a directory a spec's token shards may lie under (repeatable; without\n"
     "                 one, specs must use the synthetic corpus)\n";
 
+/* The options with a plain value: 1 when a is one (stored in o), 0 when it
+ * is not, -1 (after a message) when its value is out of range. */
+static int value_option(sched_options *o, const char *a, const char *v) {
+  /* options that take a path or an address as it is */
+  const struct {
+    const char *name;
+    const char **to;
+  } text[] = {{"--database", &o->database},
+              {"--listen", &o->listen},
+              {"--workers", &o->workers},
+              {"--token-file", &o->token_file},
+              {"--api-token-file", &o->api_token_file},
+              {"--checkpoints", &o->checkpoint_root},
+              {"--ready-file", &o->ready_file}};
+  /* whole numbers of seconds in [0, max] */
+  const struct {
+    const char *name;
+    int *to;
+    long max;
+  } secs[] = {{"--reserve-after-seconds", &o->reserve_after_s, 604800},
+              {"--predict-seconds", &o->predict_s, 86400}};
+  int known = 0;
+  for (size_t k = 0; k < sizeof text / sizeof *text && !known; k++)
+    if (!strcmp(a, text[k].name)) {
+      *text[k].to = v;
+      known = 1;
+    }
+  for (size_t k = 0; k < sizeof secs / sizeof *secs && !known; k++)
+    if (!strcmp(a, secs[k].name)) {
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (!*v || *end || n < 0 || n > secs[k].max) {
+        fprintf(stderr, "scalesweep scheduler: %s %s: expected 0 to %ld\n", a, v, secs[k].max);
+        return -1;
+      }
+      *secs[k].to = (int)n;
+      known = 1;
+    }
+  return known;
+}
+
 int cmd_scheduler(int argc, char **argv) {
   sched_options o;
   sched_options_default(&o);
@@ -42,38 +83,12 @@ int cmd_scheduler(int argc, char **argv) {
       return SS_EXIT_USAGE;
     }
     i++;
-    if (!strcmp(a, "--database"))
-      o.database = v;
-    else if (!strcmp(a, "--listen"))
-      o.listen = v;
-    else if (!strcmp(a, "--workers"))
-      o.workers = v;
-    else if (!strcmp(a, "--token-file"))
-      o.token_file = v;
-    else if (!strcmp(a, "--api-token-file"))
-      o.api_token_file = v;
-    else if (!strcmp(a, "--checkpoints"))
-      o.checkpoint_root = v;
-    else if (!strcmp(a, "--ready-file"))
-      o.ready_file = v;
-    else if (!strcmp(a, "--reserve-after-seconds")) {
-      char *end;
-      long n = strtol(v, &end, 10);
-      if (!*v || *end || n < 0 || n > 604800) {
-        fprintf(stderr, "scalesweep scheduler: --reserve-after-seconds %s: expected 0 to 604800\n",
-                v);
-        return SS_EXIT_USAGE;
-      }
-      o.reserve_after_s = (int)n;
-    } else if (!strcmp(a, "--predict-seconds")) {
-      char *end;
-      long n = strtol(v, &end, 10);
-      if (!*v || *end || n < 0 || n > 86400) {
-        fprintf(stderr, "scalesweep scheduler: --predict-seconds %s: expected 0 to 86400\n", v);
-        return SS_EXIT_USAGE;
-      }
-      o.predict_s = (int)n;
-    } else if (!strcmp(a, "--data-dir")) {
+    int known = value_option(&o, a, v);
+    if (known < 0)
+      return SS_EXIT_USAGE;
+    if (known)
+      continue;
+    if (!strcmp(a, "--data-dir")) {
       char *real = realpath(v, NULL); /* lives as long as the process */
       if (!real || o.ndata_dirs == SCHED_MAX_DATA_DIRS) {
         fprintf(stderr, "scalesweep scheduler: --data-dir %s: %s\n", v,
