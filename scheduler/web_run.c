@@ -74,6 +74,7 @@ static void b_reproduction(sched__buf *b, json_int_t of, json_t *rep) {
   sched__b_num_na(b, sched__jnum(rep, "final_val_loss_reproduced"), "%.6f");
   sched__b_puts(b, " now</td></tr>");
 }
+
 void sched__web_run(sched__buf *b, sched__web_req *w, json_t *r) {
   json_int_t sweep = sched__jint(r, "sweep_id");
   sched__b_printf(b,
@@ -88,36 +89,28 @@ void sched__web_run(sched__buf *b, sched__web_req *w, json_t *r) {
   b_row(b, "Attempt");
   sched__b_printf(b, "%" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT "</td></tr>",
                   sched__jint(r, "attempt"), sched__jint(r, "max_attempts"));
-  b_row(b, "Worker");
-  sched__b_esc(b, sched__jstr(r, "worker"));
-  sched__b_puts(b, "</td></tr>");
-  b_row(b, "N (non-embedding)");
-  sched__b_num(b, sched__jnum(r, "nonembedding_params"), "%.4g");
-  sched__b_puts(b, "</td></tr>");
-  b_row(b, "Parameters");
-  sched__b_num(b, sched__jnum(r, "params"), "%.4g");
-  sched__b_puts(b, "</td></tr>");
-  b_row(b, "D (tokens)");
-  sched__b_num(b, sched__jnum(r, "tokens"), "%.4g");
-  sched__b_puts(b, "</td></tr>");
-  b_row(b, "B (sequences)");
-  sched__b_num(b, sched__jnum(r, "batch_size"), "%.0f");
-  sched__b_puts(b, "</td></tr>");
-  b_row(b, "C (FLOPs)");
-  sched__b_num(b, sched__jnum(r, "flops"), "%.4g");
-  sched__b_puts(b, "</td></tr>");
-  b_row(b, "Final validation loss");
-  sched__b_num(b, sched__jnum(r, "final_val_loss"), "%.6f");
-  sched__b_puts(b, "</td></tr>");
-  b_row(b, "Started (UTC)");
-  sched__b_esc(b, sched__jstr(r, "started_at"));
-  sched__b_puts(b, "</td></tr>");
-  b_row(b, "Ended (UTC)");
-  sched__b_esc(b, sched__jstr(r, "finished_at"));
-  sched__b_puts(b, "</td></tr>");
-  b_row(b, "Duration");
-  sched__b_duration(b, sched__jnum(r, "duration_s"));
-  sched__b_puts(b, "</td></tr>");
+  static const struct {
+    const char *name, *key, *fmt; /* fmt NULL: text; "d": a duration */
+  } rows[] = {{"Worker", "worker", NULL},
+              {"N (non-embedding)", "nonembedding_params", "%.4g"},
+              {"Parameters", "params", "%.4g"},
+              {"D (tokens)", "tokens", "%.4g"},
+              {"B (sequences)", "batch_size", "%.0f"},
+              {"C (FLOPs)", "flops", "%.4g"},
+              {"Final validation loss", "final_val_loss", "%.6f"},
+              {"Started (UTC)", "started_at", NULL},
+              {"Ended (UTC)", "finished_at", NULL},
+              {"Duration", "duration_s", "d"}};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    b_row(b, rows[i].name);
+    if (!rows[i].fmt)
+      sched__b_esc(b, sched__jstr(r, rows[i].key));
+    else if (!strcmp(rows[i].fmt, "d"))
+      sched__b_duration(b, sched__jnum(r, rows[i].key));
+    else
+      sched__b_num(b, sched__jnum(r, rows[i].key), rows[i].fmt);
+    sched__b_puts(b, "</td></tr>");
+  }
   json_t *pred = json_object_get(r, "prediction");
   const char *status = sched__jstr(r, "status");
   if (json_is_object(pred) && status && !strcmp(status, "running")) {

@@ -8,11 +8,20 @@
 
 #include "scheduler/web.h"
 #include "scheduler/route.h"
-#include "sweeps/fit.h"
+#include "sweeps/fit_report.h"
 
 /* ---- sweep
  * ---------------------------------------------------------------------------
  */
+
+/* lead, then "LO, HI]": an interval's numbers */
+static void b_interval(sched__buf *b, const char *lead, double lo, double hi) {
+  sched__b_puts(b, lead);
+  sched__b_num(b, lo, "%.4g");
+  sched__b_puts(b, ", ");
+  sched__b_num(b, hi, "%.4g");
+  sched__b_puts(b, "]");
+}
 
 static void render_fit_params(sched__buf *b, const char *law, json_t *fit) {
   json_t *ci = json_object_get(fit, "ci95");
@@ -35,13 +44,9 @@ static void render_fit_params(sched__buf *b, const char *law, json_t *fit) {
       sched__b_puts(b, "</th><td>");
       sched__b_num(b, json_is_number(v) ? json_number_value(v) : NAN, "%.4g");
       sched__b_puts(b, "</td><td>");
-      if (json_array_size(iv) == 2) {
-        sched__b_puts(b, "[");
-        sched__b_num(b, json_number_value(json_array_get(iv, 0)), "%.4g");
-        sched__b_puts(b, ", ");
-        sched__b_num(b, json_number_value(json_array_get(iv, 1)), "%.4g");
-        sched__b_puts(b, "]");
-      }
+      if (json_array_size(iv) == 2)
+        b_interval(b, "[", json_number_value(json_array_get(iv, 0)),
+                   json_number_value(json_array_get(iv, 1)));
       sched__b_puts(b, "</td></tr>");
     }
   }
@@ -56,148 +61,123 @@ static void render_fit_params(sched__buf *b, const char *law, json_t *fit) {
   sched__b_puts(b, "</div>");
 }
 
-/* "NAME = V [LO, HI]" of a fit's parameter or derived value (n/a when the
- * fit lacks it): the summary's numbers. */
-static void b_fit_value(sched__buf *b, const char *name, json_t *fit, const char *key) {
-  json_t *v = fit_json_get(fit, key);
-  json_t *ci = json_object_get(json_object_get(fit, "ci95"), key);
-  sched__b_esc(b, name);
-  if (!json_is_number(v)) {
-    sched__b_puts(b, " = n/a");
+/* "NAME = V [LO, HI]" of a row of the result (n/a when the fit lacks it),
+ * and for a stability row " (every budget: V)", the full fit's value. */
+static void b_value(sched__buf *b, const fit_report_row *w) {
+  if (!w)
     return;
+  sched__b_esc(b, w->label);
+  if (isnan(w->value)) {
+    sched__b_puts(b, " = n/a");
+  } else {
+    sched__b_puts(b, " = ");
+    sched__b_num(b, w->value, "%.4g");
+    if (!isnan(w->lo))
+      b_interval(b, " [", w->lo, w->hi);
   }
-  sched__b_puts(b, " = ");
-  sched__b_num(b, json_number_value(v), "%.4g");
-  if (json_array_size(ci) == 2) {
-    sched__b_puts(b, " [");
-    sched__b_num(b, json_number_value(json_array_get(ci, 0)), "%.4g");
-    sched__b_puts(b, ", ");
-    sched__b_num(b, json_number_value(json_array_get(ci, 1)), "%.4g");
-    sched__b_puts(b, "]");
+  if (w->group == FIT_REPORT_STAB_ISO || w->group == FIT_REPORT_STAB_LAW) {
+    sched__b_puts(b, " (every budget: ");
+    sched__b_num_na(b, w->every, "%.4g");
+    sched__b_puts(b, ")");
   }
 }
 
-/* " (every budget: V)": the full fit's value of key, for comparison. */
-static void b_was(sched__buf *b, json_t *fit, const char *key) {
-  json_t *v = fit_json_get(fit, key);
-  sched__b_puts(b, " (every budget: ");
-  if (json_is_number(v) && isfinite(json_number_value(v)))
-    sched__b_num(b, json_number_value(v), "%.4g");
-  else
-    sched__b_puts(b, "n/a");
-  sched__b_puts(b, ")");
+/* the rows of group g with the given labels (NULL-terminated), after
+ * lead, joined by ", " */
+static void b_values(sched__buf *b, const fit_report *r, const char *lead, fit_report_group g,
+                     const char *const *labels) {
+  sched__b_puts(b, lead);
+  for (int i = 0; labels[i]; i++) {
+    sched__b_puts(b, i ? ", " : "");
+    b_value(b, fit_report_find(r, g, labels[i]));
+  }
 }
+
+static const char *const ab[] = {"a", "b", NULL};
 
 /* The study's result in sentences, what `scalesweep up --wait` prints at the
- * end: L(N, D) with E next to the corpus's truth, the compute-optimal
- * exponents both ways, the critical batch size both ways, the extrapolation
- * and stability checks. Everything from the fits' objects (refit.c). */
+ * end (the rows of sweeps/fit_report.h): L(N, D) with E next to the corpus's
+ * truth, the compute-optimal exponents both ways, the critical batch size
+ * both ways, the extrapolation and stability checks. */
 static void render_result(sched__buf *b, json_t *fits) {
-  json_t *ch = json_object_get(fits, "chinchilla"), *iso = json_object_get(fits, "isoflop"),
-         *bat = json_object_get(fits, "batch");
-  if (!ch && !iso && !bat)
+  fit_report r;
+  fit_report_build(fits, &r);
+  if (!r.has_law && !r.has_iso && !r.has_batch)
     return;
   sched__b_puts(b, "<div class=\"result\"><h3>The result <small>(95% bootstrap intervals)</small>"
                    "</h3><ul>");
-  if (ch) {
-    sched__b_puts(b, "<li>L(N, D) = E + A/N<sup>&alpha;</sup> + B/D<sup>&beta;</sup>: ");
-    b_fit_value(b, "E", ch, "E");
+  if (r.has_law) {
+    static const char *const e[] = {"E", NULL};
+    b_values(b, &r,
+             "<li>L(N, D) = E + A/N<sup>&alpha;</sup> + B/D<sup>&beta;</sup>: ", FIT_REPORT_LAW, e);
     sched__b_puts(b, " nats/token");
-    json_t *corpus = json_object_get(ch, "corpus");
-    if (json_is_object(corpus)) {
+    if (r.has_corpus) {
       sched__b_puts(b, "; the corpus: entropy rate ");
-      sched__b_num(b, sched__jnum(corpus, "entropy_rate"), "%.4f");
+      sched__b_num(b, r.entropy_rate, "%.4f");
       sched__b_puts(b, ", window floor ");
-      sched__b_num(b, sched__jnum(corpus, "window_floor"), "%.4f");
-      sched__b_printf(b,
-                      " (the best loss on windows of %" JSON_INTEGER_FORMAT " tokens), E &minus; "
-                      "floor = ",
-                      sched__jint(corpus, "seq_len"));
-      sched__b_num_na(
-          b, sched__jnum(json_object_get(ch, "params"), "E") - sched__jnum(corpus, "window_floor"),
-          "%+.4f");
+      sched__b_num(b, r.window_floor, "%.4f");
+      sched__b_printf(b, " (the best loss on windows of %lld tokens), E &minus; floor = ",
+                      (long long)r.seq_len);
+      sched__b_num_na(b, r.floor_gap, "%+.4f");
     }
-    sched__b_puts(b, "; ");
-    b_fit_value(b, "alpha", ch, "alpha");
-    sched__b_puts(b, ", ");
-    b_fit_value(b, "beta", ch, "beta");
-    sched__b_printf(b, " (%" JSON_INTEGER_FORMAT " runs)</li>", sched__jint(ch, "n_points"));
+    static const char *const slopes[] = {"alpha", "beta", NULL};
+    b_values(b, &r, "; ", FIT_REPORT_LAW, slopes);
+    sched__b_printf(b, " (%lld runs)</li>", (long long)r.law_runs);
   }
-  if (ch || iso) {
-    sched__b_puts(b,
-                  "<li>Compute-optimal N<sub>opt</sub>(C) &prop; C<sup>a</sup>, D<sub>opt</sub>(C) "
-                  "&prop; C<sup>b</sup>: ");
-    if (ch) {
-      sched__b_puts(b, "from L(N, D) ");
-      b_fit_value(b, "a", ch, "a");
-      sched__b_puts(b, ", ");
-      b_fit_value(b, "b", ch, "b");
-    }
-    if (iso) {
-      int nu, nb = fit_json_budgets(iso, &nu);
-      sched__b_puts(b, ch ? "; from the IsoFLOP minima " : "from the IsoFLOP minima ");
-      b_fit_value(b, "a", iso, "a");
-      sched__b_puts(b, ", ");
-      b_fit_value(b, "b", iso, "b");
-      sched__b_printf(b, " (%d of %d budgets with an interior minimum)", nu, nb);
+  if (r.has_law || r.has_iso) {
+    sched__b_puts(b, "<li>Compute-optimal N<sub>opt</sub>(C) &prop; C<sup>a</sup>, "
+                     "D<sub>opt</sub>(C) &prop; C<sup>b</sup>: ");
+    if (r.has_law)
+      b_values(b, &r, "from L(N, D) ", FIT_REPORT_OPT_LAW, ab);
+    if (r.has_iso) {
+      b_values(b, &r, r.has_law ? "; from the IsoFLOP minima " : "from the IsoFLOP minima ",
+               FIT_REPORT_OPT_ISO, ab);
+      sched__b_printf(b, " (%d of %d budgets with an interior minimum)", r.iso_usable,
+                      r.iso_budgets);
     }
     sched__b_puts(b, "</li>");
   }
-  if (bat) {
+  if (r.has_batch) {
     sched__b_puts(b, "<li>Critical batch size (tokens): from the ladder ");
-    const char *k;
-    json_t *v;
     int any = 0;
-    json_object_foreach(json_object_get(bat, "derived"), k, v) {
-      if (strncmp(k, "B_crit(L=", 9))
-        continue;
-      if (any++)
-        sched__b_puts(b, ", ");
-      b_fit_value(b, k, bat, k);
-    }
+    for (int i = 0; i < r.nrows; i++)
+      if (r.rows[i].group == FIT_REPORT_BCRIT && !isnan(r.rows[i].at)) {
+        sched__b_puts(b, any++ ? ", " : "");
+        b_value(b, &r.rows[i]);
+      }
     if (!any)
       sched__b_puts(b, "n/a");
-    sched__b_puts(b, "; from the gradient noise scale ");
-    b_fit_value(b, "B_noise", bat, "B_noise");
+    static const char *const noise[] = {"B_noise", NULL};
+    b_values(b, &r, "; from the gradient noise scale ", FIT_REPORT_BNOISE, noise);
     sched__b_puts(b, " (median over the ladder)</li>");
   }
-  json_t *ex = json_object_get(ch, "extrapolation");
-  if (json_is_object(ex)) {
+  if (r.has_extrap) {
     sched__b_puts(b, "<li>Extrapolation: fitted without the largest budget (C = ");
-    sched__b_num(b, sched__jnum(ex, "held_out_flops"), "%.3g");
+    sched__b_num(b, r.held_out_flops, "%.3g");
     sched__b_puts(b, "), L(N, D) predicts its runs' mean loss ");
-    sched__b_num(b, sched__jnum(ex, "predicted_loss"), "%.4f");
+    sched__b_num(b, r.predicted_loss, "%.4f");
     sched__b_puts(b, "; measured ");
-    sched__b_num(b, sched__jnum(ex, "measured_loss"), "%.4f");
+    sched__b_num(b, r.measured_loss, "%.4f");
     sched__b_puts(b, " (mean relative error ");
-    sched__b_num(b, 100 * sched__jnum(ex, "rel_err"), "%.2f");
+    sched__b_num(b, 100 * r.rel_err, "%.2f");
     sched__b_puts(b, "%)</li>");
   }
-  json_t *wi = json_object_get(iso, "without_smallest_budget"),
-         *wc = json_object_get(ch, "without_smallest_budget");
-  if (json_is_object(wi) || json_is_object(wc)) {
-    double c_iso = sched__jnum(wi, "dropped_flops"), c_ch = sched__jnum(wc, "dropped_flops");
+  if (r.has_stab_iso || r.has_stab_law) {
     sched__b_puts(b, "<li>Stability: fitted without the smallest budget (C = ");
-    sched__b_num(b, json_is_object(wi) ? c_iso : c_ch, "%.3g");
+    sched__b_num(b, r.has_stab_iso ? r.stab_iso_flops : r.stab_law_flops, "%.3g");
     sched__b_puts(b, "): ");
-    if (json_is_object(wi)) {
-      sched__b_puts(b, "from the IsoFLOP minima ");
-      b_fit_value(b, "a", wi, "a");
-      b_was(b, iso, "a");
-    }
-    if (json_is_object(wc)) {
-      sched__b_puts(b, json_is_object(wi) ? "; from L(N, D) " : "from L(N, D) ");
-      if (json_is_object(wi) && c_ch != c_iso) { /* its smallest run is not an isoflop one */
+    static const char *const a[] = {"a", NULL}, *const law[] = {"E", "alpha", "beta", NULL};
+    if (r.has_stab_iso)
+      b_values(b, &r, "from the IsoFLOP minima ", FIT_REPORT_STAB_ISO, a);
+    if (r.has_stab_law) {
+      sched__b_puts(b, r.has_stab_iso ? "; from L(N, D) " : "from L(N, D) ");
+      /* its smallest run is not an isoflop one */
+      if (r.has_stab_iso && r.stab_law_flops != r.stab_iso_flops) {
         sched__b_puts(b, "(without C = ");
-        sched__b_num(b, c_ch, "%.3g");
+        sched__b_num(b, r.stab_law_flops, "%.3g");
         sched__b_puts(b, ") ");
       }
-      static const char *const names[] = {"E", "alpha", "beta"};
-      for (int i = 0; i < 3; i++) {
-        sched__b_puts(b, i ? ", " : "");
-        b_fit_value(b, names[i], wc, names[i]);
-        b_was(b, ch, names[i]);
-      }
+      b_values(b, &r, "", FIT_REPORT_STAB_LAW, law);
     }
     sched__b_puts(b, "</li>");
   }
