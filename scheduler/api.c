@@ -53,12 +53,8 @@ static void answer_error(req_ctx *x, int status, const char *msg, const char *pa
 /* A store read answered by one JSON document; none is 404. */
 static void on_json(void *ud, int status, const char *json, const char *errmsg) {
   req_ctx *x = ud;
-  const char *msg;
-  int code = sched__route_read_status(status, json, errmsg, &msg);
-  if (code)
-    answer_error(x, code, msg, NULL);
-  else
-    answer_json(x, x->created ? 201 : 200, json);
+  record_latency(x->s, x->r);
+  sched__route_answer_read(x->r, x->created ? 201 : 200, status, json, errmsg);
 }
 
 /* ---- reads ---------------------------------------------------------------------- */

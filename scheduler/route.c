@@ -52,3 +52,13 @@ int sched__route_read_status(int status, const char *json, const char *errmsg, c
   *msg = NULL;
   return 0;
 }
+
+void sched__route_answer_read(http_request *r, int ok_status, int status, const char *json,
+                              const char *errmsg) {
+  const char *msg;
+  int code = sched__route_read_status(status, json, errmsg, &msg);
+  if (code)
+    http_respond_error(r, code, msg, NULL);
+  else
+    http_respond_json(r, ok_status, json);
+}

@@ -28,4 +28,9 @@ const char *sched__route_status(const char *v);
  * failed) or 404 (no such object), with *msg the API's message for it. */
 int sched__route_read_status(int status, const char *json, const char *errmsg, const char **msg);
 
+/* Answers r with a store read: json with ok_status, or the error of
+ * sched__route_read_status as the API's JSON error. */
+void sched__route_answer_read(http_request *r, int ok_status, int status, const char *json,
+                              const char *errmsg);
+
 #endif

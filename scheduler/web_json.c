@@ -16,13 +16,7 @@
 #define CURVE_RUNS_MAX 1000
 
 static void on_json(void *ud, int status, const char *json, const char *errmsg) {
-  http_request *r = ud;
-  const char *msg;
-  int code = sched__route_read_status(status, json, errmsg, &msg);
-  if (code)
-    http_respond_error(r, code, msg, NULL);
-  else
-    http_respond_json(r, 200, json);
+  sched__route_answer_read(ud, 200, status, json, errmsg);
 }
 
 /* "1,2,3" -> "{1,2,3}" (request memory); NULL when malformed or too long */

@@ -56,6 +56,15 @@ static void render_workers(sched__buf *b, sched *s) {
   sched__b_puts(b, "</tbody></table></div></section>\n");
 }
 
+/* a row's first cells: the run and its sweep, linked (the sweep's </a> open) */
+static void b_run_cells(sched__buf *b, json_t *r) {
+  sched__b_printf(b,
+                  "<tr><td><a href=\"/runs/%" JSON_INTEGER_FORMAT "\">%" JSON_INTEGER_FORMAT
+                  "</a></td><td><a href=\"/sweeps/%" JSON_INTEGER_FORMAT "\">",
+                  sched__jint(r, "id"), sched__jint(r, "id"), sched__jint(r, "sweep_id"));
+  sched__b_esc(b, sched__jstr(r, "sweep"));
+}
+
 void sched__web_overview(sched__buf *b, sched *s, json_t *d) {
   render_workers(b, s);
 
@@ -76,11 +85,7 @@ void sched__web_overview(sched__buf *b, sched *s, json_t *d) {
     size_t i;
     json_t *r;
     json_array_foreach(next, i, r) {
-      sched__b_printf(b,
-                      "<tr><td><a href=\"/runs/%" JSON_INTEGER_FORMAT "\">%" JSON_INTEGER_FORMAT
-                      "</a></td><td><a href=\"/sweeps/%" JSON_INTEGER_FORMAT "\">",
-                      sched__jint(r, "id"), sched__jint(r, "id"), sched__jint(r, "sweep_id"));
-      sched__b_esc(b, sched__jstr(r, "sweep"));
+      b_run_cells(b, r);
       sched__b_puts(b, "</a></td><td>");
       sched__b_num(b, sched__jnum(r, "nonembedding_params"), NULL);
       sched__b_puts(b, "</td><td>");
@@ -147,11 +152,7 @@ void sched__web_overview(sched__buf *b, sched *s, json_t *d) {
     size_t i;
     json_t *r;
     json_array_foreach(fails, i, r) {
-      sched__b_printf(b,
-                      "<tr><td><a href=\"/runs/%" JSON_INTEGER_FORMAT "\">%" JSON_INTEGER_FORMAT
-                      "</a></td><td><a href=\"/sweeps/%" JSON_INTEGER_FORMAT "\">",
-                      sched__jint(r, "id"), sched__jint(r, "id"), sched__jint(r, "sweep_id"));
-      sched__b_esc(b, sched__jstr(r, "sweep"));
+      b_run_cells(b, r);
       sched__b_printf(b, "</a></td><td>%" JSON_INTEGER_FORMAT "</td><td>",
                       sched__jint(r, "attempt"));
       sched__b_esc(b, sched__jstr(r, "finished_at"));

@@ -5,24 +5,9 @@
 #include "store/actions.h"
 #include "store/internal.h"
 
-typedef struct action_req {
-  union {
-    store_cancel_cb cancel;
-    store_reproduce_cb reproduce;
-  } cb;
-  void *ud;
-} action_req;
-
-static action_req *req_new(void *ud) {
-  action_req *q = malloc(sizeof *q);
-  if (q)
-    q->ud = ud;
-  return q;
-}
-
 /* rows: (run id, or NULL for the sweep's own row; its status) */
 static void on_cancelled(void *ud, int status, PGresult *res, const char *errmsg) {
-  action_req q = *(action_req *)ud;
+  store__req q = *(store__req *)ud;
   free(ud);
   if (status != 0) {
     q.cb.cancel(q.ud, status, 0, NULL, 0, errmsg);
@@ -45,7 +30,7 @@ static void on_cancelled(void *ud, int status, PGresult *res, const char *errmsg
 }
 
 static void cancel(db *d, const char *sql, int64_t id, store_cancel_cb cb, void *ud) {
-  action_req *q = req_new(ud);
+  store__req *q = store__req_new(ud);
   if (!q) {
     cb(ud, SS_ENOMEM, 0, NULL, 0, "out of memory");
     return;
@@ -78,7 +63,7 @@ void store_actions_cancel_run(db *d, int64_t run_id, store_cancel_cb cb, void *u
 
 /* Row: the original's status and the new run's JSON (either NULL). */
 static void on_reproduced(void *ud, int status, PGresult *res, const char *errmsg) {
-  action_req q = *(action_req *)ud;
+  store__req q = *(store__req *)ud;
   free(ud);
   if (status == 0 && PQntuples(res) != 1) {
     status = SS_EQUERY;
@@ -93,7 +78,7 @@ static void on_reproduced(void *ud, int status, PGresult *res, const char *errms
 }
 
 void store_actions_reproduce(db *d, int64_t run_id, store_reproduce_cb cb, void *ud) {
-  action_req *q = req_new(ud);
+  store__req *q = store__req_new(ud);
   if (!q) {
     cb(ud, SS_ENOMEM, NULL, NULL, "out of memory");
     return;

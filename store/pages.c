@@ -133,33 +133,27 @@ void store_pages_run(db *d, int64_t run_id, store_json_cb cb, void *ud) {
   store__query_json(d, sql, 1, p, cb, ud);
 }
 
-typedef struct counts_req {
-  store_run_counts_cb cb;
-  void *ud;
-} counts_req;
-
 static void on_counts(void *ud, int status, PGresult *res, const char *errmsg) {
-  counts_req q = *(counts_req *)ud;
+  store__req q = *(store__req *)ud;
   free(ud);
   if (status == 0 && PQntuples(res) != 1)
     status = SS_EQUERY;
   if (status != 0) {
-    q.cb(q.ud, status, NULL, errmsg);
+    q.cb.counts(q.ud, status, NULL, errmsg);
     return;
   }
   store_run_counts c = {atoll(PQgetvalue(res, 0, 0)), atoll(PQgetvalue(res, 0, 1)),
                         atoll(PQgetvalue(res, 0, 2)), atoll(PQgetvalue(res, 0, 3))};
-  q.cb(q.ud, 0, &c, NULL);
+  q.cb.counts(q.ud, 0, &c, NULL);
 }
 
 void store_pages_run_counts(db *d, store_run_counts_cb cb, void *ud) {
-  counts_req *q = malloc(sizeof *q);
+  store__req *q = store__req_new(ud);
   if (!q) {
     cb(ud, SS_ENOMEM, NULL, "out of memory");
     return;
   }
-  q->cb = cb;
-  q->ud = ud;
+  q->cb.counts = cb;
   db_query(d,
            "SELECT count(*) FILTER (WHERE status = 'queued'), "
            "count(*) FILTER (WHERE status = 'running'), "
@@ -269,6 +263,15 @@ void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
       1, p, cb, ud);
 }
 
+/* The samples of one column of a run's curve (alias: their table). */
+#define SAMPLE_SQL(col, alias)                                                             \
+  "CROSS JOIN LATERAL (SELECT array_agg(p.tokens ORDER BY p.step) AS tokens, "             \
+  "array_agg(p." col " ORDER BY p.step) AS loss FROM (SELECT DISTINCT q.* "                \
+  "FROM generate_series(0, $2::int) g CROSS JOIN LATERAL (SELECT m.step, m.tokens, m." col \
+  " FROM metrics m WHERE m.run_id = mx.id AND m." col " IS NOT NULL AND "                  \
+  "m.step >= ceil(exp(ln(greatest(mx.smax, 1)) * g::float8 / $2::int) - 1e-6) "            \
+  "ORDER BY m.step LIMIT 1) q) p) " alias " "
+
 /* Each sample found by an index seek, so the cost does not grow with the
  * curve's length; evaluations likewise (the metrics_evals index). The last
  * step is always included. */
@@ -285,19 +288,8 @@ void store_pages_curves(db *d, int64_t sweep_id, const char *run_ids, int64_t po
       "FROM (SELECT r.id, r.status, r.nonembedding_params AS n, "
       "(SELECT max(m.step) FROM metrics m WHERE m.run_id = r.id) AS smax FROM runs r "
       "WHERE ($1::bigint IS NULL OR r.sweep_id = $1) AND ($3::bigint[] IS NULL OR r.id = "
-      "ANY($3)) ORDER BY r.id LIMIT $4 OFFSET $5) mx "
-      "CROSS JOIN LATERAL (SELECT array_agg(p.tokens ORDER BY p.step) AS tokens, "
-      "array_agg(p.train_loss ORDER BY p.step) AS loss FROM (SELECT DISTINCT q.* "
-      "FROM generate_series(0, $2::int) g CROSS JOIN LATERAL (SELECT m.step, m.tokens, "
-      "m.train_loss FROM metrics m WHERE m.run_id = mx.id AND m.train_loss IS NOT NULL AND "
-      "m.step >= ceil(exp(ln(greatest(mx.smax, 1)) * g::float8 / $2::int) - 1e-6) "
-      "ORDER BY m.step LIMIT 1) q) p) c "
-      "CROSS JOIN LATERAL (SELECT array_agg(p.tokens ORDER BY p.step) AS tokens, "
-      "array_agg(p.val_loss ORDER BY p.step) AS loss FROM (SELECT DISTINCT q.* "
-      "FROM generate_series(0, $2::int) g CROSS JOIN LATERAL (SELECT m.step, m.tokens, "
-      "m.val_loss FROM metrics m WHERE m.run_id = mx.id AND m.val_loss IS NOT NULL AND "
-      "m.step >= ceil(exp(ln(greatest(mx.smax, 1)) * g::float8 / $2::int) - 1e-6) "
-      "ORDER BY m.step LIMIT 1) q) p) v",
+      "ANY($3)) ORDER BY r.id LIMIT $4 OFFSET $5) mx " SAMPLE_SQL("train_loss", "c")
+          SAMPLE_SQL("val_loss", "v"),
       5, p, cb, ud);
 }
 
