@@ -20,7 +20,7 @@
 #include "common/err.h"
 #include "common/fileio.h"
 #include "store/pgserver.h"
-#include "sweeps/fit.h"
+#include "sweeps/fit_report.h"
 
 static const char usage[] =
     "usage: scalesweep up [--state DIR] [--sweep FILE] [--wait] [--listen HOST:PORT]\n"
@@ -103,162 +103,120 @@ static int read_ports(const char *path, int *http_port, int *workers_port) {
 
 /* ---- the study's result ----------------------------------------------- */
 
-/* The value of NAME in FIT's params or derived, NAN when absent; its 95%
- * interval in lo/hi (NAN when none). */
-static double fit_value(json_t *fit, const char *name, double *lo, double *hi) {
-  json_t *v = fit_json_get(fit, name);
-  json_t *ci = json_object_get(json_object_get(fit, "ci95"), name);
-  if (lo)
-    *lo = json_array_size(ci) == 2 ? json_number_value(json_array_get(ci, 0)) : NAN;
-  if (hi)
-    *hi = json_array_size(ci) == 2 ? json_number_value(json_array_get(ci, 1)) : NAN;
-  return json_is_number(v) ? json_number_value(v) : NAN;
-}
+/* json_number_value's reading of a number the fits lack: 0 */
+static double or0(double v) { return isnan(v) ? 0 : v; }
 
 /* Prints "NAME = V [LO, HI]" (or without the interval, or n/a). */
-static void put_value(const char *name, json_t *fit, const char *key) {
-  double lo, hi, v = fit_value(fit, key, &lo, &hi);
-  if (isnan(v))
-    printf("%s = n/a", name);
-  else if (isnan(lo))
-    printf("%s = %.4g", name, v);
+static void put_row(const fit_report_row *w) {
+  if (!w)
+    return;
+  if (isnan(w->value))
+    printf("%s = n/a", w->label);
+  else if (isnan(w->lo))
+    printf("%s = %.4g", w->label, w->value);
   else
-    printf("%s = %.4g [%.4g, %.4g]", name, v, lo, hi);
+    printf("%s = %.4g [%.4g, %.4g]", w->label, w->value, w->lo, w->hi);
+  if (w->group == FIT_REPORT_STAB_ISO || w->group == FIT_REPORT_STAB_LAW) {
+    if (isnan(w->every)) /* the full fit's value, for comparison */
+      printf(" (every budget: n/a)");
+    else
+      printf(" (every budget: %.4g)", w->every);
+  }
 }
 
-/* " (with every budget: V)", the full fit's value of key, for comparison. */
-static void put_was(json_t *fit, const char *key) {
-  double v = fit_value(fit, key, NULL, NULL);
-  if (isnan(v))
-    printf(" (every budget: n/a)");
-  else
-    printf(" (every budget: %.4g)", v);
+/* "X  Y": two rows of group g */
+static void put_pair(const fit_report *r, fit_report_group g, const char *x, const char *y) {
+  put_row(fit_report_find(r, g, x));
+  printf("  ");
+  put_row(fit_report_find(r, g, y));
 }
 
-/* What the researcher came for, after the fits in full: L(N, D) with its
- * intervals and E next to the corpus's true irreducible loss, the
- * compute-optimal exponents by both approaches, the critical batch size
- * from the ladder and from the noise scale, the extrapolation check and the
- * stability check. Everything comes from the fits' objects (refit.c).
+/* the rows of group g, each after " " or ", "; by target loss, highest
+ * first, when they have one */
+static void put_list(const fit_report *r, fit_report_group g) {
+  char done[FIT_REPORT_MAX_ROWS] = {0};
+  for (int n = 0;; n++) {
+    int best = -1;
+    for (int i = 0; i < r->nrows; i++)
+      if (r->rows[i].group == g && !done[i] && (best < 0 || r->rows[i].at > r->rows[best].at))
+        best = i;
+    if (best < 0)
+      return;
+    done[best] = 1;
+    printf("%s ", n ? "," : "");
+    put_row(&r->rows[best]);
+  }
+}
+
+/* What the researcher came for, after the fits in full (the rows of
+ * sweeps/fit_report.h): L(N, D) with its intervals and E next to the
+ * corpus's true irreducible loss, the compute-optimal exponents by both
+ * approaches, the critical batch size from the ladder and from the noise
+ * scale, the extrapolation check and the stability check.
  * wall_s < 0: unknown (the sweep was submitted by an earlier `up`). */
 static void print_result(long long id, json_t *fits, double wall_s) {
-  json_t *ch = json_object_get(fits, "chinchilla"), *iso = json_object_get(fits, "isoflop"),
-         *bat = json_object_get(fits, "batch");
+  fit_report r;
+  fit_report_build(fits, &r);
   if (wall_s >= 0)
     printf("\nresult of sweep %lld (%.0fm%02.0fs from submission to the last fit):\n", id,
            floor(wall_s / 60), fmod(wall_s, 60));
   else /* a sweep submitted by an earlier `up` */
     printf("\nresult of sweep %lld:\n", id);
-  if (ch) {
+  if (r.has_law) {
     printf("  L(N, D) = E + A/N^alpha + B/D^beta (Approach 3, %.0f runs; 95%% bootstrap "
            "intervals):\n    ",
-           json_number_value(json_object_get(ch, "n_points")));
-    put_value("E", ch, "E");
+           r.law_runs);
+    put_row(fit_report_find(&r, FIT_REPORT_LAW, "E"));
     printf(" nats/token\n");
-    json_t *corpus = json_object_get(ch, "corpus"); /* the synthetic corpus's truth */
-    if (json_is_object(corpus)) {
-      double wfloor = json_number_value(json_object_get(corpus, "window_floor"));
-      double gap = fit_value(ch, "E", NULL, NULL) - wfloor;
+    if (r.has_corpus) { /* the synthetic corpus's truth */
       printf("      the corpus: entropy rate %.4f, window floor %.4f (the best loss on windows "
              "of %.0f tokens); E - floor = ",
-             json_number_value(json_object_get(corpus, "entropy_rate")), wfloor,
-             json_number_value(json_object_get(corpus, "seq_len")));
-      if (isnan(gap))
+             or0(r.entropy_rate), or0(r.window_floor), r.seq_len);
+      if (isnan(r.floor_gap))
         printf("n/a\n");
       else
-        printf("%+.4f\n", gap);
+        printf("%+.4f\n", r.floor_gap);
     }
     printf("    ");
-    put_value("A", ch, "A");
-    printf("  ");
-    put_value("alpha", ch, "alpha");
+    put_pair(&r, FIT_REPORT_LAW, "A", "alpha");
     printf("\n    ");
-    put_value("B", ch, "B");
-    printf("  ");
-    put_value("beta", ch, "beta");
+    put_pair(&r, FIT_REPORT_LAW, "B", "beta");
     printf("\n  compute-optimal N_opt(C) ~ C^a, D_opt(C) ~ C^b:\n    from L(N, D):        ");
-    put_value("a", ch, "a");
-    printf("  ");
-    put_value("b", ch, "b");
+    put_pair(&r, FIT_REPORT_OPT_LAW, "a", "b");
     printf("\n");
   }
-  if (iso) {
-    int nu, nb = fit_json_budgets(iso, &nu);
+  if (r.has_iso) {
     printf("    from IsoFLOP minima: ");
-    put_value("a", iso, "a");
-    printf("  ");
-    put_value("b", iso, "b");
-    printf("  (%d of %d budgets with an interior minimum)\n", nu, nb);
+    put_pair(&r, FIT_REPORT_OPT_ISO, "a", "b");
+    printf("  (%d of %d budgets with an interior minimum)\n", r.iso_usable, r.iso_budgets);
   }
-  if (bat) {
+  if (r.has_batch) {
     printf("  critical batch size (tokens):\n    from the ladder:");
-    /* per target loss "B_crit(L=x)", highest target first (jsonb
-     * reorders keys) */
-    const char *k, *name[16];
-    double at[16];
-    json_t *v;
-    int any = 0;
-    json_object_foreach(json_object_get(bat, "derived"), k, v) {
-      if (any < 16 && sscanf(k, "B_crit(L=%lf)", &at[any]) == 1) {
-        int i = any++;
-        for (; i > 0 && at[i - 1] < at[i]; i--) {
-          double x = at[i];
-          at[i] = at[i - 1];
-          at[i - 1] = x;
-          name[i] = name[i - 1];
-        }
-        name[i] = k;
-      }
-    }
-    for (int i = 0; i < any; i++) {
-      printf("%s ", i ? "," : "");
-      put_value(name[i], bat, name[i]);
-    }
-    if (!any) {
-      printf(" ");
-      put_value("B_crit", bat, "B_crit");
-    }
+    put_list(&r, FIT_REPORT_BCRIT);
     printf("\n    from the gradient noise scale: ");
-    put_value("B_noise", bat, "B_noise");
+    put_row(fit_report_find(&r, FIT_REPORT_BNOISE, "B_noise"));
     printf(" (median over the ladder)\n");
   }
-  json_t *ex = ch ? json_object_get(ch, "extrapolation") : NULL;
-  if (json_is_object(ex))
+  if (r.has_extrap)
     printf("  extrapolation: fitted without the largest budget (C = %.3g), L(N, D) predicts "
            "its runs' mean loss %.4f; measured %.4f (mean relative error %.2f%%)\n",
-           json_number_value(json_object_get(ex, "held_out_flops")),
-           json_number_value(json_object_get(ex, "predicted_loss")),
-           json_number_value(json_object_get(ex, "measured_loss")),
-           100 * json_number_value(json_object_get(ex, "rel_err")));
-  /* stability: the same fits without the smallest budget (refit.c) */
-  json_t *wi = json_object_get(iso, "without_smallest_budget"),
-         *wc = json_object_get(ch, "without_smallest_budget");
-  if (json_is_object(wi) || json_is_object(wc)) {
+           or0(r.held_out_flops), or0(r.predicted_loss), or0(r.measured_loss),
+           100 * or0(r.rel_err));
+  if (r.has_stab_iso || r.has_stab_law)
     printf("  stability: fitted without the smallest budget (C = %.3g):\n",
-           json_number_value(json_object_get(json_is_object(wi) ? wi : wc, "dropped_flops")));
-    if (json_is_object(wi)) {
-      printf("    from IsoFLOP minima: ");
-      put_value("a", wi, "a");
-      put_was(iso, "a");
-      printf("  ");
-      put_value("b", wi, "b");
-      put_was(iso, "b");
-      printf("  (%.0f budgets with an interior minimum)\n",
-             json_number_value(json_object_get(wi, "usable_budgets")));
-    }
-    if (json_is_object(wc)) {
-      static const char *const names[] = {"E", "alpha", "beta", "a"};
-      double c_ch = json_number_value(json_object_get(wc, "dropped_flops"));
-      printf("    from L(N, D):       ");
-      if (json_is_object(wi) && c_ch != json_number_value(json_object_get(wi, "dropped_flops")))
-        printf("(without C = %.3g) ", c_ch); /* its smallest run is not an isoflop one */
-      for (int i = 0; i < 4; i++) {
-        printf("%s ", i ? "," : "");
-        put_value(names[i], wc, names[i]);
-        put_was(ch, names[i]);
-      }
-      printf("\n");
-    }
+           or0(r.has_stab_iso ? r.stab_iso_flops : r.stab_law_flops));
+  if (r.has_stab_iso) {
+    printf("    from IsoFLOP minima: ");
+    put_pair(&r, FIT_REPORT_STAB_ISO, "a", "b");
+    printf("  (%.0f budgets with an interior minimum)\n", r.stab_iso_usable);
+  }
+  if (r.has_stab_law) {
+    printf("    from L(N, D):       ");
+    if (r.has_stab_iso && or0(r.stab_law_flops) != or0(r.stab_iso_flops))
+      printf("(without C = %.3g) ",
+             or0(r.stab_law_flops)); /* its smallest run is not an isoflop one */
+    put_list(&r, FIT_REPORT_STAB_LAW);
+    printf("\n");
   }
 }
 

@@ -1,15 +1,19 @@
 /* The HTTP API (DESIGN.md "HTTP API conventions"): JSON in and out, keys
  * named as the table columns, errors as {"error": {"message", "path"}}. Most
- * answers are built as JSON by PostgreSQL itself. */
+ * answers are JSON documents from the store (store/pages.h); changes are
+ * store/actions.h. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/token.h"
 #include "scheduler/internal.h"
+#include "scheduler/route.h"
 #include "scheduler/submit.h"
+#include "scheduler/web.h"
+#include "store/actions.h"
+#include "store/pages.h"
 
 typedef struct req_ctx {
   sched *s;
@@ -46,82 +50,20 @@ static void answer_error(req_ctx *x, int status, const char *msg, const char *pa
   http_respond_error(x->r, status, msg, path);
 }
 
-/* A query whose single cell is the JSON answer; no row is 404. */
-static void on_json_row(void *ud, int status, PGresult *res, const char *errmsg) {
+/* A store read answered by one JSON document; none is 404. */
+static void on_json(void *ud, int status, const char *json, const char *errmsg) {
   req_ctx *x = ud;
-  if (status == SS_ECONN)
-    answer_error(x, 503, "database unavailable; try again", NULL);
-  else if (status != 0)
-    answer_error(x, 500, errmsg, NULL);
-  else if (PQntuples(res) == 0 || PQgetisnull(res, 0, 0))
-    answer_error(x, 404, "no such object", NULL);
-  else
-    answer_json(x, x->created ? 201 : 200, PQgetvalue(res, 0, 0));
-}
-
-/* "/api/runs/12/cancel" with prefix "/api/runs/" -> 12 and rest "/cancel" */
-static int parse_id(const char *path, const char *prefix, int64_t *id, const char **rest) {
-  size_t pl = strlen(prefix);
-  if (strncmp(path, prefix, pl) != 0)
-    return 0;
-  char *end;
-  const char *p = path + pl;
-  if (*p < '0' || *p > '9')
-    return 0;
-  long long v = strtoll(p, &end, 10);
-  if (v <= 0)
-    return 0;
-  *id = v;
-  *rest = end;
-  return 1;
-}
-
-static int authorized(sched *s, http_request *r) {
-  const char *h = http_header(r, "authorization");
-  if (!h || strncasecmp(h, "Bearer ", 7) != 0)
-    return 0;
-  return token_equal(s->api_token, h + 7);
+  record_latency(x->s, x->r);
+  sched__route_answer_read(x->r, x->created ? 201 : 200, status, json, errmsg);
 }
 
 /* ---- reads ---------------------------------------------------------------------- */
 
-static void get_sweeps(sched *s, req_ctx *x) {
-  (void)s;
-  db_query(x->s->db,
-           "SELECT coalesce(json_agg(t ORDER BY t.id DESC), '[]') FROM ("
-           "SELECT sw.id, sw.name, sw.status, sw.priority, sw.created_at, sw.spec_hash, "
-           "count(r.id) AS runs, "
-           "count(r.id) FILTER (WHERE r.status = 'succeeded') AS succeeded, "
-           "count(r.id) FILTER (WHERE r.status = 'failed') AS failed, "
-           "count(r.id) FILTER (WHERE r.status = 'running') AS running, "
-           "count(r.id) FILTER (WHERE r.status = 'queued') AS queued, "
-           "coalesce(sum(r.flops), 0) AS flops_planned, "
-           "coalesce(sum(r.flops) FILTER (WHERE r.status = 'succeeded'), 0) AS flops_done "
-           "FROM sweeps sw LEFT JOIN runs r ON r.sweep_id = sw.id "
-           "GROUP BY sw.id ORDER BY sw.id DESC LIMIT 1000) t",
-           0, NULL, on_json_row, x);
-}
-
-static const char *run_columns =
-    "r.id, r.sweep_id, r.status, r.attempt, r.max_attempts, r.gpus, r.priority, r.worker, "
-    "r.lease_until, r.params, r.nonembedding_params, r.tokens, r.batch_size, r.flops, "
-    "r.final_val_loss, r.started_at, r.finished_at, r.reproduces, r.code_version, r.error, "
-    "r.checkpoint_step, r.config_hash, r.part, r.target_loss, r.prediction";
+static void get_sweeps(sched *s, req_ctx *x) { store_pages_sweeps(s->db, on_json, x); }
 
 /* Paging of a sweep's runs: ?limit= (default 500, at most 10000), ?offset=,
  * ?status= (one run status), ?sort= (a column of sort_columns) and
  * ?order=asc|desc. A bad value answers 400 naming the parameter. */
-typedef struct run_page {
-  char limit[24], offset[24];
-  const char *status; /* NULL: every status */
-  const char *sort, *order;
-} run_page;
-
-static const char *const sort_columns[] = {
-    "id",          "status",     "attempt", "params",         "nonembedding_params",
-    "tokens",      "batch_size", "flops",   "final_val_loss", "started_at",
-    "finished_at", "worker",     NULL};
-
 /* A query parameter, or a 400 naming it when its encoding is bad. */
 static int query_param(req_ctx *x, const char *name, const char **value) {
   if (http_query_param(x->r, name, value) >= 0)
@@ -132,7 +74,7 @@ static int query_param(req_ctx *x, const char *name, const char **value) {
   return -1;
 }
 
-static int parse_page(req_ctx *x, run_page *pg) {
+static int parse_page(req_ctx *x, store_runs_page *pg) {
   static const struct {
     const char *name;
     long long dflt, max;
@@ -154,16 +96,11 @@ static int parse_page(req_ctx *x, run_page *pg) {
         return -1;
       }
     }
-    snprintf(i ? pg->offset : pg->limit, sizeof pg->limit, "%lld", n);
+    *(i ? &pg->offset : &pg->limit) = n;
   }
-  static const char *const statuses[] = {"queued", "running",   "succeeded",
-                                         "failed", "cancelled", NULL};
   if (query_param(x, "status", &pg->status))
     return -1;
-  int ok = !pg->status;
-  for (int i = 0; !ok && statuses[i]; i++)
-    ok = !strcmp(pg->status, statuses[i]);
-  if (!ok) {
+  if (pg->status && !sched__route_status(pg->status)) {
     answer_error(x, 400,
                  "query parameter status: expected queued, running, succeeded, failed or "
                  "cancelled",
@@ -173,11 +110,8 @@ static int parse_page(req_ctx *x, run_page *pg) {
   const char *sort, *order;
   if (query_param(x, "sort", &sort) || query_param(x, "order", &order))
     return -1;
-  pg->sort = "id";
-  for (int i = 0; sort && sort_columns[i]; i++)
-    if (!strcmp(sort, sort_columns[i]))
-      pg->sort = sort_columns[i]; /* from the table: safe to put in SQL */
-  if (sort && strcmp(sort, pg->sort)) {
+  pg->sort = sort ? store_pages_sort_column(sort) : "id";
+  if (!pg->sort) {
     answer_error(x, 400,
                  "query parameter sort: expected one of id, status, attempt, params, "
                  "nonembedding_params, tokens, batch_size, flops, final_val_loss, started_at, "
@@ -189,60 +123,20 @@ static int parse_page(req_ctx *x, run_page *pg) {
     answer_error(x, 400, "query parameter order: expected asc or desc", "order");
     return -1;
   }
-  pg->order = order && !strcmp(order, "desc") ? "DESC" : "ASC";
+  pg->desc = order && !strcmp(order, "desc");
   return 0;
 }
 
 /* GET /api/sweeps/{id} (header, counts and one page of runs) and
  * GET /api/sweeps/{id}/runs (the page alone). */
 static void get_sweep(sched *s, req_ctx *x, int64_t id, int runs_only) {
-  run_page pg;
+  store_runs_page pg;
   if (parse_page(x, &pg))
     return;
-  char sql[3072], ids[32];
-  snprintf(ids, sizeof ids, "%" PRId64, id);
-  snprintf(sql, sizeof sql,
-           "SELECT json_build_object(%s"
-           "'runs_total', (SELECT count(*) FROM runs WHERE sweep_id = sw.id "
-           "AND ($4::run_status IS NULL OR status = $4)), "
-           "'runs_offset', $3::bigint, 'runs_limit', $2::bigint, "
-           "'runs', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT %s FROM runs r "
-           "WHERE r.sweep_id = sw.id AND ($4::run_status IS NULL OR r.status = $4) "
-           "ORDER BY r.%s %s NULLS LAST, r.id %s LIMIT $2 OFFSET $3) t)) "
-           "FROM sweeps sw WHERE sw.id = $1",
-           runs_only ? ""
-                     : "'id', sw.id, 'name', sw.name, 'status', sw.status, "
-                       "'priority', sw.priority, 'created_at', sw.created_at, 'spec', sw.spec, "
-                       "'spec_hash', sw.spec_hash, 'counts', (SELECT json_build_object("
-                       "'queued', count(*) FILTER (WHERE status = 'queued'), "
-                       "'running', count(*) FILTER (WHERE status = 'running'), "
-                       "'succeeded', count(*) FILTER (WHERE status = 'succeeded'), "
-                       "'failed', count(*) FILTER (WHERE status = 'failed'), "
-                       "'cancelled', count(*) FILTER (WHERE status = 'cancelled'), "
-                       "'total', count(*), "
-                       "'flops_planned', coalesce(sum(flops), 0), "
-                       "'flops_done', coalesce(sum(flops) FILTER (WHERE status = "
-                       "'succeeded'), 0)) FROM runs WHERE sweep_id = sw.id), ",
-           run_columns, pg.sort, pg.order, pg.order);
-  const char *p[4] = {ids, pg.limit, pg.offset, pg.status};
-  db_query(s->db, sql, 4, p, on_json_row, x);
+  store_pages_sweep(s->db, id, &pg, runs_only, on_json, x);
 }
 
-static void get_run(sched *s, req_ctx *x, int64_t id) {
-  char sql[4096], ids[32];
-  snprintf(ids, sizeof ids, "%" PRId64, id);
-  snprintf(sql, sizeof sql,
-           "SELECT json_build_object('run', (SELECT row_to_json(t) FROM (SELECT %s, "
-           "r.config FROM runs r WHERE r.id = $1) t), "
-           "'metrics', (SELECT coalesce(json_agg(m ORDER BY m.step), '[]') FROM "
-           "(SELECT step, tokens, train_loss, val_loss, lr, grad_norm, b_noise, loss_scale, "
-           "tok_per_s FROM metrics WHERE run_id = $1) m), "
-           "'reproduction', %s) "
-           "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1)",
-           run_columns, SCHED__REPRODUCTION_SQL);
-  const char *p[1] = {ids};
-  db_query(s->db, sql, 1, p, on_json_row, x);
-}
+static void get_run(sched *s, req_ctx *x, int64_t id) { store_pages_run(s->db, id, on_json, x); }
 
 static void get_workers(sched *s, req_ctx *x) {
   /* connected workers from memory, with their busy slots */
@@ -270,28 +164,25 @@ static void get_workers(sched *s, req_ctx *x) {
 
 /* ---- mutations ------------------------------------------------------------------------ */
 
-static void on_cancelled(void *ud, int status, PGresult *res, const char *errmsg) {
+static void on_cancelled(void *ud, int status, int found, const store_cancelled *runs, int n,
+                         const char *errmsg) {
   req_ctx *x = ud;
   if (status != 0) {
     answer_error(x, status == SS_ECONN ? 503 : 500, errmsg, NULL);
     return;
   }
-  if (PQntuples(res) == 0) {
+  if (!found) {
     answer_error(x, 404, "no such object", NULL);
     return;
   }
-  /* rows: run ids that were running (to be stopped on their workers) */
   int stopped = 0;
-  for (int i = 0; i < PQntuples(res); i++) {
-    if (PQgetisnull(res, i, 0))
-      continue;
-    int64_t rid = strtoll(PQgetvalue(res, i, 0), NULL, 10);
-    if (!strcmp(PQgetvalue(res, i, 1), "running")) {
-      sched__cancel_running(x->s, rid);
+  for (int i = 0; i < n; i++) {
+    if (runs[i].running) {
+      sched__cancel_running(x->s, runs[i].run_id);
       stopped++;
     } else {
       sched__emit(x->s, "run",
-                  json_pack("{s:I,s:s}", "id", (json_int_t)rid, "status", "cancelled"));
+                  json_pack("{s:I,s:s}", "id", (json_int_t)runs[i].run_id, "status", "cancelled"));
     }
   }
   char body[128];
@@ -300,79 +191,48 @@ static void on_cancelled(void *ud, int status, PGresult *res, const char *errmsg
 }
 
 static void cancel(sched *s, req_ctx *x, int sweep, int64_t id) {
-  char ids[32];
-  snprintf(ids, sizeof ids, "%" PRId64, id);
   x->id = id;
-  const char *p[1] = {ids};
-  /* queued runs are cancelled here; running ones are stopped by their
-   * worker (they checkpoint) and recorded when it reports */
   if (sweep)
-    db_query(s->db,
-             "WITH q AS (UPDATE runs SET status = 'cancelled', finished_at = now() "
-             "WHERE sweep_id = $1 AND status = 'queued' RETURNING id, 'queued'::text AS st), "
-             "sw AS (UPDATE sweeps SET status = 'cancelled' WHERE id = $1 RETURNING id) "
-             "SELECT id, st FROM q UNION ALL "
-             "SELECT id, 'running' FROM runs WHERE sweep_id = $1 AND status = 'running' "
-             "UNION ALL SELECT NULL, 'sweep' FROM sw",
-             1, p, on_cancelled, x);
+    store_actions_cancel_sweep(s->db, id, on_cancelled, x);
   else
-    db_query(s->db,
-             "WITH q AS (UPDATE runs SET status = 'cancelled', finished_at = now() "
-             "WHERE id = $1 AND status = 'queued' RETURNING id, 'queued'::text AS st) "
-             "SELECT id, st FROM q UNION ALL "
-             "SELECT id, status::text FROM runs WHERE id = $1 AND status <> 'queued'",
-             1, p, on_cancelled, x);
+    store_actions_cancel_run(s->db, id, on_cancelled, x);
 }
 
-/* Row: the original's status (NULL when there is no such run), and the new
- * run's JSON (NULL when the original has not finished: its curve is not there
- * to compare with yet). */
-static void on_reproduced(void *ud, int status, PGresult *res, const char *errmsg) {
+static void on_reproduced(void *ud, int status, const char *original_status, const char *json,
+                          const char *errmsg) {
   req_ctx *x = ud;
   sched *s = x->s; /* x lives in the request's arena, freed by the answer */
-  if (status != 0 || PQntuples(res) != 1)
-    return on_json_row(ud, status, res, errmsg);
-  if (PQgetisnull(res, 0, 0))
+  if (status != 0)
+    return on_json(ud, status, NULL, errmsg);
+  if (!original_status)
     return answer_error(x, 404, "no such run", NULL);
-  if (PQgetisnull(res, 0, 1)) {
+  if (!json) {
     char msg[160];
     snprintf(msg, sizeof msg, "run %" PRId64 " is %s: a run can be reproduced once it has finished",
-             x->id, PQgetvalue(res, 0, 0));
+             x->id, original_status);
     return answer_error(x, 409, msg, NULL);
   }
-  answer_json(x, 201, PQgetvalue(res, 0, 1));
+  answer_json(x, 201, json);
   sched__place(s);
 }
 
 static void reproduce(sched *s, req_ctx *x, int64_t id) {
-  char ids[32];
-  snprintf(ids, sizeof ids, "%" PRId64, id);
-  const char *p[1] = {ids};
   x->id = id;
-  db_query(s->db,
-           "WITH o AS (SELECT * FROM runs WHERE id = $1), "
-           "n AS (INSERT INTO runs (sweep_id, config, config_hash, gpus, priority, "
-           "max_attempts, params, nonembedding_params, tokens, batch_size, flops, reproduces) "
-           "SELECT sweep_id, config, config_hash, gpus, priority, max_attempts, params, "
-           "nonembedding_params, tokens, batch_size, flops, id FROM o "
-           "WHERE status IN ('succeeded', 'failed', 'cancelled') "
-           "RETURNING json_build_object('id', id, 'reproduces', reproduces) AS j) "
-           "SELECT (SELECT status FROM o), (SELECT j FROM n)",
-           1, p, on_reproduced, x);
+  store_actions_reproduce(s->db, id, on_reproduced, x);
 }
 
 /* ---- /metrics (Prometheus text format) ----------------------------------------------------- */
 
-static void on_counts(void *ud, int status, PGresult *res, const char *errmsg) {
+static void on_counts(void *ud, int status, const store_run_counts *rc, const char *errmsg) {
   req_ctx *x = ud;
   sched *s = x->s;
   (void)errmsg;
   long long queued = -1, running = -1, succeeded = -1, failed = -1;
-  if (status == 0 && PQntuples(res) == 1) {
-    queued = atoll(PQgetvalue(res, 0, 0));
-    running = atoll(PQgetvalue(res, 0, 1));
-    succeeded = atoll(PQgetvalue(res, 0, 2));
-    failed = atoll(PQgetvalue(res, 0, 3));
+  if (status == 0) {
+    queued = rc->queued;
+    running = rc->running;
+    succeeded = rc->succeeded;
+    failed = rc->failed;
   }
   int gpus = 0, gpus_busy = 0, cpu = 0, cpu_busy = 0, workers = 0;
   for (sched__wconn *c = s->conns; c; c = c->next) {
@@ -436,14 +296,7 @@ static void on_counts(void *ud, int status, PGresult *res, const char *errmsg) {
   http_respond(x->r, 200, "text/plain; version=0.0.4", b, len < cap ? len : cap - 1, "");
 }
 
-static void get_metrics(sched *s, req_ctx *x) {
-  db_query(s->db,
-           "SELECT count(*) FILTER (WHERE status = 'queued'), "
-           "count(*) FILTER (WHERE status = 'running'), "
-           "count(*) FILTER (WHERE status = 'succeeded'), "
-           "count(*) FILTER (WHERE status = 'failed') FROM runs",
-           0, NULL, on_counts, x);
-}
+static void get_metrics(sched *s, req_ctx *x) { store_pages_run_counts(s->db, on_counts, x); }
 
 /* ---- SSE ------------------------------------------------------------------------------------ */
 
@@ -504,9 +357,9 @@ void sched__http(http_request *r, void *ud) {
   }
   if (strncmp(path, "/api/", 5) != 0)
     return answer_error(x, 404, "not found", NULL);
-  if (get && !s->o.open_reads && !authorized(s, r))
+  if (get && !s->o.open_reads && !sched__route_authorized(r, s->api_token))
     return answer_error(x, 401, "reads need the API token (Authorization: Bearer ...)", NULL);
-  if (!get && !authorized(s, r))
+  if (!get && !sched__route_authorized(r, s->api_token))
     return answer_error(x, 401, "changes need the API token (Authorization: Bearer ...)", NULL);
   if (!strcmp(path, "/api/events")) {
     if (!get)
@@ -530,7 +383,7 @@ void sched__http(http_request *r, void *ud) {
     }
     return answer_error(x, 405, "method not allowed: use GET or POST", NULL);
   }
-  if (parse_id(path, "/api/sweeps/", &id, &rest)) {
+  if (sched__route_id(path, "/api/sweeps/", &id, &rest)) {
     if (!*rest) {
       if (!get)
         return answer_error(x, 405, "method not allowed: use GET", NULL);
@@ -552,7 +405,7 @@ void sched__http(http_request *r, void *ud) {
       return sched__get_fit(s, r, id);
     }
   }
-  if (parse_id(path, "/api/runs/", &id, &rest)) {
+  if (sched__route_id(path, "/api/runs/", &id, &rest)) {
     if (!*rest) {
       if (!get)
         return answer_error(x, 405, "method not allowed: use GET", NULL);

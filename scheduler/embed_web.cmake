@@ -1,5 +1,5 @@
 # Writes OUTPUT, a C file defining sched__assets[] and sched__nassets
-# (scheduler/internal.h), from the status page's files: every FILES entry
+# (scheduler/web.h), from the status page's files: every FILES entry
 # ('|'-separated absolute paths: web/*.js, web/*.css, uPlot's dist files) is served as
 # /static/BASENAME with a content type from its extension and an ETag from
 # its SHA-256.
@@ -51,7 +51,7 @@ foreach(f IN LISTS FILES)
 endforeach()
 
 set(content "/* Generated from web/ and uPlot by scheduler/embed_web.cmake: do not edit. */
-#include \"scheduler/internal.h\"
+#include \"scheduler/web.h\"
 
 ${arrays}const sched__asset sched__assets[] = {
 ${entries}};

@@ -1,12 +1,44 @@
-/* Inside store/ only: what pgserver.c (the steps of starting and stopping
- * `up`'s PostgreSQL) and pgproc.c (running PostgreSQL's programs as the
- * server's user, finding them, the files they need) share. */
+/* Inside store/ only (store__ prefix), in two parts: the typed queries'
+ * adapters over db.c (query.c), and what pgserver.c (the steps of starting
+ * and stopping `up`'s PostgreSQL) and pgproc.c (running PostgreSQL's
+ * programs as the server's user, finding them, the files they need) share. */
 #ifndef SS_STORE_INTERNAL_H
 #define SS_STORE_INTERNAL_H
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
+
+#include "store/actions.h"
+#include "store/db.h"
+#include "store/pages.h"
+
+/* ---- queries (query.c) -------------------------------------------------- */
+
+/* Queues a statement whose first cell is one JSON document and answers cb
+ * with it: json NULL (status 0) when there is no row or the cell is NULL.
+ * The adapter between db_query's PGresult and the typed store_json_cb. */
+void store__query_json(db *d, const char *sql, int nparams, const char *const *params,
+                       store_json_cb cb, void *ud);
+
+/* A typed callback and its ud, carried through db_query (malloc'd by
+ * store__req_new, freed by the result's handler). */
+typedef struct store__req {
+  union {
+    store_json_cb json;
+    store_run_counts_cb counts;
+    store_cancel_cb cancel;
+    store_reproduce_cb reproduce;
+  } cb;
+  void *ud;
+} store__req;
+store__req *store__req_new(void *ud); /* NULL when out of memory */
+
+/* "%" PRId64 of id into buf (at least 24 bytes); returns buf. */
+const char *store__id(char *buf, int64_t id);
+
+/* ---- the private server (pgserver.c, pgproc.c) -------------------------- */
 
 #define STORE__PG_MAX_GROUPS 64
 

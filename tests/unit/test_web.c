@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "scheduler/internal.h"
+#include "scheduler/web.h"
 
 static int escapes_to(const char *in, const char *want) {
   char *got = sched__html_escape(in);

@@ -1,0 +1,111 @@
+/* The page's own JSON under /api/: curves sampled on the server and a
+ * sweep's fit points (store/pages.h). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler/web.h"
+#include "scheduler/route.h"
+#include "store/pages.h"
+
+#define CURVE_POINTS 100 /* default samples per curve */
+#define CURVE_POINTS_MAX 2000
+#define CURVE_RUNS 200 /* default runs per curves request */
+#define CURVE_RUNS_MAX 1000
+
+static void on_json(void *ud, int status, const char *json, const char *errmsg) {
+  sched__route_answer_read(ud, 200, status, json, errmsg);
+}
+
+/* "1,2,3" -> "{1,2,3}" (request memory); NULL when malformed or too long */
+static const char *id_array(http_request *r, const char *list, int max) {
+  size_t n = strlen(list);
+  if (!n || n > (size_t)max * 21)
+    return NULL;
+  int count = 1;
+  for (const char *p = list; *p; p++) {
+    if (*p == ',') {
+      if (p == list || !p[1] || p[1] == ',')
+        return NULL;
+      count++;
+    } else if (*p < '0' || *p > '9') {
+      return NULL;
+    }
+  }
+  if (count > max)
+    return NULL;
+  char *out = http_alloc(r, n + 3);
+  if (!out)
+    return NULL;
+  snprintf(out, n + 3, "{%s}", list);
+  return out;
+}
+
+static void get_curves(sched *s, http_request *r, int64_t sweep_id, int64_t run_id) {
+  long long points = sched__web_query_count(r, "points", CURVE_POINTS, CURVE_POINTS_MAX);
+  long long limit = sched__web_query_count(r, "limit", CURVE_RUNS, CURVE_RUNS_MAX);
+  long long offset = sched__web_query_count(r, "offset", 0, INT32_MAX);
+  if (points < 1) {
+    http_respond_error(r, 400, "query parameter points: expected an integer in [1, 2000]",
+                       "points");
+    return;
+  }
+  if (limit < 0 || offset < 0) {
+    http_respond_error(r, 400,
+                       "query parameters limit and offset: expected integers in "
+                       "[0, 1000] and [0, 2^31)",
+                       limit < 0 ? "limit" : "offset");
+    return;
+  }
+  const char *ids = NULL, *list;
+  char one[32];
+  int has_list = http_query_param(r, "runs", &list);
+  if (run_id) {
+    snprintf(one, sizeof one, "{%" PRId64 "}", run_id);
+    ids = one;
+  } else if (has_list) {
+    ids = has_list > 0 ? id_array(r, list, CURVE_RUNS_MAX) : NULL;
+    if (!ids) {
+      http_respond_error(r, 400,
+                         "query parameter runs: expected up to 1000 run ids, "
+                         "comma-separated",
+                         "runs");
+      return;
+    }
+  }
+  store_pages_curves(s->db, sweep_id, ids, points, limit, offset, on_json, r);
+}
+
+/* A sweep's succeeded runs as columns: what the fit plots draw. */
+static void get_points(sched *s, http_request *r, int64_t sweep_id) {
+  store_pages_points(s->db, sweep_id, on_json, r);
+}
+
+/* The page's JSON under /api/; 0: not the page's (the API answers). */
+int sched__web_api(sched *s, http_request *r, const char *path) {
+  int64_t id;
+  const char *rest;
+  int sweep = 0, run = 0, points = 0;
+  if (sched__route_id(path, "/api/sweeps/", &id, &rest)) {
+    sweep = !strcmp(rest, "/curves");
+    points = !strcmp(rest, "/points");
+  } else if (sched__route_id(path, "/api/runs/", &id, &rest)) {
+    run = !strcmp(rest, "/curves");
+  }
+  if (!sweep && !run && !points)
+    return 0;
+  const char *m = http_method(r);
+  if (strcmp(m, "GET") && strcmp(m, "HEAD"))
+    http_respond_error(r, 405, "method not allowed: use GET", NULL);
+  else if (!s->o.open_reads && !sched__route_authorized(r, s->api_token))
+    http_respond_error(r, 401, "reads need the API token (Authorization: Bearer ...)", NULL);
+  else if (!db_ready(s->db))
+    http_respond_error(r, 503, "database unavailable; try again", NULL);
+  else if (points)
+    get_points(s, r, id);
+  else
+    get_curves(s, r, sweep ? id : 0, run ? id : 0);
+  return 1;
+}

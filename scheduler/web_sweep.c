@@ -1,0 +1,325 @@
+/* A sweep's page (/sweeps/ID): summary, fits and the study's result,
+ * plots, one page of its runs. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler/web.h"
+#include "scheduler/route.h"
+#include "sweeps/fit_report.h"
+
+/* ---- sweep
+ * ---------------------------------------------------------------------------
+ */
+
+/* lead, then "LO, HI]": an interval's numbers */
+static void b_interval(sched__buf *b, const char *lead, double lo, double hi) {
+  sched__b_puts(b, lead);
+  sched__b_num(b, lo, "%.4g");
+  sched__b_puts(b, ", ");
+  sched__b_num(b, hi, "%.4g");
+  sched__b_puts(b, "]");
+}
+
+static void render_fit_params(sched__buf *b, const char *law, json_t *fit) {
+  json_t *ci = json_object_get(fit, "ci95");
+  sched__b_puts(b, "<div class=\"fit\"><h3>");
+  sched__b_esc(b, law);
+  sched__b_printf(b, " <small>(%" JSON_INTEGER_FORMAT " points%s)</small></h3>",
+                  sched__jint(fit, "n_points"),
+                  json_is_false(json_object_get(fit, "converged")) ? ", not converged" : "");
+  sched__b_puts(b, "<table class=\"params\"><thead><tr><th scope=\"col\">Parameter</th>"
+                   "<th scope=\"col\">Value</th><th scope=\"col\">95% "
+                   "interval</th></tr></thead><tbody>");
+  static const char *const groups[2] = {"params", "derived"};
+  for (int g = 0; g < 2; g++) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(fit, groups[g]), k, v) {
+      json_t *iv = json_object_get(ci, k);
+      sched__b_puts(b, "<tr><th scope=\"row\">");
+      sched__b_esc(b, k);
+      sched__b_puts(b, "</th><td>");
+      sched__b_num(b, json_is_number(v) ? json_number_value(v) : NAN, "%.4g");
+      sched__b_puts(b, "</td><td>");
+      if (json_array_size(iv) == 2)
+        b_interval(b, "[", json_number_value(json_array_get(iv, 0)),
+                   json_number_value(json_array_get(iv, 1)));
+      sched__b_puts(b, "</td></tr>");
+    }
+  }
+  sched__b_puts(b, "</tbody></table>");
+  size_t i;
+  json_t *wn;
+  json_array_foreach(json_object_get(fit, "warnings"), i, wn) {
+    sched__b_puts(b, "<p class=\"warn\">");
+    sched__b_esc(b, json_string_value(wn));
+    sched__b_puts(b, "</p>");
+  }
+  sched__b_puts(b, "</div>");
+}
+
+/* "NAME = V [LO, HI]" of a row of the result (n/a when the fit lacks it),
+ * and for a stability row " (every budget: V)", the full fit's value. */
+static void b_value(sched__buf *b, const fit_report_row *w) {
+  if (!w)
+    return;
+  sched__b_esc(b, w->label);
+  if (isnan(w->value)) {
+    sched__b_puts(b, " = n/a");
+  } else {
+    sched__b_puts(b, " = ");
+    sched__b_num(b, w->value, "%.4g");
+    if (!isnan(w->lo))
+      b_interval(b, " [", w->lo, w->hi);
+  }
+  if (w->group == FIT_REPORT_STAB_ISO || w->group == FIT_REPORT_STAB_LAW) {
+    sched__b_puts(b, " (every budget: ");
+    sched__b_num_na(b, w->every, "%.4g");
+    sched__b_puts(b, ")");
+  }
+}
+
+/* the rows of group g with the given labels (NULL-terminated), after
+ * lead, joined by ", " */
+static void b_values(sched__buf *b, const fit_report *r, const char *lead, fit_report_group g,
+                     const char *const *labels) {
+  sched__b_puts(b, lead);
+  for (int i = 0; labels[i]; i++) {
+    sched__b_puts(b, i ? ", " : "");
+    b_value(b, fit_report_find(r, g, labels[i]));
+  }
+}
+
+static const char *const ab[] = {"a", "b", NULL};
+
+/* The study's result in sentences, what `scalesweep up --wait` prints at the
+ * end (the rows of sweeps/fit_report.h): L(N, D) with E next to the corpus's
+ * truth, the compute-optimal exponents both ways, the critical batch size
+ * both ways, the extrapolation and stability checks. */
+static void render_result(sched__buf *b, json_t *fits) {
+  fit_report r;
+  fit_report_build(fits, &r);
+  if (!r.has_law && !r.has_iso && !r.has_batch)
+    return;
+  sched__b_puts(b, "<div class=\"result\"><h3>The result <small>(95% bootstrap intervals)</small>"
+                   "</h3><ul>");
+  if (r.has_law) {
+    static const char *const e[] = {"E", NULL};
+    b_values(b, &r,
+             "<li>L(N, D) = E + A/N<sup>&alpha;</sup> + B/D<sup>&beta;</sup>: ", FIT_REPORT_LAW, e);
+    sched__b_puts(b, " nats/token");
+    if (r.has_corpus) {
+      sched__b_puts(b, "; the corpus: entropy rate ");
+      sched__b_num(b, r.entropy_rate, "%.4f");
+      sched__b_puts(b, ", window floor ");
+      sched__b_num(b, r.window_floor, "%.4f");
+      sched__b_printf(b, " (the best loss on windows of %lld tokens), E &minus; floor = ",
+                      (long long)r.seq_len);
+      sched__b_num_na(b, r.floor_gap, "%+.4f");
+    }
+    static const char *const slopes[] = {"alpha", "beta", NULL};
+    b_values(b, &r, "; ", FIT_REPORT_LAW, slopes);
+    sched__b_printf(b, " (%lld runs)</li>", (long long)r.law_runs);
+  }
+  if (r.has_law || r.has_iso) {
+    sched__b_puts(b, "<li>Compute-optimal N<sub>opt</sub>(C) &prop; C<sup>a</sup>, "
+                     "D<sub>opt</sub>(C) &prop; C<sup>b</sup>: ");
+    if (r.has_law)
+      b_values(b, &r, "from L(N, D) ", FIT_REPORT_OPT_LAW, ab);
+    if (r.has_iso) {
+      b_values(b, &r, r.has_law ? "; from the IsoFLOP minima " : "from the IsoFLOP minima ",
+               FIT_REPORT_OPT_ISO, ab);
+      sched__b_printf(b, " (%d of %d budgets with an interior minimum)", r.iso_usable,
+                      r.iso_budgets);
+    }
+    sched__b_puts(b, "</li>");
+  }
+  if (r.has_batch) {
+    sched__b_puts(b, "<li>Critical batch size (tokens): from the ladder ");
+    int any = 0;
+    for (int i = 0; i < r.nrows; i++)
+      if (r.rows[i].group == FIT_REPORT_BCRIT && !isnan(r.rows[i].at)) {
+        sched__b_puts(b, any++ ? ", " : "");
+        b_value(b, &r.rows[i]);
+      }
+    if (!any)
+      sched__b_puts(b, "n/a");
+    static const char *const noise[] = {"B_noise", NULL};
+    b_values(b, &r, "; from the gradient noise scale ", FIT_REPORT_BNOISE, noise);
+    sched__b_puts(b, " (median over the ladder)</li>");
+  }
+  if (r.has_extrap) {
+    sched__b_puts(b, "<li>Extrapolation: fitted without the largest budget (C = ");
+    sched__b_num(b, r.held_out_flops, "%.3g");
+    sched__b_puts(b, "), L(N, D) predicts its runs' mean loss ");
+    sched__b_num(b, r.predicted_loss, "%.4f");
+    sched__b_puts(b, "; measured ");
+    sched__b_num(b, r.measured_loss, "%.4f");
+    sched__b_puts(b, " (mean relative error ");
+    sched__b_num(b, 100 * r.rel_err, "%.2f");
+    sched__b_puts(b, "%)</li>");
+  }
+  if (r.has_stab_iso || r.has_stab_law) {
+    sched__b_puts(b, "<li>Stability: fitted without the smallest budget (C = ");
+    sched__b_num(b, r.has_stab_iso ? r.stab_iso_flops : r.stab_law_flops, "%.3g");
+    sched__b_puts(b, "): ");
+    static const char *const a[] = {"a", NULL}, *const law[] = {"E", "alpha", "beta", NULL};
+    if (r.has_stab_iso)
+      b_values(b, &r, "from the IsoFLOP minima ", FIT_REPORT_STAB_ISO, a);
+    if (r.has_stab_law) {
+      sched__b_puts(b, r.has_stab_iso ? "; from L(N, D) " : "from L(N, D) ");
+      /* its smallest run is not an isoflop one */
+      if (r.has_stab_iso && r.stab_law_flops != r.stab_iso_flops) {
+        sched__b_puts(b, "(without C = ");
+        sched__b_num(b, r.stab_law_flops, "%.3g");
+        sched__b_puts(b, ") ");
+      }
+      b_values(b, &r, "", FIT_REPORT_STAB_LAW, law);
+    }
+    sched__b_puts(b, "</li>");
+  }
+  sched__b_puts(b, "</ul></div>");
+}
+
+/* A link to this sweep page with another status filter or offset. */
+static void b_sweep_link(sched__buf *b, int64_t id, const char *status, long long offset) {
+  sched__b_printf(b, "/sweeps/%" PRId64, id);
+  const char *sep = "?";
+  if (status) {
+    sched__b_printf(b, "%sstatus=%s", sep, status); /* a known status: nothing to escape */
+    sep = "&amp;";
+  }
+  if (offset > 0)
+    sched__b_printf(b, "%soffset=%lld", sep, offset);
+}
+
+static void render_runs_table(sched__buf *b, sched__web_req *w, json_t *d) {
+  json_t *runs = json_object_get(d, "runs");
+  long long total = sched__jint(d, "runs_total");
+  sched__b_puts(b, "<div class=\"scroll\"><table class=\"runs\" "
+                   "id=\"runs-table\"><thead><tr>");
+  static const char *const heads[] = {"Run",           "Status",    "N",          "D (tokens)",
+                                      "B (sequences)", "C (FLOPs)", "Final loss", "Attempt",
+                                      "Worker",        "Duration",  NULL};
+  for (int i = 0; heads[i]; i++)
+    sched__b_printf(b, "<th scope=\"col\">%s</th>", heads[i]);
+  sched__b_puts(b, "</tr></thead><tbody>");
+  size_t i;
+  json_t *r;
+  json_array_foreach(runs, i, r) {
+    sched__b_printf(b,
+                    "<tr><td><a href=\"/runs/%" JSON_INTEGER_FORMAT "\">%" JSON_INTEGER_FORMAT
+                    "</a></td><td>",
+                    sched__jint(r, "id"), sched__jint(r, "id"));
+    sched__b_status(b, sched__jstr(r, "status"));
+    sched__b_puts(b, "</td><td>");
+    sched__b_num(b, sched__jnum(r, "nonembedding_params"), NULL);
+    sched__b_puts(b, "</td><td>");
+    sched__b_num(b, sched__jnum(r, "tokens"), NULL);
+    sched__b_puts(b, "</td><td>");
+    sched__b_num(b, sched__jnum(r, "batch_size"), "%.0f");
+    sched__b_puts(b, "</td><td>");
+    sched__b_num(b, sched__jnum(r, "flops"), NULL);
+    sched__b_puts(b, "</td><td>");
+    sched__b_num(b, sched__jnum(r, "final_val_loss"), "%.4f");
+    sched__b_printf(b, "</td><td>%" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT "</td><td>",
+                    sched__jint(r, "attempt"), sched__jint(r, "max_attempts"));
+    sched__b_esc(b, sched__jstr(r, "worker"));
+    sched__b_puts(b, "</td><td>");
+    sched__b_duration(b, sched__jnum(r, "duration_s"));
+    sched__b_puts(b, "</td></tr>");
+  }
+  if (!json_array_size(runs))
+    sched__b_puts(b, "<tr><td colspan=\"10\" class=\"empty\">No runs.</td></tr>");
+  sched__b_puts(b, "</tbody></table></div>");
+  long long shown = (long long)json_array_size(runs);
+  long long first = shown ? (long long)w->offset + 1 : 0, last = (long long)w->offset + shown;
+  sched__b_printf(
+      b,
+      "<nav class=\"pager\" aria-label=\"run pages\"><span>Runs %lld\xe2\x80\x93%lld of %lld"
+      "</span>",
+      first, last, total);
+  if (w->offset > 0) {
+    sched__b_puts(b, " <a rel=\"prev\" href=\"");
+    long long prev = w->offset - SCHED__WEB_RUNS_PER_PAGE;
+    b_sweep_link(b, w->id, w->status, prev > 0 ? prev : 0);
+    sched__b_puts(b, "\">Previous</a>");
+  }
+  if (w->offset + shown < total) {
+    sched__b_puts(b, " <a rel=\"next\" href=\"");
+    b_sweep_link(b, w->id, w->status, w->offset + SCHED__WEB_RUNS_PER_PAGE);
+    sched__b_puts(b, "\">Next</a>");
+  }
+  sched__b_puts(b, "</nav>");
+}
+
+void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
+  json_t *sw = json_object_get(d, "sweep"), *c = json_object_get(d, "counts");
+  sched__b_puts(b, "<section id=\"summary\" aria-labelledby=\"h-sweep\"><h1 "
+                   "id=\"h-sweep\">");
+  sched__b_printf(b, "Sweep #%" PRId64 " <span class=\"name\">", w->id);
+  sched__b_esc(b, sched__jstr(sw, "name"));
+  sched__b_puts(b, "</span></h1><p>");
+  sched__b_status(b, sched__jstr(sw, "status"));
+  sched__b_puts(b, " \xc2\xb7 method ");
+  sched__b_esc(b, sched__jstr(sw, "method"));
+  sched__b_puts(b, " \xc2\xb7 submitted ");
+  sched__b_esc(b, sched__jstr(sw, "created_at"));
+  sched__b_puts(b, " UTC</p>");
+  if (sched__jstr(sw, "description")) {
+    sched__b_puts(b, "<p class=\"desc\">");
+    sched__b_esc(b, sched__jstr(sw, "description"));
+    sched__b_puts(b, "</p>");
+  }
+  sched__b_progress(b, "runs done", sched__jnum(c, "done"), sched__jnum(c, "total"), "runs", 1);
+  sched__b_progress(b, "compute spent", sched__jnum(c, "flops_spent"),
+                    sched__jnum(c, "flops_planned"), "PF-days", SCHED__PF_DAY);
+  sched__b_puts(b, "<nav class=\"filters\" aria-label=\"runs by status\"><a href=\"");
+  b_sweep_link(b, w->id, NULL, 0);
+  sched__b_printf(b, "\"%s>all %" JSON_INTEGER_FORMAT "</a>",
+                  w->status ? "" : " aria-current=\"page\"", sched__jint(c, "total"));
+  for (int i = 0; sched__route_statuses[i]; i++) {
+    sched__b_puts(b, " <a href=\"");
+    b_sweep_link(b, w->id, sched__route_statuses[i], 0);
+    sched__b_printf(b, "\"%s>%s %" JSON_INTEGER_FORMAT "</a>",
+                    w->status == sched__route_statuses[i] ? " aria-current=\"page\"" : "",
+                    sched__route_statuses[i], sched__jint(c, sched__route_statuses[i]));
+  }
+  sched__b_puts(b,
+                "</nav><p class=\"needs-token\" hidden><button type=\"button\" id=\"cancel-sweep\">"
+                "Cancel this sweep</button></p></section>\n");
+
+  json_t *fits = json_object_get(d, "fits");
+  sched__b_puts(b, "<section id=\"fits\" aria-labelledby=\"h-fits\"><h2 "
+                   "id=\"h-fits\">Fits</h2>");
+  if (!json_object_size(fits)) {
+    sched__b_puts(b, "<p class=\"empty\">No fit yet: the laws are fitted when enough runs have "
+                     "succeeded.</p>");
+  } else {
+    render_result(b, fits);
+    const char *law;
+    json_t *fit;
+    json_object_foreach(fits, law, fit) render_fit_params(b, law, fit);
+  }
+  sched__b_puts(b, "</section>\n");
+  sched__b_puts(
+      b, "<section id=\"plots\" aria-labelledby=\"h-plots\"><h2 id=\"h-plots\">Plots</h2>"
+         "<p class=\"js-only\">The plots need JavaScript.</p><div class=\"charts\">"
+         "<figure id=\"chart-curves\" class=\"chart\"><figcaption>Loss curves (training "
+         "and validation, log-log, colour by N) of the runs listed below</figcaption></figure>"
+         "<figure id=\"chart-frontier\" class=\"chart\"><figcaption>Final loss against "
+         "compute, with the fitted frontier</figcaption></figure>"
+         "<figure id=\"chart-isoflop\" class=\"chart\"><figcaption>IsoFLOP profiles and "
+         "their minima</figcaption></figure>"
+         "<figure id=\"chart-nopt\" class=\"chart\"><figcaption>N_opt(C) and "
+         "D_opt(C)</figcaption></figure>"
+         "<figure id=\"chart-batch\" class=\"chart\"><figcaption>Critical batch size"
+         "</figcaption></figure></div></section>\n");
+  sched__b_puts(b, "<section id=\"runs\" aria-labelledby=\"h-runs\"><h2 id=\"h-runs\">Runs</h2>"
+                   "<div id=\"runs-static\">");
+  render_runs_table(b, w, d);
+  sched__b_puts(b, "</div></section>\n");
+}
