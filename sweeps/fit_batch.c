@@ -376,21 +376,13 @@ int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *o
 
   int nb = opt ? opt->bootstrap : 0;
   if (nb > 0) {
-    double *boot = fit__bootstrap(pts, n, opt, nq, boot_one, &pb);
-    if (!boot) {
-      fit_result_warn(out, "bootstrap: out of memory for %d resamples; no intervals", nb);
-    } else {
-      /* a ladder unusable on all the data is not made usable by
-       * resamples that happen to repeat its points */
-      for (int k = 0; k < nq; k++)
-        if (slot[k] && !isfinite(slot[k]->value))
-          slot[k] = NULL;
-      int fewest = fit__boot_columns(boot, nb, nq, slot);
-      if (fewest < nb)
-        fit_result_warn(out, "bootstrap: %d of %d resamples could not be fitted for some quantity",
-                        nb - fewest, nb);
-      free(boot);
-    }
+    /* a ladder unusable on all the data is not made usable by
+     * resamples that happen to repeat its points */
+    for (int k = 0; k < nq; k++)
+      if (slot[k] && !isfinite(slot[k]->value))
+        slot[k] = NULL;
+    fit__boot_finish(out, fit__bootstrap(pts, n, opt, nq, boot_one, &pb), nb, nq, slot,
+                     " for some quantity");
   } else {
     for (int t = 0; t < nt; t++)
       ladder_intervals(&lad[t], slot[2 + PER_TARGET * t], slot[3 + PER_TARGET * t],

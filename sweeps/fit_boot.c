@@ -87,6 +87,24 @@ int fit__boot_columns(const double *boot, int nb, int nq, fit_param *const *slot
   return fewest;
 }
 
+void fit__boot_finish(fit_result *out, double *boot, int nb, int nq, fit_param *const *slot,
+                      const char *what) {
+  if (!boot) {
+    fit_result_warn(out, "bootstrap: out of memory for %d resamples; no intervals", nb);
+    return;
+  }
+  int fewest = fit__boot_columns(boot, nb, nq, slot);
+  if (fewest < nb)
+    fit_result_warn(out, "bootstrap: %d of %d resamples could not be fitted%s", nb - fewest, nb,
+                    what);
+  free(boot);
+}
+
+const fit_options *fit__options(const fit_options *opt) {
+  static const fit_options defaults = {0};
+  return opt ? opt : &defaults;
+}
+
 int fit__fail(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -496,9 +496,7 @@ static void flag_bounds(const double *th, const fit_point *pts, int n, fit_resul
  * optima and inflate the intervals for reasons unrelated to the data). */
 int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
                    size_t errlen) {
-  static const fit_options defaults = {0};
-  if (!opt)
-    opt = &defaults;
+  opt = fit__options(opt);
   fit_result_init(out, "chinchilla");
   if (n < 0 || (n > 0 && !pts)) {
     snprintf(err, errlen, "no points");

@@ -492,9 +492,7 @@ static void warn_all(fit_result *out, const fit_point *pts, int n, const fit_opt
 
 int fit_curve(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
               size_t errlen) {
-  static const fit_options defaults = {0};
-  if (!opt)
-    opt = &defaults;
+  opt = fit__options(opt);
   fit_result_init(out, "curve");
   int rc = check_points(pts, n, opt, err, errlen);
   if (rc)
@@ -574,15 +572,8 @@ int fit_curve(const fit_point *pts, int n, const fit_options *opt, fit_result *o
         res[i] = (res[i] - rmean) * scale;
       bc.block = method == FIT_CURVE_BLOCK ? (int)ceil(cbrt((double)n)) : 1;
     }
-    double *boot = fit__bootstrap_rng(nb, NQ, opt->seed, opt->threads, boot_one, &bc);
-    if (!boot) {
-      fit_result_warn(out, "bootstrap: out of memory for %d resamples; no intervals", nb);
-    } else {
-      int fewest = fit__boot_columns(boot, nb, NQ, slot);
-      if (fewest < nb)
-        fit_result_warn(out, "bootstrap: %d of %d resamples could not be fitted", nb - fewest, nb);
-      free(boot);
-    }
+    fit__boot_finish(out, fit__bootstrap_rng(nb, NQ, opt->seed, opt->threads, boot_one, &bc), nb,
+                     NQ, slot, "");
   }
   free(ord);
   free(buf);

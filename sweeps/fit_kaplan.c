@@ -381,15 +381,7 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
         start[v][2] = lf[v].th[2];
       }
     boot_ctx bc = {pts, use, need, with_e, start};
-    double *boot = fit__bootstrap(pts, n, opt, nq, boot_one, &bc);
-    if (!boot) {
-      fit_result_warn(out, "bootstrap: out of memory for %d resamples; no intervals", nb);
-    } else {
-      int fewest = fit__boot_columns(boot, nb, nq, slot);
-      if (fewest < nb)
-        fit_result_warn(out, "bootstrap: %d of %d resamples could not be fitted", nb - fewest, nb);
-      free(boot);
-    }
+    fit__boot_finish(out, fit__bootstrap(pts, n, opt, nq, boot_one, &bc), nb, nq, slot, "");
   }
   free(all);
   return 0;

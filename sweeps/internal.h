@@ -30,6 +30,13 @@ int fit__boot_column(const double *boot, int nb, int nq, int k, fit_param *p);
  * returns the fewest finite resamples over them (nb when there is none), for
  * the "N of M resamples could not be fitted" warning. */
 int fit__boot_columns(const double *boot, int nb, int nq, fit_param *const *slot);
+/* Ends a bootstrap of nb resamples: boot (the nb x nq table from
+ * fit__bootstrap or fit__bootstrap_rng, NULL when it ran out of memory) goes
+ * through fit__boot_columns into slot, and out is warned of an out-of-memory
+ * or of resamples that could not be fitted (that warning ending in `what`,
+ * "" for none). Frees boot. */
+void fit__boot_finish(fit_result *out, double *boot, int nb, int nq, fit_param *const *slot,
+                      const char *what);
 /* The bootstrap by run: opt->bootstrap resamples of whole runs, each drawn
  * with a generator seeded from opt->seed and its index (so the result does
  * not depend on the thread count), refitted by fit1 into its row of nq
@@ -46,6 +53,9 @@ double *fit__bootstrap(const fit_point *pts, int n, const fit_options *opt, int 
  * Returns the malloc'd nb x nq table, or NULL when out of memory. */
 double *fit__bootstrap_rng(int nb, int nq, uint64_t seed, int threads,
                            void (*draw1)(void *ctx, gsl_rng *rng, double *row), void *ctx);
+
+/* opt, or the defaults (all zero) where opt is NULL, as fit.h promises. */
+const fit_options *fit__options(const fit_options *opt);
 
 /* Writes a printf-style message to err and returns SS_EINVAL. */
 int fit__fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

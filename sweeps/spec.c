@@ -108,34 +108,31 @@ static void conflict(spec_problems *pr, const json_t *base, const char *key_path
   spec_problem_add(pr, full, "found %s, but %s; expected it left out of base", f, why);
 }
 
+/* $.batch.<key>, which must be one value (what: what it is, for the
+ * message), into *out; 1 when it was, 0 when absent or refused. */
+static int ladder_value(spec_problems *pr, json_t *sec, const char *key, const spec__kind *k,
+                        int required, const char *what, double *out) {
+  spec_values v;
+  if (!spec__get_values(pr, sec, "$.batch", key, k, required, &v))
+    return 0;
+  int one = v.n == 1;
+  if (one)
+    *out = v.v[0];
+  else
+    spec_problem_add(
+        pr, v.path, "found %zu values, expected one %s: a ladder runs at fixed N and D", v.n, what);
+  free_values(&v);
+  return one;
+}
+
 static void parse_ladder(spec_problems *pr, json_t *sec, spec_ladder *b) {
   static const char *const keys[] = {"params",      "tokens", "batch_size",
                                      "target_loss", "seeds",  NULL};
   spec__check_keys(pr, sec, "$.batch", keys);
   b->present = 1;
-  spec_values v;
-  if (spec__get_values(pr, sec, "$.batch", "params", &K_PARAMS, 0, &v)) {
-    if (v.n != 1)
-      spec_problem_add(pr, v.path,
-                       "found %zu values, expected one target N: a ladder runs at "
-                       "fixed N and D",
-                       v.n);
-    else {
-      b->has_params = 1;
-      b->params = v.v[0];
-    }
-    free_values(&v);
-  }
-  if (spec__get_values(pr, sec, "$.batch", "tokens", &K_TOKENS, 1, &v)) {
-    if (v.n != 1)
-      spec_problem_add(pr, v.path,
-                       "found %zu values, expected one D: a ladder runs at fixed N "
-                       "and D",
-                       v.n);
-    else
-      b->tokens = v.v[0];
-    free_values(&v);
-  }
+  if (ladder_value(pr, sec, "params", &K_PARAMS, 0, "target N", &b->params))
+    b->has_params = 1;
+  ladder_value(pr, sec, "tokens", &K_TOKENS, 1, "D", &b->tokens);
   spec__kind ladder = K_BATCH;
   ladder.min_count = 4;
   ladder.what = "a ladder of batch sizes in sequences (the fit of S = S_min + E_min / B needs "

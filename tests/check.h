@@ -55,4 +55,20 @@ static int check__failures;
     return 77;                       \
   } while (0)
 
+/* A fresh directory $TMPDIR/<name>.XXXXXX ($TMPDIR unset: /tmp) written
+ * into buf (size n); 0, or -1 after saying why on stderr. A test's main
+ * makes its scratch directory with this before any test runs. */
+static inline int check_tmpdir(char *buf, size_t n, const char *name) {
+  const char *base = getenv("TMPDIR");
+  if (snprintf(buf, n, "%s/%s.XXXXXX", base ? base : "/tmp", name) >= (int)n) {
+    fprintf(stderr, "check_tmpdir: path for %s too long\n", name);
+    return -1;
+  }
+  if (!mkdtemp(buf)) {
+    perror("mkdtemp");
+    return -1;
+  }
+  return 0;
+}
+
 #endif

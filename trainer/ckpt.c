@@ -188,6 +188,28 @@ static int same_run(const char *path, const char *a_json, const char *b_json, ch
   return rc;
 }
 
+/* The header's magic number and version, each with its hint: 0, or
+ * SS_ECORRUPT with the message in err. */
+static int check_id(const char *path, const int32_t *hdr, char *err, size_t errlen) {
+  static const struct {
+    int at; /* index of the header's int32 */
+    const char *what;
+    int32_t want;
+    const char *hint;
+  } id[] = {
+      {H_MAGIC, "magic number", TRN_CKPT_MAGIC,
+       "not a scalesweep checkpoint (a token shard or another program's file?)"},
+      {H_VERSION, "version", TRN_CKPT_VERSION, "written by another scalesweep version"},
+  };
+  for (size_t i = 0; i < sizeof id / sizeof id[0]; i++)
+    if (hdr[id[i].at] != id[i].want) {
+      snprintf(err, errlen, "%s: byte %zu: %s is %d, expected %d\nHINT: %s", path,
+               (size_t)id[i].at * sizeof *hdr, id[i].what, hdr[id[i].at], id[i].want, id[i].hint);
+      return SS_ECORRUPT;
+    }
+  return 0;
+}
+
 int trn_ckpt_peek_step(const char *path, int64_t *step, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
   if (!f) {
@@ -205,20 +227,9 @@ int trn_ckpt_peek_step(const char *path, int64_t *step, char *err, size_t errlen
              sizeof hdr + sizeof r + sizeof(uint64_t));
     return SS_ECORRUPT;
   }
-  if (hdr[H_MAGIC] != TRN_CKPT_MAGIC) {
-    snprintf(err, errlen,
-             "%s: byte 0: magic number is %d, expected %d\nHINT: not a scalesweep "
-             "checkpoint (a token shard or another program's file?)",
-             path, hdr[H_MAGIC], TRN_CKPT_MAGIC);
-    return SS_ECORRUPT;
-  }
-  if (hdr[H_VERSION] != TRN_CKPT_VERSION) {
-    snprintf(err, errlen,
-             "%s: byte 4: version is %d, expected %d\nHINT: written by another scalesweep "
-             "version",
-             path, hdr[H_VERSION], TRN_CKPT_VERSION);
-    return SS_ECORRUPT;
-  }
+  int rc = check_id(path, hdr, err, errlen);
+  if (rc)
+    return rc;
   *step = r.step;
   return 0;
 }
@@ -241,7 +252,6 @@ int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_o
   }
   size_t got = buf ? fread(buf, 1, (size_t)size, f) : 0;
   fclose(f);
-  int rc = 0;
   int32_t hdr[HDR_INTS];
   state_rec r;
   size_t fixed = sizeof hdr + sizeof r + sizeof(uint64_t);
@@ -253,19 +263,7 @@ int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_o
   }
   memcpy(hdr, buf, sizeof hdr);
   memcpy(&r, buf + sizeof hdr, sizeof r);
-  if (hdr[H_MAGIC] != TRN_CKPT_MAGIC) {
-    snprintf(err, errlen,
-             "%s: byte 0: magic number is %d, expected %d\nHINT: not a scalesweep "
-             "checkpoint (a token shard or another program's file?)",
-             path, hdr[H_MAGIC], TRN_CKPT_MAGIC);
-    rc = SS_ECORRUPT;
-  } else if (hdr[H_VERSION] != TRN_CKPT_VERSION) {
-    snprintf(err, errlen,
-             "%s: byte 4: version is %d, expected %d\nHINT: written by another scalesweep "
-             "version",
-             path, hdr[H_VERSION], TRN_CKPT_VERSION);
-    rc = SS_ECORRUPT;
-  }
+  int rc = check_id(path, hdr, err, errlen);
   size_t clen = rc ? 0 : (size_t)(uint32_t)hdr[H_CONFIG_LEN];
   size_t pbytes = m->nparams * sizeof(float);
   /* the lengths the file declares: a forged one must not wrap the sum

@@ -92,22 +92,24 @@ static int open_shard(shard *f, int vocab_size, char *err, size_t errlen) {
   }
   f->map = map;
 
-  uint32_t magic = get_le32(f->map), version = get_le32(f->map + 4);
+  static const struct {
+    size_t at; /* byte offset of the little-endian uint32 */
+    const char *what;
+    uint32_t want;
+    const char *hint;
+  } id[] = {
+      {0, "magic number", TRN_SHARD_MAGIC, "not an llm.c token shard?"},
+      {4, "version", TRN_SHARD_VERSION, "a shard format this build does not read"},
+  };
+  for (size_t i = 0; i < sizeof id / sizeof id[0]; i++) {
+    uint32_t got = get_le32(f->map + id[i].at);
+    if (got != id[i].want) {
+      snprintf(err, errlen, "%s: byte %zu: %s is %u, expected %u (%s)", f->path, id[i].at,
+               id[i].what, got, id[i].want, id[i].hint);
+      return SS_ECORRUPT;
+    }
+  }
   int32_t count = (int32_t)get_le32(f->map + 8);
-  if (magic != TRN_SHARD_MAGIC) {
-    snprintf(err, errlen,
-             "%s: byte 0: magic number is %u, expected %d (not an llm.c token "
-             "shard?)",
-             f->path, magic, TRN_SHARD_MAGIC);
-    return SS_ECORRUPT;
-  }
-  if (version != TRN_SHARD_VERSION) {
-    snprintf(err, errlen,
-             "%s: byte 4: version is %u, expected %d (a shard format this "
-             "build does not read)",
-             f->path, version, TRN_SHARD_VERSION);
-    return SS_ECORRUPT;
-  }
   if (count < 0) {
     snprintf(err, errlen, "%s: byte 8: token count is %d, expected >= 0", f->path, count);
     return SS_ECORRUPT;

@@ -405,11 +405,8 @@ static void cleanup(void) {
 }
 
 int main(void) {
-  snprintf(dir, sizeof dir, "/tmp/test_fit_chinchilla.XXXXXX");
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
+  if (check_tmpdir(dir, sizeof dir, "test_fit_chinchilla"))
     return 1;
-  }
   test_allocation();
   test_exact_recovery();
   test_noisy_recovery();

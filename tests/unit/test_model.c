@@ -87,16 +87,25 @@ static void test_gradients(void) {
   trn_model_free(&m);
 }
 
+/* a and b on k (the CPU kernels at prec, 2 threads), both with weights
+ * from seed: a takes the batch of 4 at once and stores its activations;
+ * b takes b_batch rows, recomputing (b_recompute) and accumulating
+ * micro-batches (b_accum) as asked, so the two differ only there. */
+static void model_pair(kern_ctx *k, kern_prec prec, trn_model *a, trn_model *b, int b_batch,
+                       int b_recompute, int b_accum, uint64_t seed) {
+  kern_cpu_init(k, prec, 2);
+  CHECK_INT_EQ(trn_model_init(a, k, &S, 4, 0, 0), 0);
+  CHECK_INT_EQ(trn_model_init(b, k, &S, b_batch, b_recompute, b_accum), 0);
+  trn_model_init_weights(a, seed);
+  trn_model_init_weights(b, seed);
+}
+
 /* Recomputing each block's activations in the backward pass gives the
  * same bits as storing them, with less activation memory. */
 static void test_recompute(kern_prec prec) {
   kern_ctx k;
-  kern_cpu_init(&k, prec, 2);
   trn_model a, b;
-  CHECK_INT_EQ(trn_model_init(&a, &k, &S, 4, 0, 0), 0);
-  CHECK_INT_EQ(trn_model_init(&b, &k, &S, 4, 1, 0), 0);
-  trn_model_init_weights(&a, 3);
-  trn_model_init_weights(&b, 3);
+  model_pair(&k, prec, &a, &b, 4, 1, 0, 3);
   int32_t tok[4 * 8 + 1];
   random_tokens(tok, 4 * 8 + 1, 11);
   double la = trn_model_forward(&a, 4, tok, tok + 1);
@@ -114,12 +123,8 @@ static void test_recompute(kern_prec prec) {
  * of the batch of 4, up to fp32 summation order (1e-5 relative to scale). */
 static void test_accumulation(void) {
   kern_ctx k;
-  kern_cpu_init(&k, KERN_FP32, 2);
   trn_model whole, micro;
-  CHECK_INT_EQ(trn_model_init(&whole, &k, &S, 4, 0, 0), 0);
-  CHECK_INT_EQ(trn_model_init(&micro, &k, &S, 2, 0, 1), 0);
-  trn_model_init_weights(&whole, 5);
-  trn_model_init_weights(&micro, 5);
+  model_pair(&k, KERN_FP32, &whole, &micro, 2, 0, 1, 5);
   int32_t tok[4 * 8 + 1];
   random_tokens(tok, 4 * 8 + 1, 13);
   /* the whole batch's windows are tok[s*T .. s*T+T] for s = 0..3 */

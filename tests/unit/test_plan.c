@@ -453,43 +453,51 @@ static void test_refusals(void) {
   CHECK_INT_EQ(pr.n, 3);
   spec_problems_free(&pr);
 
-  /* isoflop: a budget too small for its largest model; centred targets too small */
-  pr = refused("{\"name\": \"x\", \"method\": \"isoflop\", \"isoflop\": {"
-               "\"flops\": [1e9, 1e12], \"params\": [2e4, 5e4, 3e6]}}");
-  CHECK(has(&pr, "$.isoflop.flops[0]", "smaller than one batch"));
-  spec_problems_free(&pr);
-  pr = refused("{\"name\": \"x\", \"method\": \"isoflop\", \"isoflop\": {"
-               "\"flops\": [1e7], \"centre\": {\"coef\": 0.0913, \"exponent\": 0.5, \"span\": 3,"
-               " \"points\": 3}}}");
-  CHECK(has(&pr, "$.isoflop.centre", "budget $.isoflop.flops[0]"));
-  spec_problems_free(&pr);
-
-  /* over max_hours at the stated throughput */
-  pr = refused("{\"name\": \"x\", \"method\": \"grid\", \"grid\": {"
-               "\"params\": [1e6], \"tokens\": [1e9]}, \"max_hours\": 1,"
-               " \"throughput_flops\": 1e10}");
-  CHECK(has(&pr, "$.max_hours", "estimated time"));
-  spec_problems_free(&pr);
-
-  /* two targets that round to the same shape plan the same run */
-  pr = refused("{\"name\": \"x\", \"method\": \"grid\", \"grid\": {"
-               "\"params\": [1e5, 1.01e5], \"tokens\": [1e6]}}");
-  CHECK(has(&pr, "$", "identical"));
-  spec_problems_free(&pr);
-
-  /* too many runs */
-  pr = refused("{\"name\": \"x\", \"method\": \"grid\", \"grid\": {"
-               "\"params\": {\"from\": 1e4, \"to\": 1e8, \"points\": 200},"
-               " \"tokens\": {\"from\": 1e6, \"to\": 1e9, \"points\": 100}}}");
-  CHECK(has(&pr, "$", "at most 10000"));
-  spec_problems_free(&pr);
-
-  /* a ladder too long for its D */
-  pr = refused("{\"name\": \"x\", \"method\": \"batch\", \"batch\": {\"params\": 5e4,"
-               " \"tokens\": 10000, \"batch_size\": [16, 64, 256, 1024], \"target_loss\": 1.5}}");
-  CHECK(has(&pr, "$.batch.batch_size[2]", "smaller than one batch"));
-  CHECK(has(&pr, "$.batch.batch_size[3]", "smaller than one batch"));
-  spec_problems_free(&pr);
+  /* one plan each, refused with a problem at every path given */
+  static const struct {
+    const char *text;
+    const char *path[2], *needle[2];
+  } cases[] = {
+      /* isoflop: a budget too small for its largest model */
+      {"{\"name\": \"x\", \"method\": \"isoflop\", \"isoflop\": {"
+       "\"flops\": [1e9, 1e12], \"params\": [2e4, 5e4, 3e6]}}",
+       {"$.isoflop.flops[0]"},
+       {"smaller than one batch"}},
+      /* isoflop: centred targets too small */
+      {"{\"name\": \"x\", \"method\": \"isoflop\", \"isoflop\": {"
+       "\"flops\": [1e7], \"centre\": {\"coef\": 0.0913, \"exponent\": 0.5, \"span\": 3,"
+       " \"points\": 3}}}",
+       {"$.isoflop.centre"},
+       {"budget $.isoflop.flops[0]"}},
+      /* over max_hours at the stated throughput */
+      {"{\"name\": \"x\", \"method\": \"grid\", \"grid\": {"
+       "\"params\": [1e6], \"tokens\": [1e9]}, \"max_hours\": 1,"
+       " \"throughput_flops\": 1e10}",
+       {"$.max_hours"},
+       {"estimated time"}},
+      /* two targets that round to the same shape plan the same run */
+      {"{\"name\": \"x\", \"method\": \"grid\", \"grid\": {"
+       "\"params\": [1e5, 1.01e5], \"tokens\": [1e6]}}",
+       {"$"},
+       {"identical"}},
+      /* too many runs */
+      {"{\"name\": \"x\", \"method\": \"grid\", \"grid\": {"
+       "\"params\": {\"from\": 1e4, \"to\": 1e8, \"points\": 200},"
+       " \"tokens\": {\"from\": 1e6, \"to\": 1e9, \"points\": 100}}}",
+       {"$"},
+       {"at most 10000"}},
+      /* a ladder too long for its D */
+      {"{\"name\": \"x\", \"method\": \"batch\", \"batch\": {\"params\": 5e4,"
+       " \"tokens\": 10000, \"batch_size\": [16, 64, 256, 1024], \"target_loss\": 1.5}}",
+       {"$.batch.batch_size[2]", "$.batch.batch_size[3]"},
+       {"smaller than one batch", "smaller than one batch"}},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    pr = refused(cases[c].text);
+    for (size_t k = 0; k < 2 && cases[c].path[k]; k++)
+      CHECK(has(&pr, cases[c].path[k], cases[c].needle[k]));
+    spec_problems_free(&pr);
+  }
 }
 
 /* A planned run, trained as the worker trains it (its checkpoint directory

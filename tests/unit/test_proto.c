@@ -41,51 +41,66 @@ static void lines_free(lines *l) {
   memset(l, 0, sizeof *l);
 }
 
+/* A reader and the lines it has delivered, opened and closed together. */
+typedef struct reader_lines {
+  proto_reader r;
+  lines l;
+} reader_lines;
+
+static void rl_open(reader_lines *f) {
+  proto_reader_init(&f->r);
+  memset(&f->l, 0, sizeof f->l);
+}
+
+static void rl_close(reader_lines *f) {
+  lines_free(&f->l);
+  proto_reader_free(&f->r);
+}
+
+/* proto_reader_feed of len bytes of data into f's reader, lines to f's list */
+static int feed(reader_lines *f, const char *data, size_t len) {
+  return proto_reader_feed(&f->r, data, len, collect, &f->l);
+}
+
 static void test_split_and_many(void) {
   const char *stream = "{\"a\":1}\n{\"b\":22}\n\n{\"c\":333}\r\n\r\n{\"d\":4}\n";
   const char *want[] = {"{\"a\":1}", "{\"b\":22}", "{\"c\":333}", "{\"d\":4}"};
   size_t n = strlen(stream);
   /* every split point, and byte at a time */
   for (size_t cut = 0; cut <= n; cut++) {
-    proto_reader r;
-    proto_reader_init(&r);
-    lines l = {0};
-    CHECK_INT_EQ(proto_reader_feed(&r, stream, cut, collect, &l), 0);
-    CHECK_INT_EQ(proto_reader_feed(&r, stream + cut, n - cut, collect, &l), 0);
-    CHECK_INT_EQ(l.n, 4);
-    for (int i = 0; i < 4 && i < l.n; i++)
-      CHECK(!strcmp(l.v[i], want[i]));
-    CHECK(!l.bad_nul);
-    CHECK_INT_EQ(r.len, 0);
-    lines_free(&l);
-    proto_reader_free(&r);
+    reader_lines f;
+    rl_open(&f);
+    CHECK_INT_EQ(feed(&f, stream, cut), 0);
+    CHECK_INT_EQ(feed(&f, stream + cut, n - cut), 0);
+    CHECK_INT_EQ(f.l.n, 4);
+    for (int i = 0; i < 4 && i < f.l.n; i++)
+      CHECK(!strcmp(f.l.v[i], want[i]));
+    CHECK(!f.l.bad_nul);
+    CHECK_INT_EQ(f.r.len, 0);
+    rl_close(&f);
   }
-  proto_reader r;
-  proto_reader_init(&r);
-  lines l = {0};
+  reader_lines f;
+  rl_open(&f);
   for (size_t i = 0; i < n; i++)
-    CHECK_INT_EQ(proto_reader_feed(&r, stream + i, 1, collect, &l), 0);
-  CHECK_INT_EQ(l.n, 4);
-  CHECK(l.n == 4 && !strcmp(l.v[2], "{\"c\":333}"));
-  lines_free(&l);
+    CHECK_INT_EQ(feed(&f, stream + i, 1), 0);
+  CHECK_INT_EQ(f.l.n, 4);
+  CHECK(f.l.n == 4 && !strcmp(f.l.v[2], "{\"c\":333}"));
+  lines_free(&f.l);
   /* an unfinished line stays buffered */
-  CHECK_INT_EQ(proto_reader_feed(&r, "{\"x\"", 4, collect, &l), 0);
-  CHECK_INT_EQ(l.n, 0);
-  CHECK_INT_EQ(r.len, 4);
-  proto_reader_free(&r);
-  lines_free(&l);
+  CHECK_INT_EQ(feed(&f, "{\"x\"", 4), 0);
+  CHECK_INT_EQ(f.l.n, 0);
+  CHECK_INT_EQ(f.r.len, 4);
+  rl_close(&f);
 }
 
 static void test_stop(void) {
-  proto_reader r;
-  proto_reader_init(&r);
-  lines l = {0};
-  l.stop_after = 2;
-  CHECK_INT_EQ(proto_reader_feed(&r, "a\nb\nc\nd", 7, collect, &l), 1);
-  CHECK_INT_EQ(l.n, 2);
-  CHECK_INT_EQ(r.len, 0);
-  lines_free(&l);
-  proto_reader_free(&r);
+  reader_lines f;
+  rl_open(&f);
+  f.l.stop_after = 2;
+  CHECK_INT_EQ(feed(&f, "a\nb\nc\nd", 7), 1);
+  CHECK_INT_EQ(f.l.n, 2);
+  CHECK_INT_EQ(f.r.len, 0);
+  rl_close(&f);
 }
 
 static void test_limit(void) {
@@ -95,63 +110,55 @@ static void test_limit(void) {
   big[max] = '\n';
   /* exactly the limit: accepted, in one feed and in 3 pieces */
   for (int pieces = 1; pieces <= 3; pieces++) {
-    proto_reader r;
-    proto_reader_init(&r);
-    lines l = {0};
+    reader_lines f;
+    rl_open(&f);
     size_t step = (max + 1) / (size_t)pieces + 1, off = 0;
     int rc = 0;
     while (off < max + 1 && !rc) {
       size_t k = off + step > max + 1 ? max + 1 - off : step;
-      rc = proto_reader_feed(&r, big + off, k, collect, &l);
+      rc = feed(&f, big + off, k);
       off += k;
     }
     CHECK_INT_EQ(rc, 0);
-    CHECK_INT_EQ(l.n, 1);
-    CHECK(l.n == 1 && l.len[0] == max);
-    CHECK(r.cap <= max + 1);
-    lines_free(&l);
-    proto_reader_free(&r);
+    CHECK_INT_EQ(f.l.n, 1);
+    CHECK(f.l.n == 1 && f.l.len[0] == max);
+    CHECK(f.r.cap <= max + 1);
+    rl_close(&f);
   }
   /* one byte over: SS_ERANGE as soon as the partial line passes the bound,
    * before any newline arrives, and nothing over the bound is buffered */
   memset(big, 'y', max + 2);
   {
-    proto_reader r;
-    proto_reader_init(&r);
-    lines l = {0};
-    CHECK_INT_EQ(proto_reader_feed(&r, big, max, collect, &l), 0);
-    CHECK_INT_EQ(proto_reader_feed(&r, big, 1, collect, &l), SS_ERANGE);
-    CHECK_INT_EQ(l.n, 0);
-    CHECK(r.cap <= max + 1);
-    CHECK_INT_EQ(r.len, 0);
+    reader_lines f;
+    rl_open(&f);
+    CHECK_INT_EQ(feed(&f, big, max), 0);
+    CHECK_INT_EQ(feed(&f, big, 1), SS_ERANGE);
+    CHECK_INT_EQ(f.l.n, 0);
+    CHECK(f.r.cap <= max + 1);
+    CHECK_INT_EQ(f.r.len, 0);
     /* the reader is usable again (the caller drops the connection anyway) */
-    CHECK_INT_EQ(proto_reader_feed(&r, "{}\n", 3, collect, &l), 0);
-    CHECK_INT_EQ(l.n, 1);
-    lines_free(&l);
-    proto_reader_free(&r);
+    CHECK_INT_EQ(feed(&f, "{}\n", 3), 0);
+    CHECK_INT_EQ(f.l.n, 1);
+    rl_close(&f);
   }
   {
-    proto_reader r;
-    proto_reader_init(&r);
-    lines l = {0};
+    reader_lines f;
+    rl_open(&f);
     big[max + 1] = '\n';
-    CHECK_INT_EQ(proto_reader_feed(&r, big, max + 2, collect, &l), SS_ERANGE);
-    CHECK_INT_EQ(l.n, 0);
-    CHECK(r.cap <= max + 1);
-    lines_free(&l);
-    proto_reader_free(&r);
+    CHECK_INT_EQ(feed(&f, big, max + 2), SS_ERANGE);
+    CHECK_INT_EQ(f.l.n, 0);
+    CHECK(f.r.cap <= max + 1);
+    rl_close(&f);
   }
   /* a CR counts toward the limit: max bytes then "\r\n" is over */
   {
-    proto_reader r;
-    proto_reader_init(&r);
-    lines l = {0};
+    reader_lines f;
+    rl_open(&f);
     memset(big, 'z', max);
     big[max] = '\r';
     big[max + 1] = '\n';
-    CHECK_INT_EQ(proto_reader_feed(&r, big, max + 2, collect, &l), SS_ERANGE);
-    lines_free(&l);
-    proto_reader_free(&r);
+    CHECK_INT_EQ(feed(&f, big, max + 2), SS_ERANGE);
+    rl_close(&f);
   }
   free(big);
 }
