@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "scheduler/internal.h"
+#include "store/db.h"
 #include "sweeps/fit.h"
 #include "trainer/data.h"
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/db.h"
 #include "sweeps/plan.h"
 #include "sweeps/spec.h"
 

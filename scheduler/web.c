@@ -21,6 +21,7 @@
 
 #include "common/token.h"
 #include "scheduler/internal.h"
+#include "store/db.h"
 #include "sweeps/fit.h"
 
 #define RUNS_PER_PAGE 100
@@ -376,7 +377,7 @@ static void render_workers(buf *b, sched *s) {
   b_puts(b, "<section id=\"workers\" aria-labelledby=\"h-workers\"><h2 id=\"h-workers\">"
             "Workers</h2>");
   int n = 0;
-  for (sched__wconn *c = s->conns; c; c = c->next)
+  for (sched__wconn *c = s->wp.conns; c; c = c->next)
     n += c->authed && !c->closing;
   if (!n) {
     b_puts(b, "<p class=\"empty\">No worker is connected.</p></section>\n");
@@ -385,7 +386,7 @@ static void render_workers(buf *b, sched *s) {
   b_puts(b, "<div class=\"scroll\"><table><thead><tr><th scope=\"col\">Worker</th>"
             "<th scope=\"col\">Host</th><th scope=\"col\">GPUs</th><th scope=\"col\">CPU slots</th>"
             "</tr></thead><tbody>");
-  for (sched__wconn *c = s->conns; c; c = c->next) {
+  for (sched__wconn *c = s->wp.conns; c; c = c->next) {
     if (!c->authed || c->closing)
       continue;
     b_puts(b, "<tr><td>");
