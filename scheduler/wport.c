@@ -252,18 +252,16 @@ static void peer_name(sched__wconn *c) {
 
 static void on_connection(uv_stream_t *server, int status) {
   sched__wport *wp = server->data;
-  if (status < 0 || wp->stopping)
-    return;
-  sched__wconn *c = calloc(1, sizeof *c);
+  int unauthed = 0;
+  for (sched__wconn *x = wp->conns; x; x = x->next)
+    unauthed += !x->authed && !x->closing;
+  sched__wconn *c = status < 0 || wp->stopping ? NULL : calloc(1, sizeof *c);
   if (!c)
     return;
   c->wp = wp;
   uv_tcp_init(wp->loop, &c->tcp);
   c->tcp.data = c;
   proto_reader_init(&c->rd);
-  int unauthed = 0;
-  for (sched__wconn *x = wp->conns; x; x = x->next)
-    unauthed += !x->authed && !x->closing;
   if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
     c->closing = 1;
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);

@@ -104,34 +104,29 @@ void store_metrics_insert(db *d, int64_t run_id, int attempt, int64_t worker_id,
    * the worker resends it */
   p[3 + NCOLS] = store__itoa(lo, sizeof lo, n ? rows[0].step : 0);
   p[4 + NCOLS] = store__itoa(hi, sizeof hi, n ? rows[n - 1].step : -1);
-  store__call *c = store__call_new((void (*)(void))cb, ud);
-  if (!c) {
-    for (int j = 0; j < NCOLS; j++)
-      free(cols[j].p);
-    cb(ud, SS_ENOMEM, 0, "out of memory");
-    return;
-  }
-  db_query_bin(d,
-               "WITH u AS (SELECT * FROM unnest($4::int[], $5::bigint[], $6::float8[], "
-               "$7::float8[], $8::float8[], $9::float8[], $10::float8[], $11::float8[], "
-               "$12::float8[]) AS u (step, tokens, train_loss, val_loss, lr, grad_norm, "
-               "b_noise, loss_scale, tok_per_s) "
-               "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1::bigint AND attempt = $2::int "
-               "AND $3::bigint IS NOT NULL)), "
-               "merged AS (UPDATE metrics m SET "
-               "train_loss = coalesce(m.train_loss, u.train_loss), "
-               "val_loss = coalesce(m.val_loss, u.val_loss), lr = coalesce(m.lr, u.lr), "
-               "grad_norm = coalesce(m.grad_norm, u.grad_norm), "
-               "b_noise = coalesce(m.b_noise, u.b_noise), "
-               "loss_scale = coalesce(m.loss_scale, u.loss_scale), "
-               "tok_per_s = coalesce(m.tok_per_s, u.tok_per_s) FROM u "
-               "WHERE m.run_id = $1::bigint AND m.step BETWEEN $13::int AND $14::int "
-               "AND m.step = u.step RETURNING 1) "
-               "INSERT INTO metrics (run_id, step, tokens, train_loss, val_loss, lr, grad_norm, "
-               "b_noise, loss_scale, tok_per_s) SELECT $1::bigint, u.* FROM u "
-               "WHERE NOT EXISTS (SELECT 1 FROM metrics m WHERE m.run_id = $1::bigint "
-               "AND m.step BETWEEN $13::int AND $14::int AND m.step = u.step)",
-               5 + NCOLS, p, lens, fmts, store__on_exec, c);
+  void *c = store__exec_call(cb, ud);
+  if (c)
+    db_query_bin(d,
+                 "WITH u AS (SELECT * FROM unnest($4::int[], $5::bigint[], $6::float8[], "
+                 "$7::float8[], $8::float8[], $9::float8[], $10::float8[], $11::float8[], "
+                 "$12::float8[]) AS u (step, tokens, train_loss, val_loss, lr, grad_norm, "
+                 "b_noise, loss_scale, tok_per_s) "
+                 "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1::bigint AND attempt = $2::int "
+                 "AND $3::bigint IS NOT NULL)), "
+                 "merged AS (UPDATE metrics m SET "
+                 "train_loss = coalesce(m.train_loss, u.train_loss), "
+                 "val_loss = coalesce(m.val_loss, u.val_loss), lr = coalesce(m.lr, u.lr), "
+                 "grad_norm = coalesce(m.grad_norm, u.grad_norm), "
+                 "b_noise = coalesce(m.b_noise, u.b_noise), "
+                 "loss_scale = coalesce(m.loss_scale, u.loss_scale), "
+                 "tok_per_s = coalesce(m.tok_per_s, u.tok_per_s) FROM u "
+                 "WHERE m.run_id = $1::bigint AND m.step BETWEEN $13::int AND $14::int "
+                 "AND m.step = u.step RETURNING 1) "
+                 "INSERT INTO metrics (run_id, step, tokens, train_loss, val_loss, lr, grad_norm, "
+                 "b_noise, loss_scale, tok_per_s) SELECT $1::bigint, u.* FROM u "
+                 "WHERE NOT EXISTS (SELECT 1 FROM metrics m WHERE m.run_id = $1::bigint "
+                 "AND m.step BETWEEN $13::int AND $14::int AND m.step = u.step)",
+                 5 + NCOLS, p, lens, fmts, store__on_exec, c);
   for (int j = 0; j < NCOLS; j++)
     free(cols[j].p);
 }

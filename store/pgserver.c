@@ -225,8 +225,8 @@ static int find_bindir(pgs *p, const char *major, char *err, size_t errlen) {
   if (best >= 0)
     return 0;
   err_setf(err, errlen,
-          "PostgreSQL server programs (initdb, pg_ctl, postgres) not found: install the "
-          "postgresql package, set SCALESWEEP_PG_BINDIR, or give --database URL");
+           "PostgreSQL server programs (initdb, pg_ctl, postgres) not found: install the "
+           "postgresql package, set SCALESWEEP_PG_BINDIR, or give --database URL");
   return SS_ENOENT;
 }
 
@@ -271,17 +271,17 @@ static int choose_user(pgs *p, char *err, size_t errlen) {
     pw = getpwnam(name);
     if (!pw) {
       err_setf(err, errlen,
-              "running as root: PostgreSQL refuses to run as root and would run as user '%s', "
-              "which does not exist; create it or set SCALESWEEP_PG_USER to an unprivileged "
-              "user",
-              name);
+               "running as root: PostgreSQL refuses to run as root and would run as user '%s', "
+               "which does not exist; create it or set SCALESWEEP_PG_USER to an unprivileged "
+               "user",
+               name);
       return SS_EINVAL;
     }
     if (pw->pw_uid == 0) {
       err_setf(err, errlen,
-              "running as root: SCALESWEEP_PG_USER=%s is root, and PostgreSQL refuses to run "
-              "as root; name an unprivileged user",
-              name);
+               "running as root: SCALESWEEP_PG_USER=%s is root, and PostgreSQL refuses to run "
+               "as root; name an unprivileged user",
+               name);
       return SS_EINVAL;
     }
   }
@@ -419,9 +419,9 @@ static int setup(pgs *p, const char *state_dir, int create, char *err, size_t er
   /* pg_ctl puts paths in double quotes in a shell command line. */
   if (strpbrk(abs, "\"$`\\\n")) {
     err_setf(err, errlen,
-            "state directory %s: its path holds a character (\" $ ` \\ or a newline) that "
-            "pg_ctl cannot quote; choose another directory",
-            abs);
+             "state directory %s: its path holds a character (\" $ ` \\ or a newline) that "
+             "pg_ctl cannot quote; choose another directory",
+             abs);
     return SS_EINVAL;
   }
   if (path_fmt(p->pgdir, "%s/pg", abs) || path_fmt(p->data, "%s/data", p->pgdir) ||
@@ -449,10 +449,10 @@ static int setup(pgs *p, const char *state_dir, int create, char *err, size_t er
     char out[256];
     if (run(p, argv, "/", out, sizeof out) != 0) {
       err_setf(err, errlen,
-              "running as root, PostgreSQL runs as user '%s', who cannot reach %s: every "
-              "directory above it must be searchable by that user (chmod o+x), or choose "
-              "another --state directory, or set SCALESWEEP_PG_USER",
-              p->user, p->pgdir);
+               "running as root, PostgreSQL runs as user '%s', who cannot reach %s: every "
+               "directory above it must be searchable by that user (chmod o+x), or choose "
+               "another --state directory, or set SCALESWEEP_PG_USER",
+               p->user, p->pgdir);
       return SS_EIO;
     }
   }
@@ -467,9 +467,9 @@ static int init_cluster(pgs *p, char *err, size_t errlen) {
     return SS_ERANGE;
   if (exists(p->data)) {
     err_setf(err, errlen,
-            "%s exists but holds no PostgreSQL cluster (no PG_VERSION); move it away and "
-            "try again",
-            p->data);
+             "%s exists but holds no PostgreSQL cluster (no PG_VERSION); move it away and "
+             "try again",
+             p->data);
     return SS_EIO;
   }
   if (exists(tmp) && rmtree(tmp) != 0) {
@@ -586,7 +586,7 @@ static int wait_ready(const char *admin, char *err, size_t errlen) {
     sleep_ms(100);
   }
   err_setf(err, errlen, "PostgreSQL does not accept connections after %d s (%s)",
-          PGS_READY_TIMEOUT_S, admin);
+           PGS_READY_TIMEOUT_S, admin);
   return SS_EIO;
 }
 
@@ -594,7 +594,7 @@ static int create_database(const char *admin, char *err, size_t errlen) {
   PGconn *c = PQconnectdb(admin);
   if (!c || PQstatus(c) != CONNECTION_OK) {
     err_setf(err, errlen, "cannot connect to the private PostgreSQL: %s",
-            c ? PQerrorMessage(c) : "out of memory");
+             c ? PQerrorMessage(c) : "out of memory");
     PQfinish(c);
     return SS_EIO;
   }
@@ -644,9 +644,9 @@ static int find_running(const pgs *p, int *running, char *err, size_t errlen) {
     }
     if (waited >= PGS_STALE_WAIT_S * 4) {
       err_setf(err, errlen,
-              "pg_ctl reports a server running in %s, but it does not answer on %s; if no "
-              "PostgreSQL runs there, remove %s/postmaster.pid",
-              p->data, *sock ? sock : "its socket", p->data);
+               "pg_ctl reports a server running in %s, but it does not answer on %s; if no "
+               "PostgreSQL runs there, remove %s/postmaster.pid",
+               p->data, *sock ? sock : "its socket", p->data);
       return SS_EIO;
     }
     sleep_ms(250);
@@ -688,14 +688,14 @@ static int start(pgs *p, const char *state_dir, char *url_out, size_t url_len, c
       char tail[1024];
       log_tail(p, tail, sizeof tail);
       err_setf(err, errlen, "PostgreSQL did not start (pg_ctl exit %d): %s\n%s ends with:\n%s", st,
-              out, p->log, tail);
+               out, p->log, tail);
       return SS_EIO;
     }
   }
   char port[16] = "", sock[PATH_MAX] = "", admin[PATH_MAX * 2 + 128];
   if (read_pidfile(p, port, sizeof port, sock, sizeof sock) != 0) {
     err_setf(err, errlen, "PostgreSQL is running but %s/postmaster.pid names no Unix socket",
-            p->data);
+             p->data);
     return SS_EIO;
   }
   if (conninfo(admin, sizeof admin, sock, port, "postgres"))
@@ -752,7 +752,7 @@ static int stop(pgs *p, const char *state_dir, char *err, size_t errlen) {
     /* pg_ctl status: 3 when no server runs (a stale postmaster.pid included) */
     if (pg_ctl(p, status_args, ignored, sizeof ignored) != 3) {
       err_setf(err, errlen, "could not stop PostgreSQL in %s (pg_ctl exit %d): %s", p->data, st,
-              out);
+               out);
       return SS_EIO;
     }
   }

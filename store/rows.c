@@ -7,13 +7,44 @@
 #include <stdlib.h>
 #include <string.h>
 
-store__call *store__call_new(void (*cb)(void), void *ud) {
-  store__call *c = malloc(sizeof *c);
-  if (c) {
-    c->cb = cb;
-    c->ud = ud;
+typedef struct rows_call {
+  const store__rows_spec *spec;
+  void (*cb)(void);
+  void *ud;
+} rows_call;
+
+void *store__rows_call(const store__rows_spec *spec, void (*cb)(void), void *ud) {
+  rows_call *c = malloc(sizeof *c);
+  if (!c) {
+    spec->deliver(cb, ud, SS_ENOMEM, NULL, 0, "out of memory");
+    return NULL;
   }
+  c->spec = spec;
+  c->cb = cb;
+  c->ud = ud;
   return c;
+}
+
+void store__on_rows(void *ud, int status, PGresult *res, const char *errmsg) {
+  rows_call c = *(rows_call *)ud;
+  free(ud);
+  int n = status == 0 ? PQntuples(res) : 0;
+  unsigned char *rows = calloc(n ? (size_t)n : 1, c.spec->size);
+  if (!rows) {
+    c.spec->deliver(c.cb, c.ud, SS_ENOMEM, NULL, 0, "out of memory");
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    c.spec->decode(res, i, rows + (size_t)i * c.spec->size);
+  c.spec->deliver(c.cb, c.ud, status, rows, n, errmsg);
+  free(rows);
+}
+
+void store__query_rows(db *d, const char *sql, int nparams, const char *const *params,
+                       const store__rows_spec *spec, void (*cb)(void), void *ud) {
+  void *c = store__rows_call(spec, cb, ud);
+  if (c)
+    db_query(d, sql, nparams, params, store__on_rows, c);
 }
 
 int64_t store__int(const PGresult *res, int row, int col) {
@@ -47,8 +78,28 @@ char *store__ids_json(const int64_t *ids, int n) {
   return t;
 }
 
+static void decode_none(const PGresult *res, int row, void *elem) {
+  (void)res;
+  (void)row;
+  (void)elem;
+}
+
+static void deliver_none(void (*cb)(void), void *ud, int status, const void *rows, int n,
+                         const char *errmsg) {
+  (void)rows;
+  if (cb)
+    ((store_done_cb)cb)(ud, status, n, errmsg);
+}
+
+/* only its deliver is used: on_exec answers with the rows changed */
+static const store__rows_spec exec_spec = {1, decode_none, deliver_none};
+
+void *store__exec_call(store_done_cb cb, void *ud) {
+  return store__rows_call(&exec_spec, (void (*)(void))cb, ud);
+}
+
 void store__on_exec(void *ud, int status, PGresult *res, const char *errmsg) {
-  store__call *c = ud;
+  rows_call *c = ud;
   store_done_cb cb = (store_done_cb)c->cb;
   void *cud = c->ud;
   free(c);
@@ -58,11 +109,7 @@ void store__on_exec(void *ud, int status, PGresult *res, const char *errmsg) {
 
 void store__exec(db *d, const char *sql, int nparams, const char *const *params, store_done_cb cb,
                  void *ud) {
-  store__call *c = store__call_new((void (*)(void))cb, ud);
-  if (!c) {
-    if (cb)
-      cb(ud, SS_ENOMEM, 0, "out of memory");
-    return;
-  }
-  db_query(d, sql, nparams, params, store__on_exec, c);
+  void *c = store__exec_call(cb, ud);
+  if (c)
+    db_query(d, sql, nparams, params, store__on_exec, c);
 }

@@ -10,124 +10,92 @@
 
 /* ---- the queue and claims ------------------------------------------------ */
 
-static void on_queue(void *ud, int status, PGresult *res, const char *errmsg) {
-  store__call *c = ud;
-  store_queue_cb cb = (store_queue_cb)c->cb;
-  void *cud = c->ud;
-  free(c);
-  int n = status == 0 ? PQntuples(res) : 0;
-  store_queued *runs = calloc(n ? (size_t)n : 1, sizeof *runs);
-  if (!runs) {
-    cb(cud, SS_ENOMEM, NULL, 0, "out of memory");
-    return;
-  }
-  for (int i = 0; i < n; i++) {
-    runs[i].id = store__int(res, i, 0);
-    runs[i].gpus = (int)store__int(res, i, 1);
-  }
-  cb(cud, status, runs, n, errmsg);
-  free(runs);
+static void decode_queued(const PGresult *res, int row, void *elem) {
+  store_queued *r = elem;
+  r->id = store__int(res, row, 0);
+  r->gpus = (int)store__int(res, row, 1);
 }
+
+static void deliver_queue(void (*cb)(void), void *ud, int status, const void *rows, int n,
+                          const char *errmsg) {
+  ((store_queue_cb)cb)(ud, status, rows, n, errmsg);
+}
+
+static const store__rows_spec queued = {sizeof(store_queued), decode_queued, deliver_queue};
 
 void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud) {
   char lim[24];
   const char *p[1] = {store__itoa(lim, sizeof lim, limit)};
-  store__call *c = store__call_new((void (*)(void))cb, ud);
-  if (!c) {
-    cb(ud, SS_ENOMEM, NULL, 0, "out of memory");
-    return;
-  }
-  db_query(d,
-           "SELECT r.id, r.gpus FROM runs r JOIN sweeps sw ON sw.id = r.sweep_id "
-           "WHERE r.status = 'queued' "
-           "ORDER BY greatest(r.priority, sw.priority) DESC, r.sweep_id, r.flops NULLS LAST, "
-           "r.id LIMIT $1",
-           1, p, on_queue, c);
+  store__query_rows(
+      d,
+      "SELECT r.id, r.gpus FROM runs r JOIN sweeps sw ON sw.id = r.sweep_id "
+      "WHERE r.status = 'queued' "
+      "ORDER BY greatest(r.priority, sw.priority) DESC, r.sweep_id, r.flops NULLS LAST, "
+      "r.id LIMIT $1",
+      1, p, &queued, (void (*)(void))cb, ud);
 }
 
-static void on_claim(void *ud, int status, PGresult *res, const char *errmsg) {
-  store__call *c = ud;
-  store_claim_cb cb = (store_claim_cb)c->cb;
-  void *cud = c->ud;
-  free(c);
-  if (status != 0 || PQntuples(res) != 1) {
-    cb(cud, status, NULL, errmsg);
-    return;
-  }
-  store_claim cl = {.attempt = (int)store__int(res, 0, 0),
-                    .config = PQgetvalue(res, 0, 1),
-                    .sweep_id = store__int(res, 0, 2),
-                    .resume_max_step = PQgetisnull(res, 0, 3) ? -1 : store__int(res, 0, 3)};
-  cb(cud, 0, &cl, errmsg);
+static void decode_claim(const PGresult *res, int row, void *elem) {
+  *(store_claim *)elem =
+      (store_claim){.attempt = (int)store__int(res, row, 0),
+                    .config = PQgetvalue(res, row, 1),
+                    .sweep_id = store__int(res, row, 2),
+                    .resume_max_step = PQgetisnull(res, row, 3) ? -1 : store__int(res, row, 3)};
 }
+
+static void deliver_claim(void (*cb)(void), void *ud, int status, const void *rows, int n,
+                          const char *errmsg) {
+  ((store_claim_cb)cb)(ud, status, n == 1 ? rows : NULL, errmsg);
+}
+
+static const store__rows_spec claimed = {sizeof(store_claim), decode_claim, deliver_claim};
 
 void store_runs_claim(db *d, int64_t run_id, int64_t worker_id, int lease_s, store_claim_cb cb,
                       void *ud) {
   char rid[24], wid[24], lease[24];
   const char *p[3] = {store__itoa(rid, sizeof rid, run_id), store__itoa(wid, sizeof wid, worker_id),
                       store__itoa(lease, sizeof lease, lease_s)};
-  store__call *c = store__call_new((void (*)(void))cb, ud);
-  if (!c) {
-    cb(ud, SS_ENOMEM, NULL, "out of memory");
-    return;
-  }
-  db_query(d,
-           "UPDATE runs SET status = 'running', worker = $2, attempt = attempt + 1, "
-           "lease_until = now() + $3 * interval '1 second', "
-           "started_at = coalesce(started_at, now()), error = NULL "
-           "WHERE id = $1 AND status = 'queued' AND attempt < max_attempts "
-           "RETURNING attempt, config, sweep_id, CASE WHEN attempt > 1 THEN "
-           "(SELECT CASE WHEN min(step) = 1 THEN min(step) FILTER "
-           "(WHERE nxt IS DISTINCT FROM step + 1) ELSE 0 END FROM (SELECT step, "
-           "lead(step) OVER (ORDER BY step) AS nxt FROM metrics WHERE run_id = $1 "
-           "AND step >= 1) t) END",
-           3, p, on_claim, c);
+  store__query_rows(d,
+                    "UPDATE runs SET status = 'running', worker = $2, attempt = attempt + 1, "
+                    "lease_until = now() + $3 * interval '1 second', "
+                    "started_at = coalesce(started_at, now()), error = NULL "
+                    "WHERE id = $1 AND status = 'queued' AND attempt < max_attempts "
+                    "RETURNING attempt, config, sweep_id, CASE WHEN attempt > 1 THEN "
+                    "(SELECT CASE WHEN min(step) = 1 THEN min(step) FILTER "
+                    "(WHERE nxt IS DISTINCT FROM step + 1) ELSE 0 END FROM (SELECT step, "
+                    "lead(step) OVER (ORDER BY step) AS nxt FROM metrics WHERE run_id = $1 "
+                    "AND step >= 1) t) END",
+                    3, p, &claimed, (void (*)(void))cb, ud);
 }
 
 /* ---- leases ----------------------------------------------------------------- */
 
-static void on_changes(void *ud, int status, PGresult *res, const char *errmsg) {
-  store__call *c = ud;
-  store_changes_cb cb = (store_changes_cb)c->cb;
-  void *cud = c->ud;
-  free(c);
-  int n = status == 0 ? PQntuples(res) : 0;
-  store_run_change *runs = calloc(n ? (size_t)n : 1, sizeof *runs);
-  if (!runs) {
-    cb(cud, SS_ENOMEM, NULL, 0, "out of memory");
-    return;
-  }
-  for (int i = 0; i < n; i++) {
-    runs[i].id = store__int(res, i, 0);
-    runs[i].status = PQgetvalue(res, i, 1);
-    runs[i].worker = store__int(res, i, 2);
-    runs[i].sweep_id = store__int(res, i, 3);
-  }
-  cb(cud, status, runs, n, errmsg);
-  free(runs);
+static void decode_change(const PGresult *res, int row, void *elem) {
+  store_run_change *r = elem;
+  r->id = store__int(res, row, 0);
+  r->status = PQgetvalue(res, row, 1);
+  r->worker = store__int(res, row, 2);
+  r->sweep_id = store__int(res, row, 3);
 }
 
-static void query_changes(db *d, const char *sql, int nparams, const char *const *p,
-                          store_changes_cb cb, void *ud) {
-  store__call *c = store__call_new((void (*)(void))cb, ud);
-  if (!c) {
-    cb(ud, SS_ENOMEM, NULL, 0, "out of memory");
-    return;
-  }
-  db_query(d, sql, nparams, p, on_changes, c);
+static void deliver_changes(void (*cb)(void), void *ud, int status, const void *rows, int n,
+                            const char *errmsg) {
+  ((store_changes_cb)cb)(ud, status, rows, n, errmsg);
 }
+
+static const store__rows_spec changes = {sizeof(store_run_change), decode_change, deliver_changes};
 
 void store_runs_expire(db *d, store_changes_cb cb, void *ud) {
-  query_changes(d,
-                "WITH x AS (SELECT id, worker FROM runs WHERE status = 'running' "
-                "AND lease_until < now() FOR UPDATE) "
-                "UPDATE runs r SET status = CASE WHEN r.attempt >= r.max_attempts "
-                "THEN 'failed'::run_status ELSE 'queued'::run_status END, "
-                "worker = NULL, lease_until = NULL, "
-                "error = 'lease expired: worker lost', "
-                "finished_at = CASE WHEN r.attempt >= r.max_attempts THEN now() END "
-                "FROM x WHERE r.id = x.id RETURNING r.id, r.status, x.worker, r.sweep_id",
-                0, NULL, cb, ud);
+  store__query_rows(d,
+                    "WITH x AS (SELECT id, worker FROM runs WHERE status = 'running' "
+                    "AND lease_until < now() FOR UPDATE) "
+                    "UPDATE runs r SET status = CASE WHEN r.attempt >= r.max_attempts "
+                    "THEN 'failed'::run_status ELSE 'queued'::run_status END, "
+                    "worker = NULL, lease_until = NULL, "
+                    "error = 'lease expired: worker lost', "
+                    "finished_at = CASE WHEN r.attempt >= r.max_attempts THEN now() END "
+                    "FROM x WHERE r.id = x.id RETURNING r.id, r.status, x.worker, r.sweep_id",
+                    0, NULL, &changes, (void (*)(void))cb, ud);
 }
 
 void store_runs_extend_leases(db *d, int lease_s, store_done_cb cb, void *ud) {
@@ -157,44 +125,40 @@ void store_runs_requeue_orphans(db *d, int64_t worker_id, const int64_t *kept, i
   char wid[24];
   char *ids = store__ids_json(kept, nkept);
   const char *p[2] = {store__itoa(wid, sizeof wid, worker_id), ids ? ids : "[]"};
-  query_changes(d,
-                "UPDATE runs SET status = CASE WHEN attempt >= max_attempts "
-                "THEN 'failed'::run_status ELSE 'queued'::run_status END, "
-                "worker = NULL, lease_until = NULL, error = 'worker restarted: run lost', "
-                "finished_at = CASE WHEN attempt >= max_attempts THEN now() END "
-                "WHERE worker = $1 AND status = 'running' "
-                "AND id NOT IN (SELECT jsonb_array_elements_text($2::jsonb)::bigint) "
-                "RETURNING id, status, worker, sweep_id",
-                2, p, cb, ud);
+  store__query_rows(d,
+                    "UPDATE runs SET status = CASE WHEN attempt >= max_attempts "
+                    "THEN 'failed'::run_status ELSE 'queued'::run_status END, "
+                    "worker = NULL, lease_until = NULL, error = 'worker restarted: run lost', "
+                    "finished_at = CASE WHEN attempt >= max_attempts THEN now() END "
+                    "WHERE worker = $1 AND status = 'running' "
+                    "AND id NOT IN (SELECT jsonb_array_elements_text($2::jsonb)::bigint) "
+                    "RETURNING id, status, worker, sweep_id",
+                    2, p, &changes, (void (*)(void))cb, ud);
   free(ids);
 }
 
-static void on_renewed(void *ud, int status, PGresult *res, const char *errmsg) {
-  store__call *c = ud;
-  store_ids_cb cb = (store_ids_cb)c->cb;
-  void *cud = c->ud;
-  free(c);
-  int n = status == 0 ? PQntuples(res) : 0;
-  int64_t *ids = calloc(n ? (size_t)n : 1, sizeof *ids);
-  if (!ids) {
-    cb(cud, SS_ENOMEM, NULL, 0, "out of memory");
-    return;
-  }
-  for (int i = 0; i < n; i++)
-    ids[i] = store__int(res, i, 0);
-  cb(cud, status, ids, n, errmsg);
-  free(ids);
+static void decode_id(const PGresult *res, int row, void *elem) {
+  *(int64_t *)elem = store__int(res, row, 0);
 }
+
+static void deliver_ids(void (*cb)(void), void *ud, int status, const void *rows, int n,
+                        const char *errmsg) {
+  ((store_ids_cb)cb)(ud, status, rows, n, errmsg);
+}
+
+static const store__rows_spec renewed = {sizeof(int64_t), decode_id, deliver_ids};
 
 void store_runs_renew(db *d, int64_t worker_id, int lease_s, const int64_t *runs, int nruns,
                       store_ids_cb cb, void *ud) {
   char wid[24], lease[24];
   char *ids = store__ids_json(runs, nruns);
-  store__call *c = store__call_new((void (*)(void))cb, ud);
-  if (!ids || !c) {
-    free(ids);
-    free(c);
+  if (!ids) {
     cb(ud, SS_ENOMEM, NULL, 0, "out of memory");
+    return;
+  }
+  void *c = store__rows_call(&renewed, (void (*)(void))cb, ud);
+  if (!c) {
+    free(ids);
     return;
   }
   const char *sqls[2] = {
@@ -206,7 +170,7 @@ void store_runs_renew(db *d, int64_t worker_id, int lease_s, const int64_t *runs
   const char *p2[3] = {wid, store__itoa(lease, sizeof lease, lease_s), ids};
   const char *const *ps[2] = {p1, p2};
   const int np[2] = {1, 3};
-  db_tx(d, 2, sqls, np, ps, on_renewed, c);
+  db_tx(d, 2, sqls, np, ps, store__on_rows, c);
   free(ids);
 }
 
@@ -246,14 +210,22 @@ void store_runs_checkpoint(db *d, int64_t run_id, int attempt, int64_t step, con
 
 /* ---- results -------------------------------------------------------------------- */
 
-static void on_finished(void *ud, int status, PGresult *res, const char *errmsg) {
-  store__call *c = ud;
-  store_finish_cb cb = (store_finish_cb)c->cb;
-  void *cud = c->ud;
-  free(c);
-  int one = status == 0 && PQntuples(res) == 1;
-  cb(cud, status, one ? PQgetvalue(res, 0, 0) : NULL, one ? store__int(res, 0, 1) : 0, errmsg);
+typedef struct finished_row {
+  const char *status;
+  int64_t sweep_id;
+} finished_row;
+
+static void decode_finished(const PGresult *res, int row, void *elem) {
+  *(finished_row *)elem = (finished_row){PQgetvalue(res, row, 0), store__int(res, row, 1)};
 }
+
+static void deliver_finished(void (*cb)(void), void *ud, int status, const void *rows, int n,
+                             const char *errmsg) {
+  const finished_row *r = n == 1 ? rows : NULL;
+  ((store_finish_cb)cb)(ud, status, r ? r->status : NULL, r ? r->sweep_id : 0, errmsg);
+}
+
+static const store__rows_spec finished = {sizeof(finished_row), decode_finished, deliver_finished};
 
 void store_runs_finish(db *d, const store_finish *f, store_finish_cb cb, void *ud) {
   char rid[24], att[24], wid[24], loss[32], tokens[32];
@@ -267,20 +239,15 @@ void store_runs_finish(db *d, const store_finish *f, store_finish_cb cb, void *u
                       ok ? tokens : NULL,
                       f->error,
                       f->log_tail};
-  store__call *c = store__call_new((void (*)(void))cb, ud);
-  if (!c) {
-    cb(ud, SS_ENOMEM, NULL, 0, "out of memory");
-    return;
-  }
-  db_query(d,
-           "UPDATE runs SET status = CASE WHEN $4 = 'failed' AND attempt < max_attempts "
-           "THEN 'queued'::run_status ELSE $4::run_status END, "
-           "worker = NULL, lease_until = NULL, "
-           "final_val_loss = coalesce($5::float8, final_val_loss), "
-           "tokens = coalesce($6::bigint, tokens), error = $7, log_tail = $8, "
-           "finished_at = CASE WHEN $4 = 'failed' AND attempt < max_attempts THEN NULL "
-           "ELSE now() END "
-           "WHERE id = $1 AND attempt = $2 AND worker = $3 AND status = 'running' "
-           "RETURNING status, sweep_id",
-           8, p, on_finished, c);
+  store__query_rows(d,
+                    "UPDATE runs SET status = CASE WHEN $4 = 'failed' AND attempt < max_attempts "
+                    "THEN 'queued'::run_status ELSE $4::run_status END, "
+                    "worker = NULL, lease_until = NULL, "
+                    "final_val_loss = coalesce($5::float8, final_val_loss), "
+                    "tokens = coalesce($6::bigint, tokens), error = $7, log_tail = $8, "
+                    "finished_at = CASE WHEN $4 = 'failed' AND attempt < max_attempts THEN NULL "
+                    "ELSE now() END "
+                    "WHERE id = $1 AND attempt = $2 AND worker = $3 AND status = 'running' "
+                    "RETURNING status, sweep_id",
+                    8, p, &finished, (void (*)(void))cb, ud);
 }
