@@ -141,7 +141,7 @@ static void get_run(sched *s, req_ctx *x, int64_t id) { store_pages_run(s->db, i
 static void get_workers(sched *s, req_ctx *x) {
   /* connected workers from memory, with their busy slots */
   json_t *arr = json_array();
-  for (sched__wconn *c = s->conns; c; c = c->next) {
+  for (sched__wconn *c = s->wp.conns; c; c = c->next) {
     if (!c->authed || c->closing)
       continue;
     json_t *runs = json_array();
@@ -235,7 +235,7 @@ static void on_counts(void *ud, int status, const store_run_counts *rc, const ch
     failed = rc->failed;
   }
   int gpus = 0, gpus_busy = 0, cpu = 0, cpu_busy = 0, workers = 0;
-  for (sched__wconn *c = s->conns; c; c = c->next) {
+  for (sched__wconn *c = s->wp.conns; c; c = c->next) {
     if (!c->authed || c->closing)
       continue;
     workers++;
@@ -265,17 +265,17 @@ static void on_counts(void *ud, int status, const store_run_counts *rc, const ch
       "scalesweep_cpu_slots{state=\"free\"} %d\n",
       cpu_busy, cpu - cpu_busy);
   OUT("# TYPE scalesweep_runs_finished_total counter\nscalesweep_runs_finished_total %llu\n",
-      (unsigned long long)s->runs_finished);
+      (unsigned long long)s->n.runs_finished);
   OUT("# TYPE scalesweep_runs_failed_total counter\nscalesweep_runs_failed_total %llu\n",
-      (unsigned long long)s->runs_failed);
+      (unsigned long long)s->n.runs_failed);
   OUT("# TYPE scalesweep_runs_requeued_total counter\nscalesweep_runs_requeued_total %llu\n",
-      (unsigned long long)s->runs_requeued);
+      (unsigned long long)s->n.runs_requeued);
   OUT("# TYPE scalesweep_metric_rows_stored_total counter\n"
       "scalesweep_metric_rows_stored_total %llu\n",
-      (unsigned long long)s->metric_rows);
+      (unsigned long long)s->n.metric_rows);
   size_t mq = 0;
   for (int i = 0; i < SCHED__METRIC_DBS; i++)
-    mq += db_queue_length(s->db_metrics[i]);
+    mq += db_queue_length(s->wp.db_metrics[i]);
   OUT("# TYPE scalesweep_db_queue_length gauge\nscalesweep_db_queue_length{conn=\"main\"} %zu\n"
       "scalesweep_db_queue_length{conn=\"metrics\"} %zu\n",
       db_queue_length(s->db), mq);
@@ -302,7 +302,7 @@ static void get_metrics(sched *s, req_ctx *x) { store_pages_run_counts(s->db, on
 
 static void on_sse_closed(http_sse *st, void *ud) {
   sched *s = ud;
-  for (sched__sse **pp = &s->sse; *pp; pp = &(*pp)->next)
+  for (sched__sse **pp = &s->ev.sse; *pp; pp = &(*pp)->next)
     if ((*pp)->stream == st) {
       sched__sse *dead = *pp;
       *pp = dead->next;
@@ -317,17 +317,17 @@ static void events(sched *s, http_request *r) {
     return;
   sched__sse *c = calloc(1, sizeof *c);
   c->stream = st;
-  c->next = s->sse;
-  s->sse = c;
+  c->next = s->ev.sse;
+  s->ev.sse = c;
   http_sse_on_close(st, on_sse_closed, s);
   /* resume: replay what the ring still holds after Last-Event-ID */
   uint64_t last = http_sse_last_id(st);
-  if (last && last < s->next_event_id) {
+  if (last && last < s->ev.next_id) {
     uint64_t from = last + 1;
-    if (s->next_event_id - from >= SCHED__EVENT_RING)
-      from = s->next_event_id - SCHED__EVENT_RING + 1;
-    for (uint64_t id = from; id <= s->next_event_id; id++) {
-      sched__event *e = &s->events[id % SCHED__EVENT_RING];
+    if (s->ev.next_id - from >= SCHED__EVENT_RING)
+      from = s->ev.next_id - SCHED__EVENT_RING + 1;
+    for (uint64_t id = from; id <= s->ev.next_id; id++) {
+      sched__event *e = &s->ev.ring[id % SCHED__EVENT_RING];
       if (e->id == id)
         http_sse_send(st, id, e->name, e->data);
     }

@@ -18,7 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scheduler/internal.h"
+#include "scheduler/predict.h"
+#include "store/predictions.h"
 #include "sweeps/fit.h"
 
 #define PREDICT_BOOTSTRAP 200
@@ -37,12 +38,10 @@ typedef struct pred_run {
 
 typedef struct pred_pass {
   uv_work_t work;
-  sched *s;
+  sched__predictor *pr;
   pred_run *runs;
   int n;
 } pred_pass;
-
-static int busy;
 
 static void pass_free(pred_pass *p) {
   for (int i = 0; i < p->n; i++) {
@@ -94,25 +93,21 @@ static void work(uv_work_t *w) {
     predict_one(&p->runs[i]);
 }
 
-static void on_stored(void *ud, int status, PGresult *res, const char *errmsg) {
+static void on_stored(void *ud, int status, int64_t rows, const char *errmsg) {
   (void)ud;
-  (void)res;
+  (void)rows;
   if (status != 0)
     fprintf(stderr, "scheduler: storing a run's prediction failed: %s\n", errmsg);
 }
 
 static void after_work(uv_work_t *w, int status) {
   pred_pass *p = w->data;
-  sched *s = p->s;
-  for (int i = 0; i < p->n && status == 0 && !s->stopping; i++) {
+  sched__predictor *pr = p->pr;
+  for (int i = 0; i < p->n && status == 0 && !pr->stopping; i++) {
     pred_run *r = &p->runs[i];
     if (!r->json)
       continue;
-    char id[32];
-    snprintf(id, sizeof id, "%" PRId64, r->id);
-    const char *params[2] = {id, r->json};
-    db_query(s->db, "UPDATE runs SET prediction = $2::jsonb WHERE id = $1 AND status = 'running'",
-             2, params, on_stored, NULL);
+    store_predictions_set(pr->db, r->id, r->json, on_stored, NULL);
     json_t *j = json_loads(r->json, 0, NULL);
     if (r->flagged)
       fprintf(stderr,
@@ -122,41 +117,39 @@ static void after_work(uv_work_t *w, int status) {
               r->id, json_number_value(json_object_get(j, "predicted")),
               json_number_value(json_object_get(j, "surface")),
               json_number_value(json_object_get(j, "z")));
-    sched__emit(
-        s, "prediction",
+    sched__events_emit(
+        pr->ev, "prediction",
         json_pack("{s:I,s:o}", "run_id", (json_int_t)r->id, "prediction", j ? j : json_null()));
   }
   pass_free(p);
-  busy = 0;
+  pr->busy = 0;
 }
 
-/* rows: id, N, D, planned steps, warmup steps, evaluations [[step, loss]...],
- * the sweep's newest Chinchilla fit (or NULL) */
-static void on_runs(void *ud, int status, PGresult *res, const char *errmsg) {
-  sched *s = ud;
-  if (status != 0 || s->stopping || PQntuples(res) == 0) {
+static void on_runs(void *ud, int status, const store_curve *runs, int n, const char *errmsg) {
+  sched__predictor *pr = ud;
+  if (status != 0 || pr->stopping || n == 0) {
     if (status != 0)
       fprintf(stderr, "scheduler: reading running runs' curves failed: %s\n", errmsg);
-    busy = 0;
+    pr->busy = 0;
     return;
   }
   pred_pass *p = calloc(1, sizeof *p);
-  p->s = s;
-  p->n = PQntuples(res);
+  p->pr = pr;
+  p->n = n;
   p->runs = calloc((size_t)p->n, sizeof *p->runs);
   if (!p->runs) {
     free(p);
-    busy = 0;
+    pr->busy = 0;
     return;
   }
   for (int k = 0; k < p->n; k++) {
     pred_run *r = &p->runs[k];
-    r->id = strtoll(PQgetvalue(res, k, 0), NULL, 10);
-    r->n = atof(PQgetvalue(res, k, 1));
-    r->d = atof(PQgetvalue(res, k, 2));
-    r->steps = atof(PQgetvalue(res, k, 3));
-    r->warmup_steps = atof(PQgetvalue(res, k, 4));
-    json_t *ev = json_loads(PQgetvalue(res, k, 5), 0, NULL);
+    r->id = runs[k].id;
+    r->n = runs[k].n;
+    r->d = runs[k].d;
+    r->steps = runs[k].steps;
+    r->warmup_steps = runs[k].warmup_steps;
+    json_t *ev = json_loads(runs[k].evals, 0, NULL);
     r->pts = calloc(json_array_size(ev) + 1, sizeof *r->pts);
     size_t i;
     json_t *e;
@@ -177,7 +170,7 @@ static void on_runs(void *ud, int status, PGresult *res, const char *errmsg) {
     json_decref(ev);
     for (int q = 0; q < 5; q++)
       r->chin[q] = NAN;
-    json_t *fit = PQgetisnull(res, k, 6) ? NULL : json_loads(PQgetvalue(res, k, 6), 0, NULL);
+    json_t *fit = runs[k].fit ? json_loads(runs[k].fit, 0, NULL) : NULL;
     json_t *pr = json_object_get(fit, "params");
     static const char *const names[5] = {"E", "A", "B", "alpha", "beta"};
     int ok = json_is_object(pr);
@@ -196,23 +189,12 @@ static void on_runs(void *ud, int status, PGresult *res, const char *errmsg) {
     json_decref(fit);
   }
   p->work.data = p;
-  uv_queue_work(s->loop, &p->work, work, after_work);
+  uv_queue_work(pr->loop, &p->work, work, after_work);
 }
 
-void sched__predict(sched *s) {
-  if (busy || s->stopping || !db_ready(s->db))
+void sched__predict(sched__predictor *pr) {
+  if (pr->busy || pr->stopping || !db_ready(pr->db))
     return;
-  busy = 1;
-  db_query(s->db,
-           "SELECT r.id, r.nonembedding_params, r.tokens, "
-           "floor(r.tokens / nullif(r.batch_size * (r.config->'model'->>'seq_len')::float8, 0)), "
-           "coalesce((r.config->'train'->>'warmup_tokens')::float8, 0) / "
-           "nullif(r.batch_size * (r.config->'model'->>'seq_len')::float8, 0), "
-           "(SELECT coalesce(json_agg(json_build_array(m.step, m.val_loss) ORDER BY m.step), "
-           "'[]') FROM metrics m WHERE m.run_id = r.id AND m.val_loss IS NOT NULL)::text, "
-           "(SELECT f.params::text FROM fits f WHERE f.sweep_id = r.sweep_id "
-           "AND f.law = 'chinchilla' ORDER BY f.created_at DESC LIMIT 1) "
-           "FROM runs r WHERE r.status = 'running' AND coalesce(r.part, '') <> 'batch' "
-           "ORDER BY r.id LIMIT 1000",
-           0, NULL, on_runs, s);
+  pr->busy = 1;
+  store_predictions_curves(pr->db, on_runs, pr);
 }

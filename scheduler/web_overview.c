@@ -11,7 +11,7 @@ static void render_workers(sched__buf *b, sched *s) {
   sched__b_puts(b, "<section id=\"workers\" aria-labelledby=\"h-workers\"><h2 id=\"h-workers\">"
                    "Workers</h2>");
   int n = 0;
-  for (sched__wconn *c = s->conns; c; c = c->next)
+  for (sched__wconn *c = s->wp.conns; c; c = c->next)
     n += c->authed && !c->closing;
   if (!n) {
     sched__b_puts(b, "<p class=\"empty\">No worker is connected.</p></section>\n");
@@ -21,7 +21,7 @@ static void render_workers(sched__buf *b, sched *s) {
       b, "<div class=\"scroll\"><table><thead><tr><th scope=\"col\">Worker</th>"
          "<th scope=\"col\">Host</th><th scope=\"col\">GPUs</th><th scope=\"col\">CPU slots</th>"
          "</tr></thead><tbody>");
-  for (sched__wconn *c = s->conns; c; c = c->next) {
+  for (sched__wconn *c = s->wp.conns; c; c = c->next) {
     if (!c->authed || c->closing)
       continue;
     sched__b_puts(b, "<tr><td>");

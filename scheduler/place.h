@@ -1,0 +1,23 @@
+/* Placement (internal): queued runs onto the connected workers' free GPUs
+ * and CPU slots, one pass at a time, with a reservation for multi-GPU runs
+ * that have waited long. */
+#ifndef SS_SCHEDULER_PLACE_H
+#define SS_SCHEDULER_PLACE_H
+
+#include <stdint.h>
+
+#define SCHED__BLOCKED 64
+
+typedef struct sched__placement {
+  int placing; /* a pass is reading the queue or claiming runs */
+  int again;   /* asked for during a pass: run another after it */
+  /* multi-GPU runs found waiting, and since when (uv_now ms), for the
+   * reservation; oldest dropped when full */
+  struct {
+    int64_t run_id;
+    uint64_t since_ms;
+  } blocked[SCHED__BLOCKED];
+  int nblocked;
+} sched__placement;
+
+#endif

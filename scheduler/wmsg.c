@@ -1,0 +1,491 @@
+/* The worker port's messages (wport.h): hello, heartbeat, started,
+ * checkpoint, metrics, finished. What they mean for the runs is stored
+ * through store/; what placement and the sweeps must hear of goes to the
+ * port's hooks. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/token.h"
+#include "scheduler/wport.h"
+#include "store/metrics.h"
+#include "store/runs.h"
+#include "store/workers.h"
+
+/* ---- store callbacks carry the connection by worker id, since the
+ * connection may be gone when the answer comes ----------------------------------- */
+
+typedef struct wctx {
+  sched__wport *wp;
+  int64_t worker_id, run_id;
+  int attempt;
+  int64_t seq;
+  int cancelled; /* finished: the run was being cancelled */
+} wctx;
+
+static wctx *ctx(sched__wconn *c, int64_t run_id, int attempt, int64_t seq) {
+  wctx *x = calloc(1, sizeof *x);
+  if (!x)
+    return NULL;
+  x->wp = c->wp;
+  x->worker_id = c->worker_id;
+  x->run_id = run_id;
+  x->attempt = attempt;
+  x->seq = seq;
+  return x;
+}
+
+static void ack(wctx *x) {
+  sched__wconn *c = sched__conn_by_worker(x->wp, x->worker_id);
+  if (c)
+    sched__send(c, json_pack("{s:s,s:I,s:i,s:I}", "type", "ack", "run_id", (json_int_t)x->run_id,
+                             "attempt", x->attempt, "seq", (json_int_t)x->seq));
+}
+
+static void log_db_error(const char *what, int status, const char *errmsg) {
+  if (status != 0)
+    fprintf(stderr, "scheduler: %s failed: %s\n", what, errmsg);
+}
+
+/* A store failed: drop the worker so that it reconnects and resends what
+ * was not acknowledged (it keeps every unacknowledged message). */
+static void resend_later(wctx *x) {
+  sched__wconn *c = sched__conn_by_worker(x->wp, x->worker_id);
+  if (c)
+    sched__conn_drop(c, "the scheduler could not store a message; reconnect and resend");
+}
+
+static void capacity(sched__wport *wp) {
+  if (wp->hooks.on_capacity)
+    wp->hooks.on_capacity(wp->hooks.ud);
+}
+
+static void sweep_changed(sched__wport *wp, int64_t sweep_id, int refit, int now) {
+  if (wp->hooks.on_sweep_changed)
+    wp->hooks.on_sweep_changed(wp->hooks.ud, sweep_id, refit, now);
+}
+
+/* ---- hello ------------------------------------------------------------------------ */
+
+typedef struct hello_ctx {
+  sched__wport *wp;
+  sched__wconn *c; /* valid while it is in the port's list: checked there */
+  json_t *runs;    /* the runs the worker says it is executing */
+} hello_ctx;
+
+static int conn_alive(sched__wport *wp, sched__wconn *c) {
+  for (sched__wconn *x = wp->conns; x; x = x->next)
+    if (x == c)
+      return 1;
+  return 0;
+}
+
+static void on_reconciled(void *ud, int status, int64_t rows, const char *errmsg) {
+  wctx *x = ud;
+  sched__wconn *c = sched__conn_by_worker(x->wp, x->worker_id);
+  if (status != 0 || !c) {
+    log_db_error("reconciling a worker's run", status, errmsg);
+  } else if (rows == 0) {
+    /* not ours any more (re-queued or finished meanwhile): stop it */
+    sched__conn_release_run(c, x->run_id);
+    sched__send(c, json_pack("{s:s,s:I}", "type", "cancel", "run_id", (json_int_t)x->run_id));
+  }
+  free(x);
+}
+
+static void on_orphans(void *ud, int status, const store_run_change *runs, int n,
+                       const char *errmsg) {
+  sched__wport *wp = ud;
+  if (status != 0) {
+    log_db_error("re-queueing a restarted worker's runs", status, errmsg);
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    fprintf(stderr, "scheduler: run %lld: its worker restarted without it; now %s\n",
+            (long long)runs[i].id, runs[i].status);
+    wp->n->runs_requeued++;
+    sched__events_emit(
+        wp->ev, "run",
+        json_pack("{s:I,s:s}", "id", (json_int_t)runs[i].id, "status", runs[i].status));
+    sweep_changed(wp, runs[i].sweep_id, 0, 1);
+  }
+  if (n)
+    capacity(wp);
+}
+
+/* The runs a reconnected worker reports: kept if they are still its (by
+ * attempt), the others it was given go back to the queue. */
+static void reconcile(sched__wconn *c, json_t *runs) {
+  sched__wport *wp = c->wp;
+  size_t i, n = json_array_size(runs);
+  int64_t *kept = calloc(n ? n : 1, sizeof *kept);
+  json_t *r;
+  json_array_foreach(runs, i, r) {
+    int64_t run_id = json_integer_value(json_object_get(r, "run_id"));
+    int attempt = (int)json_integer_value(json_object_get(r, "attempt"));
+    if (kept)
+      kept[i] = run_id;
+    int gpus[8], ngpus = 0;
+    size_t j;
+    json_t *gi;
+    json_array_foreach(json_object_get(r, "gpus"), j, gi) {
+      int idx = (int)json_integer_value(gi);
+      if (ngpus < 8 && idx >= 0 && idx < c->ngpus)
+        gpus[ngpus++] = idx;
+    }
+    sched__conn_add_run(c, run_id, attempt, ngpus, gpus);
+    wctx *x = ctx(c, run_id, attempt, 0);
+    if (x)
+      store_runs_reconcile(wp->db, run_id, attempt, c->worker_id, wp->lease_s, on_reconciled, x);
+  }
+  /* runs the database gives this worker that it no longer has (its previous
+   * process died): back to the queue now rather than at lease expiry */
+  if (kept)
+    store_runs_requeue_orphans(wp->db, c->worker_id, kept, (int)n, on_orphans, wp);
+  free(kept);
+}
+
+static void on_worker_row(void *ud, int status, int64_t worker_id, const char *errmsg) {
+  hello_ctx *h = ud;
+  sched__wport *wp = h->wp;
+  sched__wconn *c = conn_alive(wp, h->c) ? h->c : NULL;
+  if (status != 0 || !c) {
+    log_db_error("registering a worker", status, errmsg);
+    if (c)
+      sched__conn_drop(c, "the scheduler cannot reach its database; try again");
+    json_decref(h->runs);
+    free(h);
+    return;
+  }
+  c->worker_id = worker_id;
+  /* another live connection with the same name is a stale one: drop it */
+  for (sched__wconn *o = wp->conns; o; o = o->next)
+    if (o != c && o->authed && o->worker_id == c->worker_id) {
+      sched__conn_drop(o, "replaced by a new connection of the same worker");
+      break;
+    }
+  c->authed = 1;
+  sched__send(c, json_pack("{s:s,s:I,s:i,s:i}", "type", "welcome", "worker_id",
+                           (json_int_t)c->worker_id, "heartbeat_s", wp->heartbeat_s, "lease_s",
+                           wp->lease_s));
+  sched__wlog(c, "connected: %d GPU(s), %d CPU slot(s)", c->ngpus, c->cpu_slots);
+  reconcile(c, h->runs);
+  sched__events_emit(
+      wp->ev, "worker",
+      json_pack("{s:I,s:s,s:b}", "id", (json_int_t)c->worker_id, "name", c->name, "connected", 1));
+  json_decref(h->runs);
+  free(h);
+  capacity(wp);
+}
+
+static void on_hello(sched__wconn *c, json_t *m) {
+  sched__wport *wp = c->wp;
+  const char *token = json_string_value(json_object_get(m, "token"));
+  if (sched__wport_auth_blocked(wp, c->peer, 0)) {
+    sched__conn_drop(c, "too many failed authentications; wait a minute");
+    return;
+  }
+  if (!token_equal(wp->token, token)) {
+    sched__wport_auth_blocked(wp, c->peer, 1);
+    sched__conn_drop(c, "authentication failed: wrong cluster token");
+    return;
+  }
+  if (json_integer_value(json_object_get(m, "version")) != PROTO_VERSION) {
+    sched__conn_drop(c, "protocol version mismatch: upgrade the worker");
+    return;
+  }
+  snprintf(c->name, sizeof c->name, "%s", json_string_value(json_object_get(m, "name")));
+  snprintf(c->host, sizeof c->host, "%s", json_string_value(json_object_get(m, "host")));
+  json_t *gpus = json_object_get(m, "gpus");
+  c->ngpus = (int)json_array_size(gpus);
+  if (c->ngpus > SCHED__MAX_GPUS)
+    c->ngpus = SCHED__MAX_GPUS;
+  c->gpus_json = json_incref(gpus);
+  c->cpu_slots = (int)json_integer_value(json_object_get(m, "cpu_slots"));
+  if (c->cpu_slots < 0)
+    c->cpu_slots = 0;
+  hello_ctx *h = calloc(1, sizeof *h);
+  if (!h) {
+    sched__conn_drop(c, "the scheduler is out of memory; reconnect");
+    return;
+  }
+  h->wp = wp;
+  h->c = c;
+  h->runs = json_incref(json_object_get(m, "runs"));
+  char *gj = json_dumps(gpus, JSON_COMPACT);
+  store_workers_register(wp->db, c->name, c->host, gj, c->cpu_slots, on_worker_row, h);
+  free(gj);
+}
+
+/* ---- heartbeat ---------------------------------------------------------------------- */
+
+/* The leases are renewed: a heartbeat that carried "hb" is answered with
+ * {"type":"heartbeat","hb":N,"runs":[the runs renewed]}, so that the worker
+ * knows until when its runs are its own (it stops a trainer whose lease it
+ * could not renew, before the run is given to another worker). */
+static void on_heartbeat_done(void *ud, int status, const int64_t *ids, int n, const char *errmsg) {
+  wctx *x = ud;
+  log_db_error("renewing leases", status, errmsg);
+  sched__wconn *c = status == 0 && x->attempt ? sched__conn_by_worker(x->wp, x->worker_id) : NULL;
+  if (c) {
+    json_t *runs = json_array();
+    for (int i = 0; i < n; i++)
+      json_array_append_new(runs, json_integer(ids[i]));
+    sched__send(
+        c, json_pack("{s:s,s:I,s:o}", "type", "heartbeat", "hb", (json_int_t)x->seq, "runs", runs));
+  }
+  free(x);
+}
+
+/* Renews the leases of the runs the worker says it is executing, and only
+ * those: a run of a worker that died and came back under the same name is
+ * not kept alive by the new process's heartbeats. */
+static void on_heartbeat(sched__wconn *c, json_t *m) {
+  if (!db_ready(c->wp->db))
+    return;
+  json_t *runs = json_object_get(m, "runs");
+  size_t i, n = json_array_size(runs);
+  int64_t *ids = calloc(n ? n : 1, sizeof *ids);
+  json_t *r;
+  int k = 0;
+  json_array_foreach(runs, i, r) {
+    if (ids && json_is_integer(r))
+      ids[k++] = json_integer_value(r);
+  }
+  /* attempt: whether to answer (a worker that sends no "hb" expects none) */
+  json_t *hb = json_object_get(m, "hb");
+  wctx *x = ctx(c, 0, json_is_integer(hb), json_integer_value(hb));
+  if (ids && x)
+    store_runs_renew(c->wp->db, c->worker_id, c->wp->lease_s, ids, k, on_heartbeat_done, x);
+  else
+    free(x);
+  free(ids);
+}
+
+/* ---- started / checkpoint ---------------------------------------------------------------- */
+
+static void on_update_done(void *ud, int status, int64_t rows, const char *errmsg) {
+  (void)ud;
+  (void)rows;
+  log_db_error("updating a run", status, errmsg);
+}
+
+/* a number of the trainer's config line, or NAN when it did not report it */
+static double reported(json_t *cfg, const char *key) {
+  json_t *v = json_object_get(cfg, key);
+  return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static void on_started(sched__wconn *c, json_t *m) {
+  json_t *cfg = json_object_get(m, "config");
+  store_started st = {.run_id = json_integer_value(json_object_get(m, "run_id")),
+                      .attempt = (int)json_integer_value(json_object_get(m, "attempt")),
+                      .worker_id = c->worker_id,
+                      .params = json_number_value(json_object_get(cfg, "params")),
+                      .nonembedding_params =
+                          json_number_value(json_object_get(cfg, "nonembedding_params")),
+                      .flops_per_token = json_number_value(json_object_get(cfg, "flops_per_token")),
+                      .entropy_rate = reported(cfg, "entropy_rate"),
+                      .window_floor = reported(cfg, "window_floor")};
+  store_runs_started(c->wp->db, &st, on_update_done, NULL);
+}
+
+static void on_checkpoint(sched__wconn *c, json_t *m) {
+  store_runs_checkpoint(c->wp->db, json_integer_value(json_object_get(m, "run_id")),
+                        (int)json_integer_value(json_object_get(m, "attempt")),
+                        json_integer_value(json_object_get(m, "step")),
+                        json_string_value(json_object_get(m, "path")), on_update_done, NULL);
+}
+
+/* ---- metrics ------------------------------------------------------------------------------ */
+
+static void on_finished(sched__wconn *c, json_t *m);
+
+static void on_metrics_stored(void *ud, int status, int64_t rows, const char *errmsg) {
+  wctx *x = ud;
+  sched__wconn *c = sched__conn_by_worker(x->wp, x->worker_id);
+  sched__wrun *w = c ? sched__conn_find_run(c, x->run_id) : NULL;
+  if (w && --w->metrics_inflight == 0 && w->finished && status == 0) {
+    /* the result waited for the run's last rows: record it now */
+    json_t *fin = w->finished;
+    w->finished = NULL;
+    on_finished(c, fin);
+    json_decref(fin);
+  }
+  if (status != 0) {
+    log_db_error("storing metrics", status, errmsg);
+    resend_later(x);
+  } else {
+    x->wp->n->metric_rows += (uint64_t)rows;
+    ack(x);
+  }
+  free(x);
+}
+
+static const char *const metric_values[STORE_METRIC_NVALUES] = {
+    "train_loss", "val_loss", "lr", "grad_norm", "b_noise", "loss_scale", "tok_per_s"};
+
+static int cmp_step(const void *a, const void *b) {
+  json_int_t x = json_integer_value(json_object_get(*(json_t *const *)a, "step"));
+  json_int_t y = json_integer_value(json_object_get(*(json_t *const *)b, "step"));
+  return x < y ? -1 : x > y;
+}
+
+/* The batch's lines as one row per step, sorted by step: each column takes
+ * the first number among the step's lines (a step line and an eval line of
+ * the same step), lines without a step or tokens aside. *n: the rows;
+ * NULL when out of memory. */
+static store_metric_row *batch_rows(json_t *lines, size_t *n) {
+  size_t total = json_array_size(lines), k = 0, out = 0;
+  json_t **sorted = calloc(total ? total : 1, sizeof *sorted);
+  store_metric_row *rows = calloc(total ? total : 1, sizeof *rows);
+  if (!sorted || !rows) {
+    free(sorted);
+    free(rows);
+    return NULL;
+  }
+  for (size_t i = 0; i < total; i++) {
+    json_t *r = json_array_get(lines, i);
+    if (json_is_integer(json_object_get(r, "step")) && json_is_number(json_object_get(r, "tokens")))
+      sorted[k++] = r;
+  }
+  qsort(sorted, k, sizeof *sorted, cmp_step);
+  for (size_t i = 0; i < k;) {
+    json_int_t step = json_integer_value(json_object_get(sorted[i], "step"));
+    size_t end = i + 1;
+    while (end < k && json_integer_value(json_object_get(sorted[end], "step")) == step)
+      end++;
+    store_metric_row *row = &rows[out++];
+    row->step = (int32_t)step;
+    row->tokens = (int64_t)json_number_value(json_object_get(sorted[i], "tokens"));
+    for (int j = 0; j < STORE_METRIC_NVALUES; j++) {
+      json_t *v = NULL;
+      for (size_t g = i; g < end && !json_is_number(v); g++)
+        v = json_object_get(sorted[g], metric_values[j]);
+      row->v[j] = json_is_number(v) ? json_number_value(v) : NAN;
+    }
+    i = end;
+  }
+  free(sorted);
+  *n = out;
+  return rows;
+}
+
+static void on_metrics(sched__wconn *c, json_t *m) {
+  sched__wport *wp = c->wp;
+  int64_t run_id = json_integer_value(json_object_get(m, "run_id"));
+  int attempt = (int)json_integer_value(json_object_get(m, "attempt"));
+  int64_t seq = json_integer_value(json_object_get(m, "seq"));
+  json_t *lines = json_object_get(m, "rows");
+  size_t n = 0;
+  store_metric_row *rows = batch_rows(lines, &n);
+  wctx *x = rows ? ctx(c, run_id, attempt, seq) : NULL;
+  if (!x) {
+    free(rows);
+    sched__conn_drop(c, "the scheduler is out of memory; reconnect and resend");
+    return;
+  }
+  sched__wrun *w = sched__conn_find_run(c, run_id);
+  if (w)
+    w->metrics_inflight++;
+  store_metrics_insert(wp->db_metrics[(uint64_t)run_id % SCHED__METRIC_DBS], run_id, attempt,
+                       c->worker_id, rows, n, on_metrics_stored, x);
+  free(rows);
+  if (n)
+    sched__events_emit(wp->ev, "metrics",
+                       json_pack("{s:I,s:I,s:O}", "run_id", (json_int_t)run_id, "rows",
+                                 (json_int_t)n, "last",
+                                 json_array_get(lines, json_array_size(lines) - 1)));
+}
+
+/* ---- finished ------------------------------------------------------------------------------ */
+
+static void on_finished_stored(void *ud, int status, const char *st, int64_t sweep_id,
+                               const char *errmsg) {
+  wctx *x = ud;
+  sched__wport *wp = x->wp;
+  if (status != 0) {
+    log_db_error("recording a finished run", status, errmsg);
+    resend_later(x);
+    free(x);
+    return;
+  }
+  sched__wconn *c = sched__conn_by_worker(wp, x->worker_id);
+  sched__wrun *held = c ? sched__conn_find_run(c, x->run_id) : NULL;
+  /* a stale attempt's result (resent after a newer attempt of the run was
+   * assigned to this worker) must not free the newer attempt's slot */
+  if (held && (held->attempt == 0 || held->attempt == x->attempt))
+    sched__conn_release_run(c, x->run_id);
+  if (st) {
+    if (!strcmp(st, "succeeded") || !strcmp(st, "failed"))
+      wp->n->runs_finished++;
+    if (!strcmp(st, "failed"))
+      wp->n->runs_failed++;
+    if (!strcmp(st, "queued"))
+      wp->n->runs_requeued++;
+    sched__events_emit(wp->ev, "run",
+                       json_pack("{s:I,s:s,s:i}", "id", (json_int_t)x->run_id, "status", st,
+                                 "attempt", x->attempt));
+    sweep_changed(wp, sweep_id, !strcmp(st, "succeeded"), 0);
+  }
+  ack(x);
+  free(x);
+  capacity(wp);
+}
+
+static void on_finished(sched__wconn *c, json_t *m) {
+  int64_t run_id = json_integer_value(json_object_get(m, "run_id"));
+  sched__wrun *w = sched__conn_find_run(c, run_id);
+  if (w && w->metrics_inflight > 0) {
+    /* its metric batches are still being stored (on their own connection):
+     * the result is recorded after them, so a finished run's curve is whole */
+    json_decref(w->finished);
+    w->finished = json_incref(m);
+    return;
+  }
+  int attempt = (int)json_integer_value(json_object_get(m, "attempt"));
+  wctx *x = ctx(c, run_id, attempt, json_integer_value(json_object_get(m, "seq")));
+  if (!x) {
+    sched__conn_drop(c, "the scheduler is out of memory; reconnect and resend");
+    return;
+  }
+  x->cancelled = w && w->cancelling;
+  json_t *done = json_object_get(m, "done");
+  int code = (int)json_integer_value(json_object_get(m, "exit_code"));
+  const char *error = json_string_value(json_object_get(m, "error"));
+  int ok = code == 0 && json_is_object(done);
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", error ? error : ok ? "" : "trainer exited");
+  if (!ok && !error)
+    snprintf(msg, sizeof msg, "trainer exited with code %d", code);
+  /* a failed run's log tail is kept for the status page */
+  store_finish f = {.run_id = run_id,
+                    .attempt = attempt,
+                    .worker_id = c->worker_id,
+                    .outcome = ok             ? "succeeded"
+                               : x->cancelled ? "cancelled"
+                                              : "failed",
+                    .final_val_loss = json_number_value(json_object_get(done, "final_val_loss")),
+                    .tokens = json_number_value(json_object_get(done, "tokens")),
+                    .error = ok ? NULL : msg,
+                    .log_tail = ok ? NULL : json_string_value(json_object_get(m, "log_tail"))};
+  store_runs_finish(c->wp->db, &f, on_finished_stored, x);
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
+typedef void (*handler)(sched__wconn *c, json_t *m);
+
+static const handler handlers[] = {
+    [PROTO_HELLO] = on_hello,           [PROTO_HEARTBEAT] = on_heartbeat,
+    [PROTO_STARTED] = on_started,       [PROTO_METRICS] = on_metrics,
+    [PROTO_CHECKPOINT] = on_checkpoint, [PROTO_FINISHED] = on_finished,
+};
+
+void sched__wmsg_handle(sched__wconn *c, proto_type t, json_t *m) {
+  if ((size_t)t < sizeof handlers / sizeof handlers[0] && handlers[t])
+    handlers[t](c, m);
+  else
+    sched__conn_drop(c, "unexpected message type from a worker");
+}

@@ -1,0 +1,338 @@
+/* The worker port's connections (wport.h): accept, read, write, close,
+ * reap, and the limit on failed authentications. */
+#include "scheduler/wport.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/addr.h"
+#include "common/err.h"
+
+void sched__wlog(const sched__wconn *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "scheduler: worker %s (%s): ", c->name[0] ? c->name : "?", c->peer);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+sched__wconn *sched__conn_by_worker(sched__wport *wp, int64_t worker_id) {
+  for (sched__wconn *c = wp->conns; c; c = c->next)
+    if (c->authed && !c->closing && c->worker_id == worker_id)
+      return c;
+  return NULL;
+}
+
+sched__wrun *sched__conn_find_run(sched__wconn *c, int64_t run_id) {
+  for (sched__wrun *w = c->runs; w; w = w->next)
+    if (w->run_id == run_id)
+      return w;
+  return NULL;
+}
+
+sched__wrun *sched__conn_add_run(sched__wconn *c, int64_t run_id, int attempt, int ngpus,
+                                 const int *gpus) {
+  sched__wrun *w = calloc(1, sizeof *w);
+  if (!w)
+    return NULL;
+  w->run_id = run_id;
+  w->attempt = attempt;
+  w->ngpus = ngpus;
+  for (int g = 0; g < ngpus; g++) {
+    w->gpus[g] = gpus[g];
+    c->gpu_busy[gpus[g]] = 1;
+  }
+  if (ngpus == 0)
+    c->cpu_busy++;
+  w->next = c->runs;
+  c->runs = w;
+  return w;
+}
+
+void sched__conn_release_run(sched__wconn *c, int64_t run_id) {
+  for (sched__wrun **pp = &c->runs; *pp; pp = &(*pp)->next) {
+    sched__wrun *w = *pp;
+    if (w->run_id != run_id)
+      continue;
+    if (w->ngpus == 0)
+      c->cpu_busy--;
+    for (int g = 0; g < w->ngpus; g++)
+      c->gpu_busy[w->gpus[g]] = 0;
+    *pp = w->next;
+    json_decref(w->finished);
+    free(w);
+    return;
+  }
+}
+
+int sched__wport_auth_blocked(sched__wport *wp, const char *addr, int failed) {
+  uint64_t t = uv_hrtime();
+  sched__authfail *a;
+  for (a = wp->authfails; a; a = a->next)
+    if (!strcmp(a->addr, addr))
+      break;
+  if (!a && !failed)
+    return 0;
+  if (!a) {
+    a = calloc(1, sizeof *a);
+    if (!a)
+      return 1;
+    snprintf(a->addr, sizeof a->addr, "%s", addr);
+    a->next = wp->authfails;
+    wp->authfails = a;
+  }
+  if (t - a->window_start_ns > 60ull * 1000000000ull) {
+    a->window_start_ns = t;
+    a->count = 0;
+  }
+  if (failed)
+    a->count++;
+  return a->count > SCHED__MAX_AUTH_FAILURES;
+}
+
+int sched__wport_db_up(const sched__wport *wp) {
+  int up = db_ready(wp->db);
+  for (int i = 0; i < SCHED__METRIC_DBS; i++)
+    up = up && db_ready(wp->db_metrics[i]);
+  return up;
+}
+
+/* ---- writing ---------------------------------------------------------------- */
+
+typedef struct wreq {
+  uv_write_t req;
+  char *buf;
+} wreq;
+
+static void on_written(uv_write_t *req, int status) {
+  (void)status;
+  wreq *w = (wreq *)req;
+  free(w->buf);
+  free(w);
+}
+
+void sched__send(sched__wconn *c, json_t *msg) {
+  size_t len;
+  char *line = proto_encode(msg, &len);
+  json_decref(msg);
+  if (!line || c->closing) {
+    free(line);
+    return;
+  }
+  wreq *w = malloc(sizeof *w);
+  if (!w) {
+    free(line);
+    return;
+  }
+  w->buf = line;
+  uv_buf_t b = uv_buf_init(line, (unsigned)len);
+  if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
+    free(line);
+    free(w);
+  }
+}
+
+/* ---- closing ------------------------------------------------------------------ */
+
+static void on_conn_closed(uv_handle_t *h) {
+  sched__wconn *c = h->data;
+  proto_reader_free(&c->rd);
+  while (c->runs) {
+    sched__wrun *n = c->runs->next;
+    json_decref(c->runs->finished);
+    free(c->runs);
+    c->runs = n;
+  }
+  json_decref(c->gpus_json);
+  free(c);
+}
+
+void sched__conn_drop(sched__wconn *c, const char *why) {
+  if (c->closing)
+    return;
+  if (why) {
+    sched__send(c, json_pack("{s:s,s:s}", "type", "error", "message", why));
+    sched__wlog(c, "disconnected: %s", why);
+  }
+  c->closing = 1;
+  sched__wport *wp = c->wp;
+  for (sched__wconn **pp = &wp->conns; *pp; pp = &(*pp)->next)
+    if (*pp == c) {
+      *pp = c->next;
+      break;
+    }
+  if (c->authed)
+    sched__events_emit(wp->ev, "worker",
+                       json_pack("{s:I,s:s,s:b}", "id", (json_int_t)c->worker_id, "name", c->name,
+                                 "connected", 0));
+  uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+static void on_listener_closed(uv_handle_t *h) { (void)h; }
+
+void sched__wport_close(sched__wport *wp) {
+  wp->stopping = 1;
+  if (wp->listening)
+    uv_close((uv_handle_t *)&wp->listener, on_listener_closed);
+  wp->listening = 0;
+  while (wp->conns)
+    sched__conn_drop(wp->conns, NULL);
+}
+
+void sched__wport_free(sched__wport *wp) {
+  while (wp->authfails) {
+    sched__authfail *n = wp->authfails->next;
+    free(wp->authfails);
+    wp->authfails = n;
+  }
+}
+
+/* ---- reading --------------------------------------------------------------------------------- */
+
+static int on_line(void *ud, const char *line, size_t len) {
+  sched__wconn *c = ud;
+  if (c->closing)
+    return -1;
+  c->last_msg_ns = uv_hrtime();
+  char err[512];
+  json_t *m = NULL;
+  proto_type t = proto_parse(line, len, &m, err, sizeof err);
+  if (t == PROTO_INVALID) {
+    sched__conn_drop(c, err);
+    return -1;
+  }
+  if (!c->authed && t != PROTO_HELLO)
+    sched__conn_drop(c, "the first message must be hello");
+  else if (c->authed && t == PROTO_HELLO)
+    sched__conn_drop(c, "hello sent twice");
+  else if (!sched__wport_db_up(c->wp) && t != PROTO_HEARTBEAT)
+    /* nothing can be stored: the worker keeps its messages and resends */
+    sched__conn_drop(c, "database unavailable; reconnect later");
+  else
+    sched__wmsg_handle(c, t, m);
+  json_decref(m);
+  return c->closing ? -1 : 0;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)h;
+  buf->base = malloc(suggested);
+  buf->len = buf->base ? suggested : 0;
+}
+
+static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
+  sched__wconn *c = st->data;
+  if (n > 0 && !c->closing) {
+    int rc = proto_reader_feed(&c->rd, buf->base, (size_t)n, on_line, c);
+    if (rc == SS_ERANGE)
+      sched__conn_drop(c, "protocol line over the size limit");
+  } else if (n < 0 && !c->closing) {
+    if (c->authed)
+      sched__wlog(c, "connection lost (%s)", uv_strerror((int)n));
+    sched__conn_drop(c, NULL);
+  }
+  free(buf->base);
+}
+
+static void peer_name(sched__wconn *c) {
+  struct sockaddr_storage ss;
+  int len = sizeof ss;
+  char ip[64] = "?";
+  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
+    if (ss.ss_family == AF_INET6)
+      uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof ip);
+    else
+      uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof ip);
+  }
+  snprintf(c->peer, sizeof c->peer, "%s", ip);
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  sched__wport *wp = server->data;
+  int unauthed = 0;
+  for (sched__wconn *x = wp->conns; x; x = x->next)
+    unauthed += !x->authed && !x->closing;
+  sched__wconn *c = status < 0 || wp->stopping ? NULL : calloc(1, sizeof *c);
+  if (!c)
+    return;
+  c->wp = wp;
+  uv_tcp_init(wp->loop, &c->tcp);
+  c->tcp.data = c;
+  proto_reader_init(&c->rd);
+  if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+    c->closing = 1;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    return;
+  }
+  peer_name(c);
+  c->connected_ns = c->last_msg_ns = uv_hrtime();
+  if (unauthed >= SCHED__MAX_UNAUTHED) {
+    fprintf(stderr, "scheduler: worker port: %d connections wait for their hello; %s refused\n",
+            unauthed, c->peer);
+    c->closing = 1;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    return;
+  }
+  c->next = wp->conns;
+  wp->conns = c;
+  uv_tcp_nodelay(&c->tcp, 1);
+  uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+void sched__wport_reap(sched__wport *wp) {
+  uint64_t now = uv_hrtime(), lease = (uint64_t)wp->lease_s * 1000000000ull;
+  for (sched__wconn *c = wp->conns, *next; c; c = next) {
+    next = c->next;
+    if (c->closing)
+      continue;
+    if (!c->authed && now - c->connected_ns > lease)
+      sched__conn_drop(c, "no hello within a lease; closing");
+    else if (c->authed && now - c->last_msg_ns > 2 * lease)
+      sched__conn_drop(c, "nothing heard for two leases (no heartbeat); closing");
+  }
+}
+
+int sched__wport_listen(sched__wport *wp, const char *hostport, char *err, size_t errlen) {
+  char host[256];
+  int port;
+  if (addr_split(hostport, "0.0.0.0", 0, host, sizeof host, &port, NULL, 0) != 0) {
+    snprintf(err, errlen, "--workers %s: expected HOST:PORT", hostport);
+    return SS_EINVAL;
+  }
+  struct sockaddr_storage addr;
+  if (uv_ip4_addr(host, port, (struct sockaddr_in *)&addr) != 0 &&
+      uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr) != 0) {
+    snprintf(err, errlen, "--workers %s: not an IP address", hostport);
+    return SS_EINVAL;
+  }
+  uv_tcp_init(wp->loop, &wp->listener);
+  wp->listening = 1;
+  wp->listener.data = wp;
+  int rc = uv_tcp_bind(&wp->listener, (struct sockaddr *)&addr, 0);
+  if (!rc)
+    rc = uv_listen((uv_stream_t *)&wp->listener, 128, on_connection);
+  if (rc) {
+    snprintf(err, errlen, "--workers %s: %s", hostport, uv_strerror(rc));
+    return SS_EIO;
+  }
+  struct sockaddr_storage b;
+  int blen = sizeof b;
+  uv_tcp_getsockname(&wp->listener, (struct sockaddr *)&b, &blen);
+  wp->port = ntohs(b.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&b)->sin6_port
+                                           : ((struct sockaddr_in *)&b)->sin_port);
+  return 0;
+}
+
+void sched__wport_cancel(sched__wport *wp, int64_t run_id) {
+  for (sched__wconn *c = wp->conns; c; c = c->next) {
+    sched__wrun *w = c->authed ? sched__conn_find_run(c, run_id) : NULL;
+    if (w) {
+      w->cancelling = 1;
+      sched__send(c, json_pack("{s:s,s:I}", "type", "cancel", "run_id", (json_int_t)run_id));
+      return;
+    }
+  }
+}

@@ -1,0 +1,154 @@
+/* The worker port (internal): connections of workers, their messages, and
+ * what the scheduler believes each worker executes.
+ *
+ * wport.c is the connection I/O (accept, read, write, close, reap, the
+ * limit on failed authentications); wmsg.c handles the messages (hello,
+ * heartbeat, started, checkpoint, metrics, finished). Neither knows
+ * placement, leases or refits: what they must hear of comes back through
+ * sched__wport_hooks, set up by the scheduler's start-up. Placement reads
+ * the connections and takes their capacity with sched__conn_add_run. */
+#ifndef SS_SCHEDULER_WPORT_H
+#define SS_SCHEDULER_WPORT_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "common/proto.h"
+#include "scheduler/counters.h"
+#include "scheduler/events.h"
+#include "store/store.h"
+
+#define SCHED__MAX_GPUS 64
+#define SCHED__MAX_AUTH_FAILURES 5 /* per peer address per minute */
+#define SCHED__METRIC_DBS 2
+/* The worker port's limits: a peer must say hello within a lease, an
+ * authenticated worker that sends nothing (no heartbeat) for two leases is
+ * dropped, and at most SCHED__MAX_UNAUTHED connections may wait for their
+ * hello at once (more are closed at accept), so that idle or slow peers
+ * cannot hold the scheduler's descriptors. */
+#define SCHED__MAX_UNAUTHED 64
+
+typedef struct sched__wport sched__wport;
+
+/* A run a connected worker is executing (as the scheduler believes). */
+typedef struct sched__wrun {
+  int64_t run_id;
+  int attempt;
+  int ngpus;
+  int gpus[8];
+  int cancelling;       /* a cancel was sent: its end is "cancelled" */
+  int metrics_inflight; /* metric batches sent to the database, not yet stored */
+  json_t *finished;     /* a finished message held until those are stored */
+  struct sched__wrun *next;
+} sched__wrun;
+
+/* One worker connection. The uv_tcp_t is embedded; the struct is freed in
+ * the close callback. */
+typedef struct sched__wconn {
+  uv_tcp_t tcp;
+  sched__wport *wp;
+  proto_reader rd;
+  int authed;
+  int closing;
+  int64_t worker_id;
+  char name[128], host[128], peer[64];
+  int ngpus;
+  char gpu_busy[SCHED__MAX_GPUS];
+  int cpu_slots, cpu_busy;
+  json_t *gpus_json;
+  sched__wrun *runs;
+  uint64_t connected_ns;
+  uint64_t last_msg_ns; /* the last complete line from the peer */
+  struct sched__wconn *next;
+} sched__wconn;
+
+/* Failed authentication attempts of one peer address. */
+typedef struct sched__authfail {
+  char addr[64];
+  int count;
+  uint64_t window_start_ns;
+  struct sched__authfail *next;
+} sched__authfail;
+
+/* What the worker port reports to the scheduler's core. */
+typedef struct sched__wport_hooks {
+  void *ud;
+  /* capacity may be free: a worker connected, a run ended, runs were
+   * re-queued (placement runs a pass) */
+  void (*on_capacity)(void *ud);
+  /* a run of the sweep changed status; refit: it succeeded; now: update
+   * the sweep's status at once rather than at the next tick */
+  void (*on_sweep_changed)(void *ud, int64_t sweep_id, int refit, int now);
+} sched__wport_hooks;
+
+/* The port's state. The caller sets the fields up to hooks before
+ * sched__wport_listen; the rest is the port's. */
+struct sched__wport {
+  uv_loop_t *loop;
+  db *db; /* everything but metric rows */
+  /* metric rows: connections of their own, so that a stream of metrics
+   * neither delays placement nor caps at one server process; a run's batches
+   * all go to one of them (run_id % SCHED__METRIC_DBS), which keeps them in
+   * order, so an acknowledgement covers every earlier batch */
+  db *db_metrics[SCHED__METRIC_DBS];
+  const char *token; /* the cluster token */
+  int lease_s, heartbeat_s;
+  sched__events *ev;
+  sched__counters *n;
+  sched__wport_hooks hooks;
+
+  uv_tcp_t listener;
+  int listening;
+  int port; /* bound */
+  int stopping;
+  sched__wconn *conns;
+  sched__authfail *authfails;
+};
+
+/* wport.c */
+
+/* Binds HOST:PORT (port 0: any; the bound one goes to wp->port) and
+ * accepts workers. */
+int sched__wport_listen(sched__wport *wp, const char *hostport, char *err, size_t errlen);
+/* Drops the peers that said no hello within a lease and the workers not
+ * heard from for two (called once a second). */
+void sched__wport_reap(sched__wport *wp);
+/* Stops accepting and drops every connection (their runs keep their
+ * leases); sched__wport_free after the loop has closed the handles. */
+void sched__wport_close(sched__wport *wp);
+void sched__wport_free(sched__wport *wp);
+/* The main connection and every metrics connection are up. */
+int sched__wport_db_up(const sched__wport *wp);
+/* Cancels a running run: SIGTERM on its worker (it checkpoints); the
+ * finished message then records it as cancelled. */
+void sched__wport_cancel(sched__wport *wp, int64_t run_id);
+
+/* Counts a failed authentication of addr (failed 1) and says whether addr
+ * has failed more than SCHED__MAX_AUTH_FAILURES times this minute. */
+int sched__wport_auth_blocked(sched__wport *wp, const char *addr, int failed);
+/* A line on stderr about the connection's worker. */
+void sched__wlog(const sched__wconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Sends one message; steals msg. */
+void sched__send(sched__wconn *c, json_t *msg);
+/* Disconnects (why: an error message sent to the peer first, or NULL).
+ * The worker's runs keep their leases: a worker that reconnects in time
+ * reports them and carries on; otherwise they expire and are re-queued. */
+void sched__conn_drop(sched__wconn *c, const char *why);
+/* The live, authenticated connection of a worker, or NULL: database
+ * callbacks carry the worker's id, since the connection may be gone when
+ * the answer comes. */
+sched__wconn *sched__conn_by_worker(sched__wport *wp, int64_t worker_id);
+sched__wrun *sched__conn_find_run(sched__wconn *c, int64_t run_id);
+/* Marks the run's slots busy (ngpus 0: a CPU slot) and returns its record
+ * (NULL when out of memory). */
+sched__wrun *sched__conn_add_run(sched__wconn *c, int64_t run_id, int attempt, int ngpus,
+                                 const int *gpus);
+/* Frees the run's slots and record. */
+void sched__conn_release_run(sched__wconn *c, int64_t run_id);
+
+/* wmsg.c: one authenticated (or hello) message of type t. */
+void sched__wmsg_handle(sched__wconn *c, proto_type t, json_t *m);
+
+#endif

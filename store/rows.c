@@ -1,0 +1,115 @@
+/* Result helpers shared by the store's concern files (rows.h). */
+#include "store/rows.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct rows_call {
+  const store__rows_spec *spec;
+  void (*cb)(void);
+  void *ud;
+} rows_call;
+
+void *store__rows_call(const store__rows_spec *spec, void (*cb)(void), void *ud) {
+  rows_call *c = malloc(sizeof *c);
+  if (!c) {
+    spec->deliver(cb, ud, SS_ENOMEM, NULL, 0, "out of memory");
+    return NULL;
+  }
+  c->spec = spec;
+  c->cb = cb;
+  c->ud = ud;
+  return c;
+}
+
+void store__on_rows(void *ud, int status, PGresult *res, const char *errmsg) {
+  rows_call c = *(rows_call *)ud;
+  free(ud);
+  int n = status == 0 ? PQntuples(res) : 0;
+  unsigned char *rows = calloc(n ? (size_t)n : 1, c.spec->size);
+  if (!rows) {
+    c.spec->deliver(c.cb, c.ud, SS_ENOMEM, NULL, 0, "out of memory");
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    c.spec->decode(res, i, rows + (size_t)i * c.spec->size);
+  c.spec->deliver(c.cb, c.ud, status, rows, n, errmsg);
+  free(rows);
+}
+
+void store__query_rows(db *d, const char *sql, int nparams, const char *const *params,
+                       const store__rows_spec *spec, void (*cb)(void), void *ud) {
+  void *c = store__rows_call(spec, cb, ud);
+  if (c)
+    db_query(d, sql, nparams, params, store__on_rows, c);
+}
+
+int64_t store__int(const PGresult *res, int row, int col) {
+  return strtoll(PQgetvalue(res, row, col), NULL, 10);
+}
+
+double store__num(const PGresult *res, int row, int col) { return atof(PQgetvalue(res, row, col)); }
+
+const char *store__itoa(char *buf, size_t len, int64_t v) {
+  snprintf(buf, len, "%" PRId64, v);
+  return buf;
+}
+
+const char *store__dtoa(char *buf, size_t len, double v) {
+  if (isnan(v))
+    return NULL;
+  snprintf(buf, len, "%.17g", v);
+  return buf;
+}
+
+char *store__ids_json(const int64_t *ids, int n) {
+  size_t cap = 3 + (size_t)(n > 0 ? n : 0) * 22, len = 0;
+  char *t = malloc(cap);
+  if (!t)
+    return NULL;
+  t[len++] = '[';
+  for (int i = 0; i < n; i++)
+    len += (size_t)snprintf(t + len, cap - len, "%s%" PRId64, i ? "," : "", ids[i]);
+  t[len++] = ']';
+  t[len] = 0;
+  return t;
+}
+
+static void decode_none(const PGresult *res, int row, void *elem) {
+  (void)res;
+  (void)row;
+  (void)elem;
+}
+
+static void deliver_none(void (*cb)(void), void *ud, int status, const void *rows, int n,
+                         const char *errmsg) {
+  (void)rows;
+  if (cb)
+    ((store_done_cb)cb)(ud, status, n, errmsg);
+}
+
+/* only its deliver is used: on_exec answers with the rows changed */
+static const store__rows_spec exec_spec = {1, decode_none, deliver_none};
+
+void *store__exec_call(store_done_cb cb, void *ud) {
+  return store__rows_call(&exec_spec, (void (*)(void))cb, ud);
+}
+
+void store__on_exec(void *ud, int status, PGresult *res, const char *errmsg) {
+  rows_call *c = ud;
+  store_done_cb cb = (store_done_cb)c->cb;
+  void *cud = c->ud;
+  free(c);
+  if (cb)
+    cb(cud, status, status == 0 ? atoll(PQcmdTuples(res)) : 0, errmsg);
+}
+
+void store__exec(db *d, const char *sql, int nparams, const char *const *params, store_done_cb cb,
+                 void *ud) {
+  void *c = store__exec_call(cb, ud);
+  if (c)
+    db_query(d, sql, nparams, params, store__on_exec, c);
+}

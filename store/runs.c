@@ -1,0 +1,253 @@
+/* The runs' life cycle (runs.h): placement's queue, claims, leases, what
+ * trainers report, results. */
+#include "store/runs.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/rows.h"
+
+/* ---- the queue and claims ------------------------------------------------ */
+
+static void decode_queued(const PGresult *res, int row, void *elem) {
+  store_queued *r = elem;
+  r->id = store__int(res, row, 0);
+  r->gpus = (int)store__int(res, row, 1);
+}
+
+static void deliver_queue(void (*cb)(void), void *ud, int status, const void *rows, int n,
+                          const char *errmsg) {
+  ((store_queue_cb)cb)(ud, status, rows, n, errmsg);
+}
+
+static const store__rows_spec queued = {sizeof(store_queued), decode_queued, deliver_queue};
+
+void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud) {
+  char lim[24];
+  const char *p[1] = {store__itoa(lim, sizeof lim, limit)};
+  store__query_rows(
+      d,
+      "SELECT r.id, r.gpus FROM runs r JOIN sweeps sw ON sw.id = r.sweep_id "
+      "WHERE r.status = 'queued' "
+      "ORDER BY greatest(r.priority, sw.priority) DESC, r.sweep_id, r.flops NULLS LAST, "
+      "r.id LIMIT $1",
+      1, p, &queued, (void (*)(void))cb, ud);
+}
+
+static void decode_claim(const PGresult *res, int row, void *elem) {
+  *(store_claim *)elem =
+      (store_claim){.attempt = (int)store__int(res, row, 0),
+                    .config = PQgetvalue(res, row, 1),
+                    .sweep_id = store__int(res, row, 2),
+                    .resume_max_step = PQgetisnull(res, row, 3) ? -1 : store__int(res, row, 3)};
+}
+
+static void deliver_claim(void (*cb)(void), void *ud, int status, const void *rows, int n,
+                          const char *errmsg) {
+  ((store_claim_cb)cb)(ud, status, n == 1 ? rows : NULL, errmsg);
+}
+
+static const store__rows_spec claimed = {sizeof(store_claim), decode_claim, deliver_claim};
+
+void store_runs_claim(db *d, int64_t run_id, int64_t worker_id, int lease_s, store_claim_cb cb,
+                      void *ud) {
+  char rid[24], wid[24], lease[24];
+  const char *p[3] = {store__itoa(rid, sizeof rid, run_id), store__itoa(wid, sizeof wid, worker_id),
+                      store__itoa(lease, sizeof lease, lease_s)};
+  store__query_rows(d,
+                    "UPDATE runs SET status = 'running', worker = $2, attempt = attempt + 1, "
+                    "lease_until = now() + $3 * interval '1 second', "
+                    "started_at = coalesce(started_at, now()), error = NULL "
+                    "WHERE id = $1 AND status = 'queued' AND attempt < max_attempts "
+                    "RETURNING attempt, config, sweep_id, CASE WHEN attempt > 1 THEN "
+                    "(SELECT CASE WHEN min(step) = 1 THEN min(step) FILTER "
+                    "(WHERE nxt IS DISTINCT FROM step + 1) ELSE 0 END FROM (SELECT step, "
+                    "lead(step) OVER (ORDER BY step) AS nxt FROM metrics WHERE run_id = $1 "
+                    "AND step >= 1) t) END",
+                    3, p, &claimed, (void (*)(void))cb, ud);
+}
+
+/* ---- leases ----------------------------------------------------------------- */
+
+static void decode_change(const PGresult *res, int row, void *elem) {
+  store_run_change *r = elem;
+  r->id = store__int(res, row, 0);
+  r->status = PQgetvalue(res, row, 1);
+  r->worker = store__int(res, row, 2);
+  r->sweep_id = store__int(res, row, 3);
+}
+
+static void deliver_changes(void (*cb)(void), void *ud, int status, const void *rows, int n,
+                            const char *errmsg) {
+  ((store_changes_cb)cb)(ud, status, rows, n, errmsg);
+}
+
+static const store__rows_spec changes = {sizeof(store_run_change), decode_change, deliver_changes};
+
+void store_runs_expire(db *d, store_changes_cb cb, void *ud) {
+  store__query_rows(d,
+                    "WITH x AS (SELECT id, worker FROM runs WHERE status = 'running' "
+                    "AND lease_until < now() FOR UPDATE) "
+                    "UPDATE runs r SET status = CASE WHEN r.attempt >= r.max_attempts "
+                    "THEN 'failed'::run_status ELSE 'queued'::run_status END, "
+                    "worker = NULL, lease_until = NULL, "
+                    "error = 'lease expired: worker lost', "
+                    "finished_at = CASE WHEN r.attempt >= r.max_attempts THEN now() END "
+                    "FROM x WHERE r.id = x.id RETURNING r.id, r.status, x.worker, r.sweep_id",
+                    0, NULL, &changes, (void (*)(void))cb, ud);
+}
+
+void store_runs_extend_leases(db *d, int lease_s, store_done_cb cb, void *ud) {
+  char lease[24];
+  const char *p[1] = {store__itoa(lease, sizeof lease, lease_s)};
+  store__exec(d,
+              "UPDATE runs SET lease_until = greatest(lease_until, "
+              "now() + $1 * interval '1 second') WHERE status = 'running'",
+              1, p, cb, ud);
+}
+
+void store_runs_reconcile(db *d, int64_t run_id, int attempt, int64_t worker_id, int lease_s,
+                          store_done_cb cb, void *ud) {
+  char rid[24], att[24], wid[24], lease[24];
+  const char *p[4] = {store__itoa(rid, sizeof rid, run_id), store__itoa(att, sizeof att, attempt),
+                      store__itoa(wid, sizeof wid, worker_id),
+                      store__itoa(lease, sizeof lease, lease_s)};
+  store__exec(d,
+              "UPDATE runs SET lease_until = now() + $4 * interval '1 second' "
+              "WHERE id = $1 AND attempt = $2 AND worker = $3 AND status = 'running' "
+              "RETURNING id",
+              4, p, cb, ud);
+}
+
+void store_runs_requeue_orphans(db *d, int64_t worker_id, const int64_t *kept, int nkept,
+                                store_changes_cb cb, void *ud) {
+  char wid[24];
+  char *ids = store__ids_json(kept, nkept);
+  const char *p[2] = {store__itoa(wid, sizeof wid, worker_id), ids ? ids : "[]"};
+  store__query_rows(d,
+                    "UPDATE runs SET status = CASE WHEN attempt >= max_attempts "
+                    "THEN 'failed'::run_status ELSE 'queued'::run_status END, "
+                    "worker = NULL, lease_until = NULL, error = 'worker restarted: run lost', "
+                    "finished_at = CASE WHEN attempt >= max_attempts THEN now() END "
+                    "WHERE worker = $1 AND status = 'running' "
+                    "AND id NOT IN (SELECT jsonb_array_elements_text($2::jsonb)::bigint) "
+                    "RETURNING id, status, worker, sweep_id",
+                    2, p, &changes, (void (*)(void))cb, ud);
+  free(ids);
+}
+
+static void decode_id(const PGresult *res, int row, void *elem) {
+  *(int64_t *)elem = store__int(res, row, 0);
+}
+
+static void deliver_ids(void (*cb)(void), void *ud, int status, const void *rows, int n,
+                        const char *errmsg) {
+  ((store_ids_cb)cb)(ud, status, rows, n, errmsg);
+}
+
+static const store__rows_spec renewed = {sizeof(int64_t), decode_id, deliver_ids};
+
+void store_runs_renew(db *d, int64_t worker_id, int lease_s, const int64_t *runs, int nruns,
+                      store_ids_cb cb, void *ud) {
+  char wid[24], lease[24];
+  char *ids = store__ids_json(runs, nruns);
+  if (!ids) {
+    cb(ud, SS_ENOMEM, NULL, 0, "out of memory");
+    return;
+  }
+  void *c = store__rows_call(&renewed, (void (*)(void))cb, ud);
+  if (!c) {
+    free(ids);
+    return;
+  }
+  const char *sqls[2] = {
+      "UPDATE workers SET last_seen = now() WHERE id = $1",
+      "UPDATE runs SET lease_until = now() + $2 * interval '1 second' "
+      "WHERE worker = $1 AND status = 'running' "
+      "AND id IN (SELECT jsonb_array_elements_text($3::jsonb)::bigint) RETURNING id"};
+  const char *p1[1] = {store__itoa(wid, sizeof wid, worker_id)};
+  const char *p2[3] = {wid, store__itoa(lease, sizeof lease, lease_s), ids};
+  const char *const *ps[2] = {p1, p2};
+  const int np[2] = {1, 3};
+  db_tx(d, 2, sqls, np, ps, store__on_rows, c);
+  free(ids);
+}
+
+/* ---- what trainers report ---------------------------------------------------- */
+
+void store_runs_started(db *d, const store_started *st, store_done_cb cb, void *ud) {
+  char rid[24], att[24], wid[24], params[32], nep[32], fpt[32], er[32], wf[32];
+  snprintf(params, sizeof params, "%.0f", st->params);
+  snprintf(nep, sizeof nep, "%.0f", st->nonembedding_params);
+  snprintf(fpt, sizeof fpt, "%.17g", st->flops_per_token);
+  const char *p[8] = {store__itoa(rid, sizeof rid, st->run_id),
+                      store__itoa(att, sizeof att, st->attempt),
+                      store__itoa(wid, sizeof wid, st->worker_id),
+                      params,
+                      nep,
+                      fpt,
+                      store__dtoa(er, sizeof er, st->entropy_rate),
+                      store__dtoa(wf, sizeof wf, st->window_floor)};
+  store__exec(d,
+              "UPDATE runs SET params = $4::bigint, nonembedding_params = $5::bigint, "
+              "flops = coalesce(flops, $6::float8 * tokens), "
+              "entropy_rate = $7::float8, window_floor = $8::float8 "
+              "WHERE id = $1 AND attempt = $2 AND worker = $3",
+              8, p, cb, ud);
+}
+
+void store_runs_checkpoint(db *d, int64_t run_id, int attempt, int64_t step, const char *path,
+                           store_done_cb cb, void *ud) {
+  char rid[24], att[24], st[24];
+  const char *p[4] = {store__itoa(rid, sizeof rid, run_id), store__itoa(att, sizeof att, attempt),
+                      store__itoa(st, sizeof st, step), path};
+  store__exec(d,
+              "UPDATE runs SET checkpoint_step = $3::bigint, checkpoint_path = $4 "
+              "WHERE id = $1 AND attempt = $2",
+              4, p, cb, ud);
+}
+
+/* ---- results -------------------------------------------------------------------- */
+
+typedef struct finished_row {
+  const char *status;
+  int64_t sweep_id;
+} finished_row;
+
+static void decode_finished(const PGresult *res, int row, void *elem) {
+  *(finished_row *)elem = (finished_row){PQgetvalue(res, row, 0), store__int(res, row, 1)};
+}
+
+static void deliver_finished(void (*cb)(void), void *ud, int status, const void *rows, int n,
+                             const char *errmsg) {
+  const finished_row *r = n == 1 ? rows : NULL;
+  ((store_finish_cb)cb)(ud, status, r ? r->status : NULL, r ? r->sweep_id : 0, errmsg);
+}
+
+static const store__rows_spec finished = {sizeof(finished_row), decode_finished, deliver_finished};
+
+void store_runs_finish(db *d, const store_finish *f, store_finish_cb cb, void *ud) {
+  char rid[24], att[24], wid[24], loss[32], tokens[32];
+  int ok = !strcmp(f->outcome, "succeeded");
+  snprintf(tokens, sizeof tokens, "%.0f", f->tokens);
+  const char *p[8] = {store__itoa(rid, sizeof rid, f->run_id),
+                      store__itoa(att, sizeof att, f->attempt),
+                      store__itoa(wid, sizeof wid, f->worker_id),
+                      f->outcome,
+                      ok ? store__dtoa(loss, sizeof loss, f->final_val_loss) : NULL,
+                      ok ? tokens : NULL,
+                      f->error,
+                      f->log_tail};
+  store__query_rows(d,
+                    "UPDATE runs SET status = CASE WHEN $4 = 'failed' AND attempt < max_attempts "
+                    "THEN 'queued'::run_status ELSE $4::run_status END, "
+                    "worker = NULL, lease_until = NULL, "
+                    "final_val_loss = coalesce($5::float8, final_val_loss), "
+                    "tokens = coalesce($6::bigint, tokens), error = $7, log_tail = $8, "
+                    "finished_at = CASE WHEN $4 = 'failed' AND attempt < max_attempts THEN NULL "
+                    "ELSE now() END "
+                    "WHERE id = $1 AND attempt = $2 AND worker = $3 AND status = 'running' "
+                    "RETURNING status, sweep_id",
+                    8, p, &finished, (void (*)(void))cb, ud);
+}

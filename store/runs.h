@@ -1,0 +1,131 @@
+/* The runs' life cycle in the store: the placement queue, claiming a run
+ * for a worker, leases (renewal, expiry, recovery), what a trainer reports
+ * (started, checkpoint) and the result (finish). Every write names the
+ * attempt and the worker it is for, so a stale message changes nothing.
+ *
+ * Strings in callbacks' structs are valid during the callback only. */
+#ifndef SS_STORE_RUNS_H
+#define SS_STORE_RUNS_H
+
+#include <stdint.h>
+
+#include "store/store.h"
+
+/* A queued run as placement sees it: its id and how many GPUs (0: a CPU
+ * slot). */
+typedef struct store_queued {
+  int64_t id;
+  int gpus;
+} store_queued;
+
+typedef void (*store_queue_cb)(void *ud, int status, const store_queued *runs, int n,
+                               const char *errmsg);
+
+/* Up to limit queued runs in placement order: higher priority (the run's
+ * or its sweep's) first, then submission order; within a sweep, smaller
+ * runs first so the first fits appear early. */
+void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud);
+
+/* A run just claimed for a worker: its attempt (counted from 1), its config
+ * (JSON text, exactly as stored), its sweep, and for a resumed attempt the
+ * last step of the stored metrics' gap-free prefix 1, 2, ..., s (0 when
+ * step 1 is missing; -1 for a first attempt). */
+typedef struct store_claim {
+  int attempt;
+  const char *config;
+  int64_t sweep_id;
+  int64_t resume_max_step;
+} store_claim;
+
+/* claim is NULL when the run was not claimed (another pass took it, it was
+ * cancelled, or it has no attempts left). */
+typedef void (*store_claim_cb)(void *ud, int status, const store_claim *claim, const char *errmsg);
+
+/* Takes a queued run for worker_id with a lease of lease_s seconds: status
+ * running, the next attempt, started_at kept from the first attempt. */
+void store_runs_claim(db *d, int64_t run_id, int64_t worker_id, int lease_s, store_claim_cb cb,
+                      void *ud);
+
+/* A run that left the running state without its worker's word: its new
+ * status ("queued", or "failed" with no attempts left), the worker it had
+ * and its sweep. */
+typedef struct store_run_change {
+  int64_t id;
+  const char *status;
+  int64_t worker;
+  int64_t sweep_id;
+} store_run_change;
+
+typedef void (*store_changes_cb)(void *ud, int status, const store_run_change *runs, int n,
+                                 const char *errmsg);
+
+/* Re-queues (or fails, with no attempts left) every running run whose lease
+ * has expired, with the error "lease expired: worker lost". */
+void store_runs_expire(db *d, store_changes_cb cb, void *ud);
+
+/* Gives every running run at least lease_s seconds more: after the
+ * database or the scheduler was away no heartbeat could renew a lease.
+ * rows: the runs extended. */
+void store_runs_extend_leases(db *d, int lease_s, store_done_cb cb, void *ud);
+
+/* A reconnected worker says it still executes this attempt: renews its
+ * lease if the run is still that worker's attempt and running (rows 1),
+ * else rows 0 (the worker should stop it). */
+void store_runs_reconcile(db *d, int64_t run_id, int attempt, int64_t worker_id, int lease_s,
+                          store_done_cb cb, void *ud);
+
+/* The runs the database gives worker_id that it no longer executes (not
+ * among kept[0..nkept-1]: its previous process died) go back to the queue
+ * (or fail, with no attempts left), with the error "worker restarted: run
+ * lost". */
+void store_runs_requeue_orphans(db *d, int64_t worker_id, const int64_t *kept, int nkept,
+                                store_changes_cb cb, void *ud);
+
+typedef void (*store_ids_cb)(void *ud, int status, const int64_t *ids, int n, const char *errmsg);
+
+/* A heartbeat, in one transaction: the worker's last_seen, and the leases
+ * of the runs it names (runs[0..nruns-1]) that are running on it, and only
+ * those, renewed to lease_s seconds from now. ids: the runs renewed. */
+void store_runs_renew(db *d, int64_t worker_id, int lease_s, const int64_t *runs, int nruns,
+                      store_ids_cb cb, void *ud);
+
+/* What a trainer reports when it starts (its first line): sizes, FLOPs per
+ * token and, for the synthetic corpus, its entropy rate and window floor
+ * (NAN: not reported, stored as NULL). */
+typedef struct store_started {
+  int64_t run_id;
+  int attempt;
+  int64_t worker_id;
+  double params, nonembedding_params, flops_per_token;
+  double entropy_rate, window_floor;
+} store_started;
+
+/* Records st on the run's attempt (flops: flops_per_token times the run's
+ * tokens, unless already known). */
+void store_runs_started(db *d, const store_started *st, store_done_cb cb, void *ud);
+
+/* The attempt's latest checkpoint: its step and path. */
+void store_runs_checkpoint(db *d, int64_t run_id, int attempt, int64_t step, const char *path,
+                           store_done_cb cb, void *ud);
+
+/* The end of an attempt as its worker reports it. outcome is "succeeded"
+ * (final_val_loss and tokens are kept), "failed" (back to the queue while
+ * attempts are left: it resumes from its checkpoint) or "cancelled"; error
+ * and log_tail (NULL: none) are kept for the status page. */
+typedef struct store_finish {
+  int64_t run_id;
+  int attempt;
+  int64_t worker_id;
+  const char *outcome;
+  double final_val_loss, tokens;
+  const char *error, *log_tail;
+} store_finish;
+
+/* run_status: the run's new status, or NULL when the attempt was no longer
+ * this worker's running one (nothing changed). */
+typedef void (*store_finish_cb)(void *ud, int status, const char *run_status, int64_t sweep_id,
+                                const char *errmsg);
+
+void store_runs_finish(db *d, const store_finish *f, store_finish_cb cb, void *ud);
+
+#endif
