@@ -8,6 +8,16 @@
  * ranges, added in order, so the result does not depend on threads. */
 #define SUMSQ_CHUNK 16384
 
+/* Runs CALL over this thread's share [lo, hi) of n items in an OpenMP
+ * parallel region, with the run's precision a compile-time constant P
+ * (KERN__WITH_PREC): CALL(P) is a call of a range kernel on lo, hi and P. */
+#define FOR_SHARES(k, n, CALL)        \
+  _Pragma("omp parallel") {           \
+    size_t lo, hi;                    \
+    kern__split((n), &lo, &hi);       \
+    KERN__WITH_PREC((k)->prec, CALL); \
+  }
+
 KERN__INLINE void residual_range(float *out, const float *a, const float *b, size_t lo, size_t hi,
                                  const kern_prec p) {
   for (size_t i = lo; i < hi; i++)
@@ -15,14 +25,9 @@ KERN__INLINE void residual_range(float *out, const float *a, const float *b, siz
 }
 
 static void residual_forward(kern_ctx *k, float *out, const float *a, const float *b, size_t n) {
-#pragma omp parallel
-  {
-    size_t lo, hi;
-    kern__split(n, &lo, &hi);
 #define CALL(P) residual_range(out, a, b, lo, hi, P)
-    KERN__WITH_PREC(k->prec, CALL);
+  FOR_SHARES(k, n, CALL);
 #undef CALL
-  }
 }
 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
@@ -38,14 +43,9 @@ KERN__INLINE void gelu_fwd_range(float *out, const float *inp, size_t lo, size_t
 }
 
 static void gelu_forward(kern_ctx *k, float *out, const float *inp, size_t n) {
-#pragma omp parallel
-  {
-    size_t lo, hi;
-    kern__split(n, &lo, &hi);
 #define CALL(P) gelu_fwd_range(out, inp, lo, hi, P)
-    KERN__WITH_PREC(k->prec, CALL);
+  FOR_SHARES(k, n, CALL);
 #undef CALL
-  }
 }
 
 KERN__INLINE void gelu_bwd_range(float *dinp, const float *inp, const float *dout, size_t lo,
@@ -61,14 +61,9 @@ KERN__INLINE void gelu_bwd_range(float *dinp, const float *inp, const float *dou
 }
 
 static void gelu_backward(kern_ctx *k, float *dinp, const float *inp, const float *dout, size_t n) {
-#pragma omp parallel
-  {
-    size_t lo, hi;
-    kern__split(n, &lo, &hi);
 #define CALL(P) gelu_bwd_range(dinp, inp, dout, lo, hi, P)
-    KERN__WITH_PREC(k->prec, CALL);
+  FOR_SHARES(k, n, CALL);
 #undef CALL
-  }
 }
 
 static double sumsq(kern_ctx *k, const float *x, size_t n) {

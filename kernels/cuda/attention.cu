@@ -116,33 +116,63 @@ static void unpermute(kern_ctx *k, float *dst, const float *src, int B, int T, i
   KERN__CU_LAUNCHED();
 }
 
+/* One attention call's sizes and its scratch (kern__cu_scratch), laid out
+ * the same way by the forward and the backward: nx matrices (BH, T, hs) at
+ * the GEMM type (Q, K, V, and dY for the backward), then a copy of one
+ * (BH, T, T) matrix at the GEMM type (none at fp32, where the GEMMs read the
+ * fp32 one), then nf fp32 matrices (BH, T, hs) for the outputs. */
+typedef struct {
+  int hs, BH;        /* head size, heads over the batch */
+  float sc;          /* the score scale 1/sqrt(hs) */
+  cudaDataType_t ty; /* the GEMM type */
+  size_t TT;         /* elements of the (BH, T, T) matrices */
+  long long sX, sT;  /* a head's stride in (BH, T, hs) and (BH, T, T) */
+  void *x[4];        /* (BH, T, hs) at the GEMM type: q, k, v, dy */
+  char *alow;        /* (BH, T, T) at the GEMM type */
+  float *f[3];       /* (BH, T, hs) fp32 */
+} att_scratch;
+
+/* Carves the scratch for nx GEMM-type and nf fp32 (BH, T, hs) matrices and
+ * permutes Q, K and V out of qkv (B, T, 3C) into x[0..2]. */
+static att_scratch att_setup(kern_ctx *k, const float *qkv, int B, int T, int C, int NH, int nx,
+                             int nf) {
+  kern_prec p = k->prec;
+  att_scratch a = {.hs = C / NH, .BH = B * NH, .ty = kern__cu_gemm_type(p)};
+  a.sc = 1.0f / sqrtf((float)a.hs);
+  size_t X = (size_t)a.BH * T * a.hs, e = kern__cu_gemm_elt(p);
+  a.TT = (size_t)a.BH * T * T;
+  a.sX = (long long)T * a.hs;
+  a.sT = (long long)T * T;
+  size_t x_b = kern__cu_al(X * e), a_b = p == KERN_FP32 ? 0 : kern__cu_al(a.TT * e);
+  size_t f_b = kern__cu_al(X * sizeof(float));
+  char *s = (char *)kern__cu_scratch(k, nx * x_b + a_b + nf * f_b);
+  for (int i = 0; i < nx; i++)
+    a.x[i] = s + i * x_b;
+  a.alow = s + nx * x_b;
+  for (int i = 0; i < nf; i++)
+    a.f[i] = (float *)(a.alow + a_b + i * f_b);
+  for (int i = 0; i < 3; i++) /* q at column 0, k at C, v at 2C */
+    permute(k, a.x[i], qkv, B, T, NH, a.hs, 3 * C, i * C);
+  return a;
+}
+
 static void attention_forward(kern_ctx *k, float *out, float *att, const float *qkv, int B, int T,
                               int C, int NH) {
   if (B == 0 || T == 0)
     return;
   kern_prec p = k->prec;
-  cudaDataType_t ty = kern__cu_gemm_type(p);
-  int hs = C / NH, BH = B * NH;
-  float sc = 1.0f / sqrtf((float)hs);
-  size_t e = kern__cu_gemm_elt(p);
-  size_t X = (size_t)BH * T * hs, TT = (size_t)BH * T * T;
-  size_t x_b = kern__cu_al(X * e), a_b = p == KERN_FP32 ? 0 : kern__cu_al(TT * e);
-  char *s = (char *)kern__cu_scratch(k, 3 * x_b + a_b + kern__cu_al(X * sizeof(float)));
-  void *q = s, *kk = s + x_b, *v = s + 2 * x_b;
-  char *alow = s + 3 * x_b;
-  float *y = (float *)(alow + a_b);
-  permute(k, q, qkv, B, T, NH, hs, 3 * C, 0);
-  permute(k, kk, qkv, B, T, NH, hs, 3 * C, C);
-  permute(k, v, qkv, B, T, NH, hs, 3 * C, 2 * C);
-  long long sX = (long long)T * hs, sT = (long long)T * T;
+  att_scratch a = att_setup(k, qkv, B, T, C, NH, 3, 1);
+  int hs = a.hs, BH = a.BH;
+  void *q = a.x[0], *kk = a.x[1], *v = a.x[2];
+  float *y = a.f[0];
   /* scores (T,T) = sc * Q (T,hs) K^T, per head */
-  kern__cu_gemm(k, 0, 1, T, T, hs, sc, q, hs, sX, kk, hs, sX, 0.0f, att, T, sT, BH, ty);
+  kern__cu_gemm(k, 0, 1, T, T, hs, a.sc, q, hs, a.sX, kk, hs, a.sX, 0.0f, att, T, a.sT, BH, a.ty);
   softmax_forward_kernel<<<kern__cu_grid((size_t)BH * T, WARPS), WARPS * 32, 0,
                            kern__cu_stream(k)>>>(att, BH * T, T, p);
   KERN__CU_LAUNCHED();
   /* y (T,hs) = A (T,T) V (T,hs), per head */
-  const void *A = kern__cu_lowp(k, att, TT, alow, p);
-  kern__cu_gemm(k, 0, 0, T, hs, T, 1.0f, A, T, sT, v, hs, sX, 0.0f, y, hs, sX, BH, ty);
+  const void *A = kern__cu_lowp(k, att, a.TT, a.alow, p);
+  kern__cu_gemm(k, 0, 0, T, hs, T, 1.0f, A, T, a.sT, v, hs, a.sX, 0.0f, y, hs, a.sX, BH, a.ty);
   unpermute(k, out, y, B, T, NH, hs, C, 0);
 }
 
@@ -151,39 +181,28 @@ static void attention_backward(kern_ctx *k, float *dqkv, float *datt, const floa
   if (B == 0 || T == 0)
     return;
   kern_prec p = k->prec;
-  cudaDataType_t ty = kern__cu_gemm_type(p);
-  int hs = C / NH, BH = B * NH;
-  float sc = 1.0f / sqrtf((float)hs);
-  size_t e = kern__cu_gemm_elt(p);
-  size_t X = (size_t)BH * T * hs, TT = (size_t)BH * T * T;
-  size_t x_b = kern__cu_al(X * e), a_b = p == KERN_FP32 ? 0 : kern__cu_al(TT * e);
-  size_t f_b = kern__cu_al(X * sizeof(float));
-  char *s = (char *)kern__cu_scratch(k, 4 * x_b + a_b + 3 * f_b);
-  void *q = s, *kk = s + x_b, *v = s + 2 * x_b, *dy = s + 3 * x_b;
-  char *alow = s + 4 * x_b; /* A, then dS, at the GEMM type */
-  float *dq = (float *)(alow + a_b), *dk = (float *)(alow + a_b + f_b);
-  float *dv = (float *)(alow + a_b + 2 * f_b);
-  permute(k, q, qkv, B, T, NH, hs, 3 * C, 0);
-  permute(k, kk, qkv, B, T, NH, hs, 3 * C, C);
-  permute(k, v, qkv, B, T, NH, hs, 3 * C, 2 * C);
+  /* alow holds A, then dS, at the GEMM type */
+  att_scratch a = att_setup(k, qkv, B, T, C, NH, 4, 3);
+  int hs = a.hs, BH = a.BH;
+  long long sX = a.sX, sT = a.sT;
+  void *q = a.x[0], *kk = a.x[1], *v = a.x[2], *dy = a.x[3];
+  float *dq = a.f[0], *dk = a.f[1], *dv = a.f[2];
   permute(k, dy, dout, B, T, NH, hs, C, 0);
-  long long sX = (long long)T * hs, sT = (long long)T * T;
   /* dA (T,T) = dY V^T */
-  kern__cu_gemm(k, 0, 1, T, T, hs, 1.0f, dy, hs, sX, v, hs, sX, 0.0f, datt, T, sT, BH, ty);
+  kern__cu_gemm(k, 0, 1, T, T, hs, 1.0f, dy, hs, sX, v, hs, sX, 0.0f, datt, T, sT, BH, a.ty);
   /* dV (T,hs) = A^T dY */
-  const void *A = kern__cu_lowp(k, att, TT, alow, p);
-  kern__cu_gemm(k, 1, 0, T, hs, T, 1.0f, A, T, sT, dy, hs, sX, 0.0f, dv, hs, sX, BH, ty);
+  const void *A = kern__cu_lowp(k, att, a.TT, a.alow, p);
+  kern__cu_gemm(k, 1, 0, T, hs, T, 1.0f, A, T, sT, dy, hs, sX, 0.0f, dv, hs, sX, BH, a.ty);
   softmax_backward_kernel<<<kern__cu_grid((size_t)BH * T, WARPS), WARPS * 32, 0,
-                            kern__cu_stream(k)>>>(datt, att, BH * T, T, sc, p);
+                            kern__cu_stream(k)>>>(datt, att, BH * T, T, a.sc, p);
   KERN__CU_LAUNCHED();
   /* dQ (T,hs) = dS K; dK (T,hs) = dS^T Q (dS overwrites A's low copy: the
    * dV product before it on the stream has read it) */
-  const void *dS = kern__cu_lowp(k, datt, TT, alow, p);
-  kern__cu_gemm(k, 0, 0, T, hs, T, 1.0f, dS, T, sT, kk, hs, sX, 0.0f, dq, hs, sX, BH, ty);
-  kern__cu_gemm(k, 1, 0, T, hs, T, 1.0f, dS, T, sT, q, hs, sX, 0.0f, dk, hs, sX, BH, ty);
-  unpermute(k, dqkv, dq, B, T, NH, hs, 3 * C, 0);
-  unpermute(k, dqkv, dk, B, T, NH, hs, 3 * C, C);
-  unpermute(k, dqkv, dv, B, T, NH, hs, 3 * C, 2 * C);
+  const void *dS = kern__cu_lowp(k, datt, a.TT, a.alow, p);
+  kern__cu_gemm(k, 0, 0, T, hs, T, 1.0f, dS, T, sT, kk, hs, sX, 0.0f, dq, hs, sX, BH, a.ty);
+  kern__cu_gemm(k, 1, 0, T, hs, T, 1.0f, dS, T, sT, q, hs, sX, 0.0f, dk, hs, sX, BH, a.ty);
+  for (int i = 0; i < 3; i++) /* dq, dk, dv to columns 0, C, 2C */
+    unpermute(k, dqkv, a.f[i], B, T, NH, hs, 3 * C, i * C);
 }
 
 void kern__cuda_attention(kern_ops *o) {

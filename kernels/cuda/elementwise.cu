@@ -52,12 +52,10 @@ __global__ void accumulate_kernel(float *dst, const float *src, float s, size_t 
  * (blk, t) sums elements blk*256 + t + j*grid*256 in order of j, the block
  * adds its 256 sums by a fixed tree into part[blk]. */
 #define SUMSQ_THREADS 256
-__global__ void sumsq_part_kernel(double *part, const float *x, size_t n) {
-  __shared__ double sh[SUMSQ_THREADS];
-  size_t stride = (size_t)gridDim.x * SUMSQ_THREADS;
-  double s = 0.0;
-  for (size_t i = (size_t)blockIdx.x * SUMSQ_THREADS + threadIdx.x; i < n; i += stride)
-    s += (double)x[i] * (double)x[i];
+
+/* The sum of the SUMSQ_THREADS threads' s by a fixed tree in shared memory
+ * (sh, SUMSQ_THREADS wide); meaningful in thread 0 only. */
+__device__ double block_sum(double *sh, double s) {
   sh[threadIdx.x] = s;
   __syncthreads();
   for (int h = SUMSQ_THREADS / 2; h > 0; h /= 2) {
@@ -65,8 +63,18 @@ __global__ void sumsq_part_kernel(double *part, const float *x, size_t n) {
       sh[threadIdx.x] += sh[threadIdx.x + h];
     __syncthreads();
   }
+  return sh[0];
+}
+
+__global__ void sumsq_part_kernel(double *part, const float *x, size_t n) {
+  __shared__ double sh[SUMSQ_THREADS];
+  size_t stride = (size_t)gridDim.x * SUMSQ_THREADS;
+  double s = 0.0;
+  for (size_t i = (size_t)blockIdx.x * SUMSQ_THREADS + threadIdx.x; i < n; i += stride)
+    s += (double)x[i] * (double)x[i];
+  s = block_sum(sh, s);
   if (threadIdx.x == 0)
-    part[blockIdx.x] = sh[0];
+    part[blockIdx.x] = s;
 }
 
 /* one block: thread t adds parts t, t + 256, ... in order, then the tree;
@@ -76,15 +84,9 @@ __global__ void sumsq_final_kernel(double *part, int nparts) {
   double s = 0.0;
   for (int i = threadIdx.x; i < nparts; i += SUMSQ_THREADS)
     s += part[i];
-  sh[threadIdx.x] = s;
-  __syncthreads();
-  for (int h = SUMSQ_THREADS / 2; h > 0; h /= 2) {
-    if ((int)threadIdx.x < h)
-      sh[threadIdx.x] += sh[threadIdx.x + h];
-    __syncthreads();
-  }
+  s = block_sum(sh, s);
   if (threadIdx.x == 0)
-    part[nparts] = sh[0];
+    part[nparts] = s;
 }
 
 /* ---- launchers ---- */
