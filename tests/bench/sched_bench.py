@@ -45,9 +45,15 @@ Four parts, all against one scheduler process:
     sends them in batches of hundreds), followed by VACUUM ANALYZE. Then, on
     one keep-alive connection, sequentially: 3 warm-up requests, then BENCH_API_REQUESTS timed GET /api/sweeps/{id},
     the same number of GET /api/runs/{id} (a run with its metric rows), and
-    BENCH_API_REQUESTS/4 GET /api/sweeps. EXPLAIN ANALYZE of the scheduler's
-    queries (copied from scheduler/api.c, sched.c, refit.c) goes to the
-    output directory.
+    BENCH_API_REQUESTS/4 GET /api/sweeps. Then, with auto_explain logging
+    the plan and actual times (EXPLAIN ANALYZE, BUFFERS) of every statement,
+    one more of each GET, and one run of the sweep reproduced and run by a
+    worker with 2 slots, so that the scheduler places it, updates the big
+    sweep's status and refits the sweep: the plans of the statements the
+    scheduler sent go to the output directory (explain-*.txt), their
+    durations to explain_execution_ms (the median where it ran one several
+    times; auto_explain's duration is the executor's run, a little less than
+    EXPLAIN ANALYZE's "Execution Time", which adds executor start and end).
 (d) dispatch inside a big sweep -- after (c): BENCH_BIG_RUNS runs of (c)'s
     sweep are reproduced (POST /api/runs/{id}/reproduce: new queued runs in
     that sweep of 10,000) and run as in (a) on one worker with 2 slots; the
@@ -102,6 +108,7 @@ def main():
     os.makedirs(LOG_DIR, exist_ok=True)
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     sql.pgss_setup()
+    sql.plans_setup()
     baseline = sql.spawn_baseline()
     log(f"the fake trainer alone: spawn to exit median {baseline['median']} ms, p99 "
         f"{baseline['p99']} ms")
@@ -119,7 +126,8 @@ def main():
         results["api"] = api_part()
         if "bigsweep" in PARTS and BIG_RUNS > 0:
             results["dispatch"] = results.get("dispatch", []) + \
-                [bigsweep_part(results["api"]["sweep_id"])]
+                [bigsweep_part(results["api"]["sweep_id"],
+                               results["api"]["explain_reproduction_id"])]
     results["total_s"] = round(time.time() - T_START, 1)
     env.sched_proc.send_signal(signal.SIGTERM)
     try:
@@ -130,7 +138,7 @@ def main():
     with open(OUT, "w") as f:
         json.dump(results, f, indent=2)
     print_table(results)
-    print(f"written: {OUT} (logs and EXPLAIN ANALYZE output: {LOG_DIR}); total "
+    print(f"written: {OUT} (logs and the scheduler's plans: {LOG_DIR}); total "
           f"{results['total_s']} s")
     shutil.rmtree(env.tmp, ignore_errors=True)
 

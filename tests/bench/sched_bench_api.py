@@ -1,8 +1,8 @@
 """(c) API latency with many runs and metric rows (sched_bench.py)."""
 from sched_bench_env import *  # noqa: F401,F403 (the configuration and helpers)
 import sched_bench_env as env
-from sched_bench_sql import (Q_QUEUE, Q_REFIT_POINTS, Q_RUN, Q_SWEEP, Q_SWEEP_STATUS, Q_SWEEPS, explain,
-                             pgss_reset, pgss_top)
+from sched_bench_sql import (pgss_reset, pgss_top, plan_ms, plans_off, plans_on, plans_read,
+                             plans_seen)
 
 
 # ---- (c) API latency ---------------------------------------------------------------------------
@@ -20,6 +20,43 @@ def time_requests(api, path, n, warmup=3):
         lat.append(ms)
         size = len(data)
     return lat, size
+
+
+def explain_part(sweep_id, run_id, timeout=60):
+    """The plans, with their actual times, of what the scheduler ran for the
+    timed requests (one more of each, with auto_explain logging) and, on the
+    big sweep, for placement, a sweep's status and a refit: one run of the
+    sweep is reproduced and run by a worker with 2 slots. Returns the
+    durations by statement and the reproduction's run id."""
+    at = plans_on()
+    api = Api()
+    for path in (f"/api/sweeps/{sweep_id}", f"/api/runs/{run_id}", "/api/sweeps"):
+        st, data, _ = api.request("GET", path)
+        if st != 200:
+            die(f"GET {path}: {st} {data[:300]!r}")
+    last = psql(f"SELECT max(id) FROM runs WHERE sweep_id = {sweep_id} AND reproduces IS NULL")
+    st, data, _ = api.request("POST", f"/api/runs/{last}/reproduce")
+    api.close()
+    if st != 201:
+        die(f"POST /api/runs/{last}/reproduce: {st} {data[:300]!r}")
+    repro_id = json.loads(data)["id"]
+    p, logp, _ = start_worker(f"explain-{os.getpid()}", 2, FAKE_STEPS)
+    deadline = time.time() + timeout
+    want = ("queue", "sweep_status", "refit_points")
+    while time.time() < deadline and not plans_seen(plans_read(at), want):
+        time.sleep(0.2)
+    stop_worker(p)
+    plans_off()
+    plans = plans_read(at)
+    if at is not None and not plans_seen(plans, want):
+        log(f"api: within {timeout} s the scheduler ran not all of {', '.join(want)}; see {logp}")
+    ex = {"get_sweep": plan_ms(plans, "get_sweep", "get-sweep"),
+          "get_run": plan_ms(plans, "get_run", "get-run"),
+          "get_sweeps": plan_ms(plans, "get_sweeps", "get-sweeps"),
+          "sweep_status": plan_ms(plans, "sweep_status", "sweep-status-big"),
+          "refit_points": plan_ms(plans, "refit_points", "refit-points-big"),
+          "queue": plan_ms(plans, "queue", "queue-big")}
+    return ex, repro_id
 
 
 def api_part():
@@ -67,12 +104,7 @@ def api_part():
     api.close()
     usage = cpu.stop()
     top = pgss_top("api")
-    ex = {"get_sweep": explain("get-sweep", Q_SWEEP.format(id=sweep_id, limit=500)),
-          "get_run": explain("get-run", Q_RUN.format(id=run_id)),
-          "get_sweeps": explain("get-sweeps", Q_SWEEPS),
-          "sweep_status": explain("sweep-status-big", Q_SWEEP_STATUS.format(id=sweep_id)),
-          "refit_points": explain("refit-points-big", Q_REFIT_POINTS.format(id=sweep_id)),
-          "queue": explain("queue-big", Q_QUEUE.format(limit=24))}
+    ex, repro_id = explain_part(sweep_id, run_id)
     res = {
         "sweep_id": sweep_id, "runs_in_sweep": API_RUNS, "metrics_per_run": API_METRICS,
         "runs_in_db": total_runs, "metric_rows_in_db": total_metrics,
@@ -83,7 +115,7 @@ def api_part():
         "get_sweep_all_runs_ms": rsum(summary(whole_lat)), "get_sweep_all_runs_bytes": whole_size,
         "get_run_ms": rsum(summary(run_lat)), "get_run_bytes": run_size, "run_id": run_id,
         "get_sweeps_ms": rsum(summary(list_lat)), "get_sweeps_bytes": list_size,
-        "explain_execution_ms": ex,
+        "explain_execution_ms": ex, "explain_reproduction_id": repro_id,
         "cpu": usage, "top_queries": top,
     }
     log(f"api: GET /api/sweeps/{sweep_id}: median {r3(res['get_sweep_ms']['median'])} ms, "

@@ -4,7 +4,8 @@ from sched_bench_env import *  # noqa: F401,F403 (the configuration and helpers)
 import sched_bench_env as env
 
 
-from sched_bench_sql import Q_QUEUE, Q_SWEEP_STATUS, explain, pgss_reset, pgss_top
+from sched_bench_sql import (pgss_reset, pgss_top, plan_ms, plans_off, plans_on, plans_read,
+                             plans_seen)
 
 
 # ---- (a) dispatch ------------------------------------------------------------------------
@@ -88,9 +89,11 @@ def dispatch(layout, label=None, sweep_id=None, nruns=DISPATCH_RUNS, run_filter=
         if len(ids) > 1:
             run_filter = f"sweep_id IN ({','.join(str(i) for i in ids)})"
         log(f"{label}: sweep(s) {', '.join(str(i) for i in ids)} submitted in {submit_ms:.0f} ms")
-    limit = (nworkers * slots) * 4 + 16
-    q_ms = explain(f"queue-{tag}", Q_QUEUE.format(limit=limit))
-    st_ms = explain(f"sweep-status-{tag}", Q_SWEEP_STATUS.format(id=sweep_id))
+    # the plans of the scheduler's first placements (the queue full) and sweep
+    # status updates: auto_explain logs until the first run has been
+    # acknowledged and both have been seen, so the runs of about the first
+    # second (explain_runs_acked) are measured with it logging
+    explaining, plans, explained_runs = plans_on(), [], None
     log(f"{label}: starting {nworkers} worker(s) x {slots} slot(s)")
     pgss_reset()
     workers = [start_worker(f"{name}-w{i}", slots, FAKE_STEPS) for i in range(nworkers)]
@@ -114,6 +117,10 @@ def dispatch(layout, label=None, sweep_id=None, nruns=DISPATCH_RUNS, run_filter=
             cut = chunk.rfind("\n") + 1
             offsets[i] += len(chunk[:cut].encode())
             acked += chunk[:cut].count("finished and acknowledged")
+        if explaining is not None and acked > 0 and \
+                plans_seen(plans_read(explaining), ("queue", "sweep_status")):
+            plans_off()
+            plans, explaining, explained_runs = plans_read(explaining), None, acked
         if time.time() > deadline:
             die(f"{label}: only {acked} of {nruns} runs finished within "
                 f"{DISPATCH_TIMEOUT} s; see {LOG_DIR}")
@@ -123,6 +130,16 @@ def dispatch(layout, label=None, sweep_id=None, nruns=DISPATCH_RUNS, run_filter=
         time.sleep(0.2)
     usage = cpu.stop()
     rss.append(rss_mb(env.sched_proc.pid))
+    if explaining is not None:
+        # done before the scheduler's once-a-second sweep status update: the
+        # next one comes for the last runs
+        wait = time.time() + 2.5
+        while time.time() < wait and not plans_seen(plans_read(explaining), ("sweep_status",)):
+            time.sleep(0.1)
+        plans_off()
+        plans, explained_runs = plans_read(explaining), acked
+    q_ms = plan_ms(plans, "queue", f"queue-{tag}")
+    st_ms = plan_ms(plans, "sweep_status", f"sweep-status-{tag}")
     for p, _, _ in workers:
         stop_worker(p)
     top = pgss_top(tag)
@@ -186,6 +203,7 @@ def dispatch(layout, label=None, sweep_id=None, nruns=DISPATCH_RUNS, run_filter=
         "gap_db_ms": rsum(summary(dbgaps)),
         "gaps_over_50ms": sum(1 for x in g if x > 50),
         "explain_queue_query_ms": q_ms, "explain_sweep_status_ms": st_ms,
+        "explain_runs_acked": explained_runs,
         "cpu": usage, "top_queries": top,
         "scheduler_rss_mb": {"start": rss[0], "peak": max(rss), "end": rss[-1],
                              "samples": len(rss)},
@@ -200,13 +218,13 @@ def dispatch(layout, label=None, sweep_id=None, nruns=DISPATCH_RUNS, run_filter=
 
 # ---- (d) dispatch inside a big sweep ---------------------------------------------------------
 
-def bigsweep_part(api_sweep_id):
+def bigsweep_part(api_sweep_id, explain_run_id=None):
     """BENCH_BIG_RUNS reproductions (POST /api/runs/{id}/reproduce) of runs of
     the API part's sweep (10,000 succeeded runs): queued runs in a sweep that
     already holds 10,000, run by one worker with 2 slots -- the scheduler's
     per-run queries that read the whole sweep show here."""
-    ids = psql(f"SELECT id FROM runs WHERE sweep_id = {api_sweep_id} ORDER BY id "
-               f"LIMIT {BIG_RUNS}").split()
+    ids = psql(f"SELECT id FROM runs WHERE sweep_id = {api_sweep_id} AND reproduces IS NULL "
+               f"ORDER BY id LIMIT {BIG_RUNS}").split()
     fits0 = int(psql(f"SELECT count(*) FROM fits WHERE sweep_id = {api_sweep_id}"))
     api = Api()
     lat = []
@@ -220,7 +238,8 @@ def bigsweep_part(api_sweep_id):
         f"{r3(statistics.median(lat))} ms)")
     size = int(psql(f"SELECT count(*) FROM runs WHERE sweep_id = {api_sweep_id}"))
     res = dispatch("1x2", label=f"dispatch 1x2 in a {size}-run sweep", sweep_id=api_sweep_id,
-                   nruns=len(ids), run_filter="reproduces IS NOT NULL")
+                   nruns=len(ids), run_filter="reproduces IS NOT NULL" + (
+                       f" AND id <> {explain_run_id}" if explain_run_id else ""))
     res["reproduce_post_ms"] = rsum(summary(lat))
     # the scheduler refits the sweep's laws (on its thread pool) after runs succeed
     res["fits_stored_meanwhile"] = int(psql(f"SELECT count(*) FROM fits WHERE sweep_id = "

@@ -1,5 +1,7 @@
-"""Where the database time goes: pg_stat_statements, and EXPLAIN ANALYZE of the
-scheduler's queries (sched_bench.py). PGSS is whether pg_stat_statements is loaded."""
+"""Where the database time goes: pg_stat_statements, and the plans with their actual
+times of the statements the scheduler sent, from auto_explain in the server log
+(sched_bench.py). PGSS is whether pg_stat_statements is loaded, PLANS whether
+auto_explain is."""
 from sched_bench_env import *  # noqa: F401,F403 (the configuration and helpers)
 
 
@@ -41,6 +43,7 @@ def pgss_top(label, n=8):
     out = psql("SELECT calls, round(total_exec_time::numeric, 1), round(mean_exec_time::numeric, 3), "
                "round(max_exec_time::numeric, 1), rows, regexp_replace(query, '\\s+', ' ', 'g') "
                "FROM pg_stat_statements WHERE query NOT ILIKE '%pg_stat_statements%' "
+               "AND query NOT ILIKE '%pg_reload_conf%' AND query NOT ILIKE 'ALTER SYSTEM%' "
                "AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
                "ORDER BY total_exec_time DESC LIMIT " + str(n))
     top = []
@@ -66,69 +69,111 @@ def spawn_baseline(n=50):
     return rsum(summary(xs))
 
 
-# ---- EXPLAIN ANALYZE of the scheduler's queries ---------------------------------------
+# ---- the plans of the statements the scheduler sent (auto_explain) ---------------------
 
-RUN_COLUMNS = ("r.id, r.sweep_id, r.status, r.attempt, r.max_attempts, r.gpus, r.priority, "
-               "r.worker, r.lease_until, r.params, r.nonembedding_params, r.tokens, "
-               "r.batch_size, r.flops, r.final_val_loss, r.started_at, r.finished_at, "
-               "r.reproduces, r.code_version, r.error, r.checkpoint_step, r.config_hash")
-Q_SWEEP = ("SELECT json_build_object('id', sw.id, 'name', sw.name, 'status', sw.status, "
-           "'priority', sw.priority, 'created_at', sw.created_at, 'spec', sw.spec, "
-           "'spec_hash', sw.spec_hash, 'counts', (SELECT json_build_object("
-           "'queued', count(*) FILTER (WHERE status = 'queued'), "
-           "'running', count(*) FILTER (WHERE status = 'running'), "
-           "'succeeded', count(*) FILTER (WHERE status = 'succeeded'), "
-           "'failed', count(*) FILTER (WHERE status = 'failed'), "
-           "'cancelled', count(*) FILTER (WHERE status = 'cancelled'), 'total', count(*), "
-           "'flops_planned', coalesce(sum(flops), 0), 'flops_done', coalesce(sum(flops) "
-           "FILTER (WHERE status = 'succeeded'), 0)) FROM runs WHERE sweep_id = sw.id), "
-           "'runs_total', (SELECT count(*) FROM runs WHERE sweep_id = sw.id), "
-           "'runs', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT " + RUN_COLUMNS +
-           " FROM runs r WHERE r.sweep_id = sw.id ORDER BY r.id LIMIT {limit}) t)) "
-           "FROM sweeps sw WHERE sw.id = {id}")
-Q_RUN = ("SELECT json_build_object('run', (SELECT row_to_json(t) FROM (SELECT " + RUN_COLUMNS +
-         ", r.config FROM runs r WHERE r.id = {id}) t), "
-         "'metrics', (SELECT coalesce(json_agg(m ORDER BY m.step), '[]') FROM "
-         "(SELECT step, tokens, train_loss, val_loss, lr, grad_norm, b_noise, loss_scale, "
-         "tok_per_s FROM metrics WHERE run_id = {id}) m)) "
-         "WHERE EXISTS (SELECT 1 FROM runs WHERE id = {id})")
-Q_SWEEPS = ("SELECT coalesce(json_agg(t ORDER BY t.id DESC), '[]') FROM ("
-            "SELECT sw.id, sw.name, sw.status, sw.priority, sw.created_at, sw.spec_hash, "
-            "count(r.id) AS runs, "
-            "count(r.id) FILTER (WHERE r.status = 'succeeded') AS succeeded, "
-            "count(r.id) FILTER (WHERE r.status = 'failed') AS failed, "
-            "count(r.id) FILTER (WHERE r.status = 'running') AS running, "
-            "count(r.id) FILTER (WHERE r.status = 'queued') AS queued, "
-            "coalesce(sum(r.flops), 0) AS flops_planned, "
-            "coalesce(sum(r.flops) FILTER (WHERE r.status = 'succeeded'), 0) AS flops_done "
-            "FROM sweeps sw LEFT JOIN runs r ON r.sweep_id = sw.id "
-            "GROUP BY sw.id ORDER BY sw.id DESC LIMIT 1000) t")
-Q_QUEUE = ("SELECT r.id, r.gpus FROM runs r JOIN sweeps sw ON sw.id = r.sweep_id "
-           "WHERE r.status = 'queued' "
-           "ORDER BY greatest(r.priority, sw.priority) DESC, r.sweep_id, r.flops NULLS LAST, "
-           "r.id LIMIT {limit}")
-Q_SWEEP_STATUS = (
-    "SELECT CASE WHEN count(*) FILTER (WHERE status IN ('queued', 'running')) > 0 THEN "
-    "CASE WHEN count(*) FILTER (WHERE status <> 'queued') > 0 THEN 'running' ELSE 'queued' END "
-    "WHEN count(*) FILTER (WHERE status = 'failed') > 0 THEN 'failed' "
-    "WHEN count(*) FILTER (WHERE status = 'succeeded') > 0 THEN 'succeeded' "
-    "ELSE 'cancelled' END::run_status AS st FROM runs WHERE sweep_id = {id}")
-Q_REFIT_POINTS = (
-    "SELECT nonembedding_params, tokens, flops, final_val_loss, "
-    "batch_size * (config->'model'->>'seq_len')::int, "
-    "tokens / nullif(batch_size * (config->'model'->>'seq_len')::int, 0), "
-    "(config->'train'->>'lr')::float8, coalesce(part, '') "
-    "FROM runs WHERE sweep_id = {id} AND status = 'succeeded' "
-    "AND coalesce(part, '') <> 'batch' "
-    "AND final_val_loss > 0 AND nonembedding_params > 0 AND tokens > 0 ORDER BY id")
+# The statements a figure is about, told apart by a few words of their text
+# (the whole text is the server's: it is in the plan files).
+STATEMENTS = {
+    "get_sweep": "'runs_total', (SELECT count(*) FROM runs",
+    "get_run": "json_build_object('run',",
+    "get_sweeps": "FROM sweeps sw LEFT JOIN runs r",
+    "queue": "SELECT r.id, r.gpus FROM runs r JOIN sweeps sw",
+    "sweep_status": "UPDATE sweeps sw SET status = x.st",
+    "refit_points": "SELECT nonembedding_params, tokens, flops, final_val_loss",
+}
+PLANS = False
 
 
-def explain(label, sql):
-    """EXPLAIN (ANALYZE, BUFFERS) to a file; returns the execution time in ms."""
-    out = psql("EXPLAIN (ANALYZE, BUFFERS) " + sql)
+def plans_setup():
+    """Loads auto_explain into every new session (the scheduler connects
+    after this), logging nothing until plans_on(). Its plans go to the
+    server log, $PG_TEST_DIR/log (tests/pg/pgtest.sh)."""
+    global PLANS
+    if not os.environ.get("PG_TEST_DIR"):
+        log("auto_explain: no PG_TEST_DIR, so no server log to read; no plans")
+        return
+    for sql in ("ALTER SYSTEM SET session_preload_libraries = 'auto_explain'",
+                "SELECT pg_reload_conf()"):
+        psql(sql)
+    for k, v in (("log_min_duration", "-1"), ("log_analyze", "on"), ("log_buffers", "on"),
+                 ("log_format", "json")):
+        psql(f"ALTER SYSTEM SET auto_explain.{k} = '{v}'")
+    psql("SELECT pg_reload_conf()")
+    PLANS = True
+
+
+def _log_path():
+    return os.path.join(os.environ.get("PG_TEST_DIR", ""), "log")
+
+
+def _set_min_duration(ms):
+    psql(f"ALTER SYSTEM SET auto_explain.log_min_duration = {ms}")
+    psql("SELECT pg_reload_conf()")
+    # the backends reread the configuration before their next statement once
+    # the postmaster has signalled them
+    time.sleep(0.5)
+
+
+def plans_on():
+    """Starts logging the plan of every statement with its actual times
+    (EXPLAIN ANALYZE, BUFFERS). Returns where the server log stands, for
+    plans_read()."""
+    if not PLANS:
+        return None
+    at = os.path.getsize(_log_path())
+    _set_min_duration(0)
+    return at
+
+
+def plans_off():
+    if PLANS:
+        _set_min_duration(-1)
+
+
+PLAN_RE = re.compile(r"^\S+ \S+ \S+ \[\d+\] LOG:  duration: ([0-9.]+) ms  plan:$")
+PREFIX_RE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+
+
+def plans_read(at):
+    """The plans logged since plans_on() returned at: a list of
+    (duration ms, query text, plan as JSON text)."""
+    if at is None:
+        return []
+    with open(_log_path(), errors="replace") as f:
+        f.seek(at)
+        lines = f.read().splitlines()
+    out, i = [], 0
+    while i < len(lines):
+        m = PLAN_RE.match(lines[i])
+        i += 1
+        if not m:
+            continue
+        body = []
+        while i < len(lines) and not PREFIX_RE.match(lines[i]):
+            body.append(lines[i])
+            i += 1
+        text = "\n".join(body)
+        try:
+            q = json.loads(text).get("Query Text", "")
+        except ValueError:
+            continue
+        out.append((float(m.group(1)), re.sub(r"\s+", " ", q), text))
+    return out
+
+
+def plans_seen(plans, names):
+    return all(any(STATEMENTS[n] in q for _, q, _ in plans) for n in names)
+
+
+def plan_ms(plans, name, label):
+    """The median duration of the logged runs of statement `name` (the
+    executor's time of each, as auto_explain logs it), with their plans
+    written to explain-LABEL.txt; None when the scheduler did not send it."""
+    mine = [p for p in plans if STATEMENTS[name] in p[1]]
+    if not mine:
+        return None
     with open(os.path.join(LOG_DIR, f"explain-{label}.txt"), "w") as f:
-        f.write(sql + "\n\n" + out + "\n")
-    m = re.search(r"Execution Time: ([0-9.]+) ms", out)
-    return float(m.group(1)) if m else None
-
-
+        f.write(mine[0][1] + "\n")
+        for ms, _, plan in mine:
+            f.write(f"\nduration: {ms} ms\n{plan}\n")
+    return round(statistics.median(ms for ms, _, _ in mine), 3)
