@@ -19,6 +19,16 @@ template <> __device__ __forceinline__ __half from_float<__half>(float x) {
   return __float2half_rn(x);
 }
 
+/* Where element i of a (B, NH, T, hs) array stands in a (B, T, ld) one:
+ * i = ((b*NH + h)*T + t)*hs + e is column off + h*hs + e of row b*T + t. */
+__device__ __forceinline__ size_t bt_index(size_t i, int T, int NH, int hs, int ld, int off) {
+  int e = (int)(i % hs);
+  int t = (int)((i / hs) % T);
+  int h = (int)((i / ((size_t)hs * T)) % NH);
+  int b = (int)(i / ((size_t)hs * T * NH));
+  return ((size_t)b * T + t) * ld + off + h * hs + e;
+}
+
 /* dst[bh, t, i] = src[(b*T + t)*ld + off + h*hs + i], one thread per element
  * of dst (B, NH, T, hs); converted to E (exact: the values are already
  * rounded to the run's precision) */
@@ -26,13 +36,8 @@ template <typename E>
 __global__ void permute_kernel(E *dst, const float *src, int B, int T, int NH, int hs, int ld,
                                int off) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= (size_t)B * NH * T * hs)
-    return;
-  int e = (int)(i % hs);
-  int t = (int)((i / hs) % T);
-  int h = (int)((i / ((size_t)hs * T)) % NH);
-  int b = (int)(i / ((size_t)hs * T * NH));
-  dst[i] = from_float<E>(src[((size_t)b * T + t) * ld + off + h * hs + e]);
+  if (i < (size_t)B * NH * T * hs)
+    dst[i] = from_float<E>(src[bt_index(i, T, NH, hs, ld, off)]);
 }
 
 /* the inverse, with rounding: dst[(b*T + t)*ld + off + h*hs + i] =
@@ -40,13 +45,8 @@ __global__ void permute_kernel(E *dst, const float *src, int B, int T, int NH, i
 __global__ void unpermute_kernel(float *dst, const float *src, int B, int T, int NH, int hs, int ld,
                                  int off, int p) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= (size_t)B * NH * T * hs)
-    return;
-  int e = (int)(i % hs);
-  int t = (int)((i / hs) % T);
-  int h = (int)((i / ((size_t)hs * T)) % NH);
-  int b = (int)(i / ((size_t)hs * T * NH));
-  dst[((size_t)b * T + t) * ld + off + h * hs + e] = kern__cu_rnd(src[i], p);
+  if (i < (size_t)B * NH * T * hs)
+    dst[bt_index(i, T, NH, hs, ld, off)] = kern__cu_rnd(src[i], p);
 }
 
 /* Row (bh, t) of the scaled scores in place -> round(softmax over keys
