@@ -469,7 +469,7 @@ COMMANDS = [
     ("./build/scalesweep train --config trainer/examples/quickstart.json",
      ("needs", lambda: not os.environ.get("SCALESWEEP_TEST_SANITIZED"),
       "a sanitized build: over 10 minutes; the other build's run checks it"), train_quickstart),
-    ("./build/scalesweep train --config run.json [--resume DIR] [--print-config]",
+    ("./build/scalesweep train --config run.json [--checkpoint-dir DIR] [--resume DIR] [--print-config]",
      "./build/scalesweep train --config trainer/examples/quickstart.json --print-config",
      print_config),
     ("./build/scalesweep data prepare --out DIR [--val-fraction 0.1] [--shuffle SEED] FILE...",
