@@ -1,7 +1,8 @@
-/* Inside store/ only (store__ prefix), in two parts: the typed queries'
- * adapters over db.c (query.c), and what pgserver.c (the steps of starting
- * and stopping `up`'s PostgreSQL) and pgproc.c (running PostgreSQL's
- * programs as the server's user, finding them, the files they need) share. */
+/* Inside store/ only (store__ prefix), in two parts: how the typed queries
+ * turn db.c's results into C values for their callbacks (rows.c), and what
+ * pgserver.c (the steps of starting and stopping `up`'s PostgreSQL) and
+ * pgproc.c (running PostgreSQL's programs as the server's user, finding
+ * them, the files they need) share. */
 #ifndef SS_STORE_INTERNAL_H
 #define SS_STORE_INTERNAL_H
 
@@ -10,33 +11,70 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "store/actions.h"
 #include "store/db.h"
-#include "store/pages.h"
 
-/* ---- queries (query.c) -------------------------------------------------- */
+/* ---- queries (rows.c) --------------------------------------------------- */
+
+/* One queued statement's typed callback (cb, cast back to its type by the
+ * spec's deliver), its ud, and key: what the call is about, for a callback
+ * that must name it even when no row does (0 when unused). */
+typedef struct store__call {
+  const struct store__rows_spec *spec;
+  void (*cb)(void);
+  void *ud;
+  int64_t key;
+} store__call;
+
+/* How a statement's rows become an array of C structs for a typed
+ * callback: the size of one, how row i fills one (strings point into the
+ * result: valid during the callback only), and how the array reaches the
+ * caller's callback. deliver also gets a failure (status, rows NULL, n 0). */
+typedef struct store__rows_spec {
+  size_t size;
+  void (*decode)(const PGresult *res, int row, void *elem);
+  void (*deliver)(const store__call *c, int status, const void *rows, int n, const char *errmsg);
+} store__rows_spec;
+
+/* The user data for store__on_rows (one malloc, freed there), or NULL when
+ * out of memory (then deliver has had SS_ENOMEM). */
+store__call *store__rows_call(const store__rows_spec *spec, void (*cb)(void), void *ud,
+                              int64_t key);
+/* The db_cb that decodes every row and delivers them. */
+void store__on_rows(void *ud, int status, PGresult *res, const char *errmsg);
+/* db_query with store__on_rows (key 0). */
+void store__query_rows(db *d, const char *sql, int nparams, const char *const *params,
+                       const store__rows_spec *spec, void (*cb)(void), void *ud);
 
 /* Queues a statement whose first cell is one JSON document and answers cb
- * with it: json NULL (status 0) when there is no row or the cell is NULL.
- * The adapter between db_query's PGresult and the typed store_json_cb. */
+ * with it: json NULL (status 0) when there is no row or the cell is NULL. */
 void store__query_json(db *d, const char *sql, int nparams, const char *const *params,
                        store_json_cb cb, void *ud);
 
-/* A typed callback and its ud, carried through db_query (malloc'd by
- * store__req_new, freed by the result's handler). */
-typedef struct store__req {
-  union {
-    store_json_cb json;
-    store_run_counts_cb counts;
-    store_cancel_cb cancel;
-    store_reproduce_cb reproduce;
-  } cb;
-  void *ud;
-} store__req;
-store__req *store__req_new(void *ud); /* NULL when out of memory */
+/* The user data for store__on_exec (one malloc, freed there), or NULL
+ * when out of memory (then cb, unless NULL, has had SS_ENOMEM). */
+store__call *store__exec_call(store_done_cb cb, void *ud);
+/* The db_cb that gives cb (unless NULL) the rows the statement changed or
+ * returned. */
+void store__on_exec(void *ud, int status, PGresult *res, const char *errmsg);
+/* db_query with store__on_exec. */
+void store__exec(db *d, const char *sql, int nparams, const char *const *params, store_done_cb cb,
+                 void *ud);
 
-/* "%" PRId64 of id into buf (at least 24 bytes); returns buf. */
-const char *store__id(char *buf, int64_t id);
+/* Field (row, col) as an integer or a double ("" and NULL read as 0);
+ * store__num_or_nan reads NULL as NAN. */
+int64_t store__int(const PGresult *res, int row, int col);
+double store__num(const PGresult *res, int row, int col);
+double store__num_or_nan(const PGresult *res, int row, int col);
+/* Field (row, col), or NULL for SQL NULL. */
+const char *store__str_or_null(const PGresult *res, int row, int col);
+
+/* A decimal integer or a %.17g number as text into buf (NAN: NULL is
+ * returned, for an SQL NULL parameter). */
+const char *store__itoa(char *buf, size_t len, int64_t v);
+const char *store__dtoa(char *buf, size_t len, double v);
+
+/* [ids...] as JSON text (malloc; NULL when out of memory). */
+char *store__ids_json(const int64_t *ids, int n);
 
 /* ---- the private server (pgserver.c, pgproc.c) -------------------------- */
 

@@ -4,8 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/internal.h"
 #include "store/pages.h"
+
+#include "store/internal.h"
 
 /* For a run that reproduces another (runs.reproduces), once both have
  * finished (succeeded, failed or cancelled): does its curve match the
@@ -113,8 +114,9 @@ void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, int r
                        "'flops_done', coalesce(sum(flops) FILTER (WHERE status = "
                        "'succeeded'), 0)) FROM runs WHERE sweep_id = sw.id), ",
            run_columns, sort ? sort : "id", order, order);
-  const char *p[4] = {store__id(ids, sweep_id), store__id(lim, pg->limit),
-                      store__id(off, pg->offset), pg->status};
+  const char *p[4] = {store__itoa(ids, sizeof ids, sweep_id),
+                      store__itoa(lim, sizeof lim, pg->limit),
+                      store__itoa(off, sizeof off, pg->offset), pg->status};
   store__query_json(d, sql, 4, p, cb, ud);
 }
 
@@ -129,37 +131,32 @@ void store_pages_run(db *d, int64_t run_id, store_json_cb cb, void *ud) {
            "'reproduction', %s) "
            "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1)",
            run_columns, REPRODUCTION_SQL);
-  const char *p[1] = {store__id(ids, run_id)};
+  const char *p[1] = {store__itoa(ids, sizeof ids, run_id)};
   store__query_json(d, sql, 1, p, cb, ud);
 }
 
-static void on_counts(void *ud, int status, PGresult *res, const char *errmsg) {
-  store__req q = *(store__req *)ud;
-  free(ud);
-  if (status == 0 && PQntuples(res) != 1)
-    status = SS_EQUERY;
-  if (status != 0) {
-    q.cb.counts(q.ud, status, NULL, errmsg);
-    return;
-  }
-  store_run_counts c = {atoll(PQgetvalue(res, 0, 0)), atoll(PQgetvalue(res, 0, 1)),
-                        atoll(PQgetvalue(res, 0, 2)), atoll(PQgetvalue(res, 0, 3))};
-  q.cb.counts(q.ud, 0, &c, NULL);
+static void decode_counts(const PGresult *res, int row, void *elem) {
+  *(store_run_counts *)elem = (store_run_counts){store__int(res, row, 0), store__int(res, row, 1),
+                                                 store__int(res, row, 2), store__int(res, row, 3)};
 }
 
+static void deliver_counts(const store__call *c, int status, const void *rows, int n,
+                           const char *errmsg) {
+  if (status == 0 && n != 1)
+    status = SS_EQUERY;
+  ((store_run_counts_cb)c->cb)(c->ud, status, status == 0 ? rows : NULL,
+                               status == 0 ? NULL : errmsg);
+}
+
+static const store__rows_spec counts = {sizeof(store_run_counts), decode_counts, deliver_counts};
+
 void store_pages_run_counts(db *d, store_run_counts_cb cb, void *ud) {
-  store__req *q = store__req_new(ud);
-  if (!q) {
-    cb(ud, SS_ENOMEM, NULL, "out of memory");
-    return;
-  }
-  q->cb.counts = cb;
-  db_query(d,
-           "SELECT count(*) FILTER (WHERE status = 'queued'), "
-           "count(*) FILTER (WHERE status = 'running'), "
-           "count(*) FILTER (WHERE status = 'succeeded'), "
-           "count(*) FILTER (WHERE status = 'failed') FROM runs",
-           0, NULL, on_counts, q);
+  store__query_rows(d,
+                    "SELECT count(*) FILTER (WHERE status = 'queued'), "
+                    "count(*) FILTER (WHERE status = 'running'), "
+                    "count(*) FILTER (WHERE status = 'succeeded'), "
+                    "count(*) FILTER (WHERE status = 'failed') FROM runs",
+                    0, NULL, &counts, (void (*)(void))cb, ud);
 }
 
 /* ---- the status page's documents ------------------------------------------------------- */
@@ -196,8 +193,8 @@ void store_pages_overview(db *d, store_json_cb cb, void *ud) {
 void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t offset, int limit,
                             store_json_cb cb, void *ud) {
   char ids[24], off[24], lim[24];
-  const char *p[4] = {store__id(ids, sweep_id), status, store__id(off, offset),
-                      store__id(lim, limit)};
+  const char *p[4] = {store__itoa(ids, sizeof ids, sweep_id), status,
+                      store__itoa(off, sizeof off, offset), store__itoa(lim, sizeof lim, limit)};
   store__query_json(
       d,
       "SELECT json_build_object('sweep', (SELECT json_build_object('id', id, 'name', name, "
@@ -235,7 +232,7 @@ void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t
 
 void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
   char ids[24];
-  const char *p[1] = {store__id(ids, run_id)};
+  const char *p[1] = {store__itoa(ids, sizeof ids, run_id)};
   store__query_json(
       d,
       "SELECT json_build_object('id', r.id, 'sweep_id', r.sweep_id, 'sweep', sw.name, "
@@ -278,8 +275,9 @@ void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
 void store_pages_curves(db *d, int64_t sweep_id, const char *run_ids, int64_t points, int64_t limit,
                         int64_t offset, store_json_cb cb, void *ud) {
   char sid[24], pts[24], lim[24], off[24];
-  const char *p[5] = {sweep_id ? store__id(sid, sweep_id) : NULL, store__id(pts, points), run_ids,
-                      store__id(lim, limit), store__id(off, offset)};
+  const char *p[5] = {sweep_id ? store__itoa(sid, sizeof sid, sweep_id) : NULL,
+                      store__itoa(pts, sizeof pts, points), run_ids,
+                      store__itoa(lim, sizeof lim, limit), store__itoa(off, sizeof off, offset)};
   store__query_json(
       d,
       "SELECT coalesce(json_agg(json_build_object('run_id', mx.id, 'status', mx.status, "
@@ -295,7 +293,7 @@ void store_pages_curves(db *d, int64_t sweep_id, const char *run_ids, int64_t po
 
 void store_pages_points(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {
   char sid[24];
-  const char *p[1] = {store__id(sid, sweep_id)};
+  const char *p[1] = {store__itoa(sid, sizeof sid, sweep_id)};
   store__query_json(
       d,
       "SELECT json_build_object('run_id', coalesce(json_agg(id ORDER BY id), '[]'), "

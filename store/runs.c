@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/rows.h"
+#include "store/internal.h"
 
 /* ---- the queue and claims ------------------------------------------------ */
 
@@ -16,9 +16,9 @@ static void decode_queued(const PGresult *res, int row, void *elem) {
   r->gpus = (int)store__int(res, row, 1);
 }
 
-static void deliver_queue(void (*cb)(void), void *ud, int status, const void *rows, int n,
+static void deliver_queue(const store__call *c, int status, const void *rows, int n,
                           const char *errmsg) {
-  ((store_queue_cb)cb)(ud, status, rows, n, errmsg);
+  ((store_queue_cb)c->cb)(c->ud, status, rows, n, errmsg);
 }
 
 static const store__rows_spec queued = {sizeof(store_queued), decode_queued, deliver_queue};
@@ -43,9 +43,9 @@ static void decode_claim(const PGresult *res, int row, void *elem) {
                     .resume_max_step = PQgetisnull(res, row, 3) ? -1 : store__int(res, row, 3)};
 }
 
-static void deliver_claim(void (*cb)(void), void *ud, int status, const void *rows, int n,
+static void deliver_claim(const store__call *c, int status, const void *rows, int n,
                           const char *errmsg) {
-  ((store_claim_cb)cb)(ud, status, n == 1 ? rows : NULL, errmsg);
+  ((store_claim_cb)c->cb)(c->ud, status, n == 1 ? rows : NULL, errmsg);
 }
 
 static const store__rows_spec claimed = {sizeof(store_claim), decode_claim, deliver_claim};
@@ -78,9 +78,9 @@ static void decode_change(const PGresult *res, int row, void *elem) {
   r->sweep_id = store__int(res, row, 3);
 }
 
-static void deliver_changes(void (*cb)(void), void *ud, int status, const void *rows, int n,
+static void deliver_changes(const store__call *c, int status, const void *rows, int n,
                             const char *errmsg) {
-  ((store_changes_cb)cb)(ud, status, rows, n, errmsg);
+  ((store_changes_cb)c->cb)(c->ud, status, rows, n, errmsg);
 }
 
 static const store__rows_spec changes = {sizeof(store_run_change), decode_change, deliver_changes};
@@ -141,9 +141,9 @@ static void decode_id(const PGresult *res, int row, void *elem) {
   *(int64_t *)elem = store__int(res, row, 0);
 }
 
-static void deliver_ids(void (*cb)(void), void *ud, int status, const void *rows, int n,
+static void deliver_ids(const store__call *c, int status, const void *rows, int n,
                         const char *errmsg) {
-  ((store_ids_cb)cb)(ud, status, rows, n, errmsg);
+  ((store_ids_cb)c->cb)(c->ud, status, rows, n, errmsg);
 }
 
 static const store__rows_spec renewed = {sizeof(int64_t), decode_id, deliver_ids};
@@ -156,7 +156,7 @@ void store_runs_renew(db *d, int64_t worker_id, int lease_s, const int64_t *runs
     cb(ud, SS_ENOMEM, NULL, 0, "out of memory");
     return;
   }
-  void *c = store__rows_call(&renewed, (void (*)(void))cb, ud);
+  store__call *c = store__rows_call(&renewed, (void (*)(void))cb, ud, 0);
   if (!c) {
     free(ids);
     return;
@@ -219,10 +219,10 @@ static void decode_finished(const PGresult *res, int row, void *elem) {
   *(finished_row *)elem = (finished_row){PQgetvalue(res, row, 0), store__int(res, row, 1)};
 }
 
-static void deliver_finished(void (*cb)(void), void *ud, int status, const void *rows, int n,
+static void deliver_finished(const store__call *c, int status, const void *rows, int n,
                              const char *errmsg) {
   const finished_row *r = n == 1 ? rows : NULL;
-  ((store_finish_cb)cb)(ud, status, r ? r->status : NULL, r ? r->sweep_id : 0, errmsg);
+  ((store_finish_cb)c->cb)(c->ud, status, r ? r->status : NULL, r ? r->sweep_id : 0, errmsg);
 }
 
 static const store__rows_spec finished = {sizeof(finished_row), decode_finished, deliver_finished};
