@@ -40,9 +40,7 @@ static void deliver_cancel(const store__call *c, int status, const void *rows, i
 static const store__rows_spec cancelled = {sizeof(cancel_row), decode_cancel, deliver_cancel};
 
 static void cancel(db *d, const char *sql, int64_t id, store_cancel_cb cb, void *ud) {
-  char ids[24];
-  const char *p[1] = {store__itoa(ids, sizeof ids, id)};
-  store__query_rows(d, sql, 1, p, &cancelled, (void (*)(void))cb, ud);
+  store__query_rows_id(d, sql, id, &cancelled, (void (*)(void))cb, ud);
 }
 
 void store_actions_cancel_sweep(db *d, int64_t sweep_id, store_cancel_cb cb, void *ud) {
@@ -92,9 +90,7 @@ static const store__rows_spec reproduced = {sizeof(reproduce_row), decode_reprod
                                             deliver_reproduce};
 
 void store_actions_reproduce(db *d, int64_t run_id, store_reproduce_cb cb, void *ud) {
-  char ids[24];
-  const char *p[1] = {store__itoa(ids, sizeof ids, run_id)};
-  store__query_rows(
+  store__query_rows_id(
       d,
       "WITH o AS (SELECT * FROM runs WHERE id = $1), "
       "n AS (INSERT INTO runs (sweep_id, config, config_hash, gpus, priority, "
@@ -104,5 +100,5 @@ void store_actions_reproduce(db *d, int64_t run_id, store_reproduce_cb cb, void 
       "WHERE status IN ('succeeded', 'failed', 'cancelled') "
       "RETURNING json_build_object('id', id, 'reproduces', reproduces) AS j) "
       "SELECT (SELECT status FROM o), (SELECT j FROM n)",
-      1, p, &reproduced, (void (*)(void))cb, ud);
+      run_id, &reproduced, (void (*)(void))cb, ud);
 }

@@ -69,34 +69,26 @@ static void decode_ladder(const PGresult *res, int k, void *elem) {
                          .b_noise = store__num_or_nan(res, k, 4)};
 }
 
-static void deliver_ladder(const store__call *c, int status, const void *rows, int n,
-                           const char *errmsg) {
-  ((store_fits_ladder_cb)c->cb)(c->ud, status, rows, n, errmsg);
-}
-
-static const store__rows_spec ladder = {sizeof(store_ladder_run), decode_ladder, deliver_ladder};
+STORE__ARRAY_SPEC(ladder, store_ladder_run, decode_ladder, store_fits_ladder_cb);
 
 void store_fits_points(db *d, int64_t sweep_id, store_fits_points_cb cb, void *ud) {
-  char id[24];
-  const char *p[1] = {store__itoa(id, sizeof id, sweep_id)};
-  store__query_rows(d,
-                    "SELECT nonembedding_params, tokens, flops, final_val_loss, "
-                    "batch_size * (config->'model'->>'seq_len')::int, "
-                    "tokens / nullif(batch_size * (config->'model'->>'seq_len')::int, 0), "
-                    "(config->'train'->>'lr')::float8, coalesce(part, ''), "
-                    "entropy_rate, window_floor, (config->'model'->>'seq_len')::int "
-                    "FROM runs WHERE sweep_id = $1 AND status = 'succeeded' "
-                    "AND coalesce(part, '') <> 'batch' AND reproduces IS NULL "
-                    "AND final_val_loss > 0 AND nonembedding_params > 0 AND tokens > 0 ORDER BY id",
-                    1, p, &points, (void (*)(void))cb, ud);
+  store__query_rows_id(
+      d,
+      "SELECT nonembedding_params, tokens, flops, final_val_loss, "
+      "batch_size * (config->'model'->>'seq_len')::int, "
+      "tokens / nullif(batch_size * (config->'model'->>'seq_len')::int, 0), "
+      "(config->'train'->>'lr')::float8, coalesce(part, ''), "
+      "entropy_rate, window_floor, (config->'model'->>'seq_len')::int "
+      "FROM runs WHERE sweep_id = $1 AND status = 'succeeded' "
+      "AND coalesce(part, '') <> 'batch' AND reproduces IS NULL "
+      "AND final_val_loss > 0 AND nonembedding_params > 0 AND tokens > 0 ORDER BY id",
+      sweep_id, &points, (void (*)(void))cb, ud);
 }
 
 void store_fits_ladder(db *d, int64_t sweep_id, store_fits_ladder_cb cb, void *ud) {
-  char id[24];
-  const char *p[1] = {store__itoa(id, sizeof id, sweep_id)};
   /* each run's evaluations (the partial index metrics_evals finds them
    * without its steps) and its late gradient noise scale */
-  store__query_rows(
+  store__query_rows_id(
       d,
       "SELECT r.id, r.batch_size * (r.config->'model'->>'seq_len')::int, "
       "coalesce(r.target_loss, '[]'::jsonb)::text, "
@@ -108,7 +100,7 @@ void store_fits_ladder(db *d, int64_t sweep_id, store_fits_ladder_cb cb, void *u
       "(r.config->'model'->>'seq_len')::int "
       "FROM runs r WHERE r.sweep_id = $1 AND r.status = 'succeeded' AND r.part = 'batch' "
       "ORDER BY r.id",
-      1, p, &ladder, (void (*)(void))cb, ud);
+      sweep_id, &ladder, (void (*)(void))cb, ud);
 }
 
 void store_fits_insert(db *d, int64_t sweep_id, const char *law, const char *fit_json, int n_points,
@@ -124,12 +116,10 @@ void store_fits_insert(db *d, int64_t sweep_id, const char *law, const char *fit
 }
 
 void store_fits_latest(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {
-  char id[24];
-  const char *p[1] = {store__itoa(id, sizeof id, sweep_id)};
-  store__query_json(
+  store__query_json_id(
       d,
       "SELECT coalesce((SELECT json_object_agg(law, params) FROM (SELECT DISTINCT ON "
       "(law) law, params FROM fits WHERE sweep_id = $1 ORDER BY law, created_at DESC) f), "
       "'{}') FROM sweeps WHERE id = $1",
-      1, p, cb, ud);
+      sweep_id, cb, ud);
 }

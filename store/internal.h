@@ -35,6 +35,18 @@ typedef struct store__rows_spec {
   void (*deliver)(const store__call *c, int status, const void *rows, int n, const char *errmsg);
 } store__rows_spec;
 
+/* Defines a static spec, name, for a callback of type cb_t(ud, status,
+ * const elem_t *rows, int n, errmsg) that takes the decoded array as it is. */
+#define STORE__ARRAY_SPEC(name, elem_t, decode, cb_t)                                   \
+  static void name##_deliver(const store__call *c, int status, const void *rows, int n, \
+                             const char *errmsg) {                                      \
+    ((cb_t)c->cb)(c->ud, status, rows, n, errmsg);                                      \
+  }                                                                                     \
+  static const store__rows_spec name = {sizeof(elem_t), decode, name##_deliver}
+
+/* A decode for an int64_t element: the row's first column. */
+void store__decode_id(const PGresult *res, int row, void *elem);
+
 /* The user data for store__on_rows (one malloc, freed there), or NULL when
  * out of memory (then deliver has had SS_ENOMEM). */
 store__call *store__rows_call(const store__rows_spec *spec, void (*cb)(void), void *ud,
@@ -45,10 +57,17 @@ void store__on_rows(void *ud, int status, PGresult *res, const char *errmsg);
 void store__query_rows(db *d, const char *sql, int nparams, const char *const *params,
                        const store__rows_spec *spec, void (*cb)(void), void *ud);
 
+/* store__query_rows with one parameter, $1 the id. */
+void store__query_rows_id(db *d, const char *sql, int64_t id, const store__rows_spec *spec,
+                          void (*cb)(void), void *ud);
+
 /* Queues a statement whose first cell is one JSON document and answers cb
  * with it: json NULL (status 0) when there is no row or the cell is NULL. */
 void store__query_json(db *d, const char *sql, int nparams, const char *const *params,
                        store_json_cb cb, void *ud);
+
+/* store__query_json with one parameter, $1 the id. */
+void store__query_json_id(db *d, const char *sql, int64_t id, store_json_cb cb, void *ud);
 
 /* The user data for store__on_exec (one malloc, freed there), or NULL
  * when out of memory (then cb, unless NULL, has had SS_ENOMEM). */

@@ -121,7 +121,7 @@ void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, int r
 }
 
 void store_pages_run(db *d, int64_t run_id, store_json_cb cb, void *ud) {
-  char sql[4096], ids[24];
+  char sql[4096];
   snprintf(sql, sizeof sql,
            "SELECT json_build_object('run', (SELECT row_to_json(t) FROM (SELECT %s, "
            "r.config FROM runs r WHERE r.id = $1) t), "
@@ -131,8 +131,7 @@ void store_pages_run(db *d, int64_t run_id, store_json_cb cb, void *ud) {
            "'reproduction', %s) "
            "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1)",
            run_columns, REPRODUCTION_SQL);
-  const char *p[1] = {store__itoa(ids, sizeof ids, run_id)};
-  store__query_json(d, sql, 1, p, cb, ud);
+  store__query_json_id(d, sql, run_id, cb, ud);
 }
 
 static void decode_counts(const PGresult *res, int row, void *elem) {
@@ -231,9 +230,7 @@ void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t
 }
 
 void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
-  char ids[24];
-  const char *p[1] = {store__itoa(ids, sizeof ids, run_id)};
-  store__query_json(
+  store__query_json_id(
       d,
       "SELECT json_build_object('id', r.id, 'sweep_id', r.sweep_id, 'sweep', sw.name, "
       "'status', r.status, 'attempt', r.attempt, 'max_attempts', r.max_attempts, "
@@ -257,7 +254,7 @@ void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
                                                "FROM runs r JOIN sweeps sw ON sw.id = r.sweep_id "
                                                "LEFT JOIN workers wk ON wk.id = r.worker "
                                                "WHERE r.id = $1",
-      1, p, cb, ud);
+      run_id, cb, ud);
 }
 
 /* The samples of one column of a run's curve (alias: their table). */
@@ -292,9 +289,7 @@ void store_pages_curves(db *d, int64_t sweep_id, const char *run_ids, int64_t po
 }
 
 void store_pages_points(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {
-  char sid[24];
-  const char *p[1] = {store__itoa(sid, sizeof sid, sweep_id)};
-  store__query_json(
+  store__query_json_id(
       d,
       "SELECT json_build_object('run_id', coalesce(json_agg(id ORDER BY id), '[]'), "
       "'nonembedding_params', coalesce(json_agg(nonembedding_params ORDER BY id), '[]'), "
@@ -305,5 +300,5 @@ void store_pages_points(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {
       "'part', coalesce(json_agg(part ORDER BY id), '[]')) "
       "FROM runs WHERE sweep_id = $1 AND status = 'succeeded' AND final_val_loss > 0 "
       "AND reproduces IS NULL AND EXISTS (SELECT 1 FROM sweeps WHERE id = $1)",
-      1, p, cb, ud);
+      sweep_id, cb, ud);
 }

@@ -42,6 +42,17 @@ void store__query_rows(db *d, const char *sql, int nparams, const char *const *p
     db_query(d, sql, nparams, params, store__on_rows, c);
 }
 
+void store__query_rows_id(db *d, const char *sql, int64_t id, const store__rows_spec *spec,
+                          void (*cb)(void), void *ud) {
+  char ids[24];
+  const char *p[1] = {store__itoa(ids, sizeof ids, id)};
+  store__query_rows(d, sql, 1, p, spec, cb, ud);
+}
+
+void store__decode_id(const PGresult *res, int row, void *elem) {
+  *(int64_t *)elem = store__int(res, row, 0);
+}
+
 static void decode_json(const PGresult *res, int row, void *elem) {
   *(const char **)elem = store__str_or_null(res, row, 0);
 }
@@ -56,6 +67,10 @@ static const store__rows_spec json_spec = {sizeof(const char *), decode_json, de
 void store__query_json(db *d, const char *sql, int nparams, const char *const *params,
                        store_json_cb cb, void *ud) {
   store__query_rows(d, sql, nparams, params, &json_spec, (void (*)(void))cb, ud);
+}
+
+void store__query_json_id(db *d, const char *sql, int64_t id, store_json_cb cb, void *ud) {
+  store__query_rows_id(d, sql, id, &json_spec, (void (*)(void))cb, ud);
 }
 
 static void decode_none(const PGresult *res, int row, void *elem) {

@@ -16,12 +16,7 @@ static void decode_queued(const PGresult *res, int row, void *elem) {
   r->gpus = (int)store__int(res, row, 1);
 }
 
-static void deliver_queue(const store__call *c, int status, const void *rows, int n,
-                          const char *errmsg) {
-  ((store_queue_cb)c->cb)(c->ud, status, rows, n, errmsg);
-}
-
-static const store__rows_spec queued = {sizeof(store_queued), decode_queued, deliver_queue};
+STORE__ARRAY_SPEC(queued, store_queued, decode_queued, store_queue_cb);
 
 void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud) {
   char lim[24];
@@ -78,12 +73,7 @@ static void decode_change(const PGresult *res, int row, void *elem) {
   r->sweep_id = store__int(res, row, 3);
 }
 
-static void deliver_changes(const store__call *c, int status, const void *rows, int n,
-                            const char *errmsg) {
-  ((store_changes_cb)c->cb)(c->ud, status, rows, n, errmsg);
-}
-
-static const store__rows_spec changes = {sizeof(store_run_change), decode_change, deliver_changes};
+STORE__ARRAY_SPEC(changes, store_run_change, decode_change, store_changes_cb);
 
 void store_runs_expire(db *d, store_changes_cb cb, void *ud) {
   store__query_rows(d,
@@ -137,16 +127,7 @@ void store_runs_requeue_orphans(db *d, int64_t worker_id, const int64_t *kept, i
   free(ids);
 }
 
-static void decode_id(const PGresult *res, int row, void *elem) {
-  *(int64_t *)elem = store__int(res, row, 0);
-}
-
-static void deliver_ids(const store__call *c, int status, const void *rows, int n,
-                        const char *errmsg) {
-  ((store_ids_cb)c->cb)(c->ud, status, rows, n, errmsg);
-}
-
-static const store__rows_spec renewed = {sizeof(int64_t), decode_id, deliver_ids};
+STORE__ARRAY_SPEC(renewed, int64_t, store__decode_id, store_ids_cb);
 
 void store_runs_renew(db *d, int64_t worker_id, int lease_s, const int64_t *runs, int nruns,
                       store_ids_cb cb, void *ud) {

@@ -23,17 +23,13 @@ static void deliver_inserted(const store__call *c, int status, const void *rows,
 
 static const store__rows_spec inserted = {sizeof(inserted_row), decode_inserted, deliver_inserted};
 
-static void decode_id(const PGresult *res, int row, void *elem) {
-  *(int64_t *)elem = store__int(res, row, 0);
-}
-
 static void deliver_found(const store__call *c, int status, const void *rows, int n,
                           const char *errmsg) {
   ((store_sweeps_id_cb)c->cb)(c->ud, status, status == 0 && n == 1 ? *(const int64_t *)rows : 0,
                               errmsg);
 }
 
-static const store__rows_spec found = {sizeof(int64_t), decode_id, deliver_found};
+static const store__rows_spec found = {sizeof(int64_t), store__decode_id, deliver_found};
 
 /* rows: (id, new status); c->key: the sweep */
 static void decode_status(const PGresult *res, int row, void *elem) {
