@@ -95,6 +95,96 @@ const char *store__dtoa(char *buf, size_t len, double v);
 /* [ids...] as JSON text (malloc; NULL when out of memory). */
 char *store__ids_json(const int64_t *ids, int n);
 
+/* ---- the connection and its queue (db_conn.c, db.c) --------------------- */
+
+/* db_conn.c owns the connection (connecting, the socket's poll handle,
+ * reconnecting with backoff, db_open, db_close); db.c the queue of
+ * requests, sending them and dispatching their results. */
+
+#define STORE__DB_MSG_MAX 512
+
+enum { STORE__DB_DOWN, STORE__DB_CONNECTING, STORE__DB_UP };
+
+/* Transaction steps besides the statements 0..nstmts-1. */
+enum { STORE__STEP_BEGIN = -1 };
+#define STORE__STEP_COMMIT(q) ((q)->nstmts)
+#define STORE__STEP_ROLLBACK(q) ((q)->nstmts + 1)
+
+typedef struct store__db_stmt {
+  const char *sql;
+  int nparams;
+  const char *const *params;
+  const int *lengths; /* NULL: every parameter is text */
+  const int *formats;
+} store__db_stmt;
+
+/* One allocation: the struct, then the statements, their parameter arrays
+ * and all the strings (copied, so callers may free theirs at once). */
+typedef struct store__db_req {
+  struct store__db_req *next;
+  db_cb cb;
+  void *ud;
+  int tx;           /* BEGIN ... COMMIT around the statements */
+  int nstmts;       /* 1 when !tx */
+  int step;         /* the statement in flight (tx: STORE__STEP_BEGIN .. STORE__STEP_ROLLBACK) */
+  PGresult *cur;    /* the result of the statement in flight, so far */
+  PGresult *last;   /* tx: the last statement's result, kept for the callback */
+  PGresult *failed; /* tx: the error being rolled back */
+  store__db_stmt *stmts;
+} store__db_req;
+
+/* A poll handle on one libpq socket; freed in its close callback. */
+typedef struct store__db_watcher {
+  uv_poll_t poll;
+  db *d;
+  int fd;
+} store__db_watcher;
+
+struct db {
+  uv_loop_t *loop;
+  char *url;
+  PGconn *conn; /* NULL while STORE__DB_DOWN */
+  int state;
+  int closing;
+  int flushing;      /* PQflush left data to send: watch for writable too */
+  int outage_logged; /* a failure was reported and no recovery since */
+  PostgresPollingStatusType connect_poll;
+  store__db_watcher *watch; /* on PQsocket(conn), or NULL */
+  uv_timer_t timer;         /* reconnect backoff, or the connect timeout */
+  uv_prepare_t prepare;     /* sends what db_query queued, before the loop polls */
+  int nhandles;             /* handles open or closing; d is freed at 0 */
+  unsigned backoff_ms;
+  store__db_req *inflight;    /* the request being executed, or NULL */
+  store__db_req *head, *tail; /* waiting requests */
+  size_t nwaiting;
+  void (*close_cb)(void *ud);
+  void *close_ud;
+};
+
+/* db_conn.c */
+/* The first line of a libpq message into dst, runs of blanks made single
+ * spaces. */
+void store__db_msg_copy(char *dst, size_t n, const char *src);
+/* Watches the connection's current socket for events; 0 or a libuv error. */
+int store__db_watch(db *d, int events);
+/* Closes the poll handle and the connection: state DOWN. */
+void store__db_drop_conn(db *d);
+/* Arms the reconnect timer and doubles the backoff. */
+void store__db_backoff_start(db *d);
+/* The connection is unusable: the request in flight fails with status and
+ * msg; waiting ones stay queued for the next connection. */
+void store__db_conn_reset(db *d, int status, const char *msg);
+/* Frees a request and the results it holds. */
+void store__db_req_free(store__db_req *q);
+
+/* db.c */
+/* Sends the next waiting request if the connection is up and idle. */
+void store__db_pump(db *d);
+/* PQflush, then watch for writable too while data is left to send. */
+void store__db_flush(db *d);
+/* The socket is readable: reads results and dispatches them. */
+void store__db_process_input(db *d);
+
 /* ---- the private server (pgserver.c, pgproc.c) -------------------------- */
 
 #define STORE__PG_MAX_GROUPS 64
