@@ -117,9 +117,6 @@ void store_fits_insert(db *d, int64_t sweep_id, const char *law, const char *fit
 
 void store_fits_latest(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {
   store__query_json_id(
-      d,
-      "SELECT coalesce((SELECT json_object_agg(law, params) FROM (SELECT DISTINCT ON "
-      "(law) law, params FROM fits WHERE sweep_id = $1 ORDER BY law, created_at DESC) f), "
-      "'{}') FROM sweeps WHERE id = $1",
-      sweep_id, cb, ud);
+      d, "SELECT coalesce(" STORE__LATEST_FITS_SQL ", '{}') FROM sweeps WHERE id = $1", sweep_id,
+      cb, ud);
 }

@@ -69,6 +69,12 @@ void store__query_json(db *d, const char *sql, int nparams, const char *const *p
 /* store__query_json with one parameter, $1 the id. */
 void store__query_json_id(db *d, const char *sql, int64_t id, store_json_cb cb, void *ud);
 
+/* SQL: the newest fit of each law of sweep $1, {law: params}, NULL when
+ * none (the API's fits and the sweep page's). */
+#define STORE__LATEST_FITS_SQL                                                            \
+  "(SELECT json_object_agg(law, params) FROM (SELECT DISTINCT ON (law) law, params FROM " \
+  "fits WHERE sweep_id = $1 ORDER BY law, created_at DESC) f)"
+
 /* The user data for store__on_exec (one malloc, freed there), or NULL
  * when out of memory (then cb, unless NULL, has had SS_ENOMEM). */
 store__call *store__exec_call(store_done_cb cb, void *ud);

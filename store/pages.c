@@ -211,10 +211,7 @@ void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t
                         "'flops_planned', coalesce(sum(r.flops), 0), "
                         "'flops_spent', coalesce(sum(" SPENT_SQL
                         "), 0)) FROM runs r WHERE r.sweep_id = $1), "
-                        "'fits', (SELECT coalesce(json_object_agg(law, params), '{}') FROM (SELECT "
-                        "DISTINCT ON "
-                        "(law) law, params FROM fits WHERE sweep_id = $1 ORDER BY law, created_at "
-                        "DESC) f), "
+                        "'fits', coalesce(" STORE__LATEST_FITS_SQL ", '{}'), "
                         "'runs_total', (SELECT count(*) FROM runs WHERE sweep_id = $1 "
                         "AND ($2::run_status IS NULL OR status = $2)), "
                         "'runs', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT r.id, r.status, "
