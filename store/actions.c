@@ -3,42 +3,44 @@
 #include <string.h>
 
 #include "store/actions.h"
+
 #include "store/internal.h"
 
 /* rows: (run id, or NULL for the sweep's own row; its status) */
-static void on_cancelled(void *ud, int status, PGresult *res, const char *errmsg) {
-  store__req q = *(store__req *)ud;
-  free(ud);
-  if (status != 0) {
-    q.cb.cancel(q.ud, status, 0, NULL, 0, errmsg);
-    return;
+typedef struct cancel_row {
+  int is_run;
+  store_cancelled run;
+} cancel_row;
+
+static void decode_cancel(const PGresult *res, int row, void *elem) {
+  cancel_row *r = elem;
+  r->is_run = !PQgetisnull(res, row, 0);
+  r->run.run_id = store__int(res, row, 0);
+  r->run.running = !strcmp(PQgetvalue(res, row, 1), "running");
+}
+
+/* found: any row (the sweep or run exists); runs: the cancelled runs only */
+static void deliver_cancel(const store__call *c, int status, const void *rows, int n,
+                           const char *errmsg) {
+  const cancel_row *r = rows;
+  store_cancelled *runs = NULL;
+  int k = 0;
+  if (status == 0 && !(runs = calloc(n ? (size_t)n : 1, sizeof *runs))) {
+    status = SS_ENOMEM;
+    errmsg = "out of memory";
   }
-  int rows = PQntuples(res), n = 0;
-  store_cancelled *runs = calloc(rows ? (size_t)rows : 1, sizeof *runs);
-  if (!runs) {
-    q.cb.cancel(q.ud, SS_ENOMEM, 0, NULL, 0, "out of memory");
-    return;
-  }
-  for (int i = 0; i < rows; i++) {
-    if (PQgetisnull(res, i, 0))
-      continue;
-    runs[n].run_id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
-    runs[n++].running = !strcmp(PQgetvalue(res, i, 1), "running");
-  }
-  q.cb.cancel(q.ud, 0, rows > 0, runs, n, NULL);
+  for (int i = 0; runs && i < n; i++)
+    if (r[i].is_run)
+      runs[k++] = r[i].run;
+  ((store_cancel_cb)c->cb)(c->ud, status, status == 0 && n > 0, runs, k,
+                           status == 0 ? NULL : errmsg);
   free(runs);
 }
 
+static const store__rows_spec cancelled = {sizeof(cancel_row), decode_cancel, deliver_cancel};
+
 static void cancel(db *d, const char *sql, int64_t id, store_cancel_cb cb, void *ud) {
-  store__req *q = store__req_new(ud);
-  if (!q) {
-    cb(ud, SS_ENOMEM, 0, NULL, 0, "out of memory");
-    return;
-  }
-  q->cb.cancel = cb;
-  char ids[24];
-  const char *p[1] = {store__id(ids, id)};
-  db_query(d, sql, 1, p, on_cancelled, q);
+  store__query_rows_id(d, sql, id, &cancelled, (void (*)(void))cb, ud);
 }
 
 void store_actions_cancel_sweep(db *d, int64_t sweep_id, store_cancel_cb cb, void *ud) {
@@ -62,38 +64,41 @@ void store_actions_cancel_run(db *d, int64_t run_id, store_cancel_cb cb, void *u
 }
 
 /* Row: the original's status and the new run's JSON (either NULL). */
-static void on_reproduced(void *ud, int status, PGresult *res, const char *errmsg) {
-  store__req q = *(store__req *)ud;
-  free(ud);
-  if (status == 0 && PQntuples(res) != 1) {
+typedef struct reproduce_row {
+  const char *original_status, *run;
+} reproduce_row;
+
+static void decode_reproduce(const PGresult *res, int row, void *elem) {
+  *(reproduce_row *)elem =
+      (reproduce_row){store__str_or_null(res, row, 0), store__str_or_null(res, row, 1)};
+}
+
+static void deliver_reproduce(const store__call *c, int status, const void *rows, int n,
+                              const char *errmsg) {
+  const reproduce_row *r = rows;
+  if (status == 0 && n != 1) {
     status = SS_EQUERY;
     errmsg = "reproduce: expected one row";
   }
-  if (status != 0) {
-    q.cb.reproduce(q.ud, status, NULL, NULL, errmsg);
-    return;
-  }
-  q.cb.reproduce(q.ud, 0, PQgetisnull(res, 0, 0) ? NULL : PQgetvalue(res, 0, 0),
-                 PQgetisnull(res, 0, 1) ? NULL : PQgetvalue(res, 0, 1), NULL);
+  if (status != 0)
+    ((store_reproduce_cb)c->cb)(c->ud, status, NULL, NULL, errmsg);
+  else
+    ((store_reproduce_cb)c->cb)(c->ud, 0, r->original_status, r->run, NULL);
 }
 
+static const store__rows_spec reproduced = {sizeof(reproduce_row), decode_reproduce,
+                                            deliver_reproduce};
+
 void store_actions_reproduce(db *d, int64_t run_id, store_reproduce_cb cb, void *ud) {
-  store__req *q = store__req_new(ud);
-  if (!q) {
-    cb(ud, SS_ENOMEM, NULL, NULL, "out of memory");
-    return;
-  }
-  q->cb.reproduce = cb;
-  char ids[24];
-  const char *p[1] = {store__id(ids, run_id)};
-  db_query(d,
-           "WITH o AS (SELECT * FROM runs WHERE id = $1), "
-           "n AS (INSERT INTO runs (sweep_id, config, config_hash, gpus, priority, "
-           "max_attempts, params, nonembedding_params, tokens, batch_size, flops, reproduces) "
-           "SELECT sweep_id, config, config_hash, gpus, priority, max_attempts, params, "
-           "nonembedding_params, tokens, batch_size, flops, id FROM o "
-           "WHERE status IN ('succeeded', 'failed', 'cancelled') "
-           "RETURNING json_build_object('id', id, 'reproduces', reproduces) AS j) "
-           "SELECT (SELECT status FROM o), (SELECT j FROM n)",
-           1, p, on_reproduced, q);
+  store__query_rows_id(
+      d,
+      "WITH o AS (SELECT * FROM runs WHERE id = $1), "
+      "n AS (INSERT INTO runs (sweep_id, config, config_hash, gpus, priority, "
+      "max_attempts, params, nonembedding_params, tokens, batch_size, flops, reproduces) "
+      "SELECT sweep_id, config, config_hash, gpus, priority, max_attempts, params, "
+      "nonembedding_params, tokens, batch_size, flops, id FROM o "
+      "WHERE status IN ('succeeded', 'failed', 'cancelled') "
+      "RETURNING json_build_object('id', id, 'reproduces', reproduces) AS j) "
+      "SELECT (SELECT status FROM o), (SELECT j FROM n)",
+      run_id, &reproduced, (void (*)(void))cb, ud);
 }

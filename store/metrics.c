@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/rows.h"
+#include "store/internal.h"
 
 enum { OID_INT4 = 23, OID_INT8 = 20, OID_FLOAT8 = 701 };
 
@@ -104,7 +104,7 @@ void store_metrics_insert(db *d, int64_t run_id, int attempt, int64_t worker_id,
    * the worker resends it */
   p[3 + NCOLS] = store__itoa(lo, sizeof lo, n ? rows[0].step : 0);
   p[4 + NCOLS] = store__itoa(hi, sizeof hi, n ? rows[n - 1].step : -1);
-  void *c = store__exec_call(cb, ud);
+  store__call *c = store__exec_call(cb, ud);
   if (c)
     db_query_bin(d,
                  "WITH u AS (SELECT * FROM unnest($4::int[], $5::bigint[], $6::float8[], "

@@ -4,8 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/internal.h"
 #include "store/pages.h"
+
+#include "store/internal.h"
 
 /* For a run that reproduces another (runs.reproduces), once both have
  * finished (succeeded, failed or cancelled): does its curve match the
@@ -113,13 +114,14 @@ void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, int r
                        "'flops_done', coalesce(sum(flops) FILTER (WHERE status = "
                        "'succeeded'), 0)) FROM runs WHERE sweep_id = sw.id), ",
            run_columns, sort ? sort : "id", order, order);
-  const char *p[4] = {store__id(ids, sweep_id), store__id(lim, pg->limit),
-                      store__id(off, pg->offset), pg->status};
+  const char *p[4] = {store__itoa(ids, sizeof ids, sweep_id),
+                      store__itoa(lim, sizeof lim, pg->limit),
+                      store__itoa(off, sizeof off, pg->offset), pg->status};
   store__query_json(d, sql, 4, p, cb, ud);
 }
 
 void store_pages_run(db *d, int64_t run_id, store_json_cb cb, void *ud) {
-  char sql[4096], ids[24];
+  char sql[4096];
   snprintf(sql, sizeof sql,
            "SELECT json_build_object('run', (SELECT row_to_json(t) FROM (SELECT %s, "
            "r.config FROM runs r WHERE r.id = $1) t), "
@@ -129,37 +131,31 @@ void store_pages_run(db *d, int64_t run_id, store_json_cb cb, void *ud) {
            "'reproduction', %s) "
            "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1)",
            run_columns, REPRODUCTION_SQL);
-  const char *p[1] = {store__id(ids, run_id)};
-  store__query_json(d, sql, 1, p, cb, ud);
+  store__query_json_id(d, sql, run_id, cb, ud);
 }
 
-static void on_counts(void *ud, int status, PGresult *res, const char *errmsg) {
-  store__req q = *(store__req *)ud;
-  free(ud);
-  if (status == 0 && PQntuples(res) != 1)
-    status = SS_EQUERY;
-  if (status != 0) {
-    q.cb.counts(q.ud, status, NULL, errmsg);
-    return;
-  }
-  store_run_counts c = {atoll(PQgetvalue(res, 0, 0)), atoll(PQgetvalue(res, 0, 1)),
-                        atoll(PQgetvalue(res, 0, 2)), atoll(PQgetvalue(res, 0, 3))};
-  q.cb.counts(q.ud, 0, &c, NULL);
+static void decode_counts(const PGresult *res, int row, void *elem) {
+  *(store_run_counts *)elem = (store_run_counts){store__int(res, row, 0), store__int(res, row, 1),
+                                                 store__int(res, row, 2), store__int(res, row, 3)};
 }
+
+static void deliver_counts(const store__call *c, int status, const void *rows, int n,
+                           const char *errmsg) {
+  if (status == 0 && n != 1)
+    status = SS_EQUERY;
+  ((store_run_counts_cb)c->cb)(c->ud, status, status == 0 ? rows : NULL,
+                               status == 0 ? NULL : errmsg);
+}
+
+static const store__rows_spec counts = {sizeof(store_run_counts), decode_counts, deliver_counts};
 
 void store_pages_run_counts(db *d, store_run_counts_cb cb, void *ud) {
-  store__req *q = store__req_new(ud);
-  if (!q) {
-    cb(ud, SS_ENOMEM, NULL, "out of memory");
-    return;
-  }
-  q->cb.counts = cb;
-  db_query(d,
-           "SELECT count(*) FILTER (WHERE status = 'queued'), "
-           "count(*) FILTER (WHERE status = 'running'), "
-           "count(*) FILTER (WHERE status = 'succeeded'), "
-           "count(*) FILTER (WHERE status = 'failed') FROM runs",
-           0, NULL, on_counts, q);
+  store__query_rows(d,
+                    "SELECT count(*) FILTER (WHERE status = 'queued'), "
+                    "count(*) FILTER (WHERE status = 'running'), "
+                    "count(*) FILTER (WHERE status = 'succeeded'), "
+                    "count(*) FILTER (WHERE status = 'failed') FROM runs",
+                    0, NULL, &counts, (void (*)(void))cb, ud);
 }
 
 /* ---- the status page's documents ------------------------------------------------------- */
@@ -196,8 +192,8 @@ void store_pages_overview(db *d, store_json_cb cb, void *ud) {
 void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t offset, int limit,
                             store_json_cb cb, void *ud) {
   char ids[24], off[24], lim[24];
-  const char *p[4] = {store__id(ids, sweep_id), status, store__id(off, offset),
-                      store__id(lim, limit)};
+  const char *p[4] = {store__itoa(ids, sizeof ids, sweep_id), status,
+                      store__itoa(off, sizeof off, offset), store__itoa(lim, sizeof lim, limit)};
   store__query_json(
       d,
       "SELECT json_build_object('sweep', (SELECT json_build_object('id', id, 'name', name, "
@@ -215,10 +211,7 @@ void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t
                         "'flops_planned', coalesce(sum(r.flops), 0), "
                         "'flops_spent', coalesce(sum(" SPENT_SQL
                         "), 0)) FROM runs r WHERE r.sweep_id = $1), "
-                        "'fits', (SELECT coalesce(json_object_agg(law, params), '{}') FROM (SELECT "
-                        "DISTINCT ON "
-                        "(law) law, params FROM fits WHERE sweep_id = $1 ORDER BY law, created_at "
-                        "DESC) f), "
+                        "'fits', coalesce(" STORE__LATEST_FITS_SQL ", '{}'), "
                         "'runs_total', (SELECT count(*) FROM runs WHERE sweep_id = $1 "
                         "AND ($2::run_status IS NULL OR status = $2)), "
                         "'runs', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT r.id, r.status, "
@@ -234,9 +227,7 @@ void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t
 }
 
 void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
-  char ids[24];
-  const char *p[1] = {store__id(ids, run_id)};
-  store__query_json(
+  store__query_json_id(
       d,
       "SELECT json_build_object('id', r.id, 'sweep_id', r.sweep_id, 'sweep', sw.name, "
       "'status', r.status, 'attempt', r.attempt, 'max_attempts', r.max_attempts, "
@@ -260,7 +251,7 @@ void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
                                                "FROM runs r JOIN sweeps sw ON sw.id = r.sweep_id "
                                                "LEFT JOIN workers wk ON wk.id = r.worker "
                                                "WHERE r.id = $1",
-      1, p, cb, ud);
+      run_id, cb, ud);
 }
 
 /* The samples of one column of a run's curve (alias: their table). */
@@ -278,8 +269,9 @@ void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
 void store_pages_curves(db *d, int64_t sweep_id, const char *run_ids, int64_t points, int64_t limit,
                         int64_t offset, store_json_cb cb, void *ud) {
   char sid[24], pts[24], lim[24], off[24];
-  const char *p[5] = {sweep_id ? store__id(sid, sweep_id) : NULL, store__id(pts, points), run_ids,
-                      store__id(lim, limit), store__id(off, offset)};
+  const char *p[5] = {sweep_id ? store__itoa(sid, sizeof sid, sweep_id) : NULL,
+                      store__itoa(pts, sizeof pts, points), run_ids,
+                      store__itoa(lim, sizeof lim, limit), store__itoa(off, sizeof off, offset)};
   store__query_json(
       d,
       "SELECT coalesce(json_agg(json_build_object('run_id', mx.id, 'status', mx.status, "
@@ -294,9 +286,7 @@ void store_pages_curves(db *d, int64_t sweep_id, const char *run_ids, int64_t po
 }
 
 void store_pages_points(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {
-  char sid[24];
-  const char *p[1] = {store__id(sid, sweep_id)};
-  store__query_json(
+  store__query_json_id(
       d,
       "SELECT json_build_object('run_id', coalesce(json_agg(id ORDER BY id), '[]'), "
       "'nonembedding_params', coalesce(json_agg(nonembedding_params ORDER BY id), '[]'), "
@@ -307,5 +297,5 @@ void store_pages_points(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {
       "'part', coalesce(json_agg(part ORDER BY id), '[]')) "
       "FROM runs WHERE sweep_id = $1 AND status = 'succeeded' AND final_val_loss > 0 "
       "AND reproduces IS NULL AND EXISTS (SELECT 1 FROM sweeps WHERE id = $1)",
-      1, p, cb, ud);
+      sweep_id, cb, ud);
 }

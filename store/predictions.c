@@ -3,7 +3,7 @@
 
 #include <stdlib.h>
 
-#include "store/rows.h"
+#include "store/internal.h"
 
 static void decode_curve(const PGresult *res, int k, void *elem) {
   *(store_curve *)elem = (store_curve){store__int(res, k, 0),
@@ -15,12 +15,7 @@ static void decode_curve(const PGresult *res, int k, void *elem) {
                                        PQgetisnull(res, k, 6) ? NULL : PQgetvalue(res, k, 6)};
 }
 
-static void deliver_curves(void (*cb)(void), void *ud, int status, const void *rows, int n,
-                           const char *errmsg) {
-  ((store_curves_cb)cb)(ud, status, rows, n, errmsg);
-}
-
-static const store__rows_spec curves = {sizeof(store_curve), decode_curve, deliver_curves};
+STORE__ARRAY_SPEC(curves, store_curve, decode_curve, store_curves_cb);
 
 void store_predictions_curves(db *d, store_curves_cb cb, void *ud) {
   store__query_rows(

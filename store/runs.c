@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/rows.h"
+#include "store/internal.h"
 
 /* ---- the queue and claims ------------------------------------------------ */
 
@@ -16,12 +16,7 @@ static void decode_queued(const PGresult *res, int row, void *elem) {
   r->gpus = (int)store__int(res, row, 1);
 }
 
-static void deliver_queue(void (*cb)(void), void *ud, int status, const void *rows, int n,
-                          const char *errmsg) {
-  ((store_queue_cb)cb)(ud, status, rows, n, errmsg);
-}
-
-static const store__rows_spec queued = {sizeof(store_queued), decode_queued, deliver_queue};
+STORE__ARRAY_SPEC(queued, store_queued, decode_queued, store_queue_cb);
 
 void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud) {
   char lim[24];
@@ -43,9 +38,9 @@ static void decode_claim(const PGresult *res, int row, void *elem) {
                     .resume_max_step = PQgetisnull(res, row, 3) ? -1 : store__int(res, row, 3)};
 }
 
-static void deliver_claim(void (*cb)(void), void *ud, int status, const void *rows, int n,
+static void deliver_claim(const store__call *c, int status, const void *rows, int n,
                           const char *errmsg) {
-  ((store_claim_cb)cb)(ud, status, n == 1 ? rows : NULL, errmsg);
+  ((store_claim_cb)c->cb)(c->ud, status, n == 1 ? rows : NULL, errmsg);
 }
 
 static const store__rows_spec claimed = {sizeof(store_claim), decode_claim, deliver_claim};
@@ -78,12 +73,7 @@ static void decode_change(const PGresult *res, int row, void *elem) {
   r->sweep_id = store__int(res, row, 3);
 }
 
-static void deliver_changes(void (*cb)(void), void *ud, int status, const void *rows, int n,
-                            const char *errmsg) {
-  ((store_changes_cb)cb)(ud, status, rows, n, errmsg);
-}
-
-static const store__rows_spec changes = {sizeof(store_run_change), decode_change, deliver_changes};
+STORE__ARRAY_SPEC(changes, store_run_change, decode_change, store_changes_cb);
 
 void store_runs_expire(db *d, store_changes_cb cb, void *ud) {
   store__query_rows(d,
@@ -137,16 +127,7 @@ void store_runs_requeue_orphans(db *d, int64_t worker_id, const int64_t *kept, i
   free(ids);
 }
 
-static void decode_id(const PGresult *res, int row, void *elem) {
-  *(int64_t *)elem = store__int(res, row, 0);
-}
-
-static void deliver_ids(void (*cb)(void), void *ud, int status, const void *rows, int n,
-                        const char *errmsg) {
-  ((store_ids_cb)cb)(ud, status, rows, n, errmsg);
-}
-
-static const store__rows_spec renewed = {sizeof(int64_t), decode_id, deliver_ids};
+STORE__ARRAY_SPEC(renewed, int64_t, store__decode_id, store_ids_cb);
 
 void store_runs_renew(db *d, int64_t worker_id, int lease_s, const int64_t *runs, int nruns,
                       store_ids_cb cb, void *ud) {
@@ -156,7 +137,7 @@ void store_runs_renew(db *d, int64_t worker_id, int lease_s, const int64_t *runs
     cb(ud, SS_ENOMEM, NULL, 0, "out of memory");
     return;
   }
-  void *c = store__rows_call(&renewed, (void (*)(void))cb, ud);
+  store__call *c = store__rows_call(&renewed, (void (*)(void))cb, ud, 0);
   if (!c) {
     free(ids);
     return;
@@ -219,10 +200,10 @@ static void decode_finished(const PGresult *res, int row, void *elem) {
   *(finished_row *)elem = (finished_row){PQgetvalue(res, row, 0), store__int(res, row, 1)};
 }
 
-static void deliver_finished(void (*cb)(void), void *ud, int status, const void *rows, int n,
+static void deliver_finished(const store__call *c, int status, const void *rows, int n,
                              const char *errmsg) {
   const finished_row *r = n == 1 ? rows : NULL;
-  ((store_finish_cb)cb)(ud, status, r ? r->status : NULL, r ? r->sweep_id : 0, errmsg);
+  ((store_finish_cb)c->cb)(c->ud, status, r ? r->status : NULL, r ? r->sweep_id : 0, errmsg);
 }
 
 static const store__rows_spec finished = {sizeof(finished_row), decode_finished, deliver_finished};

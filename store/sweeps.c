@@ -1,109 +1,88 @@
 /* Sweeps: their SQL (store/sweeps.h). */
 #include "store/sweeps.h"
 
-#include <inttypes.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include "store/internal.h"
 
-#include "store/db.h"
+typedef struct inserted_row {
+  int64_t sweep_id, runs;
+} inserted_row;
 
-/* One call's callback and its user data, freed once the callback ran. */
-typedef struct call {
-  union {
-    store_sweeps_inserted_cb inserted;
-    store_sweeps_id_cb id;
-    store_sweeps_status_cb status;
-  } cb;
-  void *ud;
-  int64_t sweep_id;
-} call;
-
-/* sweep_id: the sweep the call is about (0: none yet) */
-static call *call_new(void *ud, int64_t sweep_id) {
-  call *c = malloc(sizeof *c);
-  if (c) {
-    c->ud = ud;
-    c->sweep_id = sweep_id;
-  }
-  return c;
+/* sweep_id NULL: ON CONFLICT, the spec is there already (then 0, 0) */
+static void decode_inserted(const PGresult *res, int row, void *elem) {
+  int there = PQgetisnull(res, row, 0);
+  *(inserted_row *)elem =
+      (inserted_row){there ? 0 : store__int(res, row, 0), there ? 0 : store__int(res, row, 1)};
 }
 
-static void on_inserted(void *ud, int status, PGresult *res, const char *errmsg) {
-  call *c = ud;
-  if (status != 0)
-    c->cb.inserted(c->ud, status, 0, 0, errmsg);
-  else if (PQgetisnull(res, 0, 0)) /* ON CONFLICT: the spec is there already */
-    c->cb.inserted(c->ud, 0, 0, 0, NULL);
-  else
-    c->cb.inserted(c->ud, 0, strtoll(PQgetvalue(res, 0, 0), NULL, 10),
-                   strtoll(PQgetvalue(res, 0, 1), NULL, 10), NULL);
-  free(c);
+static void deliver_inserted(const store__call *c, int status, const void *rows, int n,
+                             const char *errmsg) {
+  const inserted_row *r = status == 0 && n > 0 ? rows : &(inserted_row){0, 0};
+  ((store_sweeps_inserted_cb)c->cb)(c->ud, status, r->sweep_id, r->runs,
+                                    status == 0 ? NULL : errmsg);
 }
 
-static void on_found(void *ud, int status, PGresult *res, const char *errmsg) {
-  call *c = ud;
-  int64_t id = status == 0 && PQntuples(res) == 1 ? strtoll(PQgetvalue(res, 0, 0), NULL, 10) : 0;
-  c->cb.id(c->ud, status, id, errmsg);
-  free(c);
+static const store__rows_spec inserted = {sizeof(inserted_row), decode_inserted, deliver_inserted};
+
+static void deliver_found(const store__call *c, int status, const void *rows, int n,
+                          const char *errmsg) {
+  ((store_sweeps_id_cb)c->cb)(c->ud, status, status == 0 && n == 1 ? *(const int64_t *)rows : 0,
+                              errmsg);
 }
 
-static void on_status(void *ud, int status, PGresult *res, const char *errmsg) {
-  call *c = ud;
-  c->cb.status(c->ud, status, c->sweep_id,
-               status == 0 && PQntuples(res) == 1 ? PQgetvalue(res, 0, 1) : NULL, errmsg);
-  free(c);
+static const store__rows_spec found = {sizeof(int64_t), store__decode_id, deliver_found};
+
+/* rows: (id, new status); c->key: the sweep */
+static void decode_status(const PGresult *res, int row, void *elem) {
+  *(const char **)elem = PQgetvalue(res, row, 1);
 }
+
+static void deliver_status(const store__call *c, int status, const void *rows, int n,
+                           const char *errmsg) {
+  ((store_sweeps_status_cb)c->cb)(
+      c->ud, status, c->key, status == 0 && n == 1 ? *(const char *const *)rows : NULL, errmsg);
+}
+
+static const store__rows_spec status_changed = {sizeof(const char *), decode_status,
+                                                deliver_status};
 
 void store_sweeps_insert(db *d, const store_sweep_new *sw, store_sweeps_inserted_cb cb, void *ud) {
-  call *c = call_new(ud, 0);
-  if (!c) {
-    cb(ud, SS_ENOMEM, 0, 0, "out of memory");
-    return;
-  }
-  c->cb.inserted = cb;
-  char gpus[16], prio[16], maxa[16];
-  snprintf(gpus, sizeof gpus, "%d", sw->gpus);
-  snprintf(prio, sizeof prio, "%d", sw->priority);
-  snprintf(maxa, sizeof maxa, "%d", sw->max_attempts);
-  const char *p[7] = {sw->name, sw->spec_json, sw->spec_hash, prio, gpus, maxa, sw->runs_json};
-  db_query(d,
-           "WITH sw AS (INSERT INTO sweeps (name, spec, spec_hash, priority) "
-           "VALUES ($1, $2::jsonb, $3, $4::int) ON CONFLICT (spec_hash) DO NOTHING "
-           "RETURNING id), "
-           "ins AS (INSERT INTO runs (sweep_id, config, config_hash, gpus, priority, "
-           "max_attempts, params, nonembedding_params, tokens, batch_size, flops, part, "
-           "target_loss) "
-           "SELECT sw.id, e->'config', e->>'config_hash', $5::int, $4::int, $6::int, "
-           "(e->>'params')::bigint, (e->>'nonembedding_params')::bigint, "
-           "(e->>'tokens')::bigint, (e->>'batch_size')::int, (e->>'flops')::float8, "
-           "e->>'part', e->'target_loss' "
-           "FROM sw, jsonb_array_elements($7::jsonb) WITH ORDINALITY AS t(e, i) "
-           "ORDER BY t.i RETURNING 1) "
-           "SELECT (SELECT id FROM sw), (SELECT count(*) FROM ins)",
-           7, p, on_inserted, c);
+  char gpus[24], prio[24], maxa[24];
+  const char *p[7] = {sw->name,
+                      sw->spec_json,
+                      sw->spec_hash,
+                      store__itoa(prio, sizeof prio, sw->priority),
+                      store__itoa(gpus, sizeof gpus, sw->gpus),
+                      store__itoa(maxa, sizeof maxa, sw->max_attempts),
+                      sw->runs_json};
+  store__query_rows(d,
+                    "WITH sw AS (INSERT INTO sweeps (name, spec, spec_hash, priority) "
+                    "VALUES ($1, $2::jsonb, $3, $4::int) ON CONFLICT (spec_hash) DO NOTHING "
+                    "RETURNING id), "
+                    "ins AS (INSERT INTO runs (sweep_id, config, config_hash, gpus, priority, "
+                    "max_attempts, params, nonembedding_params, tokens, batch_size, flops, part, "
+                    "target_loss) "
+                    "SELECT sw.id, e->'config', e->>'config_hash', $5::int, $4::int, $6::int, "
+                    "(e->>'params')::bigint, (e->>'nonembedding_params')::bigint, "
+                    "(e->>'tokens')::bigint, (e->>'batch_size')::int, (e->>'flops')::float8, "
+                    "e->>'part', e->'target_loss' "
+                    "FROM sw, jsonb_array_elements($7::jsonb) WITH ORDINALITY AS t(e, i) "
+                    "ORDER BY t.i RETURNING 1) "
+                    "SELECT (SELECT id FROM sw), (SELECT count(*) FROM ins)",
+                    7, p, &inserted, (void (*)(void))cb, ud);
 }
 
 void store_sweeps_find_by_hash(db *d, const char *spec_hash, store_sweeps_id_cb cb, void *ud) {
-  call *c = call_new(ud, 0);
-  if (!c) {
-    cb(ud, SS_ENOMEM, 0, "out of memory");
-    return;
-  }
-  c->cb.id = cb;
   const char *p[1] = {spec_hash};
-  db_query(d, "SELECT id FROM sweeps WHERE spec_hash = $1", 1, p, on_found, c);
+  store__query_rows(d, "SELECT id FROM sweeps WHERE spec_hash = $1", 1, p, &found,
+                    (void (*)(void))cb, ud);
 }
 
 void store_sweeps_update_status(db *d, int64_t sweep_id, store_sweeps_status_cb cb, void *ud) {
-  call *c = call_new(ud, sweep_id);
-  if (!c) {
-    cb(ud, SS_ENOMEM, sweep_id, NULL, "out of memory");
+  store__call *c = store__rows_call(&status_changed, (void (*)(void))cb, ud, sweep_id);
+  if (!c)
     return;
-  }
-  c->cb.status = cb;
-  char id[32];
-  snprintf(id, sizeof id, "%" PRId64, sweep_id);
-  const char *p[1] = {id};
+  char id[24];
+  const char *p[1] = {store__itoa(id, sizeof id, sweep_id)};
   db_query(d,
            "UPDATE sweeps sw SET status = x.st FROM (SELECT CASE "
            "WHEN count(*) FILTER (WHERE status IN ('queued', 'running')) > 0 THEN "
@@ -114,5 +93,5 @@ void store_sweeps_update_status(db *d, int64_t sweep_id, store_sweeps_status_cb 
            "ELSE 'cancelled' END::run_status AS st FROM runs WHERE sweep_id = $1) x "
            "WHERE sw.id = $1 AND sw.status <> 'cancelled' AND sw.status <> x.st "
            "RETURNING sw.id, sw.status",
-           1, p, on_status, c);
+           1, p, store__on_rows, c);
 }

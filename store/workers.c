@@ -3,21 +3,17 @@
 
 #include <stdlib.h>
 
-#include "store/rows.h"
+#include "store/internal.h"
 
-static void decode_id(const PGresult *res, int row, void *elem) {
-  *(int64_t *)elem = store__int(res, row, 0);
-}
-
-static void deliver_worker(void (*cb)(void), void *ud, int status, const void *rows, int n,
+static void deliver_worker(const store__call *c, int status, const void *rows, int n,
                            const char *errmsg) {
   if (status == 0 && n != 1)
-    ((store_worker_cb)cb)(ud, SS_EQUERY, 0, "no worker row returned");
+    ((store_worker_cb)c->cb)(c->ud, SS_EQUERY, 0, "no worker row returned");
   else
-    ((store_worker_cb)cb)(ud, status, status == 0 ? *(const int64_t *)rows : 0, errmsg);
+    ((store_worker_cb)c->cb)(c->ud, status, status == 0 ? *(const int64_t *)rows : 0, errmsg);
 }
 
-static const store__rows_spec worker_id = {sizeof(int64_t), decode_id, deliver_worker};
+static const store__rows_spec worker_id = {sizeof(int64_t), store__decode_id, deliver_worker};
 
 void store_workers_register(db *d, const char *name, const char *host, const char *gpus_json,
                             int cpu_slots, store_worker_cb cb, void *ud) {
