@@ -178,11 +178,12 @@ static void on_cancelled(void *ud, int status, int found, const store_cancelled 
   int stopped = 0;
   for (int i = 0; i < n; i++) {
     if (runs[i].running) {
-      sched__cancel_running(x->s, runs[i].run_id);
+      sched__wport_cancel(&x->s->wp, runs[i].run_id);
       stopped++;
     } else {
-      sched__emit(x->s, "run",
-                  json_pack("{s:I,s:s}", "id", (json_int_t)runs[i].run_id, "status", "cancelled"));
+      sched__events_emit(
+          &x->s->ev, "run",
+          json_pack("{s:I,s:s}", "id", (json_int_t)runs[i].run_id, "status", "cancelled"));
     }
   }
   char body[128];
@@ -279,7 +280,7 @@ static void on_counts(void *ud, int status, const store_run_counts *rc, const ch
   OUT("# TYPE scalesweep_db_queue_length gauge\nscalesweep_db_queue_length{conn=\"main\"} %zu\n"
       "scalesweep_db_queue_length{conn=\"metrics\"} %zu\n",
       db_queue_length(s->db), mq);
-  OUT("# TYPE scalesweep_db_up gauge\nscalesweep_db_up %d\n", sched__db_up(s));
+  OUT("# TYPE scalesweep_db_up gauge\nscalesweep_db_up %d\n", sched__wport_db_up(&s->wp));
   OUT("# HELP scalesweep_http_request_duration_seconds API request latency.\n"
       "# TYPE scalesweep_http_request_duration_seconds histogram\n");
   static const char *const le[12] = {"0.001", "0.002", "0.005", "0.01", "0.02", "0.05",
@@ -351,8 +352,8 @@ void sched__http(http_request *r, void *ud) {
     if (!get)
       return answer_error(x, 405, "method not allowed: use GET", NULL);
     if (!strcmp(path, "/healthz"))
-      return answer_json(x, sched__db_up(s) ? 200 : 503,
-                         sched__db_up(s) ? "{\"ok\":true}" : "{\"ok\":false}");
+      return answer_json(x, sched__wport_db_up(&s->wp) ? 200 : 503,
+                         sched__wport_db_up(&s->wp) ? "{\"ok\":true}" : "{\"ok\":false}");
     return get_metrics(s, x);
   }
   if (strncmp(path, "/api/", 5) != 0)

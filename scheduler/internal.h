@@ -10,6 +10,7 @@
 #include "scheduler/counters.h"
 #include "scheduler/events.h"
 #include "scheduler/lease.h"
+#include "scheduler/log.h"
 #include "scheduler/place.h"
 #include "scheduler/predict.h"
 #include "scheduler/refit.h"
@@ -45,12 +46,6 @@ struct sched {
   double lat_sum_s;
 };
 
-/* A timestamped line on stderr ("... scheduler: what happened"). */
-void sched__logf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* events.c's stream, for the API and refits */
-void sched__emit(sched *s, const char *name, json_t *data); /* steals data */
-
 /* place.c: a placement pass (one at a time; asked for during one, another
  * follows it) */
 void sched__place(sched *s);
@@ -70,11 +65,6 @@ void sched__sweep_status(sched *s, int64_t sweep_id);
  * next tick of the lease timer: finishes arriving together cost one of each. */
 void sched__sweep_touch(sched *s, int64_t sweep_id, int refit);
 void sched__sweep_flush(sched *s);
-
-/* the worker port (wport.h), for the API */
-void sched__cancel_running(sched *s, int64_t run_id);
-/* the main connection and every metrics connection are up */
-int sched__db_up(const sched *s);
 
 /* api.c */
 void sched__http(http_request *r, void *ud);

@@ -22,8 +22,9 @@ static void on_expired(void *ud, int status, const store_run_change *runs, int n
       s->n.runs_failed++;
     else
       s->n.runs_requeued++;
-    sched__emit(s, "run",
-                json_pack("{s:I,s:s}", "id", (json_int_t)runs[i].id, "status", runs[i].status));
+    sched__events_emit(
+        &s->ev, "run",
+        json_pack("{s:I,s:s}", "id", (json_int_t)runs[i].id, "status", runs[i].status));
     sched__sweep_touch(s, runs[i].sweep_id, 0);
   }
   if (n > 0)

@@ -146,9 +146,10 @@ static void on_claimed(void *ud, int status, const store_claim *cl, const char *
     s->n.assigns++;
     if (cl->attempt == 1)
       sched__sweep_touch(s, cl->sweep_id, 0);
-    sched__emit(s, "run",
-                json_pack("{s:I,s:s,s:i,s:I}", "id", (json_int_t)a->run_id, "status", "running",
-                          "attempt", cl->attempt, "worker", (json_int_t)a->worker_id));
+    sched__events_emit(&s->ev, "run",
+                       json_pack("{s:I,s:s,s:i,s:I}", "id", (json_int_t)a->run_id, "status",
+                                 "running", "attempt", cl->attempt, "worker",
+                                 (json_int_t)a->worker_id));
   }
   if (a->pending)
     place_done(s);

@@ -306,9 +306,9 @@ static void after_work(uv_work_t *w, int status) {
     store_fits_insert(s->db, r->sweep_id, laws[l], r->json[l], r->npoints[l], on_stored, NULL);
     json_error_t je;
     json_t *fit = json_loads(r->json[l], 0, &je);
-    sched__emit(s, "fit",
-                json_pack("{s:I,s:s,s:o}", "sweep_id", (json_int_t)r->sweep_id, "law", laws[l],
-                          "fit", fit ? fit : json_null()));
+    sched__events_emit(&s->ev, "fit",
+                       json_pack("{s:I,s:s,s:o}", "sweep_id", (json_int_t)r->sweep_id, "law",
+                                 laws[l], "fit", fit ? fit : json_null()));
   }
   sched__refit_sweep *e = sweep_find(s, r->sweep_id);
   if (e) {
@@ -465,8 +465,8 @@ static void on_sweep_status(void *ud, int status, int64_t sweep_id, const char *
     return;
   }
   if (new_status)
-    sched__emit(s, "sweep",
-                json_pack("{s:I,s:s}", "id", (json_int_t)sweep_id, "status", new_status));
+    sched__events_emit(&s->ev, "sweep",
+                       json_pack("{s:I,s:s}", "id", (json_int_t)sweep_id, "status", new_status));
 }
 
 void sched__sweep_status(sched *s, int64_t sweep_id) {

@@ -30,28 +30,6 @@ void sched_options_default(sched_options *o) {
   o->reserve_after_s = 300;
 }
 
-void sched__logf(const char *fmt, ...) {
-  char ts[32];
-  time_t t = time(NULL);
-  strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "%s scheduler: ", ts);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-}
-
-/* ---- the core's entry points for the API and the refits ------------------------ */
-
-void sched__emit(sched *s, const char *name, json_t *data) {
-  sched__events_emit(&s->ev, name, data);
-}
-
-void sched__cancel_running(sched *s, int64_t run_id) { sched__wport_cancel(&s->wp, run_id); }
-
-int sched__db_up(const sched *s) { return sched__wport_db_up(&s->wp); }
-
 /* ---- what the worker port reports ------------------------------------------------ */
 
 static void on_capacity(void *ud) { sched__place(ud); }

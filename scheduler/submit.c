@@ -127,7 +127,8 @@ static void on_inserted(void *ud, int status, int64_t sweep_id, int64_t runs, co
            sweep_id, runs, x->hash);
   sched *s = x->s; /* x lives in the request's arena, freed by the answer */
   http_respond_json(x->r, 201, body);
-  sched__emit(s, "sweep", json_pack("{s:I,s:s}", "id", (json_int_t)sweep_id, "status", "queued"));
+  sched__events_emit(&s->ev, "sweep",
+                     json_pack("{s:I,s:s}", "id", (json_int_t)sweep_id, "status", "queued"));
   sched__place(s);
 }
 
