@@ -60,6 +60,9 @@ typedef struct sched__buf {
 void sched__b_add(sched__buf *b, const char *s, size_t n);
 void sched__b_puts(sched__buf *b, const char *s);
 void sched__b_printf(sched__buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Opens a page section: <section id="ID" aria-labelledby="h-ID"><h2
+ * id="h-ID">TITLE</h2> (title is HTML, written as it is). */
+void sched__b_section(sched__buf *b, const char *id, const char *title);
 /* Text as HTML: the one place where values from runs and specs enter a page. */
 void sched__b_esc(sched__buf *b, const char *s);
 

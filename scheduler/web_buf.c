@@ -104,3 +104,8 @@ char *sched__html_escape(const char *text) {
   sched__b_esc(&b, text);
   return b.oom ? NULL : b.p;
 }
+
+void sched__b_section(sched__buf *b, const char *id, const char *title) {
+  sched__b_printf(b, "<section id=\"%s\" aria-labelledby=\"h-%s\"><h2 id=\"h-%s\">%s</h2>", id, id,
+                  id, title);
+}

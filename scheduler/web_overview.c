@@ -8,8 +8,7 @@
 #include "scheduler/web.h"
 
 static void render_workers(sched__buf *b, sched *s) {
-  sched__b_puts(b, "<section id=\"workers\" aria-labelledby=\"h-workers\"><h2 id=\"h-workers\">"
-                   "Workers</h2>");
+  sched__b_section(b, "workers", "Workers");
   int n = 0;
   for (sched__wconn *c = s->wp.conns; c; c = c->next)
     n += c->authed && !c->closing;
@@ -99,8 +98,7 @@ void sched__web_overview(sched__buf *b, sched *s, json_t *d) {
   sched__b_puts(b, "</section>\n");
 
   json_t *sweeps = json_object_get(d, "sweeps");
-  sched__b_puts(b, "<section id=\"sweeps\" aria-labelledby=\"h-sweeps\"><h2 "
-                   "id=\"h-sweeps\">Sweeps</h2>");
+  sched__b_section(b, "sweeps", "Sweeps");
   if (!json_array_size(sweeps)) {
     sched__b_puts(b, "<p class=\"empty\">No sweep yet: <code>scalesweep submit "
                      "spec.json</code>.</p>");
@@ -140,8 +138,7 @@ void sched__web_overview(sched__buf *b, sched *s, json_t *d) {
   sched__b_puts(b, "</section>\n");
 
   json_t *fails = json_object_get(d, "failures");
-  sched__b_puts(b, "<section id=\"failures\" aria-labelledby=\"h-failures\"><h2 id=\"h-failures\">"
-                   "Recent failures</h2>");
+  sched__b_section(b, "failures", "Recent failures");
   if (!json_array_size(fails)) {
     sched__b_puts(b, "<p class=\"empty\">None.</p>");
   } else {

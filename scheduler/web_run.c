@@ -157,8 +157,7 @@ void sched__web_run(sched__buf *b, sched__web_req *w, json_t *r) {
   sched__b_puts(b, "</td></tr></tbody></table></section>\n");
 
   if (sched__jstr(r, "error") || sched__jstr(r, "log_tail")) {
-    sched__b_puts(b, "<section id=\"failure\" aria-labelledby=\"h-failure\"><h2 id=\"h-failure\">"
-                     "What went wrong</h2>");
+    sched__b_section(b, "failure", "What went wrong");
     if (sched__jstr(r, "error")) {
       sched__b_puts(b, "<p class=\"err\">");
       sched__b_esc(b, sched__jstr(r, "error"));

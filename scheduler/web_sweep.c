@@ -293,8 +293,7 @@ void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
                 "Cancel this sweep</button></p></section>\n");
 
   json_t *fits = json_object_get(d, "fits");
-  sched__b_puts(b, "<section id=\"fits\" aria-labelledby=\"h-fits\"><h2 "
-                   "id=\"h-fits\">Fits</h2>");
+  sched__b_section(b, "fits", "Fits");
   if (!json_object_size(fits)) {
     sched__b_puts(b, "<p class=\"empty\">No fit yet: the laws are fitted when enough runs have "
                      "succeeded.</p>");
@@ -318,8 +317,8 @@ void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
          "D_opt(C)</figcaption></figure>"
          "<figure id=\"chart-batch\" class=\"chart\"><figcaption>Critical batch size"
          "</figcaption></figure></div></section>\n");
-  sched__b_puts(b, "<section id=\"runs\" aria-labelledby=\"h-runs\"><h2 id=\"h-runs\">Runs</h2>"
-                   "<div id=\"runs-static\">");
+  sched__b_section(b, "runs", "Runs");
+  sched__b_puts(b, "<div id=\"runs-static\">");
   render_runs_table(b, w, d);
   sched__b_puts(b, "</div></section>\n");
 }
