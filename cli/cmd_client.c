@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/client.h"
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "common/err.h"
 #include "common/fileio.h"
@@ -20,32 +21,34 @@ typedef struct copts {
   const char *arg;
 } copts;
 
-static int parse(int argc, char **argv, copts *o, const char *usage) {
+/* Reads the client options into *o; returns only when they are good: after
+ * printing usage (for -h/--help, exit 0) or a bad argument and usage (exit
+ * 2), exits, as every client command does nothing without its options. */
+static void parse(int argc, char **argv, copts *o, const char *usage) {
   memset(o, 0, sizeof *o);
+  const cli_opt opts[] = {{"--json", NULL, &o->json},
+                          {"--url", &o->url, NULL},
+                          {"--state", &o->state, NULL},
+                          {"--token-file", &o->token_file, NULL}};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    if (cli_is_help(a)) {
       printf("%s", usage);
       exit(0);
-    } else if (!strcmp(a, "--json")) {
-      o->json = 1;
+    } else if (cli_opt_read(argc, argv, &i, opts, sizeof opts / sizeof *opts)) {
+      continue;
     } else if ((!strcmp(a, "--run") || !strcmp(a, "--wait")) && strstr(usage, a)) {
       *(a[2] == 'r' ? &o->run : &o->wait) = 1; /* only where the usage names it */
-    } else if ((!strcmp(a, "--url") || !strcmp(a, "--state") || !strcmp(a, "--token-file")) &&
-               i + 1 < argc) {
-      const char **dst = a[2] == 'u' ? &o->url : a[2] == 's' ? &o->state : &o->token_file;
-      *dst = argv[++i];
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, "scalesweep %s: unknown option '%s'\n%s", argv[0], a, usage);
-      return SS_EXIT_USAGE;
+      exit(SS_EXIT_USAGE);
     } else if (!o->arg) {
       o->arg = a;
     } else {
       fprintf(stderr, "scalesweep %s: unexpected argument '%s'\n%s", argv[0], a, usage);
-      return SS_EXIT_USAGE;
+      exit(SS_EXIT_USAGE);
     }
   }
-  return 0;
 }
 
 static int positive_id(const char *cmd, const char *s) {
@@ -219,9 +222,7 @@ int cmd_submit(int argc, char **argv) {
   static const char usage[] =
       "usage: scalesweep submit SPEC.json [--url URL] [--state DIR] [--token-file F] [--json]\n";
   copts o;
-  int rc = parse(argc, argv, &o, usage);
-  if (rc)
-    return rc;
+  parse(argc, argv, &o, usage);
   if (!o.arg) {
     fprintf(stderr, "scalesweep submit: a spec file is required\n%s", usage);
     return SS_EXIT_USAGE;
@@ -242,14 +243,13 @@ int cmd_status(int argc, char **argv) {
       "usage: scalesweep status [SWEEP] [--url URL] [--state DIR] [--json]\n"
       "  without SWEEP: every sweep with its progress; with SWEEP: that sweep\n";
   copts o;
-  int rc = parse(argc, argv, &o, usage);
-  if (rc)
-    return rc;
+  parse(argc, argv, &o, usage);
   if (o.arg && !positive_id("status", o.arg))
     return SS_EXIT_USAGE;
   char path[64];
   snprintf(path, sizeof path, o.arg ? "/api/sweeps/%s" : "/api/sweeps", o.arg ? o.arg : "");
   char *raw = NULL;
+  int rc;
   json_t *j = call(&o, "GET", path, NULL, 0, &rc, &raw);
   if (!j)
     return rc;
@@ -286,14 +286,13 @@ int cmd_runs(int argc, char **argv) {
   static const char usage[] = "usage: scalesweep runs SWEEP [--url URL] [--state DIR] [--json]\n"
                               "  every run of the sweep (fetched a page of 1000 at a time)\n";
   copts o;
-  int rc = parse(argc, argv, &o, usage);
-  if (rc)
-    return rc;
+  parse(argc, argv, &o, usage);
   if (!positive_id("runs", o.arg))
     return SS_EXIT_USAGE;
   json_t *all = json_array();
   for (long long offset = 0;;) {
     char path[128], *raw = NULL;
+    int rc;
     snprintf(path, sizeof path, "/api/sweeps/%s/runs?limit=1000&offset=%lld", o.arg, offset);
     json_t *j = call(&o, "GET", path, NULL, 0, &rc, &raw);
     free(raw);
@@ -362,9 +361,7 @@ int cmd_cancel(int argc, char **argv) {
       "  cancels sweep ID (or run ID with --run): queued runs at once, running runs\n"
       "  after their trainer checkpoints\n";
   copts o;
-  int rc = parse(argc, argv, &o, usage);
-  if (rc)
-    return rc;
+  parse(argc, argv, &o, usage);
   return post_action(&o, "cancel", o.run ? "runs" : "sweeps", "cancel", say_cancelled);
 }
 
@@ -434,14 +431,13 @@ int cmd_reproduce(int argc, char **argv) {
       "  --wait waits for it and reports whether its loss curve matches the original's\n"
       "  exactly (exit 0) or the largest difference (exit 1)\n";
   copts o;
-  int rc = parse(argc, argv, &o, usage);
-  if (rc)
-    return rc;
+  parse(argc, argv, &o, usage);
   if (!o.wait)
     return post_action(&o, "reproduce", "runs", "reproduce", say_reproduced);
   if (!positive_id("reproduce", o.arg))
     return SS_EXIT_USAGE;
   char path[96], *raw = NULL;
+  int rc;
   snprintf(path, sizeof path, "/api/runs/%s/reproduce", o.arg);
   json_t *j = call(&o, "POST", path, "{}", 2, &rc, &raw);
   free(raw);

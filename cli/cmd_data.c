@@ -280,7 +280,7 @@ int cmd_data(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--") == 0)
       break;
-    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+    if (cli_is_help(argv[i])) {
       fputs(usage_text, stdout);
       return SS_EXIT_OK;
     }

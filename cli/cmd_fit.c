@@ -285,7 +285,7 @@ int cmd_fit(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *eq = strchr(a, '='), *val = NULL;
     size_t nlen = eq && a[0] == '-' ? (size_t)(eq - a) : strlen(a);
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    if (cli_is_help(a)) {
       fputs(usage_text, stdout);
       return SS_EXIT_OK;
     }

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "common/err.h"
 #include "store/migrate.h"
@@ -21,15 +22,14 @@ static void usage(FILE *f) {
 
 int cmd_migrate(int argc, char **argv) {
   const char *url = NULL;
+  const cli_opt opts[] = {{"--database", &url, NULL}};
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+    if (cli_is_help(argv[i])) {
       usage(stdout);
       return SS_EXIT_OK;
-    } else if (!strcmp(argv[i], "--database") && i + 1 < argc) {
-      url = argv[++i];
     } else if (!strncmp(argv[i], "--database=", 11)) {
       url = argv[i] + 11;
-    } else {
+    } else if (!cli_opt_read(argc, argv, &i, opts, 1)) {
       fprintf(stderr, "scalesweep migrate: unexpected argument '%s'%s\n", argv[i],
               !strcmp(argv[i], "--database") ? " (it needs a value)" : "");
       usage(stderr);

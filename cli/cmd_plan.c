@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "common/err.h"
 #include "sweeps/plan.h"
@@ -24,7 +25,7 @@ int cmd_plan(int argc, char **argv) {
   const char *file = NULL;
   int json = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+    if (cli_is_help(argv[i])) {
       usage(stdout);
       return SS_EXIT_OK;
     } else if (!strcmp(argv[i], "--json")) {

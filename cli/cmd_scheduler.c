@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "common/err.h"
 #include "scheduler/sched.h"
@@ -71,7 +72,7 @@ int cmd_scheduler(int argc, char **argv) {
   sched_options_default(&o);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    if (cli_is_help(a)) {
       printf("%s", usage);
       return 0;
     } else if (!strcmp(a, "--closed-reads")) {

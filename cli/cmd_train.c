@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "common/err.h"
 #include "runcfg/runcfg.h"
@@ -32,16 +33,16 @@ int cmd_train(int argc, char **argv) {
   const char *config = NULL, *resume = NULL, *ckdir = NULL;
   long long max_step = -1;
   int print_only = 0;
+  const cli_opt options[] = {{"--config", &config, NULL},
+                             {"--checkpoint-dir", &ckdir, NULL},
+                             {"--resume", &resume, NULL},
+                             {"--print-config", NULL, &print_only}};
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+    if (cli_is_help(argv[i])) {
       usage(stdout);
       return SS_EXIT_OK;
-    } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
-      config = argv[++i];
-    } else if (!strcmp(argv[i], "--checkpoint-dir") && i + 1 < argc) {
-      ckdir = argv[++i];
-    } else if (!strcmp(argv[i], "--resume") && i + 1 < argc) {
-      resume = argv[++i];
+    } else if (cli_opt_read(argc, argv, &i, options, sizeof options / sizeof *options)) {
+      continue;
     } else if (!strcmp(argv[i], "--resume-max-step") && i + 1 < argc) {
       char *end;
       const char *v = argv[++i];
@@ -51,8 +52,6 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "scalesweep train: --resume-max-step '%s': expected an integer >= 0\n", v);
         return SS_EXIT_USAGE;
       }
-    } else if (!strcmp(argv[i], "--print-config")) {
-      print_only = 1;
     } else {
       fprintf(stderr, "scalesweep train: unexpected argument '%s'%s\n", argv[i],
               (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--resume") ||

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/args.h"
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "common/err.h"
@@ -334,27 +335,17 @@ int cmd_up(int argc, char **argv) {
   const char *state = "./.scalesweep", *sweep = NULL, *listen = "127.0.0.1:8080", *database = NULL,
              *cpu_slots = NULL, *data_dir = ".";
   int wait = 0;
+  const cli_opt opts[] = {{"--wait", NULL, &wait},         {"--state", &state, NULL},
+                          {"--sweep", &sweep, NULL},       {"--listen", &listen, NULL},
+                          {"--database", &database, NULL}, {"--cpu-slots", &cpu_slots, NULL},
+                          {"--data-dir", &data_dir, NULL}};
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    if (cli_is_help(argv[i])) {
       printf("%s", usage);
       return 0;
-    } else if (!strcmp(a, "--wait")) {
-      wait = 1;
-    } else if (v && !strcmp(a, "--state")) {
-      state = argv[++i];
-    } else if (v && !strcmp(a, "--sweep")) {
-      sweep = argv[++i];
-    } else if (v && !strcmp(a, "--listen")) {
-      listen = argv[++i];
-    } else if (v && !strcmp(a, "--database")) {
-      database = argv[++i];
-    } else if (v && !strcmp(a, "--cpu-slots")) {
-      cpu_slots = argv[++i];
-    } else if (v && !strcmp(a, "--data-dir")) {
-      data_dir = argv[++i];
-    } else {
-      fprintf(stderr, "scalesweep up: unexpected argument '%s'\n%s", a, usage);
+    }
+    if (!cli_opt_read(argc, argv, &i, opts, sizeof opts / sizeof *opts)) {
+      fprintf(stderr, "scalesweep up: unexpected argument '%s'\n%s", argv[i], usage);
       return SS_EXIT_USAGE;
     }
   }

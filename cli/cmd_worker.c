@@ -74,7 +74,7 @@ int cmd_worker(int argc, char **argv) {
   wrk_options_init(&o);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    if (cli_is_help(a)) {
       usage(stdout);
       return SS_EXIT_OK;
     }

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "common/err.h"
 
@@ -31,7 +32,7 @@ int main(int argc, char **argv) {
     usage(stderr);
     return SS_EXIT_USAGE;
   }
-  if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+  if (cli_is_help(argv[1]) || !strcmp(argv[1], "help")) {
     usage(stdout);
     return SS_EXIT_OK;
   }

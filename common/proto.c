@@ -137,22 +137,13 @@ static void vfail(vctx *c, const char *fmt, ...) {
 /* A short rendering of a JSON value for "found ..." in messages: scalars as
  * JSON (strings cut at 40 bytes), containers by kind. */
 static void describe(const json_t *v, char *out, size_t n) {
-  switch (json_typeof(v)) {
-  case JSON_OBJECT:
-    snprintf(out, n, "an object");
-    return;
-  case JSON_ARRAY:
-    snprintf(out, n, "an array");
-    return;
-  case JSON_TRUE:
-    snprintf(out, n, "true");
-    return;
-  case JSON_FALSE:
-    snprintf(out, n, "false");
-    return;
-  case JSON_NULL:
-    snprintf(out, n, "null");
-    return;
+  static const char *const named[] = {[JSON_OBJECT] = "an object",
+                                      [JSON_ARRAY] = "an array",
+                                      [JSON_TRUE] = "true",
+                                      [JSON_FALSE] = "false",
+                                      [JSON_NULL] = "null"};
+  json_type t = json_typeof(v);
+  switch (t) {
   case JSON_INTEGER:
     snprintf(out, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
     return;
@@ -173,8 +164,10 @@ static void describe(const json_t *v, char *out, size_t n) {
     json_decref(cut);
     return;
   }
+  default:
+    snprintf(out, n, "%s",
+             (size_t)t < sizeof named / sizeof *named && named[t] ? named[t] : "a value");
   }
-  snprintf(out, n, "a value");
 }
 
 static void fail_type(vctx *c, const char *path, const char *expected, const json_t *v) {

@@ -6,9 +6,9 @@
 #
 #   cmake "-DFILES=a.js|b.css" -DOUTPUT=file.c -P embed_web.cmake
 #
-# Each file becomes a NUL-terminated byte array (the NUL is not counted in
-# its length), so no character needs escaping.
+# Each file becomes a NUL-terminated byte array (cmake/embed.cmake).
 cmake_minimum_required(VERSION 3.22)
+include(${CMAKE_CURRENT_LIST_DIR}/../cmake/embed.cmake)
 if(NOT FILES OR NOT OUTPUT)
   message(FATAL_ERROR "usage: cmake \"-DFILES=a.js|b.css\" -DOUTPUT=file.c -P embed_web.cmake")
 endif()
@@ -41,11 +41,7 @@ foreach(f IN LISTS FILES)
   file(SIZE "${f}" size)
   file(SHA256 "${f}" sha)
   string(SUBSTRING "${sha}" 0 20 etag)
-  file(READ "${f}" hex HEX)
-  string(REPEAT "[0-9a-f]" 32 line)
-  string(REGEX REPLACE "(${line})" "\\1\n  " hex "${hex}")
-  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
-  string(APPEND arrays "/* ${name} */\nstatic const unsigned char asset_${count}[] = {\n  ${bytes}0x00};\n\n")
+  ss_embed_array(arrays "${f}" "${name}" "static const unsigned char asset_${count}")
   string(APPEND entries "    {\"${name}\", \"${type}\", asset_${count}, ${size}, \"\\\"${etag}\\\"\"},\n")
   math(EXPR count "${count} + 1")
 endforeach()

@@ -3,8 +3,9 @@
 #
 #   cmake -DMIGRATIONS_DIR=dir -DOUTPUT=file.c -P embed_migrations.cmake
 #
-# Each file becomes a NUL-terminated byte array, so no character in the SQL
-# needs escaping.
+# Each file becomes a NUL-terminated byte array (cmake/embed.cmake), so no
+# character in the SQL needs escaping.
+include(${CMAKE_CURRENT_LIST_DIR}/../cmake/embed.cmake)
 if(NOT MIGRATIONS_DIR OR NOT OUTPUT)
   message(FATAL_ERROR "usage: cmake -DMIGRATIONS_DIR=dir -DOUTPUT=file.c -P embed_migrations.cmake")
 endif()
@@ -28,11 +29,7 @@ foreach(f IN LISTS files)
   endif()
   set(previous ${version})
 
-  file(READ "${MIGRATIONS_DIR}/${f}" hex HEX)
-  string(REPEAT "[0-9a-f]" 32 line)
-  string(REGEX REPLACE "(${line})" "\\1\n  " hex "${hex}")
-  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
-  string(APPEND arrays "/* migrations/${f} */\nstatic const char sql_${count}[] = {\n  ${bytes}0x00};\n\n")
+  ss_embed_array(arrays "${MIGRATIONS_DIR}/${f}" "migrations/${f}" "static const char sql_${count}")
   string(APPEND entries "    {${version}, \"${name}\", sql_${count}},\n")
   math(EXPR count "${count} + 1")
 endforeach()

@@ -10,6 +10,7 @@
 
 #include "common/err.h"
 #include "sweeps/fit.h"
+#include "sweeps/internal.h"
 
 enum { C_PARAMS, C_TOKENS, C_FLOPS, C_LOSS, C_BATCH, C_STEPS, C_LR, C_RUN, NCOLS };
 static const char *const colnames[NCOLS] = {"params",     "tokens", "flops", "loss",
@@ -172,31 +173,17 @@ static char *trim(char *s) {
   return s;
 }
 
-typedef struct {
-  const char *name;
-  int row;
-} run_key;
-
-static int by_name(const void *a, const void *b) {
-  const run_key *x = a, *y = b;
-  int c = strcmp(x->name, y->name);
-  return c ? c : (x->row > y->row) - (x->row < y->row);
-}
-
 /* Distinct run names -> group ids 0, 1, ... in order of first appearance;
  * an empty name is a run of its own (-1). */
-static int assign_groups(fit_point *pts, run_key *keys, int n) {
-  int *first = malloc((size_t)n * sizeof *first);
-  if (!first)
+static int assign_groups(fit_point *pts, const char *const *names, int n) {
+  size_t *first = malloc((size_t)n * sizeof *first);
+  if (!first || sweeps__first_equal(names, (size_t)n, first)) {
+    free(first);
     return SS_ENOMEM;
-  qsort(keys, (size_t)n, sizeof *keys, by_name);
-  for (int i = 0; i < n; i++) {
-    int same = i > 0 && !strcmp(keys[i].name, keys[i - 1].name);
-    first[keys[i].row] = !*keys[i].name ? -1 : same ? first[keys[i - 1].row] : keys[i].row;
   }
   int next = 0;
   for (int i = 0; i < n; i++)
-    pts[i].group = first[i] < 0 ? -1 : first[i] == i ? next++ : pts[first[i]].group;
+    pts[i].group = !*names[i] ? -1 : first[i] == (size_t)i ? next++ : pts[first[i]].group;
   free(first);
   return 0;
 }
@@ -206,7 +193,7 @@ int fit_read_csv(const char *path, fit_point **pts, int *n, char *err, size_t er
   *n = 0;
   reader r = {.path = path, .line = 1, .err = err, .errlen = errlen};
   fit_point *out = NULL;
-  run_key *keys = NULL;
+  const char **names = NULL;
   int cap = 0, count = 0, hline = 0, line = 0;
   int idx[NCOLS]; /* field index of each known column, -1 when absent */
   int rc = slurp(&r);
@@ -264,11 +251,11 @@ int fit_read_csv(const char *path, fit_point **pts, int *n, char *err, size_t er
     if (count == cap) {
       cap = cap ? 2 * cap : 256;
       fit_point *np = realloc(out, (size_t)cap * sizeof *np);
-      run_key *nk = np ? realloc(keys, (size_t)cap * sizeof *nk) : NULL;
+      const char **nk = np ? realloc(names, (size_t)cap * sizeof *nk) : NULL;
       if (np)
         out = np;
       if (nk)
-        keys = nk;
+        names = nk;
       if (!np || !nk) {
         snprintf(err, errlen, "%s: out of memory at line %d", path, line);
         rc = SS_ENOMEM;
@@ -305,7 +292,7 @@ int fit_read_csv(const char *path, fit_point **pts, int *n, char *err, size_t er
         goto done;
       }
     }
-    keys[count] = (run_key){idx[C_RUN] >= 0 ? trim(r.f[idx[C_RUN]].text) : "", count};
+    names[count] = idx[C_RUN] >= 0 ? trim(r.f[idx[C_RUN]].text) : "";
     count++;
   }
   if (!count) {
@@ -313,7 +300,7 @@ int fit_read_csv(const char *path, fit_point **pts, int *n, char *err, size_t er
     rc = SS_EINVAL;
     goto done;
   }
-  if (idx[C_RUN] >= 0 && (rc = assign_groups(out, keys, count))) {
+  if (idx[C_RUN] >= 0 && (rc = assign_groups(out, names, count))) {
     snprintf(err, errlen, "%s: out of memory", path);
     goto done;
   }
@@ -322,7 +309,7 @@ int fit_read_csv(const char *path, fit_point **pts, int *n, char *err, size_t er
   out = NULL;
 done:
   free(out);
-  free(keys);
+  free(names);
   free(r.f);
   free(r.buf);
   return rc;

@@ -1,4 +1,5 @@
-/* Internals shared by the fits (not exported outside sweeps/). */
+/* Internals shared by the fits and the planner (not exported outside
+ * sweeps/). */
 #ifndef SS_SWEEPS_INTERNAL_H
 #define SS_SWEEPS_INTERNAL_H
 
@@ -8,6 +9,12 @@
 #include <stdint.h>
 
 #include "sweeps/fit.h"
+
+/* Sets first[i] to the index of the first of the n strings equal to s[i]
+ * (i itself for a first occurrence): a CSV's points by run name, a plan's
+ * runs by config hash. Sorts (string, index) pairs, as comparing every pair
+ * of many strings costs too much (a fuzzing timeout). 0 or SS_ENOMEM. */
+int sweeps__first_equal(const char *const *s, size_t n, size_t *first);
 
 /* Resampling units: whole runs (group >= 0), else single points. */
 typedef struct fit__groups {

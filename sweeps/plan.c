@@ -14,6 +14,7 @@
 #include "runcfg/flops.h"
 #include "runcfg/runcfg.h"
 #include "runcfg/shard.h"
+#include "sweeps/internal.h"
 #include "sweeps/plan_draft.h"
 #include "sweeps/shapes.h"
 
@@ -160,38 +161,47 @@ static int cmp_runs(const void *a, const void *b) {
   return x->index < y->index ? -1 : x->index > y->index;
 }
 
-typedef struct hash_ref {
-  const char *hash;
+typedef struct str_ref {
+  const char *s;
   size_t i;
-} hash_ref;
+} str_ref;
 
-static int cmp_hash_refs(const void *a, const void *b) {
-  const hash_ref *x = a, *y = b;
-  int c = strcmp(x->hash, y->hash);
+static int cmp_str_refs(const void *a, const void *b) {
+  const str_ref *x = a, *y = b;
+  int c = strcmp(x->s, y->s);
   return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+int sweeps__first_equal(const char *const *s, size_t n, size_t *first) {
+  str_ref *refs = malloc((n ? n : 1) * sizeof *refs);
+  if (!refs)
+    return SS_ENOMEM;
+  for (size_t i = 0; i < n; i++)
+    refs[i] = (str_ref){s[i], i};
+  qsort(refs, n, sizeof *refs, cmp_str_refs);
+  for (size_t k = 0, g = 0; k < n; k++) {
+    if (strcmp(refs[k].s, refs[g].s))
+      g = k; /* a new string: refs[g] is its first occurrence */
+    first[refs[k].i] = refs[g].i;
+  }
+  free(refs);
+  return 0;
 }
 
 /* Identical runs (the same config twice is wasted compute): each run that
  * repeats an earlier one is reported with the first it repeats, in plan
- * order. The hashes are sorted: comparing every pair of SPEC_MAX_RUNS runs
- * cost as much as planning them (a fuzzing timeout). 0 or SS_ENOMEM. */
+ * order. 0 or SS_ENOMEM. */
 static int report_duplicates(const plan *p, spec_problems *pr) {
   if (p->n < 2)
     return 0;
-  hash_ref *refs = malloc(p->n * sizeof *refs);
+  const char **hashes = malloc(p->n * sizeof *hashes);
   size_t *first = malloc(p->n * sizeof *first);
-  if (!refs || !first) {
-    free(refs);
+  for (size_t i = 0; hashes && i < p->n; i++)
+    hashes[i] = p->runs[i].config_hash;
+  if (!hashes || !first || sweeps__first_equal(hashes, p->n, first)) {
+    free(hashes);
     free(first);
     return SS_ENOMEM;
-  }
-  for (size_t i = 0; i < p->n; i++)
-    refs[i] = (hash_ref){p->runs[i].config_hash, i};
-  qsort(refs, p->n, sizeof *refs, cmp_hash_refs);
-  for (size_t k = 0, g = 0; k < p->n; k++) {
-    if (strcmp(refs[k].hash, refs[g].hash))
-      g = k; /* a new hash: refs[g] is its first run */
-    first[refs[k].i] = refs[g].i;
   }
   for (size_t i = 0; i < p->n; i++) {
     size_t j = first[i];
@@ -205,7 +215,7 @@ static int report_duplicates(const plan *p, spec_problems *pr) {
                      (long long)p->runs[i].tokens, p->runs[i].batch_size, p->runs[i].lr,
                      p->runs[i].config_hash);
   }
-  free(refs);
+  free(hashes);
   free(first);
   return 0;
 }

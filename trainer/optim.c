@@ -4,6 +4,9 @@
 
 #include "common/err.h"
 
+/* The state is one allocation from the kern_ctx, carved into the moments:
+ * fp32 m then v; 8-bit the absmax scales sm, sv first (float-aligned at any
+ * nparams), then qm, qv. One free. */
 int trn_optim_init(trn_optim *o, const trn_model *m, int q8) {
   memset(o, 0, sizeof *o);
   o->q8 = q8;
@@ -11,13 +14,11 @@ int trn_optim_init(trn_optim *o, const trn_model *m, int q8) {
   kern_ctx *k = m->k;
   size_t n = m->nparams;
   if (!q8) {
-    o->m = k->ops->alloc(k, n * sizeof(float));
-    o->v = k->ops->alloc(k, n * sizeof(float));
     o->state_bytes = 2 * n * sizeof(float);
-    if (!o->m || !o->v) {
-      trn_optim_free(o);
+    if (!(o->mem = k->ops->alloc(k, o->state_bytes)))
       return SS_ENOMEM;
-    }
+    o->m = o->mem;
+    o->v = o->m + n;
     return 0;
   }
   size_t nb = 0;
@@ -26,28 +27,19 @@ int trn_optim_init(trn_optim *o, const trn_model *m, int q8) {
     nb += (m->tensors[i].size + KERN_Q8_BLOCK - 1) / KERN_Q8_BLOCK;
   }
   o->nblocks = nb;
-  o->qm = k->ops->alloc(k, n);
-  o->qv = k->ops->alloc(k, n);
-  o->sm = k->ops->alloc(k, nb * sizeof(float));
-  o->sv = k->ops->alloc(k, nb * sizeof(float));
   o->state_bytes = 2 * n + 2 * nb * sizeof(float);
-  if (!o->qm || !o->qv || !o->sm || !o->sv) {
-    trn_optim_free(o);
+  if (!(o->mem = k->ops->alloc(k, o->state_bytes)))
     return SS_ENOMEM;
-  }
+  o->sm = o->mem;
+  o->sv = o->sm + nb;
+  o->qm = (int8_t *)(o->sv + nb);
+  o->qv = (uint8_t *)(o->qm + n);
   return 0;
 }
 
 void trn_optim_free(trn_optim *o) {
-  kern_ctx *k = o->k;
-  if (!k)
-    return;
-  k->ops->free(k, o->m);
-  k->ops->free(k, o->v);
-  k->ops->free(k, o->qm);
-  k->ops->free(k, o->qv);
-  k->ops->free(k, o->sm);
-  k->ops->free(k, o->sv);
+  if (o->k)
+    o->k->ops->free(o->k, o->mem);
   memset(o, 0, sizeof *o);
 }
 

@@ -13,6 +13,7 @@
 typedef struct trn_optim {
   int q8;
   kern_ctx *k;
+  void *mem;      /* the one allocation the buffers below are carved from */
   float *m, *v;   /* fp32: (nparams) each */
   int8_t *qm;     /* 8-bit: (nparams) */
   uint8_t *qv;    /* 8-bit: (nparams) */

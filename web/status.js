@@ -186,25 +186,23 @@ function overview() {
   };
 }
 
+// The series a metrics row extends: the curve's x column (tokens) for each loss.
+const GROWN = [
+  ['tokens', 'train_loss'],
+  ['val_tokens', 'val_loss'],
+];
+
 // Appends a metrics event's last row to a curve drawn from the server's samples.
 function grow(curve, row) {
   if (!curve || !row) return false;
   let grew = false;
-  if (Number.isFinite(row.train_loss) && Number.isFinite(row.tokens)) {
-    curve.tokens = curve.tokens || [];
-    curve.train_loss = curve.train_loss || [];
-    if (!curve.tokens.length || row.tokens > curve.tokens[curve.tokens.length - 1]) {
-      curve.tokens.push(row.tokens);
-      curve.train_loss.push(row.train_loss);
-      grew = true;
-    }
-  }
-  if (Number.isFinite(row.val_loss) && Number.isFinite(row.tokens)) {
-    curve.val_tokens = curve.val_tokens || [];
-    curve.val_loss = curve.val_loss || [];
-    if (!curve.val_tokens.length || row.tokens > curve.val_tokens[curve.val_tokens.length - 1]) {
-      curve.val_tokens.push(row.tokens);
-      curve.val_loss.push(row.val_loss);
+  for (const [xs, ys] of GROWN) {
+    if (!Number.isFinite(row[ys]) || !Number.isFinite(row.tokens)) continue;
+    const x = (curve[xs] = curve[xs] || []);
+    const y = (curve[ys] = curve[ys] || []);
+    if (!x.length || row.tokens > x[x.length - 1]) {
+      x.push(row.tokens);
+      y.push(row[ys]);
       grew = true;
     }
   }
