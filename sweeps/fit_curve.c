@@ -8,6 +8,7 @@
 #include <gsl/gsl_errno.h>
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_fit.h>
+#include <gsl/gsl_linalg.h>
 #include <gsl/gsl_multimin.h>
 #include <gsl/gsl_rng.h>
 #include <math.h>
@@ -94,9 +95,62 @@ typedef struct cfit {
   int converged;
 } cfit;
 
+/* Gauss-Newton steps from x while |grad f| >= gtol: solve (J'J + mu I) d =
+ * -J'r with the residuals' Jacobian (the same softmax weights as
+ * curve_eval's gradient), halving the step until f falls. BFGS's line search
+ * can stall short of the optimum when the residuals are near zero (points
+ * on the curve exactly), where Gauss-Newton converges fastest. Updates x,
+ * *fx and *gx only with points that lower f. */
+static void gauss_newton(const curve *c, double *x, double *fx, double *gx, double gtol) {
+  for (int it = 0; it < 50 && !(*gx < gtol); it++) {
+    double al = exp(x[2]), A[NT][NT] = {{0}}, b[NT] = {0};
+    for (int i = 0; i < c->m; i++) {
+      double z = x[1] - al * c->t[i];
+      double hi = fmax(x[0], z);
+      double lse = hi + log(exp(x[0] - hi) + exp(z - hi));
+      double r = lse - c->y[i], wz = exp(z - lse);
+      double j[NT] = {exp(x[0] - lse), wz, -wz * al * c->t[i]};
+      for (int p = 0; p < NT; p++) {
+        b[p] -= j[p] * r;
+        for (int q = 0; q < NT; q++)
+          A[p][q] += j[p] * j[q];
+      }
+    }
+    double mu = 1e-12 * (A[0][0] + A[1][1] + A[2][2]) + 1e-300;
+    for (int p = 0; p < NT; p++)
+      A[p][p] += mu;
+    gsl_matrix_view Av = gsl_matrix_view_array(&A[0][0], NT, NT);
+    gsl_vector_view bv = gsl_vector_view_array(b, NT);
+    double d[NT];
+    gsl_vector_view dv = gsl_vector_view_array(d, NT);
+    gsl_error_handler_t *old = gsl_set_error_handler_off();
+    int bad = gsl_linalg_cholesky_decomp1(&Av.matrix) ||
+              gsl_linalg_cholesky_solve(&Av.matrix, &bv.vector, &dv.vector);
+    gsl_set_error_handler(old);
+    if (bad)
+      return;
+    int lowered = 0;
+    for (double step = 1; step > 1e-6 && !lowered; step /= 2) {
+      double y[NT], g[NT];
+      for (int p = 0; p < NT; p++)
+        y[p] = x[p] + step * d[p];
+      double fy = curve_eval(c, y, g);
+      if (fy < *fx) {
+        memcpy(x, y, sizeof y);
+        *fx = fy;
+        *gx = norm3(g);
+        lowered = 1;
+      }
+    }
+    if (!lowered)
+      return;
+  }
+}
+
 /* BFGS2 from th0 until |grad f| < gtol: runs of MAX_ITERS iterations, a
  * stalled line search restarting from the best point with a fresh Hessian
- * estimate (up to POLISH_ROUNDS times). Replaces *best when it ends lower. */
+ * estimate (up to POLISH_ROUNDS times), then Gauss-Newton steps when the
+ * gradient is still above gtol. Replaces *best when it ends lower. */
 static void bfgs_from(const curve *c, gsl_multimin_fdfminimizer *s, const double *th0, cfit *best) {
   double gtol = GTOL_PER_POINT * c->m, x[NT], g[NT];
   memcpy(x, th0, sizeof x);
@@ -123,6 +177,7 @@ static void bfgs_from(const curve *c, gsl_multimin_fdfminimizer *s, const double
     if (!progress && round > 0)
       break;
   }
+  gauss_newton(c, x, &fx, &gx, gtol);
   if (fx < best->f || !isfinite(best->f)) {
     memcpy(best->th, x, sizeof x);
     best->f = fx;
