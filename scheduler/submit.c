@@ -1,4 +1,5 @@
 #include "scheduler/submit.h"
+#include "scheduler/spec_paths.h"
 
 #include <inttypes.h>
 #include <malloc.h>
@@ -22,69 +23,6 @@ static void problems_answer(http_request *r, const spec_problems *pr) {
   json_decref(e);
   http_respond_json(r, 400, text);
   free(text);
-}
-
-/* Paths in a spec (DESIGN.md, issue "Reliability and security"): token
- * shards only under the directories the operator allowed (--data-dir),
- * given as absolute paths without "." or ".." components (so no prefix
- * trick escapes them); checkpoint directories are the scheduler's choice
- * (--checkpoints), never the spec's. Every "data" and "checkpoint" object
- * anywhere in the spec is checked, wherever the method puts it. */
-static int under_allowed(const sched *s, const char *path) {
-  if (path[0] != '/')
-    return 0;
-  for (const char *c = path; *c;) { /* components */
-    while (*c == '/')
-      c++;
-    size_t n = strcspn(c, "/");
-    if ((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
-      return 0;
-    c += n;
-  }
-  for (int i = 0; i < s->o.ndata_dirs; i++) {
-    const char *d = s->o.data_dirs[i];
-    size_t n = strlen(d);
-    if (!strcmp(d, "/") || (!strncmp(path, d, n) && path[n] == '/'))
-      return 1;
-  }
-  return 0;
-}
-
-typedef struct paths_ctx {
-  const sched *s;
-  spec_problems *pr;
-} paths_ctx;
-
-/* spec_walk's visit: no checkpoint directories, shards only under --data-dir */
-static void check_path(void *ud, const char *path, const char *key, json_t *e) {
-  paths_ctx *x = ud;
-  const sched *s = x->s;
-  char where[600];
-  if (!strcmp(key, "checkpoint") && json_object_get(e, "dir")) {
-    snprintf(where, sizeof where, "%s.dir", path);
-    spec_problem_add(x->pr, where,
-                     "a spec may not choose checkpoint directories; the scheduler keeps "
-                     "them under its --checkpoints directory");
-  }
-  if (strcmp(key, "data") || !json_is_object(e))
-    return;
-  static const char *const shard_keys[] = {"train", "val"};
-  for (int k = 0; k < 2; k++) {
-    const char *p = json_string_value(json_object_get(e, shard_keys[k]));
-    if (!p || under_allowed(s, p))
-      continue;
-    snprintf(where, sizeof where, "%s.%s", path, shard_keys[k]);
-    if (!s->o.ndata_dirs)
-      spec_problem_add(x->pr, where,
-                       "found '%.200s', but this scheduler allows no token shards (start "
-                       "it with --data-dir DIR to allow those under DIR)",
-                       p);
-    else
-      spec_problem_add(x->pr, where,
-                       "found '%.200s', expected an absolute path without . or .. under "
-                       "an allowed data directory (%s%s)",
-                       p, s->o.data_dirs[0], s->o.ndata_dirs > 1 ? ", ..." : "");
-  }
 }
 
 typedef struct sub_ctx {
@@ -148,8 +86,7 @@ void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
     return;
   }
   json_t *raw = json_loads(text, 0, NULL); /* parsed once already: valid */
-  paths_ctx pc = {s, &pr};
-  spec_walk(raw, "$", check_path, &pc);
+  sched__spec_paths_check(s->o.data_dirs, s->o.ndata_dirs, raw, &pr);
   json_decref(raw);
   if (pr.n) {
     problems_answer(r, &pr);
