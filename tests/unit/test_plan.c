@@ -519,7 +519,7 @@ static void test_trainer_hash(void) {
   CHECK(cfg.checkpoint.every_tokens > 0 && !cfg.checkpoint.dir[0]);
   CHECK(mkdtemp(dir) != NULL);
   FILE *out = tmpfile();
-  trn_train_opts opts = {NULL, -1, dir};
+  trn_train_opts opts = {.resume_dir = NULL, .resume_max_step = -1, .checkpoint_dir = dir};
   CHECK(trn_train(&cfg, &opts, out, err, sizeof err) == 0);
   rewind(out);
   char line[65536];
