@@ -15,6 +15,7 @@
 #include "common/shardpath.h"
 #include "trainer/ckpt.h"
 #include "runcfg/flops.h"
+#include "runcfg/memory.h"
 #include "trainer/data.h"
 #include "trainer/model.h"
 #include "trainer/noise.h"
@@ -23,6 +24,8 @@
 #ifdef SS_HAVE_CUDA
 #include "kernels/cuda/kern_cuda.h"
 #endif
+
+_Static_assert(RCFG_Q8_BLOCK == KERN_Q8_BLOCK, "runcfg/memory.c counts 8-bit optimizer blocks");
 
 /* fp16 dynamic loss scaling (the usual GradScaler constants) */
 #define SCALE_INIT 65536.0
@@ -147,6 +150,7 @@ static void emit_config(run *r) {
   cJSON_AddNumberToObject(o, "flops_per_token", rcfg_flops_per_token(&s));
   cJSON_AddNumberToObject(o, "optimizer_state_bytes", (double)r->optim.state_bytes);
   cJSON_AddNumberToObject(o, "activation_bytes", (double)trn_model_activation_bytes(&r->model));
+  cJSON_AddNumberToObject(o, "memory_bytes", rcfg_memory(c).total); /* runcfg/memory.h */
   cJSON_AddStringToObject(o, "b_noise_unit", "sequences");
   cJSON_AddNumberToObject(o, "val_tokens", (double)r->nval * c->model.seq_len);
   if (r->lex) {
