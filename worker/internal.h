@@ -12,6 +12,7 @@
  *   outbox.c  metric batching, sequence numbers, unacked messages, resends
  *   gpu.c     nvidia-smi discovery, --gpus, CUDA_VISIBLE_DEVICES
  *   datadirs.c  the token-shard directories trainers may read (--data-dir)
+ *   memcheck.c  an assignment's memory against the host's, before it starts
  *
  * Ownership: the worker struct is heap-allocated by wrk_run and freed after
  * its loop is closed. A connection (conn) and a run are heap objects with
@@ -279,6 +280,14 @@ void wrk__data_dirs_welcome(wrk__worker *w, const json_t *welcome);
 /* The trainer's flags for them, appended to args at *na (room for
  * 2 * WRK__MAX_DATA_DIRS + 1): --data-dir DIR ..., or --no-data-dirs. */
 void wrk__data_dirs_args(wrk__worker *w, char **args, int *na);
+
+/* ---- memcheck.c --------------------------------------------------------- */
+
+/* 1 after failing r's start (wrk__run_fail_start, exit code 2) when its
+ * memory (runcfg/memory.h) exceeds what it would run on: MemAvailable for a
+ * CPU run, the smallest of its GPUs' reported memory for a GPU run; 0 when
+ * it fits or that cannot be told. */
+int wrk__run_memory_refused(wrk__run *r);
 
 /* ---- gpu.c -------------------------------------------------------------- */
 

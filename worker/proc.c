@@ -153,6 +153,8 @@ void wrk__run_start(wrk__run *r) {
                    r->gpus[i], x->id);
   }
 
+  if (wrk__run_memory_refused(r))
+    return;
   char err[1024], cfg_path[PATH_MAX + 64];
   if (fio_mkdirs(r->dir, 0755) != 0) {
     wrk__run_fail_start(r, SS_EXIT_FAILURE, "cannot create %s: %s", r->dir, strerror(errno));
