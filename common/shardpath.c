@@ -229,7 +229,10 @@ int spath_expand(const char *pattern, const char *const *dirs, int ndirs, spath_
   memset(out, 0, sizeof *out);
   if (ndirs == SPATH_ANY) {
     dirset none = {0};
-    return expand(pattern, &none, 0, out, err, errlen);
+    int rc = expand(pattern, &none, 0, out, err, errlen);
+    if (rc)
+      spath_list_free(out);
+    return rc;
   }
   if (ndirs <= 0) {
     err_setf(err, errlen,
@@ -250,6 +253,8 @@ int spath_expand(const char *pattern, const char *const *dirs, int ndirs, spath_
   if (!rc)
     rc = expand(pattern, &d, 1, out, err, errlen);
   dirset_free(&d);
+  if (rc) /* the matches before a refused one are no use to anyone */
+    spath_list_free(out);
   return rc;
 }
 

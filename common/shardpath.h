@@ -33,8 +33,8 @@ typedef struct spath_list {
   char **resolved; /* (n) realpath() of each: what to open */
 } spath_list;
 
-/* Expands pattern into *out (zeroed first; free with spath_list_free, also
- * after an error). dirs[0..ndirs) are the allowed directories; ndirs 0
+/* Expands pattern into *out (zeroed first, and empty again after an error;
+ * free it with spath_list_free). dirs[0..ndirs) are the allowed directories; ndirs 0
  * refuses every pattern, SPATH_ANY (dirs ignored) confines nothing but
  * still needs a match. Returns 0, SS_EINVAL (a refused pattern: wildcards
  * or . / .. in a directory component, outside the directories, a match
