@@ -18,7 +18,8 @@
  *
  * Validation: every field that a message type requires must be present with
  * its JSON type (and range: ids and counts are non-negative, sequence numbers
- * start at 1). Unknown keys are ignored, so that a version 1 peer can accept
+ * start at 1); the few optional fields (welcome.data_dirs) are checked the
+ * same way when present. Unknown keys are ignored, so that a version 1 peer can accept
  * additions that do not change the meaning of the message. Duplicate keys
  * are rejected: a peer must not be able to say two things at once. */
 #include "common/proto.h"
