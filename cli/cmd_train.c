@@ -1,9 +1,11 @@
-/* scalesweep train --config run.json [--checkpoint-dir DIR] [--resume DIR] */
+/* scalesweep train --config run.json [--checkpoint-dir DIR] [--resume DIR]
+ *                  [--data-dir DIR ... | --no-data-dirs] */
 #include <signal.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -11,9 +13,12 @@
 #include "runcfg/runcfg.h"
 #include "trainer/train.h"
 
+#define TRAIN_MAX_DATA_DIRS 16
+
 static void usage(FILE *f) {
   fprintf(f, "usage: scalesweep train --config RUN.json [--checkpoint-dir DIR]\n"
              "                        [--resume DIR [--resume-max-step N]] [--print-config]\n"
+             "                        [--data-dir DIR ... | --no-data-dirs]\n"
              "\n"
              "Trains one GPT from a run config (a partial config is completed with\n"
              "defaults) and prints JSON lines: config, step, eval, checkpoint, done, error.\n"
@@ -23,6 +28,12 @@ static void usage(FILE *f) {
              "  --resume DIR     continue from DIR/checkpoint.bin, bit for bit\n"
              "  --resume-max-step N  from the newest checkpoint (checkpoint.bin or the one\n"
              "                   before it) at step N or earlier; none: start afresh\n"
+             "  --data-dir DIR   read token shards only from under DIR (repeatable): a\n"
+             "                   wildcard in a directory component, or a match that\n"
+             "                   resolves elsewhere (symlinks included), is refused with\n"
+             "                   exit 2. Without it: any file you can read\n"
+             "  --no-data-dirs   refuse every token shard (synthetic data still works);\n"
+             "                   what a worker passes when it was allowed no directory\n"
              "  --print-config   print the resolved config and exit\n"
              "Exit codes: 0 done, 1 failed at run time, 2 invalid input,\n"
              "128+N stopped by signal N (SIGTERM: 143, after writing a checkpoint "
@@ -32,17 +43,28 @@ static void usage(FILE *f) {
 int cmd_train(int argc, char **argv) {
   const char *config = NULL, *resume = NULL, *ckdir = NULL;
   long long max_step = -1;
-  int print_only = 0;
+  int print_only = 0, no_data_dirs = 0, ndirs = 0;
+  const char *dirs[TRAIN_MAX_DATA_DIRS];
   const cli_opt options[] = {{"--config", &config, NULL},
                              {"--checkpoint-dir", &ckdir, NULL},
                              {"--resume", &resume, NULL},
-                             {"--print-config", NULL, &print_only}};
+                             {"--print-config", NULL, &print_only},
+                             {"--no-data-dirs", NULL, &no_data_dirs}};
   for (int i = 1; i < argc; i++) {
     if (cli_is_help(argv[i])) {
       usage(stdout);
       return SS_EXIT_OK;
     } else if (cli_opt_read(argc, argv, &i, options, sizeof options / sizeof *options)) {
       continue;
+    } else if (!strcmp(argv[i], "--data-dir") && i + 1 < argc) {
+      const char *v = argv[++i];
+      struct stat st;
+      if (!*v || stat(v, &st) != 0 || !S_ISDIR(st.st_mode) || ndirs == TRAIN_MAX_DATA_DIRS) {
+        fprintf(stderr, "scalesweep train: --data-dir '%s': %s\n", v,
+                ndirs == TRAIN_MAX_DATA_DIRS ? "too many (at most 16)" : "expected a directory");
+        return SS_EXIT_USAGE;
+      }
+      dirs[ndirs++] = v;
     } else if (!strcmp(argv[i], "--resume-max-step") && i + 1 < argc) {
       char *end;
       const char *v = argv[++i];
@@ -55,7 +77,8 @@ int cmd_train(int argc, char **argv) {
     } else {
       fprintf(stderr, "scalesweep train: unexpected argument '%s'%s\n", argv[i],
               (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--resume") ||
-               !strcmp(argv[i], "--checkpoint-dir") || !strcmp(argv[i], "--resume-max-step"))
+               !strcmp(argv[i], "--checkpoint-dir") || !strcmp(argv[i], "--resume-max-step") ||
+               !strcmp(argv[i], "--data-dir"))
                   ? " (it needs a value)"
                   : "");
       usage(stderr);
@@ -89,7 +112,11 @@ int cmd_train(int argc, char **argv) {
     fprintf(stderr, "scalesweep train: --checkpoint-dir: expected a directory, found ''\n");
     return SS_EXIT_USAGE;
   }
-  trn_train_opts opts = {resume, (int64_t)max_step, ckdir};
+  if (no_data_dirs && ndirs) {
+    fprintf(stderr, "scalesweep train: --no-data-dirs and --data-dir: expected one or the other\n");
+    return SS_EXIT_USAGE;
+  }
+  trn_train_opts opts = {resume, (int64_t)max_step, ckdir, no_data_dirs || ndirs > 0, dirs, ndirs};
   rc = trn_train(&cfg, &opts, stdout, err, sizeof err);
   if (rc)
     fprintf(stderr, "scalesweep train: %s\n", err);

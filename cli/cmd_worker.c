@@ -14,10 +14,12 @@
 #include "worker/worker.h"
 
 #define MAX_GPUS 256
+#define MAX_DATA_DIRS 16
 
 static void usage(FILE *f) {
   fprintf(f, "usage: scalesweep worker --scheduler HOST:PORT --token-file F [--gpus 0,1]\n"
              "                         [--cpu-slots N] [--work-dir DIR] [--name NAME]\n"
+             "                         [--data-dir DIR ...]\n"
              "\n"
              "Runs the agent of one GPU (or CPU) host: connects to the scheduler's worker\n"
              "port, runs every run assigned to it as a `scalesweep train` process and\n"
@@ -29,6 +31,9 @@ static void usage(FILE *f) {
              "                         (default: every GPU found; 'none': no GPU)\n"
              "  --cpu-slots N          CPU runs at a time (default: 1 without GPUs, else 0)\n"
              "  --work-dir DIR         run configs and logs (default ./.scalesweep/worker)\n"
+             "  --data-dir DIR         trainers read token shards only under DIR, of the\n"
+             "                         directories the scheduler allows (repeatable;\n"
+             "                         default: all of the scheduler's)\n"
              "  --name NAME            the worker's name (default HOSTNAME:PID)\n"
              "  --bin PATH             the scalesweep binary that trains (default: this one)\n"
              "  --heartbeat S          heartbeat interval in seconds (default: the scheduler's)\n"
@@ -70,6 +75,7 @@ static int parse_seconds(const char *opt, const char *s, double *out) {
 
 int cmd_worker(int argc, char **argv) {
   static int gpus[MAX_GPUS];
+  static const char *data_dirs[MAX_DATA_DIRS];
   wrk_options o;
   wrk_options_init(&o);
   for (int i = 1; i < argc; i++) {
@@ -111,6 +117,11 @@ int cmd_worker(int argc, char **argv) {
       o.work_dir = v;
     } else if (IS("--name")) {
       o.name = v;
+    } else if (IS("--data-dir")) {
+      if (o.n_data_dirs == MAX_DATA_DIRS)
+        return cli_usage_error("worker", NULL, "--data-dir %s: at most %d", v, MAX_DATA_DIRS);
+      data_dirs[o.n_data_dirs++] = v;
+      o.data_dirs = data_dirs;
     } else if (IS("--bin")) {
       o.binary = v;
     } else if (IS("--heartbeat")) {

@@ -18,7 +18,8 @@
  *
  * Validation: every field that a message type requires must be present with
  * its JSON type (and range: ids and counts are non-negative, sequence numbers
- * start at 1). Unknown keys are ignored, so that a version 1 peer can accept
+ * start at 1); the few optional fields (welcome.data_dirs) are checked the
+ * same way when present. Unknown keys are ignored, so that a version 1 peer can accept
  * additions that do not change the meaning of the message. Duplicate keys
  * are rejected: a peer must not be able to say two things at once. */
 #include "common/proto.h"
@@ -217,6 +218,7 @@ enum kind {
   K_RUN_REFS,  /* [{"run_id":int>=0,"attempt":int>=0}] */
   K_INT0_LIST, /* [int>=0] */
   K_ROWS,      /* trainer step / eval events */
+  K_PATH_LIST, /* [absolute path string] */
 };
 
 static const char *kind_text(enum kind k) {
@@ -251,6 +253,8 @@ static const char *kind_text(enum kind k) {
     return "an array of non-negative integers";
   case K_ROWS:
     return "an array of step and eval events";
+  case K_PATH_LIST:
+    return "an array of absolute paths";
   }
   return "a value";
 }
@@ -279,6 +283,17 @@ static void check_fields(vctx *c, const char *path, const json_t *o, const field
     json_t *v = need(c, o, path, fs->key, kind_text(fs->kind));
     if (!v)
       return;
+    subpath(sub, sizeof sub, "%s.%s", path, fs->key);
+    check_value(c, sub, v, fs->kind);
+  }
+}
+
+static void check_optional(vctx *c, const char *path, const json_t *o, const field *fs) {
+  char sub[256];
+  for (; fs->key && !c->failed; fs++) {
+    json_t *v = json_object_get(o, fs->key);
+    if (!v)
+      continue;
     subpath(sub, sizeof sub, "%s.%s", path, fs->key);
     check_value(c, sub, v, fs->kind);
   }
@@ -376,6 +391,10 @@ static void check_array(vctx *c, const char *path, const json_t *v, enum kind k)
     case K_INT0_LIST:
       check_int(c, sub, e, 0);
       break;
+    case K_PATH_LIST:
+      if (!json_is_string(e) || json_string_value(e)[0] != '/')
+        fail_type(c, sub, "an absolute path", e);
+      break;
     case K_ROWS:
       check_row(c, sub, e);
       break;
@@ -441,6 +460,7 @@ static void check_value(vctx *c, const char *path, const json_t *v, enum kind k)
   case K_RUN_REFS:
   case K_INT0_LIST:
   case K_ROWS:
+  case K_PATH_LIST:
     check_array(c, path, v, k);
     return;
   }
@@ -471,6 +491,9 @@ static const field f_assign[] = {{"run_id", K_INT0},
                                  {"resume", K_BOOL},
                                  {NULL, 0}};
 static const field f_cancel[] = {{"run_id", K_INT0}, {NULL, 0}};
+/* Optional fields, checked when present. welcome.data_dirs: the
+ * directories the scheduler allows token shards under (absent: none). */
+static const field o_welcome[] = {{"data_dirs", K_PATH_LIST}, {NULL, 0}};
 static const field f_ack[] = {{"run_id", K_INT0}, {"attempt", K_INT0}, {"seq", K_INT0}, {NULL, 0}};
 static const field f_error[] = {{"message", K_STRING}, {NULL, 0}};
 
@@ -517,6 +540,8 @@ proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, si
     goto out;
   }
   check_fields(&c, "$", root, type_fields[t]);
+  if (t == PROTO_WELCOME)
+    check_optional(&c, "$", root, o_welcome);
 out:
   if (c.failed) {
     json_decref(root);

@@ -82,6 +82,8 @@ static void setup(sched *s, uv_loop_t *loop) {
   wp->token = s->token;
   wp->lease_s = s->o.lease_s;
   wp->heartbeat_s = s->o.heartbeat_s;
+  wp->data_dirs = s->o.data_dirs;
+  wp->ndata_dirs = s->o.ndata_dirs;
   wp->ev = &s->ev;
   wp->n = &s->n;
   wp->hooks = (sched__wport_hooks){

@@ -3,32 +3,16 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/shardpath.h"
+
 /* Paths in a spec (DESIGN.md, issue "Reliability and security"): token
  * shards only under the directories the operator allowed (--data-dir),
- * given as absolute paths without "." or ".." components (so no prefix
- * trick escapes them); checkpoint directories are the scheduler's choice
- * (--checkpoints), never the spec's. Every "data" and "checkpoint" object
- * anywhere in the spec is checked, wherever the method puts it. */
-static int under_allowed(const char *const *data_dirs, int ndirs, const char *path) {
-  if (path[0] != '/')
-    return 0;
-  for (const char *c = path; *c;) { /* components */
-    while (*c == '/')
-      c++;
-    size_t n = strcspn(c, "/");
-    if ((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
-      return 0;
-    c += n;
-  }
-  for (int i = 0; i < ndirs; i++) {
-    const char *d = data_dirs[i];
-    size_t n = strlen(d);
-    if (!strcmp(d, "/") || (!strncmp(path, d, n) && path[n] == '/'))
-      return 1;
-  }
-  return 0;
-}
-
+ * given as absolute paths whose matches all resolve there
+ * (common/shardpath.h: wildcards only in the file name, symlinks resolved,
+ * nothing said about files outside); checkpoint directories are the
+ * scheduler's choice (--checkpoints), never the spec's. Every "data" and
+ * "checkpoint" object anywhere in the spec is checked, wherever the method
+ * puts it. */
 typedef struct paths_ctx {
   const char *const *dirs;
   int ndirs;
@@ -50,19 +34,29 @@ static void check_path(void *ud, const char *path, const char *key, json_t *e) {
   static const char *const shard_keys[] = {"train", "val"};
   for (int k = 0; k < 2; k++) {
     const char *p = json_string_value(json_object_get(e, shard_keys[k]));
-    if (!p || under_allowed(x->dirs, x->ndirs, p))
+    if (!p) /* a value of another type is the run config's problem */
       continue;
     snprintf(where, sizeof where, "%s.%s", path, shard_keys[k]);
-    if (!x->ndirs)
+    char why[512];
+    if (!x->ndirs) {
       spec_problem_add(x->pr, where,
                        "found '%.200s', but this scheduler allows no token shards (start "
                        "it with --data-dir DIR to allow those under DIR)",
                        p);
-    else
+      continue;
+    }
+    if (p[0] != '/') {
       spec_problem_add(x->pr, where,
-                       "found '%.200s', expected an absolute path without . or .. under "
-                       "an allowed data directory (%s%s)",
+                       "found '%.200s', expected an absolute path under an allowed data "
+                       "directory (%s%s)",
                        p, x->dirs[0], x->ndirs > 1 ? ", ..." : "");
+      continue;
+    }
+    if (spath_check(p, x->dirs, x->ndirs, why, sizeof why) != 0)
+      spec_problem_add(x->pr, where,
+                       "found '%.200s': %s; expected token shards under an allowed data "
+                       "directory (%s%s), with wildcards in the file name only",
+                       p, why, x->dirs[0], x->ndirs > 1 ? ", ..." : "");
   }
 }
 

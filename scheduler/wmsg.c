@@ -166,9 +166,12 @@ static void on_worker_row(void *ud, int status, int64_t worker_id, const char *e
       break;
     }
   c->authed = 1;
-  sched__send(c, json_pack("{s:s,s:I,s:i,s:i}", "type", "welcome", "worker_id",
+  json_t *dirs = json_array();
+  for (int i = 0; i < wp->ndata_dirs; i++)
+    json_array_append_new(dirs, json_string(wp->data_dirs[i]));
+  sched__send(c, json_pack("{s:s,s:I,s:i,s:i,s:o}", "type", "welcome", "worker_id",
                            (json_int_t)c->worker_id, "heartbeat_s", wp->heartbeat_s, "lease_s",
-                           wp->lease_s));
+                           wp->lease_s, "data_dirs", dirs));
   sched__wlog(c, "connected: %d GPU(s), %d CPU slot(s)", c->ngpus, c->cpu_slots);
   reconcile(c, h->runs);
   sched__events_emit(

@@ -94,6 +94,9 @@ struct sched__wport {
   db *db_metrics[SCHED__METRIC_DBS];
   const char *token; /* the cluster token */
   int lease_s, heartbeat_s;
+  /* --data-dir: told to every worker in its welcome (data_dirs) */
+  const char *const *data_dirs;
+  int ndata_dirs;
   sched__events *ev;
   sched__counters *n;
   sched__wport_hooks hooks;

@@ -98,6 +98,8 @@ static int resolve(plan__planner *P, plan__draft *d, plan_run *r) {
     return -1;
   if (cfg.checkpoint.every_tokens <= 0)
     cfg.checkpoint.every_tokens = checkpoint_every(&cfg);
+  if (plan__fit_memory(P, d, &cfg) != 0)
+    return -1;
   r->config = rcfg_to_json(&cfg);
   if (!r->config || rcfg_hash(&cfg, r->config_hash) != 0)
     return -1;

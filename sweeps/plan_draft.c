@@ -211,6 +211,7 @@ void plan__grid(plan__planner *P) {
             char tpath[192], what[512];
             spec_values_path(ts, j, tpath, sizeof tpath);
             snprintf(d->fallback, sizeof d->fallback, "%s", tpath);
+            snprintf(d->size_path, sizeof d->size_path, "%s", ppath);
             snprintf(d->context, sizeof d->context,
                      "grid run (params %s: %d layers x d_model %d; tokens %s)", ppath, sh.n_layer,
                      sh.d_model, tpath);

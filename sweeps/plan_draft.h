@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "runcfg/runcfg.h"
 #include "sweeps/shapes.h"
 #include "sweeps/spec.h"
 
@@ -16,8 +17,9 @@ typedef struct plan__draft {
   json_t *over;            /* planned values, a partial run config (owned) */
   const json_t *run_layer; /* method runs: the $.runs[i] object */
   char layer_path[32];
-  char fallback[256]; /* spec path a problem with a planned value is reported at */
-  char context[512];  /* which planned run, for messages */
+  char size_path[192]; /* where the model's size comes from, when not fallback */
+  char fallback[256];  /* spec path a problem with a planned value is reported at */
+  char context[512];   /* which planned run, for messages */
   double target_params, budget;
   int batch_from_rule, lr_from_rule;
   double rule_compute, b_opt;
@@ -53,5 +55,12 @@ void plan__explicit(plan__planner *P);
 void plan__put_resources(const spec *s, plan__draft *d);
 
 void plan__drafts_free(plan__drafts *ds);
+
+/* plan_memory.c: 0 when the run of d, resolved into cfg, fits
+ * $.resources.max_memory_gib (runcfg/memory.h's estimate), after lowering
+ * cfg's micro_batch_size to the largest divisor of batch_size that fits
+ * when neither the base nor the run chose it; else -1 with a problem naming
+ * where the size comes from and the figures. */
+int plan__fit_memory(const plan__planner *P, const plan__draft *d, rcfg *cfg);
 
 #endif

@@ -173,9 +173,12 @@ static void parse_resources(spec *s, json_t *root, spec_problems *pr) {
   json_t *b = json_object_get(s->base, "backend");
   if (json_is_string(b))
     backend = json_string_value(b);
+  s->max_memory_gib = SPEC_MAX_MEMORY_GIB;
   if (res) {
-    static const char *const keys[] = {"gpus", "cpus", NULL};
+    static const char *const keys[] = {"gpus", "cpus", "max_memory_gib", NULL};
     spec__check_keys(pr, res, "$.resources", keys);
+    spec__get_number(pr, res, "$.resources", "max_memory_gib", &s->max_memory_gib, 1.0 / 1024,
+                     1 << 20, 0, 0, "a number of GiB per GPU (or per CPU run) from 1/1024 to 2^20");
     spec__get_int(pr, res, "$.resources", "gpus", &s->gpus, 1, 1024, 0);
     spec__get_int(pr, res, "$.resources", "cpus", &s->cpus, 1, 1024, 0);
     int has_g = json_object_get(res, "gpus") != NULL, has_c = json_object_get(res, "cpus") != NULL;

@@ -119,6 +119,10 @@ typedef struct spec_lr_rule {
 #define SPEC_CPU_FLOPS 3e10
 #define SPEC_GPU_FLOPS 1e14
 
+/* $.resources.max_memory_gib when the spec gives none: the memory one run
+ * may use, per GPU (an 80 GiB A100/H100) or, for CPU runs, on its host. */
+#define SPEC_MAX_MEMORY_GIB 80.0
+
 /* At most this many planned runs per spec. */
 #define SPEC_MAX_RUNS 10000
 
@@ -141,7 +145,8 @@ typedef struct spec {
   spec_method method;
   json_t *base; /* $.base (an empty object when absent) */
 
-  int gpus, cpus; /* $.resources: exactly one is > 0 */
+  int gpus, cpus;        /* $.resources: exactly one is > 0 */
+  double max_memory_gib; /* $.resources.max_memory_gib, per GPU or CPU run */
   int priority, max_attempts;
   double max_hours;        /* 0: no limit */
   double throughput_flops; /* per run, FLOP/s */

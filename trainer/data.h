@@ -79,6 +79,16 @@ typedef struct trn_loader trn_loader;
 int trn_loader_open_shards(const char *glob_pattern, int vocab_size, trn_loader **out, char *err,
                            size_t errlen);
 
+/* trn_loader_open_shards confined to the directories dirs[0..ndirs)
+ * (common/shardpath.h; ndirs 0 refuses every pattern, SPATH_ANY confines
+ * nothing): wildcards only in the file name, every match realpath'd under
+ * one of them, else SS_EINVAL. Until a pattern has passed that check no
+ * message says anything about the files it matches (not their size, not
+ * their bytes); each file is opened by its resolved path and checked again
+ * once open. */
+int trn_loader_open_shards_in(const char *glob_pattern, const char *const *dirs, int ndirs,
+                              int vocab_size, trn_loader **out, char *err, size_t errlen);
+
 /* A loader over the synthetic stream of lx with an independent stream seed
  * (train and validation use different stream seeds over one lexicon). The
  * loader does not own lx. */

@@ -1,6 +1,5 @@
 #include <errno.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/shardpath.h"
 #include "trainer/data.h"
 #include "trainer/rng.h"
 
@@ -55,13 +55,26 @@ static void hex(const unsigned char *md, unsigned n, char *out) {
   out[2 * n] = 0;
 }
 
-/* Maps f->path and checks the header, the size and every token. */
-static int open_shard(shard *f, int vocab_size, char *err, size_t errlen) {
-  int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+/* Maps f->path (opened as `real`, its resolved form) and checks the header,
+ * the size and every token. Confined to dirs (ndirs != SPATH_ANY), the open
+ * file must still lie under them (a component swapped for a symlink since
+ * the path check is caught here) before anything is said about it. */
+static int open_shard(shard *f, const char *real, const char *const *dirs, int ndirs,
+                      int vocab_size, char *err, size_t errlen) {
+  int confined = ndirs != SPATH_ANY;
+  int fd = open(real, O_RDONLY | O_CLOEXEC | (confined ? O_NOFOLLOW : 0));
   if (fd < 0) {
     int e = errno;
-    snprintf(err, errlen, "%s: cannot open: %s", f->path, strerror(e));
+    if (confined)
+      snprintf(err, errlen, "%s: cannot open (it changed since it was matched?)", f->path);
+    else
+      snprintf(err, errlen, "%s: cannot open: %s", f->path, strerror(e));
     return e == ENOENT ? SS_ENOENT : SS_EIO;
+  }
+  if (confined && spath_fd_under(fd, dirs, ndirs) == 0) {
+    snprintf(err, errlen, "%s: resolves outside the allowed data directories", f->path);
+    close(fd);
+    return SS_EINVAL;
   }
   struct stat st;
   if (fstat(fd, &st) < 0) {
@@ -146,47 +159,43 @@ static int open_shard(shard *f, int vocab_size, char *err, size_t errlen) {
 
 int trn_loader_open_shards(const char *glob_pattern, int vocab_size, trn_loader **out, char *err,
                            size_t errlen) {
+  return trn_loader_open_shards_in(glob_pattern, NULL, SPATH_ANY, vocab_size, out, err, errlen);
+}
+
+int trn_loader_open_shards_in(const char *glob_pattern, const char *const *dirs, int ndirs,
+                              int vocab_size, trn_loader **out, char *err, size_t errlen) {
   *out = NULL;
   if (vocab_size < 1) {
     snprintf(err, errlen, "vocab_size: %d, expected >= 1", vocab_size);
     return SS_EINVAL;
   }
-  glob_t g;
-  /* no GLOB_ERR: a missing or unreadable directory is "no match", the
-   * user's mistake, not an I/O failure */
-  int grc = glob(glob_pattern, 0, NULL, &g);
-  if (grc == GLOB_NOMATCH) {
-    snprintf(err, errlen, "no files match '%s' (expected llm.c token shards)", glob_pattern);
-    globfree(&g);
-    return SS_ENOENT;
-  }
-  if (grc != 0) {
-    snprintf(err, errlen, "'%s': %s", glob_pattern,
-             grc == GLOB_NOSPACE ? "out of memory while matching"
-                                 : "cannot read a directory while matching");
-    globfree(&g);
-    return grc == GLOB_NOSPACE ? SS_ENOMEM : SS_EIO;
+  spath_list g;
+  char why[512];
+  int rc = spath_expand(glob_pattern, dirs, ndirs, &g, why, sizeof why);
+  if (rc) {
+    snprintf(err, errlen, "'%s': %s", glob_pattern, why);
+    spath_list_free(&g);
+    return rc;
   }
   trn_loader *l = calloc(1, sizeof *l);
   if (l)
-    l->files = calloc(g.gl_pathc, sizeof *l->files);
+    l->files = calloc(g.n, sizeof *l->files);
   if (!l || !l->files) {
     free(l);
-    globfree(&g);
+    spath_list_free(&g);
     snprintf(err, errlen, "'%s': out of memory", glob_pattern);
     return SS_ENOMEM;
   }
   l->kind = KIND_SHARDS;
-  int rc = 0;
-  for (size_t i = 0; i < g.gl_pathc && rc == 0; i++) {
+  for (size_t i = 0; i < g.n && rc == 0; i++) {
     shard *f = &l->files[l->nfiles++];
-    f->path = strdup(g.gl_pathv[i]);
+    f->path = strdup(g.match[i]);
     if (!f->path) {
-      snprintf(err, errlen, "%s: out of memory", g.gl_pathv[i]);
+      snprintf(err, errlen, "%s: out of memory", g.match[i]);
       rc = SS_ENOMEM;
       break;
     }
-    rc = open_shard(f, vocab_size, err, errlen);
+    rc = open_shard(f, g.resolved[i], dirs, ndirs, vocab_size, err, errlen);
     f->start = l->total;
     l->total += f->ntokens;
   }
@@ -194,7 +203,7 @@ int trn_loader_open_shards(const char *glob_pattern, int vocab_size, trn_loader 
     snprintf(err, errlen, "'%s': the %d matching shard(s) hold no tokens", glob_pattern, l->nfiles);
     rc = SS_EINVAL;
   }
-  globfree(&g);
+  spath_list_free(&g);
   if (rc) {
     trn_loader_free(l);
     return rc;

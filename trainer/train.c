@@ -12,8 +12,10 @@
 #include <time.h>
 
 #include "common/err.h"
+#include "common/shardpath.h"
 #include "trainer/ckpt.h"
 #include "runcfg/flops.h"
+#include "runcfg/memory.h"
 #include "trainer/data.h"
 #include "trainer/model.h"
 #include "trainer/noise.h"
@@ -22,6 +24,8 @@
 #ifdef SS_HAVE_CUDA
 #include "kernels/cuda/kern_cuda.h"
 #endif
+
+_Static_assert(RCFG_Q8_BLOCK == KERN_Q8_BLOCK, "runcfg/memory.c counts 8-bit optimizer blocks");
 
 /* fp16 dynamic loss scaling (the usual GradScaler constants) */
 #define SCALE_INIT 65536.0
@@ -98,8 +102,10 @@ typedef struct run {
   int nval;         /* validation windows */
   char *config_json;
   char config_hash[65];
-  const char *ckpt_dir;      /* the flag's, else the config's checkpoint.dir */
-  const char *ckpt_dir_flag; /* --checkpoint-dir, or NULL */
+  const char *ckpt_dir;         /* the flag's, else the config's checkpoint.dir */
+  const char *ckpt_dir_flag;    /* --checkpoint-dir, or NULL */
+  const char *const *data_dirs; /* the shards' allowed directories */
+  int ndata_dirs;               /* SPATH_ANY: unconfined */
 } run;
 
 static int open_data(run *r, char *err, size_t errlen) {
@@ -120,7 +126,8 @@ static int open_data(run *r, char *err, size_t errlen) {
   trn_loader **dst[2] = {&r->train, &r->val};
   for (int i = 0; i < 2; i++) {
     char msg[2048];
-    int rc = trn_loader_open_shards(globs[i], c->model.vocab_size, dst[i], msg, sizeof msg);
+    int rc = trn_loader_open_shards_in(globs[i], r->data_dirs, r->ndata_dirs, c->model.vocab_size,
+                                       dst[i], msg, sizeof msg);
     if (rc) {
       snprintf(err, errlen, "%s: %s", keys[i], msg);
       return rc;
@@ -143,6 +150,7 @@ static void emit_config(run *r) {
   cJSON_AddNumberToObject(o, "flops_per_token", rcfg_flops_per_token(&s));
   cJSON_AddNumberToObject(o, "optimizer_state_bytes", (double)r->optim.state_bytes);
   cJSON_AddNumberToObject(o, "activation_bytes", (double)trn_model_activation_bytes(&r->model));
+  cJSON_AddNumberToObject(o, "memory_bytes", rcfg_memory(c).total); /* runcfg/memory.h */
   cJSON_AddStringToObject(o, "b_noise_unit", "sequences");
   cJSON_AddNumberToObject(o, "val_tokens", (double)r->nval * c->model.seq_len);
   if (r->lex) {
@@ -419,6 +427,8 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
   r.out = out;
   r.ckpt_dir_flag = opts->checkpoint_dir;
   r.ckpt_dir = opts->checkpoint_dir ? opts->checkpoint_dir : cfg->checkpoint.dir;
+  r.data_dirs = opts->data_dirs;
+  r.ndata_dirs = opts->confine_data ? (opts->ndata_dirs > 0 ? opts->ndata_dirs : 0) : SPATH_ANY;
   err[0] = 0;
   int rc = 0;
   int on_cuda = strcmp(cfg->backend, "cuda") == 0;

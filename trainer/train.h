@@ -28,6 +28,12 @@ typedef struct trn_train_opts {
    * planned run's config_hash is the planner's wherever the worker puts its
    * checkpoints. */
   const char *checkpoint_dir;
+  /* confine_data 1: token shards only under data_dirs[0..ndata_dirs)
+   * (`--data-dir`, common/shardpath.h; none: every shard is refused,
+   * synthetic data still works); 0: any file the user can read */
+  int confine_data;
+  const char *const *data_dirs;
+  int ndata_dirs;
 } trn_train_opts;
 
 /* Trains cfg. The config event reports the config as given, its

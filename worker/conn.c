@@ -83,6 +83,7 @@ static void on_welcome(wrk__conn *c, json_t *m) {
   w->worker_id = json_integer_value(json_object_get(m, "worker_id"));
   uv_timer_stop(&w->welcome_timer);
   double hb = wrk__lease_welcome(w, m);
+  wrk__data_dirs_welcome(w, m);
   int nruns = 0;
   for (wrk__run *r = w->runs; r; r = r->next)
     nruns++;

@@ -11,6 +11,8 @@
  *   report.c  trainer events turned into started / checkpoint / finished
  *   outbox.c  metric batching, sequence numbers, unacked messages, resends
  *   gpu.c     nvidia-smi discovery, --gpus, CUDA_VISIBLE_DEVICES
+ *   datadirs.c  the token-shard directories trainers may read (--data-dir)
+ *   memcheck.c  an assignment's memory against the host's, before it starts
  *
  * Ownership: the worker struct is heap-allocated by wrk_run and freed after
  * its loop is closed. A connection (conn) and a run are heap objects with
@@ -34,6 +36,7 @@
 #define WRK__BACKOFF_MIN_MS 100
 #define WRK__MAX_ADDRS 8
 #define WRK__HB_RING 64
+#define WRK__MAX_DATA_DIRS 16
 
 /* ---- log.c -------------------------------------------------------------- */
 
@@ -167,6 +170,14 @@ struct wrk__worker {
   } hb_sent[WRK__HB_RING];
   int fencing; /* the scheduler answers heartbeats: trainers are fenced */
 
+  /* token-shard directories (datadirs.c): --data-dir, realpath'd (none:
+   * the scheduler's choice stands), and what trainers get, the last
+   * welcome's data_dirs narrowed by those */
+  char own_dirs[WRK__MAX_DATA_DIRS][PATH_MAX];
+  int n_own;
+  char data_dirs[WRK__MAX_DATA_DIRS][PATH_MAX];
+  int ndata_dirs;
+
   wrk__run *runs; /* in order of assignment */
   int stopping;   /* 1: stopping runs and draining; 2: closing every handle */
   int closed_all;
@@ -256,6 +267,27 @@ int wrk__outbox_unacked(const wrk__run *r);
 /* Frees every kept message (the run is being freed). */
 void wrk__outbox_free(wrk__run *r);
 wrk__handler wrk__on_ack;
+
+/* ---- datadirs.c --------------------------------------------------------- */
+
+/* Resolves the worker's own --data-dir directories into w->own_dirs;
+ * SS_EINVAL, logged, for one that is not a directory or too many. */
+int wrk__data_dirs_init(wrk__worker *w, const char *const *dirs, int n);
+/* After a welcome: w->data_dirs = its data_dirs (resolved here; those that
+ * do not exist on this host dropped), each narrowed to the worker's own
+ * directories when it has any (its choice narrows, never widens). */
+void wrk__data_dirs_welcome(wrk__worker *w, const json_t *welcome);
+/* The trainer's flags for them, appended to args at *na (room for
+ * 2 * WRK__MAX_DATA_DIRS + 1): --data-dir DIR ..., or --no-data-dirs. */
+void wrk__data_dirs_args(wrk__worker *w, char **args, int *na);
+
+/* ---- memcheck.c --------------------------------------------------------- */
+
+/* 1 after failing r's start (wrk__run_fail_start, exit code 2) when its
+ * memory (runcfg/memory.h) exceeds what it would run on: MemAvailable for a
+ * CPU run, the smallest of its GPUs' reported memory for a GPU run; 0 when
+ * it fits or that cannot be told. */
+int wrk__run_memory_refused(wrk__run *r);
 
 /* ---- gpu.c -------------------------------------------------------------- */
 

@@ -153,6 +153,8 @@ void wrk__run_start(wrk__run *r) {
                    r->gpus[i], x->id);
   }
 
+  if (wrk__run_memory_refused(r))
+    return;
   char err[1024], cfg_path[PATH_MAX + 64];
   if (fio_mkdirs(r->dir, 0755) != 0) {
     wrk__run_fail_start(r, SS_EXIT_FAILURE, "cannot create %s: %s", r->dir, strerror(errno));
@@ -193,7 +195,7 @@ void wrk__run_start(wrk__run *r) {
   char maxs[32] = "";
   if (resume && json_is_integer(maxj) && json_integer_value(maxj) >= 0)
     snprintf(maxs, sizeof maxs, "%" JSON_INTEGER_FORMAT, json_integer_value(maxj));
-  char *args[11];
+  char *args[12 + 2 * WRK__MAX_DATA_DIRS];
   int na = 0;
   args[na++] = w->bin;
   args[na++] = "train";
@@ -203,6 +205,7 @@ void wrk__run_start(wrk__run *r) {
     args[na++] = "--checkpoint-dir";
     args[na++] = (char *)ckdir;
   }
+  wrk__data_dirs_args(w, args, &na);
   if (resume) {
     args[na++] = "--resume";
     args[na++] = (char *)ckdir;

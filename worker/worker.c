@@ -201,6 +201,10 @@ int wrk_run(const wrk_options *o) {
     worker_free(w);
     return rc;
   }
+  if ((rc = wrk__data_dirs_init(w, o->data_dirs, o->n_data_dirs)) != 0) {
+    worker_free(w);
+    return rc;
+  }
   w->cpu_slots = o->cpu_slots >= 0 ? o->cpu_slots : w->ngpus == 0 ? 1 : 0;
   w->hb_override = o->heartbeat_s;
   w->kill_grace_ms = o->kill_grace_ms > 0 ? o->kill_grace_ms : 10000;

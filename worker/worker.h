@@ -13,7 +13,9 @@
  *   has told it; back to 100 ms after a welcome);
  * - per assign: writes WORK_DIR/runs/RUN_ID/config.json (the config exactly
  *   as assigned: what the planner hashed), spawns BINARY train --config ...
- *   --checkpoint-dir DIR [--resume DIR [--resume-max-step N]] with
+ *   --checkpoint-dir DIR --data-dir D ... (or --no-data-dirs: the
+ *   welcome's data_dirs narrowed by data_dirs below)
+ *   [--resume DIR [--resume-max-step N]] with
  *   CUDA_VISIBLE_DEVICES set to the run's GPUs (empty for a CPU run),
  *   appends its stderr to WORK_DIR/runs/RUN_ID/attempt-A.log, and turns
  *   its stdout into started / metrics (batched: 500 rows or 200 ms) /
@@ -51,6 +53,10 @@ typedef struct wrk_options {
   double heartbeat_s;     /* > 0: overrides the welcome's heartbeat_s */
   int kill_grace_ms;      /* <= 0: 10000 */
   int drain_ms;           /* ack wait at shutdown; < 0: 2000 */
+  /* --data-dir: token shards only under these, of the directories the
+   * scheduler allows (its welcome's data_dirs); none: the scheduler's */
+  const char *const *data_dirs;
+  int n_data_dirs;
 } wrk_options;
 
 /* Every field unset: the defaults above. */

@@ -21,7 +21,7 @@ here=$root/tests/fuzz
 secs=${1:-60}
 [ $# -gt 0 ] && shift
 case $secs in '' | *[!0-9]*) echo "usage: tests/fuzz/run.sh [SECONDS] [NAME...]" >&2; exit 2 ;; esac
-all=(spec plan config proto http shard ckpt csv)
+all=(spec plan config proto http shard ckpt csv path)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 build=${SS_FUZZ_BUILD:-$root/build-fuzz}

@@ -13,6 +13,7 @@
 #include "check.h"
 #include "common/err.h"
 #include "runcfg/flops.h"
+#include "runcfg/memory.h"
 #include "runcfg/runcfg.h"
 #include "sweeps/plan.h"
 #include "sweeps/shapes.h"
@@ -500,6 +501,70 @@ static void test_refusals(void) {
   }
 }
 
+/* Runs that cannot fit the memory the spec asks for (runcfg/memory.h) are
+ * refused at the path their size comes from, with the figures. */
+static void test_memory_limits(void) {
+  /* the shape, on one 80 GiB GPU (the default) */
+  spec_problems pr =
+      refused("{\"name\": \"m\", \"method\": \"runs\", \"resources\": {\"gpus\": 1},"
+              " \"base\": {\"train\": {\"tokens\": 1e12, \"batch_size\": 1}},"
+              " \"runs\": [{\"model\": {\"n_layer\": 1024, \"d_model\": 65536, \"n_head\": 512,"
+              " \"seq_len\": 65536}}]}");
+  CHECK(has(&pr, "$.runs[0].model", "n_layer 1024, d_model 65536"));
+  CHECK(has(&pr, "$.runs[0].model", "PiB (parameters 192 TiB"));
+  CHECK(has(&pr, "$.runs[0].model", "more than the 80 GiB of one GPU"));
+  CHECK(has(&pr, "$.runs[0].model", "default 80"));
+  spec_problems_free(&pr);
+  /* a grid point over a small CPU limit: at its params value */
+  pr =
+      refused("{\"name\": \"m\", \"method\": \"grid\", \"resources\": {\"cpus\": 1,"
+              " \"max_memory_gib\": 0.01}, \"grid\": {\"params\": [2e4, 3e6], \"tokens\": [1e6]}}");
+  CHECK(has(&pr, "$.grid.params[1]", "more than the 0.01 GiB a CPU run may use"));
+  CHECK_INT_EQ(pr.n, 1);
+  spec_problems_free(&pr);
+  /* the same grid with room plans */
+  spec *s = NULL;
+  plan *p = plan_text("{\"name\": \"m\", \"method\": \"grid\", \"resources\": {\"cpus\": 1,"
+                      " \"max_memory_gib\": 4}, \"grid\": {\"params\": [2e4, 3e6], \"tokens\": "
+                      "[1e6]}}",
+                      &s);
+  CHECK(p != NULL && p->n == 2);
+  plan_free(p);
+  spec_free(s);
+  /* a micro-batch the spec leaves open shrinks to fit (the batch accumulates) */
+  p = plan_text("{\"name\": \"b\", \"method\": \"grid\", \"base\": {\"model\": {\"seq_len\": "
+                "1024}}, \"grid\": {\"params\": [1e8], \"tokens\": [2e9]},"
+                " \"shape\": {\"aspect_ratio\": 64, \"head_size\": 64}}",
+                NULL);
+  CHECK(p != NULL && p->n == 1);
+  if (p && p->n == 1) {
+    rcfg c, whole;
+    char err[512];
+    CHECK_INT_EQ(rcfg_parse(p->runs[0].config, "plan", &c, err, sizeof err), 0);
+    whole = c;
+    whole.train.micro_batch_size = whole.train.batch_size;
+    double got = rcfg_memory(&c).total, all = rcfg_memory(&whole).total;
+    printf("1e8 params, batch %d x 1024: micro-batch %d, %.3g GiB (whole batch: %.3g GiB)\n",
+           c.train.batch_size, c.train.micro_batch_size, got / 1073741824.0, all / 1073741824.0);
+    CHECK(c.train.micro_batch_size < c.train.batch_size);
+    CHECK(c.train.batch_size % c.train.micro_batch_size == 0);
+    CHECK(got <= 80.0 * 1073741824.0 && all > 80.0 * 1073741824.0);
+    whole.train.micro_batch_size = c.train.micro_batch_size * 2; /* the largest that fits */
+    CHECK(c.train.batch_size % whole.train.micro_batch_size != 0 ||
+          rcfg_memory(&whole).total > 80.0 * 1073741824.0);
+  }
+  plan_free(p);
+  pr = (spec_problems){0};
+  s = NULL;
+  CHECK(spec_parse("{\"name\": \"m\", \"method\": \"grid\", \"resources\": {\"cpus\": 1,"
+                   " \"max_memory_gib\": \"lots\"}, \"grid\": {\"params\": [2e4], \"tokens\": "
+                   "[1e6]}}",
+                   "t.json", &s, &pr) != 0);
+  spec_free(s);
+  CHECK(has(&pr, "$.resources.max_memory_gib", "expected a number of GiB"));
+  spec_problems_free(&pr);
+}
+
 /* A planned run, trained as the worker trains it (its checkpoint directory
  * a flag, not in the config), reports the planner's config_hash: the hash
  * is of the config that trains. Fails if either side hashes anything else
@@ -519,7 +584,7 @@ static void test_trainer_hash(void) {
   CHECK(cfg.checkpoint.every_tokens > 0 && !cfg.checkpoint.dir[0]);
   CHECK(mkdtemp(dir) != NULL);
   FILE *out = tmpfile();
-  trn_train_opts opts = {NULL, -1, dir};
+  trn_train_opts opts = {.resume_dir = NULL, .resume_max_step = -1, .checkpoint_dir = dir};
   CHECK(trn_train(&cfg, &opts, out, err, sizeof err) == 0);
   rewind(out);
   char line[65536];
@@ -552,6 +617,7 @@ int main(void) {
   test_order_and_resources();
   test_runs_method();
   test_refusals();
+  test_memory_limits();
   test_trainer_hash();
   CHECK_DONE();
 }

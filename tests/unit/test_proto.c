@@ -229,6 +229,9 @@ static void test_valid(void) {
             PROTO_WELCOME);
   expect_ok("{\"type\":\"welcome\",\"worker_id\":3,\"heartbeat_s\":0.5,\"lease_s\":30}",
             PROTO_WELCOME);
+  expect_ok("{\"type\":\"welcome\",\"worker_id\":3,\"heartbeat_s\":5,\"lease_s\":30,"
+            "\"data_dirs\":[\"/data\",\"/mnt/shards\"]}",
+            PROTO_WELCOME);
   expect_ok("{\"type\":\"assign\",\"run_id\":1,\"attempt\":1,\"config\":{},\"gpus\":[0],"
             "\"checkpoint_dir\":\"/ck\",\"resume\":false}",
             PROTO_ASSIGN);
@@ -336,6 +339,12 @@ static void test_invalid(void) {
              "$.heartbeat_s: expected a positive number", "found 0");
   expect_err("{\"type\":\"welcome\",\"worker_id\":3,\"heartbeat_s\":5}", "$.lease_s: missing",
              NULL);
+  expect_err("{\"type\":\"welcome\",\"worker_id\":3,\"heartbeat_s\":5,\"lease_s\":30,"
+             "\"data_dirs\":\"/data\"}",
+             "$.data_dirs: expected an array of absolute paths", NULL);
+  expect_err("{\"type\":\"welcome\",\"worker_id\":3,\"heartbeat_s\":5,\"lease_s\":30,"
+             "\"data_dirs\":[\"/data\",\"rel\"]}",
+             "$.data_dirs[1]: expected an absolute path", "found \"rel\"");
   /* assign */
   expect_err("{\"type\":\"assign\",\"run_id\":1,\"attempt\":1,\"config\":{},\"gpus\":[0],"
              "\"checkpoint_dir\":\"/ck\",\"resume\":\"yes\"}",

@@ -1,0 +1,74 @@
+#include "runcfg/memory.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* every buffer the model carves is rounded up to 16 floats (64 bytes) */
+static double up16(double n) {
+  return n < 1e18 ? (double)(((unsigned long long)n + 15) / 16 * 16) : n;
+}
+
+/* floats of one layer's saved activations (trainer/model.c layer_acts) */
+static double layer_floats(double BT, double C, double NH, double T) {
+  return 4 * up16(BT * C)            /* ln1, atty, resid2, ln2 */
+         + 4 * up16(BT)              /* ln1 and ln2 mean, rstd */
+         + up16(BT * 3 * C)          /* qkv */
+         + up16(BT / T * NH * T * T) /* att: (B, NH, T, T) */
+         + 2 * up16(BT * 4 * C);     /* fch, fch_gelu */
+}
+
+rcfg_mem rcfg_memory(const rcfg *c) {
+  rcfg_mem m;
+  memset(&m, 0, sizeof m);
+  double L = c->model.n_layer, C = c->model.d_model, NH = c->model.n_head;
+  double T = c->model.seq_len, V = c->model.vocab_size;
+  double B = c->train.micro_batch_size > 0 ? c->train.micro_batch_size : c->train.batch_size;
+  double BT = B * T;
+  /* the tensors of trainer/model.c, in order */
+  double sz[16] = {V * C,         T * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
+                   L * C * C,     L * C, L * C, L * C, L * 4 * C * C, L * 4 * C,
+                   L * C * 4 * C, L * C, C,     C};
+  double P = 0, blocks = 0;
+  for (int i = 0; i < 16; i++) {
+    P += sz[i];
+    blocks += sz[i] < 1e18
+                  ? (double)(((unsigned long long)sz[i] + RCFG_Q8_BLOCK - 1) / RCFG_Q8_BLOCK)
+                  : sz[i] / RCFG_Q8_BLOCK;
+  }
+  m.params = 4 * P * (c->precision == RCFG_FP32 ? 1 : 2);
+  m.grads = 4 * P * (c->train.batch_size > B ? 2 : 1);
+  m.optimizer = strcmp(c->optimizer.name, "adamw8bit") ? 8 * P : 2 * P + 8 * blocks;
+  double acts = (L + 1) * up16(BT * C) /* block inputs */
+                + (c->memory.recompute ? 1 : L) * layer_floats(BT, C, NH, T) +
+                2 * up16(BT * C) /* proj, lnf */
+                + 3 * up16(BT)   /* lnf mean, rstd; losses */
+                + up16(BT * V);  /* logits */
+  double back = 3 * up16(BT * C) + up16(BT * 3 * C) + up16(B * NH * T * T) + up16(BT * 4 * C);
+  m.activations = 4 * (acts + back) + 2 * 4 * BT; /* + tokens, targets */
+  double nval = (double)(c->eval.tokens / (c->model.seq_len > 0 ? c->model.seq_len : 1));
+  m.other = 4 * (BT + 1) + 4 * (nval * T + 1);
+  if (c->checkpoint.every_tokens > 0) /* staging: the larger of weights and optimizer state */
+    m.other += 4 * P > m.optimizer ? 4 * P : m.optimizer;
+  m.total = m.params + m.grads + m.optimizer + m.activations + m.other;
+  return m;
+}
+
+void rcfg_bytes_text(double b, char *buf, size_t n) {
+  static const char *const unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (b >= 1024 && u < 6) {
+    b /= 1024;
+    u++;
+  }
+  snprintf(buf, n, "%.3g %s", b, unit[u]);
+}
+
+void rcfg_memory_text(const rcfg_mem *m, char *buf, size_t n) {
+  char t[32], p[32], g[32], o[32], a[32];
+  rcfg_bytes_text(m->total, t, sizeof t);
+  rcfg_bytes_text(m->params, p, sizeof p);
+  rcfg_bytes_text(m->grads, g, sizeof g);
+  rcfg_bytes_text(m->optimizer, o, sizeof o);
+  rcfg_bytes_text(m->activations, a, sizeof a);
+  snprintf(buf, n, "%s (parameters %s, gradients %s, optimizer %s, activations %s)", t, p, g, o, a);
+}
