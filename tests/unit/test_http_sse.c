@@ -188,9 +188,8 @@ static void test_stalled(void) {
   CHECK(wait_stalled(before + 2));
   CHECK(guard_log(line, sizeof line) >= 2 && strstr(line, "together"));
   printf("streams together over %d KiB: %s\n", GUARD_TOTAL_QUEUE / 1024, line);
-  drain(a);
-  drain(b);
-  client_close(a);
+  client_close(a); /* unread: the survivor is closed by the client */
+
   client_close(b);
 }
 
