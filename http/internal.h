@@ -11,7 +11,9 @@
  *
  * A connection is a small state machine:
  *   READ  — parsing a request (or idle between requests); the timer bounds
- *           the time to a complete request (idle and slow-loris alike).
+ *           the time to a complete request from the accept or from a
+ *           keep-alive request's first byte (header timeout: slow loris),
+ *           and the idle time between keep-alive requests (idle timeout).
  *   BUSY  — a complete request is with the handler; llhttp is paused and
  *           further bytes (a pipelined request) are buffered, bounded.
  *   SSE   — the connection is an event stream; input is discarded; the
@@ -23,6 +25,11 @@
  * llhttp is paused twice per request: after the head (to check the head
  * size, the URL and Content-Length before any body is read) and after the
  * message (one request at a time).
+ *
+ * Slots: n_conns - n_closing connections count against max_connections;
+ * at the ceiling an accept evicts a lingering or idle one (conn.c); past
+ * max_connections - reserve_connections only requests the reserved hook
+ * admits are served (parse.c); stream limits and queues are sse.c's.
  *
  * Memory: each connection is one allocation holding its libuv handles and
  * freed in the last close callback. Each request is one allocation whose
