@@ -133,7 +133,8 @@ void http_sse_on_close(http_sse *s, void (*cb)(http_sse *s, void *ud), void *ud)
 typedef struct http_stats {
   uint64_t requests, responses_4xx, responses_5xx;
   int connections, sse_streams;
-  uint64_t refused_reserve; /* 503: only the reserved slots were left */
+  uint64_t refused_reserve; /* 503: only the reserved slots were left; or closed at
+                             * once at the ceiling, with no slot to evict */
   uint64_t refused_streams; /* 429/503: over a stream limit */
   uint64_t evicted;         /* connections closed to make room for a new one */
   uint64_t stalled_streams; /* streams closed because their reader fell behind */

@@ -118,6 +118,11 @@ static void fit_fd_limit(http_limits *lim) {
     setrlimit(RLIMIT_NOFILE, &rl);
     getrlimit(RLIMIT_NOFILE, &rl);
   }
+  if (lim->max_connections <= 0) { /* http's default */
+    http_limits d;
+    http_limits_default(&d);
+    lim->max_connections = d.max_connections;
+  }
   if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)lim->max_connections + 256)
     return;
   int fit = rl.rlim_cur > 256 ? (int)rl.rlim_cur - 128 : (int)rl.rlim_cur / 2;

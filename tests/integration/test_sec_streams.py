@@ -14,6 +14,8 @@
 - a stream whose reader stops reading is closed once its queue stayed over
   the bound (events from worker connections feed it), while a reading
   stream is not;
+- started with a soft open file limit of 256, the scheduler raises it (the
+  flood above needs it); with a hard limit of 600 it lowers its slots;
 - under --closed-reads /metrics needs the token (not with --open-metrics)
   and /healthz stays open, saying nothing but {"ok": true}.
 
@@ -64,13 +66,16 @@ if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 2600:
     sys.exit(77)
 
 
-def start_scheduler(*flags):
+def start_scheduler(*flags, nofile=None):
+    """A scheduler on free ports, started with the open file limits nofile
+    (soft, hard) when given: (Popen, API port, worker port)."""
     api_port, wport = free_port(), free_port()
     log = open(os.path.join(tmp, "scheduler.log"), "a")
+    pre = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile)) if nofile else None
     p = subprocess.Popen([BIN, "scheduler", "--database", DB, "--token-file", token_file,
                           "--listen", f"127.0.0.1:{api_port}", "--workers",
                           f"127.0.0.1:{wport}", "--checkpoints", os.path.join(tmp, "ckpt"),
-                          *flags], stdout=log, stderr=log)
+                          *flags], stdout=log, stderr=log, preexec_fn=pre)
     procs.append(p)
     if not wait_healthz(lambda m, path: get(api_port, path), proc=p):
         fail("the scheduler did not come up")
@@ -179,7 +184,9 @@ def check_refusal(status, hdrs, body, want, what):
 
 # ---- the flood --------------------------------------------------------------------------
 
-sched, port, wport = start_scheduler()
+# started with a soft limit of 256 descriptors: it raises it to the hard one
+limit = resource.getrlimit(resource.RLIMIT_NOFILE)
+sched, port, wport = start_scheduler(nofile=(256, limit[1]))
 t0 = time.monotonic()
 one, counts, refusals = open_streams(port, "127.0.0.1", 1100)
 print(f"1100 streams from 127.0.0.1 in {time.monotonic() - t0:.1f} s: {counts}")
@@ -324,6 +331,16 @@ if metric(port, "scalesweep_http_event_streams") != 1:
 reader.close()
 stalled.close()
 stop_scheduler(sched)
+
+# ---- a hard limit too low for the slots: they are lowered, with a log line ----------------
+
+sched, port, _ = start_scheduler(nofile=(300, 600))
+stop_scheduler(sched)
+log = open(os.path.join(tmp, "scheduler.log")).read()
+line = re.search(r"open file limit 600: the HTTP server gets (\d+) connection slots.*", log)
+if not line or int(line.group(1)) >= SLOTS:
+    fail("a hard open file limit of 600 did not lower the slots")
+print("hard limit 600:", line.group(0))
 
 # ---- /metrics and /healthz under --closed-reads -----------------------------------------
 
