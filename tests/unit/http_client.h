@@ -1,5 +1,5 @@
 /* The scaffolding of the HTTP server's tests (tests/unit/test_http_*.c):
- * four servers on loopback in a libuv loop on the main thread (their
+ * five servers on loopback in a libuv loop on the main thread (their
  * handler has the routes the tests ask for), driven by blocking-socket
  * clients on a second thread. Only the client thread CHECKs while the loop
  * runs; what the handler saw is checked after the thread is joined. Small
