@@ -75,12 +75,14 @@ void http__sse_timer(http_conn *c) {
  * refusal (429: its address has too many; 503: the server has too many). */
 static int sse_admit(http_conn *c) {
   http_server *s = c->srv;
-  if (s->n_sse >= s->lim.max_streams)
-    return 503;
-  int same = 0;
+  int all = 0, same = 0; /* streams not closing */
   for (http_conn *o = s->conns; o; o = o->next)
-    if (o->is_sse && !o->closing && strcmp(o->ip, c->ip) == 0)
-      same++;
+    if (o->is_sse && !o->closing) {
+      all++;
+      same += strcmp(o->ip, c->ip) == 0;
+    }
+  if (all >= s->lim.max_streams)
+    return 503;
   return same >= s->lim.max_streams_per_addr ? 429 : 0;
 }
 

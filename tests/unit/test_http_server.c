@@ -112,12 +112,20 @@ static client *guard_send(const char *req) {
   return c;
 }
 
-/* The guard server's /stats (with the token: it may run in the reserve). */
-static int guard_stat(const char *name) {
+/* A value of the guard server's /stats, asked on probe (a keep-alive
+ * connection with the token, so that the count of connections holds still
+ * while the probe asks) or, when probe is NULL, on a fresh connection. */
+static int guard_stat(client *probe, const char *name) {
+  static const char req[] = "GET /stats HTTP/1.1\r\nAuthorization: Bearer " GUARD_TOKEN "\r\n\r\n";
   response r;
-  int v = -1;
-  if (roundtrip(ht.port[SRV_GUARD],
-                "GET /stats HTTP/1.1\r\nAuthorization: Bearer " GUARD_TOKEN "\r\n\r\n", &r) == 0) {
+  int v = -1, rc;
+  if (probe) {
+    send_str(probe->fd, req);
+    rc = read_response(probe, &r, 0);
+  } else {
+    rc = roundtrip(ht.port[SRV_GUARD], req, &r);
+  }
+  if (rc == 0) {
     char key[64];
     snprintf(key, sizeof key, "\"%s\":", name);
     const char *p = r.body ? strstr(r.body, key) : NULL;
@@ -128,28 +136,31 @@ static int guard_stat(const char *name) {
   return v;
 }
 
-/* Waits until the guard server counts n connections (the probe's own
- * included); 1 when it did within 3 s. */
-static int guard_wait_conns(int n) {
+/* Waits until the guard server counts n connections (probe included); 1
+ * when it did within 3 s. */
+static int guard_wait_conns(client *probe, int n) {
   for (double t0 = now_ms(); now_ms() - t0 < 3000; usleep(10 * 1000))
-    if (guard_stat("connections") == n)
+    if (guard_stat(probe, "connections") == n)
       return 1;
   return 0;
 }
 
 /* The reserve: once only GUARD_RESERVE slots are left, a request without
  * the token is refused 503 with Retry-After, while /healthz and the token
- * are served up to the ceiling. */
+ * are served up to the ceiling; there an idle keep-alive connection is
+ * evicted for a new one. */
 static void test_reserve(void) {
   int open = GUARD_CONNS - GUARD_RESERVE; /* slots anyone may take */
+  client *probe = guard_send("");
+  CHECK(guard_stat(probe, "connections") >= 1); /* before the header timeout */
   client *held[GUARD_CONNS];
   int n = 0;
-  for (; n < open - 1; n++)
+  for (; n < open - 2; n++)
     held[n] = guard_send("GET /park HTTP/1.1\r\n\r\n");
-  CHECK(guard_wait_conns(open)); /* the parked and the probe */
+  CHECK(guard_wait_conns(probe, open - 1)); /* the parked and the probe */
   /* the last open slot: an anonymous request is served */
   held[n++] = guard_send("GET /park HTTP/1.1\r\n\r\n");
-  CHECK(guard_wait_conns(open + 1));
+  CHECK(guard_wait_conns(probe, open));
   response r;
   /* only the reserve is left now */
   double t0 = now_ms();
@@ -166,21 +177,24 @@ static void test_reserve(void) {
   check_status(ht.port[SRV_GUARD],
                "GET /hello HTTP/1.1\r\nAuthorization: Bearer " GUARD_TOKEN "\r\n\r\n", 200,
                "world");
-  printf("reserve: refused and served in %.1f ms with %d of %d slots held\n", now_ms() - t0, n,
+  printf("reserve: refused and served in %.1f ms with %d of %d slots held\n", now_ms() - t0, n + 1,
          GUARD_CONNS);
-  /* privileged requests fill the reserve to the ceiling, less one */
+  CHECK(guard_stat(probe, "refused_reserve") >= 2);
+  /* privileged requests fill the reserve up to the ceiling */
   while (n < GUARD_CONNS - 1)
     held[n++] = guard_send("GET /park HTTP/1.1\r\nAuthorization: Bearer " GUARD_TOKEN "\r\n\r\n");
-  CHECK(guard_wait_conns(GUARD_CONNS));
-  /* the last slot: an idle keep-alive connection is evicted for a new one */
+  CHECK(guard_wait_conns(probe, GUARD_CONNS));
+  /* past the ceiling: the one idle keep-alive connection, the probe, makes
+   * room; then the new one, idle in turn, for the next */
   client *ka = guard_send("GET /healthz HTTP/1.1\r\n\r\n");
   exchange(ka, NULL, 200, &r);
   free(r.body);
+  CHECK(closed_by_server(probe));
+  client_close(probe);
   check_status(ht.port[SRV_GUARD], "GET /healthz HTTP/1.1\r\n\r\n", 200, "\"ok\"");
   CHECK(closed_by_server(ka));
   client_close(ka);
-  CHECK(guard_stat("evicted") >= 1);
-  CHECK(guard_stat("refused_reserve") >= 2);
+  CHECK(guard_stat(NULL, "evicted") >= 2);
   char line[512];
   CHECK(guard_log(line, sizeof line) >= 1 && strstr(line, "refused"));
   check_status(ht.port[SRV_GUARD],

@@ -171,6 +171,8 @@ static size_t drain(client *c) {
  * under the bound but together pass GUARD_TOTAL_QUEUE: the one furthest
  * behind is closed. */
 static void test_stalled(void) {
+  for (double t0 = now_ms(); guard_stat("sse") != 0 && now_ms() - t0 < 3000;)
+    usleep(10 * 1000); /* the server has seen the earlier streams go */
   int st, before = guard_stat("stalled");
   char line[512];
   double t0 = now_ms();
