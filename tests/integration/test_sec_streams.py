@@ -14,6 +14,8 @@
 - a stream whose reader stops reading is closed once its queue stayed over
   the bound (events from worker connections feed it), while a reading
   stream is not;
+- the limits given as options (--max-streams-per-address, --max-streams,
+  --header-timeout-seconds) are applied, and a bad value is a usage error;
 - started with a soft open file limit of 256, the scheduler raises it (the
   flood above needs it); with a hard limit of 600 it lowers its slots;
 - under --closed-reads /metrics needs the token (not with --open-metrics)
@@ -285,51 +287,112 @@ def read_reader():
 
 # Worker connections come and go: each emits two "worker" events of some
 # 250 bytes (their names are long) to every stream.
-name = "w" * 100
+def feed(done, what):
+    """Worker connections, 20 at a time, until done() (at most 60 s): the
+    number of connections."""
+    name = "w" * 100
+    cycles = 0
+    t0 = time.monotonic()
+    while not done():
+        if time.monotonic() - t0 > 60:
+            fail(f"{what}: not reached within 60 s ({cycles} worker connections)")
+        ws = []
+        for i in range(20):
+            w = socket.create_connection(("127.0.0.1", wport), timeout=10)
+            w.sendall(json.dumps({"type": "hello", "version": 1, "token": TOKEN,
+                                  "name": f"{name}{i:02d}", "host": "h" * 100, "gpus": [],
+                                  "cpu_slots": 0, "runs": []}).encode() + b"\n")
+            ws.append(w)
+        for w in ws:
+            buf = b""
+            while b"\n" not in buf:
+                k = w.recv(4096)
+                if not k:
+                    break
+                buf += k
+            w.close()
+        cycles += 20
+        read_reader()
+    return cycles
+
+
+def stalled_total():
+    return metric(port, "scalesweep_http_stalled_streams_total")
+
+
+def stall_line(src):
+    log = open(os.path.join(tmp, "scheduler.log")).read()
+    m = re.search(r"closing the event stream of " + re.escape(src) + r":\d+: its reader is.*",
+                  log)
+    return m.group(0) if m else None
+
+
+# Just over the bound: some 600 KB sent, of which the kernel holds at most
+# some 140 KB (64 KiB send buffer, doubled; a 4 KiB receive window), so
+# that 256 KiB to 1 MiB stay queued; then nothing more is sent, and the
+# stall timer (5 s) closes it.
+cycles = feed(lambda: got >= 600_000, "600 KB of events")
 t0 = time.monotonic()
-cut_at = None
-cycles = 0
-while time.monotonic() - t0 < 60 and cut_at is None:
-    ws = []
-    for i in range(20):
-        w = socket.create_connection(("127.0.0.1", wport), timeout=10)
-        w.sendall(json.dumps({"type": "hello", "version": 1, "token": TOKEN,
-                              "name": f"{name}{i:02d}", "host": "h" * 100, "gpus": [],
-                              "cpu_slots": 0, "runs": []}).encode() + b"\n")
-        ws.append(w)
-    for w in ws:
-        buf = b""
-        while b"\n" not in buf:
-            k = w.recv(4096)
-            if not k:
-                break
-            buf += k
-        w.close()
-    cycles += 20
-    read_reader()
-    if cycles % 200 == 0 and metric(port, "scalesweep_http_stalled_streams_total"):
-        cut_at = time.monotonic() - t0
-if cut_at is None:
-    fail(f"the stalled stream was not closed within 60 s ({cycles} worker connections)")
-print(f"stalled reader closed {cut_at:.1f} s after the events began ({cycles} worker "
-      f"connections); the reading stream had read {got} bytes")
-log = open(os.path.join(tmp, "scheduler.log")).read()
-line = re.search(r"closing the event stream of 127\.0\.0\.10:\d+: its reader is.*", log)
-if not line:
+while not stalled_total():
+    if time.monotonic() - t0 > 20:
+        fail("a stream just over the bound and left alone was not closed within 20 s")
+    time.sleep(0.2)
+line = stall_line("127.0.0.10")
+print(f"stalled reader, events stopped after {got} bytes ({cycles} worker connections): "
+      f"closed {time.monotonic() - t0:.1f} s later\n  scheduler log: {line}")
+if not line or "its reader is stalled" not in line:
     fail("no log line for the stalled stream")
-print("  scheduler log:", line.group(0))
 stalled.settimeout(10)
 try:
     while stalled.recv(65536):
         pass
 except ConnectionResetError:
     pass
+stalled.close()
+
+# Events keep coming: closed at once when 1 MiB is queued (or by the stall
+# timer first, should the events come slower than 770 KB in 5 s).
+stalled = connect(port, "127.0.0.12", rcvbuf=4096)
+stalled.sendall(b"GET /api/events HTTP/1.1\r\nHost: x\r\n\r\n")
+t0 = time.monotonic()
+cycles = feed(lambda: stalled_total() >= 2, "the stream 1 MiB behind closed")
+line = stall_line("127.0.0.12")
+print(f"a reader far behind: closed {time.monotonic() - t0:.1f} s after the events began "
+      f"({cycles} worker connections)\n  scheduler log: {line}")
+if not line or ("too far behind" not in line and "stalled" not in line):
+    fail("no log line for the stream far behind")
 time.sleep(0.5)
 read_reader()
+print(f"the reading stream read {got} bytes and stayed open")
 if metric(port, "scalesweep_http_event_streams") != 1:
     fail("the reading stream did not stay open")
 reader.close()
 stalled.close()
+stop_scheduler(sched)
+
+# ---- the limits as options ------------------------------------------------------------
+
+bad = subprocess.run([BIN, "scheduler", "--database", DB, "--token-file", token_file,
+                      "--max-streams-per-address", "0"], capture_output=True, text=True)
+if bad.returncode != 2 or "--max-streams-per-address 0: expected 1 to" not in bad.stderr:
+    fail(f"--max-streams-per-address 0: exit {bad.returncode}, {bad.stderr!r}")
+sched, port, _ = start_scheduler("--max-streams-per-address", "2", "--max-streams", "3",
+                                 "--header-timeout-seconds", "1")
+a, counts_a, _ = open_streams(port, "127.0.0.20", 3)
+b, counts_b, _ = open_streams(port, "127.0.0.21", 2)
+print(f"--max-streams-per-address 2 --max-streams 3: {counts_a} from one address, "
+      f"{counts_b} from another")
+if counts_a != {200: 2, 429: 1} or counts_b != {200: 1, 503: 1}:
+    fail("the stream limits given as options were not applied")
+t0 = time.monotonic()
+silent = connect(port, "127.0.0.22")
+status = read_head(silent)[0]
+dt = time.monotonic() - t0
+print(f"--header-timeout-seconds 1: a silent connection ended ({status}) after {dt:.2f} s")
+if status not in ("eof", "reset") or not 0.5 <= dt < 8:
+    fail(f"a silent connection ended ({status}) after {dt:.2f} s, expected about 1 s")
+for s_ in a + b + [silent]:
+    s_.close()
 stop_scheduler(sched)
 
 # ---- a hard limit too low for the slots: they are lowered, with a log line ----------------
