@@ -343,12 +343,33 @@ print(f"stalled reader, events stopped after {got} bytes ({cycles} worker connec
 if not line or "its reader is stalled" not in line:
     fail("no log line for the stalled stream")
 stalled.settimeout(10)
+seen = b""
 try:
-    while stalled.recv(65536):
-        pass
+    while True:
+        k = stalled.recv(65536)
+        if not k:
+            break
+        seen += k
 except ConnectionResetError:
     pass
 stalled.close()
+# it reconnects with the last id it got and resumes from the ring
+ids = [int(x) for x in re.findall(rb"^id: (\d+)$", seen, re.M)]
+if not ids:
+    fail("the stalled stream got no event before it was closed")
+again = connect(port, "127.0.0.13")
+again.sendall(f"GET /api/events HTTP/1.1\r\nHost: x\r\nLast-Event-ID: {ids[-1]}\r\n\r\n"
+              .encode())
+status, _, rest = read_head(again)
+while rest.count(b"\n\n") < 3:
+    rest += again.recv(65536)
+replay = [int(x) for x in re.findall(rb"^id: (\d+)$", rest, re.M)]
+print(f"  resumed after id {ids[-1]}: the replay starts at {replay[0]} (the ring keeps the "
+      f"last 1024 events)")
+if status != 200 or replay[0] <= ids[-1] or replay != list(range(replay[0],
+                                                                  replay[0] + len(replay))):
+    fail(f"the resumed stream: {status}, ids {replay[:5]} after {ids[-1]}")
+again.close()
 
 # Events keep coming: closed at once when 1 MiB is queued (or by the stall
 # timer first, should the events come slower than 770 KB in 5 s).
