@@ -28,6 +28,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import socket
 import subprocess
 import sys
@@ -91,6 +92,8 @@ def stop_scheduler(p):
     except subprocess.TimeoutExpired:
         p.kill()
         fail("the scheduler did not stop on SIGTERM")
+    if p.returncode != 0:
+        fail(f"the scheduler exited with {p.returncode}")
 
 
 def connect(port, src="127.0.0.1", rcvbuf=0, timeout=10):
@@ -445,4 +448,5 @@ for flags, open_metrics in ((["--closed-reads"], False),
     if get(port, "/metrics", auth=True)[0] != 200:
         fail(f"{flags}: /metrics with the token was refused")
     stop_scheduler(sched)
+shutil.rmtree(tmp, ignore_errors=True)
 print("ok")
