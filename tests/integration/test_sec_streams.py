@@ -357,6 +357,7 @@ except ConnectionResetError:
     pass
 stalled.close()
 # it reconnects with the last id it got and resumes from the ring
+seen = seen[:seen.rfind(b"\n\n") + 1]  # whole events only: the cut may end mid-event
 ids = [int(x) for x in re.findall(rb"^id: (\d+)$", seen, re.M)]
 if not ids:
     fail("the stalled stream got no event before it was closed")
@@ -366,6 +367,7 @@ again.sendall(f"GET /api/events HTTP/1.1\r\nHost: x\r\nLast-Event-ID: {ids[-1]}\
 status, _, rest = read_head(again)
 while rest.count(b"\n\n") < 3:
     rest += again.recv(65536)
+rest = rest[:rest.rindex(b"\n\n")]  # whole events only
 replay = [int(x) for x in re.findall(rb"^id: (\d+)$", rest, re.M)]
 print(f"  resumed after id {ids[-1]}: the replay starts at {replay[0]} (the ring keeps the "
       f"last 1024 events)")
