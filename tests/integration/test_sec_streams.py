@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 
-from harness import free_port, make_token, wait_healthz
+from harness import make_token, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -69,10 +69,23 @@ if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 2600:
     sys.exit(77)
 
 
+def two_ports():
+    """Two distinct TCP ports on 127.0.0.1 free at the time of the call (both
+    held while the second is chosen: two free_port() calls in a row may give
+    the same one)."""
+    socks = [socket.socket() for _ in range(2)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
 def start_scheduler(*flags, nofile=None):
     """A scheduler on free ports, started with the open file limits nofile
     (soft, hard) when given: (Popen, API port, worker port)."""
-    api_port, wport = free_port(), free_port()
+    api_port, wport = two_ports()
     log = open(os.path.join(tmp, "scheduler.log"), "a")
     pre = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile)) if nofile else None
     p = subprocess.Popen([BIN, "scheduler", "--database", DB, "--token-file", token_file,
