@@ -259,8 +259,9 @@ static http_conn *eviction_victim(http_server *s, http_conn *except) {
   return best;
 }
 
+/* c's peer as "ip" and "ip:port" ("?" when unknown). */
 static void conn_peer(http_conn *c) {
-  struct sockaddr_storage ss;
+  struct sockaddr_storage ss = {0};
   int sl = sizeof ss;
   int port = 0;
   snprintf(c->ip, sizeof c->ip, "?");
