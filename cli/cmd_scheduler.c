@@ -14,17 +14,33 @@ static const char usage[] =
     "                            [--checkpoints DIR] [--lease-seconds N] [--ready-file F]\n"
     "                            [--closed-reads] [--data-dir DIR ...] [--predict-seconds N]\n"
     "                            [--reserve-after-seconds N]\n"
+    "                            [--open-metrics] [--http-connections N] [--http-reserve N]\n"
+    "                            [--max-streams N] [--max-streams-per-address N]\n"
+    "                            [--header-timeout-seconds N]\n"
     "  --listen       the HTTP API and page (default 127.0.0.1:8080)\n"
     "  --workers      the worker port (default 127.0.0.1:8081)\n"
     "  --token-file   the cluster token: workers authenticate with it\n"
     "  --api-token-file  the token API changes need (default: the cluster token)\n"
-    "  --closed-reads reads need the API token too\n"
+    "  --closed-reads reads need the API token too, /metrics included (a Prometheus\n"
+    "                 scrape can send it as a bearer token); /healthz stays open: it says\n"
+    "                 only {\"ok\":true} or {\"ok\":false} (database down)\n"
+    "  --open-metrics /metrics needs no token even with --closed-reads\n"
     "  --predict-seconds  how often running runs' final losses are predicted from their\n"
     "                 curves and checked against the sweep's fit (default 15; 0: never)\n"
     "  --reserve-after-seconds  a multi-GPU run that has waited this long gets the worker\n"
     "                 it will run on kept from smaller runs until it fits (default 300)\n"
     "  --data-dir     a directory a spec's token shards may lie under (repeatable; without\n"
-    "                 one, specs must use the synthetic corpus)\n";
+    "                 one, specs must use the synthetic corpus)\n"
+    "  --http-connections  HTTP connection slots, a hard ceiling (default 1024; the\n"
+    "                 open file limit is raised to fit them, or they are lowered)\n"
+    "  --http-reserve the last slots, kept for requests with the API token and /healthz:\n"
+    "                 once only these are left, others get 503 (default 1/16 of the slots)\n"
+    "  --max-streams  event streams (/api/events) in total (default half the slots)\n"
+    "  --max-streams-per-address  event streams from one client address (default 8);\n"
+    "                 one over a limit gets 429 or 503 with Retry-After\n"
+    "  --header-timeout-seconds  a new connection, or a keep-alive one from its\n"
+    "                 request's first byte, that has not sent a whole request by then is\n"
+    "                 closed (default 10)\n";
 
 /* The options with a plain value: 1 when a is one (stored in o), 0 when it
  * is not, -1 (after a message) when its value is out of range. */
@@ -47,6 +63,16 @@ static int value_option(sched_options *o, const char *a, const char *v) {
     long max;
   } secs[] = {{"--reserve-after-seconds", &o->reserve_after_s, 604800},
               {"--predict-seconds", &o->predict_s, 86400}};
+  /* whole numbers in [1, max] */
+  const struct {
+    const char *name;
+    int *to;
+    long max;
+  } counts[] = {{"--http-connections", &o->http_connections, 1000000},
+                {"--http-reserve", &o->http_reserve, 1000000},
+                {"--max-streams", &o->max_streams, 1000000},
+                {"--max-streams-per-address", &o->max_streams_per_addr, 1000000},
+                {"--header-timeout-seconds", &o->header_timeout_s, 3600}};
   int known = 0;
   for (size_t k = 0; k < sizeof text / sizeof *text && !known; k++)
     if (!strcmp(a, text[k].name)) {
@@ -64,6 +90,17 @@ static int value_option(sched_options *o, const char *a, const char *v) {
       *secs[k].to = (int)n;
       known = 1;
     }
+  for (size_t k = 0; k < sizeof counts / sizeof *counts && !known; k++)
+    if (!strcmp(a, counts[k].name)) {
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (!*v || *end || n < 1 || n > counts[k].max) {
+        fprintf(stderr, "scalesweep scheduler: %s %s: expected 1 to %ld\n", a, v, counts[k].max);
+        return -1;
+      }
+      *counts[k].to = (int)n;
+      known = 1;
+    }
   return known;
 }
 
@@ -77,6 +114,9 @@ int cmd_scheduler(int argc, char **argv) {
       return 0;
     } else if (!strcmp(a, "--closed-reads")) {
       o.open_reads = 0;
+      continue;
+    } else if (!strcmp(a, "--open-metrics")) {
+      o.open_metrics = 1;
       continue;
     }
     if (!v) {

@@ -34,6 +34,7 @@ static void on_conn_closed(uv_handle_t *h) {
   if (c->next)
     c->next->prev = c->prev;
   s->n_conns--;
+  s->n_closing--;
   if (c->is_sse)
     http__sse_closed(c);
   free(c->in);
@@ -47,6 +48,9 @@ void http__conn_close(http_conn *c) {
   if (c->closing)
     return;
   c->closing = 1;
+  c->srv->n_closing++;
+  if (c->is_sse)
+    http__sse_wrote(c); /* its queue no longer counts */
   if (c->req) {
     if (c->req->dispatched)
       c->req->conn = NULL;
@@ -102,6 +106,8 @@ static void on_write(uv_write_t *req, int status) {
     http__conn_close(c);
     return;
   }
+  if (c->is_sse)
+    http__sse_wrote(c);
   if (c->state == CONN_DRAIN && c->writes == 0) {
     conn_linger(c);
   } else if (c->state == CONN_READ && c->writes == 0) {
@@ -219,13 +225,56 @@ static void on_conn_timer(uv_timer_t *t) {
     /* The loop was held up and timers run before reads: the bytes that
      * arrived in time get one more period, once per request. */
     c->timer_extended = 1;
-    http__conn_timer(c, c->srv->lim.idle_timeout_ms);
+    http__conn_timer(c, c->in_message || !c->served ? c->srv->lim.header_timeout_ms
+                                                    : c->srv->lim.idle_timeout_ms);
     return;
   }
   if (c->state == CONN_READ && c->in_message)
     http__conn_fail(c, 408, "request not completed in time");
   else if (c->state == CONN_READ || c->state == CONN_DRAIN || c->state == CONN_LINGER)
     http__conn_close(c);
+  else if (c->state == CONN_SSE)
+    http__sse_timer(c);
+}
+
+/* A connection that holds a slot for the least: one lingering after its
+ * last answer, else the longest idle (new or keep-alive), else the oldest
+ * unfinished request; NULL when every connection is busy (a request with
+ * the handler, an answer being written, an event stream). */
+static http_conn *eviction_victim(http_server *s, http_conn *except) {
+  http_conn *best = NULL;
+  int best_rank = 0;
+  for (http_conn *c = s->conns; c; c = c->next) {
+    if (c == except || c->closing)
+      continue;
+    int rank = c->state == CONN_LINGER                                 ? 3
+               : c->state == CONN_READ && !c->in_message && !c->writes ? 2
+               : c->state == CONN_READ                                 ? 1
+                                                                       : 0;
+    if (rank > best_rank || (rank == best_rank && rank > 0 && c->since < best->since)) {
+      best = c;
+      best_rank = rank;
+    }
+  }
+  return best;
+}
+
+/* c's peer as "ip" and "ip:port" ("?" when unknown). */
+static void conn_peer(http_conn *c) {
+  struct sockaddr_storage ss = {0};
+  int sl = sizeof ss;
+  int port = 0;
+  snprintf(c->ip, sizeof c->ip, "?");
+  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0) {
+    if (ss.ss_family == AF_INET6) {
+      uv_ip6_name((struct sockaddr_in6 *)&ss, c->ip, sizeof c->ip);
+      port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    } else {
+      uv_ip4_name((struct sockaddr_in *)&ss, c->ip, sizeof c->ip);
+      port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    }
+  }
+  snprintf(c->peer, sizeof c->peer, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", c->ip, port);
 }
 
 /* ---- accepting ---- */
@@ -245,30 +294,28 @@ void http__conn_accept(http_server *s) {
   s->conns = c;
   s->n_conns++;
   s->open_handles++;
-  if (uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp) != 0 ||
-      s->n_conns > s->lim.max_connections) {
-    http__conn_close(c); /* over the limit: closed at once */
+  if (uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp) != 0) {
+    http__conn_close(c);
     return;
   }
-  uv_tcp_nodelay(&c->tcp, 1);
-  struct sockaddr_storage ss;
-  int sl = sizeof ss;
-  char ip[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0) {
-    if (ss.ss_family == AF_INET6) {
-      uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof ip);
-      port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    } else {
-      uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof ip);
-      port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  if (http__live_conns(s) > s->lim.max_connections) {
+    http_conn *victim = eviction_victim(s, c);
+    if (!victim) {
+      http__conn_close(c); /* every slot is busy: closed at once */
+      s->stats.refused_reserve++;
+      http__log_refusal(s, "a connection closed at once: every slot is busy");
+      return;
     }
+    s->stats.evicted++;
+    http__conn_close(victim);
   }
-  snprintf(c->peer, sizeof c->peer, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip, port);
+  uv_tcp_nodelay(&c->tcp, 1);
+  conn_peer(c);
   llhttp_init(&c->parser, HTTP_REQUEST, &s->settings);
   c->parser.data = c;
   c->state = CONN_READ;
-  http__conn_timer(c, s->lim.idle_timeout_ms);
+  c->since = uv_now(s->loop);
+  http__conn_timer(c, s->lim.header_timeout_ms); /* to a complete request */
   if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
     http__conn_close(c);
 }

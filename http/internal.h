@@ -11,10 +11,13 @@
  *
  * A connection is a small state machine:
  *   READ  — parsing a request (or idle between requests); the timer bounds
- *           the time to a complete request (idle and slow-loris alike).
+ *           the time to a complete request from the accept or from a
+ *           keep-alive request's first byte (header timeout: slow loris),
+ *           and the idle time between keep-alive requests (idle timeout).
  *   BUSY  — a complete request is with the handler; llhttp is paused and
  *           further bytes (a pipelined request) are buffered, bounded.
- *   SSE   — the connection is an event stream; input is discarded.
+ *   SSE   — the connection is an event stream; input is discarded; the
+ *           timer runs while the queue is over the bound (stalled reader).
  *   DRAIN — a last answer is queued; once written the socket is shut down.
  *   LINGER— shut down; input is discarded until EOF or a short timer, so
  *           that unread input does not turn the close into a reset that
@@ -22,6 +25,11 @@
  * llhttp is paused twice per request: after the head (to check the head
  * size, the URL and Content-Length before any body is read) and after the
  * message (one request at a time).
+ *
+ * Slots: n_conns - n_closing connections count against max_connections;
+ * at the ceiling an accept evicts a lingering or idle one (conn.c); past
+ * max_connections - reserve_connections only requests the reserved hook
+ * admits are served (parse.c); stream limits and queues are sse.c's.
  *
  * Memory: each connection is one allocation holding its libuv handles and
  * freed in the last close callback. Each request is one allocation whose
@@ -43,7 +51,9 @@ enum {
   HTTP_READ_BUF = 64 * 1024,     /* one read; shared by all connections */
   HTTP_IN_HIGH = 64 * 1024,      /* buffered pipelined input: stop reading */
   HTTP_WRITE_HIGH = 1024 * 1024, /* queued answers: stop parsing */
-  HTTP_SSE_MAX_QUEUE = 4 << 20,  /* an SSE client this far behind is closed */
+  HTTP_SSE_SNDBUF = 64 * 1024,   /* a stream's kernel send buffer (SO_SNDBUF) */
+  HTTP_SSE_HARD_FACTOR = 4,      /* this many times stream_max_queue: closed at once */
+  HTTP_REFUSAL_LOG_MS = 10000,   /* refusals are logged at most this often */
   HTTP_SSE_KEEPALIVE_MS = 15000, /* ": keepalive" comment period */
   HTTP_LINGER_MS = 2000,         /* input drained after a closing answer */
   HTTP_ARENA_FIRST = 2048,       /* arena bytes inside the request allocation */
@@ -114,6 +124,10 @@ struct http_conn {
   unsigned writes; /* uv_write requests in flight */
   int is_sse;
   http_sse sse;
+  size_t sse_queued;         /* write_queue_size as last counted in srv->sse_queued */
+  int served;                /* requests answered on this connection */
+  uint64_t since;            /* uv_now when it last became idle or began a request */
+  char ip[INET6_ADDRSTRLEN]; /* the peer's address, without the port */
   char peer[INET6_ADDRSTRLEN + 8];
 };
 
@@ -125,9 +139,14 @@ struct http_server {
   http_handler handler;
   void *ud;
   llhttp_settings_t settings;
+  http_hooks hooks;
   http_conn *conns;
   int n_conns, n_sse;
-  int open_handles; /* listener, keepalive timer, connections */
+  int n_closing;           /* connections closing, still counted in n_conns */
+  size_t sse_queued;       /* bytes queued across streams (sum of their sse_queued) */
+  uint64_t refusals;       /* refused requests not yet logged */
+  uint64_t refusal_log_ms; /* uv_now of the last refusal line */
+  int open_handles;        /* listener, keepalive timer, connections */
   int stopping;
   void (*stop_cb)(void *ud);
   void *stop_ud;
@@ -148,6 +167,13 @@ typedef struct http_write {
 /* A handle of the server (listener, keepalive timer, a connection) is
  * closed: the server is freed, after its stop callback, with the last. */
 void http__server_handle_closed(http_server *s);
+
+/* A line through the log hook (stderr without one). */
+void http__log(http_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Counts a refused request; a line goes out at most every 10 s. */
+void http__log_refusal(http_server *s, const char *what);
+/* Connections open and not closing: what the limits count. */
+int http__live_conns(const http_server *s);
 
 /* ---- conn.c ---- */
 
@@ -205,10 +231,16 @@ http_write *http__response_new(int status, const char *ctype, const char *body, 
                                const char *headers, int is_head, int http10, int close);
 /* Answers a request that never reached the handler, then closes. */
 void http__conn_fail(http_conn *c, int status, const char *msg);
+/* http__conn_fail with extra header lines ("" or lines ending in "\r\n"). */
+void http__conn_fail_h(http_conn *c, int status, const char *msg, const char *headers);
 
 /* ---- sse.c ---- */
 
 /* c, an event stream, is closed: counts it and tells its owner. */
 void http__sse_closed(http_conn *c);
+/* A write of stream c completed: its queue is counted again. */
+void http__sse_wrote(http_conn *c);
+/* The timer of stream c fired: closed when its queue is still over the bound. */
+void http__sse_timer(http_conn *c);
 
 #endif

@@ -30,6 +30,10 @@ static int on_message_begin(llhttp_t *p) {
   http_conn *c = p->data;
   c->in_message = 1;
   c->head_done = 0;
+  if (c->served) { /* keep-alive: the request gets the header timeout from its first byte */
+    c->since = uv_now(c->srv->loop);
+    http__conn_timer(c, c->srv->lim.header_timeout_ms);
+  }
   if (!c->req && !(c->req = http__req_new(c))) {
     c->err_status = 503;
     c->err_msg = "out of memory";
@@ -107,6 +111,18 @@ static int head_checks(http_conn *c) {
   const char *err = r->head ? http__req_index_head(r) : "empty request";
   if (err) {
     http__conn_fail(c, 400, err);
+    return -1;
+  }
+  if (s->hooks.reserved &&
+      http__live_conns(s) > s->lim.max_connections - s->lim.reserve_connections &&
+      !s->hooks.reserved(r, s->hooks.ud)) {
+    s->stats.refused_reserve++;
+    http__log_refusal(s, "a request refused: only the reserved connection slots are left");
+    http__conn_fail_h(
+        c, 503,
+        "server busy: the connection slots left are reserved for privileged requests; "
+        "retry later",
+        "Retry-After: 1\r\n");
     return -1;
   }
   if ((p->flags & F_CONTENT_LENGTH) && p->content_length > s->lim.max_body_bytes) {

@@ -152,7 +152,7 @@ static int conn_send(http_conn *c, int status, const char *ctype, const char *bo
   return http__conn_write(c, w);
 }
 
-void http__conn_fail(http_conn *c, int status, const char *msg) {
+void http__conn_fail_h(http_conn *c, int status, const char *msg, const char *headers) {
   if (c->closing)
     return;
   c->srv->stats.requests++;
@@ -162,10 +162,14 @@ void http__conn_fail(http_conn *c, int status, const char *msg) {
   }
   char *json = http__error_json(status, msg, NULL);
   const char *b = json ? json : fallback_error;
-  int rc = conn_send(c, status, "application/json", b, strlen(b), NULL, 0, 0, 1);
+  int rc = conn_send(c, status, "application/json", b, strlen(b), headers, 0, 0, 1);
   free(json);
   if (rc == 0)
     http__conn_drain(c);
+}
+
+void http__conn_fail(http_conn *c, int status, const char *msg) {
+  http__conn_fail_h(c, status, msg, NULL);
 }
 
 void http_respond(http_request *r, int status, const char *content_type, const char *body,
@@ -191,6 +195,8 @@ void http_respond(http_request *r, int status, const char *content_type, const c
     return;
   }
   c->state = CONN_READ;
+  c->served++;
+  c->since = uv_now(c->srv->loop);
   c->in_message = 0;
   c->timer_extended = 0;
   c->head_done = 0;

@@ -1,6 +1,7 @@
 /* The server: listening socket, limits, stop and statistics. Connections
  * are conn.c's; the server is freed once its last handle has closed. */
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,79 @@ void http_limits_default(http_limits *l) {
   l->max_body_bytes = 1024 * 1024;
   l->max_connections = 1024;
   l->idle_timeout_ms = 30000;
+  l->header_timeout_ms = 10000;
+  l->reserve_connections = 0; /* max_connections / 16 */
+  l->max_streams = 0;         /* max_connections / 2 */
+  l->max_streams_per_addr = 8;
+  l->stream_max_queue = 256 * 1024;
+  l->stream_stall_ms = 5000;
+  l->streams_max_queue = 32u << 20;
 }
+
+/* The limits from l over the defaults: zero fields keep them; the shares
+ * of the slots follow max_connections when not given. */
+static void limits_apply(http_limits *o, const http_limits *l) {
+  http_limits_default(o);
+  if (!l)
+    return;
+  if (l->max_header_bytes)
+    o->max_header_bytes = l->max_header_bytes;
+  if (l->max_body_bytes)
+    o->max_body_bytes = l->max_body_bytes;
+  if (l->max_connections > 0)
+    o->max_connections = l->max_connections;
+  if (l->idle_timeout_ms > 0)
+    o->idle_timeout_ms = l->idle_timeout_ms;
+  if (l->header_timeout_ms > 0)
+    o->header_timeout_ms = l->header_timeout_ms;
+  if (o->header_timeout_ms > o->idle_timeout_ms)
+    o->header_timeout_ms = o->idle_timeout_ms;
+  o->reserve_connections =
+      l->reserve_connections > 0 ? l->reserve_connections : o->max_connections / 16;
+  if (o->reserve_connections >= o->max_connections)
+    o->reserve_connections = o->max_connections - 1;
+  o->max_streams = l->max_streams > 0 ? l->max_streams : o->max_connections / 2;
+  if (o->max_streams < 1)
+    o->max_streams = 1;
+  if (l->max_streams_per_addr > 0)
+    o->max_streams_per_addr = l->max_streams_per_addr;
+  if (l->stream_max_queue)
+    o->stream_max_queue = l->stream_max_queue;
+  if (l->stream_stall_ms > 0)
+    o->stream_stall_ms = l->stream_stall_ms;
+  if (l->streams_max_queue)
+    o->streams_max_queue = l->streams_max_queue;
+}
+
+void http_server_hooks(http_server *s, const http_hooks *h) { s->hooks = *h; }
+
+void http__log(http_server *s, const char *fmt, ...) {
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (s->hooks.log)
+    s->hooks.log(line, s->hooks.ud);
+  else
+    fprintf(stderr, "http: %s\n", line);
+}
+
+void http__log_refusal(http_server *s, const char *what) {
+  s->refusals++;
+  uint64_t now = uv_now(s->loop);
+  if (s->refusal_log_ms && now - s->refusal_log_ms < HTTP_REFUSAL_LOG_MS)
+    return;
+  http__log(s,
+            "refused %llu request(s) in the last %d s, the latest: %s (%d connections, %d "
+            "streams)",
+            (unsigned long long)s->refusals, HTTP_REFUSAL_LOG_MS / 1000, what, http__live_conns(s),
+            s->n_sse);
+  s->refusals = 0;
+  s->refusal_log_ms = now;
+}
+
+int http__live_conns(const http_server *s) { return s->n_conns - s->n_closing; }
 
 void http__server_handle_closed(http_server *s) {
   s->open_handles--;
@@ -84,17 +157,7 @@ http_server *http_server_start(uv_loop_t *loop, const char *host, int port,
   s->loop = loop;
   s->handler = handler;
   s->ud = ud;
-  http_limits_default(&s->lim);
-  if (limits) { /* zero fields keep their defaults */
-    if (limits->max_header_bytes)
-      s->lim.max_header_bytes = limits->max_header_bytes;
-    if (limits->max_body_bytes)
-      s->lim.max_body_bytes = limits->max_body_bytes;
-    if (limits->max_connections > 0)
-      s->lim.max_connections = limits->max_connections;
-    if (limits->idle_timeout_ms > 0)
-      s->lim.idle_timeout_ms = limits->idle_timeout_ms;
-  }
+  limits_apply(&s->lim, limits);
   http__parser_settings(&s->settings);
   uv_tcp_init(loop, &s->listener);
   uv_timer_init(loop, &s->keepalive);

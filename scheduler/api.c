@@ -293,6 +293,18 @@ static void on_counts(void *ud, int status, const store_run_counts *rc, const ch
   OUT("scalesweep_http_request_duration_seconds_sum %.6f\n", s->lat_sum_s);
   OUT("scalesweep_http_request_duration_seconds_count %llu\n", (unsigned long long)s->lat_count);
   OUT("# TYPE scalesweep_http_connections gauge\nscalesweep_http_connections %d\n", hs.connections);
+  OUT("# TYPE scalesweep_http_event_streams gauge\nscalesweep_http_event_streams %d\n",
+      hs.sse_streams);
+  OUT("# HELP scalesweep_http_refused_total Requests refused for want of slots.\n"
+      "# TYPE scalesweep_http_refused_total counter\n"
+      "scalesweep_http_refused_total{reason=\"reserve\"} %llu\n"
+      "scalesweep_http_refused_total{reason=\"streams\"} %llu\n",
+      (unsigned long long)hs.refused_reserve, (unsigned long long)hs.refused_streams);
+  OUT("# TYPE scalesweep_http_evicted_total counter\nscalesweep_http_evicted_total %llu\n",
+      (unsigned long long)hs.evicted);
+  OUT("# TYPE scalesweep_http_stalled_streams_total counter\n"
+      "scalesweep_http_stalled_streams_total %llu\n",
+      (unsigned long long)hs.stalled_streams);
 #undef OUT
   http_respond(x->r, 200, "text/plain; version=0.0.4", b, len < cap ? len : cap - 1, "");
 }
@@ -335,6 +347,32 @@ static void events(sched *s, http_request *r) {
   }
 }
 
+/* ---- the HTTP server's limits and hooks ----------------------------------------------------- */
+
+void sched__http_limits(const sched_options *o, http_limits *lim) {
+  memset(lim, 0, sizeof *lim); /* zero fields: http's defaults */
+  lim->max_connections = o->http_connections;
+  lim->reserve_connections = o->http_reserve;
+  lim->max_streams = o->max_streams;
+  lim->max_streams_per_addr = o->max_streams_per_addr;
+  lim->header_timeout_ms = o->header_timeout_s > 0 ? o->header_timeout_s * 1000 : 0;
+}
+
+/* The reserved slots serve the API token and liveness probes. */
+static int http_reserved(http_request *r, void *ud) {
+  sched *s = ud;
+  return !strcmp(http_path(r), "/healthz") || sched__route_authorized(r, s->api_token);
+}
+
+static void http_log(const char *line, void *ud) {
+  (void)ud;
+  sched__logf("http: %s", line);
+}
+
+void sched__http_hooks(sched *s, http_hooks *h) {
+  *h = (http_hooks){.reserved = http_reserved, .log = http_log, .ud = s};
+}
+
 /* ---- routing ------------------------------------------------------------------------------------
  */
 
@@ -351,9 +389,18 @@ void sched__http(http_request *r, void *ud) {
   if (!strcmp(path, "/metrics") || !strcmp(path, "/healthz")) {
     if (!get)
       return answer_error(x, 405, "method not allowed: use GET", NULL);
+    /* /healthz stays open for liveness probes: it says only whether the
+     * database is up */
     if (!strcmp(path, "/healthz"))
       return answer_json(x, sched__wport_db_up(&s->wp) ? 200 : 503,
                          sched__wport_db_up(&s->wp) ? "{\"ok\":true}" : "{\"ok\":false}");
+    /* /metrics tells the queue, the workers and the traffic: a read */
+    if (!s->o.open_reads && !s->o.open_metrics && !sched__route_authorized(r, s->api_token))
+      return answer_error(x, 401,
+                          "/metrics needs the API token under --closed-reads (Authorization: "
+                          "Bearer ...; a Prometheus scrape can send it), unless the scheduler "
+                          "runs with --open-metrics",
+                          NULL);
     return get_metrics(s, x);
   }
   if (strncmp(path, "/api/", 5) != 0)

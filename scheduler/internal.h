@@ -68,5 +68,10 @@ void sched__sweep_flush(sched *s);
 
 /* api.c */
 void sched__http(http_request *r, void *ud);
+/* The HTTP server's limits from the options (sched_options' http fields). */
+void sched__http_limits(const sched_options *o, http_limits *lim);
+/* Its hooks: the reserved slots admit the API token and /healthz; its
+ * lines go to the scheduler's log. ud: the sched. */
+void sched__http_hooks(sched *s, http_hooks *h);
 
 #endif

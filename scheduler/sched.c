@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "common/addr.h"
@@ -107,6 +108,33 @@ static int write_ready_file(sched *s, char *err, size_t errlen) {
   return 0;
 }
 
+/* Every HTTP slot and database or worker connection is a descriptor: the
+ * soft limit is raised to the hard one, and the slots lowered (with a log
+ * line) when even that cannot hold them with 128 to spare. */
+static void fit_fd_limit(http_limits *lim) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (lim->max_connections <= 0) { /* http's default */
+    http_limits d;
+    http_limits_default(&d);
+    lim->max_connections = d.max_connections;
+  }
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)lim->max_connections + 256)
+    return;
+  int fit = rl.rlim_cur > 256 ? (int)rl.rlim_cur - 128 : (int)rl.rlim_cur / 2;
+  if (fit >= lim->max_connections)
+    return;
+  sched__logf("open file limit %llu: the HTTP server gets %d connection slots instead of %d",
+              (unsigned long long)rl.rlim_cur, fit, lim->max_connections);
+  lim->max_connections = fit;
+}
+
 int sched_run(const sched_options *opt, char *err, size_t errlen) {
   sched *s = calloc(1, sizeof *s);
   if (!s)
@@ -142,12 +170,18 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
     rc = SS_EINVAL;
   }
   http_limits lim;
-  http_limits_default(&lim);
+  sched__http_limits(opt, &lim);
+  fit_fd_limit(&lim);
   if (!rc) {
     s->http =
         http_server_start(&loop, host, port, &lim, sched__http, s, &s->http_port, err, errlen);
     if (!s->http)
       rc = SS_EIO;
+  }
+  if (s->http) {
+    http_hooks hooks;
+    sched__http_hooks(s, &hooks);
+    http_server_hooks(s->http, &hooks);
   }
   if (!rc)
     rc = sched__wport_listen(&s->wp, opt->workers, err, errlen);

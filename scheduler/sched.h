@@ -27,6 +27,14 @@ typedef struct sched_options {
    * none: specs must use the synthetic corpus */
   const char *data_dirs[SCHED_MAX_DATA_DIRS];
   int ndata_dirs;
+  /* the HTTP server's slots (http/http.h http_limits; 0: its default) */
+  int http_connections;     /* connection slots, a hard ceiling (default 1024) */
+  int http_reserve;         /* of those, kept for the API token and /healthz (default 1/16) */
+  int max_streams;          /* event streams in total (default half the slots) */
+  int max_streams_per_addr; /* event streams per client address (default 8) */
+  int header_timeout_s;     /* a request must be complete this long after its first
+                             * byte, or a new connection's accept (default 10) */
+  int open_metrics;         /* /metrics needs no token even without open_reads */
 } sched_options;
 
 void sched_options_default(sched_options *o);

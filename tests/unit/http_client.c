@@ -19,6 +19,7 @@
 #include "check.h"
 
 http_test_state ht;
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- the handler ---- */
 
@@ -50,6 +51,57 @@ static http_sse *sse_open(http_request *r) {
     http_sse_on_close(s, sse_gone, NULL);
   }
   return s;
+}
+
+/* /stall: a stream fed 8 KiB events every 2 ms until it queues more than
+ * ?kib= KiB (default GUARD_QUEUE), then left alone; its client reads
+ * nothing. */
+typedef struct stall {
+  uv_timer_t timer;
+  http_sse *s;
+  size_t stop_at;
+  int n;
+} stall;
+
+static void stall_gone(http_sse *s, void *ud) {
+  (void)s;
+  stall *st = ud;
+  st->s = NULL;
+  ht.stall_streams--;
+  ht.sse_closed++;
+  if (!uv_is_closing((uv_handle_t *)&st->timer))
+    uv_close((uv_handle_t *)&st->timer, slow_closed);
+}
+
+static void stall_fire(uv_timer_t *t) {
+  stall *st = t->data;
+  static char ev[8 * 1024];
+  memset(ev, 'y', sizeof ev - 1);
+  if (st->s && http_sse_queued(st->s) <= st->stop_at && st->n < 10000) {
+    st->n++;
+    http_sse_send(st->s, (uint64_t)st->n, "fill", ev);
+  } else {
+    uv_timer_stop(t);
+  }
+}
+
+static void stall_open(http_request *r) {
+  const char *kib;
+  size_t stop_at = GUARD_QUEUE;
+  if (http_query_param(r, "kib", &kib) == 1)
+    stop_at = strtoul(kib, NULL, 10) * 1024;
+  http_sse *s = http_sse_start(r);
+  if (!s)
+    return;
+  ht.sse_opened++;
+  ht.stall_streams++;
+  stall *st = calloc(1, sizeof *st);
+  st->s = s;
+  st->stop_at = stop_at;
+  st->timer.data = st;
+  uv_timer_init(ht.loop, &st->timer);
+  uv_timer_start(&st->timer, stall_fire, 0, 2);
+  http_sse_on_close(s, stall_gone, st);
 }
 
 static void on_stopped(void *ud) {
@@ -132,6 +184,18 @@ void http_test_handler(http_request *r, void *ud) {
       rc = http_sse_send(s, (uint64_t)i + 1, NULL, big);
     ht.flood_sends = i;
     ht.flood_rc = rc;
+  } else if (strcmp(p, "/healthz") == 0) {
+    http_respond_json(r, 200, "{\"ok\":true}");
+  } else if (strcmp(p, "/park") == 0 && ht.n_parked < 16) {
+    ht.parked[ht.n_parked++] = r; /* a busy slot until /release */
+  } else if (strcmp(p, "/release") == 0) {
+    char *out = http_alloc(r, 32);
+    snprintf(out, 32, "{\"released\":%d}", ht.n_parked);
+    while (ht.n_parked > 0)
+      http_respond_json(ht.parked[--ht.n_parked], 200, "{\"parked\":true}");
+    http_respond_json(r, 200, out);
+  } else if (strcmp(p, "/stall") == 0) {
+    stall_open(r);
   } else if (strcmp(p, "/arena") == 0) {
     int ok = 1;
     unsigned char *ptrs[64];
@@ -155,12 +219,15 @@ void http_test_handler(http_request *r, void *ud) {
   } else if (strcmp(p, "/stats") == 0) {
     http_stats s;
     http_server_stats(srv, &s);
-    char *out = http_alloc(r, 256);
-    snprintf(out, 256,
+    char *out = http_alloc(r, 512);
+    snprintf(out, 512,
              "{\"requests\":%llu,\"4xx\":%llu,\"5xx\":%llu,\"connections\":%d,\"sse\":%d,"
-             "\"flood_sends\":%d}",
+             "\"refused_reserve\":%llu,\"refused_streams\":%llu,\"evicted\":%llu,"
+             "\"stalled\":%llu,\"flood_sends\":%d}",
              (unsigned long long)s.requests, (unsigned long long)s.responses_4xx,
-             (unsigned long long)s.responses_5xx, s.connections, s.sse_streams, ht.flood_sends);
+             (unsigned long long)s.responses_5xx, s.connections, s.sse_streams,
+             (unsigned long long)s.refused_reserve, (unsigned long long)s.refused_streams,
+             (unsigned long long)s.evicted, (unsigned long long)s.stalled_streams, ht.flood_sends);
     http_respond_json(r, 200, out);
   } else if (strcmp(p, "/hold") == 0) {
     ht.held = r; /* never answered: the stop answers 503 */
@@ -192,6 +259,48 @@ int connect_to(int port) {
     return -1;
   }
   return fd;
+}
+
+int connect_from(const char *ip, int port, int rcvbuf) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  struct sockaddr_in from = {.sin_family = AF_INET};
+  struct timeval tv = {.tv_sec = 5};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (rcvbuf > 0) /* before connect: the window is agreed then */
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  if (inet_pton(AF_INET, ip, &from.sin_addr) != 1 ||
+      bind(fd, (struct sockaddr *)&from, sizeof from) != 0 ||
+      connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int guard_log(char *out, size_t n) {
+  pthread_mutex_lock(&log_lock);
+  int lines = ht.log_lines;
+  snprintf(out, n, "%s", ht.last_log);
+  pthread_mutex_unlock(&log_lock);
+  return lines;
+}
+
+static void guard_log_line(const char *line, void *ud) {
+  (void)ud;
+  printf("guard log: %s\n", line);
+  pthread_mutex_lock(&log_lock);
+  ht.log_lines++;
+  snprintf(ht.last_log, sizeof ht.last_log, "%s", line);
+  pthread_mutex_unlock(&log_lock);
+}
+
+/* The guard's reserved slots: /healthz and the right bearer token. */
+static int guard_reserved(http_request *r, void *ud) {
+  (void)ud;
+  const char *a = http_header(r, "Authorization");
+  return strcmp(http_path(r), "/healthz") == 0 || (a && strcmp(a, "Bearer " GUARD_TOKEN) == 0);
 }
 
 void send_str(int fd, const char *s) {
@@ -401,14 +510,29 @@ int http_harness_main(void (*scenarios)(void)) {
   for (int i = 0; i < N_SRV; i++) {
     http_limits l = lim;
     l.idle_timeout_ms = i == SRV_QUICK ? IDLE_MS : SLOW_IDLE_MS;
-    if (i == SRV_LIMITED)
+    if (i == SRV_LIMITED) {
       l.max_connections = LIMITED_CONNS;
+      l.max_streams = LIMITED_CONNS;
+    }
+    if (i == SRV_GUARD) {
+      l.max_connections = GUARD_CONNS;
+      l.reserve_connections = GUARD_RESERVE;
+      l.max_streams = GUARD_STREAMS;
+      l.max_streams_per_addr = GUARD_STREAMS_PER_ADDR;
+      l.header_timeout_ms = GUARD_HEADER_MS;
+      l.stream_max_queue = GUARD_QUEUE;
+      l.stream_stall_ms = GUARD_STALL_MS;
+      l.streams_max_queue = GUARD_TOTAL_QUEUE;
+    }
     ht.srv[i] = http_server_start(loop, i == SRV_V6 ? "::1" : "127.0.0.1", 0, &l, http_test_handler,
                                   &ht.srv[i], &ht.port[i], err, sizeof err);
     if (!ht.srv[i] && i != SRV_V6) {
       fprintf(stderr, "%s\n", err);
       return -1;
     }
+    if (i == SRV_GUARD)
+      http_server_hooks(ht.srv[i],
+                        &(http_hooks){.reserved = guard_reserved, .log = guard_log_line});
   }
   uv_run(loop, UV_RUN_NOWAIT); /* frees a failed IPv6 start */
   /* a client gone mid-answer must not kill the process */

@@ -1,5 +1,5 @@
 /* The scaffolding of the HTTP server's tests (tests/unit/test_http_*.c):
- * four servers on loopback in a libuv loop on the main thread (their
+ * five servers on loopback in a libuv loop on the main thread (their
  * handler has the routes the tests ask for), driven by blocking-socket
  * clients on a second thread. Only the client thread CHECKs while the loop
  * runs; what the handler saw is checked after the thread is joined. Small
@@ -18,7 +18,24 @@
  * off unrelated tests. The others wait SLOW_IDLE_MS. */
 enum { IDLE_MS = 400, SLOW_IDLE_MS = 20000, MAX_HEAD = 2048, MAX_BODY = 64 * 1024 };
 enum { LIMITED_CONNS = 3 };
-enum { SRV_MAIN, SRV_LIMITED, SRV_QUICK, SRV_V6, N_SRV };
+/* The "guard" server's slots and stream limits (http_limits): GUARD_CONNS
+ * slots of which GUARD_RESERVE are for /healthz and "Bearer GUARD_TOKEN";
+ * streams at most GUARD_STREAMS, GUARD_STREAMS_PER_ADDR per address; a
+ * request within GUARD_HEADER_MS; a stream queueing over GUARD_QUEUE for
+ * GUARD_STALL_MS is cut, and so is the one furthest behind when all queue
+ * over GUARD_TOTAL_QUEUE. */
+enum {
+  GUARD_CONNS = 12,
+  GUARD_RESERVE = 4,
+  GUARD_STREAMS = 4,
+  GUARD_STREAMS_PER_ADDR = 2,
+  GUARD_HEADER_MS = 300,
+  GUARD_QUEUE = 64 * 1024,
+  GUARD_STALL_MS = 300,
+  GUARD_TOTAL_QUEUE = 96 * 1024,
+};
+#define GUARD_TOKEN "guard-secret"
+enum { SRV_MAIN, SRV_LIMITED, SRV_QUICK, SRV_V6, SRV_GUARD, N_SRV };
 
 typedef struct http_test_state {
   uv_loop_t *loop;
@@ -31,6 +48,11 @@ typedef struct http_test_state {
   int slow_started, slow_answered;
   int arena_ok;
   char last_peer[64];
+  http_request *parked[16]; /* /park: answered by /release */
+  int n_parked;
+  int stall_streams;  /* /stall streams still open */
+  int log_lines;      /* lines of the guard server's log hook */
+  char last_log[512]; /* the latest (under log_lock) */
 } http_test_state;
 
 extern http_test_state ht;
@@ -69,6 +91,11 @@ typedef struct client {
 
 double now_ms(void);
 int connect_to(int port); /* -1 when the connection fails; 5 s receive timeout */
+/* connect_to from the loopback address ip (all of 127/8 is loopback on
+ * Linux), with a receive buffer of rcvbuf bytes when rcvbuf > 0. */
+int connect_from(const char *ip, int port, int rcvbuf);
+/* The guard server's log: the number of lines, the latest copied to out. */
+int guard_log(char *out, size_t n);
 void send_str(int fd, const char *s);
 int client_fill(client *c);
 /* The value of header name in an answer's head (static storage), or NULL. */

@@ -1,6 +1,7 @@
 /* server.c and conn.c: the default limits, start failures (a bad address,
- * a port in use), idle and slow-client timeouts, the connection limit and
- * IPv6, through the servers of http_client.h. */
+ * a port in use), idle, header and slow-client timeouts, the connection
+ * ceiling (eviction of idle connections), the reserved slots and IPv6,
+ * through the servers of http_client.h. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -52,6 +53,8 @@ static void test_timeouts(int port) {
   client_close(c);
 }
 
+/* At the ceiling a new connection evicts the longest idle one; with every
+ * slot busy (event streams here) it is closed at once. */
 static void test_connection_limit(int port) {
   client *cs[LIMITED_CONNS];
   response r;
@@ -60,34 +63,178 @@ static void test_connection_limit(int port) {
     send_str(cs[i]->fd, "GET /hello HTTP/1.1\r\n\r\n");
     CHECK_INT_EQ(read_response(cs[i], &r, 0), 0);
     free(r.body);
+    usleep(5 * 1000); /* cs[0] is the longest idle */
   }
-  client *extra = client_open(port); /* the kernel accepts; the server closes it */
-  CHECK(extra->fd >= 0 && closed_by_server(extra));
-  client_close(extra);
-  client_close(cs[0]);
-  /* a place is free once the server has seen cs[0] go: poll for it */
-  cs[0] = NULL;
-  double t0 = now_ms();
-  while (!cs[0] && now_ms() - t0 < 3000) {
-    client *c = client_open(port);
-    send_str(c->fd, "GET /stats HTTP/1.1\r\n\r\n");
-    if (read_response(c, &r, 0) == 0) {
-      cs[0] = c;
-    } else {
-      client_close(c);
-      usleep(20 * 1000);
-    }
-  }
-  CHECK(cs[0] != NULL);
-  if (!cs[0])
-    return;
-  CHECK_INT_EQ(r.status, 200);
-  CHECK(r.body && strstr(r.body, "\"connections\":3"));
+  client *extra = client_open(port);
+  send_str(extra->fd, "GET /stats HTTP/1.1\r\n\r\n");
+  exchange(extra, NULL, 200, &r);
+  CHECK(r.body && strstr(r.body, "\"connections\":3") && strstr(r.body, "\"evicted\":1"));
   free(r.body);
+  CHECK(closed_by_server(cs[0]));
+  for (int i = 1; i < LIMITED_CONNS; i++) /* the others were not touched */
+    expect_body(cs[i], "GET /hello HTTP/1.1\r\n\r\n", 200, "{\"hello\":\"world\"}");
+  client_close(extra);
   for (int i = 0; i < LIMITED_CONNS; i++)
     client_close(cs[i]);
+
+  /* every slot an event stream: nothing to evict */
+  for (int i = 0; i < LIMITED_CONNS; i++) {
+    cs[i] = NULL;
+    for (double t0 = now_ms(); !cs[i] && now_ms() - t0 < 3000;) {
+      client *c = client_open(port);
+      send_str(c->fd, "GET /events HTTP/1.1\r\n\r\n");
+      char *ev = read_events(c, 3, &r);
+      if (ev && r.status == 200) {
+        cs[i] = c;
+      } else {
+        client_close(c); /* a slot of the earlier clients not yet given back */
+        usleep(20 * 1000);
+      }
+      free(r.body);
+      free(ev);
+    }
+    CHECK(cs[i] != NULL);
+  }
+  extra = client_open(port);
+  send_str(extra->fd, "GET /hello HTTP/1.1\r\n\r\n");
+  CHECK(read_response(extra, &r, 0) != 0); /* closed without an answer */
+  client_close(extra);
+  for (int i = 0; i < LIMITED_CONNS; i++)
+    if (cs[i])
+      client_close(cs[i]);
 }
 
+/* A guard client: a connection from 127.0.0.1 that sent req. */
+static client *guard_send(const char *req) {
+  client *c = calloc(1, sizeof *c);
+  c->fd = connect_to(ht.port[SRV_GUARD]);
+  send_str(c->fd, req);
+  return c;
+}
+
+/* A value of the guard server's /stats, asked on probe (a keep-alive
+ * connection with the token, so that the count of connections holds still
+ * while the probe asks) or, when probe is NULL, on a fresh connection. */
+static int guard_stat(client *probe, const char *name) {
+  static const char req[] = "GET /stats HTTP/1.1\r\nAuthorization: Bearer " GUARD_TOKEN "\r\n\r\n";
+  response r;
+  int v = -1, rc;
+  if (probe) {
+    send_str(probe->fd, req);
+    rc = read_response(probe, &r, 0);
+  } else {
+    rc = roundtrip(ht.port[SRV_GUARD], req, &r);
+  }
+  if (rc == 0) {
+    char key[64];
+    snprintf(key, sizeof key, "\"%s\":", name);
+    const char *p = r.body ? strstr(r.body, key) : NULL;
+    if (p)
+      v = atoi(p + strlen(key));
+    free(r.body);
+  }
+  return v;
+}
+
+/* Waits until the guard server counts n connections (probe included); 1
+ * when it did within 3 s. */
+static int guard_wait_conns(client *probe, int n) {
+  for (double t0 = now_ms(); now_ms() - t0 < 3000; usleep(10 * 1000))
+    if (guard_stat(probe, "connections") == n)
+      return 1;
+  return 0;
+}
+
+/* The reserve: once only GUARD_RESERVE slots are left, a request without
+ * the token is refused 503 with Retry-After, while /healthz and the token
+ * are served up to the ceiling; there an idle keep-alive connection is
+ * evicted for a new one. */
+static void test_reserve(void) {
+  int open = GUARD_CONNS - GUARD_RESERVE; /* slots anyone may take */
+  client *probe = guard_send("");
+  CHECK(guard_stat(probe, "connections") >= 1); /* before the header timeout */
+  client *held[GUARD_CONNS];
+  int n = 0;
+  for (; n < open - 2; n++)
+    held[n] = guard_send("GET /park HTTP/1.1\r\n\r\n");
+  CHECK(guard_wait_conns(probe, open - 1)); /* the parked and the probe */
+  /* the last open slot: an anonymous request is served */
+  held[n++] = guard_send("GET /park HTTP/1.1\r\n\r\n");
+  CHECK(guard_wait_conns(probe, open));
+  response r;
+  /* only the reserve is left now */
+  double t0 = now_ms();
+  check_status(ht.port[SRV_GUARD], "GET /hello HTTP/1.1\r\n\r\n", 503, "retry later");
+  client *c = guard_send("GET /hello HTTP/1.1\r\nAuthorization: Bearer wrong\r\n\r\n");
+  exchange(c, NULL, 503, &r);
+  const char *ra = header_in(r.head, "Retry-After");
+  CHECK(ra && atoi(ra) > 0);
+  CHECK(r.body && strstr(r.body, "\"error\""));
+  free(r.body);
+  CHECK(closed_by_server(c));
+  client_close(c);
+  check_status(ht.port[SRV_GUARD], "GET /healthz HTTP/1.1\r\n\r\n", 200, "\"ok\"");
+  check_status(ht.port[SRV_GUARD],
+               "GET /hello HTTP/1.1\r\nAuthorization: Bearer " GUARD_TOKEN "\r\n\r\n", 200,
+               "world");
+  printf("reserve: refused and served in %.1f ms with %d of %d slots held\n", now_ms() - t0, n + 1,
+         GUARD_CONNS);
+  CHECK(guard_stat(probe, "refused_reserve") >= 2);
+  /* privileged requests fill the reserve up to the ceiling */
+  while (n < GUARD_CONNS - 1)
+    held[n++] = guard_send("GET /park HTTP/1.1\r\nAuthorization: Bearer " GUARD_TOKEN "\r\n\r\n");
+  CHECK(guard_wait_conns(probe, GUARD_CONNS));
+  /* past the ceiling: the one idle keep-alive connection, the probe, makes
+   * room; then the new one, idle in turn, for the next */
+  client *ka = guard_send("GET /healthz HTTP/1.1\r\n\r\n");
+  exchange(ka, NULL, 200, &r);
+  free(r.body);
+  CHECK(closed_by_server(probe));
+  client_close(probe);
+  check_status(ht.port[SRV_GUARD], "GET /healthz HTTP/1.1\r\n\r\n", 200, "\"ok\"");
+  CHECK(closed_by_server(ka));
+  client_close(ka);
+  CHECK(guard_stat(NULL, "evicted") >= 2);
+  char line[512];
+  CHECK(guard_log(line, sizeof line) >= 1 && strstr(line, "refused"));
+  check_status(ht.port[SRV_GUARD],
+               "GET /release HTTP/1.1\r\nAuthorization: Bearer " GUARD_TOKEN "\r\n\r\n", 200,
+               "\"released\"");
+  for (int i = 0; i < n; i++) {
+    exchange(held[i], NULL, 200, &r);
+    free(r.body);
+    client_close(held[i]);
+  }
+}
+
+/* The header timeout: a new connection that sends nothing, and a
+ * keep-alive one whose next request stops halfway, are cut after
+ * GUARD_HEADER_MS, not after the 20 s idle timeout; an idle keep-alive
+ * connection lives longer. */
+static void test_header_timeout(void) {
+  double t0 = now_ms();
+  client *c = guard_send("");
+  CHECK(closed_by_server(c)); /* within the 5 s receive timeout */
+  double dt = now_ms() - t0;
+  CHECK(dt >= GUARD_HEADER_MS - 50);
+  printf("header timeout: a silent connection closed after %.0f ms (limit %d ms, idle %d ms)\n", dt,
+         GUARD_HEADER_MS, SLOW_IDLE_MS);
+  client_close(c);
+
+  c = guard_send("GET /hello HTTP/1.1\r\n\r\n");
+  response r;
+  exchange(c, NULL, 200, &r);
+  free(r.body);
+  usleep(3 * GUARD_HEADER_MS * 1000); /* idle: the idle timeout applies */
+  send_str(c->fd, "GET /hello HTTP/1.1\r\nHost: x\r\n");
+  t0 = now_ms();
+  exchange(c, NULL, 408, &r);
+  free(r.body);
+  printf("header timeout: a keep-alive request left halfway got 408 after %.0f ms\n",
+         now_ms() - t0);
+  CHECK(closed_by_server(c));
+  client_close(c);
+}
 static void test_ipv6(int port) {
   int fd = socket(AF_INET6, SOCK_STREAM, 0);
   struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
@@ -108,6 +255,8 @@ static void test_ipv6(int port) {
 static void scenarios(void) {
   test_timeouts(ht.port[SRV_QUICK]);
   test_connection_limit(ht.port[SRV_LIMITED]);
+  test_reserve();
+  test_header_timeout();
   if (ht.srv[SRV_V6])
     test_ipv6(ht.port[SRV_V6]);
   else
@@ -125,6 +274,9 @@ int main(void) {
   CHECK_INT_EQ(lim.max_body_bytes, 1024 * 1024);
   CHECK_INT_EQ(lim.max_connections, 1024);
   CHECK_INT_EQ(lim.idle_timeout_ms, 30000);
+  CHECK_INT_EQ(lim.header_timeout_ms, 10000);
+  CHECK_INT_EQ(lim.max_streams_per_addr, 8);
+  CHECK_INT_EQ(lim.stream_max_queue, 256 * 1024);
   http_harness_limits(&lim);
   char err[256];
 
