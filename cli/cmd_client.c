@@ -76,6 +76,11 @@ static int say_error(int status, json_t *j, const char *resp) {
     fprintf(stderr, "  %s: %s\n", json_string_value(json_object_get(p, "path")),
             json_string_value(json_object_get(p, "message")));
   }
+  /* the scheduler lists the first problems and counts the rest */
+  json_t *total = json_object_get(e, "problems_total");
+  if (json_is_number(total) && json_number_value(total) > (double)json_array_size(probs))
+    fprintf(stderr, "  ... and %.0f more problem(s) not listed\n",
+            json_number_value(total) - (double)json_array_size(probs));
   return status < 500 ? SS_EXIT_USAGE : SS_EXIT_FAILURE;
 }
 
