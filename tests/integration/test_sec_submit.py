@@ -376,6 +376,48 @@ try:
     bad = summary(probes)
     if bad:
         fail("the loop stalled: " + ", ".join(bad) + " (bound %.0f ms)" % BOUND_MS)
+
+    # a client that goes away while its spec is being checked: nothing breaks
+    def post_and_leave(body):
+        c = socket.create_connection(("127.0.0.1", api_port), timeout=10)
+        c.sendall(b"POST /api/sweeps HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                  TOKEN.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: " +
+                  str(len(body)).encode() + b"\r\n\r\n" + body)
+        c.close()
+
+    post_and_leave(keys_text)
+    post_and_leave(json.dumps(big_valid("left")).encode())
+    time.sleep(0.2)
+    st, _, _ = request("GET", "/healthz")
+    if st != 200 or sched.poll() is not None:
+        fail("after clients left mid-check: healthz %d, scheduler %r" % (st, sched.poll()))
+    time.sleep(3)  # both checked (and the 10,000 runs stored) before the stop below
+    st, _, _ = request("GET", "/healthz")
+    if st != 200 or sched.poll() is not None:
+        fail("after clients left mid-check: healthz %d, scheduler %r" % (st, sched.poll()))
+    # stopping while a spec is being checked: the client gets 503 or a closed
+    # connection, the scheduler exits 0 once the job is done (checked below)
+    stopped = []
+
+    def submit_during_stop():
+        try:
+            st, body, _ = request("POST", "/api/sweeps", big_valid("stopping"))
+            stopped.append(st)
+            stopped.append(body.get("error", {}).get("message") if isinstance(body, dict) else body)
+        except (OSError, http.client.HTTPException) as e:
+            stopped.append(str(e))
+
+    t = threading.Thread(target=submit_during_stop)
+    t.start()
+    time.sleep(0.3)
+    sched.terminate()
+    t.join(60)
+    rc = sched.wait(60)
+    if rc != 0 or not stopped:
+        fail("stopping during a check: exit %r, the client saw %r" % (rc, stopped))
+    if stopped[0] not in (503, 201) and not isinstance(stopped[0], str):
+        fail("stopping during a check: the client got %r" % stopped)
+    print("stopped during a check: the client got %r, the scheduler exited 0" % stopped)
     print("sec_submit: hostile and 10,000-run specs checked off the loop; all checks passed")
 finally:
     if sched and sched.poll() is None:
