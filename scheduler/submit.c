@@ -112,14 +112,16 @@ static void check_and_plan(sub_job *j) {
   }
   if ((j->status == 400 && !j->answer) || (j->status == 0 && (!j->name || !j->canon || !j->runs)))
     j->status = 500;
+  size_t planned = p ? p->n : 0;
   spec_problems_free(&pr);
   plan_free(p);
   spec_free(sp);
   free(j->text);
   j->text = NULL;
-  /* a large sweep's spec, plan and run list were tens of MB of small
-   * blocks: give the freed memory back instead of keeping it resident */
-  if (j->len > (1u << 18))
+  /* a large sweep's spec, plan and run list (or a hostile spec's problems)
+   * were tens of MB of small blocks: give the freed memory back instead of
+   * keeping it resident */
+  if (j->len > (1u << 18) || planned > 1000)
     malloc_trim(0);
 }
 
@@ -203,12 +205,12 @@ static void after_work(uv_work_t *w, int status) {
 
 void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
   if (s->submits >= SUBMIT_JOBS) {
-    char msg[160];
-    snprintf(msg, sizeof msg, "%d sweep specs are being checked already; submit again in a second",
+    char b[192];
+    snprintf(b, sizeof b,
+             "{\"error\":{\"message\":\"%d sweep specs are being checked already; submit "
+             "again in a second\",\"path\":null}}",
              SUBMIT_JOBS);
-    char *b = json_dumps(json_pack("{s:{s:s,s:n}}", "error", "message", msg, "path"), JSON_COMPACT);
-    http_respond(r, 503, "application/json", b ? b : "{}", b ? strlen(b) : 2, "Retry-After: 1\r\n");
-    free(b);
+    http_respond(r, 503, "application/json", b, strlen(b), "Retry-After: 1\r\n");
     return;
   }
   sub_job *j = calloc(1, sizeof *j);
