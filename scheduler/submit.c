@@ -20,12 +20,15 @@
  * database (being closed) is not touched. */
 #include "scheduler/submit.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "scheduler/spec_paths.h"
 #include "store/fits.h"
@@ -125,7 +128,24 @@ static void check_and_plan(sub_job *j) {
     malloc_trim(0);
 }
 
-static void work(uv_work_t *w) { check_and_plan(w->data); }
+/* A spec job yields the CPU to the loop: on a small machine the loop, two
+ * jobs and PostgreSQL would otherwise share the cores evenly, and a worker's
+ * heartbeat would wait for a time slice. Linux nice values are per thread;
+ * the job restores its pool thread's afterwards where it may (an
+ * unprivileged thread cannot lower its nice value again: then the thread
+ * stays niced, and refits or predictions it runs later are too, which suits
+ * background work). */
+#define SUBMIT_NICE 10
+
+static void work(uv_work_t *w) {
+  id_t tid = (id_t)gettid();
+  errno = 0;
+  int was = getpriority(PRIO_PROCESS, tid);
+  int niced = errno == 0 && was < SUBMIT_NICE && setpriority(PRIO_PROCESS, tid, SUBMIT_NICE) == 0;
+  check_and_plan(w->data);
+  if (niced)
+    setpriority(PRIO_PROCESS, tid, was);
+}
 
 typedef struct sub_ctx {
   sched *s;
