@@ -29,6 +29,7 @@ Usage: test_sec_submit.py SCALESWEEP_BINARY
 import http.client
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -419,6 +420,7 @@ try:
         fail("stopping during a check: the client got %r" % stopped)
     print("stopped during a check: the client got %r, the scheduler exited 0" % stopped)
     print("sec_submit: hostile and 10,000-run specs checked off the loop; all checks passed")
+    shutil.rmtree(tmp, ignore_errors=True)  # kept when a check failed
 finally:
     if sched and sched.poll() is None:
         sched.terminate()
