@@ -371,6 +371,25 @@ try:
         fail("scalesweep submit of the hostile spec: exit %d, stderr %.600r ... %.300r"
              % (cli.returncode, cli.stderr, cli.stderr[-300:]))
 
+    # the CLI retries a 503 (two hostile specs being checked) until its turn
+    busy = [threading.Thread(target=request, args=("POST", "/api/sweeps", keys_text))
+            for _ in range(2)]
+    for t in busy:
+        t.start()
+    path = os.path.join(tmp, "small.json")
+    with open(path, "w") as f:
+        json.dump(dict(small, name="after-a-busy-spell"), f)
+    cli = subprocess.run([BIN, "submit", "--url", f"http://127.0.0.1:{api_port}", path],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, SCALESWEEP_TOKEN=TOKEN))
+    for t in busy:
+        t.join(120)
+    if cli.returncode != 0 or "submitted: 1 runs planned" not in cli.stdout:
+        fail("scalesweep submit while 2 specs were checked: exit %d, %r %r"
+             % (cli.returncode, cli.stdout, cli.stderr))
+    print("scalesweep submit while 2 specs were checked: %d retries, then submitted"
+          % cli.stderr.count("retrying"))
+
     print("submitted (seconds to the answer): " +
           ", ".join("%s %.2f" % (k, v) for k, v in took.items()))
     print("burst of 6 hostile specs: %d answered 400, %d answered 503 with Retry-After"
