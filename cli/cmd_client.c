@@ -76,6 +76,11 @@ static int say_error(int status, json_t *j, const char *resp) {
     fprintf(stderr, "  %s: %s\n", json_string_value(json_object_get(p, "path")),
             json_string_value(json_object_get(p, "message")));
   }
+  /* the scheduler lists the first problems and counts the rest */
+  json_t *total = json_object_get(e, "problems_total");
+  if (json_is_number(total) && json_number_value(total) > (double)json_array_size(probs))
+    fprintf(stderr, "  ... and %.0f more problem(s) not listed\n",
+            json_number_value(total) - (double)json_array_size(probs));
   return status < 500 ? SS_EXIT_USAGE : SS_EXIT_FAILURE;
 }
 
@@ -163,6 +168,9 @@ static void absolute_shard(void *ud, const char *path, const char *key, json_t *
   }
 }
 
+/* Retries of a submission answered 503, a second apart. */
+#define SUBMIT_RETRIES 10
+
 int cli_submit(const char *file, const char *url, const char *state, const char *token_file,
                int json_out, long long *id, int *earlier) {
   size_t len;
@@ -189,8 +197,20 @@ int cli_submit(const char *file, const char *url, const char *state, const char 
   cli_target t;
   int rc = cli_target_find(&t, url, state, token_file), status = 0;
   char *resp = NULL;
-  if (!rc && cli_request(&t, "POST", "/api/sweeps", body, len, &status, &resp) != 0)
-    rc = SS_EXIT_FAILURE;
+  /* 503: the scheduler is checking other specs (at most 2 at once) or its
+   * database is down for now; it asks for a retry a second later */
+  for (int tries = 0; !rc; tries++) {
+    if (cli_request(&t, "POST", "/api/sweeps", body, len, &status, &resp) != 0) {
+      rc = SS_EXIT_FAILURE;
+      break;
+    }
+    if (status != 503 || tries == SUBMIT_RETRIES)
+      break;
+    free(resp);
+    resp = NULL;
+    fprintf(stderr, "scalesweep submit: the scheduler is busy (503); retrying in 1 s\n");
+    sleep(1);
+  }
   free(body);
   if (rc) {
     free(resp);

@@ -56,8 +56,11 @@ int cmd_plan(int argc, char **argv) {
   if (rc) {
     char *msg = spec_problems_format(&pr, path);
     fprintf(stderr, "%s\n", msg ? msg : err_str(rc));
-    if (pr.n > 1)
-      fprintf(stderr, "scalesweep plan: %zu problems; nothing planned\n", pr.n);
+    if (pr.n > 1) {
+      char sum[96];
+      spec_problems_summary(&pr, sum, sizeof sum);
+      fprintf(stderr, "scalesweep plan: %s; nothing planned\n", sum);
+    }
     free(msg);
     spec_problems_free(&pr);
     spec_free(s);

@@ -44,6 +44,12 @@ struct sched {
   /* the API's request latencies, le 1,2,5,...ms (for /metrics) */
   uint64_t lat_count, lat_buckets[12];
   double lat_sum_s;
+
+  int submits; /* submit.c: spec jobs on the thread pool */
+  /* submit.c: sweep inserts, on their own connection: 10,000 runs take
+   * PostgreSQL a second or more, and heartbeats (lease renewals, on db)
+   * must not queue behind them */
+  db *db_submit;
 };
 
 /* place.c: a placement pass (one at a time; asked for during one, another

@@ -62,6 +62,7 @@ static void stop(sched *s) {
   if (s->http)
     http_server_stop(s->http, on_http_stopped, s);
   db_close(s->db, on_db_closed, s);
+  db_close(s->db_submit, on_db_closed, s);
   for (int i = 0; i < SCHED__METRIC_DBS; i++)
     db_close(s->wp.db_metrics[i], on_db_closed, s);
 }
@@ -162,6 +163,7 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   uv_loop_init(&loop);
   s->loop = &loop;
   s->db = db_open(&loop, opt->database);
+  s->db_submit = db_open(&loop, opt->database);
   setup(s, &loop);
   char host[256];
   int port;

@@ -1,28 +1,150 @@
+/* POST /api/sweeps and GET /api/sweeps/{id}/fit (submit.h).
+ *
+ * A spec of up to 1 MiB can take tens of milliseconds to a second or more
+ * to check and plan (10,000 runs, each resolved by the run config parser,
+ * or a hostile spec of 100,000 problems), so none of it runs on the loop:
+ * parsing, validation, planning, the path check, the canonical spec and
+ * the runs' JSON are built by a job on libuv's thread pool, which owns a
+ * copy of the body and touches no scheduler state. Its after-callback, on
+ * the loop, answers (400) or stores the sweep (store_sweeps_insert copies
+ * the texts; PostgreSQL parses them) on the scheduler's submission
+ * connection (db_submit), so that the seconds PostgreSQL takes to insert
+ * 10,000 runs delay no heartbeat. At most SUBMIT_JOBS jobs are under
+ * way at once; a further submission is answered 503 with Retry-After, so
+ * that hostile specs cannot take every thread of the pool (the refits and
+ * predictions share it) or the memory of a queue.
+ *
+ * The request stays valid until answered even if its client goes away
+ * (http.h), and the loop does not end before a queued job's after-callback
+ * has run; once the scheduler is stopping, the answer is 503 and the
+ * database (being closed) is not touched. */
 #include "scheduler/submit.h"
-#include "scheduler/spec_paths.h"
 
+#include <errno.h>
 #include <inttypes.h>
-#include <malloc.h>
 #include <jansson.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include "scheduler/spec_paths.h"
 #include "store/fits.h"
 #include "store/sweeps.h"
 #include "sweeps/plan.h"
 #include "sweeps/spec.h"
 
-static void problems_answer(http_request *r, const spec_problems *pr) {
-  json_t *probs = spec_problems_to_json(pr);
-  char msg[128];
-  snprintf(msg, sizeof msg, "invalid sweep spec: %zu problem(s)", pr->n);
-  json_t *e = json_pack("{s:{s:s,s:s?,s:o}}", "error", "message", msg, "path",
-                        pr->n ? pr->items[0].path : NULL, "problems", probs);
-  char *text = json_dumps(e, JSON_COMPACT);
+/* Spec jobs on the thread pool at once (libuv's pool has 4 threads by
+ * default: two stay free for refits and predictions). */
+#define SUBMIT_JOBS 2
+
+typedef struct sub_job {
+  uv_work_t work;
+  sched *s;
+  http_request *r;
+  /* in: the body (owned), the allowed shard directories (the options') */
+  char *text;
+  size_t len;
+  const char *const *data_dirs;
+  int ndata_dirs;
+  /* out: either the 400 answer, or what to store (all owned) */
+  int status;   /* 0: store it; 400; 500 (out of memory) */
+  char *answer; /* the 400 or 500 body */
+  char *name, *canon, *runs;
+  char hash[65];
+  int priority, gpus, max_attempts;
+} sub_job;
+
+static void job_free(sub_job *j) {
+  free(j->text);
+  free(j->answer);
+  free(j->name);
+  free(j->canon);
+  free(j->runs);
+  free(j);
+}
+
+/* The 400 body: the summary, the first problem's path, the first
+ * SPEC_PROBLEMS_LISTED problems and how many there are in all. */
+static char *problems_json(const spec_problems *pr) {
+  char sum[96], msg[128];
+  spec_problems_summary(pr, sum, sizeof sum);
+  snprintf(msg, sizeof msg, "invalid sweep spec: %s", sum);
+  json_t *e = json_pack("{s:{s:s,s:s?,s:o,s:I}}", "error", "message", msg, "path",
+                        pr->n ? pr->items[0].path : NULL, "problems", spec_problems_to_json(pr),
+                        "problems_total", (json_int_t)pr->n);
+  char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
   json_decref(e);
-  http_respond_json(r, 400, text);
-  free(text);
+  return text;
+}
+
+static char *dupstr(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d)
+    memcpy(d, s, n);
+  return d;
+}
+
+/* Sets j->status and the answer or what to store. */
+static void check_and_plan(sub_job *j) {
+  spec_problems pr = {0};
+  spec *sp = NULL;
+  plan *p = NULL;
+  if (spec_parse(j->text, "request body", &sp, &pr) == 0 && plan_spec(sp, &p, &pr) == 0) {
+    json_t *raw = json_loads(j->text, 0, NULL); /* parsed once already: valid */
+    sched__spec_paths_check(j->data_dirs, j->ndata_dirs, raw, &pr);
+    json_decref(raw);
+  } else if (!pr.n) {
+    spec_problem_add(&pr, "$", "the spec could not be planned");
+  }
+  if (pr.n) {
+    j->status = 400;
+    j->answer = problems_json(&pr);
+  } else {
+    j->status = 0;
+    snprintf(j->hash, sizeof j->hash, "%s", sp->digest);
+    j->name = dupstr(sp->name ? sp->name : "unnamed");
+    j->canon = spec_canonical(sp);
+    j->runs = plan_runs_json(p);
+    j->priority = sp->priority;
+    j->gpus = sp->gpus;
+    j->max_attempts = sp->max_attempts > 0 ? sp->max_attempts : 3;
+  }
+  if ((j->status == 400 && !j->answer) || (j->status == 0 && (!j->name || !j->canon || !j->runs)))
+    j->status = 500;
+  size_t planned = p ? p->n : 0;
+  spec_problems_free(&pr);
+  plan_free(p);
+  spec_free(sp);
+  free(j->text);
+  j->text = NULL;
+  /* a large sweep's spec, plan and run list (or a hostile spec's problems)
+   * were tens of MB of small blocks: give the freed memory back instead of
+   * keeping it resident */
+  if (j->len > (1u << 18) || planned > 1000)
+    malloc_trim(0);
+}
+
+/* A spec job yields the CPU to the loop: on a small machine the loop, two
+ * jobs and PostgreSQL would otherwise share the cores evenly, and a worker's
+ * heartbeat would wait for a time slice. Linux nice values are per thread;
+ * the job restores its pool thread's afterwards where it may (an
+ * unprivileged thread cannot lower its nice value again: then the thread
+ * stays niced, and refits or predictions it runs later are too, which suits
+ * background work). */
+#define SUBMIT_NICE 10
+
+static void work(uv_work_t *w) {
+  id_t tid = (id_t)gettid();
+  errno = 0;
+  int was = getpriority(PRIO_PROCESS, tid);
+  int niced = errno == 0 && was < SUBMIT_NICE && setpriority(PRIO_PROCESS, tid, SUBMIT_NICE) == 0;
+  check_and_plan(w->data);
+  if (niced)
+    setpriority(PRIO_PROCESS, tid, was);
 }
 
 typedef struct sub_ctx {
@@ -57,7 +179,7 @@ static void on_inserted(void *ud, int status, int64_t sweep_id, int64_t runs, co
     return;
   }
   if (sweep_id == 0) { /* the spec is there already */
-    store_sweeps_find_by_hash(x->s->db, x->hash, on_existing, x);
+    store_sweeps_find_by_hash(x->s->db_submit, x->hash, on_existing, x);
     return;
   }
   char body[256];
@@ -70,54 +192,71 @@ static void on_inserted(void *ud, int status, int64_t sweep_id, int64_t runs, co
   sched__place(s);
 }
 
+static void after_work(uv_work_t *w, int status) {
+  sub_job *j = w->data;
+  sched *s = j->s;
+  http_request *r = j->r;
+  s->submits--;
+  if (status != 0 || s->stopping) { /* cancelled, or the database is closing */
+    http_respond_error(r, 503, "the scheduler is stopping; submit again once it is back", NULL);
+  } else if (j->status == 400) {
+    http_respond_json(r, 400, j->answer);
+  } else if (j->status != 0) {
+    http_respond_error(r, 500, "out of memory checking the spec", NULL);
+  } else {
+    sub_ctx *x = http_alloc(r, sizeof *x);
+    if (!x) {
+      http_respond_error(r, 500, "out of memory", NULL);
+    } else {
+      *x = (sub_ctx){.s = s, .r = r};
+      snprintf(x->hash, sizeof x->hash, "%s", j->hash);
+      store_sweep_new sw = {.name = j->name,
+                            .spec_json = j->canon,
+                            .spec_hash = x->hash,
+                            .priority = j->priority,
+                            .gpus = j->gpus,
+                            .max_attempts = j->max_attempts,
+                            .runs_json = j->runs};
+      store_sweeps_insert(s->db_submit, &sw, on_inserted, x);
+    }
+  }
+  job_free(j);
+}
+
 void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
-  char *text = http_alloc(r, len + 1);
+  if (s->submits >= SUBMIT_JOBS) {
+    char b[192];
+    snprintf(b, sizeof b,
+             "{\"error\":{\"message\":\"%d sweep specs are being checked already; submit "
+             "again in a second\",\"path\":null}}",
+             SUBMIT_JOBS);
+    http_respond(r, 503, "application/json", b, strlen(b), "Retry-After: 1\r\n");
+    return;
+  }
+  sub_job *j = calloc(1, sizeof *j);
+  char *text = malloc(len + 1);
+  if (!j || !text) {
+    free(j);
+    free(text);
+    http_respond_error(r, 500, "out of memory", NULL);
+    return;
+  }
   memcpy(text, body, len);
   text[len] = 0;
-  spec_problems pr = {0};
-  spec *sp = NULL;
-  plan *p = NULL;
-  if (spec_parse(text, "request body", &sp, &pr) != 0 || plan_spec(sp, &p, &pr) != 0) {
-    if (!pr.n)
-      spec_problem_add(&pr, "$", "the spec could not be planned");
-    problems_answer(r, &pr);
-    spec_problems_free(&pr);
-    spec_free(sp);
+  *j = (sub_job){.s = s,
+                 .r = r,
+                 .text = text,
+                 .len = len,
+                 .data_dirs = s->o.data_dirs,
+                 .ndata_dirs = s->o.ndata_dirs};
+  j->work.data = j;
+  int rc = uv_queue_work(s->loop, &j->work, work, after_work);
+  if (rc) {
+    job_free(j);
+    http_respond_error(r, 500, uv_strerror(rc), NULL);
     return;
   }
-  json_t *raw = json_loads(text, 0, NULL); /* parsed once already: valid */
-  sched__spec_paths_check(s->o.data_dirs, s->o.ndata_dirs, raw, &pr);
-  json_decref(raw);
-  if (pr.n) {
-    problems_answer(r, &pr);
-    spec_problems_free(&pr);
-    plan_free(p);
-    spec_free(sp);
-    return;
-  }
-  spec_problems_free(&pr);
-  sub_ctx *x = http_alloc(r, sizeof *x);
-  x->s = s;
-  x->r = r;
-  snprintf(x->hash, sizeof x->hash, "%s", sp->digest);
-  char *canon = spec_canonical(sp);
-  char *runs = plan_runs_json(p);
-  store_sweep_new sw = {.name = sp->name ? sp->name : "unnamed",
-                        .spec_json = canon,
-                        .spec_hash = x->hash,
-                        .priority = sp->priority,
-                        .gpus = sp->gpus,
-                        .max_attempts = sp->max_attempts > 0 ? sp->max_attempts : 3,
-                        .runs_json = runs};
-  store_sweeps_insert(s->db, &sw, on_inserted, x);
-  free(canon);
-  free(runs);
-  plan_free(p);
-  spec_free(sp);
-  /* a large sweep's spec, plan and run list were tens of MB of small
-   * blocks: give the freed memory back instead of keeping it resident */
-  if (len > (1u << 20))
-    malloc_trim(0);
+  s->submits++;
 }
 
 static void on_fit(void *ud, int status, const char *json, const char *errmsg) {

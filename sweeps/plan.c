@@ -40,10 +40,13 @@ static void add_warning(plan *p, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  char **w = realloc(p->warnings, (p->n_warnings + 1) * sizeof *w);
-  if (!w)
-    return;
-  p->warnings = w;
+  size_t k = p->n_warnings;
+  if ((k & (k - 1)) == 0) { /* 0 or a power of two: full; doubling keeps 20,000 warnings linear */
+    char **w = realloc(p->warnings, (k ? 2 * k : 1) * sizeof *w);
+    if (!w)
+      return;
+    p->warnings = w;
+  }
   size_t n = strlen(buf) + 1;
   char *c = malloc(n);
   if (!c)
@@ -190,35 +193,72 @@ int sweeps__first_equal(const char *const *s, size_t n, size_t *first) {
   return 0;
 }
 
-/* Identical runs (the same config twice is wasted compute): each run that
- * repeats an earlier one is reported with the first it repeats, in plan
- * order. 0 or SS_ENOMEM. */
+/* A run that repeats an earlier one: the first of its config, and it. */
+typedef struct run_pair {
+  size_t first, i;
+} run_pair;
+
+static int cmp_pairs(const void *a, const void *b) {
+  const run_pair *x = a, *y = b;
+  if (x->first != y->first)
+    return x->first < y->first ? -1 : 1;
+  return (x->i > y->i) - (x->i < y->i);
+}
+
+/* Later runs of a group named in its problem; the rest are counted. */
+#define PLAN_COPIES_NAMED 5
+
+/* Identical runs (the same config twice is wasted compute): each config
+ * planned more than once is reported once, at the first run that repeats
+ * it, with the run it repeats, the number of copies and a few of them (10,000
+ * copies of one run are one problem, not 9,999). 0 or SS_ENOMEM. */
 static int report_duplicates(const plan *p, spec_problems *pr) {
   if (p->n < 2)
     return 0;
   const char **hashes = malloc(p->n * sizeof *hashes);
   size_t *first = malloc(p->n * sizeof *first);
+  run_pair *pairs = malloc(p->n * sizeof *pairs);
   for (size_t i = 0; hashes && i < p->n; i++)
     hashes[i] = p->runs[i].config_hash;
-  if (!hashes || !first || sweeps__first_equal(hashes, p->n, first)) {
+  if (!hashes || !first || !pairs || sweeps__first_equal(hashes, p->n, first)) {
     free(hashes);
     free(first);
+    free(pairs);
     return SS_ENOMEM;
   }
-  for (size_t i = 0; i < p->n; i++) {
-    size_t j = first[i];
-    if (j == i)
-      continue;
+  size_t m = 0;
+  for (size_t i = 0; i < p->n; i++)
+    if (first[i] != i)
+      pairs[m++] = (run_pair){first[i], i};
+  /* each group contiguous, groups in plan order of their first run */
+  qsort(pairs, m, sizeof *pairs, cmp_pairs);
+  for (size_t g = 0, e; g < m; g = e) {
+    for (e = g + 1; e < m && pairs[e].first == pairs[g].first;)
+      e++;
+    const plan_run *r = &p->runs[pairs[g].i];
+    char more[160] = "";
+    size_t copies = e - g + 1;
+    if (copies > 2) {
+      size_t w = (size_t)snprintf(more, sizeof more, ", as are run%s", copies > 3 ? "s" : "");
+      size_t named = copies - 2 < PLAN_COPIES_NAMED ? copies - 2 : PLAN_COPIES_NAMED;
+      for (size_t c = 0; c < named && w < sizeof more; c++)
+        w +=
+            (size_t)snprintf(more + w, sizeof more - w, "%s %zu", c ? "," : "", pairs[g + 1 + c].i);
+      if (copies - 2 > named && w < sizeof more)
+        w += (size_t)snprintf(more + w, sizeof more - w, " and %zu more", copies - 2 - named);
+      if (w < sizeof more)
+        snprintf(more + w, sizeof more - w, " (%zu copies)", copies);
+    }
     spec_problem_add(pr, "$",
-                     "planned runs %zu and %zu are identical (%s, %d layers x d_model %d, "
+                     "planned runs %zu and %zu are identical%s (%s, %d layers x d_model %d, "
                      "D = %lld, batch %d, lr %g; config_hash %.12s); expected distinct runs: "
                      "use fewer sizes, a wider range or more distinct values",
-                     j, i, p->runs[i].part, p->runs[i].n_layer, p->runs[i].d_model,
-                     (long long)p->runs[i].tokens, p->runs[i].batch_size, p->runs[i].lr,
-                     p->runs[i].config_hash);
+                     pairs[g].first, pairs[g].i, more, r->part, r->n_layer, r->d_model,
+                     (long long)r->tokens, r->batch_size, r->lr, r->config_hash);
   }
   free(hashes);
   free(first);
+  free(pairs);
   return 0;
 }
 

@@ -25,24 +25,41 @@ typedef struct spec_problem {
   char *message; /* what was found and what is allowed */
 } spec_problem;
 
+/* A hostile spec can hold hundreds of thousands of problems (every key of
+ * a 1 MiB object unknown): every operation here is O(1) amortised per
+ * problem, and what is shown to a person is capped. */
 typedef struct spec_problems { /* zero-initialise; spec_problems_free releases */
   spec_problem *items;
   size_t n, cap;
+  /* de-duplication: an open-addressing set of (hash, item index + 1);
+   * internal to spec_json.c */
+  struct spec__problem_slot *set;
+  size_t set_cap;
 } spec_problems;
+
+/* Problems shown in full (the text, the API's list); the rest are counted. */
+#define SPEC_PROBLEMS_LISTED 50
 
 /* Appends one problem (printf-style message). An exact duplicate of one
  * already listed is dropped (one bad key in base would otherwise be reported
- * once per planned run). */
+ * once per planned run); the check is a hash lookup, not a scan. */
 void spec_problem_add(spec_problems *pr, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void spec_problems_free(spec_problems *pr);
 
-/* All problems as text, one per line: "NAME: PATH: MESSAGE" (NAME is the
- * file name; a malformed-JSON problem is "FILE:line:column: MESSAGE").
- * malloc'd, caller frees. */
+/* The first SPEC_PROBLEMS_LISTED problems as text, one per line: "NAME:
+ * PATH: MESSAGE" (NAME is the file name; a malformed-JSON problem is
+ * "FILE:line:column: MESSAGE"), then, when there are more, one line "NAME:
+ * ... and K more problem(s) not listed". malloc'd, caller frees. */
 char *spec_problems_format(const spec_problems *pr, const char *name);
 
-/* [{"path": ..., "message": ...}, ...] for the HTTP API (new reference). */
+/* "3 problem(s)", or "40000 problem(s), the first 50 listed" when over the
+ * cap: the count a message in front of spec_problems_format or
+ * spec_problems_to_json gives. */
+void spec_problems_summary(const spec_problems *pr, char *out, size_t n);
+
+/* [{"path": ..., "message": ...}, ...], the first SPEC_PROBLEMS_LISTED, for
+ * the HTTP API (new reference); pr->n is the total. */
 json_t *spec_problems_to_json(const spec_problems *pr);
 
 /* ---- walking a spec's tree ---------------------------------------------- */

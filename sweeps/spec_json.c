@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,15 +23,70 @@ char *spec__dupstr(const char *s) {
   return d;
 }
 
+/* FNV-1a over path, a NUL, message */
+static uint64_t problem_hash(const char *path, const char *msg) {
+  uint64_t h = 1469598103934665603ull;
+  for (const char *c = path;; c++) {
+    h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    if (!*c)
+      break;
+  }
+  for (const char *c = msg; *c; c++)
+    h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  return h;
+}
+
+struct spec__problem_slot {
+  uint64_t hash;
+  size_t item; /* index + 1; 0: empty */
+};
+
+/* Puts item (index + 1) with hash into a set known to have room. */
+static void set_put(struct spec__problem_slot *set, size_t cap, uint64_t hash, size_t item) {
+  size_t i = (size_t)hash & (cap - 1);
+  while (set[i].item)
+    i = (i + 1) & (cap - 1);
+  set[i] = (struct spec__problem_slot){hash, item};
+}
+
+/* Keeps the set at most half full (capacity a power of two). */
+static int set_grow(spec_problems *pr) {
+  if (2 * (pr->n + 1) <= pr->set_cap)
+    return 0;
+  size_t cap = pr->set_cap ? 2 * pr->set_cap : 64;
+  struct spec__problem_slot *set = calloc(cap, sizeof *set);
+  if (!set)
+    return -1;
+  for (size_t i = 0; i < pr->set_cap; i++)
+    if (pr->set[i].item)
+      set_put(set, cap, pr->set[i].hash, pr->set[i].item);
+  free(pr->set);
+  pr->set = set;
+  pr->set_cap = cap;
+  return 0;
+}
+
+static int listed(const spec_problems *pr, uint64_t hash, const char *path, const char *msg) {
+  if (!pr->set_cap)
+    return 0;
+  for (size_t i = (size_t)hash & (pr->set_cap - 1); pr->set[i].item;
+       i = (i + 1) & (pr->set_cap - 1)) {
+    const spec_problem *p = &pr->items[pr->set[i].item - 1];
+    if (pr->set[i].hash == hash && !strcmp(p->path, path) && !strcmp(p->message, msg))
+      return 1;
+  }
+  return 0;
+}
+
 void spec_problem_add(spec_problems *pr, const char *path, const char *fmt, ...) {
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  for (size_t i = 0; i < pr->n; i++)
-    if (!strcmp(pr->items[i].path, path) && !strcmp(pr->items[i].message, msg))
-      return;
+  uint64_t hash = problem_hash(path, msg);
+  if (listed(pr, hash, path, msg) || set_grow(pr))
+    return;
   if (pr->n == pr->cap) {
     size_t cap = pr->cap ? 2 * pr->cap : 16;
     spec_problem *it = realloc(pr->items, cap * sizeof *it);
@@ -48,6 +104,7 @@ void spec_problem_add(spec_problems *pr, const char *path, const char *fmt, ...)
   pr->items[pr->n].path = p;
   pr->items[pr->n].message = m;
   pr->n++;
+  set_put(pr->set, pr->set_cap, hash, pr->n);
 }
 
 void spec_problems_free(spec_problems *pr) {
@@ -56,19 +113,24 @@ void spec_problems_free(spec_problems *pr) {
     free(pr->items[i].message);
   }
   free(pr->items);
+  free(pr->set);
   memset(pr, 0, sizeof *pr);
 }
 
+static size_t shown(const spec_problems *pr) {
+  return pr->n < SPEC_PROBLEMS_LISTED ? pr->n : SPEC_PROBLEMS_LISTED;
+}
+
 char *spec_problems_format(const spec_problems *pr, const char *name) {
-  size_t len = 1;
-  for (size_t i = 0; i < pr->n; i++)
+  size_t k = shown(pr), len = strlen(name) + 80;
+  for (size_t i = 0; i < k; i++)
     len += strlen(name) + strlen(pr->items[i].path) + strlen(pr->items[i].message) + 8;
   char *out = malloc(len);
   if (!out)
     return NULL;
   size_t at = 0;
   out[0] = 0;
-  for (size_t i = 0; i < pr->n; i++) {
+  for (size_t i = 0; i < k; i++) {
     const spec_problem *p = &pr->items[i];
     /* a malformed-JSON problem already carries FILE:line:column */
     if (p->path[0] == '$')
@@ -77,12 +139,21 @@ char *spec_problems_format(const spec_problems *pr, const char *name) {
     else
       at += (size_t)snprintf(out + at, len - at, "%s%s: %s", i ? "\n" : "", p->path, p->message);
   }
+  if (pr->n > k)
+    snprintf(out + at, len - at, "\n%s: ... and %zu more problem(s) not listed", name, pr->n - k);
   return out;
+}
+
+void spec_problems_summary(const spec_problems *pr, char *out, size_t n) {
+  if (pr->n > SPEC_PROBLEMS_LISTED)
+    snprintf(out, n, "%zu problem(s), the first %d listed", pr->n, SPEC_PROBLEMS_LISTED);
+  else
+    snprintf(out, n, "%zu problem(s)", pr->n);
 }
 
 json_t *spec_problems_to_json(const spec_problems *pr) {
   json_t *a = json_array();
-  for (size_t i = 0; i < pr->n; i++)
+  for (size_t i = 0; i < shown(pr); i++)
     json_array_append_new(
         a, json_pack("{s:s, s:s}", "path", pr->items[i].path, "message", pr->items[i].message));
   return a;
@@ -293,6 +364,84 @@ static void describe(const spec__kind *k, char *out, size_t n) {
     snprintf(out, n, "%s: a number from %.6g to %.6g", k->what, k->lo, k->hi);
 }
 
+/* One value of a list and where it is. */
+typedef struct value_at {
+  double x;
+  size_t i;
+} value_at;
+
+static int cmp_value_at(const void *a, const void *b) {
+  const value_at *p = a, *q = b;
+  if (p->x != q->x)
+    return p->x < q->x ? -1 : 1;
+  return (p->i > q->i) - (p->i < q->i);
+}
+
+/* A value listed more than once: where it is first, its copies, in list
+ * order, at at[from..from + copies). */
+typedef struct repeat {
+  size_t first, second, from, copies;
+} repeat;
+
+static int cmp_repeat(const void *a, const void *b) {
+  const repeat *p = a, *q = b;
+  return (p->second > q->second) - (p->second < q->second);
+}
+
+/* Later positions named in a repeat's message; the rest are counted. */
+#define REPEATS_NAMED 5
+
+/* Reports each value the list (JSON array list, its valid numbers in
+ * out->v) holds more than once, once: at its second position, naming the
+ * first, the number of copies and a few of their positions (ok[i]: element
+ * i is a valid number; the others are reported already). Sorting
+ * (value, position) pairs keeps this O(n log n): a list of 300 copies of
+ * one value would otherwise give 45,000 pairwise reports. Returns 1 when
+ * there was one. */
+static int report_repeats(spec_problems *pr, const json_t *list, const unsigned char *ok,
+                          spec_values *out) {
+  size_t n = out->n, m = 0, nrep = 0;
+  value_at *at = malloc(n * sizeof *at);
+  repeat *reps = malloc(n * sizeof *reps);
+  if (!at || !reps) {
+    free(at);
+    free(reps);
+    spec_problem_add(pr, out->path, "out of memory checking for repeated values");
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (ok[i])
+      at[m++] = (value_at){out->v[i], i};
+  qsort(at, m, sizeof *at, cmp_value_at);
+  for (size_t g = 0, e; g < m; g = e) {
+    for (e = g + 1; e < m && at[e].x == at[g].x;)
+      e++;
+    if (e - g > 1)
+      reps[nrep++] = (repeat){at[g].i, at[g + 1].i, g, e - g};
+  }
+  qsort(reps, nrep, sizeof *reps, cmp_repeat);
+  for (size_t r = 0; r < nrep; r++) {
+    const repeat *p = &reps[r];
+    char ep[192], f[64], copies[160] = "";
+    spec_values_path(out, p->second, ep, sizeof ep);
+    spec__found(json_array_get(list, p->second), f, sizeof f);
+    if (p->copies > 2) {
+      size_t w = (size_t)snprintf(copies, sizeof copies, "; %zu copies in all, at", p->copies);
+      size_t named = p->copies < REPEATS_NAMED ? p->copies : REPEATS_NAMED;
+      for (size_t c = 0; c < named && w < sizeof copies; c++)
+        w += (size_t)snprintf(copies + w, sizeof copies - w, "%s [%zu]", c ? "," : "",
+                              at[p->from + c].i);
+      if (p->copies > named && w < sizeof copies)
+        snprintf(copies + w, sizeof copies - w, " and %zu more", p->copies - named);
+    }
+    spec_problem_add(pr, ep, "found %s again (also at [%zu])%s; expected distinct values", f,
+                     p->first, copies);
+  }
+  free(at);
+  free(reps);
+  return nrep > 0;
+}
+
 /* obj[key] as values: a number, a non-empty list of numbers, or a log-spaced
  * range {"from": a, "to": b, "points": k} with 0 < a < b (a = b with k = 1).
  * Returns 1 when the key is present and valid. A scalar number is a list of
@@ -321,34 +470,39 @@ int spec__get_values(spec_problems *pr, const json_t *obj, const char *path, con
       return 0;
     }
     out->v = calloc(n, sizeof *out->v);
-    if (!out->v)
+    unsigned char *ok = calloc(n, 1);
+    if (!out->v || !ok) {
+      free(ok);
+      free(out->v);
+      out->v = NULL;
       return 0;
+    }
     out->n = n;
     out->scalar = !json_is_array(v);
     for (size_t i = 0; i < n; i++) {
       json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
       char ep[192], f[64];
-      spec_values_path(out, i, ep, sizeof ep);
-      spec__found(e, f, sizeof f);
       if (!json_is_number(e)) {
+        spec_values_path(out, i, ep, sizeof ep);
+        spec__found(e, f, sizeof f);
         spec_problem_add(pr, ep, "found %s %s, expected %s", spec__type_name(e), f, allowed);
         bad = 1;
         continue;
       }
       double x = json_number_value(e);
       if (!(x >= k->lo && x <= k->hi) || (k->integer && x != floor(x))) {
+        spec_values_path(out, i, ep, sizeof ep);
+        spec__found(e, f, sizeof f);
         spec_problem_add(pr, ep, "found %s, expected %s", f, allowed);
         bad = 1;
         continue;
       }
       out->v[i] = x;
-      for (size_t j = 0; j < i; j++)
-        if (out->v[j] == x) {
-          spec_problem_add(pr, ep, "found %s again (also at [%zu]), expected distinct values", f,
-                           j);
-          bad = 1;
-        }
+      ok[i] = 1;
     }
+    if (json_is_array(v) && n > 1)
+      bad |= report_repeats(pr, v, ok, out);
+    free(ok);
   } else if (json_is_object(v)) {
     static const char *const range_keys[] = {"from", "to", "points", NULL};
     spec__check_keys(pr, v, out->path, range_keys);

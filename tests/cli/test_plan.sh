@@ -109,13 +109,26 @@ expect_err 2 "bad.json: \$.colour: unknown key" \
   "bad.json: \$.priority: found a string \"high\", expected an integer" \
   "bad.json: \$.base.model.d_model: found 48" \
   "bad.json: \$.base.train.lrate: unknown key" \
-  "7 problems; nothing planned"
+  "7 problem(s); nothing planned"
 [ ! -s out ] || fail "a refused spec printed a plan: $(head -c 400 out)"
 
 # ---- malformed JSON: file:line:column
 printf '{"name": "x",\n "method": "grid" "grid": {}}\n' >mal.json
 plan mal.json
 expect_err 2 "mal.json:2:" "malformed JSON"
+
+# ---- many problems: the first 50 in full, the rest counted
+python3 -c '
+import json
+s = {"name": "many", "method": "grid", "grid": {"params": [1e4], "tokens": [1e6]}}
+s.update({"k%d" % i: i for i in range(60)})
+print(json.dumps(s))' >many.json
+plan many.json
+expect_err 2 "many.json: \$.k0: unknown key" "many.json: \$.k49: unknown key" \
+  "many.json: ... and 10 more problem(s) not listed" \
+  "scalesweep plan: 60 problem(s), the first 50 listed; nothing planned"
+! grep -qF '$.k50:' err || fail "a problem past the first 50 was listed: $(tail -c 400 err)"
+[ "$(grep -c ': unknown key' err)" = 50 ] || fail "expected 50 problems listed: $(head -c 400 err)"
 
 # ---- plans that cannot run
 cat >refuse.json <<'EOF'
