@@ -14,6 +14,7 @@ static const char usage[] =
     "                            [--checkpoints DIR] [--lease-seconds N] [--ready-file F]\n"
     "                            [--closed-reads] [--data-dir DIR ...] [--predict-seconds N]\n"
     "                            [--reserve-after-seconds N]\n"
+    "                            [--db-read-connections N] [--read-timeout-ms N]\n"
     "  --listen       the HTTP API and page (default 127.0.0.1:8080)\n"
     "  --workers      the worker port (default 127.0.0.1:8081)\n"
     "  --token-file   the cluster token: workers authenticate with it\n"
@@ -24,7 +25,11 @@ static const char usage[] =
     "  --reserve-after-seconds  a multi-GPU run that has waited this long gets the worker\n"
     "                 it will run on kept from smaller runs until it fits (default 300)\n"
     "  --data-dir     a directory a spec's token shards may lie under (repeatable; without\n"
-    "                 one, specs must use the synthetic corpus)\n";
+    "                 one, specs must use the synthetic corpus)\n"
+    "  --db-read-connections  database connections for reads (the API, the page, refits),\n"
+    "                 apart from the one workers' messages use (default 2, at most 16)\n"
+    "  --read-timeout-ms  the longest a read may run or wait for a connection before it\n"
+    "                 answers 503 (default 5000; 0: no limit)\n";
 
 /* The options with a plain value: 1 when a is one (stored in o), 0 when it
  * is not, -1 (after a message) when its value is out of range. */
@@ -40,13 +45,16 @@ static int value_option(sched_options *o, const char *a, const char *v) {
               {"--api-token-file", &o->api_token_file},
               {"--checkpoints", &o->checkpoint_root},
               {"--ready-file", &o->ready_file}};
-  /* whole numbers of seconds in [0, max] */
+  /* whole numbers in [min, max] */
   const struct {
     const char *name;
     int *to;
     long max;
-  } secs[] = {{"--reserve-after-seconds", &o->reserve_after_s, 604800},
-              {"--predict-seconds", &o->predict_s, 86400}};
+    long min;
+  } secs[] = {{"--reserve-after-seconds", &o->reserve_after_s, 604800, 0},
+              {"--predict-seconds", &o->predict_s, 86400, 0},
+              {"--db-read-connections", &o->db_read_connections, 16, 1},
+              {"--read-timeout-ms", &o->read_timeout_ms, 3600000, 0}};
   int known = 0;
   for (size_t k = 0; k < sizeof text / sizeof *text && !known; k++)
     if (!strcmp(a, text[k].name)) {
@@ -57,8 +65,9 @@ static int value_option(sched_options *o, const char *a, const char *v) {
     if (!strcmp(a, secs[k].name)) {
       char *end;
       long n = strtol(v, &end, 10);
-      if (!*v || *end || n < 0 || n > secs[k].max) {
-        fprintf(stderr, "scalesweep scheduler: %s %s: expected 0 to %ld\n", a, v, secs[k].max);
+      if (!*v || *end || n < secs[k].min || n > secs[k].max) {
+        fprintf(stderr, "scalesweep scheduler: %s %s: expected %ld to %ld\n", a, v, secs[k].min,
+                secs[k].max);
         return -1;
       }
       *secs[k].to = (int)n;

@@ -417,7 +417,7 @@ static void on_points(void *ud, int status, const store_fit_point *pts, int n,
     r->isoflop[k] = pts[k].isoflop;
   }
   r->corpus = *corpus;
-  store_fits_ladder(s->db, r->sweep_id, on_ladder, r);
+  store_fits_ladder(db_pool_get(s->reads, 1), r->sweep_id, on_ladder, r);
 }
 
 void sched__refit_due(sched *s) {
@@ -454,7 +454,7 @@ void sched__refit(sched *s, int64_t sweep_id) {
   r->s = s;
   r->sweep_id = sweep_id;
   r->started_ms = uv_now(s->loop);
-  store_fits_points(s->db, sweep_id, on_points, r);
+  store_fits_points(db_pool_get(s->reads, 1), sweep_id, on_points, r);
 }
 
 static void on_sweep_status(void *ud, int status, int64_t sweep_id, const char *new_status,

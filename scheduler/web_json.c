@@ -75,12 +75,12 @@ static void get_curves(sched *s, http_request *r, int64_t sweep_id, int64_t run_
       return;
     }
   }
-  store_pages_curves(s->db, sweep_id, ids, points, limit, offset, on_json, r);
+  store_pages_curves(db_pool_get(s->reads, 1), sweep_id, ids, points, limit, offset, on_json, r);
 }
 
 /* A sweep's succeeded runs as columns: what the fit plots draw. */
 static void get_points(sched *s, http_request *r, int64_t sweep_id) {
-  store_pages_points(s->db, sweep_id, on_json, r);
+  store_pages_points(db_pool_get(s->reads, 0), sweep_id, on_json, r);
 }
 
 /* The page's JSON under /api/; 0: not the page's (the API answers). */
@@ -101,7 +101,7 @@ int sched__web_api(sched *s, http_request *r, const char *path) {
     http_respond_error(r, 405, "method not allowed: use GET", NULL);
   else if (!s->o.open_reads && !sched__route_authorized(r, s->api_token))
     http_respond_error(r, 401, "reads need the API token (Authorization: Bearer ...)", NULL);
-  else if (!db_ready(s->db))
+  else if (!db_pool_ready(s->reads))
     http_respond_error(r, 503, "database unavailable; try again", NULL);
   else if (points)
     get_points(s, r, id);

@@ -130,12 +130,14 @@ typedef struct store__db_req {
   struct store__db_req *next;
   db_cb cb;
   void *ud;
-  int tx;           /* BEGIN ... COMMIT around the statements */
-  int nstmts;       /* 1 when !tx */
-  int step;         /* the statement in flight (tx: STORE__STEP_BEGIN .. STORE__STEP_ROLLBACK) */
-  PGresult *cur;    /* the result of the statement in flight, so far */
-  PGresult *last;   /* tx: the last statement's result, kept for the callback */
-  PGresult *failed; /* tx: the error being rolled back */
+  int tx;             /* BEGIN ... COMMIT around the statements */
+  int setup;          /* the session's settings (db_options): never timed out in the queue */
+  uint64_t queued_ms; /* uv_now when queued */
+  int nstmts;         /* 1 when !tx */
+  int step;           /* the statement in flight (tx: STORE__STEP_BEGIN .. STORE__STEP_ROLLBACK) */
+  PGresult *cur;      /* the result of the statement in flight, so far */
+  PGresult *last;     /* tx: the last statement's result, kept for the callback */
+  PGresult *failed;   /* tx: the error being rolled back */
   store__db_stmt *stmts;
 } store__db_req;
 
@@ -165,6 +167,7 @@ struct db {
   size_t nwaiting;
   void (*close_cb)(void *ud);
   void *close_ud;
+  db_options opts;
 };
 
 /* db_conn.c */
@@ -190,6 +193,8 @@ void store__db_pump(db *d);
 void store__db_flush(db *d);
 /* The socket is readable: reads results and dispatches them. */
 void store__db_process_input(db *d);
+/* Just connected: queues the session's settings (db_options) first. */
+void store__db_setup(db *d);
 
 /* ---- the private server (pgserver.c, pgproc.c) -------------------------- */
 
