@@ -184,8 +184,11 @@ void store__db_setup(db *d) {
     return;
   char ms[24];
   snprintf(ms, sizeof ms, "%d", d->opts.timeout_ms > 0 ? d->opts.timeout_ms : 0);
+  /* jit off: reads are many short statements, and compiling one took
+   * longer than running it (a second for a curves query of half that) */
   const char *sql = "SELECT set_config('statement_timeout', $1, false), "
-                    "set_config('default_transaction_read_only', $2, false)";
+                    "set_config('default_transaction_read_only', $2, false), "
+                    "set_config('jit', 'off', false)";
   const char *params[2] = {ms, d->opts.read_only ? "on" : "off"};
   const char *const *pp[1] = {params};
   int np = 2;

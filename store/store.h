@@ -31,7 +31,9 @@ typedef struct db db; /* one connection and its queue */
 /* Starts connecting (asynchronously) to a libpq conninfo or URL. */
 db *db_open(uv_loop_t *loop, const char *url);
 
-/* What a connection's session is set to each time it (re)connects. */
+/* What a connection's session is set to each time it (re)connects (a
+ * session with either set also has PostgreSQL's jit off: its reads are
+ * short statements that compiling only slows down). */
 typedef struct db_options {
   /* > 0: PostgreSQL's statement_timeout for the session, and the longest a
    * statement may wait in the queue before it is sent: over either it
