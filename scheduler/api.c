@@ -78,30 +78,37 @@ static int query_param(req_ctx *x, const char *name, const char **value) {
   return -1;
 }
 
-static int parse_page(req_ctx *x, store_runs_page *pg) {
-  static const struct {
-    const char *name;
-    long long dflt, max;
-  } nums[2] = {{"limit", 500, 10000}, {"offset", 0, INT64_MAX}};
-  for (int i = 0; i < 2; i++) {
-    const char *v;
-    if (query_param(x, nums[i].name, &v))
-      return -1;
-    long long n = nums[i].dflt;
-    if (v) {
-      char *end;
-      errno = 0;
-      n = strtoll(v, &end, 10);
-      if (!*v || *end || errno || n < 0 || n > nums[i].max) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "query parameter %s = '%.40s': expected an integer in [0, %lld]",
-                 nums[i].name, v, nums[i].max);
-        answer_error(x, 400, msg, nums[i].name);
-        return -1;
-      }
-    }
-    *(i ? &pg->offset : &pg->limit) = n;
+/* A whole-number query parameter in [0, max] into *out (dflt when absent),
+ * or a 400 naming it, the value found and the range. */
+static int count_param(req_ctx *x, const char *name, long long dflt, long long max,
+                       long long *out) {
+  const char *v;
+  if (query_param(x, name, &v))
+    return -1;
+  *out = dflt;
+  if (!v)
+    return 0;
+  char *end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (!*v || *end || errno || n < 0 || n > max) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "query parameter %s = '%.40s': expected an integer in [0, %lld]",
+             name, v, max);
+    answer_error(x, 400, msg, name);
+    return -1;
   }
+  *out = n;
+  return 0;
+}
+
+static int parse_page(req_ctx *x, store_runs_page *pg) {
+  long long limit, offset;
+  if (count_param(x, "limit", 500, 10000, &limit) ||
+      count_param(x, "offset", 0, INT64_MAX, &offset))
+    return -1;
+  pg->limit = limit;
+  pg->offset = offset;
   if (query_param(x, "status", &pg->status))
     return -1;
   if (pg->status && !sched__route_status(pg->status)) {
@@ -140,8 +147,15 @@ static void get_sweep(sched *s, req_ctx *x, int64_t id, int runs_only) {
   store_pages_sweep(db_pool_get(s->reads, 0), id, &pg, runs_only, on_json, x);
 }
 
+/* GET /api/runs/{id}: the run and a page of its metric rows
+ * (?metrics_limit=, default 10000, at most 100000; ?metrics_offset=), so
+ * that one request never builds a whole long run's rows at once. */
 static void get_run(sched *s, req_ctx *x, int64_t id) {
-  store_pages_run(db_pool_get(s->reads, 1), id, on_json, x);
+  long long limit, offset;
+  if (count_param(x, "metrics_limit", 10000, 100000, &limit) ||
+      count_param(x, "metrics_offset", 0, INT64_MAX, &offset))
+    return;
+  store_pages_run(db_pool_get(s->reads, 1), id, limit, offset, on_json, x);
 }
 
 static void get_workers(sched *s, req_ctx *x) {

@@ -120,18 +120,23 @@ void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, int r
   store__query_json(d, sql, 4, p, cb, ud);
 }
 
-void store_pages_run(db *d, int64_t run_id, store_json_cb cb, void *ud) {
-  char sql[4096];
+void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_json_cb cb,
+                     void *ud) {
+  char sql[4096], rid[24], lim[24], off[24];
   snprintf(sql, sizeof sql,
            "SELECT json_build_object('run', (SELECT row_to_json(t) FROM (SELECT %s, "
            "r.config FROM runs r WHERE r.id = $1) t), "
            "'metrics', (SELECT coalesce(json_agg(m ORDER BY m.step), '[]') FROM "
            "(SELECT step, tokens, train_loss, val_loss, lr, grad_norm, b_noise, loss_scale, "
-           "tok_per_s FROM metrics WHERE run_id = $1) m), "
+           "tok_per_s FROM metrics WHERE run_id = $1 ORDER BY step LIMIT $2 OFFSET $3) m), "
+           "'metrics_total', (SELECT count(*) FROM metrics WHERE run_id = $1), "
+           "'metrics_offset', $3::bigint, 'metrics_limit', $2::bigint, "
            "'reproduction', %s) "
            "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1)",
            run_columns, REPRODUCTION_SQL);
-  store__query_json_id(d, sql, run_id, cb, ud);
+  const char *p[3] = {store__itoa(rid, sizeof rid, run_id), store__itoa(lim, sizeof lim, limit),
+                      store__itoa(off, sizeof off, offset)};
+  store__query_json(d, sql, 3, p, cb, ud);
 }
 
 static void decode_counts(const PGresult *res, int row, void *elem) {

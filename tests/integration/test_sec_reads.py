@@ -252,13 +252,26 @@ def fill(sweep_id):
 
 
 def caps(big):
-    for q, name, found in (("points=2001", "points", "2001"), ("limit=1001", "limit", "1001")):
-        st, body = request("GET", "/api/sweeps/%d/curves?%s" % (big, q))
+    run = int(psql("SELECT min(id) FROM runs WHERE sweep_id = %d" % big))
+    for path, name, found, cap in (
+            ("/api/sweeps/%d/curves?points=2001" % big, "points", "2001", "2000"),
+            ("/api/sweeps/%d/curves?limit=1001" % big, "limit", "1001", "1000"),
+            ("/api/runs/%d?metrics_limit=100001" % run, "metrics_limit", "100001", "100000"),
+            ("/api/sweeps/%d/runs?limit=10001" % big, "limit", "10001", "10000")):
+        st, body = request("GET", path)
         msg = (body or {}).get("error", {}).get("message", "")
-        check(st == 400 and body["error"].get("path") == name and found in msg and
-              ("2000" in msg if name == "points" else "1000" in msg),
-              "curves?%s: expected 400 naming %s, %s and its maximum; got %d %r"
-              % (q, name, found, st, body))
+        check(st == 400 and body["error"].get("path") == name and found in msg and cap in msg,
+              "%s: expected 400 naming %s, %s and its maximum %s; got %d %r"
+              % (path, name, found, cap, st, body))
+    # a run's metric rows come a page at a time
+    st, doc = request("GET", "/api/runs/%d?metrics_limit=5&metrics_offset=10" % run)
+    check(st == 200 and [m["step"] for m in doc["metrics"]] == [11, 12, 13, 14, 15] and
+          doc["metrics_total"] == 3000, "a page of a run's metrics: %d %r" % (
+              st, {k: doc.get(k) for k in ("metrics_total", "metrics_limit")} if doc else None))
+    st, doc = request("GET", "/api/runs/%d" % run)
+    check(st == 200 and len(doc["metrics"]) == 3000, "a run's metrics by default: %d" % st)
+    print("caps: curves points/limit, a run's metrics_limit and a page of runs refused over "
+          "their maximum with the value found")
 
 
 def flood(w1, held, big, small):
