@@ -320,7 +320,10 @@ static void on_counts(void *ud, int status, const store_run_counts *rc, const ch
 }
 
 static void get_metrics(sched *s, req_ctx *x) {
-  store_pages_run_counts(db_pool_get(s->reads, 0), on_counts, x);
+  if (!db_pool_ready(s->reads)) /* the rest is still worth answering, at once */
+    on_counts(x, SS_ECONN, NULL, "database unavailable");
+  else
+    store_pages_run_counts(db_pool_get(s->reads, 0), on_counts, x);
 }
 
 /* ---- SSE ------------------------------------------------------------------------------------ */
