@@ -328,8 +328,13 @@ static void refit_abandon(refit *r, int status, const char *errmsg) {
   if (status != 0)
     fprintf(stderr, "scheduler: reading fit points failed: %s\n", errmsg);
   sched__refit_sweep *e = sweep_find(r->s, r->sweep_id);
-  if (e)
+  if (e) {
     e->busy = 0;
+    /* a read that ran over the read limit, or found the database away, is
+     * tried again (sched__refit_due) rather than losing the sweep's fit */
+    if (status == SS_ETIMEOUT || status == SS_ECONN)
+      e->again = 1;
+  }
   refit_free(r);
 }
 
