@@ -30,6 +30,7 @@ Usage: test_sec_reads.py SCALESWEEP_BINARY
 """
 import http.client
 import json
+import math
 import os
 import shutil
 import socket
@@ -272,6 +273,22 @@ def caps(big):
     check(st == 200 and len(doc["metrics"]) == 3000, "a run's metrics by default: %d" % st)
     print("caps: curves points/limit, a run's metrics_limit and a page of runs refused over "
           "their maximum with the value found")
+    # the curves' samples, both ways of finding them (one ordered pass when
+    # the run has few more steps than samples, index seeks otherwise): for
+    # g = 0..P the first step at or after ceil(smax^(g/P)), as pages.c says
+    for points in (2000, 100, 7):
+        st, got = request("GET", "/api/runs/%d/curves?points=%d" % (run, points))
+        check(st == 200 and len(got) == 1, "curves of run %d: %d" % (run, st))
+        for key, steps in (("tokens", range(1, 3001)), ("val_tokens", range(50, 3001, 50))):
+            want = sorted({next(s for s in steps if s >= t) for t in (
+                math.ceil(math.exp(math.log(3000) * g / points) - 1e-6)
+                for g in range(points + 1)) if t <= steps[-1]})
+            have = [t // 256 for t in got[0][key]]
+            if have != want:
+                diff = next((a, b) for a, b in zip(have + [None] * len(want), want + [None] *
+                                                   len(have)) if a != b)
+                fail("run %d's %s at points=%d: %d samples, expected %d (first difference, "
+                     "found vs expected: %r)" % (run, key, points, len(have), len(want), diff))
 
 
 def flood(w1, held, big, small):
