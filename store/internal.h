@@ -130,15 +130,15 @@ typedef struct store__db_req {
   struct store__db_req *next;
   db_cb cb;
   void *ud;
-  int tx;             /* BEGIN ... COMMIT around the statements */
+  int tx;           /* BEGIN ... COMMIT around the statements */
+  int nstmts;       /* 1 when !tx */
+  int step;         /* the statement in flight (tx: STORE__STEP_BEGIN .. STORE__STEP_ROLLBACK) */
+  PGresult *cur;    /* the result of the statement in flight, so far */
+  PGresult *last;   /* tx: the last statement's result, kept for the callback */
+  PGresult *failed; /* tx: the error being rolled back */
+  store__db_stmt *stmts;
   int setup;          /* the session's settings (db_options): never timed out in the queue */
   uint64_t queued_ms; /* uv_now when queued */
-  int nstmts;         /* 1 when !tx */
-  int step;           /* the statement in flight (tx: STORE__STEP_BEGIN .. STORE__STEP_ROLLBACK) */
-  PGresult *cur;      /* the result of the statement in flight, so far */
-  PGresult *last;     /* tx: the last statement's result, kept for the callback */
-  PGresult *failed;   /* tx: the error being rolled back */
-  store__db_stmt *stmts;
 } store__db_req;
 
 /* A poll handle on one libpq socket; freed in its close callback. */
