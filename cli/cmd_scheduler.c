@@ -17,6 +17,7 @@ static const char usage[] =
     "                            [--open-metrics] [--http-connections N] [--http-reserve N]\n"
     "                            [--max-streams N] [--max-streams-per-address N]\n"
     "                            [--header-timeout-seconds N]\n"
+    "                            [--db-read-connections N] [--read-timeout-ms N]\n"
     "  --listen       the HTTP API and page (default 127.0.0.1:8080)\n"
     "  --workers      the worker port (default 127.0.0.1:8081)\n"
     "  --token-file   the cluster token: workers authenticate with it\n"
@@ -40,7 +41,11 @@ static const char usage[] =
     "                 one over a limit gets 429 or 503 with Retry-After\n"
     "  --header-timeout-seconds  a new connection, or a keep-alive one from its\n"
     "                 request's first byte, that has not sent a whole request by then is\n"
-    "                 closed (default 10)\n";
+    "                 closed (default 10)\n"
+    "  --db-read-connections  database connections for reads (the API, the page, refits),\n"
+    "                 apart from the one workers' messages use (default 2, at most 16)\n"
+    "  --read-timeout-ms  the longest a read may run or wait for a connection before it\n"
+    "                 answers 503 (default 5000; 0: no limit)\n";
 
 /* The options with a plain value: 1 when a is one (stored in o), 0 when it
  * is not, -1 (after a message) when its value is out of range. */
@@ -56,23 +61,21 @@ static int value_option(sched_options *o, const char *a, const char *v) {
               {"--api-token-file", &o->api_token_file},
               {"--checkpoints", &o->checkpoint_root},
               {"--ready-file", &o->ready_file}};
-  /* whole numbers of seconds in [0, max] */
+  /* whole numbers in [min, max] */
   const struct {
     const char *name;
     int *to;
     long max;
-  } secs[] = {{"--reserve-after-seconds", &o->reserve_after_s, 604800},
-              {"--predict-seconds", &o->predict_s, 86400}};
-  /* whole numbers in [1, max] */
-  const struct {
-    const char *name;
-    int *to;
-    long max;
-  } counts[] = {{"--http-connections", &o->http_connections, 1000000},
-                {"--http-reserve", &o->http_reserve, 1000000},
-                {"--max-streams", &o->max_streams, 1000000},
-                {"--max-streams-per-address", &o->max_streams_per_addr, 1000000},
-                {"--header-timeout-seconds", &o->header_timeout_s, 3600}};
+    long min;
+  } secs[] = {{"--reserve-after-seconds", &o->reserve_after_s, 604800, 0},
+              {"--predict-seconds", &o->predict_s, 86400, 0},
+              {"--db-read-connections", &o->db_read_connections, 16, 1},
+              {"--read-timeout-ms", &o->read_timeout_ms, 3600000, 0},
+              {"--http-connections", &o->http_connections, 1000000, 1},
+              {"--http-reserve", &o->http_reserve, 1000000, 1},
+              {"--max-streams", &o->max_streams, 1000000, 1},
+              {"--max-streams-per-address", &o->max_streams_per_addr, 1000000, 1},
+              {"--header-timeout-seconds", &o->header_timeout_s, 3600, 1}};
   int known = 0;
   for (size_t k = 0; k < sizeof text / sizeof *text && !known; k++)
     if (!strcmp(a, text[k].name)) {
@@ -83,22 +86,12 @@ static int value_option(sched_options *o, const char *a, const char *v) {
     if (!strcmp(a, secs[k].name)) {
       char *end;
       long n = strtol(v, &end, 10);
-      if (!*v || *end || n < 0 || n > secs[k].max) {
-        fprintf(stderr, "scalesweep scheduler: %s %s: expected 0 to %ld\n", a, v, secs[k].max);
+      if (!*v || *end || n < secs[k].min || n > secs[k].max) {
+        fprintf(stderr, "scalesweep scheduler: %s %s: expected %ld to %ld\n", a, v, secs[k].min,
+                secs[k].max);
         return -1;
       }
       *secs[k].to = (int)n;
-      known = 1;
-    }
-  for (size_t k = 0; k < sizeof counts / sizeof *counts && !known; k++)
-    if (!strcmp(a, counts[k].name)) {
-      char *end;
-      long n = strtol(v, &end, 10);
-      if (!*v || *end || n < 1 || n > counts[k].max) {
-        fprintf(stderr, "scalesweep scheduler: %s %s: expected 1 to %ld\n", a, v, counts[k].max);
-        return -1;
-      }
-      *counts[k].to = (int)n;
       known = 1;
     }
   return known;

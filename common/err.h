@@ -18,6 +18,7 @@
   X(ETERM, -1002, "stopped by a signal")                    \
   X(ECORRUPT, -1003, "corrupt or incompatible file")        \
   X(EQUERY, -1004, "database statement failed")             \
+  X(ETIMEOUT, -1006, "database statement ran too long")     \
   X(ECONN, -1005, "database connection lost or unavailable")
 
 enum {

@@ -59,7 +59,11 @@ static void on_json(void *ud, int status, const char *json, const char *errmsg) 
 
 /* ---- reads ---------------------------------------------------------------------- */
 
-static void get_sweeps(sched *s, req_ctx *x) { store_pages_sweeps(s->db, on_json, x); }
+/* reads go to the read connections (light: the cost does not grow with a
+ * run's curve; heavy: it does), changes to the control connection */
+static void get_sweeps(sched *s, req_ctx *x) {
+  store_pages_sweeps(db_pool_get(s->reads, 0), on_json, x);
+}
 
 /* Paging of a sweep's runs: ?limit= (default 500, at most 10000), ?offset=,
  * ?status= (one run status), ?sort= (a column of sort_columns) and
@@ -74,30 +78,37 @@ static int query_param(req_ctx *x, const char *name, const char **value) {
   return -1;
 }
 
-static int parse_page(req_ctx *x, store_runs_page *pg) {
-  static const struct {
-    const char *name;
-    long long dflt, max;
-  } nums[2] = {{"limit", 500, 10000}, {"offset", 0, INT64_MAX}};
-  for (int i = 0; i < 2; i++) {
-    const char *v;
-    if (query_param(x, nums[i].name, &v))
-      return -1;
-    long long n = nums[i].dflt;
-    if (v) {
-      char *end;
-      errno = 0;
-      n = strtoll(v, &end, 10);
-      if (!*v || *end || errno || n < 0 || n > nums[i].max) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "query parameter %s = '%.40s': expected an integer in [0, %lld]",
-                 nums[i].name, v, nums[i].max);
-        answer_error(x, 400, msg, nums[i].name);
-        return -1;
-      }
-    }
-    *(i ? &pg->offset : &pg->limit) = n;
+/* A whole-number query parameter in [0, max] into *out (dflt when absent),
+ * or a 400 naming it, the value found and the range. */
+static int count_param(req_ctx *x, const char *name, long long dflt, long long max,
+                       long long *out) {
+  const char *v;
+  if (query_param(x, name, &v))
+    return -1;
+  *out = dflt;
+  if (!v)
+    return 0;
+  char *end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (!*v || *end || errno || n < 0 || n > max) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "query parameter %s = '%.40s': expected an integer in [0, %lld]",
+             name, v, max);
+    answer_error(x, 400, msg, name);
+    return -1;
   }
+  *out = n;
+  return 0;
+}
+
+static int parse_page(req_ctx *x, store_runs_page *pg) {
+  long long limit, offset;
+  if (count_param(x, "limit", 500, 10000, &limit) ||
+      count_param(x, "offset", 0, INT64_MAX, &offset))
+    return -1;
+  pg->limit = limit;
+  pg->offset = offset;
   if (query_param(x, "status", &pg->status))
     return -1;
   if (pg->status && !sched__route_status(pg->status)) {
@@ -133,10 +144,19 @@ static void get_sweep(sched *s, req_ctx *x, int64_t id, int runs_only) {
   store_runs_page pg;
   if (parse_page(x, &pg))
     return;
-  store_pages_sweep(s->db, id, &pg, runs_only, on_json, x);
+  store_pages_sweep(db_pool_get(s->reads, 0), id, &pg, runs_only, on_json, x);
 }
 
-static void get_run(sched *s, req_ctx *x, int64_t id) { store_pages_run(s->db, id, on_json, x); }
+/* GET /api/runs/{id}: the run and a page of its metric rows
+ * (?metrics_limit=, default 10000, at most 100000; ?metrics_offset=), so
+ * that one request never builds a whole long run's rows at once. */
+static void get_run(sched *s, req_ctx *x, int64_t id) {
+  long long limit, offset;
+  if (count_param(x, "metrics_limit", 10000, 100000, &limit) ||
+      count_param(x, "metrics_offset", 0, INT64_MAX, &offset))
+    return;
+  store_pages_run(db_pool_get(s->reads, 1), id, limit, offset, on_json, x);
+}
 
 static void get_workers(sched *s, req_ctx *x) {
   /* connected workers from memory, with their busy slots */
@@ -278,9 +298,11 @@ static void on_counts(void *ud, int status, const store_run_counts *rc, const ch
   for (int i = 0; i < SCHED__METRIC_DBS; i++)
     mq += db_queue_length(s->wp.db_metrics[i]);
   OUT("# TYPE scalesweep_db_queue_length gauge\nscalesweep_db_queue_length{conn=\"main\"} %zu\n"
-      "scalesweep_db_queue_length{conn=\"metrics\"} %zu\n",
-      db_queue_length(s->db), mq);
-  OUT("# TYPE scalesweep_db_up gauge\nscalesweep_db_up %d\n", sched__wport_db_up(&s->wp));
+      "scalesweep_db_queue_length{conn=\"metrics\"} %zu\n"
+      "scalesweep_db_queue_length{conn=\"read\"} %zu\n",
+      db_queue_length(s->db), mq, db_pool_queue_length(s->reads));
+  OUT("# TYPE scalesweep_db_up gauge\nscalesweep_db_up %d\n",
+      sched__wport_db_up(&s->wp) && db_pool_ready(s->reads));
   OUT("# HELP scalesweep_http_request_duration_seconds API request latency.\n"
       "# TYPE scalesweep_http_request_duration_seconds histogram\n");
   static const char *const le[12] = {"0.001", "0.002", "0.005", "0.01", "0.02", "0.05",
@@ -309,7 +331,12 @@ static void on_counts(void *ud, int status, const store_run_counts *rc, const ch
   http_respond(x->r, 200, "text/plain; version=0.0.4", b, len < cap ? len : cap - 1, "");
 }
 
-static void get_metrics(sched *s, req_ctx *x) { store_pages_run_counts(s->db, on_counts, x); }
+static void get_metrics(sched *s, req_ctx *x) {
+  if (!db_pool_ready(s->reads)) /* the rest is still worth answering, at once */
+    on_counts(x, SS_ECONN, NULL, "database unavailable");
+  else
+    store_pages_run_counts(db_pool_get(s->reads, 0), on_counts, x);
+}
 
 /* ---- SSE ------------------------------------------------------------------------------------ */
 
@@ -389,11 +416,16 @@ void sched__http(http_request *r, void *ud) {
   if (!strcmp(path, "/metrics") || !strcmp(path, "/healthz")) {
     if (!get)
       return answer_error(x, 405, "method not allowed: use GET", NULL);
-    /* /healthz stays open for liveness probes: it says only whether the
-     * database is up */
-    if (!strcmp(path, "/healthz"))
-      return answer_json(x, sched__wport_db_up(&s->wp) ? 200 : 503,
-                         sched__wport_db_up(&s->wp) ? "{\"ok\":true}" : "{\"ok\":false}");
+    if (!strcmp(path, "/healthz")) {
+      /* control: what workers need (their messages, placement, leases);
+       * reads: what the API and the page need */
+      int control = sched__wport_db_up(&s->wp), reads = db_pool_ready(s->reads);
+      char body[96];
+      snprintf(body, sizeof body, "{\"ok\":%s,\"control\":%s,\"reads\":%s}",
+               control && reads ? "true" : "false", control ? "true" : "false",
+               reads ? "true" : "false");
+      return answer_json(x, control && reads ? 200 : 503, body);
+    }
     /* /metrics tells the queue, the workers and the traffic: a read */
     if (!s->o.open_reads && !s->o.open_metrics && !sched__route_authorized(r, s->api_token))
       return answer_error(x, 401,
@@ -419,7 +451,7 @@ void sched__http(http_request *r, void *ud) {
       return answer_error(x, 405, "method not allowed: use GET", NULL);
     return get_workers(s, x);
   }
-  if (!db_ready(s->db))
+  if (get ? !db_pool_ready(s->reads) : !db_ready(s->db))
     return answer_error(x, 503, "database unavailable; try again", NULL);
   if (!strcmp(path, "/api/sweeps")) {
     if (get)

@@ -26,7 +26,9 @@ typedef struct sched sched;
 struct sched {
   uv_loop_t *loop;
   sched_options o;
-  db *db; /* the main connection (the worker port's metric connections: wp) */
+  db *db;         /* the control connection: workers' messages, placement, leases, every write (the
+                   * worker port's metric connections: wp) */
+  db_pool *reads; /* reads: the API's, the page's, the refits' and the predictor's */
   http_server *http;
   int http_port;
   uv_signal_t sigint, sigterm;

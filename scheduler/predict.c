@@ -193,8 +193,8 @@ static void on_runs(void *ud, int status, const store_curve *runs, int n, const 
 }
 
 void sched__predict(sched__predictor *pr) {
-  if (pr->busy || pr->stopping || !db_ready(pr->db))
+  if (pr->busy || pr->stopping || !db_ready(pr->db) || !db_pool_ready(pr->reads))
     return;
   pr->busy = 1;
-  store_predictions_curves(pr->db, on_runs, pr);
+  store_predictions_curves(db_pool_get(pr->reads, 1), on_runs, pr);
 }

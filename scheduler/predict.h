@@ -7,11 +7,12 @@
 #include "scheduler/events.h"
 #include "store/store.h"
 
-/* The caller sets loop, db and ev; busy is the predictor's own; stopping
- * is set by the caller at shutdown (no pass starts, none stores). */
+/* The caller sets loop, db, reads and ev; busy is the predictor's own;
+ * stopping is set by the caller at shutdown (no pass starts, none stores). */
 typedef struct sched__predictor {
   uv_loop_t *loop;
-  db *db;
+  db *db;         /* the predictions' writes */
+  db_pool *reads; /* the curves they are made from */
   sched__events *ev;
   int busy; /* a pass is running */
   int stopping;

@@ -328,8 +328,13 @@ static void refit_abandon(refit *r, int status, const char *errmsg) {
   if (status != 0)
     fprintf(stderr, "scheduler: reading fit points failed: %s\n", errmsg);
   sched__refit_sweep *e = sweep_find(r->s, r->sweep_id);
-  if (e)
+  if (e) {
     e->busy = 0;
+    /* a read that ran over the read limit, or found the database away, is
+     * tried again (sched__refit_due) rather than losing the sweep's fit */
+    if (status == SS_ETIMEOUT || status == SS_ECONN)
+      e->again = 1;
+  }
   refit_free(r);
 }
 
@@ -417,7 +422,7 @@ static void on_points(void *ud, int status, const store_fit_point *pts, int n,
     r->isoflop[k] = pts[k].isoflop;
   }
   r->corpus = *corpus;
-  store_fits_ladder(s->db, r->sweep_id, on_ladder, r);
+  store_fits_ladder(db_pool_get(s->reads, 1), r->sweep_id, on_ladder, r);
 }
 
 void sched__refit_due(sched *s) {
@@ -454,7 +459,7 @@ void sched__refit(sched *s, int64_t sweep_id) {
   r->s = s;
   r->sweep_id = sweep_id;
   r->started_ms = uv_now(s->loop);
-  store_fits_points(s->db, sweep_id, on_points, r);
+  store_fits_points(db_pool_get(s->reads, 1), sweep_id, on_points, r);
 }
 
 static void on_sweep_status(void *ud, int status, int64_t sweep_id, const char *new_status,

@@ -41,6 +41,10 @@ int sched__route_read_status(int status, const char *json, const char *errmsg, c
     *msg = "database unavailable; try again";
     return 503;
   }
+  if (status == SS_ETIMEOUT) {
+    *msg = errmsg ? errmsg : "the query ran over the read time limit";
+    return 503;
+  }
   if (status != 0) {
     *msg = errmsg ? errmsg : "query failed";
     return 500;

@@ -24,8 +24,9 @@ extern const char *const sched__route_statuses[];
 const char *sched__route_status(const char *v);
 
 /* The HTTP status of a store read's answer (store_json_cb's arguments):
- * 0 when json is there to send, else 503 (database down), 500 (the query
- * failed) or 404 (no such object), with *msg the API's message for it. */
+ * 0 when json is there to send, else 503 (database down, or the read ran
+ * over its time limit: the store's message says which limit), 500 (the
+ * query failed) or 404 (no such object), with *msg the API's message. */
 int sched__route_read_status(int status, const char *json, const char *errmsg, const char **msg);
 
 /* Answers r with a store read: json with ok_status, or the error of

@@ -29,6 +29,8 @@ void sched_options_default(sched_options *o) {
   o->open_reads = 1;
   o->predict_s = 15;
   o->reserve_after_s = 300;
+  o->db_read_connections = 2;
+  o->read_timeout_ms = 5000;
 }
 
 /* ---- what the worker port reports ------------------------------------------------ */
@@ -63,6 +65,8 @@ static void stop(sched *s) {
     http_server_stop(s->http, on_http_stopped, s);
   db_close(s->db, on_db_closed, s);
   db_close(s->db_submit, on_db_closed, s);
+  if (s->reads)
+    db_pool_close(s->reads, on_db_closed, s);
   for (int i = 0; i < SCHED__METRIC_DBS; i++)
     db_close(s->wp.db_metrics[i], on_db_closed, s);
 }
@@ -90,7 +94,7 @@ static void setup(sched *s, uv_loop_t *loop) {
   wp->n = &s->n;
   wp->hooks = (sched__wport_hooks){
       .ud = s, .on_capacity = on_capacity, .on_sweep_changed = on_sweep_changed};
-  s->pr = (sched__predictor){.loop = loop, .db = s->db, .ev = &s->ev};
+  s->pr = (sched__predictor){.loop = loop, .db = s->db, .reads = s->reads, .ev = &s->ev};
 }
 
 static int write_ready_file(sched *s, char *err, size_t errlen) {
@@ -164,10 +168,17 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   s->loop = &loop;
   s->db = db_open(&loop, opt->database);
   s->db_submit = db_open(&loop, opt->database);
+  /* reads have a time limit and may not write; the control connection
+   * keeps the server's settings */
+  db_options ro = {.timeout_ms = opt->read_timeout_ms, .read_only = 1};
+  s->reads = db_pool_open(&loop, opt->database, opt->db_read_connections, &ro);
   setup(s, &loop);
   char host[256];
   int port;
-  if (addr_split(opt->listen, "0.0.0.0", 0, host, sizeof host, &port, NULL, 0) != 0) {
+  if (!s->reads) {
+    snprintf(err, errlen, "out of memory opening the read connections");
+    rc = SS_ENOMEM;
+  } else if (addr_split(opt->listen, "0.0.0.0", 0, host, sizeof host, &port, NULL, 0) != 0) {
     snprintf(err, errlen, "--listen %s: expected HOST:PORT", opt->listen);
     rc = SS_EINVAL;
   }

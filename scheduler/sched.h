@@ -22,6 +22,9 @@ typedef struct sched_options {
   int predict_s;               /* seconds between predictions of running runs (default 15) */
   int reserve_after_s;         /* a multi-GPU run waiting this long gets a worker kept for it
                                 * (smaller runs stop backfilling it; default 300) */
+  int db_read_connections;     /* connections for the API's, the page's and the refits' reads,
+                                * apart from the one workers' messages use (default 2) */
+  int read_timeout_ms;         /* a read's limit, running or waiting (default 5000; 0: none) */
   /* directories a spec's token shards (data.train, data.val) may lie under,
    * absolute and without symbolic links (cmd_scheduler resolves them);
    * none: specs must use the synthetic corpus */

@@ -270,5 +270,5 @@ static void on_fit(void *ud, int status, const char *json, const char *errmsg) {
 }
 
 void sched__get_fit(sched *s, http_request *r, int64_t sweep_id) {
-  store_fits_latest(s->db, sweep_id, on_fit, r);
+  store_fits_latest(db_pool_get(s->reads, 0), sweep_id, on_fit, r);
 }

@@ -27,8 +27,11 @@ static void on_page_row(void *ud, int status, const char *json, const char *errm
   const char *msg;
   int code = sched__route_read_status(status, json, errmsg, &msg);
   if (code == 503) {
-    sched__respond_message(w, 503, "Database unavailable",
-                           "The database is unavailable; try again.");
+    if (status == SS_ETIMEOUT)
+      sched__respond_message(w, 503, "Too slow", msg);
+    else
+      sched__respond_message(w, 503, "Database unavailable",
+                             "The database is unavailable; try again.");
     return;
   }
   if (code == 500) {
@@ -110,22 +113,22 @@ static void page(sched__web_req *w) {
       respond_shell(w);
     return;
   }
-  if (!db_ready(s->db)) {
+  if (!db_pool_ready(s->reads)) {
     sched__respond_message(w, 503, "Database unavailable",
                            "The database is unavailable; try again.");
     return;
   }
   switch (w->kind) {
   case SCHED__PAGE_OVERVIEW:
-    store_pages_overview(s->db, on_page_row, w);
+    store_pages_overview(db_pool_get(s->reads, 0), on_page_row, w);
     break;
   case SCHED__PAGE_SWEEP:
-    store_pages_sweep_page(s->db, w->id, w->status, w->offset, SCHED__WEB_RUNS_PER_PAGE,
-                           on_page_row, w);
+    store_pages_sweep_page(db_pool_get(s->reads, 0), w->id, w->status, w->offset,
+                           SCHED__WEB_RUNS_PER_PAGE, on_page_row, w);
     break;
   case SCHED__PAGE_RUN:
   case SCHED__PAGE_CONFIG:
-    store_pages_run_page(s->db, w->id, on_page_row, w);
+    store_pages_run_page(db_pool_get(s->reads, 1), w->id, on_page_row, w);
     break;
   }
 }

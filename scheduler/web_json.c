@@ -1,5 +1,6 @@
 /* The page's own JSON under /api/: curves sampled on the server and a
  * sweep's fit points (store/pages.h). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -43,22 +44,44 @@ static const char *id_array(http_request *r, const char *list, int max) {
   return out;
 }
 
+/* A whole-number query parameter in [min, max] into *out (dflt when
+ * absent); else a 400 naming it, the value found and the range, and -1. */
+static int count_param(http_request *r, const char *name, long long dflt, long long min,
+                       long long max, long long *out) {
+  const char *v;
+  int found = http_query_param(r, name, &v);
+  char msg[200];
+  if (found == 0) {
+    *out = dflt;
+    return 0;
+  }
+  if (found > 0) {
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (*v && !*end && !errno && n >= min && n <= max) {
+      *out = n;
+      return 0;
+    }
+    if (*v && !*end && !errno && n > max)
+      snprintf(msg, sizeof msg, "query parameter %s = %lld: over the maximum of %lld", name, n,
+               max);
+    else
+      snprintf(msg, sizeof msg, "query parameter %s = '%.40s': expected an integer in [%lld, %lld]",
+               name, v, min, max);
+  } else {
+    snprintf(msg, sizeof msg, "query parameter %s: invalid percent-encoding", name);
+  }
+  http_respond_error(r, 400, msg, name);
+  return -1;
+}
+
 static void get_curves(sched *s, http_request *r, int64_t sweep_id, int64_t run_id) {
-  long long points = sched__web_query_count(r, "points", CURVE_POINTS, CURVE_POINTS_MAX);
-  long long limit = sched__web_query_count(r, "limit", CURVE_RUNS, CURVE_RUNS_MAX);
-  long long offset = sched__web_query_count(r, "offset", 0, INT32_MAX);
-  if (points < 1) {
-    http_respond_error(r, 400, "query parameter points: expected an integer in [1, 2000]",
-                       "points");
+  long long points, limit, offset;
+  if (count_param(r, "points", CURVE_POINTS, 1, CURVE_POINTS_MAX, &points) ||
+      count_param(r, "limit", CURVE_RUNS, 0, CURVE_RUNS_MAX, &limit) ||
+      count_param(r, "offset", 0, 0, INT32_MAX, &offset))
     return;
-  }
-  if (limit < 0 || offset < 0) {
-    http_respond_error(r, 400,
-                       "query parameters limit and offset: expected integers in "
-                       "[0, 1000] and [0, 2^31)",
-                       limit < 0 ? "limit" : "offset");
-    return;
-  }
   const char *ids = NULL, *list;
   char one[32];
   int has_list = http_query_param(r, "runs", &list);
@@ -75,12 +98,12 @@ static void get_curves(sched *s, http_request *r, int64_t sweep_id, int64_t run_
       return;
     }
   }
-  store_pages_curves(s->db, sweep_id, ids, points, limit, offset, on_json, r);
+  store_pages_curves(db_pool_get(s->reads, 1), sweep_id, ids, points, limit, offset, on_json, r);
 }
 
 /* A sweep's succeeded runs as columns: what the fit plots draw. */
 static void get_points(sched *s, http_request *r, int64_t sweep_id) {
-  store_pages_points(s->db, sweep_id, on_json, r);
+  store_pages_points(db_pool_get(s->reads, 0), sweep_id, on_json, r);
 }
 
 /* The page's JSON under /api/; 0: not the page's (the API answers). */
@@ -101,7 +124,7 @@ int sched__web_api(sched *s, http_request *r, const char *path) {
     http_respond_error(r, 405, "method not allowed: use GET", NULL);
   else if (!s->o.open_reads && !sched__route_authorized(r, s->api_token))
     http_respond_error(r, 401, "reads need the API token (Authorization: Bearer ...)", NULL);
-  else if (!db_ready(s->db))
+  else if (!db_pool_ready(s->reads))
     http_respond_error(r, 503, "database unavailable; try again", NULL);
   else if (points)
     get_points(s, r, id);

@@ -274,6 +274,30 @@ static void on_update_done(void *ud, int status, int64_t rows, const char *errms
   log_db_error("updating a run", status, errmsg);
 }
 
+/* The database refused what a worker reported for an attempt that is not
+ * running on it any more (its lease expired, the run went elsewhere): if
+ * this connection still counts the attempt as its own, its trainer is a
+ * leftover, so the worker is told to stop it (as for a reconnected
+ * worker's run that is no longer its own); its result is then stale too. */
+static void refused(wctx *x, const char *what) {
+  fprintf(stderr,
+          "scheduler: run %lld attempt %d: %s from worker %lld refused: the attempt is not "
+          "running on that worker\n",
+          (long long)x->run_id, x->attempt, what, (long long)x->worker_id);
+  sched__wconn *c = sched__conn_by_worker(x->wp, x->worker_id);
+  sched__wrun *w = c ? sched__conn_find_run(c, x->run_id) : NULL;
+  if (w && w->attempt == x->attempt && !w->cancelling)
+    sched__send(c, json_pack("{s:s,s:I}", "type", "cancel", "run_id", (json_int_t)x->run_id));
+}
+
+static void on_checkpoint_done(void *ud, int status, int64_t rows, const char *errmsg) {
+  wctx *x = ud;
+  log_db_error("storing a checkpoint", status, errmsg);
+  if (status == 0 && rows == 0)
+    refused(x, "a checkpoint");
+  free(x);
+}
+
 /* a number of the trainer's config line, or NAN when it did not report it */
 static double reported(json_t *cfg, const char *key) {
   json_t *v = json_object_get(cfg, key);
@@ -295,10 +319,15 @@ static void on_started(sched__wconn *c, json_t *m) {
 }
 
 static void on_checkpoint(sched__wconn *c, json_t *m) {
-  store_runs_checkpoint(c->wp->db, json_integer_value(json_object_get(m, "run_id")),
-                        (int)json_integer_value(json_object_get(m, "attempt")),
+  wctx *x = ctx(c, json_integer_value(json_object_get(m, "run_id")),
+                (int)json_integer_value(json_object_get(m, "attempt")), 0);
+  if (!x) {
+    sched__conn_drop(c, "the scheduler is out of memory; reconnect and resend");
+    return;
+  }
+  store_runs_checkpoint(c->wp->db, x->run_id, x->attempt, c->worker_id,
                         json_integer_value(json_object_get(m, "step")),
-                        json_string_value(json_object_get(m, "path")), on_update_done, NULL);
+                        json_string_value(json_object_get(m, "path")), on_checkpoint_done, x);
 }
 
 /* ---- metrics ------------------------------------------------------------------------------ */
@@ -320,7 +349,11 @@ static void on_metrics_stored(void *ud, int status, int64_t rows, const char *er
     log_db_error("storing metrics", status, errmsg);
     resend_later(x);
   } else {
-    x->wp->n->metric_rows += (uint64_t)rows;
+    /* a refused batch is acknowledged too: resending it cannot help */
+    if (rows == STORE_FENCED)
+      refused(x, "a metrics batch");
+    else
+      x->wp->n->metric_rows += (uint64_t)rows;
     ack(x);
   }
   free(x);

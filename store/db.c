@@ -32,6 +32,10 @@
  * - COPY is not supported: a statement that starts one fails with
  *   SS_EQUERY and the connection is re-established.
  * - db_queue_length counts the request in flight and those waiting.
+ * - db_options (db_open_opts): on every new connection a first statement
+ *   sets the session's statement_timeout and read-only default; a
+ *   statement the server cancels for its timeout (SQLSTATE 57014), and one
+ *   that waited in the queue over the same limit, fail with SS_ETIMEOUT.
  * - Callbacks never run inside db_query or db_tx (queued requests are sent
  *   from a uv_prepare_t, just before the loop polls), except after db_close
  *   (they then fail at once with SS_ECONN) or when out of memory.
@@ -123,6 +127,7 @@ static void enqueue(db *d, store__db_req *q, db_cb cb, void *ud) {
     store__db_req_free(q);
     return;
   }
+  q->queued_ms = uv_now(d->loop);
   if (d->tail)
     d->tail->next = q;
   else
@@ -132,19 +137,73 @@ static void enqueue(db *d, store__db_req *q, db_cb cb, void *ud) {
   uv_prepare_start(&d->prepare, on_prepare);
 }
 
-/* Sends the next waiting request if the connection is up and idle. */
-void store__db_pump(db *d) {
-  if (d->state != STORE__DB_UP || d->inflight || !d->head || d->closing)
-    return;
+static store__db_req *dequeue(db *d) {
   store__db_req *q = d->head;
   d->head = q->next;
   if (!d->head)
     d->tail = NULL;
   q->next = NULL;
   d->nwaiting--;
-  q->step = q->tx ? STORE__STEP_BEGIN : 0;
-  d->inflight = q;
-  send_step(d);
+  return q;
+}
+
+/* Sends the next waiting request if the connection is up and idle. A
+ * request that has waited longer than the connection's limit fails
+ * instead: its answer would come too late (the reader has given up or is
+ * about to), and running it would only delay the ones behind it. */
+void store__db_pump(db *d) {
+  while (d->state == STORE__DB_UP && !d->inflight && d->head && !d->closing) {
+    store__db_req *q = dequeue(d);
+    uint64_t waited = uv_now(d->loop) - q->queued_ms;
+    if (d->opts.timeout_ms > 0 && !q->setup && waited > (uint64_t)d->opts.timeout_ms) {
+      char msg[STORE__DB_MSG_MAX];
+      snprintf(msg, sizeof msg,
+               "the query waited %llu ms for a database connection, over the %d ms read "
+               "limit; try again shortly",
+               (unsigned long long)waited, d->opts.timeout_ms);
+      q->cb(q->ud, SS_ETIMEOUT, NULL, msg);
+      store__db_req_free(q);
+      continue;
+    }
+    q->step = q->tx ? STORE__STEP_BEGIN : 0;
+    d->inflight = q;
+    send_step(d);
+  }
+}
+
+static void on_setup(void *ud, int status, PGresult *res, const char *errmsg) {
+  (void)ud;
+  (void)res;
+  if (status != 0 && status != SS_ECONN)
+    fprintf(stderr, "scalesweep: database: could not set the session's limits: %s\n", errmsg);
+}
+
+/* set_config rather than SET: one statement, with the values as parameters. */
+void store__db_setup(db *d) {
+  if (d->opts.timeout_ms <= 0 && !d->opts.read_only)
+    return;
+  char ms[24];
+  snprintf(ms, sizeof ms, "%d", d->opts.timeout_ms > 0 ? d->opts.timeout_ms : 0);
+  /* jit off: reads are many short statements, and compiling one took
+   * longer than running it (a second for a curves query of half that) */
+  const char *sql = "SELECT set_config('statement_timeout', $1, false), "
+                    "set_config('default_transaction_read_only', $2, false), "
+                    "set_config('jit', 'off', false)";
+  const char *params[2] = {ms, d->opts.read_only ? "on" : "off"};
+  const char *const *pp[1] = {params};
+  int np = 2;
+  store__db_req *q = req_new(0, 1, &sql, &np, pp, NULL, NULL, on_setup, NULL);
+  if (!q) {
+    fprintf(stderr, "scalesweep: database: out of memory setting the session's limits\n");
+    return;
+  }
+  q->setup = 1;
+  q->queued_ms = uv_now(d->loop);
+  q->next = d->head;
+  d->head = q;
+  if (!d->tail)
+    d->tail = q;
+  d->nwaiting++;
 }
 
 static const char *result_message(const PGresult *r) {
@@ -170,13 +229,26 @@ static int result_ends_session(const PGresult *r) {
   return sev && (!strcmp(sev, "FATAL") || !strcmp(sev, "PANIC"));
 }
 
+/* query_canceled: with no cancel requests of ours, the statement_timeout */
+static int result_timed_out(const PGresult *r) {
+  const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+  return st && !strcmp(st, "57014");
+}
+
 /* The request in flight is finished: its callback gets r (owned here). */
 static void complete(db *d, int status, PGresult *r) {
   store__db_req *q = d->inflight;
   d->inflight = NULL;
   char buf[STORE__DB_MSG_MAX];
   const char *msg = NULL;
-  if (status != 0) {
+  if (status == SS_EQUERY && d->opts.timeout_ms > 0 && result_timed_out(r)) {
+    status = SS_ETIMEOUT;
+    snprintf(buf, sizeof buf,
+             "the query ran over the %d ms read limit; ask for less (fewer runs, points or "
+             "rows)",
+             d->opts.timeout_ms);
+    msg = buf;
+  } else if (status != 0) {
     store__db_msg_copy(buf, sizeof buf, result_message(r));
     msg = buf;
   }

@@ -181,6 +181,7 @@ static void connected(db *d) {
     store__db_conn_reset(d, SS_ECONN, uv_strerror(rc));
     return;
   }
+  store__db_setup(d);
   store__db_pump(d);
 }
 
@@ -269,10 +270,14 @@ static void on_poll(uv_poll_t *h, int status, int events) {
 
 /* ---- the interface ------------------------------------------------------ */
 
-db *db_open(uv_loop_t *loop, const char *url) {
+db *db_open(uv_loop_t *loop, const char *url) { return db_open_opts(loop, url, NULL); }
+
+db *db_open_opts(uv_loop_t *loop, const char *url, const db_options *o) {
   db *d = calloc(1, sizeof *d);
   if (!d)
     return NULL;
+  if (o)
+    d->opts = *o;
   d->url = strdup(url ? url : "");
   if (!d->url) {
     free(d);

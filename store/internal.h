@@ -137,6 +137,8 @@ typedef struct store__db_req {
   PGresult *last;   /* tx: the last statement's result, kept for the callback */
   PGresult *failed; /* tx: the error being rolled back */
   store__db_stmt *stmts;
+  int setup;          /* the session's settings (db_options): never timed out in the queue */
+  uint64_t queued_ms; /* uv_now when queued */
 } store__db_req;
 
 /* A poll handle on one libpq socket; freed in its close callback. */
@@ -165,6 +167,7 @@ struct db {
   size_t nwaiting;
   void (*close_cb)(void *ud);
   void *close_ud;
+  db_options opts;
 };
 
 /* db_conn.c */
@@ -190,6 +193,8 @@ void store__db_pump(db *d);
 void store__db_flush(db *d);
 /* The socket is readable: reads results and dispatches them. */
 void store__db_process_input(db *d);
+/* Just connected: queues the session's settings (db_options) first. */
+void store__db_setup(db *d);
 
 /* ---- the private server (pgserver.c, pgproc.c) -------------------------- */
 

@@ -69,6 +69,28 @@ static void col_float8(colbuf *b, double v) {
   col_u64(b, u);
 }
 
+typedef struct insert_row {
+  int own;
+  int64_t rows;
+} insert_row;
+
+static void decode_insert(const PGresult *res, int row, void *elem) {
+  *(insert_row *)elem =
+      (insert_row){!strcmp(PQgetvalue(res, row, 0), "t"), store__int(res, row, 1)};
+}
+
+static void deliver_insert(const store__call *c, int status, const void *rows, int n,
+                           const char *errmsg) {
+  const insert_row *r = rows;
+  if (status == 0 && n != 1) {
+    status = SS_EQUERY;
+    errmsg = "the metrics insert returned no row";
+  }
+  ((store_done_cb)c->cb)(c->ud, status, status ? 0 : r->own ? r->rows : STORE_FENCED, errmsg);
+}
+
+static const store__rows_spec inserted = {sizeof(insert_row), decode_insert, deliver_insert};
+
 void store_metrics_insert(db *d, int64_t run_id, int attempt, int64_t worker_id,
                           const store_metric_row *rows, size_t n, store_done_cb cb, void *ud) {
   colbuf cols[NCOLS] = {{0}};
@@ -104,15 +126,17 @@ void store_metrics_insert(db *d, int64_t run_id, int attempt, int64_t worker_id,
    * the worker resends it */
   p[3 + NCOLS] = store__itoa(lo, sizeof lo, n ? rows[0].step : 0);
   p[4 + NCOLS] = store__itoa(hi, sizeof hi, n ? rows[n - 1].step : -1);
-  store__call *c = store__exec_call(cb, ud);
+  /* own: the same fence as a result's (store_runs_finish): the run is
+   * running, on this worker, in this attempt */
+  store__call *c = store__rows_call(&inserted, (void (*)(void))cb, ud, 0);
   if (c)
     db_query_bin(d,
-                 "WITH u AS (SELECT * FROM unnest($4::int[], $5::bigint[], $6::float8[], "
+                 "WITH own AS (SELECT 1 FROM runs WHERE id = $1::bigint AND attempt = $2::int "
+                 "AND worker = $3::bigint AND status = 'running'), "
+                 "u AS (SELECT * FROM unnest($4::int[], $5::bigint[], $6::float8[], "
                  "$7::float8[], $8::float8[], $9::float8[], $10::float8[], $11::float8[], "
                  "$12::float8[]) AS u (step, tokens, train_loss, val_loss, lr, grad_norm, "
-                 "b_noise, loss_scale, tok_per_s) "
-                 "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1::bigint AND attempt = $2::int "
-                 "AND $3::bigint IS NOT NULL)), "
+                 "b_noise, loss_scale, tok_per_s) WHERE EXISTS (SELECT 1 FROM own)), "
                  "merged AS (UPDATE metrics m SET "
                  "train_loss = coalesce(m.train_loss, u.train_loss), "
                  "val_loss = coalesce(m.val_loss, u.val_loss), lr = coalesce(m.lr, u.lr), "
@@ -121,12 +145,13 @@ void store_metrics_insert(db *d, int64_t run_id, int attempt, int64_t worker_id,
                  "loss_scale = coalesce(m.loss_scale, u.loss_scale), "
                  "tok_per_s = coalesce(m.tok_per_s, u.tok_per_s) FROM u "
                  "WHERE m.run_id = $1::bigint AND m.step BETWEEN $13::int AND $14::int "
-                 "AND m.step = u.step RETURNING 1) "
-                 "INSERT INTO metrics (run_id, step, tokens, train_loss, val_loss, lr, grad_norm, "
-                 "b_noise, loss_scale, tok_per_s) SELECT $1::bigint, u.* FROM u "
+                 "AND m.step = u.step RETURNING 1), "
+                 "ins AS (INSERT INTO metrics (run_id, step, tokens, train_loss, val_loss, lr, "
+                 "grad_norm, b_noise, loss_scale, tok_per_s) SELECT $1::bigint, u.* FROM u "
                  "WHERE NOT EXISTS (SELECT 1 FROM metrics m WHERE m.run_id = $1::bigint "
-                 "AND m.step BETWEEN $13::int AND $14::int AND m.step = u.step)",
-                 5 + NCOLS, p, lens, fmts, store__on_exec, c);
+                 "AND m.step BETWEEN $13::int AND $14::int AND m.step = u.step) RETURNING 1) "
+                 "SELECT EXISTS (SELECT 1 FROM own), (SELECT count(*) FROM ins)",
+                 5 + NCOLS, p, lens, fmts, store__on_rows, c);
   for (int j = 0; j < NCOLS; j++)
     free(cols[j].p);
 }

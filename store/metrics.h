@@ -27,14 +27,15 @@ typedef struct store_metric_row {
 } store_metric_row;
 
 /* Stores a batch of rows[0..n-1] (sorted by step, one row per step) for
- * the run's current attempt, which must be `attempt` (also when that
- * attempt has just finished: a batch resent after a reconnect may arrive
- * after the result); a stale attempt's batch stores nothing (rows 0). A
- * step already stored (resent, or an eval line after its step line) keeps
- * its values and gains the ones it lacked. Batches of one run must go
- * through one connection, in order: an acknowledgement then covers every
- * earlier batch. cb gets the rows inserted or merged; SS_ENOMEM comes at
- * once, before this returns. */
+ * the run's attempt `attempt`, which must be running on worker_id (the
+ * fence of a result, store_runs_finish): any other batch (a fenced
+ * trainer's, after its lease expired; another worker's; one resent after
+ * the result, whose rows were stored before it) stores nothing and cb gets
+ * rows STORE_FENCED. A step already stored (resent, or an eval line after
+ * its step line) keeps its values and gains the ones it lacked. Batches of
+ * one run must go through one connection, in order: an acknowledgement
+ * then covers every earlier batch. cb gets the rows inserted; SS_ENOMEM
+ * comes at once, before this returns. */
 void store_metrics_insert(db *d, int64_t run_id, int attempt, int64_t worker_id,
                           const store_metric_row *rows, size_t n, store_done_cb cb, void *ud);
 

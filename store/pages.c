@@ -120,18 +120,23 @@ void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, int r
   store__query_json(d, sql, 4, p, cb, ud);
 }
 
-void store_pages_run(db *d, int64_t run_id, store_json_cb cb, void *ud) {
-  char sql[4096];
+void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_json_cb cb,
+                     void *ud) {
+  char sql[4096], rid[24], lim[24], off[24];
   snprintf(sql, sizeof sql,
            "SELECT json_build_object('run', (SELECT row_to_json(t) FROM (SELECT %s, "
            "r.config FROM runs r WHERE r.id = $1) t), "
            "'metrics', (SELECT coalesce(json_agg(m ORDER BY m.step), '[]') FROM "
            "(SELECT step, tokens, train_loss, val_loss, lr, grad_norm, b_noise, loss_scale, "
-           "tok_per_s FROM metrics WHERE run_id = $1) m), "
+           "tok_per_s FROM metrics WHERE run_id = $1 ORDER BY step LIMIT $2 OFFSET $3) m), "
+           "'metrics_total', (SELECT count(*) FROM metrics WHERE run_id = $1), "
+           "'metrics_offset', $3::bigint, 'metrics_limit', $2::bigint, "
            "'reproduction', %s) "
            "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1)",
            run_columns, REPRODUCTION_SQL);
-  store__query_json_id(d, sql, run_id, cb, ud);
+  const char *p[3] = {store__itoa(rid, sizeof rid, run_id), store__itoa(lim, sizeof lim, limit),
+                      store__itoa(off, sizeof off, offset)};
+  store__query_json(d, sql, 3, p, cb, ud);
 }
 
 static void decode_counts(const PGresult *res, int row, void *elem) {
@@ -254,31 +259,49 @@ void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
       run_id, cb, ud);
 }
 
-/* The samples of one column of a run's curve (alias: their table). */
-#define SAMPLE_SQL(col, alias)                                                             \
-  "CROSS JOIN LATERAL (SELECT array_agg(p.tokens ORDER BY p.step) AS tokens, "             \
-  "array_agg(p." col " ORDER BY p.step) AS loss FROM (SELECT DISTINCT q.* "                \
-  "FROM generate_series(0, $2::int) g CROSS JOIN LATERAL (SELECT m.step, m.tokens, m." col \
-  " FROM metrics m WHERE m.run_id = mx.id AND m." col " IS NOT NULL AND "                  \
-  "m.step >= ceil(exp(ln(greatest(mx.smax, 1)) * g::float8 / $2::int) - 1e-6) "            \
-  "ORDER BY m.step LIMIT 1) q) p) " alias " "
+/* The samples of one column of a run's curve (alias: their table): for
+ * g = 0..P ($2) the first step at or after t_g = ceil(smax^(g/P)), found in
+ * one of two ways, whichever reads less for this run (mx.dense, decided by
+ * its last step against P). Sparse (many more steps than samples): one
+ * index seek per t_g, so the cost does not grow with the curve's length;
+ * the bound must be an integer, as step is, or the seek becomes a scan of
+ * the run's rows for every sample. Dense: one ordered pass over the run's
+ * rows, keeping a step when some t_g lies in (previous step, step], that is
+ * when floor(P ln(step) / ln(smax)) exceeds the previous step's: the same
+ * steps, without the seeks. Evaluations likewise (the metrics_evals
+ * index). The last step is always included. */
+#define CURVE_BUCKET_SQL(x) "least($2::float8, floor($2::float8 * ln(" x "::float8 + 1e-6) / mx.l))"
+#define SAMPLE_SQL(col, alias)                                                                  \
+  "CROSS JOIN LATERAL (SELECT array_agg(p.tokens ORDER BY p.step) AS tokens, "                  \
+  "array_agg(p." col " ORDER BY p.step) AS loss FROM ("                                         \
+  "SELECT p.step, p.tokens, p." col " FROM (SELECT m.step, m.tokens, m." col                    \
+  ", lag(m.step) OVER (ORDER BY m.step) AS prev FROM metrics m WHERE m.run_id = mx.id "         \
+  "AND m." col " IS NOT NULL) p WHERE mx.dense AND p.step >= 1 AND (p.prev IS NULL OR "         \
+  "p.prev < 1 OR mx.l = 0 OR " CURVE_BUCKET_SQL("p.step") " > " CURVE_BUCKET_SQL(               \
+      "p.prev") ") "                                                                            \
+                "UNION ALL SELECT DISTINCT q.* FROM generate_series(0, $2::int) g CROSS JOIN "  \
+                "LATERAL "                                                                      \
+                "(SELECT m.step, m.tokens, m." col                                              \
+                " FROM metrics m WHERE m.run_id = mx.id AND m." col                             \
+                " IS NOT NULL AND m.step >= ceil(exp(mx.l * g::float8 / $2::int) - 1e-6)::int " \
+                "ORDER BY m.step LIMIT 1) q WHERE NOT mx.dense) p) " alias " "
 
-/* Each sample found by an index seek, so the cost does not grow with the
- * curve's length; evaluations likewise (the metrics_evals index). The last
- * step is always included. */
 void store_pages_curves(db *d, int64_t sweep_id, const char *run_ids, int64_t points, int64_t limit,
                         int64_t offset, store_json_cb cb, void *ud) {
   char sid[24], pts[24], lim[24], off[24];
   const char *p[5] = {sweep_id ? store__itoa(sid, sizeof sid, sweep_id) : NULL,
                       store__itoa(pts, sizeof pts, points), run_ids,
                       store__itoa(lim, sizeof lim, limit), store__itoa(off, sizeof off, offset)};
+  /* dense: an ordered pass reads about smax rows, seeks cost about as much
+   * as 2 rows each and there are 2 (P + 1) of them per column */
   store__query_json(
       d,
       "SELECT coalesce(json_agg(json_build_object('run_id', mx.id, 'status', mx.status, "
       "'nonembedding_params', mx.n, 'steps', mx.smax, 'tokens', c.tokens, 'train_loss', "
       "c.loss, 'val_tokens', v.tokens, 'val_loss', v.loss) ORDER BY mx.id), '[]') "
-      "FROM (SELECT r.id, r.status, r.nonembedding_params AS n, "
-      "(SELECT max(m.step) FROM metrics m WHERE m.run_id = r.id) AS smax FROM runs r "
+      "FROM (SELECT r.id, r.status, r.nonembedding_params AS n, s.smax, "
+      "ln(greatest(s.smax, 1)) AS l, s.smax <= 2 * ($2::int + 1) AS dense FROM runs r "
+      "CROSS JOIN LATERAL (SELECT max(m.step) AS smax FROM metrics m WHERE m.run_id = r.id) s "
       "WHERE ($1::bigint IS NULL OR r.sweep_id = $1) AND ($3::bigint[] IS NULL OR r.id = "
       "ANY($3)) ORDER BY r.id LIMIT $4 OFFSET $5) mx " SAMPLE_SQL("train_loss", "c")
           SAMPLE_SQL("val_loss", "v"),

@@ -29,8 +29,10 @@ void store_pages_sweeps(db *d, store_json_cb cb, void *ud);
 void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, int runs_only,
                        store_json_cb cb, void *ud);
 
-/* GET /api/runs/{id}: {"run", "metrics", "reproduction"}. */
-void store_pages_run(db *d, int64_t run_id, store_json_cb cb, void *ud);
+/* GET /api/runs/{id}: {"run", "metrics" (limit rows in step order from
+ * offset), "metrics_total", "reproduction"}. */
+void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_json_cb cb,
+                     void *ud);
 
 /* The overview page: {"sweeps" (newest 50), "sweeps_total", "queue",
  * "next" (the 10 runs to start next), "failures" (the 10 latest)}. */

@@ -178,15 +178,16 @@ void store_runs_started(db *d, const store_started *st, store_done_cb cb, void *
               8, p, cb, ud);
 }
 
-void store_runs_checkpoint(db *d, int64_t run_id, int attempt, int64_t step, const char *path,
-                           store_done_cb cb, void *ud) {
-  char rid[24], att[24], st[24];
-  const char *p[4] = {store__itoa(rid, sizeof rid, run_id), store__itoa(att, sizeof att, attempt),
-                      store__itoa(st, sizeof st, step), path};
+void store_runs_checkpoint(db *d, int64_t run_id, int attempt, int64_t worker_id, int64_t step,
+                           const char *path, store_done_cb cb, void *ud) {
+  char rid[24], att[24], wid[24], st[24];
+  const char *p[5] = {store__itoa(rid, sizeof rid, run_id), store__itoa(att, sizeof att, attempt),
+                      store__itoa(st, sizeof st, step), path,
+                      store__itoa(wid, sizeof wid, worker_id)};
   store__exec(d,
               "UPDATE runs SET checkpoint_step = $3::bigint, checkpoint_path = $4 "
-              "WHERE id = $1 AND attempt = $2",
-              4, p, cb, ud);
+              "WHERE id = $1 AND attempt = $2 AND worker = $5 AND status = 'running'",
+              5, p, cb, ud);
 }
 
 /* ---- results -------------------------------------------------------------------- */

@@ -104,9 +104,11 @@ typedef struct store_started {
  * tokens, unless already known). */
 void store_runs_started(db *d, const store_started *st, store_done_cb cb, void *ud);
 
-/* The attempt's latest checkpoint: its step and path. */
-void store_runs_checkpoint(db *d, int64_t run_id, int attempt, int64_t step, const char *path,
-                           store_done_cb cb, void *ud);
+/* The attempt's latest checkpoint: its step and path, kept only while the
+ * attempt is running on worker_id (rows 1; else 0: a fenced trainer's
+ * checkpoint must not become the one the next attempt resumes from). */
+void store_runs_checkpoint(db *d, int64_t run_id, int attempt, int64_t worker_id, int64_t step,
+                           const char *path, store_done_cb cb, void *ud);
 
 /* The end of an attempt as its worker reports it. outcome is "succeeded"
  * (final_val_loss and tokens are kept), "failed" (back to the queue while

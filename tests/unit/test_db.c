@@ -320,6 +320,52 @@ static void test_async_reconnect(uv_loop_t *loop) {
   free(url);
 }
 
+/* The read pool (db_options): PostgreSQL's statement_timeout and a limit
+ * on waiting in the queue, both SS_ETIMEOUT naming the limit; read-only
+ * sessions; heavy reads kept off the last connection. The sleeps are 0.6 s
+ * against a 1 s limit, so a loaded machine has 0.4 s of slack. */
+static void test_async_read_pool(uv_loop_t *loop) {
+  char *url = dbt_url_with_db("ss_async");
+  db_options o = {.timeout_ms = 1000, .read_only = 1};
+  db_pool *p = db_pool_open(loop, url, 2, &o);
+  CHECK(p != NULL);
+  db *heavy = db_pool_get(p, 1), *control = db_open(loop, url);
+  qres up[3] = {{0}};
+  db_query(heavy, "SHOW statement_timeout", 0, NULL, on_res, &up[0]);
+  db_query(control, "SHOW statement_timeout", 0, NULL, on_res, &up[1]);
+  db_query(heavy, "CREATE TABLE ro_probe (x int)", 0, NULL, on_res, &up[2]);
+  CHECK(wait_done(loop, up, 3, 10));
+  CHECK(!strcmp(up[0].v0, "1s"));
+  CHECK(strcmp(up[1].v0, "1s") != 0); /* the control connection keeps the server's */
+  CHECK_INT_EQ(up[2].status, SS_EQUERY);
+  CHECK(strstr(up[2].msg, "read-only") != NULL);
+  CHECK(db_pool_ready(p));
+
+  /* heavy reads stay on the first connection; a light one goes to the idle one */
+  qres r[4] = {{0}};
+  db_query(heavy, "SELECT pg_sleep(0.6)", 0, NULL, on_res, &r[0]);
+  db_query(heavy, "SELECT pg_sleep(0.6)", 0, NULL, on_res, &r[1]);
+  db_query(heavy, "SELECT 1", 0, NULL, on_res, &r[2]); /* waits 1.2 s: over the limit */
+  CHECK(db_pool_get(p, 1) == heavy);
+  CHECK(db_pool_get(p, 0) != heavy);
+  CHECK_INT_EQ(db_pool_queue_length(p), 3);
+  db_query(db_pool_get(p, 0), "SELECT pg_sleep(5)", 0, NULL, on_res, &r[3]);
+  CHECK(wait_done(loop, r, 4, 10));
+  CHECK_INT_EQ(r[0].status, 0);
+  CHECK_INT_EQ(r[1].status, 0);
+  CHECK_INT_EQ(r[2].status, SS_ETIMEOUT);
+  CHECK(strstr(r[2].msg, "waited") && strstr(r[2].msg, "1000 ms read limit"));
+  CHECK_INT_EQ(r[3].status, SS_ETIMEOUT);
+  CHECK(strstr(r[3].msg, "ran over the 1000 ms read limit") != NULL);
+  printf("read pool: %s / %s\n", r[2].msg, r[3].msg);
+
+  closed = 0;
+  db_pool_close(p, on_closed, &closed);
+  db_close(control, on_closed, &closed);
+  CHECK(run_until(loop, &closed, 2, 5));
+  free(url);
+}
+
 static void test_async(void) {
   uv_loop_t loop;
   CHECK_INT_EQ(uv_loop_init(&loop), 0);
@@ -327,6 +373,7 @@ static void test_async(void) {
   uv_timer_start(&tick, on_tick, 20, 20); /* so UV_RUN_ONCE returns to check timeouts */
   test_async_basics(&loop);
   test_async_unreachable(&loop);
+  test_async_read_pool(&loop);
   test_async_reconnect(&loop);
   uv_close((uv_handle_t *)&tick, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);
