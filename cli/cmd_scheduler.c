@@ -13,7 +13,7 @@ static const char usage[] =
     "                            [--listen HOST:PORT] [--workers HOST:PORT]\n"
     "                            [--checkpoints DIR] [--lease-seconds N] [--ready-file F]\n"
     "                            [--closed-reads] [--data-dir DIR ...] [--predict-seconds N]\n"
-    "                            [--reserve-after-seconds N]\n"
+    "                            [--reserve-after-seconds N] [--auth-block-seconds N]\n"
     "  --listen       the HTTP API and page (default 127.0.0.1:8080)\n"
     "  --workers      the worker port (default 127.0.0.1:8081)\n"
     "  --token-file   the cluster token: workers authenticate with it\n"
@@ -24,7 +24,10 @@ static const char usage[] =
     "  --reserve-after-seconds  a multi-GPU run that has waited this long gets the worker\n"
     "                 it will run on kept from smaller runs until it fits (default 300)\n"
     "  --data-dir     a directory a spec's token shards may lie under (repeatable; without\n"
-    "                 one, specs must use the synthetic corpus)\n";
+    "                 one, specs must use the synthetic corpus)\n"
+    "  --auth-block-seconds  after 5 wrong worker tokens from one address, its wrong tokens\n"
+    "                 are refused for the rest of this many seconds (default 60; a right\n"
+    "                 token is always welcome)\n";
 
 /* The options with a plain value: 1 when a is one (stored in o), 0 when it
  * is not, -1 (after a message) when its value is out of range. */
@@ -46,7 +49,8 @@ static int value_option(sched_options *o, const char *a, const char *v) {
     int *to;
     long max;
   } secs[] = {{"--reserve-after-seconds", &o->reserve_after_s, 604800},
-              {"--predict-seconds", &o->predict_s, 86400}};
+              {"--predict-seconds", &o->predict_s, 86400},
+              {"--auth-block-seconds", &o->auth_block_s, 86400}};
   int known = 0;
   for (size_t k = 0; k < sizeof text / sizeof *text && !known; k++)
     if (!strcmp(a, text[k].name)) {

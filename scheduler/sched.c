@@ -28,6 +28,7 @@ void sched_options_default(sched_options *o) {
   o->open_reads = 1;
   o->predict_s = 15;
   o->reserve_after_s = 300;
+  o->auth_block_s = 60;
 }
 
 /* ---- what the worker port reports ------------------------------------------------ */
@@ -82,6 +83,7 @@ static void setup(sched *s, uv_loop_t *loop) {
   wp->token = s->token;
   wp->lease_s = s->o.lease_s;
   wp->heartbeat_s = s->o.heartbeat_s;
+  wp->auth_block_s = s->o.auth_block_s;
   wp->ev = &s->ev;
   wp->n = &s->n;
   wp->hooks = (sched__wport_hooks){

@@ -27,6 +27,8 @@ typedef struct sched_options {
    * none: specs must use the synthetic corpus */
   const char *data_dirs[SCHED_MAX_DATA_DIRS];
   int ndata_dirs;
+  int auth_block_s; /* after 5 wrong worker tokens from an address, its wrong ones are
+                     * refused for the rest of this window (default 60) */
 } sched_options;
 
 void sched_options_default(sched_options *o);

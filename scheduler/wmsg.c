@@ -182,13 +182,21 @@ static void on_worker_row(void *ud, int status, int64_t worker_id, const char *e
 static void on_hello(sched__wconn *c, json_t *m) {
   sched__wport *wp = c->wp;
   const char *token = json_string_value(json_object_get(m, "token"));
-  if (sched__wport_auth_blocked(wp, c->peer, 0)) {
-    sched__conn_drop(c, "too many failed authentications; wait a minute");
-    return;
-  }
+  /* the token first: a right one is welcome whatever others behind the
+   * same address got wrong; only wrong ones are throttled */
   if (!token_equal(wp->token, token)) {
-    sched__wport_auth_blocked(wp, c->peer, 1);
-    sched__conn_drop(c, "authentication failed: wrong cluster token");
+    int wait_s = sched__wport_auth_failed(wp, c->peer);
+    if (!wait_s) {
+      sched__conn_drop(c, "authentication failed: wrong cluster token");
+      return;
+    }
+    char why[160];
+    snprintf(why, sizeof why,
+             "too many failed authentications from %s: wrong tokens refused; retry in %d s",
+             c->peer, wait_s);
+    /* answered, not logged: a blocked address could fill the log */
+    sched__send(c, json_pack("{s:s,s:s,s:i}", "type", "error", "message", why, "retry_s", wait_s));
+    sched__conn_drop(c, NULL);
     return;
   }
   if (json_integer_value(json_object_get(m, "version")) != PROTO_VERSION) {

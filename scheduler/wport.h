@@ -20,7 +20,13 @@
 #include "store/store.h"
 
 #define SCHED__MAX_GPUS 64
-#define SCHED__MAX_AUTH_FAILURES 5 /* per peer address per minute */
+/* Wrong tokens: after SCHED__MAX_AUTH_FAILURES of them from one address
+ * within its window (auth_block_s from the first), that address's wrong
+ * hellos are refused unread until the window ends; a right token is always
+ * welcome. At most SCHED__AUTH_TRACKED addresses are remembered (the oldest
+ * goes first), so that many addresses cannot grow the list without bound. */
+#define SCHED__MAX_AUTH_FAILURES 5
+#define SCHED__AUTH_TRACKED 4096
 #define SCHED__METRIC_DBS 2
 /* The worker port's limits: a peer must say hello within a lease, an
  * authenticated worker that sends nothing (no heartbeat) for two leases is
@@ -94,6 +100,7 @@ struct sched__wport {
   db *db_metrics[SCHED__METRIC_DBS];
   const char *token; /* the cluster token */
   int lease_s, heartbeat_s;
+  int auth_block_s; /* the window of failed authentications (seconds) */
   sched__events *ev;
   sched__counters *n;
   sched__wport_hooks hooks;
@@ -103,7 +110,9 @@ struct sched__wport {
   int port; /* bound */
   int stopping;
   sched__wconn *conns;
-  sched__authfail *authfails;
+  sched__authfail *authfails; /* newest first */
+  int nauthfails;
+  int auth_pruned, auth_evicted; /* since the last log line about them */
 };
 
 /* wport.c */
@@ -124,9 +133,14 @@ int sched__wport_db_up(const sched__wport *wp);
  * finished message then records it as cancelled. */
 void sched__wport_cancel(sched__wport *wp, int64_t run_id);
 
-/* Counts a failed authentication of addr (failed 1) and says whether addr
- * has failed more than SCHED__MAX_AUTH_FAILURES times this minute. */
-int sched__wport_auth_blocked(sched__wport *wp, const char *addr, int failed);
+/* A wrong token from addr: counted, unless addr has already failed
+ * SCHED__MAX_AUTH_FAILURES times in its window. Returns 0 when counted, or
+ * the seconds until addr's window ends (its wrong tokens are refused
+ * without more ado until then). Expired records are forgotten first. */
+int sched__wport_auth_failed(sched__wport *wp, const char *addr);
+/* Forgets the records whose window is over, with a log line (once a
+ * second, from the reaper). */
+void sched__wport_auth_prune(sched__wport *wp);
 /* A line on stderr about the connection's worker. */
 void sched__wlog(const sched__wconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
