@@ -15,7 +15,9 @@ cancel (SIGTERM: exit 143 with a checkpoint), resume, a newer attempt
 superseding a running one, a GPU the worker does not offer, a config the
 trainer refuses; bad scheduler messages ignored; an over-long line and an `error`
 message answered by a reconnect; SIGTERM stopping the worker cleanly (exit 0,
-every handle closed) after its trainer checkpointed; the token never logged.
+every handle closed) after its trainer checkpointed; the token never logged,
+and no secret of the worker's (its token under any name, the API token, a
+PostgreSQL password) in a trainer's environment.
 
 Standard library only; about 15 s.
 """
@@ -267,6 +269,11 @@ def run_test(binary):
     env["PATH"] = fakebin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
     env.pop("OMP_WAIT_POLICY", None)
     env.pop("CUDA_VISIBLE_DEVICES", None)
+    # secrets the worker holds: none may reach a trainer's environment
+    env["SCALESWEEP_WORKER_TOKEN"] = TOKEN
+    env["SCALESWEEP_TOKEN"] = "api-token-5d1e"
+    env["PGPASSWORD"] = "pg-password-77"
+    env["SOME_SECRET_COPY"] = TOKEN
     log = open(os.path.join(tmp, "worker.log"), "w")
     worker = subprocess.Popen(
         [binary, "worker", "--scheduler", "127.0.0.1:%d" % port, "--token-file", tok,
@@ -293,6 +300,11 @@ def run_test(binary):
     check(cenv.get("OMP_WAIT_POLICY") == "PASSIVE", "OMP_WAIT_POLICY %r with 2 CPU slots"
           % cenv.get("OMP_WAIT_POLICY"))
     check(argv[1:3] == ["train", "--config"] and "--resume" not in argv, "argv %r" % argv)
+    leaked = sorted(k for k, v in cenv.items()
+                    if k in ("SCALESWEEP_WORKER_TOKEN", "SCALESWEEP_TOKEN", "PGPASSWORD")
+                    or TOKEN in v)
+    check(not leaked, "the worker's secrets reach the trainer's environment: %r" % leaked)
+    check(cenv.get("PATH") == env["PATH"], "the trainer's PATH %r" % cenv.get("PATH"))
     with open(argv[3]) as f:
         cfg = json.load(f)
     # the config is written exactly as assigned (its hash is the planner's);
