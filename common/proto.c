@@ -38,6 +38,7 @@ static const char *const type_names[] = {
     [PROTO_STARTED] = "started",   [PROTO_METRICS] = "metrics", [PROTO_CHECKPOINT] = "checkpoint",
     [PROTO_FINISHED] = "finished", [PROTO_WELCOME] = "welcome", [PROTO_ASSIGN] = "assign",
     [PROTO_CANCEL] = "cancel",     [PROTO_ACK] = "ack",         [PROTO_ERROR] = "error",
+    [PROTO_STOPPING] = "stopping",
 };
 #define NTYPES ((int)(sizeof type_names / sizeof *type_names))
 
@@ -473,13 +474,39 @@ static const field f_assign[] = {{"run_id", K_INT0},
 static const field f_cancel[] = {{"run_id", K_INT0}, {NULL, 0}};
 static const field f_ack[] = {{"run_id", K_INT0}, {"attempt", K_INT0}, {"seq", K_INT0}, {NULL, 0}};
 static const field f_error[] = {{"message", K_STRING}, {NULL, 0}};
+static const field f_stopping[] = {{"runs", K_RUN_REFS}, {NULL, 0}};
+
+/* Optional fields, checked when present. finished: interrupted (the worker
+ * stopped the trainer, or a signal from outside did, after its checkpoint:
+ * the run goes back to the queue without spending an attempt) and the step
+ * of the attempt's last checkpoint. */
+static const field o_finished[] = {{"interrupted", K_BOOL}, {"checkpoint_step", K_INT0}, {NULL, 0}};
+static const field o_none[] = {{NULL, 0}};
 
 static const field *const type_fields[] = {
     [PROTO_HELLO] = f_hello,     [PROTO_HEARTBEAT] = f_heartbeat,   [PROTO_STARTED] = f_started,
     [PROTO_METRICS] = f_metrics, [PROTO_CHECKPOINT] = f_checkpoint, [PROTO_FINISHED] = f_finished,
     [PROTO_WELCOME] = f_welcome, [PROTO_ASSIGN] = f_assign,         [PROTO_CANCEL] = f_cancel,
-    [PROTO_ACK] = f_ack,         [PROTO_ERROR] = f_error,
+    [PROTO_ACK] = f_ack,         [PROTO_ERROR] = f_error,           [PROTO_STOPPING] = f_stopping,
 };
+
+static const field *const type_optional[] = {
+    [PROTO_HELLO] = o_none,   [PROTO_HEARTBEAT] = o_none,  [PROTO_STARTED] = o_none,
+    [PROTO_METRICS] = o_none, [PROTO_CHECKPOINT] = o_none, [PROTO_FINISHED] = o_finished,
+    [PROTO_WELCOME] = o_none, [PROTO_ASSIGN] = o_none,     [PROTO_CANCEL] = o_none,
+    [PROTO_ACK] = o_none,     [PROTO_ERROR] = o_none,      [PROTO_STOPPING] = o_none,
+};
+
+static void check_optional(vctx *c, const char *path, const json_t *o, const field *fs) {
+  char sub[256];
+  for (; fs->key && !c->failed; fs++) {
+    json_t *v = json_object_get(o, fs->key);
+    if (!v)
+      continue;
+    subpath(sub, sizeof sub, "%s.%s", path, fs->key);
+    check_value(c, sub, v, fs->kind);
+  }
+}
 
 proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, size_t errlen) {
   vctx c = {err, errlen, 0};
@@ -511,12 +538,13 @@ proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, si
       t = (proto_type)i;
   if (t == PROTO_INVALID) {
     fail_type(&c, "$.type",
-              "one of hello, heartbeat, started, metrics, checkpoint, finished, welcome, "
-              "assign, cancel, ack, error",
+              "one of hello, heartbeat, started, metrics, checkpoint, finished, stopping, "
+              "welcome, assign, cancel, ack, error",
               tv);
     goto out;
   }
   check_fields(&c, "$", root, type_fields[t]);
+  check_optional(&c, "$", root, type_optional[t]);
 out:
   if (c.failed) {
     json_decref(root);

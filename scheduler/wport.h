@@ -3,7 +3,7 @@
  *
  * wport.c is the connection I/O (accept, read, write, close, reap, the
  * limit on failed authentications); wmsg.c handles the messages (hello,
- * heartbeat, started, checkpoint, metrics, finished). Neither knows
+ * heartbeat, started, checkpoint, metrics, finished, stopping). Neither knows
  * placement, leases or refits: what they must hear of comes back through
  * sched__wport_hooks, set up by the scheduler's start-up. Placement reads
  * the connections and takes their capacity with sched__conn_add_run. */
@@ -57,6 +57,7 @@ typedef struct sched__wconn {
   proto_reader rd;
   int authed;
   int closing;
+  int draining; /* the worker said it is stopping: placement gives it nothing */
   int64_t worker_id;
   char name[128], host[128], peer[64];
   int ngpus;
