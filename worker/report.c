@@ -156,16 +156,20 @@ void wrk__run_complete(wrk__run *r) {
   } else {
     wrk__log("BUG: run %" PRId64 ": cannot encode the finished message: %s", r->id, err);
   }
-  if (interrupted)
-    wrk__log("run %" PRId64 " attempt %" PRId64 ": interrupted (exit code %" PRId64
-             "); last checkpoint at step %" PRId64 "; reported as interrupted, not failed",
-             r->id, r->attempt, code, r->ckpt_step);
-  else if (r->term_signal)
-    wrk__log("run %" PRId64 " attempt %" PRId64 ": killed by signal %d", r->id, r->attempt,
-             r->term_signal);
+  char note[160] = "";
+  if (interrupted && r->ckpt_step >= 0)
+    snprintf(note, sizeof note,
+             "; interrupted after its checkpoint at step %" PRId64
+             ": reported as interrupted, not failed",
+             r->ckpt_step);
+  else if (interrupted)
+    snprintf(note, sizeof note, "; interrupted: reported as interrupted, not failed");
+  if (r->term_signal)
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": killed by signal %d%s", r->id, r->attempt,
+             r->term_signal, note);
   else
-    wrk__log("run %" PRId64 " attempt %" PRId64 ": exited with code %" PRId64, r->id, r->attempt,
-             r->exit_status);
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": exited with code %" PRId64 "%s", r->id,
+             r->attempt, r->exit_status, note);
   wrk__run_close_handle(r, (uv_handle_t *)&r->flush_timer);
   wrk__run_close_handle(r, (uv_handle_t *)&r->kill_timer);
   if (!b) {
