@@ -18,6 +18,7 @@ Usage: test_sec_auth.py SCALESWEEP_BINARY
 """
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -178,6 +179,7 @@ try:
     print(f"bound: 4096 addresses refused in {took:.1f} s; the oldest record evicted")
     stop()
     print("sec auth: all checks passed")
+    shutil.rmtree(tmp, ignore_errors=True)
 finally:
     if sched is not None and sched.poll() is None:
         sched.kill()

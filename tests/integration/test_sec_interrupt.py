@@ -24,6 +24,7 @@ Usage: test_sec_interrupt.py SCALESWEEP_BINARY
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,6 +48,11 @@ slog = os.path.join(tmp, "scheduler.log")
 
 def fail(msg):
     print("FAIL:", msg, file=sys.stderr)
+    try:
+        print("runs:", psql("SELECT id, status, attempt, interruptions, stopping_attempt, "
+                            "checkpoint_step, error FROM runs ORDER BY id"), file=sys.stderr)
+    except Exception as e:  # the database may be what failed
+        print("runs: unreadable:", e, file=sys.stderr)
     for path in (slog, wlog):
         if os.path.exists(path):
             sys.stderr.write(f"---- {os.path.basename(path)} (last 3000 bytes)\n")
@@ -249,5 +255,8 @@ try:
         fail(f"run A (interrupted 4 times) and run B differ at {diff} steps")
     print(f"both runs succeeded; run A: 5 attempts, 4 interruptions, 1 spent; its {STEPS} "
           f"steps equal run B's exactly ({time.time() - T0:.0f} s)")
+    cleanup_tmp = True
 finally:
     cleanup()
+    if "cleanup_tmp" in globals():
+        shutil.rmtree(tmp, ignore_errors=True)
