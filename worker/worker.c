@@ -112,6 +112,8 @@ static void on_signal(uv_signal_t *s, int signum) {
       continue;
     r->interrupting = 1;
     wrk__run_cancel(r, "the worker is stopping");
+    if (w->closed_all) /* that was the last run and nothing waits for an ack */
+      return;
   }
   wrk__maybe_finish_shutdown(w);
 }

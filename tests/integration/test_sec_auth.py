@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from harness import free_port, make_token, wait_healthz
+from harness import make_token, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -47,14 +47,25 @@ def fail(msg):
     sys.exit(1)
 
 
-def start(window, api_port, wport):
+def start(window):
+    """A scheduler on free ports (named in its ready file): its worker port."""
     global sched
     log = open(log_path, "a")
+    ready = os.path.join(tmp, "ready.json")
+    if os.path.exists(ready):
+        os.unlink(ready)
     sched = subprocess.Popen(
         [BIN, "scheduler", "--database", DB, "--token-file", token_file,
-         "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
+         "--listen", "127.0.0.1:0", "--workers", "127.0.0.1:0", "--ready-file", ready,
          "--checkpoints", os.path.join(tmp, "ckpt"), "--auth-block-seconds", str(window)],
         stdout=log, stderr=log)
+    deadline = time.time() + 30
+    while not os.path.exists(ready) and sched.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    if not os.path.exists(ready):
+        fail("the scheduler wrote no ready file")
+    ports = json.load(open(ready))
+    api_port = ports["http_port"]
 
     def request(method, path):
         import http.client
@@ -67,6 +78,7 @@ def start(window, api_port, wport):
 
     if not wait_healthz(request, proc=sched):
         fail("the scheduler did not come up")
+    return ports["workers_port"]
 
 
 def stop():
@@ -112,8 +124,7 @@ def refused_blocked(m):
 
 
 try:
-    api_port, wport = free_port(), free_port()
-    start(WINDOW, api_port, wport)
+    wport = start(WINDOW)
     t_first = time.time()
     replies = [hello(wport, "wrong-token-%06d" % i) for i in range(7)]
     if not all(m.get("type") == "error" for m in replies):
@@ -152,8 +163,7 @@ try:
 
     # the bound: a blocked address's record is the oldest; 4096 newer ones
     # push it out
-    api_port, wport = free_port(), free_port()
-    start(600, api_port, wport)
+    wport = start(600)
     for i in range(6):
         m = hello(wport, "wrong", src="127.0.0.3")
     if not refused_blocked(m) and "too many failed" not in m.get("message", ""):

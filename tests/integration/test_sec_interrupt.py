@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from harness import free_port, make_token, psql, wait_healthz
+from harness import make_token, psql, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -40,7 +40,7 @@ LEASE = 6
 T0 = time.time()
 tmp = tempfile.mkdtemp(prefix="ss-sec-interrupt-")
 token = make_token(tmp)
-api_port, wport = free_port(), free_port()
+api_port = wport = 0  # from the ready file
 procs = {}
 wlog = os.path.join(tmp, "worker.log")
 slog = os.path.join(tmp, "scheduler.log")
@@ -178,11 +178,19 @@ def check_stopped(a, b, k, log_from, last_ck, report_lost=False):
 
 
 try:
+    # ports 0: the scheduler binds free ones and names them in its ready file
+    ready = os.path.join(tmp, "ready.json")
     procs["scheduler"] = subprocess.Popen(
         [BIN, "scheduler", "--database", DB, "--token-file", token,
-         "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
+         "--listen", "127.0.0.1:0", "--workers", "127.0.0.1:0", "--ready-file", ready,
          "--checkpoints", os.path.join(tmp, "ckpt"), "--lease-seconds", str(LEASE)],
         stdout=open(slog, "a"), stderr=subprocess.STDOUT)
+    wait_for(lambda: os.path.exists(ready) or procs["scheduler"].poll() is not None,
+             "the scheduler's ready file", 30)
+    if procs["scheduler"].poll() is not None:
+        fail("the scheduler did not come up")
+    ports = json.load(open(ready))
+    api_port, wport = ports["http_port"], ports["workers_port"]
     if not wait_healthz(request, proc=procs["scheduler"]):
         fail("the scheduler did not come up")
     one = {"train": {"tokens": STEPS * 256, "seed": 3}}
