@@ -5,8 +5,9 @@ tests/integration/run_with_pg.sh).
 
 Two sweeps of one identical run each (A, then B), max_attempts 2, on one
 worker with one CPU slot. The worker is stopped with SIGTERM mid-run three times
-(restarted each time), then once more with its report lost (the trainer is
-frozen, the worker sends `stopping` and is killed; the lease expires).
+(restarted each time), then twice with its report lost (the trainer is
+frozen, the worker sends `stopping` and is killed): once the lease
+expires, once the worker comes back at once without the run.
 After each stop:
 - run A is queued, not failed: interruptions counts the stop and
   attempt - interruptions (the attempts spent) does not grow;
@@ -14,7 +15,7 @@ After each stop:
   process) and run B never ran on it;
 - each new attempt resumed from the checkpoint ("resuming" in the worker's
   log, --resume in the attempt's command line).
-At the end both runs succeeded; A spent one attempt over five, its metrics
+At the end both runs succeeded; A spent one attempt over six, its metrics
 are steps 1..STEPS exactly, and its losses equal B's (never interrupted)
 step for step: the resumed runs trained exactly what an uninterrupted one
 does.
@@ -35,7 +36,7 @@ from harness import make_token, psql, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
-STEPS = 1500
+STEPS = 3000
 LEASE = 6
 T0 = time.time()
 tmp = tempfile.mkdtemp(prefix="ss-sec-interrupt-")
@@ -224,31 +225,48 @@ try:
         last_ck = ck
 
     # 4: the worker says it is stopping, then dies before its report: the
-    # lease expires and the run is still not charged
-    log_from = start_worker()
-    wait_progress(a, 4, last_ck)
-    w = procs["worker"]
-    tp = trainer_pid(w.pid)
-    if not tp:
-        fail("no trainer process under the worker")
-    os.kill(tp, signal.SIGSTOP)  # it can neither checkpoint nor exit
-    n_stopping = open(slog, errors="replace").read().count("stopping: 1 run ")
-    w.send_signal(signal.SIGTERM)
-    wait_for(lambda: open(slog, errors="replace").read().count("stopping: 1 run ") > n_stopping,
-             "the scheduler to hear that the worker is stopping", 30)
-    os.killpg(w.pid, signal.SIGKILL)
-    w.wait()
-    wait_for(lambda: status_attempt(a)[0] != "running", "run A's lease to expire", 4 * LEASE)
-    check_stopped(a, b, 4, log_from, last_ck, report_lost=True)
-    print(f"interruption 4 (report lost, lease expired): run A back in the queue, "
+    # lease expires and the run is still not charged; 5: the same, but the
+    # worker comes back at once (without the run) under its name
+    for k, how in ((4, "lease expired"), (5, "worker back without it")):
+        log_from = start_worker()
+        wait_progress(a, k, last_ck)
+        w = procs["worker"]
+        tp = trainer_pid(w.pid)
+        if not tp:
+            fail("no trainer process under the worker")
+        os.kill(tp, signal.SIGSTOP)  # it can neither checkpoint nor exit
+        n_stopping = open(slog, errors="replace").read().count("stopping: 1 run ")
+        w.send_signal(signal.SIGTERM)
+        wait_for(lambda: open(slog, errors="replace").read().count("stopping: 1 run ")
+                 > n_stopping, "the scheduler to hear that the worker is stopping", 30)
+        os.killpg(w.pid, signal.SIGKILL)
+        w.wait()
+        if k == 5:
+            # its hello lists no run: the scheduler re-queues the one it had
+            n_conn = open(slog, errors="replace").read().count("connected: 0 GPU")
+            start_worker()
+            wait_for(lambda: open(slog, errors="replace").read().count("connected: 0 GPU")
+                     > n_conn, "the worker to reconnect", 30)
+            wait_for(lambda: status_attempt(a) != ("running", k), "run A to be re-queued", 30)
+            break
+        wait_for(lambda: status_attempt(a)[0] != "running", "run A's lease to expire", 4 * LEASE)
+        check_stopped(a, b, k, log_from, last_ck, report_lost=True)
+        print(f"interruption {k} (report lost, {how}): run A back in the queue, "
+              f"attempts spent 0 ({time.time() - T0:.0f} s)")
+    # the worker that came back runs A again (attempt 6) and then B
+    # (it may be running attempt 6 already: the claim clears the error)
+    st, att, intr, ck, err = row(a)
+    if intr != 5 or att not in (5, 6) or (att == 5 and not err.startswith("interrupted")):
+        fail(f"after interruption 5 (report lost, worker back without it): run A {st}, attempt "
+             f"{att}, interruptions {intr}, error {err!r}; expected 5 interruptions")
+    print(f"interruption 5 (report lost, worker back without it): run A re-queued, "
           f"attempts spent 0 ({time.time() - T0:.0f} s)")
 
-    start_worker()
     wait_for(lambda: status_attempt(a)[0] == "succeeded" and status_attempt(b)[0] == "succeeded",
              "both runs to succeed", 300)
     st, att, intr, ck, err = row(a)
-    if (att, intr) != (5, 4):
-        fail(f"run A: attempt {att}, interruptions {intr}; expected 5 and 4 (one spent)")
+    if (att, intr) != (6, 5):
+        fail(f"run A: attempt {att}, interruptions {intr}; expected 6 and 5 (one spent)")
     if row(b)[1:3] != (1, 0):
         fail(f"run B: {row(b)}, expected one attempt, no interruption")
     n, lo, hi = psql(f"SELECT count(*), min(step), max(step) FROM metrics "
@@ -261,7 +279,7 @@ try:
                 f"x.val_loss IS DISTINCT FROM y.val_loss)")
     if int(diff) != 0:
         fail(f"run A (interrupted 4 times) and run B differ at {diff} steps")
-    print(f"both runs succeeded; run A: 5 attempts, 4 interruptions, 1 spent; its {STEPS} "
+    print(f"both runs succeeded; run A: 6 attempts, 5 interruptions, 1 spent; its {STEPS} "
           f"steps equal run B's exactly ({time.time() - T0:.0f} s)")
     cleanup_tmp = True
 finally:
