@@ -84,9 +84,11 @@ def start(window):
 def stop():
     sched.terminate()
     try:
-        sched.wait(10)
+        rc = sched.wait(10)
     except subprocess.TimeoutExpired:
         fail("the scheduler did not stop on SIGTERM")
+    if rc != 0:  # under the sanitizers, a leak (of the records, say) too
+        fail(f"the scheduler exited {rc} on SIGTERM")
 
 
 def hello(wport, token, src="127.0.0.1", name="w"):
