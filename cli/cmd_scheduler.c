@@ -13,7 +13,7 @@ static const char usage[] =
     "                            [--listen HOST:PORT] [--workers HOST:PORT]\n"
     "                            [--checkpoints DIR] [--lease-seconds N] [--ready-file F]\n"
     "                            [--closed-reads] [--data-dir DIR ...] [--predict-seconds N]\n"
-    "                            [--reserve-after-seconds N]\n"
+    "                            [--reserve-after-seconds N] [--auth-block-seconds N]\n"
     "                            [--open-metrics] [--http-connections N] [--http-reserve N]\n"
     "                            [--max-streams N] [--max-streams-per-address N]\n"
     "                            [--header-timeout-seconds N]\n"
@@ -45,7 +45,10 @@ static const char usage[] =
     "  --db-read-connections  database connections for reads (the API, the page, refits),\n"
     "                 apart from the one workers' messages use (default 2, at most 16)\n"
     "  --read-timeout-ms  the longest a read may run or wait for a connection before it\n"
-    "                 answers 503 (default 5000; 0: no limit)\n";
+    "                 answers 503 (default 5000; 0: no limit)\n"
+    "  --auth-block-seconds  after 5 wrong worker tokens from one address, its wrong tokens\n"
+    "                 are refused for the rest of this many seconds (default 60; a right\n"
+    "                 token is always welcome)\n";
 
 /* The options with a plain value: 1 when a is one (stored in o), 0 when it
  * is not, -1 (after a message) when its value is out of range. */
@@ -75,7 +78,8 @@ static int value_option(sched_options *o, const char *a, const char *v) {
               {"--http-reserve", &o->http_reserve, 1000000, 1},
               {"--max-streams", &o->max_streams, 1000000, 1},
               {"--max-streams-per-address", &o->max_streams_per_addr, 1000000, 1},
-              {"--header-timeout-seconds", &o->header_timeout_s, 3600, 1}};
+              {"--header-timeout-seconds", &o->header_timeout_s, 3600, 1},
+              {"--auth-block-seconds", &o->auth_block_s, 86400, 1}};
   int known = 0;
   for (size_t k = 0; k < sizeof text / sizeof *text && !known; k++)
     if (!strcmp(a, text[k].name)) {

@@ -39,6 +39,7 @@ static const char *const type_names[] = {
     [PROTO_STARTED] = "started",   [PROTO_METRICS] = "metrics", [PROTO_CHECKPOINT] = "checkpoint",
     [PROTO_FINISHED] = "finished", [PROTO_WELCOME] = "welcome", [PROTO_ASSIGN] = "assign",
     [PROTO_CANCEL] = "cancel",     [PROTO_ACK] = "ack",         [PROTO_ERROR] = "error",
+    [PROTO_STOPPING] = "stopping",
 };
 #define NTYPES ((int)(sizeof type_names / sizeof *type_names))
 
@@ -491,17 +492,32 @@ static const field f_assign[] = {{"run_id", K_INT0},
                                  {"resume", K_BOOL},
                                  {NULL, 0}};
 static const field f_cancel[] = {{"run_id", K_INT0}, {NULL, 0}};
-/* Optional fields, checked when present. welcome.data_dirs: the
- * directories the scheduler allows token shards under (absent: none). */
+/* welcome.data_dirs (optional): the directories the scheduler allows token
+ * shards under (absent: none). */
 static const field o_welcome[] = {{"data_dirs", K_PATH_LIST}, {NULL, 0}};
 static const field f_ack[] = {{"run_id", K_INT0}, {"attempt", K_INT0}, {"seq", K_INT0}, {NULL, 0}};
 static const field f_error[] = {{"message", K_STRING}, {NULL, 0}};
+static const field f_stopping[] = {{"runs", K_RUN_REFS}, {NULL, 0}};
+
+/* Optional fields, checked when present. finished: interrupted (the worker
+ * stopped the trainer, or a signal from outside did, after its checkpoint:
+ * the run goes back to the queue without spending an attempt) and the step
+ * of the attempt's last checkpoint. */
+static const field o_finished[] = {{"interrupted", K_BOOL}, {"checkpoint_step", K_INT0}, {NULL, 0}};
+static const field o_none[] = {{NULL, 0}};
 
 static const field *const type_fields[] = {
     [PROTO_HELLO] = f_hello,     [PROTO_HEARTBEAT] = f_heartbeat,   [PROTO_STARTED] = f_started,
     [PROTO_METRICS] = f_metrics, [PROTO_CHECKPOINT] = f_checkpoint, [PROTO_FINISHED] = f_finished,
     [PROTO_WELCOME] = f_welcome, [PROTO_ASSIGN] = f_assign,         [PROTO_CANCEL] = f_cancel,
-    [PROTO_ACK] = f_ack,         [PROTO_ERROR] = f_error,
+    [PROTO_ACK] = f_ack,         [PROTO_ERROR] = f_error,           [PROTO_STOPPING] = f_stopping,
+};
+
+static const field *const type_optional[] = {
+    [PROTO_HELLO] = o_none,      [PROTO_HEARTBEAT] = o_none,  [PROTO_STARTED] = o_none,
+    [PROTO_METRICS] = o_none,    [PROTO_CHECKPOINT] = o_none, [PROTO_FINISHED] = o_finished,
+    [PROTO_WELCOME] = o_welcome, [PROTO_ASSIGN] = o_none,     [PROTO_CANCEL] = o_none,
+    [PROTO_ACK] = o_none,        [PROTO_ERROR] = o_none,      [PROTO_STOPPING] = o_none,
 };
 
 proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, size_t errlen) {
@@ -534,14 +550,13 @@ proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, si
       t = (proto_type)i;
   if (t == PROTO_INVALID) {
     fail_type(&c, "$.type",
-              "one of hello, heartbeat, started, metrics, checkpoint, finished, welcome, "
-              "assign, cancel, ack, error",
+              "one of hello, heartbeat, started, metrics, checkpoint, finished, stopping, "
+              "welcome, assign, cancel, ack, error",
               tv);
     goto out;
   }
   check_fields(&c, "$", root, type_fields[t]);
-  if (t == PROTO_WELCOME)
-    check_optional(&c, "$", root, o_welcome);
+  check_optional(&c, "$", root, type_optional[t]);
 out:
   if (c.failed) {
     json_decref(root);

@@ -29,7 +29,11 @@ typedef enum proto_type {
   PROTO_ASSIGN,
   PROTO_CANCEL,
   PROTO_ACK,
-  PROTO_ERROR
+  PROTO_ERROR,
+  /* worker -> scheduler, added after the others (which keep their values):
+   * the worker is stopping; its runs will checkpoint and be reported as
+   * interrupted, and it takes no new work */
+  PROTO_STOPPING
 } proto_type;
 
 const char *proto_type_name(proto_type t);

@@ -15,7 +15,8 @@ static int free_gpus(const sched__wconn *c) {
   return n;
 }
 
-static int placeable(const sched__wconn *c) { return c->authed && !c->closing; }
+/* a worker that said it is stopping takes nothing new */
+static int placeable(const sched__wconn *c) { return c->authed && !c->closing && !c->draining; }
 
 /* A worker with room for a run that needs `gpus` GPUs (0: a CPU slot);
  * fills the chosen GPU indices. Prefers the fullest worker that fits, so
@@ -125,8 +126,21 @@ static void send_assign(sched *s, sched__wconn *c, const assign_ctx *a, const st
   sched__send(c, msg);
 }
 
+static void on_given_back(void *ud, int status, const char *run_status, int64_t sweep_id,
+                          const char *errmsg) {
+  sched *s = ud;
+  if (status != 0)
+    sched__logf("giving a run back from a stopping worker failed: %s", errmsg);
+  else if (run_status) {
+    sched__sweep_touch(s, sweep_id, 0);
+    sched__place(s);
+  }
+}
+
 /* The claim of a queued run returned: send the assignment, or give the
- * capacity back when another pass took the run first. */
+ * capacity back when another pass took the run first; a run claimed for a
+ * worker that has since said it is stopping goes straight back to the
+ * queue, as interrupted (no attempt spent). */
 static void on_claimed(void *ud, int status, const store_claim *cl, const char *errmsg) {
   assign_ctx *a = ud;
   sched *s = a->s;
@@ -138,6 +152,13 @@ static void on_claimed(void *ud, int status, const store_claim *cl, const char *
       sched__conn_release_run(c, a->run_id);
     if (cl && !c) /* the worker went away: its lease will expire and re-queue it */
       sched__logf("run %" PRId64 " claimed for a worker that disconnected", a->run_id);
+  } else if (c->draining) {
+    sched__conn_release_run(c, a->run_id);
+    sched__logf("run %" PRId64 " attempt %d: claimed for worker %s as it said it is stopping; "
+                "back to the queue (no attempt spent)",
+                a->run_id, cl->attempt, c->name);
+    store_runs_requeue_interrupted(s->db, a->run_id, cl->attempt, a->worker_id,
+                                   "interrupted: its worker was stopping", on_given_back, s);
   } else {
     sched__wrun *w = sched__conn_find_run(c, a->run_id);
     if (w)

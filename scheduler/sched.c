@@ -31,6 +31,7 @@ void sched_options_default(sched_options *o) {
   o->reserve_after_s = 300;
   o->db_read_connections = 2;
   o->read_timeout_ms = 5000;
+  o->auth_block_s = 60;
 }
 
 /* ---- what the worker port reports ------------------------------------------------ */
@@ -90,6 +91,7 @@ static void setup(sched *s, uv_loop_t *loop) {
   wp->heartbeat_s = s->o.heartbeat_s;
   wp->data_dirs = s->o.data_dirs;
   wp->ndata_dirs = s->o.ndata_dirs;
+  wp->auth_block_s = s->o.auth_block_s;
   wp->ev = &s->ev;
   wp->n = &s->n;
   wp->hooks = (sched__wport_hooks){

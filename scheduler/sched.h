@@ -38,6 +38,8 @@ typedef struct sched_options {
   int header_timeout_s;     /* a request must be complete this long after its first
                              * byte, or a new connection's accept (default 10) */
   int open_metrics;         /* /metrics needs no token even without open_reads */
+  int auth_block_s; /* after 5 wrong worker tokens from an address, its wrong ones are
+                     * refused for the rest of this window (default 60) */
 } sched_options;
 
 void sched_options_default(sched_options *o);

@@ -1,7 +1,8 @@
 /* The worker port's messages (wport.h): hello, heartbeat, started,
- * checkpoint, metrics, finished. What they mean for the runs is stored
+ * checkpoint, metrics, finished, stopping. What they mean for the runs is stored
  * through store/; what placement and the sweeps must hear of goes to the
  * port's hooks. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,13 +186,21 @@ static void on_worker_row(void *ud, int status, int64_t worker_id, const char *e
 static void on_hello(sched__wconn *c, json_t *m) {
   sched__wport *wp = c->wp;
   const char *token = json_string_value(json_object_get(m, "token"));
-  if (sched__wport_auth_blocked(wp, c->peer, 0)) {
-    sched__conn_drop(c, "too many failed authentications; wait a minute");
-    return;
-  }
+  /* the token first: a right one is welcome whatever others behind the
+   * same address got wrong; only wrong ones are throttled */
   if (!token_equal(wp->token, token)) {
-    sched__wport_auth_blocked(wp, c->peer, 1);
-    sched__conn_drop(c, "authentication failed: wrong cluster token");
+    int wait_s = sched__wport_auth_failed(wp, c->peer);
+    if (!wait_s) {
+      sched__conn_drop(c, "authentication failed: wrong cluster token");
+      return;
+    }
+    char why[160];
+    snprintf(why, sizeof why,
+             "too many failed authentications from %s: wrong tokens refused; retry in %d s",
+             c->peer, wait_s);
+    /* answered, not logged: a blocked address could fill the log */
+    sched__send(c, json_pack("{s:s,s:s,s:i}", "type", "error", "message", why, "retry_s", wait_s));
+    sched__conn_drop(c, NULL);
     return;
   }
   if (json_integer_value(json_object_get(m, "version")) != PROTO_VERSION) {
@@ -488,6 +497,23 @@ static void on_finished(sched__wconn *c, json_t *m) {
   }
   x->cancelled = w && w->cancelling;
   json_t *done = json_object_get(m, "done");
+  json_t *ck = json_object_get(m, "checkpoint_step");
+  if (!x->cancelled && json_is_true(json_object_get(m, "interrupted")) &&
+      !(json_integer_value(json_object_get(m, "exit_code")) == 0 && json_is_object(done))) {
+    /* its worker stopped it (or a signal from outside did) after a
+     * checkpoint: back to the queue, no attempt spent */
+    char why[160];
+    if (json_is_integer(ck))
+      snprintf(why, sizeof why,
+               "interrupted: its worker stopped; resumes from step %" JSON_INTEGER_FORMAT,
+               json_integer_value(ck));
+    else
+      snprintf(why, sizeof why, "interrupted: its worker stopped");
+    sched__wlog(c, "run %" PRId64 " attempt %d: %s (no attempt spent)", run_id, attempt, why);
+    store_runs_requeue_interrupted(c->wp->db, run_id, attempt, c->worker_id, why,
+                                   on_finished_stored, x);
+    return;
+  }
   int code = (int)json_integer_value(json_object_get(m, "exit_code"));
   const char *error = json_string_value(json_object_get(m, "error"));
   int ok = code == 0 && json_is_object(done);
@@ -509,6 +535,33 @@ static void on_finished(sched__wconn *c, json_t *m) {
   store_runs_finish(c->wp->db, &f, on_finished_stored, x);
 }
 
+/* ---- stopping ------------------------------------------------------------------------------ */
+
+/* The worker is stopping (SIGTERM, Ctrl-C, the end of its Slurm job): it
+ * gets no new work, and the attempts it lists are marked, so that they are
+ * re-queued as interrupted even if their finished messages never come. */
+static void on_stopping(sched__wconn *c, json_t *m) {
+  json_t *runs = json_object_get(m, "runs");
+  size_t i, n = json_array_size(runs);
+  c->draining = 1;
+  sched__wlog(c, "stopping: %zu run%s will checkpoint and go back to the queue; no new work for it",
+              n, n == 1 ? "" : "s");
+  if (!n)
+    return;
+  int64_t *ids = calloc(n, sizeof *ids);
+  int *attempts = calloc(n, sizeof *attempts);
+  json_t *r;
+  if (ids && attempts) {
+    json_array_foreach(runs, i, r) {
+      ids[i] = json_integer_value(json_object_get(r, "run_id"));
+      attempts[i] = (int)json_integer_value(json_object_get(r, "attempt"));
+    }
+    store_runs_mark_stopping(c->wp->db, c->worker_id, ids, attempts, (int)n, on_update_done, NULL);
+  }
+  free(ids);
+  free(attempts);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------- */
 
 typedef void (*handler)(sched__wconn *c, json_t *m);
@@ -517,6 +570,7 @@ static const handler handlers[] = {
     [PROTO_HELLO] = on_hello,           [PROTO_HEARTBEAT] = on_heartbeat,
     [PROTO_STARTED] = on_started,       [PROTO_METRICS] = on_metrics,
     [PROTO_CHECKPOINT] = on_checkpoint, [PROTO_FINISHED] = on_finished,
+    [PROTO_STOPPING] = on_stopping,
 };
 
 void sched__wmsg_handle(sched__wconn *c, proto_type t, json_t *m) {

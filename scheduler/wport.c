@@ -1,5 +1,6 @@
 /* The worker port's connections (wport.h): accept, read, write, close,
- * reap, and the limit on failed authentications. */
+ * reap, and the limit on failed authentications (a wrong token only is
+ * throttled, per address; the records expire and are bounded in number). */
 #include "scheduler/wport.h"
 
 #include <stdarg.h>
@@ -68,29 +69,88 @@ void sched__conn_release_run(sched__wconn *c, int64_t run_id) {
   }
 }
 
-int sched__wport_auth_blocked(sched__wport *wp, const char *addr, int failed) {
-  uint64_t t = uv_hrtime();
+/* ---- failed authentications -------------------------------------------------- */
+
+static uint64_t auth_window_ns(const sched__wport *wp) {
+  return (uint64_t)(wp->auth_block_s > 0 ? wp->auth_block_s : 0) * 1000000000ull;
+}
+
+/* Forgets the records whose window is over; how many. */
+static int auth_prune(sched__wport *wp, uint64_t now) {
+  int n = 0;
+  for (sched__authfail **pp = &wp->authfails; *pp;) {
+    sched__authfail *a = *pp;
+    if (now - a->window_start_ns >= auth_window_ns(wp)) {
+      *pp = a->next;
+      free(a);
+      wp->nauthfails--;
+      n++;
+    } else {
+      pp = &a->next;
+    }
+  }
+  return n;
+}
+
+/* New records go to the head and a record's window never moves, so the
+ * list is ordered newest first: the oldest is the last. */
+static void auth_evict_oldest(sched__wport *wp) {
+  sched__authfail **pp = &wp->authfails;
+  if (!*pp)
+    return;
+  while ((*pp)->next)
+    pp = &(*pp)->next;
+  free(*pp);
+  *pp = NULL;
+  wp->nauthfails--;
+  wp->auth_evicted++;
+}
+
+int sched__wport_auth_failed(sched__wport *wp, const char *addr) {
+  uint64_t now = uv_hrtime();
+  wp->auth_pruned += auth_prune(wp, now);
   sched__authfail *a;
   for (a = wp->authfails; a; a = a->next)
     if (!strcmp(a->addr, addr))
       break;
-  if (!a && !failed)
-    return 0;
+  if (a && a->count >= SCHED__MAX_AUTH_FAILURES) {
+    uint64_t left = a->window_start_ns + auth_window_ns(wp) - now;
+    return (int)((left + 999999999ull) / 1000000000ull);
+  }
   if (!a) {
+    if (wp->nauthfails >= SCHED__AUTH_TRACKED)
+      auth_evict_oldest(wp);
     a = calloc(1, sizeof *a);
     if (!a)
-      return 1;
+      return 0; /* not counted: refusing the token is what matters */
     snprintf(a->addr, sizeof a->addr, "%s", addr);
+    a->window_start_ns = now;
     a->next = wp->authfails;
     wp->authfails = a;
+    wp->nauthfails++;
   }
-  if (t - a->window_start_ns > 60ull * 1000000000ull) {
-    a->window_start_ns = t;
-    a->count = 0;
-  }
-  if (failed)
-    a->count++;
-  return a->count > SCHED__MAX_AUTH_FAILURES;
+  if (++a->count == SCHED__MAX_AUTH_FAILURES)
+    fprintf(stderr,
+            "scheduler: worker port: %d failed authentications from %s; its wrong tokens are "
+            "refused unread for %d s (a right one is still welcome)\n",
+            a->count, addr, wp->auth_block_s);
+  return 0;
+}
+
+void sched__wport_auth_prune(sched__wport *wp) {
+  int n = auth_prune(wp, uv_hrtime()) + wp->auth_pruned;
+  wp->auth_pruned = 0;
+  if (n > 0)
+    fprintf(stderr,
+            "scheduler: worker port: forgot the failed authentications of %d address%s (their "
+            "window of %d s is over); %d tracked\n",
+            n, n == 1 ? "" : "es", wp->auth_block_s, wp->nauthfails);
+  if (wp->auth_evicted > 0)
+    fprintf(stderr,
+            "scheduler: worker port: failed authentications from over %d addresses: forgot the "
+            "oldest %d\n",
+            SCHED__AUTH_TRACKED, wp->auth_evicted);
+  wp->auth_evicted = 0;
 }
 
 int sched__wport_db_up(const sched__wport *wp) {
@@ -188,6 +248,7 @@ void sched__wport_free(sched__wport *wp) {
     free(wp->authfails);
     wp->authfails = n;
   }
+  wp->nauthfails = 0;
 }
 
 /* ---- reading --------------------------------------------------------------------------------- */
@@ -208,7 +269,7 @@ static int on_line(void *ud, const char *line, size_t len) {
     sched__conn_drop(c, "the first message must be hello");
   else if (c->authed && t == PROTO_HELLO)
     sched__conn_drop(c, "hello sent twice");
-  else if (!sched__wport_db_up(c->wp) && t != PROTO_HEARTBEAT)
+  else if (!sched__wport_db_up(c->wp) && t != PROTO_HEARTBEAT && t != PROTO_STOPPING)
     /* nothing can be stored: the worker keeps its messages and resends */
     sched__conn_drop(c, "database unavailable; reconnect later");
   else
@@ -283,6 +344,7 @@ static void on_connection(uv_stream_t *server, int status) {
 }
 
 void sched__wport_reap(sched__wport *wp) {
+  sched__wport_auth_prune(wp);
   uint64_t now = uv_hrtime(), lease = (uint64_t)wp->lease_s * 1000000000ull;
   for (sched__wconn *c = wp->conns, *next; c; c = next) {
     next = c->next;

@@ -3,7 +3,7 @@
  *
  * wport.c is the connection I/O (accept, read, write, close, reap, the
  * limit on failed authentications); wmsg.c handles the messages (hello,
- * heartbeat, started, checkpoint, metrics, finished). Neither knows
+ * heartbeat, started, checkpoint, metrics, finished, stopping). Neither knows
  * placement, leases or refits: what they must hear of comes back through
  * sched__wport_hooks, set up by the scheduler's start-up. Placement reads
  * the connections and takes their capacity with sched__conn_add_run. */
@@ -20,7 +20,13 @@
 #include "store/store.h"
 
 #define SCHED__MAX_GPUS 64
-#define SCHED__MAX_AUTH_FAILURES 5 /* per peer address per minute */
+/* Wrong tokens: after SCHED__MAX_AUTH_FAILURES of them from one address
+ * within its window (auth_block_s from the first), that address's wrong
+ * hellos are refused unread until the window ends; a right token is always
+ * welcome. At most SCHED__AUTH_TRACKED addresses are remembered (the oldest
+ * goes first), so that many addresses cannot grow the list without bound. */
+#define SCHED__MAX_AUTH_FAILURES 5
+#define SCHED__AUTH_TRACKED 4096
 #define SCHED__METRIC_DBS 2
 /* The worker port's limits: a peer must say hello within a lease, an
  * authenticated worker that sends nothing (no heartbeat) for two leases is
@@ -51,6 +57,7 @@ typedef struct sched__wconn {
   proto_reader rd;
   int authed;
   int closing;
+  int draining; /* the worker said it is stopping: placement gives it nothing */
   int64_t worker_id;
   char name[128], host[128], peer[64];
   int ngpus;
@@ -97,6 +104,7 @@ struct sched__wport {
   /* --data-dir: told to every worker in its welcome (data_dirs) */
   const char *const *data_dirs;
   int ndata_dirs;
+  int auth_block_s; /* the window of failed authentications (seconds) */
   sched__events *ev;
   sched__counters *n;
   sched__wport_hooks hooks;
@@ -106,7 +114,9 @@ struct sched__wport {
   int port; /* bound */
   int stopping;
   sched__wconn *conns;
-  sched__authfail *authfails;
+  sched__authfail *authfails; /* newest first */
+  int nauthfails;
+  int auth_pruned, auth_evicted; /* since the last log line about them */
 };
 
 /* wport.c */
@@ -127,9 +137,14 @@ int sched__wport_db_up(const sched__wport *wp);
  * finished message then records it as cancelled. */
 void sched__wport_cancel(sched__wport *wp, int64_t run_id);
 
-/* Counts a failed authentication of addr (failed 1) and says whether addr
- * has failed more than SCHED__MAX_AUTH_FAILURES times this minute. */
-int sched__wport_auth_blocked(sched__wport *wp, const char *addr, int failed);
+/* A wrong token from addr: counted, unless addr has already failed
+ * SCHED__MAX_AUTH_FAILURES times in its window. Returns 0 when counted, or
+ * the seconds until addr's window ends (its wrong tokens are refused
+ * without more ado until then). Expired records are forgotten first. */
+int sched__wport_auth_failed(sched__wport *wp, const char *addr);
+/* Forgets the records whose window is over, with a log line (once a
+ * second, from the reaper). */
+void sched__wport_auth_prune(sched__wport *wp);
 /* A line on stderr about the connection's worker. */
 void sched__wlog(const sched__wconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

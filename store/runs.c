@@ -3,6 +3,7 @@
 #include "store/runs.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,17 +51,18 @@ void store_runs_claim(db *d, int64_t run_id, int64_t worker_id, int lease_s, sto
   char rid[24], wid[24], lease[24];
   const char *p[3] = {store__itoa(rid, sizeof rid, run_id), store__itoa(wid, sizeof wid, worker_id),
                       store__itoa(lease, sizeof lease, lease_s)};
-  store__query_rows(d,
-                    "UPDATE runs SET status = 'running', worker = $2, attempt = attempt + 1, "
-                    "lease_until = now() + $3 * interval '1 second', "
-                    "started_at = coalesce(started_at, now()), error = NULL "
-                    "WHERE id = $1 AND status = 'queued' AND attempt < max_attempts "
-                    "RETURNING attempt, config, sweep_id, CASE WHEN attempt > 1 THEN "
-                    "(SELECT CASE WHEN min(step) = 1 THEN min(step) FILTER "
-                    "(WHERE nxt IS DISTINCT FROM step + 1) ELSE 0 END FROM (SELECT step, "
-                    "lead(step) OVER (ORDER BY step) AS nxt FROM metrics WHERE run_id = $1 "
-                    "AND step >= 1) t) END",
-                    3, p, &claimed, (void (*)(void))cb, ud);
+  store__query_rows(
+      d,
+      "UPDATE runs SET status = 'running', worker = $2, attempt = attempt + 1, "
+      "lease_until = now() + $3 * interval '1 second', "
+      "started_at = coalesce(started_at, now()), error = NULL "
+      "WHERE id = $1 AND status = 'queued' AND attempt - interruptions < max_attempts "
+      "RETURNING attempt, config, sweep_id, CASE WHEN attempt > 1 THEN "
+      "(SELECT CASE WHEN min(step) = 1 THEN min(step) FILTER "
+      "(WHERE nxt IS DISTINCT FROM step + 1) ELSE 0 END FROM (SELECT step, "
+      "lead(step) OVER (ORDER BY step) AS nxt FROM metrics WHERE run_id = $1 "
+      "AND step >= 1) t) END",
+      3, p, &claimed, (void (*)(void))cb, ud);
 }
 
 /* ---- leases ----------------------------------------------------------------- */
@@ -77,13 +79,16 @@ STORE__ARRAY_SPEC(changes, store_run_change, decode_change, store_changes_cb);
 
 void store_runs_expire(db *d, store_changes_cb cb, void *ud) {
   store__query_rows(d,
-                    "WITH x AS (SELECT id, worker FROM runs WHERE status = 'running' "
-                    "AND lease_until < now() FOR UPDATE) "
-                    "UPDATE runs r SET status = CASE WHEN r.attempt >= r.max_attempts "
+                    "WITH x AS (SELECT id, worker, coalesce(stopping_attempt = attempt, false) "
+                    "AS stopped, attempt - interruptions >= max_attempts AS spent FROM runs "
+                    "WHERE status = 'running' AND lease_until < now() FOR UPDATE) "
+                    "UPDATE runs r SET status = CASE WHEN x.spent AND NOT x.stopped "
                     "THEN 'failed'::run_status ELSE 'queued'::run_status END, "
+                    "interruptions = r.interruptions + x.stopped::int, "
                     "worker = NULL, lease_until = NULL, "
-                    "error = 'lease expired: worker lost', "
-                    "finished_at = CASE WHEN r.attempt >= r.max_attempts THEN now() END "
+                    "error = CASE WHEN x.stopped THEN 'interrupted: its worker stopped and "
+                    "its report was lost' ELSE 'lease expired: worker lost' END, "
+                    "finished_at = CASE WHEN x.spent AND NOT x.stopped THEN now() END "
                     "FROM x WHERE r.id = x.id RETURNING r.id, r.status, x.worker, r.sweep_id",
                     0, NULL, &changes, (void (*)(void))cb, ud);
 }
@@ -116,10 +121,16 @@ void store_runs_requeue_orphans(db *d, int64_t worker_id, const int64_t *kept, i
   char *ids = store__ids_json(kept, nkept);
   const char *p[2] = {store__itoa(wid, sizeof wid, worker_id), ids ? ids : "[]"};
   store__query_rows(d,
-                    "UPDATE runs SET status = CASE WHEN attempt >= max_attempts "
+                    "UPDATE runs SET status = CASE WHEN attempt - interruptions >= max_attempts "
+                    "AND stopping_attempt IS DISTINCT FROM attempt "
                     "THEN 'failed'::run_status ELSE 'queued'::run_status END, "
-                    "worker = NULL, lease_until = NULL, error = 'worker restarted: run lost', "
-                    "finished_at = CASE WHEN attempt >= max_attempts THEN now() END "
+                    "interruptions = interruptions + "
+                    "(stopping_attempt IS NOT DISTINCT FROM attempt)::int, "
+                    "worker = NULL, lease_until = NULL, error = CASE WHEN stopping_attempt "
+                    "IS NOT DISTINCT FROM attempt THEN 'interrupted: its worker stopped and "
+                    "restarted' ELSE 'worker restarted: run lost' END, "
+                    "finished_at = CASE WHEN attempt - interruptions >= max_attempts "
+                    "AND stopping_attempt IS DISTINCT FROM attempt THEN now() END "
                     "WHERE worker = $1 AND status = 'running' "
                     "AND id NOT IN (SELECT jsonb_array_elements_text($2::jsonb)::bigint) "
                     "RETURNING id, status, worker, sweep_id",
@@ -222,14 +233,57 @@ void store_runs_finish(db *d, const store_finish *f, store_finish_cb cb, void *u
                       f->error,
                       f->log_tail};
   store__query_rows(d,
-                    "UPDATE runs SET status = CASE WHEN $4 = 'failed' AND attempt < max_attempts "
+                    "UPDATE runs SET status = CASE WHEN $4 = 'failed' "
+                    "AND attempt - interruptions < max_attempts "
                     "THEN 'queued'::run_status ELSE $4::run_status END, "
                     "worker = NULL, lease_until = NULL, "
                     "final_val_loss = coalesce($5::float8, final_val_loss), "
                     "tokens = coalesce($6::bigint, tokens), error = $7, log_tail = $8, "
-                    "finished_at = CASE WHEN $4 = 'failed' AND attempt < max_attempts THEN NULL "
+                    "finished_at = CASE WHEN $4 = 'failed' "
+                    "AND attempt - interruptions < max_attempts THEN NULL "
                     "ELSE now() END "
                     "WHERE id = $1 AND attempt = $2 AND worker = $3 AND status = 'running' "
                     "RETURNING status, sweep_id",
                     8, p, &finished, (void (*)(void))cb, ud);
+}
+
+/* ---- interruptions ------------------------------------------------------------ */
+
+void store_runs_mark_stopping(db *d, int64_t worker_id, const int64_t *runs, const int *attempts,
+                              int n, store_done_cb cb, void *ud) {
+  char wid[24];
+  char *refs = malloc((size_t)(n > 0 ? n : 1) * 48 + 2);
+  if (!refs) {
+    cb(ud, SS_ENOMEM, 0, "out of memory");
+    return;
+  }
+  size_t len = 0;
+  refs[len++] = '[';
+  for (int i = 0; i < n; i++)
+    len += (size_t)snprintf(refs + len, 48, "%s[%lld,%d]", i ? "," : "", (long long)runs[i],
+                            attempts[i]);
+  refs[len++] = ']';
+  refs[len] = '\0';
+  const char *p[2] = {store__itoa(wid, sizeof wid, worker_id), refs};
+  store__exec(d,
+              "UPDATE runs r SET stopping_attempt = r.attempt "
+              "FROM jsonb_array_elements($2::jsonb) e "
+              "WHERE r.id = (e->>0)::bigint AND r.attempt = (e->>1)::int "
+              "AND r.worker = $1 AND r.status = 'running'",
+              2, p, cb, ud);
+  free(refs);
+}
+
+void store_runs_requeue_interrupted(db *d, int64_t run_id, int attempt, int64_t worker_id,
+                                    const char *why, store_finish_cb cb, void *ud) {
+  char rid[24], att[24], wid[24];
+  const char *p[4] = {store__itoa(rid, sizeof rid, run_id), store__itoa(att, sizeof att, attempt),
+                      store__itoa(wid, sizeof wid, worker_id), why};
+  store__query_rows(d,
+                    "UPDATE runs SET status = 'queued', interruptions = interruptions + 1, "
+                    "worker = NULL, lease_until = NULL, stopping_attempt = NULL, error = $4, "
+                    "finished_at = NULL "
+                    "WHERE id = $1 AND attempt = $2 AND worker = $3 AND status = 'running' "
+                    "RETURNING status, sweep_id",
+                    4, p, &finished, (void (*)(void))cb, ud);
 }

@@ -60,7 +60,9 @@ typedef void (*store_changes_cb)(void *ud, int status, const store_run_change *r
                                  const char *errmsg);
 
 /* Re-queues (or fails, with no attempts left) every running run whose lease
- * has expired, with the error "lease expired: worker lost". */
+ * has expired, with the error "lease expired: worker lost"; an attempt
+ * whose worker said it was stopping is re-queued as interrupted (not
+ * charged). */
 void store_runs_expire(db *d, store_changes_cb cb, void *ud);
 
 /* Gives every running run at least lease_s seconds more: after the
@@ -129,5 +131,25 @@ typedef void (*store_finish_cb)(void *ud, int status, const char *run_status, in
                                 const char *errmsg);
 
 void store_runs_finish(db *d, const store_finish *f, store_finish_cb cb, void *ud);
+
+/* Interruptions: an attempt that ends because its worker stopped is not a
+ * failure. attempt still grows with each claim (it fences stale messages);
+ * runs.interruptions counts the attempts that were interrupted, and every
+ * budget check (claims, expiry, orphans, finish) counts attempt -
+ * interruptions against max_attempts. */
+
+/* The worker says it is stopping: each listed attempt (runs[i] at
+ * attempts[i]) that is still running on worker_id gets stopping_attempt,
+ * so that if its report never comes (the lease expires, the worker comes
+ * back without it) it is re-queued as interrupted, not charged. */
+void store_runs_mark_stopping(db *d, int64_t worker_id, const int64_t *runs, const int *attempts,
+                              int n, store_done_cb cb, void *ud);
+
+/* Back to the queue without spending an attempt (interruptions + 1), with
+ * why as the run's error, if the attempt is still worker_id's running one;
+ * else nothing changes (run_status NULL in the callback): a report that
+ * comes after the lease expired is not charged twice. */
+void store_runs_requeue_interrupted(db *d, int64_t run_id, int attempt, int64_t worker_id,
+                                    const char *why, store_finish_cb cb, void *ud);
 
 #endif

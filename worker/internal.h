@@ -109,6 +109,8 @@ struct wrk__run {
   int proc_alive; /* spawned and not yet reaped */
   int out_open;   /* stdout pipe open */
   int cancelled;
+  int interrupting;    /* stopped because the worker is stopping: reported as interrupted */
+  int64_t ckpt_step;   /* the step of this attempt's last checkpoint; -1: none yet */
   int fenced;          /* killed because its lease could not be renewed */
   uint64_t renewed_ms; /* loop time from which its lease surely runs */
   int pid;

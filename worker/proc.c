@@ -68,6 +68,20 @@ static int cpu_shared(const wrk__run *r) {
   return 0;
 }
 
+/* The worker's secrets never reach a trainer (a run config is user input,
+ * and a trainer's environment is readable by whatever it runs): the cluster
+ * and API tokens under their names, a PostgreSQL password, and any variable
+ * whose value is the cluster token, whatever its name. */
+static int secret_var(const wrk__worker *w, const char *var) {
+  static const char *const names[] = {
+      "SCALESWEEP_WORKER_TOKEN=", "SCALESWEEP_TOKEN=", "PGPASSWORD=", NULL};
+  for (int i = 0; names[i]; i++)
+    if (!strncmp(var, names[i], strlen(names[i])))
+      return 1;
+  const char *eq = strchr(var, '=');
+  return eq && w->token && *w->token && !strcmp(eq + 1, w->token);
+}
+
 static char **child_env(const wrk__run *r, char *cvd, size_t cvdlen) {
   size_t n = 0;
   while (environ[n])
@@ -79,7 +93,7 @@ static char **child_env(const wrk__run *r, char *cvd, size_t cvdlen) {
   size_t k = 0;
   for (size_t i = 0; i < n; i++)
     if (strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) &&
-        strncmp(environ[i], "CUDA_DEVICE_ORDER=", 18))
+        strncmp(environ[i], "CUDA_DEVICE_ORDER=", 18) && !secret_var(r->w, environ[i]))
       env[k++] = environ[i];
   wrk__gpu_visible(r, cvd, cvdlen);
   env[k++] = cvd;

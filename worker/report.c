@@ -4,6 +4,7 @@
  * the tail of its log). */
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,9 @@ int wrk__on_trainer_line(void *ud, const char *line, size_t len) {
     json_t *msg = wrk__run_header(r, "checkpoint");
     json_object_set(msg, "step", json_object_get(ev, "step"));
     json_object_set(msg, "path", json_object_get(ev, "path"));
+    json_t *stepj = json_object_get(ev, "step");
+    if (json_is_integer(stepj) && json_integer_value(stepj) >= 0)
+      r->ckpt_step = json_integer_value(stepj);
     if (send_latest(r, &r->ckpt, msg, event))
       wrk__log("run %" PRId64 " attempt %" PRId64 ": checkpoint at step %" JSON_INTEGER_FORMAT,
                r->id, r->attempt, json_integer_value(json_object_get(ev, "step")));
@@ -117,8 +121,18 @@ void wrk__run_complete(wrk__run *r) {
       snprintf(m + k, sizeof m - (size_t)k, ": %.*s", (int)(llen > 800 ? 800 : llen), last);
     r->error = strdup(m);
   }
+  /* interrupted: stopped by a signal after its checkpoint (the trainer's
+   * 128 + SIGTERM or SIGINT) and not on the scheduler's or this worker's
+   * own cancel, or stopped in any way because this worker is stopping */
+  int ok = code == 0 && r->done;
+  int stop_code = code == 128 + SIGTERM || code == 128 + SIGINT;
+  int interrupted = !ok && (stop_code ? r->interrupting || !r->cancelled
+                                      : r->interrupting && r->term_signal == SIGKILL);
   json_t *msg = wrk__run_header(r, "finished");
   json_object_set_new(msg, "seq", json_integer(r->next_seq));
+  json_object_set_new(msg, "interrupted", json_boolean(interrupted));
+  if (r->ckpt_step >= 0)
+    json_object_set_new(msg, "checkpoint_step", json_integer(r->ckpt_step));
   json_object_set_new(msg, "exit_code", json_integer(code));
   json_object_set_new(msg, "signal", json_integer(r->term_signal));
   json_object_set(msg, "done", r->done ? r->done : json_null());
@@ -142,12 +156,20 @@ void wrk__run_complete(wrk__run *r) {
   } else {
     wrk__log("BUG: run %" PRId64 ": cannot encode the finished message: %s", r->id, err);
   }
+  char note[160] = "";
+  if (interrupted && r->ckpt_step >= 0)
+    snprintf(note, sizeof note,
+             "; interrupted after its checkpoint at step %" PRId64
+             ": reported as interrupted, not failed",
+             r->ckpt_step);
+  else if (interrupted)
+    snprintf(note, sizeof note, "; interrupted: reported as interrupted, not failed");
   if (r->term_signal)
-    wrk__log("run %" PRId64 " attempt %" PRId64 ": killed by signal %d", r->id, r->attempt,
-             r->term_signal);
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": killed by signal %d%s", r->id, r->attempt,
+             r->term_signal, note);
   else
-    wrk__log("run %" PRId64 " attempt %" PRId64 ": exited with code %" PRId64, r->id, r->attempt,
-             r->exit_status);
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": exited with code %" PRId64 "%s", r->id,
+             r->attempt, r->exit_status, note);
   wrk__run_close_handle(r, (uv_handle_t *)&r->flush_timer);
   wrk__run_close_handle(r, (uv_handle_t *)&r->kill_timer);
   if (!b) {

@@ -73,11 +73,6 @@ void wrk__on_assign(wrk__conn *c, json_t *m) {
   wrk__worker *w = c->w;
   int64_t id = json_integer_value(json_object_get(m, "run_id"));
   int64_t attempt = json_integer_value(json_object_get(m, "attempt"));
-  if (w->stopping) {
-    wrk__log("run %" PRId64 " attempt %" PRId64 ": assignment ignored: the worker is stopping", id,
-             attempt);
-    return;
-  }
   if (wrk__run_find(w, id, attempt)) {
     wrk__log("run %" PRId64 " attempt %" PRId64 ": already assigned here; repeat ignored", id,
              attempt);
@@ -99,6 +94,7 @@ void wrk__on_assign(wrk__conn *c, json_t *m) {
   for (size_t i = 0; i < ng; i++)
     r->gpus[i] = (int)json_integer_value(json_array_get(gl, i));
   r->next_seq = 1;
+  r->ckpt_step = -1;
   r->state = WRK__RUN_WAITING;
   r->renewed_ms = uv_now(&w->loop); /* claimed just before it was sent */
   proto_reader_init(&r->rd);
@@ -115,6 +111,15 @@ void wrk__on_assign(wrk__conn *c, json_t *m) {
   while (*tail)
     tail = &(*tail)->next;
   *tail = r;
+  if (w->stopping) {
+    /* sent before the scheduler heard that this worker is stopping: it
+     * goes back at once, as interrupted */
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": assignment refused: the worker is stopping", id,
+             attempt);
+    r->interrupting = 1;
+    wrk__run_cancel(r, "the worker is stopping");
+    return;
+  }
 
   /* an older attempt of the same run still here stops first: two trainers
    * must never share a checkpoint directory */

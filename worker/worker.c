@@ -94,14 +94,26 @@ static void on_signal(uv_signal_t *s, int signum) {
     uv_cancel((uv_req_t *)&w->gai);
   if (w->c && !w->c->welcomed)
     wrk__conn_close(w->c, NULL);
+  /* the scheduler hears it first: it assigns nothing more here, and the
+   * runs listed are not charged an attempt even if their reports are lost */
+  json_t *refs = json_array();
+  for (wrk__run *r = w->runs; r; r = r->next)
+    if (r->state != WRK__RUN_EXITED)
+      json_array_append_new(refs, json_pack("{s:I, s:I}", "run_id", (json_int_t)r->id, "attempt",
+                                            (json_int_t)r->attempt));
+  json_t *msg = json_pack("{s:s, s:o}", "type", "stopping", "runs", refs);
+  wrk__send_json(w, msg);
+  json_decref(msg);
+  /* every attempt here ends as interrupted: a running trainer checkpoints
+   * on SIGTERM; one that waited for an older attempt never starts */
   for (wrk__run *r = w->runs, *next; r; r = next) {
     next = r->next;
-    if (r->state == WRK__RUN_WAITING) {
-      wrk__run_unlink(r);
+    if (r->state == WRK__RUN_EXITED)
       continue;
-    }
-    if (r->state == WRK__RUN_RUNNING)
-      wrk__run_cancel(r, "the worker is stopping");
+    r->interrupting = 1;
+    wrk__run_cancel(r, "the worker is stopping");
+    if (w->closed_all) /* that was the last run and nothing waits for an ack */
+      return;
   }
   wrk__maybe_finish_shutdown(w);
 }

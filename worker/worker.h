@@ -32,9 +32,15 @@
  *   gets a finished message too;
  * - cancel: SIGTERM (the trainer checkpoints), SIGKILL after kill_grace_ms.
  *
- * It stops on SIGINT or SIGTERM: trainers get SIGTERM (SIGKILL after the
- * grace period), their final messages are sent, acks are awaited for up to
- * drain_ms, then every handle is closed. A second signal stops at once
+ * It stops on SIGINT or SIGTERM: it tells the scheduler first (a
+ * `stopping` message listing its runs: it gets no new work, and those runs
+ * are not charged an attempt), trainers get SIGTERM (they checkpoint; SIGKILL
+ * after the grace period), their finished messages go marked
+ * "interrupted" with the last checkpoint step (an assignment that arrives
+ * meanwhile is answered the same way), acks are awaited for up to
+ * drain_ms, then every handle is closed. A trainer that exits 143 or 130
+ * (a SIGTERM or SIGINT from outside, such as Slurm's or a terminal's,
+ * after its checkpoint) is reported as interrupted too. A second signal stops at once
  * (SIGKILL). Messages from the scheduler that fail validation are logged
  * and ignored; nothing a peer sends can crash the worker. */
 #ifndef SS_WORKER_WORKER_H

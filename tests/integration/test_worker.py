@@ -15,7 +15,11 @@ cancel (SIGTERM: exit 143 with a checkpoint), resume, a newer attempt
 superseding a running one, a GPU the worker does not offer, a config the
 trainer refuses; bad scheduler messages ignored; an over-long line and an `error`
 message answered by a reconnect; SIGTERM stopping the worker cleanly (exit 0,
-every handle closed) after its trainer checkpointed; the token never logged.
+every handle closed): a `stopping` message first, its trainer checkpointed
+and reported as interrupted with its checkpoint step, an assignment that
+crosses the stop handed back as interrupted; the token never logged,
+and no secret of the worker's (its token under any name, the API token, a
+PostgreSQL password) in a trainer's environment.
 
 Standard library only; about 15 s.
 """
@@ -267,6 +271,11 @@ def run_test(binary):
     env["PATH"] = fakebin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
     env.pop("OMP_WAIT_POLICY", None)
     env.pop("CUDA_VISIBLE_DEVICES", None)
+    # secrets the worker holds: none may reach a trainer's environment
+    env["SCALESWEEP_WORKER_TOKEN"] = TOKEN
+    env["SCALESWEEP_TOKEN"] = "api-token-5d1e"
+    env["PGPASSWORD"] = "pg-password-77"
+    env["SOME_SECRET_COPY"] = TOKEN
     log = open(os.path.join(tmp, "worker.log"), "w")
     worker = subprocess.Popen(
         [binary, "worker", "--scheduler", "127.0.0.1:%d" % port, "--token-file", tok,
@@ -293,6 +302,11 @@ def run_test(binary):
     check(cenv.get("OMP_WAIT_POLICY") == "PASSIVE", "OMP_WAIT_POLICY %r with 2 CPU slots"
           % cenv.get("OMP_WAIT_POLICY"))
     check(argv[1:3] == ["train", "--config"] and "--resume" not in argv, "argv %r" % argv)
+    leaked = sorted(k for k, v in cenv.items()
+                    if k in ("SCALESWEEP_WORKER_TOKEN", "SCALESWEEP_TOKEN", "PGPASSWORD")
+                    or TOKEN in v)
+    check(not leaked, "the worker's secrets reach the trainer's environment: %r" % leaked)
+    check(cenv.get("PATH") == env["PATH"], "the trainer's PATH %r" % cenv.get("PATH"))
     with open(argv[3]) as f:
         cfg = json.load(f)
     # the config is written exactly as assigned (its hash is the planner's);
@@ -401,6 +415,7 @@ def run_test(binary):
           "cancelled trainer exit %r signal %r (expected 143, 0)"
           % (fin["exit_code"], fin["signal"]))
     check(fin["done"] is None and "signal 15" in (fin["error"] or ""), "error %r" % fin["error"])
+    check(fin.get("interrupted") is False, "a cancelled run reported as interrupted")
     check("stopped by signal 15" in fin["log_tail"], "log_tail %r" % fin["log_tail"][-300:])
     ck3 = [m for m in p.got if m["type"] == "checkpoint" and m["run_id"] == 3]
     check(ck3 and os.path.exists(os.path.join(ck(3), "checkpoint.bin")),
@@ -475,9 +490,26 @@ def run_test(binary):
     assign(p, 5, 1, LONG, [], ck(5))
     p.until(lambda m: m["type"] == "metrics" and m["run_id"] == 5, 10, "run 5 metrics", ack_all)
     worker.send_signal(signal.SIGTERM)
+    # the scheduler hears first that the worker is stopping, with its runs
+    stp = p.until(lambda m: m["type"] == "stopping", 10, "a stopping message", ack_all)
+    check(stp["runs"] == [{"run_id": 5, "attempt": 1}], "stopping runs %r" % stp["runs"])
+    check(not any(m["type"] == "finished" and m["run_id"] == 5 for m in p.got),
+          "run 5 finished before the stopping message")
+    # an assignment that crosses it is handed back at once, as interrupted
+    assign(p, 7, 1, LONG, [], ck(7))
     fin = p.until(lambda m: m["type"] == "finished" and m["run_id"] == 5, 10,
                   "run 5 finished at shutdown", ack_all)
     check(fin["exit_code"] == 143, "run 5 exit %r at shutdown" % fin["exit_code"])
+    ck5 = [m for m in p.got if m["type"] == "checkpoint" and m["run_id"] == 5]
+    check(fin.get("interrupted") is True and ck5 and fin.get("checkpoint_step") == ck5[-1]["step"],
+          "run 5 finished at shutdown: interrupted %r, checkpoint_step %r (last checkpoint %r)"
+          % (fin.get("interrupted"), fin.get("checkpoint_step"), ck5 and ck5[-1]["step"]))
+    fin7 = p.until(lambda m: m["type"] == "finished" and m["run_id"] == 7, 10,
+                   "run 7 handed back while stopping", ack_all)
+    check(fin7.get("interrupted") is True and fin7["done"] is None
+          and not any(m["type"] == "started" and m["run_id"] == 7 for m in p.got),
+          "run 7, assigned while stopping: %r" % fin7)
+    check(not os.path.exists(os.path.join(ck(7), "checkpoint.bin")), "run 7 trained")
     check(os.path.exists(os.path.join(ck(5), "checkpoint.bin")), "run 5 checkpoint")
     try:
         rc = worker.wait(10)

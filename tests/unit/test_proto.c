@@ -238,6 +238,13 @@ static void test_valid(void) {
   expect_ok("{\"type\":\"cancel\",\"run_id\":5}", PROTO_CANCEL);
   expect_ok("{\"type\":\"ack\",\"run_id\":1,\"attempt\":1,\"seq\":3}", PROTO_ACK);
   expect_ok("{\"type\":\"error\",\"message\":\"bad token\"}", PROTO_ERROR);
+  /* a stopping worker, and an interrupted run's finished */
+  expect_ok("{\"type\":\"stopping\",\"runs\":[{\"run_id\":3,\"attempt\":2}]}", PROTO_STOPPING);
+  expect_ok("{\"type\":\"stopping\",\"runs\":[]}", PROTO_STOPPING);
+  expect_ok("{\"type\":\"finished\",\"run_id\":1,\"attempt\":1,\"seq\":4,\"exit_code\":143,"
+            "\"signal\":0,\"done\":null,\"error\":\"stopped\",\"log_tail\":\"x\","
+            "\"interrupted\":true,\"checkpoint_step\":120}",
+            PROTO_FINISHED);
   /* unknown keys are ignored */
   expect_ok("{\"type\":\"cancel\",\"run_id\":5,\"reason\":\"user\"}", PROTO_CANCEL);
   /* whitespace around the object */
@@ -254,6 +261,16 @@ static void test_invalid(void) {
   expect_err("{\"type\":7}", "$.type: expected one of", "found 7");
   expect_err("{\"type\":\"launch\"}", "$.type: expected one of", "found \"launch\"");
   expect_err("{\"type\":\"cancel\",\"run_id\":1,\"run_id\":2}", "$: invalid JSON", "duplicate");
+  /* stopping; finished's optional fields have their types when present */
+  expect_err("{\"type\":\"stopping\"}", "$.runs: missing", NULL);
+  expect_err("{\"type\":\"stopping\",\"runs\":[{\"run_id\":1}]}", "$.runs[0].attempt: missing",
+             NULL);
+  expect_err("{\"type\":\"finished\",\"run_id\":1,\"attempt\":1,\"seq\":4,\"exit_code\":143,"
+             "\"signal\":0,\"done\":null,\"error\":null,\"log_tail\":\"\",\"interrupted\":1}",
+             "$.interrupted: expected true or false", "found 1");
+  expect_err("{\"type\":\"finished\",\"run_id\":1,\"attempt\":1,\"seq\":4,\"exit_code\":143,"
+             "\"signal\":0,\"done\":null,\"error\":null,\"log_tail\":\"\",\"checkpoint_step\":-1}",
+             "$.checkpoint_step: expected an integer >= 0", NULL);
   /* hello */
   expect_err("{\"type\":\"hello\",\"version\":2,\"token\":\"t\",\"name\":\"n\",\"host\":\"h\","
              "\"gpus\":[],\"cpu_slots\":1,\"runs\":[]}",
@@ -435,6 +452,7 @@ static void test_encode(void) {
 static void test_names(void) {
   CHECK(!strcmp(proto_type_name(PROTO_HELLO), "hello"));
   CHECK(!strcmp(proto_type_name(PROTO_ERROR), "error"));
+  CHECK(!strcmp(proto_type_name(PROTO_STOPPING), "stopping"));
   CHECK(!strcmp(proto_type_name(PROTO_INVALID), "invalid"));
   CHECK(!strcmp(proto_type_name((proto_type)99), "invalid"));
 }
