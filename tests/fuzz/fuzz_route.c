@@ -103,10 +103,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     last_got = got;
   }
   fuzz_peer_shutdown(&p);
-  do {
+  while (!p.closed || st.connections > 0 || store_stub_pending()) {
     uv_run(&loop, UV_RUN_ONCE);
     http_server_stats(s->http, &st);
-  } while (!p.closed || st.connections > 0 || store_stub_pending());
+  }
 
   int stopped = 0;
   s->stopping = 1;
