@@ -2,7 +2,8 @@
 # A short fuzzing run of every harness (or of the ones named): builds them
 # with clang (libFuzzer + ASan + UBSan, in build-fuzz/), runs each for
 # SECONDS (default 60) on a scratch copy of its seed corpus and past
-# reproducers (the committed directories are never written), and prints
+# reproducers (the committed directories are never written; dict/NAME.dict,
+# the protocol's words, when there is one), and prints
 # executions and findings per harness. Exits 1 on any finding: a crash or
 # sanitizer report, a leak, a timeout (an input running over 10 s; 30 s for
 # plan: a spec of SPEC_MAX_RUNS runs takes about 10 s to plan in this
@@ -63,7 +64,9 @@ for h in "${names[@]}"; do
   rc=0
   limit=10
   case $h in plan | route) limit=30 ;; esac # route: POST /api/sweeps plans
-  TMPDIR=$d/tmp "$build/tests/fuzz/fuzz_$h" -max_total_time="$secs" -timeout="$limit" \
+  dict=()
+  [ -f "$here/dict/$h.dict" ] && dict=(-dict="$here/dict/$h.dict")
+  TMPDIR=$d/tmp "$build/tests/fuzz/fuzz_$h" -max_total_time="$secs" -timeout="$limit" "${dict[@]}" \
     -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$d/artifacts/" \
     "$d/corpus" >"$d/log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$d/log" | tail -n 1)

@@ -29,8 +29,7 @@ struct call {
   answer_fn *answer;
   void (*cb)(void);
   void *ud;
-  int64_t a, b; /* ids, counts */
-  const char *s;
+  int64_t a;    /* an id or a count the answer needs */
   int64_t *ids; /* (n), malloc'd */
   int n;
 };
