@@ -71,6 +71,18 @@ static int quiet(wrk__worker *w, sched_side *s) {
   return 1;
 }
 
+/* fd is the worker's connection: its peer is the worker's socket (not some
+ * other program on this host that found the harness's port). */
+static int from_worker(wrk__worker *w, int fd) {
+  struct sockaddr_storage peer, mine;
+  socklen_t plen = sizeof peer;
+  int mlen = sizeof mine;
+  return w->c && getpeername(fd, (struct sockaddr *)&peer, &plen) == 0 &&
+         uv_tcp_getsockname(&w->c->tcp, (struct sockaddr *)&mine, &mlen) == 0 &&
+         peer.ss_family == AF_INET && mine.ss_family == AF_INET &&
+         ((struct sockaddr_in *)&peer)->sin_port == ((struct sockaddr_in *)&mine)->sin_port;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > FUZZ_WCONN_MAX_INPUT)
     size = FUZZ_WCONN_MAX_INPUT;
@@ -91,10 +103,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   wrk__connect_start(w);
   for (int fd; !s.accepted;) {
     uv_run(&w->loop, UV_RUN_NOWAIT);
-    if ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-      fuzz_peer_start(&w->loop, &s.peer, fd);
-      s.accepted = 1;
+    if ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) < 0)
+      continue;
+    if (!from_worker(w, fd)) {
+      close(fd);
+      continue;
     }
+    fuzz_peer_start(&w->loop, &s.peer, fd);
+    s.accepted = 1;
   }
   while (s.lines == 0 && !s.peer.eof) /* the hello */
     uv_run(&w->loop, UV_RUN_NOWAIT);

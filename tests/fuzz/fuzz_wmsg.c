@@ -83,6 +83,22 @@ static int quiet(sched *s, fuzz_peer *p) {
   return 1;
 }
 
+/* The scheduler has accepted the harness's connection (and not only some
+ * other program's on this host that found the port). */
+static int accepted(sched *s, fuzz_peer *p) {
+  struct sockaddr_in mine, peer;
+  socklen_t mlen = sizeof mine;
+  if (getsockname(p->fd, (struct sockaddr *)&mine, &mlen) != 0)
+    abort();
+  for (sched__wconn *c = s->wp.conns; c; c = c->next) {
+    int plen = sizeof peer;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&peer, &plen) == 0 &&
+        peer.sin_port == mine.sin_port)
+      return 1;
+  }
+  return p->eof; /* or refused it */
+}
+
 static void on_db_closed(void *ud) { (void)ud; }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -135,8 +151,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   proto_reader_init(&rep.rd);
   fuzz_peer p = {.written = 1, .on_data = on_reply, .ud = &rep};
   fuzz_peer_connect(&loop, &p, wp->port);
-  while (!wp->conns)
-    uv_run(&loop, UV_RUN_ONCE); /* accepted */
+  while (!accepted(s, &p))
+    uv_run(&loop, UV_RUN_ONCE);
   for (size_t pos = 0; pos < size && !p.eof;) {
     const uint8_t *end = memmem(data + pos, size - pos, "\n\n", 2);
     size_t n = end ? (size_t)(end - (data + pos)) + 1 : size - pos;
@@ -149,8 +165,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sched__sweep_flush(s);
   while (!quiet(s, &p))
     uv_run(&loop, UV_RUN_NOWAIT);
-  fuzz_peer_shutdown(&p); /* the worker goes: its connection is dropped */
-  while (wp->conns || !p.closed || store_stub_pending())
+  fuzz_peer_shutdown(&p);                   /* the worker goes: its connection is dropped */
+  while (!p.closed || store_stub_pending()) /* closed: the scheduler closed its end */
     uv_run(&loop, UV_RUN_NOWAIT);
 
   s->stopping = 1;
