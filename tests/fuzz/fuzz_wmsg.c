@@ -14,7 +14,10 @@
  * in which an empty line is not sent but waited at: what comes after it is
  * written once the scheduler has gone quiet (as a worker waits for its
  * welcome before it sends anything else; lines between empty ones go in
- * one burst, as a worker's metrics and finished do).
+ * one burst, as a worker's metrics and finished do), and a line "#connect"
+ * between empty ones opens another connection, which takes the rest (the
+ * one before stays open: a worker restarted, or a second one of that name;
+ * at most MAX_CONNS).
  * Invariant: every line the scheduler sends is a valid protocol message of
  * a scheduler's type (common/proto.c's proto_parse). */
 #include <stdio.h>
@@ -68,11 +71,23 @@ static void on_reply(void *ud, const char *buf, size_t n) {
     abort(); /* a line over the protocol's limit */
 }
 
+enum { MAX_CONNS = 4 };
+
+/* The harness's connections: the worker's, then those "#connect" opened. */
+typedef struct conns {
+  fuzz_peer p[MAX_CONNS];
+  reply rep[MAX_CONNS];
+  int n;
+} conns;
+
 /* Nothing left to do but wait: the input is written and read, the
  * scheduler's answers are read, the store has answered everything. */
-static int quiet(sched *s, fuzz_peer *p) {
-  if (!p->written || store_stub_pending() || (!p->closed && fuzz_unread(p->fd)))
+static int quiet(sched *s, conns *cs) {
+  if (store_stub_pending())
     return 0;
+  for (int i = 0; i < cs->n; i++)
+    if (!cs->p[i].written || (!cs->p[i].closed && fuzz_unread(cs->p[i].fd)))
+      return 0;
   for (sched__wconn *c = s->wp.conns; c; c = c->next) {
     uv_os_fd_t fd;
     if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && fuzz_unread(fd))
@@ -97,6 +112,18 @@ static int accepted(sched *s, fuzz_peer *p) {
       return 1;
   }
   return p->eof; /* or refused it */
+}
+
+/* Opens the next connection (the last one stays open: a worker that
+ * restarted, or a second one under the same name). */
+static void open_conn(sched *s, conns *cs) {
+  reply *r = &cs->rep[cs->n];
+  fuzz_peer *p = &cs->p[cs->n++];
+  proto_reader_init(&r->rd);
+  *p = (fuzz_peer){.written = 1, .on_data = on_reply, .ud = r};
+  fuzz_peer_connect(s->loop, p, s->wp.port);
+  while (!accepted(s, p))
+    uv_run(s->loop, UV_RUN_ONCE);
 }
 
 static void on_db_closed(void *ud) { (void)ud; }
@@ -147,27 +174,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   }
 
-  reply rep = {0};
-  proto_reader_init(&rep.rd);
-  fuzz_peer p = {.written = 1, .on_data = on_reply, .ud = &rep};
-  fuzz_peer_connect(&loop, &p, wp->port);
-  while (!accepted(s, &p))
-    uv_run(&loop, UV_RUN_ONCE);
-  for (size_t pos = 0; pos < size && !p.eof;) {
+  conns cs = {.n = 0};
+  open_conn(s, &cs);
+  for (size_t pos = 0; pos < size;) {
     const uint8_t *end = memmem(data + pos, size - pos, "\n\n", 2);
     size_t n = end ? (size_t)(end - (data + pos)) + 1 : size - pos;
-    fuzz_peer_write(&p, data + pos, n);
+    if (n == 9 && !memcmp(data + pos, "#connect\n", 9)) {
+      if (cs.n < MAX_CONNS)
+        open_conn(s, &cs);
+    } else {
+      fuzz_peer_write(&cs.p[cs.n - 1], data + pos, n);
+    }
     pos += n + (end ? 1 : 0);
-    while (!quiet(s, &p))
+    while (!quiet(s, &cs))
       uv_run(&loop, UV_RUN_NOWAIT);
   }
   /* the sweeps touched get their status and refits, as at a lease tick */
   sched__sweep_flush(s);
-  while (!quiet(s, &p))
+  while (!quiet(s, &cs))
     uv_run(&loop, UV_RUN_NOWAIT);
-  fuzz_peer_shutdown(&p);                   /* the worker goes: its connection is dropped */
-  while (!p.closed || store_stub_pending()) /* closed: the scheduler closed its end */
-    uv_run(&loop, UV_RUN_NOWAIT);
+  for (int i = 0; i < cs.n; i++) /* the workers go: their connections are dropped */
+    fuzz_peer_shutdown(&cs.p[i]);
+  for (int i = 0; i < cs.n; i++)
+    while (!cs.p[i].closed || store_stub_pending()) /* closed: the scheduler closed its end */
+      uv_run(&loop, UV_RUN_NOWAIT);
 
   s->stopping = 1;
   sched__wport_close(wp);
@@ -179,7 +209,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fprintf(stderr, "fuzz_wmsg: a handle was left open\n");
     abort();
   }
-  proto_reader_free(&rep.rd);
+  for (int i = 0; i < cs.n; i++)
+    proto_reader_free(&cs.rep[i].rd);
   sched__events_free(&s->ev);
   sched__wport_free(wp);
   sched__refits_free(&s->refits);
