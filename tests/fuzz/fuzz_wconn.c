@@ -10,9 +10,11 @@
  *
  * Input: the stream, in which an empty line is not sent but waited at: what
  * follows it is written once the worker has gone quiet (its trainers'
- * output sent, its messages read). Invariant: every line the worker sends
- * is a valid protocol message of a worker's type (proto_parse), its first
- * one a hello. */
+ * output sent, its messages read); a line "#reconnect" between empty ones
+ * closes the harness's end and takes the worker's next connection (its
+ * hello lists its runs; after a welcome it resends what was not acked). Invariant: every line the
+ * worker sends is a valid protocol message of a worker's type (proto_parse), its first one a hello.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +31,7 @@ typedef struct sched_side {
   proto_reader rd;
   int lines;
   fuzz_peer peer;
-  int accepted;
+  int reconnects;
 } sched_side;
 
 static int on_worker_line(void *ud, const char *line, size_t len) {
@@ -83,6 +85,40 @@ static int from_worker(wrk__worker *w, int fd) {
          ((struct sockaddr_in *)&peer)->sin_port == ((struct sockaddr_in *)&mine)->sin_port;
 }
 
+/* Takes the worker's (next) connection and waits for its hello. */
+static void attach(wrk__worker *w, sched_side *s, int lfd) {
+  proto_reader_free(&s->rd);
+  proto_reader_init(&s->rd);
+  s->lines = 0;
+  s->peer = (fuzz_peer){.written = 1, .on_data = on_worker_data, .ud = s};
+  for (int fd;;) {
+    uv_run(&w->loop, UV_RUN_NOWAIT);
+    if ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) < 0)
+      continue;
+    if (from_worker(w, fd)) {
+      fuzz_peer_start(&w->loop, &s->peer, fd);
+      break;
+    }
+    close(fd);
+  }
+  while (s->lines == 0 && !s->peer.eof)
+    uv_run(&w->loop, UV_RUN_NOWAIT);
+}
+
+/* The scheduler goes away and the worker comes back at once (as its
+ * reconnect timer would have it, later): a new hello with its runs. */
+static void reconnect(wrk__worker *w, sched_side *s, int lfd) {
+  int was_open = !s->peer.eof; /* else the worker closed it and is reconnecting */
+  fuzz_peer_close(&s->peer);
+  while (!s->peer.closed || (was_open && w->c))
+    uv_run(&w->loop, UV_RUN_NOWAIT);
+  if (!w->c) {
+    uv_timer_stop(&w->reconnect_timer);
+    wrk__connect_start(w);
+  }
+  attach(w, s, lfd);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > FUZZ_WCONN_MAX_INPUT)
     size = FUZZ_WCONN_MAX_INPUT;
@@ -97,27 +133,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   snprintf(dir, sizeof dir, "%s/worker", fuzz_dir());
   wrk__worker *w = worker_stub_new(dir, ntohs(a.sin_port));
 
-  sched_side s = {.peer = {.written = 1, .on_data = on_worker_data}};
-  s.peer.ud = &s;
+  sched_side s = {.reconnects = 0};
   proto_reader_init(&s.rd);
   wrk__connect_start(w);
-  for (int fd; !s.accepted;) {
-    uv_run(&w->loop, UV_RUN_NOWAIT);
-    if ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) < 0)
-      continue;
-    if (!from_worker(w, fd)) {
-      close(fd);
-      continue;
-    }
-    fuzz_peer_start(&w->loop, &s.peer, fd);
-    s.accepted = 1;
-  }
-  while (s.lines == 0 && !s.peer.eof) /* the hello */
-    uv_run(&w->loop, UV_RUN_NOWAIT);
-  for (size_t pos = 0; pos < size && !s.peer.eof;) {
+  attach(w, &s, lfd);
+  for (size_t pos = 0; pos < size;) {
     const uint8_t *end = memmem(data + pos, size - pos, "\n\n", 2);
     size_t n = end ? (size_t)(end - (data + pos)) + 1 : size - pos;
-    fuzz_peer_write(&s.peer, data + pos, n);
+    if (n == 11 && !memcmp(data + pos, "#reconnect\n", 11)) {
+      if (s.reconnects++ < 4)
+        reconnect(w, &s, lfd);
+    } else {
+      fuzz_peer_write(&s.peer, data + pos, n);
+    }
     pos += n + (end ? 1 : 0);
     while (!quiet(w, &s))
       uv_run(&w->loop, UV_RUN_NOWAIT);
