@@ -9,8 +9,8 @@
  * connection: the input is written, the loop runs until the requests have
  * been answered (no answer pending in the store, no new request, nothing
  * more received for a few turns: the server drops the answers of a client
- * that has gone), then the connection is half-closed and, once the server
- * has closed it, the server stops and uv_loop_close must succeed.
+ * that has gone), then the client resets the connection (loopback.h: no
+ * TIME_WAIT), the server stops and uv_loop_close must succeed.
  *
  * Input: an optional first line "#OSCRIPT": O's bit 0 set closes reads
  * (--closed-reads: GETs need the token too), SCRIPT the store's answers
@@ -102,12 +102,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     last_requests = st.requests;
     last_got = got;
   }
-  fuzz_peer_shutdown(&p);
-  while (!p.closed || store_stub_pending()) { /* closed: the server closed its end */
-    uv_run(&loop, UV_RUN_ONCE);
-    http_server_stats(s->http, &st);
-  }
-
+  fuzz_peer_close(&p); /* the client goes (its connection is reset) */
+  while (!p.closed || store_stub_pending())
+    uv_run(&loop, UV_RUN_NOWAIT);
   int stopped = 0;
   s->stopping = 1;
   http_server_stop(s->http, on_stopped, &stopped);

@@ -97,6 +97,9 @@ static void attach(wrk__worker *w, sched_side *s, int lfd) {
       continue;
     if (from_worker(w, fd)) {
       fuzz_peer_start(&w->loop, &s->peer, fd);
+      uv_os_fd_t wfd; /* the worker closes first at its end: no TIME_WAIT */
+      if (uv_fileno((uv_handle_t *)&w->c->tcp, &wfd) == 0)
+        fuzz_no_time_wait(wfd);
       break;
     }
     close(fd);
@@ -126,6 +129,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct sockaddr_in a = {.sin_family = AF_INET};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t alen = sizeof a;
+  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &(int){1}, sizeof(int));
   if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 8) != 0 ||
       getsockname(lfd, (struct sockaddr *)&a, &alen) != 0)
     abort();

@@ -6,8 +6,9 @@
  * the queue, claims, assign messages) and the sweeps' status updates and
  * refits (refit.c). The store is store_stub.c. Each input gets a scheduler
  * of its own on a private loop; the loop runs until nothing is left to
- * read, write or answer, then the connection is half-closed, the port and
- * the connections closed, and uv_loop_close must succeed (no handle left).
+ * read, write or answer, then the connection is reset (loopback.h: no
+ * TIME_WAIT), the port and the connections closed, and uv_loop_close must
+ * succeed (no handle left).
  *
  * Input: an optional first line "#SCRIPT" (the store's answers, one byte
  * each: store_stub.h), then the stream (cluster token: FUZZ_WMSG_TOKEN),
@@ -77,6 +78,7 @@ enum { MAX_CONNS = 4 };
 typedef struct conns {
   fuzz_peer p[MAX_CONNS];
   reply rep[MAX_CONNS];
+  int port[MAX_CONNS]; /* the harness's end's, network order */
   int n;
 } conns;
 
@@ -98,32 +100,37 @@ static int quiet(sched *s, conns *cs) {
   return 1;
 }
 
-/* The scheduler has accepted the harness's connection (and not only some
- * other program's on this host that found the port). */
-static int accepted(sched *s, fuzz_peer *p) {
-  struct sockaddr_in mine, peer;
-  socklen_t mlen = sizeof mine;
-  if (getsockname(p->fd, (struct sockaddr *)&mine, &mlen) != 0)
-    abort();
+/* The scheduler's connection whose peer is the harness's port (not some
+ * other program's on this host that found the port), or NULL. */
+static sched__wconn *conn_of(sched *s, int port) {
   for (sched__wconn *c = s->wp.conns; c; c = c->next) {
+    struct sockaddr_in peer;
     int plen = sizeof peer;
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&peer, &plen) == 0 &&
-        peer.sin_port == mine.sin_port)
-      return 1;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&peer, &plen) == 0 && peer.sin_port == port)
+      return c;
   }
-  return p->eof; /* or refused it */
+  return NULL;
 }
 
 /* Opens the next connection (the last one stays open: a worker that
  * restarted, or a second one under the same name). */
 static void open_conn(sched *s, conns *cs) {
   reply *r = &cs->rep[cs->n];
-  fuzz_peer *p = &cs->p[cs->n++];
+  fuzz_peer *p = &cs->p[cs->n];
   proto_reader_init(&r->rd);
   *p = (fuzz_peer){.written = 1, .on_data = on_reply, .ud = r};
   fuzz_peer_connect(s->loop, p, s->wp.port);
-  while (!accepted(s, p))
+  struct sockaddr_in mine;
+  socklen_t mlen = sizeof mine;
+  if (getsockname(p->fd, (struct sockaddr *)&mine, &mlen) != 0)
+    abort();
+  cs->port[cs->n++] = mine.sin_port;
+  sched__wconn *c;
+  while (!(c = conn_of(s, mine.sin_port)) && !p->eof)
     uv_run(s->loop, UV_RUN_ONCE);
+  uv_os_fd_t fd;
+  if (c && uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+    fuzz_no_time_wait(fd); /* the scheduler may drop it first */
 }
 
 static void on_db_closed(void *ud) { (void)ud; }
@@ -194,9 +201,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   while (!quiet(s, &cs))
     uv_run(&loop, UV_RUN_NOWAIT);
   for (int i = 0; i < cs.n; i++) /* the workers go: their connections are dropped */
-    fuzz_peer_shutdown(&cs.p[i]);
+    fuzz_peer_close(&cs.p[i]);
   for (int i = 0; i < cs.n; i++)
-    while (!cs.p[i].closed || store_stub_pending()) /* closed: the scheduler closed its end */
+    while (!cs.p[i].closed || conn_of(s, cs.port[i]) || store_stub_pending())
       uv_run(&loop, UV_RUN_NOWAIT);
 
   s->stopping = 1;

@@ -2,7 +2,14 @@
  * service over its real socket (fuzz_wmsg, fuzz_route, fuzz_wconn): a
  * non-blocking socket polled on the service's own libuv loop, which writes
  * the fuzz input and hands what the service answers to a callback. Static
- * inline, like fuzz.h. */
+ * inline, like fuzz.h.
+ *
+ * No connection may end in TIME_WAIT: at hundreds of inputs a second the
+ * host's ephemeral ports would run out within a minute (binds and connects
+ * failing with EADDRINUSE, here and in every other program on the host).
+ * So the harness's end closes with a reset (SO_LINGER 0) rather than a FIN,
+ * and the service's end of the connection gets the same option
+ * (fuzz_no_time_wait) where the service, not the harness, closes first. */
 #ifndef SS_TESTS_FUZZ_LOOPBACK_H
 #define SS_TESTS_FUZZ_LOOPBACK_H
 
@@ -17,15 +24,20 @@
 #include <unistd.h>
 #include <uv.h>
 
+/* Closing fd sends a reset and leaves nothing in TIME_WAIT. */
+static inline void fuzz_no_time_wait(int fd) {
+  struct linger l = {.l_onoff = 1, .l_linger = 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+}
+
 typedef struct fuzz_peer {
   uv_poll_t poll;
   int fd;
   const uint8_t *data; /* to write (not copied) */
   size_t len, off;
-  int written;    /* everything went, or the service stopped reading */
-  int shut_after; /* half-close once written */
-  int eof;        /* the service closed its side */
-  int closed;     /* the poll handle and the socket are closed */
+  int written; /* everything went, or the service stopped reading */
+  int eof;     /* the service closed its side */
+  int closed;  /* the poll handle and the socket are closed */
   void (*on_data)(void *ud, const char *buf, size_t n);
   void *ud;
 } fuzz_peer;
@@ -42,6 +54,8 @@ static inline void fuzz__peer_closed(uv_handle_t *h) {
   p->closed = 1;
 }
 
+/* Closes the harness's end (a reset: the service reads ECONNRESET, which it
+ * takes as the end of its peer, as it takes an EOF). */
 static inline void fuzz_peer_close(fuzz_peer *p) {
   if (!uv_is_closing((uv_handle_t *)&p->poll))
     uv_close((uv_handle_t *)&p->poll, fuzz__peer_closed);
@@ -69,11 +83,8 @@ static inline void fuzz__peer_io(uv_poll_t *h, int status, int events) {
     while (p->off < p->len &&
            (w = send(p->fd, p->data + p->off, p->len - p->off, MSG_NOSIGNAL)) > 0)
       p->off += (size_t)w;
-    if (p->off == p->len || (w < 0 && errno != EAGAIN && errno != EINTR)) {
+    if (p->off == p->len || (w < 0 && errno != EAGAIN && errno != EINTR))
       p->written = 1;
-      if (p->shut_after)
-        shutdown(p->fd, SHUT_WR);
-    }
   }
   if (events & (UV_READABLE | UV_DISCONNECT)) {
     char buf[65536];
@@ -90,6 +101,7 @@ static inline void fuzz__peer_io(uv_poll_t *h, int status, int events) {
 /* Starts polling fd (connected or connecting, non-blocking) on loop. */
 static inline void fuzz_peer_start(uv_loop_t *loop, fuzz_peer *p, int fd) {
   p->fd = fd;
+  fuzz_no_time_wait(fd);
   p->poll.data = p;
   if (uv_poll_init(loop, &p->poll, fd) != 0)
     abort();
@@ -115,13 +127,6 @@ static inline void fuzz_peer_write(fuzz_peer *p, const uint8_t *data, size_t len
   p->off = 0;
   p->written = 0;
   fuzz__peer_arm(p);
-}
-
-/* Half-closes: the service reads the end of its input. */
-static inline void fuzz_peer_shutdown(fuzz_peer *p) {
-  p->written = 1;
-  if (!p->closed)
-    shutdown(p->fd, SHUT_WR);
 }
 
 #endif
