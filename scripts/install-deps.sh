@@ -3,6 +3,7 @@
 # Quiet and quick when everything is already there.
 #   --bench   also the benchmark's comparison side (Debian's python3-torch)
 #   --fuzz    also clang with libFuzzer and OpenMP for tests/fuzz/run.sh
+#             (scripts/test.sh asks for them: it runs the fuzzers)
 set -euo pipefail
 
 packages=(

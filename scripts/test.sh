@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds with warnings as errors,
 # runs every test under ctest, then the unit and integration tests again in
-# an AddressSanitizer + UndefinedBehaviorSanitizer build.
+# an AddressSanitizer + UndefinedBehaviorSanitizer build, then every fuzz
+# harness for 20 s (tests/fuzz/run.sh: a finding fails).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --fuzz
 jobs=$(nproc)
 
 cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSS_WERROR=ON >/dev/null
@@ -17,3 +18,10 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSS_WERROR=ON -DSS_SANITIZE=O
   -DSS_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" -L 'unit|integration')
+
+# Fuzzing: 20 s per harness (clang + libFuzzer, in build-fuzz/); the status
+# page's assets come from build-ci's node_modules when it has them.
+if [ -z "${SS_WEB_NODE_MODULES:-}" ] && [ -d build-ci/scheduler/web_npm/node_modules ]; then
+  export SS_WEB_NODE_MODULES=$root/build-ci/scheduler/web_npm/node_modules
+fi
+SS_FUZZ_JOBS=$jobs tests/fuzz/run.sh 20

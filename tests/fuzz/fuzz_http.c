@@ -1,8 +1,9 @@
 /* The HTTP server (http/, the scheduler's) as a client sees it: the
  * input is written as raw bytes to a real server on 127.0.0.1 in this
- * process's libuv loop (one connection per input, then a half-close), and
- * the loop runs until the server has closed that connection. So llhttp, the
- * limits, the target and header indexing, pipelining, keep-alive, 100-
+ * process's libuv loop (one connection per input, reset once the server
+ * has answered), and the loop runs until the server has closed that
+ * connection. So llhttp, the limits, the target and header indexing,
+ * pipelining, keep-alive, 100-
  * continue, error answers and SSE all run as they do in the scheduler. The
  * handler reads every accessor and answers at once: /events* opens an
  * event stream, /error* answers with the decoded path and raw query in a
@@ -69,7 +70,8 @@ typedef struct client {
   int fd;
   const uint8_t *data;
   size_t len, off;
-  int shut, done;
+  int shut, done; /* shut: everything written (or the server stopped reading) */
+  size_t got;     /* bytes the server answered */
 } client;
 
 static void client_closed(uv_handle_t *h) {
@@ -92,7 +94,6 @@ static void client_io(uv_poll_t *h, int status, int events) {
       c->off += (size_t)w;
     }
     if (c->off == c->len || (errno != EAGAIN && errno != EINTR)) {
-      shutdown(c->fd, SHUT_WR); /* the end of the input */
       c->shut = 1;
       uv_poll_start(h, UV_READABLE, client_io);
     }
@@ -100,8 +101,8 @@ static void client_io(uv_poll_t *h, int status, int events) {
   if (events & UV_READABLE) {
     char buf[65536];
     ssize_t r;
-    while ((r = recv(c->fd, buf, sizeof buf, 0)) > 0) {
-    }
+    while ((r = recv(c->fd, buf, sizeof buf, 0)) > 0)
+      c->got += (size_t)r;
     if (r == 0 || (errno != EAGAIN && errno != EINTR)) /* the server closed */
       uv_close((uv_handle_t *)h, client_closed);
   }
@@ -138,10 +139,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (uv_poll_init(&loop, &c.poll, c.fd) != 0 ||
       uv_poll_start(&c.poll, UV_READABLE | UV_WRITABLE, client_io) != 0)
     abort();
+  /* Closing with a reset (SO_LINGER 0) once the server has answered,
+   * rather than half-closing after the input: a FIN from this end first
+   * leaves the connection in TIME_WAIT, and at thousands of inputs a second
+   * those use up the host's ephemeral ports (binds failing with EADDRINUSE
+   * in every program on it). The server reads the reset as it reads an EOF. */
+  struct linger l = {.l_onoff = 1, .l_linger = 0};
+  setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
   http_stats st;
-  do {
+  uint64_t last_requests = UINT64_MAX;
+  size_t last_got = 0;
+  for (int still = 0; still < 8 && !c.done;) {
+    uv_run(&loop, UV_RUN_NOWAIT);
+    http_server_stats(srv, &st);
+    still = !c.shut || st.requests != last_requests || c.got != last_got ? 0 : still + 1;
+    last_requests = st.requests;
+    last_got = c.got;
+  }
+  if (!uv_is_closing((uv_handle_t *)&c.poll))
+    uv_close((uv_handle_t *)&c.poll, client_closed);
+  http_server_stats(srv, &st);
+  while (!c.done || st.connections > 0) {
     uv_run(&loop, UV_RUN_ONCE);
     http_server_stats(srv, &st);
-  } while (!c.done || st.connections > 0);
+  }
   return 0;
 }

@@ -1,0 +1,580 @@
+/* The store without PostgreSQL (store_stub.h): every function of store/ headers
+ * that the scheduler calls, answering on a later loop turn. Each call is
+ * kept as a record with the arguments its answer needs (copied: the
+ * caller's may be gone by then) and the function that gives the answer. */
+#include "tests/fuzz/store_stub.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "common/err.h"
+#include "store/actions.h"
+#include "store/fits.h"
+#include "store/metrics.h"
+#include "store/pages.h"
+#include "store/predictions.h"
+#include "store/runs.h"
+#include "store/store.h"
+#include "store/sweeps.h"
+#include "store/workers.h"
+
+typedef struct call call;
+/* status is 0 or the error to answer with; v the answer's variant */
+typedef void answer_fn(call *c, int status, int v);
+
+struct call {
+  call *next;
+  answer_fn *answer;
+  void (*cb)(void);
+  void *ud;
+  int64_t a;    /* an id or a count the answer needs */
+  int64_t *ids; /* (n), malloc'd */
+  int n;
+};
+
+struct db {
+  uv_loop_t *loop;
+  uv_idle_t idle;
+  call *head, *tail;
+  void (*close_cb)(void *ud);
+  void *close_ud;
+};
+
+static const uint8_t *script;
+static size_t script_len, script_pos;
+static int down, pending;
+static int64_t last_worker = 1; /* the last worker registered: its runs */
+
+void store_stub_script(const uint8_t *bytes, size_t n) {
+  script = bytes;
+  script_len = n;
+  script_pos = 0;
+  down = 0;
+}
+
+int store_stub_pending(void) { return pending; }
+
+static const char *const errmsg = "stub: the statement failed";
+
+static void answer_one(call *c, int closing) {
+  uint8_t byte = script_pos < script_len ? script[script_pos++] : 0;
+  int status = 0;
+  if (closing || down || (byte & 7) == 2 || (byte & 7) == 3)
+    status = SS_ECONN;
+  else if ((byte & 7) == 1)
+    status = SS_EQUERY;
+  if ((byte & 7) == 3)
+    down = 1;
+  pending--;
+  c->answer(c, status, byte >> 3);
+  free(c->ids);
+  free(c);
+}
+
+static void on_idle(uv_idle_t *h) {
+  db *d = h->data;
+  call *c = d->head;
+  if (!c) {
+    uv_idle_stop(h);
+    return;
+  }
+  d->head = c->next;
+  if (!d->head)
+    d->tail = NULL;
+  answer_one(c, 0);
+}
+
+static call *queue(db *d, answer_fn *fn, void (*cb)(void), void *ud) {
+  call *c = calloc(1, sizeof *c);
+  if (!c)
+    abort();
+  c->answer = fn;
+  c->cb = cb;
+  c->ud = ud;
+  if (d->tail)
+    d->tail->next = c;
+  else
+    d->head = c;
+  d->tail = c;
+  pending++;
+  uv_idle_start(&d->idle, on_idle);
+  return c;
+}
+
+#define QUEUE(d, fn, cb, ud) queue(d, fn, (void (*)(void))(cb), ud)
+
+/* ---- the connection (store.h) ---------------------------------------------- */
+
+db *db_open(uv_loop_t *loop, const char *url) {
+  (void)url;
+  db *d = calloc(1, sizeof *d);
+  if (!d)
+    abort();
+  d->loop = loop;
+  uv_idle_init(loop, &d->idle);
+  d->idle.data = d;
+  return d;
+}
+
+db *db_open_opts(uv_loop_t *loop, const char *url, const db_options *o) {
+  (void)o;
+  return db_open(loop, url);
+}
+
+int db_ready(const db *d) { return d && !down; }
+
+size_t db_queue_length(const db *d) {
+  size_t n = 0;
+  for (const call *c = d ? d->head : NULL; c; c = c->next)
+    n++;
+  return n;
+}
+
+static void on_idle_closed(uv_handle_t *h) {
+  db *d = h->data;
+  if (d->close_cb)
+    d->close_cb(d->close_ud);
+  free(d);
+}
+
+void db_close(db *d, void (*cb)(void *ud), void *ud) {
+  if (!d)
+    return;
+  while (d->head) {
+    call *c = d->head;
+    d->head = c->next;
+    answer_one(c, 1);
+  }
+  d->tail = NULL;
+  d->close_cb = cb;
+  d->close_ud = ud;
+  uv_close((uv_handle_t *)&d->idle, on_idle_closed);
+}
+
+/* the read pool: one stub connection stands for all of them */
+struct db_pool {
+  db *d;
+};
+
+db_pool *db_pool_open(uv_loop_t *loop, const char *url, int n, const db_options *o) {
+  (void)n;
+  (void)o;
+  db_pool *p = calloc(1, sizeof *p);
+  if (!p)
+    abort();
+  p->d = db_open(loop, url);
+  return p;
+}
+
+db *db_pool_get(db_pool *p, int heavy) {
+  (void)heavy;
+  return p->d;
+}
+
+int db_pool_ready(const db_pool *p) { return db_ready(p->d); }
+
+size_t db_pool_queue_length(const db_pool *p) { return db_queue_length(p->d); }
+
+void db_pool_close(db_pool *p, void (*cb)(void *ud), void *ud) {
+  db *d = p->d;
+  free(p);
+  db_close(d, cb, ud);
+}
+
+/* ---- answers shared by several queries --------------------------------------- */
+
+static void ans_done(call *c, int st, int v) {
+  ((store_done_cb)c->cb)(c->ud, st, st ? 0 : c->a > 0 ? (v & 1 ? 0 : c->a) : 0, st ? errmsg : NULL);
+}
+
+static void done(db *d, int64_t rows, store_done_cb cb, void *ud) {
+  QUEUE(d, ans_done, cb, ud)->a = rows;
+}
+
+/* an object (or, with a == 1, an array); v % 4 == 3: no such object */
+static void ans_json(call *c, int st, int v) {
+  const char *doc = v % 4 == 3 ? NULL : c->a ? "[]" : "{}";
+  ((store_json_cb)c->cb)(c->ud, st, st ? NULL : doc, st ? errmsg : NULL);
+}
+
+static void json_doc(db *d, int array, store_json_cb cb, void *ud) {
+  QUEUE(d, ans_json, cb, ud)->a = array;
+}
+
+/* ---- workers.h ------------------------------------------------------------------ */
+
+static void ans_worker(call *c, int st, int v) {
+  (void)v;
+  if (!st)
+    last_worker = c->a;
+  ((store_worker_cb)c->cb)(c->ud, st, st ? 0 : c->a, st ? errmsg : NULL);
+}
+
+void store_workers_register(db *d, const char *name, const char *host, const char *gpus_json,
+                            int cpu_slots, store_worker_cb cb, void *ud) {
+  (void)host;
+  (void)gpus_json;
+  (void)cpu_slots;
+  uint32_t h = 2166136261u; /* one id per name, as the table keeps it */
+  for (const char *p = name ? name : ""; *p; p++)
+    h = (h ^ (uint8_t)*p) * 16777619u;
+  QUEUE(d, ans_worker, cb, ud)->a = 1 + h % 64;
+}
+
+/* ---- runs.h --------------------------------------------------------------------- */
+
+static void ans_queue(call *c, int st, int v) {
+  store_queued runs[3];
+  int n = st || v % 4 == 3 ? 0 : 1 + v % 4;
+  if (n > c->a)
+    n = (int)c->a;
+  for (int k = 0; k < n; k++)
+    runs[k] = (store_queued){.id = 10 + k + 3 * (v >> 2), .gpus = (k + v) % 3};
+  ((store_queue_cb)c->cb)(c->ud, st, runs, n, st ? errmsg : NULL);
+}
+
+void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud) {
+  QUEUE(d, ans_queue, cb, ud)->a = limit;
+}
+
+static void ans_claim(call *c, int st, int v) {
+  int attempt = 1 + v % 3;
+  store_claim cl = {.attempt = attempt,
+                    .config = "{\"model\":{\"n_layer\":2,\"d_model\":64,\"n_head\":2},"
+                              "\"train\":{\"tokens\":65536}}",
+                    .sweep_id = 1,
+                    .resume_max_step = attempt > 1 ? v % 5 : -1};
+  ((store_claim_cb)c->cb)(c->ud, st, st || v % 4 == 3 ? NULL : &cl, st ? errmsg : NULL);
+}
+
+void store_runs_claim(db *d, int64_t run_id, int64_t worker_id, int lease_s, store_claim_cb cb,
+                      void *ud) {
+  (void)run_id;
+  (void)worker_id;
+  (void)lease_s;
+  QUEUE(d, ans_claim, cb, ud);
+}
+
+/* v % 3 == 1: one run changed (c->a: its id) */
+static void ans_changes(call *c, int st, int v) {
+  store_run_change ch = {
+      .id = c->a, .status = v & 8 ? "failed" : "queued", .worker = last_worker, .sweep_id = 1};
+  int n = !st && v % 3 == 1;
+  ((store_changes_cb)c->cb)(c->ud, st, n ? &ch : NULL, n, st ? errmsg : NULL);
+}
+
+void store_runs_expire(db *d, store_changes_cb cb, void *ud) {
+  QUEUE(d, ans_changes, cb, ud)->a = 10;
+}
+
+void store_runs_extend_leases(db *d, int lease_s, store_done_cb cb, void *ud) {
+  (void)lease_s;
+  done(d, 0, cb, ud);
+}
+
+void store_runs_reconcile(db *d, int64_t run_id, int attempt, int64_t worker_id, int lease_s,
+                          store_done_cb cb, void *ud) {
+  (void)run_id;
+  (void)attempt;
+  (void)worker_id;
+  (void)lease_s;
+  done(d, 1, cb, ud);
+}
+
+void store_runs_requeue_orphans(db *d, int64_t worker_id, const int64_t *kept, int nkept,
+                                store_changes_cb cb, void *ud) {
+  (void)worker_id;
+  (void)kept;
+  (void)nkept;
+  QUEUE(d, ans_changes, cb, ud)->a = 11;
+}
+
+/* the runs named, less those whose bit of v is set */
+static void ans_renew(call *c, int st, int v) {
+  int k = 0;
+  for (int i = 0; !st && i < c->n; i++)
+    if (!(i < 5 && (v >> i) & 1))
+      c->ids[k++] = c->ids[i];
+  ((store_ids_cb)c->cb)(c->ud, st, c->ids, k, st ? errmsg : NULL);
+}
+
+void store_runs_renew(db *d, int64_t worker_id, int lease_s, const int64_t *runs, int nruns,
+                      store_ids_cb cb, void *ud) {
+  (void)worker_id;
+  (void)lease_s;
+  call *c = QUEUE(d, ans_renew, cb, ud);
+  c->n = nruns > 0 ? nruns : 0;
+  c->ids = malloc(sizeof *c->ids * (size_t)(c->n ? c->n : 1));
+  if (!c->ids)
+    abort();
+  if (c->n)
+    memcpy(c->ids, runs, sizeof *c->ids * (size_t)c->n);
+}
+
+void store_runs_started(db *d, const store_started *st, store_done_cb cb, void *ud) {
+  (void)st;
+  done(d, 1, cb, ud);
+}
+
+/* rows stored, or with v % 4 == 3 STORE_FENCED (the attempt is no longer
+ * the worker's running one) */
+static void ans_fenced(call *c, int st, int v) {
+  int64_t rows = v % 4 == 3 ? STORE_FENCED : c->a;
+  ((store_done_cb)c->cb)(c->ud, st, st ? 0 : rows, st ? errmsg : NULL);
+}
+
+static void fenced_done(db *d, int64_t rows, store_done_cb cb, void *ud) {
+  QUEUE(d, ans_fenced, cb, ud)->a = rows;
+}
+
+void store_runs_checkpoint(db *d, int64_t run_id, int attempt, int64_t worker_id, int64_t step,
+                           const char *path, store_done_cb cb, void *ud) {
+  (void)run_id;
+  (void)attempt;
+  (void)worker_id;
+  (void)step;
+  (void)path;
+  fenced_done(d, 1, cb, ud);
+}
+
+/* the outcome's status (a failure may go back to the queue); v % 4 == 3: a
+ * stale attempt (NULL) */
+static void ans_finish(call *c, int st, int v) {
+  static const char *const status[] = {"succeeded", "failed", "cancelled"};
+  const char *s = status[c->a];
+  if (c->a == 1 && !(v & 4))
+    s = "queued";
+  if (v % 4 == 3)
+    s = NULL;
+  ((store_finish_cb)c->cb)(c->ud, st, st ? NULL : s, st ? 0 : 1, st ? errmsg : NULL);
+}
+
+void store_runs_finish(db *d, const store_finish *f, store_finish_cb cb, void *ud) {
+  QUEUE(d, ans_finish, cb, ud)->a = !strcmp(f->outcome, "succeeded") ? 0
+                                    : !strcmp(f->outcome, "failed")  ? 1
+                                                                     : 2;
+}
+
+void store_runs_mark_stopping(db *d, int64_t worker_id, const int64_t *runs, const int *attempts,
+                              int n, store_done_cb cb, void *ud) {
+  (void)worker_id;
+  for (int i = 0; i < n; i++)
+    if (runs[i] < 0 || attempts[i] < 0)
+      abort(); /* the protocol's validation refuses these */
+  done(d, n, cb, ud);
+}
+
+/* back in the queue, or with v % 4 == 3 a stale attempt (NULL) */
+static void ans_requeued(call *c, int st, int v) {
+  const char *s = v % 4 == 3 ? NULL : "queued";
+  ((store_finish_cb)c->cb)(c->ud, st, st ? NULL : s, st ? 0 : 1, st ? errmsg : NULL);
+}
+
+void store_runs_requeue_interrupted(db *d, int64_t run_id, int attempt, int64_t worker_id,
+                                    const char *why, store_finish_cb cb, void *ud) {
+  (void)run_id;
+  (void)attempt;
+  (void)worker_id;
+  if (!why)
+    abort();
+  QUEUE(d, ans_requeued, cb, ud);
+}
+
+/* ---- metrics.h -------------------------------------------------------------------- */
+
+void store_metrics_insert(db *d, int64_t run_id, int attempt, int64_t worker_id,
+                          const store_metric_row *rows, size_t n, store_done_cb cb, void *ud) {
+  (void)run_id;
+  (void)attempt;
+  (void)worker_id;
+  for (size_t i = 1; i < n; i++) /* the caller's promise: sorted, one row per step */
+    if (rows[i].step <= rows[i - 1].step)
+      abort();
+  fenced_done(d, (int64_t)n, cb, ud);
+}
+
+/* ---- sweeps.h --------------------------------------------------------------------- */
+
+static void ans_inserted(call *c, int st, int v) {
+  int dup = v % 4 == 3;
+  ((store_sweeps_inserted_cb)c->cb)(c->ud, st, st || dup ? 0 : 1 + v, st || dup ? 0 : 1,
+                                    st ? errmsg : NULL);
+}
+
+void store_sweeps_insert(db *d, const store_sweep_new *sw, store_sweeps_inserted_cb cb, void *ud) {
+  if (!sw->name || !sw->spec_json || !sw->spec_hash || !sw->runs_json)
+    abort();
+  QUEUE(d, ans_inserted, cb, ud);
+}
+
+static void ans_sweep_id(call *c, int st, int v) {
+  ((store_sweeps_id_cb)c->cb)(c->ud, st, st || v & 1 ? 0 : 1, st ? errmsg : NULL);
+}
+
+void store_sweeps_find_by_hash(db *d, const char *spec_hash, store_sweeps_id_cb cb, void *ud) {
+  (void)spec_hash;
+  QUEUE(d, ans_sweep_id, cb, ud);
+}
+
+static void ans_status(call *c, int st, int v) {
+  static const char *const status[] = {NULL, "running", "succeeded", "failed"};
+  ((store_sweeps_status_cb)c->cb)(c->ud, st, c->a, st ? NULL : status[v % 4], st ? errmsg : NULL);
+}
+
+void store_sweeps_update_status(db *d, int64_t sweep_id, store_sweeps_status_cb cb, void *ud) {
+  QUEUE(d, ans_status, cb, ud)->a = sweep_id;
+}
+
+/* ---- fits.h ----------------------------------------------------------------------- */
+
+static void ans_points(call *c, int st, int v) {
+  (void)v;
+  store_corpus corpus = {.entropy_rate = NAN, .window_floor = NAN};
+  ((store_fits_points_cb)c->cb)(c->ud, st, NULL, 0, st ? NULL : &corpus, st ? errmsg : NULL);
+}
+
+void store_fits_points(db *d, int64_t sweep_id, store_fits_points_cb cb, void *ud) {
+  (void)sweep_id;
+  QUEUE(d, ans_points, cb, ud);
+}
+
+static void ans_ladder(call *c, int st, int v) {
+  (void)v;
+  ((store_fits_ladder_cb)c->cb)(c->ud, st, NULL, 0, st ? errmsg : NULL);
+}
+
+void store_fits_ladder(db *d, int64_t sweep_id, store_fits_ladder_cb cb, void *ud) {
+  (void)sweep_id;
+  QUEUE(d, ans_ladder, cb, ud);
+}
+
+void store_fits_insert(db *d, int64_t sweep_id, const char *law, const char *fit_json, int n_points,
+                       store_done_cb cb, void *ud) {
+  (void)sweep_id;
+  (void)law;
+  (void)fit_json;
+  (void)n_points;
+  done(d, 1, cb, ud);
+}
+
+void store_fits_latest(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {
+  (void)sweep_id;
+  json_doc(d, 0, cb, ud);
+}
+
+/* ---- pages.h ---------------------------------------------------------------------- */
+
+const char *store_pages_sort_column(const char *name) {
+  static const char *const columns[] = {
+      "id",          "status",     "attempt", "params",         "nonembedding_params",
+      "tokens",      "batch_size", "flops",   "final_val_loss", "started_at",
+      "finished_at", "worker",     NULL};
+  for (int i = 0; name && columns[i]; i++)
+    if (!strcmp(name, columns[i]))
+      return columns[i];
+  return NULL;
+}
+
+void store_pages_sweeps(db *d, store_json_cb cb, void *ud) { json_doc(d, 1, cb, ud); }
+
+void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, int runs_only,
+                       store_json_cb cb, void *ud) {
+  (void)sweep_id;
+  (void)runs_only;
+  if (pg->limit < 0 || pg->offset < 0 || !store_pages_sort_column(pg->sort))
+    abort(); /* the API checks these before they reach SQL */
+  json_doc(d, 0, cb, ud);
+}
+
+void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_json_cb cb,
+                     void *ud) {
+  (void)run_id;
+  if (limit < 0 || offset < 0)
+    abort(); /* the API checks these before they reach SQL */
+  json_doc(d, 0, cb, ud);
+}
+
+void store_pages_overview(db *d, store_json_cb cb, void *ud) { json_doc(d, 0, cb, ud); }
+
+void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t offset, int limit,
+                            store_json_cb cb, void *ud) {
+  (void)sweep_id;
+  (void)status;
+  (void)offset;
+  (void)limit;
+  json_doc(d, 0, cb, ud);
+}
+
+void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
+  (void)run_id;
+  json_doc(d, 0, cb, ud);
+}
+
+void store_pages_curves(db *d, int64_t sweep_id, const char *run_ids, int64_t points, int64_t limit,
+                        int64_t offset, store_json_cb cb, void *ud) {
+  (void)sweep_id;
+  (void)run_ids;
+  (void)points;
+  (void)limit;
+  (void)offset;
+  json_doc(d, 0, cb, ud);
+}
+
+void store_pages_points(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {
+  (void)sweep_id;
+  json_doc(d, 0, cb, ud);
+}
+
+static void ans_counts(call *c, int st, int v) {
+  store_run_counts rc = {.queued = v, .running = 1, .succeeded = 2, .failed = 3};
+  ((store_run_counts_cb)c->cb)(c->ud, st, st ? NULL : &rc, st ? errmsg : NULL);
+}
+
+void store_pages_run_counts(db *d, store_run_counts_cb cb, void *ud) {
+  QUEUE(d, ans_counts, cb, ud);
+}
+
+/* ---- actions.h -------------------------------------------------------------------- */
+
+/* v % 3 == 2: not found; else v & 1: one run touched, v & 2: running */
+static void ans_cancel(call *c, int st, int v) {
+  store_cancelled run = {.run_id = c->a, .running = (v & 2) != 0};
+  int found = !st && v % 3 != 2, n = found && (v & 1);
+  ((store_cancel_cb)c->cb)(c->ud, st, found, n ? &run : NULL, n, st ? errmsg : NULL);
+}
+
+void store_actions_cancel_sweep(db *d, int64_t sweep_id, store_cancel_cb cb, void *ud) {
+  QUEUE(d, ans_cancel, cb, ud)->a = 10 + sweep_id % 8;
+}
+
+void store_actions_cancel_run(db *d, int64_t run_id, store_cancel_cb cb, void *ud) {
+  QUEUE(d, ans_cancel, cb, ud)->a = run_id;
+}
+
+static void ans_reproduce(call *c, int st, int v) {
+  const char *orig = v % 3 == 0 ? "succeeded" : v % 3 == 1 ? "running" : NULL;
+  const char *json = v % 3 == 0 ? "{\"id\":2,\"reproduces\":1}" : NULL;
+  ((store_reproduce_cb)c->cb)(c->ud, st, st ? NULL : orig, st ? NULL : json, st ? errmsg : NULL);
+}
+
+void store_actions_reproduce(db *d, int64_t run_id, store_reproduce_cb cb, void *ud) {
+  (void)run_id;
+  QUEUE(d, ans_reproduce, cb, ud);
+}
+
+/* ---- predictions.h ---------------------------------------------------------------- */
+
+static void ans_curves(call *c, int st, int v) {
+  (void)v;
+  ((store_curves_cb)c->cb)(c->ud, st, NULL, 0, st ? errmsg : NULL);
+}
+
+void store_predictions_curves(db *d, store_curves_cb cb, void *ud) { QUEUE(d, ans_curves, cb, ud); }
+
+void store_predictions_set(db *d, int64_t run_id, const char *json, store_done_cb cb, void *ud) {
+  (void)run_id;
+  (void)json;
+  done(d, 1, cb, ud);
+}
