@@ -1,0 +1,456 @@
+#!/usr/bin/env python3
+"""Durability under faults (issue 14), against a throwaway PostgreSQL with
+the production durability settings (fsync, synchronous_commit and
+full_page_writes on: run through tests/integration/run_with_pg.sh with
+SS_PG_DURABLE=1) and the real binaries: a sweep of short CPU runs of the
+real trainer on two workers, each reaching the scheduler through a proxy
+of this test that records every metrics and finished message a worker sent
+and every ack the scheduler answered (tests/fault/faultlib.py). With the
+sweep running, in turn:
+
+1. kill -9 of the postmaster, restarted after a pause (crash recovery);
+2. `pg_ctl stop -m immediate`, restarted after a pause;
+3. pg_terminate_backend() of the scheduler's sessions (application_name
+   'scalesweep'), three times, mid-statement;
+4. SIGSTOP of the scheduler for longer than the lease, then SIGCONT: the
+   workers, unable to renew, must kill their trainers (fencing) before
+   the runs can go elsewhere.
+
+After each fault (once the database answers again), every row the
+scheduler acknowledged for a run's current attempt must be stored with
+the values sent. At the end:
+- every run succeeded and stored exactly the steps 1..steps (no gap, no
+  duplicate), and every acknowledged row of any attempt is stored with the
+  values acknowledged; every acknowledged successful result is stored;
+- no run ever had two live trainers at once (/proc scanned every 50 ms);
+  the stall fenced the trainers that were running (worker log), and their
+  runs went on under a later attempt;
+- a metrics message of a stale attempt (sent on a worker connection of
+  this test) is acknowledged but stores nothing;
+- runs that ran more than once (up to 4) and one run chosen by the seed
+  are trained again uninterrupted: every stored series (train and
+  validation loss, lr, grad norm, tokens, noise scale) equals the rerun's
+  bit for bit on every step.
+
+5. (root only: a tmpfs mount) the checkpoint disk: a trainer checkpoints
+   into a small tmpfs that the test fills mid-run; the checkpoint is
+   skipped with a log line and training goes on; the trainer is killed,
+   the newest checkpoint corrupted, and the resume must pass over it
+   (naming it and why) to the previous one; with both corrupt, it starts
+   from scratch. Each resumed run equals the uninterrupted one on every
+   step and series.
+
+Fault timing comes from a seed printed first; SS_FAULT_SEED replays one.
+Exits 0 when all passed, 1 on a violation, 77 when the database is not the
+durable one or (after every other check passed) when not root.
+
+Usage: test_durability.py SCALESWEEP_BINARY
+"""
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+sys.path.insert(0, HERE)
+from harness import api_request, free_port, make_token, wait_healthz  # noqa: E402
+import faultlib  # noqa: E402
+from faultlib import pg, psql  # noqa: E402
+
+BIN = os.path.abspath(sys.argv[1])
+DB = os.environ["SCALESWEEP_TEST_DB"]
+SEED = int(os.environ.get("SS_FAULT_SEED") or int.from_bytes(os.urandom(3), "big"))
+NRUNS = 12
+LEASE_S = 4
+TOKENS_PER_STEP = 8 * 32
+T0 = time.time()
+sys.stdout.reconfigure(line_buffering=True)
+print(f"seed {SEED} (replay with SS_FAULT_SEED={SEED})")
+rng = random.Random(SEED)
+tmp = tempfile.mkdtemp(prefix="ss-fault-")
+ENV = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+procs = {}
+problems = []
+
+
+def say(msg):
+    print(f"[{time.time() - T0:6.1f}s] {msg}")
+
+
+def log_tails():
+    for name in ("scheduler", "w1", "w2"):
+        path = os.path.join(tmp, name + ".log")
+        if os.path.exists(path):
+            print(f"--- {path} (end)", file=sys.stderr)
+            print(open(path, errors="replace").read()[-3000:], file=sys.stderr)
+
+
+def fail(msg):
+    print(f"FAIL (seed {SEED}): {msg}", file=sys.stderr)
+    for p in problems:
+        print("  " + p, file=sys.stderr)
+    log_tails()
+    print(f"(logs kept in {tmp})", file=sys.stderr)
+    os.environ["SS_FAULT_KEEP"] = "1"
+    raise SystemExit(1)
+
+
+token = make_token(tmp)
+api_port, wport = free_port(), free_port()
+
+
+def request(method, path, body=None):
+    return api_request(api_port, token, method, path, body)
+
+
+def start_scheduler():
+    logf = open(os.path.join(tmp, "scheduler.log"), "a")
+    procs["scheduler"] = subprocess.Popen(
+        [BIN, "scheduler", "--database", DB, "--token-file", token,
+         "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
+         "--checkpoints", os.path.join(tmp, "ckpt"), "--lease-seconds", str(LEASE_S),
+         "--predict-seconds", "0"],
+        stdout=logf, stderr=logf)
+    if not wait_healthz(request, 300, procs["scheduler"]):
+        fail("the scheduler did not come up")
+
+
+def start_worker(name, proxy):
+    logf = open(os.path.join(tmp, f"{name}.log"), "a")
+    procs[name] = subprocess.Popen(
+        [BIN, "worker", "--scheduler", f"127.0.0.1:{proxy.port}", "--token-file", token,
+         "--cpu-slots", "1", "--work-dir", os.path.join(tmp, name), "--name", name],
+        stdout=logf, stderr=logf, env=ENV, start_new_session=True)
+
+
+def check_alive():
+    for name, p in procs.items():
+        if p.poll() is not None:
+            fail(f"{name} (pid {p.pid}) exited by itself with {p.returncode}")
+
+
+def run_attempts(sweep):
+    return {int(r): int(a) for r, a in (line.split("|") for line in psql(
+        f"SELECT id, attempt FROM runs WHERE sweep_id = {sweep}").splitlines())}
+
+
+def unfinished(sweep):
+    return int(psql(f"SELECT count(*) FROM runs WHERE sweep_id = {sweep} "
+                    "AND status IN ('queued', 'running')"))
+
+
+def wait_training(mon, sweep, at_least=1, timeout=60):
+    """Waits until a trainer has been live for a moment (a fault then hits
+    a sweep in full flight); False when the sweep ended first."""
+    end = time.time() + timeout
+    while time.time() < end:
+        check_alive()
+        if len(mon.snapshot()) >= at_least:
+            return True
+        if unfinished(sweep) == 0:
+            return False
+        time.sleep(0.1)
+    fail(f"no trainer ran within {timeout} s")
+
+
+def check_acked(proxies, sweep, what):
+    n, bad = faultlib.check_acked_stored(proxies, run_attempts(sweep))
+    say(f"after {what}: {n} acknowledged rows of current attempts, {len(bad)} not stored as sent")
+    problems.extend(f"after {what}: {p}" for p in bad[:10])
+
+
+def postmaster_pid():
+    with open(os.path.join(os.environ["PG_TEST_DIR"], "data", "postmaster.pid")) as f:
+        return int(f.readline())
+
+
+def pg_start_again():
+    """Starts the server after a crash; retried while the old backends
+    still hold the shared memory (they notice the postmaster's death)."""
+    for _ in range(60):
+        if pg("pg_server_start", check=False).returncode == 0:
+            return
+        time.sleep(0.5)
+    fail("PostgreSQL did not start again after the crash")
+
+
+# ---- the faults ---------------------------------------------------------------
+
+def fault_kill_postmaster():
+    pid = postmaster_pid()
+    pause = rng.uniform(0.5, 2.0)
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(pause)
+    pg_start_again()
+    say(f"kill -9 postmaster {pid}; started again after {pause:.1f} s (crash recovery)")
+    return "the postmaster's SIGKILL"
+
+
+def fault_immediate_stop():
+    pause = rng.uniform(0.5, 2.0)
+    r = pg('_pg_as "$PG_TEST_BINDIR/pg_ctl" -D "$PG_TEST_DIR/data" -m immediate -w -s stop',
+           check=False)
+    if r.returncode != 0:
+        fail(f"pg_ctl stop -m immediate failed: {r.stderr}")
+    time.sleep(pause)
+    pg_start_again()
+    say(f"pg_ctl stop -m immediate; started again after {pause:.1f} s")
+    return "pg_ctl stop -m immediate"
+
+
+def fault_terminate_backends():
+    total = 0
+    for i in range(3):
+        time.sleep(rng.uniform(0.2, 1.0))
+        got = psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                   "WHERE application_name = 'scalesweep' AND pid <> pg_backend_pid()")
+        total += int(got or 0)
+    say(f"pg_terminate_backend: {total} scheduler session(s) ended, in three rounds")
+    if total == 0:
+        problems.append("no session with application_name 'scalesweep': the scheduler's "
+                        "connections were not found")
+    return "pg_terminate_backend"
+
+
+stalled = {}  # run -> attempt of the trainers live when the scheduler stopped
+
+
+def fault_stall_scheduler(mon):
+    secs = LEASE_S + rng.uniform(2.0, 3.0)
+    live = mon.snapshot()
+    stalled.update({run: att for run, att in live.values()})
+    p = procs["scheduler"]
+    p.send_signal(signal.SIGSTOP)
+    time.sleep(secs)
+    p.send_signal(signal.SIGCONT)
+    say(f"SIGSTOP scheduler for {secs:.1f} s (lease {LEASE_S} s), then SIGCONT; trainers "
+        f"live at the stop: {sorted(live.values())}")
+    return "the scheduler's stall"
+
+
+def stale_attempt_refused(sweep, runs):
+    """A worker connection of this test sends metrics for a run's older
+    attempt, on a step the run never had: acked, not stored."""
+    rid = next((r for r, a in sorted(runs.items()) if a > 1), min(runs))
+    att = runs[rid] - 1 if runs[rid] > 1 else runs[rid] + 1  # not the current one
+    s = socket.create_connection(("127.0.0.1", wport), timeout=10)
+    f = s.makefile("rb")
+
+    def send(m):
+        s.sendall(json.dumps(m).encode() + b"\n")
+    send({"type": "hello", "version": 1, "token": open(token).read().strip(), "name": "stale",
+          "host": "h", "gpus": [], "cpu_slots": 0, "runs": []})
+    welcome = json.loads(f.readline() or "{}")
+    if welcome.get("type") != "welcome":
+        problems.append(f"the stale-attempt connection got {welcome} instead of a welcome")
+        s.close()
+        return
+    step = 10 ** 6
+    send({"type": "metrics", "run_id": rid, "attempt": att, "seq": 1,
+          "rows": [{"event": "step", "step": step, "tokens": step, "train_loss": 1.0,
+                    "lr": 0.0, "grad_norm": 1.0}]})
+    acked = False
+    end = time.time() + 15
+    while time.time() < end and not acked:
+        line = f.readline()
+        if not line:
+            break
+        m = json.loads(line)
+        acked = m.get("type") == "ack" and m.get("run_id") == rid and m.get("seq") == 1
+    s.close()
+    n = int(psql(f"SELECT count(*) FROM metrics WHERE run_id = {rid} AND step = {step}"))
+    say(f"stale attempt {att} of run {rid} (current {runs[rid]}): acked {acked}, rows stored {n}")
+    if n != 0:
+        problems.append(f"run {rid}: a metrics message of attempt {att} (not the current "
+                        f"{runs[rid]}) was stored")
+
+
+# ---- the sweep ------------------------------------------------------------------
+
+def sweep_phase():
+    proxies = {w: faultlib.AckProxy(w, wport) for w in ("w1", "w2")}
+    start_scheduler()
+    for w, p in proxies.items():
+        start_worker(w, p)
+    mon = faultlib.TrainerMonitor(tmp, T0)
+    plan = random.Random(SEED)
+    steps = [plan.randrange(2500, 4001, 10) for _ in range(NRUNS)]
+    spec = {
+        "name": f"fault-{SEED}",
+        "method": "runs",
+        "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
+                 "train": {"batch_size": 8, "lr": 0.003},
+                 "eval": {"tokens": 256}, "threads": 1},
+        "runs": [{"train": {"tokens": s * TOKENS_PER_STEP, "seed": i + 1},
+                  "eval": {"every_tokens": s * TOKENS_PER_STEP // 4}}
+                 for i, s in enumerate(steps)],
+        "resources": {"cpus": 1},
+        "max_attempts": 100,
+    }
+    st, body = request("POST", "/api/sweeps", spec)
+    if st != 201 or body.get("runs") != NRUNS:
+        fail(f"submit: {st} {body}")
+    sweep = body["id"]
+    say(f"sweep {sweep}: {NRUNS} runs of 2500-4000 steps on 2 workers, lease {LEASE_S} s")
+    fsync = psql("SHOW fsync") + "/" + psql("SHOW synchronous_commit") + "/" + \
+        psql("SHOW full_page_writes")
+    say(f"fsync/synchronous_commit/full_page_writes: {fsync}")
+
+    faults = [fault_kill_postmaster, fault_immediate_stop, fault_terminate_backends,
+              lambda: fault_stall_scheduler(mon)]
+    done = []
+    for fault in faults:
+        if not wait_training(mon, sweep):
+            fail(f"the sweep ended after {len(done)} of {len(faults)} faults: too short")
+        time.sleep(rng.uniform(0.5, 2.0))
+        what = fault()
+        done.append(what)
+        check_acked(list(proxies.values()), sweep, what)
+    while unfinished(sweep):
+        check_alive()
+        if time.time() - T0 > 400:
+            fail("the sweep did not finish within 400 s: " + psql(
+                f"SELECT string_agg(id || ':' || status || '/' || attempt, ' ') FROM runs "
+                f"WHERE sweep_id = {sweep} AND status IN ('queued', 'running')"))
+        time.sleep(0.3)
+    sweep_s = time.time() - T0
+    time.sleep(0.5)
+    mon.close()
+    check_alive()
+    return sweep, steps, proxies, mon, sweep_s
+
+
+def verify_sweep(sweep, steps, proxies, mon):
+    rows = psql(f"SELECT id, status, attempt, (config->'train'->>'tokens')::bigint FROM runs "
+                f"WHERE sweep_id = {sweep} ORDER BY id")
+    runs = {}
+    for line in rows.splitlines():
+        rid, status, att, tokens = line.split("|")
+        runs[int(rid)] = (status, int(att), int(tokens) // TOKENS_PER_STEP)
+        if status != "succeeded":
+            problems.append(f"run {rid}: {status} after {att} attempt(s)")
+    if sorted(n for _, _, n in runs.values()) != sorted(steps):
+        problems.append("the runs' planned steps differ from the spec's")
+    stats = psql("SELECT run_id, count(*), min(step), max(step), count(DISTINCT step), "
+                 "count(train_loss) FROM metrics WHERE run_id IN (SELECT id FROM runs WHERE "
+                 f"sweep_id = {sweep}) GROUP BY run_id")
+    got = {int(l.split("|")[0]): [int(x) for x in l.split("|")[1:]] for l in stats.splitlines()}
+    nrows = 0
+    for rid, (_, _, n) in runs.items():
+        count, lo, hi, distinct, with_loss = got.get(rid, [0, 0, 0, 0, 0])
+        nrows += count
+        if (count, lo, hi, distinct, with_loss) != (n, 1, n, n, n):
+            problems.append(f"run {rid}: {count} metric rows, steps {lo}..{hi}, {distinct} "
+                            f"distinct, {with_loss} with a loss; expected exactly 1..{n}")
+    n_acked, bad = faultlib.check_acked_stored(list(proxies.values()))
+    problems.extend(bad[:10])
+    # every acknowledged successful result is the run's stored outcome
+    n_fin = 0
+    for p in proxies.values():
+        for (rid, att, _), m in p.acked_messages("finished"):
+            if m.get("exit_code") == 0 and isinstance(m.get("done"), dict):
+                n_fin += 1
+                if runs.get(rid, ("",))[0] != "succeeded":
+                    problems.append(f"run {rid}: attempt {att}'s success was acknowledged, "
+                                    f"the run is {runs.get(rid)}")
+    for (run, _), (t1, t2, ps) in sorted(mon.overlaps.items(), key=lambda kv: kv[1][0]):
+        problems.append(f"run {run}: two live trainers from {t1} s to {t2} s: {ps}")
+    # the stall: the trainers that were running were fenced, their runs went on
+    logs = "".join(open(os.path.join(tmp, w + ".log"), errors="replace").read()
+                   for w in ("w1", "w2"))
+    fenced = sum(f"run {run} attempt {att}: lease not renewed" in logs
+                 for run, att in stalled.items())
+    for run, att in stalled.items():
+        if f"run {run} attempt {att}: lease not renewed" not in logs and \
+                runs.get(run, (None, 0))[1] > att:
+            problems.append(f"run {run}: attempt {att} was live during the scheduler's stall "
+                            "and was followed by another attempt, but its worker never fenced it")
+        elif runs.get(run, (None, 0))[1] <= att and \
+                f"run {run} attempt {att}: lease not renewed" in logs:
+            problems.append(f"run {run}: attempt {att} was fenced, yet the run ended at it")
+    say(f"runs {len(runs)}, attempts {sum(a for _, a, _ in runs.values())}, metric rows {nrows} "
+        f"(planned {sum(steps)}), acknowledged rows {n_acked}, acknowledged successes {n_fin}, "
+        f"overlapping trainers {len(mon.overlaps)}, fenced by the stall {fenced} of "
+        f"{len(stalled)}")
+    return runs
+
+
+def compare_reruns(runs):
+    again = sorted(r for r, (_, a, _) in runs.items() if a > 1)[:4]
+    pick = sorted(set(again) | {random.Random(SEED).choice(sorted(runs))})
+    n = 0
+    for rid in pick:
+        cfg = next((os.path.join(tmp, w, "runs", str(rid), "config.json") for w in ("w1", "w2")
+                    if os.path.exists(os.path.join(tmp, w, "runs", str(rid), "config.json"))),
+                   None)
+        if cfg is None:
+            problems.append(f"run {rid}: no worker kept its config.json")
+            continue
+        steps, bad = faultlib.compare_series(BIN, rid, cfg, os.path.join(tmp, "rerun", str(rid)),
+                                             ENV)
+        n += steps
+        problems.extend(bad)
+    say(f"reruns compared on every series: runs {pick} (re-run: {again}), {n} steps")
+
+
+def cleanup():
+    for name, p in procs.items():
+        if p.poll() is None:
+            try:
+                if name == "scheduler":
+                    p.send_signal(signal.SIGCONT)
+                    p.kill()
+                else:
+                    os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    for pid in faultlib.live_trainers(tmp):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# ---- the checkpoint disk ------------------------------------------------------------
+
+def ckpt_phase():
+    """5: a full checkpoint disk and corrupt checkpoints, with the trainer
+    alone (the worker passes --resume DIR the same way)."""
+    import ckpt_disk  # noqa: E402  (tests/fault/ckpt_disk.py)
+    return ckpt_disk.run(BIN, tmp, rng, ENV, say, problems)
+
+
+try:
+    if psql("SHOW fsync") != "on" or psql("SHOW synchronous_commit") != "on":
+        print("skipped: the test database runs without fsync/synchronous_commit; run through "
+              "SS_PG_DURABLE=1 tests/integration/run_with_pg.sh")
+        sys.exit(77)
+    sweep, steps, proxies, mon, sweep_s = sweep_phase()
+    runs = verify_sweep(sweep, steps, proxies, mon)
+    stale_attempt_refused(sweep, {r: a for r, (_, a, _) in runs.items()})
+    cleanup()  # the reruns get the CPUs to themselves
+    compare_reruns(runs)
+    if problems:
+        fail(f"{len(problems)} problem(s) in the sweep phase")
+    say(f"sweep phase passed (sweep {sweep_s:.0f} s)")
+    ran = ckpt_phase()
+    if problems:
+        fail(f"{len(problems)} problem(s) in the checkpoint-disk phase")
+    print(f"wall time {time.time() - T0:.0f} s, seed {SEED}")
+    if not ran:
+        print("skipped: the checkpoint-disk phase needs root (mount -t tmpfs); every other "
+              "check passed")
+        sys.exit(77)
+    print("all checks passed")
+finally:
+    cleanup()
+    if os.environ.get("SS_FAULT_KEEP") != "1":
+        shutil.rmtree(tmp, ignore_errors=True)
