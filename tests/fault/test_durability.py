@@ -14,7 +14,10 @@ sweep running, in turn:
    'scalesweep'), three times, mid-statement;
 4. SIGSTOP of the scheduler for longer than the lease, then SIGCONT: the
    workers, unable to renew, must kill their trainers (fencing) before
-   the runs can go elsewhere.
+   the runs can go elsewhere;
+5. a byte of a live run's newest checkpoint flipped and its trainer
+   killed: the next attempt must pass over that checkpoint, saying so,
+   to the previous one (and its series equal the uninterrupted run's).
 
 After each fault (once the database answers again), every row the
 scheduler acknowledged for a run's current attempt must be stored with
@@ -32,7 +35,7 @@ the values sent. At the end:
   validation loss, lr, grad norm, tokens, noise scale) equals the rerun's
   bit for bit on every step.
 
-5. (root only: a tmpfs mount) the checkpoint disk: a trainer checkpoints
+6. (root only: a tmpfs mount) the checkpoint disk: a trainer checkpoints
    into a small tmpfs that the test fills mid-run; the checkpoint is
    skipped with a log line and training goes on; the trainer is killed,
    the newest checkpoint corrupted, and the resume must pass over it
@@ -61,6 +64,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 sys.path.insert(0, HERE)
 from harness import api_request, free_port, make_token, wait_healthz  # noqa: E402
+import ckpt_disk  # noqa: E402
 import faultlib  # noqa: E402
 from faultlib import pg, psql  # noqa: E402
 
@@ -235,6 +239,66 @@ def fault_stall_scheduler(mon):
     return "the scheduler's stall"
 
 
+corrupted = {}  # run -> (attempt killed, the checkpoint corrupted)
+
+
+def trainer_ckpt_dir(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = [a.decode(errors="replace") for a in f.read().split(b"\0")]
+    return argv[argv.index("--checkpoint-dir") + 1] if "--checkpoint-dir" in argv else None
+
+
+def fault_corrupt_checkpoint(mon):
+    """A live trainer is frozen once its newest checkpoint is at or before
+    the run's last stored step (so that the next attempt considers it), a
+    byte of that checkpoint is flipped, and the trainer killed: the run's
+    next attempt must pass over it to the previous checkpoint."""
+    end = time.time() + 60
+    while time.time() < end:
+        for pid, (run, att) in sorted(mon.snapshot().items()):
+            try:
+                d = trainer_ckpt_dir(pid)
+                newest, prev = os.path.join(d, "checkpoint.bin"), \
+                    os.path.join(d, "checkpoint.prev.bin")
+                if not (os.path.exists(newest) and os.path.exists(prev)):
+                    continue
+                os.kill(pid, signal.SIGSTOP)
+            except (OSError, ValueError, TypeError):
+                continue
+            stored = int(psql(f"SELECT coalesce(max(step), 0) FROM metrics WHERE run_id = {run}"))
+            if ckpt_disk.ckpt_step(newest) > stored:
+                os.kill(pid, signal.SIGCONT)
+                continue
+            size = os.path.getsize(newest)
+            at = rng.randrange(4096, size - 16)
+            with open(newest, "r+b") as f:
+                f.seek(at)
+                b = f.read(1)
+                f.seek(at)
+                f.write(bytes([b[0] ^ 0x10]))
+            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGCONT)
+            corrupted[run] = (att, newest)
+            say(f"run {run} attempt {att}: byte {at} of {newest} (step "
+                f"{ckpt_disk.ckpt_step(newest)}) flipped, trainer {pid} killed")
+            return "a corrupt checkpoint"
+        time.sleep(0.2)
+    fail("no live trainer with two checkpoints within 60 s")
+
+
+def check_corrupt_resumed(runs):
+    for run, (att, newest) in corrupted.items():
+        logs = [os.path.join(tmp, w, "runs", str(run), f"attempt-{att + 1}.log")
+                for w in ("w1", "w2")]
+        text = "".join(open(p, errors="replace").read() for p in logs if os.path.exists(p))
+        line = next((l for l in text.splitlines()
+                     if f"checkpoint {newest}: checksum mismatch" in l), "")
+        say(f"run {run} attempt {att + 1}: {line.strip()!r}")
+        if "resuming from" not in line:
+            problems.append(f"run {run}: attempt {att + 1} did not say it passed over the "
+                            f"corrupt {newest} (its log: {text[-600:]!r})")
+
+
 def stale_attempt_refused(sweep, runs):
     """A worker connection of this test sends metrics for a run's older
     attempt, on a step the run never had: acked, not stored."""
@@ -304,7 +368,7 @@ def sweep_phase():
     say(f"fsync/synchronous_commit/full_page_writes: {fsync}")
 
     faults = [fault_kill_postmaster, fault_immediate_stop, fault_terminate_backends,
-              lambda: fault_stall_scheduler(mon)]
+              lambda: fault_stall_scheduler(mon), lambda: fault_corrupt_checkpoint(mon)]
     done = []
     for fault in faults:
         if not wait_training(mon, sweep):
@@ -383,8 +447,10 @@ def verify_sweep(sweep, steps, proxies, mon):
 
 
 def compare_reruns(runs):
+    """Up to 4 runs that ran more than once, the one whose checkpoint was
+    corrupted, and one chosen by the seed, against uninterrupted reruns."""
     again = sorted(r for r, (_, a, _) in runs.items() if a > 1)[:4]
-    pick = sorted(set(again) | {random.Random(SEED).choice(sorted(runs))})
+    pick = sorted(set(again) | set(corrupted) | {random.Random(SEED).choice(sorted(runs))})
     n = 0
     for rid in pick:
         cfg = next((os.path.join(tmp, w, "runs", str(rid), "config.json") for w in ("w1", "w2")
@@ -424,7 +490,6 @@ def cleanup():
 def ckpt_phase():
     """5: a full checkpoint disk and corrupt checkpoints, with the trainer
     alone (the worker passes --resume DIR the same way)."""
-    import ckpt_disk  # noqa: E402  (tests/fault/ckpt_disk.py)
     return ckpt_disk.run(BIN, tmp, rng, ENV, say, problems)
 
 
@@ -435,6 +500,7 @@ try:
         sys.exit(77)
     sweep, steps, proxies, mon, sweep_s = sweep_phase()
     runs = verify_sweep(sweep, steps, proxies, mon)
+    check_corrupt_resumed(runs)
     stale_attempt_refused(sweep, {r: a for r, (_, a, _) in runs.items()})
     cleanup()  # the reruns get the CPUs to themselves
     compare_reruns(runs)
