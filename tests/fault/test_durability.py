@@ -266,10 +266,14 @@ def fault_corrupt_checkpoint(mon):
             except (OSError, ValueError, TypeError):
                 continue
             stored = int(psql(f"SELECT coalesce(max(step), 0) FROM metrics WHERE run_id = {run}"))
-            if ckpt_disk.ckpt_step(newest) > stored:
+            try:
+                # frozen between its two renames, it has no checkpoint.bin
+                step, size = ckpt_disk.ckpt_step(newest), os.path.getsize(newest)
+            except OSError:
+                step, size = None, 0
+            if step is None or step > stored:
                 os.kill(pid, signal.SIGCONT)
                 continue
-            size = os.path.getsize(newest)
             at = rng.randrange(4096, size - 16)
             with open(newest, "r+b") as f:
                 f.seek(at)
@@ -279,8 +283,8 @@ def fault_corrupt_checkpoint(mon):
             os.kill(pid, signal.SIGKILL)
             os.kill(pid, signal.SIGCONT)
             corrupted[run] = (att, newest)
-            say(f"run {run} attempt {att}: byte {at} of {newest} (step "
-                f"{ckpt_disk.ckpt_step(newest)}) flipped, trainer {pid} killed")
+            say(f"run {run} attempt {att}: byte {at} of {newest} (step {step}, stored up to "
+                f"{stored}) flipped, trainer {pid} killed")
             return "a corrupt checkpoint"
         time.sleep(0.2)
     fail("no live trainer with two checkpoints within 60 s")
