@@ -214,10 +214,10 @@ static int save(run *r, const trn_ckpt_state *st, char *err, size_t errlen) {
 /* The checkpoints to resume from (train.h), newest first: how many went
  * into paths/steps (0 when none fits), or an SS_E* code (with err) for a
  * file that is there but cannot be read (never skipped silently). A file
- * whose header is corrupt is left out with a line on stderr naming it and
- * why. */
+ * whose header is corrupt is left out, its path and why added to bad. */
 static int list_checkpoints(const char *dir, int64_t max_step, char paths[2][4200],
-                            int64_t steps[2], char *err, size_t errlen) {
+                            int64_t steps[2], char bad[2][2048], int *nbad, char *err,
+                            size_t errlen) {
   static const char *const files[2] = {TRN_CKPT_FILE, TRN_CKPT_PREV_FILE};
   int n = 0;
   for (int i = 0; i < 2; i++) {
@@ -228,7 +228,7 @@ static int list_checkpoints(const char *dir, int64_t max_step, char paths[2][420
     if (rc == SS_ENOENT)
       continue;
     if (rc == SS_ECORRUPT) {
-      fprintf(stderr, "scalesweep train: checkpoint %s; not resumed from\n", err);
+      snprintf(bad[(*nbad)++], sizeof bad[0], "%s", err);
       continue;
     }
     if (rc)
@@ -259,13 +259,12 @@ static int list_checkpoints(const char *dir, int64_t max_step, char paths[2][420
  * with a line naming the bad file, why, and the one resumed from. */
 static int resume_from(run *r, const char *dir, int64_t max_step, trn_ckpt_state *st, char *err,
                        size_t errlen) {
-  char paths[2][4200];
+  char paths[2][4200], bad[2][2048];
   int64_t steps[2];
-  int n = list_checkpoints(dir, max_step, paths, steps, err, errlen);
+  int nbad = 0;
+  int n = list_checkpoints(dir, max_step, paths, steps, bad, &nbad, err, errlen);
   if (n < 0)
     return n;
-  char bad[2][2048];
-  int nbad = 0;
   for (int i = 0; i < n; i++) {
     int rc = trn_ckpt_load(paths[i], r->config_json, &r->model, &r->optim, st, err, errlen);
     if (rc == SS_ECORRUPT) {
