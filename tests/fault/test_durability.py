@@ -26,8 +26,9 @@ the values sent. At the end:
   duplicate), and every acknowledged row of any attempt is stored with the
   values acknowledged; every acknowledged successful result is stored;
 - no run ever had two live trainers at once (/proc scanned every 50 ms);
-  the stall fenced the trainers that were running (worker log), and their
-  runs went on under a later attempt;
+  no trainer was left running when the stalled scheduler came back (each
+  was fenced by its worker, or had ended by itself), and a fenced
+  attempt's run went on under a later attempt;
 - a metrics message of a stale attempt (sent on a worker connection of
   this test) is acknowledged but stores nothing;
 - runs that ran more than once (up to 4) and one run chosen by the seed
@@ -233,9 +234,18 @@ def fault_stall_scheduler(mon):
     p = procs["scheduler"]
     p.send_signal(signal.SIGSTOP)
     time.sleep(secs)
+    # no lease renewed for longer than the lease: every trainer must have
+    # stopped (fenced by its worker, or done) before the scheduler is back,
+    # and none can have started meanwhile
+    time.sleep(0.2)  # the monitor's scan
+    left = faultlib.live_trainers(tmp)
     p.send_signal(signal.SIGCONT)
     say(f"SIGSTOP scheduler for {secs:.1f} s (lease {LEASE_S} s), then SIGCONT; trainers "
-        f"live at the stop: {sorted(live.values())}")
+        f"live at the stop: {sorted(live.values())}, just before SIGCONT: "
+        f"{sorted(left.values())}")
+    for pid, (run, att) in sorted(left.items()):
+        problems.append(f"run {run} attempt {att}: trainer {pid} still running after "
+                        f"{secs:.1f} s without a lease renewal (lease {LEASE_S} s): not fenced")
     return "the scheduler's stall"
 
 
@@ -430,23 +440,20 @@ def verify_sweep(sweep, steps, proxies, mon):
                                     f"the run is {runs.get(rid)}")
     for (run, _), (t1, t2, ps) in sorted(mon.overlaps.items(), key=lambda kv: kv[1][0]):
         problems.append(f"run {run}: two live trainers from {t1} s to {t2} s: {ps}")
-    # the stall: the trainers that were running were fenced, their runs went on
+    # the stall: trainers that did not end by themselves were fenced (the
+    # check itself is made before SIGCONT); a fenced attempt was followed
+    # by another
     logs = "".join(open(os.path.join(tmp, w + ".log"), errors="replace").read()
                    for w in ("w1", "w2"))
-    fenced = sum(f"run {run} attempt {att}: lease not renewed" in logs
-                 for run, att in stalled.items())
-    for run, att in stalled.items():
-        if f"run {run} attempt {att}: lease not renewed" not in logs and \
-                runs.get(run, (None, 0))[1] > att:
-            problems.append(f"run {run}: attempt {att} was live during the scheduler's stall "
-                            "and was followed by another attempt, but its worker never fenced it")
-        elif runs.get(run, (None, 0))[1] <= att and \
-                f"run {run} attempt {att}: lease not renewed" in logs:
+    fenced = [(run, att) for run, att in sorted(stalled.items())
+              if f"run {run} attempt {att}: lease not renewed" in logs]
+    for run, att in fenced:
+        if runs.get(run, (None, 0))[1] <= att:
             problems.append(f"run {run}: attempt {att} was fenced, yet the run ended at it")
     say(f"runs {len(runs)}, attempts {sum(a for _, a, _ in runs.values())}, metric rows {nrows} "
         f"(planned {sum(steps)}), acknowledged rows {n_acked}, acknowledged successes {n_fin}, "
-        f"overlapping trainers {len(mon.overlaps)}, fenced by the stall {fenced} of "
-        f"{len(stalled)}")
+        f"overlapping trainers {len(mon.overlaps)}, fenced by the stall {len(fenced)} of "
+        f"{len(stalled)} (the others ended by themselves)")
     return runs
 
 
