@@ -115,16 +115,30 @@ def request(method, path, body=None):
     return api_request(api_port, token, method, path, body)
 
 
-def start_scheduler():
-    logf = open(os.path.join(tmp, "scheduler.log"), "a")
-    procs["scheduler"] = subprocess.Popen(
-        [BIN, "scheduler", "--database", DB, "--token-file", token,
-         "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
-         "--checkpoints", os.path.join(tmp, "ckpt"), "--lease-seconds", str(LEASE_S),
-         "--predict-seconds", "0"],
-        stdout=logf, stderr=logf)
-    if not wait_healthz(request, 300, procs["scheduler"]):
-        fail("the scheduler did not come up")
+def start_scheduler(proxies):
+    """Starts the scheduler; ports taken meanwhile by another program (the
+    machine is shared) are traded for fresh ones, the proxies told."""
+    global api_port, wport
+    for _ in range(5):
+        log = os.path.join(tmp, "scheduler.log")
+        logf = open(log, "a")
+        procs["scheduler"] = subprocess.Popen(
+            [BIN, "scheduler", "--database", DB, "--token-file", token,
+             "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
+             "--checkpoints", os.path.join(tmp, "ckpt"), "--lease-seconds", str(LEASE_S),
+             "--predict-seconds", "0"],
+            stdout=logf, stderr=logf)
+        if wait_healthz(request, 300, procs["scheduler"]):
+            return
+        if procs["scheduler"].poll() is None:
+            fail("the scheduler did not come up within 30 s")
+        if "address already in use" not in open(log, errors="replace").read():
+            break
+        api_port, wport = free_port(), free_port()
+        for p in proxies:
+            p.upstream = wport
+        say(f"a port was taken; the scheduler tries 127.0.0.1:{api_port} and :{wport}")
+    fail("the scheduler did not come up")
 
 
 def start_worker(name, proxy):
@@ -275,7 +289,11 @@ def fault_corrupt_checkpoint(mon):
                 os.kill(pid, signal.SIGSTOP)
             except (OSError, ValueError, TypeError):
                 continue
-            stored = int(psql(f"SELECT coalesce(max(step), 0) FROM metrics WHERE run_id = {run}"))
+            # the steps stored without a gap from 1 (a resume goes no further)
+            stored = int(psql(
+                "SELECT coalesce(CASE WHEN min(step) = 1 THEN min(step) FILTER (WHERE nxt IS "
+                "DISTINCT FROM step + 1) END, 0) FROM (SELECT step, lead(step) OVER (ORDER BY "
+                f"step) AS nxt FROM metrics WHERE run_id = {run} AND step >= 1) t"))
             try:
                 # frozen between its two renames, it has no checkpoint.bin
                 step, size = ckpt_disk.ckpt_step(newest), os.path.getsize(newest)
@@ -354,7 +372,7 @@ def stale_attempt_refused(sweep, runs):
 
 def sweep_phase():
     proxies = {w: faultlib.AckProxy(w, wport) for w in ("w1", "w2")}
-    start_scheduler()
+    start_scheduler(list(proxies.values()))
     for w, p in proxies.items():
         start_worker(w, p)
     mon = faultlib.TrainerMonitor(tmp, T0)
