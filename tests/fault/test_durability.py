@@ -475,6 +475,17 @@ def verify_sweep(sweep, steps, proxies, mon):
     return runs
 
 
+def sanitizer_reports():
+    """An ASan/UBSan build's reports in the logs (scheduler, workers, trainers)."""
+    for root, _, files in os.walk(tmp):
+        for name in files:
+            if name.endswith(".log"):
+                text = open(os.path.join(root, name), errors="replace").read()
+                if "ERROR: AddressSanitizer" in text or "ERROR: LeakSanitizer" in text or \
+                        "runtime error:" in text:
+                    problems.append(f"a sanitizer report in {os.path.join(root, name)}")
+
+
 def compare_reruns(runs):
     """Up to 4 runs that ran more than once, the one whose checkpoint was
     corrupted, and one chosen by the seed, against uninterrupted reruns."""
@@ -532,6 +543,7 @@ try:
     check_corrupt_resumed(runs)
     stale_attempt_refused(sweep, {r: a for r, (_, a, _) in runs.items()})
     cleanup()  # the reruns get the CPUs to themselves
+    sanitizer_reports()
     compare_reruns(runs)
     if problems:
         fail(f"{len(problems)} problem(s) in the sweep phase")
