@@ -36,9 +36,10 @@ the values sent. At the end:
   validation loss, lr, grad norm, tokens, noise scale) equals the rerun's
   bit for bit on every step.
 
-6. (root only: a tmpfs mount) the checkpoint disk: a trainer checkpoints
-   into a small tmpfs that the test fills mid-run; the checkpoint is
-   skipped with a log line and training goes on; the trainer is killed,
+6. the checkpoint disk: a trainer checkpoints into a small tmpfs (root
+   only; a plain directory, without the filling, otherwise) that the test
+   fills mid-run; the checkpoint is skipped with a log line and training
+   goes on; the trainer is killed,
    the newest checkpoint corrupted, and the resume must pass over it
    (naming it and why) to the previous one; with both corrupt, it starts
    from scratch. Each resumed run equals the uninterrupted one on every
@@ -46,7 +47,8 @@ the values sent. At the end:
 
 Fault timing comes from a seed printed first; SS_FAULT_SEED replays one.
 Exits 0 when all passed, 1 on a violation, 77 when the database is not the
-durable one or (after every other check passed) when not root.
+durable one or, after every other check passed, when the full disk could
+not be made (not root, or no tmpfs mount allowed).
 
 Usage: test_durability.py SCALESWEEP_BINARY
 """
@@ -553,7 +555,7 @@ try:
         fail(f"{len(problems)} problem(s) in the checkpoint-disk phase")
     print(f"wall time {time.time() - T0:.0f} s, seed {SEED}")
     if not ran:
-        print("skipped: the checkpoint-disk phase needs root (mount -t tmpfs); every other "
+        print("skipped: the full checkpoint disk needs root (mount -t tmpfs); every other "
               "check passed")
         sys.exit(77)
     print("all checks passed")
