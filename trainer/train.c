@@ -253,10 +253,13 @@ static int list_checkpoints(const char *dir, int64_t max_step, char paths[2][420
 }
 
 /* Loads the newest checkpoint of dir that is whole (train.h): 1 when one
- * was loaded, 0 when none fits (a fresh start, said on stderr when files
- * were there), or an SS_E* code with err. A checkpoint that fails its
- * checks (checksum, size, header) is passed over for the one before it,
- * with a line naming the bad file, why, and the one resumed from. */
+ * was loaded, 0 when none fits (a fresh start), or an SS_E* code with err.
+ * A checkpoint that fails its checks (checksum, size, header) is passed
+ * over for the one before it, with a line naming the bad file, why, and the
+ * one resumed from. When none is whole, a resume with max_step (the
+ * worker's: a scheduled run must go on) starts from scratch, saying so; a
+ * plain --resume (by hand) fails with SS_ECORRUPT naming the files, since
+ * the user asked for that state. */
 static int resume_from(run *r, const char *dir, int64_t max_step, trn_ckpt_state *st, char *err,
                        size_t errlen) {
   char paths[2][4200], bad[2][2048];
@@ -282,6 +285,10 @@ static int resume_from(run *r, const char *dir, int64_t max_step, trn_ckpt_state
       return rc;
     }
     return 1;
+  }
+  if (nbad && max_step < 0) {
+    snprintf(err, errlen, "%s%s%s", bad[0], nbad > 1 ? "; " : "", nbad > 1 ? bad[1] : "");
+    return SS_ECORRUPT;
   }
   for (int b = 0; b < nbad; b++)
     fprintf(stderr, "scalesweep train: checkpoint %s; no other checkpoint to resume from%s\n",

@@ -13,8 +13,9 @@ run the same way, with --resume DIR).
    from the previous one; every step and series after it equals the
    reference bit for bit.
 4. The newest checkpoint truncated (a torn write) and the previous one
-   corrupted: --resume must say so and start from scratch, again equal to
-   the reference on every step.
+   corrupted: a plain --resume (by hand) fails with exit 2 naming both; the
+   worker's (--resume-max-step) must say so and start from scratch, again
+   equal to the reference on every step.
 """
 import fcntl
 import json
@@ -180,9 +181,17 @@ def phase(binary, tmp, mnt, rng, env, say, problems, ref, ref_done, full_disk):
         b = f.read(1)
         f.seek(-1, os.SEEK_CUR)
         f.write(bytes([b[0] ^ 0x01]))
+    # by hand (plain --resume) that is an error naming both files
     rc, ev, err = train(binary, cfg, env, "--resume", ck)
+    msg = next((e.get("message", "") for e in ev if e.get("event") == "error"), "")
+    say(f"torn newest, corrupt previous, plain --resume: exit {rc}; {msg!r}")
+    if rc != 2 or newest not in msg or prev not in msg:
+        problems.append(f"both checkpoints bad, plain --resume: exit {rc} (expected 2), error "
+                        f"{msg!r} (expected both files named)")
+    # as the worker resumes (--resume-max-step): from scratch
+    rc, ev, err = train(binary, cfg, env, "--resume", ck, "--resume-max-step", str(STEPS))
     lines = [l for l in err.splitlines() if l.startswith("scalesweep train: checkpoint ")]
-    say(f"torn newest, corrupt previous: exit {rc}; {lines}")
+    say(f"torn newest, corrupt previous, as the worker resumes: exit {rc}; {lines}")
     check_resumed(problems, "both checkpoints bad", rc, ev, err, ref, ref_done, 0)
     if not any(newest in l and "truncated" in l for l in lines) or \
             not any(prev in l and "checksum mismatch" in l and "starting from scratch" in l
