@@ -31,6 +31,9 @@ the values sent. At the end:
   attempt's run went on under a later attempt;
 - a metrics message of a stale attempt (sent on a worker connection of
   this test) is acknowledged but stores nothing;
+- a batch whose COMMIT waits (metrics locked from psql) while its worker
+  connection closes and the worker reconnects is not acknowledged on the
+  new connection, and its resent copy is;
 - runs that ran more than once (up to 4) and one run chosen by the seed
   are trained again uninterrupted: every stored series (train and
   validation loss, lr, grad norm, tokens, noise scale) equals the rerun's
@@ -235,10 +238,19 @@ def fault_immediate_stop():
     return "pg_ctl stop -m immediate"
 
 
+def scheduler_sessions():
+    return int(psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                    "'scalesweep' AND pid <> pg_backend_pid()"))
+
+
 def fault_terminate_backends():
     total = 0
     for i in range(3):
         time.sleep(rng.uniform(0.2, 1.0))
+        for _ in range(150):  # reconnected since the last fault (its backoff)
+            if scheduler_sessions() > 0:
+                break
+            time.sleep(0.1)
         got = psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                    "WHERE application_name = 'scalesweep' AND pid <> pg_backend_pid()")
         total += int(got or 0)
@@ -342,36 +354,119 @@ def check_corrupt_resumed(runs):
                             f"corrupt {newest} (its log: {text[-600:]!r})")
 
 
+class FakeWorker:
+    """A worker connection of this test: hello, then JSON lines."""
+
+    def __init__(self, name):
+        self.sock = socket.create_connection(("127.0.0.1", wport), timeout=10)
+        self.buf = b""
+        self.send({"type": "hello", "version": 1, "token": open(token).read().strip(),
+                   "name": name, "host": "h", "gpus": [], "cpu_slots": 0, "runs": []})
+        self.welcome = self.next(10)
+
+    def send(self, m):
+        self.sock.sendall(json.dumps(m).encode() + b"\n")
+
+    def next(self, timeout):
+        """The next message within timeout seconds, or None (a file object
+        of the socket cannot be read again after a timeout: own buffer)."""
+        end = time.time() + timeout
+        while b"\n" not in self.buf:
+            left = end - time.time()
+            if left <= 0:
+                return None
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                return None
+            except OSError:
+                return None
+            if not data:
+                return None
+            self.buf += data
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def acks(self, seconds, until=None):
+        """The (run_id, seq) of the acks that come within that long (or
+        until that one has come)."""
+        out, end = [], time.time() + seconds
+        while time.time() < end and until not in out:
+            m = self.next(max(0.05, end - time.time()))
+            if m is not None and m.get("type") == "ack":
+                out.append((m.get("run_id"), m.get("seq")))
+        return out
+
+    def close(self):
+        self.sock.close()
+
+
+def ack_on_its_connection(runs):
+    """The scheduler acks a message on the connection it came in on only:
+    a batch of connection A whose COMMIT waits (metrics locked from psql)
+    while A closes and the worker reconnects as B must not be acked on B
+    (the worker drops everything up to an acked seq, so such an ack could
+    drop a batch B resent and the scheduler had not stored yet)."""
+    rid = min(runs)
+    att = runs[rid] + 1  # an attempt the run never had: nothing gets stored
+    batch = {"type": "metrics", "run_id": rid, "attempt": att, "seq": 1,
+             "rows": [{"event": "step", "step": 10 ** 6 + 1, "tokens": 1, "train_loss": 1.0}]}
+    # a session idle in its transaction holds the lock until COMMIT
+    locker = subprocess.Popen(["bash", "-c", '. "$PGTEST_SH" && pg_psql'], stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    locker.stdin.write("BEGIN;\nLOCK TABLE metrics IN EXCLUSIVE MODE;\n")
+    locker.stdin.flush()
+    try:
+        for _ in range(100):
+            if psql("SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                    "WHERE c.relname = 'metrics' AND l.mode = 'ExclusiveLock' AND l.granted")\
+                    != "0":
+                break
+            time.sleep(0.1)
+        a = FakeWorker("acktest")
+        a.send(batch)
+        for _ in range(100):  # the insert waits for the lock
+            if psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                    "'scalesweep' AND wait_event_type = 'Lock'") != "0":
+                break
+            time.sleep(0.1)
+        a.close()
+        time.sleep(0.3)
+        b = FakeWorker("acktest")
+    finally:
+        locker.stdin.write("COMMIT;\n")  # the lock goes: the insert commits
+        locker.stdin.close()
+        locker.wait(timeout=30)
+    on_b = b.acks(2.0)
+    b.send(batch)  # what the worker resends on B is acked there
+    again = b.acks(5.0, until=(rid, 1))
+    b.close()
+    say(f"a batch committed after its connection closed: acks on the next connection "
+        f"{on_b}; the batch resent there: acks {again}")
+    if (rid, 1) in on_b:
+        problems.append("the scheduler acked a batch of a closed connection on the worker's "
+                        "next connection")
+    if (rid, 1) not in again:
+        problems.append("the batch resent on the worker's new connection was not acked")
+
+
 def stale_attempt_refused(sweep, runs):
     """A worker connection of this test sends metrics for a run's older
     attempt, on a step the run never had: acked, not stored."""
     rid = next((r for r, a in sorted(runs.items()) if a > 1), min(runs))
     att = runs[rid] - 1 if runs[rid] > 1 else runs[rid] + 1  # not the current one
-    s = socket.create_connection(("127.0.0.1", wport), timeout=10)
-    f = s.makefile("rb")
-
-    def send(m):
-        s.sendall(json.dumps(m).encode() + b"\n")
-    send({"type": "hello", "version": 1, "token": open(token).read().strip(), "name": "stale",
-          "host": "h", "gpus": [], "cpu_slots": 0, "runs": []})
-    welcome = json.loads(f.readline() or "{}")
-    if welcome.get("type") != "welcome":
-        problems.append(f"the stale-attempt connection got {welcome} instead of a welcome")
-        s.close()
+    w = FakeWorker("stale")
+    if (w.welcome or {}).get("type") != "welcome":
+        problems.append(f"the stale-attempt connection got {w.welcome} instead of a welcome")
+        w.close()
         return
     step = 10 ** 6
-    send({"type": "metrics", "run_id": rid, "attempt": att, "seq": 1,
-          "rows": [{"event": "step", "step": step, "tokens": step, "train_loss": 1.0,
-                    "lr": 0.0, "grad_norm": 1.0}]})
-    acked = False
-    end = time.time() + 15
-    while time.time() < end and not acked:
-        line = f.readline()
-        if not line:
-            break
-        m = json.loads(line)
-        acked = m.get("type") == "ack" and m.get("run_id") == rid and m.get("seq") == 1
-    s.close()
+    w.send({"type": "metrics", "run_id": rid, "attempt": att, "seq": 1,
+            "rows": [{"event": "step", "step": step, "tokens": step, "train_loss": 1.0,
+                      "lr": 0.0, "grad_norm": 1.0}]})
+    acked = (rid, 1) in w.acks(5.0, until=(rid, 1))
+    w.close()
     n = int(psql(f"SELECT count(*) FROM metrics WHERE run_id = {rid} AND step = {step}"))
     say(f"stale attempt {att} of run {rid} (current {runs[rid]}): acked {acked}, rows stored {n}")
     if n != 0:
@@ -544,7 +639,7 @@ def ckpt_phase():
     return ckpt_disk.run(BIN, tmp, rng, ENV, say, problems)
 
 
-try:
+def main():
     if psql("SHOW fsync") != "on" or psql("SHOW synchronous_commit") != "on":
         print("skipped: the test database runs without fsync/synchronous_commit; run through "
               "SS_PG_DURABLE=1 tests/integration/run_with_pg.sh")
@@ -553,6 +648,7 @@ try:
     runs = verify_sweep(sweep, steps, proxies, mon)
     check_corrupt_resumed(runs)
     stale_attempt_refused(sweep, {r: a for r, (_, a, _) in runs.items()})
+    ack_on_its_connection({r: a for r, (_, a, _) in runs.items()})
     cleanup()  # the reruns get the CPUs to themselves
     sanitizer_reports()
     compare_reruns(runs)
@@ -568,7 +664,12 @@ try:
               "check passed")
         sys.exit(77)
     print("all checks passed")
-finally:
-    cleanup()
-    if os.environ.get("SS_FAULT_KEEP") != "1":
-        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        cleanup()
+        if os.environ.get("SS_FAULT_KEEP") != "1":
+            shutil.rmtree(tmp, ignore_errors=True)
