@@ -186,17 +186,20 @@ def wait_training(mon, sweep, at_least=1, timeout=60):
 
 def check_acked(proxies, sweep, what):
     n, bad = faultlib.check_acked_stored(proxies, run_attempts(sweep))
-    # an acknowledged success is stored for good
-    status = dict(line.split("|") for line in psql(
-        f"SELECT id, status FROM runs WHERE sweep_id = {sweep}").splitlines())
-    wins = [k[0] for p in proxies for k, m in p.acked_messages("finished")
+    # an acknowledged success is stored for good, unless its attempt had
+    # been superseded (its lease expired first: the next attempt, resumed
+    # from the last checkpoint, ends it again)
+    status = {int(r): (st, int(a)) for r, st, a in (line.split("|") for line in psql(
+        f"SELECT id, status, attempt FROM runs WHERE sweep_id = {sweep}").splitlines())}
+    wins = [k[:2] for p in proxies for k, m in p.acked_messages("finished")
             if m.get("exit_code") == 0 and isinstance(m.get("done"), dict)]
-    lost = sorted(r for r in wins if status.get(str(r)) != "succeeded")
+    lost = sorted(r for r, a in wins if status.get(r, ("", 0))[0] != "succeeded" and
+                  status.get(r, ("", 0))[1] <= a)
     say(f"after {what}: {n} acknowledged rows of current attempts, {len(bad)} not stored as "
         f"sent; {len(wins)} acknowledged successes, {len(lost)} not stored")
     problems.extend(f"after {what}: {p}" for p in bad[:10])
     problems.extend(f"after {what}: run {r}: its success was acknowledged, the run is "
-                    f"{status.get(str(r))}" for r in lost)
+                    f"{status.get(r)}" for r in lost)
 
 
 def postmaster_pid():
