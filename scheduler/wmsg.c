@@ -22,7 +22,8 @@ typedef struct wctx {
   int64_t worker_id, run_id;
   int attempt;
   int64_t seq;
-  int cancelled; /* finished: the run was being cancelled */
+  uint64_t conn_ns; /* the connection the message came in on (its connected_ns) */
+  int cancelled;    /* finished: the run was being cancelled */
 } wctx;
 
 static wctx *ctx(sched__wconn *c, int64_t run_id, int attempt, int64_t seq) {
@@ -34,12 +35,20 @@ static wctx *ctx(sched__wconn *c, int64_t run_id, int attempt, int64_t seq) {
   x->run_id = run_id;
   x->attempt = attempt;
   x->seq = seq;
+  x->conn_ns = c->connected_ns;
   return x;
 }
 
+/* Acknowledges a message once it is committed, on the connection it came in
+ * on only. The worker lets go of every message up to the seq acknowledged,
+ * so an ack that reached a newer connection of the worker (one store failed,
+ * the worker was dropped and reconnected, then a later batch of the old
+ * connection committed) could drop an earlier batch that was never stored:
+ * the worker resends everything unacknowledged on its new connection, and
+ * those copies are acknowledged there. */
 static void ack(wctx *x) {
   sched__wconn *c = sched__conn_by_worker(x->wp, x->worker_id);
-  if (c)
+  if (c && c->connected_ns == x->conn_ns)
     sched__send(c, json_pack("{s:s,s:I,s:i,s:I}", "type", "ack", "run_id", (json_int_t)x->run_id,
                              "attempt", x->attempt, "seq", (json_int_t)x->seq));
 }

@@ -1,6 +1,7 @@
 #include "trainer/ckpt.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -53,10 +54,37 @@ static void put(fio_atomic *f, const void *p, size_t n, uint64_t *h) {
   fio_atomic_write(f, p, n);
 }
 
+/* A full filesystem: nothing was changed (the kept checkpoints stay). */
+static int no_space(const char *path, int e, char *err, size_t errlen) {
+  snprintf(err, errlen, "%s: %s", path, strerror(e));
+  return TRN_CKPT_NO_SPACE;
+}
+
+/* Temporary files of this directory's earlier writers (a trainer killed
+ * while writing): they would hold space a full disk needs. A checkpoint
+ * directory belongs to one run, and a run has one live trainer. */
+static void remove_stale_temps(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  static const char prefix[] = TRN_CKPT_FILE ".tmp.";
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, prefix, sizeof prefix - 1) != 0)
+      continue;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    unlink(p);
+  }
+  closedir(d);
+}
+
 int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m, const trn_optim *o,
                   const trn_ckpt_state *st, char *path_out, size_t path_len, char *err,
                   size_t errlen) {
   if (fio_mkdirs(dir, 0755) != 0) {
+    if (errno == ENOSPC || errno == EDQUOT)
+      return no_space(dir, errno, err, errlen);
     snprintf(err, errlen, "%s: cannot create checkpoint directory: %s", dir, strerror(errno));
     return SS_EIO;
   }
@@ -97,11 +125,12 @@ int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m, 
   char *buf = malloc(pbytes > o->state_bytes ? pbytes : o->state_bytes);
   if (!buf)
     return SS_ENOMEM;
+  remove_stale_temps(dir);
   fio_atomic f;
   int rc = fio_atomic_open(&f, path, err, errlen);
   if (rc) {
     free(buf);
-    return rc;
+    return errno == ENOSPC || errno == EDQUOT ? no_space(path, errno, err, errlen) : rc;
   }
   uint64_t h = FNV_INIT;
   put(&f, hdr, sizeof hdr, &h);
@@ -114,6 +143,20 @@ int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m, 
   uint64_t trailer = h;
   fio_atomic_write(&f, &trailer, sizeof trailer);
   free(buf);
+  /* the new file is whole and on disk before the older ones move: a full
+   * disk (ENOSPC at write or at fsync) or a crash leaves both kept ones */
+  if (!f.failed && fsync(f.fd) != 0) {
+    f.failed = 1;
+    f.err = errno;
+  }
+  if (f.failed) {
+    int e = f.err;
+    fio_atomic_abort(&f);
+    if (e == ENOSPC || e == EDQUOT)
+      return no_space(path, e, err, errlen);
+    snprintf(err, errlen, "%s: write failed: %s", path, strerror(e));
+    return SS_EIO;
+  }
   /* the newest becomes the previous one; a crash before the commit leaves
    * only that, which a resume finds */
   char prev[4200];

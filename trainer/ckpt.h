@@ -36,8 +36,16 @@ typedef struct trn_ckpt_state {
   trn_noise noise;
 } trn_ckpt_state;
 
+/* trn_ckpt_save's answer when the filesystem is full (ENOSPC, EDQUOT) */
+#define TRN_CKPT_NO_SPACE 1
+
 /* Writes DIR/checkpoint.bin (DIR is created if missing), the one it replaces
- * becoming DIR/checkpoint.prev.bin; the final path is copied to path_out. */
+ * becoming DIR/checkpoint.prev.bin; the final path is copied to path_out.
+ * The new file is written and fsync'ed under a temporary name before the
+ * older ones move, so at every moment a complete checkpoint is kept.
+ * Returns 0; TRN_CKPT_NO_SPACE (err says where) when the filesystem is
+ * full, with both kept checkpoints untouched, which a caller may treat as
+ * "this checkpoint skipped"; or an SS_E* code. */
 int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m, const trn_optim *o,
                   const trn_ckpt_state *st, char *path_out, size_t path_len, char *err,
                   size_t errlen);

@@ -194,6 +194,16 @@ static int save(run *r, const trn_ckpt_state *st, char *err, size_t errlen) {
   char path[4096];
   int rc = trn_ckpt_save(r->ckpt_dir, r->config_json, &r->model, &r->optim, st, path, sizeof path,
                          err, errlen);
+  if (rc == TRN_CKPT_NO_SPACE) {
+    /* the run does not need this checkpoint to go on; the kept ones stay */
+    fprintf(stderr,
+            "scalesweep train: checkpoint at step %lld skipped: %s; training goes on, the "
+            "previous checkpoints are kept\n",
+            (long long)st->step, err);
+    fflush(stderr);
+    err[0] = 0;
+    return 0;
+  }
   if (rc)
     return rc;
   cJSON *o = cJSON_CreateObject();
@@ -209,13 +219,15 @@ static int save(run *r, const trn_ckpt_state *st, char *err, size_t errlen) {
   return 0;
 }
 
-/* The checkpoint to resume from (train.h): 1 with path filled, 0 when none
- * fits, or an SS_E* code (with err) for a file that is there but unreadable
- * or not a checkpoint (never skipped silently). */
-static int pick_checkpoint(const char *dir, int64_t max_step, char *path, size_t len, char *err,
-                           size_t errlen) {
+/* The checkpoints to resume from (train.h), newest first: how many went
+ * into paths/steps (0 when none fits), or an SS_E* code (with err) for a
+ * file that is there but cannot be read (never skipped silently). A file
+ * whose header is corrupt is left out, its path and why added to bad. */
+static int list_checkpoints(const char *dir, int64_t max_step, char paths[2][4200],
+                            int64_t steps[2], char bad[2][2048], int *nbad, char *err,
+                            size_t errlen) {
   static const char *const files[2] = {TRN_CKPT_FILE, TRN_CKPT_PREV_FILE};
-  int64_t best = -1;
+  int n = 0;
   for (int i = 0; i < 2; i++) {
     char p[4200];
     int64_t step;
@@ -223,6 +235,10 @@ static int pick_checkpoint(const char *dir, int64_t max_step, char *path, size_t
     int rc = trn_ckpt_peek_step(p, &step, err, errlen);
     if (rc == SS_ENOENT)
       continue;
+    if (rc == SS_ECORRUPT) {
+      snprintf(bad[(*nbad)++], sizeof bad[0], "%s", err);
+      continue;
+    }
     if (rc)
       return rc;
     if (max_step >= 0 && step > max_step) {
@@ -232,12 +248,60 @@ static int pick_checkpoint(const char *dir, int64_t max_step, char *path, size_t
               p, (long long)step, (long long)max_step);
       continue;
     }
-    if (step > best) {
-      best = step;
-      snprintf(path, len, "%s", p);
+    int at = n && step > steps[0] ? 0 : n;
+    if (at == 0 && n) {
+      memcpy(paths[1], paths[0], sizeof paths[0]);
+      steps[1] = steps[0];
     }
+    snprintf(paths[at], sizeof paths[at], "%s", p);
+    steps[at] = step;
+    n++;
   }
-  return best >= 0;
+  return n;
+}
+
+/* Loads the newest checkpoint of dir that is whole (train.h): 1 when one
+ * was loaded, 0 when none fits (a fresh start), or an SS_E* code with err.
+ * A checkpoint that fails its checks (checksum, size, header) is passed
+ * over for the one before it, with a line naming the bad file, why, and the
+ * one resumed from. When none is whole, a resume with max_step (the
+ * worker's: a scheduled run must go on) starts from scratch, saying so; a
+ * plain --resume (by hand) fails with SS_ECORRUPT naming the files, since
+ * the user asked for that state. */
+static int resume_from(run *r, const char *dir, int64_t max_step, trn_ckpt_state *st, char *err,
+                       size_t errlen) {
+  char paths[2][4200], bad[2][2048];
+  int64_t steps[2];
+  int nbad = 0;
+  int n = list_checkpoints(dir, max_step, paths, steps, bad, &nbad, err, errlen);
+  if (n < 0)
+    return n;
+  for (int i = 0; i < n; i++) {
+    int rc = trn_ckpt_load(paths[i], r->config_json, &r->model, &r->optim, st, err, errlen);
+    if (rc == SS_ECORRUPT) {
+      snprintf(bad[nbad++], sizeof bad[0], "%s", err);
+      continue;
+    }
+    if (rc)
+      return rc;
+    for (int b = 0; b < nbad; b++)
+      fprintf(stderr, "scalesweep train: checkpoint %s; resuming from %s (step %lld)\n", bad[b],
+              paths[i], (long long)steps[i]);
+    if ((rc = trn_loader_set_pos(r->train, &st->train_pos)) != 0) {
+      snprintf(err, errlen, "%s: data position %llu does not fit the training data", paths[i],
+               (unsigned long long)st->train_pos.offset);
+      return rc;
+    }
+    return 1;
+  }
+  if (nbad && max_step < 0) {
+    snprintf(err, errlen, "%s%s%s", bad[0], nbad > 1 ? "; " : "", nbad > 1 ? bad[1] : "");
+    return SS_ECORRUPT;
+  }
+  for (int b = 0; b < nbad; b++)
+    fprintf(stderr, "scalesweep train: checkpoint %s; no other checkpoint to resume from%s\n",
+            bad[b], b + 1 == nbad ? ": starting from scratch" : "");
+  return 0;
 }
 
 static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, char *err,
@@ -254,27 +318,16 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
 
   int rc;
   if (resume_dir) {
-    char path[4200];
     struct stat sb;
     if (stat(resume_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
       snprintf(err, errlen, "%s: --resume: not a directory", resume_dir);
       return SS_ENOENT;
     }
-    rc = pick_checkpoint(resume_dir, resume_max_step, path, sizeof path, err, errlen);
+    rc = resume_from(r, resume_dir, resume_max_step, &st, err, errlen);
     if (rc < 0)
       return rc;
-    if (rc == 1) {
-      rc = trn_ckpt_load(path, r->config_json, &r->model, &r->optim, &st, err, errlen);
-      if (rc)
-        return rc;
-      if ((rc = trn_loader_set_pos(r->train, &st.train_pos)) != 0) {
-        snprintf(err, errlen, "%s: data position %llu does not fit the training data", path,
-                 (unsigned long long)st.train_pos.offset);
-        return rc;
-      }
-    } else {
+    if (rc == 0)
       resume_dir = NULL; /* no (usable) checkpoint: a fresh start */
-    }
   }
   if (!resume_dir) {
     trn_model_init_weights(&r->model, c->train.seed);

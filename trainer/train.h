@@ -15,8 +15,10 @@
 
 /* How one run is started, beside its config. */
 typedef struct trn_train_opts {
-  /* continue from resume_dir/checkpoint.bin (NULL: fresh run; a directory
-   * without a checkpoint starts fresh) */
+  /* continue from resume_dir/checkpoint.bin, or checkpoint.prev.bin when
+   * that one is corrupt (said on stderr) (NULL: fresh run; a directory
+   * without a checkpoint starts fresh; one whose checkpoints are all
+   * corrupt fails, or with resume_max_step >= 0 starts fresh) */
   const char *resume_dir;
   /* >= 0: from the newest of checkpoint.bin and checkpoint.prev.bin whose
    * step is at most that, else fresh (the worker passes the last step whose

@@ -14,6 +14,10 @@
 #   pg_wait_restart       wait until that restart has finished
 #   pg_psql ARGS...       psql on the test database
 #
+# SS_PG_DURABLE=1 (set before pg_start) keeps PostgreSQL's production durability
+# settings (fsync, synchronous_commit, full_page_writes on: what a crash test needs);
+# by default they are off, which is faster and enough for a cluster thrown away.
+#
 # As root, the server programs run as ${SCALESWEEP_PG_USER:-postgres} (PostgreSQL
 # refuses root), and the temp dir belongs to that user. The server state is in
 # exported variables (PG_TEST_DIR, PG_TEST_BINDIR, PG_TEST_USER), so a child
@@ -104,17 +108,19 @@ pg_start() {
   _pg_as "$PG_TEST_BINDIR/initdb" -D "$PG_TEST_DIR/data" -U scalesweep -A trust --no-locale \
     -E UTF8 --no-sync >"$PG_TEST_DIR/initdb.log" 2>&1 || {
       echo "pgtest: initdb failed:" >&2; cat "$PG_TEST_DIR/initdb.log" >&2; return 1; }
-  # Durability settings off: a test cluster is thrown away (a clean stop still
-  # writes everything, so pg_server_stop/start keep the data).
+  # Durability settings off unless SS_PG_DURABLE=1: a test cluster is thrown away
+  # (a clean stop still writes everything, so pg_server_stop/start keep the data).
+  local durable=off
+  [ "${SS_PG_DURABLE:-0}" = 1 ] && durable=on
   _pg_as tee -a "$PG_TEST_DIR/data/postgresql.conf" >/dev/null <<CONF
 
 # pgtest.sh
 listen_addresses = ''
 unix_socket_directories = '$PG_TEST_DIR/socket'
 unix_socket_permissions = 0700
-fsync = off
-synchronous_commit = off
-full_page_writes = off
+fsync = $durable
+synchronous_commit = $durable
+full_page_writes = $durable
 CONF
   echo "local all all trust" | _pg_as tee "$PG_TEST_DIR/data/pg_hba.conf" >/dev/null
   pg_server_start || return 1

@@ -32,7 +32,13 @@ resumed runs compared, and exits 1 on any violation.
 Environment: SCALESWEEP_SOAK_SEED (default 7), SCALESWEEP_SOAK_RUNS
 (default 60), SCALESWEEP_SOAK_KEEP=1 keeps the temporary directory.
 
-Usage: test_soak.py SCALESWEEP_BINARY
+The short form (--short, or SS_SOAK_SHORT=1; ctest soak_short, in CI): 12
+runs of 1500-3000 steps, faults for at most 90 s, every kind once before
+any repeats (a trainer's kill first), the sweep bounded to 240 s, 4 resumed runs compared; a few
+minutes on 2 cores. The resumed runs are compared on every stored series
+(tests/fault/faultlib.py), in both forms.
+
+Usage: test_soak.py [--short] SCALESWEEP_BINARY
 """
 import json
 import os
@@ -48,21 +54,29 @@ import threading
 import time
 import http.client
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+sys.path.insert(0, os.path.join(HERE, "..", "fault"))
 from harness import api_request, free_port, make_token, wait_healthz  # noqa: E402
+import faultlib  # noqa: E402
 
-BIN = os.path.abspath(sys.argv[1])
+ARGS = [a for a in sys.argv[1:] if a != "--short"]
+SHORT = "--short" in sys.argv[1:] or os.environ.get("SS_SOAK_SHORT") == "1"
+BIN = os.path.abspath(ARGS[0])
 DB = os.environ["SCALESWEEP_TEST_DB"]
 SEED = int(os.environ.get("SCALESWEEP_SOAK_SEED", "7"))
-NRUNS = int(os.environ.get("SCALESWEEP_SOAK_RUNS", "60"))
+NRUNS = int(os.environ.get("SCALESWEEP_SOAK_RUNS", "12" if SHORT else "60"))
 NWORKERS = 3
 LEASE_S = 4
-FAULT_WINDOW_S = 600   # faults stop after this long, or when the sweep is done
-SWEEP_TIMEOUT_S = 900  # the whole sweep, faults included
+FAULT_WINDOW_S = 90 if SHORT else 600    # faults stop after this long, or when the sweep is done
+SWEEP_TIMEOUT_S = 240 if SHORT else 900  # the whole sweep, faults included
+STEPS_RANGE = (1500, 3000) if SHORT else (3000, 6000)
 TOKENS_PER_STEP = 8 * 32
-MAX_COMPARED = 8
+MAX_COMPARED = 4 if SHORT else 8
 T0 = time.time()
 sys.stdout.reconfigure(line_buffering=True)
+print(f"soak ({'short' if SHORT else 'long'} form), seed {SEED} (replay with "
+      f"SCALESWEEP_SOAK_SEED={SEED}{' SS_SOAK_SHORT=1' if SHORT else ''})")
 rng = random.Random(SEED)
 tmp = tempfile.mkdtemp(prefix="ss-soak-")
 procs = {}
@@ -363,7 +377,7 @@ def main():
     # two; 3000-6000 steps, four evaluations; the scheduler makes each run
     # checkpoint every tenth of it
     plan_rng = random.Random(SEED)
-    steps = [plan_rng.randrange(3000, 6001, 10) for _ in range(NRUNS)]
+    steps = [plan_rng.randrange(STEPS_RANGE[0], STEPS_RANGE[1] + 1, 10) for _ in range(NRUNS)]
     spec = {
         "name": f"soak-{SEED}",
         "method": "runs",
@@ -380,7 +394,8 @@ def main():
     if st != 201 or body.get("runs") != NRUNS:
         fail(f"submit: {st} {body}")
     sweep = body["id"]
-    print(f"sweep {sweep}: {NRUNS} runs of 3000-6000 steps on {NWORKERS} workers, "
+    print(f"sweep {sweep}: {NRUNS} runs of {STEPS_RANGE[0]}-{STEPS_RANGE[1]} steps on "
+          f"{NWORKERS} workers, "
           f"lease {LEASE_S} s, seed {SEED}, temp dir {tmp}")
 
     # faults until the sweep is done
@@ -397,6 +412,9 @@ def main():
         if time.time() - T0 < FAULT_WINDOW_S:
             kinds = list(FAULTS)
             rng.shuffle(kinds)
+            if SHORT:
+                # a short sweep sees every kind, a trainer's kill (a resume) first
+                kinds.sort(key=lambda k: (counts[k] > 0, counts[k] > 0 or k != "kill_trainer"))
             for kind in kinds:  # no trainer may be running: then another kind
                 if inject(kind, mon):
                     break
@@ -489,19 +507,19 @@ def compare_resumed(runs, resumed, problems):
         if out.returncode != 0:
             problems.append(f"run {rid}: the uninterrupted rerun failed: {out.stderr[-500:]}")
             continue
-        events = [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+        events = faultlib.trainer_events(out.stdout)
         done = next(e for e in events if e["event"] == "done")
         if done["final_val_loss"] != runs[rid]["loss"]:
             problems.append(f"run {rid}: final val loss {runs[rid]['loss']!r} after "
                             f"{runs[rid]['attempt']} attempts, {done['final_val_loss']!r} "
                             "uninterrupted: expected the same bits")
-        want = {e["step"]: e["train_loss"] for e in events if e["event"] == "step"}
-        stored = psql(f"SELECT step, train_loss FROM metrics WHERE run_id = {rid} ORDER BY step")
-        diff = [s for s, l in (x.split("|") for x in stored.splitlines())
-                if want.get(int(s)) != (float(l) if l else None)]
-        if diff or len(want) != runs[rid]["steps"]:
-            problems.append(f"run {rid}: {len(diff)} stored train losses differ from the "
-                            f"uninterrupted run's (first at step {diff[:1]})")
+        # every stored series (losses, lr, grad norm, tokens, ...) on every step
+        want = faultlib.series_of(events)
+        stored = {s: v for (r, s), v in faultlib.stored_rows({rid}).items() if r == rid}
+        problems.extend(faultlib.diff_series(stored, want, f"run {rid}"))
+        if sum(1 for v in want.values() if "train_loss" in v) != runs[rid]["steps"]:
+            problems.append(f"run {rid}: the uninterrupted rerun trained {len(want)} steps, "
+                            f"planned {runs[rid]['steps']}")
     return sample
 
 
