@@ -496,6 +496,10 @@ static const field f_cancel[] = {{"run_id", K_INT0}, {NULL, 0}};
  * shards under (absent: none). */
 static const field o_welcome[] = {{"data_dirs", K_PATH_LIST}, {NULL, 0}};
 static const field f_ack[] = {{"run_id", K_INT0}, {"attempt", K_INT0}, {"seq", K_INT0}, {NULL, 0}};
+/* ack.stored (optional): false when the scheduler refused the message (its
+ * attempt is no longer that worker's running one): nothing was stored, and
+ * resending cannot help */
+static const field o_ack[] = {{"stored", K_BOOL}, {NULL, 0}};
 static const field f_error[] = {{"message", K_STRING}, {NULL, 0}};
 static const field f_stopping[] = {{"runs", K_RUN_REFS}, {NULL, 0}};
 
@@ -517,7 +521,7 @@ static const field *const type_optional[] = {
     [PROTO_HELLO] = o_none,      [PROTO_HEARTBEAT] = o_none,  [PROTO_STARTED] = o_none,
     [PROTO_METRICS] = o_none,    [PROTO_CHECKPOINT] = o_none, [PROTO_FINISHED] = o_finished,
     [PROTO_WELCOME] = o_welcome, [PROTO_ASSIGN] = o_none,     [PROTO_CANCEL] = o_none,
-    [PROTO_ACK] = o_none,        [PROTO_ERROR] = o_none,      [PROTO_STOPPING] = o_none,
+    [PROTO_ACK] = o_ack,         [PROTO_ERROR] = o_none,      [PROTO_STOPPING] = o_none,
 };
 
 proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, size_t errlen) {

@@ -46,12 +46,20 @@ static wctx *ctx(sched__wconn *c, int64_t run_id, int attempt, int64_t seq) {
  * connection committed) could drop an earlier batch that was never stored:
  * the worker resends everything unacknowledged on its new connection, and
  * those copies are acknowledged there. */
-static void ack(wctx *x) {
+/* The message is done with: stored, or (stored 0) refused for good, its
+ * attempt no longer the worker's running one; the ack says which. */
+static void ack_stored(wctx *x, int stored) {
   sched__wconn *c = sched__conn_by_worker(x->wp, x->worker_id);
-  if (c && c->connected_ns == x->conn_ns)
-    sched__send(c, json_pack("{s:s,s:I,s:i,s:I}", "type", "ack", "run_id", (json_int_t)x->run_id,
-                             "attempt", x->attempt, "seq", (json_int_t)x->seq));
+  if (!c || c->connected_ns != x->conn_ns)
+    return;
+  json_t *m = json_pack("{s:s,s:I,s:i,s:I}", "type", "ack", "run_id", (json_int_t)x->run_id,
+                        "attempt", x->attempt, "seq", (json_int_t)x->seq);
+  if (m && !stored)
+    json_object_set_new(m, "stored", json_false());
+  sched__send(c, m);
 }
+
+static void ack(wctx *x) { ack_stored(x, 1); }
 
 static void log_db_error(const char *what, int status, const char *errmsg) {
   if (status != 0)
@@ -367,12 +375,13 @@ static void on_metrics_stored(void *ud, int status, int64_t rows, const char *er
     log_db_error("storing metrics", status, errmsg);
     resend_later(x);
   } else {
-    /* a refused batch is acknowledged too: resending it cannot help */
+    /* a refused batch is acknowledged too, as not stored: resending it
+     * cannot help */
     if (rows == STORE_FENCED)
       refused(x, "a metrics batch");
     else
       x->wp->n->metric_rows += (uint64_t)rows;
-    ack(x);
+    ack_stored(x, rows != STORE_FENCED);
   }
   free(x);
 }

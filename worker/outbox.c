@@ -115,6 +115,10 @@ void wrk__on_ack(wrk__conn *c, json_t *m) {
   wrk__run *r = wrk__run_find(w, id, attempt);
   if (!r)
     return; /* a repeated ack for a run already released: nothing to drop */
+  if (json_is_false(json_object_get(m, "stored")))
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": the scheduler refused message %" PRId64
+             ": this attempt is no longer this worker's; nothing of it was stored",
+             id, attempt, seq);
   drop_through(r, seq);
   if (r->finished_seq && r->finished_seq <= seq) {
     wrk__log("run %" PRId64 " attempt %" PRId64 ": finished and acknowledged", id, attempt);

@@ -57,6 +57,7 @@ class AckProxy:
         self.pairs = []
         self.sent = {}     # (run, attempt, seq) -> the message (first copy)
         self.acked = {}    # (run, attempt, seq) -> time of the first ack
+        self.refused = {}  # the same, of acks saying "stored": false
         self.srv = socket.socket()
         self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.srv.bind(("127.0.0.1", 0))
@@ -94,7 +95,12 @@ class AckProxy:
             if from_worker and m.get("type") in ("metrics", "finished"):
                 self.sent.setdefault(key, m)
             elif not from_worker and m.get("type") == "ack":
-                self.acked.setdefault(key, time.time())
+                # an ack with "stored": false says the message was refused
+                # (its attempt fenced): acknowledged as done, not as stored
+                if m.get("stored", True):
+                    self.acked.setdefault(key, time.time())
+                else:
+                    self.refused.setdefault(key, time.time())
 
     def _pump(self, src, dst, pair, from_worker):
         buf = b""

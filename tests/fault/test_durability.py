@@ -391,14 +391,17 @@ class FakeWorker:
         line, self.buf = self.buf.split(b"\n", 1)
         return json.loads(line)
 
-    def acks(self, seconds, until=None):
+    def acks(self, seconds, until=None, refused=None):
         """The (run_id, seq) of the acks that come within that long (or
-        until that one has come)."""
+        until that one has come); those saying "stored": false also go into
+        the list refused, when given."""
         out, end = [], time.time() + seconds
         while time.time() < end and until not in out:
             m = self.next(max(0.05, end - time.time()))
             if m is not None and m.get("type") == "ack":
                 out.append((m.get("run_id"), m.get("seq")))
+                if refused is not None and m.get("stored") is False:
+                    refused.append((m.get("run_id"), m.get("seq")))
         return out
 
     def close(self):
@@ -456,7 +459,8 @@ def ack_on_its_connection(runs):
 
 def stale_attempt_refused(sweep, runs):
     """A worker connection of this test sends metrics for a run's older
-    attempt, on a step the run never had: acked, not stored."""
+    attempt, on a step the run never had: acked as not stored ("stored":
+    false), and not stored."""
     rid = next((r for r, a in sorted(runs.items()) if a > 1), min(runs))
     att = runs[rid] - 1 if runs[rid] > 1 else runs[rid] + 1  # not the current one
     w = FakeWorker("stale")
@@ -468,10 +472,15 @@ def stale_attempt_refused(sweep, runs):
     w.send({"type": "metrics", "run_id": rid, "attempt": att, "seq": 1,
             "rows": [{"event": "step", "step": step, "tokens": step, "train_loss": 1.0,
                       "lr": 0.0, "grad_norm": 1.0}]})
-    acked = (rid, 1) in w.acks(5.0, until=(rid, 1))
+    refused = []
+    acked = (rid, 1) in w.acks(5.0, until=(rid, 1), refused=refused)
     w.close()
     n = int(psql(f"SELECT count(*) FROM metrics WHERE run_id = {rid} AND step = {step}"))
-    say(f"stale attempt {att} of run {rid} (current {runs[rid]}): acked {acked}, rows stored {n}")
+    say(f"stale attempt {att} of run {rid} (current {runs[rid]}): acked {acked}, "
+        f"as not stored {(rid, 1) in refused}, rows stored {n}")
+    if (rid, 1) not in refused:
+        problems.append(f"run {rid}: the metrics message of stale attempt {att} was not "
+                        "answered with an ack saying it was not stored")
     if n != 0:
         problems.append(f"run {rid}: a metrics message of attempt {att} (not the current "
                         f"{runs[rid]}) was stored")

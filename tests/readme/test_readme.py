@@ -28,6 +28,7 @@ import shlex
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -355,6 +356,16 @@ def cluster_submit(readme, concrete, here):
     for k in ("train", "val"):
         spec["base"]["data"][k] = spec["base"]["data"][k].replace("/data/", "data/", 1)
     json.dump(spec, open(os.path.join(work, "data", "gpu-cluster.json"), "w"))
+    # the scheduler resolves every shard pattern and refuses one that matches
+    # nothing: small stand-in shards (llm.c format) where the FineWeb ones
+    # would lie; the runs wait for GPU workers and are cancelled unrun
+    shards = os.path.join(work, "data", "fineweb10B")
+    os.makedirs(shards, exist_ok=True)
+    for name in ("fineweb_train_000001.bin", "fineweb_val_000000.bin"):
+        ntok = 4096
+        with open(os.path.join(shards, name), "wb") as f:
+            f.write(struct.pack("<256i", 20240520, 1, ntok, *([0] * 253)))
+            f.write(struct.pack(f"<{ntok}H", *[(7 * i) % 50257 for i in range(ntok)]))
     c = concrete.replace("SCHEDULER_HOST:8080", f"127.0.0.1:{state['api']}")
     r = expect(sh(c), "sweep 1 submitted:")
     planned = int(re.search(r"(\d+) runs planned", r.stdout).group(1))

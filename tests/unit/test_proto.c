@@ -237,6 +237,8 @@ static void test_valid(void) {
             PROTO_ASSIGN);
   expect_ok("{\"type\":\"cancel\",\"run_id\":5}", PROTO_CANCEL);
   expect_ok("{\"type\":\"ack\",\"run_id\":1,\"attempt\":1,\"seq\":3}", PROTO_ACK);
+  /* a refused (fenced) message's ack */
+  expect_ok("{\"type\":\"ack\",\"run_id\":1,\"attempt\":1,\"seq\":3,\"stored\":false}", PROTO_ACK);
   expect_ok("{\"type\":\"error\",\"message\":\"bad token\"}", PROTO_ERROR);
   /* a stopping worker, and an interrupted run's finished */
   expect_ok("{\"type\":\"stopping\",\"runs\":[{\"run_id\":3,\"attempt\":2}]}", PROTO_STOPPING);
@@ -271,6 +273,8 @@ static void test_invalid(void) {
   expect_err("{\"type\":\"finished\",\"run_id\":1,\"attempt\":1,\"seq\":4,\"exit_code\":143,"
              "\"signal\":0,\"done\":null,\"error\":null,\"log_tail\":\"\",\"checkpoint_step\":-1}",
              "$.checkpoint_step: expected an integer >= 0", NULL);
+  expect_err("{\"type\":\"ack\",\"run_id\":1,\"attempt\":1,\"seq\":3,\"stored\":0}",
+             "$.stored: expected true or false", "found 0");
   /* hello */
   expect_err("{\"type\":\"hello\",\"version\":2,\"token\":\"t\",\"name\":\"n\",\"host\":\"h\","
              "\"gpus\":[],\"cpu_slots\":1,\"runs\":[]}",
