@@ -93,10 +93,16 @@ static void check_and_plan(sub_job *j) {
   spec_problems pr = {0};
   spec *sp = NULL;
   plan *p = NULL;
-  if (spec_parse(j->text, "request body", &sp, &pr) == 0 && plan_spec(sp, &p, &pr) == 0) {
+  if (spec_parse(j->text, "request body", &sp, &pr) == 0) {
     json_t *raw = json_loads(j->text, 0, NULL); /* parsed once already: valid */
     sched__spec_paths_check(j->data_dirs, j->ndata_dirs, raw, &pr);
     json_decref(raw);
+    /* the planner opens the shards to count their tokens: only once every
+     * pattern resolved to regular files under --data-dir (a FIFO or a
+     * device elsewhere would block this thread, a file elsewhere would be
+     * read) */
+    if (!pr.n && plan_spec(sp, &p, &pr) != 0 && !pr.n)
+      spec_problem_add(&pr, "$", "the spec could not be planned");
   } else if (!pr.n) {
     spec_problem_add(&pr, "$", "the spec could not be planned");
   }

@@ -125,6 +125,8 @@ try:
         f.write(SECRET)
     os.symlink(os.path.join(outside, "secret.bin"), os.path.join(data, "link.bin"))
     os.symlink(outside, os.path.join(data, "out"))
+    os.mkfifo(os.path.join(outside, "pipe.bin"))  # opened, it blocks until a writer comes
+    os.mkfifo(os.path.join(data, "pipe.bin"))
 
     log = open(os.path.join(tmp, "scheduler.log"), "a")
     procs["scheduler"] = subprocess.Popen(
@@ -160,6 +162,14 @@ try:
          "$.runs[0].data.train", "directory component"),
         ("no match", {"base.data.train": data + "/nothing_*.bin"},
          "$.base.data.train", "no files match"),
+        # the planner opens shards to count tokens: a FIFO (or a device) must
+        # be refused before it is opened, or the check's thread blocks for good
+        ("fifo outside", {"base.data.train": outside + "/pipe.bin"},
+         "$.base.data.train", "outside the allowed data directories"),
+        ("fifo inside", {"base.data.val": data + "/pipe.bin"},
+         "$.base.data.val", "regular file"),
+        ("device", {"base.data.train": "/dev/zero"},
+         "$.base.data.train", "outside the allowed data directories"),
     ]
     for label, change, path, needle in attacks:
         s = spec("attack " + label, data + "/train_*.bin")
