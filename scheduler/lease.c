@@ -32,10 +32,16 @@ static void on_expired(void *ud, int status, const store_run_change *runs, int n
 }
 
 static void on_extended(void *ud, int status, int64_t rows, const char *errmsg) {
-  (void)ud;
-  (void)rows;
-  if (status != 0)
+  sched *s = ud;
+  if (status != 0) {
+    s->ls.db_was_down = 1; /* try again on the next tick */
     sched__logf("extending leases failed: %s", errmsg);
+    return;
+  }
+  sched__logf("leases: %" PRId64 " running run(s) given a full lease (%d s) before any is "
+              "judged, as no heartbeat could renew one while the database or this scheduler "
+              "was away",
+              rows, s->o.lease_s);
 }
 
 static void on_lease_timer(uv_timer_t *t) {

@@ -323,10 +323,16 @@ def fault_corrupt_checkpoint(mon):
             try:
                 # frozen between its two renames, it has no checkpoint.bin
                 step, size = ckpt_disk.ckpt_step(newest), os.path.getsize(newest)
+                # the previous one must be one to resume from: before the
+                # newest (not an older attempt's that went further)
+                prev_step = ckpt_disk.ckpt_step(prev)
             except OSError:
-                step, size = None, 0
-            if step is None or step > stored:
-                os.kill(pid, signal.SIGCONT)
+                step, size, prev_step = None, 0, None
+            if step is None or step > stored or prev_step is None or prev_step >= step:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass  # its worker ended it meanwhile (a fence)
                 continue
             at = rng.randrange(4096, size - 16)
             with open(newest, "r+b") as f:
@@ -334,8 +340,11 @@ def fault_corrupt_checkpoint(mon):
                 b = f.read(1)
                 f.seek(at)
                 f.write(bytes([b[0] ^ 0x10]))
-            os.kill(pid, signal.SIGKILL)
-            os.kill(pid, signal.SIGCONT)
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # its worker ended it meanwhile: the next attempt still meets the file
             corrupted[run] = (att, newest)
             say(f"run {run} attempt {att}: byte {at} of {newest} (step {step}, stored up to "
                 f"{stored}) flipped, trainer {pid} killed")

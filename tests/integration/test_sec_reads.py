@@ -221,7 +221,8 @@ def fencing(w1, w2, held, fenced):
     psql("UPDATE runs SET lease_until = now() - interval '1 second' WHERE id = %d" % f)
     end = time.time() + 10
     while psql("SELECT status FROM runs WHERE id = %d" % f) == "running":
-        check(time.time() < end, "run %d's expired lease was not noticed" % f)
+        check(time.time() < end, "run %d's expired lease was not noticed: %s" % (f, psql(
+            "SELECT status, lease_until - now() FROM runs WHERE id = %d" % f)))
         w1.heartbeat_sync([h])
         time.sleep(0.2)
     status_f = psql("SELECT status FROM runs WHERE id = %d" % f)
@@ -368,6 +369,13 @@ try:
     fill(big["id"])
     st, small = request("POST", "/api/sweeps", spec("held", 2, max_attempts=1))
     check(st == 201, "submit: %d %r" % (st, small))
+    # the scheduler gives every running run a full lease on its first lease
+    # tick after start (no heartbeat could renew one while it was away): the
+    # fencing part sets a lease in the past, so it must come after that
+    end = time.time() + 20
+    while "running run(s) given a full lease" not in open(log.name).read():
+        check(time.time() < end, "the scheduler's first lease tick did not come")
+        time.sleep(0.1)
     w1 = Worker("holder", 2)
     w1.wait(lambda: len(w1.assigns) == 2, 10, "two assignments")
     for a in w1.assigns:
