@@ -3,19 +3,47 @@ tests/integration/run_with_pg.sh, which sets PGTEST_SH)."""
 import http.client
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
 import time
 
 
+_given_ports = set()
+
+
+def _ephemeral_range():
+    try:
+        lo, hi = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 free at the time of the call."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+    """A TCP port on 127.0.0.1 free at the time of the call, for a program
+    under test to listen on: drawn from below the kernel's ephemeral range
+    (where bind(port 0) and every outgoing connection of the tests running
+    beside this one take theirs, so none of them can take it before the
+    program binds it), and never the same one twice in this process."""
+    lo, _ = _ephemeral_range()
+    first = max(1024, min(20000, lo - 4096))
+    rng = random.Random(os.getpid() ^ int(time.time() * 1e6))
+    for _ in range(1000):
+        p = rng.randrange(first, lo)
+        if p in _given_ports:
+            continue
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        _given_ports.add(p)
+        return p
+    raise RuntimeError("free_port: no free port below the ephemeral range")
 
 
 def psql(sql):

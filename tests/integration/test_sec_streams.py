@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 
-from harness import make_token, wait_healthz
+from harness import free_port, make_token, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -70,16 +70,9 @@ if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 2600:
 
 
 def two_ports():
-    """Two distinct TCP ports on 127.0.0.1 free at the time of the call (both
-    held while the second is chosen: two free_port() calls in a row may give
-    the same one)."""
-    socks = [socket.socket() for _ in range(2)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+    """Two distinct TCP ports on 127.0.0.1 free at the time of the call
+    (harness.free_port: below the ephemeral range, never one twice)."""
+    return [free_port(), free_port()]
 
 
 def start_scheduler(*flags, nofile=None):
