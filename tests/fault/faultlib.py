@@ -199,7 +199,7 @@ ATTEMPT_RE = re.compile(r"attempt-(\d+)\.log$")
 def live_trainers(root):
     """{pid: (run_id, attempt)} of the live (not zombie) trainers whose
     config lies under root (a worker's runs/ID/config.json)."""
-    out = {}
+    out, parents = {}, {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -213,14 +213,17 @@ def live_trainers(root):
             if not m or not cfg.startswith(root):
                 continue
             with open(f"/proc/{d}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
+                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
             if state in ("Z", "X"):
                 continue
+            parents[int(d)] = int(ppid)
             a = ATTEMPT_RE.search(os.readlink(f"/proc/{d}/fd/2"))
             out[int(d)] = (int(m.group(1)), int(a.group(1)) if a else 0)
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
-    return out
+    # a trainer's own child is no second trainer (LeakSanitizer's tracer,
+    # cloned at exit in the sanitizer build, has the trainer's command line)
+    return {pid: v for pid, v in out.items() if parents.get(pid) not in out}
 
 
 class TrainerMonitor:
