@@ -37,7 +37,6 @@ static void on_answer(void *ud, const char *buf, size_t n) {
 }
 
 static void on_stopped(void *ud) { *(int *)ud = 1; }
-static void on_db_closed(void *ud) { (void)ud; }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > FUZZ_ROUTE_MAX_INPUT)
@@ -70,13 +69,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   s->o.checkpoint_root = "/nonexistent/checkpoints";
   snprintf(s->token, sizeof s->token, "%s", FUZZ_ROUTE_TOKEN);
   snprintf(s->api_token, sizeof s->api_token, "%s", FUZZ_ROUTE_TOKEN);
-  s->db = db_open(&loop, "stub");
-  s->db_submit = db_open(&loop, "stub");
-  s->reads = db_pool_open(&loop, "stub", 2, NULL);
+  store_stub_sched_open(s, &loop);
   s->wp.loop = &loop;
-  s->wp.db = s->db;
-  for (int i = 0; i < SCHED__METRIC_DBS; i++)
-    s->wp.db_metrics[i] = db_open(&loop, "stub");
   s->wp.token = s->token;
   s->wp.auth_block_s = 60;
   s->wp.ev = &s->ev;
@@ -111,11 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int stopped = 0;
   s->stopping = 1;
   http_server_stop(s->http, on_stopped, &stopped);
-  db_close(s->db, on_db_closed, NULL);
-  db_close(s->db_submit, on_db_closed, NULL);
-  db_pool_close(s->reads, on_db_closed, NULL);
-  for (int i = 0; i < SCHED__METRIC_DBS; i++)
-    db_close(s->wp.db_metrics[i], on_db_closed, NULL);
+  store_stub_sched_close(s);
   uv_run(&loop, UV_RUN_DEFAULT);
   if (!stopped || uv_loop_close(&loop) != 0) {
     fprintf(stderr, "fuzz_route: a handle was left open\n");

@@ -133,8 +133,6 @@ static void open_conn(sched *s, conns *cs) {
     fuzz_no_time_wait(fd); /* the scheduler may drop it first */
 }
 
-static void on_db_closed(void *ud) { (void)ud; }
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > FUZZ_WMSG_MAX_INPUT)
     size = FUZZ_WMSG_MAX_INPUT;
@@ -162,14 +160,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   s->o.checkpoint_root = "/nonexistent/checkpoints";
   snprintf(s->token, sizeof s->token, "%s", FUZZ_WMSG_TOKEN);
   snprintf(s->api_token, sizeof s->api_token, "%s", FUZZ_WMSG_TOKEN);
-  s->db = db_open(&loop, "stub");
-  s->db_submit = db_open(&loop, "stub");
-  s->reads = db_pool_open(&loop, "stub", 2, NULL);
+  store_stub_sched_open(s, &loop);
   sched__wport *wp = &s->wp;
   wp->loop = &loop;
-  wp->db = s->db;
-  for (int i = 0; i < SCHED__METRIC_DBS; i++)
-    wp->db_metrics[i] = db_open(&loop, "stub");
   wp->token = s->token;
   wp->auth_block_s = 60;
   wp->lease_s = s->o.lease_s;
@@ -211,11 +204,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   s->stopping = 1;
   sched__wport_close(wp);
-  db_close(s->db, on_db_closed, NULL);
-  db_close(s->db_submit, on_db_closed, NULL);
-  db_pool_close(s->reads, on_db_closed, NULL);
-  for (int i = 0; i < SCHED__METRIC_DBS; i++)
-    db_close(wp->db_metrics[i], on_db_closed, NULL);
+  store_stub_sched_close(s);
   uv_run(&loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&loop) != 0) {
     fprintf(stderr, "fuzz_wmsg: a handle was left open\n");

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "common/err.h"
+#include "scheduler/internal.h"
 #include "store/actions.h"
 #include "store/fits.h"
 #include "store/metrics.h"
@@ -577,4 +578,25 @@ void store_predictions_set(db *d, int64_t run_id, const char *json, store_done_c
   (void)run_id;
   (void)json;
   done(d, 1, cb, ud);
+}
+
+/* ---- the scheduler's connections -------------------------------------------------- */
+
+static void on_stub_closed(void *ud) { (void)ud; }
+
+void store_stub_sched_open(struct sched *s, uv_loop_t *loop) {
+  s->db = db_open(loop, "stub");
+  s->db_submit = db_open(loop, "stub");
+  s->reads = db_pool_open(loop, "stub", 2, NULL);
+  s->wp.db = s->db;
+  for (int i = 0; i < SCHED__METRIC_DBS; i++)
+    s->wp.db_metrics[i] = db_open(loop, "stub");
+}
+
+void store_stub_sched_close(struct sched *s) {
+  db_close(s->db, on_stub_closed, NULL);
+  db_close(s->db_submit, on_stub_closed, NULL);
+  db_pool_close(s->reads, on_stub_closed, NULL);
+  for (int i = 0; i < SCHED__METRIC_DBS; i++)
+    db_close(s->wp.db_metrics[i], on_stub_closed, NULL);
 }

@@ -16,11 +16,19 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <uv.h>
 
 /* Sets the script (not copied: valid until the next call) and brings every
  * connection up again. */
 void store_stub_script(const uint8_t *bytes, size_t n);
 /* Statements queued on every connection and not yet answered. */
 int store_stub_pending(void);
+
+/* The scheduler's connections (s->db, db_submit, reads, the worker port's
+ * db and db_metrics), opened on loop as sched.c opens them, and closed
+ * (their close callbacks run on the loop's next turns). */
+struct sched;
+void store_stub_sched_open(struct sched *s, uv_loop_t *loop);
+void store_stub_sched_close(struct sched *s);
 
 #endif
