@@ -196,9 +196,9 @@ CONFIG_RE = re.compile(r"/runs/(\d+)/config\.json$")
 ATTEMPT_RE = re.compile(r"attempt-(\d+)\.log$")
 
 
-def live_trainers(root):
-    """{pid: (run_id, attempt)} of the live (not zombie) trainers whose
-    config lies under root (a worker's runs/ID/config.json)."""
+def live_trainer_configs(root):
+    """{pid: (config path, run_id, attempt)} of the live (not zombie)
+    trainers whose config lies under root (a worker's runs/ID/config.json)."""
     out, parents = {}, {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -218,12 +218,18 @@ def live_trainers(root):
                 continue
             parents[int(d)] = int(ppid)
             a = ATTEMPT_RE.search(os.readlink(f"/proc/{d}/fd/2"))
-            out[int(d)] = (int(m.group(1)), int(a.group(1)) if a else 0)
+            out[int(d)] = (cfg, int(m.group(1)), int(a.group(1)) if a else 0)
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
     # a trainer's own child is no second trainer (LeakSanitizer's tracer,
     # cloned at exit in the sanitizer build, has the trainer's command line)
     return {pid: v for pid, v in out.items() if parents.get(pid) not in out}
+
+
+def live_trainers(root):
+    """{pid: (run_id, attempt)} of the live trainers under root
+    (live_trainer_configs)."""
+    return {pid: (run, att) for pid, (_, run, att) in live_trainer_configs(root).items()}
 
 
 class TrainerMonitor:

@@ -245,37 +245,18 @@ def check_alive():
 
 # ---- the /proc monitor: live trainers by run and attempt --------------------
 
-CONFIG_RE = re.compile(r"/(w\d+)/runs/(\d+)/config\.json$")
-ATTEMPT_RE = re.compile(r"attempt-(\d+)\.log$")
+WORKER_RE = re.compile(r"/(w\d+)/runs/\d+/config\.json$")
 
 
 def trainers():
     """{pid: (run_id, attempt, worker)} of the live (not zombie) trainers
-    of this test."""
-    out, parents = {}, {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            if len(argv) < 4 or argv[1] != b"train" or argv[2] != b"--config":
-                continue
-            m = CONFIG_RE.search(argv[3].decode(errors="replace"))
-            if not m or not argv[3].decode(errors="replace").startswith(tmp):
-                continue
-            with open(f"/proc/{d}/stat") as f:
-                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
-            if state in ("Z", "X"):
-                continue
-            parents[int(d)] = int(ppid)
-            a = ATTEMPT_RE.search(os.readlink(f"/proc/{d}/fd/2"))
-            out[int(d)] = (int(m.group(2)), int(a.group(1)) if a else 0, m.group(1))
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-    # a trainer's own child is no second trainer (LeakSanitizer's tracer,
-    # cloned at exit in the sanitizer build, has the trainer's command line)
-    return {pid: v for pid, v in out.items() if parents.get(pid) not in out}
+    of this test (faultlib.live_trainer_configs)."""
+    out = {}
+    for pid, (cfg, run, att) in faultlib.live_trainer_configs(tmp).items():
+        m = WORKER_RE.search(cfg)
+        if m:
+            out[pid] = (run, att, m.group(1))
+    return out
 
 
 class Monitor:
@@ -492,7 +473,7 @@ def verify(sweep, steps, sweep_s, mon):
         for rid in os.listdir(base) if os.path.isdir(base) else []:
             d = os.path.join(base, rid)
             for name in os.listdir(d):
-                if ATTEMPT_RE.search(name):
+                if faultlib.ATTEMPT_RE.search(name):
                     with open(os.path.join(d, name), errors="replace") as f:
                         if " --resume " in f.readline():
                             resumed[int(rid)] = os.path.join(d, "config.json")
