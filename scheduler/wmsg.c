@@ -224,6 +224,7 @@ static void on_hello(sched__wconn *c, json_t *m) {
     sched__conn_drop(c, "protocol version mismatch: upgrade the worker");
     return;
   }
+  c->registering = 1;
   snprintf(c->name, sizeof c->name, "%s", json_string_value(json_object_get(m, "name")));
   snprintf(c->host, sizeof c->host, "%s", json_string_value(json_object_get(m, "host")));
   json_t *gpus = json_object_get(m, "gpus");

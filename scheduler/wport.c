@@ -267,7 +267,7 @@ static int on_line(void *ud, const char *line, size_t len) {
   }
   if (!c->authed && t != PROTO_HELLO)
     sched__conn_drop(c, "the first message must be hello");
-  else if (c->authed && t == PROTO_HELLO)
+  else if ((c->authed || c->registering) && t == PROTO_HELLO)
     sched__conn_drop(c, "hello sent twice");
   else if (!sched__wport_db_up(c->wp) && t != PROTO_HEARTBEAT && t != PROTO_STOPPING)
     /* nothing can be stored: the worker keeps its messages and resends */

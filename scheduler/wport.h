@@ -56,6 +56,7 @@ typedef struct sched__wconn {
   sched__wport *wp;
   proto_reader rd;
   int authed;
+  int registering; /* its hello is being registered: a second one is refused */
   int closing;
   int draining; /* the worker said it is stopping: placement gives it nothing */
   int64_t worker_id;
