@@ -15,6 +15,7 @@
   X(reproduce, "run a finished run again from its stored config")          \
   X(fit, "fit scaling laws to a sweep's runs or to a CSV of points")       \
   X(train, "train one model from a run config, JSON lines on stdout")      \
+  X(devices, "the backends this host can train on (CPU, CUDA devices)")    \
   X(data, "prepare token shards from text, or write the synthetic corpus") \
   X(scheduler, "the scheduler daemon (API, page, worker port)")            \
   X(worker, "the worker agent of a GPU (or CPU) host")                     \

@@ -21,9 +21,7 @@
 #include "trainer/noise.h"
 #include "trainer/optim.h"
 #include "trainer/prepare.h"
-#ifdef SS_HAVE_CUDA
-#include "kernels/cuda/kern_cuda.h"
-#endif
+#include "kernels/cuda_module.h"
 
 _Static_assert(RCFG_Q8_BLOCK == KERN_Q8_BLOCK, "runcfg/memory.c counts 8-bit optimizer blocks");
 
@@ -106,6 +104,7 @@ typedef struct run {
   const char *ckpt_dir_flag;    /* --checkpoint-dir, or NULL */
   const char *const *data_dirs; /* the shards' allowed directories */
   int ndata_dirs;               /* SPATH_ANY: unconfined */
+  const kern_cuda_module *cuda; /* the CUDA module of a cuda run, else NULL */
 } run;
 
 static int open_data(run *r, char *err, size_t errlen) {
@@ -460,10 +459,8 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
           val_loss, (long long)rcfg_params(&s), (long long)rcfg_nonembedding_params(&s),
           fpt * (double)st.tokens, 6.0 * (double)rcfg_nonembedding_params(&s) * (double)st.tokens,
           (long long)st.tokens, (long long)st.step, now() - t_start, peak_rss_bytes());
-#ifdef SS_HAVE_CUDA
-  if (strcmp(k->ops->name, "cuda") == 0)
-    fprintf(r->out, ",\"peak_device_bytes\":%zu", kern_cuda_peak_bytes(k));
-#endif
+  if (r->cuda)
+    fprintf(r->out, ",\"peak_device_bytes\":%zu", r->cuda->peak_bytes(k));
   fprintf(r->out, "}\n");
   fflush(r->out);
   return 0;
@@ -501,20 +498,18 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
     goto done;
   }
   if (on_cuda) {
-#ifdef SS_HAVE_CUDA
-    /* device 0 of those the worker leaves visible (CUDA_VISIBLE_DEVICES) */
-    if (kern_cuda_init(&r.k, trn_kern_prec(cfg->precision), 0, err, errlen) != 0) {
+    /* loaded only here: a CPU run never maps the CUDA libraries */
+    const kern_cuda_module *m = kern_cuda_load(err, errlen);
+    if (!m) {
       rc = SS_EIO;
       goto done;
     }
-#else
-    snprintf(err, errlen,
-             "$.backend: found \"cuda\": this build has no CUDA backend\nHINT: build where "
-             "the CUDA toolkit is installed with cmake -DSS_CUDA_TRAINER=ON (as "
-             "tests/gpu/run.sh does), or use \"backend\": \"cpu\"");
-    rc = SS_EINVAL;
-    goto done;
-#endif
+    /* device 0 of those the worker leaves visible (CUDA_VISIBLE_DEVICES) */
+    if (m->init(&r.k, trn_kern_prec(cfg->precision), 0, err, errlen) != 0) {
+      rc = SS_EIO;
+      goto done;
+    }
+    r.cuda = m;
   } else {
     kern_cpu_init(&r.k, trn_kern_prec(cfg->precision), cfg->threads);
   }
@@ -558,9 +553,7 @@ done:
   trn_loader_free(r.train);
   trn_loader_free(r.val);
   trn_lexicon_free(r.lex);
-#ifdef SS_HAVE_CUDA
-  if (on_cuda)
-    kern_cuda_close(&r.k);
-#endif
+  if (r.cuda)
+    r.cuda->close(&r.k);
   return rc;
 }

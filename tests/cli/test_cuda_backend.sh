@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `scalesweep train` with "backend": "cuda" where it cannot run: a build without
-# the CUDA backend refuses the config (exit 2, $.backend), a CUDA build on a
-# machine with no GPU names cudaGetDeviceCount's answer (exit 1). Usage:
+# `scalesweep train` with "backend": "cuda" where it cannot run (exit 1, the
+# reason named): a build without nvcc has no CUDA module to load; a CUDA build
+# on a machine with no GPU loads its module and names cudaGetDeviceCount's
+# answer; a module that is not one (another library, or not a shared object)
+# is refused by name. `scalesweep devices` says the same and exits 0. Usage:
 # test_cuda_backend.sh SCALESWEEP HAVE_CUDA(0|1)
 set -u
 bin=$1 have_cuda=$2
@@ -24,11 +26,23 @@ if [ "$have_cuda" = 1 ]; then
   [ $rc -eq 1 ] || fail "expected exit 1 (no device at run time), got $rc"
   grep -q '"event":"error"' "$dir/out" || fail "no error event"
   grep -q 'cudaGetDeviceCount returned' "$dir/err" || fail "the error does not name cudaGetDeviceCount"
+  "$bin" devices --json >"$dir/dev" || fail "devices: exit $?"
+  grep -q '"cuda":{"error":"cudaGetDeviceCount returned' "$dir/dev" || fail "devices: $(cat "$dir/dev")"
 else
-  [ $rc -eq 2 ] || fail "expected exit 2 (invalid config for this build), got $rc"
-  grep -q '\$.backend' "$dir/err" || fail "the error does not name \$.backend"
-  grep -q 'this build has no CUDA backend' "$dir/err" || fail "wrong message"
+  [ $rc -eq 1 ] || fail "expected exit 1 (no CUDA module in this build), got $rc"
+  grep -q 'cannot load the CUDA module libscalesweep_cuda.so' "$dir/err" || fail "wrong message"
 fi
+# a module that is not scalesweep's: refused by name, never called
+jansson=$(ldconfig -p | awk '/libjansson\.so\.4 /{print $NF; exit}')
+for bad in "$jansson:no kern_cuda_module_v1" "$dir/run.json:invalid ELF header" \
+    "$dir/missing.so:not found"; do
+  SCALESWEEP_CUDA_MODULE=${bad%%:*} "$bin" train --config "$dir/run.json" >"$dir/out" 2>"$dir/err"
+  rc=$?
+  [ $rc -eq 1 ] || fail "module ${bad%%:*}: expected exit 1, got $rc"
+  grep -q "${bad#*:}" "$dir/err" || fail "module ${bad%%:*}: the error does not say '${bad#*:}'"
+  SCALESWEEP_CUDA_MODULE=${bad%%:*} "$bin" devices >"$dir/dev" || fail "devices: exit $?"
+  grep -q "^cuda: unavailable: .*${bad#*:}" "$dir/dev" || fail "devices with ${bad%%:*}: $(cat "$dir/dev")"
+done
 # data parallelism is refused plainly, whatever the build
 sed 's/"backend": "cuda"}/"backend": "cuda", "world_size": 2}/' "$dir/run.json" >"$dir/ws.json"
 "$bin" train --config "$dir/ws.json" >"$dir/out" 2>"$dir/err"
