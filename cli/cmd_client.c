@@ -287,6 +287,10 @@ int cmd_status(int argc, char **argv) {
              (long long)num(s, "queued"), (long long)num(s, "failed"),
              num(s, "flops_done") / 8.64e19, num(s, "flops_planned") / 8.64e19);
     }
+    json_array_foreach(j, i, s) {
+      if (json_is_string(json_object_get(s, "waiting")))
+        printf("sweep %lld waits: %s\n", (long long)num(s, "id"), str(s, "waiting"));
+    }
   } else {
     json_t *c = json_object_get(j, "counts");
     printf("sweep %lld %s: %s; %lld runs: %lld queued, %lld running, %lld succeeded, "
@@ -296,6 +300,8 @@ int cmd_status(int argc, char **argv) {
            (long long)num(c, "succeeded"), (long long)num(c, "failed"),
            (long long)num(c, "cancelled"), num(c, "flops_done") / 8.64e19,
            num(c, "flops_planned") / 8.64e19);
+    if (json_is_string(json_object_get(j, "waiting")))
+      printf("waiting: %s\n", str(j, "waiting"));
   }
   free(raw);
   json_decref(j);

@@ -220,6 +220,7 @@ enum kind {
   K_INT0_LIST, /* [int>=0] */
   K_ROWS,      /* trainer step / eval events */
   K_PATH_LIST, /* [absolute path string] */
+  K_BACKENDS,  /* {"cuda": {"devices": K_GPU_LIST} or {"error": str}, ...} */
 };
 
 static const char *kind_text(enum kind k) {
@@ -256,6 +257,8 @@ static const char *kind_text(enum kind k) {
     return "an array of step and eval events";
   case K_PATH_LIST:
     return "an array of absolute paths";
+  case K_BACKENDS:
+    return "an object of backends";
   }
   return "a value";
 }
@@ -405,6 +408,29 @@ static void check_array(vctx *c, const char *path, const json_t *v, enum kind k)
   }
 }
 
+/* hello.backends: "cuda" says which GPUs CUDA runs on ("devices", each a
+ * GPU object) or why it cannot run ("error"); other backends are objects. */
+static void check_backends(vctx *c, const char *path, const json_t *v) {
+  static const field cuda_ok[] = {{"devices", K_GPU_LIST}, {NULL, 0}};
+  static const field cuda_error[] = {{"error", K_STRING}, {NULL, 0}};
+  if (!json_is_object(v)) {
+    fail_type(c, path, kind_text(K_BACKENDS), v);
+    return;
+  }
+  char sub[256];
+  const char *key;
+  json_t *b;
+  json_object_foreach((json_t *)v, key, b) {
+    subpath(sub, sizeof sub, "%s.%s", path, key);
+    if (!json_is_object(b))
+      fail_type(c, sub, "an object", b);
+    else if (!strcmp(key, "cuda"))
+      check_fields(c, sub, b, json_object_get(b, "error") ? cuda_error : cuda_ok);
+    if (c->failed)
+      return;
+  }
+}
+
 /* The kinds checked by the value's JSON type alone. */
 static int scalar_ok(const json_t *v, enum kind k) {
   switch (k) {
@@ -464,6 +490,9 @@ static void check_value(vctx *c, const char *path, const json_t *v, enum kind k)
   case K_PATH_LIST:
     check_array(c, path, v, k);
     return;
+  case K_BACKENDS:
+    check_backends(c, path, v);
+    return;
   }
 }
 
@@ -509,6 +538,9 @@ static const field f_stopping[] = {{"runs", K_RUN_REFS}, {NULL, 0}};
  * of the attempt's last checkpoint. */
 static const field o_finished[] = {{"interrupted", K_BOOL}, {"checkpoint_step", K_INT0}, {NULL, 0}};
 static const field o_none[] = {{NULL, 0}};
+/* hello.backends (optional): what the worker can run (absent: an older
+ * worker, whose GPUs are taken as CUDA's) */
+static const field o_hello[] = {{"backends", K_BACKENDS}, {NULL, 0}};
 
 static const field *const type_fields[] = {
     [PROTO_HELLO] = f_hello,     [PROTO_HEARTBEAT] = f_heartbeat,   [PROTO_STARTED] = f_started,
@@ -518,7 +550,7 @@ static const field *const type_fields[] = {
 };
 
 static const field *const type_optional[] = {
-    [PROTO_HELLO] = o_none,      [PROTO_HEARTBEAT] = o_none,  [PROTO_STARTED] = o_none,
+    [PROTO_HELLO] = o_hello,     [PROTO_HEARTBEAT] = o_none,  [PROTO_STARTED] = o_none,
     [PROTO_METRICS] = o_none,    [PROTO_CHECKPOINT] = o_none, [PROTO_FINISHED] = o_finished,
     [PROTO_WELCOME] = o_welcome, [PROTO_ASSIGN] = o_none,     [PROTO_CANCEL] = o_none,
     [PROTO_ACK] = o_ack,         [PROTO_ERROR] = o_none,      [PROTO_STOPPING] = o_none,

@@ -61,8 +61,39 @@ static void on_json(void *ud, int status, const char *json, const char *errmsg) 
 
 /* reads go to the read connections (light: the cost does not grow with a
  * run's curve; heavy: it does), changes to the control connection */
+/* "waiting": why a sweep's queued runs cannot start on any connected worker
+ * (place.c), added to a sweep object from the store whose queued count is q
+ * and whose largest queued run needs g GPUs. */
+static void add_waiting(sched *s, json_t *sweep, json_int_t q, json_int_t g) {
+  char why[1024];
+  if (q > 0 && sched__place_why(s, (int)g, why, sizeof why))
+    json_object_set_new(sweep, "waiting", json_string(why));
+}
+
+/* The store's document, with the sweeps' "waiting" added (the connected
+ * workers are in memory, not in the database). */
+static void on_sweeps_json(void *ud, int status, const char *json, const char *errmsg) {
+  req_ctx *x = ud;
+  json_t *doc = status == 0 && json ? json_loads(json, 0, NULL) : NULL;
+  if (!doc) {
+    on_json(ud, status, json, errmsg);
+    return;
+  }
+  size_t i;
+  json_t *sw, *c = json_object_get(doc, "counts");
+  if (json_is_array(doc))
+    json_array_foreach(doc, i, sw) add_waiting(x->s, sw, sched__jint(sw, "queued"),
+                                               sched__jint(sw, "queued_gpus"));
+  else if (c)
+    add_waiting(x->s, doc, sched__jint(c, "queued"), sched__jint(c, "queued_gpus"));
+  char *text = json_dumps(doc, JSON_COMPACT);
+  json_decref(doc);
+  on_json(ud, status, text ? text : json, errmsg);
+  free(text);
+}
+
 static void get_sweeps(sched *s, req_ctx *x) {
-  store_pages_sweeps(db_pool_get(s->reads, 0), on_json, x);
+  store_pages_sweeps(db_pool_get(s->reads, 0), on_sweeps_json, x);
 }
 
 /* Paging of a sweep's runs: ?limit= (default 500, at most 10000), ?offset=,
@@ -144,7 +175,8 @@ static void get_sweep(sched *s, req_ctx *x, int64_t id, int runs_only) {
   store_runs_page pg;
   if (parse_page(x, &pg))
     return;
-  store_pages_sweep(db_pool_get(s->reads, 0), id, &pg, runs_only, on_json, x);
+  store_pages_sweep(db_pool_get(s->reads, 0), id, &pg, runs_only,
+                    runs_only ? on_json : on_sweeps_json, x);
 }
 
 /* GET /api/runs/{id}: the run and a page of its metric rows

@@ -7,10 +7,14 @@
 #include "scheduler/internal.h"
 #include "store/runs.h"
 
-/* free GPUs of a connection (0 when it is not placeable) */
+/* GPUs of a connection that GPU runs may use: none unless the worker's
+ * trainer can run the CUDA backend on them */
+static int usable_gpus(const sched__wconn *c) { return c->cuda_ok ? c->ngpus : 0; }
+
+/* free usable GPUs of a connection */
 static int free_gpus(const sched__wconn *c) {
   int n = 0;
-  for (int g = 0; g < c->ngpus; g++)
+  for (int g = 0; g < usable_gpus(c); g++)
     n += !c->gpu_busy[g];
   return n;
 }
@@ -37,7 +41,7 @@ static sched__wconn *find_room(sched *s, int gpus, int *chosen, const sched__wco
   }
   if (best && gpus > 0) {
     int k = 0;
-    for (int g = 0; g < best->ngpus && k < gpus; g++)
+    for (int g = 0; g < usable_gpus(best) && k < gpus; g++)
       if (!best->gpu_busy[g])
         chosen[k++] = g;
   }
@@ -80,7 +84,7 @@ static const sched__wconn *reserve_for(sched *s, int gpus) {
   const sched__wconn *best = NULL;
   int best_free = -1;
   for (sched__wconn *c = s->wp.conns; c; c = c->next) {
-    if (!placeable(c) || c->ngpus < gpus)
+    if (!placeable(c) || usable_gpus(c) < gpus)
       continue;
     int free_n = free_gpus(c);
     if (free_n > best_free) {
@@ -253,4 +257,36 @@ void sched__place(sched *s) {
     return;
   s->pl.placing = 1;
   store_runs_queue(s->db, room * 4 + 16, on_queue, s);
+}
+
+int sched__place_why(sched *s, int gpus, char *buf, size_t len) {
+  int workers = 0, cpu = 0, fit = 0;
+  size_t off = 0;
+  char others[768] = "";
+  for (sched__wconn *c = s->wp.conns; c; c = c->next) {
+    if (!c->authed || c->closing)
+      continue;
+    workers++;
+    cpu += c->cpu_slots > 0;
+    fit += usable_gpus(c) >= gpus;
+    if (gpus > 0 && off < sizeof others) {
+      if (c->ngpus > 0 && !c->cuda_ok)
+        off += (size_t)snprintf(others + off, sizeof others - off,
+                                "; worker %s has %d GPU(s) but cannot run CUDA: %s", c->name,
+                                c->ngpus, c->cuda_error[0] ? c->cuda_error : "no reason given");
+      else if (usable_gpus(c) < gpus)
+        off += (size_t)snprintf(others + off, sizeof others - off, "; worker %s has %d GPU(s)",
+                                c->name, usable_gpus(c));
+    }
+  }
+  if (workers == 0)
+    snprintf(buf, len, "waiting for a worker: none is connected");
+  else if (gpus == 0 && cpu == 0)
+    snprintf(buf, len, "no connected worker has a CPU slot (workers take one with --cpu-slots)");
+  else if (gpus > 0 && fit == 0)
+    snprintf(buf, len, "no connected worker can run a run of %d GPU(s) with the CUDA backend%s",
+             gpus, others);
+  else
+    return 0;
+  return 1;
 }

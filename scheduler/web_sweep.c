@@ -274,6 +274,14 @@ void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
     sched__b_esc(b, sched__jstr(sw, "description"));
     sched__b_puts(b, "</p>");
   }
+  char why[1024];
+  if (sched__jint(c, "queued") > 0 &&
+      sched__place_why(w->s, (int)sched__jint(c, "queued_gpus"), why, sizeof why)) {
+    /* its queued runs cannot start on any connected worker: say why */
+    sched__b_puts(b, "<p class=\"waiting\" role=\"status\">Waiting: ");
+    sched__b_esc(b, why);
+    sched__b_puts(b, "</p>");
+  }
   sched__b_progress(b, "runs done", sched__jnum(c, "done"), sched__jnum(c, "total"), "runs", 1);
   sched__b_progress(b, "compute spent", sched__jnum(c, "flops_spent"),
                     sched__jnum(c, "flops_planned"), "PF-days", SCHED__PF_DAY);

@@ -232,6 +232,16 @@ static void on_hello(sched__wconn *c, json_t *m) {
   if (c->ngpus > SCHED__MAX_GPUS)
     c->ngpus = SCHED__MAX_GPUS;
   c->gpus_json = json_incref(gpus);
+  /* backends (absent from an older worker: its GPUs are taken as CUDA's) */
+  json_t *cuda = json_object_get(json_object_get(m, "backends"), "cuda");
+  const char *cuda_err = json_string_value(json_object_get(cuda, "error"));
+  c->cuda_ok = c->ngpus > 0 && !cuda_err;
+  if (c->ngpus > 0 && cuda_err) {
+    snprintf(c->cuda_error, sizeof c->cuda_error, "%s", cuda_err);
+    char *nl = strchr(c->cuda_error, '\n'); /* the reason, without its HINT */
+    if (nl)
+      *nl = '\0';
+  }
   c->cpu_slots = (int)json_integer_value(json_object_get(m, "cpu_slots"));
   if (c->cpu_slots < 0)
     c->cpu_slots = 0;

@@ -62,6 +62,8 @@ typedef struct sched__wconn {
   int64_t worker_id;
   char name[128], host[128], peer[64];
   int ngpus;
+  int cuda_ok;          /* its GPUs run "backend": "cuda" (hello.backends) */
+  char cuda_error[256]; /* why not, when it has GPUs and cuda_ok is 0 */
   char gpu_busy[SCHED__MAX_GPUS];
   int cpu_slots, cpu_busy;
   json_t *gpus_json;

@@ -224,9 +224,10 @@ static void send_hello(wrk__conn *c) {
   for (wrk__run *r = w->runs; r; r = r->next)
     json_array_append_new(runs, json_pack("{s:I, s:I}", "run_id", (json_int_t)r->id, "attempt",
                                           (json_int_t)r->attempt));
-  json_t *msg = json_pack("{s:s, s:i, s:s, s:s, s:s, s:o, s:i, s:o}", "type", "hello", "version",
-                          PROTO_VERSION, "token", w->token, "name", w->name, "host", w->host,
-                          "gpus", gpus, "cpu_slots", w->cpu_slots, "runs", runs);
+  json_t *msg = json_pack("{s:s, s:i, s:s, s:s, s:s, s:o, s:i, s:o, s:o}", "type", "hello",
+                          "version", PROTO_VERSION, "token", w->token, "name", w->name, "host",
+                          w->host, "gpus", gpus, "cpu_slots", w->cpu_slots, "runs", runs,
+                          "backends", wrk__backends_json(w));
   char err[512];
   wrk__wbuf *b = msg ? wrk__wbuf_encode(msg, err, sizeof err) : NULL;
   json_decref(msg);

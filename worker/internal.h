@@ -138,6 +138,7 @@ typedef struct wrk__gpu {
   int index;
   char name[128];
   int64_t memory_bytes;
+  char cc[16]; /* compute capability, "9.0"; "" until the CUDA probe saw it */
 } wrk__gpu;
 
 struct wrk__worker {
@@ -149,6 +150,8 @@ struct wrk__worker {
   char work_dir[PATH_MAX];
   wrk__gpu *gpus;
   int ngpus;
+  int cuda_ok;          /* the trainer can run "backend": "cuda" on the GPUs */
+  char cuda_error[1024]; /* why not, when cuda_ok is 0 */
   int cpu_slots;
   double hb_override;
   int kill_grace_ms, drain_ms;
@@ -290,6 +293,23 @@ void wrk__data_dirs_args(wrk__worker *w, char **args, int *na);
  * CPU run, the smallest of its GPUs' reported memory for a GPU run; 0 when
  * it fits or that cannot be told. */
 int wrk__run_memory_refused(wrk__run *r);
+
+/* ---- backends.c --------------------------------------------------------- */
+
+/* How long `BIN devices --json` may take (loading CUDA, counting devices). */
+#define WRK__PROBE_TIMEOUT_MS 60000
+
+/* Asks the trainer (w->bin devices --json) whether CUDA runs on the offered
+ * GPUs: sets cuda_ok and the GPUs' compute capability, or cuda_error (and
+ * logs it). No GPU: nothing is run. */
+void wrk__backends_probe(wrk__worker *w);
+/* The hello's "backends": {"cpu": {"slots": K}, "cuda": {"devices": [...]}
+ * or {"error": WHY}}. */
+json_t *wrk__backends_json(const wrk__worker *w);
+/* 1 after failing r's start (exit code 1) when its config asks for the CUDA
+ * backend and this worker cannot run it (the scheduler does not place such
+ * a run here; an assignment from elsewhere is refused with the reason). */
+int wrk__run_backend_refused(wrk__run *r);
 
 /* ---- gpu.c -------------------------------------------------------------- */
 

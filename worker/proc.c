@@ -167,7 +167,7 @@ void wrk__run_start(wrk__run *r) {
                    r->gpus[i], x->id);
   }
 
-  if (wrk__run_memory_refused(r))
+  if (wrk__run_backend_refused(r) || wrk__run_memory_refused(r))
     return;
   char err[1024], cfg_path[PATH_MAX + 64];
   if (fio_mkdirs(r->dir, 0755) != 0) {

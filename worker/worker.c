@@ -218,6 +218,7 @@ int wrk_run(const wrk_options *o) {
     return rc;
   }
   w->cpu_slots = o->cpu_slots >= 0 ? o->cpu_slots : w->ngpus == 0 ? 1 : 0;
+  wrk__backends_probe(w);
   w->hb_override = o->heartbeat_s;
   w->kill_grace_ms = o->kill_grace_ms > 0 ? o->kill_grace_ms : 10000;
   w->drain_ms = o->drain_ms >= 0 ? o->drain_ms : 2000;

@@ -7,6 +7,9 @@ speaks the protocol (docs/runtime.md) and offers 2 GPUs:
   keeps for it (--reserve-after-seconds 0: at once), so when one 1-GPU run
   ends its GPU stays free, and when the second ends the 2-GPU run gets both;
 - then the remaining 1-GPU run.
+Before all that, a worker whose hello says its trainer cannot run CUDA
+(backends.cuda.error) gets no GPU run, and the sweep says why (the API,
+`scalesweep status`, the sweep page) until a worker that can run it comes.
 Without the reservation the freed GPU would go to the next 1-GPU run and a
 stream of small runs could starve the large one.
 
@@ -21,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 from harness import api_request, free_port, wait_healthz
 
@@ -50,12 +54,15 @@ def request(method, path, body=None):
 
 
 class Worker:
-    def __init__(self):
+    def __init__(self, name="fake", backends=None):
         self.sock = socket.create_connection(("127.0.0.1", wport), timeout=10)
         self.buf = b""
         gpus = [{"index": i, "name": "Fake GPU", "memory_bytes": 1 << 34} for i in range(2)]
-        self.send({"type": "hello", "version": 1, "token": TOKEN, "name": "fake", "host": "h",
-                   "gpus": gpus, "cpu_slots": 0, "runs": []})
+        hello = {"type": "hello", "version": 1, "token": TOKEN, "name": name, "host": "h",
+                 "gpus": gpus, "cpu_slots": 0, "runs": []}
+        if backends is not None:  # absent: an older worker, its GPUs taken as CUDA's
+            hello["backends"] = backends
+        self.send(hello)
         self.seq = {}
 
     def send(self, m):
@@ -111,10 +118,37 @@ try:
          os.path.join(tmp, "ck"), "--reserve-after-seconds", "0"], stdout=log, stderr=log)
     if not wait_healthz(request):
         fail("the scheduler did not come up")
-    w = Worker()
+    # a worker whose GPUs its trainer cannot run CUDA on: no GPU run goes
+    # there, and the sweep says why (API, `status`, the page)
+    why = "backend \"cuda\": cannot load the CUDA module (test)"
+    nocuda = Worker("nocuda", {"cpu": {"slots": 0}, "cuda": {"error": why + "\nHINT: x"}})
     st, small = request("POST", "/api/sweeps", spec("small", 1, 3, 0))
     if st != 201:
         fail(f"submit: {st} {small}")
+    a = nocuda.next_assign(2)
+    if a is not None:
+        fail(f"a GPU run went to a worker that cannot run CUDA: {a}")
+    st, doc = request("GET", f"/api/sweeps/{small['id']}")
+    waiting = doc.get("waiting") or ""
+    if not ("no connected worker can run a run of 1 GPU(s) with the CUDA backend" in waiting
+            and "worker nocuda has 2 GPU(s) but cannot run CUDA: " + why in waiting
+            and "HINT" not in waiting):
+        fail(f"the sweep does not say why it waits: {doc.get('waiting')!r}")
+    st, lst = request("GET", "/api/sweeps")
+    if [x.get("waiting") for x in lst if x["id"] == small["id"]] != [waiting]:
+        fail(f"the sweep list does not say why it waits: {lst}")
+    out = subprocess.run([BIN, "status", str(small["id"]), "--url",
+                          f"http://127.0.0.1:{api_port}"], capture_output=True, text=True)
+    if out.returncode != 0 or "waiting: " + waiting not in out.stdout:
+        fail(f"status does not say why: {out.returncode} {out.stdout!r} {out.stderr!r}")
+    page = urllib.request.urlopen(f"http://127.0.0.1:{api_port}/sweeps/{small['id']}",
+                                  timeout=10).read().decode()
+    if "Waiting: no connected worker can run a run of 1 GPU(s)" not in page:
+        fail("the sweep page does not say why it waits")
+    print("placement: no GPU run goes to a worker whose GPUs cannot run CUDA; the sweep says "
+          "why in the API, status and the page")
+
+    w = Worker()
     a1, a2 = w.next_assign(10), w.next_assign(10)
     if not (a1 and a2 and sorted(a1["gpus"] + a2["gpus"]) == [0, 1]):
         fail(f"two 1-GPU runs on GPUs 0 and 1 expected: {a1} {a2}")
@@ -136,6 +170,11 @@ try:
     a = w.next_assign(10)
     if not a or len(a["gpus"]) != 1:
         fail(f"the last 1-GPU run should start after the 2-GPU run: {a}")
+    st, doc = request("GET", f"/api/sweeps/{small['id']}")
+    if "waiting" in doc:
+        fail(f"a sweep a connected worker can run still says it waits: {doc['waiting']!r}")
+    if nocuda.next_assign(0.2) is not None:
+        fail("a GPU run went to the worker that cannot run CUDA")
     print("placement: 1-GPU runs fill the GPUs; the waiting 2-GPU run's worker drains and it "
           "gets both GPUs; the last small run after it")
 finally:

@@ -161,6 +161,15 @@ def expect_hello(p, runs):
     check(h["cpu_slots"] == 2, "hello cpu_slots %r" % h["cpu_slots"])
     got = sorted((r["run_id"], r["attempt"]) for r in h["runs"])
     check(got == sorted(runs), "hello runs %r, expected %r" % (got, sorted(runs)))
+    # what it can run: its CPU slots, and CUDA on the GPUs as its trainer
+    # (`scalesweep devices`) found them, or why not (here: no device, or no
+    # CUDA module in a build without nvcc)
+    b = h.get("backends")
+    check(isinstance(b, dict) and b.get("cpu") == {"slots": 2}, "hello backends %r" % b)
+    cuda = b.get("cuda")
+    check(isinstance(cuda, dict) and (
+        (isinstance(cuda.get("error"), str) and cuda["error"]) or
+        [d["index"] for d in cuda.get("devices", [])] == [1]), "hello backends.cuda %r" % cuda)
     return h
 
 
@@ -285,7 +294,7 @@ def run_test(binary):
 
     # ---- 1. hello, two CPU runs, acks withheld -----------------------------
     p = accept(listener, 10)
-    expect_hello(p, [])
+    hello = expect_hello(p, [])
     welcome(p)
     assign(p, 1, 1, TINY, [], ck(1))
     assign(p, 2, 1, MEDIUM, [], ck(2))
@@ -453,6 +462,21 @@ def run_test(binary):
     fin = p.until(lambda m: m["type"] == "finished" and m["run_id"] == 4, 5, "run 4 refused",
                   ack_all)
     check(fin["exit_code"] == 2 and "GPU 0" in fin["error"], "run 4 finished %r" % fin)
+    # a CUDA run where the trainer cannot run CUDA: refused with the reason
+    # the hello gave, before any trainer starts
+    cuda_error = hello["backends"]["cuda"].get("error")
+    if cuda_error:
+        assign(p, 8, 1, dict(TINY, backend="cuda"), [1], ck(8))
+        fin = p.until(lambda m: m["type"] == "finished" and m["run_id"] == 8, 5, "run 8 refused",
+                      ack_all)
+        check(fin["exit_code"] == 1 and 'cannot run "backend": "cuda"' in (fin["error"] or "")
+              and cuda_error.split("\n")[0] in fin["error"], "run 8 finished %r" % fin)
+        check(not any(m["type"] == "started" and m["run_id"] == 8 for m in p.got),
+              "run 8 started a trainer")
+        with open(os.path.join(tmp, "worker.log")) as f:
+            check("the CUDA backend cannot run here" in f.read(),
+                  "the worker did not log why its GPUs take no CUDA run")
+        print("a CUDA run on a worker that cannot run CUDA is refused: %s" % fin["error"])
     # a config the trainer refuses: exit 2, its stderr line as the error
     assign(p, 6, 1, {"model": {"n_layer": "x"}}, [], ck(6))
     fin = p.until(lambda m: m["type"] == "finished" and m["run_id"] == 6, 10, "run 6 refused",
