@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds (cmake -DSS_CUDA=ON -DSS_CUDA_TRAINER=ON) and runs every GPU test and the GPU benchmark on
+# Builds (cmake -DSS_CUDA=ON: scalesweep and its CUDA module) and runs every GPU test and the GPU benchmark on
 # a machine with a GPU, then prints a summary; about 5 minutes at most on an
 # H100/H200 (most of it the build). Usage, from anywhere:
 #   bash tests/gpu/run.sh            # SS_GPU_BUILD=DIR picks the build directory
@@ -18,18 +18,26 @@ failed=0
 note() { summary+=("$1"); }
 
 echo "== build ($build)"
-if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSS_CUDA=ON -DSS_CUDA_TRAINER=ON \
+if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSS_CUDA=ON \
      >"$work/cmake.log" 2>&1 ||
    ! grep -q "CUDA kernels ON" "$work/cmake.log" ||
-   ! grep -q "CUDA trainer backend ON" "$work/cmake.log" ||
+   ! grep -q "CUDA trainer module ON" "$work/cmake.log" ||
    ! cmake --build "$build" -j"$(nproc)" --target scalesweep test_cuda_residual test_cuda_kernels \
      >>"$work/cmake.log" 2>&1; then
   tail -40 "$work/cmake.log"
-  echo "FAIL: build (is nvcc found? configure with -DSS_CUDA=ON -DSS_CUDA_TRAINER=ON)"
+  echo "FAIL: build (is nvcc found? configure with -DSS_CUDA=ON)"
   exit 1
 fi
 bin=$build/scalesweep
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+# the trainer loads its CUDA module and sees the GPUs, as a worker will ask it
+echo "== scalesweep devices"
+if timeout 60 "$bin" devices && timeout 60 "$bin" devices --json | grep -q '"devices":\[{'; then
+  note "PASS  scalesweep devices (the CUDA module loads and lists the GPUs)"
+else
+  note "FAIL  scalesweep devices: the CUDA module or the GPUs not found"
+  failed=1
+fi
 
 # ---- 1. kernels against their CPU twins --------------------------------------
 for t in test_cuda_residual test_cuda_kernels; do
