@@ -9,6 +9,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/launch.h"
 #include "common/err.h"
 #include "runcfg/runcfg.h"
 #include "trainer/train.h"
@@ -35,13 +36,21 @@ static void usage(FILE *f) {
              "  --no-data-dirs   refuse every token shard (synthetic data still works);\n"
              "                   what a worker passes when it was allowed no directory\n"
              "  --print-config   print the resolved config and exit\n"
+             "With \"world_size\": N > 1 it runs the N data-parallel ranks on this host, as\n"
+             "processes that it stops together (a rank that dies stops the rest), rank 0's\n"
+             "lines on stdout. One rank of a run spread over hosts instead:\n"
+             "  --rank R         this process is rank R (0 listens, the others connect)\n"
+             "  --dist HOST:PORT where rank 0 listens; the ranks share a secret through\n"
+             "                   $SCALESWEEP_DIST_SECRET\n"
+             "  --dist-timeout S the longest wait for another rank (default 600)\n"
              "Exit codes: 0 done, 1 failed at run time, 2 invalid input,\n"
              "128+N stopped by signal N (SIGTERM: 143, after writing a checkpoint "
              "when\ncheckpoint.dir is set).\n");
 }
 
 int cmd_train(int argc, char **argv) {
-  const char *config = NULL, *resume = NULL, *ckdir = NULL;
+  const char *config = NULL, *resume = NULL, *ckdir = NULL, *dist = NULL;
+  long long rank = -1, listen_fd = -1, dist_timeout = 600;
   long long max_step = -1;
   int print_only = 0, no_data_dirs = 0, ndirs = 0;
   const char *dirs[TRAIN_MAX_DATA_DIRS];
@@ -65,6 +74,20 @@ int cmd_train(int argc, char **argv) {
         return SS_EXIT_USAGE;
       }
       dirs[ndirs++] = v;
+    } else if ((!strcmp(argv[i], "--rank") || !strcmp(argv[i], "--dist-listen-fd") ||
+                !strcmp(argv[i], "--dist-timeout")) &&
+               i + 1 < argc) {
+      char *end;
+      const char *name = argv[i], *v = argv[++i];
+      long long x = strtoll(v, &end, 10);
+      if (!*v || *end || x < 0 || x > 1 << 20) {
+        fprintf(stderr, "scalesweep train: %s '%s': expected an integer >= 0\n", name, v);
+        return SS_EXIT_USAGE;
+      }
+      *(!strcmp(name, "--rank") ? &rank : !strcmp(name, "--dist-timeout") ? &dist_timeout
+                                                                          : &listen_fd) = x;
+    } else if (!strcmp(argv[i], "--dist") && i + 1 < argc) {
+      dist = argv[++i];
     } else if (!strcmp(argv[i], "--resume-max-step") && i + 1 < argc) {
       char *end;
       const char *v = argv[++i];
@@ -116,9 +139,32 @@ int cmd_train(int argc, char **argv) {
     fprintf(stderr, "scalesweep train: --no-data-dirs and --data-dir: expected one or the other\n");
     return SS_EXIT_USAGE;
   }
-  trn_train_opts opts = {resume, (int64_t)max_step, ckdir, no_data_dirs || ndirs > 0, dirs, ndirs};
+  if (cfg.world_size > 1 && rank < 0) /* the launcher of this host's ranks */
+    return cli_train_launch(argc, argv, &cfg, config);
+  if (rank >= cfg.world_size || (rank > 0 && !dist) || (rank == 0 && !dist && listen_fd < 0)) {
+    fprintf(stderr,
+            "scalesweep train: --rank %lld: expected a rank below world_size %d, with --dist "
+            "HOST:PORT\n",
+            rank, cfg.world_size);
+    return SS_EXIT_USAGE;
+  }
+  if (rank > 0 && !freopen("/dev/null", "w", stdout)) /* rank 0 speaks for the run */
+    return SS_EXIT_FAILURE;
+  trn_train_opts opts = {.resume_dir = resume,
+                         .resume_max_step = (int64_t)max_step,
+                         .checkpoint_dir = ckdir,
+                         .confine_data = no_data_dirs || ndirs > 0,
+                         .data_dirs = dirs,
+                         .ndata_dirs = ndirs,
+                         .rank = rank < 0 ? 0 : (int)rank,
+                         .dist_addr = dist,
+                         .dist_listen_fd = (int)listen_fd,
+                         .dist_secret = getenv("SCALESWEEP_DIST_SECRET"),
+                         .dist_timeout_ms = (int)dist_timeout * 1000};
   rc = trn_train(&cfg, &opts, stdout, err, sizeof err);
-  if (rc)
+  if (rc && rank > 0)
+    fprintf(stderr, "scalesweep train: rank %lld: %s\n", rank, err);
+  else if (rc)
     fprintf(stderr, "scalesweep train: %s\n", err);
   if (rc == SS_ETERM)
     return 128 + trn_train_stop_signal();

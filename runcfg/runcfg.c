@@ -360,7 +360,7 @@ static void parse_train(problems *p, const cJSON *train, rcfg *cfg) {
 }
 
 static void parse_optimizer(problems *p, const cJSON *opt, rcfg *cfg) {
-  static const char *const opt_keys[] = {"name", "beta1", "beta2", "eps", NULL};
+  static const char *const opt_keys[] = {"name", "beta1", "beta2", "eps", "zero", NULL};
   static const char *const opt_names[] = {"adamw", "adamw8bit", NULL};
   if (opt)
     check_keys(p, opt, "$.optimizer", opt_keys);
@@ -373,6 +373,7 @@ static void parse_optimizer(problems *p, const cJSON *opt, rcfg *cfg) {
   get_num(p, opt, "$.optimizer", "beta1", &cfg->optimizer.beta1, 0.0, 0.999999, "in [0, 1)");
   get_num(p, opt, "$.optimizer", "beta2", &cfg->optimizer.beta2, 0.0, 0.999999, "in [0, 1)");
   get_num(p, opt, "$.optimizer", "eps", &cfg->optimizer.eps, 1e-30, 1.0, "in (0, 1]");
+  get_int(p, opt, "$.optimizer", "zero", &cfg->optimizer.zero, 0, 1);
 }
 
 /* memory, eval and checkpoint */
@@ -416,8 +417,17 @@ static void parse_device(problems *p, const cJSON *root, rcfg *cfg) {
   get_str(p, root, "$", "backend", cfg->backend, sizeof cfg->backend, backends);
   cfg->world_size = 1;
   get_int(p, root, "$", "world_size", &cfg->world_size, 1, 1024);
-  if (cfg->world_size > 1 && strcmp(cfg->backend, "cpu") == 0)
-    problem(p, "$.world_size", "found %d, expected 1 with the cpu backend", cfg->world_size);
+  /* each rank takes an equal share of every step's micro-batches */
+  int ws = cfg->world_size, B = cfg->train.batch_size;
+  const cJSON *train = cJSON_GetObjectItemCaseSensitive(root, "train");
+  if (ws > 1 && !cJSON_GetObjectItemCaseSensitive(train, "micro_batch_size") && B % ws == 0)
+    cfg->train.micro_batch_size = B / ws;
+  if (ws > 1 && B % ((int64_t)cfg->train.micro_batch_size * ws))
+    problem(p, "$.world_size",
+            "found %d: batch_size %d is not a multiple of micro_batch_size %d x world_size",
+            ws, B, cfg->train.micro_batch_size);
+  if (cfg->optimizer.zero && ws == 1)
+    problem(p, "$.optimizer.zero", "found 1, expected 0 with world_size 1 (nothing to shard)");
   cfg->threads = omp_get_num_procs();
   get_int(p, root, "$", "threads", &cfg->threads, 1, 1024);
 }
@@ -501,6 +511,8 @@ char *rcfg_to_json(const rcfg *c) {
   cJSON_AddNumberToObject(o, "beta1", c->optimizer.beta1);
   cJSON_AddNumberToObject(o, "beta2", c->optimizer.beta2);
   cJSON_AddNumberToObject(o, "eps", c->optimizer.eps);
+  if (c->optimizer.zero) /* absent when off: the configs before it keep their hash */
+    cJSON_AddNumberToObject(o, "zero", c->optimizer.zero);
   cJSON_AddStringToObject(root, "precision", rcfg_prec_name(c->precision));
   cJSON *me = cJSON_AddObjectToObject(root, "memory");
   cJSON_AddBoolToObject(me, "recompute", c->memory.recompute);

@@ -48,6 +48,7 @@ typedef struct rcfg {
   struct {
     char name[16]; /* "adamw" or "adamw8bit" */
     double beta1, beta2, eps;
+    int zero; /* 1: ZeRO stage 1, the state sharded over the world_size ranks */
   } optimizer;
   rcfg_prec precision;
   struct {
@@ -64,6 +65,8 @@ typedef struct rcfg {
     int64_t every_tokens;
   } checkpoint;
   char backend[8]; /* "cpu" or "cuda" */
+  /* data-parallel ranks: each takes batch_size / world_size sequences of a
+   * step, micro_batch_size at a time (default batch_size / world_size) */
   int world_size;
   int threads;
 } rcfg;

@@ -202,14 +202,18 @@ static int first_diff(const cJSON *a, const cJSON *b, const char *path, char *ou
   return 1;
 }
 
-/* The config sections that must match for a checkpoint to resume (threads
- * and the checkpoint settings may change; results then differ only in the
- * summation order). */
+/* The config sections that must match for a checkpoint to resume (threads,
+ * world_size, optimizer.zero and the checkpoint settings may change;
+ * results then differ at most in the summation order). */
 static int same_run(const char *path, const char *a_json, const char *b_json, char *err,
                     size_t errlen) {
   static const char *const keys[] = {"model", "data", "train", "optimizer", "precision"};
   cJSON *a = cJSON_Parse(a_json), *b = cJSON_Parse(b_json);
   int rc = 0;
+  /* ZeRO-1 shards the state, it does not change it: the checkpoint holds it
+   * whole, and resumes sharded or not */
+  cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(a, "optimizer"), "zero");
+  cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "optimizer"), "zero");
   if (!a || !b) {
     snprintf(err, errlen, "%s: the config stored in the checkpoint is not valid JSON", path);
     rc = SS_ECORRUPT;

@@ -68,7 +68,7 @@ static int xfer(trn_dist *d, int fd, int peer, void *buf, size_t n, int out) {
       deadline = now_ms() + d->timeout_ms;
       continue;
     }
-    if (k == 0)
+    if (k == 0 || (k < 0 && (errno == ECONNRESET || errno == EPIPE)))
       return fail(d, "rank %d closed its connection (it stopped or died)", peer);
     if (errno == EINTR)
       continue;

@@ -6,16 +6,19 @@
 
 /* The state is one allocation from the kern_ctx, carved into the moments:
  * fp32 m then v; 8-bit the absmax scales sm, sv first (float-aligned at any
- * nparams), then qm, qv. One free. */
-int trn_optim_init(trn_optim *o, const trn_model *m, int q8) {
+ * size), then qm, qv. One free. A shard [lo, hi) holds the state of those
+ * parameters only, and of their blocks [blo, bhi). */
+int trn_optim_init_shard(trn_optim *o, const trn_model *m, int q8, size_t lo, size_t hi) {
   memset(o, 0, sizeof *o);
   o->q8 = q8;
   o->k = m->k;
+  o->lo = lo;
+  o->hi = hi;
   kern_ctx *k = m->k;
-  size_t n = m->nparams;
+  size_t n = hi - lo;
   if (!q8) {
     o->state_bytes = 2 * n * sizeof(float);
-    if (!(o->mem = k->ops->alloc(k, o->state_bytes)))
+    if (!(o->mem = k->ops->alloc(k, o->state_bytes ? o->state_bytes : 1)))
       return SS_ENOMEM;
     o->m = o->mem;
     o->v = o->m + n;
@@ -26,15 +29,52 @@ int trn_optim_init(trn_optim *o, const trn_model *m, int q8) {
     o->block_off[i] = nb;
     nb += (m->tensors[i].size + KERN_Q8_BLOCK - 1) / KERN_Q8_BLOCK;
   }
-  o->nblocks = nb;
+  o->blo = trn_optim_block_of(o, m, lo);
+  o->bhi = trn_optim_block_of(o, m, hi);
+  nb = o->nblocks = o->bhi - o->blo;
   o->state_bytes = 2 * n + 2 * nb * sizeof(float);
-  if (!(o->mem = k->ops->alloc(k, o->state_bytes)))
+  if (!(o->mem = k->ops->alloc(k, o->state_bytes ? o->state_bytes : 1)))
     return SS_ENOMEM;
   o->sm = o->mem;
   o->sv = o->sm + nb;
   o->qm = (int8_t *)(o->sv + nb);
   o->qv = (uint8_t *)(o->qm + n);
   return 0;
+}
+
+int trn_optim_init(trn_optim *o, const trn_model *m, int q8) {
+  return trn_optim_init_shard(o, m, q8, 0, m->nparams);
+}
+
+size_t trn_optim_block_of(const trn_optim *o, const trn_model *m, size_t at) {
+  size_t nb = 0;
+  for (int i = 0; i < TRN_NTENSORS; i++) {
+    const trn_tensor_info *t = &m->tensors[i];
+    size_t blocks = (t->size + KERN_Q8_BLOCK - 1) / KERN_Q8_BLOCK;
+    if (at >= t->offset && at < t->offset + t->size)
+      return o->block_off[i] + (at - t->offset) / KERN_Q8_BLOCK;
+    nb = o->block_off[i] + blocks;
+  }
+  return nb; /* at == nparams: past the last block */
+}
+
+void trn_optim_shards(const trn_model *m, int world, size_t *off) {
+  size_t n = m->nparams;
+  off[0] = 0;
+  off[world] = n;
+  for (int r = 1; r < world; r++) {
+    size_t want = n * (size_t)r / (size_t)world, at = n;
+    /* the tensor holding want; snap to its nearest block bound */
+    for (int i = 0; i < TRN_NTENSORS; i++) {
+      const trn_tensor_info *t = &m->tensors[i];
+      if (want < t->offset || want >= t->offset + t->size)
+        continue;
+      size_t rel = (want - t->offset + KERN_Q8_BLOCK / 2) / KERN_Q8_BLOCK * KERN_Q8_BLOCK;
+      at = rel >= t->size ? t->offset + t->size : t->offset + rel;
+      break;
+    }
+    off[r] = at < off[r - 1] ? off[r - 1] : at;
+  }
 }
 
 void trn_optim_free(trn_optim *o) {
@@ -52,13 +92,20 @@ void trn_optim_step(trn_optim *o, trn_model *m, double lr, double beta1, double 
     kern_adamw_args a = {
         (float)lr,  (float)beta1, (float)beta2, (float)eps, t->decay ? (float)weight_decay : 0.0f,
         grad_scale, step};
-    size_t off = t->offset;
-    if (o->q8)
-      k->ops->adamw8bit(k, m->params + off, plow ? plow + off : NULL, m->grads + off, o->qm + off,
-                        o->qv + off, o->sm + o->block_off[i], o->sv + o->block_off[i], t->size, &a);
-    else
-      k->ops->adamw(k, m->params + off, plow ? plow + off : NULL, m->grads + off, o->m + off,
-                    o->v + off, t->size, &a);
+    /* the part of the tensor this state covers */
+    size_t from = t->offset > o->lo ? t->offset : o->lo;
+    size_t to = t->offset + t->size < o->hi ? t->offset + t->size : o->hi;
+    if (from >= to)
+      continue;
+    size_t off = from, n = to - from, s = from - o->lo;
+    if (o->q8) {
+      size_t b = o->block_off[i] + (from - t->offset) / KERN_Q8_BLOCK - o->blo;
+      k->ops->adamw8bit(k, m->params + off, plow ? plow + off : NULL, m->grads + off, o->qm + s,
+                        o->qv + s, o->sm + b, o->sv + b, n, &a);
+    } else {
+      k->ops->adamw(k, m->params + off, plow ? plow + off : NULL, m->grads + off, o->m + s,
+                    o->v + s, n, &a);
+    }
   }
 }
 

@@ -21,6 +21,7 @@
 #include "trainer/noise.h"
 #include "trainer/optim.h"
 #include "trainer/prepare.h"
+#include "trainer/run.h"
 #include "kernels/cuda_module.h"
 
 _Static_assert(RCFG_Q8_BLOCK == KERN_Q8_BLOCK, "runcfg/memory.c counts 8-bit optimizer blocks");
@@ -87,25 +88,6 @@ static int crossed(int64_t before, int64_t after, int64_t every) {
   return every > 0 && after / every > before / every;
 }
 
-typedef struct run {
-  const rcfg *cfg;
-  FILE *out;
-  kern_ctx k;
-  trn_lexicon *lex;
-  trn_loader *train, *val;
-  trn_model model;
-  trn_optim optim;
-  int32_t *batch;   /* (micro_batch_size * T + 1) */
-  int32_t *val_tok; /* (nval * T + 1) */
-  int nval;         /* validation windows */
-  char *config_json;
-  char config_hash[65];
-  const char *ckpt_dir;         /* the flag's, else the config's checkpoint.dir */
-  const char *ckpt_dir_flag;    /* --checkpoint-dir, or NULL */
-  const char *const *data_dirs; /* the shards' allowed directories */
-  int ndata_dirs;               /* SPATH_ANY: unconfined */
-  const kern_cuda_module *cuda; /* the CUDA module of a cuda run, else NULL */
-} run;
 
 static int open_data(run *r, char *err, size_t errlen) {
   const rcfg *c = r->cfg;
@@ -189,10 +171,11 @@ static double evaluate(run *r) {
   return sum / r->nval;
 }
 
-static int save(run *r, const trn_ckpt_state *st, char *err, size_t errlen) {
+static int save(run *r, const trn_optim *opt, const trn_ckpt_state *st, char *err,
+                size_t errlen) {
   char path[4096];
-  int rc = trn_ckpt_save(r->ckpt_dir, r->config_json, &r->model, &r->optim, st, path, sizeof path,
-                         err, errlen);
+  int rc = trn_ckpt_save(r->ckpt_dir, r->config_json, &r->model, opt, st, path, sizeof path, err,
+                         errlen);
   if (rc == TRN_CKPT_NO_SPACE) {
     /* the run does not need this checkpoint to go on; the kept ones stay */
     fprintf(stderr,
@@ -267,8 +250,9 @@ static int list_checkpoints(const char *dir, int64_t max_step, char paths[2][420
  * worker's: a scheduled run must go on) starts from scratch, saying so; a
  * plain --resume (by hand) fails with SS_ECORRUPT naming the files, since
  * the user asked for that state. */
-static int resume_from(run *r, const char *dir, int64_t max_step, trn_ckpt_state *st, char *err,
-                       size_t errlen) {
+static int resume_from(run *r, trn_optim *o, trn_ckpt_state *st, char *err, size_t errlen) {
+  const char *dir = r->resume_dir;
+  int64_t max_step = r->resume_max_step;
   char paths[2][4200], bad[2][2048];
   int64_t steps[2];
   int nbad = 0;
@@ -276,7 +260,7 @@ static int resume_from(run *r, const char *dir, int64_t max_step, trn_ckpt_state
   if (n < 0)
     return n;
   for (int i = 0; i < n; i++) {
-    int rc = trn_ckpt_load(paths[i], r->config_json, &r->model, &r->optim, st, err, errlen);
+    int rc = trn_ckpt_load(paths[i], r->config_json, &r->model, o, st, err, errlen);
     if (rc == SS_ECORRUPT) {
       snprintf(bad[nbad++], sizeof bad[0], "%s", err);
       continue;
@@ -308,6 +292,7 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
   const rcfg *c = r->cfg;
   int T = c->model.seq_len, mb = c->train.micro_batch_size, B = c->train.batch_size;
   int nmicro = B / mb;
+  int nlocal = nmicro / r->world; /* this rank's micro-batches of a step (runcfg checks) */
   int64_t step_tokens = (int64_t)B * T;
   int64_t steps = c->train.tokens / step_tokens;
   trn_ckpt_state st;
@@ -322,7 +307,9 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
       snprintf(err, errlen, "%s: --resume: not a directory", resume_dir);
       return SS_ENOENT;
     }
-    rc = resume_from(r, resume_dir, resume_max_step, &st, err, errlen);
+    r->resume_dir = resume_dir;
+    r->resume_max_step = resume_max_step;
+    rc = trn_dp_resume(r, &st, resume_from, err, errlen);
     if (rc < 0)
       return rc;
     if (rc == 0)
@@ -350,12 +337,20 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
       r->batch[0] = st.carry;
       trn_loader_next(r->train, r->batch + 1, (size_t)mb * T);
       st.carry = r->batch[(size_t)mb * T];
+      if (i / nlocal != r->rank) /* another rank's share: every rank reads the whole stream */
+        continue;
       loss += trn_model_forward(m, mb, r->batch, r->batch + 1);
       trn_model_backward(m, S);
       if (nmicro > 1)
-        g_small2 += k->ops->accumulate(k, m->grads, m->mgrads, 1.0f / nmicro, m->nparams, i == 0);
+        g_small2 += k->ops->accumulate(k, m->grads, m->mgrads, 1.0f / nmicro, m->nparams,
+                                       i % nlocal == 0);
     }
-    loss /= nmicro;
+    /* the ranks' sums, in rank order; and whether any rank was asked to stop */
+    double ctl[3] = {loss, g_small2, stop_signal ? 1.0 : 0.0}, gnorm2;
+    if ((rc = trn_dp_reduce(r, ctl, &gnorm2, err, errlen)) != 0)
+      return rc;
+    loss = ctl[0] / nmicro;
+    g_small2 = ctl[1];
     if (!isfinite(loss)) {
       snprintf(err, errlen,
                "training loss is %g at step %lld (tokens %lld); stopping\nHINT: lower "
@@ -364,7 +359,6 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
                loss, (long long)st.step + 1, (long long)(st.tokens + step_tokens));
       return SS_ENUMERIC;
     }
-    double gnorm2 = k->ops->sumsq(k, m->grads, m->nparams);
     int skipped = 0;
     if (!isfinite(gnorm2)) {
       if (c->precision != RCFG_FP16) {
@@ -386,6 +380,8 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
       trn_optim_step(&r->optim, m, lr, c->optimizer.beta1, c->optimizer.beta2, c->optimizer.eps,
                      c->train.weight_decay, (float)(clip / S),
                      (int)(st.step + 1 - st.skipped_steps));
+      if ((rc = trn_dp_after_step(r, err, errlen)) != 0)
+        return rc;
       if (c->precision == RCFG_FP16 && ++st.good_steps >= SCALE_GROWTH_STEPS) {
         st.loss_scale *= 2.0;
         st.good_steps = 0;
@@ -416,7 +412,9 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     fflush(r->out);
 
     if (crossed(before, st.tokens, c->eval.every_tokens) || st.step == steps) {
-      val_loss = evaluate(r);
+      val_loss = r->rank == 0 ? evaluate(r) : 0.0; /* the ranks' weights are the same */
+      if ((rc = trn_dp_share(r, &val_loss, err, errlen)) != 0)
+        return rc;
       val_at = st.step;
       fprintf(r->out, "{\"event\":\"eval\",\"step\":%lld,\"tokens\":%lld,\"val_loss\":%.17g}\n",
               (long long)st.step, (long long)st.tokens, val_loss);
@@ -427,16 +425,19 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
         return SS_ENUMERIC;
       }
     }
-    /* a signal during the last step lets the run finish normally */
-    int stopping = stop_signal && st.step < steps;
+    /* a signal during the last step lets the run finish normally; the
+     * ranks stop together, at the step one of them was asked to */
+    int stopping = ctl[2] > 0 && st.step < steps;
     int want_ckpt =
         crossed(before, st.tokens, c->checkpoint.every_tokens) || (stopping && r->ckpt_dir[0]);
     if (want_ckpt) {
       trn_loader_get_pos(r->train, &st.train_pos);
-      if ((rc = save(r, &st, err, errlen)) != 0)
+      if ((rc = trn_dp_save(r, &st, save, err, errlen)) != 0)
         return rc;
     }
     if (stopping) {
+      if (!stop_signal) /* another rank had the signal: this one stops with it */
+        stop_signal = SIGTERM;
       snprintf(err, errlen, "stopped by signal %d after step %lld%s", (int)stop_signal,
                (long long)st.step,
                r->ckpt_dir[0] ? "; resume with --resume and the checkpoint directory"
@@ -446,7 +447,7 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
   }
   if (val_at != st.step) {
     /* resumed from a checkpoint written after the last step's evaluation */
-    val_loss = evaluate(r);
+    val_loss = r->rank == 0 ? evaluate(r) : 0.0;
     fprintf(r->out, "{\"event\":\"eval\",\"step\":%lld,\"tokens\":%lld,\"val_loss\":%.17g}\n",
             (long long)st.step, (long long)st.tokens, val_loss);
   }
@@ -461,6 +462,9 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
           (long long)st.tokens, (long long)st.step, now() - t_start, peak_rss_bytes());
   if (r->cuda)
     fprintf(r->out, ",\"peak_device_bytes\":%zu", r->cuda->peak_bytes(k));
+  if (r->world > 1) /* per rank: with ZeRO-1 each holds its shard */
+    fprintf(r->out, ",\"world_size\":%d,\"optimizer_state_bytes\":%zu", r->world,
+            r->optim.state_bytes);
   fprintf(r->out, "}\n");
   fflush(r->out);
   return 0;
@@ -489,14 +493,8 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
     rc = SS_EINVAL;
     goto done;
   }
-  if (cfg->world_size > 1) {
-    snprintf(err, errlen,
-             "$.world_size: found %d: data-parallel training (NCCL) is not implemented "
-             "yet\nHINT: use \"world_size\": 1",
-             cfg->world_size);
-    rc = SS_EINVAL;
-    goto done;
-  }
+  r.world = cfg->world_size;
+  r.rank = opts->rank > 0 ? opts->rank : 0;
   if (on_cuda) {
     /* loaded only here: a CPU run never maps the CUDA libraries */
     const kern_cuda_module *m = kern_cuda_load(err, errlen);
@@ -526,8 +524,13 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
   /* evaluation reuses the training micro-batch buffers, at least one window */
   r.nval = (int)(cfg->eval.tokens / T);
   rc = trn_model_init(&r.model, &r.k, &s, mb, cfg->memory.recompute, cfg->train.batch_size > mb);
-  if (!rc)
-    rc = trn_optim_init(&r.optim, &r.model, strcmp(cfg->optimizer.name, "adamw8bit") == 0);
+  int q8 = strcmp(cfg->optimizer.name, "adamw8bit") == 0;
+  if (!rc && cfg->optimizer.zero) { /* ZeRO-1: this rank's shard of the state */
+    trn_optim_shards(&r.model, r.world, r.shard);
+    rc = trn_optim_init_shard(&r.optim, &r.model, q8, r.shard[r.rank], r.shard[r.rank + 1]);
+  } else if (!rc) {
+    rc = trn_optim_init(&r.optim, &r.model, q8);
+  }
   r.batch = malloc(((size_t)mb * T + 1) * sizeof(int32_t));
   r.val_tok = malloc(((size_t)r.nval * T + 1) * sizeof(int32_t));
   if (rc || !r.batch || !r.val_tok) {
@@ -540,11 +543,14 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
   }
   trn_loader_next(r.val, r.val_tok, (size_t)r.nval * T + 1);
   emit_config(&r);
+  if ((rc = trn_dp_open(&r, opts, err, errlen)) != 0)
+    goto done;
   rc = train_loop(&r, opts->resume_dir, opts->resume_max_step, err, errlen);
 
 done:
   if (rc)
     emit_error(out, err);
+  trn_dp_close(&r);
   free(r.batch);
   free(r.val_tok);
   free(r.config_json);

@@ -36,6 +36,14 @@ typedef struct trn_train_opts {
   int confine_data;
   const char *const *data_dirs;
   int ndata_dirs;
+  /* world_size > 1 (trainer/dist.h): this process's rank, where rank 0
+   * listens (dist_addr, or dist_listen_fd >= 0: a socket already listening,
+   * rank 0's), the run's secret, the longest wait for a peer (<= 0: 600 s) */
+  int rank;
+  const char *dist_addr;
+  int dist_listen_fd;
+  const char *dist_secret;
+  int dist_timeout_ms;
 } trn_train_opts;
 
 /* Trains cfg. The config event reports the config as given, its

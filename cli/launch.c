@@ -1,0 +1,192 @@
+/* The local launcher of a data-parallel run's ranks (launch.h). */
+#include "cli/launch.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/err.h"
+
+#define LAUNCH_MAX 1024
+#define LAUNCH_GRACE_MS 10000 /* after a rank failed, before the rest are killed */
+
+static pid_t pids[LAUNCH_MAX];
+static int npids;
+
+/* passes SIGTERM/SIGINT on to every rank (kill is async-signal-safe) */
+static void forward(int sig) {
+  for (int i = 0; i < npids; i++)
+    if (pids[i] > 0)
+      kill(pids[i], sig);
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* a listening socket on 127.0.0.1 and its port; -1 on failure */
+static int listener(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, LAUNCH_MAX) ||
+      getsockname(fd, (struct sockaddr *)&a, &len)) {
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+/* "-": the config read once from stdin into a file the ranks can read */
+static int stdin_config(const rcfg *cfg, char *path, size_t len) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(path, len, "%s/scalesweep-config.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  int fd = mkstemp(path);
+  char *text = rcfg_to_json(cfg);
+  int ok = fd >= 0 && text && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+  free(text);
+  if (fd >= 0)
+    close(fd);
+  if (!ok && fd >= 0)
+    unlink(path);
+  return ok ? 0 : -1;
+}
+
+static int exit_code_of(int st) {
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config) {
+  int world = cfg->world_size, port;
+  if (world > LAUNCH_MAX) {
+    fprintf(stderr, "scalesweep train: world_size %d: at most %d ranks on one host\n", world,
+            LAUNCH_MAX);
+    return SS_EXIT_USAGE;
+  }
+  char cfg_path[4096] = "";
+  if (!strcmp(config, "-") && stdin_config(cfg, cfg_path, sizeof cfg_path) != 0) {
+    fprintf(stderr, "scalesweep train: cannot keep the config from stdin: %s\n", strerror(errno));
+    return SS_EXIT_FAILURE;
+  }
+  unsigned char raw[16];
+  char secret[33];
+  if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+    fprintf(stderr, "scalesweep train: getrandom: %s\n", strerror(errno));
+    return SS_EXIT_FAILURE;
+  }
+  for (int i = 0; i < 16; i++)
+    snprintf(secret + 2 * i, 3, "%02x", raw[i]);
+  int lfd = listener(&port);
+  if (lfd < 0) {
+    fprintf(stderr, "scalesweep train: cannot listen on 127.0.0.1 for the ranks: %s\n",
+            strerror(errno));
+    return SS_EXIT_FAILURE;
+  }
+  setenv("SCALESWEEP_DIST_SECRET", secret, 1);
+
+  /* each rank: this argv (the config from stdin replaced by its file) and
+   * its place in the run */
+  char **args = calloc((size_t)argc + 10, sizeof *args);
+  char rank_s[16], addr[64], fd_s[16];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  snprintf(fd_s, sizeof fd_s, "%d", lfd);
+  int n = 0;
+  args[n++] = "scalesweep";
+  for (int i = 0; i < argc; i++)
+    args[n++] = i > 0 && cfg_path[0] && !strcmp(argv[i], "-") && !strcmp(argv[i - 1], "--config")
+                    ? cfg_path
+                    : argv[i];
+  int base = n;
+
+  struct sigaction sa = {.sa_handler = forward}, old_term, old_int;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGINT, &sa, &old_int);
+  pid_t parent = getpid();
+  for (int r = 0; r < world; r++) {
+    n = base;
+    snprintf(rank_s, sizeof rank_s, "%d", r);
+    args[n++] = "--rank";
+    args[n++] = rank_s;
+    args[n++] = "--dist";
+    args[n++] = addr;
+    if (r == 0) {
+      args[n++] = "--dist-listen-fd";
+      args[n++] = fd_s;
+    }
+    args[n] = NULL;
+    pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL); /* no rank outlives its launcher */
+      if (getppid() != parent)
+        _exit(128 + SIGKILL);
+      signal(SIGTERM, SIG_DFL);
+      signal(SIGINT, SIG_DFL);
+      if (r != 0)
+        close(lfd);
+      execv("/proc/self/exe", args);
+      fprintf(stderr, "scalesweep train: rank %d: cannot start: %s\n", r, strerror(errno));
+      _exit(SS_EXIT_FAILURE);
+    }
+    pids[npids++] = pid;
+  }
+  close(lfd);
+  free(args);
+
+  /* wait for the ranks; the first failure ends the rest */
+  static int codes[LAUNCH_MAX];
+  int left = world, first_bad = -1;
+  int64_t kill_at = 0;
+  while (left > 0) {
+    int st;
+    pid_t pid = waitpid(-1, &st, kill_at ? WNOHANG : 0);
+    if (pid < 0 && errno == EINTR)
+      continue;
+    if (pid < 0)
+      break;
+    if (pid == 0) {
+      if (now_ms() >= kill_at)
+        forward(SIGKILL);
+      usleep(20000);
+      continue;
+    }
+    int r = 0;
+    while (r < world && pids[r] != pid)
+      r++;
+    if (r == world)
+      continue;
+    pids[r] = 0;
+    left--;
+    codes[r] = exit_code_of(st);
+    if (codes[r] != 0) {
+      if (WIFSIGNALED(st))
+        fprintf(stderr, "scalesweep train: rank %d was killed by signal %d\n", r, WTERMSIG(st));
+      if (first_bad < 0)
+        first_bad = r;
+      if (!kill_at && left > 0) /* the others see it at once; stragglers are killed */
+        kill_at = now_ms() + LAUNCH_GRACE_MS;
+    }
+  }
+  sigaction(SIGTERM, &old_term, NULL);
+  sigaction(SIGINT, &old_int, NULL);
+  if (cfg_path[0])
+    unlink(cfg_path);
+  if (first_bad < 0)
+    return SS_EXIT_OK;
+  return codes[0] != 0 ? codes[0] : codes[first_bad];
+}

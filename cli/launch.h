@@ -1,0 +1,20 @@
+/* `scalesweep train` of a data-parallel config (world_size > 1) without
+ * --rank: runs its ranks on this host. */
+#ifndef SS_CLI_LAUNCH_H
+#define SS_CLI_LAUNCH_H
+
+#include "runcfg/runcfg.h"
+
+/* Starts world_size processes of `scalesweep train` (argv: the train
+ * command's own, argv[0] "train"), rank 0 on a listening socket it hands
+ * over, the others connecting to it, all sharing a fresh secret; rank 0's
+ * stdout is this process's, the others' is /dev/null. SIGTERM and SIGINT are
+ * passed on to every rank (they stop together, after rank 0's checkpoint);
+ * a rank that fails ends the others (they see it at once; SIGKILL after 10
+ * s), and the ranks die with this process. Returns the exit code: rank 0's
+ * when it failed, else the first failed rank's (128+N for a signal), else 0.
+ * config: the --config argument ("-": stdin, read once into a temporary
+ * file the ranks read). */
+int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config);
+
+#endif

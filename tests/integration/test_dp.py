@@ -1,0 +1,221 @@
+"""Data parallelism on the CPU (trainer/dist.h, trainer/dp.c, cli/launch.c),
+with real processes: `scalesweep train` of a config with world_size N runs
+N ranks on this host.
+
+- world_size 2 and 4 with global batch B reach world_size 1's loss curve bit
+  for bit (every step and eval line, grad_norm and b_noise too) when each
+  rank holds one micro-batch of a step; with two per rank the ranks' sums are
+  folded in another order: the validation losses stay within 1e-6
+  (relative) of world_size 1's over this run;
+- ZeRO-1 (optimizer.zero 1, AdamW and 8-bit AdamW) trains to the same losses
+  as the unsharded optimizer, each rank holding about 1/N of the state;
+- kill -9 of one rank ends the run at once (no rank waits), and --resume
+  continues it exactly as if never stopped; so does SIGTERM, which stops
+  every rank at the same step after a checkpoint (exit 143); a launcher
+  killed with SIGKILL leaves no rank behind;
+- a ZeRO-1 checkpoint of 2 ranks resumes on 1;
+- bad settings are refused with exit 2 and the JSON path.
+
+Usage: test_dp.py SCALESWEEP_BINARY
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = sys.argv[1]
+tmp = tempfile.mkdtemp(prefix="ss-dp-")
+failures = []
+
+BASE = {"model": {"n_layer": 2, "d_model": 32, "n_head": 2, "seq_len": 32},
+        "data": {"synthetic": {"seed": 3}},
+        "train": {"batch_size": 8, "micro_batch_size": 2, "tokens": 40960, "lr": 0.003},
+        "eval": {"every_tokens": 8192, "tokens": 512}, "threads": 1}
+TIMINGS = ("tok_per_s", "wall_s", "peak_rss_bytes", "world_size", "optimizer_state_bytes")
+
+
+def check(cond, msg):
+    if not cond:
+        failures.append(msg)
+        print("FAIL:", msg)
+
+
+def config(name, world=1, mb=2, **over):
+    c = json.loads(json.dumps(BASE))
+    c["world_size"] = world
+    c["train"]["micro_batch_size"] = mb
+    for k, v in over.items():
+        sec, key = k.split("__")
+        c.setdefault(sec, {})[key] = v
+    path = os.path.join(tmp, name + ".json")
+    with open(path, "w") as f:
+        json.dump(c, f)
+    return path
+
+
+def train(cfg, *args, expect=0):
+    p = subprocess.run([BIN, "train", "--config", cfg, *args], capture_output=True, text=True,
+                       timeout=300)
+    if expect is not None and p.returncode != expect:
+        check(False, "%s %s: exit %d, expected %d: %s" % (cfg, args, p.returncode, expect,
+                                                        p.stderr[-800:]))
+    return p
+
+
+def lines(out, keep=("step", "eval", "done")):
+    """step/eval/done events by (event, step), timings dropped."""
+    res = {}
+    for line in out.splitlines():
+        d = json.loads(line)
+        if d["event"] in keep:
+            extra = {k: d.pop(k) for k in TIMINGS if k in d}
+            res[(d["event"], d.get("step", d.get("steps")))] = d
+            d["_extra"] = extra
+    return res
+
+
+def same(a, b, what, keys=None):
+    if a.keys() != b.keys():
+        check(False, "%s: different lines: %s" % (what, sorted(set(a) ^ set(b))[:5]))
+        return
+    for k in a:
+        x = {q: v for q, v in a[k].items() if q != "_extra" and (keys is None or q in keys)}
+        y = {q: v for q, v in b[k].items() if q != "_extra" and (keys is None or q in keys)}
+        if x != y:
+            check(False, "%s: %s differs: %s vs %s" % (what, k, x, y))
+            return
+    print("ok: %s: %d lines identical" % (what, len(a)))
+
+
+def ranks_alive(cfg):
+    p = subprocess.run(["pgrep", "-f", cfg + " .*--rank"], capture_output=True, text=True)
+    return [int(x) for x in p.stdout.split()]
+
+
+try:
+    # ---- 1. world 1, 2, 4: one micro-batch per rank, bit for bit ---------------
+    ref2 = lines(train(config("w1mb2")).stdout)
+    ref4 = lines(train(config("w1mb4", mb=4)).stdout)
+    same(ref2, lines(train(config("w4mb2", world=4)).stdout),
+         "world_size 4 (1 micro-batch of 2 each) vs world_size 1 (micro-batch 2)")
+    same(ref4, lines(train(config("w2mb4", world=2, mb=4)).stdout),
+         "world_size 2 (1 micro-batch of 4 each) vs world_size 1 (micro-batch 4)")
+    # two micro-batches per rank: another order of the sum, within 1e-6
+    w2 = lines(train(config("w2mb2", world=2)).stdout)
+    worst = max(abs(w2[k]["val_loss"] - ref2[k]["val_loss"]) / ref2[k]["val_loss"]
+                for k in ref2 if k[0] == "eval")
+    check(worst <= 1e-6, "world_size 2 with 2 micro-batches a rank: val loss off by %.3g" % worst)
+    print("ok: world_size 2 with 2 micro-batches a rank: val loss within %.2g (relative) of "
+          "world_size 1" % worst)
+
+    # ---- 2. ZeRO-1 against the unsharded optimizer ---------------------------------
+    for world in (2, 4):
+        for opt in ("adamw", "adamw8bit"):
+            mb = 8 // world
+            plain = train(config("p%d%s" % (world, opt), world=world, mb=mb,
+                                 optimizer__name=opt)).stdout
+            zero = train(config("z%d%s" % (world, opt), world=world, mb=mb, optimizer__name=opt,
+                                optimizer__zero=1)).stdout
+            a, b = lines(plain), lines(zero)
+            same(a, b, "ZeRO-1 %s on %d ranks vs unsharded (losses)" % (opt, world),
+                 keys=("train_loss", "val_loss", "final_val_loss", "lr"))
+            full = a[("done", 160)]["_extra"]["optimizer_state_bytes"]
+            mine = b[("done", 160)]["_extra"]["optimizer_state_bytes"]
+            check(mine <= full / world * 1.1 + 4096,
+                  "ZeRO-1 %s x%d: rank 0 holds %d optimizer bytes of %d" % (opt, world, mine, full))
+            print("ok: ZeRO-1 %s on %d ranks: rank 0 holds %d of %d optimizer state bytes"
+                  % (opt, world, mine, full))
+
+    # ---- 3. kill -9 of one rank; resume ----------------------------------------------
+    long_over = dict(train__tokens=409600, checkpoint__every_tokens=40960,
+                     optimizer__name="adamw8bit", optimizer__zero=1)
+    long2 = config("long2", world=2, mb=4, **long_over)
+    full = lines(train(long2, "--checkpoint-dir", os.path.join(tmp, "ck-full")).stdout)
+    ck = os.path.join(tmp, "ck-kill")
+    p = subprocess.Popen([BIN, "train", "--config", long2, "--checkpoint-dir", ck],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # past the second checkpoint
+    seen = 0
+    out = []
+    for line in p.stdout:
+        out.append(line)
+        seen += '"event":"checkpoint"' in line
+        if seen == 2:
+            break
+    victims = [pid for pid in ranks_alive(long2) if "--rank 1" in open(
+        "/proc/%d/cmdline" % pid).read().replace("\0", " ")]
+    check(len(victims) == 1, "rank 1's process not found: %s" % victims)
+    t0 = time.monotonic()
+    os.kill(victims[0], signal.SIGKILL)
+    rest, err = p.communicate(timeout=60)
+    took = time.monotonic() - t0
+    check(p.returncode != 0, "the run went on after rank 1 died")
+    check(took < 10, "the run took %.1f s to end after rank 1 died" % took)
+    check("rank 1 was killed by signal 9" in err and "rank 1 closed its connection" in err,
+          "the launcher does not say what happened: %s" % err[-600:])
+    check(not ranks_alive(long2), "ranks left after the run ended")
+    print("ok: kill -9 of rank 1: the run ended in %.2f s (exit %d)" % (took, p.returncode))
+    res = lines(train(long2, "--checkpoint-dir", ck, "--resume", ck).stdout)
+    first = min(k[1] for k in res if k[0] == "step")
+    same({k: v for k, v in full.items() if k[1] >= first}, res,
+         "resumed after kill -9 (from step %d) vs uninterrupted" % (first - 1))
+
+    # ---- 4. SIGTERM: every rank stops at the same step, after a checkpoint ----------
+    ck = os.path.join(tmp, "ck-term")
+    p = subprocess.Popen([BIN, "train", "--config", long2, "--checkpoint-dir", ck],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in p.stdout:
+        if '"event":"checkpoint"' in line:
+            break
+    p.send_signal(signal.SIGTERM)
+    rest, err = p.communicate(timeout=60)
+    check(p.returncode == 143, "SIGTERM: exit %d, expected 143: %s" % (p.returncode, err[-400:]))
+    last = [json.loads(x) for x in rest.splitlines() if '"checkpoint"' in x]
+    check(last and "stopped by signal 15" in err, "SIGTERM: no final checkpoint: %s" % err[-400:])
+    ck_one = os.path.join(tmp, "ck-one")
+    shutil.copytree(ck, ck_one)  # for section 6
+    res = lines(train(long2, "--checkpoint-dir", ck, "--resume", ck).stdout)
+    first = min(k[1] for k in res if k[0] == "step")
+    same({k: v for k, v in full.items() if k[1] >= first}, res,
+         "resumed after SIGTERM (from step %d) vs uninterrupted" % (first - 1))
+
+    # ---- 5. the launcher killed: no rank outlives it ------------------------------------
+    p = subprocess.Popen([BIN, "train", "--config", long2, "--checkpoint-dir",
+                          os.path.join(tmp, "ck-orphan")], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)
+    p.stdout.readline()
+    p.kill()
+    p.wait()
+    deadline = time.monotonic() + 5
+    while ranks_alive(long2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check(not ranks_alive(long2), "ranks outlived their launcher")
+    print("ok: the launcher killed with SIGKILL: its ranks died with it")
+
+    # ---- 6. a ZeRO-1 checkpoint of 2 ranks resumes on 1 ----------------------------------
+    one = config("long1", world=1, mb=4, **{k: v for k, v in long_over.items()
+                                              if k != "optimizer__zero"})
+    res = lines(train(one, "--checkpoint-dir", ck_one, "--resume", ck_one).stdout)
+    # (the uninterrupted run's grad_norm is summed from 2 shards: its last bits differ)
+    same({k: v for k, v in full.items() if k[1] >= first}, res,
+         "a 2-rank ZeRO-1 checkpoint resumed on 1 rank vs uninterrupted (losses)",
+         keys=("train_loss", "val_loss", "final_val_loss", "lr"))
+
+    # ---- 7. refused settings -------------------------------------------------------------
+    for over, path in ((dict(world=3), "$.world_size"),
+                       (dict(world=1, optimizer__zero=1), "$.optimizer.zero")):
+        p = train(config("bad", **over), expect=2)
+        check(path in p.stderr, "%s: the error does not name %s: %s" % (over, path, p.stderr))
+    p = train(config("w2", world=2), "--rank", "5", "--dist", "127.0.0.1:1", expect=2)
+    print("ok: world_size 3 with batch 8, zero with 1 rank and --rank 5 of 2 refused (exit 2)")
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+if failures:
+    print("%d check(s) failed" % len(failures))
+    sys.exit(1)
+print("dp: all checks passed")
