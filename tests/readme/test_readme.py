@@ -407,6 +407,18 @@ def print_config(r):
         fail(f"--print-config: {r.stdout[:300]}")
 
 
+def train_dp(r):
+    done = json.loads(expect(r).stdout.strip().splitlines()[-1])
+    if done.get("event") != "done" or done.get("world_size") != 2:
+        fail(f"train with world_size 2: {r.stdout[-400:]}")
+
+
+def devices(r):
+    out = expect(r).stdout
+    if not re.search(r"^cpu: \d+ cores?$", out, re.M) or not re.search(r"^cuda: ", out, re.M):
+        fail(f"devices: {out!r}")
+
+
 def data_prepare(r):
     j = json.loads(expect(r).stdout.strip().splitlines()[-1])
     if not (j["train_tokens"] > 0 and j["val_tokens"] > 0):
@@ -483,6 +495,9 @@ COMMANDS = [
     ("./build/scalesweep train --config run.json [--checkpoint-dir DIR] [--resume DIR] [--print-config]",
      "./build/scalesweep train --config trainer/examples/quickstart.json --print-config",
      print_config),
+    ("./build/scalesweep train --config run.json",
+     "./build/scalesweep train --config tests/readme/dp.json", train_dp),
+    ("./build/scalesweep devices", None, devices),
     ("./build/scalesweep data prepare --out DIR [--val-fraction 0.1] [--shuffle SEED] FILE...",
      "./build/scalesweep data prepare --out data/prepared --val-fraction 0.1 --shuffle 7 README.md "
      "docs/*.md", 
