@@ -38,6 +38,8 @@ rcfg_mem rcfg_memory(const rcfg *c) {
   m.params = 4 * P * (c->precision == RCFG_FP32 ? 1 : 2);
   m.grads = 4 * P * (c->train.batch_size > B ? 2 : 1);
   m.optimizer = strcmp(c->optimizer.name, "adamw8bit") ? 8 * P : 2 * P + 8 * blocks;
+  if (c->optimizer.zero && c->world_size > 1) /* ZeRO-1: this rank's shard */
+    m.optimizer /= c->world_size;
   double acts = (L + 1) * up16(BT * C) /* block inputs */
                 + (c->memory.recompute ? 1 : L) * layer_floats(BT, C, NH, T) +
                 2 * up16(BT * C) /* proj, lnf */
@@ -71,4 +73,18 @@ void rcfg_memory_text(const rcfg_mem *m, char *buf, size_t n) {
   rcfg_bytes_text(m->optimizer, o, sizeof o);
   rcfg_bytes_text(m->activations, a, sizeof a);
   snprintf(buf, n, "%s (parameters %s, gradients %s, optimizer %s, activations %s)", t, p, g, o, a);
+}
+
+rcfg_mem rcfg_memory_host(const rcfg *cfg) {
+  rcfg_mem m = rcfg_memory(cfg);
+  if (strcmp(cfg->backend, "cpu") == 0 && cfg->world_size > 1) {
+    double n = cfg->world_size;
+    m.params *= n;
+    m.grads *= n;
+    m.optimizer *= n;
+    m.activations *= n;
+    m.other *= n;
+    m.total *= n;
+  }
+  return m;
 }

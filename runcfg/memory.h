@@ -15,7 +15,8 @@
 #define RCFG_Q8_BLOCK 256
 
 /* Bytes, as doubles: a spec's worst shapes overflow no integer here. One
- * data-parallel rank holds all of it (a full replica). */
+ * data-parallel rank holds all of it (a full replica; with ZeRO-1 its
+ * share of the optimizer state). */
 typedef struct rcfg_mem {
   double params;      /* fp32 master weights, plus the rounded copy in bf16/fp16 */
   double grads;       /* fp32 gradients, plus the micro-batch buffer with accumulation */
@@ -29,6 +30,10 @@ typedef struct rcfg_mem {
 /* The estimate for cfg (micro-batch micro_batch_size sequences of seq_len
  * tokens; the shapes are not re-validated). */
 rcfg_mem rcfg_memory(const rcfg *cfg);
+
+/* What the run needs of one device: a GPU run's one rank per GPU; a CPU
+ * run's ranks all share the host's memory (world_size times one rank's). */
+rcfg_mem rcfg_memory_host(const rcfg *cfg);
 
 /* "1.2 TiB (parameters 300 GiB, gradients ..., optimizer ..., activations
  * ...)" into buf. */

@@ -63,10 +63,10 @@ static void on_json(void *ud, int status, const char *json, const char *errmsg) 
  * run's curve; heavy: it does), changes to the control connection */
 /* "waiting": why a sweep's queued runs cannot start on any connected worker
  * (place.c), added to a sweep object from the store whose queued count is q
- * and whose largest queued run needs g GPUs. */
-static void add_waiting(sched *s, json_t *sweep, json_int_t q, json_int_t g) {
+ * and whose largest queued run needs g GPUs (or CPU slots). */
+static void add_waiting(sched *s, json_t *sweep, json_int_t q, json_int_t g, json_int_t slots) {
   char why[1024];
-  if (q > 0 && sched__place_why(s, (int)g, why, sizeof why))
+  if (q > 0 && sched__place_why(s, (int)g, (int)slots, why, sizeof why))
     json_object_set_new(sweep, "waiting", json_string(why));
 }
 
@@ -83,9 +83,11 @@ static void on_sweeps_json(void *ud, int status, const char *json, const char *e
   json_t *sw, *c = json_object_get(doc, "counts");
   if (json_is_array(doc))
     json_array_foreach(doc, i, sw) add_waiting(x->s, sw, sched__jint(sw, "queued"),
-                                               sched__jint(sw, "queued_gpus"));
+                                               sched__jint(sw, "queued_gpus"),
+                                               sched__jint(sw, "queued_slots"));
   else if (c)
-    add_waiting(x->s, doc, sched__jint(c, "queued"), sched__jint(c, "queued_gpus"));
+    add_waiting(x->s, doc, sched__jint(c, "queued"), sched__jint(c, "queued_gpus"),
+                sched__jint(c, "queued_slots"));
   char *text = json_dumps(doc, JSON_COMPACT);
   json_decref(doc);
   on_json(ud, status, text ? text : json, errmsg);

@@ -57,12 +57,12 @@ struct sched {
 /* place.c: a placement pass (one at a time; asked for during one, another
  * follows it) */
 void sched__place(sched *s);
-/* Why a queued run needing `gpus` GPUs (0: a CPU slot) cannot run on any
- * connected worker, whatever finishes: no worker connected, none with a CPU
- * slot, none with that many GPUs the CUDA backend runs on (naming the
+/* Why a queued run needing `gpus` GPUs (0: `slots` CPU slots) cannot run
+ * on any connected worker, whatever finishes: no worker connected, none
+ * with that many CPU slots, none with that many GPUs the CUDA backend runs on (naming the
  * workers whose GPUs it cannot run on, and why). 1 with the reason in buf,
  * 0 when some connected worker could take it (busy or not). */
-int sched__place_why(sched *s, int gpus, char *buf, size_t len);
+int sched__place_why(sched *s, int gpus, int slots, char *buf, size_t len);
 
 /* lease.c: the lease timer (lease.h), started once serving, closed at stop */
 void sched__lease_start(sched *s);

@@ -22,17 +22,18 @@ static int free_gpus(const sched__wconn *c) {
 /* a worker that said it is stopping takes nothing new */
 static int placeable(const sched__wconn *c) { return c->authed && !c->closing && !c->draining; }
 
-/* A worker with room for a run that needs `gpus` GPUs (0: a CPU slot);
- * fills the chosen GPU indices. Prefers the fullest worker that fits, so
- * large holes stay open for large runs. */
-static sched__wconn *find_room(sched *s, int gpus, int *chosen, const sched__wconn *exclude) {
+/* A worker with room for a run that needs `gpus` GPUs (0: `slots` CPU
+ * slots, one per rank); fills the chosen GPU indices. Prefers the fullest
+ * worker that fits, so large holes stay open for large runs. */
+static sched__wconn *find_room(sched *s, int gpus, int slots, int *chosen,
+                               const sched__wconn *exclude) {
   sched__wconn *best = NULL;
   int best_free = 1 << 30;
   for (sched__wconn *c = s->wp.conns; c; c = c->next) {
     if (!placeable(c) || c == exclude)
       continue;
     int free_n = gpus == 0 ? c->cpu_slots - c->cpu_busy : free_gpus(c);
-    if (free_n < (gpus == 0 ? 1 : gpus))
+    if (free_n < (gpus == 0 ? slots : gpus))
       continue;
     if (free_n < best_free) {
       best = c;
@@ -117,8 +118,8 @@ static void send_assign(sched *s, sched__wconn *c, const assign_ctx *a, const st
   json_error_t je;
   json_t *config = json_loads(cl->config, 0, &je);
   json_t *gl = json_array();
-  for (int i = 0; i < a->ngpus; i++)
-    json_array_append_new(gl, json_integer(a->gpus[i]));
+  for (int i = 0; i < a->ngpus; i++) /* placement's positions, as the worker's device indices */
+    json_array_append_new(gl, json_integer(c->gpu_index[a->gpus[i]]));
   char dir[4096];
   snprintf(dir, sizeof dir, "%s/run-%" PRId64, s->o.checkpoint_root, a->run_id);
   json_t *msg =
@@ -183,9 +184,10 @@ static void on_claimed(void *ud, int status, const store_claim *cl, const char *
 
 /* Takes the capacity at once, before the database answers, and claims the
  * run; NULL when out of memory. */
-static assign_ctx *assign(sched *s, sched__wconn *c, int64_t run_id, int gpus, const int *chosen) {
+static assign_ctx *assign(sched *s, sched__wconn *c, int64_t run_id, int gpus, const int *chosen,
+                          int slots) {
   assign_ctx *a = calloc(1, sizeof *a);
-  if (!a || !sched__conn_add_run(c, run_id, 0, gpus, chosen)) {
+  if (!a || !sched__conn_add_run(c, run_id, 0, gpus, chosen, slots)) {
     free(a);
     return NULL;
   }
@@ -220,7 +222,8 @@ static void on_queue(void *ud, int status, const store_queued *runs, int n, cons
       continue;
     if (blocked_gpus && gpus >= blocked_gpus)
       continue;
-    sched__wconn *c = find_room(s, gpus, chosen, gpus > 0 ? reserved : NULL);
+    int slots = runs[i].slots > 0 ? runs[i].slots : 1;
+    sched__wconn *c = find_room(s, gpus, slots, chosen, gpus > 0 ? reserved : NULL);
     if (!c) {
       /* a larger run waits; smaller ones behind it may still start */
       if (gpus > 0 && (!blocked_gpus || gpus < blocked_gpus))
@@ -233,7 +236,7 @@ static void on_queue(void *ud, int status, const store_queued *runs, int n, cons
       continue;
     }
     unblocked(&s->pl, run_id);
-    assign_ctx *a = assign(s, c, run_id, gpus, chosen);
+    assign_ctx *a = assign(s, c, run_id, gpus, chosen, slots);
     if (a)
       last = a;
     if (total_free(s) == 0)
@@ -259,7 +262,7 @@ void sched__place(sched *s) {
   store_runs_queue(s->db, room * 4 + 16, on_queue, s);
 }
 
-int sched__place_why(sched *s, int gpus, char *buf, size_t len) {
+int sched__place_why(sched *s, int gpus, int slots, char *buf, size_t len) {
   int workers = 0, cpu = 0, fit = 0;
   size_t off = 0;
   char others[768] = "";
@@ -267,7 +270,7 @@ int sched__place_why(sched *s, int gpus, char *buf, size_t len) {
     if (!c->authed || c->closing)
       continue;
     workers++;
-    cpu += c->cpu_slots > 0;
+    cpu += c->cpu_slots >= (slots > 0 ? slots : 1);
     fit += usable_gpus(c) >= gpus;
     if (gpus > 0 && off < sizeof others) {
       if (c->ngpus > 0 && !c->cuda_ok)
@@ -281,6 +284,11 @@ int sched__place_why(sched *s, int gpus, char *buf, size_t len) {
   }
   if (workers == 0)
     snprintf(buf, len, "waiting for a worker: none is connected");
+  else if (gpus == 0 && cpu == 0 && slots > 1)
+    snprintf(buf, len,
+             "no connected worker has %d CPU slots, one for each of a run's %d ranks (a worker "
+             "takes them with --cpu-slots)",
+             slots, slots);
   else if (gpus == 0 && cpu == 0)
     snprintf(buf, len, "no connected worker has a CPU slot (workers take one with --cpu-slots)");
   else if (gpus > 0 && fit == 0)

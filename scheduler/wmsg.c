@@ -148,11 +148,19 @@ static void reconcile(sched__wconn *c, json_t *runs) {
     size_t j;
     json_t *gi;
     json_array_foreach(json_object_get(r, "gpus"), j, gi) {
-      int idx = (int)json_integer_value(gi);
-      if (ngpus < 8 && idx >= 0 && idx < c->ngpus)
-        gpus[ngpus++] = idx;
+      /* the worker's device index, back to placement's position */
+      for (int p = 0; p < c->ngpus && ngpus < 8; p++)
+        if (c->gpu_index[p] == (int)json_integer_value(gi)) {
+          gpus[ngpus++] = p;
+          break;
+        }
     }
-    sched__conn_add_run(c, run_id, attempt, ngpus, gpus);
+    /* a CPU run holds a slot per rank (an older worker does not say: 1) */
+    json_t *sl = json_object_get(r, "slots");
+    int slots = json_is_integer(sl) && json_integer_value(sl) > 0 && json_integer_value(sl) <= 1024
+                    ? (int)json_integer_value(sl)
+                    : 1;
+    sched__conn_add_run(c, run_id, attempt, ngpus, gpus, slots);
     wctx *x = ctx(c, run_id, attempt, 0);
     if (x)
       store_runs_reconcile(wp->db, run_id, attempt, c->worker_id, wp->lease_s, on_reconciled, x);
@@ -232,6 +240,8 @@ static void on_hello(sched__wconn *c, json_t *m) {
   if (c->ngpus > SCHED__MAX_GPUS)
     c->ngpus = SCHED__MAX_GPUS;
   c->gpus_json = json_incref(gpus);
+  for (int i = 0; i < c->ngpus; i++)
+    c->gpu_index[i] = (int)json_integer_value(json_object_get(json_array_get(gpus, i), "index"));
   /* backends (absent from an older worker: its GPUs are taken as CUDA's) */
   json_t *cuda = json_object_get(json_object_get(m, "backends"), "cuda");
   const char *cuda_err = json_string_value(json_object_get(cuda, "error"));

@@ -35,7 +35,7 @@ sched__wrun *sched__conn_find_run(sched__wconn *c, int64_t run_id) {
 }
 
 sched__wrun *sched__conn_add_run(sched__wconn *c, int64_t run_id, int attempt, int ngpus,
-                                 const int *gpus) {
+                                 const int *gpus, int slots) {
   sched__wrun *w = calloc(1, sizeof *w);
   if (!w)
     return NULL;
@@ -46,8 +46,8 @@ sched__wrun *sched__conn_add_run(sched__wconn *c, int64_t run_id, int attempt, i
     w->gpus[g] = gpus[g];
     c->gpu_busy[gpus[g]] = 1;
   }
-  if (ngpus == 0)
-    c->cpu_busy++;
+  w->slots = ngpus == 0 ? (slots > 0 ? slots : 1) : 0;
+  c->cpu_busy += w->slots;
   w->next = c->runs;
   c->runs = w;
   return w;
@@ -58,8 +58,7 @@ void sched__conn_release_run(sched__wconn *c, int64_t run_id) {
     sched__wrun *w = *pp;
     if (w->run_id != run_id)
       continue;
-    if (w->ngpus == 0)
-      c->cpu_busy--;
+    c->cpu_busy -= w->slots;
     for (int g = 0; g < w->ngpus; g++)
       c->gpu_busy[w->gpus[g]] = 0;
     *pp = w->next;

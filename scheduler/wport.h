@@ -43,6 +43,7 @@ typedef struct sched__wrun {
   int attempt;
   int ngpus;
   int gpus[8];
+  int slots;            /* CPU slots it holds (a CPU run's ranks; 0 for a GPU run) */
   int cancelling;       /* a cancel was sent: its end is "cancelled" */
   int metrics_inflight; /* metric batches sent to the database, not yet stored */
   json_t *finished;     /* a finished message held until those are stored */
@@ -65,6 +66,9 @@ typedef struct sched__wconn {
   int cuda_ok;          /* its GPUs run "backend": "cuda" (hello.backends) */
   char cuda_error[256]; /* why not, when it has GPUs and cuda_ok is 0 */
   char gpu_busy[SCHED__MAX_GPUS];
+  /* by position (placement's numbering): each GPU's device index as the
+   * worker numbers it (its hello's gpus[].index; what assign sends) */
+  int gpu_index[SCHED__MAX_GPUS];
   int cpu_slots, cpu_busy;
   json_t *gpus_json;
   sched__wrun *runs;
@@ -162,10 +166,10 @@ void sched__conn_drop(sched__wconn *c, const char *why);
  * the answer comes. */
 sched__wconn *sched__conn_by_worker(sched__wport *wp, int64_t worker_id);
 sched__wrun *sched__conn_find_run(sched__wconn *c, int64_t run_id);
-/* Marks the run's slots busy (ngpus 0: a CPU slot) and returns its record
- * (NULL when out of memory). */
+/* Marks the run's GPUs busy, or (ngpus 0) `slots` CPU slots (at least
+ * one), and returns its record (NULL when out of memory). */
 sched__wrun *sched__conn_add_run(sched__wconn *c, int64_t run_id, int attempt, int ngpus,
-                                 const int *gpus);
+                                 const int *gpus, int slots);
 /* Frees the run's slots and record. */
 void sched__conn_release_run(sched__wconn *c, int64_t run_id);
 

@@ -15,6 +15,7 @@ static void decode_queued(const PGresult *res, int row, void *elem) {
   store_queued *r = elem;
   r->id = store__int(res, row, 0);
   r->gpus = (int)store__int(res, row, 1);
+  r->slots = (int)store__int(res, row, 2);
 }
 
 STORE__ARRAY_SPEC(queued, store_queued, decode_queued, store_queue_cb);
@@ -24,7 +25,9 @@ void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud) {
   const char *p[1] = {store__itoa(lim, sizeof lim, limit)};
   store__query_rows(
       d,
-      "SELECT r.id, r.gpus FROM runs r JOIN sweeps sw ON sw.id = r.sweep_id "
+      "SELECT r.id, r.gpus, CASE WHEN r.gpus > 0 THEN 0 ELSE "
+      "greatest(coalesce((r.config->>'world_size')::int, 1), 1) END "
+      "FROM runs r JOIN sweeps sw ON sw.id = r.sweep_id "
       "WHERE r.status = 'queued' "
       "ORDER BY greatest(r.priority, sw.priority) DESC, r.sweep_id, r.flops NULLS LAST, "
       "r.id LIMIT $1",

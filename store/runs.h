@@ -11,11 +11,12 @@
 
 #include "store/store.h"
 
-/* A queued run as placement sees it: its id and how many GPUs (0: a CPU
- * slot). */
+/* A queued run as placement sees it: its id, how many GPUs, and for a CPU
+ * run (gpus 0) how many CPU slots: one per data-parallel rank. */
 typedef struct store_queued {
   int64_t id;
   int gpus;
+  int slots;
 } store_queued;
 
 typedef void (*store_queue_cb)(void *ud, int status, const store_queued *runs, int n,

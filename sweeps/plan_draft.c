@@ -410,7 +410,7 @@ void plan__put_resources(const spec *s, plan__draft *d) {
   if (!sets(s->base, NULL, "backend") && !sets(r, NULL, "backend"))
     put(d->over, NULL, "backend", json_string(s->gpus > 0 ? "cuda" : "cpu"));
   if (!sets(s->base, NULL, "world_size") && !sets(r, NULL, "world_size"))
-    put(d->over, NULL, "world_size", json_integer(s->gpus > 0 ? s->gpus : 1));
+    put(d->over, NULL, "world_size", json_integer(s->gpus > 0 ? s->gpus : s->ranks));
   if (!sets(s->base, NULL, "threads") && !sets(r, NULL, "threads"))
     put(d->over, NULL, "threads", json_integer(s->gpus > 0 ? PLAN_GPU_HOST_THREADS : s->cpus));
 }

@@ -32,7 +32,7 @@ static int micro_chosen(const plan__planner *P, const plan__draft *d) {
 int plan__fit_memory(const plan__planner *P, const plan__draft *d, rcfg *cfg) {
   const spec *s = P->s;
   double limit = s->max_memory_gib * 1073741824.0;
-  rcfg_mem m = rcfg_memory(cfg);
+  rcfg_mem m = rcfg_memory_host(cfg);
   if (m.total <= limit)
     return 0;
   /* gradient accumulation trains the same batch in less memory */
@@ -42,7 +42,7 @@ int plan__fit_memory(const plan__planner *P, const plan__draft *d, rcfg *cfg) {
       continue;
     rcfg t = *cfg;
     t.train.micro_batch_size = mb;
-    m = rcfg_memory(&t);
+    m = rcfg_memory_host(&t);
     if (m.total <= limit) {
       cfg->train.micro_batch_size = mb;
       return 0;

@@ -174,13 +174,20 @@ static void parse_resources(spec *s, json_t *root, spec_problems *pr) {
   if (json_is_string(b))
     backend = json_string_value(b);
   s->max_memory_gib = SPEC_MAX_MEMORY_GIB;
+  s->ranks = 1;
   if (res) {
-    static const char *const keys[] = {"gpus", "cpus", "max_memory_gib", NULL};
+    static const char *const keys[] = {"gpus", "cpus", "ranks", "max_memory_gib", NULL};
     spec__check_keys(pr, res, "$.resources", keys);
     spec__get_number(pr, res, "$.resources", "max_memory_gib", &s->max_memory_gib, 1.0 / 1024,
                      1 << 20, 0, 0, "a number of GiB per GPU (or per CPU run) from 1/1024 to 2^20");
     spec__get_int(pr, res, "$.resources", "gpus", &s->gpus, 1, 1024, 0);
     spec__get_int(pr, res, "$.resources", "cpus", &s->cpus, 1, 1024, 0);
+    spec__get_int(pr, res, "$.resources", "ranks", &s->ranks, 1, 1024, 0);
+    if (json_object_get(res, "gpus") && json_object_get(res, "ranks"))
+      spec_problem_add(pr, "$.resources.ranks",
+                       "found %d with \"gpus\": a GPU run has one rank per GPU; expected "
+                       "\"ranks\" only with \"cpus\"",
+                       s->ranks);
     int has_g = json_object_get(res, "gpus") != NULL, has_c = json_object_get(res, "cpus") != NULL;
     if (has_g == has_c)
       spec_problem_add(pr, "$.resources",
@@ -206,7 +213,7 @@ static void parse_resources(spec *s, json_t *root, spec_problems *pr) {
                      "(or resources {\"gpus\": n})",
                      backend);
   json_t *ws = json_object_get(s->base, "world_size");
-  int want_ws = s->gpus > 0 ? s->gpus : 1;
+  int want_ws = s->gpus > 0 ? s->gpus : s->ranks;
   if (ws && json_is_integer(ws) && json_integer_value(ws) != want_ws)
     spec_problem_add(pr, "$.base.world_size",
                      "found %lld, but the run's resources give %d rank%s; expected %d (or leave "

@@ -163,6 +163,7 @@ typedef struct spec {
   json_t *base; /* $.base (an empty object when absent) */
 
   int gpus, cpus;        /* $.resources: exactly one is > 0 */
+  int ranks;             /* $.resources.ranks: a CPU run's data-parallel ranks (1) */
   double max_memory_gib; /* $.resources.max_memory_gib, per GPU or CPU run */
   int priority, max_attempts;
   double max_hours;        /* 0: no limit */

@@ -221,9 +221,18 @@ static void send_hello(wrk__conn *c) {
                                           w->gpus[i].name, "memory_bytes",
                                           (json_int_t)w->gpus[i].memory_bytes));
   json_t *runs = json_array();
-  for (wrk__run *r = w->runs; r; r = r->next)
-    json_array_append_new(runs, json_pack("{s:I, s:I}", "run_id", (json_int_t)r->id, "attempt",
-                                          (json_int_t)r->attempt));
+  for (wrk__run *r = w->runs; r; r = r->next) {
+    /* what the run holds here, so that a restarted scheduler counts it:
+     * its GPUs, or a CPU slot per data-parallel rank */
+    json_t *gl = json_array();
+    for (int i = 0; i < r->ngpus; i++)
+      json_array_append_new(gl, json_integer(r->gpus[i]));
+    json_t *ws = json_object_get(json_object_get(r->assign, "config"), "world_size");
+    json_int_t slots = r->ngpus ? 0 : json_is_integer(ws) ? json_integer_value(ws) : 1;
+    json_array_append_new(runs, json_pack("{s:I, s:I, s:o, s:I}", "run_id", (json_int_t)r->id,
+                                          "attempt", (json_int_t)r->attempt, "gpus", gl, "slots",
+                                          slots));
+  }
   json_t *msg = json_pack("{s:s, s:i, s:s, s:s, s:s, s:o, s:i, s:o, s:o}", "type", "hello",
                           "version", PROTO_VERSION, "token", w->token, "name", w->name, "host",
                           w->host, "gpus", gpus, "cpu_slots", w->cpu_slots, "runs", runs,

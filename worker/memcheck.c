@@ -42,7 +42,7 @@ int wrk__run_memory_refused(wrk__run *r) {
   free(text);
   if (!ok) /* the trainer says what is wrong with it, in its own words */
     return 0;
-  rcfg_mem m = rcfg_memory(&cfg);
+  rcfg_mem m = rcfg_memory_host(&cfg); /* a CPU run's ranks share this host */
   double need = m.total, have = 0;
   const char *what = NULL;
   int gpu = -1;

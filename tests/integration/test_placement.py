@@ -53,11 +53,15 @@ def request(method, path, body=None):
     return api_request(api_port, token, method, path, body)
 
 
+GPU_INDICES = (3, 5)
+
+
 class Worker:
     def __init__(self, name="fake", backends=None):
         self.sock = socket.create_connection(("127.0.0.1", wport), timeout=10)
         self.buf = b""
-        gpus = [{"index": i, "name": "Fake GPU", "memory_bytes": 1 << 34} for i in range(2)]
+        # device indices as a worker started with --gpus 3,5 reports them
+        gpus = [{"index": i, "name": "Fake GPU", "memory_bytes": 1 << 34} for i in GPU_INDICES]
         hello = {"type": "hello", "version": 1, "token": TOKEN, "name": name, "host": "h",
                  "gpus": gpus, "cpu_slots": 0, "runs": []}
         if backends is not None:  # absent: an older worker, its GPUs taken as CUDA's
@@ -150,8 +154,8 @@ try:
 
     w = Worker()
     a1, a2 = w.next_assign(10), w.next_assign(10)
-    if not (a1 and a2 and sorted(a1["gpus"] + a2["gpus"]) == [0, 1]):
-        fail(f"two 1-GPU runs on GPUs 0 and 1 expected: {a1} {a2}")
+    if not (a1 and a2 and sorted(a1["gpus"] + a2["gpus"]) == list(GPU_INDICES)):
+        fail(f"two 1-GPU runs on the worker's GPUs {GPU_INDICES} expected: {a1} {a2}")
     st, big = request("POST", "/api/sweeps", spec("big", 2, 1, 5))
     if st != 201:
         fail(f"submit: {st} {big}")
@@ -161,7 +165,7 @@ try:
         fail(f"a GPU kept for the waiting 2-GPU run went to run {a['run_id']} ({a['gpus']})")
     w.finish(a2)
     a = w.next_assign(10)
-    if not (a and sorted(a["gpus"]) == [0, 1]):
+    if not (a and sorted(a["gpus"]) == list(GPU_INDICES)):
         fail(f"the 2-GPU run should have both GPUs once they are free: {a}")
     st, r = request("GET", f"/api/runs/{a['run_id']}")
     if r["run"]["sweep_id"] != big["id"]:
