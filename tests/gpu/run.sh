@@ -1,37 +1,70 @@
 #!/usr/bin/env bash
-# Builds (cmake -DSS_CUDA=ON: scalesweep and its CUDA module) and runs every GPU test and the GPU benchmark on
-# a machine with a GPU, then prints a summary; about 5 minutes at most on an
-# H100/H200 (most of it the build). Usage, from anywhere:
-#   bash tests/gpu/run.sh            # SS_GPU_BUILD=DIR picks the build directory
+# Every GPU check in one call, about 5 minutes on an H100/H200, each step
+# under a time limit:
+#   bash tests/gpu/run.sh [RESULTS_DIR]    # default: $OUT, else ./gpu-results
+# It runs from build-gpu/bundle.tar.xz when that is there (tests/gpu/bundle.sh
+# makes it on a machine without a GPU: the binaries and the libraries they
+# need that are not glibc's or CUDA's), so a bare GPU machine with the CUDA
+# toolkit (or PyTorch's CUDA libraries) and Python needs nothing else;
+# otherwise it builds here (cmake -DSS_CUDA=ON, SS_GPU_BUILD=DIR). The log
+# (run.log) and the summary (summary.txt) go to RESULTS_DIR.
 #
-# NOTE: written on a machine without a GPU. Everything it builds compiles in CI
-# (sm_80, sm_90), but as of this writing none of these steps has run on a GPU:
-# the CUDA kernels, tests/gpu/test_cuda_kernels.cu, the kill-and-resume check
-# and the benchmark below are unexercised until this script first runs.
+# Checks: scalesweep devices; every kernel against its CPU twin
+# (test_cuda_kernels); a 200-step bf16 and fp16 run against the CPU backend
+# (each evaluation within 2%); two GPU runs bit for bit; kill -9 and resume bit
+# for bit; tokens/s and MFU.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${SS_GPU_BUILD:-$root/build-gpu}
+results=${1:-${OUT:-$root/gpu-results}}
+mkdir -p "$results"
+exec > >(tee "$results/run.log") 2>&1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 summary=()
 failed=0
-note() { summary+=("$1"); }
+note() { summary+=("$1"); printf '%s\n' "$1" >>"$results/summary.txt"; }
+: >"$results/summary.txt"
+t0=$(date +%s)
+step() { echo; echo "== $* ($(($(date +%s) - t0)) s)"; }
 
-echo "== build ($build)"
-if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSS_CUDA=ON \
-     >"$work/cmake.log" 2>&1 ||
-   ! grep -q "CUDA kernels ON" "$work/cmake.log" ||
-   ! grep -q "CUDA trainer module ON" "$work/cmake.log" ||
-   ! cmake --build "$build" -j"$(nproc)" --target scalesweep test_cuda_residual test_cuda_kernels \
-     >>"$work/cmake.log" 2>&1; then
-  tail -40 "$work/cmake.log"
-  echo "FAIL: build (is nvcc found? configure with -DSS_CUDA=ON)"
-  exit 1
+bundle=${SS_GPU_BUNDLE:-$root/build-gpu/bundle.tar.xz}
+if [ -f "$bundle" ]; then
+  step "unpacking $bundle"
+  tar -C "$work" -xJf "$bundle" || { note "FAIL  unpacking $bundle"; exit 1; }
+  bin=$work/bundle/bin/scalesweep
+  tests=$work/bundle/bin
+  # the CUDA libraries: the toolkit's, else the ones PyTorch's wheels carry
+  cudalib=
+  for d in ${CUDA_HOME:-/usr/local/cuda}/lib64 ${CUDA_HOME:-/usr/local/cuda}/lib \
+      /usr/local/cuda-*/lib64 /usr/local/cuda-*/lib \
+      $(python3 -c 'import glob, site; print(" ".join(glob.glob(site.getsitepackages()[0] + "/nvidia/*/lib")))' 2>/dev/null); do
+    [ -d "$d" ] && cudalib=$cudalib:$d
+  done
+  export LD_LIBRARY_PATH=$work/bundle/lib$cudalib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+else
+  build=${SS_GPU_BUILD:-$root/build-gpu}
+  step "build ($build)"
+  if ! timeout 900 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSS_CUDA=ON \
+       >"$work/cmake.log" 2>&1 ||
+     ! grep -q "CUDA trainer module ON" "$work/cmake.log" ||
+     ! timeout 900 cmake --build "$build" -j"$(nproc)" --target scalesweep test_cuda_residual \
+       test_cuda_kernels >>"$work/cmake.log" 2>&1; then
+    tail -40 "$work/cmake.log"
+    note "FAIL  build (is nvcc found? configure with -DSS_CUDA=ON)"
+    exit 1
+  fi
+  bin=$build/scalesweep
+  tests=$build/tests
 fi
-bin=$build/scalesweep
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+timeout 30 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+for lib in libcudnn.so libnccl.so; do # what a later step may take from here
+  where=$(ldconfig -p 2>/dev/null | awk -v l="$lib" 'index($1, l) == 1 {print $NF; exit}')
+  [ -z "$where" ] && where=$(python3 -c "import glob, site; print(' '.join(glob.glob(site.getsitepackages()[0] + '/nvidia/*/lib/$lib*')))" 2>/dev/null)
+  echo "$lib: ${where:-not found}"
+done
 # the trainer loads its CUDA module and sees the GPUs, as a worker will ask it
-echo "== scalesweep devices"
+step "scalesweep devices"
 if timeout 60 "$bin" devices && timeout 60 "$bin" devices --json | grep -q '"devices":\[{'; then
   note "PASS  scalesweep devices (the CUDA module loads and lists the GPUs)"
 else
@@ -41,8 +74,8 @@ fi
 
 # ---- 1. kernels against their CPU twins --------------------------------------
 for t in test_cuda_residual test_cuda_kernels; do
-  echo "== $t"
-  "$build/tests/$t"
+  step "$t"
+  timeout 240 "$tests/$t"
   rc=$?
   if [ $rc -eq 0 ]; then note "PASS  $t"; else note "FAIL  $t (exit $rc)"; failed=1; fi
 done
@@ -89,8 +122,9 @@ resume_check() {
   mkdir -p "$d/full" "$d/killed"
   sed "s#CKDIR#$d/full/ck#" "$work/resume.json" >"$d/full.json"
   sed "s#CKDIR#$d/killed/ck#" "$work/resume.json" >"$d/killed.json"
-  "$bin" train --config "$d/full.json" >"$d/full.out" 2>"$d/full.err" || { cat "$d/full.err"; return 1; }
-  "$bin" train --config "$d/killed.json" >"$d/killed.out" 2>"$d/killed.err" &
+  timeout 120 "$bin" train --config "$d/full.json" >"$d/full.out" 2>"$d/full.err" ||
+    { cat "$d/full.err"; return 1; }
+  timeout 120 "$bin" train --config "$d/killed.json" >"$d/killed.out" 2>"$d/killed.err" &
   local pid=$! i
   for i in $(seq 1 3000); do
     [ "$(grep -c '"event":"checkpoint"' "$d/killed.out")" -ge 2 ] && break
@@ -102,23 +136,80 @@ resume_check() {
   if grep -q '"event":"done"' "$d/killed.out"; then
     echo "the run finished before the kill: make it longer"; return 1
   fi
-  "$bin" train --config "$d/killed.json" --resume "$d/killed/ck" >"$d/resumed.out" 2>"$d/resumed.err" ||
+  timeout 120 "$bin" train --config "$d/killed.json" --resume "$d/killed/ck" >"$d/resumed.out" 2>"$d/resumed.err" ||
     { cat "$d/resumed.err"; return 1; }
   cmp_runs "$d/full.out" "$d/resumed.out" || return 1
   # the deterministic variant: from the full run's previous checkpoint
   local prev
   prev=$(grep '"event":"checkpoint"' "$d/full.out" | tail -2 | head -1 | sed 's/.*"step":\([0-9]*\).*/\1/')
   cp -r "$d/full/ck" "$d/ck2"
-  "$bin" train --config "$d/full.json" --resume "$d/ck2" --resume-max-step "$prev" \
+  timeout 120 "$bin" train --config "$d/full.json" --resume "$d/ck2" --resume-max-step "$prev" \
     >"$d/resumed2.out" 2>"$d/resumed2.err" || { cat "$d/resumed2.err"; return 1; }
   cmp_runs "$d/full.out" "$d/resumed2.out"
 }
-echo "== kill and resume (cuda, bf16, adamw8bit)"
+step "kill and resume (cuda, bf16, adamw8bit)"
 if msg=$(resume_check 2>&1); then
   echo "$msg"; note "PASS  kill-and-resume bitwise: ${msg//$'\n'/; }"
 else
   echo "$msg"; note "FAIL  kill-and-resume: ${msg//$'\n'/; }"; failed=1
 fi
+
+# ---- 2b. 200 steps on the GPU against the CPU backend, and against itself ------
+# The CPU backend rounds activations and GEMM inputs as the GPU does, but
+# sums in another order (OpenBLAS vs cuBLAS), so the curves part at fp32
+# rounding and drift: each evaluation within 2% (relative) of the CPU's. Two
+# GPU runs of one config print the same lines, bit for bit.
+curve_check() { # PRECISION
+  local p=$1 d=$work/curve-$1
+  mkdir -p "$d"
+  cat >"$d/cuda.json" <<JSON
+{"model": {"n_layer": 2, "d_model": 128, "n_head": 4, "seq_len": 128},
+ "data": {"synthetic": {"seed": 7}},
+ "train": {"batch_size": 16, "tokens": 409600, "lr": 0.002},
+ "eval": {"every_tokens": 40960, "tokens": 4096},
+ "precision": "$p", "backend": "cuda", "threads": $(nproc)}
+JSON
+  sed 's/"backend": "cuda"/"backend": "cpu"/' "$d/cuda.json" >"$d/cpu.json"
+  local k
+  for k in cuda cuda2 cpu; do
+    timeout 150 "$bin" train --config "$d/${k%2}.json" >"$d/$k.out" 2>"$d/$k.err" ||
+      { echo "$k run failed:"; tail -5 "$d/$k.err"; return 1; }
+  done
+  python3 - "$d" "$p" <<'PY'
+import json, sys
+d, p = sys.argv[1], sys.argv[2]
+def lines(k):
+    out = {}
+    for l in open("%s/%s.out" % (d, k)):
+        e = json.loads(l)
+        for t in ("tok_per_s", "wall_s", "peak_rss_bytes", "peak_device_bytes"):
+            e.pop(t, None)
+        if e["event"] in ("step", "eval", "done"):
+            out[(e["event"], e.get("step"))] = e
+    return out
+a, b, c = lines("cuda"), lines("cuda2"), lines("cpu")
+if a != b:
+    k = sorted(x for x in a if a.get(x) != b.get(x))[0]
+    sys.exit("%s: two GPU runs differ at %s: %s vs %s" % (p, k, a.get(k), b.get(k)))
+ev = [k for k in a if k[0] == "eval"]
+worst = max(abs(a[k]["val_loss"] - c[k]["val_loss"]) / c[k]["val_loss"] for k in ev)
+steps = sum(1 for k in a if k[0] == "step")
+msg = ("%s: %d steps, two GPU runs bit for bit; %d evaluations within %.3g%% of the CPU "
+       "backend's (final %.4f vs %.4f)" % (p, steps, len(ev), 100 * worst,
+       a[("done", None)]["final_val_loss"], c[("done", None)]["final_val_loss"]))
+if worst > 0.02:
+    sys.exit(msg + ": over 2%")
+print(msg)
+PY
+}
+for p in bf16 fp16; do
+  step "200 steps, $p: GPU vs CPU, GPU vs GPU"
+  if msg=$(curve_check $p 2>&1); then
+    echo "$msg"; note "PASS  $msg"
+  else
+    echo "$msg"; note "FAIL  curve $p: ${msg//$'\n'/; }"; failed=1
+  fi
+done
 
 # ---- 3. benchmark: tokens/s and MFU -----------------------------------------
 # MFU = tokens/s x model FLOPs per token (the config event's flops_per_token)
@@ -138,7 +229,7 @@ bench() { # NAME L D H T V MICRO STEPS
  "eval": {"every_tokens": 0, "tokens": $T},
  "precision": "bf16", "backend": "cuda"}
 JSON
-  "$bin" train --config "$work/$name.json" >"$work/$name.out" 2>"$work/$name.err" ||
+  timeout 180 "$bin" train --config "$work/$name.json" >"$work/$name.out" 2>"$work/$name.err" ||
     { tail -5 "$work/$name.err"; return 1; }
   python3 - "$work/$name.out" "$name" "$peak" <<'PY'
 import json, statistics, sys
@@ -153,7 +244,7 @@ print("%s: %.0f tokens/s, MFU %s, peak device memory %.2f GiB, final loss %.4f"
       % (sys.argv[2], t, mfu, done.get("peak_device_bytes", 0) / 2**30, done["final_val_loss"]))
 PY
 }
-echo "== benchmark on ${gpu:-unknown GPU} (bf16)"
+step "benchmark on ${gpu:-unknown GPU} (bf16)"
 for spec in "gpt2-124M 12 768 12 1024 50304 4 20" "L4-d256 4 256 4 1024 50304 8 30"; do
   set -- $spec
   if msg=$(bench "$@" 2>&1); then
@@ -163,7 +254,6 @@ for spec in "gpt2-124M 12 768 12 1024 50304 4 20" "L4-d256 4 256 4 1024 50304 8 
   fi
 done
 
-echo
-echo "== summary"
+step "summary"
 printf '%s\n' "${summary[@]}"
 exit $failed

@@ -509,6 +509,8 @@ COMMANDS = [
      "(the command installs it; this test installs nothing)"), lambda r: expect(r)),
     ("bash tests/bench/run.sh", ("needs", have_torch, "PyTorch is not installed"),
      lambda r: expect(r, "tok/s")),
+    ("bash tests/gpu/bundle.sh", ("needs", lambda: False, "it builds the whole source tree, "
+     "which this scratch copy is not; ctest gpu_bundle runs it"), lambda r: expect(r)),
     ("bash tests/gpu/run.sh", ("needs", have_gpu, "no GPU here"), lambda r: expect(r)),
 ]
 BENCH_ENV = dict(ENV, BENCH_SHAPES="a", BENCH_PRECISIONS="fp32", BENCH_REPEATS="1",
