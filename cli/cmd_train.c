@@ -38,8 +38,9 @@ static void usage(FILE *f) {
              "  --print-config   print the resolved config and exit\n"
              "With \"world_size\": N > 1 it runs the N data-parallel ranks on this host, as\n"
              "processes that it stops together (a rank that dies stops the rest), rank 0's\n"
-             "lines on stdout. One rank of a run spread over hosts instead:\n"
-             "  --rank R         this process is rank R (0 listens, the others connect)\n"
+             "lines on stdout. A run spread over hosts, this host's part of it:\n"
+             "  --ranks R,...    the ranks to run here (rank 0 listens on --dist's port)\n"
+             "  --rank R         one rank, in this process (0 listens, the others connect)\n"
              "  --dist HOST:PORT where rank 0 listens; the ranks share a secret through\n"
              "                   $SCALESWEEP_DIST_SECRET\n"
              "  --dist-timeout S the longest wait for another rank (default 600)\n"
@@ -49,8 +50,9 @@ static void usage(FILE *f) {
 }
 
 int cmd_train(int argc, char **argv) {
-  const char *config = NULL, *resume = NULL, *ckdir = NULL, *dist = NULL;
+  const char *config = NULL, *resume = NULL, *ckdir = NULL, *dist = NULL, *ranks = NULL;
   long long rank = -1, listen_fd = -1, dist_timeout = 600;
+  int quiet = 0;
   long long max_step = -1;
   int print_only = 0, no_data_dirs = 0, ndirs = 0;
   const char *dirs[TRAIN_MAX_DATA_DIRS];
@@ -88,6 +90,10 @@ int cmd_train(int argc, char **argv) {
                                                                           : &listen_fd) = x;
     } else if (!strcmp(argv[i], "--dist") && i + 1 < argc) {
       dist = argv[++i];
+    } else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) {
+      ranks = argv[++i];
+    } else if (!strcmp(argv[i], "--dist-quiet")) {
+      quiet = 1; /* the launcher's: another rank of this host prints the run's lines */
     } else if (!strcmp(argv[i], "--resume-max-step") && i + 1 < argc) {
       char *end;
       const char *v = argv[++i];
@@ -140,7 +146,7 @@ int cmd_train(int argc, char **argv) {
     return SS_EXIT_USAGE;
   }
   if (cfg.world_size > 1 && rank < 0) /* the launcher of this host's ranks */
-    return cli_train_launch(argc, argv, &cfg, config);
+    return cli_train_launch(argc, argv, &cfg, config, ranks, dist);
   if (rank >= cfg.world_size || (rank > 0 && !dist) || (rank == 0 && !dist && listen_fd < 0)) {
     fprintf(stderr,
             "scalesweep train: --rank %lld: expected a rank below world_size %d, with --dist "
@@ -148,7 +154,7 @@ int cmd_train(int argc, char **argv) {
             rank, cfg.world_size);
     return SS_EXIT_USAGE;
   }
-  if (rank > 0 && !freopen("/dev/null", "w", stdout)) /* rank 0 speaks for the run */
+  if (quiet && !freopen("/dev/null", "w", stdout)) /* another rank speaks for the run */
     return SS_EXIT_FAILURE;
   trn_train_opts opts = {.resume_dir = resume,
                          .resume_max_step = (int64_t)max_step,

@@ -37,10 +37,15 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* a listening socket on 127.0.0.1 and its port; -1 on failure */
-static int listener(int *port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+/* a listening socket on 127.0.0.1 (port 0: any) or, for a run spread over
+ * hosts, every address; its port; -1 on failure */
+static int listener(int *port, int everywhere) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1; /* inherited by rank 0 */
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)*port),
+                          .sin_addr.s_addr = htonl(everywhere ? INADDR_ANY : INADDR_LOOPBACK)};
+  if (fd >= 0)
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   socklen_t len = sizeof a;
   if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, LAUNCH_MAX) ||
       getsockname(fd, (struct sockaddr *)&a, &len)) {
@@ -71,12 +76,50 @@ static int exit_code_of(int st) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
-int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config) {
-  int world = cfg->world_size, port;
+/* "2,3" into mark[rank] = 1; the count, or -1 (said why) */
+static int parse_ranks(const char *list, int world, char *mark) {
+  int n = 0;
+  for (const char *p = list; *p;) {
+    char *end;
+    long r = strtol(p, &end, 10);
+    if (end == p || r < 0 || r >= world || mark[r] || (*end && *end != ',')) {
+      fprintf(stderr,
+              "scalesweep train: --ranks %s: expected distinct ranks below world_size %d, "
+              "comma-separated\n",
+              list, world);
+      return -1;
+    }
+    mark[r] = 1;
+    n++;
+    p = *end ? end + 1 : end;
+  }
+  return n;
+}
+
+int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
+                     const char *ranks, const char *dist) {
+  int world = cfg->world_size, port = 0;
+  static char mark[LAUNCH_MAX];
   if (world > LAUNCH_MAX) {
-    fprintf(stderr, "scalesweep train: world_size %d: at most %d ranks on one host\n", world,
-            LAUNCH_MAX);
+    fprintf(stderr, "scalesweep train: world_size %d: at most %d ranks\n", world, LAUNCH_MAX);
     return SS_EXIT_USAGE;
+  }
+  memset(mark, !ranks, sizeof mark);
+  if (ranks && (parse_ranks(ranks, world, mark) <= 0))
+    return SS_EXIT_USAGE;
+  const char *secret_env = getenv("SCALESWEEP_DIST_SECRET");
+  if (ranks && (!dist || !secret_env || !*secret_env)) {
+    fprintf(stderr, "scalesweep train: --ranks: a run spread over hosts needs --dist HOST:PORT "
+                    "(rank 0's) and the run's secret in $SCALESWEEP_DIST_SECRET\n");
+    return SS_EXIT_USAGE;
+  }
+  if (ranks) { /* rank 0 here listens on --dist's port, on every address */
+    const char *colon = strrchr(dist, ':');
+    port = colon ? atoi(colon + 1) : 0;
+    if (port <= 0 || port > 65535) {
+      fprintf(stderr, "scalesweep train: --dist %s: expected HOST:PORT\n", dist);
+      return SS_EXIT_USAGE;
+    }
   }
   char cfg_path[4096] = "";
   if (!strcmp(config, "-") && stdin_config(cfg, cfg_path, sizeof cfg_path) != 0) {
@@ -85,25 +128,28 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config)
   }
   unsigned char raw[16];
   char secret[33];
-  if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+  if (!ranks && getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
     fprintf(stderr, "scalesweep train: getrandom: %s\n", strerror(errno));
     return SS_EXIT_FAILURE;
   }
-  for (int i = 0; i < 16; i++)
+  for (int i = 0; !ranks && i < 16; i++)
     snprintf(secret + 2 * i, 3, "%02x", raw[i]);
-  int lfd = listener(&port);
-  if (lfd < 0) {
-    fprintf(stderr, "scalesweep train: cannot listen on 127.0.0.1 for the ranks: %s\n",
+  int lfd = -1;
+  if (mark[0] && (lfd = listener(&port, ranks != NULL)) < 0) {
+    fprintf(stderr, "scalesweep train: cannot listen on port %d for the ranks: %s\n", port,
             strerror(errno));
     return SS_EXIT_FAILURE;
   }
-  setenv("SCALESWEEP_DIST_SECRET", secret, 1);
+  if (!ranks)
+    setenv("SCALESWEEP_DIST_SECRET", secret, 1);
 
   /* each rank: this argv (the config from stdin replaced by its file) and
    * its place in the run */
   char **args = calloc((size_t)argc + 10, sizeof *args);
-  char rank_s[16], addr[64], fd_s[16];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  char rank_s[16], addr[300], fd_s[16];
+  snprintf(addr, sizeof addr, "%s", ranks ? dist : "");
+  if (!ranks)
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
   snprintf(fd_s, sizeof fd_s, "%d", lfd);
   int n = 0;
   args[n++] = "scalesweep";
@@ -118,7 +164,13 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config)
   sigaction(SIGTERM, &sa, &old_term);
   sigaction(SIGINT, &sa, &old_int);
   pid_t parent = getpid();
+  npids = world; /* forward() skips the ranks not started (yet) */
+  int first = 0;
+  while (!mark[first])
+    first++;
   for (int r = 0; r < world; r++) {
+    if (!mark[r])
+      continue;
     n = base;
     snprintf(rank_s, sizeof rank_s, "%d", r);
     args[n++] = "--rank";
@@ -129,6 +181,8 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config)
       args[n++] = "--dist-listen-fd";
       args[n++] = fd_s;
     }
+    if (r != first) /* the lowest rank here prints the run's lines */
+      args[n++] = "--dist-quiet";
     args[n] = NULL;
     pid_t pid = fork();
     if (pid == 0) {
@@ -137,20 +191,23 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config)
         _exit(128 + SIGKILL);
       signal(SIGTERM, SIG_DFL);
       signal(SIGINT, SIG_DFL);
-      if (r != 0)
+      if (r != 0 && lfd >= 0)
         close(lfd);
       execv("/proc/self/exe", args);
       fprintf(stderr, "scalesweep train: rank %d: cannot start: %s\n", r, strerror(errno));
       _exit(SS_EXIT_FAILURE);
     }
-    pids[npids++] = pid;
+    pids[r] = pid;
   }
-  close(lfd);
+  if (lfd >= 0)
+    close(lfd);
   free(args);
 
   /* wait for the ranks; the first failure ends the rest */
   static int codes[LAUNCH_MAX];
-  int left = world, first_bad = -1;
+  int left = 0, first_bad = -1;
+  for (int r = 0; r < world; r++)
+    left += mark[r];
   int64_t kill_at = 0;
   while (left > 0) {
     int st;
@@ -188,5 +245,5 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config)
     unlink(cfg_path);
   if (first_bad < 0)
     return SS_EXIT_OK;
-  return codes[0] != 0 ? codes[0] : codes[first_bad];
+  return codes[first] != 0 ? codes[first] : codes[first_bad];
 }

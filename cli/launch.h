@@ -8,13 +8,18 @@
 /* Starts world_size processes of `scalesweep train` (argv: the train
  * command's own, argv[0] "train"), rank 0 on a listening socket it hands
  * over, the others connecting to it, all sharing a fresh secret; rank 0's
- * stdout is this process's, the others' is /dev/null. SIGTERM and SIGINT are
+ * stdout is this process's, the others' is /dev/null. With ranks ("0,1" or
+ * "2,3": this host's part of a run spread over hosts) only those, with
+ * dist (HOST:PORT: rank 0's address; rank 0, when here, listens on its
+ * port) and $SCALESWEEP_DIST_SECRET; the lowest of them prints the run's
+ * lines (every rank knows them). SIGTERM and SIGINT are
  * passed on to every rank (they stop together, after rank 0's checkpoint);
  * a rank that fails ends the others (they see it at once; SIGKILL after 10
  * s), and the ranks die with this process. Returns the exit code: rank 0's
  * when it failed, else the first failed rank's (128+N for a signal), else 0.
  * config: the --config argument ("-": stdin, read once into a temporary
  * file the ranks read). */
-int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config);
+int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
+                     const char *ranks, const char *dist);
 
 #endif

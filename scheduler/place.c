@@ -96,11 +96,20 @@ static const sched__wconn *reserve_for(sched *s, int gpus) {
   return best;
 }
 
+/* A CPU run's ranks spread over several workers (gang placement): part 0
+ * (rank 0 on) is the worker the run is claimed for. */
+typedef struct gang_part {
+  int64_t worker_id;
+  int first, count; /* ranks first .. first + count - 1 */
+} gang_part;
+
 typedef struct assign_ctx {
   sched *s;
   int64_t worker_id, run_id;
   int ngpus, gpus[8];
   int pending; /* last of a placement pass */
+  int nparts;  /* > 1: spread over these workers */
+  gang_part part[SCHED__GANG_MAX];
 } assign_ctx;
 
 static void place_done(sched *s) {
@@ -114,7 +123,22 @@ static void place_done(sched *s) {
 /* Sends the assignment of a claimed run: its config exactly as stored (the
  * planner chose its checkpoint interval before hashing it), where its
  * checkpoints go, and for a resumed attempt where to resume. */
-static void send_assign(sched *s, sched__wconn *c, const assign_ctx *a, const store_claim *cl) {
+/* A gang's "dist": this part's ranks, rank 0's address (its worker's, as
+ * this scheduler sees it, and a port of the run's) and the run's secret. */
+static json_t *gang_dist(const assign_ctx *a, int p, const store_claim *cl, const char *secret) {
+  sched *s = a->s;
+  sched__wconn *c0 = sched__conn_by_worker(&s->wp, a->part[0].worker_id);
+  char addr[128];
+  int port = SCHED__GANG_PORT_BASE + (int)((a->run_id * 31 + cl->attempt) % SCHED__GANG_PORTS);
+  snprintf(addr, sizeof addr, strchr(c0->peer, ':') ? "[%s]:%d" : "%s:%d", c0->peer, port);
+  json_t *ranks = json_array();
+  for (int r = 0; r < a->part[p].count; r++)
+    json_array_append_new(ranks, json_integer(a->part[p].first + r));
+  return json_pack("{s:o,s:s,s:s}", "ranks", ranks, "addr", addr, "secret", secret);
+}
+
+static void send_assign(sched *s, sched__wconn *c, const assign_ctx *a, const store_claim *cl,
+                        json_t *dist) {
   json_error_t je;
   json_t *config = json_loads(cl->config, 0, &je);
   json_t *gl = json_array();
@@ -128,6 +152,8 @@ static void send_assign(sched *s, sched__wconn *c, const assign_ctx *a, const st
                 "checkpoint_dir", dir, "resume", cl->attempt > 1);
   if (cl->attempt > 1 && cl->resume_max_step >= 0)
     json_object_set_new(msg, "resume_max_step", json_integer(cl->resume_max_step));
+  if (dist)
+    json_object_set_new(msg, "dist", dist);
   sched__send(c, msg);
 }
 
@@ -146,19 +172,69 @@ static void on_given_back(void *ud, int status, const char *run_status, int64_t 
  * capacity back when another pass took the run first; a run claimed for a
  * worker that has since said it is stopping goes straight back to the
  * queue, as interrupted (no attempt spent). */
+/* the other workers of a gang: their capacity back */
+static void release_parts(sched *s, const assign_ctx *a) {
+  for (int p = 1; p < a->nparts; p++) {
+    sched__wconn *c = sched__conn_by_worker(&s->wp, a->part[p].worker_id);
+    if (c)
+      sched__conn_release_run(c, a->run_id);
+  }
+}
+
+/* every worker of a gang still there and taking work */
+static int gang_whole(sched *s, const assign_ctx *a) {
+  for (int p = 1; p < a->nparts; p++) {
+    sched__wconn *c = sched__conn_by_worker(&s->wp, a->part[p].worker_id);
+    if (!c || c->draining)
+      return 0;
+  }
+  return 1;
+}
+
+/* Sends a gang's assignments: the same run, each worker its ranks. */
+static void send_gang(sched *s, const assign_ctx *a, const store_claim *cl) {
+  unsigned char raw[16];
+  char secret[33];
+  if (uv_random(NULL, NULL, raw, sizeof raw, 0, NULL) != 0)
+    for (size_t i = 0; i < sizeof raw; i++) /* uv_random cannot fail on Linux; still */
+      raw[i] = (unsigned char)(uv_hrtime() >> (i % 8));
+  for (int i = 0; i < 16; i++)
+    snprintf(secret + 2 * i, 3, "%02x", raw[i]);
+  for (int p = 0; p < a->nparts; p++) {
+    sched__wconn *c = sched__conn_by_worker(&s->wp, a->part[p].worker_id);
+    sched__wrun *w = sched__conn_find_run(c, a->run_id);
+    if (w)
+      w->attempt = cl->attempt;
+    send_assign(s, c, a, cl, gang_dist(a, p, cl, secret));
+  }
+  sched__logf("run %" PRId64 " attempt %d: %d ranks over %d workers", a->run_id, cl->attempt,
+              a->part[a->nparts - 1].first + a->part[a->nparts - 1].count, a->nparts);
+}
+
 static void on_claimed(void *ud, int status, const store_claim *cl, const char *errmsg) {
   assign_ctx *a = ud;
   sched *s = a->s;
   sched__wconn *c = sched__conn_by_worker(&s->wp, a->worker_id);
   if (status != 0)
     sched__logf("claiming run %" PRId64 " failed: %s", a->run_id, errmsg);
-  if (!cl || !c) {
+  if (!cl || !c || (a->nparts > 1 && !gang_whole(s, a)))
+    release_parts(s, a);
+  if (c && cl && a->nparts > 1 && !gang_whole(s, a)) {
+    /* a worker of the gang left meanwhile: back to the queue, no attempt spent */
+    sched__conn_release_run(c, a->run_id);
+    sched__logf("run %" PRId64 " attempt %d: a worker of its gang left before it started; back "
+                "to the queue (no attempt spent)",
+                a->run_id, cl->attempt);
+    store_runs_requeue_interrupted(s->db, a->run_id, cl->attempt, a->worker_id,
+                                   "interrupted: a worker of its gang left", on_given_back, s);
+  } else if (!cl || !c) {
     if (c)
       sched__conn_release_run(c, a->run_id);
     if (cl && !c) /* the worker went away: its lease will expire and re-queue it */
       sched__logf("run %" PRId64 " claimed for a worker that disconnected", a->run_id);
   } else if (c->draining) {
     sched__conn_release_run(c, a->run_id);
+    release_parts(s, a);
     sched__logf("run %" PRId64 " attempt %d: claimed for worker %s as it said it is stopping; "
                 "back to the queue (no attempt spent)",
                 a->run_id, cl->attempt, c->name);
@@ -168,7 +244,10 @@ static void on_claimed(void *ud, int status, const store_claim *cl, const char *
     sched__wrun *w = sched__conn_find_run(c, a->run_id);
     if (w)
       w->attempt = cl->attempt;
-    send_assign(s, c, a, cl);
+    if (a->nparts > 1)
+      send_gang(s, a, cl);
+    else
+      send_assign(s, c, a, cl, NULL);
     s->n.assigns++;
     if (cl->attempt == 1)
       sched__sweep_touch(s, cl->sweep_id, 0);
@@ -200,6 +279,58 @@ static assign_ctx *assign(sched *s, sched__wconn *c, int64_t run_id, int gpus, c
   return a;
 }
 
+/* Gang placement of a CPU run of `slots` ranks that no one worker has room
+ * for: the workers with the most free slots, fullest first, until the ranks
+ * fit (rank 0 and the first ranks on the one with the most). NULL when all
+ * free slots together are too few, or out of memory. */
+static assign_ctx *assign_gang(sched *s, int64_t run_id, int slots) {
+  sched__wconn *pick[SCHED__GANG_MAX];
+  int n = 0, have = 0;
+  while (have < slots && n < SCHED__GANG_MAX) {
+    sched__wconn *best = NULL;
+    for (sched__wconn *c = s->wp.conns; c; c = c->next) {
+      int taken = 0;
+      for (int i = 0; i < n; i++)
+        taken |= pick[i] == c;
+      if (placeable(c) && !taken && c->cpu_slots > c->cpu_busy &&
+          (!best || c->cpu_slots - c->cpu_busy > best->cpu_slots - best->cpu_busy))
+        best = c;
+    }
+    if (!best)
+      break;
+    pick[n++] = best;
+    have += best->cpu_slots - best->cpu_busy;
+  }
+  if (have < slots || n < 2)
+    return NULL;
+  assign_ctx *a = calloc(1, sizeof *a);
+  if (!a)
+    return NULL;
+  a->s = s;
+  a->run_id = run_id;
+  a->worker_id = pick[0]->worker_id;
+  int next = 0;
+  for (int i = 0; i < n && next < slots; i++) {
+    int k = pick[i]->cpu_slots - pick[i]->cpu_busy;
+    k = k < slots - next ? k : slots - next;
+    sched__wrun *w = sched__conn_add_run(pick[i], run_id, 0, 0, NULL, k);
+    if (!w) {
+      a->nparts = i;
+      release_parts(s, a);
+      if (i > 0)
+        sched__conn_release_run(pick[0], run_id);
+      free(a);
+      return NULL;
+    }
+    w->secondary = i > 0;
+    a->part[i] = (gang_part){pick[i]->worker_id, next, k};
+    a->nparts = i + 1;
+    next += k;
+  }
+  store_runs_claim(s->db, run_id, a->worker_id, s->o.lease_s, on_claimed, a);
+  return a;
+}
+
 static void on_queue(void *ud, int status, const store_queued *runs, int n, const char *errmsg) {
   sched *s = ud;
   if (status != 0) {
@@ -224,6 +355,13 @@ static void on_queue(void *ud, int status, const store_queued *runs, int n, cons
       continue;
     int slots = runs[i].slots > 0 ? runs[i].slots : 1;
     sched__wconn *c = find_room(s, gpus, slots, chosen, gpus > 0 ? reserved : NULL);
+    assign_ctx *g = !c && gpus == 0 && slots > 1 ? assign_gang(s, run_id, slots) : NULL;
+    if (g) { /* its ranks spread over workers */
+      last = g;
+      if (total_free(s) == 0)
+        break;
+      continue;
+    }
     if (!c) {
       /* a larger run waits; smaller ones behind it may still start */
       if (gpus > 0 && (!blocked_gpus || gpus < blocked_gpus))
@@ -263,7 +401,7 @@ void sched__place(sched *s) {
 }
 
 int sched__place_why(sched *s, int gpus, int slots, char *buf, size_t len) {
-  int workers = 0, cpu = 0, fit = 0;
+  int workers = 0, cpu = 0, fit = 0, cpu_all = 0;
   size_t off = 0;
   char others[768] = "";
   for (sched__wconn *c = s->wp.conns; c; c = c->next) {
@@ -271,6 +409,7 @@ int sched__place_why(sched *s, int gpus, int slots, char *buf, size_t len) {
       continue;
     workers++;
     cpu += c->cpu_slots >= (slots > 0 ? slots : 1);
+    cpu_all += c->draining ? 0 : c->cpu_slots;
     fit += usable_gpus(c) >= gpus;
     if (gpus > 0 && off < sizeof others) {
       if (c->ngpus > 0 && !c->cuda_ok)
@@ -284,11 +423,14 @@ int sched__place_why(sched *s, int gpus, int slots, char *buf, size_t len) {
   }
   if (workers == 0)
     snprintf(buf, len, "waiting for a worker: none is connected");
-  else if (gpus == 0 && cpu == 0 && slots > 1)
+  else if (gpus == 0 && cpu == 0 && slots > 1 && cpu_all < slots)
     snprintf(buf, len,
-             "no connected worker has %d CPU slots, one for each of a run's %d ranks (a worker "
-             "takes them with --cpu-slots)",
-             slots, slots);
+             "the connected workers have %d CPU slot%s in all, and a run has %d ranks, one slot "
+             "each (on one worker or spread over several; a worker takes slots with "
+             "--cpu-slots)",
+             cpu_all, cpu_all == 1 ? "" : "s", slots);
+  else if (gpus == 0 && slots > 1)
+    return 0; /* spread over workers, it fits */
   else if (gpus == 0 && cpu == 0)
     snprintf(buf, len, "no connected worker has a CPU slot (workers take one with --cpu-slots)");
   else if (gpus > 0 && fit == 0)

@@ -7,6 +7,12 @@
 #include <stdint.h>
 
 #define SCHED__BLOCKED 64
+/* a CPU run's ranks over at most this many workers (gang placement) */
+#define SCHED__GANG_MAX 64
+/* rank 0 of a run spread over workers listens on a port from here (the
+ * run and attempt choose one of SCHED__GANG_PORTS) */
+#define SCHED__GANG_PORT_BASE 29500
+#define SCHED__GANG_PORTS 500
 
 typedef struct sched__placement {
   int placing; /* a pass is reading the queue or claiming runs */

@@ -282,6 +282,11 @@ static void on_heartbeat_done(void *ud, int status, const int64_t *ids, int n, c
     json_t *runs = json_array();
     for (int i = 0; i < n; i++)
       json_array_append_new(runs, json_integer(ids[i]));
+    /* its part of runs spread over workers: their lease is rank 0's
+     * worker's; they live as long as this scheduler counts them here */
+    for (sched__wrun *w = c->runs; w; w = w->next)
+      if (w->secondary)
+        json_array_append_new(runs, json_integer(w->run_id));
     sched__send(
         c, json_pack("{s:s,s:I,s:o}", "type", "heartbeat", "hb", (json_int_t)x->seq, "runs", runs));
   }
@@ -351,7 +356,24 @@ static double reported(json_t *cfg, const char *key) {
   return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+/* a message about a run of which this worker holds ranks but not rank 0:
+ * rank 0's worker reports the run, so nothing of this one is stored */
+static int of_secondary(sched__wconn *c, json_t *m) {
+  sched__wrun *w = sched__conn_find_run(c, json_integer_value(json_object_get(m, "run_id")));
+  return w && w->secondary;
+}
+
+/* acknowledges, as not stored, a message of a secondary (its worker drops it) */
+static void ack_secondary(sched__wconn *c, json_t *m) {
+  sched__send(c, json_pack("{s:s,s:O,s:O,s:O,s:b}", "type", "ack", "run_id",
+                           json_object_get(m, "run_id"), "attempt",
+                           json_object_get(m, "attempt"), "seq", json_object_get(m, "seq"),
+                           "stored", 0));
+}
+
 static void on_started(sched__wconn *c, json_t *m) {
+  if (of_secondary(c, m))
+    return;
   json_t *cfg = json_object_get(m, "config");
   store_started st = {.run_id = json_integer_value(json_object_get(m, "run_id")),
                       .attempt = (int)json_integer_value(json_object_get(m, "attempt")),
@@ -366,6 +388,8 @@ static void on_started(sched__wconn *c, json_t *m) {
 }
 
 static void on_checkpoint(sched__wconn *c, json_t *m) {
+  if (of_secondary(c, m))
+    return;
   wctx *x = ctx(c, json_integer_value(json_object_get(m, "run_id")),
                 (int)json_integer_value(json_object_get(m, "attempt")), 0);
   if (!x) {
@@ -458,6 +482,10 @@ static store_metric_row *batch_rows(json_t *lines, size_t *n) {
 
 static void on_metrics(sched__wconn *c, json_t *m) {
   sched__wport *wp = c->wp;
+  if (of_secondary(c, m)) {
+    ack_secondary(c, m);
+    return;
+  }
   int64_t run_id = json_integer_value(json_object_get(m, "run_id"));
   int attempt = (int)json_integer_value(json_object_get(m, "attempt"));
   int64_t seq = json_integer_value(json_object_get(m, "seq"));
@@ -521,6 +549,15 @@ static void on_finished_stored(void *ud, int status, const char *st, int64_t swe
 static void on_finished(sched__wconn *c, json_t *m) {
   int64_t run_id = json_integer_value(json_object_get(m, "run_id"));
   sched__wrun *w = sched__conn_find_run(c, run_id);
+  if (w && w->secondary) {
+    /* its ranks ended (with the run, or because a rank elsewhere died: rank
+     * 0's worker reports that); their slots are free */
+    if (w->attempt == (int)json_integer_value(json_object_get(m, "attempt")))
+      sched__conn_release_run(c, run_id);
+    ack_secondary(c, m);
+    capacity(c->wp);
+    return;
+  }
   if (w && w->metrics_inflight > 0) {
     /* its metric batches are still being stored (on their own connection):
      * the result is recorded after them, so a finished run's curve is whole */

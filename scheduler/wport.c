@@ -388,12 +388,12 @@ int sched__wport_listen(sched__wport *wp, const char *hostport, char *err, size_
 }
 
 void sched__wport_cancel(sched__wport *wp, int64_t run_id) {
+  /* every worker that runs ranks of it (several for a run spread over them) */
   for (sched__wconn *c = wp->conns; c; c = c->next) {
     sched__wrun *w = c->authed ? sched__conn_find_run(c, run_id) : NULL;
     if (w) {
       w->cancelling = 1;
       sched__send(c, json_pack("{s:s,s:I}", "type", "cancel", "run_id", (json_int_t)run_id));
-      return;
     }
   }
 }

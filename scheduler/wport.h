@@ -44,6 +44,8 @@ typedef struct sched__wrun {
   int ngpus;
   int gpus[8];
   int slots;            /* CPU slots it holds (a CPU run's ranks; 0 for a GPU run) */
+  int secondary;        /* it runs ranks of a run whose rank 0 is another worker's: what it
+                         * reports is not stored (rank 0's worker reports the run) */
   int cancelling;       /* a cancel was sent: its end is "cancelled" */
   int metrics_inflight; /* metric batches sent to the database, not yet stored */
   json_t *finished;     /* a finished message held until those are stored */

@@ -166,6 +166,11 @@ static int open_root(trn_dist *d, const trn_dist_opts *o) {
       rc = fail(d, "rank 0: %d of %d ranks joined within %d ms", joined, d->world, d->timeout_ms);
       break;
     }
+    if (pfd.revents & (POLLNVAL | POLLERR)) {
+      rc = fail(d, "rank 0: the listening socket is not usable (%s)",
+                pfd.revents & POLLNVAL ? "not open" : "error");
+      break;
+    }
     if (!(pfd.revents & POLLIN))
       continue;
     int fd = accept(lfd, NULL, NULL);

@@ -448,6 +448,9 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
   if (val_at != st.step) {
     /* resumed from a checkpoint written after the last step's evaluation */
     val_loss = r->rank == 0 ? evaluate(r) : 0.0;
+    int rc = trn_dp_share(r, &val_loss, err, errlen);
+    if (rc)
+      return rc;
     fprintf(r->out, "{\"event\":\"eval\",\"step\":%lld,\"tokens\":%lld,\"val_loss\":%.17g}\n",
             (long long)st.step, (long long)st.tokens, val_loss);
   }

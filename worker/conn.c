@@ -228,7 +228,9 @@ static void send_hello(wrk__conn *c) {
     for (int i = 0; i < r->ngpus; i++)
       json_array_append_new(gl, json_integer(r->gpus[i]));
     json_t *ws = json_object_get(json_object_get(r->assign, "config"), "world_size");
-    json_int_t slots = r->ngpus ? 0 : json_is_integer(ws) ? json_integer_value(ws) : 1;
+    char part[4096];
+    int here = wrk__run_dist_ranks(r, part, sizeof part); /* a run spread over workers */
+    json_int_t slots = r->ngpus ? 0 : here ? here : json_is_integer(ws) ? json_integer_value(ws) : 1;
     json_array_append_new(runs, json_pack("{s:I, s:I, s:o, s:I}", "run_id", (json_int_t)r->id,
                                           "attempt", (json_int_t)r->attempt, "gpus", gl, "slots",
                                           slots));

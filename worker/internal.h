@@ -294,6 +294,13 @@ void wrk__data_dirs_args(wrk__worker *w, char **args, int *na);
  * it fits or that cannot be told. */
 int wrk__run_memory_refused(wrk__run *r);
 
+/* ---- run.c (more) ------------------------------------------------------------ */
+
+/* A run spread over workers (its assignment's "dist": {"ranks": [..],
+ * "addr": HOST:PORT, "secret": S}): this worker's ranks as "2,3" into buf;
+ * how many, or 0 for a run of this worker alone. */
+int wrk__run_dist_ranks(const wrk__run *r, char *buf, size_t len);
+
 /* ---- backends.c --------------------------------------------------------- */
 
 /* How long `BIN devices --json` may take (loading CUDA, counting devices). */

@@ -43,6 +43,12 @@ int wrk__run_memory_refused(wrk__run *r) {
   if (!ok) /* the trainer says what is wrong with it, in its own words */
     return 0;
   rcfg_mem m = rcfg_memory_host(&cfg); /* a CPU run's ranks share this host */
+  char part[4096];
+  int here = wrk__run_dist_ranks(r, part, sizeof part);
+  if (here && r->ngpus == 0 && cfg.world_size > 1) { /* only this worker's ranks are here */
+    double f = (double)here / cfg.world_size;
+    m.params *= f, m.grads *= f, m.optimizer *= f, m.activations *= f, m.other *= f, m.total *= f;
+  }
   double need = m.total, have = 0;
   const char *what = NULL;
   int gpu = -1;

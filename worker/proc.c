@@ -82,18 +82,20 @@ static int secret_var(const wrk__worker *w, const char *var) {
   return eq && w->token && *w->token && !strcmp(eq + 1, w->token);
 }
 
-static char **child_env(const wrk__run *r, char *cvd, size_t cvdlen) {
+static char **child_env(const wrk__run *r, char *cvd, size_t cvdlen, char *secret,
+                        size_t secretlen) {
   size_t n = 0;
   while (environ[n])
     n++;
-  char **env = calloc(n + 4, sizeof *env);
+  char **env = calloc(n + 5, sizeof *env);
   if (!env)
     return NULL;
   int passive = r->ngpus == 0 && cpu_shared(r) && !getenv("OMP_WAIT_POLICY");
   size_t k = 0;
   for (size_t i = 0; i < n; i++)
     if (strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) &&
-        strncmp(environ[i], "CUDA_DEVICE_ORDER=", 18) && !secret_var(r->w, environ[i]))
+        strncmp(environ[i], "CUDA_DEVICE_ORDER=", 18) &&
+        strncmp(environ[i], "SCALESWEEP_DIST_SECRET=", 23) && !secret_var(r->w, environ[i]))
       env[k++] = environ[i];
   wrk__gpu_visible(r, cvd, cvdlen);
   env[k++] = cvd;
@@ -101,6 +103,12 @@ static char **child_env(const wrk__run *r, char *cvd, size_t cvdlen) {
   env[k++] = "CUDA_DEVICE_ORDER=PCI_BUS_ID";
   if (passive)
     env[k++] = "OMP_WAIT_POLICY=PASSIVE";
+  /* a run spread over workers: its ranks' shared secret (the assignment's) */
+  const char *s = json_string_value(json_object_get(json_object_get(r->assign, "dist"), "secret"));
+  if (s) {
+    snprintf(secret, secretlen, "SCALESWEEP_DIST_SECRET=%s", s);
+    env[k++] = secret;
+  }
   env[k] = NULL;
   return env;
 }
@@ -201,15 +209,15 @@ void wrk__run_start(wrk__run *r) {
     return;
   }
 
-  char cvd[256];
-  char **env = child_env(r, cvd, sizeof cvd);
+  char cvd[256], secret[320];
+  char **env = child_env(r, cvd, sizeof cvd, secret, sizeof secret);
   /* resume at most from the last step whose metrics the scheduler has
    * stored: a checkpoint past it would leave the steps between unrecorded */
   json_t *maxj = json_object_get(r->assign, "resume_max_step");
   char maxs[32] = "";
   if (resume && json_is_integer(maxj) && json_integer_value(maxj) >= 0)
     snprintf(maxs, sizeof maxs, "%" JSON_INTEGER_FORMAT, json_integer_value(maxj));
-  char *args[12 + 2 * WRK__MAX_DATA_DIRS];
+  char *args[16 + 2 * WRK__MAX_DATA_DIRS], ranks[4096];
   int na = 0;
   args[na++] = w->bin;
   args[na++] = "train";
@@ -227,6 +235,13 @@ void wrk__run_start(wrk__run *r) {
   if (maxs[0]) {
     args[na++] = "--resume-max-step";
     args[na++] = maxs;
+  }
+  if (wrk__run_dist_ranks(r, ranks, sizeof ranks) > 0) { /* this worker's part of the run */
+    args[na++] = "--ranks";
+    args[na++] = ranks;
+    args[na++] = "--dist";
+    args[na++] = (char *)json_string_value(
+        json_object_get(json_object_get(r->assign, "dist"), "addr"));
   }
   args[na] = NULL;
   log_header(r, fd, args, cvd);

@@ -153,3 +153,22 @@ void wrk__on_cancel(wrk__conn *c, json_t *m) {
   if (!found)
     wrk__log("cancel for run %" PRId64 ", which is not here; ignored", id);
 }
+
+int wrk__run_dist_ranks(const wrk__run *r, char *buf, size_t len) {
+  json_t *dist = json_object_get(r->assign, "dist");
+  json_t *list = json_object_get(dist, "ranks");
+  if (!json_is_string(json_object_get(dist, "addr")) || !json_is_array(list))
+    return 0;
+  size_t i, off = 0;
+  json_t *v;
+  int n = 0;
+  buf[0] = '\0';
+  json_array_foreach(list, i, v) {
+    if (!json_is_integer(v) || off >= len)
+      return 0;
+    off += (size_t)snprintf(buf + off, len - off, "%s%" JSON_INTEGER_FORMAT, n ? "," : "",
+                            json_integer_value(v));
+    n++;
+  }
+  return off < len ? n : 0;
+}
