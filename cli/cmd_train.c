@@ -163,6 +163,9 @@ int cmd_train(int argc, char **argv) {
                          .data_dirs = dirs,
                          .ndata_dirs = ndirs,
                          .rank = rank < 0 ? 0 : (int)rank,
+                         .local_rank = getenv("SCALESWEEP_LOCAL_RANK")
+                                           ? atoi(getenv("SCALESWEEP_LOCAL_RANK"))
+                                           : 0,
                          .dist_addr = dist,
                          .dist_listen_fd = (int)listen_fd,
                          .dist_secret = getenv("SCALESWEEP_DIST_SECRET"),

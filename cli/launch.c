@@ -12,6 +12,7 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,7 +58,8 @@ static int listener(int *port, int everywhere) {
   return fd;
 }
 
-/* "-": the config read once from stdin into a file the ranks can read */
+/* a config that can be read once (stdin, a pipe): its resolved form in a
+ * file the ranks can read */
 static int stdin_config(const rcfg *cfg, char *path, size_t len) {
   const char *tmp = getenv("TMPDIR");
   snprintf(path, len, "%s/scalesweep-config.XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -122,7 +124,9 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
     }
   }
   char cfg_path[4096] = "";
-  if (!strcmp(config, "-") && stdin_config(cfg, cfg_path, sizeof cfg_path) != 0) {
+  struct stat sb; /* stdin or a pipe can be read once: the ranks read a copy */
+  int once = !strcmp(config, "-") || stat(config, &sb) != 0 || !S_ISREG(sb.st_mode);
+  if (once && stdin_config(cfg, cfg_path, sizeof cfg_path) != 0) {
     fprintf(stderr, "scalesweep train: cannot keep the config from stdin: %s\n", strerror(errno));
     return SS_EXIT_FAILURE;
   }
@@ -154,7 +158,7 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
   int n = 0;
   args[n++] = "scalesweep";
   for (int i = 0; i < argc; i++)
-    args[n++] = i > 0 && cfg_path[0] && !strcmp(argv[i], "-") && !strcmp(argv[i - 1], "--config")
+    args[n++] = i > 0 && cfg_path[0] && !strcmp(argv[i - 1], "--config")
                     ? cfg_path
                     : argv[i];
   int base = n;
@@ -191,6 +195,12 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
         _exit(128 + SIGKILL);
       signal(SIGTERM, SIG_DFL);
       signal(SIGINT, SIG_DFL);
+      char local[16]; /* its place among this host's ranks: its GPU of the visible ones */
+      int here = 0;
+      for (int q = 0; q < r; q++)
+        here += mark[q];
+      snprintf(local, sizeof local, "%d", here);
+      setenv("SCALESWEEP_LOCAL_RANK", local, 1);
       if (r != 0 && lfd >= 0)
         close(lfd);
       execv("/proc/self/exe", args);

@@ -17,8 +17,8 @@
  * a rank that fails ends the others (they see it at once; SIGKILL after 10
  * s), and the ranks die with this process. Returns the exit code: rank 0's
  * when it failed, else the first failed rank's (128+N for a signal), else 0.
- * config: the --config argument ("-": stdin, read once into a temporary
- * file the ranks read). */
+ * config: the --config argument (stdin or a pipe: already read; the ranks
+ * get the resolved config in a temporary file). */
 int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
                      const char *ranks, const char *dist);
 

@@ -22,8 +22,8 @@
 extern "C" {
 #endif
 
-#define KERN_CUDA_MODULE_ABI 1
-#define KERN_CUDA_MODULE_SYMBOL "kern_cuda_module_v1"
+#define KERN_CUDA_MODULE_ABI 2
+#define KERN_CUDA_MODULE_SYMBOL "kern_cuda_module_v2"
 #define KERN_CUDA_MODULE_FILE "libscalesweep_cuda.so"
 /* the module to load instead of the one beside the executable */
 #define KERN_CUDA_MODULE_ENV "SCALESWEEP_CUDA_MODULE"
@@ -37,6 +37,27 @@ typedef struct kern_cuda_device {
   char pci_bus_id[32];    /* "0000:3B:00.0": nvidia-smi's pci.bus_id */
 } kern_cuda_device;
 
+/* Collectives over NCCL on device buffers, the backend's stream
+ * (kernels/cuda/nccl.cu; NCCL is loaded at the first unique_id or open).
+ * The operations of trainer/dist.h on device memory, same arguments; each
+ * returns 0 or -1 with error(ctx) saying why (a dead or stalled rank aborts
+ * the communicator after timeout_ms). */
+typedef struct kern_nccl_ops {
+  int (*unique_id)(void *id128, char *err, size_t errlen); /* rank 0's, for open */
+  void *(*open)(kern_ctx *k, int rank, int world, const void *id128, int timeout_ms, char *err,
+                size_t errlen);
+  void (*close)(void *ctx);
+  const char *(*error)(void *ctx);
+  int (*allreduce_f32)(void *ctx, float *buf, size_t n);
+  int (*reduce_scatter_f32)(void *ctx, float *buf, const size_t *off);
+  int (*all_gather)(void *ctx, void *buf, const size_t *off);
+  int (*broadcast)(void *ctx, void *buf, size_t bytes);
+  int (*gather)(void *ctx, const void *mine, void *full, const size_t *off);
+  int (*scatter)(void *ctx, const void *full, void *mine, const size_t *off);
+} kern_nccl_ops;
+
+#define KERN_NCCL_ID_BYTES 128
+
 typedef struct kern_cuda_module {
   int abi;
   /* kern_cuda.h's functions */
@@ -49,6 +70,7 @@ typedef struct kern_cuda_module {
   int (*devices)(kern_cuda_device *out, int max, char *err, size_t errlen);
   /* the CUDA runtime's and the driver's versions (13000 is 13.0; 0: none) */
   void (*versions)(int *runtime, int *driver);
+  const kern_nccl_ops *nccl; /* data parallelism */
 } kern_cuda_module;
 
 /* Loads the module once per process: $SCALESWEEP_CUDA_MODULE when set, else

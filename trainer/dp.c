@@ -1,4 +1,8 @@
 /* Data parallelism (run.h): what the training loop adds when world_size > 1.
+ * The model's buffers move through r->dc (the CPU twin, or NCCL for a CUDA
+ * run: its order of summation is NCCL's, so a CUDA run is not bit for bit
+ * world_size 1); host values (losses, flags, the training state) through
+ * r->dist.
  *
  * Each rank trains on its share of every step's micro-batches (train.c);
  * the step's gradient is then the sum over ranks in rank order (dist.h), so
@@ -29,16 +33,55 @@ static int failed(run *r, char *err, size_t errlen) {
   return SS_EIO;
 }
 
+/* a collective on the model's buffers failed */
+static int dc_failed(run *r, char *err, size_t errlen) {
+  snprintf(err, errlen, "rank %d of %d: %s", r->rank, r->world, r->dc.error(r->dc.ctx));
+  return SS_EIO;
+}
+
+/* the CPU twin as the model buffers' collectives (host memory) */
+static const char *host_error(void *d) { return trn_dist_error(d); }
+static int host_allreduce(void *d, float *b, size_t n) { return trn_dist_allreduce_f32(d, b, n); }
+static int host_reduce_scatter(void *d, float *b, const size_t *off) {
+  return trn_dist_reduce_scatter_f32(d, b, off);
+}
+static int host_all_gather(void *d, void *b, const size_t *off) {
+  return trn_dist_all_gather(d, b, off);
+}
+static int host_broadcast(void *d, void *b, size_t n) { return trn_dist_broadcast(d, b, n); }
+static int host_gather(void *d, const void *mine, void *full, const size_t *off) {
+  return trn_dist_gather(d, mine, full, off);
+}
+static int host_scatter(void *d, const void *full, void *mine, const size_t *off) {
+  return trn_dist_scatter(d, full, mine, off);
+}
+
+/* NCCL's, through the CUDA module: rank 0's unique id travels over dist */
+static int open_nccl(run *r, const trn_train_opts *o, char *err, size_t errlen) {
+  const kern_nccl_ops *n = r->cuda->nccl;
+  char id[KERN_NCCL_ID_BYTES] = {0};
+  int64_t ok = r->rank != 0 || n->unique_id(id, err, errlen) == 0;
+  if (trn_dist_broadcast(r->dist, &ok, sizeof ok) ||
+      (ok && trn_dist_broadcast(r->dist, id, sizeof id)))
+    return failed(r, err, errlen);
+  if (!ok) {
+    if (r->rank != 0)
+      snprintf(err, errlen, "rank %d: rank 0 could not start NCCL (its error says why)",
+               r->rank);
+    return SS_EIO;
+  }
+  void *ctx = n->open(&r->k, r->rank, r->world, id, o->dist_timeout_ms, err, errlen);
+  if (!ctx)
+    return SS_EIO;
+  r->dc = (trn_dcoll){ctx,           n->error,     n->allreduce_f32, n->reduce_scatter_f32,
+                      n->all_gather, n->broadcast, n->gather,        n->scatter,
+                      n->close};
+  return 0;
+}
+
 int trn_dp_open(run *r, const trn_train_opts *o, char *err, size_t errlen) {
   if (r->world == 1)
     return 0;
-  if (r->cuda) {
-    snprintf(err, errlen,
-             "$.world_size: found %d with \"backend\": \"cuda\": data parallelism over NCCL is "
-             "not built yet (the CPU backend's is)\nHINT: use \"world_size\": 1 on a GPU",
-             r->world);
-    return SS_EINVAL;
-  }
   if (o->rank < 0) {
     snprintf(err, errlen, "world_size %d: each rank needs --rank and --dist (a launcher of "
                           "`scalesweep train` gives them)", r->world);
@@ -46,10 +89,21 @@ int trn_dp_open(run *r, const trn_train_opts *o, char *err, size_t errlen) {
   }
   trn_dist_opts d = {o->rank,   r->world,         o->dist_addr, o->dist_listen_fd,
                      o->dist_secret, o->dist_timeout_ms};
-  return trn_dist_open(&r->dist, &d, err, errlen);
+  int rc = trn_dist_open(&r->dist, &d, err, errlen);
+  if (rc)
+    return rc;
+  if (r->cuda)
+    return open_nccl(r, o, err, errlen);
+  r->dc = (trn_dcoll){r->dist,         host_error,     host_allreduce, host_reduce_scatter,
+                      host_all_gather, host_broadcast, host_gather,    host_scatter,
+                      NULL};
+  return 0;
 }
 
 void trn_dp_close(run *r) {
+  if (r->dc.close)
+    r->dc.close(r->dc.ctx);
+  r->dc = (trn_dcoll){0};
   trn_dist_close(r->dist);
   r->dist = NULL;
 }
@@ -62,11 +116,11 @@ int trn_dp_reduce(run *r, double ctl[3], double *gnorm2, char *err, size_t errle
     return 0;
   }
   int zero = r->cfg->optimizer.zero;
-  int rc = zero ? trn_dist_reduce_scatter_f32(r->dist, m->grads, r->shard)
-                : trn_dist_allreduce_f32(r->dist, m->grads, m->nparams);
-  if (!rc)
-    rc = trn_dist_allreduce_f64(r->dist, ctl, 3);
+  int rc = zero ? r->dc.reduce_scatter_f32(r->dc.ctx, m->grads, r->shard)
+                : r->dc.allreduce_f32(r->dc.ctx, m->grads, m->nparams);
   if (rc)
+    return dc_failed(r, err, errlen);
+  if (trn_dist_allreduce_f64(r->dist, ctl, 3))
     return failed(r, err, errlen);
   if (!zero) {
     *gnorm2 = k->ops->sumsq(k, m->grads, m->nparams);
@@ -93,9 +147,9 @@ int trn_dp_after_step(run *r, char *err, size_t errlen) {
   size_t off[1025];
   byte_bounds(r, NULL, sizeof(float), off);
   trn_model *m = &r->model;
-  if (trn_dist_all_gather(r->dist, m->params, off) ||
-      (m->params_low != m->params && trn_dist_all_gather(r->dist, m->params_low, off)))
-    return failed(r, err, errlen);
+  if (r->dc.all_gather(r->dc.ctx, m->params, off) ||
+      (m->params_low != m->params && r->dc.all_gather(r->dc.ctx, m->params_low, off)))
+    return dc_failed(r, err, errlen);
   return 0;
 }
 
@@ -144,8 +198,8 @@ int trn_dp_save(run *r, const trn_ckpt_state *st, trn_dp_save_fn save, char *err
   piece p[4];
   int n = pieces(r, &r->optim, root ? &whole : NULL, p), rc = 0;
   for (int i = 0; i < n && !rc; i++)
-    if (trn_dist_gather(r->dist, p[i].mine, p[i].all, p[i].off))
-      rc = failed(r, err, errlen);
+    if (r->dc.gather(r->dc.ctx, p[i].mine, p[i].all, p[i].off))
+      rc = dc_failed(r, err, errlen);
   if (root) {
     if (!rc)
       rc = save(r, &whole, st, err, errlen);
@@ -175,19 +229,21 @@ int trn_dp_resume(run *r, trn_ckpt_state *st, trn_dp_load_fn load, char *err, si
   else if (rc < 0 && !root)
     snprintf(err, errlen, "rank %d: rank 0 could not resume (its error says why)", r->rank);
   if (rc == 1) {
-    int bad = trn_dist_broadcast(r->dist, st, sizeof *st) ||
-              trn_dist_broadcast(r->dist, m->params, m->nparams * sizeof(float));
+    int bad = trn_dist_broadcast(r->dist, st, sizeof *st);
+    if (bad)
+      rc = failed(r, err, errlen);
+    bad = bad || r->dc.broadcast(r->dc.ctx, m->params, m->nparams * sizeof(float));
     if (!bad && zero) {
       piece p[4];
       int n = pieces(r, &r->optim, root ? &whole : NULL, p);
       for (int i = 0; i < n && !bad; i++)
-        bad = trn_dist_scatter(r->dist, p[i].all, p[i].mine, p[i].off) != 0;
+        bad = r->dc.scatter(r->dc.ctx, p[i].all, p[i].mine, p[i].off) != 0;
     } else if (!bad) {
-      bad = trn_dist_broadcast(r->dist, r->optim.mem, r->optim.state_bytes) != 0;
+      bad = r->dc.broadcast(r->dc.ctx, r->optim.mem, r->optim.state_bytes) != 0;
     }
-    if (bad)
-      rc = failed(r, err, errlen);
-    else if (!root) {
+    if (bad && rc != SS_EIO)
+      rc = dc_failed(r, err, errlen);
+    else if (!bad && !root) {
       trn_model_sync_low(m);
       if (trn_loader_set_pos(r->train, &st->train_pos) != 0) {
         snprintf(err, errlen, "rank %d: data position %llu does not fit the training data",

@@ -15,6 +15,21 @@
 #include "trainer/model.h"
 #include "trainer/optim.h"
 
+/* The collectives on the model's buffers (backend memory, dist.h's
+ * operations): the CPU twin's for a CPU run, NCCL's (the CUDA module's) for
+ * a CUDA run. Each returns 0, or nonzero with error(ctx) saying why. */
+typedef struct trn_dcoll {
+  void *ctx;
+  const char *(*error)(void *ctx);
+  int (*allreduce_f32)(void *ctx, float *buf, size_t n);
+  int (*reduce_scatter_f32)(void *ctx, float *buf, const size_t *off);
+  int (*all_gather)(void *ctx, void *buf, const size_t *off);
+  int (*broadcast)(void *ctx, void *buf, size_t bytes);
+  int (*gather)(void *ctx, const void *mine, void *full, const size_t *off);
+  int (*scatter)(void *ctx, const void *full, void *mine, const size_t *off);
+  void (*close)(void *ctx); /* NULL: nothing of its own to close */
+} trn_dcoll;
+
 typedef struct run {
   const rcfg *cfg;
   FILE *out;
@@ -36,9 +51,12 @@ typedef struct run {
   const char *resume_dir;       /* what trn_train_opts asks to resume from */
   int64_t resume_max_step;
 
-  /* data parallelism (dp.c): this rank of world; dist is NULL at world 1 */
+  /* data parallelism (dp.c): this rank of world; dist (the host values:
+   * losses, flags, the training state) is NULL at world 1; dc moves the
+   * model's buffers */
   int rank, world;
   trn_dist *dist;
+  trn_dcoll dc;
   size_t shard[1025]; /* ZeRO-1: the ranks' parameter bounds (trn_optim_shards) */
 } run;
 

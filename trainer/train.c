@@ -505,8 +505,9 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
       rc = SS_EIO;
       goto done;
     }
-    /* device 0 of those the worker leaves visible (CUDA_VISIBLE_DEVICES) */
-    if (m->init(&r.k, trn_kern_prec(cfg->precision), 0, err, errlen) != 0) {
+    /* of the devices the worker leaves visible (CUDA_VISIBLE_DEVICES, the
+     * run's GPUs), this rank's place among this host's ranks */
+    if (m->init(&r.k, trn_kern_prec(cfg->precision), opts->local_rank, err, errlen) != 0) {
       rc = SS_EIO;
       goto done;
     }

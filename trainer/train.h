@@ -40,6 +40,7 @@ typedef struct trn_train_opts {
    * listens (dist_addr, or dist_listen_fd >= 0: a socket already listening,
    * rank 0's), the run's secret, the longest wait for a peer (<= 0: 600 s) */
   int rank;
+  int local_rank; /* this rank's place among this host's: its CUDA device */
   const char *dist_addr;
   int dist_listen_fd;
   const char *dist_secret;

@@ -34,7 +34,7 @@ else
 fi
 # a module that is not scalesweep's: refused by name, never called
 jansson=$(ldconfig -p | awk '/libjansson\.so\.4 /{print $NF; exit}')
-for bad in "$jansson:no kern_cuda_module_v1" "$dir/run.json:invalid ELF header" \
+for bad in "$jansson:no kern_cuda_module_v2" "$dir/run.json:invalid ELF header" \
     "$dir/missing.so:not found"; do
   SCALESWEEP_CUDA_MODULE=${bad%%:*} "$bin" train --config "$dir/run.json" >"$dir/out" 2>"$dir/err"
   rc=$?
@@ -43,10 +43,14 @@ for bad in "$jansson:no kern_cuda_module_v1" "$dir/run.json:invalid ELF header" 
   SCALESWEEP_CUDA_MODULE=${bad%%:*} "$bin" devices >"$dir/dev" || fail "devices: exit $?"
   grep -q "^cuda: unavailable: .*${bad#*:}" "$dir/dev" || fail "devices with ${bad%%:*}: $(cat "$dir/dev")"
 done
-# data parallelism is refused plainly, whatever the build
-sed 's/"backend": "cuda"}/"backend": "cuda", "world_size": 2}/' "$dir/run.json" >"$dir/ws.json"
-"$bin" train --config "$dir/ws.json" >"$dir/out" 2>"$dir/err"
+# two CUDA ranks where CUDA cannot run: both fail at once with the reason (no
+# rank waits for the other), exit 1
+sed 's/"batch_size": 2, "micro_batch_size": 2/"batch_size": 4, "micro_batch_size": 2/; s/"backend": "cuda"}/"backend": "cuda", "world_size": 2}/' \
+  "$dir/run.json" >"$dir/ws.json"
+start=$(date +%s)
+timeout 60 "$bin" train --config "$dir/ws.json" >"$dir/out" 2>"$dir/err"
 rc=$?
-[ $rc -eq 2 ] || fail "world_size 2: expected exit 2, got $rc"
-grep -q 'world_size' "$dir/err" || fail "world_size 2: the error does not name world_size"
+[ $rc -eq 1 ] || fail "world_size 2 on CUDA: expected exit 1, got $rc"
+[ $(($(date +%s) - start)) -lt 30 ] || fail "world_size 2 on CUDA: a rank waited"
+grep -q 'backend "cuda"' "$dir/err" || fail "world_size 2 on CUDA: no reason given"
 echo "ok"
