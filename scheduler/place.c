@@ -101,6 +101,7 @@ static const sched__wconn *reserve_for(sched *s, int gpus) {
 typedef struct gang_part {
   int64_t worker_id;
   int first, count; /* ranks first .. first + count - 1 */
+  int gpus[8];      /* a GPU run's: one GPU a rank (placement's positions) */
 } gang_part;
 
 typedef struct assign_ctx {
@@ -138,12 +139,12 @@ static json_t *gang_dist(const assign_ctx *a, int p, const store_claim *cl, cons
 }
 
 static void send_assign(sched *s, sched__wconn *c, const assign_ctx *a, const store_claim *cl,
-                        json_t *dist) {
+                        int ngpus, const int *gpus, json_t *dist) {
   json_error_t je;
   json_t *config = json_loads(cl->config, 0, &je);
   json_t *gl = json_array();
-  for (int i = 0; i < a->ngpus; i++) /* placement's positions, as the worker's device indices */
-    json_array_append_new(gl, json_integer(c->gpu_index[a->gpus[i]]));
+  for (int i = 0; i < ngpus; i++) /* placement's positions, as the worker's device indices */
+    json_array_append_new(gl, json_integer(c->gpu_index[gpus[i]]));
   char dir[4096];
   snprintf(dir, sizeof dir, "%s/run-%" PRId64, s->o.checkpoint_root, a->run_id);
   json_t *msg =
@@ -205,7 +206,8 @@ static void send_gang(sched *s, const assign_ctx *a, const store_claim *cl) {
     sched__wrun *w = sched__conn_find_run(c, a->run_id);
     if (w)
       w->attempt = cl->attempt;
-    send_assign(s, c, a, cl, gang_dist(a, p, cl, secret));
+    send_assign(s, c, a, cl, a->ngpus ? a->part[p].count : 0, a->part[p].gpus,
+                gang_dist(a, p, cl, secret));
   }
   sched__logf("run %" PRId64 " attempt %d: %d ranks over %d workers", a->run_id, cl->attempt,
               a->part[a->nparts - 1].first + a->part[a->nparts - 1].count, a->nparts);
@@ -247,7 +249,7 @@ static void on_claimed(void *ud, int status, const store_claim *cl, const char *
     if (a->nparts > 1)
       send_gang(s, a, cl);
     else
-      send_assign(s, c, a, cl, NULL);
+      send_assign(s, c, a, cl, a->ngpus, a->gpus, NULL);
     s->n.assigns++;
     if (cl->attempt == 1)
       sched__sweep_touch(s, cl->sweep_id, 0);
@@ -279,27 +281,33 @@ static assign_ctx *assign(sched *s, sched__wconn *c, int64_t run_id, int gpus, c
   return a;
 }
 
-/* Gang placement of a CPU run of `slots` ranks that no one worker has room
- * for: the workers with the most free slots, fullest first, until the ranks
- * fit (rank 0 and the first ranks on the one with the most). NULL when all
- * free slots together are too few, or out of memory. */
-static assign_ctx *assign_gang(sched *s, int64_t run_id, int slots) {
+/* What a worker can give a gang now: free CPU slots, or free usable GPUs. */
+static int gang_free(const sched__wconn *c, int gpu) {
+  return gpu ? free_gpus(c) : c->cpu_slots - c->cpu_busy;
+}
+
+/* Gang placement of a run of `ranks` ranks (a CPU slot or, gpu set, a GPU
+ * each) that no one worker has room for: the workers with the most free,
+ * most first, until the ranks fit (rank 0 and the first ranks on the one
+ * with the most). NULL when all they have free together is too little, or
+ * out of memory. */
+static assign_ctx *assign_gang(sched *s, int64_t run_id, int ranks, int gpu) {
   sched__wconn *pick[SCHED__GANG_MAX];
-  int n = 0, have = 0;
+  int n = 0, have = 0, slots = ranks;
   while (have < slots && n < SCHED__GANG_MAX) {
     sched__wconn *best = NULL;
     for (sched__wconn *c = s->wp.conns; c; c = c->next) {
       int taken = 0;
       for (int i = 0; i < n; i++)
         taken |= pick[i] == c;
-      if (placeable(c) && !taken && c->cpu_slots > c->cpu_busy &&
-          (!best || c->cpu_slots - c->cpu_busy > best->cpu_slots - best->cpu_busy))
+      if (placeable(c) && !taken && gang_free(c, gpu) > 0 &&
+          (!best || gang_free(c, gpu) > gang_free(best, gpu)))
         best = c;
     }
     if (!best)
       break;
     pick[n++] = best;
-    have += best->cpu_slots - best->cpu_busy;
+    have += gang_free(best, gpu);
   }
   if (have < slots || n < 2)
     return NULL;
@@ -309,11 +317,17 @@ static assign_ctx *assign_gang(sched *s, int64_t run_id, int slots) {
   a->s = s;
   a->run_id = run_id;
   a->worker_id = pick[0]->worker_id;
+  a->ngpus = gpu ? ranks : 0;
   int next = 0;
   for (int i = 0; i < n && next < slots; i++) {
-    int k = pick[i]->cpu_slots - pick[i]->cpu_busy;
+    int k = gang_free(pick[i], gpu);
     k = k < slots - next ? k : slots - next;
-    sched__wrun *w = sched__conn_add_run(pick[i], run_id, 0, 0, NULL, k);
+    k = gpu && k > 8 ? 8 : k;
+    int g = 0;
+    for (int p = 0; gpu && p < usable_gpus(pick[i]) && g < k; p++)
+      if (!pick[i]->gpu_busy[p])
+        a->part[i].gpus[g++] = p;
+    sched__wrun *w = sched__conn_add_run(pick[i], run_id, 0, gpu ? k : 0, a->part[i].gpus, k);
     if (!w) {
       a->nparts = i;
       release_parts(s, a);
@@ -323,7 +337,9 @@ static assign_ctx *assign_gang(sched *s, int64_t run_id, int slots) {
       return NULL;
     }
     w->secondary = i > 0;
-    a->part[i] = (gang_part){pick[i]->worker_id, next, k};
+    a->part[i].worker_id = pick[i]->worker_id;
+    a->part[i].first = next;
+    a->part[i].count = k;
     a->nparts = i + 1;
     next += k;
   }
@@ -349,13 +365,18 @@ static void on_queue(void *ud, int status, const store_queued *runs, int n, cons
     int64_t run_id = runs[i].id;
     int gpus = runs[i].gpus;
     int chosen[8] = {0};
-    if (gpus > 8)
-      continue;
     if (blocked_gpus && gpus >= blocked_gpus)
       continue;
     int slots = runs[i].slots > 0 ? runs[i].slots : 1;
-    sched__wconn *c = find_room(s, gpus, slots, chosen, gpus > 0 ? reserved : NULL);
-    assign_ctx *g = !c && gpus == 0 && slots > 1 ? assign_gang(s, run_id, slots) : NULL;
+    /* over 8 GPUs: only spread over workers (an assignment holds 8 at most) */
+    sched__wconn *c = gpus > 8 ? NULL : find_room(s, gpus, slots, chosen, gpus > 0 ? reserved : NULL);
+    /* none has room: a CPU run's ranks spread over workers now; a GPU run's
+     * only when no worker has that many GPUs at all (else it waits for one) */
+    assign_ctx *g = NULL;
+    if (!c && gpus == 0 && slots > 1)
+      g = assign_gang(s, run_id, slots, 0);
+    else if (!c && gpus > 1 && (gpus > 8 || !reserve_for(s, gpus)))
+      g = assign_gang(s, run_id, gpus, 1);
     if (g) { /* its ranks spread over workers */
       last = g;
       if (total_free(s) == 0)
@@ -401,7 +422,7 @@ void sched__place(sched *s) {
 }
 
 int sched__place_why(sched *s, int gpus, int slots, char *buf, size_t len) {
-  int workers = 0, cpu = 0, fit = 0, cpu_all = 0;
+  int workers = 0, cpu = 0, fit = 0, cpu_all = 0, gpu_all = 0;
   size_t off = 0;
   char others[768] = "";
   for (sched__wconn *c = s->wp.conns; c; c = c->next) {
@@ -410,6 +431,7 @@ int sched__place_why(sched *s, int gpus, int slots, char *buf, size_t len) {
     workers++;
     cpu += c->cpu_slots >= (slots > 0 ? slots : 1);
     cpu_all += c->draining ? 0 : c->cpu_slots;
+    gpu_all += c->draining ? 0 : usable_gpus(c);
     fit += usable_gpus(c) >= gpus;
     if (gpus > 0 && off < sizeof others) {
       if (c->ngpus > 0 && !c->cuda_ok)
@@ -433,6 +455,8 @@ int sched__place_why(sched *s, int gpus, int slots, char *buf, size_t len) {
     return 0; /* spread over workers, it fits */
   else if (gpus == 0 && cpu == 0)
     snprintf(buf, len, "no connected worker has a CPU slot (workers take one with --cpu-slots)");
+  else if (gpus > 1 && fit == 0 && gpu_all >= gpus)
+    return 0; /* spread over workers, it fits */
   else if (gpus > 0 && fit == 0)
     snprintf(buf, len, "no connected worker can run a run of %d GPU(s) with the CUDA backend%s",
              gpus, others);

@@ -7,7 +7,9 @@ speaks the protocol (docs/runtime.md) and offers 2 GPUs:
   keeps for it (--reserve-after-seconds 0: at once), so when one 1-GPU run
   ends its GPU stays free, and when the second ends the 2-GPU run gets both;
 - then the remaining 1-GPU run.
-Before all that, a worker whose hello says its trainer cannot run CUDA
+After it, a 4-GPU run where no worker has 4 goes to two workers of 2 GPUs
+(gang placement: each assignment carries its ranks, rank 0's address and
+the run's secret). Before all that, a worker whose hello says its trainer cannot run CUDA
 (backends.cuda.error) gets no GPU run, and the sweep says why (the API,
 `scalesweep status`, the sweep page) until a worker that can run it comes.
 Without the reservation the freed GPU would go to the next 1-GPU run and a
@@ -181,6 +183,38 @@ try:
         fail("a GPU run went to the worker that cannot run CUDA")
     print("placement: 1-GPU runs fill the GPUs; the waiting 2-GPU run's worker drains and it "
           "gets both GPUs; the last small run after it")
+
+    # a 4-GPU run where no worker has 4: its ranks spread over two workers of 2
+    w.finish(a)
+    w2 = Worker("fake2")
+    st, big4 = request("POST", "/api/sweeps", spec("big4", 4, 1, 0))
+    if st != 201:
+        fail(f"submit: {st} {big4}")
+    a, b = w.next_assign(10), w2.next_assign(10)
+    if not (a and b and a["run_id"] == b["run_id"] and "dist" in a and "dist" in b):
+        fail(f"a 4-GPU run over two 2-GPU workers expected: {a} {b}")
+    da, db = a["dist"], b["dist"]
+    if sorted(da["ranks"] + db["ranks"]) != [0, 1, 2, 3] or da["addr"] != db["addr"] or \
+            da["secret"] != db["secret"] or not da["addr"].startswith("127.0.0.1:"):
+        fail(f"the two parts do not make one run: {da} {db}")
+    if sorted(a["gpus"]) != list(GPU_INDICES) or sorted(b["gpus"]) != list(GPU_INDICES):
+        fail(f"each worker's part should take its 2 GPUs: {a['gpus']} {b['gpus']}")
+    first, other = (w, a), (w2, b)
+    if db["ranks"][0] == 0:
+        first, other = other, first
+    other[0].finish(other[1])  # rank 0's worker reports the run; the other is released
+    first[0].finish(first[1])
+
+    def succeeded():
+        st, r = request("GET", f"/api/runs/{a['run_id']}")
+        return r["run"]["status"] == "succeeded"
+    deadline = time.time() + 10
+    while not succeeded():
+        if time.time() > deadline:
+            fail("the run spread over two workers did not succeed")
+        time.sleep(0.1)
+    print("placement: a 4-GPU run over two workers of 2 GPUs: ranks 0-1 and 2-3, one address "
+          "and secret; rank 0's worker reports it")
 finally:
     if sched and sched.poll() is None:
         sched.terminate()
