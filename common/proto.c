@@ -221,6 +221,7 @@ enum kind {
   K_ROWS,      /* trainer step / eval events */
   K_PATH_LIST, /* [absolute path string] */
   K_BACKENDS,  /* {"cuda": {"devices": K_GPU_LIST} or {"error": str}, ...} */
+  K_DIST,      /* {"ranks": [int>=0, ...], "addr": str, "secret": str} */
 };
 
 static const char *kind_text(enum kind k) {
@@ -259,6 +260,8 @@ static const char *kind_text(enum kind k) {
     return "an array of absolute paths";
   case K_BACKENDS:
     return "an object of backends";
+  case K_DIST:
+    return "an object {ranks, addr, secret}";
   }
   return "a value";
 }
@@ -455,6 +458,9 @@ static int scalar_ok(const json_t *v, enum kind k) {
   }
 }
 
+static const field dist_fields[] = {
+    {"ranks", K_INT0_LIST}, {"addr", K_STRING}, {"secret", K_STRING}, {NULL, 0}};
+
 static void check_value(vctx *c, const char *path, const json_t *v, enum kind k) {
   if (c->failed)
     return;
@@ -493,6 +499,14 @@ static void check_value(vctx *c, const char *path, const json_t *v, enum kind k)
   case K_BACKENDS:
     check_backends(c, path, v);
     return;
+  case K_DIST:
+    if (!json_is_object(v))
+      fail_type(c, path, kind_text(k), v);
+    else
+      check_fields(c, path, v, dist_fields);
+    if (!c->failed && json_array_size(json_object_get(v, "ranks")) == 0)
+      fail_type(c, path, "at least one rank in ranks", json_object_get(v, "ranks"));
+    return;
   }
 }
 
@@ -524,6 +538,9 @@ static const field f_cancel[] = {{"run_id", K_INT0}, {NULL, 0}};
 /* welcome.data_dirs (optional): the directories the scheduler allows token
  * shards under (absent: none). */
 static const field o_welcome[] = {{"data_dirs", K_PATH_LIST}, {NULL, 0}};
+/* assign.dist (optional): the worker's part of a run spread over workers:
+ * its ranks, rank 0's address and the run's secret */
+static const field o_assign[] = {{"dist", K_DIST}, {NULL, 0}};
 static const field f_ack[] = {{"run_id", K_INT0}, {"attempt", K_INT0}, {"seq", K_INT0}, {NULL, 0}};
 /* ack.stored (optional): false when the scheduler refused the message (its
  * attempt is no longer that worker's running one): nothing was stored, and
@@ -552,7 +569,7 @@ static const field *const type_fields[] = {
 static const field *const type_optional[] = {
     [PROTO_HELLO] = o_hello,     [PROTO_HEARTBEAT] = o_none,  [PROTO_STARTED] = o_none,
     [PROTO_METRICS] = o_none,    [PROTO_CHECKPOINT] = o_none, [PROTO_FINISHED] = o_finished,
-    [PROTO_WELCOME] = o_welcome, [PROTO_ASSIGN] = o_none,     [PROTO_CANCEL] = o_none,
+    [PROTO_WELCOME] = o_welcome, [PROTO_ASSIGN] = o_assign,   [PROTO_CANCEL] = o_none,
     [PROTO_ACK] = o_ack,         [PROTO_ERROR] = o_none,      [PROTO_STOPPING] = o_none,
 };
 

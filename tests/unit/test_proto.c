@@ -235,6 +235,16 @@ static void test_valid(void) {
   expect_ok("{\"type\":\"assign\",\"run_id\":1,\"attempt\":1,\"config\":{},\"gpus\":[0],"
             "\"checkpoint_dir\":\"/ck\",\"resume\":false}",
             PROTO_ASSIGN);
+  /* a worker's part of a run spread over workers */
+  expect_ok("{\"type\":\"assign\",\"run_id\":1,\"attempt\":1,\"config\":{},\"gpus\":[],"
+            "\"checkpoint_dir\":\"/ck\",\"resume\":false,\"dist\":{\"ranks\":[2,3],"
+            "\"addr\":\"10.0.0.1:29501\",\"secret\":\"ab12\"}}",
+            PROTO_ASSIGN);
+  /* a hello with its backends */
+  expect_ok("{\"type\":\"hello\",\"version\":1,\"token\":\"t\",\"name\":\"w\",\"host\":\"h\","
+            "\"gpus\":[],\"cpu_slots\":1,\"runs\":[],\"backends\":{\"cpu\":{\"slots\":1},"
+            "\"cuda\":{\"error\":\"no device\"}}}",
+            PROTO_HELLO);
   expect_ok("{\"type\":\"cancel\",\"run_id\":5}", PROTO_CANCEL);
   expect_ok("{\"type\":\"ack\",\"run_id\":1,\"attempt\":1,\"seq\":3}", PROTO_ACK);
   /* a refused (fenced) message's ack */
@@ -379,6 +389,17 @@ static void test_invalid(void) {
   expect_err("{\"type\":\"assign\",\"run_id\":1,\"attempt\":1,\"config\":{},\"gpus\":[],"
              "\"resume\":false}",
              "$.checkpoint_dir: missing", NULL);
+  expect_err("{\"type\":\"assign\",\"run_id\":1,\"attempt\":1,\"config\":{},\"gpus\":[],"
+             "\"checkpoint_dir\":\"/ck\",\"resume\":false,\"dist\":{\"ranks\":[\"2\"],"
+             "\"addr\":\"h:1\",\"secret\":\"s\"}}",
+             "$.dist.ranks[0]: expected a non-negative integer", "found \"2\"");
+  expect_err("{\"type\":\"assign\",\"run_id\":1,\"attempt\":1,\"config\":{},\"gpus\":[],"
+             "\"checkpoint_dir\":\"/ck\",\"resume\":false,\"dist\":{\"ranks\":[],"
+             "\"addr\":\"h:1\",\"secret\":\"s\"}}",
+             "$.dist: expected at least one rank in ranks", NULL);
+  expect_err("{\"type\":\"hello\",\"version\":1,\"token\":\"t\",\"name\":\"w\",\"host\":\"h\","
+             "\"gpus\":[],\"cpu_slots\":1,\"runs\":[],\"backends\":{\"cuda\":{\"devices\":7}}}",
+             "$.backends.cuda.devices: expected an array of GPU objects", "found 7");
   /* cancel, ack, error */
   expect_err("{\"type\":\"cancel\"}", "$.run_id: missing", NULL);
   expect_err("{\"type\":\"cancel\",\"run_id\":1e3}", "$.run_id: expected a non-negative integer",
