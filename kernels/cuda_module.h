@@ -38,22 +38,15 @@ typedef struct kern_cuda_device {
 } kern_cuda_device;
 
 /* Collectives over NCCL on device buffers, the backend's stream
- * (kernels/cuda/nccl.cu; NCCL is loaded at the first unique_id or open).
- * The operations of trainer/dist.h on device memory, same arguments; each
- * returns 0 or -1 with error(ctx) saying why (a dead or stalled rank aborts
- * the communicator after timeout_ms). */
+ * (kernels/cuda/nccl.cu; NCCL is loaded at the first unique_id or open):
+ * kern.h's kern_coll_ops on device memory; a dead or stalled rank aborts
+ * the communicator after timeout_ms. */
 typedef struct kern_nccl_ops {
   int (*unique_id)(void *id128, char *err, size_t errlen); /* rank 0's, for open */
+  /* the communicator: the ctx of coll's operations, or NULL with err */
   void *(*open)(kern_ctx *k, int rank, int world, const void *id128, int timeout_ms, char *err,
                 size_t errlen);
-  void (*close)(void *ctx);
-  const char *(*error)(void *ctx);
-  int (*allreduce_f32)(void *ctx, float *buf, size_t n);
-  int (*reduce_scatter_f32)(void *ctx, float *buf, const size_t *off);
-  int (*all_gather)(void *ctx, void *buf, const size_t *off);
-  int (*broadcast)(void *ctx, void *buf, size_t bytes);
-  int (*gather)(void *ctx, const void *mine, void *full, const size_t *off);
-  int (*scatter)(void *ctx, const void *full, void *mine, const size_t *off);
+  kern_coll_ops coll;
 } kern_nccl_ops;
 
 #define KERN_NCCL_ID_BYTES 128

@@ -128,6 +128,21 @@ struct kern_ops {
                     float *sm, float *sv, size_t n, const kern_adamw_args *a);
 };
 
+/* Collectives between the ranks of a data-parallel run on backend memory
+ * (trainer/dist.h's operations, its arguments): the CPU twin over host
+ * memory (trainer/dp.c), NCCL over device memory (the CUDA module). Each
+ * returns 0, or nonzero with error(ctx) saying why. */
+typedef struct kern_coll_ops {
+  const char *(*error)(void *ctx);
+  int (*allreduce_f32)(void *ctx, float *buf, size_t n);
+  int (*reduce_scatter_f32)(void *ctx, float *buf, const size_t *off);
+  int (*all_gather)(void *ctx, void *buf, const size_t *off);
+  int (*broadcast)(void *ctx, void *buf, size_t bytes);
+  int (*gather)(void *ctx, const void *mine, void *full, const size_t *off);
+  int (*scatter)(void *ctx, const void *full, void *mine, const size_t *off);
+  void (*close)(void *ctx); /* NULL: nothing of its own to close */
+} kern_coll_ops;
+
 /* The CPU backend (reference). Sets OpenMP's and OpenBLAS's thread count to
  * threads (<= 0: all cores) and returns 0. */
 int kern_cpu_init(kern_ctx *k, kern_prec prec, int threads);

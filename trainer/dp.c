@@ -35,7 +35,7 @@ static int failed(run *r, char *err, size_t errlen) {
 
 /* a collective on the model's buffers failed */
 static int dc_failed(run *r, char *err, size_t errlen) {
-  snprintf(err, errlen, "rank %d of %d: %s", r->rank, r->world, r->dc.error(r->dc.ctx));
+  snprintf(err, errlen, "rank %d of %d: %s", r->rank, r->world, r->dc.ops->error(r->dc.ctx));
   return SS_EIO;
 }
 
@@ -55,6 +55,9 @@ static int host_gather(void *d, const void *mine, void *full, const size_t *off)
 static int host_scatter(void *d, const void *full, void *mine, const size_t *off) {
   return trn_dist_scatter(d, full, mine, off);
 }
+static const kern_coll_ops host_ops = {host_error,      host_allreduce, host_reduce_scatter,
+                                       host_all_gather, host_broadcast, host_gather,
+                                       host_scatter,    NULL};
 
 /* NCCL's, through the CUDA module: rank 0's unique id travels over dist */
 static int open_nccl(run *r, const trn_train_opts *o, char *err, size_t errlen) {
@@ -73,9 +76,7 @@ static int open_nccl(run *r, const trn_train_opts *o, char *err, size_t errlen) 
   void *ctx = n->open(&r->k, r->rank, r->world, id, o->dist_timeout_ms, err, errlen);
   if (!ctx)
     return SS_EIO;
-  r->dc = (trn_dcoll){ctx,           n->error,     n->allreduce_f32, n->reduce_scatter_f32,
-                      n->all_gather, n->broadcast, n->gather,        n->scatter,
-                      n->close};
+  r->dc = (trn_dcoll){ctx, &n->coll};
   return 0;
 }
 
@@ -94,15 +95,13 @@ int trn_dp_open(run *r, const trn_train_opts *o, char *err, size_t errlen) {
     return rc;
   if (r->cuda)
     return open_nccl(r, o, err, errlen);
-  r->dc = (trn_dcoll){r->dist,         host_error,     host_allreduce, host_reduce_scatter,
-                      host_all_gather, host_broadcast, host_gather,    host_scatter,
-                      NULL};
+  r->dc = (trn_dcoll){r->dist, &host_ops};
   return 0;
 }
 
 void trn_dp_close(run *r) {
-  if (r->dc.close)
-    r->dc.close(r->dc.ctx);
+  if (r->dc.ops && r->dc.ops->close)
+    r->dc.ops->close(r->dc.ctx);
   r->dc = (trn_dcoll){0};
   trn_dist_close(r->dist);
   r->dist = NULL;
@@ -116,8 +115,8 @@ int trn_dp_reduce(run *r, double ctl[3], double *gnorm2, char *err, size_t errle
     return 0;
   }
   int zero = r->cfg->optimizer.zero;
-  int rc = zero ? r->dc.reduce_scatter_f32(r->dc.ctx, m->grads, r->shard)
-                : r->dc.allreduce_f32(r->dc.ctx, m->grads, m->nparams);
+  int rc = zero ? r->dc.ops->reduce_scatter_f32(r->dc.ctx, m->grads, r->shard)
+                : r->dc.ops->allreduce_f32(r->dc.ctx, m->grads, m->nparams);
   if (rc)
     return dc_failed(r, err, errlen);
   if (trn_dist_allreduce_f64(r->dist, ctl, 3))
@@ -147,8 +146,8 @@ int trn_dp_after_step(run *r, char *err, size_t errlen) {
   size_t off[1025];
   byte_bounds(r, NULL, sizeof(float), off);
   trn_model *m = &r->model;
-  if (r->dc.all_gather(r->dc.ctx, m->params, off) ||
-      (m->params_low != m->params && r->dc.all_gather(r->dc.ctx, m->params_low, off)))
+  if (r->dc.ops->all_gather(r->dc.ctx, m->params, off) ||
+      (m->params_low != m->params && r->dc.ops->all_gather(r->dc.ctx, m->params_low, off)))
     return dc_failed(r, err, errlen);
   return 0;
 }
@@ -198,7 +197,7 @@ int trn_dp_save(run *r, const trn_ckpt_state *st, trn_dp_save_fn save, char *err
   piece p[4];
   int n = pieces(r, &r->optim, root ? &whole : NULL, p), rc = 0;
   for (int i = 0; i < n && !rc; i++)
-    if (r->dc.gather(r->dc.ctx, p[i].mine, p[i].all, p[i].off))
+    if (r->dc.ops->gather(r->dc.ctx, p[i].mine, p[i].all, p[i].off))
       rc = dc_failed(r, err, errlen);
   if (root) {
     if (!rc)
@@ -232,14 +231,14 @@ int trn_dp_resume(run *r, trn_ckpt_state *st, trn_dp_load_fn load, char *err, si
     int bad = trn_dist_broadcast(r->dist, st, sizeof *st);
     if (bad)
       rc = failed(r, err, errlen);
-    bad = bad || r->dc.broadcast(r->dc.ctx, m->params, m->nparams * sizeof(float));
+    bad = bad || r->dc.ops->broadcast(r->dc.ctx, m->params, m->nparams * sizeof(float));
     if (!bad && zero) {
       piece p[4];
       int n = pieces(r, &r->optim, root ? &whole : NULL, p);
       for (int i = 0; i < n && !bad; i++)
-        bad = r->dc.scatter(r->dc.ctx, p[i].all, p[i].mine, p[i].off) != 0;
+        bad = r->dc.ops->scatter(r->dc.ctx, p[i].all, p[i].mine, p[i].off) != 0;
     } else if (!bad) {
-      bad = r->dc.broadcast(r->dc.ctx, r->optim.mem, r->optim.state_bytes) != 0;
+      bad = r->dc.ops->broadcast(r->dc.ctx, r->optim.mem, r->optim.state_bytes) != 0;
     }
     if (bad && rc != SS_EIO)
       rc = dc_failed(r, err, errlen);

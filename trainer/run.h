@@ -15,19 +15,12 @@
 #include "trainer/model.h"
 #include "trainer/optim.h"
 
-/* The collectives on the model's buffers (backend memory, dist.h's
- * operations): the CPU twin's for a CPU run, NCCL's (the CUDA module's) for
- * a CUDA run. Each returns 0, or nonzero with error(ctx) saying why. */
+/* The collectives on the model's buffers (kern.h's kern_coll_ops): the CPU
+ * twin's for a CPU run (ctx: the trn_dist), NCCL's (the CUDA module's) for
+ * a CUDA run (ctx: its communicator). */
 typedef struct trn_dcoll {
   void *ctx;
-  const char *(*error)(void *ctx);
-  int (*allreduce_f32)(void *ctx, float *buf, size_t n);
-  int (*reduce_scatter_f32)(void *ctx, float *buf, const size_t *off);
-  int (*all_gather)(void *ctx, void *buf, const size_t *off);
-  int (*broadcast)(void *ctx, void *buf, size_t bytes);
-  int (*gather)(void *ctx, const void *mine, void *full, const size_t *off);
-  int (*scatter)(void *ctx, const void *full, void *mine, const size_t *off);
-  void (*close)(void *ctx); /* NULL: nothing of its own to close */
+  const kern_coll_ops *ops;
 } trn_dcoll;
 
 typedef struct run {

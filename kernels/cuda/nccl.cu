@@ -262,5 +262,7 @@ static int cu_scatter(void *ctx, const void *full, void *mine, const size_t *off
 }
 
 extern "C" const kern_nccl_ops kern__cu_nccl_ops = {
-    cu_nccl_unique_id, cu_nccl_open,  cu_nccl_close,  cu_nccl_error, cu_allreduce_f32,
-    cu_reduce_scatter_f32, cu_all_gather, cu_broadcast, cu_gather,     cu_scatter};
+    cu_nccl_unique_id,
+    cu_nccl_open,
+    {cu_nccl_error, cu_allreduce_f32, cu_reduce_scatter_f32, cu_all_gather, cu_broadcast,
+     cu_gather, cu_scatter, cu_nccl_close}};
