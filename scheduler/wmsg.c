@@ -160,9 +160,15 @@ static void reconcile(sched__wconn *c, json_t *runs) {
     int slots = json_is_integer(sl) && json_integer_value(sl) > 0 && json_integer_value(sl) <= 1024
                     ? (int)json_integer_value(sl)
                     : 1;
-    sched__conn_add_run(c, run_id, attempt, ngpus, gpus, slots);
+    sched__wrun *w = sched__conn_add_run(c, run_id, attempt, ngpus, gpus, slots);
+    /* its part of a run spread over workers: the run is rank 0's worker's */
+    int part = json_is_true(json_object_get(r, "part"));
+    if (w)
+      w->secondary = part;
     wctx *x = ctx(c, run_id, attempt, 0);
-    if (x)
+    if (x && part)
+      store_runs_reconcile_part(wp->db, run_id, attempt, on_reconciled, x);
+    else if (x)
       store_runs_reconcile(wp->db, run_id, attempt, c->worker_id, wp->lease_s, on_reconciled, x);
   }
   /* runs the database gives this worker that it no longer has (its previous

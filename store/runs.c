@@ -118,6 +118,13 @@ void store_runs_reconcile(db *d, int64_t run_id, int attempt, int64_t worker_id,
               4, p, cb, ud);
 }
 
+void store_runs_reconcile_part(db *d, int64_t run_id, int attempt, store_done_cb cb, void *ud) {
+  char rid[24], att[24];
+  const char *p[2] = {store__itoa(rid, sizeof rid, run_id), store__itoa(att, sizeof att, attempt)};
+  store__exec(d, "SELECT id FROM runs WHERE id = $1 AND attempt = $2 AND status = 'running'", 2, p,
+              cb, ud);
+}
+
 void store_runs_requeue_orphans(db *d, int64_t worker_id, const int64_t *kept, int nkept,
                                 store_changes_cb cb, void *ud) {
   char wid[24];

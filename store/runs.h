@@ -76,6 +76,10 @@ void store_runs_extend_leases(db *d, int lease_s, store_done_cb cb, void *ud);
  * else rows 0 (the worker should stop it). */
 void store_runs_reconcile(db *d, int64_t run_id, int attempt, int64_t worker_id, int lease_s,
                           store_done_cb cb, void *ud);
+/* A reconnected worker's part of a run spread over workers (ranks without
+ * rank 0, whose worker holds the run and its lease): rows 1 when the run
+ * still runs that attempt, so the part is kept; 0: it is stale. */
+void store_runs_reconcile_part(db *d, int64_t run_id, int attempt, store_done_cb cb, void *ud);
 
 /* The runs the database gives worker_id that it no longer executes (not
  * among kept[0..nkept-1]: its previous process died) go back to the queue

@@ -231,9 +231,14 @@ static void send_hello(wrk__conn *c) {
     char part[4096];
     int here = wrk__run_dist_ranks(r, part, sizeof part); /* a run spread over workers */
     json_int_t slots = r->ngpus ? 0 : here ? here : json_is_integer(ws) ? json_integer_value(ws) : 1;
-    json_array_append_new(runs, json_pack("{s:I, s:I, s:o, s:I}", "run_id", (json_int_t)r->id,
-                                          "attempt", (json_int_t)r->attempt, "gpus", gl, "slots",
-                                          slots));
+    json_t *e = json_pack("{s:I, s:I, s:o, s:I}", "run_id", (json_int_t)r->id, "attempt",
+                          (json_int_t)r->attempt, "gpus", gl, "slots", slots);
+    /* a part without rank 0 of a run spread over workers: rank 0's worker
+     * holds the run (its lease); a restarted scheduler keeps this part */
+    if (here && !(part[0] == '0' && (part[1] == ',' || part[1] == '\0')) &&
+        !strstr(part, ",0,") && strcmp(part + (strlen(part) > 2 ? strlen(part) - 2 : 0), ",0"))
+      json_object_set_new(e, "part", json_true());
+    json_array_append_new(runs, e);
   }
   json_t *msg = json_pack("{s:s, s:i, s:s, s:s, s:s, s:o, s:i, s:o, s:o}", "type", "hello",
                           "version", PROTO_VERSION, "token", w->token, "name", w->name, "host",

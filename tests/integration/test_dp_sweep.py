@@ -9,7 +9,9 @@ The spec asks for 2 ranks a run ("resources": {"cpus": 1, "ranks": 2}):
   slots), each as 2 ranks (the worker's trainer launches them);
 - then, on two workers of 1 CPU slot each, a run's two ranks are placed
   together, one on each (gang placement over loopback: rank 0's worker
-  listens, the other's rank connects to it);
+  listens, the other's rank connects to it); the scheduler is killed (-9)
+  and restarted while it trains, and the run goes on: both workers keep
+  their parts, and it succeeds at its first attempt;
 - each run's stored metrics equal, step for step, those of the same config
   trained by hand with world_size 1 (one micro-batch per rank: bit for
   bit).
@@ -182,13 +184,37 @@ try:
 
     # ---- two workers of 1 slot: a run's ranks over both (gang) -------------------------
     spec["name"] = "dp-gang"
-    spec["runs"] = [{"train": {"seed": 7}}]
+    spec["runs"] = [{"train": {"seed": 7, "tokens": 32768 * 40}}]  # about 10 s
     st, sw2 = request("POST", "/api/sweeps", spec)
     if st != 201:
         fail(f"submit: {st} {sw2}")
     start_worker("g1", 1)
     start_worker("g2", 1)
+    gang = None
+
+    def training():
+        global gang
+        st, d = request("GET", f"/api/sweeps/{sw2['id']}")
+        gang = d["runs"][0]["id"]
+        return int(psql(f"SELECT count(*) FROM metrics WHERE run_id = {gang}")) > 100
+    wait_for(training, "the run spread over two workers to train", 60)
+    # the scheduler dies and comes back on the same ports: both parts are kept
+    procs["scheduler"].kill()
+    procs["scheduler"].wait()
+    time.sleep(0.5)
+    procs["scheduler"] = subprocess.Popen(
+        [BIN, "scheduler", "--database", DB, "--token-file", token, "--listen",
+         f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}", "--checkpoints",
+         os.path.join(tmp, "ckpt")], stdout=open(slog, "a"), stderr=subprocess.STDOUT,
+        start_new_session=True)
+    if not wait_healthz(request, proc=procs["scheduler"]):
+        fail("the scheduler did not come back")
     wait_done(sw2["id"], 1, "the run spread over two workers to succeed")
+    attempt = int(psql(f"SELECT attempt FROM runs WHERE id = {gang}"))
+    if attempt != 1:
+        fail(f"the gang run restarted after the scheduler's restart: attempt {attempt}")
+    print("ok: the scheduler killed and restarted mid-run: the gang run went on and succeeded "
+          "at attempt 1")
     if "2 ranks over 2 workers" not in open(slog).read():
         fail("the scheduler did not spread the run over the two workers")
     for name in ("g1", "g2"):
