@@ -19,6 +19,7 @@ packages=(
   python3                  # test helpers
   curl                     # the README's HTTP examples
   chromium                 # the status page's browser test (headless)
+  slurm-wlm munge          # a real Slurm cluster in the tests (slurm_workers)
 )
 # npm fetches the status page's charting library (web/package-lock.json) and
 # the browser test's driver at build time; Debian's npm brings Node.js. A
