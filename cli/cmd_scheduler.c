@@ -18,6 +18,11 @@ static const char usage[] =
     "                            [--max-streams N] [--max-streams-per-address N]\n"
     "                            [--header-timeout-seconds N]\n"
     "                            [--db-read-connections N] [--read-timeout-ms N]\n"
+    "                            [--slurm PARTITION [--slurm-address HOST:PORT]\n"
+    "                             [--slurm-max-nodes N] [--slurm-gpus-per-node N]\n"
+    "                             [--slurm-cpu-slots N] [--slurm-idle-seconds N]\n"
+    "                             [--slurm-interval-seconds N] [--slurm-max-minutes N]\n"
+    "                             [--slurm-option OPT ...]]\n"
     "  --listen       the HTTP API and page (default 127.0.0.1:8080)\n"
     "  --workers      the worker port (default 127.0.0.1:8081)\n"
     "  --token-file   the cluster token: workers authenticate with it\n"
@@ -48,7 +53,24 @@ static const char usage[] =
     "                 answers 503 (default 5000; 0: no limit)\n"
     "  --auth-block-seconds  after 5 wrong worker tokens from one address, its wrong tokens\n"
     "                 are refused for the rest of this many seconds (default 60; a right\n"
-    "                 token is always welcome)\n";
+    "                 token is always welcome)\n"
+    "  --slurm PARTITION  elastic workers: when queued runs exceed what the connected workers\n"
+    "                 and the jobs on their way can take, sbatch a job of workers on this\n"
+    "                 partition sized to them (nodes, --gres=gpu:N, a time limit from the\n"
+    "                 plan's estimate); scancel a job whose workers are all idle, or that is\n"
+    "                 still pending when nothing waits. The token file and --checkpoints\n"
+    "                 must be on a filesystem the nodes share (README, \"Elastic workers\")\n"
+    "  --slurm-address  the worker port as the nodes reach it (default: --workers' host, or\n"
+    "                 this host's name when it listens on every address)\n"
+    "  --slurm-max-nodes  nodes of all its jobs together (default 4)\n"
+    "  --slurm-gpus-per-node  GPUs per node of a GPU job (default 0: GPU runs get no job)\n"
+    "  --slurm-cpu-slots  CPU runs at a time on each worker of a CPU job (default 1)\n"
+    "  --slurm-idle-seconds  a job whose workers have all been idle this long is cancelled\n"
+    "                 (default 120)\n"
+    "  --slurm-interval-seconds  between looks at the queue and squeue (default 10)\n"
+    "  --slurm-max-minutes  a job's time limit at most (default 1440)\n"
+    "  --slurm-option OPT  one more sbatch option, as it is (repeatable; e.g.\n"
+    "                 --slurm-option --account=lab --slurm-option --output=/shared/%j.out)\n";
 
 /* The options with a plain value: 1 when a is one (stored in o), 0 when it
  * is not, -1 (after a message) when its value is out of range. */
@@ -63,7 +85,9 @@ static int value_option(sched_options *o, const char *a, const char *v) {
               {"--token-file", &o->token_file},
               {"--api-token-file", &o->api_token_file},
               {"--checkpoints", &o->checkpoint_root},
-              {"--ready-file", &o->ready_file}};
+              {"--ready-file", &o->ready_file},
+              {"--slurm", &o->slurm_partition},
+              {"--slurm-address", &o->slurm_address}};
   /* whole numbers in [min, max] */
   const struct {
     const char *name;
@@ -79,7 +103,13 @@ static int value_option(sched_options *o, const char *a, const char *v) {
               {"--max-streams", &o->max_streams, 1000000, 1},
               {"--max-streams-per-address", &o->max_streams_per_addr, 1000000, 1},
               {"--header-timeout-seconds", &o->header_timeout_s, 3600, 1},
-              {"--auth-block-seconds", &o->auth_block_s, 86400, 1}};
+              {"--auth-block-seconds", &o->auth_block_s, 86400, 1},
+              {"--slurm-max-nodes", &o->slurm_max_nodes, 4096, 1},
+              {"--slurm-gpus-per-node", &o->slurm_gpus_per_node, 64, 0},
+              {"--slurm-cpu-slots", &o->slurm_cpu_slots, 4096, 1},
+              {"--slurm-idle-seconds", &o->slurm_idle_s, 86400, 1},
+              {"--slurm-interval-seconds", &o->slurm_interval_s, 3600, 1},
+              {"--slurm-max-minutes", &o->slurm_max_minutes, 525600, 10}};
   int known = 0;
   for (size_t k = 0; k < sizeof text / sizeof *text && !known; k++)
     if (!strcmp(a, text[k].name)) {
@@ -126,7 +156,15 @@ int cmd_scheduler(int argc, char **argv) {
       return SS_EXIT_USAGE;
     if (known)
       continue;
-    if (!strcmp(a, "--data-dir")) {
+    if (!strcmp(a, "--slurm-option")) {
+      if (o.nslurm_options == SCHED_MAX_SLURM_OPTIONS || v[0] != '-') {
+        fprintf(stderr, "scalesweep scheduler: --slurm-option %s: %s\n", v,
+                v[0] != '-' ? "expected an sbatch option (starting with -), e.g. --account=lab"
+                            : "too many (at most 16)");
+        return SS_EXIT_USAGE;
+      }
+      o.slurm_options[o.nslurm_options++] = v;
+    } else if (!strcmp(a, "--data-dir")) {
       char *real = realpath(v, NULL); /* lives as long as the process */
       if (!real || o.ndata_dirs == SCHED_MAX_DATA_DIRS) {
         fprintf(stderr, "scalesweep scheduler: --data-dir %s: %s\n", v,

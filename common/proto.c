@@ -556,8 +556,10 @@ static const field f_stopping[] = {{"runs", K_RUN_REFS}, {NULL, 0}};
 static const field o_finished[] = {{"interrupted", K_BOOL}, {"checkpoint_step", K_INT0}, {NULL, 0}};
 static const field o_none[] = {{NULL, 0}};
 /* hello.backends (optional): what the worker can run (absent: an older
- * worker, whose GPUs are taken as CUDA's) */
-static const field o_hello[] = {{"backends", K_BACKENDS}, {NULL, 0}};
+ * worker, whose GPUs are taken as CUDA's); hello.slurm_job (optional): the
+ * Slurm job the worker runs in (SLURM_JOB_ID), which the scheduler's
+ * --slurm uses to know its jobs' workers */
+static const field o_hello[] = {{"backends", K_BACKENDS}, {"slurm_job", K_STRING}, {NULL, 0}};
 
 static const field *const type_fields[] = {
     [PROTO_HELLO] = f_hello,     [PROTO_HEARTBEAT] = f_heartbeat,   [PROTO_STARTED] = f_started,

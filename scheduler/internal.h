@@ -15,6 +15,7 @@
 #include "scheduler/predict.h"
 #include "scheduler/refit.h"
 #include "scheduler/sched.h"
+#include "scheduler/slurm.h"
 #include "scheduler/wport.h"
 #include "store/store.h"
 
@@ -42,6 +43,7 @@ struct sched {
   sched__predictor pr;  /* predict.h */
   sched__refits refits; /* refit.h: refits under way, asked for or cooling; sweeps touched */
   sched__counters n;    /* counters.h: for /metrics */
+  sched__slurm slurm;   /* slurm.h: elastic workers (--slurm) */
 
   /* the API's request latencies, le 1,2,5,...ms (for /metrics) */
   uint64_t lat_count, lat_buckets[12];
@@ -63,6 +65,12 @@ void sched__place(sched *s);
  * workers whose GPUs it cannot run on, and why). 1 with the reason in buf,
  * 0 when some connected worker could take it (busy or not). */
 int sched__place_why(sched *s, int gpus, int slots, char *buf, size_t len);
+
+/* slurm.c: elastic workers through Slurm, when o.slurm_partition is set
+ * (checks that Slurm's commands are there: SS_EINVAL with a message if
+ * not); closed at stop */
+int sched__slurm_start(sched *s, char *err, size_t errlen);
+void sched__slurm_close(sched *s);
 
 /* lease.c: the lease timer (lease.h), started once serving, closed at stop */
 void sched__lease_start(sched *s);

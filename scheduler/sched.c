@@ -32,6 +32,11 @@ void sched_options_default(sched_options *o) {
   o->db_read_connections = 2;
   o->read_timeout_ms = 5000;
   o->auth_block_s = 60;
+  o->slurm_max_nodes = 4;
+  o->slurm_cpu_slots = 1;
+  o->slurm_idle_s = 120;
+  o->slurm_interval_s = 10;
+  o->slurm_max_minutes = 1440;
 }
 
 /* ---- what the worker port reports ------------------------------------------------ */
@@ -59,6 +64,7 @@ static void stop(sched *s) {
   s->pr.stopping = 1;
   sched__logf("stopping");
   sched__lease_close(s);
+  sched__slurm_close(s);
   uv_close((uv_handle_t *)&s->sigint, on_closed_handle);
   uv_close((uv_handle_t *)&s->sigterm, on_closed_handle);
   sched__wport_close(&s->wp);
@@ -200,6 +206,8 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   }
   if (!rc)
     rc = sched__wport_listen(&s->wp, opt->workers, err, errlen);
+  if (!rc)
+    rc = sched__slurm_start(s, err, errlen);
   if (!rc)
     rc = write_ready_file(s, err, errlen);
   uv_timer_init(&loop, &s->ls.timer);

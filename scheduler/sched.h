@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #define SCHED_MAX_DATA_DIRS 16
+#define SCHED_MAX_SLURM_OPTIONS 16
 
 typedef struct sched_options {
   const char *database;        /* libpq URL or conninfo */
@@ -40,6 +41,18 @@ typedef struct sched_options {
   int open_metrics;         /* /metrics needs no token even without open_reads */
   int auth_block_s; /* after 5 wrong worker tokens from an address, its wrong ones are
                      * refused for the rest of this window (default 60) */
+  /* elastic workers through Slurm (slurm.h): a partition turns it on */
+  const char *slurm_partition;
+  const char *slurm_address; /* the worker port as the nodes reach it (default: --workers'
+                              * host, or this host's name for a wildcard, and its port) */
+  int slurm_max_nodes;       /* nodes of all its jobs together (default 4) */
+  int slurm_gpus_per_node;   /* GPUs a GPU job asks for per node (default 0: none) */
+  int slurm_cpu_slots;       /* CPU runs a CPU job's worker takes (default 1) */
+  int slurm_idle_s;          /* a job whose workers are all idle this long ends (default 120) */
+  int slurm_interval_s;      /* between passes (default 10) */
+  int slurm_max_minutes;     /* a job's time limit at most (default 1440) */
+  const char *slurm_options[SCHED_MAX_SLURM_OPTIONS]; /* more sbatch options, as they are */
+  int nslurm_options;
 } sched_options;
 
 void sched_options_default(sched_options *o);

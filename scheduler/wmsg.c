@@ -258,6 +258,8 @@ static void on_hello(sched__wconn *c, json_t *m) {
     if (nl)
       *nl = '\0';
   }
+  snprintf(c->slurm_job, sizeof c->slurm_job, "%s",
+           json_string_value(json_object_get(m, "slurm_job")) ? json_string_value(json_object_get(m, "slurm_job")) : "");
   c->cpu_slots = (int)json_integer_value(json_object_get(m, "cpu_slots"));
   if (c->cpu_slots < 0)
     c->cpu_slots = 0;

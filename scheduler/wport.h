@@ -67,6 +67,7 @@ typedef struct sched__wconn {
   int ngpus;
   int cuda_ok;          /* its GPUs run "backend": "cuda" (hello.backends) */
   char cuda_error[256]; /* why not, when it has GPUs and cuda_ok is 0 */
+  char slurm_job[32];   /* the Slurm job it runs in (hello.slurm_job; "" when none) */
   char gpu_busy[SCHED__MAX_GPUS];
   /* by position (placement's numbering): each GPU's device index as the
    * worker numbers it (its hello's gpus[].index; what assign sends) */

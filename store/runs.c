@@ -16,6 +16,8 @@ static void decode_queued(const PGresult *res, int row, void *elem) {
   r->id = store__int(res, row, 0);
   r->gpus = (int)store__int(res, row, 1);
   r->slots = (int)store__int(res, row, 2);
+  r->flops = PQgetisnull(res, row, 3) ? 0 : strtod(PQgetvalue(res, row, 3), NULL);
+  r->throughput = PQgetisnull(res, row, 4) ? 0 : strtod(PQgetvalue(res, row, 4), NULL);
 }
 
 STORE__ARRAY_SPEC(queued, store_queued, decode_queued, store_queue_cb);
@@ -26,7 +28,9 @@ void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud) {
   store__query_rows(
       d,
       "SELECT r.id, r.gpus, CASE WHEN r.gpus > 0 THEN 0 ELSE "
-      "greatest(coalesce((r.config->>'world_size')::int, 1), 1) END "
+      "greatest(coalesce((r.config->>'world_size')::int, 1), 1) END, r.flops, "
+      "CASE WHEN jsonb_typeof(sw.spec->'throughput_flops') = 'number' "
+      "THEN (sw.spec->>'throughput_flops')::float8 END "
       "FROM runs r JOIN sweeps sw ON sw.id = r.sweep_id "
       "WHERE r.status = 'queued' "
       "ORDER BY greatest(r.priority, sw.priority) DESC, r.sweep_id, r.flops NULLS LAST, "

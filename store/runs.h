@@ -17,6 +17,8 @@ typedef struct store_queued {
   int64_t id;
   int gpus;
   int slots;
+  double flops;      /* the run's training FLOPs (0: unknown) */
+  double throughput; /* its sweep spec's throughput_flops, FLOP/s per run (0: not given) */
 } store_queued;
 
 typedef void (*store_queue_cb)(void *ud, int status, const store_queued *runs, int n,

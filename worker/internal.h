@@ -145,6 +145,7 @@ struct wrk__worker {
   uv_loop_t loop;
   char *token;
   char name[512], host[256];
+  char slurm_job[32]; /* SLURM_JOB_ID when it runs in a Slurm job ("" otherwise) */
   char sched_host[256], sched_port[16];
   char bin[PATH_MAX];
   char work_dir[PATH_MAX];

@@ -196,6 +196,9 @@ int wrk_run(const wrk_options *o) {
     snprintf(w->name, sizeof w->name, "%s", o->name);
   else
     snprintf(w->name, sizeof w->name, "%s:%d", w->host, (int)getpid());
+  const char *job = getenv("SLURM_JOB_ID"); /* digits; anything else is not Slurm's */
+  if (job && *job && strlen(job) < sizeof w->slurm_job && strspn(job, "0123456789_") == strlen(job))
+    snprintf(w->slurm_job, sizeof w->slurm_job, "%s", job);
   size_t bl = sizeof w->bin;
   if (o->binary && *o->binary)
     snprintf(w->bin, sizeof w->bin, "%s", o->binary);

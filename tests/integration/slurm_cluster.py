@@ -33,7 +33,11 @@ def missing():
 
 
 class SlurmCluster:
-    def __init__(self, tmp, nodes=2, cpus=1, kill_wait=10):
+    def __init__(self, tmp, nodes=2, cpus=1, kill_wait=10, preempt_grace=None):
+        """preempt_grace: seconds; with it, a second partition "urgent" on
+        the same nodes preempts jobs of "test" (cancelled after SIGTERM and
+        that grace time), as a lab's high-priority queue does"""
+        self.preempt_grace = preempt_grace
         self.dir = os.path.join(tmp, "slurm")
         self.nodes = [f"n{i + 1}" for i in range(nodes)]
         self.cpus = cpus
@@ -124,7 +128,7 @@ class SlurmCluster:
             "MpiDefault=none",
             "ReturnToService=2",
             "SchedulerType=sched/backfill",
-            "SchedulerParameters=sched_interval=1",
+            "SchedulerParameters=bf_interval=1",
             f"KillWait={self.kill_wait}",
             "InactiveLimit=0",
             "MinJobAge=600",
@@ -133,8 +137,15 @@ class SlurmCluster:
         for n, p in zip(self.nodes, node_ports):
             lines.append(f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={p} "
                          f"CPUs={self.cpus} RealMemory=1000 State=UNKNOWN")
-        lines.append(f"PartitionName=test Nodes={','.join(self.nodes)} Default=YES "
-                     "MaxTime=INFINITE State=UP")
+        nodes = ",".join(self.nodes)
+        if self.preempt_grace is None:
+            lines.append(f"PartitionName=test Nodes={nodes} Default=YES MaxTime=INFINITE State=UP")
+        else:
+            lines += ["PreemptType=preempt/partition_prio", "PreemptMode=CANCEL",
+                      f"PartitionName=test Nodes={nodes} Default=YES MaxTime=INFINITE State=UP "
+                      f"PriorityTier=1 GraceTime={self.preempt_grace}",
+                      f"PartitionName=urgent Nodes={nodes} MaxTime=INFINITE State=UP "
+                      "PriorityTier=10"]
         with open(self.conf, "w") as f:
             f.write("\n".join(lines) + "\n")
         self._daemon(["slurmctld", "-D", "-f", self.conf])
@@ -157,6 +168,14 @@ class SlurmCluster:
         """{job id: state} of the jobs the controller knows (finished ones too)"""
         p = self.run(["squeue", "--noheader", "--states=all", "--format=%i %T"], check=False)
         return dict(ln.split() for ln in p.stdout.splitlines() if ln.strip())
+
+    def job_rows(self):
+        """the jobs the controller knows, finished ones too: dicts of id,
+        name, state, nodes, time (the limit), partition and comment"""
+        keys = ("id", "name", "state", "nodes", "time", "partition", "comment")
+        p = self.run(["squeue", "--noheader", "--states=all",
+                      "--format=%i|%j|%T|%D|%l|%P|%k"], check=False)
+        return [dict(zip(keys, ln.split("|", 6))) for ln in p.stdout.splitlines() if ln.strip()]
 
     def _strays(self):
         """pids of the processes started under this cluster that outlive its

@@ -245,6 +245,10 @@ static void test_valid(void) {
             "\"gpus\":[],\"cpu_slots\":1,\"runs\":[],\"backends\":{\"cpu\":{\"slots\":1},"
             "\"cuda\":{\"error\":\"no device\"}}}",
             PROTO_HELLO);
+  /* a worker in a Slurm job says which (the scheduler's --slurm counts its jobs' workers) */
+  expect_ok("{\"type\":\"hello\",\"version\":1,\"token\":\"t\",\"name\":\"n1-42\",\"host\":\"h\","
+            "\"gpus\":[],\"cpu_slots\":1,\"runs\":[],\"slurm_job\":\"42\"}",
+            PROTO_HELLO);
   expect_ok("{\"type\":\"cancel\",\"run_id\":5}", PROTO_CANCEL);
   expect_ok("{\"type\":\"ack\",\"run_id\":1,\"attempt\":1,\"seq\":3}", PROTO_ACK);
   /* a refused (fenced) message's ack */
@@ -400,6 +404,9 @@ static void test_invalid(void) {
   expect_err("{\"type\":\"hello\",\"version\":1,\"token\":\"t\",\"name\":\"w\",\"host\":\"h\","
              "\"gpus\":[],\"cpu_slots\":1,\"runs\":[],\"backends\":{\"cuda\":{\"devices\":7}}}",
              "$.backends.cuda.devices: expected an array of GPU objects", "found 7");
+  expect_err("{\"type\":\"hello\",\"version\":1,\"token\":\"t\",\"name\":\"w\",\"host\":\"h\","
+             "\"gpus\":[],\"cpu_slots\":1,\"runs\":[],\"slurm_job\":42}",
+             "$.slurm_job: expected a string", "found 42");
   /* cancel, ack, error */
   expect_err("{\"type\":\"cancel\"}", "$.run_id: missing", NULL);
   expect_err("{\"type\":\"cancel\",\"run_id\":1e3}", "$.run_id: expected a non-negative integer",
