@@ -489,6 +489,12 @@ COMMANDS = [
      "--token-file cluster.token", ("self", cluster_submit)),
     ("SCALESWEEP_SCHEDULER=SCHEDULER_HOST:8081 SCALESWEEP_TOKEN_FILE=/shared/cluster.token "
      "sbatch --nodes=4 --gres=gpu:8 scripts/slurm-workers.sbatch", None, ("self", slurm)),
+    ("./build/scalesweep scheduler --database postgresql://scalesweep@db.example.org/scalesweep "
+     "--listen 0.0.0.0:8080 --workers 0.0.0.0:8081 --token-file /shared/cluster.token "
+     "--checkpoints /shared/checkpoints --slurm gpu --slurm-gpus-per-node 8 --slurm-max-nodes 8",
+     ("needs", lambda: False, "it needs a Slurm cluster with a GPU partition; ctest "
+      "slurm_elastic runs the scheduler's --slurm under a real Slurm (CPU nodes)"),
+     lambda r: expect(r)),
     ("./build/scalesweep train --config trainer/examples/quickstart.json",
      ("needs", lambda: not os.environ.get("SCALESWEEP_TEST_SANITIZED"),
       "a sanitized build: over 10 minutes; the other build's run checks it"), train_quickstart),
