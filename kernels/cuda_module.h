@@ -22,8 +22,8 @@
 extern "C" {
 #endif
 
-#define KERN_CUDA_MODULE_ABI 2
-#define KERN_CUDA_MODULE_SYMBOL "kern_cuda_module_v2"
+#define KERN_CUDA_MODULE_ABI 3
+#define KERN_CUDA_MODULE_SYMBOL "kern_cuda_module_v3"
 #define KERN_CUDA_MODULE_FILE "libscalesweep_cuda.so"
 /* the module to load instead of the one beside the executable */
 #define KERN_CUDA_MODULE_ENV "SCALESWEEP_CUDA_MODULE"

@@ -113,6 +113,8 @@ struct kern_ops {
   /* dst = src * s when init, else dst += src * s; returns sum of squares of
    * src (the micro-batch gradient norm, for the noise scale) */
   double (*accumulate)(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init);
+  /* the same without the sum of squares (no host sync on a device) */
+  void (*axpy)(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init);
   /* x *= s */
   void (*scale)(kern_ctx *k, float *x, float s, size_t n);
   /* rounds x to the given precision in place */
@@ -141,6 +143,16 @@ typedef struct kern_coll_ops {
   int (*gather)(void *ctx, const void *mine, void *full, const size_t *off);
   int (*scatter)(void *ctx, const void *full, void *mine, const size_t *off);
   void (*close)(void *ctx); /* NULL: nothing of its own to close */
+  /* Gradient buckets overlapped with the backward pass: reduce_start sums
+   * the n ranges [r[i][0], r[i][1]) of buf over the ranks, once the work
+   * queued so far on the backend is done, and returns at once: an
+   * all-reduce, or with off (world + 1 shard bounds, as reduce_scatter_f32)
+   * a reduce-scatter of each range's part of every shard. The sums are those
+   * of allreduce_f32 / reduce_scatter_f32 over the whole buffer, element for
+   * element. reduce_wait returns once every range started is summed (the
+   * backend's later work sees the sums); 0, or nonzero with error(ctx). */
+  int (*reduce_start)(void *ctx, float *buf, const size_t (*r)[2], int n, const size_t *off);
+  int (*reduce_wait)(void *ctx);
 } kern_coll_ops;
 
 /* The CPU backend (reference). Sets OpenMP's and OpenBLAS's thread count to

@@ -17,9 +17,20 @@
  * itself is summed from the shards, whose order of addition differs from
  * one pass over the whole gradient in the last bits.
  *
+ * The reduction overlaps the backward pass: on a rank's last micro-batch of
+ * a step, each block's gradient is handed to the collectives as soon as
+ * backward has finished it (a bucket: the block's slices of its 12 tensors;
+ * the embeddings and the final LayerNorm last), and the step waits for all
+ * of them before the optimizer. The CPU twin reduces on a thread of its own,
+ * NCCL on a stream of its own. A bucket's sums are, element for element,
+ * those of one reduction over the whole gradient, so bucketing changes no
+ * bit. SCALESWEEP_DP_OVERLAP=0 turns it off (one reduction after backward),
+ * for comparing step times.
+ *
  * Checkpoints are those of a single process: rank 0 writes them (gathering
  * the shards first) and reads them (scattering the shards), so a run may
  * resume on another number of ranks. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,25 +50,160 @@ static int dc_failed(run *r, char *err, size_t errlen) {
   return SS_EIO;
 }
 
-/* the CPU twin as the model buffers' collectives (host memory) */
-static const char *host_error(void *d) { return trn_dist_error(d); }
-static int host_allreduce(void *d, float *b, size_t n) { return trn_dist_allreduce_f32(d, b, n); }
-static int host_reduce_scatter(void *d, float *b, const size_t *off) {
-  return trn_dist_reduce_scatter_f32(d, b, off);
+/* ---- the CPU twin as the model buffers' collectives (host memory) ---- */
+
+/* A bucket's range waiting for the reduction thread. */
+typedef struct host_job {
+  float *buf;
+  size_t lo, hi;
+  const size_t *off; /* shard bounds: reduce-scatter; NULL: all-reduce */
+} host_job;
+
+/* The twin's context: the connections (every collective but the buckets
+ * runs on the caller's thread) and the thread that reduces buckets. Only
+ * one thread uses d at a time: the caller waits (host_reduce_wait) before
+ * its next collective. */
+typedef struct host_coll {
+  trn_dist *d;
+  pthread_t thread;
+  int started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  host_job *jobs;
+  int njobs, cap, head; /* queued: jobs[head .. njobs) */
+  int busy;             /* the thread is reducing one */
+  int failed;           /* a reduction failed: the rest are dropped */
+  int quit;
+} host_coll;
+
+static void *host_reducer(void *arg) {
+  host_coll *h = arg;
+  pthread_mutex_lock(&h->mu);
+  for (;;) {
+    while (h->head == h->njobs && !h->quit)
+      pthread_cond_wait(&h->cv, &h->mu);
+    if (h->head == h->njobs)
+      break;
+    host_job j = h->jobs[h->head++];
+    h->busy = 1;
+    int skip = h->failed;
+    pthread_mutex_unlock(&h->mu);
+    int rc = 0;
+    if (!skip && !j.off) {
+      rc = trn_dist_allreduce_f32(h->d, j.buf + j.lo, j.hi - j.lo);
+    } else if (!skip) {
+      int world = trn_dist_world(h->d);
+      size_t sub[1025];
+      for (int i = 0; i <= world; i++) /* the range's part of each shard */
+        sub[i] = (j.off[i] < j.lo ? j.lo : j.off[i] > j.hi ? j.hi : j.off[i]) - j.lo;
+      sub[0] = 0;
+      sub[world] = j.hi - j.lo;
+      rc = trn_dist_reduce_scatter_f32(h->d, j.buf + j.lo, sub);
+    }
+    pthread_mutex_lock(&h->mu);
+    h->busy = 0;
+    if (rc)
+      h->failed = 1;
+    if (h->head == h->njobs) {
+      h->head = h->njobs = 0;
+      pthread_cond_broadcast(&h->cv);
+    }
+  }
+  pthread_mutex_unlock(&h->mu);
+  return NULL;
 }
-static int host_all_gather(void *d, void *b, const size_t *off) {
-  return trn_dist_all_gather(d, b, off);
+
+static const char *host_error(void *c) { return trn_dist_error(((host_coll *)c)->d); }
+static int host_allreduce(void *c, float *b, size_t n) {
+  return trn_dist_allreduce_f32(((host_coll *)c)->d, b, n);
 }
-static int host_broadcast(void *d, void *b, size_t n) { return trn_dist_broadcast(d, b, n); }
-static int host_gather(void *d, const void *mine, void *full, const size_t *off) {
-  return trn_dist_gather(d, mine, full, off);
+static int host_reduce_scatter(void *c, float *b, const size_t *off) {
+  return trn_dist_reduce_scatter_f32(((host_coll *)c)->d, b, off);
 }
-static int host_scatter(void *d, const void *full, void *mine, const size_t *off) {
-  return trn_dist_scatter(d, full, mine, off);
+static int host_all_gather(void *c, void *b, const size_t *off) {
+  return trn_dist_all_gather(((host_coll *)c)->d, b, off);
 }
-static const kern_coll_ops host_ops = {host_error,      host_allreduce, host_reduce_scatter,
-                                       host_all_gather, host_broadcast, host_gather,
-                                       host_scatter,    NULL};
+static int host_broadcast(void *c, void *b, size_t n) {
+  return trn_dist_broadcast(((host_coll *)c)->d, b, n);
+}
+static int host_gather(void *c, const void *mine, void *full, const size_t *off) {
+  return trn_dist_gather(((host_coll *)c)->d, mine, full, off);
+}
+static int host_scatter(void *c, const void *full, void *mine, const size_t *off) {
+  return trn_dist_scatter(((host_coll *)c)->d, full, mine, off);
+}
+
+static int host_reduce_start(void *c, float *buf, const size_t (*r)[2], int n, const size_t *off) {
+  host_coll *h = c;
+  pthread_mutex_lock(&h->mu);
+  if (h->njobs + n > h->cap) {
+    int cap = h->cap ? h->cap : 64;
+    while (cap < h->njobs + n)
+      cap *= 2;
+    host_job *nj = realloc(h->jobs, (size_t)cap * sizeof *nj);
+    if (!nj) {
+      h->failed = 1;
+      pthread_mutex_unlock(&h->mu);
+      return -1;
+    }
+    h->jobs = nj;
+    h->cap = cap;
+  }
+  for (int i = 0; i < n; i++)
+    h->jobs[h->njobs++] = (host_job){buf, r[i][0], r[i][1], off};
+  pthread_cond_broadcast(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+  return 0;
+}
+
+static int host_reduce_wait(void *c) {
+  host_coll *h = c;
+  pthread_mutex_lock(&h->mu);
+  while (h->head < h->njobs || h->busy)
+    pthread_cond_wait(&h->cv, &h->mu);
+  int failed = h->failed;
+  h->failed = 0;
+  pthread_mutex_unlock(&h->mu);
+  return failed ? -1 : 0;
+}
+
+static void host_close(void *c) {
+  host_coll *h = c;
+  if (h->started) {
+    pthread_mutex_lock(&h->mu);
+    h->quit = 1;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    pthread_join(h->thread, NULL);
+  }
+  pthread_mutex_destroy(&h->mu);
+  pthread_cond_destroy(&h->cv);
+  free(h->jobs);
+  free(h);
+}
+
+static const kern_coll_ops host_ops = {
+    host_error,   host_allreduce, host_reduce_scatter, host_all_gather,  host_broadcast,
+    host_gather,  host_scatter,   host_close,          host_reduce_start, host_reduce_wait};
+
+static int open_host(run *r, char *err, size_t errlen) {
+  host_coll *h = calloc(1, sizeof *h);
+  if (!h) {
+    snprintf(err, errlen, "rank %d: out of memory", r->rank);
+    return SS_ENOMEM;
+  }
+  h->d = r->dist;
+  pthread_mutex_init(&h->mu, NULL);
+  pthread_cond_init(&h->cv, NULL);
+  if (pthread_create(&h->thread, NULL, host_reducer, h) != 0) {
+    host_close(h);
+    snprintf(err, errlen, "rank %d: cannot start the gradient reduction thread", r->rank);
+    return SS_EIO;
+  }
+  h->started = 1;
+  r->dc = (trn_dcoll){h, &host_ops};
+  return 0;
+}
 
 /* NCCL's, through the CUDA module: rank 0's unique id travels over dist */
 static int open_nccl(run *r, const trn_train_opts *o, char *err, size_t errlen) {
@@ -95,8 +241,7 @@ int trn_dp_open(run *r, const trn_train_opts *o, char *err, size_t errlen) {
     return rc;
   if (r->cuda)
     return open_nccl(r, o, err, errlen);
-  r->dc = (trn_dcoll){r->dist, &host_ops};
-  return 0;
+  return open_host(r, err, errlen);
 }
 
 void trn_dp_close(run *r) {
@@ -107,6 +252,41 @@ void trn_dp_close(run *r) {
   r->dist = NULL;
 }
 
+int trn_dp_overlap(const run *r) {
+  const char *e = getenv("SCALESWEEP_DP_OVERLAP");
+  return r->world > 1 && r->dc.ops && r->dc.ops->reduce_start && !(e && !strcmp(e, "0"));
+}
+
+/* model.h's grads_ready: the bucket's micro-batch gradient into the step's
+ * (when they are two buffers), then its reduction started */
+static void bucket_ready(void *ud, const size_t (*ranges)[2], int n) {
+  run *r = ud;
+  trn_model *m = &r->model;
+  if (r->bucket_scale != 0.0f)
+    for (int i = 0; i < n; i++)
+      r->k.ops->axpy(&r->k, m->grads + ranges[i][0], m->mgrads + ranges[i][0], r->bucket_scale,
+                     ranges[i][1] - ranges[i][0], r->bucket_init);
+  if (!r->bucket_failed &&
+      r->dc.ops->reduce_start(r->dc.ctx, m->grads, ranges, n,
+                              r->cfg->optimizer.zero ? r->shard : NULL) != 0)
+    r->bucket_failed = 1;
+  r->buckets++;
+}
+
+void trn_dp_buckets(run *r, float scale, int init) {
+  r->bucket_scale = r->model.mgrads != r->model.grads ? scale : 0.0f;
+  r->bucket_init = init;
+  r->bucket_failed = 0;
+  r->bucketed = 1;
+  r->model.grads_ready = bucket_ready;
+  r->model.grads_ready_ud = r;
+}
+
+void trn_dp_buckets_end(run *r) {
+  r->model.grads_ready = NULL;
+  r->model.grads_ready_ud = NULL;
+}
+
 int trn_dp_reduce(run *r, double ctl[3], double *gnorm2, char *err, size_t errlen) {
   trn_model *m = &r->model;
   kern_ctx *k = &r->k;
@@ -115,8 +295,14 @@ int trn_dp_reduce(run *r, double ctl[3], double *gnorm2, char *err, size_t errle
     return 0;
   }
   int zero = r->cfg->optimizer.zero;
-  int rc = zero ? r->dc.ops->reduce_scatter_f32(r->dc.ctx, m->grads, r->shard)
-                : r->dc.ops->allreduce_f32(r->dc.ctx, m->grads, m->nparams);
+  int rc;
+  if (r->bucketed) { /* started during backward: wait for the last bucket */
+    r->bucketed = 0;
+    rc = r->dc.ops->reduce_wait(r->dc.ctx) || r->bucket_failed;
+  } else {
+    rc = zero ? r->dc.ops->reduce_scatter_f32(r->dc.ctx, m->grads, r->shard)
+              : r->dc.ops->allreduce_f32(r->dc.ctx, m->grads, m->nparams);
+  }
   if (rc)
     return dc_failed(r, err, errlen);
   if (trn_dist_allreduce_f64(r->dist, ctl, 3))

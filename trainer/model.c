@@ -305,6 +305,25 @@ void trn_model_backward(trn_model *m, float dscale) {
                        w->qkvw + LC * 3 * C, N, C, 3 * C);
     o->layernorm_backward(k, m->dresid, g->ln1w + LC, g->ln1b + LC, m->dln, m->resid[l],
                           w->ln1w + LC, a->ln1_mean, a->ln1_rstd, N, C);
+    if (m->grads_ready) { /* block l's gradient is final: its slice of each block tensor */
+      size_t r[TRN_NTENSORS][2];
+      int n = 0;
+      for (int t = TRN_FIRST_BLOCK_TENSOR; t <= TRN_LAST_BLOCK_TENSOR; t++, n++) {
+        size_t per = m->tensors[t].size / (size_t)L;
+        r[n][0] = m->tensors[t].offset + (size_t)l * per;
+        r[n][1] = r[n][0] + per;
+      }
+      m->grads_ready(m->grads_ready_ud, (const size_t(*)[2])r, n);
+    }
   }
   o->encoder_backward(k, g->wte, g->wpe, m->dresid, m->tokens, B, T, C);
+  if (m->grads_ready) { /* the rest: the embeddings (wte also the head) and the final LayerNorm */
+    size_t r[4][2];
+    const int rest[4] = {0, 1, TRN_NTENSORS - 2, TRN_NTENSORS - 1};
+    for (int i = 0; i < 4; i++) {
+      r[i][0] = m->tensors[rest[i]].offset;
+      r[i][1] = r[i][0] + m->tensors[rest[i]].size;
+    }
+    m->grads_ready(m->grads_ready_ud, (const size_t(*)[2])r, 4);
+  }
 }

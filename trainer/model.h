@@ -16,6 +16,9 @@
 #include "runcfg/flops.h"
 
 #define TRN_NTENSORS 16
+/* trn_weights' per-block tensors, (L, ...) each: ln1w .. fcprojb */
+#define TRN_FIRST_BLOCK_TENSOR 2
+#define TRN_LAST_BLOCK_TENSOR 13
 
 typedef struct trn_weights {
   float *wte;      /* (V, C) token embedding, also the output head */
@@ -85,6 +88,14 @@ typedef struct trn_model {
 
   float *grad_mem; /* backward scratch for one layer */
   float *dresid, *dln, *dqkv, *datt, *datty, *dfch;
+
+  /* When set, trn_model_backward calls it as parts of mgrads become final:
+   * after each block (its 12 tensors' slices, last block first), then after
+   * the embeddings (wte, wpe, lnfw, lnfb), with the ranges [lo, hi) of
+   * parameter indices; the ranges of all calls cover every parameter once.
+   * Data parallelism starts reducing a bucket there while backward goes on. */
+  void (*grads_ready)(void *ud, const size_t (*ranges)[2], int n);
+  void *grads_ready_ud;
 } trn_model;
 
 /* Allocates a model for micro-batches of B sequences. accumulate: keep a

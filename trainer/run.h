@@ -51,6 +51,10 @@ typedef struct run {
   trn_dist *dist;
   trn_dcoll dc;
   size_t shard[1025]; /* ZeRO-1: the ranks' parameter bounds (trn_optim_shards) */
+  /* this step's gradient buckets (trn_dp_buckets) */
+  int bucketed, bucket_init, bucket_failed;
+  float bucket_scale; /* mgrads into grads at this scale (0: they are one buffer) */
+  int64_t buckets;    /* buckets reduced during backward, over the run (the done line) */
 } run;
 
 /* ---- dp.c ---------------------------------------------------------------------- */
@@ -66,6 +70,16 @@ void trn_dp_close(run *r);
  * loss sum, micro-batch gradient sumsq sum, ranks asking to stop. gnorm2
  * gets the whole gradient's sum of squares. */
 int trn_dp_reduce(run *r, double ctl[3], double *gnorm2, char *err, size_t errlen);
+
+/* Overlapping the reduction with backward (dp.c's header): trn_dp_overlap
+ * says whether this run does; trn_dp_buckets before the backward of a
+ * rank's last micro-batch of a step (scale, init: how its gradient joins
+ * the step's, as kern_ops.accumulate) starts each bucket's reduction as
+ * backward finishes it; trn_dp_buckets_end after it. trn_dp_reduce then
+ * waits for them instead of reducing. */
+int trn_dp_overlap(const run *r);
+void trn_dp_buckets(run *r, float scale, int init);
+void trn_dp_buckets_end(run *r);
 /* After the optimizer step: ZeRO-1's shards of the parameters to every
  * rank. */
 int trn_dp_after_step(run *r, char *err, size_t errlen);

@@ -325,6 +325,7 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
   int64_t val_at = -1; /* step of the last evaluation */
   kern_ctx *k = &r->k;
   trn_model *m = &r->model;
+  int overlap = trn_dp_overlap(r);
   for (; st.step < steps;) {
     double t0 = now();
     double lr = lr_at(c, (double)st.tokens);
@@ -340,10 +341,18 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
       if (i / nlocal != r->rank) /* another rank's share: every rank reads the whole stream */
         continue;
       loss += trn_model_forward(m, mb, r->batch, r->batch + 1);
+      int buckets = overlap && i % nlocal == nlocal - 1; /* this rank's last of the step */
+      if (buckets)
+        trn_dp_buckets(r, 1.0f / nmicro, i % nlocal == 0);
       trn_model_backward(m, S);
-      if (nmicro > 1)
+      if (buckets) {
+        trn_dp_buckets_end(r);
+        if (nmicro > 1) /* accumulate's sum of squares; the buckets did the sum */
+          g_small2 += k->ops->sumsq(k, m->mgrads, m->nparams);
+      } else if (nmicro > 1) {
         g_small2 += k->ops->accumulate(k, m->grads, m->mgrads, 1.0f / nmicro, m->nparams,
                                        i % nlocal == 0);
+      }
     }
     /* the ranks' sums, in rank order; and whether any rank was asked to stop */
     double ctl[3] = {loss, g_small2, stop_signal ? 1.0 : 0.0}, gnorm2;
@@ -466,8 +475,8 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
   if (r->cuda)
     fprintf(r->out, ",\"peak_device_bytes\":%zu", r->cuda->peak_bytes(k));
   if (r->world > 1) /* per rank: with ZeRO-1 each holds its shard */
-    fprintf(r->out, ",\"world_size\":%d,\"optimizer_state_bytes\":%zu", r->world,
-            r->optim.state_bytes);
+    fprintf(r->out, ",\"world_size\":%d,\"optimizer_state_bytes\":%zu,\"grad_buckets\":%lld",
+            r->world, r->optim.state_bytes, (long long)r->buckets);
   fprintf(r->out, "}\n");
   fflush(r->out);
   return 0;

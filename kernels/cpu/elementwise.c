@@ -87,6 +87,19 @@ static double sumsq(kern_ctx *k, const float *x, size_t n) {
   return total;
 }
 
+static void axpy(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init) {
+  (void)k;
+  if (init) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+      dst[i] = src[i] * s;
+  } else {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+      dst[i] += src[i] * s;
+  }
+}
+
 static double accumulate(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init) {
   if (init) {
 #pragma omp parallel for schedule(static)
@@ -154,6 +167,7 @@ void kern__cpu_elementwise(kern_ops *o) {
   o->gelu_backward = gelu_backward;
   o->sumsq = sumsq;
   o->accumulate = accumulate;
+  o->axpy = axpy;
   o->scale = scale;
   o->round = round_;
 }

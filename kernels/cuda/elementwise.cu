@@ -137,6 +137,13 @@ static double sumsq(kern_ctx *k, const float *x, size_t n) {
   return *c->sumsq_host;
 }
 
+static void axpy(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init) {
+  if (n == 0)
+    return;
+  accumulate_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(dst, src, s, n, init);
+  KERN__CU_LAUNCHED();
+}
+
 static double accumulate(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init) {
   if (n == 0)
     return 0.0;
@@ -150,6 +157,7 @@ void kern__cuda_elementwise(kern_ops *o) {
   o->gelu_backward = gelu_backward;
   o->sumsq = sumsq;
   o->accumulate = accumulate;
+  o->axpy = axpy;
   o->scale = scale;
   o->round = round_;
 }

@@ -46,6 +46,6 @@ static void cu_versions(int *runtime, int *driver) {
 
 extern "C" const kern_nccl_ops kern__cu_nccl_ops; /* nccl.cu */
 
-extern "C" __attribute__((visibility("default"))) const kern_cuda_module kern_cuda_module_v2 = {
+extern "C" __attribute__((visibility("default"))) const kern_cuda_module kern_cuda_module_v3 = {
     KERN_CUDA_MODULE_ABI, kern_cuda_init, kern_cuda_close, kern_cuda_peak_bytes,
     kern_cuda_set_tf32,   cu_devices,     cu_versions,    &kern__cu_nccl_ops};

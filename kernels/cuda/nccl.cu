@@ -8,6 +8,11 @@
  * the communicator (the caller's run then fails and resumes from its
  * checkpoint) instead of waiting forever.
  *
+ * Gradient buckets (reduce_start) go on a stream of the communicator's own,
+ * after an event recorded on the backend's stream, so that backward's next
+ * kernels run while NCCL sums the last block's gradient; reduce_wait makes
+ * the backend's stream wait for them and watches them like any call.
+ *
  * NCCL sums in an order of its own choosing: a CUDA run's world_size N is
  * not bit for bit world_size 1 (the CPU twin, trainer/dist.c, is). */
 #include <dlfcn.h>
@@ -44,7 +49,10 @@ static struct {
 
 typedef struct kern__nccl {
   ncclComm_t comm;
-  cudaStream_t stream;
+  cudaStream_t stream;  /* the backend's */
+  cudaStream_t bstream; /* the buckets' */
+  cudaEvent_t ready, done; /* backward's work so far; the buckets' */
+  int buckets;          /* started since the last reduce_wait */
   int rank, world, timeout_ms;
   int broken; /* aborted: only close is left */
   char err[512];
@@ -113,11 +121,11 @@ static int settle(kern__nccl *c, const char *what, ncclResult_t r) {
   return r == ncclSuccess ? 0 : broke(c, what, r);
 }
 
-/* The stream's work done, NCCL's errors and the deadline watched. */
-static int wait_stream(kern__nccl *c, const char *what) {
+/* A stream's work done, NCCL's errors and the deadline watched. */
+static int wait_on(kern__nccl *c, cudaStream_t s, const char *what) {
   int64_t deadline = now_ms() + c->timeout_ms;
   for (;;) {
-    cudaError_t e = cudaStreamQuery(c->stream);
+    cudaError_t e = cudaStreamQuery(s);
     if (e == cudaSuccess)
       return 0;
     if (e != cudaErrorNotReady) {
@@ -133,6 +141,8 @@ static int wait_stream(kern__nccl *c, const char *what) {
     usleep(50);
   }
 }
+
+static int wait_stream(kern__nccl *c, const char *what) { return wait_on(c, c->stream, what); }
 
 static int cu_nccl_unique_id(void *id, char *err, size_t errlen) {
   if (load_nccl(err, errlen))
@@ -169,6 +179,18 @@ static void *cu_nccl_open(kern_ctx *k, int rank, int world, const void *id, int 
     free(c);
     return NULL;
   }
+  cudaError_t e = cudaStreamCreateWithFlags(&c->bstream, cudaStreamNonBlocking);
+  if (e == cudaSuccess)
+    e = cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming);
+  if (e == cudaSuccess)
+    e = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "rank %d: the gradient buckets' stream: %s", rank,
+             cudaGetErrorString(e));
+    nc.destroy(c->comm);
+    free(c);
+    return NULL;
+  }
   return c;
 }
 
@@ -178,6 +200,12 @@ static void cu_nccl_close(void *ctx) {
     return;
   if (!c->broken)
     nc.destroy(c->comm);
+  if (c->ready)
+    cudaEventDestroy(c->ready);
+  if (c->done)
+    cudaEventDestroy(c->done);
+  if (c->bstream)
+    cudaStreamDestroy(c->bstream);
   free(c);
 }
 
@@ -261,8 +289,64 @@ static int cu_scatter(void *ctx, const void *full, void *mine, const size_t *off
   return wait_stream(c, "scatter");
 }
 
+/* a bucket: after backward's work so far, on the buckets' stream, fused in
+ * one group (all-reduces, or per range one reduce per rank of its part of
+ * that rank's shard) */
+static int cu_reduce_start(void *ctx, float *buf, const size_t (*rg)[2], int n, const size_t *off) {
+  kern__nccl *c = (kern__nccl *)ctx;
+  if (c->broken)
+    return -1;
+  cudaError_t e = cudaEventRecord(c->ready, c->stream);
+  if (e == cudaSuccess)
+    e = cudaStreamWaitEvent(c->bstream, c->ready, 0);
+  if (e != cudaSuccess) {
+    snprintf(c->err, sizeof c->err, "rank %d: a gradient bucket: %s", c->rank,
+             cudaGetErrorString(e));
+    return -1;
+  }
+  if (settle(c, "group", nc.group_start()))
+    return -1;
+  for (int i = 0; i < n; i++) {
+    size_t lo = rg[i][0], hi = rg[i][1];
+    if (!off) {
+      nc.all_reduce(buf + lo, buf + lo, hi - lo, ncclFloat32, ncclSum, c->comm, c->bstream);
+      continue;
+    }
+    for (int r = 0; r < c->world; r++) {
+      size_t a = off[r] < lo ? lo : off[r] > hi ? hi : off[r];
+      size_t b = off[r + 1] < lo ? lo : off[r + 1] > hi ? hi : off[r + 1];
+      if (b > a)
+        nc.reduce(buf + a, buf + a, b - a, ncclFloat32, ncclSum, r, c->comm, c->bstream);
+    }
+  }
+  if (settle(c, "bucket reduce", nc.group_end()))
+    return -1;
+  c->buckets++;
+  return 0;
+}
+
+static int cu_reduce_wait(void *ctx) {
+  kern__nccl *c = (kern__nccl *)ctx;
+  if (c->broken)
+    return -1;
+  if (!c->buckets)
+    return 0;
+  c->buckets = 0;
+  if (wait_on(c, c->bstream, "bucket reduce"))
+    return -1;
+  cudaError_t e = cudaEventRecord(c->done, c->bstream);
+  if (e == cudaSuccess)
+    e = cudaStreamWaitEvent(c->stream, c->done, 0);
+  if (e != cudaSuccess) {
+    snprintf(c->err, sizeof c->err, "rank %d: waiting for the gradient buckets: %s", c->rank,
+             cudaGetErrorString(e));
+    return -1;
+  }
+  return 0;
+}
+
 extern "C" const kern_nccl_ops kern__cu_nccl_ops = {
     cu_nccl_unique_id,
     cu_nccl_open,
     {cu_nccl_error, cu_allreduce_f32, cu_reduce_scatter_f32, cu_all_gather, cu_broadcast,
-     cu_gather, cu_scatter, cu_nccl_close}};
+     cu_gather, cu_scatter, cu_nccl_close, cu_reduce_start, cu_reduce_wait}};

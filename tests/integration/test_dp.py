@@ -35,7 +35,8 @@ BASE = {"model": {"n_layer": 2, "d_model": 32, "n_head": 2, "seq_len": 32},
         "data": {"synthetic": {"seed": 3}},
         "train": {"batch_size": 8, "micro_batch_size": 2, "tokens": 40960, "lr": 0.003},
         "eval": {"every_tokens": 8192, "tokens": 512}, "threads": 1}
-TIMINGS = ("tok_per_s", "wall_s", "peak_rss_bytes", "world_size", "optimizer_state_bytes")
+TIMINGS = ("tok_per_s", "wall_s", "peak_rss_bytes", "world_size", "optimizer_state_bytes",
+           "grad_buckets")
 
 
 def check(cond, msg):
@@ -57,9 +58,9 @@ def config(name, world=1, mb=2, **over):
     return path
 
 
-def train(cfg, *args, expect=0):
+def train(cfg, *args, expect=0, env=None):
     p = subprocess.run([BIN, "train", "--config", cfg, *args], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=300, env=env)
     if expect is not None and p.returncode != expect:
         check(False, "%s %s: exit %d, expected %d: %s" % (cfg, args, p.returncode, expect,
                                                         p.stderr[-800:]))
@@ -111,6 +112,24 @@ try:
     check(worst <= 1e-6, "world_size 2 with 2 micro-batches a rank: val loss off by %.3g" % worst)
     print("ok: world_size 2 with 2 micro-batches a rank: val loss within %.2g (relative) of "
           "world_size 1" % worst)
+
+    # ---- 1b. gradient buckets overlapped with backward change no bit -----------------
+    # each step reduces a bucket per block and one for the embeddings while
+    # backward runs; SCALESWEEP_DP_OVERLAP=0 reduces once after it
+    off = dict(os.environ, SCALESWEEP_DP_OVERLAP="0")
+    for name, cfg in (("world_size 2, 2 micro-batches a rank", config("w2mb2b", world=2)),
+                      ("world_size 4, ZeRO-1", config("w4z", world=4, optimizer__zero=1))):
+        on = lines(train(cfg).stdout)
+        plain = lines(train(cfg, env=off).stdout)
+        same(on, plain, "%s: buckets during backward vs one reduction after it" % name)
+        steps = on[("done", 160)]["steps"]
+        got = (on[("done", 160)]["_extra"]["grad_buckets"],
+               plain[("done", 160)]["_extra"]["grad_buckets"])
+        check(got == (steps * (BASE["model"]["n_layer"] + 1), 0),
+              "%s: grad_buckets %s over %d steps; expected %d and 0"
+              % (name, got, steps, steps * (BASE["model"]["n_layer"] + 1)))
+        print("ok: %s: %d buckets (%d a step) reduced during backward" % (name, got[0],
+                                                                         got[0] // steps))
 
     # ---- 2. ZeRO-1 against the unsharded optimizer ---------------------------------
     for world in (2, 4):
