@@ -66,9 +66,11 @@ void sched__place(sched *s);
  * 0 when some connected worker could take it (busy or not). */
 int sched__place_why(sched *s, int gpus, int slots, char *buf, size_t len);
 
-/* slurm.c: elastic workers through Slurm, when o.slurm_partition is set
- * (checks that Slurm's commands are there: SS_EINVAL with a message if
- * not); closed at stop */
+/* slurm.c: elastic workers through Slurm, when o.slurm_partition is set:
+ * check (before anything starts) says whether Slurm's commands are there
+ * (SS_EINVAL with a message if not); start once the worker port is bound;
+ * close at stop */
+int sched__slurm_check(const sched_options *o, char *err, size_t errlen);
 int sched__slurm_start(sched *s, char *err, size_t errlen);
 void sched__slurm_close(sched *s);
 

@@ -160,6 +160,8 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
                     sizeof s->api_token, NULL, err, errlen);
   int applied = 0;
   if (!rc)
+    rc = sched__slurm_check(opt, err, errlen);
+  if (!rc)
     rc = db_migrate(opt->database, &applied, err, errlen);
   if (rc) {
     free(s);

@@ -558,9 +558,8 @@ static void on_tick(uv_timer_t *t) {
 
 /* ---- start and stop --------------------------------------------------------- */
 
-int sched__slurm_start(sched *s, char *err, size_t errlen) {
-  sched__slurm *sl = &s->slurm;
-  if (!s->o.slurm_partition)
+int sched__slurm_check(const sched_options *o, char *err, size_t errlen) {
+  if (!o->slurm_partition)
     return 0;
   const char *need[] = {"sbatch", "squeue", "scancel"};
   for (size_t i = 0; i < sizeof need / sizeof *need; i++) {
@@ -578,10 +577,17 @@ int sched__slurm_start(sched *s, char *err, size_t errlen) {
       snprintf(err, errlen,
                "--slurm %s: %s is not on PATH (HINT: run the scheduler where Slurm's commands "
                "are, e.g. Debian's slurm-client)",
-               s->o.slurm_partition, need[i]);
+               o->slurm_partition, need[i]);
       return SS_EINVAL;
     }
   }
+  return 0;
+}
+
+int sched__slurm_start(sched *s, char *err, size_t errlen) {
+  sched__slurm *sl = &s->slurm;
+  if (!s->o.slurm_partition)
+    return 0;
   size_t bl = sizeof sl->bin;
   if (uv_exepath(sl->bin, &bl) != 0) {
     snprintf(err, errlen, "--slurm: cannot find this program's path");

@@ -18,8 +18,12 @@ tests/integration/run_with_pg.sh), no worker started by hand.
   checkpoints; every run succeeds with its steps 1..STEPS stored once each.
 - With the queue empty, the scheduler cancels its job once its workers
   have been idle for --slurm-idle-seconds: no job of it is left.
+- A run of 2 data-parallel ranks of one CPU slot each, more than a node
+  offers: the scheduler asks for a job of 2 nodes, the run's ranks are
+  placed together on both of its workers (gang), it succeeds, and the job
+  is cancelled once idle.
 - A scheduler started with --slurm where Slurm's commands are not on PATH
-  refuses to start (exit 2) and says which.
+  refuses to start (exit 2), says which, and touches no database.
 
 Exits 77 (skipped) when Slurm cannot run here, saying why.
 
@@ -136,10 +140,10 @@ try:
                         "127.0.0.1:0", "--workers", "127.0.0.1:0", "--slurm", "test"],
                        env=dict(os.environ, PATH="/nonexistent"), capture_output=True, text=True,
                        timeout=60)
-    if p.returncode != 2 or "sbatch is not on PATH" not in p.stderr:
+    if p.returncode != 2 or "sbatch is not on PATH" not in p.stderr or "migration" in p.stderr:
         fail(f"--slurm without sbatch: exit {p.returncode}, {p.stderr.strip()!r}; expected 2 "
-             "and a message naming sbatch")
-    print(f"ok: --slurm without Slurm's commands: exit 2, {p.stderr.strip()[:90]!r}...")
+             "and a message naming sbatch, before the database is touched")
+    print(f"ok: --slurm without Slurm's commands: exit 2, {p.stderr.strip()[:80]!r}...")
 
     why = cluster.start()
     if why:
@@ -256,6 +260,38 @@ try:
         fail(f"job {job2['id']} ended, but not by the scheduler's scancel")
     print(f"ok: queue empty: the scheduler cancelled job {job2['id']} "
           f"{time.time() - t_done:.1f} s after the last run (idle {IDLE} s) "
+          f"({time.time() - T0:.1f} s)")
+
+    # a run of 2 ranks, one slot each: a job of 2 nodes, the ranks on both
+    gang = {"name": "slurm-gang", "method": "runs",
+            "base": dict(base, train=dict(base["train"], batch_size=8, micro_batch_size=4,
+                                          tokens=2000 * 256)),
+            "runs": [{"train": {"seed": 9}}], "resources": {"cpus": 1, "ranks": 2},
+            "max_attempts": 1}
+    st, body = request("POST", "/api/sweeps", gang)
+    if st != 201:
+        fail(f"submit the 2-rank run: {st} {body}")
+    gid = int(psql(f"SELECT id FROM runs WHERE sweep_id = {body['id']}"))
+    wait_for(lambda: len(live()) == 1, "a job for the 2-rank run", 30)
+    job3 = live()[0]
+    if job3["nodes"] != "2":
+        fail(f"job {job3['id']} for a run of 2 ranks of 1 slot: {job3['nodes']} node(s)")
+    holders = set()
+
+    def gang_done():
+        st, ws = request("GET", "/api/workers")
+        holders.update(w["name"] for w in ws if gid in w["runs"])
+        s = runs()[gid][0]
+        if s == "failed":
+            fail(f"the 2-rank run failed: {runs()[gid]}")
+        return s == "succeeded"
+    wait_for(gang_done, "the 2-rank run to succeed", 120)
+    if len(holders) != 2 or not all(h.endswith("-" + job3["id"]) for h in holders):
+        fail(f"the 2-rank run was held by {sorted(holders)}; expected both workers of job "
+             f"{job3['id']}")
+    wait_for(lambda: not live(), f"the scheduler to cancel job {job3['id']} once idle", IDLE + 40)
+    print(f"ok: a run of 2 ranks of 1 slot: job {job3['id']} of 2 nodes, the ranks placed on "
+          f"both its workers {sorted(holders)}, succeeded; the job cancelled once idle "
           f"({time.time() - T0:.1f} s)")
     cleanup_tmp = True
 finally:
