@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/client.h"
+#include "cli/progress.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "common/err.h"
@@ -240,7 +241,11 @@ int cli_submit(const char *file, const char *url, const char *state, const char 
 
 int cmd_submit(int argc, char **argv) {
   static const char usage[] =
-      "usage: scalesweep submit SPEC.json [--url URL] [--state DIR] [--token-file F] [--json]\n";
+      "usage: scalesweep submit SPEC.json [--url URL] [--state DIR] [--token-file F] [--json]\n"
+      "                         [--wait]\n"
+      "  --wait  follow the sweep until it has finished: a progress line (runs done, the\n"
+      "          running runs' latest loss, compute spent, time left), then the outcome;\n"
+      "          exit 1 when a run failed (with --json the progress goes to stderr)\n";
   copts o;
   parse(argc, argv, &o, usage);
   if (!o.arg) {
@@ -248,7 +253,35 @@ int cmd_submit(int argc, char **argv) {
     return SS_EXIT_USAGE;
   }
   long long id;
-  return cli_submit(o.arg, o.url, o.state, o.token_file, o.json, &id, NULL);
+  int earlier = 0;
+  int rc = cli_submit(o.arg, o.url, o.state, o.token_file, o.json, &id, o.wait ? &earlier : NULL);
+  if (rc || !o.wait)
+    return rc;
+  cli_target t;
+  if ((rc = cli_target_find(&t, o.url, o.state, o.token_file)) != 0)
+    return rc;
+  cli_progress pr;
+  cli_progress_init(&pr, o.json ? stderr : stdout);
+  for (int misses = 0;;) {
+    int st = cli_progress_poll(&pr, &t, id);
+    if (st == 1)
+      break;
+    if (st < 0 && ++misses == 30) { /* a minute without an answer */
+      cli_progress_end(&pr);
+      fprintf(stderr, "scalesweep submit: the scheduler has not answered for a minute; the "
+                      "sweep goes on (scalesweep status %lld)\n", id);
+      return SS_EXIT_FAILURE;
+    } else if (st >= 0) {
+      misses = 0;
+    }
+    sleep(pr.tty ? 1 : 2);
+  }
+  cli_progress_end(&pr);
+  fprintf(o.json ? stderr : stdout,
+          "sweep %lld finished: %lld of %lld runs succeeded, %lld failed, %lld cancelled "
+          "(scalesweep fit %lld for the laws)\n",
+          id, pr.succeeded, pr.total, pr.failed, pr.cancelled, id);
+  return pr.failed ? SS_EXIT_FAILURE : 0;
 }
 
 static const char *str(json_t *o, const char *k) {

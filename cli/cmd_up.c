@@ -17,6 +17,7 @@
 
 #include "cli/args.h"
 #include "cli/client.h"
+#include "cli/progress.h"
 #include "cli/commands.h"
 #include "common/err.h"
 #include "common/fileio.h"
@@ -30,7 +31,10 @@ static const char usage[] =
     "  --sweep     submit this sweep spec once everything is up (a spec submitted\n"
     "              before to this state: that sweep, which goes on where it stopped)\n"
     "  --wait      wait for the sweep to finish, print its result, then stop (exit 0;\n"
-    "              1 when a run failed; 130 when interrupted: the same command goes on)\n"
+    "              1 when a run failed; 130 when interrupted: the same command goes on);\n"
+    "              meanwhile a progress line: runs done of total, the running runs'\n"
+    "              latest loss, compute spent, time left (rewritten in place on a\n"
+    "              terminal, a line per change otherwise)\n"
     "  --listen    the page and API (default 127.0.0.1:8080)\n"
     "  --database  use this PostgreSQL instead of a private one\n"
     "  --data-dir  where a spec's token shards may lie (default: the current directory)\n";
@@ -296,38 +300,25 @@ static int count_fit_points(const cli_target *t, long long id) {
  * t0: when it was submitted, 0 when by an earlier `up`. Returns 0, 1 when a
  * run failed, 128 + the signal when interrupted. */
 static int wait_for_sweep(const cli_target *t, long long id, time_t t0) {
-  char path[64];
-  snprintf(path, sizeof path, "/api/sweeps/%lld?limit=0", id);
+  cli_progress pr;
+  cli_progress_init(&pr, stdout);
   for (;;) {
-    if (stop_requested) /* interrupted: 130 for Ctrl-C, as a shell reports it */
+    if (stop_requested) { /* interrupted: 130 for Ctrl-C, as a shell reports it */
+      cli_progress_end(&pr);
       return 128 + stop_requested;
-    int status;
-    char *resp;
-    if (cli_request(t, "GET", path, NULL, 0, &status, &resp) == 0 && status == 200) {
-      json_error_t je;
-      json_t *j = json_loads(resp, 0, &je);
-      json_t *c = json_object_get(j, "counts");
-      long long total = (long long)json_number_value(json_object_get(c, "total"));
-      long long active = (long long)json_number_value(json_object_get(c, "queued")) +
-                         (long long)json_number_value(json_object_get(c, "running"));
-      long long ok = (long long)json_number_value(json_object_get(c, "succeeded"));
-      long long failed = (long long)json_number_value(json_object_get(c, "failed"));
-      json_decref(j);
-      free(resp);
-      if (total && !active) {
-        printf("sweep %lld finished: %lld of %lld runs succeeded, %lld failed\n", id, ok, total,
-               failed);
-        int fit_points = count_fit_points(t, id);
-        if (fit_points >= 7) /* the Chinchilla law needs its 5 parameters + 2 */
-          print_fits(t, id, fit_points, t0);
-        else
-          printf("too few successful runs (%d) to fit the laws\n", fit_points);
-        return stop_requested ? 128 + stop_requested : failed ? SS_EXIT_FAILURE : 0;
-      }
-    } else {
-      free(resp);
     }
-    sleep(2);
+    if (cli_progress_poll(&pr, t, id) == 1) {
+      cli_progress_end(&pr);
+      printf("sweep %lld finished: %lld of %lld runs succeeded, %lld failed\n", id, pr.succeeded,
+             pr.total, pr.failed);
+      int fit_points = count_fit_points(t, id);
+      if (fit_points >= 7) /* the Chinchilla law needs its 5 parameters + 2 */
+        print_fits(t, id, fit_points, t0);
+      else
+        printf("too few successful runs (%d) to fit the laws\n", fit_points);
+      return stop_requested ? 128 + stop_requested : pr.failed ? SS_EXIT_FAILURE : 0;
+    }
+    sleep(pr.tty ? 1 : 2);
   }
 }
 

@@ -1,0 +1,180 @@
+/* A sweep's progress while a command waits for it (progress.h). Three
+ * reads a poll: the sweep's counts (/api/sweeps/ID?limit=0), its running
+ * runs (/runs?status=running) and their curves' last points (/curves,
+ * 2 points a run). */
+#include "cli/progress.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#define SHOW_RUNNING 3 /* running runs named on the line */
+
+static double wall(void) {
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  return (double)tv.tv_sec + tv.tv_usec / 1e6;
+}
+
+void cli_progress_init(cli_progress *p, FILE *out) {
+  memset(p, 0, sizeof *p);
+  p->out = out;
+  p->tty = isatty(fileno(out));
+  p->t0 = -1;
+}
+
+static json_t *get_json(const cli_target *t, const char *path) {
+  int status;
+  char *resp = NULL;
+  if (cli_request(t, "GET", path, NULL, 0, &status, &resp) != 0 || status != 200) {
+    free(resp);
+    return NULL;
+  }
+  json_t *j = json_loads(resp, JSON_DECODE_INT_AS_REAL, NULL);
+  free(resp);
+  return j;
+}
+
+static long long count(json_t *c, const char *k) {
+  return (long long)json_number_value(json_object_get(c, k));
+}
+
+/* 1.2e15 -> "1.2e15"; small numbers plainly */
+static void flops_text(char *b, size_t n, double f) { snprintf(b, n, "%.2g", f); }
+
+static void duration_text(char *b, size_t n, double s) {
+  if (s < 90)
+    snprintf(b, n, "%.0f s", s);
+  else if (s < 5400)
+    snprintf(b, n, "%.0f min", s / 60);
+  else
+    snprintf(b, n, "%.1f h", s / 3600);
+}
+
+int cli_progress_poll(cli_progress *p, const cli_target *t, long long id) {
+  char path[160];
+  snprintf(path, sizeof path, "/api/sweeps/%lld?limit=0", id);
+  json_t *sw = get_json(t, path);
+  if (!sw)
+    return -1;
+  json_t *c = json_object_get(sw, "counts");
+  p->total = count(c, "total");
+  p->queued = count(c, "queued");
+  p->running = count(c, "running");
+  p->succeeded = count(c, "succeeded");
+  p->failed = count(c, "failed");
+  p->cancelled = count(c, "cancelled");
+  p->done = p->succeeded + p->failed + p->cancelled;
+  double planned = json_number_value(json_object_get(c, "flops_planned"));
+  double spent = json_number_value(json_object_get(c, "flops_done"));
+  json_decref(sw);
+  int finished = p->total > 0 && p->queued + p->running == 0;
+
+  /* the running runs: their latest loss, and their share of compute spent */
+  char runs_text[256] = "";
+  if (p->running > 0) {
+    snprintf(path, sizeof path, "/api/sweeps/%lld/runs?status=running&limit=64", id);
+    json_t *rj = get_json(t, path);
+    json_t *rows = json_object_get(rj, "runs");
+    char ids[64 * 24] = "";
+    size_t off = 0, i;
+    json_t *r;
+    json_array_foreach(rows, i, r) {
+      off += (size_t)snprintf(ids + off, sizeof ids - off, "%s%lld", off ? "," : "",
+                              (long long)json_number_value(json_object_get(r, "id")));
+      if (off >= sizeof ids)
+        break;
+    }
+    json_t *curves = NULL;
+    if (ids[0]) {
+      char cpath[sizeof ids + 96];
+      snprintf(cpath, sizeof cpath, "/api/sweeps/%lld/curves?runs=%s&points=2&limit=64", id, ids);
+      curves = get_json(t, cpath);
+    }
+    size_t toff = 0;
+    int shown = 0;
+    json_array_foreach(rows, i, r) {
+      long long rid = (long long)json_number_value(json_object_get(r, "id"));
+      double tokens = json_number_value(json_object_get(r, "tokens"));
+      double flops = json_number_value(json_object_get(r, "flops"));
+      json_t *cv = NULL, *x;
+      size_t k;
+      json_array_foreach(curves, k, x) {
+        if ((long long)json_number_value(json_object_get(x, "run_id")) == rid)
+          cv = x;
+      }
+      json_t *tok = json_object_get(cv, "tokens"), *loss = json_object_get(cv, "train_loss");
+      size_t last = json_array_size(loss);
+      double at = last ? json_number_value(json_array_get(tok, last - 1)) : 0;
+      if (tokens > 0 && flops > 0)
+        spent += flops * fmin(1.0, at / tokens);
+      if (shown < SHOW_RUNNING && toff < sizeof runs_text) {
+        if (last)
+          toff += (size_t)snprintf(runs_text + toff, sizeof runs_text - toff,
+                                   "%srun %lld loss %.3f", shown ? ", " : "", rid,
+                                   json_number_value(json_array_get(loss, last - 1)));
+        else
+          toff += (size_t)snprintf(runs_text + toff, sizeof runs_text - toff,
+                                   "%srun %lld starting", shown ? ", " : "", rid);
+        shown++;
+      }
+    }
+    if (p->running > shown && toff < sizeof runs_text)
+      snprintf(runs_text + toff, sizeof runs_text - toff, ", +%lld", p->running - shown);
+    json_decref(curves);
+    json_decref(rj);
+  }
+
+  double now = wall();
+  if (p->t0 < 0) {
+    p->t0 = now;
+    p->spent0 = spent;
+  }
+  char eta[48] = "";
+  double rate = now > p->t0 + 1 ? (spent - p->spent0) / (now - p->t0) : 0;
+  if (!finished && rate > 0 && planned > spent) {
+    char d[24];
+    duration_text(d, sizeof d, (planned - spent) / rate);
+    snprintf(eta, sizeof eta, ", about %s left", d);
+  }
+  char sp[24], pl[24];
+  flops_text(sp, sizeof sp, spent);
+  flops_text(pl, sizeof pl, planned);
+  char line[512];
+  int n = snprintf(line, sizeof line, "sweep %lld: %lld/%lld runs done", id, p->done, p->total);
+  if (p->failed)
+    n += snprintf(line + n, sizeof line - (size_t)n, " (%lld failed)", p->failed);
+  if (p->running)
+    n += snprintf(line + n, sizeof line - (size_t)n, ", %lld running (%s)", p->running,
+                  runs_text);
+  snprintf(line + (n < (int)sizeof line ? n : (int)sizeof line - 1),
+           sizeof line - (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1),
+           ", %s of %s FLOPs (%.0f%%)%s", sp, pl, planned > 0 ? 100.0 * spent / planned : 0.0,
+           eta);
+  if (p->tty) {
+    /* one line, rewritten: cut to the terminal's usual width */
+    fprintf(p->out, "\r\033[K%.150s", line);
+    p->shown = 1;
+  } else {
+    char key[64];
+    snprintf(key, sizeof key, "%lld/%lld/%lld/%lld", p->done, p->running, p->failed, p->total);
+    if (strcmp(key, p->last) != 0 || now - p->last_t >= 60) {
+      fprintf(p->out, "%s\n", line);
+      snprintf(p->last, sizeof p->last, "%s", key);
+      p->last_t = now;
+    }
+  }
+  fflush(p->out);
+  return finished;
+}
+
+void cli_progress_end(cli_progress *p) {
+  if (p->tty && p->shown) {
+    fputc('\n', p->out);
+    fflush(p->out);
+  }
+  p->shown = 0;
+}
