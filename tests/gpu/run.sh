@@ -211,6 +211,65 @@ for p in bf16 fp16; do
   fi
 done
 
+# ---- 2c. data parallel over NCCL (needs 2 GPUs) ---------------------------------
+# world_size 2 (a rank a GPU, gradients reduced in buckets during backward,
+# ZeRO-1) against world_size 1 of the same global batch: NCCL sums in its own
+# order, so each evaluation within 0.5% rather than bit for bit; and the
+# overlap (SCALESWEEP_DP_OVERLAP=1, the default) against one reduction after
+# backward: the step time of each, the same losses.
+dp_check() {
+  local d=$work/dp
+  mkdir -p "$d"
+  cat >"$d/w1.json" <<JSON
+{"model": {"n_layer": 6, "d_model": 512, "n_head": 8, "seq_len": 512},
+ "data": {"synthetic": {"seed": 5}},
+ "train": {"batch_size": 16, "micro_batch_size": 8, "tokens": 1638400, "lr": 0.001},
+ "eval": {"every_tokens": 163840, "tokens": 8192},
+ "optimizer": {"zero": 0},
+ "precision": "bf16", "backend": "cuda"}
+JSON
+  sed 's/"optimizer": {"zero": 0}/"optimizer": {"zero": 1}/; s/^{/{"world_size": 2, /' \
+    "$d/w1.json" >"$d/w2.json"
+  timeout 150 "$bin" train --config "$d/w1.json" >"$d/w1.out" 2>"$d/w1.err" ||
+    { tail -5 "$d/w1.err"; return 1; }
+  timeout 150 "$bin" train --config "$d/w2.json" >"$d/w2.out" 2>"$d/w2.err" ||
+    { tail -5 "$d/w2.err"; return 1; }
+  SCALESWEEP_DP_OVERLAP=0 timeout 150 "$bin" train --config "$d/w2.json" >"$d/w2-off.out" \
+    2>"$d/w2-off.err" || { tail -5 "$d/w2-off.err"; return 1; }
+  python3 - "$d" <<'PY'
+import json, statistics, sys
+d = sys.argv[1]
+def run(k):
+    ev = [json.loads(l) for l in open("%s/%s.out" % (d, k))]
+    val = {e["step"]: e["val_loss"] for e in ev if e["event"] == "eval"}
+    tps = statistics.median([e["tok_per_s"] for e in ev if e["event"] == "step"][3:])
+    done = next(e for e in ev if e["event"] == "done")
+    return val, tps, done
+v1, t1, _ = run("w1")
+v2, t2, done2 = run("w2")
+v0, t0, _ = run("w2-off")
+worst = max(abs(v2[s] - v1[s]) / v1[s] for s in v1)
+if v0 != v2:
+    sys.exit("the overlapped reduction changed the losses: %s vs %s" % (v2, v0))
+msg = ("NCCL world_size 2 (ZeRO-1): evaluations within %.3g%% of world_size 1; %.0f vs %.0f "
+       "tokens/s (x%.2f); buckets during backward %.0f tokens/s vs one reduction after it "
+       "%.0f (x%.2f); %d buckets" % (100 * worst, t2, t1, t2 / t1, t2, t0, t2 / t0,
+                                   done2.get("grad_buckets", 0)))
+if worst > 0.005:
+    sys.exit(msg + ": over 0.5%")
+print(msg)
+PY
+}
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+step "data parallel over NCCL ($ngpu GPU(s))"
+if [ "$ngpu" -lt 2 ]; then
+  note "SKIP  NCCL data parallel: $ngpu GPU here, it needs 2 (NCCL puts one rank on a GPU)"
+elif msg=$(dp_check 2>&1); then
+  echo "$msg"; note "PASS  $msg"
+else
+  echo "$msg"; note "FAIL  NCCL data parallel: ${msg//$'\n'/; }"; failed=1
+fi
+
 # ---- 3. benchmark: tokens/s and MFU -----------------------------------------
 # MFU = tokens/s x model FLOPs per token (the config event's flops_per_token)
 # / the device's peak dense bf16 FLOP/s (H100/H200 SXM: 989e12).
