@@ -31,8 +31,9 @@ migration and the new scheduler are started together while the test holds
 the migration lock (pg_advisory_lock), so both wait on it at once; when it
 is released exactly one of them applies the migration (it would fail if
 applied twice) and the scheduler comes up. A second `migrate` is then a
-no-op. The new scheduler has a shorter lease (8 s; an operator may change
-it while upgrading).
+no-op. The new scheduler has a shorter lease (8 s, so that the second
+part below takes seconds): a worker judges its fence by the lease of its
+latest welcome.
 
 Asserted:
 - the old binary migrates a fresh database to exactly its own migrations;
@@ -50,15 +51,24 @@ Asserted:
 - a sweep submitted after the upgrade runs beside them (its run gets the
   new column's default).
 
-Then the runs finish: every run succeeds at attempt 1 with metric steps
-exactly 1..steps, both sweeps succeed, and schema_migrations holds exactly
-the new binary's migrations.
+Then a migration longer than the fence. A scheduler must be back within
+three quarters of the lease or the worker kills its trainers before their
+runs can be given to another worker (docs/runtime.md, "Fencing"); the
+upgrade above takes a few seconds of the old scheduler's 30 s lease (the
+test prints how long). The new scheduler is stopped with the runs still
+training and started again behind a long migration (the test holds the
+migration lock, as a `migrate` still running would) until the worker has
+fenced the trainers. Asserted: each run is re-queued as interrupted, not
+failed (the scheduler's log says it was fenced), resumes from its
+checkpoint at attempt 2 with 1 interruption and succeeds with metric steps
+exactly 1..steps; both sweeps succeed; schema_migrations holds exactly the
+new binary's migrations.
 
-Every sweep has max_attempts 1, so an attempt spent would fail its run.
-Before this test's fix, a worker back from a reconnect fenced its trainers
-before its first heartbeat (a period after the welcome) could renew their
-leases, judged by the new, shorter lease. About 25 s on an idle two-core
-machine.
+Every sweep has max_attempts 1, so an attempt spent would fail its run:
+before this test's fixes, a fenced attempt was reported as a failure
+("killed by signal 9") and spent it, and a worker back from a reconnect
+fenced its trainers before its first heartbeat (a period after the
+welcome) could renew their leases. About 30 s on an idle two-core machine.
 
 Usage: test_upgrade.py SCALESWEEP_BINARY SCALESWEEP_NEXT_BINARY
 """
@@ -93,7 +103,7 @@ api_port = wport = 0
 procs = {}
 
 # Tiny CPU runs: 512 tokens a step; LONG is about 20 s on an idle core, long
-# enough to be mid-run through the upgrade; SHORT a second or two.
+# enough to be mid-run through both parts (about 15 s); SHORT a second or two.
 BASE = {"model": {"n_layer": 2, "d_model": 64, "n_head": 2, "seq_len": 64},
         "data": {"synthetic": {"seed": 5}},
         "train": {"batch_size": 8, "micro_batch_size": 8, "lr": 0.003},
@@ -391,10 +401,25 @@ try:
           "stored new checkpoints and their metric steps without a gap past where they were; "
           f"run {short}, submitted after the upgrade, succeeded")
 
-    # ---- the end of the sweeps ------------------------------------------------------
+    # ---- a migration longer than the fence: the runs resume, no attempt spent ----------
+    procs["scheduler-new"].send_signal(signal.SIGTERM)
+    check(procs["scheduler-new"].wait(30) == 0, "the new scheduler's SIGTERM exit")
+    holder = hold_migration_lock()
+    ready, _ = start_scheduler("scheduler-again", NEXT, f"127.0.0.1:{api_port}",
+                               f"127.0.0.1:{wport}", SHORT_LEASE_S)
+    for rid in run_ids:
+        fence = rf"run {rid} attempt 1: lease not renewed for \d+ ms"
+        wait_for(lambda: re.search(fence, log("worker")), f"the worker to fence run {rid}", 30)
+        check(rows(f"SELECT status, attempt FROM runs WHERE id = {rid}") == [["running", "1"]],
+              f"run {rid} changed while no scheduler was up")
+    release(holder)
+    wait_up("scheduler-again", ready)
+
     def done():
         counts = rows("SELECT status, count(*) FROM runs GROUP BY status")
-        check(not any(s in ("failed", "cancelled") for s, _ in counts), f"runs: {counts}")
+        check(not any(s in ("failed", "cancelled") for s, _ in counts),
+              "runs ended badly: " + str(rows("SELECT id, status, attempt, error FROM runs "
+                                              "WHERE status IN ('failed', 'cancelled')")))
         return counts == [["succeeded", str(len(run_ids) + 1)]]
     wait_for(done, "every run to succeed", 120)
     # a sweep's status follows its runs' on the scheduler's next tick
@@ -402,14 +427,21 @@ try:
              == "succeeded", "both sweeps to succeed", 10)
     for rid in run_ids:
         attempt, intr = rows(f"SELECT attempt, interruptions FROM runs WHERE id = {rid}")[0]
-        check((int(attempt), int(intr)) == (1, 0),
-              f"run {rid}: attempt {attempt}, {intr} interruption(s); want 1 and 0")
-        check(trainer_starts(rid) == [(before[rid]["attempt"], before[rid]["pid"])],
-              f"run {rid}: trainers started {trainer_starts(rid)}; want only the first")
+        check((int(attempt), int(intr)) == (2, 1),
+              f"fenced run {rid}: attempt {attempt}, {intr} interruption(s); want 2 and 1")
+        check(re.search(rf"run {rid} attempt 1: interrupted: its worker fenced it .* "
+                        r"\(no attempt spent\)", log("scheduler-again")),
+              f"the scheduler does not say why run {rid} was interrupted")
+        check([a for a, _ in trainer_starts(rid)] == [1, 2] and
+              re.search(rf"run {rid} attempt 2: started pid \d+ \(.*\), resuming", log("worker")),
+              f"run {rid}'s trainers: {trainer_starts(rid)}; want attempt 2 resuming")
         n, lo, hi = rows(f"SELECT count(*), min(step), max(step) FROM metrics "
                          f"WHERE run_id = {rid}")[0]
         check((int(n), int(lo), int(hi)) == (steps, 1, steps),
               f"run {rid}: {n} metric rows, steps {lo}..{hi}; want exactly 1..{steps}")
+    print(f"ok: a migration holding the scheduler past the fence: the trainers of runs {run_ids} "
+          "were fenced, the runs re-queued as interrupted (no attempt spent, max_attempts 1), "
+          f"resumed from their checkpoints at attempt 2 and succeeded with steps 1..{steps}")
     check(schema_migrations() == NEW_VERSIONS,
           f"schema_migrations at the end: {schema_migrations()}, not {NEW_VERSIONS}")
     print(f"ok: every run succeeded; schema_migrations is the new version's {NEW_VERSIONS}")
