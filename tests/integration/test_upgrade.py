@@ -61,14 +61,17 @@ migration lock, as a `migrate` still running would) until the worker has
 fenced the trainers. Asserted: each run is re-queued as interrupted, not
 failed (the scheduler's log says it was fenced), resumes from its
 checkpoint at attempt 2 with 1 interruption and succeeds with metric steps
-exactly 1..steps; both sweeps succeed; schema_migrations holds exactly the
-new binary's migrations.
+exactly 1..steps; both sweeps succeed, the one whose run had ended just
+before the stop too (its status left running, as a scheduler stopped
+before its next tick leaves it: the next one settles it); schema_migrations
+holds exactly the new binary's migrations.
 
 Every sweep has max_attempts 1, so an attempt spent would fail its run:
 before this test's fixes, a fenced attempt was reported as a failure
 ("killed by signal 9") and spent it, and a worker back from a reconnect
 fenced its trainers before its first heartbeat (a period after the
-welcome) could renew their leases. About 30 s on an idle two-core machine.
+welcome) could renew their leases, and a sweep left running by a stopped
+scheduler stayed so. About 30 s on an idle two-core machine.
 
 Usage: test_upgrade.py SCALESWEEP_BINARY SCALESWEEP_NEXT_BINARY
 """
@@ -404,6 +407,10 @@ try:
     # ---- a migration longer than the fence: the runs resume, no attempt spent ----------
     procs["scheduler-new"].send_signal(signal.SIGTERM)
     check(procs["scheduler-new"].wait(30) == 0, "the new scheduler's SIGTERM exit")
+    # a scheduler updates a sweep's status on the tick after its run ends; one
+    # stopped before that tick (this stop races it) leaves the sweep running,
+    # and the next scheduler must settle it
+    psql(f"UPDATE sweeps SET status = 'running' WHERE id = {sw2['id']}")
     holder = hold_migration_lock()
     ready, _ = start_scheduler("scheduler-again", NEXT, f"127.0.0.1:{api_port}",
                                f"127.0.0.1:{wport}", SHORT_LEASE_S)
@@ -424,7 +431,7 @@ try:
     wait_for(done, "every run to succeed", 120)
     # a sweep's status follows its runs' on the scheduler's next tick
     wait_for(lambda: psql("SELECT string_agg(DISTINCT status::text, ',') FROM sweeps")
-             == "succeeded", "both sweeps to succeed", 10)
+             == "succeeded", "both sweeps to succeed, the one left running too", 10)
     for rid in run_ids:
         attempt, intr = rows(f"SELECT attempt, interruptions FROM runs WHERE id = {rid}")[0]
         check((int(attempt), int(intr)) == (2, 1),
