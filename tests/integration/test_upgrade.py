@@ -74,6 +74,7 @@ welcome) could renew their leases, and a sweep left running by a stopped
 scheduler stayed so. About 30 s on an idle two-core machine.
 
 Usage: test_upgrade.py SCALESWEEP_BINARY SCALESWEEP_NEXT_BINARY
+(SS_UPGRADE_KEEP=1 keeps the logs and work directories.)
 """
 import glob
 import json
