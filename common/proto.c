@@ -551,9 +551,11 @@ static const field f_stopping[] = {{"runs", K_RUN_REFS}, {NULL, 0}};
 
 /* Optional fields, checked when present. finished: interrupted (the worker
  * stopped the trainer, or a signal from outside did, after its checkpoint:
- * the run goes back to the queue without spending an attempt) and the step
- * of the attempt's last checkpoint. */
-static const field o_finished[] = {{"interrupted", K_BOOL}, {"checkpoint_step", K_INT0}, {NULL, 0}};
+ * the run goes back to the queue without spending an attempt), fenced (the
+ * worker killed it because its lease could not be renewed) and the step of
+ * the attempt's last checkpoint. */
+static const field o_finished[] = {
+    {"interrupted", K_BOOL}, {"fenced", K_BOOL}, {"checkpoint_step", K_INT0}, {NULL, 0}};
 static const field o_none[] = {{NULL, 0}};
 /* hello.backends (optional): what the worker can run (absent: an older
  * worker, whose GPUs are taken as CUDA's); hello.slurm_job (optional): the

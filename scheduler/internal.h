@@ -89,6 +89,8 @@ void sched__sweep_status(sched *s, int64_t sweep_id);
  * next tick of the lease timer: finishes arriving together cost one of each. */
 void sched__sweep_touch(sched *s, int64_t sweep_id, int refit);
 void sched__sweep_flush(sched *s);
+/* At start: touches every unfinished sweep, with a refit (refit.c). */
+void sched__sweeps_settle(sched *s);
 
 /* api.c */
 void sched__http(http_request *r, void *ud);

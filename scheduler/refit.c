@@ -496,6 +496,20 @@ void sched__sweep_touch(sched *s, int64_t sweep_id, int refit) {
   st->touched[st->ntouched++] = (sched__touched){.sweep_id = sweep_id, .refit = refit != 0};
 }
 
+static void on_unfinished(void *ud, int status, const int64_t *ids, int n, const char *errmsg) {
+  sched *s = ud;
+  if (status != 0) {
+    fprintf(stderr, "scheduler: reading the unfinished sweeps failed: %s\n", errmsg);
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    sched__sweep_touch(s, ids[i], 1);
+}
+
+/* A scheduler that stopped (or died) within a tick of a run's end never
+ * updated that sweep's status nor refitted it; the next one does. */
+void sched__sweeps_settle(sched *s) { store_sweeps_unfinished(s->db, on_unfinished, s); }
+
 void sched__sweep_flush(sched *s) {
   sched__refits *st = &s->refits;
   sched__refit_due(s);

@@ -227,6 +227,7 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
     return rc;
   }
   sched__lease_start(s);
+  sched__sweeps_settle(s);
   /* A SIGINT ignored by whoever started us stays ignored (the shell's rule
    * for background jobs): `scalesweep up` takes Ctrl-C itself and stops the
    * worker before the scheduler, so that the worker's last reports (its

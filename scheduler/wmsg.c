@@ -585,14 +585,17 @@ static void on_finished(sched__wconn *c, json_t *m) {
   if (!x->cancelled && json_is_true(json_object_get(m, "interrupted")) &&
       !(json_integer_value(json_object_get(m, "exit_code")) == 0 && json_is_object(done))) {
     /* its worker stopped it (or a signal from outside did) after a
-     * checkpoint: back to the queue, no attempt spent */
+     * checkpoint, or fenced it while no scheduler renewed its lease: back
+     * to the queue, no attempt spent */
+    const char *how = json_is_true(json_object_get(m, "fenced"))
+                          ? "its worker fenced it (no scheduler renewed its lease in time)"
+                          : "its worker stopped";
     char why[160];
     if (json_is_integer(ck))
-      snprintf(why, sizeof why,
-               "interrupted: its worker stopped; resumes from step %" JSON_INTEGER_FORMAT,
+      snprintf(why, sizeof why, "interrupted: %s; resumes from step %" JSON_INTEGER_FORMAT, how,
                json_integer_value(ck));
     else
-      snprintf(why, sizeof why, "interrupted: its worker stopped");
+      snprintf(why, sizeof why, "interrupted: %s", how);
     sched__wlog(c, "run %" PRId64 " attempt %d: %s (no attempt spent)", run_id, attempt, why);
     store_runs_requeue_interrupted(c->wp->db, run_id, attempt, c->worker_id, why,
                                    on_finished_stored, x);

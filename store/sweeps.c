@@ -95,3 +95,10 @@ void store_sweeps_update_status(db *d, int64_t sweep_id, store_sweeps_status_cb 
            "RETURNING sw.id, sw.status",
            1, p, store__on_rows, c);
 }
+
+STORE__ARRAY_SPEC(unfinished, int64_t, store__decode_id, store_ids_cb);
+
+void store_sweeps_unfinished(db *d, store_ids_cb cb, void *ud) {
+  store__query_rows(d, "SELECT id FROM sweeps WHERE status IN ('queued', 'running') ORDER BY id", 0,
+                    NULL, &unfinished, (void (*)(void))cb, ud);
+}

@@ -1,10 +1,12 @@
 /* Sweeps (store/sweeps.c): submitting a sweep with its runs, finding one by
- * its spec's hash, and recomputing a sweep's status from its runs. */
+ * its spec's hash, recomputing a sweep's status from its runs, and listing
+ * the unfinished ones. */
 #ifndef SS_STORE_SWEEPS_H
 #define SS_STORE_SWEEPS_H
 
 #include <stdint.h>
 
+#include "store/runs.h"
 #include "store/store.h"
 
 /* A planned sweep to store. The strings are copied before
@@ -48,5 +50,8 @@ typedef void (*store_sweeps_status_cb)(void *ud, int status, int64_t sweep_id,
  * waits after a start (queued while nothing has started), then failed if
  * any run failed, else succeeded; a cancelled sweep stays cancelled. */
 void store_sweeps_update_status(db *d, int64_t sweep_id, store_sweeps_status_cb cb, void *ud);
+
+/* The sweeps whose status is queued or running. */
+void store_sweeps_unfinished(db *d, store_ids_cb cb, void *ud);
 
 #endif

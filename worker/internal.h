@@ -113,6 +113,10 @@ struct wrk__run {
   int64_t ckpt_step;   /* the step of this attempt's last checkpoint; -1: none yet */
   int fenced;          /* killed because its lease could not be renewed */
   uint64_t renewed_ms; /* loop time from which its lease surely runs */
+  /* the lease told when it was renewed: the fence judges each renewal by its
+   * own (a restarted scheduler may tell a shorter one, but it keeps the
+   * leases it finds) */
+  int64_t renewed_for_ms;
   int pid;
 
   proto_reader rd;
@@ -215,8 +219,9 @@ void wrk__send_json(wrk__worker *w, json_t *msg);
 
 /* ---- lease.c ------------------------------------------------------------ */
 
-/* After a welcome: takes its lease and starts heartbeats (every heartbeat_s
- * or the --heartbeat override). Returns the heartbeat period in seconds. */
+/* After a welcome: takes its lease and starts heartbeats (the first at once,
+ * then every heartbeat_s or the --heartbeat override). Returns the
+ * heartbeat period in seconds. */
 double wrk__lease_welcome(wrk__worker *w, json_t *welcome);
 wrk__handler wrk__on_lease_renewed; /* heartbeat answer */
 /* Every FENCE_CHECK_MS from start-up: SIGKILL to trainers whose lease lapsed. */

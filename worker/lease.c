@@ -31,7 +31,11 @@ double wrk__lease_welcome(wrk__worker *w, json_t *welcome) {
   double hb = w->hb_override > 0 ? w->hb_override
                                  : json_number_value(json_object_get(welcome, "heartbeat_s"));
   uint64_t hb_ms = hb * 1000 < 10 ? 10 : hb * 1000 > 3.6e6 ? 3600000 : (uint64_t)(hb * 1000);
-  uv_timer_start(&w->hb_timer, on_hb_timer, hb_ms, hb_ms);
+  /* the first heartbeat at once: after a reconnect the leases were last
+   * renewed before the scheduler went away, and the fence (judged by the
+   * lease this welcome tells, which may be shorter) must not outrun their
+   * first renewal by the scheduler now back */
+  uv_timer_start(&w->hb_timer, on_hb_timer, 0, hb_ms);
   return hb;
 }
 
@@ -48,8 +52,10 @@ void wrk__on_lease_renewed(wrk__conn *c, json_t *m) {
   json_t *id;
   json_array_foreach(json_object_get(m, "runs"), i, id) {
     for (wrk__run *r = w->runs; r; r = r->next)
-      if (r->id == json_integer_value(id) && r->renewed_ms < sent)
+      if (r->id == json_integer_value(id) && r->renewed_ms < sent) {
         r->renewed_ms = sent;
+        r->renewed_for_ms = w->lease_ms;
+      }
   }
 }
 
@@ -61,15 +67,17 @@ void wrk__on_lease_renewed(wrk__conn *c, json_t *m) {
  * the scheduler has answered a heartbeat (an older one never does). */
 void wrk__on_fence_timer(uv_timer_t *t) {
   wrk__worker *w = t->data;
-  if (!w->fencing || w->lease_ms <= 0)
+  if (!w->fencing)
     return;
-  uint64_t now = uv_now(&w->loop), keep = (uint64_t)(w->lease_ms - w->lease_ms / 4);
+  uint64_t now = uv_now(&w->loop);
   for (wrk__run *r = w->runs; r; r = r->next) {
-    if (r->state != WRK__RUN_RUNNING || !r->proc_alive || r->fenced || now - r->renewed_ms <= keep)
+    uint64_t keep = (uint64_t)(r->renewed_for_ms - r->renewed_for_ms / 4);
+    if (r->state != WRK__RUN_RUNNING || !r->proc_alive || r->fenced || r->renewed_for_ms <= 0 ||
+        now - r->renewed_ms <= keep)
       continue;
     wrk__log("run %" PRId64 " attempt %" PRId64 ": lease not renewed for %" PRIu64
              " ms (lease %" PRId64 " ms): SIGKILL to pid %d, the run may go to another worker",
-             r->id, r->attempt, now - r->renewed_ms, w->lease_ms, r->pid);
+             r->id, r->attempt, now - r->renewed_ms, r->renewed_for_ms, r->pid);
     r->fenced = r->cancelled = 1;
     uv_process_kill(&r->proc, SIGKILL);
   }

@@ -123,14 +123,21 @@ void wrk__run_complete(wrk__run *r) {
   }
   /* interrupted: stopped by a signal after its checkpoint (the trainer's
    * 128 + SIGTERM or SIGINT) and not on the scheduler's or this worker's
-   * own cancel, or stopped in any way because this worker is stopping */
+   * own cancel, or stopped in any way because this worker is stopping, or
+   * fenced: killed because no scheduler renewed its lease (one stopped for
+   * an upgrade, its database away), which is no failure of the run. If the
+   * scheduler has meanwhile given the run up as lost, the report changes
+   * nothing there (docs/runtime.md, "Fencing"). */
   int ok = code == 0 && r->done;
   int stop_code = code == 128 + SIGTERM || code == 128 + SIGINT;
-  int interrupted = !ok && (stop_code ? r->interrupting || !r->cancelled
-                                      : r->interrupting && r->term_signal == SIGKILL);
+  int interrupted =
+      !ok && (r->fenced || (stop_code ? r->interrupting || !r->cancelled
+                                      : r->interrupting && r->term_signal == SIGKILL));
   json_t *msg = wrk__run_header(r, "finished");
   json_object_set_new(msg, "seq", json_integer(r->next_seq));
   json_object_set_new(msg, "interrupted", json_boolean(interrupted));
+  if (r->fenced)
+    json_object_set_new(msg, "fenced", json_true());
   if (r->ckpt_step >= 0)
     json_object_set_new(msg, "checkpoint_step", json_integer(r->ckpt_step));
   json_object_set_new(msg, "exit_code", json_integer(code));
@@ -157,7 +164,9 @@ void wrk__run_complete(wrk__run *r) {
     wrk__log("BUG: run %" PRId64 ": cannot encode the finished message: %s", r->id, err);
   }
   char note[160] = "";
-  if (interrupted && r->ckpt_step >= 0)
+  if (interrupted && r->fenced)
+    snprintf(note, sizeof note, "; fenced: reported as interrupted, not failed");
+  else if (interrupted && r->ckpt_step >= 0)
     snprintf(note, sizeof note,
              "; interrupted after its checkpoint at step %" PRId64
              ": reported as interrupted, not failed",

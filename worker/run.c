@@ -97,6 +97,7 @@ void wrk__on_assign(wrk__conn *c, json_t *m) {
   r->ckpt_step = -1;
   r->state = WRK__RUN_WAITING;
   r->renewed_ms = uv_now(&w->loop); /* claimed just before it was sent */
+  r->renewed_for_ms = w->lease_ms;
   proto_reader_init(&r->rd);
   if (snprintf(r->dir, sizeof r->dir, "%s/runs/%" PRId64, w->work_dir, id) >= (int)sizeof r->dir ||
       snprintf(r->log_path, sizeof r->log_path, "%s/attempt-%" PRId64 ".log", r->dir, attempt) >=

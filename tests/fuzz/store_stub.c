@@ -434,6 +434,13 @@ void store_sweeps_update_status(db *d, int64_t sweep_id, store_sweeps_status_cb 
   QUEUE(d, ans_status, cb, ud)->a = sweep_id;
 }
 
+static void ans_unfinished(call *c, int st, int v) {
+  static const int64_t ids[] = {1, 2};
+  ((store_ids_cb)c->cb)(c->ud, st, st ? NULL : ids, st ? 0 : v % 3, st ? errmsg : NULL);
+}
+
+void store_sweeps_unfinished(db *d, store_ids_cb cb, void *ud) { QUEUE(d, ans_unfinished, cb, ud); }
+
 /* ---- fits.h ----------------------------------------------------------------------- */
 
 static void ans_points(call *c, int st, int v) {

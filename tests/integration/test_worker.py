@@ -14,10 +14,12 @@ in order, and that the union of all batches holds every step exactly once;
 cancel (SIGTERM: exit 143 with a checkpoint), resume, a newer attempt
 superseding a running one, a GPU the worker does not offer, a config the
 trainer refuses; bad scheduler messages ignored; an over-long line and an `error`
-message answered by a reconnect; SIGTERM stopping the worker cleanly (exit 0,
-every handle closed): a `stopping` message first, its trainer checkpointed
-and reported as interrupted with its checkpoint step, an assignment that
-crosses the stop handed back as interrupted; the token never logged,
+message answered by a reconnect, whose first heartbeat comes at once; a
+renewed lease judged by its own length after a welcome with a shorter one
+(no fence); SIGTERM stopping the worker cleanly (exit 0, every handle
+closed): a `stopping` message first, its trainer checkpointed and reported
+as interrupted with its checkpoint step, an assignment that crosses the
+stop handed back as interrupted; the token never logged,
 and no secret of the worker's (its token under any name, the API token, a
 PostgreSQL password) in a trainer's environment.
 
@@ -173,8 +175,8 @@ def expect_hello(p, runs):
     return h
 
 
-def welcome(p, hb=0.3):
-    p.send({"type": "welcome", "worker_id": 7, "heartbeat_s": hb, "lease_s": 30})
+def welcome(p, hb=0.3, lease=30):
+    p.send({"type": "welcome", "worker_id": 7, "heartbeat_s": hb, "lease_s": lease})
 
 
 def assign(p, run_id, attempt, config, gpus, ckdir, resume=False):
@@ -243,15 +245,15 @@ def main():
     print("worker protocol: all checks passed in %.1f s" % (time.time() - started_at))
 
 
-def reconnected(listener, p):
+def reconnected(listener, p, hb=0.3):
     """Reads p until the worker drops it; the worker's next connection, its
-    hello (no runs) checked and welcomed."""
+    hello (no runs) checked and welcomed (heartbeats every hb seconds)."""
     while p.recv(5) is not None:
         pass
     p.close()
     p = accept(listener, 5)
     expect_hello(p, [])
-    welcome(p)
+    welcome(p, hb)
     return p
 
 
@@ -507,8 +509,39 @@ def run_test(binary):
     p = reconnected(listener, p)
 
     # ---- 8. an `error` message: the worker reconnects after backoff -----------
+    # and sends its first heartbeat at once, not a period (60 s here) after
+    # the welcome: its leases were last renewed before the connection was
+    # lost, and its fence must not outrun their renewal
     p.send({"type": "error", "message": "go away"})
-    p = reconnected(listener, p)
+    p = reconnected(listener, p, hb=60)
+    p.until(lambda m: m["type"] == "heartbeat", 2, "the first heartbeat at once after a welcome",
+            since=len(p.got))
+
+    # ---- 8b. a scheduler back with a shorter lease: no fence before it renews --
+    # run 6's lease is renewed (30 s), the connection drops, and the next
+    # welcome tells a lease of 2 s, 2 s later: the fence still judges the
+    # renewal by its 30 s (the scheduler keeps the leases it finds)
+    assign(p, 6, 1, LONG, [], ck(6))
+    p.until(lambda m: m["type"] == "metrics" and m["run_id"] == 6, 10, "run 6 metrics", ack_all)
+    p.close()
+    p = accept(listener, 5)
+    expect_hello(p, [(6, 1)])
+    welcome(p, hb=60)
+    hb = p.until(lambda m: m["type"] == "heartbeat" and 6 in m["runs"], 2,
+                 "a heartbeat listing run 6")
+    p.send({"type": "heartbeat", "hb": hb["hb"], "runs": [6]})
+    time.sleep(0.3)
+    p.close()
+    p = accept(listener, 5)
+    expect_hello(p, [(6, 1)])
+    time.sleep(2)
+    welcome(p, hb=60, lease=2)
+    time.sleep(1)
+    child_of_run(6, timeout=0.1)
+    with open(os.path.join(tmp, "worker.log"), errors="replace") as f:
+        check("lease not renewed" not in f.read(), "run 6 fenced by the new, shorter lease")
+    p.send({"type": "cancel", "run_id": 6})
+    p.until(lambda m: m["type"] == "finished" and m["run_id"] == 6, 10, "run 6 finished", ack_all)
 
     # ---- 9. SIGTERM: the trainer checkpoints, its last messages go, exit 0 ----
     assign(p, 5, 1, LONG, [], ck(5))

@@ -261,6 +261,11 @@ static void test_valid(void) {
             "\"signal\":0,\"done\":null,\"error\":\"stopped\",\"log_tail\":\"x\","
             "\"interrupted\":true,\"checkpoint_step\":120}",
             PROTO_FINISHED);
+  /* a fenced trainer's finished */
+  expect_ok("{\"type\":\"finished\",\"run_id\":1,\"attempt\":1,\"seq\":4,\"exit_code\":-1,"
+            "\"signal\":9,\"done\":null,\"error\":\"killed\",\"log_tail\":\"x\","
+            "\"interrupted\":true,\"fenced\":true,\"checkpoint_step\":120}",
+            PROTO_FINISHED);
   /* unknown keys are ignored */
   expect_ok("{\"type\":\"cancel\",\"run_id\":5,\"reason\":\"user\"}", PROTO_CANCEL);
   /* whitespace around the object */
@@ -284,6 +289,9 @@ static void test_invalid(void) {
   expect_err("{\"type\":\"finished\",\"run_id\":1,\"attempt\":1,\"seq\":4,\"exit_code\":143,"
              "\"signal\":0,\"done\":null,\"error\":null,\"log_tail\":\"\",\"interrupted\":1}",
              "$.interrupted: expected true or false", "found 1");
+  expect_err("{\"type\":\"finished\",\"run_id\":1,\"attempt\":1,\"seq\":4,\"exit_code\":-1,"
+             "\"signal\":9,\"done\":null,\"error\":null,\"log_tail\":\"\",\"fenced\":\"yes\"}",
+             "$.fenced: expected true or false", "found \"yes\"");
   expect_err("{\"type\":\"finished\",\"run_id\":1,\"attempt\":1,\"seq\":4,\"exit_code\":143,"
              "\"signal\":0,\"done\":null,\"error\":null,\"log_tail\":\"\",\"checkpoint_step\":-1}",
              "$.checkpoint_step: expected an integer >= 0", NULL);
