@@ -477,7 +477,11 @@ void sched__place(sched *s) {
   if (room == 0 || !db_ready(s->db))
     return;
   s->pl.placing = 1;
-  store_runs_queue(s->db, room * 4 + 16, on_queue, s);
+  /* the read costs about the same whatever the limit (a scan and a top-N
+   * sort of every queued run): a longer one leaves more in the cache for
+   * the passes of the next finished runs */
+  int limit = room * 4 + 16;
+  store_runs_queue(s->db, limit < SCHED__QUEUE_READ ? SCHED__QUEUE_READ : limit, on_queue, s);
 }
 
 void sched__place_freed(sched *s) {

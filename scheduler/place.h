@@ -9,6 +9,8 @@
 struct store_queued;
 
 #define SCHED__BLOCKED 64
+/* a placement pass reads at least this many queued runs */
+#define SCHED__QUEUE_READ 256
 /* a CPU run's ranks over at most this many workers (gang placement) */
 #define SCHED__GANG_MAX 64
 /* rank 0 of a run spread over workers listens on a port from here (the

@@ -22,7 +22,7 @@ def pgbench(script, clients, seconds=None, transactions=None, label="pgbench"):
     with open(path, "w") as f:
         f.write(script)
     cmd = [pgbench_bin(), "-n", "-f", path, "-c", str(clients), "-j", str(min(clients, 2)),
-           "-M", "prepared"]
+           "-M", "prepared", "-r"]
     cmd += ["-T", str(seconds)] if seconds else ["-t", str(transactions)]
     t = time.time()
     r = subprocess.run(cmd + [DB], capture_output=True, text=True, timeout=900)
@@ -33,6 +33,19 @@ def pgbench(script, clients, seconds=None, transactions=None, label="pgbench"):
         die(f"{label}: pgbench failed: {r.stderr.strip()[:500]}")
     m = re.search(r"number of transactions actually processed: (\d+)", r.stdout)
     return int(m.group(1)) if m else None, wall, r.stdout
+
+
+def statement_latencies(out):
+    """pgbench -r's mean latency per statement of the script: [(ms, its first words)]."""
+    lat, on = [], False
+    for line in out.splitlines():
+        if "statement latencies in milliseconds" in line:
+            on = True
+            continue
+        m = re.match(r"\s+([\d.]+)\s+(?:\d+\s+)?(\S.*)", line) if on else None
+        if m:
+            lat.append([float(m.group(1)), m.group(2)[:60]])
+    return lat
 
 
 # ---- (e) 20,000 queued runs: memory and start-up -----------------------------------------------
@@ -168,13 +181,14 @@ def queue_sql_part(cap):
     done = int(psql(f"SELECT count(*) FROM runs WHERE sweep_id IN ({','.join(map(str, ids))}) "
                     f"AND status = 'succeeded'"))
     m = re.search(r"tps = ([\d.]+)", out)
-    res = {"clients": clients, "runs_claimed_and_finished": done, "transactions": tx,
+    res = {"statement_latency_ms": statement_latencies(out), "clients": clients, "runs_claimed_and_finished": done, "transactions": tx,
            "wall_s": round(wall, 2), "jobs_per_s": round(done / wall, 1),
            "pgbench_tps": float(m.group(1)) if m else None,
            "statements_per_job": "nextval + claim UPDATE + finish UPDATE (+ the queue read "
                                  "once per 48 jobs)"}
     log(f"queue SQL: {done} runs claimed and finished by 8 pgbench clients in {wall:.1f} s: "
-        f"{res['jobs_per_s']} jobs/s")
+        f"{res['jobs_per_s']} jobs/s; mean ms per statement: " +
+        "; ".join(f"{ms} {what[:30]}" for ms, what in res["statement_latency_ms"]))
     return res
 
 
