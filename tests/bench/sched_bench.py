@@ -88,7 +88,7 @@ build/bench/sched.json (BENCH_OUT) and the logs under build/bench/sched/
 (BENCH_LOG_DIR). The figures are information: the exit status is 0 unless
 the benchmark itself could not run (then 1).
 
-Environment (defaults: about 3-4 minutes on a quiet 2-core machine):
+Environment (defaults: about 9 minutes on a busy 2-core machine):
   BENCH_PARTS="dispatch metrics anchor api bigsweep capacity queue"
                              (bigsweep needs api, queue needs capacity)
   BENCH_DISPATCH_RUNS=2000   BENCH_DISPATCH_LAYOUTS="1x2 8x1"   FAKE_STEPS=0
