@@ -59,6 +59,11 @@ struct sched {
 /* place.c: a placement pass (one at a time; asked for during one, another
  * follows it) */
 void sched__place(sched *s);
+/* A pass for capacity a finished run freed, the queue otherwise unchanged:
+ * from the runs the last read returned when they still fill the free
+ * capacity, else as sched__place. */
+void sched__place_freed(sched *s);
+void sched__place_free(sched *s);
 /* Why a queued run needing `gpus` GPUs (0: `slots` CPU slots) cannot run
  * on any connected worker, whatever finishes: no worker connected, none
  * with that many CPU slots, none with that many GPUs the CUDA backend runs on (naming the

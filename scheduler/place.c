@@ -108,16 +108,21 @@ typedef struct assign_ctx {
   sched *s;
   int64_t worker_id, run_id;
   int ngpus, gpus[8];
-  int pending; /* last of a placement pass */
-  int nparts;  /* > 1: spread over these workers */
+  int pending;    /* last of a placement pass */
+  int from_cache; /* the run came from placement's cache, not a fresh read */
+  int nparts;     /* > 1: spread over these workers */
   gang_part part[SCHED__GANG_MAX];
 } assign_ctx;
 
 static void place_done(sched *s) {
   s->pl.placing = 0;
   if (s->pl.again) {
+    int fresh = s->pl.again == 2;
     s->pl.again = 0;
-    sched__place(s);
+    if (fresh)
+      sched__place(s);
+    else
+      sched__place_freed(s);
   }
 }
 
@@ -219,6 +224,15 @@ static void on_claimed(void *ud, int status, const store_claim *cl, const char *
   sched__wconn *c = sched__conn_by_worker(&s->wp, a->worker_id);
   if (status != 0)
     sched__logf("claiming run %" PRId64 " failed: %s", a->run_id, errmsg);
+  if (!cl && a->from_cache) {
+    /* the cache was stale (the run was cancelled or taken meanwhile): the
+     * capacity goes back, and a fresh read places it */
+    s->pl.ncache = 0;
+    if (s->pl.placing)
+      s->pl.again = 2;
+    else
+      sched__place(s);
+  }
   if (!cl || !c || (a->nparts > 1 && !gang_whole(s, a)))
     release_parts(s, a);
   if (c && cl && a->nparts > 1 && !gang_whole(s, a)) {
@@ -347,13 +361,33 @@ static assign_ctx *assign_gang(sched *s, int64_t run_id, int ranks, int gpu) {
   return a;
 }
 
-static void on_queue(void *ud, int status, const store_queued *runs, int n, const char *errmsg) {
-  sched *s = ud;
-  if (status != 0) {
-    sched__logf("reading the queue failed: %s", errmsg);
-    place_done(s);
+/* Keeps the runs of a pass's queue that it did not claim, in order, as
+ * placement's cache (runs may be the cache itself); none when out of memory. */
+static void cache_keep(sched *s, const store_queued *runs, int n, const unsigned char *claimed) {
+  sched__placement *pl = &s->pl;
+  if (!claimed) {
+    pl->ncache = 0;
     return;
   }
+  if (runs != pl->cache && n > 0) {
+    store_queued *c = realloc(pl->cache, (size_t)n * sizeof *c);
+    if (!c) {
+      pl->ncache = 0;
+      return;
+    }
+    pl->cache = c;
+  }
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (!claimed[i])
+      pl->cache[k++] = runs[i];
+  pl->ncache = k;
+}
+
+/* A pass over queued runs in placement order, from a fresh read of the
+ * queue (store_runs_queue's callback) or from the cache (from_cache). */
+static void place_runs(sched *s, const store_queued *runs, int n, int from_cache) {
+  unsigned char *claimed = n > 0 ? calloc((size_t)n, 1) : NULL;
   assign_ctx *last = NULL;
   int blocked_gpus = 0; /* backfill: the smallest GPU count that did not fit */
   /* reservation: the first multi-GPU run that has waited reserve_after_s
@@ -378,6 +412,9 @@ static void on_queue(void *ud, int status, const store_queued *runs, int n, cons
     else if (!c && gpus > 1 && (gpus > 8 || !reserve_for(s, gpus)))
       g = assign_gang(s, run_id, gpus, 1);
     if (g) { /* its ranks spread over workers */
+      g->from_cache = from_cache;
+      if (claimed)
+        claimed[i] = 1;
       last = g;
       if (total_free(s) == 0)
         break;
@@ -396,29 +433,80 @@ static void on_queue(void *ud, int status, const store_queued *runs, int n, cons
     }
     unblocked(&s->pl, run_id);
     assign_ctx *a = assign(s, c, run_id, gpus, chosen, slots);
-    if (a)
+    if (a) {
+      a->from_cache = from_cache;
+      if (claimed)
+        claimed[i] = 1;
       last = a;
+    }
     if (total_free(s) == 0)
       break;
   }
+  cache_keep(s, runs, n, claimed);
+  free(claimed);
+  /* what the cache held did not fill the free capacity: the queue beyond
+   * it may (a smaller run behind, backfill) */
+  if (from_cache && total_free(s) > 0)
+    s->pl.again = 2;
   if (last)
     last->pending = 1;
   else
     place_done(s);
 }
 
+static void on_queue(void *ud, int status, const store_queued *runs, int n, const char *errmsg) {
+  sched *s = ud;
+  if (status != 0) {
+    sched__logf("reading the queue failed: %s", errmsg);
+    s->pl.ncache = 0;
+    place_done(s);
+    return;
+  }
+  place_runs(s, runs, n, 0);
+}
+
 void sched__place(sched *s) {
+  s->pl.ncache = 0; /* the queue may have changed */
   if (s->stopping)
     return;
   if (s->pl.placing) {
-    s->pl.again = 1;
+    s->pl.again = 2;
     return;
   }
   int room = total_free(s);
   if (room == 0 || !db_ready(s->db))
     return;
   s->pl.placing = 1;
-  store_runs_queue(s->db, room * 4 + 16, on_queue, s);
+  /* the read costs about the same whatever the limit (a scan and a top-N
+   * sort of every queued run): a longer one leaves more in the cache for
+   * the passes of the next finished runs */
+  int limit = room * 4 + 16;
+  store_runs_queue(s->db, limit < SCHED__QUEUE_READ ? SCHED__QUEUE_READ : limit, on_queue, s);
+}
+
+void sched__place_freed(sched *s) {
+  if (s->stopping)
+    return;
+  if (s->pl.placing) {
+    if (!s->pl.again)
+      s->pl.again = 1;
+    return;
+  }
+  int room = total_free(s);
+  if (room == 0 || !db_ready(s->db))
+    return;
+  if (s->pl.ncache < room) {
+    sched__place(s);
+    return;
+  }
+  s->pl.placing = 1;
+  place_runs(s, s->pl.cache, s->pl.ncache, 1);
+}
+
+void sched__place_free(sched *s) {
+  free(s->pl.cache);
+  s->pl.cache = NULL;
+  s->pl.ncache = 0;
 }
 
 int sched__place_why(sched *s, int gpus, int slots, char *buf, size_t len) {

@@ -43,6 +43,8 @@ void sched_options_default(sched_options *o) {
 
 static void on_capacity(void *ud) { sched__place(ud); }
 
+static void on_freed(void *ud) { sched__place_freed(ud); }
+
 static void on_sweep_changed(void *ud, int64_t sweep_id, int refit, int now) {
   if (now)
     sched__sweep_status(ud, sweep_id);
@@ -100,8 +102,10 @@ static void setup(sched *s, uv_loop_t *loop) {
   wp->auth_block_s = s->o.auth_block_s;
   wp->ev = &s->ev;
   wp->n = &s->n;
-  wp->hooks = (sched__wport_hooks){
-      .ud = s, .on_capacity = on_capacity, .on_sweep_changed = on_sweep_changed};
+  wp->hooks = (sched__wport_hooks){.ud = s,
+                                   .on_capacity = on_capacity,
+                                   .on_freed = on_freed,
+                                   .on_sweep_changed = on_sweep_changed};
   s->pr = (sched__predictor){.loop = loop, .db = s->db, .reads = s->reads, .ev = &s->ev};
 }
 
@@ -244,6 +248,7 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   sched__events_free(&s->ev);
   sched__wport_free(&s->wp);
   sched__refits_free(&s->refits);
+  sched__place_free(s);
   free(s);
   return rc;
 }

@@ -551,7 +551,10 @@ static void on_finished_stored(void *ud, int status, const char *st, int64_t swe
   }
   ack(x);
   free(x);
-  capacity(wp);
+  if (st && strcmp(st, "queued") && wp->hooks.on_freed)
+    wp->hooks.on_freed(wp->hooks.ud);
+  else
+    capacity(wp);
 }
 
 static void on_finished(sched__wconn *c, json_t *m) {

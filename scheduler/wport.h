@@ -94,6 +94,10 @@ typedef struct sched__wport_hooks {
   /* capacity may be free: a worker connected, a run ended, runs were
    * re-queued (placement runs a pass) */
   void (*on_capacity)(void *ud);
+  /* a run ended and left the queue's order as it was (it succeeded,
+   * failed for good or was cancelled): capacity is free, nothing was
+   * re-queued; NULL: on_capacity */
+  void (*on_freed)(void *ud);
   /* a run of the sweep changed status; refit: it succeeded; now: update
    * the sweep's status at once rather than at the next tick */
   void (*on_sweep_changed)(void *ud, int64_t sweep_id, int refit, int now);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The scheduler benchmark (issue 3, "Benchmark"): dispatch rate and idle gap
 # with fake instant runs, metric rows stored per second from 8 workers, and
-# API latency with 10,000 runs and 10 million metric rows; see the docstring
+# API latency with 10,000 runs and 10 million metric rows, the scheduler's memory
+# and start-up with 20,000 queued runs, the queue's claim+finish rate and
+# PostgreSQL's own insert rate as anchors (issue 18); see the docstring
 # of tests/bench/sched_bench.py for the method and the BENCH_* variables.
 #
 # Run from anywhere:  bash tests/bench/sched_bench.sh

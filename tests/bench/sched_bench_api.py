@@ -101,6 +101,18 @@ def api_part():
                                           max(1, API_REQUESTS // 4))
     run_lat, run_size = time_requests(api, f"/api/runs/{run_id}", API_REQUESTS)
     list_lat, list_size = time_requests(api, "/api/sweeps", max(1, API_REQUESTS // 4))
+    # the run table (a page of the sweep's runs), the sweep's page (HTML), and
+    # the curves endpoint sampled to 500 points: one run's, and the sweep's for
+    # CURVE_RUNS runs spread over it (the page asks for the runs it shows)
+    table_lat, table_size = time_requests(api, f"/api/sweeps/{sweep_id}/runs", API_REQUESTS)
+    page_lat, page_size = time_requests(api, f"/sweeps/{sweep_id}", max(1, API_REQUESTS // 2))
+    rcurve_lat, rcurve_size = time_requests(api, f"/api/runs/{run_id}/curves?points=500",
+                                            API_REQUESTS)
+    some = psql(f"SELECT string_agg(id::text, ',') FROM (SELECT id FROM runs WHERE sweep_id = "
+                f"{sweep_id} AND id % {max(1, API_RUNS // CURVE_RUNS)} = 0 ORDER BY id "
+                f"LIMIT {CURVE_RUNS}) t")
+    scurve_lat, scurve_size = time_requests(
+        api, f"/api/sweeps/{sweep_id}/curves?points=500&runs={some}", max(1, API_REQUESTS // 4))
     api.close()
     usage = cpu.stop()
     top = pgss_top("api")
@@ -115,6 +127,12 @@ def api_part():
         "get_sweep_all_runs_ms": rsum(summary(whole_lat)), "get_sweep_all_runs_bytes": whole_size,
         "get_run_ms": rsum(summary(run_lat)), "get_run_bytes": run_size, "run_id": run_id,
         "get_sweeps_ms": rsum(summary(list_lat)), "get_sweeps_bytes": list_size,
+        "get_run_table_ms": rsum(summary(table_lat)), "get_run_table_bytes": table_size,
+        "get_sweep_page_ms": rsum(summary(page_lat)), "get_sweep_page_bytes": page_size,
+        "get_run_curves_500_ms": rsum(summary(rcurve_lat)),
+        "get_run_curves_500_bytes": rcurve_size,
+        "get_sweep_curves_500_ms": rsum(summary(scurve_lat)),
+        "get_sweep_curves_500_bytes": scurve_size, "sweep_curves_runs": CURVE_RUNS,
         "explain_execution_ms": ex, "explain_reproduction_id": repro_id,
         "cpu": usage, "top_queries": top,
     }

@@ -32,7 +32,8 @@ def env_int(name, default):
     return int(os.environ.get(name, default))
 
 
-PARTS = os.environ.get("BENCH_PARTS", "dispatch metrics api bigsweep").split()
+PARTS = os.environ.get("BENCH_PARTS",
+                       "dispatch metrics anchor api bigsweep capacity queue").split()
 DISPATCH_RUNS = env_int("BENCH_DISPATCH_RUNS", 2000)
 DISPATCH_LAYOUTS = os.environ.get("BENCH_DISPATCH_LAYOUTS", "1x2 8x1").split()
 FAKE_STEPS = env_int("FAKE_STEPS", 0)
@@ -45,6 +46,10 @@ API_RUNS = env_int("BENCH_API_RUNS", 10000)
 API_METRICS = env_int("BENCH_API_METRICS_PER_RUN", 1000)
 API_REQUESTS = env_int("BENCH_API_REQUESTS", 200)
 BIG_RUNS = env_int("BENCH_BIG_RUNS", 300)
+CURVE_RUNS = env_int("BENCH_CURVE_RUNS", 50)
+CAPACITY_RUNS = env_int("BENCH_CAPACITY_RUNS", 20000)
+ANCHOR_SECONDS = env_int("BENCH_ANCHOR_SECONDS", 10)
+ANCHOR_COPY_ROWS = env_int("BENCH_ANCHOR_COPY_ROWS", 2000000)
 OUT = os.environ.get("BENCH_OUT", os.path.join(ROOT, "build", "bench", "sched.json"))
 LOG_DIR = os.environ.get("BENCH_LOG_DIR", os.path.join(os.path.dirname(OUT), "sched"))
 
@@ -236,35 +241,41 @@ os.chmod(token_file, 0o600)
 TOKEN = open(token_file).read().strip()
 sched_proc = None
 api_port = workers_port = None
+startup_s = {}  # the last start: process start -> ready file, -> first 200 from /healthz
+
+
 
 
 def start_scheduler():
     global sched_proc, api_port, workers_port
     ready = os.path.join(tmp, "ready.json")
     logf = open(os.path.join(LOG_DIR, "scheduler.log"), "a")
+    t0 = time.perf_counter()
     sched_proc = subprocess.Popen(
         [BIN, "scheduler", "--database", DB, "--token-file", token_file,
          "--listen", "127.0.0.1:0", "--workers", "127.0.0.1:0",
          "--checkpoints", os.path.join(tmp, "ckpt"), "--ready-file", ready,
          "--lease-seconds", "30"], stdout=logf, stderr=logf)
     procs.append(("scheduler", sched_proc, False))
-    for _ in range(600):
+    for _ in range(3000):
         if sched_proc.poll() is not None:
             die(f"the scheduler exited with {sched_proc.returncode}; see {LOG_DIR}/scheduler.log")
         if os.path.exists(ready):
+            startup_s["ready_file"] = round(time.perf_counter() - t0, 3)
             r = json.load(open(ready))
             api_port, workers_port = r["http_port"], r["workers_port"]
             break
-        time.sleep(0.05)
+        time.sleep(0.01)
     else:
         die("the scheduler wrote no ready file within 30 s")
-    for _ in range(300):
+    for _ in range(3000):
         try:
             if Api().request("GET", "/healthz")[0] == 200:
+                startup_s["healthz"] = round(time.perf_counter() - t0, 3)
                 return
         except OSError:
             pass
-        time.sleep(0.1)
+        time.sleep(0.01)
     die("the scheduler's /healthz did not answer 200 within 30 s")
 
 

@@ -122,3 +122,140 @@ def machine():
             "kernel": os.uname().release}
 
 
+
+
+# ---- the summary: flat keys and the side-by-side table ------------------------------------------
+
+RIVER_JOBS_PER_S = 46000.0     # River's published figure (a laptop), not measured here
+GRAPHILE_JOBS_PER_S = 15600.0  # graphile-worker's published figure, not measured here
+
+# the API's endpoints in the summary: (key, what, result field)
+API_ENDPOINTS = [
+    ("get_sweep", "GET /api/sweeps/{id} (header + first 500 runs)", "get_sweep_ms"),
+    ("run_table", "GET /api/sweeps/{id}/runs (the run table, 500 runs)", "get_run_table_ms"),
+    ("sweep_page", "GET /sweeps/{id} (the sweep's HTML page)", "get_sweep_page_ms"),
+    ("run_curves_500", "GET /api/runs/{id}/curves?points=500", "get_run_curves_500_ms"),
+    ("sweep_curves_500", "GET /api/sweeps/{id}/curves?points=500&runs=(N ids)",
+     "get_sweep_curves_500_ms"),
+    ("get_run", "GET /api/runs/{id} (a run + its metric rows)", "get_run_ms"),
+    ("get_sweeps", "GET /api/sweeps", "get_sweeps_ms"),
+]
+
+
+def _ratio(a, b):
+    return None if a is None or not b else float(f"{a / b:.3g}")
+
+
+def summary_keys(results):
+    """The figures of issue 18 under flat, readable keys (sched.json's top)."""
+    s = {}
+    d8 = next((d for d in results.get("dispatch", []) if d.get("layout") == "8x1"
+               and "in a" not in d.get("label", "")), None)
+    if d8:
+        s["idle_gap_p50_ms"] = d8["gap_ms"].get("median")
+        s["idle_gap_p99_ms"] = d8["gap_ms"].get("p99")
+        s["idle_gap_exit_to_acked_p99_ms"] = d8["gap_exit_to_acked_ms"].get("p99")
+        s["idle_gap_acked_to_assigned_p99_ms"] = d8["gap_acked_to_assigned_ms"].get("p99")
+        s["idle_gap_assigned_to_spawned_p99_ms"] = d8["gap_assigned_to_spawned_ms"].get("p99")
+        s["idle_gap_layout"] = "8 workers x 1 slot, instant fake trainers"
+        # the claim-and-finish loop through the real scheduler and workers
+        s["queue_claim_finish_jobs_per_s"] = d8["runs_per_s"]
+    m = results.get("metrics")
+    if m:
+        s["metric_rows_per_s"] = round(m["rows_per_s"], 0)
+    a = results.get("anchor")
+    if a:
+        s["pg_insert_rows_per_s"] = a.get("insert_rows_per_s")
+        s["pg_copy_rows_per_s"] = a.get("copy_rows_per_s")
+        if m:
+            s["metric_rows_vs_pg_insert_ratio"] = _ratio(m["rows_per_s"], a.get("insert_rows_per_s"))
+            s["metric_rows_vs_pg_copy_ratio"] = _ratio(m["rows_per_s"], a.get("copy_rows_per_s"))
+    api = results.get("api")
+    if api:
+        worst = None
+        for key, _, field in API_ENDPOINTS:
+            v = (api.get(field) or {}).get("p99")
+            if v is not None:
+                s[f"api_p99_ms_{key}"] = v
+                worst = v if worst is None else max(worst, v)
+        s["api_p99_ms"] = worst
+        s["api_runs_in_db"] = api["runs_in_db"]
+        s["api_metric_rows_in_db"] = api["metric_rows_in_db"]
+    c = results.get("capacity")
+    if c:
+        s["sched_mem_20k_queued_mib"] = c["restarted_scheduler_ready_mib"].get("VmRSS")
+        s["sched_mem_20k_queued_peak_mib"] = c["restarted_scheduler_after_get_mib"].get("VmHWM")
+        s["sched_mem_20k_queued_running_mib"] = c["running_scheduler_holding_mib"].get("VmRSS")
+        s["sched_startup_20k_s"] = c["restart_startup_to_healthz_s"]
+        s["sched_startup_20k_ready_file_s"] = c["restart_startup_to_ready_file_s"]
+        s["sched_20k_queued_runs"] = c["queued_in_db"]
+    q = results.get("queue_sql")
+    if q:
+        s["queue_sql_claim_finish_jobs_per_s"] = q["jobs_per_s"]
+    for k in ("queue_claim_finish_jobs_per_s", "queue_sql_claim_finish_jobs_per_s"):
+        if s.get(k) is not None:
+            s[k.replace("_jobs_per_s", "_vs_river_ratio")] = _ratio(s[k], RIVER_JOBS_PER_S)
+            s[k.replace("_jobs_per_s", "_vs_graphile_ratio")] = _ratio(s[k], GRAPHILE_JOBS_PER_S)
+    others = [p["cpu"]["other_processes_cpu_pct"] for p in
+              results.get("dispatch", []) + [results.get("metrics") or {}, api or {}]
+              if p.get("cpu")]
+    if others:
+        s["other_users_cpu_pct_max"] = max(others)
+    return s
+
+
+def print_summary(s):
+    """The issue's figures side by side: value, target, ratio (value / target,
+    or value / the anchor's), verdict."""
+    def f(v, fmt="{:.1f}"):
+        return "n/a" if v is None else fmt.format(v)
+
+    rows = []
+
+    def row(name, v, target=None, higher=False, ratio=None, fmt="{:.1f}"):
+        tgt = "-" if target is None else (">= " if higher else "< ") + f(target, "{:g}")
+        if ratio is None and target is not None and v is not None:
+            ratio = v / target
+        rows.append((name, f(v, fmt), tgt, f(ratio, "{:.3g}"),
+                     verdict(v, target, higher) if target is not None else ""))
+
+    row("idle gap p50, 8 workers x 1 slot (ms)", s.get("idle_gap_p50_ms"))
+    row("idle gap p99, 8 workers x 1 slot (ms)", s.get("idle_gap_p99_ms"), TARGET_GAP_P99_MS)
+    row("  of it p99: exit->acked / acked->assigned / assigned->spawned (ms)", None)
+    rows[-1] = (rows[-1][0], "%s / %s / %s" % (s.get("idle_gap_exit_to_acked_p99_ms"),
+                                              s.get("idle_gap_acked_to_assigned_p99_ms"),
+                                              s.get("idle_gap_assigned_to_spawned_p99_ms")),
+                "-", "-", "")
+    row("metric rows stored per second, 8 workers", s.get("metric_rows_per_s"),
+        TARGET_ROWS_PER_S, True, fmt="{:.0f}")
+    row("  PostgreSQL alone: multi-row INSERT, 8 clients (rows/s); ratio = ours / it",
+        s.get("pg_insert_rows_per_s"), ratio=s.get("metric_rows_vs_pg_insert_ratio"),
+        fmt="{:.0f}")
+    row("  PostgreSQL alone: COPY, 8 clients (rows/s); ratio = ours / it",
+        s.get("pg_copy_rows_per_s"), ratio=s.get("metric_rows_vs_pg_copy_ratio"), fmt="{:.0f}")
+    for key, what, _ in API_ENDPOINTS:
+        row(f"p99 {what} (ms)", s.get(f"api_p99_ms_{key}"), TARGET_API_P99_MS)
+    row("scheduler RSS with 20,000 queued runs, fresh start (MiB)",
+        s.get("sched_mem_20k_queued_mib"))
+    row("  peak RSS (VmHWM) / RSS of the scheduler that queued them (MiB)", None)
+    rows[-1] = (rows[-1][0], "%s / %s" % (s.get("sched_mem_20k_queued_peak_mib"),
+                                         s.get("sched_mem_20k_queued_running_mib")), "-", "-", "")
+    row("scheduler start-up on that database: start -> /healthz 200 (s)",
+        s.get("sched_startup_20k_s"), fmt="{:.3f}")
+    row("queue: claim+finish, real scheduler + 8x1 instant workers (jobs/s); ratio vs River "
+        "46,000", s.get("queue_claim_finish_jobs_per_s"),
+        ratio=s.get("queue_claim_finish_vs_river_ratio"))
+    row("  same; ratio vs graphile-worker 15,600", s.get("queue_claim_finish_jobs_per_s"),
+        ratio=s.get("queue_claim_finish_vs_graphile_ratio"))
+    row("queue: the store's claim+finish SQL alone, 8 pgbench clients (jobs/s); vs River",
+        s.get("queue_sql_claim_finish_jobs_per_s"),
+        ratio=s.get("queue_sql_claim_finish_vs_river_ratio"))
+    row("  same; ratio vs graphile-worker 15,600", s.get("queue_sql_claim_finish_jobs_per_s"),
+        ratio=s.get("queue_sql_claim_finish_vs_graphile_ratio"))
+    row("other users' CPU during the parts, max (% of one core)", s.get("other_users_cpu_pct_max"))
+    w = max(len(r[0]) for r in rows)
+    print(f"{'figure':<{w}}  {'value':>16}  {'target':>9}  {'ratio':>6}  verdict")
+    print("-" * (w + 52))
+    for r in rows:
+        print(f"{r[0]:<{w}}  {r[1]:>16}  {r[2]:>9}  {r[3]:>6}  {r[4]}")
+    print()
