@@ -33,8 +33,7 @@ void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud) {
       "THEN (sw.spec->>'throughput_flops')::float8 END "
       "FROM runs r JOIN sweeps sw ON sw.id = r.sweep_id "
       "WHERE r.status = 'queued' "
-      "ORDER BY greatest(r.priority, sw.priority) DESC, r.sweep_id, r.flops NULLS LAST, "
-      "r.id LIMIT $1",
+      "ORDER BY r.priority DESC, r.sweep_id, r.flops NULLS LAST, r.id LIMIT $1",
       1, p, &queued, (void (*)(void))cb, ud);
 }
 

@@ -24,9 +24,12 @@ typedef struct store_queued {
 typedef void (*store_queue_cb)(void *ud, int status, const store_queued *runs, int n,
                                const char *errmsg);
 
-/* Up to limit queued runs in placement order: higher priority (the run's
- * or its sweep's) first, then submission order; within a sweep, smaller
- * runs first so the first fits appear early. */
+/* Up to limit queued runs in placement order: higher priority first (a
+ * run's priority is its sweep's, set at submission; a reproduction keeps
+ * the original's), then submission order; within a sweep, smaller runs
+ * first so the first fits appear early. The order is the runs_queue
+ * index's (migrations/001_init.sql): the read walks the index for the
+ * first limit runs and sorts nothing, however many are queued. */
 void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud);
 
 /* A run just claimed for a worker: its attempt (counted from 1), its config
