@@ -539,7 +539,8 @@ static void on_queue(void *ud, int status, const store_queued *runs, int n, cons
     pass_end(s);
     return;
   }
-  memcpy(sl->queue, runs, (size_t)n * sizeof *runs);
+  if (n) /* an empty queue: runs may be NULL */
+    memcpy(sl->queue, runs, (size_t)n * sizeof *runs);
   sl->nqueue = n;
   char *argv[] = {"squeue", "--noheader", "--me", "--name=" SCHED__SLURM_JOB_NAME,
                   "--format=%i|%T|%D|%k", NULL};
