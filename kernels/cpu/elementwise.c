@@ -101,15 +101,7 @@ static void axpy(kern_ctx *k, float *dst, const float *src, float s, size_t n, i
 }
 
 static double accumulate(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init) {
-  if (init) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++)
-      dst[i] = src[i] * s;
-  } else {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++)
-      dst[i] += src[i] * s;
-  }
+  axpy(k, dst, src, s, n, init);
   return sumsq(k, src, n);
 }
 

@@ -147,8 +147,7 @@ static void axpy(kern_ctx *k, float *dst, const float *src, float s, size_t n, i
 static double accumulate(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init) {
   if (n == 0)
     return 0.0;
-  accumulate_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(dst, src, s, n, init);
-  KERN__CU_LAUNCHED();
+  axpy(k, dst, src, s, n, init);
   return sumsq(k, src, n);
 }
 
