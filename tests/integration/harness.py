@@ -77,6 +77,17 @@ def api_request(port, token_file, method, path, body=None, timeout=10):
     return r.status, json.loads(data) if data else None
 
 
+def until(pred, timeout, period=0.2):
+    """Polls pred() every period seconds: True as soon as it holds, False
+    after timeout seconds without (the caller says what it waited for)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return True
+        time.sleep(period)
+    return False
+
+
 def wait_healthz(request, tries=200, proc=None):
     """Polls GET /healthz through request(method, path) every 0.1 s, at most
     tries times: True once it answers 200; False when it never does, or as

@@ -29,7 +29,6 @@ Exits 77 (skipped) when Slurm cannot run here, saying why.
 
 Usage: test_slurm_elastic.py SCALESWEEP_BINARY
 """
-import http.client
 import json
 import math
 import os
@@ -39,7 +38,7 @@ import sys
 import tempfile
 import time
 
-from harness import make_token, psql, wait_healthz
+from harness import api_request, make_token, psql, until, wait_healthz
 from slurm_cluster import SlurmCluster
 
 BIN = os.path.abspath(sys.argv[1])
@@ -87,23 +86,12 @@ def cleanup():
 
 
 def wait_for(pred, what, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.25)
-    fail(f"timed out after {timeout} s waiting for {what}")
+    if not until(pred, timeout, 0.25):
+        fail(f"timed out after {timeout} s waiting for {what}")
 
 
 def request(method, path, body=None):
-    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
-    h = {"Authorization": "Bearer " + open(token).read().strip()}
-    c.request(method, path, body=json.dumps(body).encode() if body is not None else None,
-              headers=h)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, json.loads(data) if data else None
+    return api_request(api_port, token, method, path, body)
 
 
 def runs():
