@@ -88,6 +88,24 @@ def until(pred, timeout, period=0.2):
     return False
 
 
+def until_progress(pred, progress, stall, period=0.25):
+    """Polls pred() every period seconds while work moves: True as soon as it
+    holds, False once progress() (a count that grows as the work moves, such
+    as the metric rows stored) has not grown for stall seconds. A slow
+    machine or a sanitized build gets the time it needs; a stuck run does
+    not hold the test for long."""
+    last, moved = None, time.time()
+    while True:
+        if pred():
+            return True
+        now_at = progress()
+        if now_at != last:
+            last, moved = now_at, time.time()
+        elif time.time() - moved > stall:
+            return False
+        time.sleep(period)
+
+
 def wait_healthz(request, tries=200, proc=None):
     """Polls GET /healthz through request(method, path) every 0.1 s, at most
     tries times: True once it answers 200; False when it never does, or as
