@@ -70,7 +70,7 @@ static void add_waiting(sched *s, json_t *sweep, json_int_t q, json_int_t g, jso
     json_object_set_new(sweep, "waiting", json_string(why));
 }
 
-/* The store's document, with the sweeps' "waiting" added (the connected
+/* The store's list of sweeps, with their "waiting" added (the connected
  * workers are in memory, not in the database). */
 static void on_sweeps_json(void *ud, int status, const char *json, const char *errmsg) {
   req_ctx *x = ud;
@@ -80,18 +80,43 @@ static void on_sweeps_json(void *ud, int status, const char *json, const char *e
     return;
   }
   size_t i;
-  json_t *sw, *c = json_object_get(doc, "counts");
-  if (json_is_array(doc))
-    json_array_foreach(doc, i, sw) add_waiting(x->s, sw, sched__jint(sw, "queued"),
-                                               sched__jint(sw, "queued_gpus"),
-                                               sched__jint(sw, "queued_slots"));
-  else if (c)
-    add_waiting(x->s, doc, sched__jint(c, "queued"), sched__jint(c, "queued_gpus"),
-                sched__jint(c, "queued_slots"));
+  json_t *sw;
+  json_array_foreach(doc, i, sw)
+      add_waiting(x->s, sw, sched__jint(sw, "queued"), sched__jint(sw, "queued_gpus"),
+                  sched__jint(sw, "queued_slots"));
   char *text = json_dumps(doc, JSON_COMPACT);
   json_decref(doc);
   on_json(ud, status, text ? text : json, errmsg);
   free(text);
+}
+
+/* One sweep's document, with "waiting" put first in the text: the
+ * document (half a megabyte with a big spec and a page of 500 runs) is
+ * passed through, not parsed and written again. */
+static void on_sweep_doc(void *ud, int status, const store_sweep_doc *doc, const char *errmsg) {
+  req_ctx *x = ud;
+  char why[1024];
+  if (!doc || !doc->json || doc->json[0] != '{' || doc->queued <= 0 ||
+      !sched__place_why(x->s, (int)doc->queued_gpus, (int)doc->queued_slots, why, sizeof why)) {
+    on_json(ud, status, doc ? doc->json : NULL, errmsg);
+    return;
+  }
+  json_t *w = json_string(why);
+  char *quoted = w ? json_dumps(w, JSON_ENCODE_ANY) : NULL;
+  json_decref(w);
+  size_t qn = quoted ? strlen(quoted) : 0, dn = strlen(doc->json);
+  char *text = quoted ? malloc(sizeof "{\"waiting\":," + qn + dn) : NULL;
+  if (!text) {
+    free(quoted);
+    answer_error(x, 500, "out of memory", NULL);
+    return;
+  }
+  /* {"waiting":"...", then the document's keys; an empty one has no comma */
+  int empty = doc->json[1 + strspn(doc->json + 1, " \t\n")] == '}';
+  sprintf(text, "{\"waiting\":%s%s%s", quoted, empty ? "" : ",", doc->json + 1);
+  on_json(ud, status, text, errmsg);
+  free(text);
+  free(quoted);
 }
 
 static void get_sweeps(sched *s, req_ctx *x) {
@@ -177,8 +202,10 @@ static void get_sweep(sched *s, req_ctx *x, int64_t id, int runs_only) {
   store_runs_page pg;
   if (parse_page(x, &pg))
     return;
-  store_pages_sweep(db_pool_get(s->reads, 0), id, &pg, runs_only,
-                    runs_only ? on_json : on_sweeps_json, x);
+  if (runs_only)
+    store_pages_sweep_runs(db_pool_get(s->reads, 0), id, &pg, on_json, x);
+  else
+    store_pages_sweep(db_pool_get(s->reads, 0), id, &pg, on_sweep_doc, x);
 }
 
 /* GET /api/runs/{id}: the run and a page of its metric rows

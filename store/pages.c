@@ -89,38 +89,82 @@ void store_pages_sweeps(db *d, store_json_cb cb, void *ud) {
                     0, NULL, cb, ud);
 }
 
-void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, int runs_only,
-                       store_json_cb cb, void *ud) {
+/* The keys of a page of a sweep's runs: "runs_total", "runs_offset",
+ * "runs_limit", "runs" ($1 the sweep, $2 limit, $3 offset, $4 a status or
+ * NULL; sw the sweep's row). */
+static void runs_page_keys(char *buf, size_t n, const store_runs_page *pg) {
   const char *sort = store_pages_sort_column(pg->sort), *order = pg->desc ? "DESC" : "ASC";
-  char sql[3072], ids[24], lim[24], off[24];
-  snprintf(sql, sizeof sql,
-           "SELECT json_build_object(%s"
+  snprintf(buf, n,
            "'runs_total', (SELECT count(*) FROM runs WHERE sweep_id = sw.id "
            "AND ($4::run_status IS NULL OR status = $4)), "
            "'runs_offset', $3::bigint, 'runs_limit', $2::bigint, "
            "'runs', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT %s FROM runs r "
            "WHERE r.sweep_id = sw.id AND ($4::run_status IS NULL OR r.status = $4) "
-           "ORDER BY r.%s %s NULLS LAST, r.id %s LIMIT $2 OFFSET $3) t)) "
-           "FROM sweeps sw WHERE sw.id = $1",
-           runs_only ? ""
-                     : "'id', sw.id, 'name', sw.name, 'status', sw.status, "
-                       "'priority', sw.priority, 'created_at', sw.created_at, 'spec', sw.spec, "
-                       "'spec_hash', sw.spec_hash, 'counts', (SELECT json_build_object("
-                       "'queued', count(*) FILTER (WHERE status = 'queued'), "
-                       "'queued_gpus', coalesce(max(gpus) FILTER (WHERE status = 'queued'), 0), "
-                       "'queued_slots', coalesce(max(CASE WHEN gpus = 0 THEN greatest(coalesce((config->>'world_size')::int, 1), 1) END) FILTER (WHERE status = 'queued'), 1), "
-                       "'running', count(*) FILTER (WHERE status = 'running'), "
-                       "'succeeded', count(*) FILTER (WHERE status = 'succeeded'), "
-                       "'failed', count(*) FILTER (WHERE status = 'failed'), "
-                       "'cancelled', count(*) FILTER (WHERE status = 'cancelled'), "
-                       "'total', count(*), "
-                       "'flops_planned', coalesce(sum(flops), 0), "
-                       "'flops_done', coalesce(sum(flops) FILTER (WHERE status = "
-                       "'succeeded'), 0)) FROM runs WHERE sweep_id = sw.id), ",
+           "ORDER BY r.%s %s NULLS LAST, r.id %s LIMIT $2 OFFSET $3) t)",
            run_columns, sort ? sort : "id", order, order);
-  const char *p[4] = {store__itoa(ids, sizeof ids, sweep_id),
-                      store__itoa(lim, sizeof lim, pg->limit),
-                      store__itoa(off, sizeof off, pg->offset), pg->status};
+}
+
+static void page_params(const char *p[4], char ids[24], char lim[24], char off[24],
+                        int64_t sweep_id, const store_runs_page *pg) {
+  p[0] = store__itoa(ids, 24, sweep_id);
+  p[1] = store__itoa(lim, 24, pg->limit);
+  p[2] = store__itoa(off, 24, pg->offset);
+  p[3] = pg->status;
+}
+
+static void decode_sweep_doc(const PGresult *res, int row, void *elem) {
+  *(store_sweep_doc *)elem =
+      (store_sweep_doc){store__str_or_null(res, row, 0), store__int(res, row, 1),
+                        store__int(res, row, 2), store__int(res, row, 3)};
+}
+
+static void deliver_sweep_doc(const store__call *c, int status, const void *rows, int n,
+                              const char *errmsg) {
+  ((store_sweep_doc_cb)c->cb)(c->ud, status, status == 0 && n > 0 ? rows : NULL, errmsg);
+}
+
+static const store__rows_spec sweep_doc = {sizeof(store_sweep_doc), decode_sweep_doc,
+                                           deliver_sweep_doc};
+
+/* The counts come from one pass over the sweep's runs (c), given both to
+ * the document and, as columns, to the scheduler. */
+void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, store_sweep_doc_cb cb,
+                       void *ud) {
+  char page[2048], sql[4096], ids[24], lim[24], off[24];
+  runs_page_keys(page, sizeof page, pg);
+  snprintf(sql, sizeof sql,
+           "SELECT json_build_object('id', sw.id, 'name', sw.name, 'status', sw.status, "
+           "'priority', sw.priority, 'created_at', sw.created_at, 'spec', sw.spec, "
+           "'spec_hash', sw.spec_hash, 'counts', json_build_object('queued', c.queued, "
+           "'queued_gpus', c.queued_gpus, 'queued_slots', c.queued_slots, "
+           "'running', c.running, 'succeeded', c.succeeded, 'failed', c.failed, "
+           "'cancelled', c.cancelled, 'total', c.total, 'flops_planned', c.flops_planned, "
+           "'flops_done', c.flops_done), %s), c.queued, c.queued_gpus, c.queued_slots "
+           "FROM sweeps sw CROSS JOIN LATERAL (SELECT "
+           "count(*) FILTER (WHERE status = 'queued') AS queued, "
+           "coalesce(max(gpus) FILTER (WHERE status = 'queued'), 0) AS queued_gpus, "
+           "coalesce(max(CASE WHEN gpus = 0 THEN greatest(coalesce((config->>'world_size')::int, "
+           "1), 1) END) FILTER (WHERE status = 'queued'), 1) AS queued_slots, "
+           "count(*) FILTER (WHERE status = 'running') AS running, "
+           "count(*) FILTER (WHERE status = 'succeeded') AS succeeded, "
+           "count(*) FILTER (WHERE status = 'failed') AS failed, "
+           "count(*) FILTER (WHERE status = 'cancelled') AS cancelled, "
+           "count(*) AS total, coalesce(sum(flops), 0) AS flops_planned, "
+           "coalesce(sum(flops) FILTER (WHERE status = 'succeeded'), 0) AS flops_done "
+           "FROM runs WHERE sweep_id = sw.id) c WHERE sw.id = $1",
+           page);
+  const char *p[4];
+  page_params(p, ids, lim, off, sweep_id, pg);
+  store__query_rows(d, sql, 4, p, &sweep_doc, (void (*)(void))cb, ud);
+}
+
+void store_pages_sweep_runs(db *d, int64_t sweep_id, const store_runs_page *pg, store_json_cb cb,
+                            void *ud) {
+  char page[2048], sql[2560], ids[24], lim[24], off[24];
+  runs_page_keys(page, sizeof page, pg);
+  snprintf(sql, sizeof sql, "SELECT json_build_object(%s) FROM sweeps sw WHERE sw.id = $1", page);
+  const char *p[4];
+  page_params(p, ids, lim, off, sweep_id, pg);
   store__query_json(d, sql, 4, p, cb, ud);
 }
 

@@ -24,10 +24,25 @@ const char *store_pages_sort_column(const char *name);
 /* GET /api/sweeps: the newest 1000 sweeps with their run counts. */
 void store_pages_sweeps(db *d, store_json_cb cb, void *ud);
 
-/* GET /api/sweeps/{id}: the sweep, its counts and one page of runs; with
- * runs_only, the page alone (GET /api/sweeps/{id}/runs). */
-void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, int runs_only,
-                       store_json_cb cb, void *ud);
+/* GET /api/sweeps/{id}: the sweep document (header, counts and one page of
+ * runs; NULL: no such sweep), with the counts the scheduler needs beside it
+ * as numbers, so that adding what only it knows (why queued runs wait) does
+ * not mean parsing a document of half a megabyte. */
+typedef struct store_sweep_doc {
+  const char *json;
+  int64_t queued;       /* queued runs */
+  int64_t queued_gpus;  /* the most GPUs a queued run needs */
+  int64_t queued_slots; /* the most CPU slots a queued CPU run needs */
+} store_sweep_doc;
+typedef void (*store_sweep_doc_cb)(void *ud, int status, const store_sweep_doc *doc,
+                                   const char *errmsg);
+void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, store_sweep_doc_cb cb,
+                       void *ud);
+
+/* GET /api/sweeps/{id}/runs: the page of runs alone, as
+ * {"runs_total", "runs_offset", "runs_limit", "runs"}. */
+void store_pages_sweep_runs(db *d, int64_t sweep_id, const store_runs_page *pg, store_json_cb cb,
+                            void *ud);
 
 /* GET /api/runs/{id}: {"run", "metrics" (limit rows in step order from
  * offset), "metrics_total", "reproduction"}. */
