@@ -101,12 +101,11 @@ struct wrk__run {
   int *gpus;
   int ngpus;
 
-  uv_process_t proc;
   uv_pipe_t out;
   uv_timer_t flush_timer, kill_timer;
   int nopen;      /* handles initialised and not yet closed */
   int in_list;    /* still in w->runs */
-  int proc_alive; /* spawned and not yet reaped */
+  int proc_alive; /* spawned and not yet reaped (worker.c's SIGCHLD watcher) */
   int out_open;   /* stdout pipe open */
   int cancelled;
   int interrupting;    /* stopped because the worker is stopping: reported as interrupted */
@@ -161,7 +160,7 @@ struct wrk__worker {
   double hb_override;
   int kill_grace_ms, drain_ms;
 
-  uv_signal_t sigint, sigterm;
+  uv_signal_t sigint, sigterm, sigchld;
   uv_timer_t reconnect_timer, welcome_timer, hb_timer, drain_timer, fence_timer;
   uv_getaddrinfo_t gai;
   int gai_active;
@@ -246,6 +245,10 @@ void wrk__run_fail_start(wrk__run *r, int exit_code, const char *fmt, ...)
 /* Writes the run's config.json and spawns its trainer; a run that cannot
  * start gets its finished message (wrk__run_fail_start). */
 void wrk__run_start(wrk__run *r);
+/* Reaps the runs' trainers that exited (on SIGCHLD) and completes them. */
+void wrk__reap_children(wrk__worker *w);
+/* sig to the run's trainer while it is alive. */
+void wrk__run_signal(wrk__run *r, int sig);
 /* SIGTERM (the trainer writes a checkpoint and exits 143), then SIGKILL
  * after the grace period. A run that has not started ends at once. */
 void wrk__run_cancel(wrk__run *r, const char *why);

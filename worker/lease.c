@@ -79,6 +79,6 @@ void wrk__on_fence_timer(uv_timer_t *t) {
              " ms (lease %" PRId64 " ms): SIGKILL to pid %d, the run may go to another worker",
              r->id, r->attempt, now - r->renewed_ms, r->renewed_for_ms, r->pid);
     r->fenced = r->cancelled = 1;
-    uv_process_kill(&r->proc, SIGKILL);
+    wrk__run_signal(r, SIGKILL);
   }
 }

@@ -4,9 +4,11 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/err.h"
@@ -45,15 +47,86 @@ static void on_out_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     wrk__run_complete(r);
 }
 
-static void on_child_exit(uv_process_t *p, int64_t exit_status, int term_signal) {
-  wrk__run *r = p->data;
+/* The trainer's exit, reaped by wrk__reap_children: as libuv reports it,
+ * the exit code when it exited, the signal when one ended it. */
+static void on_child_exit(wrk__run *r, int wstatus) {
   r->proc_alive = 0;
-  r->exit_status = exit_status;
-  r->term_signal = term_signal;
+  r->exit_status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 0;
+  r->term_signal = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
   uv_timer_stop(&r->kill_timer);
-  wrk__run_close_handle(r, (uv_handle_t *)&r->proc);
   if (!r->out_open)
     wrk__run_complete(r);
+}
+
+void wrk__reap_children(wrk__worker *w) {
+  for (wrk__run *r = w->runs, *next; r; r = next) {
+    next = r->next; /* the exit may complete and unlink r */
+    int st;
+    if (!r->proc_alive || r->pid <= 0)
+      continue;
+    pid_t got;
+    do
+      got = waitpid(r->pid, &st, WNOHANG);
+    while (got < 0 && errno == EINTR);
+    if (got == r->pid)
+      on_child_exit(r, st);
+    else if (got < 0 && errno == ECHILD) /* reaped elsewhere: its status is lost */
+      on_child_exit(r, 0x7f00);          /* as an exit with code 127 */
+  }
+}
+
+void wrk__run_signal(wrk__run *r, int sig) {
+  if (r->proc_alive && r->pid > 0 && kill(r->pid, sig) != 0 && errno != ESRCH)
+    wrk__log("run %" PRId64 ": signal %d to pid %d failed: %s", r->id, sig, r->pid,
+             strerror(errno));
+}
+
+/* The trainer's process: posix_spawn, which glibc does with vfork
+ * semantics, not fork: the worker's page tables are not copied nor its
+ * atfork handlers (OpenBLAS stops its threads in one) run, which cost more
+ * than a millisecond of a core per run (`fork` in libuv's uv_spawn) and
+ * more on a busy host, time a GPU waits between runs. Its stdin is
+ * /dev/null, its stdout a pipe to the worker (*out_fd), its stderr the
+ * attempt's log; signal dispositions and mask are reset to the defaults;
+ * the worker's own descriptors are all close-on-exec. 0 or an errno. */
+static int spawn_trainer(const char *bin, char *const *args, char *const *env, int log_fd,
+                         pid_t *pid, int *out_fd) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    return errno;
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t at;
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  int rc = posix_spawn_file_actions_init(&fa);
+  if (rc) {
+    close(fds[0]);
+    close(fds[1]);
+    return rc;
+  }
+  if ((rc = posix_spawnattr_init(&at)) != 0) {
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[0]);
+    close(fds[1]);
+    return rc;
+  }
+  if (!(rc = posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0)) &&
+      !(rc = posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO)) &&
+      !(rc = posix_spawn_file_actions_adddup2(&fa, log_fd, STDERR_FILENO)) &&
+      !(rc = posix_spawnattr_setsigdefault(&at, &all)) &&
+      !(rc = posix_spawnattr_setsigmask(&at, &none)) &&
+      !(rc = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK)))
+    rc = posix_spawn(pid, bin, &fa, &at, args, env);
+  posix_spawnattr_destroy(&at);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  if (rc) {
+    close(fds[0]);
+    return rc;
+  }
+  *out_fd = fds[0];
+  return 0;
 }
 
 /* When several CPU runs share the host, libgomp's spinning waits steal the
@@ -246,42 +319,33 @@ void wrk__run_start(wrk__run *r) {
   args[na] = NULL;
   log_header(r, fd, args, cvd);
 
-  uv_pipe_init(&w->loop, &r->out, 0);
-  r->out.data = r;
-  r->nopen++;
-  uv_stdio_container_t stdio[3];
-  stdio[0].flags = UV_IGNORE;
-  stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-  stdio[1].data.stream = (uv_stream_t *)&r->out;
-  stdio[2].flags = UV_INHERIT_FD;
-  stdio[2].data.fd = fd;
-  uv_process_options_t po;
-  memset(&po, 0, sizeof po);
-  po.exit_cb = on_child_exit;
-  po.file = w->bin;
-  po.args = args;
-  po.env = env;
-  po.stdio_count = 3;
-  po.stdio = stdio;
-  r->proc.data = r;
-  int rc = env ? uv_spawn(&w->loop, &r->proc, &po) : UV_ENOMEM;
+  pid_t pid = 0;
+  int out_fd = -1;
+  int rc = env ? spawn_trainer(w->bin, args, env, fd, &pid, &out_fd) : ENOMEM;
   free(env);
   close(fd);
   if (rc) {
-    /* uv_spawn initialised the handle even when it failed: it is closed */
-    if (env) {
-      r->nopen++;
-      wrk__run_close_handle(r, (uv_handle_t *)&r->proc);
-    }
-    wrk__run_close_handle(r, (uv_handle_t *)&r->out);
-    wrk__run_fail_start(r, 127, "cannot start %s: %s", w->bin, uv_strerror(rc));
+    wrk__run_fail_start(r, 127, "cannot start %s: %s", w->bin, strerror(rc));
     return;
   }
-  r->nopen++;
+  r->pid = pid;
   r->proc_alive = 1;
-  r->out_open = 1;
-  r->pid = r->proc.pid;
   r->state = WRK__RUN_RUNNING;
+  uv_pipe_init(&w->loop, &r->out, 0);
+  r->out.data = r;
+  r->nopen++;
+  r->out_open = 1;
+  int prc = uv_pipe_open(&r->out, out_fd);
+  if (prc) {
+    /* no stdout to read: the trainer is stopped, its exit still reaped */
+    close(out_fd);
+    wrk__log("run %" PRId64 ": reading the trainer's output: %s; SIGKILL to pid %d", r->id,
+             uv_strerror(prc), r->pid);
+    r->out_open = 0;
+    wrk__run_close_handle(r, (uv_handle_t *)&r->out);
+    wrk__run_signal(r, SIGKILL);
+    return;
+  }
   uv_read_start((uv_stream_t *)&r->out, on_out_alloc, on_out_read);
   wrk__log("run %" PRId64 " attempt %" PRId64 ": started pid %d (%s)%s", r->id, r->attempt, r->pid,
            cvd, resume ? ", resuming" : "");
@@ -293,7 +357,7 @@ static void on_kill_timer(uv_timer_t *t) {
     return;
   wrk__log("run %" PRId64 " attempt %" PRId64 ": still running %d ms after SIGTERM; SIGKILL", r->id,
            r->attempt, r->w->kill_grace_ms);
-  uv_process_kill(&r->proc, SIGKILL);
+  wrk__run_signal(r, SIGKILL);
 }
 
 /* SIGTERM (the trainer writes a checkpoint and exits 143), then SIGKILL
@@ -309,8 +373,6 @@ void wrk__run_cancel(wrk__run *r, const char *why) {
   }
   wrk__log("run %" PRId64 " attempt %" PRId64 ": %s: SIGTERM to pid %d", r->id, r->attempt, why,
            r->pid);
-  int rc = uv_process_kill(&r->proc, SIGTERM);
-  if (rc)
-    wrk__log("run %" PRId64 ": SIGTERM failed: %s", r->id, uv_strerror(rc));
+  wrk__run_signal(r, SIGTERM);
   uv_timer_start(&r->kill_timer, on_kill_timer, (uint64_t)r->w->kill_grace_ms, 0);
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/addr.h"
@@ -30,6 +31,7 @@ static void close_all(wrk__worker *w) {
   w->stopping = 2;
   uv_close((uv_handle_t *)&w->sigint, on_worker_handle_closed);
   uv_close((uv_handle_t *)&w->sigterm, on_worker_handle_closed);
+  uv_close((uv_handle_t *)&w->sigchld, on_worker_handle_closed);
   uv_close((uv_handle_t *)&w->reconnect_timer, on_worker_handle_closed);
   uv_close((uv_handle_t *)&w->welcome_timer, on_worker_handle_closed);
   uv_close((uv_handle_t *)&w->hb_timer, on_worker_handle_closed);
@@ -46,9 +48,10 @@ static void close_all(wrk__worker *w) {
                r->id, r->attempt, unacked, unacked == 1 ? "" : "s");
     if (r->proc_alive) {
       wrk__log("run %" PRId64 ": SIGKILL to pid %d at exit", r->id, r->pid);
-      uv_process_kill(&r->proc, SIGKILL);
+      wrk__run_signal(r, SIGKILL);
       r->proc_alive = 0;
-      wrk__run_close_handle(r, (uv_handle_t *)&r->proc);
+      while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
+        ;
     }
     if (r->out_open) {
       r->out_open = 0;
@@ -78,6 +81,12 @@ void wrk__maybe_finish_shutdown(wrk__worker *w) {
   }
   if (!uv_is_active((uv_handle_t *)&w->drain_timer))
     uv_timer_start(&w->drain_timer, on_drain_timer, (uint64_t)w->drain_ms, 0);
+}
+
+/* A trainer exited (the worker spawns them itself: proc.c) */
+static void on_sigchld(uv_signal_t *s, int signum) {
+  (void)signum;
+  wrk__reap_children(s->data);
 }
 
 static void on_signal(uv_signal_t *s, int signum) {
@@ -240,18 +249,20 @@ int wrk_run(const wrk_options *o) {
   }
   uv_signal_init(&w->loop, &w->sigint);
   uv_signal_init(&w->loop, &w->sigterm);
+  uv_signal_init(&w->loop, &w->sigchld);
   uv_timer_init(&w->loop, &w->reconnect_timer);
   uv_timer_init(&w->loop, &w->welcome_timer);
   uv_timer_init(&w->loop, &w->hb_timer);
   uv_timer_init(&w->loop, &w->drain_timer);
   uv_timer_init(&w->loop, &w->fence_timer);
-  w->sigint.data = w->sigterm.data = w;
+  w->sigint.data = w->sigterm.data = w->sigchld.data = w;
   w->reconnect_timer.data = w->welcome_timer.data = w->hb_timer.data = w->drain_timer.data = w;
   w->fence_timer.data = w;
   uv_timer_start(&w->fence_timer, wrk__on_fence_timer, FENCE_CHECK_MS, FENCE_CHECK_MS);
   if (watch_int)
     uv_signal_start(&w->sigint, on_signal, SIGINT);
   uv_signal_start(&w->sigterm, on_signal, SIGTERM);
+  uv_signal_start(&w->sigchld, on_sigchld, SIGCHLD);
 
   char gl[256];
   wrk__gpu_list(w, ",", gl, sizeof gl);

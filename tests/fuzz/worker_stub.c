@@ -88,6 +88,16 @@ void wrk__run_cancel(wrk__run *r, const char *why) {
   uv_timer_start(&r->kill_timer, on_term, 0, 0);
 }
 
+/* no trainer processes here: nothing to signal or reap (a fenced run's
+ * SIGKILL ends it as the kill timer's SIGTERM does) */
+void wrk__run_signal(wrk__run *r, int sig) {
+  if (sig == SIGKILL && r->state == WRK__RUN_RUNNING &&
+      !uv_is_active((uv_handle_t *)&r->kill_timer))
+    uv_timer_start(&r->kill_timer, on_term, 0, 0);
+}
+
+void wrk__reap_children(wrk__worker *w) { (void)w; }
+
 int worker_stub_busy(const wrk__worker *w) {
   for (const wrk__run *r = w->runs; r; r = r->next)
     if (uv_is_active((const uv_handle_t *)&r->kill_timer))
