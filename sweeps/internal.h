@@ -95,6 +95,13 @@ typedef struct fit__chin_run {
 /* The summed Huber objective f and its gradient g at t. */
 double fit__chin_eval(fit__chin_objective *o, const double *t, double *g);
 
+/* f at t, with its gradient g and its Hessian H (full, symmetric): per
+ * point, with p the softmax weights, J = dr/dt and m_k = du_k/dt,
+ * d2r/dt2 = sum_k p_k m_k m_k^T - J J^T, and Huber adds h'' J J^T (h'' is
+ * 1 inside delta, 0 outside). One pass over the points. */
+double fit__chin_eval_hessian(const fit__chin_objective *o, const double *t, double *g,
+                              double H[FIT__CHIN_NT][FIT__CHIN_NT]);
+
 /* Minimises from t0 with s (a BFGS2 minimiser of FIT__CHIN_NT variables):
  * up to plain_iters BFGS2 iterations in centred coordinates, then up to
  * polish rounds of BFGS2 whitened by the Hessian at the current point.
