@@ -64,11 +64,16 @@ typedef struct fit_options {
   int threads;           /* <= 0: all cores */
   double target_flops;   /* chinchilla: also predict N_opt, D_opt and loss here (0: none) */
   int fit_irreducible;   /* kaplan: include E (1) or fix E = 0 (0) */
-  int full_grid;         /* chinchilla: BFGS from all 4,500 starts, no screen (reference) */
+  int full_grid;         /* chinchilla: BFGS from all 4,500 starts, no screen (reference;
+                          * implies FIT_CHIN_BFGS) */
+  int chin_method;       /* chinchilla: FIT_CHIN_VARPRO (0, the default) or FIT_CHIN_BFGS */
   double near_best_rtol; /* bopt: near-optimal = loss <= best (1 + this); 0: 0.01 */
   double target_steps;   /* curve: also predict the loss at this optimizer step (0: none) */
   int curve_noise;       /* curve: the bootstrap's noise model, FIT_CURVE_* (0: AR(1)) */
 } fit_options;
+
+/* fit_chinchilla's minimisers (fit_options.chin_method; see fit_chinchilla) */
+enum { FIT_CHIN_VARPRO = 0, FIT_CHIN_BFGS = 1 };
 
 /* fit_curve's bootstrap noise models (fit_options.curve_noise; see fit_curve) */
 enum { FIT_CURVE_AR1 = 0, FIT_CURVE_BLOCK = 1, FIT_CURVE_IID = 2 };

@@ -110,4 +110,22 @@ double fit__chin_eval_hessian(const fit__chin_objective *o, const double *t, dou
 void fit__chin_minimise(fit__chin_objective *o, gsl_multimin_fdfminimizer *s, const double *t0,
                         int plain_iters, int polish, double gtol, fit__chin_run *out);
 
+/* ---- Variable projection (fit_chinchilla_vp.c): for fixed (alpha, beta)
+ * the prefactors (A, B, E) are solved for, and the search is over the
+ * profiled objective P(alpha, beta) = min over (A, B, E) of f. ---- */
+
+/* The global search: P on a coarse (alpha, beta) grid with threads
+ * threads, profiled Newton from the best few basins of the grid; the best
+ * into *best (centred coordinates; converged as in fit__chin_minimise, for
+ * gtol). 0, SS_ENOMEM, or SS_ENUMERIC when P was not finite anywhere. */
+int fit__chin_vp_search(const fit__chin_objective *o, int threads, double gtol,
+                        fit__chin_run *best);
+
+/* The local refinement alone, from t0's (alpha, beta) (its prefactors
+ * only a first guess for the inner solve): profiled Newton until
+ * |grad f| < gstop (<= gtol) or no further decrease; converged when
+ * |grad f| < gtol. The bootstrap's refit (gstop = gtol). */
+void fit__chin_vp_local(const fit__chin_objective *o, const double *t0, double gtol, double gstop,
+                        fit__chin_run *out);
+
 #endif
