@@ -123,8 +123,9 @@ int fit__chin_vp_search(const fit__chin_objective *o, int threads, double gtol,
 
 /* The local refinement alone, from t0's (alpha, beta) (its prefactors
  * only a first guess for the inner solve): profiled Newton until
- * |grad f| < gstop (<= gtol) or no further decrease; converged when
- * |grad f| < gtol. The bootstrap's refit (gstop = gtol). */
+ * |grad f| < gstop (<= gtol; 0: never) or no further decrease (predicted
+ * or found); converged when |grad f| < gtol. The bootstrap's refit
+ * (gstop = gtol). */
 void fit__chin_vp_local(const fit__chin_objective *o, const double *t0, double gtol, double gstop,
                         fit__chin_run *out);
 
