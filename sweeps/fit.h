@@ -135,10 +135,25 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
 
 /* Chinchilla Approach 2: per compute budget a parabola in ln N, its vertex
  * N*, D* = C / (6 N*); then ln N* and ln D* regressed on ln C. params: a, b
- * (exponents) and their prefactors; budgets listed; off-centre sampling and
- * budgets without an interior minimum reported as warnings. */
+ * (exponents) and their prefactors; budgets listed; off-centre, drifting
+ * and narrow sampling and budgets without an interior minimum reported as
+ * warnings (fit_isoflop_vertex_offset says what the first two cost). */
 int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
                 size_t errlen);
+
+/* Approach 2's vertex on the Chinchilla surface, noise-free. Along an
+ * IsoFLOP C = 6 N D, with z = ln N - ln N_opt(C), the law is
+ *   L = E + (A / (beta N_opt^alpha)) (beta e^(-alpha z) + alpha e^(beta z)),
+ * a constant plus a positive factor times a shape that depends on alpha and
+ * beta only. A least-squares parabola's vertex does not move under either,
+ * so a budget sampled at offsets z[0..k) from its optimum has its vertex at
+ * ln N_opt(C) + v, v = this function's value, whatever E, A, B and C. Hence
+ * the same offsets at every budget leave a exact and n_coef off by e^v, and
+ * offsets that change with C bias a by the least-squares slope of v against
+ * ln C. For small symmetric offsets v ~ (alpha - beta) sum z^4 / (6 sum z^2).
+ * NAN when k is not in 3..64, an exponent is not positive, or the parabola
+ * has no minimum. */
+double fit_isoflop_vertex_offset(double alpha, double beta, const double *z, int k);
 
 /* Critical batch size from a batch ladder: S = S_min + E_min / B, weighted
  * least squares (weights 1/S^2). params: S_min, E_min, B_crit = E_min/S_min. */
