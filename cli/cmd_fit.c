@@ -21,7 +21,8 @@
 static const char usage_text[] =
     "usage: scalesweep fit --points FILE.csv --law chinchilla|kaplan|isoflop|batch|bopt|curve\n"
     "                      [--bootstrap N] [--seed S] [--threads T] [--target-flops C]\n"
-    "                      [--target-steps S] [--no-irreducible] [--full-grid] [--json]\n"
+    "                      [--target-steps S] [--no-irreducible] [--method M] [--full-grid]\n"
+    "                      [--json]\n"
     "       scalesweep fit SWEEP_ID [--law L] [--json] [--url URL] [--state DIR]\n"
     "                                  (the fits the scheduler made of a sweep)\n"
     "\n"
@@ -53,8 +54,11 @@ static const char usage_text[] =
     "                    (relative; default 0.01)\n"
     "  --holdout         chinchilla: also the extrapolation check (refit without the\n"
     "                    largest compute budget, predict its runs; JSON: extrapolation)\n"
+    "  --method M        chinchilla's minimiser: varpro (default: variable projection,\n"
+    "                    the prefactors solved for each exponent pair, the exponents\n"
+    "                    searched) or bfgs (BFGS from the best of a 4,500-start grid)\n"
     "  --full-grid       chinchilla: BFGS from all 4,500 grid starts instead of the\n"
-    "                    screened best (slow; the reference the screen is tested on)\n"
+    "                    screened best (slow; the reference both are tested on)\n"
     "  --json            print one JSON object instead of the table\n"
     "\n"
     "A fit that did not converge is printed with converged: no and a warning.\n"
@@ -311,7 +315,7 @@ int cmd_fit(int argc, char **argv) {
     }
     if (!(IS("--points") || IS("--law") || IS("--bootstrap") || IS("--seed") || IS("--threads") ||
           IS("--target-flops") || IS("--target-steps") || IS("--near-best") || IS("--url") ||
-          IS("--state") || IS("--token-file")))
+          IS("--state") || IS("--token-file") || IS("--method")))
       return cli_usage_error("fit", NULL, "unknown option '%.*s'", (int)nlen, a);
     if (eq)
       val = eq + 1;
@@ -327,6 +331,13 @@ int cmd_fit(int argc, char **argv) {
       *(IS("--url") ? &url : IS("--state") ? &state : &token_file) = val;
     } else if (IS("--law")) {
       law = val;
+    } else if (IS("--method")) {
+      if (!strcmp(val, "varpro"))
+        opt.chin_method = FIT_CHIN_VARPRO;
+      else if (!strcmp(val, "bfgs"))
+        opt.chin_method = FIT_CHIN_BFGS;
+      else
+        return cli_usage_error("fit", NULL, "--method: expected varpro or bfgs, got '%s'", val);
     } else if (IS("--bootstrap")) {
       if (!(rc = parse_count("--bootstrap", val, 1000000, &v)))
         opt.bootstrap = (int)v;

@@ -64,11 +64,16 @@ typedef struct fit_options {
   int threads;           /* <= 0: all cores */
   double target_flops;   /* chinchilla: also predict N_opt, D_opt and loss here (0: none) */
   int fit_irreducible;   /* kaplan: include E (1) or fix E = 0 (0) */
-  int full_grid;         /* chinchilla: BFGS from all 4,500 starts, no screen (reference) */
+  int full_grid;         /* chinchilla: BFGS from all 4,500 starts, no screen (reference;
+                          * implies FIT_CHIN_BFGS) */
+  int chin_method;       /* chinchilla: FIT_CHIN_VARPRO (0, the default) or FIT_CHIN_BFGS */
   double near_best_rtol; /* bopt: near-optimal = loss <= best (1 + this); 0: 0.01 */
   double target_steps;   /* curve: also predict the loss at this optimizer step (0: none) */
   int curve_noise;       /* curve: the bootstrap's noise model, FIT_CURVE_* (0: AR(1)) */
 } fit_options;
+
+/* fit_chinchilla's minimisers (fit_options.chin_method; see fit_chinchilla) */
+enum { FIT_CHIN_VARPRO = 0, FIT_CHIN_BFGS = 1 };
 
 /* fit_curve's bootstrap noise models (fit_options.curve_noise; see fit_curve) */
 enum { FIT_CURVE_AR1 = 0, FIT_CURVE_BLOCK = 1, FIT_CURVE_IID = 2 };
@@ -130,10 +135,25 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
 
 /* Chinchilla Approach 2: per compute budget a parabola in ln N, its vertex
  * N*, D* = C / (6 N*); then ln N* and ln D* regressed on ln C. params: a, b
- * (exponents) and their prefactors; budgets listed; off-centre sampling and
- * budgets without an interior minimum reported as warnings. */
+ * (exponents) and their prefactors; budgets listed; off-centre, drifting
+ * and narrow sampling and budgets without an interior minimum reported as
+ * warnings (fit_isoflop_vertex_offset says what the first two cost). */
 int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
                 size_t errlen);
+
+/* Approach 2's vertex on the Chinchilla surface, noise-free. Along an
+ * IsoFLOP C = 6 N D, with z = ln N - ln N_opt(C), the law is
+ *   L = E + (A / (beta N_opt^alpha)) (beta e^(-alpha z) + alpha e^(beta z)),
+ * a constant plus a positive factor times a shape that depends on alpha and
+ * beta only. A least-squares parabola's vertex does not move under either,
+ * so a budget sampled at offsets z[0..k) from its optimum has its vertex at
+ * ln N_opt(C) + v, v = this function's value, whatever E, A, B and C. Hence
+ * the same offsets at every budget leave a exact and n_coef off by e^v, and
+ * offsets that change with C bias a by the least-squares slope of v against
+ * ln C. For small symmetric offsets v ~ (alpha - beta) sum z^4 / (6 sum z^2).
+ * NAN when k is not in 3..64, an exponent is not positive, or the parabola
+ * has no minimum. */
+double fit_isoflop_vertex_offset(double alpha, double beta, const double *z, int k);
 
 /* Critical batch size from a batch ladder: S = S_min + E_min / B, weighted
  * least squares (weights 1/S^2). params: S_min, E_min, B_crit = E_min/S_min. */

@@ -1,6 +1,9 @@
 /* Chinchilla Approach 3 (SCIENCE.md section 2): L = E + A/N^alpha + B/D^beta
- * fitted on log loss with a summed Huber objective, a 4,500-point grid of
- * starts, GSL's BFGS2 with the analytic gradient, and a bootstrap over runs.
+ * fitted on log loss with a summed Huber objective and a bootstrap over
+ * runs. Two minimisers of that one objective: variable projection (the
+ * default; fit_chinchilla_vp.c), and the multistart of SCIENCE.md, GSL's
+ * BFGS2 with the analytic gradient from a 4,500-point grid of starts
+ * (FIT_CHIN_BFGS, and the reference --full-grid), kept for comparison.
  *
  * Internally the optimiser works in centred coordinates
  * t = (a - alpha cN, b - beta cD, e, alpha, beta), cN and cD the mean ln N and
@@ -8,7 +11,7 @@
  * no longer move with the exponents and the problem is far better conditioned
  * (the gradient tolerance then means the same thing in every direction).
  * Everything outside this file sees theta = (a, b, e, alpha, beta). The
- * objective and its minimiser are in fit_chinchilla_opt.c. */
+ * objective and its BFGS minimiser are in fit_chinchilla_opt.c. */
 #include <gsl/gsl_multimin.h>
 #include <gsl/gsl_rng.h>
 #include <math.h>
@@ -241,6 +244,30 @@ static int search(const fit__chin_objective *o, double cN, double cD, int full, 
   return b >= 0 ? 0 : SS_ENUMERIC;
 }
 
+/* The variable-projection search (fit_chinchilla_vp.c), then BFGS from its
+ * optimum (PLAIN_ITERS, then POLISH_ROUNDS whitened; nothing to do when the
+ * gradient is already below the tolerance), the lower of the two kept: the
+ * result is never worse than the BFGS minimiser started there. */
+static int search_vp(const fit__chin_objective *o, int nt, fit__chin_run *best) {
+  double gtol = GTOL_PER_POINT * o->wsum;
+  fit__chin_run vp;
+  int rc = fit__chin_vp_search(o, nt, gtol, &vp);
+  if (rc)
+    return rc;
+  *best = vp;
+  gsl_multimin_fdfminimizer *s =
+      gsl_multimin_fdfminimizer_alloc(gsl_multimin_fdfminimizer_vector_bfgs2, NT);
+  if (!s)
+    return SS_ENOMEM;
+  fit__chin_objective loc = objective_copy(o);
+  fit__chin_run pol;
+  fit__chin_minimise(&loc, s, vp.t, PLAIN_ITERS, POLISH_ROUNDS, gtol, &pol);
+  gsl_multimin_fdfminimizer_free(s);
+  if (pol.f < vp.f || (pol.f == vp.f && pol.converged && !vp.converged))
+    *best = pol;
+  return 0;
+}
+
 /* ---- input ---- */
 
 static int positive(double x) { return isfinite(x) && x > 0; }
@@ -303,7 +330,7 @@ static int check_points(const fit_point *pts, int n, char *err, size_t errlen) {
  * resample seeds its own generator from (seed, k), so results do not
  * depend on the thread count. Returns whether the refit converged. */
 static int bootstrap_one(const fit__chin_objective *full, const fit__groups *g, uint64_t seed,
-                         int k, const double *t_opt, double cN, double cD, double C,
+                         int k, int method, const double *t_opt, double cN, double cD, double C,
                          const fit_result *grid, gsl_rng *rng, gsl_multimin_fdfminimizer *s,
                          int *drawn, int *count, fit__chin_objective *o, double *q) {
   gsl_rng_set(rng, (unsigned long)fit__mix64(seed + (uint64_t)k));
@@ -325,7 +352,18 @@ static int bootstrap_one(const fit__chin_objective *full, const fit__groups *g, 
     o->m++;
   }
   fit__chin_run rr;
-  fit__chin_minimise(o, s, t_opt, 0, POLISH_ROUNDS, GTOL_PER_POINT * o->wsum, &rr);
+  double gtol = GTOL_PER_POINT * o->wsum;
+  if (method == FIT_CHIN_VARPRO) {
+    fit__chin_vp_local(o, t_opt, gtol, gtol, &rr);
+    if (!rr.converged) { /* stalled on rounding or a kink: BFGS from there */
+      fit__chin_run pol;
+      fit__chin_minimise(o, s, rr.t, 0, POLISH_ROUNDS, gtol, &pol);
+      if (pol.f < rr.f || (pol.f == rr.f && pol.converged))
+        rr = pol;
+    }
+  } else {
+    fit__chin_minimise(o, s, t_opt, 0, POLISH_ROUNDS, gtol, &rr);
+  }
   double th[NT];
   to_theta(rr.t, cN, cD, th);
   quantities(th, C, q);
@@ -338,7 +376,7 @@ static int bootstrap_one(const fit__chin_objective *full, const fit__groups *g, 
 }
 
 static int bootstrap(const fit__chin_objective *full, const fit_point *pts, const double *t_opt,
-                     double cN, double cD, const fit_options *opt, int nt, int nq,
+                     double cN, double cD, const fit_options *opt, int method, int nt, int nq,
                      fit_result *out) {
   int n = full->m, B = opt->bootstrap, W = NQ + out->nfrontier;
   fit__groups g;
@@ -364,8 +402,8 @@ static int bootstrap(const fit__chin_objective *full, const fit_point *pts, cons
 #pragma omp for schedule(dynamic, 4)
     for (int k = 0; k < B; k++) {
       if (ok) {
-        failed += !bootstrap_one(full, &g, opt->seed, k, t_opt, cN, cD, opt->target_flops, out, rng,
-                                 s, drawn, count, &o, &vals[(size_t)k * W]);
+        failed += !bootstrap_one(full, &g, opt->seed, k, method, t_opt, cN, cD, opt->target_flops,
+                                 out, rng, s, drawn, count, &o, &vals[(size_t)k * W]);
       } else {
         failed++;
         for (int j = 0; j < W; j++)
@@ -488,12 +526,15 @@ static void flag_bounds(const double *th, const fit_point *pts, int n, fit_resul
                     share_d);
 }
 
-/* Contract in fit.h. The search is a screen of the 4,500-start grid (see
- * SCREEN_KEEP) unless opt->full_grid; converged means the best run met the
- * gradient tolerance; the bootstrap refits each resample of runs from the
- * full-data optimum (not the grid: a resample's optimum is a small step
- * away, and restarting the grid would let a resample jump between local
- * optima and inflate the intervals for reasons unrelated to the data). */
+/* Contract in fit.h. The search is variable projection (search_vp) by
+ * default; with FIT_CHIN_BFGS a screen of the 4,500-start grid (see
+ * SCREEN_KEEP), with opt->full_grid BFGS from every start. converged
+ * means the best run met the gradient tolerance; the bootstrap refits each
+ * resample of runs from the full-data optimum (not the grid: a resample's
+ * optimum is a small step away, and restarting the grid would let a
+ * resample jump between local optima and inflate the intervals for reasons
+ * unrelated to the data), by the same method's local step: profiled Newton
+ * (BFGS from where it stops short of the tolerance), or whitened BFGS. */
 int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
                    size_t errlen) {
   opt = fit__options(opt);
@@ -509,6 +550,13 @@ int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_resu
     snprintf(err, errlen, "bootstrap: %d resamples, expected 0 or more", opt->bootstrap);
     return SS_EINVAL;
   }
+  if (opt->chin_method != FIT_CHIN_VARPRO && opt->chin_method != FIT_CHIN_BFGS) {
+    snprintf(err, errlen,
+             "chinchilla: method %d, expected FIT_CHIN_VARPRO (%d) or FIT_CHIN_BFGS (%d)",
+             opt->chin_method, FIT_CHIN_VARPRO, FIT_CHIN_BFGS);
+    return SS_EINVAL;
+  }
+  int method = opt->full_grid ? FIT_CHIN_BFGS : opt->chin_method;
   int nt = threads_of(opt);
   fit__chin_objective o = {0};
   o.x1 = malloc((size_t)n * 4 * sizeof(double));
@@ -532,7 +580,8 @@ int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_resu
   o.wsum = n;
 
   fit__chin_run best;
-  rc = search(&o, cN, cD, opt->full_grid, nt, &best);
+  rc = method == FIT_CHIN_VARPRO ? search_vp(&o, nt, &best)
+                                 : search(&o, cN, cD, opt->full_grid, nt, &best);
   if (rc) {
     free(o.x1);
     if (rc == SS_ENOMEM)
@@ -560,13 +609,14 @@ int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_resu
   }
   if (!best.converged)
     fit_result_warn(out,
-                    "not converged: BFGS stopped after %d iterations with |gradient| = %.3g "
+                    "not converged: %s stopped after %d iterations with |gradient| = %.3g "
                     "above its tolerance %.3g; the values are the best point found",
-                    best.iters, best.gnorm, GTOL_PER_POINT * o.wsum);
+                    method == FIT_CHIN_VARPRO ? "the minimiser" : "BFGS", best.iters, best.gnorm,
+                    GTOL_PER_POINT * o.wsum);
   flag_bounds(th, pts, n, out);
   frontier(th, pts, n, opt->target_flops, out);
   if (opt->bootstrap > 0) {
-    rc = bootstrap(&o, pts, best.t, cN, cD, opt, nt, nq, out);
+    rc = bootstrap(&o, pts, best.t, cN, cD, opt, method, nt, nq, out);
     if (rc) {
       free(o.x1);
       fit_result_free(out);

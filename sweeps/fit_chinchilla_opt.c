@@ -54,11 +54,11 @@ double fit__chin_eval(fit__chin_objective *o, const double *t, double *g) {
   return f;
 }
 
-/* The Hessian of f at t (centred coordinates), lower triangle. Per point,
- * with p the softmax weights, J = dr/dt and m_k = du_k/dt:
- * d2r/dt2 = sum_k p_k m_k m_k^T - J J^T, and Huber adds h'' J J^T. */
-static void hessian(const fit__chin_objective *o, const double *t, double H[NT][NT]) {
+double fit__chin_eval_hessian(const fit__chin_objective *o, const double *t, double *g,
+                              double H[FIT__CHIN_NT][FIT__CHIN_NT]) {
+  double f = 0;
   memset(H, 0, sizeof(double) * NT * NT);
+  memset(g, 0, sizeof(double) * NT);
   for (int i = 0; i < o->m; i++) {
     double x1 = o->x1[i], x2 = o->x2[i];
     double u1 = t[0] - t[3] * x1, u2 = t[1] - t[4] * x2;
@@ -67,18 +67,25 @@ static void hessian(const fit__chin_objective *o, const double *t, double H[NT][
     double s = p1 + p2 + p3;
     p1 /= s, p2 /= s, p3 /= s;
     double r = mx + log(s) - o->y[i], h1;
-    huber(r, &h1);
+    double w = o->w[i];
+    f += w * huber(r, &h1);
     double h2 = fabs(r) <= HUBER_DELTA ? 1.0 : 0.0;
-    double w = o->w[i], J[NT] = {p1, p2, p3, -p1 * x1, -p2 * x2};
-    for (int a = 0; a < NT; a++)
+    double J[NT] = {p1, p2, p3, -p1 * x1, -p2 * x2};
+    for (int a = 0; a < NT; a++) {
+      g[a] += w * h1 * J[a];
       for (int b = 0; b <= a; b++)
         H[a][b] += w * (h2 - h1) * J[a] * J[b];
+    }
     /* h1 sum_k p_k m_k m_k^T: m_1 = (1,0,0,-x1,0), m_2 = (0,1,0,0,-x2), m_3 = e_2 */
     double c1 = w * h1 * p1, c2 = w * h1 * p2;
     H[0][0] += c1, H[3][0] -= c1 * x1, H[3][3] += c1 * x1 * x1;
     H[1][1] += c2, H[4][1] -= c2 * x2, H[4][4] += c2 * x2 * x2;
     H[2][2] += w * h1 * p3;
   }
+  for (int a = 0; a < NT; a++)
+    for (int b = a + 1; b < NT; b++)
+      H[a][b] = H[b][a];
+  return f;
 }
 
 /* The coordinates GSL iterates in: t itself, or z = L^T (t - tc) with
@@ -240,8 +247,8 @@ void fit__chin_minimise(fit__chin_objective *o, gsl_multimin_fdfminimizer *s, co
   if (plain_iters > 0)
     iters += bfgs_in(&fr, s, t, 0.1, plain_iters, gtol, t, &f, &gn);
   for (int round = 0; round < polish && !(gn < gtol) && isfinite(t[0]); round++) {
-    double H[NT][NT], gz[NT], step = 0.1;
-    hessian(o, t, H);
+    double H[NT][NT], gz[NT], gt[NT], step = 0.1;
+    fit__chin_eval_hessian(o, t, gt, H);
     memcpy(fr.tc, t, sizeof t);
     if (precondition(&fr, H)) {
       /* whitened, the Newton step has length |g_z| */

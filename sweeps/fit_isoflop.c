@@ -34,10 +34,23 @@
  * the largest usable budget (from the least-squares slope of offset on
  * ln C, so one noisy budget weighs less than the trend). */
 #define DRIFT_TOL 0.25
+/* Narrow sampling: the parabola rising less than this fraction of the loss
+ * at its vertex over the sampled half-range (c2 half^2 < NARROW_RISE lv).
+ * With k sizes evenly over +-w in ln N and independent noise of SD sigma on
+ * L, the vertex's standard error is about sigma / (3.5 rise) of the
+ * half-range (7 sizes), so under run-to-run noise of ~0.3% of the loss a
+ * 1% rise already leaves N* uncertain by a tenth of the half-range; noise-
+ * free data say nothing about sigma, hence a threshold on the design. */
+#define NARROW_RISE 0.01
+/* Poorly determined vertex: with 2 or more residual degrees of freedom, its
+ * standard error (delta method on the regression's covariance) above this
+ * fraction of the sampled half-range in ln N. */
+#define VERTEX_SE 0.25
 
 typedef struct profile {
   double c2, c1, c0; /* L = c2 x^2 + c1 x + c0, x = ln N */
   double xv, lv;     /* vertex */
+  double xv_se;      /* its standard error (NAN with fewer than 2 residual dof) */
   double xmin, xmax; /* sampled range */
   double sse;
   int fitted, usable;
@@ -48,7 +61,7 @@ typedef struct profile {
  * conditioning; coefficients then expressed in x. Needs 3 distinct x. */
 static void fit_profile(const double *x, const double *y, int m, profile *pr) {
   memset(pr, 0, sizeof *pr);
-  pr->c2 = pr->c1 = pr->c0 = pr->xv = pr->lv = pr->sse = NAN;
+  pr->c2 = pr->c1 = pr->c0 = pr->xv = pr->lv = pr->sse = pr->xv_se = NAN;
   pr->xmin = INFINITY;
   pr->xmax = -INFINITY;
   double xm = 0;
@@ -84,6 +97,10 @@ static void fit_profile(const double *x, const double *y, int m, profile *pr) {
   gsl_multifit_linear(X, &yv.vector, c, cov, &chisq, ws);
   gsl_multifit_linear_free(ws);
   double a0 = gsl_vector_get(c, 0), a1 = gsl_vector_get(c, 1), a2 = gsl_vector_get(c, 2);
+  /* xv = xm - a1 / (2 a2): gradient (-1 / (2 a2), a1 / (2 a2^2)) in (a1, a2) */
+  double v11 = gsl_matrix_get(cov, 1, 1), v12 = gsl_matrix_get(cov, 1, 2),
+         v22 = gsl_matrix_get(cov, 2, 2), ratio = a1 / a2;
+  double var_xv = (v11 - 2 * ratio * v12 + ratio * ratio * v22) / (4 * a2 * a2);
   gsl_matrix_free(X);
   gsl_vector_free(c);
   gsl_matrix_free(cov);
@@ -100,7 +117,25 @@ static void fit_profile(const double *x, const double *y, int m, profile *pr) {
     pr->xv = xm - a1 / (2 * a2);
     pr->lv = a0 - a1 * a1 / (4 * a2);
     pr->usable = pr->xv >= pr->xmin && pr->xv <= pr->xmax;
+    if (m - 3 >= 2 && var_xv >= 0)
+      pr->xv_se = sqrt(var_xv);
   }
+}
+
+/* Contract in fit.h. The profile's shape up to a constant and a positive
+ * factor, which move neither the least-squares parabola's vertex nor
+ * anything else that fit_profile decides. */
+double fit_isoflop_vertex_offset(double alpha, double beta, const double *z, int k) {
+  double y[64], x[64];
+  if (k < 3 || k > 64 || !(alpha > 0) || !(beta > 0))
+    return NAN;
+  for (int i = 0; i < k; i++) {
+    x[i] = z[i];
+    y[i] = beta * exp(-alpha * z[i]) + alpha * exp(beta * z[i]);
+  }
+  profile pr;
+  fit_profile(x, y, k, &pr);
+  return pr.curved ? pr.xv : NAN;
 }
 
 typedef struct budgets {
@@ -219,7 +254,11 @@ static int group_budgets(const fit_point *pts, int n, budgets *bs) {
  * Warnings for off-centre sampling: a usable budget whose vertex lies in
  * the outer quarter of its sampled ln N range; and drift (DRIFT_TOL), the
  * vertex moving relative to the sampled centres across budgets, which is
- * what biases a (a constant offset only shifts n_coef).
+ * what biases a (a constant offset only shifts n_coef; see
+ * fit_isoflop_vertex_offset). For narrow sampling: a usable budget whose
+ * parabola rises less than NARROW_RISE of the loss over its half-range, or
+ * (otherwise) whose vertex has a standard error above VERTEX_SE of the
+ * half-range.
  *
  * Intervals: opt->bootstrap > 0, percentiles over resamples of the points
  * within each budget (the budgets themselves are the design, not a
@@ -309,6 +348,20 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
                         "budget C = %.3g: the optimum N* = %.3g sits at %.0f%% of the sampled ln N "
                         "range [%.3g, %.3g]: sampling off-centre, centre this budget's sizes on N*",
                         c, b->n_opt, 100 * pos, exp(p->xmin), exp(p->xmax));
+      double half = (p->xmax - p->xmin) / 2, rise = p->c2 * half * half / p->lv;
+      if (rise < NARROW_RISE)
+        fit_result_warn(out,
+                        "budget C = %.3g: narrow sampling: over N in [%.3g, %.3g] (%.3gx) the "
+                        "parabola rises only %.3g%% of the loss across the half-range, too "
+                        "little curvature to locate N* under run-to-run noise; widen this "
+                        "budget's sizes",
+                        c, exp(p->xmin), exp(p->xmax), exp(p->xmax - p->xmin), 100 * rise);
+      else if (p->xv_se > VERTEX_SE * half)
+        fit_result_warn(out,
+                        "budget C = %.3g: N* poorly determined: the vertex's standard error is "
+                        "%.2f of the sampled half-range in ln N (noise against too little "
+                        "curvature); widen this budget's sizes or add runs",
+                        c, p->xv_se / half);
     } else if (!p->fitted) {
       fit_result_warn(out, "budget C = %.3g unusable: %d point%s at fewer than 3 distinct N", c,
                       b->n_points, b->n_points == 1 ? "" : "s");

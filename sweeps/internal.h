@@ -95,6 +95,13 @@ typedef struct fit__chin_run {
 /* The summed Huber objective f and its gradient g at t. */
 double fit__chin_eval(fit__chin_objective *o, const double *t, double *g);
 
+/* f at t, with its gradient g and its Hessian H (full, symmetric): per
+ * point, with p the softmax weights, J = dr/dt and m_k = du_k/dt,
+ * d2r/dt2 = sum_k p_k m_k m_k^T - J J^T, and Huber adds h'' J J^T (h'' is
+ * 1 inside delta, 0 outside). One pass over the points. */
+double fit__chin_eval_hessian(const fit__chin_objective *o, const double *t, double *g,
+                              double H[FIT__CHIN_NT][FIT__CHIN_NT]);
+
 /* Minimises from t0 with s (a BFGS2 minimiser of FIT__CHIN_NT variables):
  * up to plain_iters BFGS2 iterations in centred coordinates, then up to
  * polish rounds of BFGS2 whitened by the Hessian at the current point.
@@ -102,5 +109,24 @@ double fit__chin_eval(fit__chin_objective *o, const double *t, double *g);
  * gtol. */
 void fit__chin_minimise(fit__chin_objective *o, gsl_multimin_fdfminimizer *s, const double *t0,
                         int plain_iters, int polish, double gtol, fit__chin_run *out);
+
+/* ---- Variable projection (fit_chinchilla_vp.c): for fixed (alpha, beta)
+ * the prefactors (A, B, E) are solved for, and the search is over the
+ * profiled objective P(alpha, beta) = min over (A, B, E) of f. ---- */
+
+/* The global search: P on a coarse (alpha, beta) grid with threads
+ * threads, profiled Newton from the best few basins of the grid; the best
+ * into *best (centred coordinates; converged as in fit__chin_minimise, for
+ * gtol). 0, SS_ENOMEM, or SS_ENUMERIC when P was not finite anywhere. */
+int fit__chin_vp_search(const fit__chin_objective *o, int threads, double gtol,
+                        fit__chin_run *best);
+
+/* The local refinement alone, from t0's (alpha, beta) (its prefactors
+ * only a first guess for the inner solve): profiled Newton until
+ * |grad f| < gstop (<= gtol; 0: never) or no further decrease (predicted
+ * or found); converged when |grad f| < gtol. The bootstrap's refit
+ * (gstop = gtol). */
+void fit__chin_vp_local(const fit__chin_objective *o, const double *t0, double gtol, double gstop,
+                        fit__chin_run *out);
 
 #endif

@@ -1,7 +1,9 @@
 /* Chinchilla Approach 3 and the CSV reader (sweeps/fit_chinchilla.c,
- * sweeps/csv.c): SCIENCE.md known answers 1 and 2, the screened search
- * against BFGS from every grid start, the flags, determinism of the
- * bootstrap, and the CSV reader's errors. */
+ * fit_chinchilla_vp.c, sweeps/csv.c): SCIENCE.md known answers 1 and 2, the
+ * search (variable projection, the default) against BFGS from every grid
+ * start, variable projection against the BFGS multistart on noise-free,
+ * noisy and multi-minimum data, the flags, determinism of the bootstrap,
+ * and the CSV reader's errors. */
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>
 #include <math.h>
@@ -14,6 +16,7 @@
 #include "common/err.h"
 #include "fit_testlib.h"
 #include "sweeps/fit.h"
+#include "sweeps/internal.h"
 
 /* Hoffmann et al.'s rounded published parameters */
 #define E0 1.69
@@ -285,6 +288,199 @@ static void test_bad_points(void) {
   free(p);
 }
 
+/* ---- variable projection against the BFGS multistart ---- */
+
+/* The two minimisers meet at one optimum to the rounding of the summed
+ * objective (n terms, each exact to an ulp or so, summed in different
+ * orders at points that agree to ~1e-10): a relative 1e-13 in either
+ * direction is the same optimum. Beyond that, variable projection must not
+ * be the higher. */
+#define SAME_OPTIMUM 1e-13
+
+static double objective_of(const fit_point *p, int n, int method, int full, fit_result *r) {
+  fit_options o = {.chin_method = method, .full_grid = full, .threads = 2};
+  char err[256];
+  CHECK_INT_EQ(fit_chinchilla(p, n, &o, r, err, sizeof err), 0);
+  return r->objective;
+}
+
+static void check_vp_not_worse(const fit_point *p, int n, const char *what) {
+  fit_result vp, bf;
+  double fv = objective_of(p, n, FIT_CHIN_VARPRO, 0, &vp);
+  double fb = objective_of(p, n, FIT_CHIN_BFGS, 0, &bf);
+  if (!(fv <= fb * (1 + SAME_OPTIMUM)))
+    fprintf(stderr, "%s: variable projection %.17g, BFGS %.17g\n", what, fv, fb);
+  CHECK(fv <= fb * (1 + SAME_OPTIMUM));
+  CHECK_INT_EQ(vp.converged, 1);
+  fit_result_free(&vp);
+  fit_result_free(&bf);
+}
+
+/* Noise-free points from several known laws (the published one, one with
+ * steep exponents like the quick-start study's, one with a Kaplan-like
+ * shallow alpha), each on SCIENCE.md's design for its own N_opt: variable
+ * projection recovers every parameter to 1e-8 (the gradient tolerance pins
+ * them to ~1e-10; the steep law's A and B are e^8..e^11 and amplify that). */
+static void test_vp_exact_recovery(void) {
+  static const double laws[][5] = {/* E, A, B, alpha, beta */
+                                   {1.69, 406.4, 410.7, 0.34, 0.28},
+                                   {0.6, 9500, 99000, 1.24, 0.99},
+                                   {2.5, 30, 800, 0.08, 0.3}};
+  for (size_t l = 0; l < sizeof laws / sizeof *laws; l++) {
+    const double *t = laws[l];
+    fit_point p[75];
+    int n = 0;
+    for (int i = 0; i < 5; i++) {
+      double C = 1e17 * pow(10, i), n_opt;
+      fit_chinchilla_allocation(t[1], t[2], t[3], t[4], C, NULL, NULL, NULL, &n_opt, NULL);
+      for (int j = 0; j < 15; j++, n++) {
+        double N = n_opt / 10 * pow(100, j / 14.0), D = C / (6 * N);
+        p[n] = fitt_blank();
+        p[n].params = N;
+        p[n].tokens = D;
+        p[n].loss = t[0] + t[1] / pow(N, t[3]) + t[2] / pow(D, t[4]);
+      }
+    }
+    fit_result r;
+    objective_of(p, n, FIT_CHIN_VARPRO, 0, &r);
+    static const char *const names[] = {"E", "A", "B", "alpha", "beta"};
+    for (int k = 0; k < 5; k++) {
+      if (!(fabs(value(&r, names[k]) - t[k]) <= 1e-8 * t[k]))
+        fprintf(stderr, "law %zu: %s = %.17g, truth %g\n", l, names[k], value(&r, names[k]), t[k]);
+      CHECK_NEAR(value(&r, names[k]), t[k], 0, 1e-8);
+    }
+    CHECK(r.objective < 1e-20);
+    CHECK_INT_EQ(r.converged, 1);
+    fit_result_free(&r);
+  }
+}
+
+/* Noisy data: SCIENCE.md's design at three noise levels and seeds, and the
+ * checkpoint design of test_screen_matches_full_grid. */
+static void test_vp_noisy(void) {
+  static const double sd[] = {0.002, 0.01, 0.03};
+  for (int i = 0; i < 3; i++)
+    for (unsigned long seed = 20; seed < 23; seed++) {
+      int n;
+      fit_point *p = approach3_points(sd[i], seed, &n);
+      char what[64];
+      snprintf(what, sizeof what, "approach 3 design, SD %g, seed %lu", sd[i], seed);
+      check_vp_not_worse(p, n, what);
+      free(p);
+    }
+  gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+  gsl_rng_set(r, 5);
+  fit_point q[24];
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 6; j++) {
+      double N = 1e6 * pow(10, i * 0.7), D = 2e8 * pow(3, j);
+      q[i * 6 + j] = (fit_point){
+          .params = N, .tokens = D, .loss = law(N, D) * exp(gsl_ran_gaussian(r, 0.05)), .group = i};
+    }
+  gsl_rng_free(r);
+  check_vp_not_worse(q, 24, "checkpoint design, 5% noise");
+}
+
+/* Data with several local minima: 15 points (3 sizes x 5 token counts, 3%
+ * multiplicative noise). BFGS from 90 of the 4,500 grid starts converges to
+ * at least 3 optima whose objectives differ by more than 1% (a term
+ * collapsing into E is a minimum too); variable projection must find one
+ * no higher than the lowest of them, than the screened multistart, and
+ * than BFGS from all 4,500 starts. */
+static void test_vp_local_minima(void) {
+  gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+  gsl_rng_set(rng, 1);
+  fit_point p[15];
+  int n = 0;
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 5; j++, n++) {
+      double N = 1e7 * pow(10, i), D = 1e9 * pow(4, j);
+      p[n] = fitt_blank();
+      p[n].params = N;
+      p[n].tokens = D;
+      p[n].loss = law(N, D) * exp(gsl_ran_gaussian(rng, 0.03));
+    }
+  gsl_rng_free(rng);
+
+  double cN = 0, cD = 0;
+  for (int i = 0; i < n; i++)
+    cN += log(p[i].params) / n, cD += log(p[i].tokens) / n;
+  double buf[4 * 15];
+  fit__chin_objective o = {.m = n, .x1 = buf, .x2 = buf + n, .y = buf + 2 * n, .w = buf + 3 * n};
+  for (int i = 0; i < n; i++) {
+    o.x1[i] = log(p[i].params) - cN;
+    o.x2[i] = log(p[i].tokens) - cD;
+    o.y[i] = log(p[i].loss);
+    o.w[i] = 1;
+  }
+  o.wsum = n;
+  gsl_multimin_fdfminimizer *s =
+      gsl_multimin_fdfminimizer_alloc(gsl_multimin_fdfminimizer_vector_bfgs2, FIT__CHIN_NT);
+  double found[90], lowest = INFINITY;
+  int distinct = 0;
+  for (int k = 0; k < 4500; k += 50) { /* the grid of SCIENCE.md, every 50th start */
+    int ia = k % 6, ib = k / 6 % 6, ie = k / 36 % 5, ial = k / 180 % 5, ibe = k / 900;
+    double al = 0.5 * ial, be = 0.5 * ibe;
+    double t[FIT__CHIN_NT] = {5.0 * ia - al * cN, 5.0 * ib - be * cD, -1 + 0.5 * ie, al, be};
+    fit__chin_run run;
+    fit__chin_minimise(&o, s, t, 200, 4, 1e-9 * n, &run);
+    if (!run.converged)
+      continue;
+    int j = 0;
+    while (j < distinct && fabs(found[j] - run.f) > 0.01 * run.f)
+      j++;
+    if (j == distinct)
+      found[distinct++] = run.f;
+    lowest = fmin(lowest, run.f);
+  }
+  gsl_multimin_fdfminimizer_free(s);
+  if (distinct < 3)
+    fprintf(stderr, "local minima: only %d distinct optima\n", distinct);
+  CHECK(distinct >= 3);
+
+  fit_result vp, bf, full;
+  double fv = objective_of(p, n, FIT_CHIN_VARPRO, 0, &vp);
+  double fb = objective_of(p, n, FIT_CHIN_BFGS, 0, &bf);
+  double ff = objective_of(p, n, FIT_CHIN_BFGS, 1, &full);
+  CHECK(fv <= lowest * (1 + SAME_OPTIMUM));
+  CHECK(fv <= fb * (1 + SAME_OPTIMUM));
+  CHECK(fv <= ff * (1 + SAME_OPTIMUM));
+  if (!(fv <= ff * (1 + SAME_OPTIMUM)))
+    fprintf(stderr, "local minima: VP %.17g, screened BFGS %.17g, full grid %.17g\n", fv, fb, ff);
+  fit_result_free(&vp);
+  fit_result_free(&bf);
+  fit_result_free(&full);
+}
+
+/* The method option: BFGS and variable projection give the same bootstrap
+ * intervals to well within their own width (each refit ends at the same
+ * tolerance, from the same full-data optimum), and an unknown method is
+ * refused. */
+static void test_vp_bootstrap_and_method(void) {
+  int n;
+  fit_point *p = approach3_points(0.01, 8, &n);
+  fit_options vo = {.bootstrap = 200, .seed = 3, .threads = 2};
+  fit_options bo = vo;
+  bo.chin_method = FIT_CHIN_BFGS;
+  fit_result a, b;
+  char err[256];
+  CHECK_INT_EQ(fit_chinchilla(p, n, &vo, &a, err, sizeof err), 0);
+  CHECK_INT_EQ(fit_chinchilla(p, n, &bo, &b, err, sizeof err), 0);
+  for (int i = 0; i < a.nparams; i++) {
+    CHECK_NEAR(a.params[i].stderr_, b.params[i].stderr_, 0, 1e-4);
+    CHECK_NEAR(a.params[i].ci_lo, b.params[i].ci_lo, 0, 1e-4);
+    CHECK_NEAR(a.params[i].ci_hi, b.params[i].ci_hi, 0, 1e-4);
+  }
+  CHECK_INT_EQ(a.nwarnings, 0);
+  fit_result_free(&a);
+  fit_result_free(&b);
+  vo.chin_method = 7;
+  CHECK_INT_EQ(fit_chinchilla(p, n, &vo, &a, err, sizeof err), SS_EINVAL);
+  CHECK(strstr(err, "method 7") != NULL);
+  fit_result_free(&a);
+  free(p);
+}
+
 /* ---- CSV ---- */
 
 static char dir[64];
@@ -415,6 +611,10 @@ int main(void) {
   test_bootstrap_deterministic();
   test_flags();
   test_bad_points();
+  test_vp_exact_recovery();
+  test_vp_noisy();
+  test_vp_local_minima();
+  test_vp_bootstrap_and_method();
   test_csv();
   cleanup();
   CHECK_DONE();

@@ -258,6 +258,125 @@ static void test_isoflop(void) {
   fit_result_free(&r);
 }
 
+/* Approach 2's bias on the noise-free Chinchilla surface
+ * (fit_isoflop_vertex_offset in sweeps/fit.h): 5 budgets 1e18..1e22, k
+ * sizes per budget at offsets z = o_j + w (-1 + 2i/(k-1)) in ln N from the
+ * true optimum. */
+#define BIAS_BUDGETS 5
+typedef struct {
+  double a_fit, a_pred;   /* fitted a - truth, and as derived */
+  double v[BIAS_BUDGETS]; /* derived vertex offsets per budget */
+  fit_result r;
+} bias_case;
+
+static double ols_slope(const double *x, const double *y, int n) {
+  double mx = 0, my = 0, sxy = 0, sxx = 0;
+  for (int i = 0; i < n; i++)
+    mx += x[i] / n, my += y[i] / n;
+  for (int i = 0; i < n; i++)
+    sxy += (x[i] - mx) * (y[i] - my), sxx += (x[i] - mx) * (x[i] - mx);
+  return sxy / sxx;
+}
+
+static void bias_run(double w, int k, const double *o, bias_case *bc) {
+  fit_point p[BIAS_BUDGETS * 15];
+  double lc[BIAS_BUDGETS];
+  int n = 0;
+  for (int j = 0; j < BIAS_BUDGETS; j++) {
+    double c = 1e18 * pow(10, j), z[15];
+    lc[j] = log(c);
+    for (int i = 0; i < k; i++, n++) {
+      z[i] = o[j] + w * (-1 + 2.0 * i / (k - 1));
+      p[n] = fitt_blank();
+      p[n].params = chin_nopt(c) * exp(z[i]);
+      p[n].flops = c;
+      p[n].tokens = c / (6 * p[n].params);
+      p[n].loss = chin_loss(p[n].params, p[n].tokens);
+    }
+    bc->v[j] = fit_isoflop_vertex_offset(CALPHA, CBETA, z, k);
+  }
+  fit_options opt = options();
+  char err[256];
+  CHECK_INT_EQ(fit_isoflop(p, n, &opt, &bc->r, err, sizeof err), 0);
+  bc->a_fit = fitt_param(&bc->r, "a") - CBETA / (CALPHA + CBETA);
+  bc->a_pred = ols_slope(lc, bc->v, BIAS_BUDGETS);
+  /* each vertex where the derivation puts it: ln N_opt(C) + v (rounding of
+   * profiles ~0.05 deep on losses ~2: ~1e-12 in ln N) */
+  for (int j = 0; j < bc->r.nbudgets; j++)
+    CHECK_NEAR(log(bc->r.budgets[j].n_opt / chin_nopt(bc->r.budgets[j].flops)), bc->v[j], 1e-9, 0);
+}
+
+/* SCIENCE.md known answer 3 and beyond: noise-free data, where the only
+ * error is the parabola's. Derived (fit.h): the vertex of budget j sits at
+ * ln N_opt + v(z_j), v depending on alpha, beta and the offsets only, so
+ * a's bias is the slope of v on ln C; to leading order in the offsets
+ * v ~ (alpha - beta) (S4/S2 / 6 - o^2 / 2), S_p the p-th power sums of
+ * z - o: N* too large for alpha > beta, growing with the grid's width. */
+static void test_isoflop_bias(void) {
+  const double d = CALPHA - CBETA, zero[BIAS_BUDGETS] = {0};
+  bias_case bc;
+
+  /* centred and wide (100x): a exact, N* high by (alpha - beta) S4/(6 S2),
+   * 0.041 in ln N here (the expansion is good to 1% at this width) */
+  double w = log(10);
+  bias_run(w, 7, zero, &bc);
+  CHECK_NEAR(bc.a_fit, 0, 1e-9, 0);
+  double s2 = 0, s4 = 0;
+  for (int i = 0; i < 7; i++) {
+    double z = w * (-1 + 2.0 * i / 6);
+    s2 += z * z, s4 += z * z * z * z;
+  }
+  CHECK(bc.v[0] > 0);
+  CHECK_NEAR(bc.v[0], d * s4 / (6 * s2), 0, 0.02);
+  CHECK_INT_EQ(bc.r.nwarnings, 0);
+  fit_result_free(&bc.r);
+
+  /* centred and narrow (4x): still exact, but the profile rises < 1% of
+   * the loss over the half-range at C >= 1e19 (1.2% at 1e18) */
+  bias_run(log(2), 7, zero, &bc);
+  CHECK_NEAR(bc.a_fit, 0, 1e-9, 0);
+  CHECK(fitt_has_warning(&bc.r, "narrow sampling"));
+  CHECK(fitt_has_warning(&bc.r, "budget C = 1e+22: narrow"));
+  CHECK(!fitt_has_warning(&bc.r, "budget C = 1e+18: narrow"));
+  CHECK(!fitt_has_warning(&bc.r, "off-centre"));
+  fit_result_free(&bc.r);
+
+  /* off-centre by the same 0.6 of the half-range at every budget (16x):
+   * a still exact (only n_coef moves), every budget flagged off-centre,
+   * no drift */
+  w = log(4);
+  double off[BIAS_BUDGETS];
+  for (int j = 0; j < BIAS_BUDGETS; j++)
+    off[j] = -0.6 * w;
+  bias_run(w, 7, off, &bc);
+  CHECK_NEAR(bc.a_fit, 0, 1e-9, 0);
+  CHECK(fitt_has_warning(&bc.r, "budget C = 1e+18: the optimum"));
+  CHECK(fitt_has_warning(&bc.r, "budget C = 1e+22: the optimum"));
+  CHECK(!fitt_has_warning(&bc.r, "drifts"));
+  CHECK(!fitt_has_warning(&bc.r, "narrow"));
+  fit_result_free(&bc.r);
+
+  /* grids centred on a wrong exponent, a + 0.05 and a - 0.05: the offset
+   * grows as 0.05 ln(C / 1e18), and a is biased by the slope of v, which
+   * to leading order is -(alpha - beta)/2 times the slope of o^2: negative
+   * whichever way the guess was wrong (-7e-4 here); the drift is flagged */
+  for (int sign = -1; sign <= 1; sign += 2) {
+    double o2[BIAS_BUDGETS], lc[BIAS_BUDGETS];
+    for (int j = 0; j < BIAS_BUDGETS; j++) {
+      lc[j] = log(1e18 * pow(10, j));
+      off[j] = sign * 0.05 * (lc[j] - lc[0]);
+      o2[j] = off[j] * off[j];
+    }
+    bias_run(w, 7, off, &bc);
+    CHECK_NEAR(bc.a_fit, bc.a_pred, 1e-9, 0);
+    CHECK(bc.a_fit < -1e-4);
+    CHECK_NEAR(bc.a_fit, -d / 2 * ols_slope(lc, o2, BIAS_BUDGETS), 0, 0.15);
+    CHECK(fitt_has_warning(&bc.r, "drifts off-centre"));
+    CHECK(!fitt_has_warning(&bc.r, "narrow"));
+    fit_result_free(&bc.r);
+  }
+}
+
 static void test_batch(void) {
   char err[256];
   fit_result r;
@@ -470,6 +589,7 @@ int main(void) {
   test_kaplan();
   test_bopt();
   test_isoflop();
+  test_isoflop_bias();
   test_batch();
   test_extrapolation();
   CHECK_DONE();
