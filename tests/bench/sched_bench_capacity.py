@@ -128,13 +128,17 @@ def capacity_part():
 
 # the store's statements, as store/runs.c sends them (store_runs_queue,
 # store_runs_claim, store_runs_finish), with pgbench variables for $n
-QUEUE_SQL = ("SELECT r.id, r.gpus, CASE WHEN r.gpus > 0 THEN 0 ELSE "
-             "greatest(coalesce((r.config->>'world_size')::int, 1), 1) END, r.flops, "
-             "CASE WHEN jsonb_typeof(sw.spec->'throughput_flops') = 'number' "
-             "THEN (sw.spec->>'throughput_flops')::float8 END "
-             "FROM runs r JOIN sweeps sw ON sw.id = r.sweep_id WHERE r.status = 'queued' "
-             "ORDER BY greatest(r.priority, sw.priority) DESC, r.sweep_id, r.flops NULLS LAST, "
-             "r.id LIMIT 48;\n")
+QUEUE_SQL = ("WITH q AS MATERIALIZED (SELECT r.id, r.gpus, CASE WHEN r.gpus > 0 THEN 0 "
+             "ELSE greatest(coalesce((r.config->>'world_size')::int, 1), 1) END AS slots, "
+             "r.flops, r.sweep_id, r.priority FROM runs r WHERE r.status = 'queued' "
+             "ORDER BY r.priority DESC, r.sweep_id, r.flops NULLS LAST, r.id LIMIT 48), "
+             "t AS MATERIALIZED (SELECT sw.id, CASE WHEN "
+             "jsonb_typeof(sw.spec->'throughput_flops') = 'number' "
+             "THEN (sw.spec->>'throughput_flops')::float8 END AS throughput "
+             "FROM sweeps sw WHERE sw.id IN (SELECT sweep_id FROM q)) "
+             "SELECT q.id, q.gpus, q.slots, q.flops, t.throughput FROM q "
+             "JOIN t ON t.id = q.sweep_id "
+             "ORDER BY q.priority DESC, q.sweep_id, q.flops NULLS LAST, q.id;\n")
 CLAIM_SQL = ("UPDATE runs SET status = 'running', worker = :wid, attempt = attempt + 1, "
              "lease_until = now() + 30 * interval '1 second', "
              "started_at = coalesce(started_at, now()), error = NULL "
