@@ -2,6 +2,9 @@
 (f) the queue's claim-and-finish SQL alone; (g) what PostgreSQL alone does
 inserting metric-shaped rows, the anchor of the metric rows/s figure
 (sched_bench.py)."""
+import os
+import re
+
 from sched_bench_env import *  # noqa: F401,F403 (the configuration and helpers)
 import sched_bench_env as env
 
