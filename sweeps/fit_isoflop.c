@@ -265,7 +265,6 @@ static void cells_free(cells *c) {
  * filled, the caller frees with cells_free), 0 when none has (c empty), or
  * SS_ENOMEM. n_cells and seed_sd per budget into out's budgets (seed_sd
  * NAN where no size is replicated). */
-
 static int cells_build(const budgets *bs, const fit_point *pts, const double *x, const double *y,
                        int n, cells *c, fit_result *out) {
   memset(c, 0, sizeof *c);
@@ -356,9 +355,9 @@ static int cells_build(const budgets *bs, const fit_point *pts, const double *x,
  * cells with replacement, then each drawn cell's points with replacement,
  * averaged, so the run-to-run noise enters every vertex; each usable
  * budget also gets the percentiles of its N* (n_opt_lo, n_opt_hi).
- * Otherwise t-intervals from the regression (3 usable budgets or more). objective: residual sum of
- * squares of the ln N* regression. residuals: L - parabola per point (NAN where its budget had no
- * parabola). */
+ * Otherwise t-intervals from the regression (3 usable budgets or more).
+ * objective: residual sum of squares of the ln N* regression. residuals:
+ * L - parabola per point (NAN where its budget had no parabola). */
 int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
                 size_t errlen) {
   fit_result_init(out, "isoflop");
@@ -548,7 +547,7 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
     }
 
   int nboot = opt ? opt->bootstrap : 0;
-  int by_cell = rep && !opt->boot_by_run;
+  int by_cell = rep && !(opt && opt->boot_by_run);
   if (nboot > 0 && nu >= 2) {
     int W = NPARAMS + nb; /* the parameters, then each budget's N* */
     double *boot = malloc(sizeof(double) * (size_t)nboot * W);

@@ -318,6 +318,13 @@ static void test_isoflop_replicates(void) {
   CHECK(strstr(js, "\"n_cells\":9") != NULL);
   CHECK(strstr(js, "\"n_opt_ci95\"") != NULL);
   free(js);
+  /* no options (no bootstrap): the same parabolas, no N* intervals */
+  fit_result plain;
+  CHECK_INT_EQ(fit_isoflop(p, k, NULL, &plain, err, sizeof err), 0);
+  CHECK(fitt_param(&plain, "a") == fitt_param(&r, "a"));
+  CHECK(isnan(plain.budgets[0].n_opt_lo));
+  CHECK_INT_EQ(plain.seeds.cells, NB * NS);
+  fit_result_free(&plain);
   /* the means alone: no replicates, nothing about seeds */
   CHECK_INT_EQ(rm.seeds.cells, 0);
   CHECK_INT_EQ(rm.budgets[0].n_cells, NS);
