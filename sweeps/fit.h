@@ -148,13 +148,16 @@ int fit_json_budgets(struct json_t *fit, int *usable);
  *
  * Seeds: runs (groups) whose last point has the same (N, D) are replicates
  * of one cell. out->seeds gets the pooled seed noise (fit_seeds). When a
- * cell has 2 or more runs and opt->boot_by_run is 0, the bootstrap is
- * two-stage: cells with replacement, then within each drawn cell its runs
- * with replacement (as many as it has), so the intervals carry the
- * run-to-run noise of a cell's replicates together rather than as
- * independent observations. That scheme counts the within-cell variance
- * about twice (Davison and Hinkley 1997, section 3.8): it errs wide. Without
- * replicated cells it is the bootstrap over runs, bit for bit. */
+ * cell has 2 or more runs and opt->boot_by_run is 0, the bootstrap is by
+ * cell (a cluster bootstrap): cells with replacement, each drawn cell whole
+ * with all its runs, so a cell's replicates are never counted as
+ * independent designs; the run-to-run noise enters through the spread of
+ * the cells' means, and noise that a cell's seeds share (a config that is
+ * simply better or worse than the law) widens the intervals, as the by-run
+ * bootstrap does not. Drawing runs again within a drawn cell (two-stage)
+ * would count the within-cell variance about twice (Davison and Hinkley
+ * 1997, section 3.8). Without replicated cells it is the bootstrap over
+ * runs, bit for bit. */
 int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
                    size_t errlen);
 
@@ -173,7 +176,7 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
 /* Chinchilla Approach 2: per compute budget a parabola in ln N, its vertex
  * N*, D* = C / (6 N*); then ln N* and ln D* regressed on ln C. Replicates
  * (points of one budget at the same N) are fitted by their mean loss and
- * resampled two-stage, like fit_chinchilla's cells. params: a, b
+ * resampled by cell, like fit_chinchilla's cells. params: a, b
  * (exponents) and their prefactors; budgets listed; off-centre, drifting
  * and narrow sampling and budgets without an interior minimum reported as
  * warnings (fit_isoflop_vertex_offset says what the first two cost). */

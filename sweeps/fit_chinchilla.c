@@ -324,7 +324,7 @@ static int check_points(const fit_point *pts, int n, char *err, size_t errlen) {
 
 /* ---- bootstrap ---- */
 
-/* Resample k of the bootstrap (whole runs, or two-stage by cell when c is
+/* Resample k of the bootstrap (whole runs, or whole cells when c is
  * not NULL; sweeps/internal.h), refitted
  * from t_opt; q receives the quantities. A resample is the full data with
  * integer weights, each point counted as often as its run was drawn. Each

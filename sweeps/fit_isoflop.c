@@ -351,9 +351,9 @@ static int cells_build(const budgets *bs, const fit_point *pts, const double *x,
  *
  * Intervals: opt->bootstrap > 0, percentiles over resamples of the points
  * within each budget (the budgets themselves are the design, not a
- * sample); with replicates (unless opt->boot_by_run) two-stage: a budget's
- * cells with replacement, then each drawn cell's points with replacement,
- * averaged, so the run-to-run noise enters every vertex; each usable
+ * sample); with replicates (unless opt->boot_by_run) by cell: a budget's
+ * cells with replacement, each drawn cell by the mean of all its points,
+ * so the run-to-run noise enters every vertex; each usable
  * budget also gets the percentiles of its N* (n_opt_lo, n_opt_hi).
  * Otherwise t-intervals from the regression (3 usable budgets or more).
  * objective: residual sum of squares of the ln N* regression. residuals:
@@ -568,8 +568,8 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
               int c = s + (int)gsl_rng_uniform_int(rng, m);
               int first = cl.start[c], size = cl.start[c + 1] - first;
               double sum = 0;
-              for (int k = 0; k < size; k++)
-                sum += cl.mem[size == 1 ? first : first + (int)gsl_rng_uniform_int(rng, size)];
+              for (int k = 0; k < size; k++) /* the cell whole: its mean */
+                sum += cl.mem[first + k];
               bx[s + i] = cl.x[c];
               by[s + i] = sum / size;
             }

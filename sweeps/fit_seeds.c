@@ -87,8 +87,8 @@ int fit__cells_draw(const fit__groups *g, const fit__cells *c, gsl_rng *rng, int
   for (int k = 0; k < c->nc; k++) {
     int cell = (int)gsl_rng_uniform_int(rng, (unsigned long)c->nc);
     int s = c->start[cell], size = c->start[cell + 1] - s;
-    for (int j = 0; j < size; j++) {
-      int r = c->run[size == 1 ? s : s + (int)gsl_rng_uniform_int(rng, (unsigned long)size)];
+    for (int j = 0; j < size; j++) { /* the cell whole: all its runs */
+      int r = c->run[s + j];
       for (int i = g->start[r]; i < g->start[r + 1]; i++)
         out[m++] = g->idx[i];
     }

@@ -40,9 +40,8 @@ typedef struct fit__cells {
 /* Builds c over g's runs of p; 0 or SS_ENOMEM. */
 int fit__cells_build(const fit_point *p, const fit__groups *g, fit__cells *c);
 void fit__cells_free(fit__cells *c);
-/* One two-stage resample: nc cells with replacement, then each drawn
- * cell's runs with replacement (no draw for a cell of one run); point
- * indices into out (at most the largest cell's points x runs, see
+/* One resample by cell: nc cells with replacement, each drawn cell with
+ * all its runs (a cluster bootstrap); point indices into out (at most the largest cell's points x runs, see
  * fit__cells_capacity); returns how many. */
 int fit__cells_draw(const fit__groups *g, const fit__cells *c, gsl_rng *rng, int *out);
 /* The size out must have for fit__cells_draw. */

@@ -1,7 +1,7 @@
 /* Seeds (sweeps/fit_seeds.c and its use in fit_chinchilla.c and
  * fit_isoflop.c): replicated cells, the pooled seed noise against a known
- * noise process, the two-stage bootstrap by cell against the naive one by
- * run, and results unchanged without replicates. */
+ * noise process, the bootstrap by cell against the naive one by run (with
+ * and without noise a cell's seeds share), and results unchanged without replicates. */
 #include <gsl/gsl_cdf.h>
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>
@@ -32,7 +32,11 @@ static double law(double N, double D) { return E0 + A0 / pow(N, ALPHA0) + B0 / p
  * budget over [N_opt/10, 10 N_opt], D = C / (6 N)), nseeds runs per cell,
  * each L = law * exp(eps), eps ~ N(0, sd^2) drawn from seed; every run its
  * own group, as the scheduler passes them. Returns 75 nseeds points. */
-static fit_point *surface(int nseeds, double sd, unsigned long seed, int *n) {
+/* The published surface on SCIENCE.md's design (5 budgets x 15 sizes),
+ * nseeds runs per cell, each with its own Gaussian noise of SD sd in ln L
+ * and, when cell_sd > 0, a part of SD cell_sd that the cell's runs share. */
+static fit_point *surface_cells(int nseeds, double sd, double cell_sd, unsigned long seed,
+                                int *n) {
   gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
   gsl_rng_set(r, seed);
   fit_point *p = calloc((size_t)75 * nseeds, sizeof *p);
@@ -40,21 +44,27 @@ static fit_point *surface(int nseeds, double sd, unsigned long seed, int *n) {
   for (int i = 0; i < 5; i++) {
     double C = 1e17 * pow(10, i), n_opt;
     fit_chinchilla_allocation(A0, B0, ALPHA0, BETA0, C, NULL, NULL, NULL, &n_opt, NULL);
-    for (int j = 0; j < 15; j++)
+    for (int j = 0; j < 15; j++) {
+      double shared = cell_sd > 0 ? gsl_ran_gaussian(r, cell_sd) : 0;
       for (int s = 0; s < nseeds; s++) {
         double N = n_opt / 10 * pow(100, j / 14.0), D = C / (6 * N);
         p[k] = fitt_blank();
         p[k].params = N;
         p[k].tokens = D;
         p[k].flops = C;
-        p[k].loss = law(N, D) * exp(gsl_ran_gaussian(r, sd));
+        p[k].loss = law(N, D) * exp(shared + gsl_ran_gaussian(r, sd));
         p[k].group = k;
         k++;
       }
+    }
   }
   gsl_rng_free(r);
   *n = k;
   return p;
+}
+
+static fit_point *surface(int nseeds, double sd, unsigned long seed, int *n) {
+  return surface_cells(nseeds, sd, 0, seed, n);
 }
 
 static double width(const fit_result *r, const char *name) {
@@ -62,8 +72,8 @@ static double width(const fit_result *r, const char *name) {
   return p ? p->ci_hi - p->ci_lo : NAN;
 }
 
-/* Cells group whole runs by their last point; a two-stage draw takes
- * whole runs, as many per drawn cell as the cell has. */
+/* Cells group whole runs by their last point; a draw takes whole cells,
+ * each with all its runs. */
 static void test_cells(void) {
   /* 3 cells: (1e6, 1e9) with runs 0 and 1, (2e6, 1e9) with run 2,
    * (1e6, 3e9) with runs 3, 4, 5; each run has a checkpoint at half its
@@ -157,16 +167,18 @@ static void test_chinchilla_seed_sd(void) {
   free(p);
 }
 
-/* The bootstrap by cell (two-stage) against the naive one by run on the
- * same replicated data and resampling seed: both cover the true alpha;
- * the cell one is no narrower. Under independent seed noise the naive
- * scheme is about right and the two-stage one counts the within-cell
- * variance about twice, so its SD is ~sqrt(2 - 1/4) = 1.32 times larger
- * with 4 seeds; with 300 resamples the SD of either width is ~4%, so the
- * ordering cannot flip by chance. */
-static void test_chinchilla_cell_bootstrap(void) {
+/* The bootstrap by cell against the naive one by run, on the same
+ * replicated data and resampling seed. Both give the same point estimates
+ * and cover the truth. With independent seed noise (SD s) both estimate
+ * the same spread: cell means of 4 seeds over 75 cells, or 300 runs, carry
+ * s^2/300 alike, so the SDs of alpha agree (within 0.75-1.33: with 300
+ * resamples either SD is known to ~4%). When a cell's seeds share a part
+ * of their noise (SD c, here c = s), the by-run bootstrap still sees
+ * (c^2 + s^2)/300, the cell one (c^2 + s^2/4)/75: sqrt(5/2) = 1.58 times
+ * the SD, which the test asks to exceed 1.3. */
+static double alpha_sd_ratio(double cell_sd, unsigned long seed) {
   int n;
-  fit_point *p = surface(NSEEDS, SEED_SD, 17, &n);
+  fit_point *p = surface_cells(NSEEDS, SEED_SD, cell_sd, seed, &n);
   fit_result cell, naive;
   char err[256];
   fit_options o1 = {.bootstrap = 300, .seed = 5, .threads = 2};
@@ -176,22 +188,32 @@ static void test_chinchilla_cell_bootstrap(void) {
   CHECK_INT_EQ(fit_chinchilla(p, n, &o2, &naive, err, sizeof err), 0);
   static const char *const names[] = {"E", "alpha", "beta"};
   static const double truth[] = {E0, ALPHA0, BETA0};
+  printf("shared part of the seeds' noise %.3f:\n", cell_sd);
   for (int i = 0; i < 3; i++) {
     const fit_param *c = fit_result_get(&cell, names[i]), *v = fit_result_get(&naive, names[i]);
-    printf("%-5s = %.4f  cell [%.4f, %.4f] width %.4f sd %.4f | by run [%.4f, %.4f] width "
+    printf("  %-5s = %.4f  cell [%.4f, %.4f] width %.4f sd %.4f | by run [%.4f, %.4f] width "
            "%.4f sd %.4f\n",
            names[i], c->value, c->ci_lo, c->ci_hi, width(&cell, names[i]), c->stderr_, v->ci_lo,
            v->ci_hi, width(&naive, names[i]), v->stderr_);
     /* the point estimate does not depend on the resampling */
     CHECK(c->value == v->value);
     CHECK(c->ci_lo <= truth[i] && truth[i] <= c->ci_hi);
-    CHECK(v->ci_lo <= truth[i] && truth[i] <= v->ci_hi);
   }
-  CHECK(width(&cell, "alpha") >= width(&naive, "alpha"));
-  CHECK(fit_result_get(&cell, "alpha")->stderr_ >= fit_result_get(&naive, "alpha")->stderr_);
+  double ratio =
+      fit_result_get(&cell, "alpha")->stderr_ / fit_result_get(&naive, "alpha")->stderr_;
   fit_result_free(&cell);
   fit_result_free(&naive);
   free(p);
+  return ratio;
+}
+
+static void test_chinchilla_cell_bootstrap(void) {
+  double iid = alpha_sd_ratio(0, 17), shared = alpha_sd_ratio(SEED_SD, 29);
+  printf("SD of alpha, by cell / by run: %.3f (independent seed noise), %.3f (a shared part "
+         "as large)\n",
+         iid, shared);
+  CHECK(iid > 0.75 && iid < 1.33);
+  CHECK(shared > 1.3);
 }
 
 static int same_param(const fit_param *a, const fit_param *b) {
