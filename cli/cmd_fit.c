@@ -22,7 +22,7 @@ static const char usage_text[] =
     "usage: scalesweep fit --points FILE.csv --law chinchilla|kaplan|isoflop|batch|bopt|curve\n"
     "                      [--bootstrap N] [--seed S] [--threads T] [--target-flops C]\n"
     "                      [--target-steps S] [--no-irreducible] [--method M] [--full-grid]\n"
-    "                      [--json]\n"
+    "                      [--boot-by-run] [--json]\n"
     "       scalesweep fit SWEEP_ID [--law L] [--json] [--url URL] [--state DIR]\n"
     "                                  (the fits the scheduler made of a sweep)\n"
     "\n"
@@ -59,6 +59,9 @@ static const char usage_text[] =
     "                    searched) or bfgs (BFGS from the best of a 4,500-start grid)\n"
     "  --full-grid       chinchilla: BFGS from all 4,500 grid starts instead of the\n"
     "                    screened best (slow; the reference both are tested on)\n"
+    "  --boot-by-run     chinchilla, isoflop: resample runs as independent points even\n"
+    "                    when seeds replicate a cell (N, D); default: by cell (cells,\n"
+    "                    then each cell's runs, with replacement)\n"
     "  --json            print one JSON object instead of the table\n"
     "\n"
     "A fit that did not converge is printed with converged: no and a warning.\n"
@@ -160,11 +163,41 @@ static void print_budgets(const fit_result *r) {
     return;
   }
   printf("\n  %12s %7s %14s %14s %10s  %s\n", "budget C", "points", "N*", "D*", "loss", "usable");
+  int ci = 0, rep = 0;
   for (int i = 0; i < r->nbudgets; i++) {
     const fit_budget *b = &r->budgets[i];
     printf("  %12.4g %7d %14.6g %14.6g %10.6g  %s\n", b->flops, b->n_points, b->n_opt, b->d_opt,
            b->loss, b->usable ? "yes" : "no (no interior minimum)");
+    ci |= isfinite(b->n_opt_lo) && isfinite(b->n_opt_hi);
+    rep |= b->n_cells > 0 && b->n_cells < b->n_points;
   }
+  if (!ci && !rep)
+    return;
+  /* the vertices' bootstrap intervals and, with seeds, the replicates */
+  printf("\n  %12s %29s %6s %14s\n", "budget C", "N* 95% interval", "sizes", "seed SD of L");
+  for (int i = 0; i < r->nbudgets; i++) {
+    const fit_budget *b = &r->budgets[i];
+    char iv[40] = "", sd[24] = "";
+    if (isfinite(b->n_opt_lo) && isfinite(b->n_opt_hi))
+      snprintf(iv, sizeof iv, "[%.4g, %.4g]", b->n_opt_lo, b->n_opt_hi);
+    if (isfinite(b->seed_sd))
+      snprintf(sd, sizeof sd, "%.4g", b->seed_sd);
+    printf("  %12.4g %29s %6d %14s\n", b->flops, iv, b->n_cells, sd);
+  }
+}
+
+/* Seeds: the pooled run-to-run noise over replicated cells (fit_seeds). */
+static void print_seeds(const fit_result *r, const fit_options *opt) {
+  const fit_seeds *s = &r->seeds;
+  if (s->cells <= 0)
+    return;
+  printf("\n  seeds       SD of ln L %.4g, 95%% interval [%.4g, %.4g]\n", s->sd, s->lo, s->hi);
+  printf("              pooled over %d runs in %d replicated cells (df %d)\n", s->runs, s->cells,
+         s->df);
+  if (opt->bootstrap > 0)
+    printf("              bootstrap %s\n",
+           opt->boot_by_run ? "by run (replicates as independent points)"
+                            : "by cell: cells, then the runs within each, with replacement");
 }
 
 static void print_table(const fit_result *r, const char *path, const fit_options *opt) {
@@ -186,6 +219,7 @@ static void print_table(const fit_result *r, const char *path, const fit_options
   }
   if (r->nbudgets)
     print_budgets(r);
+  print_seeds(r, opt);
   printf("\n  objective   %.10g\n", r->objective);
   printf("  converged   %s\n", r->converged ? "yes" : "no (the values are the best point found)");
   if (r->residuals && r->n_points > 0) {
@@ -300,7 +334,8 @@ int cmd_fit(int argc, char **argv) {
       continue;
     }
 #define IS(name) (nlen == strlen(name) && !strncmp(a, name, nlen))
-    if (IS("--json") || IS("--no-irreducible") || IS("--full-grid") || IS("--holdout")) {
+    if (IS("--json") || IS("--no-irreducible") || IS("--full-grid") || IS("--holdout") ||
+        IS("--boot-by-run")) {
       if (eq)
         return cli_usage_error("fit", NULL, "%.*s takes no value", (int)nlen, a);
       if (IS("--json"))
@@ -309,6 +344,8 @@ int cmd_fit(int argc, char **argv) {
         holdout = 1;
       else if (IS("--no-irreducible"))
         opt.fit_irreducible = 0;
+      else if (IS("--boot-by-run"))
+        opt.boot_by_run = 1;
       else
         opt.full_grid = 1;
       continue;

@@ -50,6 +50,23 @@ static void render_fit_params(sched__buf *b, const char *law, json_t *fit) {
       sched__b_puts(b, "</td></tr>");
     }
   }
+  /* runs that differ only by seed: the pooled run-to-run noise (fit.h) */
+  json_t *seeds = json_object_get(fit, "seeds");
+  if (json_is_object(seeds)) {
+    json_t *iv = json_object_get(seeds, "ci95");
+    sched__b_puts(b, "<tr class=\"seeds\"><th scope=\"row\">seed SD of ln L</th><td>");
+    json_t *sd = json_object_get(seeds, "sd_ln_loss");
+    sched__b_num(b, json_is_number(sd) ? json_number_value(sd) : NAN, "%.4g");
+    sched__b_puts(b, "</td><td>");
+    if (json_array_size(iv) == 2)
+      b_interval(b, "[", json_number_value(json_array_get(iv, 0)),
+                 json_number_value(json_array_get(iv, 1)));
+    sched__b_printf(b,
+                    " <small>(%" JSON_INTEGER_FORMAT " runs in %" JSON_INTEGER_FORMAT
+                    " replicated cells, df %" JSON_INTEGER_FORMAT ")</small></td></tr>",
+                    sched__jint(seeds, "runs"), sched__jint(seeds, "cells"),
+                    sched__jint(seeds, "df"));
+  }
   sched__b_puts(b, "</tbody></table>");
   size_t i;
   json_t *wn;
@@ -276,8 +293,8 @@ void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
   }
   char why[1024];
   if (sched__jint(c, "queued") > 0 &&
-      sched__place_why(w->s, (int)sched__jint(c, "queued_gpus"), (int)sched__jint(c, "queued_slots"),
-                       why, sizeof why)) {
+      sched__place_why(w->s, (int)sched__jint(c, "queued_gpus"),
+                       (int)sched__jint(c, "queued_slots"), why, sizeof why)) {
     /* its queued runs cannot start on any connected worker: say why */
     sched__b_puts(b, "<p class=\"waiting\" role=\"status\">Waiting: ");
     sched__b_esc(b, why);

@@ -47,7 +47,30 @@ typedef struct fit_budget { /* isoflop and bopt: one compute budget */
   double c2, c1, c0;
   double b_opt, lr_opt; /* bopt: geometric means over the near-optimal runs (d_opt too) */
   int n_near;           /* bopt: runs within near_best_rtol of the budget's best loss */
+  /* isoflop: the 2.5 and 97.5 percentiles of n_opt over the bootstrap (NAN
+   * without one); with replicates (runs at one N differing only by seed)
+   * the parabola is fitted to the n_cells per-N mean losses and seed_sd is
+   * the pooled within-N SD of L over the budget's replicated sizes (NAN
+   * when none has 2 runs) */
+  double n_opt_lo, n_opt_hi;
+  int n_cells;
+  double seed_sd;
 } fit_budget;
+
+/* Run-to-run (seed) noise, from replicates: points at the same (N, D)
+ * (isoflop: the same N and C) are one cell, and the sample variance of
+ * ln L within each cell of 2 or more points is pooled over those cells,
+ *   s^2 = sum_cells sum_i (ln L_i - mean_cell)^2 / df,
+ *   df = sum_cells (n_cell - 1).
+ * sd = s (an SD of ln L, i.e. a relative SD of L); lo, hi: its 95% interval
+ * from df s^2 / sigma^2 ~ chi-square(df), for Gaussian noise. cells = 0
+ * (and sd, lo, hi NAN) when no cell is replicated. */
+typedef struct fit_seeds {
+  int cells; /* cells with 2 or more points */
+  int runs;  /* points in those cells */
+  int df;
+  double sd, lo, hi;
+} fit_seeds;
 
 /* chinchilla: the compute-optimal frontier L(N_opt(C), D_opt(C)) at C, with
  * the bootstrap's 2.5 and 97.5 percentiles of it (NAN without a bootstrap):
@@ -70,6 +93,9 @@ typedef struct fit_options {
   double near_best_rtol; /* bopt: near-optimal = loss <= best (1 + this); 0: 0.01 */
   double target_steps;   /* curve: also predict the loss at this optimizer step (0: none) */
   int curve_noise;       /* curve: the bootstrap's noise model, FIT_CURVE_* (0: AR(1)) */
+  int boot_by_run;       /* chinchilla, isoflop: resample runs (points) independently even
+                          * when seeds replicate cells (the naive scheme, kept for
+                          * comparison); 0: by cell when there are replicates */
 } fit_options;
 
 /* fit_chinchilla's minimisers (fit_options.chin_method; see fit_chinchilla) */
@@ -96,6 +122,7 @@ typedef struct fit_result {
                       * smallest C of the points to 10 times the largest (or to
                       * target_flops when that is larger) */
   fit_frontier frontier[FIT_FRONTIER_POINTS];
+  fit_seeds seeds; /* chinchilla, isoflop: seed noise from replicates */
 } fit_result;
 
 void fit_result_init(fit_result *r, const char *law);
@@ -117,7 +144,20 @@ int fit_json_budgets(struct json_t *fit, int *usable);
 /* Chinchilla Approach 3: L = E + A/N^alpha + B/D^beta, Huber (delta 1e-3)
  * on log loss, summed; grid of 4,500 starts (SCIENCE.md), BFGS from the best;
  * bootstrap over runs. params: E, A, B, alpha, beta; derived: a, b, G, and at
- * target_flops N_opt, D_opt, loss_at_target. residuals: ln L_hat - ln L. */
+ * target_flops N_opt, D_opt, loss_at_target. residuals: ln L_hat - ln L.
+ *
+ * Seeds: runs (groups) whose last point has the same (N, D) are replicates
+ * of one cell. out->seeds gets the pooled seed noise (fit_seeds). When a
+ * cell has 2 or more runs and opt->boot_by_run is 0, the bootstrap is by
+ * cell (a cluster bootstrap): cells with replacement, each drawn cell whole
+ * with all its runs, so a cell's replicates are never counted as
+ * independent designs; the run-to-run noise enters through the spread of
+ * the cells' means, and noise that a cell's seeds share (a config that is
+ * simply better or worse than the law) widens the intervals, as the by-run
+ * bootstrap does not. Drawing runs again within a drawn cell (two-stage)
+ * would count the within-cell variance about twice (Davison and Hinkley
+ * 1997, section 3.8). Without replicated cells it is the bootstrap over
+ * runs, bit for bit. */
 int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
                    size_t errlen);
 
@@ -134,7 +174,9 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
                size_t errlen);
 
 /* Chinchilla Approach 2: per compute budget a parabola in ln N, its vertex
- * N*, D* = C / (6 N*); then ln N* and ln D* regressed on ln C. params: a, b
+ * N*, D* = C / (6 N*); then ln N* and ln D* regressed on ln C. Replicates
+ * (points of one budget at the same N) are fitted by their mean loss and
+ * resampled by cell, like fit_chinchilla's cells. params: a, b
  * (exponents) and their prefactors; budgets listed; off-centre, drifting
  * and narrow sampling and budgets without an interior minimum reported as
  * warnings (fit_isoflop_vertex_offset says what the first two cost). */

@@ -324,17 +324,19 @@ static int check_points(const fit_point *pts, int n, char *err, size_t errlen) {
 
 /* ---- bootstrap ---- */
 
-/* Resample k of the bootstrap (whole runs, sweeps/internal.h), refitted
+/* Resample k of the bootstrap (whole runs, or whole cells when c is
+ * not NULL; sweeps/internal.h), refitted
  * from t_opt; q receives the quantities. A resample is the full data with
  * integer weights, each point counted as often as its run was drawn. Each
  * resample seeds its own generator from (seed, k), so results do not
  * depend on the thread count. Returns whether the refit converged. */
-static int bootstrap_one(const fit__chin_objective *full, const fit__groups *g, uint64_t seed,
-                         int k, int method, const double *t_opt, double cN, double cD, double C,
-                         const fit_result *grid, gsl_rng *rng, gsl_multimin_fdfminimizer *s,
-                         int *drawn, int *count, fit__chin_objective *o, double *q) {
+static int bootstrap_one(const fit__chin_objective *full, const fit__groups *g, const fit__cells *c,
+                         uint64_t seed, int k, int method, const double *t_opt, double cN,
+                         double cD, double C, const fit_result *grid, gsl_rng *rng,
+                         gsl_multimin_fdfminimizer *s, int *drawn, int *count,
+                         fit__chin_objective *o, double *q) {
   gsl_rng_set(rng, (unsigned long)fit__mix64(seed + (uint64_t)k));
-  int m = fit__groups_draw(g, rng, drawn);
+  int m = c ? fit__cells_draw(g, c, rng, drawn) : fit__groups_draw(g, rng, drawn);
   memset(count, 0, (size_t)full->m * sizeof *count);
   for (int j = 0; j < m; j++)
     count[drawn[j]]++;
@@ -381,17 +383,22 @@ static int bootstrap(const fit__chin_objective *full, const fit_point *pts, cons
   int n = full->m, B = opt->bootstrap, W = NQ + out->nfrontier;
   fit__groups g;
   fit__groups_build(pts, n, &g);
+  fit__cells cells = {0};
   double *vals = malloc((size_t)B * W * sizeof *vals);
-  if (!g.idx || !g.start || !vals) {
+  if (!g.idx || !g.start || !vals || fit__cells_build(pts, &g, &cells)) {
     free(g.idx), free(g.start), free(vals);
     return SS_ENOMEM;
   }
+  /* by cell only when seeds replicate one: otherwise the draws, and so
+   * every result, stay those of the bootstrap over runs */
+  const fit__cells *c = cells.replicated && !opt->boot_by_run ? &cells : NULL;
+  size_t cap = c ? fit__cells_capacity(&g, c) : (size_t)g.ng * g.maxsize;
   int failed = 0;
 #pragma omp parallel num_threads(nt) reduction(+ : failed)
   {
     fit__chin_objective o = {0};
     o.x1 = malloc((size_t)n * 4 * sizeof(double));
-    int *drawn = malloc((size_t)g.ng * g.maxsize * sizeof *drawn);
+    int *drawn = malloc(cap * sizeof *drawn);
     int *count = malloc((size_t)n * sizeof *count);
     gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
     gsl_multimin_fdfminimizer *s =
@@ -402,8 +409,9 @@ static int bootstrap(const fit__chin_objective *full, const fit_point *pts, cons
 #pragma omp for schedule(dynamic, 4)
     for (int k = 0; k < B; k++) {
       if (ok) {
-        failed += !bootstrap_one(full, &g, opt->seed, k, method, t_opt, cN, cD, opt->target_flops,
-                                 out, rng, s, drawn, count, &o, &vals[(size_t)k * W]);
+        failed +=
+            !bootstrap_one(full, &g, c, opt->seed, k, method, t_opt, cN, cD, opt->target_flops, out,
+                           rng, s, drawn, count, &o, &vals[(size_t)k * W]);
       } else {
         failed++;
         for (int j = 0; j < W; j++)
@@ -442,6 +450,7 @@ static int bootstrap(const fit__chin_objective *full, const fit_point *pts, cons
                     "interval",
                     nonfinite, B);
   free(g.idx), free(g.start), free(vals);
+  fit__cells_free(&cells);
   return 0;
 }
 
@@ -524,6 +533,20 @@ static void flag_bounds(const double *th, const fit_point *pts, int n, fit_resul
                     "the D term B/D^beta is at most %.2g of the predicted loss: B and "
                     "beta are not identified",
                     share_d);
+}
+
+/* The pooled SD of ln L (y) over the cells (N, D) with replicates. */
+static int seed_noise(const fit_point *pts, const double *y, int n, fit_seeds *s) {
+  double *k = malloc(sizeof(double) * 2 * (size_t)n);
+  if (!k)
+    return SS_ENOMEM;
+  for (int i = 0; i < n; i++) {
+    k[i] = pts[i].params;
+    k[n + i] = pts[i].tokens;
+  }
+  int rc = fit__seed_pool(k, k + n, y, n, s);
+  free(k);
+  return rc;
 }
 
 /* Contract in fit.h. The search is variable projection (search_vp) by
@@ -615,6 +638,12 @@ int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_resu
                     GTOL_PER_POINT * o.wsum);
   flag_bounds(th, pts, n, out);
   frontier(th, pts, n, opt->target_flops, out);
+  if (seed_noise(pts, o.y, n, &out->seeds)) {
+    free(o.x1);
+    fit_result_free(out);
+    snprintf(err, errlen, "out of memory for %d points", n);
+    return SS_ENOMEM;
+  }
   if (opt->bootstrap > 0) {
     rc = bootstrap(&o, pts, best.t, cN, cD, opt, method, nt, nq, out);
     if (rc) {

@@ -12,6 +12,7 @@ void fit_result_init(fit_result *r, const char *law) {
   memset(r, 0, sizeof *r);
   snprintf(r->law, sizeof r->law, "%s", law);
   r->objective = NAN;
+  r->seeds = (fit_seeds){.sd = NAN, .lo = NAN, .hi = NAN};
 }
 
 void fit_result_free(fit_result *r) {
@@ -100,6 +101,14 @@ char *fit_result_to_json(const fit_result *r) {
   for (int i = 0; i < r->nwarnings; i++)
     json_array_append_new(w, json_string(r->warnings[i]));
   json_object_set_new(root, "warnings", w);
+  if (r->seeds.cells > 0) {
+    const fit_seeds *sd = &r->seeds;
+    json_t *o = json_pack("{s:i,s:i,s:i,s:o}", "cells", sd->cells, "runs", sd->runs, "df", sd->df,
+                          "sd_ln_loss", num(sd->sd));
+    if (isfinite(sd->lo) && isfinite(sd->hi))
+      json_object_set_new(o, "ci95", json_pack("[ff]", sd->lo, sd->hi));
+    json_object_set_new(root, "seeds", o);
+  }
   if (r->nbudgets) {
     json_t *b = json_array();
     for (int i = 0; i < r->nbudgets; i++) {
@@ -110,11 +119,18 @@ char *fit_result_to_json(const fit_result *r) {
                                         "b_opt", num(x->b_opt), "lr_opt", num(x->lr_opt), "d_opt",
                                         num(x->d_opt), "loss", num(x->loss), "n_points",
                                         x->n_points, "n_near", x->n_near, "usable", x->usable));
-      else
-        json_array_append_new(b, json_pack("{s:o,s:o,s:o,s:o,s:i,s:b}", "flops", num(x->flops),
-                                           "n_opt", num(x->n_opt), "d_opt", num(x->d_opt), "loss",
-                                           num(x->loss), "n_points", x->n_points, "usable",
-                                           x->usable));
+      else {
+        json_t *o = json_pack("{s:o,s:o,s:o,s:o,s:i,s:b}", "flops", num(x->flops), "n_opt",
+                              num(x->n_opt), "d_opt", num(x->d_opt), "loss", num(x->loss),
+                              "n_points", x->n_points, "usable", x->usable);
+        if (isfinite(x->n_opt_lo) && isfinite(x->n_opt_hi))
+          json_object_set_new(o, "n_opt_ci95", json_pack("[ff]", x->n_opt_lo, x->n_opt_hi));
+        if (x->n_cells > 0 && x->n_cells < x->n_points) {
+          json_object_set_new(o, "n_cells", json_integer(x->n_cells));
+          json_object_set_new(o, "seed_sd", num(x->seed_sd));
+        }
+        json_array_append_new(b, o);
+      }
     }
     json_object_set_new(root, "budgets", b);
   }

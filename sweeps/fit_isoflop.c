@@ -236,6 +236,90 @@ static int group_budgets(const fit_point *pts, int n, budgets *bs) {
   return bs->nb;
 }
 
+/* Replicates: points of one budget at the same N (1e-9 relative, a round
+ * trip through decimal text) differ only by seed. */
+static int same_n(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(fabs(a), fabs(b)); }
+
+typedef struct cells {
+  budgets cb;  /* budgets over cells: cb.start indexes cells */
+  double *x;   /* per cell: ln N */
+  double *y;   /* per cell: mean L */
+  int *start;  /* per cell: first of its members in mem (ncells + 1) */
+  double *mem; /* members' L, cell by cell */
+  int ncells;
+} cells;
+
+static int by_x(const void *a, const void *b, void *ctx) {
+  const double *x = ctx;
+  int i = *(const int *)a, j = *(const int *)b;
+  return x[i] < x[j] ? -1 : x[i] > x[j] ? 1 : (i > j) - (i < j);
+}
+
+static void cells_free(cells *c) {
+  free(c->x), free(c->y), free(c->start), free(c->mem);
+  memset(c, 0, sizeof *c);
+}
+
+/* Collapses each budget's points (x = ln N, y = L, in budget order) into
+ * cells of equal N. Returns 1 when some cell has 2 or more points (c
+ * filled, the caller frees with cells_free), 0 when none has (c empty), or
+ * SS_ENOMEM. n_cells and seed_sd per budget into out's budgets (seed_sd
+ * NAN where no size is replicated). */
+static int cells_build(const budgets *bs, const fit_point *pts, const double *x, const double *y,
+                       int n, cells *c, fit_result *out) {
+  memset(c, 0, sizeof *c);
+  int *ord = malloc(sizeof(int) * (size_t)n);
+  c->x = malloc(sizeof(double) * (size_t)n);
+  c->y = malloc(sizeof(double) * (size_t)n);
+  c->start = malloc(sizeof(int) * (size_t)(n + 1));
+  c->mem = malloc(sizeof(double) * (size_t)n);
+  if (!ord || !c->x || !c->y || !c->start || !c->mem) {
+    free(ord);
+    cells_free(c);
+    return SS_ENOMEM;
+  }
+  int replicated = 0, m = 0;
+  c->cb.nb = bs->nb;
+  c->cb.idx = NULL;
+  for (int j = 0; j < bs->nb; j++) {
+    int s = bs->start[j], e = bs->start[j + 1];
+    c->cb.lnc[j] = bs->lnc[j];
+    c->cb.start[j] = c->ncells;
+    for (int i = s; i < e; i++)
+      ord[i] = i;
+    qsort_r(ord + s, (size_t)(e - s), sizeof(int), by_x, (void *)x);
+    double ss = 0;
+    int df = 0;
+    for (int a = s, b; a < e; a = b) {
+      b = a + 1;
+      while (b < e && same_n(pts[bs->idx[ord[b]]].params, pts[bs->idx[ord[a]]].params))
+        b++;
+      int k = c->ncells++;
+      double mean = 0;
+      c->start[k] = m;
+      for (int i = a; i < b; i++) {
+        c->mem[m++] = y[ord[i]];
+        mean += y[ord[i]];
+      }
+      mean /= b - a;
+      c->x[k] = x[ord[a]];
+      c->y[k] = mean;
+      for (int i = a; i < b; i++)
+        ss += (y[ord[i]] - mean) * (y[ord[i]] - mean);
+      df += b - a - 1;
+    }
+    out->budgets[j].n_cells = c->ncells - c->cb.start[j];
+    out->budgets[j].seed_sd = df > 0 ? sqrt(ss / df) : NAN;
+    replicated |= df > 0;
+  }
+  c->cb.start[bs->nb] = c->ncells;
+  c->start[c->ncells] = m;
+  free(ord);
+  if (!replicated)
+    cells_free(c);
+  return replicated;
+}
+
 /* Fits IsoFLOP profiles (Chinchilla Approach 2). Needs params (N), flops
  * (C) and loss on every point, at least 6 points (4 parameters + 2) and
  * two compute budgets. Budgets: see group_budgets (a 5% tolerance on C).
@@ -260,11 +344,20 @@ static int group_budgets(const fit_point *pts, int n, budgets *bs) {
  * (otherwise) whose vertex has a standard error above VERTEX_SE of the
  * half-range.
  *
+ * Replicates: where a budget has several points at one N (seeds), every
+ * budget's parabola is fitted to its per-N mean losses (cells), and the
+ * budget reports n_cells and seed_sd (the pooled within-N SD of L);
+ * out->seeds pools the SD of ln L over all replicated cells.
+ *
  * Intervals: opt->bootstrap > 0, percentiles over resamples of the points
  * within each budget (the budgets themselves are the design, not a
- * sample); otherwise t-intervals from the regression (3 usable budgets or
- * more). objective: residual sum of squares of the ln N* regression.
- * residuals: L - parabola per point (NAN where its budget had no parabola). */
+ * sample); with replicates (unless opt->boot_by_run) by cell: a budget's
+ * cells with replacement, each drawn cell by the mean of all its points,
+ * so the run-to-run noise enters every vertex; each usable
+ * budget also gets the percentiles of its N* (n_opt_lo, n_opt_hi).
+ * Otherwise t-intervals from the regression (3 usable budgets or more).
+ * objective: residual sum of squares of the ln N* regression. residuals:
+ * L - parabola per point (NAN where its budget had no parabola). */
 int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
                 size_t errlen) {
   fit_result_init(out, "isoflop");
@@ -318,10 +411,43 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
     x[i] = log(pts[bs.idx[i]].params);
     y[i] = pts[bs.idx[i]].loss;
   }
+  for (int j = 0; j < nb; j++) {
+    out->budgets[j].n_opt_lo = out->budgets[j].n_opt_hi = out->budgets[j].seed_sd = NAN;
+    out->budgets[j].n_cells = 0;
+  }
+  cells cl;
+  int rep = cells_build(&bs, pts, x, y, n, &cl, out);
+  double *lny = malloc(sizeof(double) * n), *bidx = malloc(sizeof(double) * n),
+         *np = malloc(sizeof(double) * n);
+  if (rep < 0 || !lny || !bidx || !np) {
+    free(lny), free(bidx), free(np), free(x), free(y), free(bs.idx);
+    if (rep > 0)
+      cells_free(&cl);
+    fit__fail(err, errlen, "isoflop: out of memory for %d points", n);
+    return SS_ENOMEM;
+  }
+  for (int j = 0; j < nb; j++)
+    for (int i = bs.start[j]; i < bs.start[j + 1]; i++) {
+      lny[i] = log(y[i]);
+      bidx[i] = j + 1;
+      np[i] = pts[bs.idx[i]].params;
+    }
+  int prc = fit__seed_pool(np, bidx, lny, n, &out->seeds);
+  free(lny), free(bidx), free(np);
+  if (prc) {
+    if (rep)
+      cells_free(&cl);
+    free(x), free(y), free(bs.idx);
+    fit__fail(err, errlen, "isoflop: out of memory for %d points", n);
+    return SS_ENOMEM;
+  }
   double q[NPARAMS];
   profile pr[FIT_MAX_BUDGETS];
   line ln_n, ln_d;
-  fit_all(&bs, x, y, q, pr, &ln_n, &ln_d);
+  if (rep)
+    fit_all(&cl.cb, cl.x, cl.y, q, pr, &ln_n, &ln_d);
+  else
+    fit_all(&bs, x, y, q, pr, &ln_n, &ln_d);
 
   out->n_points = n;
   out->nbudgets = nb;
@@ -421,34 +547,66 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
     }
 
   int nboot = opt ? opt->bootstrap : 0;
+  int by_cell = rep && !(opt && opt->boot_by_run);
   if (nboot > 0 && nu >= 2) {
-    double *boot = malloc(sizeof(double) * (size_t)nboot * NPARAMS);
+    int W = NPARAMS + nb; /* the parameters, then each budget's N* */
+    double *boot = malloc(sizeof(double) * (size_t)nboot * W);
     int nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
 #pragma omp parallel num_threads(nthreads)
     {
       gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
       double *bx = malloc(sizeof(double) * n), *by = malloc(sizeof(double) * n);
+      profile bp[FIT_MAX_BUDGETS];
 #pragma omp for schedule(dynamic, 16)
       for (int b = 0; b < nboot; b++) {
+        double *row = boot + (size_t)b * W;
         gsl_rng_set(rng, (unsigned long)fit__mix64(opt->seed + (uint64_t)b));
-        for (int j = 0; j < nb; j++) {
-          int s = bs.start[j], m = bs.start[j + 1] - s;
-          for (int i = 0; i < m; i++) {
-            int r = s + (int)gsl_rng_uniform_int(rng, m);
-            bx[s + i] = x[r];
-            by[s + i] = y[r];
+        if (by_cell) {
+          for (int j = 0; j < nb; j++) {
+            int s = cl.cb.start[j], m = cl.cb.start[j + 1] - s;
+            for (int i = 0; i < m; i++) {
+              int c = s + (int)gsl_rng_uniform_int(rng, m);
+              int first = cl.start[c], size = cl.start[c + 1] - first;
+              double sum = 0;
+              for (int k = 0; k < size; k++) /* the cell whole: its mean */
+                sum += cl.mem[first + k];
+              bx[s + i] = cl.x[c];
+              by[s + i] = sum / size;
+            }
           }
+          fit_all(&cl.cb, bx, by, row, bp, NULL, NULL);
+        } else {
+          for (int j = 0; j < nb; j++) {
+            int s = bs.start[j], m = bs.start[j + 1] - s;
+            for (int i = 0; i < m; i++) {
+              int r = s + (int)gsl_rng_uniform_int(rng, m);
+              bx[s + i] = x[r];
+              by[s + i] = y[r];
+            }
+          }
+          fit_all(&bs, bx, by, row, bp, NULL, NULL);
         }
-        fit_all(&bs, bx, by, boot + (size_t)b * NPARAMS, NULL, NULL, NULL);
+        for (int j = 0; j < nb; j++)
+          row[NPARAMS + j] = bp[j].usable ? exp(bp[j].xv) : NAN;
       }
       free(bx);
       free(by);
       gsl_rng_free(rng);
     }
-    int fewest = fit__boot_columns(boot, nboot, NPARAMS, slot);
+    fit_param *wslot[NPARAMS + FIT_MAX_BUDGETS] = {0};
+    for (int k = 0; k < NPARAMS; k++)
+      wslot[k] = slot[k];
+    int fewest = fit__boot_columns(boot, nboot, W, wslot);
     if (fewest < nboot)
       fit_result_warn(out, "bootstrap: %d of %d resamples left fewer than 2 usable budgets",
                       nboot - fewest, nboot);
+    for (int j = 0; j < nb; j++)
+      if (pr[j].usable) {
+        fit_param v = {.ci_lo = NAN, .ci_hi = NAN};
+        fit__boot_column(boot, nboot, W, NPARAMS + j, &v);
+        out->budgets[j].n_opt_lo = v.ci_lo;
+        out->budgets[j].n_opt_hi = v.ci_hi;
+      }
     free(boot);
   } else if (nu >= 3) {
     set_interval(slot[0], sqrt(ln_n.var1), nu - 2, 0);
@@ -456,6 +614,8 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
     set_interval(slot[2], sqrt(ln_n.var0), nu - 2, 1);
     set_interval(slot[3], sqrt(ln_d.var0), nu - 2, 1);
   }
+  if (rep)
+    cells_free(&cl);
   free(x);
   free(y);
   free(bs.idx);

@@ -28,6 +28,29 @@ void fit__groups_build(const fit_point *p, int n, fit__groups *g);
 /* One bootstrap resample of whole runs: point indices into out (at most n);
  * returns how many. */
 int fit__groups_draw(const fit__groups *g, gsl_rng *rng, int *out);
+/* Replicated cells (fit_seeds.c): runs grouped by the cell of their last
+ * point, key1 and key2 (N and D for chinchilla) equal to 1e-9 relative. */
+typedef struct fit__cells {
+  int nc, maxsize;
+  int replicated; /* cells with 2 or more runs */
+  int *start;     /* nc + 1 */
+  int *run;       /* g->ng run indices (into g->start) ordered by cell */
+} fit__cells;
+
+/* Builds c over g's runs of p; 0 or SS_ENOMEM. */
+int fit__cells_build(const fit_point *p, const fit__groups *g, fit__cells *c);
+void fit__cells_free(fit__cells *c);
+/* One resample by cell: nc cells with replacement, each drawn cell with
+ * all its runs (a cluster bootstrap); point indices into out (at most the largest cell's points x runs, see
+ * fit__cells_capacity); returns how many. */
+int fit__cells_draw(const fit__groups *g, const fit__cells *c, gsl_rng *rng, int *out);
+/* The size out must have for fit__cells_draw. */
+size_t fit__cells_capacity(const fit__groups *g, const fit__cells *c);
+/* Pools the within-cell variance of y over the n points, a cell being
+ * the points with equal (k1, k2) (1e-9 relative); fills s (fit.h). 0 or
+ * SS_ENOMEM (s then says no cells). */
+int fit__seed_pool(const double *k1, const double *k2, const double *y, int n, fit_seeds *s);
+
 /* splitmix64: independent seeds for the resamples from one seed. */
 uint64_t fit__mix64(uint64_t x);
 /* SD and 2.5/97.5 percentiles of column k of an nb x nq table of resamples

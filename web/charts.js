@@ -242,8 +242,31 @@ function quadfit(x, y) {
   return [M[0][3] / M[0][0], M[1][3] / M[1][1], M[2][3] / M[2][2]];
 }
 
+// Runs at one N (replicates: the same point run with several seeds) as one
+// size: [{n, mean, lo, hi, runs}] sorted by n. Sizes agree to 1e-9 relative,
+// as the fits group them (sweeps/fit_seeds.c).
+export function seedSpread(N, L) {
+  const idx = N.map((_, i) => i).filter((i) => N[i] > 0 && L[i] > 0);
+  idx.sort((i, j) => N[i] - N[j]);
+  const out = [];
+  for (const i of idx) {
+    const last = out[out.length - 1];
+    if (last && Math.abs(N[i] - last.n) <= 1e-9 * Math.max(N[i], last.n)) {
+      last.sum += L[i];
+      last.runs++;
+      last.lo = Math.min(last.lo, L[i]);
+      last.hi = Math.max(last.hi, L[i]);
+    } else {
+      out.push({ n: N[i], sum: L[i], runs: 1, lo: L[i], hi: L[i] });
+    }
+  }
+  return out.map((c) => ({ n: c.n, mean: c.sum / c.runs, lo: c.lo, hi: c.hi, runs: c.runs }));
+}
+
 // IsoFLOP profiles: each budget's runs (loss against N), its parabola in
-// ln N and its minimum (from the isoflop fit).
+// ln N and its minimum (from the isoflop fit). With seeds, the parabola is
+// that of the per-size means (as the fit's) and the replicates' spread,
+// min to max per size, is a shaded band.
 export function drawIsoflop(fig, pts, fits) {
   const budgets = ((fits.isoflop && fits.isoflop.budgets) || []).filter((b) => b.flops > 0);
   const iso = pts.part.map((p, i) => i).filter((i) => pts.part[i] === 'isoflop');
@@ -265,6 +288,7 @@ export function drawIsoflop(fig, pts, fits) {
   }
   const tables = [];
   const series = [];
+  const bands = [];
   groups.forEach((g, k) => {
     if (!g.length) return;
     const col = PALETTE[k % PALETTE.length];
@@ -272,11 +296,20 @@ export function drawIsoflop(fig, pts, fits) {
     const Ls = g.map((i) => Number(pts.final_val_loss[i]));
     tables.push(sortedPairs(N, Ls));
     series.push(scatter(`C ${fmt(centres[k], 2)}`, col));
-    const q = g.length >= 3 ? quadfit(N.map(Math.log), Ls) : null;
+    const sizes = seedSpread(N, Ls);
+    const q = sizes.length >= 3 ? quadfit(sizes.map((c) => Math.log(c.n)), sizes.map((c) => c.mean))
+      : null;
     if (q && q[0] > 0) {
       const grid = logGrid(Math.min(...N), Math.max(...N), 40);
       tables.push([grid, grid.map((n) => { const x = Math.log(n); return q[0] * x * x + q[1] * x + q[2]; })]);
       series.push(line(`C ${fmt(centres[k], 2)} parabola`, col));
+    }
+    if (sizes.some((c) => c.runs > 1)) {
+      const xs = sizes.map((c) => c.n);
+      tables.push([xs, sizes.map((c) => c.hi)], [xs, sizes.map((c) => c.lo)]);
+      series.push(line(`C ${fmt(centres[k], 2)} seeds (max)`, col, [1, 3]),
+        line(`C ${fmt(centres[k], 2)} seeds (min)`, col, [1, 3]));
+      bands.push({ series: [series.length - 1, series.length], fill: 'rgba(0,0,0,0.08)' });
     }
     const b = budgets[k];
     if (b && b.usable && b.n_opt > 0 && b.loss > 0) {
@@ -287,7 +320,7 @@ export function drawIsoflop(fig, pts, fits) {
   });
   draw(fig, series, uPlot.join(tables), {
     key: 'isoflop' + series.length, xlabel: 'N (non-embedding parameters)', ylabel: 'final loss',
-    tightY: true,
+    tightY: true, bands: bands.length ? bands : undefined,
   });
 }
 

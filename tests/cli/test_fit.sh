@@ -102,6 +102,33 @@ fit bopt-table --points bopt.csv --law bopt --bootstrap 0
 expect_rc 0
 expect_msg "bopt fit of 140 points" "k_B" "beta_eta" "B_opt" "eta_opt"
 
+# seeds: every point of points.csv run three times, the loss off by exactly
+# -1%, 0, +1% in ln L (runs named apart): the pooled seed SD of ln L is 0.01
+# (df 150 over 75 cells), printed in the table and carried in the JSON
+"$py" - <<'EOF'
+import math
+rows = open("points.csv").read().splitlines()
+with open("seeds.csv", "w") as f:
+    f.write(rows[0] + "\n")
+    for r in rows[1:]:
+        loss, rest = r.split(",", 1)
+        for s, e in enumerate((-0.01, 0.0, 0.01)):
+            f.write(f"{float(loss) * math.exp(e):.17g},{rest}-s{s}\n")
+EOF
+fit seeds-json --points seeds.csv --law chinchilla --json --bootstrap 40
+expect_rc 0
+"$py" - out <<'EOF' || fail "seeds json: $(head -c 800 out)"
+import json, sys
+s = json.load(open(sys.argv[1]))["seeds"]
+assert s["cells"] == 75 and s["runs"] == 225 and s["df"] == 150, s
+assert abs(s["sd_ln_loss"] - 0.01) < 1e-12, s
+assert s["ci95"][0] < 0.01 < s["ci95"][1], s
+EOF
+fit seeds-table --points seeds.csv --law chinchilla --bootstrap 20
+expect_rc 0
+expect_msg "seeds       SD of ln L 0.01, 95% interval" "225 runs in 75 replicated cells (df 150)" \
+  "bootstrap by cell"
+
 # bad inputs: exit 2 and a message naming the file and what is wrong
 printf 'params,loss\n1e6,3\n2e6,2.9\n3e6,2.8\n4e6,2.7\n5e6,2.6\n6e6,2.5\n7e6,2.4\n' >notokens.csv
 fit missing --points notokens.csv --law chinchilla

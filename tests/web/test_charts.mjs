@@ -44,7 +44,7 @@ function element() {
 }
 globalThis.document = { createElement: () => element(), querySelectorAll: () => [] };
 
-const { drawBatch, drawFrontier, tightLogRange } = await import(new URL('../../web/charts.js', import.meta.url));
+const { drawBatch, drawFrontier, drawIsoflop, seedSpread, tightLogRange } = await import(new URL('../../web/charts.js', import.meta.url));
 
 function text(fig) {
   const box = fig.querySelector('.plot');
@@ -111,3 +111,40 @@ assert.deepEqual(tightLogRange(null, 0, 1), [0, 1], 'a range that is not positiv
 const [a, b] = tightLogRange(null, 2, 2);
 assert.ok(a < 2 && b > 2, 'a single value gets room around it');
 console.log('loss axes: fitted to the data');
+
+// seeds: replicates of one size (N equal to 1e-9) become one size with its
+// mean and min..max; the IsoFLOP chart fits the parabola to the means and
+// shades each budget's spread between a max and a min line
+const sp = seedSpread([2e6, 1e6, 1e6 * (1 + 1e-12), 2e6, 4e6, 1e6], [2.0, 3.1, 2.9, 2.2, 2.5, 3.0]);
+assert.deepEqual(sp.map((c) => [c.n, c.runs, c.lo, c.hi]),
+  [[1e6, 3, 2.9, 3.1], [2e6, 2, 2.0, 2.2], [4e6, 1, 2.5, 2.5]]);
+assert.ok(Math.abs(sp[0].mean - 3.0) < 1e-12 && Math.abs(sp[1].mean - 2.1) < 1e-12);
+drawn.length = 0;
+fig = element();
+const isoPts = { part: [], flops: [], nonembedding_params: [], final_val_loss: [] };
+for (const [n, l] of [[1e6, 3.0], [2e6, 2.5], [4e6, 2.4], [8e6, 2.6]]) {
+  for (const d of [-0.05, 0.05]) {
+    isoPts.part.push('isoflop');
+    isoPts.flops.push(1e15);
+    isoPts.nonembedding_params.push(n);
+    isoPts.final_val_loss.push(l + d);
+  }
+}
+drawIsoflop(fig, isoPts, { isoflop: { budgets: [{ flops: 1e15, usable: true, n_opt: 3e6, loss: 2.4 }] } });
+u = drawn[0];
+const isoLabels = u.series.slice(1).map((s) => s.label);
+assert.deepEqual(isoLabels, ['C 1e+15', 'C 1e+15 parabola', 'C 1e+15 seeds (max)',
+  'C 1e+15 seeds (min)', 'C 1e+15 minimum']);
+assert.deepEqual(u.opts.bands.map((b) => b.series), [[3, 4]]);
+// the max line at N = 1e6 is 3.05 and the min 2.95
+const at = u.data[0].indexOf(1e6);
+assert.ok(Math.abs(u.data[3][at] - 3.05) < 1e-12 && Math.abs(u.data[4][at] - 2.95) < 1e-12);
+// one run per size: no band
+drawn.length = 0;
+fig = element();
+const one = { part: ['isoflop', 'isoflop', 'isoflop'], flops: [1e15, 1e15, 1e15],
+  nonembedding_params: [1e6, 2e6, 4e6], final_val_loss: [3, 2.5, 2.7] };
+drawIsoflop(fig, one, {});
+assert.equal(drawn[0].opts.bands, undefined);
+assert.equal(drawn[0].series.length, 3);
+console.log('seeds: replicates as one size, their spread shaded on the IsoFLOP chart');
