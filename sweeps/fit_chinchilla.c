@@ -535,16 +535,19 @@ static void flag_bounds(const double *th, const fit_point *pts, int n, fit_resul
                     share_d);
 }
 
-/* The pooled SD of ln L (y) over the cells (N, D) with replicates. */
+/* The pooled SD of ln L (y) over the cells (N, D, B, lr) with replicates. */
 static int seed_noise(const fit_point *pts, const double *y, int n, fit_seeds *s) {
-  double *k = malloc(sizeof(double) * 2 * (size_t)n);
+  double *k = malloc(sizeof(double) * FIT__CELL_KEYS * (size_t)n);
   if (!k)
     return SS_ENOMEM;
+  const double *keys[FIT__CELL_KEYS] = {k, k + n, k + 2 * n, k + 3 * n};
   for (int i = 0; i < n; i++) {
     k[i] = pts[i].params;
     k[n + i] = pts[i].tokens;
+    k[2 * n + i] = pts[i].batch_size;
+    k[3 * n + i] = pts[i].lr;
   }
-  int rc = fit__seed_pool(k, k + n, y, n, s);
+  int rc = fit__seed_pool(keys, FIT__CELL_KEYS, y, n, s);
   free(k);
   return rc;
 }

@@ -237,8 +237,18 @@ static int group_budgets(const fit_point *pts, int n, budgets *bs) {
 }
 
 /* Replicates: points of one budget at the same N (1e-9 relative, a round
- * trip through decimal text) differ only by seed. */
+ * trip through decimal text), batch size and learning rate (NAN: not
+ * known, equal to another unknown) differ only by seed. */
 static int same_n(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(fabs(a), fabs(b)); }
+
+static int same_key(double a, double b) {
+  return isnan(a) || isnan(b) ? isnan(a) && isnan(b) : same_n(a, b);
+}
+
+static int same_cell(const fit_point *a, const fit_point *b) {
+  return same_n(a->params, b->params) && same_key(a->batch_size, b->batch_size) &&
+         same_key(a->lr, b->lr);
+}
 
 typedef struct cells {
   budgets cb;  /* budgets over cells: cb.start indexes cells */
@@ -249,10 +259,30 @@ typedef struct cells {
   int ncells;
 } cells;
 
+typedef struct order_ctx {
+  const double *x;      /* ln N, in budget order */
+  const fit_point *pts; /* the points */
+  const int *idx;       /* budget order -> point */
+} order_ctx;
+
+static int key_order(double a, double b) {
+  if (isnan(a) || isnan(b))
+    return isnan(a) && isnan(b) ? 0 : isnan(a) ? -1 : 1;
+  return a < b ? -1 : a > b;
+}
+
+/* By ln N, then batch size and learning rate (so that one cell's points
+ * are contiguous), then index. */
 static int by_x(const void *a, const void *b, void *ctx) {
-  const double *x = ctx;
+  const order_ctx *o = ctx;
   int i = *(const int *)a, j = *(const int *)b;
-  return x[i] < x[j] ? -1 : x[i] > x[j] ? 1 : (i > j) - (i < j);
+  if (o->x[i] != o->x[j])
+    return o->x[i] < o->x[j] ? -1 : 1;
+  const fit_point *p = &o->pts[o->idx[i]], *q = &o->pts[o->idx[j]];
+  int c = key_order(p->batch_size, q->batch_size);
+  if (!c)
+    c = key_order(p->lr, q->lr);
+  return c ? c : (i > j) - (i < j);
 }
 
 static void cells_free(cells *c) {
@@ -287,12 +317,13 @@ static int cells_build(const budgets *bs, const fit_point *pts, const double *x,
     c->cb.start[j] = c->ncells;
     for (int i = s; i < e; i++)
       ord[i] = i;
-    qsort_r(ord + s, (size_t)(e - s), sizeof(int), by_x, (void *)x);
+    order_ctx oc = {x, pts, bs->idx};
+    qsort_r(ord + s, (size_t)(e - s), sizeof(int), by_x, &oc);
     double ss = 0;
     int df = 0;
     for (int a = s, b; a < e; a = b) {
       b = a + 1;
-      while (b < e && same_n(pts[bs->idx[ord[b]]].params, pts[bs->idx[ord[a]]].params))
+      while (b < e && same_cell(&pts[bs->idx[ord[b]]], &pts[bs->idx[ord[a]]]))
         b++;
       int k = c->ncells++;
       double mean = 0;
@@ -417,23 +448,27 @@ int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result 
   }
   cells cl;
   int rep = cells_build(&bs, pts, x, y, n, &cl, out);
-  double *lny = malloc(sizeof(double) * n), *bidx = malloc(sizeof(double) * n),
-         *np = malloc(sizeof(double) * n);
-  if (rep < 0 || !lny || !bidx || !np) {
-    free(lny), free(bidx), free(np), free(x), free(y), free(bs.idx);
+  double *lny = malloc(sizeof(double) * n), *kk = malloc(sizeof(double) * 4 * n);
+  if (rep < 0 || !lny || !kk) {
+    free(lny), free(kk), free(x), free(y), free(bs.idx);
     if (rep > 0)
       cells_free(&cl);
     fit__fail(err, errlen, "isoflop: out of memory for %d points", n);
     return SS_ENOMEM;
   }
+  /* a cell: one budget, one N, one batch size and learning rate */
+  const double *keys[4] = {kk, kk + n, kk + 2 * n, kk + 3 * n};
   for (int j = 0; j < nb; j++)
     for (int i = bs.start[j]; i < bs.start[j + 1]; i++) {
+      const fit_point *p = &pts[bs.idx[i]];
       lny[i] = log(y[i]);
-      bidx[i] = j + 1;
-      np[i] = pts[bs.idx[i]].params;
+      kk[i] = j + 1;
+      kk[n + i] = p->params;
+      kk[2 * n + i] = p->batch_size;
+      kk[3 * n + i] = p->lr;
     }
-  int prc = fit__seed_pool(np, bidx, lny, n, &out->seeds);
-  free(lny), free(bidx), free(np);
+  int prc = fit__seed_pool(keys, 4, lny, n, &out->seeds);
+  free(lny), free(kk);
   if (prc) {
     if (rep)
       cells_free(&cl);

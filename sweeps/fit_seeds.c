@@ -1,6 +1,7 @@
 /* Seeds: replicated cells for the bootstrap and the pooled seed noise
- * (sweeps/internal.h, fit.h's fit_seeds). A cell is a design point, (N, D)
- * for Approach 3; runs that differ only by `train.seed` land in one cell. */
+ * (sweeps/internal.h, fit.h's fit_seeds). A cell is a design point, (N, D,
+ * B, lr) for Approach 3; runs that differ only by `train.seed` land in one
+ * cell, runs of a grid over batch sizes or learning rates do not. */
 #include <gsl/gsl_cdf.h>
 #include <gsl/gsl_rng.h>
 #include <math.h>
@@ -13,26 +14,35 @@
  * config; the tolerance only absorbs a round trip through decimal text. */
 #define KEY_RTOL 1e-9
 
+/* A key that is not known (NAN: a table without that column) equals only
+ * another unknown one, and sorts first. */
 static int key_cmp(double a, double b) {
+  if (isnan(a) || isnan(b))
+    return isnan(a) && isnan(b) ? 0 : isnan(a) ? -1 : 1;
   if (fabs(a - b) <= KEY_RTOL * fmax(fabs(a), fabs(b)))
     return 0;
   return a < b ? -1 : 1;
 }
 
 typedef struct keyed {
-  double k1, k2;
-  int i;
+  double k[FIT__CELL_KEYS];
+  int nk, i;
 } keyed;
 
-/* By (k1, k2), then index, so the order never depends on qsort. Within the
- * tolerance keys compare equal, and equal keys sort by index: a cell's
+static int keys_cmp(const keyed *a, const keyed *b) {
+  int c = 0;
+  for (int j = 0; j < a->nk && !c; j++)
+    c = key_cmp(a->k[j], b->k[j]);
+  return c;
+}
+
+/* By the keys, then index, so the order never depends on qsort. Within
+ * the tolerance keys compare equal, and equal keys sort by index: a cell's
  * members are contiguous as long as the tolerance does not chain distinct
  * keys, which values planned apart never do. */
 static int by_key(const void *pa, const void *pb) {
   const keyed *a = pa, *b = pb;
-  int c = key_cmp(a->k1, b->k1);
-  if (!c)
-    c = key_cmp(a->k2, b->k2);
+  int c = keys_cmp(a, b);
   return c ? c : (a->i > b->i) - (a->i < b->i);
 }
 
@@ -53,11 +63,12 @@ int fit__cells_build(const fit_point *p, const fit__groups *g, fit__cells *c) {
     for (int j = g->start[r] + 1; j < g->start[r + 1]; j++)
       if (p[g->idx[j]].tokens > p[last].tokens)
         last = g->idx[j];
-    k[r] = (keyed){p[last].params, p[last].tokens, r};
+    k[r] = (keyed){
+        {p[last].params, p[last].tokens, p[last].batch_size, p[last].lr}, FIT__CELL_KEYS, r};
   }
   qsort(k, (size_t)g->ng, sizeof *k, by_key);
   for (int r = 0; r < g->ng; r++) {
-    if (r == 0 || key_cmp(k[r].k1, k[r - 1].k1) || key_cmp(k[r].k2, k[r - 1].k2))
+    if (r == 0 || keys_cmp(&k[r], &k[r - 1]))
       c->start[c->nc++] = r;
     c->run[r] = k[r].i;
   }
@@ -96,18 +107,23 @@ int fit__cells_draw(const fit__groups *g, const fit__cells *c, gsl_rng *rng, int
   return m;
 }
 
-int fit__seed_pool(const double *k1, const double *k2, const double *y, int n, fit_seeds *s) {
+int fit__seed_pool(const double *const *keys, int nkeys, const double *y, int n, fit_seeds *s) {
   *s = (fit_seeds){.sd = NAN, .lo = NAN, .hi = NAN};
   keyed *k = malloc(sizeof *k * (size_t)(n > 0 ? n : 1));
-  if (!k)
-    return SS_ENOMEM;
-  for (int i = 0; i < n; i++)
-    k[i] = (keyed){k1[i], k2[i], i};
+  if (!k || nkeys < 1 || nkeys > FIT__CELL_KEYS) {
+    free(k);
+    return k ? SS_EINVAL : SS_ENOMEM;
+  }
+  for (int i = 0; i < n; i++) {
+    k[i] = (keyed){.nk = nkeys, .i = i};
+    for (int j = 0; j < nkeys; j++)
+      k[i].k[j] = keys[j][i];
+  }
   qsort(k, (size_t)n, sizeof *k, by_key);
   double ss = 0;
   for (int a = 0, b; a < n; a = b) {
     b = a + 1;
-    while (b < n && !key_cmp(k[b].k1, k[a].k1) && !key_cmp(k[b].k2, k[a].k2))
+    while (b < n && !keys_cmp(&k[b], &k[a]))
       b++;
     if (b - a < 2)
       continue;

@@ -46,10 +46,13 @@ void fit__cells_free(fit__cells *c);
 int fit__cells_draw(const fit__groups *g, const fit__cells *c, gsl_rng *rng, int *out);
 /* The size out must have for fit__cells_draw. */
 size_t fit__cells_capacity(const fit__groups *g, const fit__cells *c);
+/* The keys of a cell: N, D, batch size, learning rate (fit__cells_build). */
+#define FIT__CELL_KEYS 4
 /* Pools the within-cell variance of y over the n points, a cell being
- * the points with equal (k1, k2) (1e-9 relative); fills s (fit.h). 0 or
- * SS_ENOMEM (s then says no cells). */
-int fit__seed_pool(const double *k1, const double *k2, const double *y, int n, fit_seeds *s);
+ * the points whose nkeys keys (keys[j][i], at most FIT__CELL_KEYS) are
+ * equal (1e-9 relative; NAN equals NAN); fills s (fit.h). 0, SS_ENOMEM or
+ * SS_EINVAL (s then says no cells). */
+int fit__seed_pool(const double *const *keys, int nkeys, const double *y, int n, fit_seeds *s);
 
 /* splitmix64: independent seeds for the resamples from one seed. */
 uint64_t fit__mix64(uint64_t x);

@@ -116,7 +116,8 @@ static void test_cells(void) {
     y[i] = (i / 2) % 2 ? 0.1 : -0.1; /* runs alternate +-0.1 */
   }
   fit_seeds s;
-  CHECK_INT_EQ(fit__seed_pool(k1, k2, y, 12, &s), 0);
+  const double *keys[2] = {k1, k2};
+  CHECK_INT_EQ(fit__seed_pool(keys, 2, y, 12, &s), 0);
   /* cells {0,1}: -+0.1, ss 0.02; {3,4,5}: +,-,+ mean 1/30, ss 0.02667;
    * twice (both checkpoints); df 2 (1 + 2) twice */
   CHECK_INT_EQ(s.cells, 4);
@@ -358,11 +359,53 @@ static void test_isoflop_replicates(void) {
   free(mean);
 }
 
+/* Runs at one (N, D) that differ by learning rate or batch size (a grid
+ * over them) are different designs, not seeds: no replicated cell, no seed
+ * noise, and the bootstrap is the one by run, bit for bit; in Approach 2
+ * too. */
+static void test_grid_not_seeds(void) {
+  int n;
+  fit_point *p = surface(2, SEED_SD, 37, &n);
+  for (int i = 0; i < n; i++) { /* the two runs of each (N, D): two lrs, or two batch sizes */
+    p[i].lr = i % 2 ? 1e-3 : 2e-3;
+    p[i].batch_size = i < n / 2 ? 64 : (i % 2 ? 32 : 64);
+  }
+  fit_result a, b;
+  char err[256];
+  fit_options o1 = {.bootstrap = 40, .seed = 3, .threads = 2};
+  fit_options o2 = o1;
+  o2.boot_by_run = 1;
+  CHECK_INT_EQ(fit_chinchilla(p, n, &o1, &a, err, sizeof err), 0);
+  CHECK_INT_EQ(fit_chinchilla(p, n, &o2, &b, err, sizeof err), 0);
+  CHECK_INT_EQ(a.seeds.cells, 0);
+  CHECK(isnan(a.seeds.sd));
+  for (int i = 0; i < a.nparams; i++)
+    CHECK(same_param(&a.params[i], &b.params[i]));
+  fit_result_free(&a);
+  fit_result_free(&b);
+  /* the same pairs with one lr and batch size: 75 replicated cells */
+  for (int i = 0; i < n; i++)
+    p[i].lr = 1e-3, p[i].batch_size = 64;
+  CHECK_INT_EQ(fit_chinchilla(p, n, &o1, &a, err, sizeof err), 0);
+  CHECK_INT_EQ(a.seeds.cells, 75);
+  fit_result_free(&a);
+  /* Approach 2: each budget's sizes, two lrs each: 15 cells a budget */
+  for (int i = 0; i < n; i++)
+    p[i].lr = i % 2 ? 1e-3 : 2e-3;
+  fit_options oi = {.bootstrap = 0};
+  CHECK_INT_EQ(fit_isoflop(p, n, &oi, &a, err, sizeof err), 0);
+  CHECK_INT_EQ(a.seeds.cells, 0);
+  CHECK_INT_EQ(a.budgets[0].n_cells, 30);
+  fit_result_free(&a);
+  free(p);
+}
+
 int main(void) {
   test_cells();
   test_chinchilla_seed_sd();
   test_chinchilla_cell_bootstrap();
   test_one_seed_unchanged();
   test_isoflop_replicates();
+  test_grid_not_seeds();
   CHECK_DONE();
 }
