@@ -49,11 +49,18 @@ def cleanup():
             p.wait()
 
 
+# a sanitized build trains about 6 times slower: shorter runs there, and
+# longer waits for them
+SANITIZED = os.environ.get("SCALESWEEP_TEST_SANITIZED") == "1"
+STEPS = 2000 if SANITIZED else 6000
+SLOW = 4 if SANITIZED else 1
+
+
 def spec(name, seeds):
     return {"name": name, "method": "runs",
             "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
-                     "train": {"batch_size": 8, "lr": 0.003, "tokens": 6000 * 256},
-                     "eval": {"every_tokens": 2000 * 256, "tokens": 256}, "threads": 1},
+                     "train": {"batch_size": 8, "lr": 0.003, "tokens": STEPS * 256},
+                     "eval": {"every_tokens": STEPS // 3 * 256, "tokens": 256}, "threads": 1},
             "runs": [{"train": {"seed": s}} for s in seeds], "resources": {"cpus": 1}}
 
 
@@ -84,7 +91,7 @@ try:
     json.dump(spec("progress-a", (1, 2)), open(path, "w"))
     t0 = time.time()
     p = subprocess.run([BIN, "submit", path, "--wait", *url], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=300 * SLOW)
     if p.returncode != 0:
         fail(f"submit --wait: exit {p.returncode}: {p.stderr[-500:]}")
     lines = p.stdout.splitlines()
@@ -130,7 +137,7 @@ try:
 
     # ---- the same spec again: followed, not refused -------------------------------------
     p = subprocess.run([BIN, "submit", path, "--wait", *url], capture_output=True, text=True,
-                       timeout=60)
+                       timeout=60 * SLOW)
     if p.returncode != 0 or "submitted before; following that sweep" not in p.stdout or \
             "finished: 1 of 1" not in p.stdout:
         fail(f"submit --wait of the same spec: exit {p.returncode}: {p.stdout!r} {p.stderr!r}")
