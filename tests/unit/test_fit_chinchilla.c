@@ -193,23 +193,29 @@ static void compare_with_full_grid(const fit_point *p, int n, const char *what) 
   fit_result_free(&b);
 }
 
+/* A design far from compute-optimal: 4 model sizes, each run's checkpoints
+ * at 6 token counts, multiplicative noise of SD sd (the same draws for
+ * every sd: seed 5). */
+static void checkpoint_design(double sd, fit_point q[24]) {
+  gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+  gsl_rng_set(r, 5);
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 6; j++) {
+      double N = 1e6 * pow(10, i * 0.7), D = 2e8 * pow(3, j);
+      q[i * 6 + j] = (fit_point){
+          .params = N, .tokens = D, .loss = law(N, D) * exp(gsl_ran_gaussian(r, sd)), .group = i};
+    }
+  gsl_rng_free(r);
+}
+
 static void test_screen_matches_full_grid(void) {
   int n;
   fit_point *p = approach3_points(0.01, 4, &n);
   compare_with_full_grid(p, n, "approach 3 design, SD 0.01");
   free(p);
-  /* a different design: 4 model sizes, each run's checkpoints at 6 token
-   * counts (D/N far from compute-optimal), 2% multiplicative noise */
-  gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
-  gsl_rng_set(r, 5);
+  /* a different design: checkpoints, 2% noise */
   fit_point q[24];
-  for (int i = 0; i < 4; i++)
-    for (int j = 0; j < 6; j++) {
-      double N = 1e6 * pow(10, i * 0.7), D = 2e8 * pow(3, j);
-      q[i * 6 + j] = (fit_point){
-          .params = N, .tokens = D, .loss = law(N, D) * exp(gsl_ran_gaussian(r, 0.02)), .group = i};
-    }
-  gsl_rng_free(r);
+  checkpoint_design(0.02, q);
   compare_with_full_grid(q, 24, "checkpoint design, 2% noise");
 }
 
@@ -368,16 +374,8 @@ static void test_vp_noisy(void) {
       check_vp_not_worse(p, n, what);
       free(p);
     }
-  gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
-  gsl_rng_set(r, 5);
   fit_point q[24];
-  for (int i = 0; i < 4; i++)
-    for (int j = 0; j < 6; j++) {
-      double N = 1e6 * pow(10, i * 0.7), D = 2e8 * pow(3, j);
-      q[i * 6 + j] = (fit_point){
-          .params = N, .tokens = D, .loss = law(N, D) * exp(gsl_ran_gaussian(r, 0.05)), .group = i};
-    }
-  gsl_rng_free(r);
+  checkpoint_design(0.05, q);
   check_vp_not_worse(q, 24, "checkpoint design, 5% noise");
 }
 

@@ -168,6 +168,36 @@ static void test_chinchilla_seed_sd(void) {
   free(p);
 }
 
+static int same_param(const fit_param *a, const fit_param *b) {
+  /* bitwise: NAN == NAN here */
+  return !memcmp(&a->value, &b->value, sizeof a->value) &&
+         !memcmp(&a->stderr_, &b->stderr_, sizeof a->stderr_) &&
+         !memcmp(&a->ci_lo, &b->ci_lo, sizeof a->ci_lo) &&
+         !memcmp(&a->ci_hi, &b->ci_hi, sizeof a->ci_hi);
+}
+
+/* The Chinchilla fit of p with o's bootstrap by cell (the default) into
+ * cell and by run into run. */
+static void fit_both(const fit_point *p, int n, fit_options o, fit_result *cell, fit_result *run) {
+  char err[256];
+  o.boot_by_run = 0;
+  CHECK_INT_EQ(fit_chinchilla(p, n, &o, cell, err, sizeof err), 0);
+  o.boot_by_run = 1;
+  CHECK_INT_EQ(fit_chinchilla(p, n, &o, run, err, sizeof err), 0);
+}
+
+/* a and b agree bit for bit: parameters, derived quantities, frontier. */
+static void check_same_fit(const fit_result *a, const fit_result *b) {
+  CHECK_INT_EQ(a->nparams, b->nparams);
+  CHECK_INT_EQ(a->nderived, b->nderived);
+  for (int i = 0; i < a->nparams; i++)
+    CHECK(same_param(&a->params[i], &b->params[i]));
+  for (int i = 0; i < a->nderived; i++)
+    CHECK(same_param(&a->derived[i], &b->derived[i]));
+  for (int j = 0; j < a->nfrontier; j++)
+    CHECK(a->frontier[j].lo == b->frontier[j].lo && a->frontier[j].hi == b->frontier[j].hi);
+}
+
 /* The bootstrap by cell against the naive one by run, on the same
  * replicated data and resampling seed. Both give the same point estimates
  * and cover the truth. With independent seed noise (SD s) both estimate
@@ -181,12 +211,7 @@ static double alpha_sd_ratio(double cell_sd, unsigned long seed) {
   int n;
   fit_point *p = surface_cells(NSEEDS, SEED_SD, cell_sd, seed, &n);
   fit_result cell, naive;
-  char err[256];
-  fit_options o1 = {.bootstrap = 300, .seed = 5, .threads = 2};
-  fit_options o2 = o1;
-  o2.boot_by_run = 1;
-  CHECK_INT_EQ(fit_chinchilla(p, n, &o1, &cell, err, sizeof err), 0);
-  CHECK_INT_EQ(fit_chinchilla(p, n, &o2, &naive, err, sizeof err), 0);
+  fit_both(p, n, (fit_options){.bootstrap = 300, .seed = 5, .threads = 2}, &cell, &naive);
   static const char *const names[] = {"E", "alpha", "beta"};
   static const double truth[] = {E0, ALPHA0, BETA0};
   printf("shared part of the seeds' noise %.3f:\n", cell_sd);
@@ -217,14 +242,6 @@ static void test_chinchilla_cell_bootstrap(void) {
   CHECK(shared > 1.3);
 }
 
-static int same_param(const fit_param *a, const fit_param *b) {
-  /* bitwise: NAN == NAN here */
-  return !memcmp(&a->value, &b->value, sizeof a->value) &&
-         !memcmp(&a->stderr_, &b->stderr_, sizeof a->stderr_) &&
-         !memcmp(&a->ci_lo, &b->ci_lo, sizeof a->ci_lo) &&
-         !memcmp(&a->ci_hi, &b->ci_hi, sizeof a->ci_hi);
-}
-
 /* One seed per cell: no seed noise reported, and the bootstrap is the one
  * by run bit for bit (the naive scheme is the code path of before). The
  * same with checkpoints: runs of several points are still one run per
@@ -245,22 +262,11 @@ static void test_one_seed_unchanged(void) {
       m = 2 * n;
     }
     fit_result a, b;
-    char err[256];
-    fit_options o1 = {.bootstrap = 60, .seed = 9, .threads = 2, .target_flops = 1e22};
-    fit_options o2 = o1;
-    o2.boot_by_run = 1;
-    CHECK_INT_EQ(fit_chinchilla(q, m, &o1, &a, err, sizeof err), 0);
-    CHECK_INT_EQ(fit_chinchilla(q, m, &o2, &b, err, sizeof err), 0);
+    fit_both(q, m, (fit_options){.bootstrap = 60, .seed = 9, .threads = 2, .target_flops = 1e22},
+             &a, &b);
     CHECK_INT_EQ(a.seeds.cells, 0);
     CHECK(isnan(a.seeds.sd));
-    CHECK_INT_EQ(a.nparams, b.nparams);
-    CHECK_INT_EQ(a.nderived, b.nderived);
-    for (int i = 0; i < a.nparams; i++)
-      CHECK(same_param(&a.params[i], &b.params[i]));
-    for (int i = 0; i < a.nderived; i++)
-      CHECK(same_param(&a.derived[i], &b.derived[i]));
-    for (int j = 0; j < a.nfrontier; j++)
-      CHECK(a.frontier[j].lo == b.frontier[j].lo && a.frontier[j].hi == b.frontier[j].hi);
+    check_same_fit(&a, &b);
     char *js = fit_result_to_json(&a);
     CHECK(strstr(js, "\"seeds\"") == NULL);
     free(js);
@@ -373,14 +379,10 @@ static void test_grid_not_seeds(void) {
   fit_result a, b;
   char err[256];
   fit_options o1 = {.bootstrap = 40, .seed = 3, .threads = 2};
-  fit_options o2 = o1;
-  o2.boot_by_run = 1;
-  CHECK_INT_EQ(fit_chinchilla(p, n, &o1, &a, err, sizeof err), 0);
-  CHECK_INT_EQ(fit_chinchilla(p, n, &o2, &b, err, sizeof err), 0);
+  fit_both(p, n, o1, &a, &b);
   CHECK_INT_EQ(a.seeds.cells, 0);
   CHECK(isnan(a.seeds.sd));
-  for (int i = 0; i < a.nparams; i++)
-    CHECK(same_param(&a.params[i], &b.params[i]));
+  check_same_fit(&a, &b);
   fit_result_free(&a);
   fit_result_free(&b);
   /* the same pairs with one lr and batch size: 75 replicated cells */
