@@ -50,7 +50,25 @@ typedef struct kern_adamw_args {
   float lr, beta1, beta2, eps, weight_decay;
   float grad_scale; /* multiplies every gradient first (loss-scale undo x clip) */
   int step;         /* 1-based, for bias correction */
+  /* Backend memory, or NULL: when given, *grad_scale_dev replaces grad_scale
+   * (the step's clip and loss-scale factor, decided on the backend by
+   * step_scale without a host round trip), and 0 there skips the update:
+   * p, plow and the moments stay as they are. */
+  const float *grad_scale_dev;
 } kern_adamw_args;
+
+/* The tensors of one fused AdamW launch: part i updates parameters
+ * [off, off + n) of p, plow and g with moments from index state (m, v, qm,
+ * qv) and, 8-bit, quantisation blocks from index block (sm, sv), at its own
+ * weight decay (kern_adamw_args.weight_decay is not used). */
+#define KERN_ADAMW_MAX_PARTS 16
+typedef struct kern_adamw_parts {
+  int n;
+  struct {
+    size_t off, n, state, block;
+    float weight_decay;
+  } part[KERN_ADAMW_MAX_PARTS];
+} kern_adamw_parts;
 
 struct kern_ops {
   const char *name;
@@ -59,6 +77,9 @@ struct kern_ops {
   void *(*alloc)(kern_ctx *k, size_t bytes); /* zeroed; NULL when out of memory */
   void (*free)(kern_ctx *k, void *p);
   void (*zero)(kern_ctx *k, void *p, size_t bytes);
+  /* to_host and sync wait for the backend's queued work (a host sync on a
+   * device: a training step makes one, tests/integration/test_syncs.py);
+   * from_host returns as soon as src may be reused, without waiting */
   void (*to_host)(kern_ctx *k, void *dst, const void *src, size_t bytes);
   void (*from_host)(kern_ctx *k, void *dst, const void *src, size_t bytes);
   void (*sync)(kern_ctx *k);
@@ -117,6 +138,21 @@ struct kern_ops {
   void (*axpy)(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init);
   /* x *= s */
   void (*scale)(kern_ctx *k, float *x, float s, size_t n);
+
+  /* The step's scalars stay in backend memory until the one read of the
+   * step (a to_host for the log line): acc points to one double there.
+   * mean_into: *acc += (sum of x[0..n)) / n, the sum in fp64 in a fixed
+   * order; sumsq_into: *acc += sumsq(x, n), sumsq's order and bits. */
+  void (*mean_into)(kern_ctx *k, double *acc, const float *x, size_t n);
+  void (*sumsq_into)(kern_ctx *k, double *acc, const float *x, size_t n);
+  /* The update's gradient factor, from the gradient's sum of squares
+   * *gnorm2 (of the gradient scaled by loss_scale): with gnorm =
+   * sqrt(*gnorm2) / loss_scale, *scale = (float)(c / loss_scale) where c =
+   * clip / gnorm if clip > 0 and gnorm > clip, else 1; *scale = 0 when
+   * *gnorm2 is not finite (fp16 overflow: the update is skipped). In
+   * fp64, so that every backend gives the bits of this formula. */
+  void (*step_scale)(kern_ctx *k, float *scale, const double *gnorm2, double loss_scale,
+                     double clip);
   /* rounds x to the given precision in place */
   void (*round)(kern_ctx *k, float *x, size_t n, kern_prec prec);
 
@@ -128,6 +164,13 @@ struct kern_ops {
    * one absmax per KERN_Q8_BLOCK values (qm, sm), v unsigned (qv, sv). */
   void (*adamw8bit)(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm, uint8_t *qv,
                     float *sm, float *sv, size_t n, const kern_adamw_args *a);
+  /* adamw / adamw8bit over every part at once (one launch on a device),
+   * each part's result that of the one-tensor op */
+  void (*adamw_fused)(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v,
+                      const kern_adamw_parts *parts, const kern_adamw_args *a);
+  void (*adamw8bit_fused)(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm,
+                          uint8_t *qv, float *sm, float *sv, const kern_adamw_parts *parts,
+                          const kern_adamw_args *a);
 };
 
 /* Collectives between the ranks of a data-parallel run on backend memory

@@ -117,11 +117,14 @@ int trn_model_init(trn_model *m, kern_ctx *k, const rcfg_shape *s, int B, int re
   m->layer = calloc((size_t)s->n_layer, sizeof *m->layer);
   m->tokens = k->ops->alloc(k, (size_t)B * s->seq_len * sizeof(int32_t));
   m->targets = k->ops->alloc(k, (size_t)B * s->seq_len * sizeof(int32_t));
+  m->loss_acc = k->ops->alloc(k, 8 * sizeof(double));
   if (!m->params || !m->grads || !m->params_low || !m->mgrads || !m->resid || !m->layer ||
-      !m->tokens || !m->targets) {
+      !m->tokens || !m->targets || !m->loss_acc) {
     trn_model_free(m);
     return SS_ENOMEM;
   }
+  m->step_acc = m->loss_acc + 1;
+  m->grad_scale = (float *)(m->loss_acc + 4);
   carve(&m->p, m->params, m->tensors);
   carve(&m->plow, m->params_low, m->tensors);
   carve(&m->g, m->grads, m->tensors);
@@ -158,6 +161,7 @@ void trn_model_free(trn_model *m) {
   k->ops->free(k, m->acts_mem);
   k->ops->free(k, m->grad_mem);
   k->ops->free(k, m->tokens);
+  k->ops->free(k, m->loss_acc);
   k->ops->free(k, m->targets);
   free(m->resid);
   free(m->layer);
@@ -237,7 +241,8 @@ static void layer_forward(trn_model *m, int l) {
   o->residual_forward(k, m->resid[l + 1], a->resid2, m->proj, (size_t)N * C);
 }
 
-double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens, const int32_t *targets) {
+void trn_model_forward_into(trn_model *m, int nseq, const int32_t *tokens, const int32_t *targets,
+                            double *loss_acc) {
   kern_ctx *k = m->k;
   const kern_ops *o = k->ops;
   const rcfg_shape *s = &m->shape;
@@ -251,19 +256,22 @@ double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens, const in
                        m->plow.lnfb, N, C);
   o->matmul_forward(k, m->logits, m->lnf, m->plow.wte, NULL, N, C, V);
   if (!targets)
-    return 0.0;
+    return;
   o->from_host(k, m->targets, targets, (size_t)N * sizeof(int32_t));
   /* losses only; the gradient is formed in backward */
   o->softmax_xent(k, m->losses, m->logits, m->targets, N, V, 0.0f);
-  float *host = malloc((size_t)N * sizeof(float));
-  if (!host)
-    abort();
-  o->to_host(k, host, m->losses, (size_t)N * sizeof(float));
-  double sum = 0.0;
-  for (int i = 0; i < N; i++)
-    sum += host[i];
-  free(host);
-  return sum / N;
+  if (loss_acc)
+    o->mean_into(k, loss_acc, m->losses, (size_t)N);
+}
+
+double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens, const int32_t *targets) {
+  kern_ctx *k = m->k;
+  double loss = 0.0;
+  k->ops->zero(k, m->loss_acc, sizeof loss);
+  trn_model_forward_into(m, nseq, tokens, targets, targets ? m->loss_acc : NULL);
+  if (targets)
+    k->ops->to_host(k, &loss, m->loss_acc, sizeof loss);
+  return loss;
 }
 
 void trn_model_backward(trn_model *m, float dscale) {

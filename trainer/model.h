@@ -84,6 +84,12 @@ typedef struct trn_model {
   float *lnf, *lnf_mean, *lnf_rstd; /* (B, T, C), (B, T), (B, T) */
   float *logits;                    /* (B, T, V); holds dlogits after backward */
   float *losses;                    /* (B, T) */
+  /* the step's scalars in backend memory (one allocation, kern.h's
+   * mean_into / sumsq_into / step_scale): trn_model_forward's loss; the
+   * training step's loss, micro-batch and whole gradient sums of squares;
+   * the update's gradient factor */
+  double *loss_acc, *step_acc; /* 1, 3 */
+  float *grad_scale;
   int32_t *tokens, *targets;        /* (B, T) backend copies of the batch */
 
   float *grad_mem; /* backward scratch for one layer */
@@ -114,6 +120,11 @@ void trn_model_sync_low(trn_model *m);
 /* Forward pass on nseq <= B sequences of T tokens (host arrays, nseq*T
  * each); with targets, computes the per-token losses and returns their mean. */
 double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens, const int32_t *targets);
+
+/* The same without reading the device: with targets (and loss_acc, backend
+ * memory), adds the mean loss to *loss_acc (kern.h mean_into). */
+void trn_model_forward_into(trn_model *m, int nseq, const int32_t *tokens, const int32_t *targets,
+                            double *loss_acc);
 
 /* Backward pass after trn_model_forward with targets: writes the gradient
  * of dscale x (mean loss) into mgrads (zeroed first). */

@@ -83,30 +83,35 @@ void trn_optim_free(trn_optim *o) {
   memset(o, 0, sizeof *o);
 }
 
+_Static_assert(TRN_NTENSORS <= KERN_ADAMW_MAX_PARTS, "one fused AdamW part per tensor");
+
 void trn_optim_step(trn_optim *o, trn_model *m, double lr, double beta1, double beta2, double eps,
-                    double weight_decay, float grad_scale, int step) {
+                    double weight_decay, float grad_scale, const float *grad_scale_dev, int step) {
   kern_ctx *k = m->k;
   float *plow = m->params_low == m->params ? NULL : m->params_low;
+  kern_adamw_args a = {(float)lr, (float)beta1, (float)beta2, (float)eps,
+                       0.0f,      grad_scale,   step,         grad_scale_dev};
+  /* every tensor's part that this state covers, in one call */
+  kern_adamw_parts parts;
+  parts.n = 0;
   for (int i = 0; i < TRN_NTENSORS; i++) {
     const trn_tensor_info *t = &m->tensors[i];
-    kern_adamw_args a = {
-        (float)lr,  (float)beta1, (float)beta2, (float)eps, t->decay ? (float)weight_decay : 0.0f,
-        grad_scale, step};
-    /* the part of the tensor this state covers */
     size_t from = t->offset > o->lo ? t->offset : o->lo;
     size_t to = t->offset + t->size < o->hi ? t->offset + t->size : o->hi;
     if (from >= to)
       continue;
-    size_t off = from, n = to - from, s = from - o->lo;
-    if (o->q8) {
-      size_t b = o->block_off[i] + (from - t->offset) / KERN_Q8_BLOCK - o->blo;
-      k->ops->adamw8bit(k, m->params + off, plow ? plow + off : NULL, m->grads + off, o->qm + s,
-                        o->qv + s, o->sm + b, o->sv + b, n, &a);
-    } else {
-      k->ops->adamw(k, m->params + off, plow ? plow + off : NULL, m->grads + off, o->m + s,
-                    o->v + s, n, &a);
-    }
+    parts.part[parts.n].off = from;
+    parts.part[parts.n].n = to - from;
+    parts.part[parts.n].state = from - o->lo;
+    parts.part[parts.n].block =
+        o->q8 ? o->block_off[i] + (from - t->offset) / KERN_Q8_BLOCK - o->blo : 0;
+    parts.part[parts.n].weight_decay = t->decay ? (float)weight_decay : 0.0f;
+    parts.n++;
   }
+  if (o->q8)
+    k->ops->adamw8bit_fused(k, m->params, plow, m->grads, o->qm, o->qv, o->sm, o->sv, &parts, &a);
+  else
+    k->ops->adamw_fused(k, m->params, plow, m->grads, o->m, o->v, &parts, &a);
 }
 
 void trn_optim_save(const trn_optim *o, void *host) {

@@ -39,9 +39,10 @@ size_t trn_optim_block_of(const trn_optim *o, const trn_model *m, size_t at);
 void trn_optim_free(trn_optim *o);
 
 /* One update of every tensor the state covers ([lo, hi)). grad_scale multiplies the gradients first
- * (loss-scale undo times the clipping factor); step is 1-based. */
+ * (loss-scale undo times the clipping factor), or *grad_scale_dev when that is not NULL (backend
+ * memory, step_scale's answer; 0 skips the update); step is 1-based. */
 void trn_optim_step(trn_optim *o, trn_model *m, double lr, double beta1, double beta2, double eps,
-                    double weight_decay, float grad_scale, int step);
+                    double weight_decay, float grad_scale, const float *grad_scale_dev, int step);
 
 /* The state as host bytes and back (checkpoints): a flat copy of the
  * buffers in a fixed order, trn_optim.state_bytes long. */

@@ -23,6 +23,7 @@
 #include "trainer/prepare.h"
 #include "trainer/run.h"
 #include "kernels/cuda_module.h"
+#include "kernels/step_scale.h"
 
 _Static_assert(RCFG_Q8_BLOCK == KERN_Q8_BLOCK, "runcfg/memory.c counts 8-bit optimizer blocks");
 
@@ -160,6 +161,47 @@ static void emit_config(run *r) {
 }
 
 /* mean loss over the fixed validation windows */
+/* SCALESWEEP_COUNT_SYNCS=1 (tests): the calls through the backend's
+ * interface that wait for it (to_host, sync, and sumsq and accumulate,
+ * which return a sum to the host) are counted, and each step line says how
+ * many the step made ("host_syncs"). */
+static int count_syncs;
+static long host_syncs;
+static const kern_ops *real_ops;
+static kern_ops counted_ops;
+
+static void counted_to_host(kern_ctx *k, void *dst, const void *src, size_t bytes) {
+  host_syncs++;
+  real_ops->to_host(k, dst, src, bytes);
+}
+static void counted_sync(kern_ctx *k) {
+  host_syncs++;
+  real_ops->sync(k);
+}
+static double counted_sumsq(kern_ctx *k, const float *x, size_t n) {
+  host_syncs++;
+  return real_ops->sumsq(k, x, n);
+}
+static double counted_accumulate(kern_ctx *k, float *dst, const float *src, float s, size_t n,
+                                 int init) {
+  host_syncs++;
+  return real_ops->accumulate(k, dst, src, s, n, init);
+}
+
+static void count_host_syncs(kern_ctx *k) {
+  const char *e = getenv("SCALESWEEP_COUNT_SYNCS");
+  if (!e || strcmp(e, "1") != 0)
+    return;
+  count_syncs = 1;
+  real_ops = k->ops;
+  counted_ops = *k->ops;
+  counted_ops.to_host = counted_to_host;
+  counted_ops.sync = counted_sync;
+  counted_ops.sumsq = counted_sumsq;
+  counted_ops.accumulate = counted_accumulate;
+  k->ops = &counted_ops;
+}
+
 static double evaluate(run *r) {
   int T = r->cfg->model.seq_len, mb = r->model.B;
   double sum = 0.0;
@@ -329,8 +371,12 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
   for (; st.step < steps;) {
     double t0 = now();
     double lr = lr_at(c, (double)st.tokens);
-    double loss = 0.0, g_small2 = 0.0;
     float S = (float)st.loss_scale;
+    /* the step's scalars stay on the backend (step_acc: loss, the
+     * micro-batches' and the whole gradient's sums of squares) until the
+     * step's one read below */
+    host_syncs = 0;
+    k->ops->zero(k, m->step_acc, 3 * sizeof(double));
     for (int i = 0; i < nmicro; i++) {
       /* the stream is cut into consecutive windows of T tokens whatever the
        * micro-batch size: each micro-batch takes mb*T new tokens and the
@@ -340,26 +386,37 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
       st.carry = r->batch[(size_t)mb * T];
       if (i / nlocal != r->rank) /* another rank's share: every rank reads the whole stream */
         continue;
-      loss += trn_model_forward(m, mb, r->batch, r->batch + 1);
+      trn_model_forward_into(m, mb, r->batch, r->batch + 1, &m->step_acc[0]);
       int buckets = overlap && i % nlocal == nlocal - 1; /* this rank's last of the step */
       if (buckets)
         trn_dp_buckets(r, 1.0f / nmicro, i % nlocal == 0);
       trn_model_backward(m, S);
-      if (buckets) {
-        trn_dp_buckets_end(r);
-        if (nmicro > 1) /* accumulate's sum of squares; the buckets did the sum */
-          g_small2 += k->ops->sumsq(k, m->mgrads, m->nparams);
-      } else if (nmicro > 1) {
-        g_small2 += k->ops->accumulate(k, m->grads, m->mgrads, 1.0f / nmicro, m->nparams,
-                                       i % nlocal == 0);
-      }
+      if (buckets)
+        trn_dp_buckets_end(r); /* the buckets did the sum */
+      else if (nmicro > 1)
+        k->ops->axpy(k, m->grads, m->mgrads, 1.0f / nmicro, m->nparams, i % nlocal == 0);
+      if (nmicro > 1) /* the micro-batch gradient's norm, for the noise scale */
+        k->ops->sumsq_into(k, &m->step_acc[1], m->mgrads, m->nparams);
+    }
+    int64_t opt_step = st.step + 1 - st.skipped_steps;
+    double acc[3], gnorm2;
+    if (r->world == 1) {
+      /* the norm, the clip and the fp16 overflow decision on the backend:
+       * the update goes ahead (or is skipped) before the host reads */
+      k->ops->sumsq_into(k, &m->step_acc[2], m->grads, m->nparams);
+      k->ops->step_scale(k, m->grad_scale, &m->step_acc[2], (double)S, c->train.grad_clip);
+      trn_optim_step(&r->optim, m, lr, c->optimizer.beta1, c->optimizer.beta2, c->optimizer.eps,
+                     c->train.weight_decay, 0.0f, m->grad_scale, (int)opt_step);
+      k->ops->to_host(k, acc, m->step_acc, sizeof acc); /* the step's one host sync */
+      gnorm2 = acc[2];
+    } else {
+      k->ops->to_host(k, acc, m->step_acc, 2 * sizeof(double));
     }
     /* the ranks' sums, in rank order; and whether any rank was asked to stop */
-    double ctl[3] = {loss, g_small2, stop_signal ? 1.0 : 0.0}, gnorm2;
-    if ((rc = trn_dp_reduce(r, ctl, &gnorm2, err, errlen)) != 0)
+    double ctl[3] = {acc[0], acc[1], stop_signal ? 1.0 : 0.0};
+    if (r->world > 1 && (rc = trn_dp_reduce(r, ctl, &gnorm2, err, errlen)) != 0)
       return rc;
-    loss = ctl[0] / nmicro;
-    g_small2 = ctl[1];
+    double loss = ctl[0] / nmicro, g_small2 = ctl[1];
     if (!isfinite(loss)) {
       snprintf(err, errlen,
                "training loss is %g at step %lld (tokens %lld); stopping\nHINT: lower "
@@ -384,13 +441,14 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     if (!skipped) {
       if (nmicro > 1)
         trn_noise_update(&st.noise, g_small2 / nmicro / ((double)S * S), gnorm * gnorm, mb, B);
-      double clip =
-          c->train.grad_clip > 0 && gnorm > c->train.grad_clip ? c->train.grad_clip / gnorm : 1.0;
-      trn_optim_step(&r->optim, m, lr, c->optimizer.beta1, c->optimizer.beta2, c->optimizer.eps,
-                     c->train.weight_decay, (float)(clip / S),
-                     (int)(st.step + 1 - st.skipped_steps));
-      if ((rc = trn_dp_after_step(r, err, errlen)) != 0)
-        return rc;
+      if (r->world > 1) {
+        trn_optim_step(&r->optim, m, lr, c->optimizer.beta1, c->optimizer.beta2, c->optimizer.eps,
+                       c->train.weight_decay,
+                       kern__step_scale(gnorm2, (double)S, c->train.grad_clip), NULL,
+                       (int)opt_step);
+        if ((rc = trn_dp_after_step(r, err, errlen)) != 0)
+          return rc;
+      }
       if (c->precision == RCFG_FP16 && ++st.good_steps >= SCALE_GROWTH_STEPS) {
         st.loss_scale *= 2.0;
         st.good_steps = 0;
@@ -417,6 +475,8 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     if (c->precision == RCFG_FP16)
       fprintf(r->out, ",\"loss_scale\":%.17g,\"skipped\":%s", st.loss_scale,
               skipped ? "true" : "false");
+    if (count_syncs)
+      fprintf(r->out, ",\"host_syncs\":%ld", host_syncs);
     fprintf(r->out, ",\"tok_per_s\":%.6g}\n", (double)step_tokens / dt);
     fflush(r->out);
 
@@ -524,6 +584,7 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
   } else {
     kern_cpu_init(&r.k, trn_kern_prec(cfg->precision), cfg->threads);
   }
+  count_host_syncs(&r.k);
   r.config_json = rcfg_to_json(cfg);
   if (!r.config_json || rcfg_hash(cfg, r.config_hash) != 0) {
     snprintf(err, errlen, "out of memory printing the run config");

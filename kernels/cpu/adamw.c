@@ -22,8 +22,22 @@ KERN__INLINE void adamw_range(float *p, float *plow, const float *g, float *m, f
 }
 
 /* plow is only written (and must only be given) at bf16 and fp16 */
+/* a with grad_scale_dev resolved (host memory here); 1 when step_scale
+ * decided to skip the update */
+static int skipped(kern_adamw_args *out, const kern_adamw_args *a) {
+  *out = *a;
+  if (!a->grad_scale_dev)
+    return 0;
+  out->grad_scale = *a->grad_scale_dev;
+  return out->grad_scale == 0.0f;
+}
+
 static void adamw(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v, size_t n,
-                  const kern_adamw_args *a) {
+                  const kern_adamw_args *args) {
+  kern_adamw_args ra;
+  const kern_adamw_args *a = &ra;
+  if (skipped(&ra, args))
+    return;
   kern_prec prec = plow ? k->prec : KERN_FP32;
 #pragma omp parallel
   {
@@ -83,7 +97,11 @@ static int nearest(const float *code, int ncode, float x) {
 }
 
 static void adamw8bit(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm, uint8_t *qv,
-                      float *sm, float *sv, size_t n, const kern_adamw_args *a) {
+                      float *sm, float *sv, size_t n, const kern_adamw_args *args) {
+  kern_adamw_args ra;
+  const kern_adamw_args *a = &ra;
+  if (skipped(&ra, args))
+    return;
   float b1 = a->beta1, b2 = a->beta2;
   float bc1 = (float)(1.0 - pow(b1, a->step)), bc2 = (float)(1.0 - pow(b2, a->step));
   kern_prec prec = k->prec;
@@ -122,8 +140,33 @@ static void adamw8bit(kern_ctx *k, float *p, float *plow, const float *g, int8_t
   }
 }
 
+/* part by part: the bits of the one-tensor calls */
+static void adamw_fused(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v,
+                        const kern_adamw_parts *parts, const kern_adamw_args *a) {
+  for (int i = 0; i < parts->n; i++) {
+    kern_adamw_args pa = *a;
+    pa.weight_decay = parts->part[i].weight_decay;
+    size_t off = parts->part[i].off, st = parts->part[i].state;
+    adamw(k, p + off, plow ? plow + off : NULL, g + off, m + st, v + st, parts->part[i].n, &pa);
+  }
+}
+
+static void adamw8bit_fused(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm,
+                            uint8_t *qv, float *sm, float *sv, const kern_adamw_parts *parts,
+                            const kern_adamw_args *a) {
+  for (int i = 0; i < parts->n; i++) {
+    kern_adamw_args pa = *a;
+    pa.weight_decay = parts->part[i].weight_decay;
+    size_t off = parts->part[i].off, st = parts->part[i].state, b = parts->part[i].block;
+    adamw8bit(k, p + off, plow ? plow + off : NULL, g + off, qm + st, qv + st, sm + b, sv + b,
+              parts->part[i].n, &pa);
+  }
+}
+
 void kern__cpu_adamw(kern_ops *o) {
   init_codes();
   o->adamw = adamw;
   o->adamw8bit = adamw8bit;
+  o->adamw_fused = adamw_fused;
+  o->adamw8bit_fused = adamw8bit_fused;
 }

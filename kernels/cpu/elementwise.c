@@ -105,6 +105,25 @@ static double accumulate(kern_ctx *k, float *dst, const float *src, float s, siz
   return sumsq(k, src, n);
 }
 
+/* sequential, as the trainer's host loop summed the losses before */
+static void mean_into(kern_ctx *k, double *acc, const float *x, size_t n) {
+  (void)k;
+  double sum = 0.0;
+  for (size_t i = 0; i < n; i++)
+    sum += x[i];
+  *acc += sum / (double)n;
+}
+
+static void sumsq_into(kern_ctx *k, double *acc, const float *x, size_t n) {
+  *acc += sumsq(k, x, n);
+}
+
+static void step_scale(kern_ctx *k, float *scale, const double *gnorm2, double loss_scale,
+                       double clip) {
+  (void)k;
+  *scale = kern__step_scale(*gnorm2, loss_scale, clip);
+}
+
 static void scale(kern_ctx *k, float *x, float s, size_t n) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++)
@@ -161,5 +180,8 @@ void kern__cpu_elementwise(kern_ops *o) {
   o->accumulate = accumulate;
   o->axpy = axpy;
   o->scale = scale;
+  o->mean_into = mean_into;
+  o->sumsq_into = sumsq_into;
+  o->step_scale = step_scale;
   o->round = round_;
 }

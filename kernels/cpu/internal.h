@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/kern.h"
+#include "kernels/step_scale.h"
 
 static inline uint32_t kern__bits(float x) {
   uint32_t u;

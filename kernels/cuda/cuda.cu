@@ -70,8 +70,9 @@ static void cu_zero(kern_ctx *k, void *p, size_t bytes) {
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, kern__cu_stream(k)));
 }
 
-/* Both copies return with the copy done: the host buffer may be reused or
- * freed at once (the trainer frees its staging buffers right after). */
+/* Both copies return when the host buffer may be reused or freed (the
+ * trainer frees its staging buffers right after): to_host waits for the
+ * copy, from_host stages the bytes in pinned memory (stage.cu). */
 static void cu_to_host(kern_ctx *k, void *dst, const void *src, size_t bytes) {
   if (!bytes)
     return;
@@ -80,10 +81,8 @@ static void cu_to_host(kern_ctx *k, void *dst, const void *src, size_t bytes) {
 }
 
 static void cu_from_host(kern_ctx *k, void *dst, const void *src, size_t bytes) {
-  if (!bytes)
-    return;
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, kern__cu_stream(k)));
-  CUDA_CHECK(cudaStreamSynchronize(kern__cu_stream(k)));
+  if (bytes)
+    kern__cu_upload(k, dst, src, bytes);
 }
 
 static void cu_sync(kern_ctx *k) { CUDA_CHECK(cudaStreamSynchronize(kern__cu_stream(k))); }
@@ -254,6 +253,7 @@ static void fill_ops(void) {
   kern__cuda_encoder(&cuda_ops);
   kern__cuda_xent(&cuda_ops);
   kern__cuda_adamw(&cuda_ops);
+  kern__cuda_step(&cuda_ops);
 }
 
 extern "C" int kern_cuda_init(kern_ctx *k, kern_prec prec, int device, char *err, size_t errlen) {
@@ -292,6 +292,7 @@ extern "C" int kern_cuda_init(kern_ctx *k, kern_prec prec, int device, char *err
   CUDA_CHECK(e);
   CUDA_CHECK(cudaMalloc(&c->sumsq_part, (KERN__CU_SUMSQ_BLOCKS + 1) * sizeof(double)));
   CUDA_CHECK(cudaMallocHost(&c->sumsq_host, sizeof(double)));
+  kern__cu_stage_init(c);
   fill_ops();
   kern__cu_adamw_codes();
   k->ops = &cuda_ops;
@@ -314,6 +315,7 @@ extern "C" void kern_cuda_close(kern_ctx *k) {
   CUDA_CHECK(cudaFree(c->lt_ws));
   CUDA_CHECK(cudaFree(c->sumsq_part));
   CUDA_CHECK(cudaFreeHost(c->sumsq_host));
+  kern__cu_stage_free(c);
   CUBLAS_CHECK(cublasLtDestroy(c->lt));
   CUBLAS_CHECK(cublasDestroy(c->blas));
   CUDA_CHECK(cudaStreamDestroy(c->stream));

@@ -1,5 +1,5 @@
-/* Element-wise kernels: GELU, scaling, rounding, accumulation, sums of
- * squares. CPU twins: kernels/cpu/elementwise.c. */
+/* Element-wise kernels: GELU, scaling, rounding, accumulation (the sums
+ * of squares are in step.cu). CPU twins: kernels/cpu/elementwise.c. */
 #include "kernels/cuda/internal.cuh"
 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
@@ -47,48 +47,6 @@ __global__ void accumulate_kernel(float *dst, const float *src, float s, size_t 
   dst[i] = init ? src[i] * s : dst[i] + src[i] * s;
 }
 
-/* Sum of squares in fp64 over a fixed grid of KERN__CU_SUMSQ_BLOCKS blocks
- * of 256 threads whatever n (so the summation order is fixed): thread
- * (blk, t) sums elements blk*256 + t + j*grid*256 in order of j, the block
- * adds its 256 sums by a fixed tree into part[blk]. */
-#define SUMSQ_THREADS 256
-
-/* The sum of the SUMSQ_THREADS threads' s by a fixed tree in shared memory
- * (sh, SUMSQ_THREADS wide); meaningful in thread 0 only. */
-__device__ double block_sum(double *sh, double s) {
-  sh[threadIdx.x] = s;
-  __syncthreads();
-  for (int h = SUMSQ_THREADS / 2; h > 0; h /= 2) {
-    if ((int)threadIdx.x < h)
-      sh[threadIdx.x] += sh[threadIdx.x + h];
-    __syncthreads();
-  }
-  return sh[0];
-}
-
-__global__ void sumsq_part_kernel(double *part, const float *x, size_t n) {
-  __shared__ double sh[SUMSQ_THREADS];
-  size_t stride = (size_t)gridDim.x * SUMSQ_THREADS;
-  double s = 0.0;
-  for (size_t i = (size_t)blockIdx.x * SUMSQ_THREADS + threadIdx.x; i < n; i += stride)
-    s += (double)x[i] * (double)x[i];
-  s = block_sum(sh, s);
-  if (threadIdx.x == 0)
-    part[blockIdx.x] = s;
-}
-
-/* one block: thread t adds parts t, t + 256, ... in order, then the tree;
- * the total goes to part[nparts] */
-__global__ void sumsq_final_kernel(double *part, int nparts) {
-  __shared__ double sh[SUMSQ_THREADS];
-  double s = 0.0;
-  for (int i = threadIdx.x; i < nparts; i += SUMSQ_THREADS)
-    s += part[i];
-  s = block_sum(sh, s);
-  if (threadIdx.x == 0)
-    part[nparts] = s;
-}
-
 /* ---- launchers ---- */
 
 static void gelu_forward(kern_ctx *k, float *out, const float *inp, size_t n) {
@@ -122,21 +80,6 @@ static void scale(kern_ctx *k, float *x, float s, size_t n) {
   KERN__CU_LAUNCHED();
 }
 
-/* waits for the stream: the sum is returned to the host */
-static double sumsq(kern_ctx *k, const float *x, size_t n) {
-  kern__cu *c = kern__cu_of(k);
-  if (n == 0)
-    return 0.0;
-  sumsq_part_kernel<<<KERN__CU_SUMSQ_BLOCKS, SUMSQ_THREADS, 0, c->stream>>>(c->sumsq_part, x, n);
-  KERN__CU_LAUNCHED();
-  sumsq_final_kernel<<<1, SUMSQ_THREADS, 0, c->stream>>>(c->sumsq_part, KERN__CU_SUMSQ_BLOCKS);
-  KERN__CU_LAUNCHED();
-  CUDA_CHECK(cudaMemcpyAsync(c->sumsq_host, c->sumsq_part + KERN__CU_SUMSQ_BLOCKS, sizeof(double),
-                             cudaMemcpyDeviceToHost, c->stream));
-  CUDA_CHECK(cudaStreamSynchronize(c->stream));
-  return *c->sumsq_host;
-}
-
 static void axpy(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init) {
   if (n == 0)
     return;
@@ -144,18 +87,9 @@ static void axpy(kern_ctx *k, float *dst, const float *src, float s, size_t n, i
   KERN__CU_LAUNCHED();
 }
 
-static double accumulate(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init) {
-  if (n == 0)
-    return 0.0;
-  axpy(k, dst, src, s, n, init);
-  return sumsq(k, src, n);
-}
-
 void kern__cuda_elementwise(kern_ops *o) {
   o->gelu_forward = gelu_forward;
   o->gelu_backward = gelu_backward;
-  o->sumsq = sumsq;
-  o->accumulate = accumulate;
   o->axpy = axpy;
   o->scale = scale;
   o->round = round_;

@@ -33,7 +33,8 @@ typedef struct kern__cu {
   size_t scratch_bytes;
   double *sumsq_part; /* (KERN__CU_SUMSQ_BLOCKS + 1): partial sums, total */
   double *sumsq_host; /* pinned: the total, read back */
-  kern__cu_buf *bufs; /* live ops->alloc allocations */
+  struct kern__cu_stage *stage; /* pinned slots of from_host (stage.cu) */
+  kern__cu_buf *bufs;           /* live ops->alloc allocations */
   size_t nbufs, capbufs;
   size_t live_bytes, peak_bytes;
 } kern__cu;
@@ -161,6 +162,12 @@ void kern__cu_gemm(kern_ctx *k, int transA, int transB, int M, int N, int K, flo
 /* x = round(x, p) on the stream (no-op at fp32) */
 void kern__cu_round(kern_ctx *k, float *x, size_t n, kern_prec p);
 
+/* from_host through pinned slots, not waiting for the stream (stage.cu) */
+typedef struct kern__cu_stage kern__cu_stage;
+void kern__cu_stage_init(kern__cu *c);
+void kern__cu_stage_free(kern__cu *c);
+void kern__cu_upload(kern_ctx *k, void *dst, const void *src, size_t bytes);
+
 /* Each layer file fills its part of the ops table. */
 void kern__cuda_elementwise(kern_ops *o);
 void kern__cuda_residual(kern_ops *o);
@@ -170,6 +177,7 @@ void kern__cuda_attention(kern_ops *o);
 void kern__cuda_encoder(kern_ops *o);
 void kern__cuda_xent(kern_ops *o);
 void kern__cuda_adamw(kern_ops *o);
+void kern__cuda_step(kern_ops *o);
 
 /* Copies the 8-bit code books into the current device's constant memory. */
 void kern__cu_adamw_codes(void);

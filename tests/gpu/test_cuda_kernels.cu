@@ -365,7 +365,7 @@ static void check_xent(kern_prec p) {
 
 static void check_adamw(kern_prec p) {
   const size_t n = 1000; /* 4 quantisation blocks, the last one partial */
-  kern_adamw_args a = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 1};
+  kern_adamw_args a = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 1, NULL};
   vec w = randn(n, 1, KERN_FP32), g1 = randn(n, 1, KERN_FP32), g2 = randn(n, 1, KERN_FP32);
   int low = p != KERN_FP32;
   /* fp32 moments: two steps */
@@ -448,7 +448,7 @@ static step_out train_step(kern_ctx *k, const rcfg_shape *s, int B, const std::v
   k->ops->to_host(k, r.grads.data(), m.grads, m.nparams * sizeof(float));
   for (float &g : r.grads)
     g /= S;
-  trn_optim_step(&o, &m, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0f / S, 1);
+  trn_optim_step(&o, &m, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0f / S, NULL, 1);
   r.loss2 = trn_model_forward(&m, B, tok.data(), tok.data() + 1);
   trn_optim_free(&o);
   trn_model_free(&m);

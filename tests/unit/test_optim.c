@@ -22,7 +22,7 @@ static void test_adamw_reference(void) {
   for (int step = 1; step <= 5; step++) {
     for (int i = 0; i < N; i++)
       g[i] = (float)(trn_rng_uniform(r) - 0.5);
-    kern_adamw_args a = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step};
+    kern_adamw_args a = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step, NULL};
     k.ops->adamw(&k, p, NULL, g, m, v, N, &a);
     for (int i = 0; i < N; i++) {
       double gi = g[i] * 0.5;
@@ -76,7 +76,7 @@ static void test_8bit_tracks_32bit(void) {
     loss0 += 0.5 * t[i] * t[i];
   uint64_t noise[4];
   for (int step = 1; step <= 400; step++) {
-    kern_adamw_args a = {0.05f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, step};
+    kern_adamw_args a = {0.05f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, step, NULL};
     trn_rng_seed(noise, (uint64_t)step);
     for (int i = 0; i < N; i++)
       g[i] = p32[i] - t[i] + (float)(0.3 * (trn_rng_uniform(noise) - 0.5));
