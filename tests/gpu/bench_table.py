@@ -24,7 +24,8 @@ warm-up (the trainer's first WARMUP step lines are dropped; torch_bench.py
 drops its own); MFU = tokens/s x flops_per_token / peak, one flops_per_token
 per shape (the trainer's config event's, else the formula) for every row;
 memory is the trainer's peak_device_bytes and PyTorch's
-max_memory_allocated. Ratios are scalesweep's tokens/s over the other's
+max_memory_allocated. A trainer run cut short (timed out) past its warm-up
+keeps its figures, without peak memory, and its note. Ratios are scalesweep's tokens/s over the other's
 (above 1: scalesweep is faster); the optimizer's is 8-bit AdamW's median
 step time over AdamW's.
 """
@@ -83,7 +84,8 @@ def trainer_row(base):
     note = read_note(base + ".note")
     why = err.get("message", "").split("\nHINT")[0] if err else None
     row["oom"] = bool(OOM.search("%s %s" % (why, note)))
-    if not steps or not done:
+    # a run cut short (timed out) past its warm-up still has figures
+    if not steps or (not done and len(steps) <= WARMUP):
         why = " ".join(why.split()) if why else None
         if why and note and why not in note:  # the stderr line may say more
             why = "%s (%s)" % (why, note)
@@ -94,7 +96,8 @@ def trainer_row(base):
     rates = [e["tok_per_s"] for e in timed]
     times = [per_step / r for r in rates]
     row.update(tok_per_s=per_step / statistics.median(times), step_s_median=statistics.median(times),
-               steps_timed=len(timed), peak_memory_bytes=done.get("peak_device_bytes"))
+               steps_timed=len(timed),
+               peak_memory_bytes=done.get("peak_device_bytes") if done else None)
     if note:  # e.g. a run that printed its lines, then failed
         row["note"] = note
     return row

@@ -359,7 +359,7 @@ JSON
 }
 # the PyTorch side: the first python3 that imports torch and sees CUDA, run
 # with the environment this script started with (not the bundle's libraries)
-torch_py= torch_why="no Python with PyTorch found"
+torch_py='' torch_why="no Python with PyTorch found"
 step "finding PyTorch"
 for p in ${SS_TORCH_PYTHON:-} python3 python /usr/bin/python3 /usr/local/bin/python3 \
     /opt/conda/bin/python3 "${HOME:-/root}/.venv/bin/python3" /venv/bin/python3; do

@@ -71,6 +71,10 @@ def fixture_part(tmp):
           "tiny: compile unavailable shown")
     check(shapes["tiny"]["ratios"]["scalesweep/eager"] is None, "tiny: no ratio without scalesweep")
 
+    c = shapes["L4-d256"]["rows"]["ss-bf16"]  # timed out after 6 steps: 3 are figures
+    check(close(c["tok_per_s"], 5e6) and c["steps_timed"] == 3 and c["peak_memory_bytes"] is None
+          and c["note"] == "timed out after 150 s", "L4: a run cut short keeps its figures")
+
     b = shapes["350M-T2048"]
     check(close(b["rows"]["ss-bf16"]["mfu"], 100000 * FPT_350M_T2048 / PEAK), "350M T2048: MFU")
     check(b["rows"]["torch-eager"]["note"].startswith("out of memory"), "350M T2048: torch OOM shown")
@@ -87,7 +91,8 @@ def fixture_part(tmp):
           and h["ss-bf16"]["oom"], "huge: the trainer's error without its HINT, and stderr's")
     check(h["torch-compile"]["note"] == "not run", "huge: a run with neither output nor note")
     lines = out.splitlines()
-    check(len(lines) == 18 and all(x.startswith("BENCH ") for x in lines), "18 BENCH lines: 4 shapes x 3, 2 extras, 4 goals")
+    check(len(lines) == 21 and all(x.startswith("BENCH ") for x in lines),
+          "21 BENCH lines: 5 shapes x 3, 2 extras, 4 goals")
     check("BENCH goal MFU >= 45%: scalesweep bf16 at gpt2-124M: 40.3%, missed" in lines,
           "the MFU goal's line")
     text = open(md).read()
