@@ -359,17 +359,20 @@ JSON
 }
 # the PyTorch side: the first python3 that imports torch and sees CUDA, run
 # with the environment this script started with (not the bundle's libraries)
-torch_py='' torch_why="no Python with PyTorch found"
+torch_py='' torch_why="no Python with PyTorch found" seen=''
 step "finding PyTorch"
 for p in ${SS_TORCH_PYTHON:-} python3 python /usr/bin/python3 /usr/local/bin/python3 \
     /opt/conda/bin/python3 "${HOME:-/root}/.venv/bin/python3" /venv/bin/python3; do
-  command -v "$p" >/dev/null 2>&1 || continue
+  p=$(command -v "$p") || continue
+  # tried already (by its path: a virtualenv's python links to another)
+  case " $seen " in *" $p "*) continue ;; esac
+  seen="$seen $p"
   v=$(LD_LIBRARY_PATH=$ld_orig timeout 120 "$p" -c \
     'import torch; print(torch.__version__, torch.cuda.is_available())' 2>/dev/null | tail -1) ||
     continue
   case $v in
-    *" True") torch_py=$(command -v "$p"); torch_why=; break ;;
-    ?*) torch_why="PyTorch ${v% *} at $(command -v "$p") sees no CUDA device" ;;
+    *" True") torch_py=$p; torch_why=; break ;;
+    ?*) torch_why="PyTorch ${v% *} at $p sees no CUDA device" ;;
   esac
 done
 echo "${torch_py:+PyTorch $v at $torch_py}${torch_why}"
