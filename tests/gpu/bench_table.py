@@ -307,9 +307,18 @@ def markdown(res):
                 if r.get("note"):
                     extra.append(r["note"])
                 name = label + (" (%s)" % "; ".join(extra) if extra else "")
+                mfu, mem = fmt_mfu(r["mfu"]), gib(r.get("peak_memory_bytes"))
+                # the goals beside their figures
+                if s["role"] == "goal" and kind == "ss-bf16":
+                    mfu += " (goal >= %.0f%%: %s)" % (100 * GOAL_MFU, verdict(
+                        None if r["mfu"] is None else r["mfu"] >= GOAL_MFU))
+                if s["role"] == "goal" and kind == "torch-eager" and rt != "n/a":
+                    rt += " (goal >= %.1f: %s)" % (GOAL_EAGER, verdict(
+                        s["ratios"]["scalesweep/eager"] >= GOAL_EAGER))
+                if s["role"] == "fit" and kind == "ss-bf16":
+                    mem += " (goal: fits, met)"
                 md.append(lead + "%s | %s | %s | %s | %s |" % (
-                    cell(name), fmt_rate(r["tok_per_s"]), fmt_mfu(r["mfu"]),
-                    gib(r.get("peak_memory_bytes")), rt))
+                    cell(name), fmt_rate(r["tok_per_s"]), mfu, mem, rt))
             else:
                 md.append(lead + "%s: %s | | | | |" % (label, cell(r.get("note", "not run"))))
     if res["extras"]:

@@ -96,8 +96,12 @@ def fixture_part(tmp):
     check("BENCH goal MFU >= 45%: scalesweep bf16 at gpt2-124M: 40.3%, missed" in lines,
           "the MFU goal's line")
     text = open(md).read()
-    check("| | | PyTorch eager bf16 | 400,000 | 32.3% | 20.00 GiB | x1.25 |" in text,
-          "the Markdown row of PyTorch eager")
+    check("| | | PyTorch eager bf16 | 400,000 | 32.3% | 20.00 GiB | x1.25 (goal >= 1.2: met) |"
+          in text, "the Markdown row of PyTorch eager, its goal beside it")
+    check("| scalesweep bf16 | 500,000 | 40.3% (goal >= 45%: missed) | 10.00 GiB |  |" in text,
+          "the Markdown row of scalesweep, its goal beside it")
+    check("| scalesweep bf16 | 100,000 | 24.5% | 30.00 GiB (goal: fits, met) |  |" in text,
+          "the fit goal beside the memory")
     check("| scalesweep / PyTorch eager >= 1.2 at gpt2-124M bf16 | x1.25 | met |" in text,
           "the Markdown goal row")
 
