@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every GPU check in one call, about 5 minutes on an H100/H200, each step
-# under a time limit:
+# Every GPU check in one call, under 8 minutes on an H100/H200 (the
+# benchmark stops 270 s after it starts or 450 s after the script does),
+# each step under a time limit:
 #   bash tests/gpu/run.sh [RESULTS_DIR]    # default: $OUT, else ./gpu-results
 # It runs from build-gpu/bundle.tar.xz when that is there (tests/gpu/bundle.sh
 # makes it on a machine without a GPU: the binaries and the libraries they
@@ -12,8 +13,13 @@
 # Checks: scalesweep devices; every kernel against its CPU twin
 # (test_cuda_kernels); a 200-step bf16 and fp16 run against the CPU backend
 # (each evaluation within 2%); two GPU runs bit for bit; kill -9 and resume bit
-# for bit; tokens/s and MFU.
+# for bit; the benchmark: scalesweep bf16 against PyTorch eager and
+# torch.compile (tests/gpu/torch_bench.py) at GPT-2 124M, L4 d256, 350M and
+# 350M at T=2048, tokens/s, MFU and peak memory, scalesweep fp16 and 8-bit
+# AdamW against its bf16 AdamW, the goals met or missed (bench.md, bench.json
+# and BENCH lines in summary.txt).
 set -uo pipefail
+ld_orig=${LD_LIBRARY_PATH-} # PyTorch runs with the environment it was given
 root=$(cd "$(dirname "$0")/../.." && pwd)
 results=${1:-${OUT:-$root/gpu-results}}
 mkdir -p "$results"
@@ -270,48 +276,146 @@ else
   echo "$msg"; note "FAIL  NCCL data parallel: ${msg//$'\n'/; }"; failed=1
 fi
 
-# ---- 3. benchmark: tokens/s and MFU -----------------------------------------
-# MFU = tokens/s x model FLOPs per token (the config event's flops_per_token)
-# / the device's peak dense bf16 FLOP/s (H100/H200 SXM: 989e12).
+# ---- 3. benchmark: scalesweep against PyTorch, tokens/s, MFU, memory ---------
+# Each shape: scalesweep bf16, PyTorch eager and torch.compile
+# (tests/gpu/torch_bench.py: the same model with bf16 autocast, fused AdamW and
+# scaled_dot_product_attention, on one fixed batch); at GPT-2 124M also
+# scalesweep fp16 (loss scaling) and 8-bit AdamW against its bf16 AdamW.
+# MFU = tokens/s x the trainer's config event's flops_per_token (the same
+# number for both sides) / the device's peak dense bf16 FLOP/s (H100/H200
+# SXM: 989e12). tests/gpu/bench_table.py makes the table (bench.md,
+# bench.json, the BENCH lines) from the raw outputs kept in bench/. The runs
+# go in order of importance under one time budget (they stop
+# SS_BENCH_BUDGET_S, 270 s, after the first or 450 s after the script
+# started, whichever comes first): scalesweep and PyTorch eager first,
+# then torch.compile (a minute or more each, compiling) at 124M and 350M,
+# then at the other shapes; a run the budget leaves out says so in the table.
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 case "$gpu" in
   *H100* | *H200*) peak=989e12 ;;
   *A100*) peak=312e12 ;;
   *) peak= ;;
 esac
-bench() { # NAME L D H T V MICRO STEPS
-  local name=$1 L=$2 D=$3 H=$4 T=$5 V=$6 B=$7 S=$8
-  cat >"$work/$name.json" <<JSON
+bdir=$results/bench
+rm -rf "$bdir"
+mkdir -p "$bdir"
+# NAME L D H T V MICRO_BATCH STEPS ROLE (bench_table.py's plan; ROLE: goal,
+# fit or -). Micro-batches well inside an H200's 141 GB; the first 3 steps
+# of each run are warm-up.
+cat >"$bdir/plan" <<'PLAN'
+gpt2-124M 12 768 12 1024 50304 16 40 goal
+L4-d256 4 256 4 1024 50304 16 40 -
+350M 24 1024 16 1024 50304 8 30 -
+350M-T2048 24 1024 16 2048 50304 4 20 fit
+PLAN
+bench_t0=$(date +%s)
+bench_left() { # seconds the benchmark has left
+  local now a b
+  now=$(date +%s)
+  a=$((${SS_BENCH_BUDGET_S:-270} - (now - bench_t0)))
+  b=$((450 - (now - t0)))
+  echo $((a < b ? a : b))
+}
+bench_run() { # FILE MIN_S CAP_S COMMAND...: stdout to FILE.out, stderr to FILE.err;
+  # FILE.note says why there are no figures; skipped when under MIN_S are left
+  local f=$1 min=$2 cap=$3 left rc
+  shift 3
+  left=$(bench_left)
+  if [ "$left" -lt "$min" ]; then
+    echo "skipped: the benchmark's time budget was spent (${left} s left, it needs ${min} s)" >"$f.note"
+    cat "$f.note"
+    return 0
+  fi
+  [ "$cap" -gt "$left" ] && cap=$left
+  timeout -k 10 "$cap" "$@" >"$f.out" 2>"$f.err"
+  rc=$?
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    echo "timed out after $cap s" >"$f.note"
+  elif [ $rc -ne 0 ]; then
+    echo "exit $rc: $(grep -v -e '^[[:space:]]*$' -e '^HINT' "$f.err" | tail -1)" >"$f.note"
+  fi
+  [ -f "$f.note" ] && cat "$f.note"
+  return $rc
+}
+shape_of() { grep "^$1 " "$bdir/plan"; } # NAME: its plan line
+ss_bench() { # NAME PRECISION OPTIMIZER: one trainer run
+  local name=$1 p=$2 o=$3 kind _ L D H T V B S
+  kind=ss-$p
+  [ "$o" = adamw8bit ] && kind=ss-$o
+  read -r _ L D H T V B S _ < <(shape_of "$name")
+  step "benchmark $name: scalesweep $p $o (B=$B, T=$T, $S steps)"
+  cat >"$bdir/$name.$kind.json" <<JSON
 {"model": {"n_layer": $L, "d_model": $D, "n_head": $H, "seq_len": $T, "vocab_size": $V},
  "data": {"synthetic": {"seed": 1}},
  "train": {"batch_size": $B, "micro_batch_size": $B, "tokens": $((B * T * S)), "lr": 0.0006},
+ "optimizer": {"name": "$o"},
  "eval": {"every_tokens": 0, "tokens": $T},
- "precision": "bf16", "backend": "cuda"}
+ "precision": "$p", "backend": "cuda"}
 JSON
-  timeout 180 "$bin" train --config "$work/$name.json" >"$work/$name.out" 2>"$work/$name.err" ||
-    { tail -5 "$work/$name.err"; return 1; }
-  python3 - "$work/$name.out" "$name" "$peak" <<'PY'
-import json, statistics, sys
-ev = [json.loads(l) for l in open(sys.argv[1])]
-fpt = next(e for e in ev if e["event"] == "config")["flops_per_token"]
-tps = [e["tok_per_s"] for e in ev if e["event"] == "step"][3:]  # after warm-up
-done = next(e for e in ev if e["event"] == "done")
-t = statistics.median(tps)
-peak = float(sys.argv[3]) if sys.argv[3] else None
-mfu = "%.1f%%" % (100 * t * fpt / peak) if peak else "n/a (unknown GPU)"
-print("%s: %.0f tokens/s, MFU %s, peak device memory %.2f GiB, final loss %.4f"
-      % (sys.argv[2], t, mfu, done.get("peak_device_bytes", 0) / 2**30, done["final_val_loss"]))
-PY
-}
-step "benchmark on ${gpu:-unknown GPU} (bf16)"
-for spec in "gpt2-124M 12 768 12 1024 50304 4 20" "L4-d256 4 256 4 1024 50304 8 30"; do
-  set -- $spec
-  if msg=$(bench "$@" 2>&1); then
-    echo "$msg"; note "BENCH $msg"
-  else
-    echo "$msg"; note "FAIL  benchmark $1: ${msg//$'\n'/; }"; failed=1
+  if ! bench_run "$bdir/$name.$kind" 20 150 "$bin" train --config "$bdir/$name.$kind.json"; then
+    note "FAIL  benchmark $name scalesweep $p $o: $(cat "$bdir/$name.$kind.note")"
+    failed=1
   fi
+}
+# the PyTorch side: the first python3 that imports torch and sees CUDA, run
+# with the environment this script started with (not the bundle's libraries)
+torch_py='' torch_why="no Python with PyTorch found" seen=''
+step "finding PyTorch"
+for p in ${SS_TORCH_PYTHON:-} python3 python /usr/bin/python3 /usr/local/bin/python3 \
+    /opt/conda/bin/python3 "${HOME:-/root}/.venv/bin/python3" /venv/bin/python3; do
+  p=$(command -v "$p") || continue
+  # tried already (by its path: a virtualenv's python links to another)
+  case " $seen " in *" $p "*) continue ;; esac
+  seen="$seen $p"
+  v=$(LD_LIBRARY_PATH=$ld_orig timeout 120 "$p" -c \
+    'import torch; print(torch.__version__, torch.cuda.is_available())' 2>/dev/null | tail -1) ||
+    continue
+  case $v in
+    *" True") torch_py=$p; torch_why=; break ;;
+    ?*) torch_why="PyTorch ${v% *} at $p sees no CUDA device" ;;
+  esac
 done
+echo "${torch_py:+PyTorch $v at $torch_py}${torch_why}"
+torch_bench() { # NAME MODE MIN_S CAP_S: one torch_bench.py run
+  local name=$1 mode=$2 f _ L D H T V B S fpt
+  f=$bdir/$name.torch-$mode
+  read -r _ L D H T V B S _ < <(shape_of "$name")
+  step "benchmark $name: PyTorch $mode (B=$B, T=$T, $S steps)"
+  if [ -z "$torch_py" ]; then
+    echo "skipped: $torch_why" | tee "$f.note"
+    return
+  fi
+  fpt=$(LD_LIBRARY_PATH=$ld_orig python3 "$root/tests/gpu/bench_table.py" fpt "$bdir/$name.ss-bf16.out" "$L" "$D" "$T" "$V")
+  LD_LIBRARY_PATH=$ld_orig bench_run "$f" "$3" "$4" "$torch_py" "$root/tests/gpu/torch_bench.py" \
+    --layers "$L" --d-model "$D" --heads "$H" --seq-len "$T" --vocab "$V" --micro-batch "$B" \
+    --warmup 3 --steps $((S - 3)) --flops-per-token "$fpt" ${peak:+--peak-flops "$peak"} \
+    --mode "$mode" --device cuda --json
+  tail -1 "$f.out" 2>/dev/null
+}
+echo "benchmark on ${gpu:-unknown GPU}, peak ${peak:-unknown} FLOP/s, budget $(bench_left) s"
+ss_bench gpt2-124M bf16 adamw
+torch_bench gpt2-124M eager 30 150
+ss_bench gpt2-124M fp16 adamw
+ss_bench gpt2-124M bf16 adamw8bit
+for name in L4-d256 350M 350M-T2048; do
+  ss_bench $name bf16 adamw
+  torch_bench $name eager 30 150
+done
+torch_bench gpt2-124M compile 60 240
+torch_bench 350M compile 90 240
+torch_bench L4-d256 compile 40 150
+torch_bench 350M-T2048 compile 90 240
+
+step "benchmark table"
+if LD_LIBRARY_PATH=$ld_orig timeout 60 python3 "$root/tests/gpu/bench_table.py" table "$bdir" \
+    --gpu "${gpu:-unknown GPU}" ${peak:+--peak "$peak"} --md "$results/bench.md" \
+    --json "$results/bench.json" >"$work/bench.lines"; then
+  cat "$results/bench.md"
+  while IFS= read -r line; do note "$line"; done <"$work/bench.lines"
+else
+  note "FAIL  the benchmark's table (tests/gpu/bench_table.py)"
+  failed=1
+fi
 
 step "summary"
 printf '%s\n' "${summary[@]}"
