@@ -242,7 +242,7 @@ static void layer_forward(trn_model *m, int l) {
 }
 
 void trn_model_forward_into(trn_model *m, int nseq, const int32_t *tokens, const int32_t *targets,
-                            double *loss_acc) {
+                            double *loss_acc, float dscale) {
   kern_ctx *k = m->k;
   const kern_ops *o = k->ops;
   const rcfg_shape *s = &m->shape;
@@ -258,8 +258,10 @@ void trn_model_forward_into(trn_model *m, int nseq, const int32_t *tokens, const
   if (!targets)
     return;
   o->from_host(k, m->targets, targets, (size_t)N * sizeof(int32_t));
-  /* losses only; the gradient is formed in backward */
-  o->softmax_xent(k, m->losses, m->logits, m->targets, N, V, 0.0f);
+  /* the losses, and with dscale the head's gradient in the same pass over
+   * the logits (backward then starts below the head) */
+  o->softmax_xent(k, m->losses, m->logits, m->targets, N, V, dscale / (float)N);
+  m->head_dscale = dscale;
   if (loss_acc)
     o->mean_into(k, loss_acc, m->losses, (size_t)N);
 }
@@ -268,7 +270,7 @@ double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens, const in
   kern_ctx *k = m->k;
   double loss = 0.0;
   k->ops->zero(k, m->loss_acc, sizeof loss);
-  trn_model_forward_into(m, nseq, tokens, targets, targets ? m->loss_acc : NULL);
+  trn_model_forward_into(m, nseq, tokens, targets, targets ? m->loss_acc : NULL, 0.0f);
   if (targets)
     k->ops->to_host(k, &loss, m->loss_acc, sizeof loss);
   return loss;
@@ -284,9 +286,11 @@ void trn_model_backward(trn_model *m, float dscale) {
   const trn_weights *g = &m->mg;
   o->zero(k, m->mgrads, m->nparams * sizeof(float));
 
-  /* head: the forward's softmax_xent (dscale 0) left the logits intact;
-   * this pass turns them into dlogits of the mean loss, in place */
-  o->softmax_xent(k, m->losses, m->logits, m->targets, N, V, dscale / (float)N);
+  /* head: a forward without dscale left the logits intact; this pass
+   * turns them into dlogits of the mean loss, in place */
+  if (m->head_dscale == 0.0f || m->head_dscale != dscale)
+    o->softmax_xent(k, m->losses, m->logits, m->targets, N, V, dscale / (float)N);
+  m->head_dscale = 0.0f;
   o->matmul_backward(k, m->dln, g->wte, NULL, m->logits, m->lnf, w->wte, N, C, V);
   o->zero(k, m->dresid, (size_t)N * C * sizeof(float));
   o->layernorm_backward(k, m->dresid, g->lnfw, g->lnfb, m->dln, m->resid[L], w->lnfw, m->lnf_mean,

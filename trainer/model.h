@@ -89,6 +89,7 @@ typedef struct trn_model {
    * training step's loss, micro-batch and whole gradient sums of squares;
    * the update's gradient factor */
   double *loss_acc, *step_acc; /* 1, 3 */
+  float head_dscale; /* the forward's classifier pass left dlogits of this dscale (0: none) */
   float *grad_scale;
   int32_t *tokens, *targets;        /* (B, T) backend copies of the batch */
 
@@ -122,9 +123,11 @@ void trn_model_sync_low(trn_model *m);
 double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens, const int32_t *targets);
 
 /* The same without reading the device: with targets (and loss_acc, backend
- * memory), adds the mean loss to *loss_acc (kern.h mean_into). */
+ * memory), adds the mean loss to *loss_acc (kern.h mean_into). A nonzero
+ * dscale (training) forms the head's gradient for trn_model_backward of the
+ * same dscale in the loss's pass over the logits (one pass, not two). */
 void trn_model_forward_into(trn_model *m, int nseq, const int32_t *tokens, const int32_t *targets,
-                            double *loss_acc);
+                            double *loss_acc, float dscale);
 
 /* Backward pass after trn_model_forward with targets: writes the gradient
  * of dscale x (mean loss) into mgrads (zeroed first). */

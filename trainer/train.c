@@ -386,7 +386,7 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
       st.carry = r->batch[(size_t)mb * T];
       if (i / nlocal != r->rank) /* another rank's share: every rank reads the whole stream */
         continue;
-      trn_model_forward_into(m, mb, r->batch, r->batch + 1, &m->step_acc[0]);
+      trn_model_forward_into(m, mb, r->batch, r->batch + 1, &m->step_acc[0], S);
       int buckets = overlap && i % nlocal == nlocal - 1; /* this rank's last of the step */
       if (buckets)
         trn_dp_buckets(r, 1.0f / nmicro, i % nlocal == 0);
