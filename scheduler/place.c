@@ -300,6 +300,16 @@ static int gang_free(const sched__wconn *c, int gpu) {
   return gpu ? free_gpus(c) : c->cpu_slots - c->cpu_busy;
 }
 
+/* What all placeable workers have together, busy or not: CPU slots, or
+ * usable GPUs (gpu set). A gang larger than that can never start. */
+static int gang_capacity(sched *s, int gpu) {
+  int n = 0;
+  for (sched__wconn *c = s->wp.conns; c; c = c->next)
+    if (placeable(c))
+      n += gpu ? usable_gpus(c) : c->cpu_slots;
+  return n;
+}
+
 /* Gang placement of a run of `ranks` ranks (a CPU slot or, gpu set, a GPU
  * each) that no one worker has room for: the workers with the most free,
  * most first, until the ranks fit (rank 0 and the first ranks on the one
@@ -394,12 +404,20 @@ static void place_runs(sched *s, const store_queued *runs, int n, int from_cache
    * keeps the worker it will run on from smaller runs behind it, so that
    * worker drains and backfill cannot starve it */
   const sched__wconn *reserved = NULL;
-  uint64_t now = uv_now(s->loop);
+  /* a gang (ranks spread over workers) that has waited reserve_after_s
+   * keeps what frees up likewise: no CPU run behind a waiting CPU gang
+   * starts (hold_cpu), no GPU run behind a waiting GPU gang (blocked_gpus
+   * 1), until it has room; only a gang that all the workers together can
+   * hold, else it would stop everything behind it for good */
+  int hold_cpu = 0;
+  uint64_t now = uv_now(s->loop), reserve_ms = (uint64_t)s->o.reserve_after_s * 1000;
   for (int i = 0; i < n; i++) {
     int64_t run_id = runs[i].id;
     int gpus = runs[i].gpus;
     int chosen[8] = {0};
     if (blocked_gpus && gpus >= blocked_gpus)
+      continue;
+    if (hold_cpu && gpus == 0)
       continue;
     int slots = runs[i].slots > 0 ? runs[i].slots : 1;
     /* over 8 GPUs: only spread over workers (an assignment holds 8 at most) */
@@ -412,6 +430,7 @@ static void place_runs(sched *s, const store_queued *runs, int n, int from_cache
     else if (!c && gpus > 1 && (gpus > 8 || !reserve_for(s, gpus)))
       g = assign_gang(s, run_id, gpus, 1);
     if (g) { /* its ranks spread over workers */
+      unblocked(&s->pl, run_id);
       g->from_cache = from_cache;
       if (claimed)
         claimed[i] = 1;
@@ -426,9 +445,14 @@ static void place_runs(sched *s, const store_queued *runs, int n, int from_cache
         blocked_gpus = gpus;
       if (gpus == 0)
         blocked_gpus = 1;
-      if (gpus > 1 && !reserved &&
-          now - blocked_since(&s->pl, run_id, now) >= (uint64_t)s->o.reserve_after_s * 1000)
+      if (gpus > 1 && !reserved && now - blocked_since(&s->pl, run_id, now) >= reserve_ms)
         reserved = reserve_for(s, gpus);
+      if (gpus == 0 && slots > 1 && !hold_cpu && slots <= gang_capacity(s, 0) &&
+          now - blocked_since(&s->pl, run_id, now) >= reserve_ms)
+        hold_cpu = 1;
+      if (gpus > 1 && (gpus > 8 || !reserve_for(s, gpus)) && gpus <= gang_capacity(s, 1) &&
+          now - blocked_since(&s->pl, run_id, now) >= reserve_ms)
+        blocked_gpus = 1;
       continue;
     }
     unblocked(&s->pl, run_id);

@@ -9,7 +9,8 @@ speaks the protocol (docs/runtime.md) and offers 2 GPUs:
 - then the remaining 1-GPU run.
 After it, a 4-GPU run where no worker has 4 goes to two workers of 2 GPUs
 (gang placement: each assignment carries its ranks, rank 0's address and
-the run's secret). Before all that, a worker whose hello says its trainer cannot run CUDA
+the run's secret); and a 2-rank CPU run waiting for two 1-slot workers keeps
+the slot that frees first, so that 1-rank runs behind it cannot starve it. Before all that, a worker whose hello says its trainer cannot run CUDA
 (backends.cuda.error) gets no GPU run, and the sweep says why (the API,
 `scalesweep status`, the sweep page) until a worker that can run it comes.
 Without the reservation the freed GPU would go to the next 1-GPU run and a
@@ -59,13 +60,15 @@ GPU_INDICES = (3, 5)
 
 
 class Worker:
-    def __init__(self, name="fake", backends=None):
+    def __init__(self, name="fake", backends=None, cpu_slots=0):
         self.sock = socket.create_connection(("127.0.0.1", wport), timeout=10)
         self.buf = b""
         # device indices as a worker started with --gpus 3,5 reports them
         gpus = [{"index": i, "name": "Fake GPU", "memory_bytes": 1 << 34} for i in GPU_INDICES]
-        hello = {"type": "hello", "version": 1, "token": TOKEN, "name": name, "host": "h",
-                 "gpus": gpus, "cpu_slots": 0, "runs": []}
+        if cpu_slots:  # a CPU worker
+            gpus = []
+        hello = {"type": "hello", "version": 1, "token": TOKEN, "name": name, "host": name,
+                 "gpus": gpus, "cpu_slots": cpu_slots, "runs": []}
         if backends is not None:  # absent: an older worker, its GPUs taken as CUDA's
             hello["backends"] = backends
         self.send(hello)
@@ -108,12 +111,12 @@ class Worker:
                    "error": None, "log_tail": ""})
 
 
-def spec(name, gpus, n, priority):
+def spec(name, gpus, n, priority, resources=None):
     return {"name": name, "method": "runs", "priority": priority,
             "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
                      "train": {"batch_size": 8, "lr": 0.003, "tokens": 25600}},
             "runs": [{"train": {"seed": i + 1}} for i in range(n)],
-            "resources": {"gpus": gpus}}
+            "resources": resources or {"gpus": gpus}}
 
 
 try:
@@ -215,6 +218,42 @@ try:
         time.sleep(0.1)
     print("placement: a 4-GPU run over two workers of 2 GPUs: ranks 0-1 and 2-3, one address "
           "and secret; rank 0's worker reports it")
+
+    # a CPU gang keeps the slots that free up: two 1-slot workers busy with
+    # 1-rank runs; a 2-rank run of higher priority waits; when one slot frees
+    # it stays free (the next 1-rank run would take it and the gang could
+    # wait for good), and when the second frees the gang gets both
+    c1, c2 = Worker("cpu1", cpu_slots=1), Worker("cpu2", cpu_slots=1)
+    st, ones = request("POST", "/api/sweeps", spec("ones", 0, 4, 0, {"cpus": 1}))
+    if st != 201:
+        fail(f"submit: {st} {ones}")
+    r1, r2 = c1.next_assign(10), c2.next_assign(10)
+    if not (r1 and r2):
+        fail(f"a 1-rank run on each CPU worker expected: {r1} {r2}")
+    st, gang = request("POST", "/api/sweeps", spec("gang", 0, 1, 5, {"cpus": 1, "ranks": 2}))
+    if st != 201:
+        fail(f"submit: {st} {gang}")
+    c1.finish(r1)
+    a = c1.next_assign(2.5)
+    if a is not None:
+        fail(f"the slot kept for the waiting 2-rank run went to run {a['run_id']}")
+    c2.finish(r2)
+    a, b = c1.next_assign(10), c2.next_assign(10)
+    if not (a and b and a["run_id"] == b["run_id"] and "dist" in a and "dist" in b):
+        fail(f"the 2-rank run over both CPU workers expected once both slots are free: {a} {b}")
+    st, r = request("GET", f"/api/runs/{a['run_id']}")
+    if r["run"]["sweep_id"] != gang["id"]:
+        fail(f"run {a['run_id']} over both workers is not the gang's: {r['run']}")
+    first, other = (c1, a), (c2, b)
+    if b["dist"]["ranks"][0] == 0:
+        first, other = other, first
+    other[0].finish(other[1])
+    first[0].finish(first[1])
+    n1, n2 = c1.next_assign(10), c2.next_assign(10)
+    if not (n1 and n2 and "dist" not in n1 and "dist" not in n2):
+        fail(f"the 1-rank runs should go on after the gang: {n1} {n2}")
+    print("placement: a waiting 2-rank CPU run keeps the slot that frees (no 1-rank run behind "
+          "it takes it) and starts over two workers when both are free; the 1-rank runs after")
 finally:
     if sched and sched.poll() is None:
         sched.terminate()
