@@ -11,13 +11,13 @@
 # (run.log) and the summary (summary.txt) go to RESULTS_DIR.
 #
 # Checks: scalesweep devices; every kernel against its CPU twin
-# (test_cuda_kernels); a 200-step bf16 and fp16 run against the CPU backend
-# (each evaluation within 2%); two GPU runs bit for bit; kill -9 and resume bit
-# for bit; the benchmark: scalesweep bf16 against PyTorch eager and
-# torch.compile (tests/gpu/torch_bench.py) at GPT-2 124M, L4 d256, 350M and
-# 350M at T=2048, tokens/s, MFU and peak memory, scalesweep fp16 and 8-bit
-# AdamW against its bf16 AdamW, the goals met or missed (bench.md, bench.json
-# and BENCH lines in summary.txt).
+# (test_cuda_kernels); one host sync per training step; a 200-step bf16 and
+# fp16 run against the CPU backend (each evaluation within 2%); two GPU runs
+# bit for bit; kill -9 and resume bit for bit; the benchmark: scalesweep bf16
+# against PyTorch eager and torch.compile (tests/gpu/torch_bench.py) at GPT-2
+# 124M, L4 d256, 350M and 350M at T=2048, tokens/s, MFU and peak memory,
+# scalesweep fp16 and 8-bit AdamW against its bf16 AdamW, the goals met or
+# missed (bench.md, bench.json and BENCH lines in summary.txt).
 set -uo pipefail
 ld_orig=${LD_LIBRARY_PATH-} # PyTorch runs with the environment it was given
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -216,6 +216,45 @@ for p in bf16 fp16; do
     echo "$msg"; note "FAIL  curve $p: ${msg//$'\n'/; }"; failed=1
   fi
 done
+
+# ---- 2b'. one host sync per step on the GPU ------------------------------------
+# SCALESWEEP_COUNT_SYNCS=1 counts the calls through the backend's interface
+# that wait for the device (tests/integration/test_syncs.py does the same on
+# the CPU): every step of a bf16 run with accumulation and of an fp16 run
+# (loss scaling) must make exactly one, its log line's read.
+syncs_check() {
+  local d=$work/syncs p
+  mkdir -p "$d"
+  for p in bf16 fp16; do
+    cat >"$d/$p.json" <<JSON
+{"model": {"n_layer": 2, "d_model": 128, "n_head": 4, "seq_len": 128},
+ "data": {"synthetic": {"seed": 7}},
+ "train": {"batch_size": 16, "micro_batch_size": 4, "tokens": 204800, "lr": 0.002},
+ "eval": {"every_tokens": 40960, "tokens": 4096},
+ "precision": "$p", "backend": "cuda"}
+JSON
+    SCALESWEEP_COUNT_SYNCS=1 timeout 120 "$bin" train --config "$d/$p.json" >"$d/$p.out" \
+      2>"$d/$p.err" || { echo "$p run failed:"; tail -5 "$d/$p.err"; return 1; }
+  done
+  python3 - "$d" <<'PY'
+import json, sys
+d = sys.argv[1]
+msg = []
+for p in ("bf16", "fp16"):
+    steps = [json.loads(l) for l in open("%s/%s.out" % (d, p))]
+    counts = sorted({e.get("host_syncs") for e in steps if e["event"] == "step"}, key=str)
+    msg.append("%s: %d steps, host syncs per step %s" % (p, sum(1 for e in steps if e["event"] == "step"), counts))
+    if counts != [1]:
+        sys.exit("; ".join(msg) + ": expected 1 on every step")
+print("; ".join(msg))
+PY
+}
+step "one host sync per step (cuda)"
+if msg=$(syncs_check 2>&1); then
+  echo "$msg"; note "PASS  $msg"
+else
+  echo "$msg"; note "FAIL  host syncs: ${msg//$'\n'/; }"; failed=1
+fi
 
 # ---- 2c. data parallel over NCCL (needs 2 GPUs) ---------------------------------
 # world_size 2 (a rank a GPU, gradients reduced in buckets during backward,

@@ -29,6 +29,7 @@
 
 #include "kernels/cuda/kern_cuda.h"
 #include "kernels/kern.h"
+#include "kernels/step_scale.h"
 extern "C" {
 #include "trainer/model.h"
 #include "trainer/optim.h"
@@ -424,6 +425,163 @@ static void check_adamw(kern_prec p) {
   }
 }
 
+/* ---- the step's scalars on the device, the fused AdamW, staged uploads ---- */
+
+/* mean_into / sumsq_into against the CPU's sums (fp64, two orders), the
+ * same bits twice; step_scale bit for bit kern__step_scale's (one formula,
+ * fp64 on both sides) including the fp16 skip (not finite -> 0) */
+static void check_step_scalars(void) {
+  vec x = randn(1000003, 1, KERN_FP32);
+  double cacc[2] = {0.25, 0.5};
+  CPU.ops->mean_into(&CPU, &cacc[0], x.data(), x.size());
+  CPU.ops->sumsq_into(&CPU, &cacc[1], x.data(), x.size());
+  float *d = up(x);
+  double *acc = (double *)GPU.ops->alloc(&GPU, 2 * sizeof(double));
+  double g[2][2], init[2] = {0.25, 0.5};
+  for (int t = 0; t < 2; t++) {
+    GPU.ops->from_host(&GPU, acc, init, sizeof init);
+    GPU.ops->mean_into(&GPU, &acc[0], d, x.size());
+    GPU.ops->sumsq_into(&GPU, &acc[1], d, x.size());
+    GPU.ops->to_host(&GPU, g[t], acc, sizeof g[t]);
+  }
+  /* the mean of 1e6 normals is ~1e-3: compare it to the sum of |x| scale */
+  int bad = !(fabs(g[0][0] - cacc[0]) <= 1e-12) || !(fabs(g[0][1] - cacc[1]) <= 1e-12 * cacc[1]) ||
+            memcmp(g[0], g[1], sizeof g[0]) != 0;
+  printf("%-28s fp64  mean %.17g / %.17g, sumsq %.17g / %.17g (gpu / cpu)%s\n",
+         "mean_into, sumsq_into", g[0][0], cacc[0], g[0][1], cacc[1], bad ? "  FAILED" : "");
+  failures += bad;
+  const double cases[][3] = {{4.0, 1.0, 1.0},      {4.0, 1.0, 0.0},   {1e10, 65536.0, 1.0},
+                             {2.5e9, 1024.0, 0.5}, {0.01, 1.0, 1.0},  {INFINITY, 65536.0, 1.0},
+                             {NAN, 1.0, 1.0},      {1e-30, 8.0, 1e-3}};
+  int n = (int)(sizeof cases / sizeof cases[0]), off = 0;
+  float *sc = (float *)GPU.ops->alloc(&GPU, sizeof(float));
+  for (int i = 0; i < n; i++) {
+    double g2 = cases[i][0];
+    GPU.ops->from_host(&GPU, acc, &g2, sizeof g2);
+    GPU.ops->step_scale(&GPU, sc, acc, cases[i][1], cases[i][2]);
+    float got, want = kern__step_scale(g2, cases[i][1], cases[i][2]);
+    GPU.ops->to_host(&GPU, &got, sc, sizeof got);
+    if (memcmp(&got, &want, sizeof got) != 0) {
+      fprintf(stderr, "  step_scale(%g, %g, %g): gpu %.9g, formula %.9g\n", cases[i][0],
+              cases[i][1], cases[i][2], got, want);
+      off++;
+    }
+  }
+  printf("%-28s %d cases, %d differing from the formula's bits%s\n", "step_scale", n, off,
+         off ? "  FAILED" : "");
+  failures += off != 0;
+  gfree(d), gfree(acc), gfree(sc);
+}
+
+/* The fused AdamW over parts of uneven sizes (several 8-bit blocks, a
+ * partial last block, a 1-element part) against the CPU's (within fp32
+ * rounding) and against the GPU's one-tensor calls (the same kernel: bits);
+ * a device factor of 0 leaves everything as it was. */
+static void check_adamw_fused(kern_prec p) {
+  const size_t sizes[] = {700, 1, 256, 513, 90};
+  kern_adamw_parts parts;
+  memset(&parts, 0, sizeof parts);
+  size_t n = 0, nb = 0;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    parts.part[i].off = n;
+    parts.part[i].n = sizes[i];
+    parts.part[i].state = n;
+    parts.part[i].block = nb;
+    parts.part[i].weight_decay = i % 2 ? 0.0f : 0.1f;
+    n += sizes[i];
+    nb += (sizes[i] + KERN_Q8_BLOCK - 1) / KERN_Q8_BLOCK;
+    parts.n++;
+  }
+  int low = p != KERN_FP32;
+  vec w = randn(n, 1, KERN_FP32), gr = randn(n, 1, KERN_FP32);
+  float half = 0.5f, zero = 0.0f;
+  float *factor = up(vec{half}), *skip = up(vec{zero});
+  kern_adamw_args a = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 7.0f, 3, factor};
+  for (int q8 = 0; q8 < 2; q8++) {
+    vec cp = w, cl(n), cm(n), cv(n), csm(nb), csv(nb);
+    std::vector<int8_t> cqm(n);
+    std::vector<uint8_t> cqv(n);
+    float *gp = up(w), *gl = up(vec(n)), *gm = up(vec(n)), *gv = up(vec(n));
+    float *gsm = up(vec(nb)), *gsv = up(vec(nb));
+    float *hp = up(w), *hl = up(vec(n)), *hm = up(vec(n)), *hv = up(vec(n));
+    float *hsm = up(vec(nb)), *hsv = up(vec(nb));
+    int8_t *gqm = up(cqm), *hqm = up(cqm);
+    uint8_t *gqv = up(cqv), *hqv = up(cqv);
+    float *dg = up(gr);
+    float *hf = up(vec{half});
+    /* CPU's factor lives in host memory */
+    kern_adamw_args ca = a;
+    ca.grad_scale_dev = &half;
+    if (q8) {
+      CPU.ops->adamw8bit_fused(&CPU, cp.data(), low ? cl.data() : NULL, gr.data(), cqm.data(),
+                               cqv.data(), csm.data(), csv.data(), &parts, &ca);
+      GPU.ops->adamw8bit_fused(&GPU, gp, low ? gl : NULL, dg, gqm, gqv, gsm, gsv, &parts, &a);
+    } else {
+      CPU.ops->adamw_fused(&CPU, cp.data(), low ? cl.data() : NULL, gr.data(), cm.data(), cv.data(),
+                           &parts, &ca);
+      GPU.ops->adamw_fused(&GPU, gp, low ? gl : NULL, dg, gm, gv, &parts, &a);
+    }
+    for (int i = 0; i < parts.n; i++) { /* the one-tensor calls, part by part */
+      kern_adamw_args pa = a;
+      pa.grad_scale_dev = hf;
+      pa.weight_decay = parts.part[i].weight_decay;
+      size_t o = parts.part[i].off, b = parts.part[i].block, m = parts.part[i].n;
+      if (q8)
+        GPU.ops->adamw8bit(&GPU, hp + o, low ? hl + o : NULL, dg + o, hqm + o, hqv + o, hsm + b,
+                           hsv + b, m, &pa);
+      else
+        GPU.ops->adamw(&GPU, hp + o, low ? hl + o : NULL, dg + o, hm + o, hv + o, m, &pa);
+    }
+    const char *what = q8 ? "adamw8bit_fused p" : "adamw_fused p";
+    vec fused = down(gp, n);
+    compare(what, p, fused, cp, eps_of(KERN_FP32));
+    same_bits(q8 ? "adamw8bit_fused vs per tensor" : "adamw_fused vs per tensor", p, fused,
+              down(hp, n));
+    /* skipped: a factor of 0 on the device */
+    kern_adamw_args sa = a;
+    sa.grad_scale_dev = skip;
+    if (q8)
+      GPU.ops->adamw8bit_fused(&GPU, gp, low ? gl : NULL, dg, gqm, gqv, gsm, gsv, &parts, &sa);
+    else
+      GPU.ops->adamw_fused(&GPU, gp, low ? gl : NULL, dg, gm, gv, &parts, &sa);
+    same_bits(q8 ? "adamw8bit_fused skipped" : "adamw_fused skipped", p, fused, down(gp, n));
+    gfree(gp), gfree(gl), gfree(gm), gfree(gv), gfree(gsm), gfree(gsv), gfree(hp), gfree(hl);
+    gfree(hm), gfree(hv), gfree(hsm), gfree(hsv), gfree(gqm), gfree(hqm), gfree(gqv), gfree(hqv);
+    gfree(dg), gfree(hf);
+  }
+  gfree(factor), gfree(skip);
+}
+
+/* from_host returns before the copy is done (pinned slots): twenty uploads
+ * from one host buffer rewritten at once after each must all land intact,
+ * small ones (staged) and one larger than a slot (a waiting copy) */
+static void check_uploads(void) {
+  const size_t n = 50000, big = 600000; /* 200 kB each; 2.4 MB */
+  std::vector<float *> d;
+  vec h(big);
+  int bad = 0;
+  for (int i = 0; i < 20; i++) {
+    size_t m = i == 10 ? big : n;
+    for (size_t j = 0; j < m; j++)
+      h[j] = (float)(i * 1000003 + j);
+    d.push_back((float *)GPU.ops->alloc(&GPU, m * sizeof(float)));
+    GPU.ops->from_host(&GPU, d.back(), h.data(), m * sizeof(float));
+  }
+  for (int i = 0; i < 20; i++) {
+    size_t m = i == 10 ? big : n;
+    vec got = down(d[i], m);
+    for (size_t j = 0; j < m; j++)
+      if (got[j] != (float)(i * 1000003 + j)) {
+        bad++;
+        break;
+      }
+    gfree(d[i]);
+  }
+  printf("%-28s 20 uploads from one reused buffer, %d corrupted%s\n", "from_host (staged)", bad,
+         bad ? "  FAILED" : "");
+  failures += bad != 0;
+}
+
 /* ---- one whole training step, CUDA against CPU ---- */
 
 typedef struct step_out {
@@ -505,10 +663,13 @@ int main(void) {
     check_elementwise(p);
     check_xent(p);
     check_adamw(p);
+    check_adamw_fused(p);
     check_train_step(p);
     if (pi == 0) {
       check_round();
       check_sumsq();
+      check_step_scalars();
+      check_uploads();
     }
     kern_cuda_close(&GPU);
     kern_cpu_close(&CPU);
