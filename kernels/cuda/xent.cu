@@ -4,24 +4,73 @@
 
 #define THREADS 512
 
-/* One block per row of logits. Thread i owns columns i, i + THREADS, ...;
- * max and sum are block reductions with a fixed tree. z[target] is read by
- * every thread before any thread overwrites the row. */
+/* A running (max, sum of exp(z - max)) pair: the online softmax's state. */
+struct maxsum {
+  float m, s;
+};
+
+__device__ __forceinline__ maxsum add_one(maxsum a, float z) {
+  if (z > a.m) {
+    a.s = a.s * kern__cu_expf(a.m - z) + 1.0f;
+    a.m = z;
+  } else {
+    a.s += kern__cu_expf(z - a.m);
+  }
+  return a;
+}
+
+__device__ __forceinline__ maxsum combine(maxsum a, maxsum b) {
+  if (a.m == -INFINITY)
+    return b;
+  if (b.m == -INFINITY)
+    return a;
+  float m = fmaxf(a.m, b.m);
+  return maxsum{m, a.s * kern__cu_expf(a.m - m) + b.s * kern__cu_expf(b.m - m)};
+}
+
+/* the pairs of all threads by a fixed tree (warp butterfly, then warp 0
+ * over the warps): every thread gets the result */
+__device__ maxsum block_maxsum(maxsum v, maxsum *sh) {
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  for (int o = 16; o > 0; o >>= 1)
+    v = combine(v,
+                maxsum{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)});
+  if (lane == 0)
+    sh[warp] = v;
+  __syncthreads();
+  maxsum r = lane < nwarps ? sh[lane] : maxsum{-INFINITY, 0.0f};
+  for (int o = 16; o > 0; o >>= 1)
+    r = combine(r,
+                maxsum{__shfl_xor_sync(0xffffffffu, r.m, o), __shfl_xor_sync(0xffffffffu, r.s, o)});
+  __syncthreads();
+  return r;
+}
+
+/* One block per row of logits, two passes over the row: the online softmax
+ * (max and sum in one read; 128-bit loads when the row allows), then the
+ * gradient written in place. The sums are the CPU's up to summation order
+ * and the rescaling of the online form (fp32 rounding). z[target] is read
+ * by every thread before any thread overwrites the row. */
 __global__ void softmax_xent_kernel(float *losses, float *logits, const int32_t *targets, int V,
                                     float dscale, int p) {
-  __shared__ float sh[32];
+  __shared__ maxsum sh[32];
   int r = blockIdx.x;
   float *z = logits + (size_t)r * V;
   int tgt = targets[r];
   float zt = z[tgt];
-  float mx = -INFINITY;
-  for (int v = threadIdx.x; v < V; v += THREADS)
-    mx = fmaxf(mx, z[v]);
-  mx = kern__cu_block_reduce(mx, sh, 1);
-  float sum = 0.0f;
-  for (int v = threadIdx.x; v < V; v += THREADS)
-    sum += kern__cu_expf(z[v] - mx);
-  sum = kern__cu_block_reduce(sum, sh, 0); /* ends with a barrier: all reads done */
+  maxsum acc = {-INFINITY, 0.0f};
+  if (V % 4 == 0 && ((uintptr_t)z & 15) == 0) {
+    const float4 *z4 = (const float4 *)z;
+    for (int v = threadIdx.x; v < V / 4; v += THREADS) {
+      float4 q = z4[v];
+      acc = add_one(add_one(add_one(add_one(acc, q.x), q.y), q.z), q.w);
+    }
+  } else {
+    for (int v = threadIdx.x; v < V; v += THREADS)
+      acc = add_one(acc, z[v]);
+  }
+  maxsum t = block_maxsum(acc, sh); /* ends with a barrier: all reads done */
+  float mx = t.m, sum = t.s;
   if (threadIdx.x == 0)
     losses[r] = logf(sum) - (zt - mx); /* -log p_t = log(sum) - (z_t - max) */
   if (dscale != 0.0f) {
