@@ -114,6 +114,14 @@ struct kern_ops {
   /* dqkv overwrite; datt (B,NH,T,T) is scratch */
   void (*attention_backward)(kern_ctx *k, float *dqkv, float *datt, const float *dout,
                              const float *qkv, const float *att, int B, int T, int C, int NH);
+  /* flash-style causal attention (no T x T buffer): out as attention_forward;
+   * lse (B,NH,T) saves each query row's log-sum-exp of the scaled scores. NULL
+   * where the backend has none (the model then uses attention_forward/backward). */
+  void (*flash_attention_forward)(kern_ctx *k, float *out, float *lse, const float *qkv, int B,
+                                  int T, int C, int NH);
+  /* dqkv overwrite, from dout, the forward's out and lse */
+  void (*flash_attention_backward)(kern_ctx *k, float *dqkv, const float *dout, const float *out,
+                                   const float *qkv, const float *lse, int B, int T, int C, int NH);
 
   /* GELU, tanh approximation */
   void (*gelu_forward)(kern_ctx *k, float *out, const float *inp, size_t n);
@@ -202,6 +210,13 @@ typedef struct kern_coll_ops {
  * threads (<= 0: all cores) and returns 0. */
 int kern_cpu_init(kern_ctx *k, kern_prec prec, int threads);
 void kern_cpu_close(kern_ctx *k);
+/* The CPU twin of the flash ops (the reference for the CUDA kernels; the CPU
+ * table keeps flash_attention_* NULL so CPU runs keep attention_forward's bits). */
+void kern_cpu_flash_attention_forward(kern_ctx *k, float *out, float *lse, const float *qkv, int B,
+                                      int T, int C, int NH);
+void kern_cpu_flash_attention_backward(kern_ctx *k, float *dqkv, const float *dout,
+                                       const float *out, const float *qkv, const float *lse, int B,
+                                       int T, int C, int NH);
 
 /* 8-bit code books used by adamw8bit: value of code q relative to the
  * block's absmax. Signed: q in -127..127; unsigned: q in 0..255. */

@@ -43,12 +43,25 @@ static float *take(carver *c, size_t n) {
   return p;
 }
 
-static void layer_acts(carver *c, trn_layer_acts *a, size_t BT, size_t C, size_t NH, size_t T) {
+/* Attention through the backend's flash ops (no (B, NH, T, T) buffers,
+ * kernels/kern.h) where it has them and they take this head size (the CUDA
+ * kernels take 16, 32, 64 and 128); else attention_forward/backward. */
+static int use_flash(const trn_model *m) {
+  int hs = m->shape.d_model / m->shape.n_head;
+  return m->k->ops->flash_attention_forward && m->k->ops->flash_attention_backward &&
+         (hs == 16 || hs == 32 || hs == 64 || hs == 128);
+}
+
+static void layer_acts(carver *c, trn_layer_acts *a, size_t BT, size_t C, size_t NH, size_t T,
+                       int flash) {
   a->ln1 = take(c, BT * C);
   a->ln1_mean = take(c, BT);
   a->ln1_rstd = take(c, BT);
   a->qkv = take(c, BT * 3 * C);
-  a->att = take(c, BT / T * NH * T * T);
+  if (flash)
+    a->lse = take(c, BT / T * NH * T);
+  else
+    a->att = take(c, BT / T * NH * T * T);
   a->atty = take(c, BT * C);
   a->resid2 = take(c, BT * C);
   a->ln2 = take(c, BT * C);
@@ -63,16 +76,17 @@ static void carve_acts(trn_model *m, carver *c) {
   const rcfg_shape *s = &m->shape;
   size_t B = m->B, T = s->seq_len, C = s->d_model, V = s->vocab_size, NH = s->n_head;
   size_t BT = B * T, L = s->n_layer;
+  int flash = use_flash(m);
   for (size_t l = 0; l <= L; l++)
     m->resid[l] = take(c, BT * C);
-  trn_layer_acts shared;
+  trn_layer_acts shared = {0};
   if (m->recompute)
-    layer_acts(c, &shared, BT, C, NH, T);
+    layer_acts(c, &shared, BT, C, NH, T, flash);
   for (size_t l = 0; l < L; l++) {
     if (m->recompute)
       m->layer[l] = shared;
     else
-      layer_acts(c, &m->layer[l], BT, C, NH, T);
+      layer_acts(c, &m->layer[l], BT, C, NH, T, flash);
   }
   m->proj = take(c, BT * C);
   m->lnf = take(c, BT * C);
@@ -88,7 +102,8 @@ static void carve_grads(trn_model *m, carver *c) {
   m->dresid = take(c, BT * C);
   m->dln = take(c, BT * C);
   m->dqkv = take(c, BT * 3 * C);
-  m->datt = take(c, B * NH * T * T);
+  if (!use_flash(m))
+    m->datt = take(c, B * NH * T * T);
   m->datty = take(c, BT * C);
   m->dfch = take(c, BT * 4 * C);
 }
@@ -230,7 +245,10 @@ static void layer_forward(trn_model *m, int l) {
   o->layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, m->resid[l], w->ln1w + LC, w->ln1b + LC,
                        N, C);
   o->matmul_forward(k, a->qkv, a->ln1, w->qkvw + LC * 3 * C, w->qkvb + LC * 3, N, C, 3 * C);
-  o->attention_forward(k, a->atty, a->att, a->qkv, B, T, C, NH);
+  if (use_flash(m))
+    o->flash_attention_forward(k, a->atty, a->lse, a->qkv, B, T, C, NH);
+  else
+    o->attention_forward(k, a->atty, a->att, a->qkv, B, T, C, NH);
   o->matmul_forward(k, m->proj, a->atty, w->attprojw + LC * C, w->attprojb + LC, N, C, C);
   o->residual_forward(k, a->resid2, m->resid[l], m->proj, (size_t)N * C);
   o->layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->resid2, w->ln2w + LC, w->ln2b + LC,
@@ -312,7 +330,10 @@ void trn_model_backward(trn_model *m, float dscale) {
     /* attention half: resid2 = resid[l] + attproj(attn(qkv(ln1(resid[l])))) */
     o->matmul_backward(k, m->datty, g->attprojw + LC * C, g->attprojb + LC, m->dresid, a->atty,
                        w->attprojw + LC * C, N, C, C);
-    o->attention_backward(k, m->dqkv, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
+    if (use_flash(m)) /* from the forward's output atty and lse */
+      o->flash_attention_backward(k, m->dqkv, m->datty, a->atty, a->qkv, a->lse, B, T, C, NH);
+    else
+      o->attention_backward(k, m->dqkv, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
     o->matmul_backward(k, m->dln, g->qkvw + LC * 3 * C, g->qkvb + LC * 3, m->dqkv, a->ln1,
                        w->qkvw + LC * 3 * C, N, C, 3 * C);
     o->layernorm_backward(k, m->dresid, g->ln1w + LC, g->ln1b + LC, m->dln, m->resid[l],

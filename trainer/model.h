@@ -51,7 +51,8 @@ typedef struct trn_layer_acts {
   float *ln1_mean; /* (B, T) */
   float *ln1_rstd; /* (B, T) */
   float *qkv;      /* (B, T, 3C) */
-  float *att;      /* (B, NH, T, T) */
+  float *att;      /* (B, NH, T, T); NULL with flash attention */
+  float *lse;      /* (B, NH, T) with flash attention (else NULL) */
   float *atty;     /* (B, T, C) */
   float *resid2;   /* (B, T, C) residual after attention */
   float *ln2;      /* (B, T, C) */
@@ -94,7 +95,7 @@ typedef struct trn_model {
   int32_t *tokens, *targets;        /* (B, T) backend copies of the batch */
 
   float *grad_mem; /* backward scratch for one layer */
-  float *dresid, *dln, *dqkv, *datt, *datty, *dfch;
+  float *dresid, *dln, *dqkv, *datt, *datty, *dfch; /* datt NULL with flash attention */
 
   /* When set, trn_model_backward calls it as parts of mgrads become final:
    * after each block (its 12 tensors' slices, last block first), then after

@@ -174,6 +174,7 @@ void kern__cuda_residual(kern_ops *o);
 void kern__cuda_matmul(kern_ops *o);
 void kern__cuda_layernorm(kern_ops *o);
 void kern__cuda_attention(kern_ops *o);
+void kern__cuda_flash_attention(kern_ops *o);
 void kern__cuda_encoder(kern_ops *o);
 void kern__cuda_xent(kern_ops *o);
 void kern__cuda_adamw(kern_ops *o);

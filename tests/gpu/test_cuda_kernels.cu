@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "kernels/cuda/kern_cuda.h"
@@ -582,6 +584,85 @@ static void check_uploads(void) {
   failures += bad != 0;
 }
 
+/* ---- flash attention (no T x T buffer) against its CPU twin ---- */
+
+/* Median over reps calls of f() and a sync, in microseconds. Host clock:
+ * the backend's stream is its own (no event can be recorded on it from
+ * here); the sync adds a few microseconds to each call. */
+template <typename F> static double median_us(F f, int reps) {
+  f(); /* warm-up: first launches set the kernels' shared memory */
+  GPU.ops->sync(&GPU);
+  std::vector<double> t;
+  for (int i = 0; i < reps; i++) {
+    auto a = std::chrono::steady_clock::now();
+    f();
+    GPU.ops->sync(&GPU);
+    t.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+/* The CUDA flash ops against kern_cpu_flash_attention_* (same rounding
+ * points: the twin walks the keys in the GPU forward's tiles), the backward
+ * from the CPU's out and lse; determinism; with timed, the time of both ops
+ * and of the attention_forward/backward they replace at the same shape. */
+static void check_flash_attention(kern_prec p, int B, int T, int C, int NH, int timed) {
+  char shape[64], what[128];
+  snprintf(shape, sizeof shape, "B%d T%d C%d NH%d", B, T, C, NH);
+  size_t nq = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, nl = (size_t)B * NH * T;
+  vec qkv = randn(nq, 1, p), dy = randn(ny, 1, p);
+  vec out(ny), lse(nl), dqkv(nq);
+  kern_cpu_flash_attention_forward(&CPU, out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  kern_cpu_flash_attention_backward(&CPU, dqkv.data(), dy.data(), out.data(), qkv.data(),
+                                    lse.data(), B, T, C, NH);
+  float *dq = up(qkv), *ddy = up(dy), *gout = up(vec(ny)), *glse = up(vec(nl));
+  float *cout = up(out), *clse = up(lse), *gd = up(vec(nq));
+  GPU.ops->flash_attention_forward(&GPU, gout, glse, dq, B, T, C, NH);
+  vec g = down(gout, ny), gl = down(glse, nl);
+  snprintf(what, sizeof what, "flash_fwd out %s", shape);
+  compare(what, p, g, out, eps_of(p));
+  snprintf(what, sizeof what, "flash_fwd lse %s", shape);
+  compare(what, p, gl, lse, eps_of(p));
+  GPU.ops->flash_attention_forward(&GPU, gout, glse, dq, B, T, C, NH);
+  same_bits("flash_attention_forward out", p, g, down(gout, ny));
+  same_bits("flash_attention_forward lse", p, gl, down(glse, nl));
+
+  GPU.ops->flash_attention_backward(&GPU, gd, ddy, cout, dq, clse, B, T, C, NH);
+  vec r = down(gd, nq);
+  snprintf(what, sizeof what, "flash_bwd dqkv %s", shape);
+  compare(what, p, r, dqkv, eps_of(p));
+  GPU.ops->flash_attention_backward(&GPU, gd, ddy, cout, dq, clse, B, T, C, NH);
+  same_bits("flash_attention_backward", p, r, down(gd, nq));
+
+  if (timed) {
+    size_t na = (size_t)B * NH * T * T;
+    float *att = (float *)GPU.ops->alloc(&GPU, na * sizeof(float));
+    float *datt = (float *)GPU.ops->alloc(&GPU, na * sizeof(float));
+    if (!att || !datt) {
+      fprintf(stderr, "  flash timing: out of memory for the (B, NH, T, T) buffers\n");
+      exit(1);
+    }
+    double ff =
+        median_us([&] { GPU.ops->flash_attention_forward(&GPU, gout, glse, dq, B, T, C, NH); }, 20);
+    double fb = median_us(
+        [&] { GPU.ops->flash_attention_backward(&GPU, gd, ddy, cout, dq, clse, B, T, C, NH); }, 20);
+    double af =
+        median_us([&] { GPU.ops->attention_forward(&GPU, gout, att, dq, B, T, C, NH); }, 20);
+    double ab = median_us(
+        [&] { GPU.ops->attention_backward(&GPU, gd, datt, ddy, dq, att, B, T, C, NH); }, 20);
+    printf("time flash_attention_forward %s %s: %.1f us\n", shape, prec_name(p), ff);
+    printf("time flash_attention_backward %s %s: %.1f us\n", shape, prec_name(p), fb);
+    printf("time attention_forward %s %s: %.1f us\n", shape, prec_name(p), af);
+    printf("time attention_backward %s %s: %.1f us\n", shape, prec_name(p), ab);
+    printf("time flash vs attention forward+backward %s %s: %.1f us vs %.1f us (%.2fx)\n", shape,
+           prec_name(p), ff + fb, af + ab, (af + ab) / (ff + fb));
+    gfree(att), gfree(datt);
+  }
+  gfree(dq), gfree(ddy), gfree(gout), gfree(glse), gfree(cout), gfree(clse), gfree(gd);
+}
+
 /* ---- one whole training step, CUDA against CPU ---- */
 
 typedef struct step_out {
@@ -660,6 +741,10 @@ int main(void) {
     check_matmul(p, 37, 72, 40, 0); /* odd sizes: unaligned rows for cuBLASLt */
     check_matmul(p, 37, 72, 40, 1);
     check_attention(p);
+    check_flash_attention(p, 2, 40, 64, 4, 0);     /* hs 16, as the train step below */
+    check_flash_attention(p, 3, 100, 64, 2, 0);    /* hs 32 */
+    check_flash_attention(p, 2, 333, 256, 2, 0);   /* hs 128, T off every tile */
+    check_flash_attention(p, 4, 1024, 768, 12, 1); /* GPT-2's heads (hs 64), timed */
     check_elementwise(p);
     check_xent(p, 24, 1000);
     check_xent(p, 16, 50257);
