@@ -105,6 +105,11 @@ struct kern_ops {
   /* dinp = dout @ w (overwrite); dw += dout^T @ inp; db += colsum(dout) (db may be NULL) */
   void (*matmul_backward)(kern_ctx *k, float *dinp, float *dw, float *db, const float *dout,
                           const float *inp, const float *w, int N, int C, int OC);
+  /* out = gelu(pre) with pre(N,OC) = inp @ w^T + b also saved (for backward); both rounded
+   * to ctx->prec. NULL where a backend has none (the model calls matmul_forward then
+   * gelu_forward). */
+  void (*matmul_gelu_forward)(kern_ctx *k, float *out, float *pre, const float *inp, const float *w,
+                              const float *b, int N, int C, int OC);
 
   /* causal self-attention. qkv (B,T,3C) holds q|k|v, each split into NH
    * heads of hs; att (B,NH,T,T) saves the softmax probabilities (upper

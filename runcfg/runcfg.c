@@ -430,6 +430,17 @@ static void parse_device(problems *p, const cJSON *root, rcfg *cfg) {
     problem(p, "$.optimizer.zero", "found 1, expected 0 with world_size 1 (nothing to shard)");
   cfg->threads = omp_get_num_procs();
   get_int(p, root, "$", "threads", &cfg->threads, 1, 1024);
+  /* TF32 only means something for cuBLAS's fp32 products: on there unless
+   * switched off, and a true elsewhere is a mistake worth saying */
+  int applies = strcmp(cfg->backend, "cuda") == 0 && cfg->precision == RCFG_FP32;
+  int tf32 = applies;
+  get_bool(p, root, "$", "tf32", &tf32);
+  if (tf32 && !applies)
+    problem(p, "$.tf32",
+            "found true with backend \"%s\" and precision \"%s\", expected false or no key: "
+            "TF32 applies to backend \"cuda\" at precision \"fp32\" only",
+            cfg->backend, rcfg_prec_name(cfg->precision));
+  cfg->tf32 = tf32 && applies;
 }
 
 int rcfg_parse(const char *text, const char *name, rcfg *cfg, char *err, size_t errlen) {
@@ -439,9 +450,9 @@ int rcfg_parse(const char *text, const char *name, rcfg *cfg, char *err, size_t 
   cJSON *root = parse_root(text, &p);
   if (!root)
     return SS_EINVAL;
-  static const char *const top_keys[] = {"model",     "data",       "train",   "optimizer",
-                                         "precision", "memory",     "eval",    "checkpoint",
-                                         "backend",   "world_size", "threads", NULL};
+  static const char *const top_keys[] = {"model",   "data", "train",      "optimizer", "precision",
+                                         "memory",  "eval", "checkpoint", "backend",   "world_size",
+                                         "threads", "tf32", NULL};
   check_keys(&p, root, "$", top_keys);
   memset(cfg, 0, sizeof *cfg);
   /* sections in this order, so their problems come in this order */
@@ -525,6 +536,9 @@ char *rcfg_to_json(const rcfg *c) {
   cJSON_AddStringToObject(root, "backend", c->backend);
   cJSON_AddNumberToObject(root, "world_size", c->world_size);
   cJSON_AddNumberToObject(root, "threads", c->threads);
+  /* only where it applies (cuda at fp32): other configs keep their hash */
+  if (strcmp(c->backend, "cuda") == 0 && c->precision == RCFG_FP32)
+    cJSON_AddBoolToObject(root, "tf32", c->tf32);
   char *s = cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
   return s;

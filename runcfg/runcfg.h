@@ -69,6 +69,9 @@ typedef struct rcfg {
    * step, micro_batch_size at a time (default batch_size / world_size) */
   int world_size;
   int threads;
+  /* 1: fp32 matrix products in TF32 (backend cuda at precision fp32 only,
+   * the default there; "tf32": false turns it off); 0 elsewhere */
+  int tf32;
 } rcfg;
 
 /* Parses a JSON run config from text (name is the file name for messages),

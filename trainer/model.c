@@ -253,8 +253,13 @@ static void layer_forward(trn_model *m, int l) {
   o->residual_forward(k, a->resid2, m->resid[l], m->proj, (size_t)N * C);
   o->layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->resid2, w->ln2w + LC, w->ln2b + LC,
                        N, C);
-  o->matmul_forward(k, a->fch, a->ln2, w->fcw + LC * 4 * C, w->fcb + LC * 4, N, C, 4 * C);
-  o->gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * 4 * C);
+  if (o->matmul_gelu_forward) { /* the same two results, fused where the backend can */
+    o->matmul_gelu_forward(k, a->fch_gelu, a->fch, a->ln2, w->fcw + LC * 4 * C, w->fcb + LC * 4, N,
+                           C, 4 * C);
+  } else {
+    o->matmul_forward(k, a->fch, a->ln2, w->fcw + LC * 4 * C, w->fcb + LC * 4, N, C, 4 * C);
+    o->gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * 4 * C);
+  }
   o->matmul_forward(k, m->proj, a->fch_gelu, w->fcprojw + LC * 4 * C, w->fcprojb + LC, N, 4 * C, C);
   o->residual_forward(k, m->resid[l + 1], a->resid2, m->proj, (size_t)N * C);
 }

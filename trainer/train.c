@@ -581,6 +581,7 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
       goto done;
     }
     r.cuda = m;
+    m->set_tf32(&r.k, cfg->tf32); /* resolved: on for fp32 unless "tf32": false */
   } else {
     kern_cpu_init(&r.k, trn_kern_prec(cfg->precision), cfg->threads);
   }

@@ -167,36 +167,54 @@ static cublasLtMatrixLayout_t layout(cudaDataType_t t, int rows, int cols, int l
   return l;
 }
 
-/* Row-major C = A B is column-major C^T = B^T A^T: the column-major product
- * takes B first (as P) and A second (as Q), m = N and n = M. */
-void kern__cu_gemm(kern_ctx *k, int transA, int transB, int M, int N, int K, float alpha,
-                   const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
-                   float beta, float *C, int ldc, long long sC, int batch, cudaDataType_t type) {
-  if (M == 0 || N == 0 || batch == 0)
-    return;
-  kern__cu *c = kern__cu_of(k);
-  int m = N, n = M;
-  cublasOperation_t opP = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasOperation_t opQ = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasComputeType_t compute =
-      type == CUDA_R_32F && c->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-
-  cublasLtMatmulDesc_t desc;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opP, sizeof opP));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opQ, sizeof opQ));
+/* Sets up the descriptors and layouts of key's product and runs the
+ * heuristic (with the epilogue's pointers already in the descriptor, since
+ * it reads their alignment). Row-major C = A B is column-major
+ * C^T = B^T A^T: the column-major product takes B first (as P) and A second
+ * (as Q), m = N and n = M. */
+static void plan_setup(kern__cu *c, kern__cu_gemm_plan *pl, const kern__cu_gemm_key *key,
+                       const kern__cu_epi *ep) {
+  const kern__cu_gemm_key *q = key;
+  cudaDataType_t type = (cudaDataType_t)q->type;
+  int m = q->N, n = q->M, K = q->K;
+  cublasOperation_t opP = q->transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opQ = q->transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  pl->key = *key;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&pl->desc, (cublasComputeType_t)q->compute, CUDA_R_32F));
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opP, sizeof opP));
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opQ, sizeof opQ));
+  if (ep) {
+    uint32_t epi = (uint32_t)ep->kind;
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    cudaDataType_t f32 = CUDA_R_32F;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32,
+                                                sizeof f32));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &ep->bias, sizeof ep->bias));
+    if (ep->aux) {
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &f32, sizeof f32));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep->aux, sizeof ep->aux));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                  &ep->aux_ld, sizeof ep->aux_ld));
+    }
+  }
   /* stored shapes: P is m x K (K x m transposed), Q is K x n (n x K) */
-  cublasLtMatrixLayout_t lP =
-      transB ? layout(type, K, m, ldb, batch, sB) : layout(type, m, K, ldb, batch, sB);
-  cublasLtMatrixLayout_t lQ =
-      transA ? layout(type, n, K, lda, batch, sA) : layout(type, K, n, lda, batch, sA);
-  cublasLtMatrixLayout_t lC = layout(CUDA_R_32F, m, n, ldc, batch, sC);
+  pl->lP = q->transB ? layout(type, K, m, q->ldb, q->batch, q->sB)
+                     : layout(type, m, K, q->ldb, q->batch, q->sB);
+  pl->lQ = q->transA ? layout(type, n, K, q->lda, q->batch, q->sA)
+                     : layout(type, K, n, q->lda, q->batch, q->sA);
+  pl->lC = layout(CUDA_R_32F, m, n, q->ldc, q->batch, q->sC);
 
   cublasLtMatmulPreference_t pref;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                     &c->lt_ws_bytes, sizeof c->lt_ws_bytes));
-  uint32_t aP = align_of(B), aQ = align_of(A), aC = align_of(C);
+  uint32_t aP = q->align[1], aQ = q->align[0], aC = q->align[2];
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aP, sizeof aP));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -205,30 +223,89 @@ void kern__cu_gemm(kern_ctx *k, int transA, int transB, int M, int N, int K, flo
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &aC, sizeof aC));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &aC, sizeof aC));
-
   cublasLtMatmulHeuristicResult_t h;
   int found = 0;
-  cublasStatus_t hs =
-      cublasLtMatmulAlgoGetHeuristic(c->lt, desc, lP, lQ, lC, lC, pref, 1, &h, &found);
-  if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
-    /* the heuristic is a pure function of shapes, types and alignments, so
-     * a given call site gets the same algorithm, and cuBLAS gives the same
-     * bits for the same algorithm on the same GPU model (cuBLAS docs,
-     * "Results reproducibility") */
-    CUBLAS_CHECK(cublasLtMatmul(c->lt, desc, &alpha, B, lP, A, lQ, &beta, C, lC, C, lC, &h.algo,
-                                c->lt_ws, c->lt_ws_bytes, c->stream));
-  } else {
+  cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(c->lt, pl->desc, pl->lP, pl->lQ, pl->lC,
+                                                     pl->lC, pref, 1, &h, &found);
+  /* the heuristic is a pure function of shapes, types and alignments, and
+   * its answer is kept with the plan, so a given call site runs the same
+   * algorithm on every call; cuBLAS gives the same bits for the same
+   * algorithm on the same GPU model (cuBLAS docs, "Results reproducibility") */
+  pl->found = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (pl->found)
+    pl->algo = h.algo;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+}
+
+static void plan_destroy(kern__cu_gemm_plan *pl) {
+  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(pl->lC));
+  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(pl->lQ));
+  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(pl->lP));
+  CUBLAS_CHECK(cublasLtMatmulDescDestroy(pl->desc));
+}
+
+int kern__cu_gemm_ep(kern_ctx *k, int transA, int transB, int M, int N, int K, float alpha,
+                     const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
+                     float beta, float *C, int ldc, long long sC, int batch, cudaDataType_t type,
+                     const kern__cu_epi *ep) {
+  if (M == 0 || N == 0 || batch == 0)
+    return 0;
+  kern__cu *c = kern__cu_of(k);
+  cublasComputeType_t compute =
+      type == CUDA_R_32F && c->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  kern__cu_gemm_key key;
+  memset(&key, 0, sizeof key); /* padding too: keys compare with memcmp */
+  key.transA = transA, key.transB = transB, key.M = M, key.N = N, key.K = K;
+  key.lda = lda, key.ldb = ldb, key.ldc = ldc, key.batch = batch;
+  key.type = (int32_t)type, key.compute = (int32_t)compute;
+  key.epilogue = ep ? (int32_t)ep->kind : (int32_t)CUBLASLT_EPILOGUE_DEFAULT;
+  key.sA = batch > 1 ? sA : 0, key.sB = batch > 1 ? sB : 0, key.sC = batch > 1 ? sC : 0;
+  key.aux_ld = ep && ep->aux ? ep->aux_ld : 0;
+  key.align[0] = align_of(A), key.align[1] = align_of(B), key.align[2] = align_of(C);
+  key.align[3] = ep ? align_of(ep->bias) : 0, key.align[4] = ep && ep->aux ? align_of(ep->aux) : 0;
+
+  kern__cu_gemm_plan *pl = NULL, once;
+  for (int i = 0; i < c->nplans && !pl; i++)
+    if (!memcmp(&c->plans[i].key, &key, sizeof key))
+      pl = &c->plans[i];
+  int cached = pl != NULL;
+  if (!pl) {
+    pl = c->nplans < KERN__CU_GEMM_PLANS ? &c->plans[c->nplans] : &once;
+    plan_setup(c, pl, &key, ep);
+    cached = pl != &once;
+    c->nplans += cached;
+  } else if (ep) { /* the same shape, this call's vectors */
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &ep->bias, sizeof ep->bias));
+    if (ep->aux)
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep->aux, sizeof ep->aux));
+  }
+  int rc = 0;
+  if (pl->found) {
+    CUBLAS_CHECK(cublasLtMatmul(c->lt, pl->desc, &alpha, B, pl->lP, A, pl->lQ, &beta, C, pl->lC, C,
+                                pl->lC, &pl->algo, c->lt_ws, c->lt_ws_bytes, c->stream));
+  } else if (!ep || ep->kind == CUBLASLT_EPILOGUE_DEFAULT) {
     /* no cuBLASLt kernel for these alignments or leading dimensions: the
      * classic strided-batched GEMM takes any */
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, opP, opQ, m, n, K, &alpha, B, type, ldb, sB, A,
+    cublasOperation_t opP = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opQ = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, opP, opQ, N, M, K, &alpha, B, type, ldb, sB, A,
                                             type, lda, sA, &beta, C, CUDA_R_32F, ldc, sC, batch,
                                             compute, CUBLAS_GEMM_DEFAULT));
+  } else {
+    rc = -1;
   }
-  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lC));
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lQ));
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lP));
-  CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+  if (!cached)
+    plan_destroy(pl);
+  return rc;
+}
+
+void kern__cu_gemm(kern_ctx *k, int transA, int transB, int M, int N, int K, float alpha,
+                   const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
+                   float beta, float *C, int ldc, long long sC, int batch, cudaDataType_t type) {
+  kern__cu_gemm_ep(k, transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
+                   batch, type, NULL);
 }
 
 /* ---- the backend ---- */
@@ -276,6 +353,13 @@ extern "C" int kern_cuda_init(kern_ctx *k, kern_prec prec, int device, char *err
     return -1;
   }
   kern__cu *c = (kern__cu *)calloc(1, sizeof *c);
+  if (c) {
+    c->plans = (kern__cu_gemm_plan *)calloc(KERN__CU_GEMM_PLANS, sizeof *c->plans);
+    if (!c->plans) {
+      free(c);
+      c = NULL;
+    }
+  }
   if (!c) {
     snprintf(err, errlen, "backend \"cuda\": out of host memory");
     return -1;
@@ -317,6 +401,9 @@ extern "C" void kern_cuda_close(kern_ctx *k) {
   CUDA_CHECK(cudaFree(c->sumsq_part));
   CUDA_CHECK(cudaFreeHost(c->sumsq_host));
   kern__cu_stage_free(c);
+  for (int i = 0; i < c->nplans; i++)
+    plan_destroy(&c->plans[i]);
+  free(c->plans);
   CUBLAS_CHECK(cublasLtDestroy(c->lt));
   CUBLAS_CHECK(cublasDestroy(c->blas));
   CUDA_CHECK(cudaStreamDestroy(c->stream));

@@ -21,6 +21,29 @@ typedef struct kern__cu_buf {
   size_t bytes;
 } kern__cu_buf;
 
+/* A cuBLASLt matmul set up once per shape (see kern__cu_gemm_ep): the key is
+ * every argument the descriptors, layouts and the heuristic's choice depend
+ * on; the pointers the descriptor holds (bias, aux) are set again per call. */
+typedef struct kern__cu_gemm_key {
+  int32_t transA, transB, M, N, K, lda, ldb, ldc, batch;
+  int32_t type, compute, epilogue;
+  int64_t sA, sB, sC, aux_ld;
+  uint32_t align[5]; /* of A, B, C, bias, aux (the heuristic's choice depends on them) */
+  uint32_t pad;
+} kern__cu_gemm_key;
+
+typedef struct kern__cu_gemm_plan {
+  kern__cu_gemm_key key;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t lP, lQ, lC;
+  int found; /* the heuristic returned an algorithm (else the fallback) */
+  cublasLtMatmulAlgo_t algo;
+} kern__cu_gemm_plan;
+
+/* Plans kept per context: a GPT step has a few dozen distinct GEMMs; beyond
+ * this many, the rest are set up per call (correct, only slower). */
+#define KERN__CU_GEMM_PLANS 128
+
 typedef struct kern__cu {
   int device;
   cudaStream_t stream;
@@ -37,6 +60,8 @@ typedef struct kern__cu {
   kern__cu_buf *bufs;           /* live ops->alloc allocations */
   size_t nbufs, capbufs;
   size_t live_bytes, peak_bytes;
+  kern__cu_gemm_plan *plans; /* (KERN__CU_GEMM_PLANS): the first nplans set up */
+  int nplans;
 } kern__cu;
 
 static inline kern__cu *kern__cu_of(kern_ctx *k) { return (kern__cu *)k->backend; }
@@ -158,6 +183,34 @@ const void *kern__cu_lowp(kern_ctx *k, const float *x, size_t n, void *dst, kern
 void kern__cu_gemm(kern_ctx *k, int transA, int transB, int M, int N, int K, float alpha,
                    const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
                    float beta, float *C, int ldc, long long sC, int batch, cudaDataType_t type);
+
+/* A cuBLASLt epilogue for kern__cu_gemm_ep, in cuBLASLt's (column-major)
+ * terms: the row-major C(M,N) is its D with m = N rows and n = M columns.
+ *   CUBLASLT_EPILOGUE_BIAS: D += bias (m fp32 values, one per D row, i.e. per
+ *     column of the row-major C), added to alpha op(A) op(B) in fp32;
+ *   CUBLASLT_EPILOGUE_GELU_AUX_BIAS / _GELU_AUX: aux = alpha op(A) op(B) (+
+ *     bias), D = gelu(aux) (tanh approximation), aux fp32 with leading
+ *     dimension aux_ld (a multiple of 8);
+ *   CUBLASLT_EPILOGUE_BGRADB: bias (n = M fp32 values, overwritten) = the
+ *     sums of op(A)'s M rows over K (with dw = dout^T inp, transA: the column
+ *     sums of dout, the bias gradient). */
+typedef struct kern__cu_epi {
+  cublasLtEpilogue_t kind;
+  const void *bias;
+  float *aux;
+  int64_t aux_ld;
+} kern__cu_epi;
+
+/* kern__cu_gemm with an epilogue (ep NULL: none). Each distinct call shape
+ * (the key of kern__cu_gemm_plan) gets its descriptors, layouts and its
+ * heuristic's algorithm once, kept until kern_cuda_close, so every later call
+ * of that shape runs the same algorithm (the same bits). Returns 0, or -1 with
+ * nothing run when ep asks for an epilogue no cuBLASLt algorithm offers here
+ * (the caller then does the same with separate kernels). */
+int kern__cu_gemm_ep(kern_ctx *k, int transA, int transB, int M, int N, int K, float alpha,
+                     const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
+                     float beta, float *C, int ldc, long long sC, int batch, cudaDataType_t type,
+                     const kern__cu_epi *ep);
 
 /* x = round(x, p) on the stream (no-op at fp32) */
 void kern__cu_round(kern_ctx *k, float *x, size_t n, kern_prec p);

@@ -114,6 +114,25 @@ static void same_bits(const char *what, kern_prec p, const vec &a, const vec &b)
   }
 }
 
+/* Median wall time in us of 20 calls of fn, each between two syncs of the
+ * backend's stream, after one warm-up call. Host clock: the stream is the
+ * backend's own (no cudaEvent can be put on it from here); at the shapes
+ * timed, kernels of hundreds of us dwarf the launches' few us. */
+template <typename F> static double median_us(F fn) {
+  std::vector<double> t;
+  fn();
+  GPU.ops->sync(&GPU);
+  for (int i = 0; i < 20; i++) {
+    auto a = std::chrono::steady_clock::now();
+    fn();
+    GPU.ops->sync(&GPU);
+    t.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 /* ---- per-layer checks ---- */
 
 static void check_encoder(kern_prec p) {
@@ -236,7 +255,86 @@ static void check_matmul(kern_prec p, int N, int C, int OC, int bias) {
     }
     gfree(gx), gfree(gw), gfree(gb);
   }
+  if ((size_t)N * OC >= ((size_t)1 << 20)) {
+    float *gx = up(vec(x.size())), *gw = up(gw0), *gb = up(gb0);
+    const float *bb = bias ? db : NULL;
+    double f = median_us([&] { GPU.ops->matmul_forward(&GPU, dout, dx, dw, bb, N, C, OC); });
+    double bw = median_us(
+        [&] { GPU.ops->matmul_backward(&GPU, gx, gw, bias ? gb : NULL, ddy, dx, dw, N, C, OC); });
+    printf("time matmul_forward %s %dx%dx%d%s: %.1f us\n", prec_name(p), N, C, OC, bias ? "+b" : "",
+           f);
+    printf("time matmul_backward %s %dx%dx%d%s: %.1f us\n", prec_name(p), N, C, OC,
+           bias ? "+b" : "", bw);
+    gfree(gx), gfree(gw), gfree(gb);
+  }
   gfree(dx), gfree(dw), gfree(db), gfree(dout), gfree(ddy);
+}
+
+/* matmul_gelu_forward against the CPU's composition, matmul_forward then
+ * gelu_forward (the CPU backend has no fused op, so CPU runs keep their
+ * bits). pre is the same GEMM and bias: eps_of(p). out: at bf16/fp16 the CUDA
+ * op takes cuBLASLt's GELU_AUX_BIAS epilogue where it can, whose GELU (the
+ * tanh approximation) reads the unrounded pre: |gelu'| <= 1.13 times pre's
+ * rounding (2^-9 relative at bf16, 2^-12 at fp16) plus out's own rounding
+ * (one ulp, 2^-8 / 2^-11) stays under eps_of(p) relative; cuBLASLt's tanh is
+ * not ours and its accuracy is not documented (a hardware tanh.approx would
+ * be 2^-11 relative, at most 0.5 |x| 2^-11 in gelu), hence 1e-3 more there.
+ * fp32 takes the separate sequence: eps_of(fp32). Unwritten outputs show as
+ * NaN. With N >= 1024, times the separate sequence against the op. */
+static void check_matmul_gelu(kern_prec p, int N, int C, int OC) {
+  char name[80];
+  vec x = randn((size_t)N * C, 1, p), w = randn((size_t)OC * C, 1.0f / sqrtf((float)C), p),
+      b = randn(OC, 0.5f, p);
+  size_t n = (size_t)N * OC;
+  vec pre(n), out(n);
+  CPU.ops->matmul_forward(&CPU, pre.data(), x.data(), w.data(), b.data(), N, C, OC);
+  CPU.ops->gelu_forward(&CPU, out.data(), pre.data(), n);
+  float *dx = up(x), *dw = up(w), *db = up(b), *dpre = up(vec(n, NAN)), *dout = up(vec(n, NAN));
+  GPU.ops->matmul_gelu_forward(&GPU, dout, dpre, dx, dw, db, N, C, OC);
+  vec gp = down(dpre, n), go = down(dout, n);
+  snprintf(name, sizeof name, "matmul_gelu_forward pre %dx%dx%d", N, C, OC);
+  compare(name, p, gp, pre, eps_of(p));
+  snprintf(name, sizeof name, "matmul_gelu_forward out %dx%dx%d", N, C, OC);
+  compare(name, p, go, out, eps_of(p) + (p == KERN_FP32 ? 0.0 : 1e-3));
+  GPU.ops->matmul_gelu_forward(&GPU, dout, dpre, dx, dw, db, N, C, OC);
+  same_bits(name, p, gp, down(dpre, n));
+  same_bits(name, p, go, down(dout, n));
+  if (N >= 1024) {
+    double sep = median_us([&] {
+      GPU.ops->matmul_forward(&GPU, dpre, dx, dw, db, N, C, OC);
+      GPU.ops->gelu_forward(&GPU, dout, dpre, n);
+    });
+    double fused =
+        median_us([&] { GPU.ops->matmul_gelu_forward(&GPU, dout, dpre, dx, dw, db, N, C, OC); });
+    printf("time matmul_forward+gelu_forward %s %dx%dx%d+b: %.1f us\n", prec_name(p), N, C, OC,
+           sep);
+    printf("time matmul_gelu_forward %s %dx%dx%d+b: %.1f us\n", prec_name(p), N, C, OC, fused);
+  }
+  gfree(dx), gfree(dw), gfree(db), gfree(dpre), gfree(dout);
+}
+
+/* Host time of enqueueing matmul_forward at a shape not yet seen (the plan's
+ * descriptors, layouts and heuristic query, and any lazy load of the chosen
+ * kernel) against the median of later calls (the cached plan). */
+static void time_gemm_setup(kern_prec p) {
+  const int N = 4096, C = 768, OC = 2304; /* qkv: no earlier check used it */
+  float *dx = up(randn((size_t)N * C, 1, p)), *dw = up(randn((size_t)OC * C, 0.03f, p)),
+        *db = up(randn(OC, 1, p)), *dout = up(vec((size_t)N * OC));
+  std::vector<double> t;
+  for (int i = 0; i < 21; i++) {
+    GPU.ops->sync(&GPU);
+    auto a = std::chrono::steady_clock::now();
+    GPU.ops->matmul_forward(&GPU, dout, dx, dw, db, N, C, OC);
+    t.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
+  }
+  GPU.ops->sync(&GPU);
+  double first = t[0];
+  t.erase(t.begin());
+  std::sort(t.begin(), t.end());
+  printf("time matmul_forward enqueue %s %dx%dx%d+b: first (plan set-up) %.1f us, cached %.1f us\n",
+         prec_name(p), N, C, OC, first, t[t.size() / 2]);
+  gfree(dx), gfree(dw), gfree(db), gfree(dout);
 }
 
 static void check_attention(kern_prec p) {
@@ -740,6 +838,16 @@ int main(void) {
     check_matmul(p, 64, 96, 128, 1);
     check_matmul(p, 37, 72, 40, 0); /* odd sizes: unaligned rows for cuBLASLt */
     check_matmul(p, 37, 72, 40, 1);
+    check_matmul_gelu(p, 37, 72, 40);
+    check_matmul_gelu(p, 37, 72, 44);    /* OC not a multiple of 8: no GELU epilogue */
+    check_matmul(p, 4096, 768, 3072, 1); /* B=4, T=1024, C=768: the MLP's fc */
+    check_matmul(p, 4096, 768, 768, 1);
+    check_matmul_gelu(p, 4096, 768, 3072);
+    if (p == KERN_BF16) { /* the head, without bias (the CPU reference takes seconds) */
+      check_matmul(p, 4096, 768, 50304, 0);
+      check_matmul(p, 4096, 768, 50257, 0);
+      time_gemm_setup(p);
+    }
     check_attention(p);
     check_flash_attention(p, 2, 40, 64, 4, 0);     /* hs 16, as the train step below */
     check_flash_attention(p, 3, 100, 64, 2, 0);    /* hs 32 */

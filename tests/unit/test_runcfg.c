@@ -1,0 +1,87 @@
+/* runcfg/runcfg.c: the "tf32" key (on by default for backend cuda at fp32,
+ * switched off by false, a true elsewhere rejected with file, path, found and
+ * expected) and what it does to the resolved JSON and so to the hash (the key
+ * appears only where it applies, so configs of other backends and precisions
+ * keep theirs). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/err.h"
+#include "runcfg/runcfg.h"
+
+/* the quickstart config with `extra` (a ",\"key\": value" tail) at the top level */
+static int parse(const char *extra, rcfg *c, char *err, size_t errlen) {
+  char text[1024];
+  snprintf(text, sizeof text,
+           "{\"model\": {\"n_layer\": 2, \"d_model\": 96, \"n_head\": 4, \"seq_len\": 64},"
+           "\"data\": {\"synthetic\": {\"letters\": 26, \"words\": 4096, \"min_len\": 2,"
+           " \"max_len\": 8, \"zipf\": 1.2, \"seed\": 1}},"
+           "\"train\": {\"batch_size\": 32, \"micro_batch_size\": 8, \"tokens\": 2097152}%s}",
+           extra);
+  return rcfg_parse(text, "run.json", c, err, errlen);
+}
+
+/* the resolved JSON has `"tf32":` (1), has it with value `want`, or not (0) */
+static int json_tf32(const rcfg *c, int *value) {
+  char *s = rcfg_to_json(c);
+  CHECK(s != NULL);
+  const char *k = s ? strstr(s, "\"tf32\":") : NULL;
+  if (k)
+    *value = strncmp(k + 7, "true", 4) == 0;
+  free(s);
+  return k != NULL;
+}
+
+int main(void) {
+  rcfg c;
+  char err[2048];
+  int v = -1;
+
+  /* cuda at fp32: on by default, in the JSON; it parses back the same */
+  CHECK_INT_EQ(parse(",\"backend\": \"cuda\"", &c, err, sizeof err), 0);
+  CHECK_INT_EQ(c.tf32, 1);
+  CHECK(json_tf32(&c, &v) && v == 1);
+  char *s = rcfg_to_json(&c);
+  rcfg back;
+  CHECK_INT_EQ(rcfg_parse(s, "resolved", &back, err, sizeof err), 0);
+  CHECK_INT_EQ(back.tf32, 1);
+  free(s);
+
+  /* switched off */
+  CHECK_INT_EQ(parse(",\"backend\": \"cuda\", \"tf32\": false", &c, err, sizeof err), 0);
+  CHECK_INT_EQ(c.tf32, 0);
+  CHECK(json_tf32(&c, &v) && v == 0);
+  char h_on[65], h_off[65];
+  rcfg on;
+  CHECK_INT_EQ(parse(",\"backend\": \"cuda\", \"tf32\": true", &on, err, sizeof err), 0);
+  CHECK_INT_EQ(on.tf32, 1);
+  CHECK_INT_EQ(rcfg_hash(&on, h_on), 0);
+  CHECK_INT_EQ(rcfg_hash(&c, h_off), 0);
+  CHECK(strcmp(h_on, h_off) != 0); /* the two train differently */
+
+  /* where it does not apply: off, absent from the JSON; false is accepted */
+  CHECK_INT_EQ(parse("", &c, err, sizeof err), 0);
+  CHECK_INT_EQ(c.tf32, 0);
+  CHECK(!json_tf32(&c, &v));
+  CHECK_INT_EQ(parse(",\"backend\": \"cuda\", \"precision\": \"bf16\"", &c, err, sizeof err), 0);
+  CHECK_INT_EQ(c.tf32, 0);
+  CHECK(!json_tf32(&c, &v));
+  CHECK_INT_EQ(parse(",\"tf32\": false", &c, err, sizeof err), 0);
+  CHECK_INT_EQ(c.tf32, 0);
+
+  /* a true where it cannot apply, and a non-boolean: file, path, found, expected */
+  CHECK_INT_EQ(parse(",\"tf32\": true", &c, err, sizeof err), SS_EINVAL);
+  CHECK(strstr(err, "run.json: $.tf32: found true with backend \"cpu\"") != NULL);
+  CHECK(strstr(err, "expected false or no key") != NULL);
+  CHECK_INT_EQ(
+      parse(",\"backend\": \"cuda\", \"precision\": \"fp16\", \"tf32\": true", &c, err, sizeof err),
+      SS_EINVAL);
+  CHECK(strstr(err, "precision \"fp16\"") != NULL);
+  CHECK_INT_EQ(parse(",\"backend\": \"cuda\", \"tf32\": 1", &c, err, sizeof err), SS_EINVAL);
+  CHECK(strstr(err, "run.json: $.tf32: expected true or false, found 1") != NULL);
+  if (check__failures)
+    fprintf(stderr, "last error: %s\n", err);
+  CHECK_DONE();
+}
