@@ -98,6 +98,11 @@ struct kern_ops {
   void (*layernorm_backward)(kern_ctx *k, float *dinp, float *dw, float *db, const float *dout,
                              const float *inp, const float *w, const float *mean, const float *rstd,
                              int N, int C);
+  /* resid = a + b (rounded), then out = layernorm(resid) with mean, rstd saved, as
+   * residual_forward followed by layernorm_forward. NULL where a backend has none. */
+  void (*residual_layernorm_forward)(kern_ctx *k, float *resid, float *out, float *mean,
+                                     float *rstd, const float *a, const float *b, const float *w,
+                                     const float *bias, int N, int C);
 
   /* out(N,OC) = inp(N,C) @ w(OC,C)^T + b (b may be NULL) */
   void (*matmul_forward)(kern_ctx *k, float *out, const float *inp, const float *w, const float *b,

@@ -233,8 +233,45 @@ void trn_model_sync_low(trn_model *m) {
   k->ops->round(k, m->params_low, m->nparams, k->prec);
 }
 
-/* Block l forward: resid[l] -> resid[l + 1]. */
-static void layer_forward(trn_model *m, int l) {
+/* Where the LayerNorm of resid[l] goes: block l's ln1, or lnf after the
+ * last block. */
+typedef struct ln_dst {
+  float *out, *mean, *rstd;
+  const float *w, *b;
+} ln_dst;
+
+static ln_dst ln_of(trn_model *m, int l) {
+  if (l < m->shape.n_layer) {
+    trn_layer_acts *a = &m->layer[l];
+    size_t LC = (size_t)l * m->shape.d_model;
+    return (ln_dst){a->ln1, a->ln1_mean, a->ln1_rstd, m->plow.ln1w + LC, m->plow.ln1b + LC};
+  }
+  return (ln_dst){m->lnf, m->lnf_mean, m->lnf_rstd, m->plow.lnfw, m->plow.lnfb};
+}
+
+/* resid = a + b, then the LayerNorm d of resid: one fused kernel where the
+ * backend has it, else the two kernels (the same bits either way). */
+static void residual_layernorm(trn_model *m, float *resid, const float *a, const float *b,
+                               ln_dst d) {
+  kern_ctx *k = m->k;
+  const kern_ops *o = k->ops;
+  int N = m->cur_B * m->shape.seq_len, C = m->shape.d_model;
+  if (o->residual_layernorm_forward) {
+    o->residual_layernorm_forward(k, resid, d.out, d.mean, d.rstd, a, b, d.w, d.b, N, C);
+    return;
+  }
+  o->residual_forward(k, resid, a, b, (size_t)N * C);
+  o->layernorm_forward(k, d.out, d.mean, d.rstd, resid, d.w, d.b, N, C);
+}
+
+/* Block l forward: resid[l] -> resid[l + 1]. Chained (the forward pass):
+ * block l's ln1 is already made from resid[l] (by the block before, or by
+ * trn_model_forward for block 0), and the block ends with the LayerNorm of
+ * resid[l + 1] as well (ln_of(l + 1)), fused with its residual. Unchained
+ * (recompute in the backward pass, where the blocks share one set of
+ * activations, so the next block's ln1 would overwrite this block's): the
+ * block makes its own ln1 and ends with resid[l + 1] alone. */
+static void layer_forward(trn_model *m, int l, int chained) {
   kern_ctx *k = m->k;
   const kern_ops *o = k->ops;
   const rcfg_shape *s = &m->shape;
@@ -242,17 +279,17 @@ static void layer_forward(trn_model *m, int l) {
   size_t LC = (size_t)l * C;
   trn_layer_acts *a = &m->layer[l];
   const trn_weights *w = &m->plow;
-  o->layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, m->resid[l], w->ln1w + LC, w->ln1b + LC,
-                       N, C);
+  if (!chained)
+    o->layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, m->resid[l], w->ln1w + LC,
+                         w->ln1b + LC, N, C);
   o->matmul_forward(k, a->qkv, a->ln1, w->qkvw + LC * 3 * C, w->qkvb + LC * 3, N, C, 3 * C);
   if (use_flash(m))
     o->flash_attention_forward(k, a->atty, a->lse, a->qkv, B, T, C, NH);
   else
     o->attention_forward(k, a->atty, a->att, a->qkv, B, T, C, NH);
   o->matmul_forward(k, m->proj, a->atty, w->attprojw + LC * C, w->attprojb + LC, N, C, C);
-  o->residual_forward(k, a->resid2, m->resid[l], m->proj, (size_t)N * C);
-  o->layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->resid2, w->ln2w + LC, w->ln2b + LC,
-                       N, C);
+  residual_layernorm(m, a->resid2, m->resid[l], m->proj,
+                     (ln_dst){a->ln2, a->ln2_mean, a->ln2_rstd, w->ln2w + LC, w->ln2b + LC});
   if (o->matmul_gelu_forward) { /* the same two results, fused where the backend can */
     o->matmul_gelu_forward(k, a->fch_gelu, a->fch, a->ln2, w->fcw + LC * 4 * C, w->fcb + LC * 4, N,
                            C, 4 * C);
@@ -261,7 +298,10 @@ static void layer_forward(trn_model *m, int l) {
     o->gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * 4 * C);
   }
   o->matmul_forward(k, m->proj, a->fch_gelu, w->fcprojw + LC * 4 * C, w->fcprojb + LC, N, 4 * C, C);
-  o->residual_forward(k, m->resid[l + 1], a->resid2, m->proj, (size_t)N * C);
+  if (chained)
+    residual_layernorm(m, m->resid[l + 1], a->resid2, m->proj, ln_of(m, l + 1));
+  else
+    o->residual_forward(k, m->resid[l + 1], a->resid2, m->proj, (size_t)N * C);
 }
 
 void trn_model_forward_into(trn_model *m, int nseq, const int32_t *tokens, const int32_t *targets,
@@ -273,10 +313,10 @@ void trn_model_forward_into(trn_model *m, int nseq, const int32_t *tokens, const
   int B = nseq, T = s->seq_len, C = s->d_model, V = s->vocab_size, N = B * T;
   o->from_host(k, m->tokens, tokens, (size_t)N * sizeof(int32_t));
   o->encoder_forward(k, m->resid[0], m->tokens, m->plow.wte, m->plow.wpe, B, T, C);
+  ln_dst first = ln_of(m, 0);
+  o->layernorm_forward(k, first.out, first.mean, first.rstd, m->resid[0], first.w, first.b, N, C);
   for (int l = 0; l < s->n_layer; l++)
-    layer_forward(m, l);
-  o->layernorm_forward(k, m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[s->n_layer], m->plow.lnfw,
-                       m->plow.lnfb, N, C);
+    layer_forward(m, l, 1); /* each ends with the next LayerNorm: ln1, lnf after the last */
   o->matmul_forward(k, m->logits, m->lnf, m->plow.wte, NULL, N, C, V);
   if (!targets)
     return;
@@ -321,7 +361,7 @@ void trn_model_backward(trn_model *m, float dscale) {
 
   for (int l = L - 1; l >= 0; l--) {
     if (m->recompute)
-      layer_forward(m, l);
+      layer_forward(m, l, 0);
     trn_layer_acts *a = &m->layer[l];
     size_t LC = (size_t)l * C;
     /* MLP half: resid[l+1] = resid2 + fcproj(gelu(fc(ln2(resid2)))) */

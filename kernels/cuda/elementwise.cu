@@ -5,70 +5,139 @@
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 
-__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n, int p) {
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n)
-    return;
-  float x = inp[i];
-  float u = GELU_S * (x + GELU_C * x * x * x);
-  out[i] = kern__cu_rnd(0.5f * x * (1.0f + kern__cu_tanhf(u)), p);
+/* The element-wise kernels take VEC consecutive elements per thread: VEC 4
+ * with one 128-bit access per array (the launcher checks that every
+ * pointer is 16-byte aligned and n % 4 == 0), VEC 1 otherwise. Each
+ * element's arithmetic is the same either way, so are the bits. */
+template <int VEC> __device__ __forceinline__ void load(float *v, const float *p) {
+  if (VEC == 4) {
+    float4 t = *(const float4 *)p;
+    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+  } else {
+    v[0] = *p;
+  }
 }
 
-/* dinp may alias dout: each thread reads its element before writing it */
+template <int VEC> __device__ __forceinline__ void store(float *p, const float *v) {
+  if (VEC == 4)
+    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+  else
+    *p = v[0];
+}
+
+/* first element of this thread's VEC */
+template <int VEC> __device__ __forceinline__ size_t first(void) {
+  return ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+}
+
+template <int VEC>
+__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n, int p) {
+  size_t i = first<VEC>();
+  if (i >= n)
+    return;
+  float x[VEC], y[VEC];
+  load<VEC>(x, inp + i);
+  for (int j = 0; j < VEC; j++) {
+    float u = GELU_S * (x[j] + GELU_C * x[j] * x[j] * x[j]);
+    y[j] = kern__cu_rnd(0.5f * x[j] * (1.0f + kern__cu_tanhf(u)), p);
+  }
+  store<VEC>(out + i, y);
+}
+
+/* dinp may alias dout: each thread reads its elements before writing them */
+template <int VEC>
 __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n,
                                      int p) {
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  size_t i = first<VEC>();
   if (i >= n)
     return;
-  float x = inp[i];
-  float u = GELU_S * (x + GELU_C * x * x * x);
-  float th = kern__cu_tanhf(u);
-  float du = GELU_S * (1.0f + 3.0f * GELU_C * x * x);
-  float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
-  dinp[i] = kern__cu_rnd(grad * dout[i], p);
+  float x[VEC], dy[VEC], dx[VEC];
+  load<VEC>(x, inp + i);
+  load<VEC>(dy, dout + i);
+  for (int j = 0; j < VEC; j++) {
+    float u = GELU_S * (x[j] + GELU_C * x[j] * x[j] * x[j]);
+    float th = kern__cu_tanhf(u);
+    float du = GELU_S * (1.0f + 3.0f * GELU_C * x[j] * x[j]);
+    float grad = 0.5f * (1.0f + th) + 0.5f * x[j] * (1.0f - th * th) * du;
+    dx[j] = kern__cu_rnd(grad * dy[j], p);
+  }
+  store<VEC>(dinp + i, dx);
 }
 
-__global__ void round_kernel(float *x, size_t n, int p) {
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n)
-    x[i] = kern__cu_rnd(x[i], p);
+template <int VEC> __global__ void round_kernel(float *x, size_t n, int p) {
+  size_t i = first<VEC>();
+  if (i >= n)
+    return;
+  float v[VEC];
+  load<VEC>(v, x + i);
+  for (int j = 0; j < VEC; j++)
+    v[j] = kern__cu_rnd(v[j], p);
+  store<VEC>(x + i, v);
 }
 
-__global__ void scale_kernel(float *x, float s, size_t n) {
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n)
-    x[i] *= s;
+template <int VEC> __global__ void scale_kernel(float *x, float s, size_t n) {
+  size_t i = first<VEC>();
+  if (i >= n)
+    return;
+  float v[VEC];
+  load<VEC>(v, x + i);
+  for (int j = 0; j < VEC; j++)
+    v[j] *= s;
+  store<VEC>(x + i, v);
 }
 
+template <int VEC>
 __global__ void accumulate_kernel(float *dst, const float *src, float s, size_t n, int init) {
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  size_t i = first<VEC>();
   if (i >= n)
     return;
-  dst[i] = init ? src[i] * s : dst[i] + src[i] * s;
+  float d[VEC], v[VEC];
+  load<VEC>(v, src + i);
+  if (init) {
+    for (int j = 0; j < VEC; j++)
+      d[j] = v[j] * s;
+  } else {
+    load<VEC>(d, dst + i);
+    for (int j = 0; j < VEC; j++)
+      d[j] = d[j] + v[j] * s;
+  }
+  store<VEC>(dst + i, d);
 }
 
 /* ---- launchers ---- */
 
+/* 128-bit accesses possible: n % 4 == 0, both pointers 16-byte aligned */
+static int vec4(size_t n, const void *p, const void *q) {
+  return n % 4 == 0 && ((uintptr_t)p | (uintptr_t)q) % 16 == 0;
+}
+
+/* KERNEL<4> over n / 4 threads where vec4 allows, else KERNEL<1> over n */
+#define LAUNCH_VEC(KERNEL, wide, n, stream, ...)                               \
+  do {                                                                         \
+    if (wide)                                                                  \
+      KERNEL<4><<<kern__cu_grid((n) / 4, 256), 256, 0, stream>>>(__VA_ARGS__); \
+    else                                                                       \
+      KERNEL<1><<<kern__cu_grid(n, 256), 256, 0, stream>>>(__VA_ARGS__);       \
+    KERN__CU_LAUNCHED();                                                       \
+  } while (0)
+
 static void gelu_forward(kern_ctx *k, float *out, const float *inp, size_t n) {
   if (n == 0)
     return;
-  gelu_forward_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(out, inp, n, k->prec);
-  KERN__CU_LAUNCHED();
+  LAUNCH_VEC(gelu_forward_kernel, vec4(n, out, inp), n, kern__cu_stream(k), out, inp, n, k->prec);
 }
 
 static void gelu_backward(kern_ctx *k, float *dinp, const float *inp, const float *dout, size_t n) {
   if (n == 0)
     return;
-  gelu_backward_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(dinp, inp, dout, n,
-                                                                              k->prec);
-  KERN__CU_LAUNCHED();
+  LAUNCH_VEC(gelu_backward_kernel, vec4(n, dinp, inp) && vec4(n, dout, dout), n, kern__cu_stream(k),
+             dinp, inp, dout, n, k->prec);
 }
 
 void kern__cu_round(kern_ctx *k, float *x, size_t n, kern_prec p) {
   if (p == KERN_FP32 || n == 0)
     return;
-  round_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(x, n, p);
-  KERN__CU_LAUNCHED();
+  LAUNCH_VEC(round_kernel, vec4(n, x, x), n, kern__cu_stream(k), x, n, p);
 }
 
 static void round_(kern_ctx *k, float *x, size_t n, kern_prec p) { kern__cu_round(k, x, n, p); }
@@ -76,15 +145,13 @@ static void round_(kern_ctx *k, float *x, size_t n, kern_prec p) { kern__cu_roun
 static void scale(kern_ctx *k, float *x, float s, size_t n) {
   if (n == 0)
     return;
-  scale_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(x, s, n);
-  KERN__CU_LAUNCHED();
+  LAUNCH_VEC(scale_kernel, vec4(n, x, x), n, kern__cu_stream(k), x, s, n);
 }
 
 static void axpy(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init) {
   if (n == 0)
     return;
-  accumulate_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(dst, src, s, n, init);
-  KERN__CU_LAUNCHED();
+  LAUNCH_VEC(accumulate_kernel, vec4(n, dst, src), n, kern__cu_stream(k), dst, src, s, n, init);
 }
 
 void kern__cuda_elementwise(kern_ops *o) {

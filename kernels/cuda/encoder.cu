@@ -1,5 +1,6 @@
 /* Token plus position embedding. CPU twin: kernels/cpu/encoder.c. */
-#include <stdlib.h>
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_select.cuh>
 
 #include "kernels/cuda/internal.cuh"
 
@@ -25,23 +26,86 @@ __global__ void encoder_dwpe_kernel(float *dwpe, const float *dout, int B, int T
   dwpe[i] = acc;
 }
 
-/* dwte: bucket j holds the rows rows[start[j]] .. rows[start[j+1]-1] (all
- * with one token, ascending); block (j, tile) adds them in that order into
- * dwte[token, c] for the tile's channels: no atomics, and every element gets
- * its rows in row order, as the CPU twin adds them. */
-__global__ void encoder_dwte_kernel(float *dwte, const float *dout, const int32_t *tokens,
-                                    const int32_t *rows, const int32_t *start, int C) {
-  int j = blockIdx.x;
-  int c = blockIdx.y * blockDim.x + threadIdx.x;
+/* ---- dwte on the device: rows bucketed by token without the host ----
+ *
+ * keys = tokens sorted with their row indices as values (CUB's radix sort:
+ * stable, and its output is a function of its input alone, so the rows of
+ * one token come out ascending on every call); a bucket starts where the
+ * sorted token changes (CUB's order-keeping compaction of those positions);
+ * then one block per bucket adds its rows in that order. */
+
+/* rows[i] = i: the values the sort carries along with the tokens */
+__global__ void encoder_iota_kernel(int32_t *rows, int N) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < N)
+    rows[i] = i;
+}
+
+/* position i of the sorted tokens starts a bucket */
+struct bucket_start {
+  const int32_t *keys;
+  __device__ __forceinline__ bool operator()(int32_t i) const {
+    return i == 0 || keys[i] != keys[i - 1];
+  }
+};
+
+#define DWTE_AHEAD 8 /* rows of a bucket loaded before they are added */
+
+/* v = the VEC floats at p (VEC 4: one 128-bit load) */
+template <int VEC> __device__ __forceinline__ void load(float *v, const float *p) {
+  if (VEC == 4) {
+    float4 t = *(const float4 *)p;
+    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+  } else {
+    v[0] = *p;
+  }
+}
+
+/* Bucket j (of *nb) holds the sorted positions start[j] .. start[j+1]-1 (the
+ * last up to N), all with token keys[start[j]], rows ascending. Block
+ * (x, tile) takes buckets x, x + gridDim.x, ... and for its VEC channels per
+ * thread adds each bucket's rows in that order into dwte[token, c]: no
+ * atomics, one block per bucket, and every element gets its rows in row
+ * order, as the CPU twin adds them. A frequent token's bucket holds hundreds
+ * of rows, one chain of additions per element: their loads are issued
+ * DWTE_AHEAD rows at a time, ahead of the additions (which keep their
+ * order). VEC 4: 128-bit accesses (C % 4 == 0, dwte and dout 16-byte
+ * aligned). */
+template <int VEC>
+__global__ void encoder_dwte_kernel(float *__restrict__ dwte, const float *__restrict__ dout,
+                                    const int32_t *__restrict__ keys,
+                                    const int32_t *__restrict__ rows,
+                                    const int32_t *__restrict__ start,
+                                    const int32_t *__restrict__ nb, int N, int C) {
+  int c = (blockIdx.y * blockDim.x + threadIdx.x) * VEC;
   if (c >= C)
     return;
-  int s0 = start[j], s1 = start[j + 1];
-  int tok = tokens[rows[s0]];
-  float *de = dwte + (size_t)tok * C + c;
-  float acc = *de;
-  for (int s = s0; s < s1; s++)
-    acc += dout[(size_t)rows[s] * C + c];
-  *de = acc;
+  int nbuckets = *nb;
+  for (int j = blockIdx.x; j < nbuckets; j += gridDim.x) {
+    int s0 = start[j], s1 = j + 1 < nbuckets ? start[j + 1] : N;
+    float *de = dwte + (size_t)keys[s0] * C + c;
+    float acc[VEC], v[DWTE_AHEAD][VEC];
+    load<VEC>(acc, de);
+    int s = s0;
+    for (; s + DWTE_AHEAD <= s1; s += DWTE_AHEAD) {
+#pragma unroll
+      for (int u = 0; u < DWTE_AHEAD; u++)
+        load<VEC>(v[u], dout + (size_t)rows[s + u] * C + c);
+#pragma unroll
+      for (int u = 0; u < DWTE_AHEAD; u++)
+        for (int e = 0; e < VEC; e++)
+          acc[e] += v[u][e];
+    }
+    for (; s < s1; s++) {
+      load<VEC>(v[0], dout + (size_t)rows[s] * C + c);
+      for (int e = 0; e < VEC; e++)
+        acc[e] += v[0][e];
+    }
+    if (VEC == 4)
+      *(float4 *)de = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    else
+      *de = acc[0];
+  }
 }
 
 /* ---- launchers ---- */
@@ -56,14 +120,14 @@ static void encoder_forward(kern_ctx *k, float *out, const int32_t *tokens, cons
   KERN__CU_LAUNCHED();
 }
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
-}
+#define DWTE_MAX_BLOCKS 2048 /* bucket blocks in x; each loops over buckets */
 
-/* The buckets are formed on the host (as llm.c does): the tokens come back
- * (N ints, a synchronising copy), rows are sorted by (token, row) and the
- * row lists and bucket starts go up into scratch. */
+/* All on the stream, no host synchronisation: the bucket count stays on the
+ * device (the dwte kernel reads it), the grid covers at most
+ * DWTE_MAX_BLOCKS buckets at a time. Scratch, carved from one call:
+ * sorted tokens, row indices in and out of the sort, bucket starts, the
+ * bucket count, CUB's temporary storage (sort and compaction, one after the
+ * other, share it). */
 static void encoder_backward(kern_ctx *k, float *dwte, float *dwpe, const float *dout,
                              const int32_t *tokens, int B, int T, int C) {
   int N = B * T;
@@ -73,37 +137,33 @@ static void encoder_backward(kern_ctx *k, float *dwte, float *dwpe, const float 
   encoder_dwpe_kernel<<<kern__cu_grid((size_t)T * C, 256), 256, 0, st>>>(dwpe, dout, B, T, C);
   KERN__CU_LAUNCHED();
 
-  uint64_t *keys = (uint64_t *)malloc((size_t)N * sizeof *keys);
-  int32_t *host = (int32_t *)malloc(((size_t)2 * N + 1) * sizeof *host);
-  if (!keys || !host) {
-    fprintf(stderr, "%s:%d: out of host memory (encoder backward, %d rows)\n", __FILE__, __LINE__,
-            N);
-    exit(1);
-  }
-  int32_t *rows = host, *start = host + N;
-  CUDA_CHECK(
-      cudaMemcpyAsync(rows, tokens, (size_t)N * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
-  CUDA_CHECK(cudaStreamSynchronize(st));
-  for (int r = 0; r < N; r++)
-    keys[r] = (uint64_t)(uint32_t)rows[r] << 32 | (uint32_t)r;
-  qsort(keys, (size_t)N, sizeof *keys, cmp_u64);
-  int nb = 0;
-  for (int i = 0; i < N; i++) {
-    if (i == 0 || keys[i] >> 32 != keys[i - 1] >> 32)
-      start[nb++] = i;
-    rows[i] = (int32_t)(keys[i] & 0xffffffffu);
-  }
-  start[nb] = N;
+  size_t sort_bytes = 0, select_bytes = 0;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, tokens, (int32_t *)NULL,
+                                             (const int32_t *)NULL, (int32_t *)NULL, N, 0, 32, st));
+  CUDA_CHECK(cub::DeviceSelect::If(NULL, select_bytes, (const int32_t *)NULL, (int32_t *)NULL,
+                                   (int32_t *)NULL, N, bucket_start{NULL}, st));
+  size_t temp_bytes = sort_bytes > select_bytes ? sort_bytes : select_bytes;
+  size_t list = kern__cu_al((size_t)N * sizeof(int32_t));
+  char *s = (char *)kern__cu_scratch(k, 4 * list + kern__cu_al(sizeof(int32_t)) + temp_bytes);
+  int32_t *keys = (int32_t *)s, *iota = (int32_t *)(s + list), *rows = (int32_t *)(s + 2 * list);
+  int32_t *start = (int32_t *)(s + 3 * list), *nb = (int32_t *)(s + 4 * list);
+  void *temp = s + 4 * list + kern__cu_al(sizeof(int32_t));
 
-  int32_t *dev = (int32_t *)kern__cu_scratch(k, ((size_t)N + nb + 1) * sizeof(int32_t));
-  CUDA_CHECK(cudaMemcpyAsync(dev, rows, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-  CUDA_CHECK(cudaMemcpyAsync(dev + N, start, ((size_t)nb + 1) * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, st));
-  CUDA_CHECK(cudaStreamSynchronize(st)); /* the host arrays are freed below */
-  free(keys);
-  free(host);
-  dim3 grid((unsigned)nb, kern__cu_grid((size_t)C, 256));
-  encoder_dwte_kernel<<<grid, 256, 0, st>>>(dwte, dout, tokens, dev, dev + N, C);
+  encoder_iota_kernel<<<kern__cu_grid((size_t)N, 256), 256, 0, st>>>(iota, N);
+  KERN__CU_LAUNCHED();
+  CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(temp, sort_bytes, tokens, keys, iota, rows, N, 0, 32, st));
+  /* the positions 0..N-1 are iota again: the sort left its inputs as they were */
+  CUDA_CHECK(cub::DeviceSelect::If(temp, select_bytes, iota, start, nb, N, bucket_start{keys}, st));
+
+  int vec = C % 4 == 0 && ((uintptr_t)dwte | (uintptr_t)dout) % 16 == 0 ? 4 : 1;
+  int lanes = C / vec, block = lanes < 256 ? (lanes + 31) / 32 * 32 : 256;
+  dim3 grid((unsigned)(N < DWTE_MAX_BLOCKS ? N : DWTE_MAX_BLOCKS),
+            kern__cu_grid((size_t)lanes, block));
+  if (vec == 4)
+    encoder_dwte_kernel<4><<<grid, block, 0, st>>>(dwte, dout, keys, rows, start, nb, N, C);
+  else
+    encoder_dwte_kernel<1><<<grid, block, 0, st>>>(dwte, dout, keys, rows, start, nb, N, C);
   KERN__CU_LAUNCHED();
 }
 

@@ -5,14 +5,12 @@
 #define WARPS 8       /* rows per block of the row kernels: one warp per row */
 #define CHUNK_ROWS 64 /* rows per partial sum of dw, db */
 
-/* One warp per row: lane l takes channels l, l + 32, ...; the warp sums by
- * butterfly. Two-pass variance as on the CPU. */
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                         const float *w, const float *b, int N, int C, int p) {
-  int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (row >= N)
-    return; /* whole warps leave together: the shuffles below see 32 lanes */
-  const float *x = inp + (size_t)row * C;
+/* Mean and rstd of the row x (C values) by one warp, every lane getting
+ * both: lane l sums channels l, l + 32, ... in order, the warp adds the 32
+ * sums by butterfly; two-pass variance as on the CPU. The forward kernels
+ * below all take their statistics from here, so they share the order. */
+__device__ __forceinline__ void ln_row_stats(const float *x, int C, int lane, float *mean,
+                                             float *rstd) {
   float s = 0.0f;
   for (int c = lane; c < C; c += 32)
     s += x[c];
@@ -22,10 +20,82 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
     float d = x[c] - m;
     v += d * d;
   }
-  float rs = 1.0f / sqrtf(kern__cu_warp_sum(v) / (float)C + LN_EPS);
+  *mean = m;
+  *rstd = 1.0f / sqrtf(kern__cu_warp_sum(v) / (float)C + LN_EPS);
+}
+
+/* One warp per row: lane l takes channels l, l + 32, ... */
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                         const float *w, const float *b, int N, int C, int p) {
+  int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N)
+    return; /* whole warps leave together: the shuffles below see 32 lanes */
+  const float *x = inp + (size_t)row * C;
+  float m, rs;
+  ln_row_stats(x, C, lane, &m, &rs);
   float *y = out + (size_t)row * C;
   for (int c = lane; c < C; c += 32)
     y[c] = kern__cu_rnd((x[c] - m) * rs * w[c] + b[c], p);
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = rs;
+  }
+}
+
+/* resid = round(a + b), then out = layernorm(resid): residual_forward_kernel
+ * and layernorm_forward_kernel in one pass over memory, with their bits.
+ * One warp per row; blockDim.x / 32 rows per block. The warp reads a and b
+ * once and writes resid, keeping its copy of the row in shared memory (C
+ * floats per warp) for the statistics and the output, read there in
+ * layernorm_forward_kernel's order; SHARED 0 (a row too long for shared
+ * memory): the copy read back is resid itself, the warp's own writes.
+ * VEC 4: 128-bit loads and stores (C % 4 == 0, every pointer 16-byte
+ * aligned, so every row is); each element's arithmetic does not depend on
+ * which lane does it, only the statistics' order does, and that comes from
+ * the copy. */
+template <int VEC, int SHARED>
+__global__ void residual_layernorm_forward_kernel(float *resid, float *out, float *mean,
+                                                  float *rstd, const float *a, const float *b,
+                                                  const float *w, const float *bias, int N, int C,
+                                                  int p) {
+  extern __shared__ float4 sh4[]; /* float4: 16-byte aligned for the 128-bit stores */
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int row = blockIdx.x * (blockDim.x / 32) + warp;
+  if (row >= N)
+    return; /* whole warps leave together */
+  size_t o = (size_t)row * C;
+  float *x = SHARED ? (float *)sh4 + (size_t)warp * C : resid + o;
+  for (int c = lane * VEC; c < C; c += 32 * VEC) {
+    if (VEC == 4) {
+      float4 u = *(const float4 *)(a + o + c), v = *(const float4 *)(b + o + c);
+      float4 r = make_float4(kern__cu_rnd(u.x + v.x, p), kern__cu_rnd(u.y + v.y, p),
+                             kern__cu_rnd(u.z + v.z, p), kern__cu_rnd(u.w + v.w, p));
+      *(float4 *)(resid + o + c) = r;
+      if (SHARED)
+        *(float4 *)(x + c) = r;
+    } else {
+      float r = kern__cu_rnd(a[o + c] + b[o + c], p);
+      resid[o + c] = r;
+      if (SHARED)
+        x[c] = r;
+    }
+  }
+  __syncwarp(); /* the row's copy, written by all lanes, is complete and visible */
+  float m, rs;
+  ln_row_stats(x, C, lane, &m, &rs);
+  float *y = out + o;
+  for (int c = lane * VEC; c < C; c += 32 * VEC) {
+    if (VEC == 4) {
+      float4 xv = *(const float4 *)(x + c), wv = *(const float4 *)(w + c);
+      float4 bv = *(const float4 *)(bias + c);
+      *(float4 *)(y + c) = make_float4(kern__cu_rnd((xv.x - m) * rs * wv.x + bv.x, p),
+                                       kern__cu_rnd((xv.y - m) * rs * wv.y + bv.y, p),
+                                       kern__cu_rnd((xv.z - m) * rs * wv.z + bv.z, p),
+                                       kern__cu_rnd((xv.w - m) * rs * wv.w + bv.w, p));
+    } else {
+      y[c] = kern__cu_rnd((x[c] - m) * rs * w[c] + bias[c], p);
+    }
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = rs;
@@ -107,6 +177,42 @@ static void layernorm_forward(kern_ctx *k, float *out, float *mean, float *rstd,
   KERN__CU_LAUNCHED();
 }
 
+#define FUSED_SHARED_BYTES (48 << 10) /* shared memory a block gets without opting in */
+
+static void residual_layernorm_forward(kern_ctx *k, float *resid, float *out, float *mean,
+                                       float *rstd, const float *a, const float *b, const float *w,
+                                       const float *bias, int N, int C) {
+  if (N == 0)
+    return;
+  size_t row_bytes = (size_t)C * sizeof(float);
+  /* WARPS rows per block where their copies fit in shared memory, fewer for
+   * long rows, one without a copy beyond */
+  int warps = WARPS, use_shared = row_bytes <= FUSED_SHARED_BYTES;
+  if (use_shared && (size_t)warps * row_bytes > FUSED_SHARED_BYTES)
+    warps = (int)(FUSED_SHARED_BYTES / row_bytes);
+  size_t shared = use_shared ? (size_t)warps * row_bytes : 0;
+  uintptr_t all = (uintptr_t)resid | (uintptr_t)out | (uintptr_t)a | (uintptr_t)b | (uintptr_t)w |
+                  (uintptr_t)bias;
+  unsigned grid = kern__cu_grid((size_t)N, warps);
+  cudaStream_t st = kern__cu_stream(k);
+#define LAUNCH(VEC, SHARED)                      \
+  residual_layernorm_forward_kernel<VEC, SHARED> \
+      <<<grid, warps * 32, shared, st>>>(resid, out, mean, rstd, a, b, w, bias, N, C, k->prec)
+  if (C % 4 == 0 && all % 16 == 0) {
+    if (use_shared)
+      LAUNCH(4, 1);
+    else
+      LAUNCH(4, 0);
+  } else {
+    if (use_shared)
+      LAUNCH(1, 1);
+    else
+      LAUNCH(1, 0);
+  }
+#undef LAUNCH
+  KERN__CU_LAUNCHED();
+}
+
 static void layernorm_backward(kern_ctx *k, float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C) {
@@ -129,4 +235,5 @@ static void layernorm_backward(kern_ctx *k, float *dinp, float *dw, float *db, c
 void kern__cuda_layernorm(kern_ops *o) {
   o->layernorm_forward = layernorm_forward;
   o->layernorm_backward = layernorm_backward;
+  o->residual_layernorm_forward = residual_layernorm_forward;
 }

@@ -2,6 +2,12 @@
  * fp32, bf16 and fp16: the same inputs to both backends, the GPU result
  * within eps * (|ref| + rms(ref)) of the CPU's; determinism (two calls give
  * identical bits); and one whole training step of a tiny GPT, CUDA vs CPU.
+ * At the trainer's shapes (B*T = 4096..16384 rows, C = 768, V = 50304 and
+ * odd sizes): the fused residual + LayerNorm and the 128-bit element-wise
+ * paths bit for bit against the kernels they replace, the device-bucketed
+ * encoder backward bit for bit against the CPU, each timed against the old
+ * path ("time WHAT: X us", median of 20 calls; for the encoder, the host
+ * round trip the device bucketing removed).
  *
  * Tolerances (llm.c's validate_result: tol + |ref| * eps, with tol taken
  * as eps * rms(ref) because cancellation errors scale with the summands, not
@@ -27,8 +33,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <vector>
 
+#include "kernels/cuda/internal.cuh" /* the backend's stream, for the timings */
 #include "kernels/cuda/kern_cuda.h"
 #include "kernels/kern.h"
 #include "kernels/step_scale.h"
@@ -114,23 +122,33 @@ static void same_bits(const char *what, kern_prec p, const vec &a, const vec &b)
   }
 }
 
-/* Median wall time in us of 20 calls of fn, each between two syncs of the
- * backend's stream, after one warm-up call. Host clock: the stream is the
- * backend's own (no cudaEvent can be put on it from here); at the shapes
- * timed, kernels of hundreds of us dwarf the launches' few us. */
-template <typename F> static double median_us(F fn) {
-  std::vector<double> t;
-  fn();
-  GPU.ops->sync(&GPU);
-  for (int i = 0; i < 20; i++) {
-    auto a = std::chrono::steady_clock::now();
-    fn();
-    GPU.ops->sync(&GPU);
-    t.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
+/* Median time in us of 20 calls of f (after one warm-up call), each
+ * between two events on the backend's stream; time_us also prints it as
+ * "time WHAT: X us". */
+template <typename F> static double median_us(F f) {
+  cudaStream_t st = kern__cu_stream(&GPU);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  f();
+  std::vector<float> ms(20);
+  for (float &t : ms) {
+    cudaEventRecord(e0, st);
+    f();
+    cudaEventRecord(e1, st);
+    cudaEventSynchronize(e1);
+    cudaEventElapsedTime(&t, e0, e1);
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return 1e3 * (ms[9] + ms[10]) / 2;
+}
+
+template <typename F> static double time_us(const char *what, F f) {
+  double us = median_us(f);
+  printf("time %s: %.1f us\n", what, us);
+  return us;
 }
 
 /* ---- per-layer checks ---- */
@@ -684,23 +702,6 @@ static void check_uploads(void) {
 
 /* ---- flash attention (no T x T buffer) against its CPU twin ---- */
 
-/* Median over reps calls of f() and a sync, in microseconds. Host clock:
- * the backend's stream is its own (no event can be recorded on it from
- * here); the sync adds a few microseconds to each call. */
-template <typename F> static double median_us(F f, int reps) {
-  f(); /* warm-up: first launches set the kernels' shared memory */
-  GPU.ops->sync(&GPU);
-  std::vector<double> t;
-  for (int i = 0; i < reps; i++) {
-    auto a = std::chrono::steady_clock::now();
-    f();
-    GPU.ops->sync(&GPU);
-    t.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 /* The CUDA flash ops against kern_cpu_flash_attention_* (same rounding
  * points: the twin walks the keys in the GPU forward's tiles), the backward
@@ -743,13 +744,13 @@ static void check_flash_attention(kern_prec p, int B, int T, int C, int NH, int 
       exit(1);
     }
     double ff =
-        median_us([&] { GPU.ops->flash_attention_forward(&GPU, gout, glse, dq, B, T, C, NH); }, 20);
+        median_us([&] { GPU.ops->flash_attention_forward(&GPU, gout, glse, dq, B, T, C, NH); });
     double fb = median_us(
-        [&] { GPU.ops->flash_attention_backward(&GPU, gd, ddy, cout, dq, clse, B, T, C, NH); }, 20);
+        [&] { GPU.ops->flash_attention_backward(&GPU, gd, ddy, cout, dq, clse, B, T, C, NH); });
     double af =
-        median_us([&] { GPU.ops->attention_forward(&GPU, gout, att, dq, B, T, C, NH); }, 20);
+        median_us([&] { GPU.ops->attention_forward(&GPU, gout, att, dq, B, T, C, NH); });
     double ab = median_us(
-        [&] { GPU.ops->attention_backward(&GPU, gd, datt, ddy, dq, att, B, T, C, NH); }, 20);
+        [&] { GPU.ops->attention_backward(&GPU, gd, datt, ddy, dq, att, B, T, C, NH); });
     printf("time flash_attention_forward %s %s: %.1f us\n", shape, prec_name(p), ff);
     printf("time flash_attention_backward %s %s: %.1f us\n", shape, prec_name(p), fb);
     printf("time attention_forward %s %s: %.1f us\n", shape, prec_name(p), af);
@@ -759,6 +760,213 @@ static void check_flash_attention(kern_prec p, int B, int T, int C, int NH, int 
     gfree(att), gfree(datt);
   }
   gfree(dq), gfree(ddy), gfree(gout), gfree(glse), gfree(cout), gfree(clse), gfree(gd);
+}
+
+/* ---- fused and vectorised kernels, at the trainer's shapes, with timings ---- */
+
+/* exact agreement with the reference (kernels whose arithmetic is the
+ * reference's operation for operation, in the same order) */
+static void identical(const char *what, kern_prec p, const vec &gpu, const vec &ref) {
+  int bad = gpu.size() != ref.size() || memcmp(gpu.data(), ref.data(), ref.size() * 4) != 0;
+  printf("%-28s %s  n %-8zu %s\n", what, prec_name(p), ref.size(),
+         bad ? "FAILED (bits differ)" : "identical");
+  failures += bad;
+}
+
+/* residual_layernorm_forward: against the CPU's residual_forward then
+ * layernorm_forward (within the LayerNorm tolerances), and bit for bit
+ * against the two CUDA kernels it replaces (same arithmetic, same reduction
+ * order) and against itself. Large C takes the kernel's path without the
+ * row in shared memory; odd C its scalar path. */
+static void check_residual_layernorm(kern_prec p, int B, int T, int C, int timed) {
+  int N = B * T;
+  size_t n = (size_t)N * C;
+  char name[160], shape[64];
+  snprintf(shape, sizeof shape, "B=%d T=%d C=%d %s", B, T, C, prec_name(p));
+  vec a = randn(n, 1, p), b = randn(n, 0.5f, p), w = randn(C, 1, p), bias = randn(C, 1, p);
+  vec resid(n), out(n), mean(N), rstd(N);
+  CPU.ops->residual_forward(&CPU, resid.data(), a.data(), b.data(), n);
+  CPU.ops->layernorm_forward(&CPU, out.data(), mean.data(), rstd.data(), resid.data(), w.data(),
+                             bias.data(), N, C);
+  float *da = up(a), *db = up(b), *dw = up(w), *dbias = up(bias);
+  float *r1 = up(vec(n)), *o1 = up(vec(n)), *m1 = up(vec(N)), *s1 = up(vec(N));
+  float *r2 = up(vec(n)), *o2 = up(vec(n)), *m2 = up(vec(N)), *s2 = up(vec(N));
+  auto fused = [&]() {
+    GPU.ops->residual_layernorm_forward(&GPU, r1, o1, m1, s1, da, db, dw, dbias, N, C);
+  };
+  auto two = [&]() {
+    GPU.ops->residual_forward(&GPU, r2, da, db, n);
+    GPU.ops->layernorm_forward(&GPU, o2, m2, s2, r2, dw, dbias, N, C);
+  };
+  float *g1[4] = {r1, o1, m1, s1}, *g2[4] = {r2, o2, m2, s2};
+  size_t len[4] = {n, n, (size_t)N, (size_t)N};
+  const char *part[4] = {"resid", "out", "mean", "rstd"};
+  fused();
+  two();
+  vec f[4], t[4];
+  for (int i = 0; i < 4; i++)
+    f[i] = down(g1[i], len[i]), t[i] = down(g2[i], len[i]);
+  snprintf(name, sizeof name, "resid+layernorm C=%d resid", C);
+  identical(name, p, f[0], resid); /* a rounded sum: exact on both backends */
+  snprintf(name, sizeof name, "resid+layernorm C=%d out", C);
+  compare(name, p, f[1], out, eps_of(p));
+  snprintf(name, sizeof name, "resid+layernorm C=%d mean", C);
+  compare(name, p, f[2], mean, eps_of(KERN_FP32));
+  snprintf(name, sizeof name, "resid+layernorm C=%d rstd", C);
+  compare(name, p, f[3], rstd, eps_of(KERN_FP32));
+  for (int i = 0; i < 4; i++) {
+    snprintf(name, sizeof name, "fused = two kernels C=%d %s", C, part[i]);
+    identical(name, p, f[i], t[i]);
+  }
+  fused();
+  for (int i = 0; i < 4; i++)
+    same_bits("residual_layernorm_forward", p, f[i], down(g1[i], len[i]));
+  if (timed) {
+    snprintf(name, sizeof name, "residual_forward+layernorm_forward (old) %s", shape);
+    double old_us = time_us(name, two);
+    snprintf(name, sizeof name, "residual_layernorm_forward (new) %s", shape);
+    double new_us = time_us(name, fused);
+    printf("residual+layernorm %s: fused %.2fx the speed of the two kernels\n", shape,
+           old_us / new_us);
+  }
+  gfree(da), gfree(db), gfree(dw), gfree(dbias);
+  gfree(r1), gfree(o1), gfree(m1), gfree(s1), gfree(r2), gfree(o2), gfree(m2), gfree(s2);
+}
+
+/* n values spread over a few hundred distinct ones, cheaply (the big
+ * gradient buffers need no normal draws) */
+static vec spread(size_t n, float scale) {
+  vec x(n);
+  for (size_t i = 0; i < n; i++)
+    x[i] = scale * (float)((int)((i * 2654435761u) % 601u) - 300) / 300.0f;
+  return x;
+}
+
+/* The old encoder_backward's host round trip (the tokens down, a sort by
+ * (token, row), row lists and bucket starts up, each copy waited for), for
+ * the old-against-new timing: the part the device bucketing replaces. */
+static void host_bucketing(const int32_t *dtok, int N, int32_t *dev) {
+  cudaStream_t st = kern__cu_stream(&GPU);
+  std::vector<int32_t> tok(N), rows(N), start;
+  std::vector<uint64_t> keys(N);
+  cudaMemcpyAsync(tok.data(), dtok, (size_t)N * 4, cudaMemcpyDeviceToHost, st);
+  cudaStreamSynchronize(st);
+  for (int r = 0; r < N; r++)
+    keys[r] = (uint64_t)(uint32_t)tok[r] << 32 | (uint32_t)r;
+  std::sort(keys.begin(), keys.end());
+  for (int i = 0; i < N; i++) {
+    if (i == 0 || keys[i] >> 32 != keys[i - 1] >> 32)
+      start.push_back(i);
+    rows[i] = (int32_t)(keys[i] & 0xffffffffu);
+  }
+  start.push_back(N);
+  cudaMemcpyAsync(dev, rows.data(), (size_t)N * 4, cudaMemcpyHostToDevice, st);
+  cudaMemcpyAsync(dev + N, start.data(), start.size() * 4, cudaMemcpyHostToDevice, st);
+  cudaStreamSynchronize(st);
+}
+
+/* encoder_backward at a training shape: tokens skewed towards small ids
+ * (u^3 * V: a few thousand distinct tokens, the frequent ones in buckets of
+ * hundreds of rows, as in text). Every dwte / dwpe element is the CPU's sum
+ * in the CPU's (row) order, so the bits must agree with the CPU twin's. */
+static void check_encoder_backward_large(kern_prec p, int B, int T, int C, int V, int timed) {
+  int N = B * T;
+  std::vector<int32_t> tok(N);
+  for (int i = 0; i < N; i++) {
+    double u = trn_rng_uniform(rng);
+    tok[i] = (int32_t)(u * u * u * V);
+  }
+  vec dy = randn((size_t)N * C, 1, p), dwte = spread((size_t)V * C, 0.01f),
+      dwpe = spread((size_t)T * C, 0.02f);
+  vec cte = dwte, cpe = dwpe;
+  CPU.ops->encoder_backward(&CPU, cte.data(), cpe.data(), dy.data(), tok.data(), B, T, C);
+  int32_t *dtok = up(tok);
+  float *ddy = up(dy), *gte = up(dwte), *gpe = up(dwpe);
+  char name[160], shape[64];
+  snprintf(shape, sizeof shape, "B=%d T=%d C=%d V=%d %s", B, T, C, V, prec_name(p));
+  GPU.ops->encoder_backward(&GPU, gte, gpe, ddy, dtok, B, T, C);
+  vec a = down(gte, dwte.size()), b = down(gpe, dwpe.size());
+  snprintf(name, sizeof name, "encoder_backward V=%d dwte", V);
+  compare(name, p, a, cte, eps_of(KERN_FP32));
+  identical(name, p, a, cte);
+  snprintf(name, sizeof name, "encoder_backward V=%d dwpe", V);
+  identical(name, p, b, cpe);
+  GPU.ops->from_host(&GPU, gte, dwte.data(), dwte.size() * 4);
+  GPU.ops->from_host(&GPU, gpe, dwpe.data(), dwpe.size() * 4);
+  GPU.ops->encoder_backward(&GPU, gte, gpe, ddy, dtok, B, T, C);
+  same_bits("encoder_backward dwte", p, a, down(gte, dwte.size()));
+  same_bits("encoder_backward dwpe", p, b, down(gpe, dwpe.size()));
+  if (timed) {
+    /* accumulating into dwte again each call: the same work every call */
+    snprintf(name, sizeof name, "encoder_backward (new, device bucketing) %s", shape);
+    time_us(name, [&]() { GPU.ops->encoder_backward(&GPU, gte, gpe, ddy, dtok, B, T, C); });
+    int32_t *lists = (int32_t *)GPU.ops->alloc(&GPU, (2 * (size_t)N + 1) * 4);
+    snprintf(name, sizeof name, "encoder_backward old host bucketing round trip alone %s", shape);
+    time_us(name, [&]() { host_bucketing(dtok, N, lists); });
+    gfree(lists);
+  }
+  gfree(dtok), gfree(ddy), gfree(gte), gfree(gpe);
+}
+
+/* The element-wise kernels' 128-bit path (aligned pointers, n % 4 == 0)
+ * against their scalar path (the same data one float further on: every
+ * pointer 4 bytes off 16-byte alignment), bit for bit, and timed: scalar
+ * (old) against 128-bit (new). n: elements. */
+static void check_vec4(kern_prec p, size_t n, int timed) {
+  vec x = randn(n, 3, p), y = randn(n, 1, p);
+  /* buffers of n + 4 floats; "a" the aligned view, "u" the view at +1 */
+  float *bx = up(vec(n + 4)), *by = up(vec(n + 4)), *bo = up(vec(n + 4));
+  float *ax = bx, *ay = by, *ao = bo, *ux = bx + 1, *uy = by + 1, *uo = bo + 1;
+  auto load = [&]() {
+    GPU.ops->from_host(&GPU, ax, x.data(), n * 4);
+    GPU.ops->from_host(&GPU, ay, y.data(), n * 4);
+    GPU.ops->from_host(&GPU, ux, x.data(), n * 4);
+    GPU.ops->from_host(&GPU, uy, y.data(), n * 4);
+  };
+  char name[160];
+  struct op {
+    const char *name;
+    std::function<void(float *, float *, float *)> f; /* (out, x, y) */
+  };
+  std::vector<op> ops = {
+      {"gelu_forward",
+       [&](float *o, float *xi, float *) { GPU.ops->gelu_forward(&GPU, o, xi, n); }},
+      {"gelu_backward (aliased)",
+       [&](float *, float *xi, float *yi) { GPU.ops->gelu_backward(&GPU, yi, xi, yi, n); }},
+      {"residual_forward",
+       [&](float *o, float *xi, float *yi) { GPU.ops->residual_forward(&GPU, o, xi, yi, n); }},
+      {"scale", [&](float *, float *xi, float *) { GPU.ops->scale(&GPU, xi, 0.37f, n); }},
+      {"axpy (init)",
+       [&](float *o, float *xi, float *) { GPU.ops->axpy(&GPU, o, xi, 0.25f, n, 1); }},
+      {"axpy (+=)",
+       [&](float *, float *xi, float *yi) { GPU.ops->axpy(&GPU, yi, xi, 0.25f, n, 0); }},
+      {"round", [&](float *, float *xi, float *) { GPU.ops->round(&GPU, xi, n, KERN_BF16); }},
+  };
+  for (const op &o : ops) {
+    /* the op's result is in out, x or y, whichever it writes: compare all three */
+    load();
+    GPU.ops->zero(&GPU, bo, (n + 4) * 4);
+    o.f(ao, ax, ay);
+    vec r[3] = {down(ao, n), down(ax, n), down(ay, n)};
+    GPU.ops->zero(&GPU, bo, (n + 4) * 4);
+    o.f(uo, ux, uy);
+    vec s[3] = {down(uo, n), down(ux, n), down(uy, n)};
+    int bad = 0;
+    for (int i = 0; i < 3; i++)
+      bad += memcmp(r[i].data(), s[i].data(), n * 4) != 0;
+    snprintf(name, sizeof name, "%s 128-bit = scalar", o.name);
+    printf("%-28s %s  n %-8zu %s\n", name, prec_name(p), n,
+           bad ? "FAILED (bits differ)" : "identical");
+    failures += bad != 0;
+    if (timed) {
+      /* in-place ops change their data each call; the timing does not care */
+      snprintf(name, sizeof name, "%s (old, scalar) n=%zu %s", o.name, n, prec_name(p));
+      time_us(name, [&]() { o.f(uo, ux, uy); });
+      snprintf(name, sizeof name, "%s (new, 128-bit) n=%zu %s", o.name, n, prec_name(p));
+      time_us(name, [&]() { o.f(ao, ax, ay); });
+    }
+  }
+  gfree(bx), gfree(by), gfree(bo);
 }
 
 /* ---- one whole training step, CUDA against CPU ---- */
@@ -860,6 +1068,18 @@ int main(void) {
     check_adamw(p);
     check_adamw_fused(p);
     check_train_step(p);
+    /* the trainer's shapes; timings at bf16, the usual training precision */
+    int timed = p == KERN_BF16;
+    check_residual_layernorm(p, 4, 1024, 768, timed);
+    check_residual_layernorm(p, 16, 1024, 768, timed);
+    check_residual_layernorm(p, 4, 1024, 771, timed); /* odd C: the scalar path */
+    check_residual_layernorm(p, 1, 37, 12800, 0);     /* rows too long for shared memory */
+    check_residual_layernorm(p, 1, 37, 12289, 0);     /* ... and odd */
+    check_encoder_backward_large(p, 16, 1024, 768, 50304, timed);
+    check_encoder_backward_large(p, 4, 1024, 771, 50257, 0); /* odd C and V: the scalar path */
+    check_vec4(p, 4100, 0);                                  /* a partial last block */
+    if (timed)
+      check_vec4(p, (size_t)16 * 1024 * 4 * 768, 1); /* the MLP's (B, T, 4C) at B=16 */
     if (pi == 0) {
       check_round();
       check_sumsq();
