@@ -8,13 +8,22 @@ static double up16(double n) {
   return n < 1e18 ? (double)(((unsigned long long)n + 15) / 16 * 16) : n;
 }
 
-/* floats of one layer's saved activations (trainer/model.c layer_acts) */
-static double layer_floats(double BT, double C, double NH, double T) {
-  return 4 * up16(BT * C)            /* ln1, atty, resid2, ln2 */
-         + 4 * up16(BT)              /* ln1 and ln2 mean, rstd */
-         + up16(BT * 3 * C)          /* qkv */
-         + up16(BT / T * NH * T * T) /* att: (B, NH, T, T) */
-         + 2 * up16(BT * 4 * C);     /* fch, fch_gelu */
+/* floats of one layer's saved activations (trainer/model.c layer_acts):
+ * flash attention saves lse (B, NH, T) where the other path saves the
+ * probabilities att (B, NH, T, T) */
+static double layer_floats(double BT, double C, double NH, double T, int flash) {
+  return 4 * up16(BT * C)                          /* ln1, atty, resid2, ln2 */
+         + 4 * up16(BT)                            /* ln1 and ln2 mean, rstd */
+         + up16(BT * 3 * C)                        /* qkv */
+         + up16(BT / T * NH * T * (flash ? 1 : T)) /* lse or att */
+         + 2 * up16(BT * 4 * C);                   /* fch, fch_gelu */
+}
+
+/* trainer/model.c's use_flash: the CUDA backend has flash attention for
+ * these head sizes; the CPU backend has none */
+static int flash_attention(const rcfg *c) {
+  int hs = c->model.n_head > 0 ? c->model.d_model / c->model.n_head : 0;
+  return strcmp(c->backend, "cuda") == 0 && (hs == 16 || hs == 32 || hs == 64 || hs == 128);
 }
 
 rcfg_mem rcfg_memory(const rcfg *c) {
@@ -24,6 +33,7 @@ rcfg_mem rcfg_memory(const rcfg *c) {
   double T = c->model.seq_len, V = c->model.vocab_size;
   double B = c->train.micro_batch_size > 0 ? c->train.micro_batch_size : c->train.batch_size;
   double BT = B * T;
+  int flash = flash_attention(c);
   /* the tensors of trainer/model.c, in order */
   double sz[16] = {V * C,         T * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
                    L * C * C,     L * C, L * C, L * C, L * 4 * C * C, L * 4 * C,
@@ -41,12 +51,13 @@ rcfg_mem rcfg_memory(const rcfg *c) {
   if (c->optimizer.zero && c->world_size > 1) /* ZeRO-1: this rank's shard */
     m.optimizer /= c->world_size;
   double acts = (L + 1) * up16(BT * C) /* block inputs */
-                + (c->memory.recompute ? 1 : L) * layer_floats(BT, C, NH, T) +
+                + (c->memory.recompute ? 1 : L) * layer_floats(BT, C, NH, T, flash) +
                 2 * up16(BT * C) /* proj, lnf */
                 + 3 * up16(BT)   /* lnf mean, rstd; losses */
                 + up16(BT * V);  /* logits */
-  double back = 3 * up16(BT * C) + up16(BT * 3 * C) + up16(B * NH * T * T) + up16(BT * 4 * C);
-  m.activations = 4 * (acts + back) + 2 * 4 * BT; /* + tokens, targets */
+  double back = 3 * up16(BT * C) + up16(BT * 3 * C) + (flash ? 0 : up16(B * NH * T * T)) +
+                up16(BT * 4 * C);                      /* dresid, dln, datty; dqkv; datt; dfch */
+  m.activations = 4 * (acts + back) + 2 * 4 * BT + 64; /* + tokens, targets; the step's scalars */
   double nval = (double)(c->eval.tokens / (c->model.seq_len > 0 ? c->model.seq_len : 1));
   m.other = 4 * (BT + 1) + 4 * (nval * T + 1);
   if (c->checkpoint.every_tokens > 0) /* staging: the larger of weights and optimizer state */

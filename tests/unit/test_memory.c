@@ -5,7 +5,9 @@
  * backend with its alloc/free wrapped by a counter; the bytes live at the
  * peak must equal the estimate's parameters + gradients + optimizer +
  * activations (the backend rounds each allocation up to 64 bytes: at most
- * 64 bytes x a dozen buffers apart). Then one real run (trn_train, a model
+ * 64 bytes x a dozen buffers apart); for a CUDA config, with the CPU twin of
+ * the CUDA backend's flash attention in the table, as the CUDA run lays out
+ * its buffers. Then one real run (trn_train, a model
  * whose attention buffers make the estimate ~0.3 GiB) compares the growth of
  * the process's peak RSS with the estimate: generous bounds, because RSS
  * also holds OpenBLAS's buffers and the allocator's slack. */
@@ -66,6 +68,10 @@ static double measured(const rcfg *c) {
   counting = *k.ops;
   counting.alloc = count_alloc;
   counting.free = count_free;
+  if (!strcmp(c->backend, "cuda")) { /* the CUDA backend's flash attention, by its CPU twin */
+    counting.flash_attention_forward = kern_cpu_flash_attention_forward;
+    counting.flash_attention_backward = kern_cpu_flash_attention_backward;
+  }
   k.ops = &counting;
   live = peak = 0;
   rcfg_shape s = rcfg_shape_of(c);
@@ -89,6 +95,11 @@ static void test_counted(void) {
       "\"train\":{\"batch_size\":8,\"micro_batch_size\":2}}",
       "{\"model\":{\"n_layer\":4,\"d_model\":32,\"n_head\":2,\"seq_len\":128},"
       "\"precision\":\"fp16\",\"memory\":{\"recompute\":true},\"train\":{\"batch_size\":4}}",
+      /* CUDA: flash attention saves (B, NH, T) where the CPU saves (B, NH, T, T) */
+      "{\"model\":{\"n_layer\":2,\"d_model\":64,\"n_head\":4,\"seq_len\":256},"
+      "\"backend\":\"cuda\",\"precision\":\"bf16\"}",
+      "{\"model\":{\"n_layer\":3,\"d_model\":64,\"n_head\":2,\"seq_len\":128},"
+      "\"backend\":\"cuda\",\"memory\":{\"recompute\":true},\"train\":{\"batch_size\":4}}",
   };
   for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
     rcfg c;
