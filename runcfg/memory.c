@@ -19,11 +19,11 @@ static double layer_floats(double BT, double C, double NH, double T, int flash) 
          + 2 * up16(BT * 4 * C);                   /* fch, fch_gelu */
 }
 
-/* trainer/model.c's use_flash: the CUDA backend has flash attention for
+/* trainer/model.c's use_flash: the CUDA backend's flash attention, at
  * these head sizes; the CPU backend has none */
 static int flash_attention(const rcfg *c) {
   int hs = c->model.n_head > 0 ? c->model.d_model / c->model.n_head : 0;
-  return strcmp(c->backend, "cuda") == 0 && (hs == 16 || hs == 32 || hs == 64 || hs == 128);
+  return strcmp(c->backend, "cuda") == 0 && (hs == 16 || hs == 32 || hs == 64);
 }
 
 rcfg_mem rcfg_memory(const rcfg *c) {

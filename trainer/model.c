@@ -2,6 +2,7 @@
 #include "trainer/model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,12 +45,14 @@ static float *take(carver *c, size_t n) {
 }
 
 /* Attention through the backend's flash ops (no (B, NH, T, T) buffers,
- * kernels/kern.h) where it has them and they take this head size (the CUDA
- * kernels take 16, 32, 64 and 128); else attention_forward/backward. */
+ * kernels/kern.h) where it has them, at head sizes 16, 32 and 64 (the CUDA
+ * kernels also take 128, but with up to 140 kB of shared memory per block,
+ * more than sm_86 / sm_89 GPUs have); else attention_forward/backward.
+ * runcfg/memory.c counts the same. */
 static int use_flash(const trn_model *m) {
   int hs = m->shape.d_model / m->shape.n_head;
   return m->k->ops->flash_attention_forward && m->k->ops->flash_attention_backward &&
-         (hs == 16 || hs == 32 || hs == 64 || hs == 128);
+         (hs == 16 || hs == 32 || hs == 64);
 }
 
 static void layer_acts(carver *c, trn_layer_acts *a, size_t BT, size_t C, size_t NH, size_t T,
@@ -351,8 +354,13 @@ void trn_model_backward(trn_model *m, float dscale) {
 
   /* head: a forward without dscale left the logits intact; this pass
    * turns them into dlogits of the mean loss, in place */
-  if (m->head_dscale == 0.0f || m->head_dscale != dscale)
+  if (m->head_dscale == 0.0f) {
     o->softmax_xent(k, m->losses, m->logits, m->targets, N, V, dscale / (float)N);
+  } else if (m->head_dscale != dscale) { /* the logits hold another scale's gradient */
+    fprintf(stderr, "%s:%d: backward with dscale %g after a forward that formed %g's\n", __FILE__,
+            __LINE__, (double)dscale, (double)m->head_dscale);
+    abort();
+  }
   m->head_dscale = 0.0f;
   o->matmul_backward(k, m->dln, g->wte, NULL, m->logits, m->lnf, w->wte, N, C, V);
   o->zero(k, m->dresid, (size_t)N * C * sizeof(float));

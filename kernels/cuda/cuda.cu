@@ -196,8 +196,6 @@ static void plan_setup(kern__cu *c, kern__cu_gemm_plan *pl, const kern__cu_gemm_
                                                 &ep->bias, sizeof ep->bias));
     if (ep->aux) {
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &f32, sizeof f32));
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
           pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep->aux, sizeof ep->aux));
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                   &ep->aux_ld, sizeof ep->aux_ld));

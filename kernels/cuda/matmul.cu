@@ -158,7 +158,8 @@ static void matmul_backward(kern_ctx *k, float *dinp, float *dw, float *db, cons
   /* dw(OC,C) += dout(N,OC)^T @ inp(N,C); with db, the BGRADB epilogue
    * writes colsum(dout) (the same values as the GEMM reads: dout is already
    * representable at prec) into part, added to db after */
-  if (db) {
+  /* not with TF32: the epilogue would sum dout truncated to TF32's 10 bits */
+  if (db && !(p == KERN_FP32 && kern__cu_of(k)->tf32)) {
     kern__cu_epi ep = {CUBLASLT_EPILOGUE_BGRADB, part, NULL, 0};
     if (kern__cu_gemm_ep(k, 1, 0, OC, C, N, 1.0f, D, OC, 0, I, C, 0, 1.0f, dw, C, 0, 1, t, &ep) ==
         0) {

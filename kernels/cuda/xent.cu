@@ -10,6 +10,8 @@ struct maxsum {
 };
 
 __device__ __forceinline__ maxsum add_one(maxsum a, float z) {
+  if (z == -INFINITY) /* exp(-inf) = 0 adds nothing (and -inf - -inf is NaN) */
+    return a;
   if (z > a.m) {
     a.s = a.s * kern__cu_expf(a.m - z) + 1.0f;
     a.m = z;
