@@ -278,7 +278,8 @@ try:
     def checkpointed():
         return len(rows(f"SELECT id FROM runs WHERE sweep_id = {sw['id']} AND status = 'running' "
                         "AND checkpoint_step > 0")) == len(run_ids)
-    wait_for(checkpointed, "the runs to train and store a checkpoint", 60)
+    wait_for(checkpointed, "the runs to train and store a checkpoint",
+             300 if os.environ.get("SCALESWEEP_TEST_SANITIZED") else 60)
     worker_id = psql("SELECT id FROM workers WHERE name = 'w1'")
     before = {}
     for rid in run_ids:
@@ -388,7 +389,8 @@ try:
             if int(ck) <= before[rid]["ck"]:
                 return False
         return True
-    wait_for(progressed, "the new run to succeed and the old ones to checkpoint again", 60)
+    wait_for(progressed, "the new run to succeed and the old ones to checkpoint again",
+             300 if os.environ.get("SCALESWEEP_TEST_SANITIZED") else 60)
     note = psql(f"SELECT upgrade_note FROM runs WHERE id = {short}")
     check(note == "added", f"the run submitted after the upgrade has upgrade_note {note!r}")
     for rid in run_ids:
