@@ -7,23 +7,9 @@
 
 /* The element-wise kernels take VEC consecutive elements per thread: VEC 4
  * with one 128-bit access per array (the launcher checks that every
- * pointer is 16-byte aligned and n % 4 == 0), VEC 1 otherwise. Each
- * element's arithmetic is the same either way, so are the bits. */
-template <int VEC> __device__ __forceinline__ void load(float *v, const float *p) {
-  if (VEC == 4) {
-    float4 t = *(const float4 *)p;
-    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
-  } else {
-    v[0] = *p;
-  }
-}
-
-template <int VEC> __device__ __forceinline__ void store(float *p, const float *v) {
-  if (VEC == 4)
-    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
-  else
-    *p = v[0];
-}
+ * pointer is 16-byte aligned and n % 4 == 0), VEC 1 otherwise
+ * (kern__cu_load / kern__cu_store). Each element's arithmetic is the same
+ * either way, so are the bits. */
 
 /* first element of this thread's VEC */
 template <int VEC> __device__ __forceinline__ size_t first(void) {
@@ -36,12 +22,12 @@ __global__ void gelu_forward_kernel(float *out, const float *inp, size_t n, int 
   if (i >= n)
     return;
   float x[VEC], y[VEC];
-  load<VEC>(x, inp + i);
+  kern__cu_load<VEC>(x, inp + i);
   for (int j = 0; j < VEC; j++) {
     float u = GELU_S * (x[j] + GELU_C * x[j] * x[j] * x[j]);
     y[j] = kern__cu_rnd(0.5f * x[j] * (1.0f + kern__cu_tanhf(u)), p);
   }
-  store<VEC>(out + i, y);
+  kern__cu_store<VEC>(out + i, y);
 }
 
 /* dinp may alias dout: each thread reads its elements before writing them */
@@ -52,8 +38,8 @@ __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float 
   if (i >= n)
     return;
   float x[VEC], dy[VEC], dx[VEC];
-  load<VEC>(x, inp + i);
-  load<VEC>(dy, dout + i);
+  kern__cu_load<VEC>(x, inp + i);
+  kern__cu_load<VEC>(dy, dout + i);
   for (int j = 0; j < VEC; j++) {
     float u = GELU_S * (x[j] + GELU_C * x[j] * x[j] * x[j]);
     float th = kern__cu_tanhf(u);
@@ -61,7 +47,7 @@ __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float 
     float grad = 0.5f * (1.0f + th) + 0.5f * x[j] * (1.0f - th * th) * du;
     dx[j] = kern__cu_rnd(grad * dy[j], p);
   }
-  store<VEC>(dinp + i, dx);
+  kern__cu_store<VEC>(dinp + i, dx);
 }
 
 template <int VEC> __global__ void round_kernel(float *x, size_t n, int p) {
@@ -69,10 +55,10 @@ template <int VEC> __global__ void round_kernel(float *x, size_t n, int p) {
   if (i >= n)
     return;
   float v[VEC];
-  load<VEC>(v, x + i);
+  kern__cu_load<VEC>(v, x + i);
   for (int j = 0; j < VEC; j++)
     v[j] = kern__cu_rnd(v[j], p);
-  store<VEC>(x + i, v);
+  kern__cu_store<VEC>(x + i, v);
 }
 
 template <int VEC> __global__ void scale_kernel(float *x, float s, size_t n) {
@@ -80,10 +66,10 @@ template <int VEC> __global__ void scale_kernel(float *x, float s, size_t n) {
   if (i >= n)
     return;
   float v[VEC];
-  load<VEC>(v, x + i);
+  kern__cu_load<VEC>(v, x + i);
   for (int j = 0; j < VEC; j++)
     v[j] *= s;
-  store<VEC>(x + i, v);
+  kern__cu_store<VEC>(x + i, v);
 }
 
 template <int VEC>
@@ -92,16 +78,16 @@ __global__ void accumulate_kernel(float *dst, const float *src, float s, size_t 
   if (i >= n)
     return;
   float d[VEC], v[VEC];
-  load<VEC>(v, src + i);
+  kern__cu_load<VEC>(v, src + i);
   if (init) {
     for (int j = 0; j < VEC; j++)
       d[j] = v[j] * s;
   } else {
-    load<VEC>(d, dst + i);
+    kern__cu_load<VEC>(d, dst + i);
     for (int j = 0; j < VEC; j++)
       d[j] = d[j] + v[j] * s;
   }
-  store<VEC>(dst + i, d);
+  kern__cu_store<VEC>(dst + i, d);
 }
 
 /* ---- launchers ---- */

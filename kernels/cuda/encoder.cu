@@ -51,16 +51,6 @@ struct bucket_start {
 
 #define DWTE_AHEAD 8 /* rows of a bucket loaded before they are added */
 
-/* v = the VEC floats at p (VEC 4: one 128-bit load) */
-template <int VEC> __device__ __forceinline__ void load(float *v, const float *p) {
-  if (VEC == 4) {
-    float4 t = *(const float4 *)p;
-    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
-  } else {
-    v[0] = *p;
-  }
-}
-
 /* Bucket j (of *nb) holds the sorted positions start[j] .. start[j+1]-1 (the
  * last up to N), all with token keys[start[j]], rows ascending. Block
  * (x, tile) takes buckets x, x + gridDim.x, ... and for its VEC channels per
@@ -85,19 +75,19 @@ __global__ void encoder_dwte_kernel(float *__restrict__ dwte, const float *__res
     int s0 = start[j], s1 = j + 1 < nbuckets ? start[j + 1] : N;
     float *de = dwte + (size_t)keys[s0] * C + c;
     float acc[VEC], v[DWTE_AHEAD][VEC];
-    load<VEC>(acc, de);
+    kern__cu_load<VEC>(acc, de);
     int s = s0;
     for (; s + DWTE_AHEAD <= s1; s += DWTE_AHEAD) {
 #pragma unroll
       for (int u = 0; u < DWTE_AHEAD; u++)
-        load<VEC>(v[u], dout + (size_t)rows[s + u] * C + c);
+        kern__cu_load<VEC>(v[u], dout + (size_t)rows[s + u] * C + c);
 #pragma unroll
       for (int u = 0; u < DWTE_AHEAD; u++)
         for (int e = 0; e < VEC; e++)
           acc[e] += v[u][e];
     }
     for (; s < s1; s++) {
-      load<VEC>(v[0], dout + (size_t)rows[s] * C + c);
+      kern__cu_load<VEC>(v[0], dout + (size_t)rows[s] * C + c);
       for (int e = 0; e < VEC; e++)
         acc[e] += v[0][e];
     }

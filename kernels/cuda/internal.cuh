@@ -157,6 +157,24 @@ __device__ __forceinline__ float kern__cu_block_reduce(float v, float *sh, int i
   return r;
 }
 
+/* v = the VEC floats at p, and back (VEC 4: one 128-bit access; p then
+ * 16-byte aligned) */
+template <int VEC> __device__ __forceinline__ void kern__cu_load(float *v, const float *p) {
+  if (VEC == 4) {
+    float4 t = *(const float4 *)p;
+    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+  } else {
+    v[0] = *p;
+  }
+}
+
+template <int VEC> __device__ __forceinline__ void kern__cu_store(float *p, const float *v) {
+  if (VEC == 4)
+    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+  else
+    *p = v[0];
+}
+
 /* ---- host helpers (kernels/cuda/cuda.cu) ---- */
 
 /* At least `bytes` of device scratch, 256-byte aligned. Valid until the next
