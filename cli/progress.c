@@ -75,6 +75,7 @@ int cli_progress_poll(cli_progress *p, const cli_target *t, long long id) {
 
   /* the running runs: their latest loss, and their share of compute spent */
   char runs_text[256] = "";
+  long long reporting = 0; /* running runs with a loss to show */
   if (p->running > 0) {
     snprintf(path, sizeof path, "/api/sweeps/%lld/runs?status=running&limit=64", id);
     json_t *rj = get_json(t, path);
@@ -111,6 +112,7 @@ int cli_progress_poll(cli_progress *p, const cli_target *t, long long id) {
       double at = last ? json_number_value(json_array_get(tok, last - 1)) : 0;
       if (tokens > 0 && flops > 0)
         spent += flops * fmin(1.0, at / tokens);
+      reporting += last > 0;
       if (shown < SHOW_RUNNING && toff < sizeof runs_text) {
         if (last)
           toff += (size_t)snprintf(runs_text + toff, sizeof runs_text - toff,
@@ -159,8 +161,12 @@ int cli_progress_poll(cli_progress *p, const cli_target *t, long long id) {
     fprintf(p->out, "\r\033[K%.150s", line);
     p->shown = 1;
   } else {
-    char key[64];
-    snprintf(key, sizeof key, "%lld/%lld/%lld/%lld", p->done, p->running, p->failed, p->total);
+    /* a new line when the counts change, when a running run first reports
+     * its loss (a run shorter than a minute still shows one), or a minute
+     * after the last */
+    char key[96];
+    snprintf(key, sizeof key, "%lld/%lld/%lld/%lld/%lld", p->done, p->running, reporting, p->failed,
+             p->total);
     if (strcmp(key, p->last) != 0 || now - p->last_t >= 60) {
       fprintf(p->out, "%s\n", line);
       snprintf(p->last, sizeof p->last, "%s", key);

@@ -3,7 +3,8 @@
  * training loss, compute spent of planned, and an estimate of the time left
  * from the compute rate seen while waiting. On a terminal one line is
  * rewritten in place; otherwise a plain line is printed when the counts
- * change, or a minute after the last one (logs stay short). */
+ * change, when a running run first reports its loss, or a minute after the
+ * last one (logs stay short). */
 #ifndef SS_CLI_PROGRESS_H
 #define SS_CLI_PROGRESS_H
 
@@ -16,7 +17,7 @@ typedef struct cli_progress {
   FILE *out;
   int tty;          /* out is a terminal: one line, rewritten */
   int shown;        /* a line is on the terminal, not ended */
-  char last[64];    /* the counts of the last plain line */
+  char last[96];    /* the counts of the last plain line */
   double last_t;    /* and when it was printed */
   double t0, spent0; /* the first poll: its time and compute spent */
   /* the counts of the last poll */

@@ -3,7 +3,8 @@
 real scheduler and worker and a throwaway PostgreSQL (run through
 tests/integration/run_with_pg.sh).
 
-- Not on a terminal: plain lines, one per change of the counts, with runs
+- Not on a terminal: plain lines, one per change of the counts (and when a
+  running run first reports its loss), with runs
   done of total (never going back), the running runs' latest training loss,
   compute spent of planned, and an estimate of the time left; then the
   outcome line, exit 0.
@@ -52,7 +53,7 @@ def cleanup():
 # a sanitized build trains about 6 times slower: shorter runs there, and
 # longer waits for them
 SANITIZED = os.environ.get("SCALESWEEP_TEST_SANITIZED") == "1"
-STEPS = 2000 if SANITIZED else 6000
+STEPS = 2000 if SANITIZED else 9000
 SLOW = 4 if SANITIZED else 1
 
 
