@@ -96,6 +96,8 @@ typedef struct fit_options {
   int boot_by_run;       /* chinchilla, isoflop: resample runs (points) independently even
                           * when seeds replicate cells (the naive scheme, kept for
                           * comparison); 0: by cell when there are replicates */
+  int keep_draws;        /* chinchilla: keep every bootstrap resample's fitted surface in
+                          * fit_result.draws (what `scalesweep next` predicts from) */
 } fit_options;
 
 /* fit_chinchilla's minimisers (fit_options.chin_method; see fit_chinchilla) */
@@ -123,7 +125,14 @@ typedef struct fit_result {
                       * target_flops when that is larger) */
   fit_frontier frontier[FIT_FRONTIER_POINTS];
   fit_seeds seeds; /* chinchilla, isoflop: seed noise from replicates */
+  /* chinchilla with opt->keep_draws and a bootstrap: ndraws rows of
+   * FIT_CHIN_DRAW values, one per resample, in resample order: ln A, ln B,
+   * ln E, alpha, beta (L = e^lnA N^-alpha + e^lnB D^-beta + e^lnE); owned */
+  double *draws;
+  int ndraws;
 } fit_result;
+
+#define FIT_CHIN_DRAW 5
 
 void fit_result_init(fit_result *r, const char *law);
 void fit_result_free(fit_result *r);

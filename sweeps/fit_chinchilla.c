@@ -332,7 +332,7 @@ static int check_points(const fit_point *pts, int n, char *err, size_t errlen) {
  * depend on the thread count. Returns whether the refit converged. */
 static int bootstrap_one(const fit__chin_objective *full, const fit__groups *g, const fit__cells *c,
                          uint64_t seed, int k, int method, const double *t_opt, double cN,
-                         double cD, double C, const fit_result *grid, gsl_rng *rng,
+                         double cD, double C, const fit_result *grid, int keep, gsl_rng *rng,
                          gsl_multimin_fdfminimizer *s, int *drawn, int *count,
                          fit__chin_objective *o, double *q) {
   gsl_rng_set(rng, (unsigned long)fit__mix64(seed + (uint64_t)k));
@@ -374,13 +374,16 @@ static int bootstrap_one(const fit__chin_objective *full, const fit__groups *g, 
     quantities(th, grid->frontier[j].flops, f);
     q[NQ + j] = f[Q_LOSS];
   }
+  if (keep) /* the surface itself after them: ln A, ln B, ln E, alpha, beta */
+    memcpy(&q[NQ + grid->nfrontier], th, NT * sizeof *th);
   return rr.converged;
 }
 
 static int bootstrap(const fit__chin_objective *full, const fit_point *pts, const double *t_opt,
                      double cN, double cD, const fit_options *opt, int method, int nt, int nq,
                      fit_result *out) {
-  int n = full->m, B = opt->bootstrap, W = NQ + out->nfrontier;
+  int n = full->m, B = opt->bootstrap, keep = opt->keep_draws != 0;
+  int W = NQ + out->nfrontier + (keep ? NT : 0);
   fit__groups g;
   fit__groups_build(pts, n, &g);
   fit__cells cells = {0};
@@ -411,7 +414,7 @@ static int bootstrap(const fit__chin_objective *full, const fit_point *pts, cons
       if (ok) {
         failed +=
             !bootstrap_one(full, &g, c, opt->seed, k, method, t_opt, cN, cD, opt->target_flops, out,
-                           rng, s, drawn, count, &o, &vals[(size_t)k * W]);
+                           keep, rng, s, drawn, count, &o, &vals[(size_t)k * W]);
       } else {
         failed++;
         for (int j = 0; j < W; j++)
@@ -437,6 +440,12 @@ static int bootstrap(const fit__chin_objective *full, const fit_point *pts, cons
     fit__boot_column(vals, B, W, NQ + j, &band);
     out->frontier[j].lo = band.ci_lo;
     out->frontier[j].hi = band.ci_hi;
+  }
+  if (keep && (out->draws = malloc((size_t)B * NT * sizeof *out->draws)) != NULL) {
+    for (int k = 0; k < B; k++)
+      memcpy(&out->draws[(size_t)k * NT], &vals[(size_t)k * W + NQ + out->nfrontier],
+             NT * sizeof *out->draws);
+    out->ndraws = B;
   }
   if (failed)
     fit_result_warn(out,

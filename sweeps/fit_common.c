@@ -18,6 +18,9 @@ void fit_result_init(fit_result *r, const char *law) {
 void fit_result_free(fit_result *r) {
   free(r->residuals);
   r->residuals = NULL;
+  free(r->draws);
+  r->draws = NULL;
+  r->ndraws = 0;
 }
 
 static fit_param *add(fit_param *arr, int *n, const char *name, double value) {

@@ -1,0 +1,347 @@
+/* The next compute budget, designed from a sweep's fits (next.h). */
+#include "sweeps/next.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "sweeps/internal.h"
+
+static void warn(next_design *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(next_design *d, const char *fmt, ...) {
+  if (d->nwarnings >= NEXT_MAX_WARNINGS)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(d->warnings[d->nwarnings++], sizeof d->warnings[0], fmt, ap);
+  va_end(ap);
+}
+
+/* x to sig significant digits (the spec's constants stay readable) */
+static double round_sig(double x, int sig) {
+  char b[40];
+  snprintf(b, sizeof b, "%.*g", sig, x);
+  return strtod(b, NULL);
+}
+
+/* ln L of the surface th (ln A, ln B, ln E, alpha, beta) at (N, D), in logs
+ * throughout: a resample may wander far */
+static double ln_loss(const double *th, double n, double d) {
+  double u1 = th[0] - th[3] * log(n), u2 = th[1] - th[4] * log(d), u3 = th[2];
+  double mx = fmax(fmax(u1, u2), u3);
+  return mx + log(exp(u1 - mx) + exp(u2 - mx) + exp(u3 - mx));
+}
+
+/* The prediction at (N, D): the point fit's surface, the bootstrap's 2.5 and
+ * 97.5 percentiles of ln L there, each side widened by the run scatter in
+ * quadrature (next.h). tmp holds ndraws values. */
+static next_prediction predict(const next_design *d, const double *th, double n, double dd,
+                               double *tmp) {
+  double c = ln_loss(th, n, dd), z = 1.959964 * d->noise_sd;
+  double below = 0, above = 0;
+  if (d->fit.ndraws > 0) {
+    for (int k = 0; k < d->fit.ndraws; k++)
+      tmp[k] = ln_loss(&d->fit.draws[(size_t)k * FIT_CHIN_DRAW], n, dd);
+    fit_param p = {.ci_lo = NAN, .ci_hi = NAN};
+    if (fit__boot_column(tmp, d->fit.ndraws, 1, 0, &p) >= 2 && isfinite(p.ci_lo) &&
+        isfinite(p.ci_hi)) {
+      below = fmax(0, c - p.ci_lo);
+      above = fmax(0, p.ci_hi - c);
+    }
+  }
+  below = sqrt(below * below + z * z);
+  above = sqrt(above * above + z * z);
+  return (next_prediction){exp(c), exp(c - below), exp(c + above)};
+}
+
+static double param(const fit_result *r, const char *name) {
+  const fit_param *p = fit_result_get(r, name);
+  return p ? p->value : NAN;
+}
+
+/* The sweep's bopt law as rules a spec accepts (next.h), or 0. */
+static int fitted_rules(json_t *bopt, next_design *d) {
+  d->k_b = d->beta_b = d->k_eta = d->beta_eta = NAN;
+  int usable = 0;
+  if (!bopt || fit_json_budgets(bopt, &usable) < 3 || usable < 3)
+    return 0;
+  double kb = json_number_value(fit_json_get(bopt, "k_B"));
+  double bb = json_number_value(fit_json_get(bopt, "beta_B"));
+  if (!(kb >= 1e-12 && kb <= 1e12 && bb >= -2 && bb <= 2)) {
+    warn(d,
+         "the sweep's fitted batch rule (k_B %.3g, beta_B %.3g) is outside what a spec takes; "
+         "the spec's own rules are used",
+         kb, bb);
+    return 0;
+  }
+  d->k_b = round_sig(kb, 4);
+  d->beta_b = round_sig(bb, 4);
+  json_t *ke = fit_json_get(bopt, "k_eta"), *be = fit_json_get(bopt, "beta_eta");
+  double k = json_number_value(ke), b = json_number_value(be);
+  if (ke && be && k >= 1e-12 && k <= 1e6 && b >= -2 && b <= 2) {
+    d->k_eta = round_sig(k, 4);
+    d->beta_eta = round_sig(b, 4);
+  }
+  return 1;
+}
+
+/* rule (an object, or absent) with coef and exponent set */
+static void set_rule(json_t *root, const char *key, double coef, double exponent) {
+  json_t *r = json_object_get(root, key);
+  r = json_is_object(r) ? json_deep_copy(r) : json_object();
+  json_object_set_new(r, "coef", json_real(coef));
+  json_object_set_new(r, "exponent", json_real(exponent));
+  json_object_set_new(root, key, r);
+}
+
+/* The budget's spec text (the sweep's with method isoflop at C), or NULL. */
+static char *budget_spec(const char *spec_json, const next_design *d, int points,
+                         spec_problems *pr) {
+  json_error_t e;
+  json_t *root = json_loads(spec_json, 0, &e);
+  if (!json_is_object(root)) {
+    json_decref(root);
+    spec_problem_add(pr, "$", "the sweep's stored spec could not be read: %s", e.text);
+    return NULL;
+  }
+  json_t *old = json_object_get(root, "isoflop"), *iso = json_object();
+  json_object_set_new(iso, "flops", json_pack("[f]", d->flops));
+  json_object_set_new(iso, "centre",
+                      json_pack("{s:f,s:f,s:f,s:i}", "coef", d->centre_coef, "exponent",
+                                d->centre_exponent, "span", d->span, "points", points));
+  if (json_is_object(old)) {
+    json_t *v;
+    if ((v = json_object_get(old, "flops_count")) != NULL)
+      json_object_set(iso, "flops_count", v);
+    if ((v = json_object_get(old, "seeds")) != NULL)
+      json_object_set(iso, "seeds", v);
+  }
+  json_object_set_new(root, "isoflop", iso);
+  json_object_set_new(root, "method", json_string("isoflop"));
+  json_object_del(root, "grid");
+  json_object_del(root, "runs");
+  json_object_del(root, "batch");
+  char name[200];
+  const char *was = json_string_value(json_object_get(root, "name"));
+  snprintf(name, sizeof name, "%.120s: next budget %.3g FLOPs", was ? was : "sweep", d->flops);
+  json_object_set_new(root, "name", json_string(name));
+  if (d->rules_fitted) {
+    set_rule(root, "batch_rule", d->k_b, d->beta_b);
+    if (isfinite(d->k_eta))
+      set_rule(root, "lr_rule", d->k_eta, d->beta_eta);
+  }
+  char *text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  json_decref(root);
+  if (!text)
+    spec_problem_add(pr, "$", "out of memory");
+  return text;
+}
+
+int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t *bopt,
+                     const next_options *o, next_design *out, spec_problems *pr) {
+  memset(out, 0, sizeof *out);
+  fit_result_init(&out->fit, "chinchilla");
+  int points = o->points ? o->points : NEXT_POINTS;
+  if (!(isfinite(o->flops) && o->flops > 0 && o->flops <= 1e30))
+    spec_problem_add(pr, "$.flops", "found %g, expected a compute budget in FLOPs above 0",
+                     o->flops);
+  if (points < 3 || points > NEXT_MAX_POINTS)
+    spec_problem_add(pr, "$.points", "found %d, expected 3 to %d model sizes", points,
+                     NEXT_MAX_POINTS);
+  if (pr->n)
+    return SS_EINVAL;
+  out->flops = o->flops;
+
+  /* the surface, its bootstrap at C, every resample kept */
+  fit_options fo = {.bootstrap = o->bootstrap > 0 ? o->bootstrap : NEXT_BOOTSTRAP,
+                    .seed = o->seed,
+                    .threads = o->threads,
+                    .target_flops = o->flops,
+                    .keep_draws = 1};
+  char err[256];
+  if (fit_chinchilla(pts, n, &fo, &out->fit, err, sizeof err) != 0) {
+    spec_problem_add(pr, "$", "the sweep's Chinchilla law cannot be fitted yet (%d points): %s", n,
+                     err);
+    next_design_free(out);
+    return SS_EINVAL;
+  }
+  double alpha = param(&out->fit, "alpha"), beta = param(&out->fit, "beta");
+  const fit_param *nopt = fit_result_get(&out->fit, "N_opt");
+  out->n_opt = nopt ? nopt->value : NAN;
+  out->d_opt = param(&out->fit, "D_opt");
+  if (!(alpha > 0 && beta > 0 && isfinite(out->n_opt) && out->n_opt > 0 && isfinite(out->d_opt))) {
+    spec_problem_add(pr, "$",
+                     "the sweep's fitted surface has no compute-optimal size (alpha %.3g, "
+                     "beta %.3g): both exponents must be above 0",
+                     alpha, beta);
+    next_design_free(out);
+    return SS_EINVAL;
+  }
+  out->n_lo = nopt->ci_lo;
+  out->n_hi = nopt->ci_hi;
+  double reach = 1;
+  if (isfinite(out->n_lo) && isfinite(out->n_hi) && out->n_lo > 0)
+    reach = fmax(out->n_hi / out->n_opt, out->n_opt / out->n_lo);
+  else
+    warn(out, "N_opt has no bootstrap interval; the sizes span the least (x%.3g)", NEXT_SPAN_MIN);
+  out->span = round_sig(fmin(NEXT_SPAN_MAX, fmax(NEXT_SPAN_MIN, NEXT_SPAN_REACH * reach)), 3);
+  if (NEXT_SPAN_REACH * reach > NEXT_SPAN_MAX)
+    warn(out,
+         "N_opt's 95%% interval reaches %.3gx either side; the sizes span at most x%.3g, so the "
+         "budget's minimum may fall outside them",
+         reach, NEXT_SPAN_MAX);
+  out->centre_exponent = round_sig(param(&out->fit, "a"), 4);
+  out->centre_coef = round_sig(out->n_opt / pow(out->flops, out->centre_exponent), 4);
+
+  for (int i = 0; i < n; i++)
+    out->largest_budget = fmax(out->largest_budget, 6 * pts[i].params * pts[i].tokens);
+  if (out->flops > NEXT_FAR * out->largest_budget)
+    warn(out,
+         "%.3g FLOPs is %.0fx the sweep's largest budget (%.3g): the prediction is a long "
+         "extrapolation",
+         out->flops, out->flops / out->largest_budget, out->largest_budget);
+
+  if (out->fit.seeds.cells > 0 && isfinite(out->fit.seeds.sd)) {
+    out->noise_sd = out->fit.seeds.sd;
+    out->noise_from = "seeds";
+  } else {
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+      ss += out->fit.residuals[i] * out->fit.residuals[i];
+    out->noise_sd = sqrt(ss / n);
+    out->noise_from = "residuals";
+  }
+  out->rules_fitted = fitted_rules(bopt, out);
+
+  /* the budget's runs: planned like any submitted spec */
+  char *text = budget_spec(spec_json, out, points, pr);
+  spec *sp = NULL;
+  if (text && spec_parse(text, "the next budget's spec", &sp, pr) == 0 &&
+      plan_spec(sp, &out->plan, pr) == 0)
+    out->spec_json = spec_canonical(sp);
+  free(text);
+  spec_free(sp);
+  if (!out->plan || !out->spec_json) {
+    if (!pr->n)
+      spec_problem_add(pr, "$", "the next budget could not be planned");
+    next_design_free(out);
+    return pr->n && strstr(pr->items[0].message, "out of memory") ? SS_ENOMEM : SS_EINVAL;
+  }
+
+  /* the predictions */
+  out->runs = calloc(out->plan->n ? out->plan->n : 1, sizeof *out->runs);
+  double *tmp = malloc((size_t)(out->fit.ndraws > 0 ? out->fit.ndraws : 1) * sizeof *tmp);
+  if (!out->runs || !tmp) {
+    free(tmp);
+    next_design_free(out);
+    spec_problem_add(pr, "$", "out of memory");
+    return SS_ENOMEM;
+  }
+  double th[FIT_CHIN_DRAW] = {log(param(&out->fit, "A")), log(param(&out->fit, "B")),
+                              log(param(&out->fit, "E")), alpha, beta};
+  for (size_t i = 0; i < out->plan->n; i++) {
+    const plan_run *r = &out->plan->runs[i];
+    out->runs[i] = predict(out, th, (double)r->nonembedding_params, (double)r->tokens, tmp);
+  }
+  out->opt = predict(out, th, out->n_opt, out->d_opt, tmp);
+  free(tmp);
+  for (size_t i = 0; i < out->plan->n_warnings; i++)
+    warn(out, "%s", out->plan->warnings[i]);
+  return 0;
+}
+
+static json_t *interval(double lo, double hi) {
+  return isfinite(lo) && isfinite(hi) ? json_pack("[f,f]", lo, hi) : json_null();
+}
+
+char *next_design_json(const next_design *d) {
+  json_t *runs = json_array();
+  for (size_t i = 0; d->plan && i < d->plan->n; i++) {
+    const plan_run *r = &d->plan->runs[i];
+    json_array_append_new(
+        runs, json_pack("{s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:i,s:f,s:I,s:f,s:s,s:f,s:o}", "index",
+                        r->index, "n_layer", r->n_layer, "d_model", r->d_model, "n_head", r->n_head,
+                        "params", (json_int_t)r->params, "nonembedding_params",
+                        (json_int_t)r->nonembedding_params, "tokens", (json_int_t)r->tokens,
+                        "batch_size", r->batch_size, "lr", r->lr, "steps", (json_int_t)r->steps,
+                        "flops", r->flops, "config_hash", r->config_hash, "predicted_loss",
+                        d->runs[i].loss, "ci95", interval(d->runs[i].lo, d->runs[i].hi)));
+  }
+  json_t *warnings = json_array();
+  for (int i = 0; i < d->nwarnings; i++)
+    json_array_append_new(warnings, json_string(d->warnings[i]));
+  json_t *rules =
+      d->rules_fitted
+          ? json_pack("{s:s,s:f,s:f,s:o,s:o}", "from", "the sweep's bopt fit", "k_B", d->k_b,
+                      "beta_B", d->beta_b, "k_eta",
+                      isfinite(d->k_eta) ? json_real(d->k_eta) : json_null(), "beta_eta",
+                      isfinite(d->beta_eta) ? json_real(d->beta_eta) : json_null())
+          : json_pack("{s:s}", "from", "the spec");
+  json_t *spec = d->spec_json ? json_loads(d->spec_json, 0, NULL) : NULL;
+  json_t *o = json_pack(
+      "{s:f,s:{s:f,s:o},s:f,s:{s:f,s:o},s:{s:f,s:f,s:f,s:i},s:{s:f,s:s},s:o,"
+      "s:{s:i,s:f,s:f,s:f,s:i},s:f,s:o,s:o,s:o}",
+      "flops", d->flops, "n_opt", "value", d->n_opt, "ci95", interval(d->n_lo, d->n_hi), "d_opt",
+      d->d_opt, "loss_at_n_opt", "value", d->opt.loss, "ci95", interval(d->opt.lo, d->opt.hi),
+      "centre", "coef", d->centre_coef, "exponent", d->centre_exponent, "span", d->span, "points",
+      d->plan ? (int)d->plan->n : 0, "noise", "sd", d->noise_sd, "from",
+      d->noise_from ? d->noise_from : "residuals", "rules", rules, "fit", "n_points",
+      d->fit.n_points, "alpha", param(&d->fit, "alpha"), "beta", param(&d->fit, "beta"), "E",
+      param(&d->fit, "E"), "bootstrap", d->fit.ndraws, "largest_budget", d->largest_budget, "runs",
+      runs, "spec", spec ? spec : json_null(), "warnings", warnings);
+  char *text = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(8)) : NULL;
+  json_decref(o);
+  return text;
+}
+
+char *next_runs_json(const next_design *d) {
+  size_t cap = 2, len = 1;
+  char *buf = malloc(cap + 1);
+  if (!buf)
+    return NULL;
+  buf[0] = '[';
+  for (size_t i = 0; i < d->plan->n; i++) {
+    char *run = plan_run_json(&d->plan->runs[i], d->plan);
+    json_t *des = json_pack("{s:f,s:f,s:o,s:f,s:f,s:i}", "flops", d->flops, "loss", d->runs[i].loss,
+                            "ci95", interval(d->runs[i].lo, d->runs[i].hi), "noise_sd", d->noise_sd,
+                            "n_opt", d->n_opt, "fit_points", d->fit.n_points);
+    char *dt = des ? json_dumps(des, JSON_COMPACT | JSON_REAL_PRECISION(8)) : NULL;
+    json_decref(des);
+    size_t rl = run ? strlen(run) : 0;
+    if (!run || !dt || rl < 2 || run[rl - 1] != '}') {
+      free(run), free(dt), free(buf);
+      return NULL;
+    }
+    /* the run's object, its closing brace replaced by ,"designed":{...}} */
+    size_t need = len + 1 + (rl - 1) + strlen(",\"designed\":") + strlen(dt) + 2;
+    if (need > cap) {
+      cap = need * 2;
+      char *b = realloc(buf, cap + 1);
+      if (!b) {
+        free(run), free(dt), free(buf);
+        return NULL;
+      }
+      buf = b;
+    }
+    len +=
+        (size_t)sprintf(buf + len, "%s%.*s,\"designed\":%s}", i ? "," : "", (int)(rl - 1), run, dt);
+    free(run);
+    free(dt);
+  }
+  buf[len++] = ']';
+  buf[len] = 0;
+  return buf;
+}
+
+void next_design_free(next_design *d) {
+  free(d->spec_json);
+  plan_free(d->plan);
+  free(d->runs);
+  fit_result_free(&d->fit);
+  d->spec_json = NULL;
+  d->plan = NULL;
+  d->runs = NULL;
+}
