@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "common/token.h"
 
 static int parse_url(const char *url, cli_target *t) {
@@ -192,4 +193,52 @@ void cli_print_fit(FILE *f, const char *law, json_t *fit) {
   json_array_foreach(json_object_get(fit, "warnings"), i, w) {
     fprintf(f, "  warning: %s\n", json_string_value(w));
   }
+}
+
+/* cli_say_error (client.h) */
+int cli_say_error(int status, json_t *j, const char *resp) {
+  json_t *e = json_object_get(j, "error");
+  const char *msg = json_string_value(json_object_get(e, "message"));
+  fprintf(stderr, "scalesweep: %d: %s\n", status, msg ? msg : resp);
+  json_t *probs = json_object_get(e, "problems");
+  size_t i;
+  json_t *p;
+  json_array_foreach(probs, i, p) {
+    fprintf(stderr, "  %s: %s\n", json_string_value(json_object_get(p, "path")),
+            json_string_value(json_object_get(p, "message")));
+  }
+  /* the scheduler lists the first problems and counts the rest */
+  json_t *total = json_object_get(e, "problems_total");
+  if (json_is_number(total) && json_number_value(total) > (double)json_array_size(probs))
+    fprintf(stderr, "  ... and %.0f more problem(s) not listed\n",
+            json_number_value(total) - (double)json_array_size(probs));
+  return status < 500 ? SS_EXIT_USAGE : SS_EXIT_FAILURE;
+}
+
+/* cli_call (client.h) */
+json_t *cli_call(const char *url, const char *state, const char *token_file, const char *method,
+                 const char *path, const char *body, size_t len, int *rc, char **raw) {
+  cli_target t;
+  if ((*rc = cli_target_find(&t, url, state, token_file)) != 0)
+    return NULL;
+  int status;
+  char *resp;
+  if (cli_request(&t, method, path, body, len, &status, &resp) != 0) {
+    *rc = SS_EXIT_FAILURE;
+    return NULL;
+  }
+  json_error_t je;
+  /* reals: jsonb writes large numbers as long integers */
+  json_t *j = json_loads(resp, JSON_DECODE_INT_AS_REAL, &je);
+  if (status >= 400) {
+    *rc = cli_say_error(status, j, resp);
+    json_decref(j);
+    free(resp);
+    return NULL;
+  }
+  if (raw)
+    *raw = resp;
+  else
+    free(resp);
+  return j;
 }

@@ -63,55 +63,10 @@ static int positive_id(const char *cmd, const char *s) {
   return 1;
 }
 
-/* Prints the error object of a 4xx/5xx answer (j: its parsed body, resp: the
- * raw one); returns the exit code: the request was the user's mistake (4xx)
- * or the service's (5xx). */
-static int say_error(int status, json_t *j, const char *resp) {
-  json_t *e = json_object_get(j, "error");
-  const char *msg = json_string_value(json_object_get(e, "message"));
-  fprintf(stderr, "scalesweep: %d: %s\n", status, msg ? msg : resp);
-  json_t *probs = json_object_get(e, "problems");
-  size_t i;
-  json_t *p;
-  json_array_foreach(probs, i, p) {
-    fprintf(stderr, "  %s: %s\n", json_string_value(json_object_get(p, "path")),
-            json_string_value(json_object_get(p, "message")));
-  }
-  /* the scheduler lists the first problems and counts the rest */
-  json_t *total = json_object_get(e, "problems_total");
-  if (json_is_number(total) && json_number_value(total) > (double)json_array_size(probs))
-    fprintf(stderr, "  ... and %.0f more problem(s) not listed\n",
-            json_number_value(total) - (double)json_array_size(probs));
-  return status < 500 ? SS_EXIT_USAGE : SS_EXIT_FAILURE;
-}
-
-/* Performs the request; prints the error object of a 4xx/5xx answer.
- * Returns the parsed JSON (or NULL) and sets *rc to the exit code. */
+/* Performs the request (cli_call with o's target). */
 static json_t *call(const copts *o, const char *method, const char *path, const char *body,
                     size_t len, int *rc, char **raw) {
-  cli_target t;
-  if ((*rc = cli_target_find(&t, o->url, o->state, o->token_file)) != 0)
-    return NULL;
-  int status;
-  char *resp;
-  if (cli_request(&t, method, path, body, len, &status, &resp) != 0) {
-    *rc = SS_EXIT_FAILURE;
-    return NULL;
-  }
-  json_error_t je;
-  /* reals: jsonb writes large numbers as long integers */
-  json_t *j = json_loads(resp, JSON_DECODE_INT_AS_REAL, &je);
-  if (status >= 400) {
-    *rc = say_error(status, j, resp);
-    json_decref(j);
-    free(resp);
-    return NULL;
-  }
-  if (raw)
-    *raw = resp;
-  else
-    free(resp);
-  return j;
+  return cli_call(o->url, o->state, o->token_file, method, path, body, len, rc, raw);
 }
 
 /* A spec's token shards ("data": {"train", "val"} anywhere in it) given as
@@ -225,7 +180,7 @@ int cli_submit(const char *file, const char *url, const char *state, const char 
     *id = (long long)json_number_value(old);
     printf("sweep %lld: this spec was submitted before; following that sweep\n", *id);
   } else if (status >= 400) {
-    rc = say_error(status, j, resp);
+    rc = cli_say_error(status, j, resp);
   } else {
     *id = (long long)json_number_value(old);
     if (json_out)

@@ -14,6 +14,7 @@
   X(cancel, "cancel a sweep or a run")                                     \
   X(reproduce, "run a finished run again from its stored config")          \
   X(fit, "fit scaling laws to a sweep's runs or to a CSV of points")       \
+  X(next, "the next compute budget of a sweep, designed from its fits")    \
   X(train, "train one model from a run config, JSON lines on stdout")      \
   X(devices, "the backends this host can train on (CPU, CUDA devices)")    \
   X(data, "prepare token shards from text, or write the synthetic corpus") \

@@ -10,6 +10,7 @@
 
 #include "scheduler/internal.h"
 #include "scheduler/route.h"
+#include "scheduler/next.h"
 #include "scheduler/submit.h"
 #include "scheduler/web.h"
 #include "store/actions.h"
@@ -544,6 +545,11 @@ void sched__http(http_request *r, void *ud) {
       if (!get)
         return answer_error(x, 405, "method not allowed: use GET", NULL);
       return sched__get_fit(s, r, id);
+    }
+    if (!strcmp(rest, "/next")) {
+      if (!get && !post)
+        return answer_error(x, 405, "method not allowed: use GET or POST", NULL);
+      return sched__next(s, r, id, post);
     }
   }
   if (sched__route_id(path, "/api/runs/", &id, &rest)) {

@@ -9,7 +9,7 @@
  * the loop, answers (400) or stores the sweep (store_sweeps_insert copies
  * the texts; PostgreSQL parses them) on the scheduler's submission
  * connection (db_submit), so that the seconds PostgreSQL takes to insert
- * 10,000 runs delay no heartbeat. At most SUBMIT_JOBS jobs are under
+ * 10,000 runs delay no heartbeat. At most SCHED_SPEC_JOBS jobs are under
  * way at once; a further submission is answered 503 with Retry-After, so
  * that hostile specs cannot take every thread of the pool (the refits and
  * predictions share it) or the memory of a queue.
@@ -35,10 +35,6 @@
 #include "store/sweeps.h"
 #include "sweeps/plan.h"
 #include "sweeps/spec.h"
-
-/* Spec jobs on the thread pool at once (libuv's pool has 4 threads by
- * default: two stay free for refits and predictions). */
-#define SUBMIT_JOBS 2
 
 typedef struct sub_job {
   uv_work_t work;
@@ -230,12 +226,12 @@ static void after_work(uv_work_t *w, int status) {
 }
 
 void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
-  if (s->submits >= SUBMIT_JOBS) {
+  if (s->submits >= SCHED_SPEC_JOBS) {
     char b[192];
     snprintf(b, sizeof b,
              "{\"error\":{\"message\":\"%d sweep specs are being checked already; submit "
              "again in a second\",\"path\":null}}",
-             SUBMIT_JOBS);
+             SCHED_SPEC_JOBS);
     http_respond(r, 503, "application/json", b, strlen(b), "Retry-After: 1\r\n");
     return;
   }

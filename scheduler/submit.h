@@ -7,6 +7,11 @@
 
 #include "scheduler/internal.h"
 
+/* Spec jobs (checking and planning a submitted spec, designing a sweep's
+ * next budget) on libuv's thread pool at once: the pool has 4 threads by
+ * default, and two stay free for refits and predictions. */
+#define SCHED_SPEC_JOBS 2
+
 /* POST /api/sweeps: validates and plans the spec (sweeps/spec.h, plan.h),
  * stores the sweep and its runs at once (store/sweeps.h) and answers 201 with
  * {"id", "runs", "spec_hash"}; 400 with every problem and its JSON path; 409

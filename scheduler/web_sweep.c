@@ -273,6 +273,57 @@ static void render_runs_table(sched__buf *b, sched__web_req *w, json_t *d) {
   sched__b_puts(b, "</nav>");
 }
 
+/* The runs `scalesweep next` designed: by budget, each predicted loss with
+ * its 95% interval beside the measured one once the run has finished. */
+static void render_designed(sched__buf *b, json_t *runs) {
+  sched__b_section(b, "designed", "Designed budgets");
+  sched__b_puts(b, "<p>Runs that <code>scalesweep next</code> designed from this sweep's fits, "
+                   "with the loss it predicted for each (95% prediction interval) beside the "
+                   "loss measured.</p><div class=\"scroll\"><table class=\"runs\" "
+                   "id=\"designed-table\"><thead><tr>");
+  static const char *const heads[] = {"Budget C (FLOPs)", "Run",      "N",      "D (tokens)",
+                                      "Predicted",        "Measured", "Inside", NULL};
+  for (int i = 0; heads[i]; i++)
+    sched__b_printf(b, "<th scope=\"col\">%s</th>", heads[i]);
+  sched__b_puts(b, "</tr></thead><tbody>");
+  size_t i;
+  json_t *r;
+  int inside = 0, measured = 0;
+  json_array_foreach(runs, i, r) {
+    json_t *des = json_object_get(r, "designed"), *ci = json_object_get(des, "ci95");
+    double lo = json_number_value(json_array_get(ci, 0)),
+           hi = json_number_value(json_array_get(ci, 1));
+    double m = sched__jnum(r, "final_val_loss");
+    sched__b_puts(b, "<tr><td>");
+    sched__b_num(b, sched__jnum(des, "flops"), "%.3g");
+    sched__b_printf(b,
+                    "</td><td><a href=\"/runs/%" JSON_INTEGER_FORMAT "\">%" JSON_INTEGER_FORMAT
+                    "</a></td><td>",
+                    sched__jint(r, "id"), sched__jint(r, "id"));
+    sched__b_num(b, sched__jnum(r, "nonembedding_params"), NULL);
+    sched__b_puts(b, "</td><td>");
+    sched__b_num(b, sched__jnum(r, "tokens"), NULL);
+    sched__b_puts(b, "</td><td>");
+    sched__b_num(b, sched__jnum(des, "loss"), "%.4f");
+    b_interval(b, " ", lo, hi);
+    sched__b_puts(b, "</td><td>");
+    sched__b_num(b, m, "%.4f");
+    sched__b_puts(b, "</td><td>");
+    if (isfinite(m) && json_array_size(ci) == 2) {
+      int in = lo <= m && m <= hi;
+      measured++;
+      inside += in;
+      sched__b_puts(b, in ? "yes" : "no");
+    } else {
+      sched__b_status(b, sched__jstr(r, "status"));
+    }
+    sched__b_puts(b, "</td></tr>");
+  }
+  sched__b_printf(b, "</tbody></table></div><p>%d of %d finished runs inside their interval.</p>",
+                  inside, measured);
+  sched__b_puts(b, "</section>\n");
+}
+
 void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
   json_t *sw = json_object_get(d, "sweep"), *c = json_object_get(d, "counts");
   sched__b_puts(b, "<section id=\"summary\" aria-labelledby=\"h-sweep\"><h1 "
@@ -330,6 +381,8 @@ void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
     json_object_foreach(fits, law, fit) render_fit_params(b, law, fit);
   }
   sched__b_puts(b, "</section>\n");
+  if (json_array_size(json_object_get(d, "designed")))
+    render_designed(b, json_object_get(d, "designed"));
   sched__b_puts(
       b, "<section id=\"plots\" aria-labelledby=\"h-plots\"><h2 id=\"h-plots\">Plots</h2>"
          "<p class=\"js-only\">The plots need JavaScript.</p><div class=\"charts\">"

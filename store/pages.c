@@ -55,7 +55,7 @@ static const char run_columns[] =
     "r.id, r.sweep_id, r.status, r.attempt, r.max_attempts, r.gpus, r.priority, r.worker, "
     "r.lease_until, r.params, r.nonembedding_params, r.tokens, r.batch_size, r.flops, "
     "r.final_val_loss, r.started_at, r.finished_at, r.reproduces, r.code_version, r.error, "
-    "r.checkpoint_step, r.config_hash, r.part, r.target_loss, r.prediction";
+    "r.checkpoint_step, r.config_hash, r.part, r.target_loss, r.prediction, r.designed";
 
 static const char *const sort_columns[] = {
     "id",          "status",     "attempt", "params",         "nonembedding_params",
@@ -259,7 +259,9 @@ void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t
                         "'queued', count(*) FILTER (WHERE r.status = 'queued'), "
                         "'queued_gpus', coalesce(max(r.gpus) FILTER (WHERE r.status = "
                         "'queued'), 0), "
-                        "'queued_slots', coalesce(max(CASE WHEN r.gpus = 0 THEN greatest(coalesce((r.config->>'world_size')::int, 1), 1) END) FILTER (WHERE r.status = 'queued'), 1), "
+                        "'queued_slots', coalesce(max(CASE WHEN r.gpus = 0 THEN "
+                        "greatest(coalesce((r.config->>'world_size')::int, 1), 1) END) FILTER "
+                        "(WHERE r.status = 'queued'), 1), "
                         "'running', count(*) FILTER (WHERE r.status = 'running'), "
                         "'succeeded', count(*) FILTER (WHERE r.status = 'succeeded'), "
                         "'failed', count(*) FILTER (WHERE r.status = 'failed'), "
@@ -268,6 +270,13 @@ void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t
                         "'flops_spent', coalesce(sum(" SPENT_SQL
                         "), 0)) FROM runs r WHERE r.sweep_id = $1), "
                         "'fits', coalesce(" STORE__LATEST_FITS_SQL ", '{}'), "
+                        /* the runs `next` designed (runs.designed), predicted beside
+                         * measured: the first 200 by budget and size */
+                        "'designed', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT r.id, "
+                        "r.status, r.nonembedding_params, r.tokens, r.final_val_loss, r.designed "
+                        "FROM runs r WHERE r.sweep_id = $1 AND r.designed IS NOT NULL "
+                        "ORDER BY (r.designed->>'flops')::float8, r.nonembedding_params, r.id "
+                        "LIMIT 200) t), "
                         "'runs_total', (SELECT count(*) FROM runs WHERE sweep_id = $1 "
                         "AND ($2::run_status IS NULL OR status = $2)), "
                         "'runs', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT r.id, r.status, "
@@ -297,7 +306,8 @@ void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
                                                "r.config_hash, "
                                                "'code_version', r.code_version, 'error', r.error, "
                                                "'log_tail', r.log_tail, "
-                                               "'prediction', r.prediction, "
+                                               "'prediction', r.prediction, 'designed', "
+                                               "r.designed, "
                                                "'reproduction', " REPRODUCTION_SQL ", "
                                                "'reproduced_by', (SELECT "
                                                "json_agg(json_build_object('id', x.id, 'status', "

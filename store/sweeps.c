@@ -71,6 +71,56 @@ void store_sweeps_insert(db *d, const store_sweep_new *sw, store_sweeps_inserted
                     7, p, &inserted, (void (*)(void))cb, ud);
 }
 
+void store_sweeps_extend(db *d, int64_t sweep_id, const store_sweep_new *sw,
+                         store_sweeps_inserted_cb cb, void *ud) {
+  char id[24], gpus[24], prio[24], maxa[24];
+  const char *p[5] = {store__itoa(id, sizeof id, sweep_id),
+                      store__itoa(prio, sizeof prio, sw->priority),
+                      store__itoa(gpus, sizeof gpus, sw->gpus),
+                      store__itoa(maxa, sizeof maxa, sw->max_attempts), sw->runs_json};
+  /* the sweep's row locked: a cancel at the same moment either comes first
+   * (nothing is added) or waits for the runs and cancels them too */
+  store__query_rows(d,
+                    "WITH sw AS (SELECT id FROM sweeps WHERE id = $1 AND status <> 'cancelled' "
+                    "FOR UPDATE), "
+                    "ins AS (INSERT INTO runs (sweep_id, config, config_hash, gpus, priority, "
+                    "max_attempts, params, nonembedding_params, tokens, batch_size, flops, part, "
+                    "target_loss, designed) "
+                    "SELECT sw.id, e->'config', e->>'config_hash', $3::int, $2::int, $4::int, "
+                    "(e->>'params')::bigint, (e->>'nonembedding_params')::bigint, "
+                    "(e->>'tokens')::bigint, (e->>'batch_size')::int, (e->>'flops')::float8, "
+                    "e->>'part', e->'target_loss', e->'designed' "
+                    "FROM sw, jsonb_array_elements($5::jsonb) WITH ORDINALITY AS t(e, i) "
+                    "WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.sweep_id = sw.id AND "
+                    "r.config_hash = e->>'config_hash') "
+                    "ORDER BY t.i RETURNING 1) "
+                    "SELECT (SELECT id FROM sw), (SELECT count(*) FROM ins)",
+                    5, p, &inserted, (void (*)(void))cb, ud);
+}
+
+typedef struct spec_row {
+  const char *spec, *status;
+} spec_row;
+
+static void decode_spec(const PGresult *res, int row, void *elem) {
+  *(spec_row *)elem = (spec_row){PQgetvalue(res, row, 0), PQgetvalue(res, row, 1)};
+}
+
+static void deliver_spec(const store__call *c, int status, const void *rows, int n,
+                         const char *errmsg) {
+  const spec_row *r = status == 0 && n == 1 ? rows : &(spec_row){NULL, NULL};
+  ((store_sweeps_spec_cb)c->cb)(c->ud, status, r->spec, r->status, status == 0 ? NULL : errmsg);
+}
+
+static const store__rows_spec spec_read = {sizeof(spec_row), decode_spec, deliver_spec};
+
+void store_sweeps_spec(db *d, int64_t sweep_id, store_sweeps_spec_cb cb, void *ud) {
+  char id[24];
+  const char *p[1] = {store__itoa(id, sizeof id, sweep_id)};
+  store__query_rows(d, "SELECT spec::text, status::text FROM sweeps WHERE id = $1", 1, p,
+                    &spec_read, (void (*)(void))cb, ud);
+}
+
 void store_sweeps_find_by_hash(db *d, const char *spec_hash, store_sweeps_id_cb cb, void *ud) {
   const char *p[1] = {spec_hash};
   store__query_rows(d, "SELECT id FROM sweeps WHERE spec_hash = $1", 1, p, &found,

@@ -51,6 +51,21 @@ typedef void (*store_sweeps_status_cb)(void *ud, int status, int64_t sweep_id,
  * any run failed, else succeeded; a cancelled sweep stays cancelled. */
 void store_sweeps_update_status(db *d, int64_t sweep_id, store_sweeps_status_cb cb, void *ud);
 
+/* A sweep's canonical spec (JSON text) and status; both NULL when there is
+ * no such sweep. Valid during the callback only. */
+typedef void (*store_sweeps_spec_cb)(void *ud, int status, const char *spec_json,
+                                     const char *sweep_status, const char *errmsg);
+void store_sweeps_spec(db *d, int64_t sweep_id, store_sweeps_spec_cb cb, void *ud);
+
+/* Adds runs to a sweep that is not cancelled (`scalesweep next`): sw's
+ * runs_json (as store_sweeps_insert takes it, each object with "designed"
+ * too), gpus, priority and max_attempts; its name, spec and hash are not
+ * used. A run whose config_hash the sweep has already is skipped, so the
+ * same budget added twice adds nothing. One statement. sweep_id is 0 when
+ * there is no such sweep or it is cancelled; runs counts those added. */
+void store_sweeps_extend(db *d, int64_t sweep_id, const store_sweep_new *sw,
+                         store_sweeps_inserted_cb cb, void *ud);
+
 /* The sweeps whose status is queued or running. */
 void store_sweeps_unfinished(db *d, store_ids_cb cb, void *ud);
 

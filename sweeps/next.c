@@ -62,30 +62,61 @@ static double param(const fit_result *r, const char *name) {
   return p ? p->value : NAN;
 }
 
-/* The sweep's bopt law as rules a spec accepts (next.h), or 0. */
-static int fitted_rules(json_t *bopt, next_design *d) {
+/* Whether the sweep's points tried 2 or more values of a field (a rule
+ * fitted over one value says nothing about how it should change). */
+static int varied(const fit_point *pts, int n, int lr) {
+  double first = NAN;
+  for (int i = 0; i < n; i++) {
+    double v = lr ? pts[i].lr : pts[i].batch_size;
+    if (!isfinite(v))
+      continue;
+    if (!isfinite(first))
+      first = v;
+    else if (fabs(v - first) > 1e-9 * fabs(first))
+      return 1;
+  }
+  return 0;
+}
+
+/* The sweep's bopt law as rules a spec accepts (next.h): sets batch_fitted
+ * and lr_fitted with their constants. A rule is not taken where the spec's
+ * base fixes that value (the rule would not apply), where the sweep's runs
+ * all used one value, or where the law used fewer than 3 budgets. */
+static void fitted_rules(json_t *bopt, json_t *spec_root, const fit_point *pts, int n,
+                         next_design *d) {
   d->k_b = d->beta_b = d->k_eta = d->beta_eta = NAN;
   int usable = 0;
   if (!bopt || fit_json_budgets(bopt, &usable) < 3 || usable < 3)
-    return 0;
+    return;
+  json_t *train = json_object_get(json_object_get(spec_root, "base"), "train");
   double kb = json_number_value(fit_json_get(bopt, "k_B"));
   double bb = json_number_value(fit_json_get(bopt, "beta_B"));
-  if (!(kb >= 1e-12 && kb <= 1e12 && bb >= -2 && bb <= 2)) {
-    warn(d,
-         "the sweep's fitted batch rule (k_B %.3g, beta_B %.3g) is outside what a spec takes; "
-         "the spec's own rules are used",
-         kb, bb);
-    return 0;
+  if (!json_object_get(train, "batch_size") && varied(pts, n, 0)) {
+    if (kb >= 1e-12 && kb <= 1e12 && bb >= -2 && bb <= 2) {
+      d->k_b = round_sig(kb, 4);
+      d->beta_b = round_sig(bb, 4);
+      d->batch_fitted = 1;
+    } else {
+      warn(d,
+           "the sweep's fitted batch rule (k_B %.3g, beta_B %.3g) is outside what a spec takes; "
+           "the spec's own rule is used",
+           kb, bb);
+    }
   }
-  d->k_b = round_sig(kb, 4);
-  d->beta_b = round_sig(bb, 4);
   json_t *ke = fit_json_get(bopt, "k_eta"), *be = fit_json_get(bopt, "beta_eta");
   double k = json_number_value(ke), b = json_number_value(be);
-  if (ke && be && k >= 1e-12 && k <= 1e6 && b >= -2 && b <= 2) {
-    d->k_eta = round_sig(k, 4);
-    d->beta_eta = round_sig(b, 4);
+  if (ke && be && !json_object_get(train, "lr") && varied(pts, n, 1)) {
+    if (k >= 1e-12 && k <= 1e6 && b >= -2 && b <= 2) {
+      d->k_eta = round_sig(k, 4);
+      d->beta_eta = round_sig(b, 4);
+      d->lr_fitted = 1;
+    } else {
+      warn(d,
+           "the sweep's fitted learning-rate rule (k_eta %.3g, beta_eta %.3g) is outside what a "
+           "spec takes; the spec's own rule is used",
+           k, b);
+    }
   }
-  return 1;
 }
 
 /* rule (an object, or absent) with coef and exponent set */
@@ -95,6 +126,33 @@ static void set_rule(json_t *root, const char *key, double coef, double exponent
   json_object_set_new(r, "coef", json_real(coef));
   json_object_set_new(r, "exponent", json_real(exponent));
   json_object_set_new(root, key, r);
+}
+
+/* Whole-number reals as integers, recursively, in place. A stored spec is
+ * the canonical one (spec_canonical: every number a real, so that 8 and 8.0
+ * hash alike), and the planner takes sizes and counts from integers only
+ * (base.train.batch_size 8.0 would be planned as unset). */
+static void integral(json_t *v) {
+  const char *k;
+  json_t *e;
+  size_t i;
+  if (json_is_object(v)) {
+    json_object_foreach(v, k, e) {
+      double x = json_real_value(e);
+      if (json_is_real(e) && x == floor(x) && fabs(x) < 9007199254740992.0)
+        json_object_set_new(v, k, json_integer((json_int_t)x));
+      else
+        integral(e);
+    }
+  } else if (json_is_array(v)) {
+    json_array_foreach(v, i, e) {
+      double x = json_real_value(e);
+      if (json_is_real(e) && x == floor(x) && fabs(x) < 9007199254740992.0)
+        json_array_set_new(v, i, json_integer((json_int_t)x));
+      else
+        integral(e);
+    }
+  }
 }
 
 /* The budget's spec text (the sweep's with method isoflop at C), or NULL. */
@@ -107,6 +165,7 @@ static char *budget_spec(const char *spec_json, const next_design *d, int points
     spec_problem_add(pr, "$", "the sweep's stored spec could not be read: %s", e.text);
     return NULL;
   }
+  integral(root);
   json_t *old = json_object_get(root, "isoflop"), *iso = json_object();
   json_object_set_new(iso, "flops", json_pack("[f]", d->flops));
   json_object_set_new(iso, "centre",
@@ -128,11 +187,10 @@ static char *budget_spec(const char *spec_json, const next_design *d, int points
   const char *was = json_string_value(json_object_get(root, "name"));
   snprintf(name, sizeof name, "%.120s: next budget %.3g FLOPs", was ? was : "sweep", d->flops);
   json_object_set_new(root, "name", json_string(name));
-  if (d->rules_fitted) {
+  if (d->batch_fitted)
     set_rule(root, "batch_rule", d->k_b, d->beta_b);
-    if (isfinite(d->k_eta))
-      set_rule(root, "lr_rule", d->k_eta, d->beta_eta);
-  }
+  if (d->lr_fitted)
+    set_rule(root, "lr_rule", d->k_eta, d->beta_eta);
   char *text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
   json_decref(root);
   if (!text)
@@ -214,14 +272,21 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
     out->noise_sd = sqrt(ss / n);
     out->noise_from = "residuals";
   }
-  out->rules_fitted = fitted_rules(bopt, out);
+  json_t *root = json_loads(spec_json, 0, NULL);
+  integral(root);
+  fitted_rules(bopt, root, pts, n, out);
+  json_decref(root);
 
   /* the budget's runs: planned like any submitted spec */
   char *text = budget_spec(spec_json, out, points, pr);
   spec *sp = NULL;
   if (text && spec_parse(text, "the next budget's spec", &sp, pr) == 0 &&
-      plan_spec(sp, &out->plan, pr) == 0)
+      plan_spec(sp, &out->plan, pr) == 0) {
     out->spec_json = spec_canonical(sp);
+    out->gpus = sp->gpus;
+    out->priority = sp->priority;
+    out->max_attempts = sp->max_attempts > 0 ? sp->max_attempts : 3;
+  }
   free(text);
   spec_free(sp);
   if (!out->plan || !out->spec_json) {
@@ -274,12 +339,14 @@ char *next_design_json(const next_design *d) {
   for (int i = 0; i < d->nwarnings; i++)
     json_array_append_new(warnings, json_string(d->warnings[i]));
   json_t *rules =
-      d->rules_fitted
-          ? json_pack("{s:s,s:f,s:f,s:o,s:o}", "from", "the sweep's bopt fit", "k_B", d->k_b,
-                      "beta_B", d->beta_b, "k_eta",
-                      isfinite(d->k_eta) ? json_real(d->k_eta) : json_null(), "beta_eta",
-                      isfinite(d->beta_eta) ? json_real(d->beta_eta) : json_null())
-          : json_pack("{s:s}", "from", "the spec");
+      json_pack("{s:o,s:o}", "batch",
+                d->batch_fitted ? json_pack("{s:s,s:f,s:f}", "from", "the sweep's bopt fit", "k_B",
+                                            d->k_b, "beta_B", d->beta_b)
+                                : json_pack("{s:s}", "from", "the spec"),
+                "lr",
+                d->lr_fitted ? json_pack("{s:s,s:f,s:f}", "from", "the sweep's bopt fit", "k_eta",
+                                         d->k_eta, "beta_eta", d->beta_eta)
+                             : json_pack("{s:s}", "from", "the spec"));
   json_t *spec = d->spec_json ? json_loads(d->spec_json, 0, NULL) : NULL;
   json_t *o = json_pack(
       "{s:f,s:{s:f,s:o},s:f,s:{s:f,s:o},s:{s:f,s:f,s:f,s:i},s:{s:f,s:s},s:o,"

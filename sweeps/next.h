@@ -10,8 +10,9 @@
  * NEXT_SPAN_MAX]), so the budget's IsoFLOP minimum is inside its sizes
  * even where N_opt is uncertain. Batch size and learning rate come from the
  * sweep's fitted rules (the bopt law: B_opt = k_B C^beta_B, eta_opt =
- * k_eta C^beta_eta) when that law used 3 or more budgets and its constants
- * are ones a spec accepts, else from the spec's own rules. That spec goes
+ * k_eta C^beta_eta) when that law used 3 or more budgets, the sweep's runs
+ * tried 2 or more values of it, the spec's base does not fix it, and its
+ * constants are ones a spec accepts; else from the spec's own rules. That spec goes
  * through the planner like any submitted one (shapes, exact N, D, memory,
  * max_hours), so what is proposed is what would run.
  *
@@ -61,9 +62,10 @@ typedef struct next_design {
   double noise_sd;                     /* a run's scatter about the surface, SD of ln L */
   const char *noise_from;              /* "seeds" or "residuals" (static) */
   double largest_budget;               /* the sweep's largest run compute (6 N D) */
-  int rules_fitted;                    /* batch size and lr from the sweep's bopt law */
+  int batch_fitted, lr_fitted;         /* batch size, lr from the sweep's bopt law */
   double k_b, beta_b, k_eta, beta_eta; /* those rules (NAN: not used) */
   char *spec_json;                     /* the budget's spec (canonical text), owned */
+  int gpus, priority, max_attempts;    /* its resources, as a submission stores them */
   plan *plan;                          /* its runs, owned */
   next_prediction *runs;               /* one per plan run, owned */
   fit_result fit;                      /* the Chinchilla fit it came from (its draws) */
@@ -82,12 +84,11 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
 
 /* The design as the API answers it: {"flops", "n_opt": {"value", "ci95"},
  * "d_opt", "loss_at_n_opt": {"value", "ci95"}, "centre": {"coef",
- * "exponent", "span", "points"}, "noise": {"sd", "from"}, "rules": {"from",
- * ...}, "fit": {"n_points", "alpha", "beta", "E", "bootstrap"},
- * "largest_budget", "runs": [{"index", "n_layer", "d_model", "n_head",
- * "params", "nonembedding_params", "tokens", "batch_size", "lr", "steps",
- * "flops", "config_hash", "predicted_loss", "ci95"}], "spec", "warnings"}.
- * malloc'd; NULL when out of memory. */
+ * "exponent", "span", "points"}, "noise": {"sd", "from"}, "rules": {"batch": {"from", "k_B",
+ * "beta_B"}, "lr": {"from", "k_eta", "beta_eta"}}, "fit": {"n_points", "alpha", "beta", "E",
+ * "bootstrap"}, "largest_budget", "runs": [{"index", "n_layer", "d_model", "n_head", "params",
+ * "nonembedding_params", "tokens", "batch_size", "lr", "steps", "flops", "config_hash",
+ * "predicted_loss", "ci95"}], "spec", "warnings"}. malloc'd; NULL when out of memory. */
 char *next_design_json(const next_design *d);
 
 /* The plan's runs as store_sweeps_extend takes them: plan_runs_json's

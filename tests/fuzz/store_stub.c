@@ -425,6 +425,31 @@ void store_sweeps_find_by_hash(db *d, const char *spec_hash, store_sweeps_id_cb 
   QUEUE(d, ans_sweep_id, cb, ud);
 }
 
+void store_sweeps_extend(db *d, int64_t sweep_id, const store_sweep_new *sw,
+                         store_sweeps_inserted_cb cb, void *ud) {
+  (void)sweep_id;
+  if (!sw->runs_json)
+    abort();
+  QUEUE(d, ans_inserted, cb, ud);
+}
+
+static void ans_spec(call *c, int st, int v) {
+  /* a sweep of 3 runs (too few for a fit), none, or a cancelled one */
+  static const char spec[] =
+      "{\"name\":\"s\",\"method\":\"runs\",\"base\":{\"model\":{\"n_layer\":1,"
+      "\"d_model\":16,\"n_head\":2,\"seq_len\":16},\"train\":{\"tokens\":4096}},"
+      "\"runs\":[{}],\"resources\":{\"cpus\":1}}";
+  static const char *const status[] = {"running", "succeeded", "cancelled"};
+  int none = st || v % 4 == 3;
+  ((store_sweeps_spec_cb)c->cb)(c->ud, st, none ? NULL : spec, none ? NULL : status[v % 3],
+                                st ? errmsg : NULL);
+}
+
+void store_sweeps_spec(db *d, int64_t sweep_id, store_sweeps_spec_cb cb, void *ud) {
+  (void)sweep_id;
+  QUEUE(d, ans_spec, cb, ud);
+}
+
 static void ans_status(call *c, int st, int v) {
   static const char *const status[] = {NULL, "running", "succeeded", "failed"};
   ((store_sweeps_status_cb)c->cb)(c->ud, st, c->a, st ? NULL : status[v % 4], st ? errmsg : NULL);

@@ -99,7 +99,7 @@ static void test_design(const fit_point *pts, int n) {
   CHECK(d.span >= NEXT_SPAN_MIN && d.span <= NEXT_SPAN_MAX);
   CHECK(!strcmp(d.noise_from, "residuals"));
   CHECK_NEAR(d.noise_sd, NOISE, 0, 0.6); /* the residual RMS estimates the noise */
-  CHECK(!d.rules_fitted);
+  CHECK(!d.batch_fitted && !d.lr_fitted);
   CHECK_INT_EQ(d.plan->n, 5);
   CHECK(d.largest_budget > 3e12 && d.largest_budget < 3.3e12);
   double smallest = INFINITY, largest = 0;
@@ -169,9 +169,16 @@ static void test_design(const fit_point *pts, int n) {
   json_decref(a);
   json_decref(runs);
 
-  /* the same request gives the same design */
+  /* the same request gives the same design, from the spec as the store
+   * keeps it too (canonical: every number a real, batch sizes included) */
+  spec *sc = NULL;
+  CHECK_INT_EQ(spec_parse(SPEC, "canonical", &sc, &pr), 0);
+  char *canon = sc ? spec_canonical(sc) : NULL;
+  spec_free(sc);
+  CHECK(canon && strstr(canon, "\"seq_len\":64.0"));
   next_design d2;
-  CHECK_INT_EQ(next_design_make(SPEC, pts, n, NULL, &o, &d2, &pr), 0);
+  CHECK_INT_EQ(next_design_make(canon ? canon : SPEC, pts, n, NULL, &o, &d2, &pr), 0);
+  free(canon);
   char *js2 = next_design_json(&d2);
   CHECK(js && js2 && !strcmp(js, js2));
   free(js2);
@@ -182,8 +189,15 @@ static void test_design(const fit_point *pts, int n) {
   spec_problems_free(&pr);
 }
 
-static void test_rules(const fit_point *pts, int n) {
-  /* a bopt fit that used 3 budgets: its rules; an unusable one: the spec's */
+static void test_rules(const fit_point *study_pts, int n) {
+  /* a bopt fit that used 3 budgets over runs that tried 2 batch sizes and
+   * learning rates: its rules; an unusable one: the spec's */
+  fit_point *pts = malloc((size_t)n * sizeof *pts);
+  memcpy(pts, study_pts, (size_t)n * sizeof *pts);
+  for (int i = 0; i < n; i++) {
+    pts[i].batch_size = 512 << (i % 2);
+    pts[i].lr = 0.002 * (1 + i % 2);
+  }
   json_t *bopt = json_loads(
       "{\"law\":\"bopt\",\"params\":{\"k_B\":0.25,\"beta_B\":0.31,\"k_eta\":0.4,\"beta_eta\":-0.1},"
       "\"budgets\":[{\"usable\":true},{\"usable\":true},{\"usable\":true}]}",
@@ -191,8 +205,11 @@ static void test_rules(const fit_point *pts, int n) {
   next_options o = {.flops = 1e13, .bootstrap = 100, .seed = 1, .threads = 2};
   next_design d;
   spec_problems pr = {0};
+  CHECK_INT_EQ(next_design_make(SPEC, study_pts, n, bopt, &o, &d, &pr), 0);
+  CHECK(!d.batch_fitted && !d.lr_fitted); /* the study's runs tried one of each */
+  next_design_free(&d);
   CHECK_INT_EQ(next_design_make(SPEC, pts, n, bopt, &o, &d, &pr), 0);
-  CHECK(d.rules_fitted);
+  CHECK(d.batch_fitted && d.lr_fitted);
   CHECK_INT_EQ(d.plan ? d.plan->n : 0, NEXT_POINTS);
   json_t *sp = json_loads(d.spec_json ? d.spec_json : "", 0, NULL);
   CHECK_NEAR(json_number_value(json_object_get(json_object_get(sp, "batch_rule"), "coef")), 0.25, 0,
@@ -204,14 +221,15 @@ static void test_rules(const fit_point *pts, int n) {
 
   json_object_set_new(json_object_get(bopt, "params"), "beta_B", json_real(3.5));
   CHECK_INT_EQ(next_design_make(SPEC, pts, n, bopt, &o, &d, &pr), 0);
-  CHECK(!d.rules_fitted && d.nwarnings >= 1 && strstr(d.warnings[0], "beta_B 3.5"));
+  CHECK(!d.batch_fitted && d.lr_fitted && d.nwarnings >= 1 && strstr(d.warnings[0], "beta_B 3.5"));
   next_design_free(&d);
   json_array_remove(json_object_get(bopt, "budgets"), 0);
   json_object_set_new(json_object_get(bopt, "params"), "beta_B", json_real(0.31));
   CHECK_INT_EQ(next_design_make(SPEC, pts, n, bopt, &o, &d, &pr), 0);
-  CHECK(!d.rules_fitted); /* 2 budgets: too few for a rule */
+  CHECK(!d.batch_fitted && !d.lr_fitted); /* 2 budgets: too few for a rule */
   next_design_free(&d);
   json_decref(bopt);
+  free(pts);
   spec_problems_free(&pr);
 }
 

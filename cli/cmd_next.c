@@ -1,0 +1,153 @@
+/* scalesweep next: the next compute budget of a sweep, designed from its
+ * fits (GET /api/sweeps/{id}/next; --submit: POST, the runs added to the
+ * sweep). A table for people, --json for programs. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "common/err.h"
+
+static const char usage[] =
+    "usage: scalesweep next SWEEP_ID --flops C [--points M] [--submit] [--json]\n"
+    "                       [--url URL] [--state DIR] [--token-file F]\n"
+    "  proposes the runs of a new compute budget C (FLOPs) for sweep SWEEP_ID from its\n"
+    "  fits: M model sizes (default 5) centred on the fitted N_opt(C), spread to cover its\n"
+    "  95% interval, batch size and learning rate from the sweep's fitted rules (or its\n"
+    "  spec's), each run's predicted final loss with a 95% prediction interval;\n"
+    "  --submit adds those runs to the sweep (the fits then take them in, and the page\n"
+    "  shows predicted against measured)\n";
+
+static double num(json_t *o, const char *k) { return json_number_value(json_object_get(o, k)); }
+
+/* "1.234 [1.200, 1.270]" of {"value", "ci95"} or (value, ci95) */
+static void with_interval(char *b, size_t n, const char *fmt, double v, json_t *ci) {
+  int k = snprintf(b, n, fmt, v);
+  if (json_array_size(ci) == 2 && k > 0 && (size_t)k < n) {
+    k += snprintf(b + k, n - (size_t)k, " [");
+    k += snprintf(b + k, n - (size_t)k, fmt, json_number_value(json_array_get(ci, 0)));
+    k += snprintf(b + k, n - (size_t)k, ", ");
+    k += snprintf(b + k, n - (size_t)k, fmt, json_number_value(json_array_get(ci, 1)));
+    snprintf(b + k, n - (size_t)k, "]");
+  }
+}
+
+static void print_design(json_t *d, long long sweep) {
+  char a[128], b[128];
+  json_t *no = json_object_get(d, "n_opt"), *lo = json_object_get(d, "loss_at_n_opt");
+  with_interval(a, sizeof a, "%.3g", num(no, "value"), json_object_get(no, "ci95"));
+  with_interval(b, sizeof b, "%.4f", num(lo, "value"), json_object_get(lo, "ci95"));
+  json_t *fit = json_object_get(d, "fit"), *c = json_object_get(d, "centre");
+  printf("sweep %lld, next budget %.3g FLOPs (%.1fx its largest, %.3g)\n", sweep, num(d, "flops"),
+         num(d, "flops") / num(d, "largest_budget"), num(d, "largest_budget"));
+  printf("  from the Chinchilla fit of %.0f runs (alpha %.3f, beta %.3f, E %.3f; %.0f bootstrap "
+         "resamples)\n",
+         num(fit, "n_points"), num(fit, "alpha"), num(fit, "beta"), num(fit, "E"),
+         num(fit, "bootstrap"));
+  printf("  N_opt %s, D_opt %.3g, loss at N_opt %s\n", a, num(d, "d_opt"), b);
+  json_t *rules = json_object_get(d, "rules"), *noise = json_object_get(d, "noise");
+  printf("  %.0f sizes over x%.3g either way of N_opt; batch size from %s, learning rate from "
+         "%s; a run's scatter %.2f%% (from the %s)\n",
+         num(c, "points"), num(c, "span"),
+         json_string_value(json_object_get(json_object_get(rules, "batch"), "from")),
+         json_string_value(json_object_get(json_object_get(rules, "lr"), "from")),
+         100 * num(noise, "sd"), json_string_value(json_object_get(noise, "from")));
+  printf("  %3s %8s %5s %10s %10s %6s %9s %9s  %s\n", "#", "shape", "heads", "N", "D", "B", "lr",
+         "C", "predicted loss [95%]");
+  size_t i;
+  json_t *r;
+  json_array_foreach(json_object_get(d, "runs"), i, r) {
+    char shape[32];
+    snprintf(shape, sizeof shape, "%.0fx%.0f", num(r, "n_layer"), num(r, "d_model"));
+    with_interval(b, sizeof b, "%.4f", num(r, "predicted_loss"), json_object_get(r, "ci95"));
+    printf("  %3zu %8s %5.0f %10.3g %10.3g %6.0f %9.3g %9.3g  %s\n", i, shape, num(r, "n_head"),
+           num(r, "nonembedding_params"), num(r, "tokens"), num(r, "batch_size"), num(r, "lr"),
+           num(r, "flops"), b);
+  }
+  json_array_foreach(json_object_get(d, "warnings"), i, r) {
+    printf("  warning: %s\n", json_string_value(r));
+  }
+}
+
+int cmd_next(int argc, char **argv) {
+  const char *url = NULL, *state = NULL, *token_file = NULL, *flops_s = NULL, *points_s = NULL,
+             *arg = NULL;
+  int json = 0, submit = 0;
+  const cli_opt opts[] = {{"--json", NULL, &json},
+                          {"--submit", NULL, &submit},
+                          {"--flops", &flops_s, NULL},
+                          {"--points", &points_s, NULL},
+                          {"--url", &url, NULL},
+                          {"--state", &state, NULL},
+                          {"--token-file", &token_file, NULL}};
+  for (int i = 1; i < argc; i++) {
+    if (cli_is_help(argv[i])) {
+      printf("%s", usage);
+      return 0;
+    } else if (cli_opt_read(argc, argv, &i, opts, sizeof opts / sizeof *opts)) {
+      continue;
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      return cli_usage_error("next", NULL, "unknown option '%s' (or no value after it)", argv[i]);
+    } else if (arg) {
+      return cli_usage_error("next", NULL, "unexpected argument '%s'", argv[i]);
+    }
+    arg = argv[i];
+  }
+  char *end;
+  long long id = arg ? strtoll(arg, &end, 10) : 0;
+  if (!arg || *end || id <= 0)
+    return cli_usage_error("next", NULL, "expected a positive sweep id, found '%s'",
+                           arg ? arg : "nothing");
+  double flops = flops_s ? strtod(flops_s, &end) : NAN;
+  if (!flops_s || *end || !(flops > 0) || !isfinite(flops))
+    return cli_usage_error("next", NULL,
+                           "--flops: expected the new budget in FLOPs above 0 (3e13), found "
+                           "'%s'",
+                           flops_s ? flops_s : "nothing");
+  long points = points_s ? strtol(points_s, &end, 10) : 0;
+  if (points_s && (*end || points < 1 || points > 1000))
+    return cli_usage_error("next", NULL,
+                           "--points: expected a whole number of model sizes, "
+                           "found '%s'",
+                           points_s);
+
+  int rc;
+  char path[160], body[128], *raw = NULL;
+  json_t *j;
+  if (submit) {
+    snprintf(path, sizeof path, "/api/sweeps/%lld/next", id);
+    int n = snprintf(body, sizeof body, "{\"flops\":%.17g", flops);
+    snprintf(body + n, sizeof body - (size_t)n, points ? ",\"points\":%ld}" : "}", points);
+    j = cli_call(url, state, token_file, "POST", path, body, strlen(body), &rc, &raw);
+  } else {
+    int n = snprintf(path, sizeof path, "/api/sweeps/%lld/next?flops=%.17g", id, flops);
+    if (points)
+      snprintf(path + n, sizeof path - (size_t)n, "&points=%ld", points);
+    j = cli_call(url, state, token_file, "GET", path, NULL, 0, &rc, &raw);
+  }
+  if (!j) {
+    free(raw);
+    return rc;
+  }
+  if (json) {
+    printf("%s\n", raw);
+  } else if (submit) {
+    print_design(json_object_get(j, "design"), id);
+    double added = num(j, "added");
+    if (added > 0)
+      printf("%.0f run(s) added to sweep %lld (scalesweep status %lld)\n", added, id, id);
+    else
+      printf("sweep %lld has these runs already: nothing added\n", id);
+  } else {
+    print_design(j, id);
+    printf("(scalesweep next %lld --flops %.3g --submit adds these runs to the sweep)\n", id,
+           flops);
+  }
+  free(raw);
+  json_decref(j);
+  return 0;
+}
