@@ -256,12 +256,13 @@ static int request_options(http_request *r, int add, next_options *o) {
         return -1;
       }
     }
-    if (!json_is_number(f) || (p && !json_is_integer(p))) {
+    int bad_f = !json_is_number(f), bad_p = p && !json_is_integer(p);
+    if (bad_f || bad_p) {
       json_decref(b);
       http_respond_error(r, 400,
-                         !json_is_number(f) ? "flops: expected a number, the budget in FLOPs"
-                                            : "points: expected a whole number of model sizes",
-                         !json_is_number(f) ? "$.flops" : "$.points");
+                         bad_f ? "flops: expected a number, the budget in FLOPs"
+                               : "points: expected a whole number of model sizes",
+                         bad_f ? "$.flops" : "$.points");
       return -1;
     }
     flops = json_number_value(f);

@@ -245,6 +245,9 @@ try:
     print(f"submitted: 5 runs added once, run, each measured loss within {100 * worst:.2f}% of its "
           f"prediction, {inside} of 5 inside their intervals; the fits take 25 points, 5 budgets ({usable} "
           "usable); the page shows predicted against measured")
+except Exception as e:  # a scheduler that dies answers nothing: show its log
+    import traceback
+    fail(f"{e!r}\n{traceback.format_exc()}")
 finally:
     for p in procs:
         if p.poll() is None:
