@@ -79,7 +79,11 @@ void store_sweeps_extend(db *d, int64_t sweep_id, const store_sweep_new *sw,
                       store__itoa(gpus, sizeof gpus, sw->gpus),
                       store__itoa(maxa, sizeof maxa, sw->max_attempts), sw->runs_json};
   /* the sweep's row locked: a cancel at the same moment either comes first
-   * (nothing is added) or waits for the runs and cancels them too */
+   * (nothing is added) or waits for the runs and cancels them too. One
+   * scheduler sends these one at a time on its submission connection; from
+   * two connections at once, the second's NOT EXISTS may not see the
+   * first's rows (its snapshot is older than the lock it waited for), and
+   * the unique index on designed runs (migration 009) skips them instead */
   store__query_rows(d,
                     "WITH sw AS (SELECT id FROM sweeps WHERE id = $1 AND status <> 'cancelled' "
                     "FOR UPDATE), "
@@ -93,7 +97,9 @@ void store_sweeps_extend(db *d, int64_t sweep_id, const store_sweep_new *sw,
                     "FROM sw, jsonb_array_elements($5::jsonb) WITH ORDINALITY AS t(e, i) "
                     "WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.sweep_id = sw.id AND "
                     "r.config_hash = e->>'config_hash') "
-                    "ORDER BY t.i RETURNING 1) "
+                    "ORDER BY t.i "
+                    "ON CONFLICT (sweep_id, config_hash) WHERE designed IS NOT NULL DO NOTHING "
+                    "RETURNING 1) "
                     "SELECT (SELECT id FROM sw), (SELECT count(*) FROM ins)",
                     5, p, &inserted, (void (*)(void))cb, ud);
 }

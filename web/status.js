@@ -234,7 +234,7 @@ function sweep() {
     drawNopt(figs('chart-nopt'), pts, fits);
     drawBatch(figs('chart-batch'), fits);
   };
-  const refreshSummary = throttle(() => guard(swap(['summary', 'fits'])), 1000);
+  const refreshSummary = throttle(() => guard(swap([ 'summary', 'fits', 'designed' ])), 1000);
   const refreshTable = throttle(() => guard(table.load()), 1000);
   const refreshFits = throttle(() => guard(loadFits()), 1000);
   refreshAll = () => {

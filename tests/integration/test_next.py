@@ -14,8 +14,9 @@ run's own 1% noise (fixed by its shape and D).
 - Bad requests say where: no flops, a negative one, a body that is not an
   object, an unknown key (400 with the path); no such sweep (404); a sweep
   too small to fit (400, why); adding to a cancelled sweep (409).
-- `scalesweep next ID --flops 1e15 --submit` adds the runs to the sweep
-  (runs.designed holds what was predicted); submitting again adds nothing.
+- Two POSTs of the budget at once add its runs once (runs.designed holds
+  what was predicted); `scalesweep next ID --flops 1e15 --submit` then adds
+  nothing.
   They run; each measured loss is within 4% of its prediction and 4 of the
   5 at least inside their 95% intervals; the fits take them in (25 points, 5
   IsoFLOP budgets); the sweep's page shows predicted against measured.
@@ -209,9 +210,19 @@ try:
     print("bad requests: 400 with the path, 404, 409 for a cancelled sweep; the CLI exits 2")
 
     # ---- submitted: the runs join the sweep, run, and are compared -----------------------
-    p = cli("next", str(sweep), "--flops", "1e15", "--submit")
-    if p.returncode != 0 or "5 run(s) added" not in p.stdout:
-        fail(f"scalesweep next --submit: exit {p.returncode}: {p.stdout} {p.stderr}")
+    # two at once (the scheduler designs 2 at a time): the runs are added once
+    import threading
+    got = []
+
+    def post():
+        got.append(request("POST", f"/api/sweeps/{sweep}/next", {"flops": C}))
+    threads = [threading.Thread(target=post) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if sorted(st for st, _ in got) != [201, 201] or sum(b["added"] for _, b in got) != 5:
+        fail(f"two POSTs of the same budget at once: {[(st, b.get('added')) for st, b in got]}")
     p = cli("next", str(sweep), "--flops", "1e15", "--submit")
     if p.returncode != 0 or "nothing added" not in p.stdout:
         fail(f"scalesweep next --submit again: exit {p.returncode}: {p.stdout} {p.stderr}")
@@ -242,7 +253,7 @@ try:
                           capture_output=True, text=True).stdout
     if "Designed budgets" not in html or "1e+15" not in html:
         fail(f"the sweep page does not show the designed budget: {html[:2000]}")
-    print(f"submitted: 5 runs added once, run, each measured loss within {100 * worst:.2f}% of its "
+    print(f"submitted twice at once: 5 runs added once, run, each measured loss within {100 * worst:.2f}% of its "
           f"prediction, {inside} of 5 inside their intervals; the fits take 25 points, 5 budgets ({usable} "
           "usable); the page shows predicted against measured")
 except Exception as e:  # a scheduler that dies answers nothing: show its log
