@@ -24,23 +24,22 @@ static const char usage[] =
 
 static double num(json_t *o, const char *k) { return json_number_value(json_object_get(o, k)); }
 
-/* "1.234 [1.200, 1.270]" of {"value", "ci95"} or (value, ci95) */
-static void with_interval(char *b, size_t n, const char *fmt, double v, json_t *ci) {
-  int k = snprintf(b, n, fmt, v);
-  if (json_array_size(ci) == 2 && k > 0 && (size_t)k < n) {
-    k += snprintf(b + k, n - (size_t)k, " [");
-    k += snprintf(b + k, n - (size_t)k, fmt, json_number_value(json_array_get(ci, 0)));
-    k += snprintf(b + k, n - (size_t)k, ", ");
-    k += snprintf(b + k, n - (size_t)k, fmt, json_number_value(json_array_get(ci, 1)));
-    snprintf(b + k, n - (size_t)k, "]");
-  }
+/* "1.234 [1.200, 1.270]": v and its interval ci (when it has one), each
+ * number as %.4f (loss) or %.3g (counts) */
+static void with_interval(char *b, size_t n, int loss, double v, json_t *ci) {
+  double lo = json_number_value(json_array_get(ci, 0)),
+         hi = json_number_value(json_array_get(ci, 1));
+  if (json_array_size(ci) != 2)
+    snprintf(b, n, loss ? "%.4f" : "%.3g", v);
+  else
+    snprintf(b, n, loss ? "%.4f [%.4f, %.4f]" : "%.3g [%.3g, %.3g]", v, lo, hi);
 }
 
 static void print_design(json_t *d, long long sweep) {
   char a[128], b[128];
   json_t *no = json_object_get(d, "n_opt"), *lo = json_object_get(d, "loss_at_n_opt");
-  with_interval(a, sizeof a, "%.3g", num(no, "value"), json_object_get(no, "ci95"));
-  with_interval(b, sizeof b, "%.4f", num(lo, "value"), json_object_get(lo, "ci95"));
+  with_interval(a, sizeof a, 0, num(no, "value"), json_object_get(no, "ci95"));
+  with_interval(b, sizeof b, 1, num(lo, "value"), json_object_get(lo, "ci95"));
   json_t *fit = json_object_get(d, "fit"), *c = json_object_get(d, "centre");
   printf("sweep %lld, next budget %.3g FLOPs (%.1fx its largest, %.3g)\n", sweep, num(d, "flops"),
          num(d, "flops") / num(d, "largest_budget"), num(d, "largest_budget"));
@@ -63,7 +62,7 @@ static void print_design(json_t *d, long long sweep) {
   json_array_foreach(json_object_get(d, "runs"), i, r) {
     char shape[32];
     snprintf(shape, sizeof shape, "%.0fx%.0f", num(r, "n_layer"), num(r, "d_model"));
-    with_interval(b, sizeof b, "%.4f", num(r, "predicted_loss"), json_object_get(r, "ci95"));
+    with_interval(b, sizeof b, 1, num(r, "predicted_loss"), json_object_get(r, "ci95"));
     printf("  %3zu %8s %5.0f %10.3g %10.3g %6.0f %9.3g %9.3g  %s\n", i, shape, num(r, "n_head"),
            num(r, "nonembedding_params"), num(r, "tokens"), num(r, "batch_size"), num(r, "lr"),
            num(r, "flops"), b);
@@ -124,7 +123,14 @@ int cmd_next(int argc, char **argv) {
     snprintf(body + n, sizeof body - (size_t)n, points ? ",\"points\":%ld}" : "}", points);
     j = cli_call(url, state, token_file, "POST", path, body, strlen(body), &rc, &raw);
   } else {
-    int n = snprintf(path, sizeof path, "/api/sweeps/%lld/next?flops=%.17g", id, flops);
+    /* no '+' in the query (it would be read as a space): 1e+17 as 1e17 */
+    char c[40], *w = c;
+    snprintf(c, sizeof c, "%.17g", flops);
+    for (const char *q = c; *q; q++)
+      if (*q != '+')
+        *w++ = *q;
+    *w = 0;
+    int n = snprintf(path, sizeof path, "/api/sweeps/%lld/next?flops=%s", id, c);
     if (points)
       snprintf(path + n, sizeof path - (size_t)n, "&points=%ld", points);
     j = cli_call(url, state, token_file, "GET", path, NULL, 0, &rc, &raw);

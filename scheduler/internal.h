@@ -50,6 +50,7 @@ struct sched {
   double lat_sum_s;
 
   int submits; /* submit.c: spec jobs on the thread pool */
+  int designs; /* next.c: next-budget designs under way */
   /* submit.c: sweep inserts, on their own connection: 10,000 runs take
    * PostgreSQL a second or more, and heartbeats (lease renewals, on db)
    * must not queue behind them */

@@ -3,12 +3,13 @@
  *
  * Three reads (the sweep's spec, its loss laws' points, its latest fits)
  * feed a job on libuv's thread pool, which fits the surface with its
- * bootstrap and plans the budget; it counts among the spec jobs
- * (SCHED_SPEC_JOBS, shared with submissions), so designs cannot take every
- * thread of the pool either. GET answers the design; POST also adds its
- * runs to the sweep (store_sweeps_extend, on the submission connection),
- * each with what was predicted for it, and answers 201. The request stays
- * valid until answered even if its client goes away (http.h). */
+ * bootstrap and plans the budget. At most SCHED_DESIGN_JOBS designs are
+ * under way at once, counted apart from submissions (s->designs), so that
+ * readers asking for designs (GET is a read: open by default) can neither
+ * hold back submissions nor take every thread of the pool. GET answers the design; POST also adds
+ * its runs to the sweep (store_sweeps_extend, on the control connection), each with what was
+ * predicted for it, and answers 201. The request stays valid until answered even if its client goes
+ * away (http.h). */
 #include "scheduler/next.h"
 
 #include <inttypes.h>
@@ -38,6 +39,7 @@ typedef struct next_job {
   json_t *bopt;
   /* out */
   int status;   /* 0: the design is there; 400; 500 */
+  int nomem;    /* the design ran out of memory (500) */
   char *answer; /* the design's JSON, or the 400 body */
   char *runs;   /* POST: the runs to add */
   int gpus, priority, max_attempts;
@@ -55,7 +57,7 @@ static void job_free(next_job *j) {
 
 static void answer_store_error(next_job *j, int status, const char *errmsg) {
   http_respond_error(j->r, status == SS_ECONN ? 503 : 500, errmsg, NULL);
-  j->s->submits--;
+  j->s->designs--;
   job_free(j);
 }
 
@@ -79,7 +81,8 @@ static void work(uv_work_t *w) {
   /* the shards the budget's runs would read: still only under --data-dir */
   sched__spec_paths_check(j->s->o.data_dirs, j->s->o.ndata_dirs, raw, &pr);
   json_decref(raw);
-  if (!pr.n && next_design_make(j->spec, j->pts, j->n, j->bopt, &j->o, &d, &pr) == 0) {
+  int rc = SS_EINVAL;
+  if (!pr.n && (rc = next_design_make(j->spec, j->pts, j->n, j->bopt, &j->o, &d, &pr)) == 0) {
     j->answer = next_design_json(&d);
     if (j->add)
       j->runs = next_runs_json(&d);
@@ -89,6 +92,8 @@ static void work(uv_work_t *w) {
     j->max_attempts = d.max_attempts;
     next_design_free(&d);
     j->status = j->answer && (!j->add || j->runs) ? 0 : 500;
+  } else if (rc == SS_ENOMEM) {
+    j->status = 500;
   } else {
     j->status = 400;
     j->answer = problems_json(&pr);
@@ -130,7 +135,7 @@ static void on_extended(void *ud, int status, int64_t sweep_id, int64_t added, c
       sched__place(s);
     }
   }
-  s->submits--;
+  s->designs--;
   job_free(j);
 }
 
@@ -150,10 +155,12 @@ static void after_work(uv_work_t *w, int status) {
                           .gpus = j->gpus,
                           .max_attempts = j->max_attempts,
                           .runs_json = j->runs};
-    store_sweeps_extend(s->db_submit, j->sweep_id, &sw, on_extended, j);
+    /* on the control connection, where a cancel of the sweep also goes: the
+     * two never overlap, so a cancel sees every run an extend added */
+    store_sweeps_extend(s->db, j->sweep_id, &sw, on_extended, j);
     return;
   }
-  s->submits--;
+  s->designs--;
   job_free(j);
 }
 
@@ -169,7 +176,7 @@ static void on_fits(void *ud, int status, const char *json, const char *errmsg) 
   int rc = uv_queue_work(j->s->loop, &j->work, work, after_work);
   if (rc) {
     http_respond_error(j->r, 500, uv_strerror(rc), NULL);
-    j->s->submits--;
+    j->s->designs--;
     job_free(j);
   }
 }
@@ -203,14 +210,14 @@ static void on_spec(void *ud, int status, const char *spec_json, const char *swe
     return answer_store_error(j, status, errmsg);
   if (!spec_json) {
     http_respond_error(j->r, 404, "no such sweep", NULL);
-    j->s->submits--;
+    j->s->designs--;
     return job_free(j);
   }
   if (j->add && sweep_status && !strcmp(sweep_status, "cancelled")) {
     char msg[160];
     snprintf(msg, sizeof msg, "sweep %" PRId64 " is cancelled: no runs can be added", j->sweep_id);
     http_respond_error(j->r, 409, msg, NULL);
-    j->s->submits--;
+    j->s->designs--;
     return job_free(j);
   }
   if (!(j->spec = strdup(spec_json)))
@@ -228,7 +235,6 @@ static int number(const char *text, double *v) {
 /* The request's flops and points: the query's (GET) or the body's (POST);
  * 0, or answered 400 (-1). */
 static int request_options(http_request *r, int add, next_options *o) {
-  const char *path = add ? "$.flops" : "flops";
   double flops = NAN, points = 0;
   if (add) {
     size_t len;
@@ -237,8 +243,11 @@ static int request_options(http_request *r, int add, next_options *o) {
     json_t *b = json_loadb(body ? body : "", len, 0, &e);
     if (!json_is_object(b)) {
       char msg[256];
-      snprintf(msg, sizeof msg, "request body: line %d, column %d: %s (expected {\"flops\": C})",
-               e.line, e.column, b ? "not an object" : e.text);
+      if (b)
+        snprintf(msg, sizeof msg, "request body: not an object (expected {\"flops\": C})");
+      else
+        snprintf(msg, sizeof msg, "request body: line %d, column %d: %s (expected {\"flops\": C})",
+                 e.line, e.column, e.text);
       json_decref(b);
       http_respond_error(r, 400, msg, "$");
       return -1;
@@ -275,7 +284,7 @@ static int request_options(http_request *r, int add, next_options *o) {
       http_respond_error(r, 400,
                          "query parameter flops: expected the budget in FLOPs, such as 1e13 "
                          "(a + in a query is a space: write 1e13 or 1e%2B13)",
-                         path);
+                         "flops");
       return -1;
     }
     got = http_query_param(r, "points", &v);
@@ -294,12 +303,12 @@ void sched__next(sched *s, http_request *r, int64_t sweep_id, int add) {
   next_options o = {0};
   if (request_options(r, add, &o))
     return;
-  if (s->submits >= SCHED_SPEC_JOBS) {
+  if (s->designs >= SCHED_DESIGN_JOBS) {
     char b[192];
     snprintf(b, sizeof b,
-             "{\"error\":{\"message\":\"%d sweep specs or designs are being worked on already; "
+             "{\"error\":{\"message\":\"%d design(s) of a next budget under way already; "
              "ask again in a second\",\"path\":null}}",
-             SCHED_SPEC_JOBS);
+             SCHED_DESIGN_JOBS);
     http_respond(r, 503, "application/json", b, strlen(b), "Retry-After: 1\r\n");
     return;
   }
@@ -311,6 +320,6 @@ void sched__next(sched *s, http_request *r, int64_t sweep_id, int add) {
   o.seed = (uint64_t)sweep_id; /* the same design for the same sweep and points */
   o.threads = 1;
   *j = (next_job){.s = s, .r = r, .sweep_id = sweep_id, .add = add, .o = o};
-  s->submits++;
+  s->designs++;
   store_sweeps_spec(db_pool_get(s->reads, 0), sweep_id, on_spec, j);
 }

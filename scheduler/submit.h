@@ -11,6 +11,9 @@
  * next budget) on libuv's thread pool at once: the pool has 4 threads by
  * default, and two stay free for refits and predictions. */
 #define SCHED_SPEC_JOBS 2
+/* Designs of a sweep's next budget (next.c) under way at once, apart from
+ * the spec jobs: one Chinchilla fit with its bootstrap at a time. */
+#define SCHED_DESIGN_JOBS 1
 
 /* POST /api/sweeps: validates and plans the spec (sweeps/spec.h, plan.h),
  * stores the sweep and its runs at once (store/sweeps.h) and answers 201 with

@@ -305,7 +305,8 @@ static void render_designed(sched__buf *b, json_t *runs) {
     sched__b_num(b, sched__jnum(r, "tokens"), NULL);
     sched__b_puts(b, "</td><td>");
     sched__b_num(b, sched__jnum(des, "loss"), "%.4f");
-    b_interval(b, " ", lo, hi);
+    if (json_array_size(ci) == 2)
+      b_interval(b, " [", lo, hi);
     sched__b_puts(b, "</td><td>");
     sched__b_num(b, m, "%.4f");
     sched__b_puts(b, "</td><td>");

@@ -78,12 +78,13 @@ void store_sweeps_extend(db *d, int64_t sweep_id, const store_sweep_new *sw,
                       store__itoa(prio, sizeof prio, sw->priority),
                       store__itoa(gpus, sizeof gpus, sw->gpus),
                       store__itoa(maxa, sizeof maxa, sw->max_attempts), sw->runs_json};
-  /* the sweep's row locked: a cancel at the same moment either comes first
-   * (nothing is added) or waits for the runs and cancels them too. One
-   * scheduler sends these one at a time on its submission connection; from
-   * two connections at once, the second's NOT EXISTS may not see the
-   * first's rows (its snapshot is older than the lock it waited for), and
-   * the unique index on designed runs (migration 009) skips them instead */
+  /* the sweep's row locked: a cancel that commits first leaves nothing
+   * added (the lock's re-check sees it cancelled). A cancel sent on another
+   * connection while this runs could miss the added runs (its snapshot
+   * predates them), so the scheduler sends both on one connection. Two
+   * inserts of one budget from two connections: the second's NOT EXISTS
+   * may not see the first's rows either, and the unique index on designed
+   * runs (migration 009) skips them instead */
   store__query_rows(d,
                     "WITH sw AS (SELECT id FROM sweeps WHERE id = $1 AND status <> 'cancelled' "
                     "FOR UPDATE), "

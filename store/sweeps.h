@@ -61,7 +61,8 @@ void store_sweeps_spec(db *d, int64_t sweep_id, store_sweeps_spec_cb cb, void *u
  * runs_json (as store_sweeps_insert takes it, each object with "designed"
  * too), gpus, priority and max_attempts; its name, spec and hash are not
  * used. A run whose config_hash the sweep has already is skipped, so the
- * same budget added twice adds nothing. One statement. sweep_id is 0 when
+ * same budget added twice adds nothing. One statement; send it on the
+ * connection that cancels sweeps (see store/sweeps.c). sweep_id is 0 when
  * there is no such sweep or it is cancelled; runs counts those added. */
 void store_sweeps_extend(db *d, int64_t sweep_id, const store_sweep_new *sw,
                          store_sweeps_inserted_cb cb, void *ud);

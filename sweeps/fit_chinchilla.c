@@ -446,6 +446,8 @@ static int bootstrap(const fit__chin_objective *full, const fit_point *pts, cons
       memcpy(&out->draws[(size_t)k * NT], &vals[(size_t)k * W + NQ + out->nfrontier],
              NT * sizeof *out->draws);
     out->ndraws = B;
+  } else if (keep) {
+    fit_result_warn(out, "out of memory keeping the %d resamples' surfaces: none are kept", B);
   }
   if (failed)
     fit_result_warn(out,

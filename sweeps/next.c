@@ -89,9 +89,9 @@ static void fitted_rules(json_t *bopt, json_t *spec_root, const fit_point *pts, 
   if (!bopt || fit_json_budgets(bopt, &usable) < 3 || usable < 3)
     return;
   json_t *train = json_object_get(json_object_get(spec_root, "base"), "train");
-  double kb = json_number_value(fit_json_get(bopt, "k_B"));
-  double bb = json_number_value(fit_json_get(bopt, "beta_B"));
-  if (!json_object_get(train, "batch_size") && varied(pts, n, 0)) {
+  json_t *kbj = fit_json_get(bopt, "k_B"), *bbj = fit_json_get(bopt, "beta_B");
+  double kb = json_number_value(kbj), bb = json_number_value(bbj);
+  if (kbj && bbj && !json_object_get(train, "batch_size") && varied(pts, n, 0)) {
     if (kb >= 1e-12 && kb <= 1e12 && bb >= -2 && bb <= 2) {
       d->k_b = round_sig(kb, 4);
       d->beta_b = round_sig(bb, 4);
@@ -183,9 +183,18 @@ static char *budget_spec(const char *spec_json, const next_design *d, int points
   json_object_del(root, "grid");
   json_object_del(root, "runs");
   json_object_del(root, "batch");
-  char name[200];
+  /* the sweep's name and the budget, within the 128 bytes a spec's name
+   * may have: the name cut where it must be, on a character's boundary */
+  char name[160], suffix[48];
   const char *was = json_string_value(json_object_get(root, "name"));
-  snprintf(name, sizeof name, "%.120s: next budget %.3g FLOPs", was ? was : "sweep", d->flops);
+  int ns = snprintf(suffix, sizeof suffix, ": next budget %.3g FLOPs", d->flops);
+  size_t keep = was ? strlen(was) : 0, room = 128 - (size_t)ns;
+  if (keep > room) {
+    keep = room;
+    while (keep > 0 && ((unsigned char)was[keep] & 0xC0) == 0x80)
+      keep--;
+  }
+  snprintf(name, sizeof name, "%.*s%s", (int)keep, was ? was : "", suffix);
   json_object_set_new(root, "name", json_string(name));
   if (d->batch_fitted)
     set_rule(root, "batch_rule", d->k_b, d->beta_b);
@@ -212,6 +221,7 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
   if (pr->n)
     return SS_EINVAL;
   out->flops = o->flops;
+  out->points = points;
 
   /* the surface, its bootstrap at C, every resample kept */
   fit_options fo = {.bootstrap = o->bootstrap > 0 ? o->bootstrap : NEXT_BOOTSTRAP,
@@ -267,9 +277,11 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
     out->noise_from = "seeds";
   } else {
     double ss = 0;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n && out->fit.residuals; i++)
       ss += out->fit.residuals[i] * out->fit.residuals[i];
     out->noise_sd = sqrt(ss / n);
+    if (!out->fit.residuals)
+      warn(out, "the fit's residuals are missing (out of memory): a run's scatter is left out");
     out->noise_from = "residuals";
   }
   json_t *root = json_loads(spec_json, 0, NULL);
@@ -354,11 +366,11 @@ char *next_design_json(const next_design *d) {
       "flops", d->flops, "n_opt", "value", d->n_opt, "ci95", interval(d->n_lo, d->n_hi), "d_opt",
       d->d_opt, "loss_at_n_opt", "value", d->opt.loss, "ci95", interval(d->opt.lo, d->opt.hi),
       "centre", "coef", d->centre_coef, "exponent", d->centre_exponent, "span", d->span, "points",
-      d->plan ? (int)d->plan->n : 0, "noise", "sd", d->noise_sd, "from",
-      d->noise_from ? d->noise_from : "residuals", "rules", rules, "fit", "n_points",
-      d->fit.n_points, "alpha", param(&d->fit, "alpha"), "beta", param(&d->fit, "beta"), "E",
-      param(&d->fit, "E"), "bootstrap", d->fit.ndraws, "largest_budget", d->largest_budget, "runs",
-      runs, "spec", spec ? spec : json_null(), "warnings", warnings);
+      d->points, "noise", "sd", d->noise_sd, "from", d->noise_from ? d->noise_from : "residuals",
+      "rules", rules, "fit", "n_points", d->fit.n_points, "alpha", param(&d->fit, "alpha"), "beta",
+      param(&d->fit, "beta"), "E", param(&d->fit, "E"), "bootstrap", d->fit.ndraws,
+      "largest_budget", d->largest_budget, "runs", runs, "spec", spec ? spec : json_null(),
+      "warnings", warnings);
   char *text = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(8)) : NULL;
   json_decref(o);
   return text;

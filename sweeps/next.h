@@ -59,6 +59,7 @@ typedef struct next_design {
   double n_opt, n_lo, n_hi, d_opt; /* N_opt(C) with its 95% interval; D_opt */
   next_prediction opt;             /* the loss at (N_opt, D_opt) */
   double centre_coef, centre_exponent, span;
+  int points; /* model sizes at the budget (the plan has seeds times as many runs) */
   double noise_sd;                     /* a run's scatter about the surface, SD of ln L */
   const char *noise_from;              /* "seeds" or "residuals" (static) */
   double largest_budget;               /* the sweep's largest run compute (6 N D) */

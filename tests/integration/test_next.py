@@ -25,6 +25,7 @@ Usage: test_next.py SCALESWEEP_BINARY
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -112,6 +113,18 @@ def cli(*args):
                            token], capture_output=True, text=True, timeout=120)
 
 
+def start_worker():
+    """The worker (procs[1]), started again when it was stopped."""
+    p = subprocess.Popen(
+        [BIN, "worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
+         "--cpu-slots", "2", "--work-dir", os.path.join(tmp, "w"), "--name", "w", "--bin", FAKE],
+        stdout=open(os.path.join(tmp, "w.log"), "a"), stderr=subprocess.STDOUT)
+    if len(procs) > 1:
+        procs[1] = p
+    else:
+        procs.append(p)
+
+
 try:
     procs.append(subprocess.Popen(
         [BIN, "scheduler", "--database", DB, "--token-file", token, "--listen",
@@ -120,10 +133,7 @@ try:
         stderr=subprocess.STDOUT))
     if not wait_healthz(request):
         fail("the scheduler did not come up")
-    procs.append(subprocess.Popen(
-        [BIN, "worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
-         "--cpu-slots", "2", "--work-dir", os.path.join(tmp, "w"), "--name", "w", "--bin", FAKE],
-        stdout=open(os.path.join(tmp, "w.log"), "w"), stderr=subprocess.STDOUT))
+    start_worker()
 
     # ---- the study: 4 budgets x 5 sizes centred on the law's optimum ------------------
     a = 0.28 / 0.62
@@ -176,6 +186,9 @@ try:
     p = cli("next", str(sweep), "--flops", "1e15", "--json")
     if p.returncode != 0 or json.loads(p.stdout)["runs"] != d["runs"]:
         fail(f"scalesweep next --json: exit {p.returncode}, not the API's design: {p.stdout[:300]}")
+    p = cli("next", str(sweep), "--flops", "1e17")  # no '+' of 1e+17 in its query
+    if p.returncode != 0 or "warning:" not in p.stdout or "long extrapolation" not in p.stdout:
+        fail(f"scalesweep next --flops 1e17: exit {p.returncode}: {p.stdout} {p.stderr}")
     print("scalesweep next: the table, and --json the API's design")
 
     # ---- bad requests ------------------------------------------------------------------
@@ -210,12 +223,23 @@ try:
     print("bad requests: 400 with the path, 404, 409 for a cancelled sweep; the CLI exits 2")
 
     # ---- submitted: the runs join the sweep, run, and are compared -----------------------
-    # two at once (the scheduler designs 2 at a time): the runs are added once
+    # the worker away meanwhile, so that the added runs wait and the fits
+    # (and so the design) stay what they were
+    procs[1].terminate()
+    procs[1].wait(30)
+    # two at once (the scheduler designs one at a time: the other is told
+    # 503, Retry-After, and asks again): the runs are added once
     import threading
-    got = []
+    got, busy = [], []
 
     def post():
-        got.append(request("POST", f"/api/sweeps/{sweep}/next", {"flops": C}))
+        for _ in range(60):
+            st, b = request("POST", f"/api/sweeps/{sweep}/next", {"flops": C})
+            if st != 503:
+                break
+            busy.append(b)
+            time.sleep(1)
+        got.append((st, b))
     threads = [threading.Thread(target=post) for _ in range(2)]
     for t in threads:
         t.start()
@@ -226,6 +250,7 @@ try:
     p = cli("next", str(sweep), "--flops", "1e15", "--submit")
     if p.returncode != 0 or "nothing added" not in p.stdout:
         fail(f"scalesweep next --submit again: exit {p.returncode}: {p.stdout} {p.stderr}")
+    start_worker()
     c = wait_sweep(sweep, 25)
     if c["succeeded"] != 25:
         fail(f"the extended sweep: {c}")
@@ -251,7 +276,8 @@ try:
     html = subprocess.run(["curl", "-sf", "-H", "Authorization: Bearer " + open(token).read().strip(),
                            f"http://127.0.0.1:{api_port}/sweeps/{sweep}"],
                           capture_output=True, text=True).stdout
-    if "Designed budgets" not in html or "1e+15" not in html:
+    if "Designed budgets" not in html or "1e+15" not in html or \
+            not re.search(r"\d\.\d{4} \[\d[^<]*\]</td>", html):
         fail(f"the sweep page does not show the designed budget: {html[:2000]}")
     print(f"submitted twice at once: 5 runs added once, run, each measured loss within {100 * worst:.2f}% of its "
           f"prediction, {inside} of 5 inside their intervals; the fits take 25 points, 5 budgets ({usable} "

@@ -233,6 +233,29 @@ static void test_rules(const fit_point *study_pts, int n) {
   spec_problems_free(&pr);
 }
 
+/* A sweep whose name is near the 128 bytes a spec's name may have: the
+ * budget's name is cut to fit, on a character's boundary (a 2-byte
+ * character straddles the cut). */
+static void test_long_name(const fit_point *pts, int n) {
+  char name[200], *spec = malloc(strlen(SPEC) + 256);
+  memset(name, 'x', 100);
+  strcpy(name + 100, "\xc3\xa9\xc3\xa9\xc3\xa9yyyyyyyyyyyyyyyyyyyy"); /* 126 bytes: e-acute x3 */
+  const char *at = strstr(SPEC, "\"study\"");
+  sprintf(spec, "%.*s\"%s\"%s", (int)(at - SPEC), SPEC, name, at + strlen("\"study\""));
+  next_options o = {.flops = 1e13, .bootstrap = 50, .seed = 1, .threads = 2};
+  next_design d;
+  spec_problems pr = {0};
+  CHECK_INT_EQ(next_design_make(spec, pts, n, NULL, &o, &d, &pr), 0);
+  json_t *sp = json_loads(d.spec_json ? d.spec_json : "", 0, NULL);
+  const char *got = json_string_value(json_object_get(sp, "name"));
+  CHECK(got && strlen(got) <= 128 && strstr(got, ": next budget 1e+13 FLOPs") &&
+        !strncmp(got, name, 100));
+  json_decref(sp);
+  next_design_free(&d);
+  spec_problems_free(&pr);
+  free(spec);
+}
+
 static void test_refusals(const fit_point *pts, int n) {
   next_design d;
   spec_problems pr = {0};
@@ -304,6 +327,7 @@ int main(void) {
   test_design(pts, n);
   test_rules(pts, n);
   test_refusals(pts, n);
+  test_long_name(pts, n);
   test_coverage();
   free(pts);
   CHECK_DONE();
