@@ -15,10 +15,33 @@
 #include "trainer/train.h"
 
 #define TRAIN_MAX_DATA_DIRS 16
+#define TRAIN_MAX_KEEP_STEPS 256
+
+/* --keep-steps S,...: ascending steps >= 1; the count, or -1 (said on stderr) */
+static int parse_steps(const char *v, int64_t *out, int max) {
+  int n = 0;
+  const char *p = v;
+  while (*p) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(p, &end, 10);
+    if (end == p || errno || x < 1 || (*end && *end != ',') || n == max || (n && x <= out[n - 1])) {
+      fprintf(stderr,
+              "scalesweep train: --keep-steps '%s': at character %d: expected ascending steps "
+              ">= 1 separated by commas (at most %d)\n",
+              v, (int)(p - v) + 1, max);
+      return -1;
+    }
+    out[n++] = x;
+    p = *end ? end + 1 : end;
+  }
+  return n;
+}
 
 static void usage(FILE *f) {
   fprintf(f, "usage: scalesweep train --config RUN.json [--checkpoint-dir DIR]\n"
              "                        [--resume DIR [--resume-max-step N]] [--print-config]\n"
+             "                        [--branch-from FILE] [--keep-steps S,...]\n"
              "                        [--data-dir DIR ... | --no-data-dirs]\n"
              "\n"
              "Trains one GPT from a run config (a partial config is completed with\n"
@@ -29,6 +52,12 @@ static void usage(FILE *f) {
              "  --resume DIR     continue from DIR/checkpoint.bin, bit for bit\n"
              "  --resume-max-step N  from the newest checkpoint (checkpoint.bin or the one\n"
              "                   before it) at step N or earlier; none: start afresh\n"
+             "  --branch-from FILE  a \"wsd\" run: start (when nothing is resumed) from\n"
+             "                   FILE, a checkpoint of a longer wsd run with the same config\n"
+             "                   but train.tokens, taken within both runs' stable phase; the\n"
+             "                   result is the same, bit for bit, as training from scratch\n"
+             "  --keep-steps S,...  keep a checkpoint after each of these steps, in\n"
+             "                   branch-S/ under the checkpoint directory (branch points)\n"
              "  --data-dir DIR   read token shards only from under DIR (repeatable): a\n"
              "                   wildcard in a directory component, or a match that\n"
              "                   resolves elsewhere (symlinks included), is refused with\n"
@@ -51,6 +80,9 @@ static void usage(FILE *f) {
 
 int cmd_train(int argc, char **argv) {
   const char *config = NULL, *resume = NULL, *ckdir = NULL, *dist = NULL, *ranks = NULL;
+  const char *branch = NULL, *keep = NULL;
+  int64_t keep_steps[TRAIN_MAX_KEEP_STEPS];
+  int nkeep = 0;
   long long rank = -1, listen_fd = -1, dist_timeout = 600;
   int quiet = 0;
   long long max_step = -1;
@@ -59,6 +91,8 @@ int cmd_train(int argc, char **argv) {
   const cli_opt options[] = {{"--config", &config, NULL},
                              {"--checkpoint-dir", &ckdir, NULL},
                              {"--resume", &resume, NULL},
+                             {"--branch-from", &branch, NULL},
+                             {"--keep-steps", &keep, NULL},
                              {"--print-config", NULL, &print_only},
                              {"--no-data-dirs", NULL, &no_data_dirs}};
   for (int i = 1; i < argc; i++) {
@@ -137,6 +171,12 @@ int cmd_train(int argc, char **argv) {
     fprintf(stderr, "scalesweep train: --resume-max-step needs --resume DIR\n");
     return SS_EXIT_USAGE;
   }
+  if (keep && (nkeep = parse_steps(keep, keep_steps, TRAIN_MAX_KEEP_STEPS)) < 0)
+    return SS_EXIT_USAGE;
+  if (branch && !*branch) {
+    fprintf(stderr, "scalesweep train: --branch-from: expected a checkpoint file, found ''\n");
+    return SS_EXIT_USAGE;
+  }
   if (ckdir && !*ckdir) {
     fprintf(stderr, "scalesweep train: --checkpoint-dir: expected a directory, found ''\n");
     return SS_EXIT_USAGE;
@@ -156,20 +196,22 @@ int cmd_train(int argc, char **argv) {
   }
   if (quiet && !freopen("/dev/null", "w", stdout)) /* another rank speaks for the run */
     return SS_EXIT_FAILURE;
-  trn_train_opts opts = {.resume_dir = resume,
-                         .resume_max_step = (int64_t)max_step,
-                         .checkpoint_dir = ckdir,
-                         .confine_data = no_data_dirs || ndirs > 0,
-                         .data_dirs = dirs,
-                         .ndata_dirs = ndirs,
-                         .rank = rank < 0 ? 0 : (int)rank,
-                         .local_rank = getenv("SCALESWEEP_LOCAL_RANK")
-                                           ? atoi(getenv("SCALESWEEP_LOCAL_RANK"))
-                                           : 0,
-                         .dist_addr = dist,
-                         .dist_listen_fd = (int)listen_fd,
-                         .dist_secret = getenv("SCALESWEEP_DIST_SECRET"),
-                         .dist_timeout_ms = (int)dist_timeout * 1000};
+  trn_train_opts opts = {
+      .resume_dir = resume,
+      .resume_max_step = (int64_t)max_step,
+      .checkpoint_dir = ckdir,
+      .branch_from = branch,
+      .keep_steps = keep_steps,
+      .nkeep_steps = nkeep,
+      .confine_data = no_data_dirs || ndirs > 0,
+      .data_dirs = dirs,
+      .ndata_dirs = ndirs,
+      .rank = rank < 0 ? 0 : (int)rank,
+      .local_rank = getenv("SCALESWEEP_LOCAL_RANK") ? atoi(getenv("SCALESWEEP_LOCAL_RANK")) : 0,
+      .dist_addr = dist,
+      .dist_listen_fd = (int)listen_fd,
+      .dist_secret = getenv("SCALESWEEP_DIST_SECRET"),
+      .dist_timeout_ms = (int)dist_timeout * 1000};
   rc = trn_train(&cfg, &opts, stdout, err, sizeof err);
   if (rc && rank > 0)
     fprintf(stderr, "scalesweep train: rank %lld: %s\n", rank, err);

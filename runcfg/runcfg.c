@@ -333,10 +333,9 @@ static void parse_batch(problems *p, const cJSON *train, rcfg *cfg) {
 
 static void parse_train(problems *p, const cJSON *train, rcfg *cfg) {
   static const char *const train_keys[] = {
-      "batch_size", "micro_batch_size", "tokens",       "lr",        "warmup_tokens",
-      "schedule",   "min_lr_ratio",     "weight_decay", "grad_clip", "seed",
-      NULL};
-  static const char *const schedules[] = {"cosine", "constant", NULL};
+      "batch_size",   "micro_batch_size", "tokens",    "lr",   "warmup_tokens", "schedule",
+      "min_lr_ratio", "weight_decay",     "grad_clip", "seed", "decay_frac",    NULL};
+  static const char *const schedules[] = {"cosine", "constant", "wsd", NULL};
   if (train)
     check_keys(p, train, "$.train", train_keys);
   parse_batch(p, train, cfg);
@@ -349,6 +348,17 @@ static void parse_train(problems *p, const cJSON *train, rcfg *cfg) {
           schedules);
   cfg->train.min_lr_ratio = 0.1;
   get_num(p, train, "$.train", "min_lr_ratio", &cfg->train.min_lr_ratio, 0.0, 1.0, "in [0, 1]");
+  /* wsd: the last decay_frac of the steps decay; only wsd has the key */
+  cfg->train.decay_frac = 0.0;
+  if (strcmp(cfg->train.schedule, "wsd") == 0) {
+    cfg->train.decay_frac = 0.2;
+    get_num(p, train, "$.train", "decay_frac", &cfg->train.decay_frac, 1e-9, 1.0, "in (0, 1]");
+  } else if (train && cJSON_GetObjectItemCaseSensitive(train, "decay_frac")) {
+    problem(p, "$.train.decay_frac",
+            "found a decay fraction with schedule \"%s\", expected it "
+            "only with \"wsd\"",
+            cfg->train.schedule);
+  }
   cfg->train.weight_decay = 0.1;
   get_num(p, train, "$.train", "weight_decay", &cfg->train.weight_decay, 0.0, 10.0, "in [0, 10]");
   cfg->train.grad_clip = 1.0;
@@ -514,6 +524,8 @@ char *rcfg_to_json(const rcfg *c) {
   cJSON_AddNumberToObject(t, "warmup_tokens", c->train.warmup_tokens);
   cJSON_AddStringToObject(t, "schedule", c->train.schedule);
   cJSON_AddNumberToObject(t, "min_lr_ratio", c->train.min_lr_ratio);
+  if (strcmp(c->train.schedule, "wsd") == 0) /* absent otherwise: other configs keep their hash */
+    cJSON_AddNumberToObject(t, "decay_frac", c->train.decay_frac);
   cJSON_AddNumberToObject(t, "weight_decay", c->train.weight_decay);
   cJSON_AddNumberToObject(t, "grad_clip", c->train.grad_clip);
   cJSON_AddNumberToObject(t, "seed", (double)c->train.seed);
@@ -551,4 +563,17 @@ int rcfg_hash(const rcfg *cfg, char out[65]) {
   digest_sha256_hex(text, strlen(text), out);
   free(text);
   return 0;
+}
+
+int64_t rcfg_wsd_stable_steps(const rcfg *c) {
+  int64_t step_tokens = (int64_t)c->train.batch_size * c->model.seq_len;
+  int64_t steps = c->train.tokens / step_tokens;
+  if (strcmp(c->train.schedule, "wsd") != 0)
+    return steps;
+  /* at least one decay step; 1e-9 absorbs a fraction like 0.2 * 50 that
+   * lands a rounding error above a whole number */
+  int64_t decay = (int64_t)ceil(c->train.decay_frac * (double)steps - 1e-9);
+  if (decay < 1)
+    decay = 1;
+  return decay > steps ? 0 : steps - decay;
 }

@@ -42,7 +42,8 @@ typedef struct rcfg {
     int batch_size, micro_batch_size;
     int64_t tokens;
     double lr, warmup_tokens, min_lr_ratio, weight_decay, grad_clip;
-    char schedule[16]; /* "cosine" or "constant" */
+    char schedule[16]; /* "cosine", "constant" or "wsd" */
+    double decay_frac; /* wsd: the share of the steps that decay (else 0) */
     uint64_t seed;
   } train;
   struct {
@@ -92,5 +93,14 @@ int rcfg_hash(const rcfg *cfg, char out[65]);
 
 /* "fp32", "bf16", "fp16" */
 const char *rcfg_prec_name(rcfg_prec p);
+
+/* Warmup-stable-decay (schedule "wsd"): the steps before the decay, the
+ * warmup and the stable phase, steps - ceil(decay_frac * steps) with at
+ * least one decay step. The learning rate of a step before then depends on
+ * train.tokens not at all, so two wsd runs that differ only in tokens train
+ * the same weights up to the smaller one's stable steps: a run can start
+ * its decay from a longer run's checkpoint (docs/sweeps.md, "WSD
+ * branches"). Other schedules: all their steps. */
+int64_t rcfg_wsd_stable_steps(const rcfg *c);
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "common/err.h"
 #include "common/fileio.h"
+#include "runcfg/runcfg.h"
 
 #define HDR_INTS 256
 
@@ -205,11 +206,15 @@ static int first_diff(const cJSON *a, const cJSON *b, const char *path, char *ou
 /* The config sections that must match for a checkpoint to resume (threads,
  * world_size, optimizer.zero and the checkpoint settings may change;
  * results then differ at most in the summation order). */
-static int same_run(const char *path, const char *a_json, const char *b_json, char *err,
+static int same_run(const char *path, const char *a_json, const char *b_json, int branch, char *err,
                     size_t errlen) {
   static const char *const keys[] = {"model", "data", "train", "optimizer", "precision"};
   cJSON *a = cJSON_Parse(a_json), *b = cJSON_Parse(b_json);
   int rc = 0;
+  if (branch) { /* a wsd branch point: the longer run's tokens differ (trn_ckpt_load_branch) */
+    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(a, "train"), "tokens");
+    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "train"), "tokens");
+  }
   /* ZeRO-1 shards the state, it does not change it: the checkpoint holds it
    * whole, and resumes sharded or not */
   cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(a, "optimizer"), "zero");
@@ -224,8 +229,10 @@ static int same_run(const char *path, const char *a_json, const char *b_json, ch
     if (first_diff(cJSON_GetObjectItemCaseSensitive(a, keys[i]),
                    cJSON_GetObjectItemCaseSensitive(b, keys[i]), where, diff, sizeof diff)) {
       snprintf(err, errlen,
-               "%s: written by a run with another config: %s\nHINT: resume with the "
-               "config that wrote the checkpoint",
+               branch ? "%s: written by a run with another config: %s\nHINT: a branch starts "
+                        "from a wsd run that differs from it only in train.tokens"
+                      : "%s: written by a run with another config: %s\nHINT: resume with the "
+                        "config that wrote the checkpoint",
                path, diff);
       rc = SS_EINVAL;
     }
@@ -281,8 +288,10 @@ int trn_ckpt_peek_step(const char *path, int64_t *step, char *err, size_t errlen
   return 0;
 }
 
-int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_optim *o,
-                  trn_ckpt_state *st, char *err, size_t errlen) {
+/* trn_ckpt_load, or with branch set trn_ckpt_load_branch's check (the
+ * stable steps of both runs: branch for the caller's, the file's own) */
+static int load(const char *path, const char *config_json, const rcfg *branch, trn_model *m,
+                trn_optim *o, trn_ckpt_state *st, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     int e = errno;
@@ -346,7 +355,35 @@ int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_o
     else {
       memcpy(cjson, buf + sizeof hdr + sizeof r, clen);
       cjson[clen] = 0;
-      rc = same_run(path, cjson, config_json, err, errlen);
+      rc = same_run(path, cjson, config_json, branch != NULL, err, errlen);
+    }
+  }
+  if (!rc && branch) {
+    /* both runs still in their stable phase at the checkpoint's step: their
+     * learning rates, and so their weights, agree up to it */
+    rcfg parent;
+    char perr[512];
+    if (rcfg_parse(cjson, path, &parent, perr, sizeof perr) != 0) {
+      snprintf(err, errlen, "%s: the config stored in the checkpoint is not a valid run config: %s",
+               path, perr);
+      rc = SS_ECORRUPT;
+    } else if (strcmp(branch->train.schedule, "wsd") != 0) {
+      snprintf(err, errlen,
+               "%s: $.train.schedule: found \"%s\", expected \"wsd\": only a warmup-stable-decay "
+               "run can start from another run's checkpoint",
+               path, branch->train.schedule);
+      rc = SS_EINVAL;
+    } else {
+      int64_t own = rcfg_wsd_stable_steps(branch), theirs = rcfg_wsd_stable_steps(&parent);
+      if (r.step > own || r.step > theirs) {
+        snprintf(err, errlen,
+                 "%s: holds step %lld, after the stable phase of %s (%lld steps): the learning "
+                 "rates differ before it\nHINT: branch from a checkpoint at or before step %lld",
+                 path, (long long)r.step, r.step > own ? "this run" : "the run that wrote it",
+                 (long long)(r.step > own ? own : theirs),
+                 (long long)(own < theirs ? own : theirs));
+        rc = SS_EINVAL;
+      }
     }
   }
   if (!rc && (r.nparams != m->nparams || r.optim_bytes != o->state_bytes)) {
@@ -388,4 +425,14 @@ int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_o
   free(cjson);
   free(buf);
   return rc;
+}
+
+int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_optim *o,
+                  trn_ckpt_state *st, char *err, size_t errlen) {
+  return load(path, config_json, NULL, m, o, st, err, errlen);
+}
+
+int trn_ckpt_load_branch(const char *path, const rcfg *cfg, const char *config_json, trn_model *m,
+                         trn_optim *o, trn_ckpt_state *st, char *err, size_t errlen) {
+  return load(path, config_json, cfg, m, o, st, err, errlen);
 }

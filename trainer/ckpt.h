@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runcfg/runcfg.h"
 #include "trainer/data.h"
 #include "trainer/model.h"
 #include "trainer/noise.h"
@@ -60,5 +61,13 @@ int trn_ckpt_peek_step(const char *path, int64_t *step, char *err, size_t errlen
 
 int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_optim *o,
                   trn_ckpt_state *st, char *err, size_t errlen);
+
+/* A wsd branch point: trn_ckpt_load of a checkpoint written by a run whose
+ * config differs from cfg (config_json its text) only in train.tokens, at a
+ * step within both runs' stable phase (rcfg_wsd_stable_steps), so that cfg
+ * trained from scratch would have reached the same state. Anything else is
+ * SS_EINVAL naming the file and what differs. */
+int trn_ckpt_load_branch(const char *path, const rcfg *cfg, const char *config_json, trn_model *m,
+                         trn_optim *o, trn_ckpt_state *st, char *err, size_t errlen);
 
 #endif

@@ -43,6 +43,9 @@ typedef struct run {
   const kern_cuda_module *cuda; /* the CUDA module of a cuda run, else NULL */
   const char *resume_dir;       /* what trn_train_opts asks to resume from */
   int64_t resume_max_step;
+  const char *branch_from;   /* trn_train_opts': a longer wsd run's checkpoint, or NULL */
+  const int64_t *keep_steps; /* trn_train_opts': steps to keep a checkpoint at */
+  int nkeep_steps;
 
   /* data parallelism (dp.c): this rank of world; dist (the host values:
    * losses, flags, the training state) is NULL at world 1; dc moves the

@@ -66,10 +66,22 @@ static double lr_at(const rcfg *c, double tokens) {
     return lr * (tokens + 1.0) / (c->train.warmup_tokens + 1.0);
   if (strcmp(c->train.schedule, "constant") == 0)
     return lr;
+  double mn = lr * c->train.min_lr_ratio;
+  if (strcmp(c->train.schedule, "wsd") == 0) {
+    /* stable until the decay, then 1 - sqrt down to min_lr_ratio at the
+     * last step (Haegele et al. 2024); tokens are the step's first */
+    double step_tokens = (double)c->train.batch_size * c->model.seq_len;
+    double start = (double)rcfg_wsd_stable_steps(c) * step_tokens;
+    double end = floor((double)c->train.tokens / step_tokens) * step_tokens;
+    if (tokens < start)
+      return lr;
+    double p = (tokens + step_tokens - start) / (end - start);
+    p = p > 1.0 ? 1.0 : p;
+    return mn + (lr - mn) * (1.0 - sqrt(p));
+  }
   double span = (double)c->train.tokens - c->train.warmup_tokens;
   double frac = span > 0 ? (tokens - c->train.warmup_tokens) / span : 1.0;
   frac = frac > 1.0 ? 1.0 : frac;
-  double mn = lr * c->train.min_lr_ratio;
   return mn + 0.5 * (lr - mn) * (1.0 + cos(M_PI * frac));
 }
 
@@ -213,11 +225,10 @@ static double evaluate(run *r) {
   return sum / r->nval;
 }
 
-static int save(run *r, const trn_optim *opt, const trn_ckpt_state *st, char *err,
-                size_t errlen) {
+static int save_in(run *r, const char *dir, int branch, const trn_optim *opt,
+                   const trn_ckpt_state *st, char *err, size_t errlen) {
   char path[4096];
-  int rc = trn_ckpt_save(r->ckpt_dir, r->config_json, &r->model, opt, st, path, sizeof path, err,
-                         errlen);
+  int rc = trn_ckpt_save(dir, r->config_json, &r->model, opt, st, path, sizeof path, err, errlen);
   if (rc == TRN_CKPT_NO_SPACE) {
     /* the run does not need this checkpoint to go on; the kept ones stay */
     fprintf(stderr,
@@ -235,12 +246,26 @@ static int save(run *r, const trn_optim *opt, const trn_ckpt_state *st, char *er
   cJSON_AddNumberToObject(o, "step", (double)st->step);
   cJSON_AddNumberToObject(o, "tokens", (double)st->tokens);
   cJSON_AddStringToObject(o, "path", path);
+  if (branch)
+    cJSON_AddBoolToObject(o, "branch", 1);
   char *s = cJSON_PrintUnformatted(o);
   fprintf(r->out, "%s\n", s);
   fflush(r->out);
   free(s);
   cJSON_Delete(o);
   return 0;
+}
+
+static int save(run *r, const trn_optim *opt, const trn_ckpt_state *st, char *err, size_t errlen) {
+  return save_in(r, r->ckpt_dir, 0, opt, st, err, errlen);
+}
+
+/* a wsd branch point's checkpoint: its own directory, never rotated away */
+static int save_branch(run *r, const trn_optim *opt, const trn_ckpt_state *st, char *err,
+                       size_t errlen) {
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s/branch-%lld", r->ckpt_dir, (long long)st->step);
+  return save_in(r, dir, 1, opt, st, err, errlen);
 }
 
 /* The checkpoints to resume from (train.h), newest first: how many went
@@ -284,6 +309,22 @@ static int list_checkpoints(const char *dir, int64_t max_step, char paths[2][420
   return n;
 }
 
+/* The wsd branch point (train.h's branch_from): 1 when loaded, or an SS_E*
+ * code with err (a branch never starts from scratch silently: its worker
+ * passes no branch point it cannot use). */
+static int load_branch(run *r, trn_optim *o, trn_ckpt_state *st, char *err, size_t errlen) {
+  int rc =
+      trn_ckpt_load_branch(r->branch_from, r->cfg, r->config_json, &r->model, o, st, err, errlen);
+  if (rc)
+    return rc;
+  if ((rc = trn_loader_set_pos(r->train, &st->train_pos)) != 0) {
+    snprintf(err, errlen, "%s: data position %llu does not fit the training data", r->branch_from,
+             (unsigned long long)st->train_pos.offset);
+    return rc;
+  }
+  return 1;
+}
+
 /* Loads the newest checkpoint of dir that is whole (train.h): 1 when one
  * was loaded, 0 when none fits (a fresh start), or an SS_E* code with err.
  * A checkpoint that fails its checks (checksum, size, header) is passed
@@ -295,6 +336,8 @@ static int list_checkpoints(const char *dir, int64_t max_step, char paths[2][420
 static int resume_from(run *r, trn_optim *o, trn_ckpt_state *st, char *err, size_t errlen) {
   const char *dir = r->resume_dir;
   int64_t max_step = r->resume_max_step;
+  if (!dir) /* a branch's first attempt: nothing of its own yet */
+    return load_branch(r, o, st, err, errlen);
   char paths[2][4200], bad[2][2048];
   int64_t steps[2];
   int nbad = 0;
@@ -325,8 +368,11 @@ static int resume_from(run *r, trn_optim *o, trn_ckpt_state *st, char *err, size
   }
   for (int b = 0; b < nbad; b++)
     fprintf(stderr, "scalesweep train: checkpoint %s; no other checkpoint to resume from%s\n",
-            bad[b], b + 1 == nbad ? ": starting from scratch" : "");
-  return 0;
+            bad[b],
+            b + 1 == nbad
+                ? (r->branch_from ? ": starting from the branch point" : ": starting from scratch")
+                : "");
+  return r->branch_from ? load_branch(r, o, st, err, errlen) : 0;
 }
 
 static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, char *err,
@@ -351,13 +397,15 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     }
     r->resume_dir = resume_dir;
     r->resume_max_step = resume_max_step;
+  }
+  int resumed = 0;
+  if (resume_dir || r->branch_from) {
     rc = trn_dp_resume(r, &st, resume_from, err, errlen);
     if (rc < 0)
       return rc;
-    if (rc == 0)
-      resume_dir = NULL; /* no (usable) checkpoint: a fresh start */
+    resumed = rc == 1; /* else no (usable) checkpoint: a fresh start */
   }
-  if (!resume_dir) {
+  if (!resumed) {
     trn_model_init_weights(&r->model, c->train.seed);
     trn_loader_next(r->train, &st.carry, 1);
   }
@@ -499,11 +547,15 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     int stopping = ctl[2] > 0 && st.step < steps;
     int want_ckpt =
         crossed(before, st.tokens, c->checkpoint.every_tokens) || (stopping && r->ckpt_dir[0]);
-    if (want_ckpt) {
+    int keep = 0;
+    for (int i = 0; i < r->nkeep_steps; i++)
+      keep |= r->keep_steps[i] == st.step;
+    if (want_ckpt || keep)
       trn_loader_get_pos(r->train, &st.train_pos);
-      if ((rc = trn_dp_save(r, &st, save, err, errlen)) != 0)
-        return rc;
-    }
+    if (keep && (rc = trn_dp_save(r, &st, save_branch, err, errlen)) != 0)
+      return rc;
+    if (want_ckpt && (rc = trn_dp_save(r, &st, save, err, errlen)) != 0)
+      return rc;
     if (stopping) {
       if (!stop_signal) /* another rank had the signal: this one stops with it */
         stop_signal = SIGTERM;
@@ -553,6 +605,9 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
   r.out = out;
   r.ckpt_dir_flag = opts->checkpoint_dir;
   r.ckpt_dir = opts->checkpoint_dir ? opts->checkpoint_dir : cfg->checkpoint.dir;
+  r.branch_from = opts->branch_from;
+  r.keep_steps = opts->keep_steps;
+  r.nkeep_steps = opts->nkeep_steps;
   r.data_dirs = opts->data_dirs;
   r.ndata_dirs = opts->confine_data ? (opts->ndata_dirs > 0 ? opts->ndata_dirs : 0) : SPATH_ANY;
   err[0] = 0;
@@ -561,6 +616,13 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
   if (cfg->checkpoint.every_tokens > 0 && !r.ckpt_dir[0]) {
     snprintf(err, errlen,
              "$.checkpoint.dir: missing; checkpoint.every_tokens > 0 needs a directory\nHINT: "
+             "set checkpoint.dir, or pass --checkpoint-dir DIR");
+    rc = SS_EINVAL;
+    goto done;
+  }
+  if (r.nkeep_steps > 0 && !r.ckpt_dir[0]) {
+    snprintf(err, errlen,
+             "--keep-steps: the branch points' checkpoints need a directory\nHINT: "
              "set checkpoint.dir, or pass --checkpoint-dir DIR");
     rc = SS_EINVAL;
     goto done;

@@ -30,6 +30,17 @@ typedef struct trn_train_opts {
    * planned run's config_hash is the planner's wherever the worker puts its
    * checkpoints. */
   const char *checkpoint_dir;
+  /* a wsd run's start (docs/sweeps.md, "WSD branches"): when nothing was
+   * resumed, the run starts from this checkpoint of a longer wsd run of the
+   * same config but train.tokens, taken at most at both runs' stable steps
+   * (rcfg_wsd_stable_steps), and trains what is left: the same weights,
+   * losses and events from there on as a run from scratch. NULL: none. */
+  const char *branch_from;
+  /* wsd branches' points: after each of these steps (ascending) a
+   * checkpoint is kept in checkpoint_dir/branch-STEP/ and reported as a
+   * checkpoint event with "branch": true (nkeep_steps 0: none) */
+  const int64_t *keep_steps;
+  int nkeep_steps;
   /* confine_data 1: token shards only under data_dirs[0..ndata_dirs)
    * (`--data-dir`, common/shardpath.h; none: every shard is refused,
    * synthetic data still works); 0: any file the user can read */

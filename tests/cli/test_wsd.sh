@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# The warmup-stable-decay schedule and its branches through the real binary
+# (docs/sweeps.md, "WSD branches"): the learning rate of every step against its
+# closed form; a short run started from a longer run's branch-point checkpoint
+# (--keep-steps, then --branch-from) prints, from the branch point on, exactly
+# the lines the short run prints trained from scratch (fp32 with micro-batches,
+# bf16 with 8-bit AdamW), also when the branch is stopped and resumed; and every
+# checkpoint that cannot be a branch point is refused with exit 2 saying why.
+# Usage: test_wsd.sh PATH/TO/scalesweep
+set -euo pipefail
+
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_setup "$@"
+
+cat >"$tmp/h.py" <<'PY'
+import json, math, re, sys
+
+TIMING = re.compile(r',"(tok_per_s|wall_s|peak_rss_bytes)":[^,}]*')
+
+def die(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+def lines(path):
+    return [TIMING.sub("", l.rstrip("\n")) for l in open(path) if l.strip()]
+
+def cfg(tokens, **kw):
+    c = {"model": {"n_layer": 2, "d_model": 32, "n_head": 2, "seq_len": 32},
+         "data": {"synthetic": {"words": 256, "zipf": 1.2}},
+         "train": {"batch_size": 8, "micro_batch_size": 4, "tokens": tokens, "lr": 3e-3,
+                   "warmup_tokens": 2560, "schedule": "wsd"},
+         "eval": {"every_tokens": 8192, "tokens": 2048}, "threads": 1}
+    for k, v in kw.items():
+        sec, key = k.split("__") if "__" in k else (None, k)
+        (c.setdefault(sec, {}) if sec else c)[key] = v
+    return c
+
+def write(name, tokens, **kw):
+    json.dump(cfg(tokens, **kw), open(name, "w"))
+
+def lr_check(path):
+    """every step's lr against the closed form (runcfg.h, rcfg_wsd_stable_steps)"""
+    ev = [json.loads(l) for l in open(path)]
+    c = ev[0]["config"]["train"]
+    st = c["batch_size"] * 32
+    steps = c["tokens"] // st
+    decay = max(1, math.ceil(c["decay_frac"] * steps - 1e-9))
+    stable = steps - decay
+    lr, mn = c["lr"], c["lr"] * c["min_lr_ratio"]
+    n = 0
+    for e in ev:
+        if e["event"] != "step":
+            continue
+        t = (e["step"] - 1) * st
+        if t < c["warmup_tokens"]:
+            want = lr * (t + 1) / (c["warmup_tokens"] + 1)
+        elif e["step"] <= stable:
+            want = lr
+        else:
+            p = (t + st - stable * st) / (steps * st - stable * st)
+            want = mn + (lr - mn) * (1 - math.sqrt(p))
+        if abs(e["lr"] - want) > 1e-15 * lr:
+            die("%s: step %d: lr %r, expected %r (stable steps %d of %d)"
+                % (path, e["step"], e["lr"], want, stable, steps))
+        n += 1
+    last = [e for e in ev if e["event"] == "step"][-1]
+    if abs(last["lr"] - mn) > 1e-15:
+        die("%s: the last step's lr is %r, expected min_lr_ratio x lr = %r" % (path, last["lr"], mn))
+    if n != steps:
+        die("%s: %d step lines, expected %d" % (path, n, steps))
+    print("lr: %d steps, %d stable, decay to %g: as the closed form" % (steps, stable, mn))
+
+def same_tail(scratch, branch, at):
+    """BRANCH's lines after the config event equal SCRATCH's from step at+1 on"""
+    a, b = lines(scratch), lines(branch)
+    ca, cb = json.loads(a[0]), json.loads(b[0])
+    if ca["config_hash"] != cb["config_hash"]:
+        die("the branch's config hash %s differs from the run from scratch's %s"
+            % (cb["config_hash"], ca["config_hash"]))
+    def key(l):
+        e = json.loads(l)
+        return e["event"] in ("step", "eval") and e["step"] > at or e["event"] == "done"
+    want = [l for l in a[1:] if key(l)]
+    got = [l for l in b[1:] if json.loads(l)["event"] != "checkpoint"]
+    if got != want:
+        for i, (x, y) in enumerate(zip(want, got)):
+            if x != y:
+                die("%s differs from %s after step %d at line %d:\n  scratch %s\n  branch  %s"
+                    % (branch, scratch, at, i, x, y))
+        die("%s has %d lines after step %d, the run from scratch %d" % (branch, len(got), at, len(want)))
+    first = json.loads(got[0])
+    if first["event"] != "step" or first["step"] != at + 1:
+        die("%s: the first line is %s, expected step %d" % (branch, got[0], at + 1))
+    done = json.loads(got[-1])
+    print("branch from step %d: %d lines as from scratch, final_val_loss %.17g"
+          % (at, len(got), done["final_val_loss"]))
+
+def kept(trunk, at):
+    at = [int(x) for x in str(at).split(",")]
+    ev = [json.loads(l) for l in open(trunk)]
+    ck = [e for e in ev if e["event"] == "checkpoint" and e.get("branch")]
+    if [e["step"] for e in ck] != at:
+        die("%s: branch checkpoints at %s, expected %s" % (trunk, [e["step"] for e in ck], at))
+    for e in ck:
+        if not e["path"].endswith("/branch-%d/checkpoint.bin" % e["step"]):
+            die("%s: branch checkpoint path %s" % (trunk, e["path"]))
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]](*[int(x) if x.lstrip("-").isdigit() else x for x in sys.argv[2:]])
+PY
+h() { "$py" "$tmp/h.py" "$@"; }
+
+# ---- 1. the schedule --------------------------------------------------------
+# 100 steps of 256 tokens: 80 stable (10 of them warmup), 20 decaying
+"$py" -c 'import sys; sys.path.insert(0, "'"$tmp"'"); import h
+h.write("short.json", 25600); h.write("trunk.json", 51200)
+h.write("short_q8.json", 25600, precision="bf16", optimizer__name="adamw8bit")
+h.write("trunk_q8.json", 51200, precision="bf16", optimizer__name="adamw8bit")
+h.write("short_lr.json", 25600, train__lr=2e-3)
+h.write("short_frac.json", 25600, train__decay_frac=0.5)
+h.write("short_cos.json", 25600, train__schedule="cosine")'
+"$bin" train --config short.json >short.out || fail "the short wsd run failed"
+h lr_check short.out
+
+# ---- 2. branch points and branches ------------------------------------------
+# the trunk (200 steps, stable until 160) keeps checkpoints at 40 and 80; the
+# short run (stable until 80) starts from either and ends as from scratch
+"$bin" train --config trunk.json --checkpoint-dir ck --keep-steps 40,80 >trunk.out ||
+  fail "the trunk failed: $(tail -c 600 trunk.out)"
+h kept trunk.out 40,80
+for at in 80 40; do
+  "$bin" train --config short.json --checkpoint-dir b$at \
+    --branch-from ck/branch-$at/checkpoint.bin >branch$at.out ||
+    fail "the branch from step $at failed: $(tail -c 600 branch$at.out)"
+  h same_tail short.out branch$at.out $at
+done
+# bf16 with 8-bit AdamW (the quantised state travels in the checkpoint)
+"$bin" train --config short_q8.json >short_q8.out
+"$bin" train --config trunk_q8.json --checkpoint-dir ckq --keep-steps 80 >trunk_q8.out
+"$bin" train --config short_q8.json --branch-from ckq/branch-80/checkpoint.bin >branch_q8.out ||
+  fail "the bf16 branch failed: $(tail -c 600 branch_q8.out)"
+h same_tail short_q8.out branch_q8.out 80
+
+# a branch with checkpoints of its own (a later attempt) resumes from them, not
+# from the branch point: here from its last, so it trains no step again
+"$py" -c 'import json; c = json.load(open("short.json")); c["checkpoint"] = {"every_tokens": 2560}
+json.dump(c, open("short_ck.json", "w"))'
+"$bin" train --config short_ck.json --checkpoint-dir full_ck >full_ck.out
+"$bin" train --config short_ck.json --checkpoint-dir rb --branch-from ck/branch-80/checkpoint.bin \
+  >rb1.out || fail "the branch with checkpoints failed"
+h same_tail full_ck.out rb1.out 80
+"$bin" train --config short_ck.json --checkpoint-dir rb2 --resume rb \
+  --branch-from ck/branch-80/checkpoint.bin >rb2.out || fail "the resumed branch failed"
+grep -q '"event":"step"' rb2.out && fail "resumed after its last step, the branch trained again"
+grep -q '"event":"done"' rb2.out || fail "the resumed branch printed no done line"
+"$py" - <<'PY' || exit 1
+import json
+a = [json.loads(l) for l in open("full_ck.out")][-1]
+b = [json.loads(l) for l in open("rb2.out")][-1]
+if a["final_val_loss"] != b["final_val_loss"]:
+    raise SystemExit("FAIL: resumed branch final %r, from scratch %r" % (b["final_val_loss"], a["final_val_loss"]))
+print("resumed branch: its own checkpoint, final_val_loss as from scratch")
+PY
+
+# ---- 3. what cannot be a branch point ---------------------------------------
+"$bin" train --config trunk.json --checkpoint-dir ck2 --keep-steps 120 >/dev/null
+cli_run 60 train "checkpoint after the branch's stable phase" --config short.json \
+  --branch-from ck2/branch-120/checkpoint.bin
+expect_rc 2
+expect_msg "ck2/branch-120/checkpoint.bin: holds step 120, after the stable phase of this run (80 steps)"
+cli_run 60 train "another learning rate" --config short_lr.json \
+  --branch-from ck/branch-80/checkpoint.bin
+expect_rc 2
+expect_msg '$.train.lr: checkpoint has 0.003, config has 0.002' "differs from it only in train.tokens"
+cli_run 60 train "another decay fraction" --config short_frac.json \
+  --branch-from ck/branch-80/checkpoint.bin
+expect_rc 2
+expect_msg '$.train.decay_frac: checkpoint has 0.2, config has 0.5'
+cli_run 60 train "a cosine run" --config short_cos.json --branch-from ck/branch-40/checkpoint.bin
+expect_rc 2
+expect_msg '$.train.schedule: checkpoint has "wsd", config has "cosine"'
+cli_run 60 train "no such file" --config short.json --branch-from nowhere/checkpoint.bin
+expect_rc 2
+expect_msg "nowhere/checkpoint.bin: cannot open checkpoint"
+cli_run 10 train "descending keep steps" --config trunk.json --checkpoint-dir x --keep-steps 80,40
+expect_rc 2
+expect_msg "--keep-steps '80,40': at character 4: expected ascending steps >= 1"
+cli_run 10 train "keep steps without a directory" --config trunk.json --keep-steps 40
+expect_rc 2
+expect_msg "--keep-steps: the branch points' checkpoints need a directory"
+echo '{"train": {"schedule": "cosine", "decay_frac": 0.3}}' >cos_frac.json
+cli_run 10 train "decay_frac without wsd" --config cos_frac.json --print-config
+expect_rc 2
+expect_msg '$.train.decay_frac: found a decay fraction with schedule "cosine"'
+echo '{"train": {"schedule": "wsd", "decay_frac": 0}}' >zero_frac.json
+cli_run 10 train "decay_frac 0" --config zero_frac.json --print-config
+expect_rc 2
+expect_msg '$.train.decay_frac'
+
+echo "PASS: wsd schedule and branches ($((SECONDS - started)) s)"
