@@ -540,7 +540,14 @@ static const field f_cancel[] = {{"run_id", K_INT0}, {NULL, 0}};
 static const field o_welcome[] = {{"data_dirs", K_PATH_LIST}, {NULL, 0}};
 /* assign.dist (optional): the worker's part of a run spread over workers:
  * its ranks, rank 0's address and the run's secret */
-static const field o_assign[] = {{"dist", K_DIST}, {NULL, 0}};
+/* assign.branch_from, assign.keep_steps (optional; docs/sweeps.md "WSD
+ * branches"): the trunk's checkpoint a wsd branch starts from, and the
+ * steps after which a trunk keeps checkpoints for its branches */
+static const field o_assign[] = {
+    {"dist", K_DIST}, {"branch_from", K_STRING}, {"keep_steps", K_INT0_LIST}, {NULL, 0}};
+/* checkpoint.branch (optional): true for a trunk's kept branch point, which
+ * is not the run's own latest checkpoint */
+static const field o_checkpoint[] = {{"branch", K_BOOL}, {NULL, 0}};
 static const field f_ack[] = {{"run_id", K_INT0}, {"attempt", K_INT0}, {"seq", K_INT0}, {NULL, 0}};
 /* ack.stored (optional): false when the scheduler refused the message (its
  * attempt is no longer that worker's running one): nothing was stored, and
@@ -571,10 +578,18 @@ static const field *const type_fields[] = {
 };
 
 static const field *const type_optional[] = {
-    [PROTO_HELLO] = o_hello,     [PROTO_HEARTBEAT] = o_none,  [PROTO_STARTED] = o_none,
-    [PROTO_METRICS] = o_none,    [PROTO_CHECKPOINT] = o_none, [PROTO_FINISHED] = o_finished,
-    [PROTO_WELCOME] = o_welcome, [PROTO_ASSIGN] = o_assign,   [PROTO_CANCEL] = o_none,
-    [PROTO_ACK] = o_ack,         [PROTO_ERROR] = o_none,      [PROTO_STOPPING] = o_none,
+    [PROTO_HELLO] = o_hello,
+    [PROTO_HEARTBEAT] = o_none,
+    [PROTO_STARTED] = o_none,
+    [PROTO_METRICS] = o_none,
+    [PROTO_CHECKPOINT] = o_checkpoint,
+    [PROTO_FINISHED] = o_finished,
+    [PROTO_WELCOME] = o_welcome,
+    [PROTO_ASSIGN] = o_assign,
+    [PROTO_CANCEL] = o_none,
+    [PROTO_ACK] = o_ack,
+    [PROTO_ERROR] = o_none,
+    [PROTO_STOPPING] = o_none,
 };
 
 proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, size_t errlen) {

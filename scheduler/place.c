@@ -158,6 +158,20 @@ static void send_assign(sched *s, sched__wconn *c, const assign_ctx *a, const st
                 "checkpoint_dir", dir, "resume", cl->attempt > 1);
   if (cl->attempt > 1 && cl->resume_max_step >= 0)
     json_object_set_new(msg, "resume_max_step", json_integer(cl->resume_max_step));
+  if (cl->branch_path) /* a wsd branch whose trunk reported its branch point */
+    json_object_set_new(msg, "branch_from", json_string(cl->branch_path));
+  if (cl->keep_steps && *cl->keep_steps) { /* a trunk with branches waiting */
+    json_t *ks = json_array();
+    for (const char *q = cl->keep_steps; *q;) {
+      char *end;
+      long long v = strtoll(q, &end, 10);
+      if (end == q)
+        break;
+      json_array_append_new(ks, json_integer(v));
+      q = *end == ',' ? end + 1 : end;
+    }
+    json_object_set_new(msg, "keep_steps", ks);
+  }
   if (dist)
     json_object_set_new(msg, "dist", dist);
   sched__send(c, msg);

@@ -358,6 +358,18 @@ static void on_checkpoint_done(void *ud, int status, int64_t rows, const char *e
   free(x);
 }
 
+/* a trunk's branch point stored: the branches it frees may be placed now */
+static void on_branch_point_done(void *ud, int status, int64_t rows, const char *errmsg) {
+  wctx *x = ud;
+  log_db_error("storing a branch point", status, errmsg);
+  if (status == 0 && rows > 0) {
+    fprintf(stderr, "scheduler: run %lld: branch point stored, %lld branch%s may start\n",
+            (long long)x->run_id, (long long)rows, rows == 1 ? "" : "es");
+    capacity(x->wp); /* new work to place */
+  }
+  free(x);
+}
+
 /* a number of the trainer's config line, or NAN when it did not report it */
 static double reported(json_t *cfg, const char *key) {
   json_t *v = json_object_get(cfg, key);
@@ -402,6 +414,12 @@ static void on_checkpoint(sched__wconn *c, json_t *m) {
                 (int)json_integer_value(json_object_get(m, "attempt")), 0);
   if (!x) {
     sched__conn_drop(c, "the scheduler is out of memory; reconnect and resend");
+    return;
+  }
+  if (json_is_true(json_object_get(m, "branch"))) { /* a trunk's branch point */
+    store_runs_branch_point(c->wp->db, x->run_id, x->attempt, c->worker_id,
+                            json_integer_value(json_object_get(m, "step")),
+                            json_string_value(json_object_get(m, "path")), on_branch_point_done, x);
     return;
   }
   store_runs_checkpoint(c->wp->db, x->run_id, x->attempt, c->worker_id,

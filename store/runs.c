@@ -11,6 +11,12 @@
 
 /* ---- the queue and claims ------------------------------------------------ */
 
+/* a queued run r that may start: no branch, its branch point reported, or
+ * its trunk gone or ended without reporting it (it trains from scratch) */
+#define BRANCH_READY                                                                       \
+  "(r.branch_of IS NULL OR r.branch_path IS NOT NULL OR NOT EXISTS (SELECT 1 FROM runs p " \
+  "WHERE p.id = r.branch_of AND p.status IN ('queued', 'running'))) "
+
 static void decode_queued(const PGresult *res, int row, void *elem) {
   store_queued *r = elem;
   r->id = store__int(res, row, 0);
@@ -30,19 +36,20 @@ STORE__ARRAY_SPEC(queued, store_queued, decode_queued, store_queue_cb);
 void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud) {
   char lim[24];
   const char *p[1] = {store__itoa(lim, sizeof lim, limit)};
-  store__query_rows(d,
-                    "WITH q AS MATERIALIZED (SELECT r.id, r.gpus, CASE WHEN r.gpus > 0 THEN 0 "
-                    "ELSE greatest(coalesce((r.config->>'world_size')::int, 1), 1) END AS slots, "
-                    "r.flops, r.sweep_id, r.priority FROM runs r WHERE r.status = 'queued' "
-                    "ORDER BY r.priority DESC, r.sweep_id, r.flops NULLS LAST, r.id LIMIT $1), "
-                    "t AS MATERIALIZED (SELECT sw.id, CASE WHEN "
-                    "jsonb_typeof(sw.spec->'throughput_flops') = 'number' "
-                    "THEN (sw.spec->>'throughput_flops')::float8 END AS throughput "
-                    "FROM sweeps sw WHERE sw.id IN (SELECT sweep_id FROM q)) "
-                    "SELECT q.id, q.gpus, q.slots, q.flops, t.throughput FROM q "
-                    "JOIN t ON t.id = q.sweep_id "
-                    "ORDER BY q.priority DESC, q.sweep_id, q.flops NULLS LAST, q.id",
-                    1, p, &queued, (void (*)(void))cb, ud);
+  store__query_rows(
+      d,
+      "WITH q AS MATERIALIZED (SELECT r.id, r.gpus, CASE WHEN r.gpus > 0 THEN 0 "
+      "ELSE greatest(coalesce((r.config->>'world_size')::int, 1), 1) END AS slots, "
+      "r.flops, r.sweep_id, r.priority FROM runs r WHERE r.status = 'queued' AND " BRANCH_READY
+      "ORDER BY r.priority DESC, r.sweep_id, r.flops NULLS LAST, r.id LIMIT $1), "
+      "t AS MATERIALIZED (SELECT sw.id, CASE WHEN "
+      "jsonb_typeof(sw.spec->'throughput_flops') = 'number' "
+      "THEN (sw.spec->>'throughput_flops')::float8 END AS throughput "
+      "FROM sweeps sw WHERE sw.id IN (SELECT sweep_id FROM q)) "
+      "SELECT q.id, q.gpus, q.slots, q.flops, t.throughput FROM q "
+      "JOIN t ON t.id = q.sweep_id "
+      "ORDER BY q.priority DESC, q.sweep_id, q.flops NULLS LAST, q.id",
+      1, p, &queued, (void (*)(void))cb, ud);
 }
 
 static void decode_claim(const PGresult *res, int row, void *elem) {
@@ -50,7 +57,9 @@ static void decode_claim(const PGresult *res, int row, void *elem) {
       (store_claim){.attempt = (int)store__int(res, row, 0),
                     .config = PQgetvalue(res, row, 1),
                     .sweep_id = store__int(res, row, 2),
-                    .resume_max_step = PQgetisnull(res, row, 3) ? -1 : store__int(res, row, 3)};
+                    .resume_max_step = PQgetisnull(res, row, 3) ? -1 : store__int(res, row, 3),
+                    .branch_path = PQgetisnull(res, row, 4) ? NULL : PQgetvalue(res, row, 4),
+                    .keep_steps = PQgetvalue(res, row, 5)};
 }
 
 static void deliver_claim(const store__call *c, int status, const void *rows, int n,
@@ -70,12 +79,15 @@ void store_runs_claim(db *d, int64_t run_id, int64_t worker_id, int lease_s, sto
       "UPDATE runs SET status = 'running', worker = $2, attempt = attempt + 1, "
       "lease_until = now() + $3 * interval '1 second', "
       "started_at = coalesce(started_at, now()), error = NULL "
-      "WHERE id = $1 AND status = 'queued' AND attempt - interruptions < max_attempts "
+      "WHERE id = $1 AND status = 'queued' AND attempt - interruptions < max_attempts AND "
+      "EXISTS (SELECT 1 FROM runs r WHERE r.id = $1 AND " BRANCH_READY ") "
       "RETURNING attempt, config, sweep_id, CASE WHEN attempt > 1 THEN "
       "(SELECT CASE WHEN min(step) = 1 THEN min(step) FILTER "
       "(WHERE nxt IS DISTINCT FROM step + 1) ELSE 0 END FROM (SELECT step, "
       "lead(step) OVER (ORDER BY step) AS nxt FROM metrics WHERE run_id = $1 "
-      "AND step >= 1) t) END",
+      "AND step >= 1) t) END, branch_path, "
+      "array_to_string(ARRAY(SELECT DISTINCT c.branch_step FROM runs c WHERE c.branch_of = $1 "
+      "AND c.status = 'queued' AND c.branch_path IS NULL ORDER BY 1), ',')",
       3, p, &claimed, (void (*)(void))cb, ud);
 }
 
@@ -208,6 +220,21 @@ void store_runs_started(db *d, const store_started *st, store_done_cb cb, void *
               "entropy_rate = $7::float8, window_floor = $8::float8 "
               "WHERE id = $1 AND attempt = $2 AND worker = $3",
               8, p, cb, ud);
+}
+
+void store_runs_branch_point(db *d, int64_t run_id, int attempt, int64_t worker_id, int64_t step,
+                             const char *path, store_done_cb cb, void *ud) {
+  char rid[24], att[24], wid[24], st[24];
+  const char *p[5] = {store__itoa(rid, sizeof rid, run_id), store__itoa(att, sizeof att, attempt),
+                      store__itoa(st, sizeof st, step), path,
+                      store__itoa(wid, sizeof wid, worker_id)};
+  /* only from the trunk's attempt that is running on that worker; the
+   * count of rows is the branches it frees (0 also when none waits) */
+  store__exec(d,
+              "UPDATE runs SET branch_path = $4 WHERE branch_of = $1 AND branch_step = $3 "
+              "AND status = 'queued' AND EXISTS (SELECT 1 FROM runs t WHERE t.id = $1 AND "
+              "t.attempt = $2 AND t.worker = $5 AND t.status = 'running')",
+              5, p, cb, ud);
 }
 
 void store_runs_checkpoint(db *d, int64_t run_id, int attempt, int64_t worker_id, int64_t step,

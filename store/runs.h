@@ -29,7 +29,9 @@ typedef void (*store_queue_cb)(void *ud, int status, const store_queued *runs, i
  * the original's), then submission order; within a sweep, smaller runs
  * first so the first fits appear early. The order is the runs_queue
  * index's (migrations/001_init.sql): the read walks the index for the
- * first limit runs and sorts nothing, however many are queued. */
+ * first limit runs and sorts nothing, however many are queued. A wsd
+ * branch waits (is not read) until its trunk has reported the checkpoint
+ * it starts from, or has ended without it (migration 010). */
 void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud);
 
 /* A run just claimed for a worker: its attempt (counted from 1), its config
@@ -41,6 +43,12 @@ typedef struct store_claim {
   const char *config;
   int64_t sweep_id;
   int64_t resume_max_step;
+  /* WSD branches (migration 010): the trunk's checkpoint a branch starts
+   * from (NULL: none, it trains from scratch), and the steps, ascending and
+   * comma-separated, at which this run is to keep checkpoints for its
+   * branches still waiting ("" when none) */
+  const char *branch_path;
+  const char *keep_steps;
 } store_claim;
 
 /* claim is NULL when the run was not claimed (another pass took it, it was
@@ -115,6 +123,12 @@ typedef struct store_started {
 /* Records st on the run's attempt (flops: flops_per_token times the run's
  * tokens, unless already known). */
 void store_runs_started(db *d, const store_started *st, store_done_cb cb, void *ud);
+
+/* A trunk's checkpoint kept for its wsd branches at step (migration 010):
+ * the branches waiting for that step may start from path. Stored only for
+ * the attempt running on worker_id; rows: the branches it frees. */
+void store_runs_branch_point(db *d, int64_t run_id, int attempt, int64_t worker_id, int64_t step,
+                             const char *path, store_done_cb cb, void *ud);
 
 /* The attempt's latest checkpoint: its step and path, kept only while the
  * attempt is running on worker_id (rows 1; else 0: a fenced trainer's

@@ -58,15 +58,21 @@ void store_sweeps_insert(db *d, const store_sweep_new *sw, store_sweeps_inserted
                     "WITH sw AS (INSERT INTO sweeps (name, spec, spec_hash, priority) "
                     "VALUES ($1, $2::jsonb, $3, $4::int) ON CONFLICT (spec_hash) DO NOTHING "
                     "RETURNING id), "
-                    "ins AS (INSERT INTO runs (sweep_id, config, config_hash, gpus, priority, "
+                    /* ids drawn first, so that a branch names its trunk's (the plan's
+                     * branch_of is the trunk's index in the list) */
+                    "pl AS MATERIALIZED (SELECT t.e, t.i, nextval(pg_get_serial_sequence("
+                    "'runs', 'id')) AS id FROM sw, jsonb_array_elements($7::jsonb) "
+                    "WITH ORDINALITY AS t(e, i) ORDER BY t.i), "
+                    "ins AS (INSERT INTO runs (id, sweep_id, config, config_hash, gpus, priority, "
                     "max_attempts, params, nonembedding_params, tokens, batch_size, flops, part, "
-                    "target_loss) "
-                    "SELECT sw.id, e->'config', e->>'config_hash', $5::int, $4::int, $6::int, "
-                    "(e->>'params')::bigint, (e->>'nonembedding_params')::bigint, "
+                    "target_loss, branch_of, branch_step) "
+                    "SELECT pl.id, sw.id, e->'config', e->>'config_hash', $5::int, $4::int, "
+                    "$6::int, (e->>'params')::bigint, (e->>'nonembedding_params')::bigint, "
                     "(e->>'tokens')::bigint, (e->>'batch_size')::int, (e->>'flops')::float8, "
-                    "e->>'part', e->'target_loss' "
-                    "FROM sw, jsonb_array_elements($7::jsonb) WITH ORDINALITY AS t(e, i) "
-                    "ORDER BY t.i RETURNING 1) "
+                    "e->>'part', e->'target_loss', "
+                    "(SELECT tr.id FROM pl tr WHERE tr.i = (pl.e->>'branch_of')::bigint + 1), "
+                    "(e->>'branch_step')::bigint "
+                    "FROM sw, pl ORDER BY pl.i RETURNING 1) "
                     "SELECT (SELECT id FROM sw), (SELECT count(*) FROM ins)",
                     7, p, &inserted, (void (*)(void))cb, ud);
 }

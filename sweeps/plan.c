@@ -78,6 +78,8 @@ static int64_t checkpoint_every(const rcfg *cfg) {
   return (int64_t)(ceil((double)cfg->train.tokens / 10.0 / step) * step);
 }
 
+static int resolve_rest(plan__draft *d, plan_run *r);
+
 static int resolve(plan__planner *P, plan__draft *d, plan_run *r) {
   const spec *s = P->s;
   plan__put_resources(s, d);
@@ -106,9 +108,16 @@ static int resolve(plan__planner *P, plan__draft *d, plan_run *r) {
   r->config = rcfg_to_json(&cfg);
   if (!r->config || rcfg_hash(&cfg, r->config_hash) != 0)
     return -1;
+  r->part = d->part;
+  plan__fill(r, &cfg, s->throughput_flops);
+  r->target_params = d->target_params;
+  return resolve_rest(d, r);
+}
+
+void plan__fill(plan_run *r, const rcfg *c, double throughput) {
+  rcfg cfg = *c;
   rcfg_shape sh = {cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len,
                    cfg.model.vocab_size};
-  r->part = d->part;
   r->n_layer = sh.n_layer;
   r->d_model = sh.d_model;
   r->n_head = sh.n_head;
@@ -128,8 +137,10 @@ static int resolve(plan__planner *P, plan__draft *d, plan_run *r) {
   int64_t eval_tokens = cfg.eval.tokens / cfg.model.seq_len * cfg.model.seq_len;
   double eval_flops = eval_passes(r->tokens, BT, cfg.eval.every_tokens) * (double)eval_tokens *
                       r->flops_per_token / 3.0;
-  r->est_seconds = (r->flops + eval_flops) / s->throughput_flops;
-  r->target_params = d->target_params;
+  r->est_seconds = (r->flops + eval_flops) / throughput;
+}
+
+static int resolve_rest(plan__draft *d, plan_run *r) {
   r->budget = d->budget;
   r->batch_from_rule = d->batch_from_rule;
   r->lr_from_rule = d->lr_from_rule;
@@ -444,7 +455,12 @@ int plan_spec(const spec *s, plan **out, spec_problems *pr) {
     spec_problem_add(pr, "$", "the spec plans no runs; expected at least one");
   int rc = report_duplicates(p, pr);
   if (rc == 0)
+    rc = s->branches ? plan__branch(p) : 0;
+  if (rc == 0) {
+    for (size_t i = 0; !s->branches && i < p->n; i++)
+      p->runs[i].branch_of = -1;
     check_time(p, s, pr);
+  }
   plan__drafts_free(&P.ds);
   if (rc == 0 && pr->n > before)
     rc = SS_EINVAL;

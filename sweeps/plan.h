@@ -59,6 +59,13 @@ typedef struct plan_run {
   double b_opt_tokens; /* B_opt(C) before rounding and the step floor */
   double *target_loss; /* batch ladder: the target losses (owned) */
   size_t n_target_loss;
+  /* WSD branches (docs/sweeps.md): the index of the longer run whose
+   * checkpoint after branch_step steps this run starts from (-1: none; then
+   * branch_step is 0); a trunk counts its branch points. flops is still the
+   * run's whole compute, what the fits see; est_seconds only what it trains. */
+  int branch_of;
+  int64_t branch_step;
+  int n_branch_points;
 } plan_run;
 
 typedef struct plan {
@@ -77,6 +84,11 @@ typedef struct plan {
   double max_hours;
   double total_flops, total_seconds; /* sums over runs */
   double wall_seconds;               /* total_seconds / parallel_runs */
+  /* WSD branches: how many runs start from a trunk's checkpoint, how many
+   * trunks they have, and the training FLOPs they do not repeat (total_flops
+   * counts every run whole, as if trained alone) */
+  size_t n_branches, n_trunks;
+  double branch_flops_saved;
   char **warnings;                   /* owned, n_warnings of them */
   size_t n_warnings;
 } plan;

@@ -56,6 +56,17 @@ void plan__put_resources(const spec *s, plan__draft *d);
 
 void plan__drafts_free(plan__drafts *ds);
 
+/* plan_branch.c: wsd runs that differ only in tokens branch from the
+ * longest of them (plan_run.branch_of, branch_step; plan's totals of
+ * them); the runs' indices are set. 0 or SS_ENOMEM. */
+struct plan;
+int plan__branch(struct plan *p);
+
+/* plan.c: a planned run's figures (shape, counts, steps, tokens, FLOPs,
+ * estimated seconds at throughput) from its resolved config */
+struct plan_run;
+void plan__fill(struct plan_run *r, const rcfg *cfg, double throughput);
+
 /* plan_memory.c: 0 when the run of d, resolved into cfg, fits
  * $.resources.max_memory_gib (runcfg/memory.h's estimate), after lowering
  * cfg's micro_batch_size to the largest divisor of batch_size that fits

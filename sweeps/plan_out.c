@@ -61,6 +61,10 @@ char *plan_run_json(const plan_run *r, const plan *p) {
   json_object_set_new(o, "target_params",
                       r->target_params > 0 ? json_real(r->target_params) : json_null());
   json_object_set_new(o, "budget", r->budget > 0 ? json_real(r->budget) : json_null());
+  if (r->branch_of >= 0) { /* only then: the plans of other schedules keep their text */
+    json_object_set_new(o, "branch_of", json_integer(r->branch_of));
+    json_object_set_new(o, "branch_step", json_integer((json_int_t)r->branch_step));
+  }
   if (r->n_target_loss) {
     json_t *a = json_array();
     for (size_t i = 0; i < r->n_target_loss; i++)
@@ -173,9 +177,12 @@ void plan_write_table(const plan *p, FILE *f) {
     duration(r->est_seconds, t, sizeof t);
     if (r->budget > 0)
       snprintf(budget, sizeof budget, "%.3g", r->budget);
-    fprintf(f, "%5zu  %-7s %3d %5d %3d %8s %8s %5d %6lld %8.3g %4llu %9.3g %9s %8s\n", i, r->part,
+    fprintf(f, "%5zu  %-7s %3d %5d %3d %8s %8s %5d %6lld %8.3g %4llu %9.3g %9s %8s", i, r->part,
             r->n_layer, r->d_model, r->n_head, N, D, r->batch_size, (long long)r->steps, r->lr,
             (unsigned long long)r->seed, r->flops, budget, t);
+    if (r->branch_of >= 0)
+      fprintf(f, "  from #%d at step %lld", r->branch_of, (long long)r->branch_step);
+    fprintf(f, "\n");
     n_brule += (size_t)r->batch_from_rule;
     n_lrule += (size_t)r->lr_from_rule;
   }
@@ -189,6 +196,12 @@ void plan_write_table(const plan *p, FILE *f) {
   if (p->max_hours > 0)
     fprintf(f, "; max_hours %g", p->max_hours);
   fprintf(f, "\n");
+  if (p->n_branches)
+    fprintf(f,
+            "wsd branches: %zu runs start their decay from the checkpoints of %zu longer runs "
+            "(\"from #i at step s\"): %.3g FLOPs trained instead of %.3g, %.1f%% saved\n",
+            p->n_branches, p->n_trunks, p->total_flops - p->branch_flops_saved, p->total_flops,
+            100.0 * p->branch_flops_saved / p->total_flops);
   fprintf(f, "N: non-embedding parameters; D: tokens trained; B: sequences per step; C: "
              "training FLOPs, exact count (SCIENCE.md section 1); budget: the isoflop budget "
              "(6ND, or exact with \"flops_count\": \"exact\")\n\n");

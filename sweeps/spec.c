@@ -402,6 +402,7 @@ static const char *parse_header(spec *s, json_t *root, spec_problems *pr) {
                                     "shape",
                                     "batch_rule",
                                     "lr_rule",
+                                    "branches",
                                     NULL};
   spec__check_keys(pr, root, "$", top);
   s->name = spec__get_string(pr, root, "$", "name", NULL, 1, "a sweep name (a string)");
@@ -439,6 +440,15 @@ static void parse_settings(spec *s, json_t *root, spec_problems *pr) {
                    "a number of hours in (0, 1e6]");
   s->parallel_runs = 1;
   spec__get_int(pr, root, "$", "parallel_runs", &s->parallel_runs, 1, 100000, 0);
+  s->branches = 1;
+  json_t *br = json_object_get(root, "branches");
+  if (br && !json_is_boolean(br))
+    spec_problem_add(pr, "$.branches",
+                     "found %s, expected true or false (wsd runs branch from "
+                     "longer ones: docs/sweeps.md, \"WSD branches\")",
+                     spec__type_name(br));
+  else if (br)
+    s->branches = json_is_true(br);
   parse_resources(s, root, pr);
   s->throughput_flops = s->gpus > 0 ? SPEC_GPU_FLOPS * s->gpus : SPEC_CPU_FLOPS;
   spec__get_number(pr, root, "$", "throughput_flops", &s->throughput_flops, 1e3, 1e21, 0, 0,

@@ -169,6 +169,7 @@ typedef struct spec {
   double max_hours;        /* 0: no limit */
   double throughput_flops; /* per run, FLOP/s */
   int parallel_runs;       /* runs the cluster trains at once (time estimate) */
+  int branches;            /* 1 (default): wsd runs start from longer runs' checkpoints */
 
   double aspect_ratio; /* $.shape */
   int head_size;       /* 0: automatic */

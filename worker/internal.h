@@ -126,6 +126,7 @@ struct wrk__run {
   int64_t next_seq;
   wrk__qmsg *q_head, *q_tail; /* unacked metrics / finished, by seq */
   wrk__wbuf *started, *ckpt;  /* resent after each reconnect */
+  wrk__wbuf *branch;          /* the latest kept branch point (a trunk's), resent too */
   int64_t finished_seq;       /* 0 until the finished message exists */
   json_t *done;
   char *error;

@@ -134,6 +134,8 @@ int wrk__outbox_resend(wrk__worker *w, wrk__conn *c) {
       wrk__conn_write(c, r->started);
     if (r->ckpt)
       wrk__conn_write(c, r->ckpt);
+    if (r->branch)
+      wrk__conn_write(c, r->branch);
     for (wrk__qmsg *q = r->q_head; q; q = q->next, nmsg++)
       wrk__conn_write(c, q->b);
   }
@@ -151,7 +153,8 @@ void wrk__outbox_free(wrk__run *r) {
   drop_through(r, INT64_MAX);
   wrk__wbuf_unref(r->started);
   wrk__wbuf_unref(r->ckpt);
-  r->started = r->ckpt = NULL;
+  wrk__wbuf_unref(r->branch);
+  r->started = r->ckpt = r->branch = NULL;
   json_decref(r->batch);
   r->batch = NULL;
 }

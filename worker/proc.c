@@ -230,6 +230,26 @@ static void log_header(const wrk__run *r, int fd, char *const *args, const char 
     wrk__log("run %" PRId64 ": cannot write to %s: %s", r->id, r->log_path, strerror(errno));
 }
 
+/* assign.keep_steps as the trainer's --keep-steps (ascending, comma
+ * separated): 1 when there are any (and they fit), else 0 */
+static int keep_steps_arg(const json_t *ks, char *out, size_t n) {
+  size_t len = 0, i;
+  json_t *v;
+  json_int_t last = 0;
+  out[0] = 0;
+  json_array_foreach(ks, i, v) {
+    json_int_t x = json_integer_value(v);
+    if (x <= last) /* the protocol checked >= 0; the trainer wants ascending from 1 */
+      continue;
+    int k = snprintf(out + len, n - len, "%s%" JSON_INTEGER_FORMAT, len ? "," : "", x);
+    if (k < 0 || (size_t)k >= n - len)
+      return 0;
+    len += (size_t)k;
+    last = x;
+  }
+  return len > 0;
+}
+
 void wrk__run_start(wrk__run *r) {
   wrk__worker *w = r->w;
   for (int i = 0; i < r->ngpus; i++)
@@ -290,7 +310,7 @@ void wrk__run_start(wrk__run *r) {
   char maxs[32] = "";
   if (resume && json_is_integer(maxj) && json_integer_value(maxj) >= 0)
     snprintf(maxs, sizeof maxs, "%" JSON_INTEGER_FORMAT, json_integer_value(maxj));
-  char *args[16 + 2 * WRK__MAX_DATA_DIRS], ranks[4096];
+  char *args[20 + 2 * WRK__MAX_DATA_DIRS], ranks[4096];
   int na = 0;
   args[na++] = w->bin;
   args[na++] = "train";
@@ -308,6 +328,18 @@ void wrk__run_start(wrk__run *r) {
   if (maxs[0]) {
     args[na++] = "--resume-max-step";
     args[na++] = maxs;
+  }
+  /* wsd branches (docs/sweeps.md): where a branch starts, where a trunk
+   * keeps checkpoints for its branches */
+  const char *bfrom = json_string_value(json_object_get(r->assign, "branch_from"));
+  if (bfrom && *bfrom) {
+    args[na++] = "--branch-from";
+    args[na++] = (char *)bfrom;
+  }
+  char keeps[4096];
+  if (*ckdir && keep_steps_arg(json_object_get(r->assign, "keep_steps"), keeps, sizeof keeps)) {
+    args[na++] = "--keep-steps";
+    args[na++] = keeps;
   }
   if (wrk__run_dist_ranks(r, ranks, sizeof ranks) > 0) { /* this worker's part of the run */
     args[na++] = "--ranks";

@@ -50,6 +50,16 @@ int wrk__on_trainer_line(void *ud, const char *line, size_t len) {
     json_t *msg = wrk__run_header(r, "started");
     json_object_set(msg, "config", ev);
     send_latest(r, &r->started, msg, event);
+  } else if (!strcmp(event, "checkpoint") && json_is_true(json_object_get(ev, "branch"))) {
+    /* a trunk's branch point (docs/sweeps.md, "WSD branches"): not the
+     * run's own latest checkpoint, its resume point stays */
+    json_t *msg = wrk__run_header(r, "checkpoint");
+    json_object_set(msg, "step", json_object_get(ev, "step"));
+    json_object_set(msg, "path", json_object_get(ev, "path"));
+    json_object_set_new(msg, "branch", json_true());
+    if (send_latest(r, &r->branch, msg, event))
+      wrk__log("run %" PRId64 " attempt %" PRId64 ": branch point at step %" JSON_INTEGER_FORMAT,
+               r->id, r->attempt, json_integer_value(json_object_get(ev, "step")));
   } else if (!strcmp(event, "checkpoint")) {
     /* the rows up to the checkpoint go first */
     wrk__outbox_flush(r);

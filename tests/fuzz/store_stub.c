@@ -246,7 +246,12 @@ static void ans_claim(call *c, int st, int v) {
                     .config = "{\"model\":{\"n_layer\":2,\"d_model\":64,\"n_head\":2},"
                               "\"train\":{\"tokens\":65536}}",
                     .sweep_id = 1,
-                    .resume_max_step = attempt > 1 ? v % 5 : -1};
+                    .resume_max_step = attempt > 1 ? v % 5 : -1,
+                    /* now and then a branch, or a trunk with branch points */
+                    .branch_path = v % 7 == 1 ? "ck/run-1/branch-8/checkpoint.bin" : NULL,
+                    .keep_steps = v % 7 == 2   ? "8,16,x"
+                                  : v % 7 == 3 ? "4,12"
+                                               : ""};
   ((store_claim_cb)c->cb)(c->ud, st, st || v % 4 == 3 ? NULL : &cl, st ? errmsg : NULL);
 }
 
@@ -344,6 +349,16 @@ void store_runs_checkpoint(db *d, int64_t run_id, int attempt, int64_t worker_id
   (void)step;
   (void)path;
   fenced_done(d, 1, cb, ud);
+}
+
+void store_runs_branch_point(db *d, int64_t run_id, int attempt, int64_t worker_id, int64_t step,
+                             const char *path, store_done_cb cb, void *ud) {
+  (void)run_id;
+  (void)attempt;
+  (void)worker_id;
+  (void)step;
+  (void)path;
+  fenced_done(d, 2, cb, ud);
 }
 
 /* the outcome's status (a failure may go back to the queue); v % 4 == 3: a

@@ -1,0 +1,162 @@
+/* WSD branches (plan.h, docs/sweeps.md "WSD branches"): planned wsd runs
+ * that differ only in how many tokens they train share their warmup and
+ * stable phase, so each shorter one starts its decay from a checkpoint of
+ * the longest one (the trunk) instead of training that phase again.
+ *
+ * Runs group by their config without train.tokens and the settings that
+ * change no weight (eval, checkpoint). What the planner chose per run from
+ * its own compute would split every group: where the batch size and the
+ * learning rate both come from the rules, they too are left out of the key,
+ * and every run of the group takes the smallest run's (the rules at the
+ * group's smallest compute, so that every run keeps the rule's floor of
+ * steps); a warmup the planner defaulted (5% of each run's tokens) becomes
+ * the smallest run's too. Those configs are resolved and hashed again. */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "runcfg/runcfg.h"
+#include "sweeps/plan.h"
+#include "sweeps/plan_draft.h"
+
+typedef struct member {
+  size_t run;     /* index into plan.runs */
+  char *key;      /* the config without what a branch may change */
+  int64_t tokens; /* train.tokens as given */
+  double warmup;
+  int rules; /* batch size and lr from the rules: the group takes its smallest's */
+} member;
+
+static int cmp_members(const void *a, const void *b) {
+  const member *x = a, *y = b;
+  int c = strcmp(x->key, y->key);
+  if (c)
+    return c;
+  return x->tokens < y->tokens ? 1 : x->tokens > y->tokens ? -1 : 0; /* longest first */
+}
+
+/* the grouping key of a config; NULL when it is not a wsd run */
+static char *group_key(const char *config, int rules, int64_t *tokens, double *warmup) {
+  json_t *c = json_loads(config, 0, NULL);
+  json_t *t = json_object_get(c, "train");
+  char *key = NULL;
+  const char *sched = json_string_value(json_object_get(t, "schedule"));
+  if (sched && !strcmp(sched, "wsd")) {
+    *tokens = json_integer_value(json_object_get(t, "tokens"));
+    *warmup = json_number_value(json_object_get(t, "warmup_tokens"));
+    json_object_del(t, "tokens");
+    json_object_del(t, "warmup_tokens");
+    if (rules) {
+      json_object_del(t, "batch_size");
+      json_object_del(t, "micro_batch_size");
+      json_object_del(t, "lr");
+      json_object_set_new(t, "rules", json_true()); /* never with a run that set them */
+    }
+    json_object_del(c, "eval");
+    json_object_del(c, "checkpoint");
+    key = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+  }
+  json_decref(c);
+  return key;
+}
+
+/* run r takes the shared settings of from (the group's smallest): its
+ * batch size, micro-batch and learning rate when rules, and the warmup when
+ * warmup >= 0; its tokens then a whole number of the new batches. The config
+ * is resolved and hashed again, its figures recomputed. 0 or -1. */
+static int share(plan *p, plan_run *r, const rcfg *from, int rules, double warmup) {
+  rcfg cfg;
+  char err[1024];
+  if (rcfg_parse(r->config, "plan", &cfg, err, sizeof err) != 0)
+    return -1;
+  if (rules) {
+    cfg.train.batch_size = from->train.batch_size;
+    cfg.train.micro_batch_size = from->train.micro_batch_size;
+    cfg.train.lr = from->train.lr;
+    int64_t bt = (int64_t)cfg.train.batch_size * cfg.model.seq_len;
+    cfg.train.tokens = cfg.train.tokens / bt * bt;
+  }
+  if (warmup >= 0)
+    cfg.train.warmup_tokens = warmup;
+  char *text = rcfg_to_json(&cfg);
+  if (!text || rcfg_hash(&cfg, r->config_hash) != 0) {
+    free(text);
+    return -1;
+  }
+  free(r->config);
+  r->config = text;
+  plan__fill(r, &cfg, p->throughput_flops);
+  return 0;
+}
+
+/* One group, m[0] the longest: the shared warmup, then each shorter run
+ * branches from m[0] at its own stable steps (0: trains from scratch). */
+static int branch_group(plan *p, member *m, size_t n) {
+  int defaulted = 1;
+  for (size_t i = 0; i < n; i++)
+    defaulted &= m[i].warmup == floor(0.05 * (double)m[i].tokens);
+  if (!defaulted)
+    for (size_t i = 1; i < n; i++)
+      if (m[i].warmup != m[0].warmup)
+        return 0; /* warmups the spec chose apart: no shared phase */
+  rcfg small;
+  char err[1024];
+  if (rcfg_parse(p->runs[m[n - 1].run].config, "plan", &small, err, sizeof err) != 0)
+    return SS_ENOMEM;
+  double w = defaulted ? floor(0.05 * (double)m[n - 1].tokens) : -1;
+  for (size_t i = 0; i + 1 < n; i++)
+    if ((m[i].rules || defaulted) && share(p, &p->runs[m[i].run], &small, m[i].rules, w) != 0)
+      return SS_ENOMEM;
+  plan_run *trunk = &p->runs[m[0].run];
+  for (size_t i = 1; i < n; i++) {
+    plan_run *b = &p->runs[m[i].run];
+    rcfg cfg;
+    char err[1024];
+    if (rcfg_parse(b->config, "plan", &cfg, err, sizeof err) != 0)
+      return SS_ENOMEM;
+    int64_t at = rcfg_wsd_stable_steps(&cfg);
+    if (at < 1 || at >= b->steps)
+      continue;
+    b->branch_of = trunk->index;
+    b->branch_step = at;
+    double skipped = b->flops_per_token * (double)(at * b->batch_size * b->seq_len);
+    b->est_seconds *= (b->flops - skipped) / b->flops;
+    p->branch_flops_saved += skipped;
+    p->n_branches++;
+    trunk->n_branch_points++;
+  }
+  p->n_trunks += trunk->n_branch_points > 0;
+  return 0;
+}
+
+int plan__branch(plan *p) {
+  for (size_t i = 0; i < p->n; i++)
+    p->runs[i].branch_of = -1;
+  member *m = calloc(p->n ? p->n : 1, sizeof *m);
+  if (!m)
+    return SS_ENOMEM;
+  size_t n = 0;
+  int rc = 0;
+  for (size_t i = 0; i < p->n; i++) {
+    m[n].run = i;
+    m[n].rules = p->runs[i].batch_from_rule && p->runs[i].lr_from_rule;
+    m[n].key = group_key(p->runs[i].config, m[n].rules, &m[n].tokens, &m[n].warmup);
+    if (m[n].key)
+      n++;
+  }
+  qsort(m, n, sizeof *m, cmp_members);
+  for (size_t i = 0; i < n && !rc;) {
+    size_t j = i + 1;
+    while (j < n && !strcmp(m[j].key, m[i].key))
+      j++;
+    if (j - i > 1)
+      rc = branch_group(p, m + i, j - i);
+    i = j;
+  }
+  for (size_t i = 0; i < n; i++)
+    free(m[i].key);
+  free(m);
+  return rc;
+}

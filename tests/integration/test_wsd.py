@@ -1,0 +1,179 @@
+"""WSD branches end to end (docs/sweeps.md, "WSD branches"), against a
+throwaway PostgreSQL (run through tests/integration/run_with_pg.sh), the real
+scheduler and worker, and the real trainer:
+
+- a "wsd" spec of two model sizes x three token counts is planned as two
+  trunks (the longest run of each size) and four branches, each with the step
+  its decay starts from (runs.branch_of, branch_step);
+- the trunks keep a checkpoint at each branch point and report it; each
+  branch then starts from it: its metrics begin at branch_step + 1, and it
+  trains only its decay;
+- a second sweep of the same configs whose trunks are cancelled before they
+  start: its branches wait for nothing and train from scratch (metrics from
+  step 1), and end with exactly the final losses of the branched ones, bit
+  for bit, which is what makes a branch an observation as good as a run;
+- the compute the branches saved, printed.
+
+Usage: test_wsd.py SCALESWEEP_BINARY
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from harness import api_request, free_port, make_token, psql, wait_healthz
+
+BIN = sys.argv[1]
+DB = os.environ["SCALESWEEP_TEST_DB"]
+T0 = time.time()
+TIMEOUT = 240
+
+
+def fail(msg):
+    print("FAIL:", msg, file=sys.stderr)
+    for name in ("scheduler", "w"):
+        path = os.path.join(tmp, name + ".log")
+        if os.path.exists(path):
+            print(f"--- {name}.log (end)", file=sys.stderr)
+            print(open(path).read()[-4000:], file=sys.stderr)
+    sys.exit(1)
+
+
+tmp = tempfile.mkdtemp(prefix="ss-wsd-")
+token = make_token(tmp)
+api_port, wport = free_port(), free_port()
+procs = []
+ckpt = os.path.join(tmp, "ckpt")
+
+
+def request(method, path, body=None):
+    return api_request(api_port, token, method, path, body)
+
+
+def start(name, args):
+    log = open(os.path.join(tmp, name + ".log"), "a")
+    procs.append(subprocess.Popen([BIN] + args, stdout=log, stderr=log,
+                                  env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE")))
+
+
+def spec(name):
+    return {"name": name, "method": "runs",
+            "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
+                     "data": {"synthetic": {"words": 256, "zipf": 1.2}},
+                     "train": {"batch_size": 8, "micro_batch_size": 4, "lr": 0.003,
+                               "warmup_tokens": 2560, "schedule": "wsd"},
+                     "eval": {"tokens": 2048}},
+            "runs": [{"model": {"d_model": d, "n_head": 2}, "train": {"tokens": t}}
+                     for d in (32, 48) for t in (25600, 51200, 102400)],
+            "resources": {"cpus": 1}}
+
+
+def runs_of(sweep):
+    rows = psql(f"SELECT id, (config->'model'->>'d_model')::int, (config->'train'->>'tokens')::int,"
+                f" coalesce(branch_of, 0), coalesce(branch_step, 0), status,"
+                f" coalesce(branch_path, ''), coalesce(final_val_loss::text, ''),"
+                f" (SELECT coalesce(min(step), 0) || ':' || count(*) FROM metrics m"
+                f"  WHERE m.run_id = r.id AND m.train_loss IS NOT NULL)"
+                f" FROM runs r WHERE sweep_id = {sweep} ORDER BY id")
+    out = []
+    for line in rows.splitlines():
+        i, d, t, bo, bs, st, bp, loss, m = line.split("|")
+        first, n = m.split(":")
+        out.append({"id": int(i), "d": int(d), "tokens": int(t), "branch_of": int(bo),
+                    "branch_step": int(bs), "status": st, "branch_path": bp,
+                    "final": loss, "first_step": int(first), "rows": int(n)})
+    return out
+
+
+def wait_sweep(sweep):
+    while time.time() - T0 < TIMEOUT:
+        st, s = request("GET", f"/api/sweeps/{sweep}?limit=0")
+        c = s["counts"] if st == 200 else {}
+        if c.get("total") and c["queued"] + c["running"] == 0:
+            return c
+        time.sleep(0.3)
+    fail(f"sweep {sweep} did not finish in {TIMEOUT} s: {runs_of(sweep)}")
+
+
+try:
+    start("scheduler", ["scheduler", "--database", DB, "--token-file", token,
+                        "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
+                        "--checkpoints", ckpt])
+    if not wait_healthz(request):
+        fail("the scheduler did not come up")
+
+    # no worker yet: the sweep whose trunks are cancelled goes first
+    st, body = request("POST", "/api/sweeps", spec("wsd-unbranched"))
+    if st != 201:
+        fail(f"submit: {st} {body}")
+    lone = body["id"]
+    for r in runs_of(lone):
+        if r["branch_of"] == 0:
+            st, b = request("POST", f"/api/runs/{r['id']}/cancel")
+            if st not in (200, 202):
+                fail(f"cancel the trunk {r['id']}: {st} {b}")
+    st, body = request("POST", "/api/sweeps", spec("wsd-branched"))
+    if st != 201:
+        fail(f"submit: {st} {body}")
+    sweep = body["id"]
+    # per size, the 102400-token run is the trunk (400 steps); the others
+    # branch at their stable steps, 100 - 20 = 80 and 200 - 40 = 160
+    planned = runs_of(sweep)
+    trunks = {r["d"]: r["id"] for r in planned if r["branch_of"] == 0}
+    want = {(d, t): (0, 0) if t == 102400 else (trunks.get(d), t // 256 - t // 256 // 5)
+            for d in (32, 48) for t in (25600, 51200, 102400)}
+    got = {(r["d"], r["tokens"]): (r["branch_of"], r["branch_step"]) for r in planned}
+    if len(trunks) != 2 or got != want:
+        fail(f"planned branches {got}, expected {want}")
+    print("planned: 2 trunks of 400 steps; branches at steps 80 and 160 of each")
+
+    start("w", ["worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
+                "--cpu-slots", "2", "--work-dir", os.path.join(tmp, "w"), "--name", "w"])
+    c = wait_sweep(lone)
+    if c["succeeded"] != 4 or c["cancelled"] != 2:
+        fail(f"the sweep without trunks: {c}, expected 4 succeeded and 2 cancelled")
+    c = wait_sweep(sweep)
+    if c["succeeded"] != 6:
+        fail(f"the branched sweep: {c}, expected 6 succeeded: {runs_of(sweep)}")
+
+    alone = {(r["d"], r["tokens"]): r for r in runs_of(lone)}
+    trained = whole = 0
+    for r in runs_of(sweep):
+        steps = r["tokens"] // 256
+        whole += steps
+        if r["branch_of"] == 0:
+            if (r["first_step"], r["rows"]) != (1, steps):
+                fail(f"trunk {r['id']}: metrics from step {r['first_step']}, {r['rows']} rows; "
+                     f"expected 1 and {steps}")
+            trained += steps
+            continue
+        at = r["branch_step"]
+        path = os.path.join(ckpt, f"run-{r['branch_of']}", f"branch-{at}", "checkpoint.bin")
+        if os.path.realpath(r["branch_path"]) != os.path.realpath(path) or not os.path.exists(path):
+            fail(f"branch {r['id']}: branch_path {r['branch_path']!r}, expected {path} (there)")
+        if (r["first_step"], r["rows"]) != (at + 1, steps - at):
+            fail(f"branch {r['id']}: metrics from step {r['first_step']}, {r['rows']} rows; "
+                 f"expected {at + 1} and {steps - at}: it did not start from its branch point")
+        trained += steps - at
+        a = alone[(r["d"], r["tokens"])]
+        if a["status"] != "succeeded" or a["first_step"] != 1 or a["branch_path"]:
+            fail(f"the unbranched twin of run {r['id']}: {a}, expected trained from step 1")
+        if a["final"] != r["final"] or not r["final"]:
+            fail(f"run {r['id']} (d {r['d']}, D {r['tokens']}): final_val_loss {r['final']} "
+                 f"from its branch point, {a['final']} from scratch: expected the same")
+        print(f"run {r['id']} d {r['d']} D {r['tokens']}: from step {at} of {steps}, "
+              f"final_val_loss {r['final']} = from scratch")
+    print(f"steps trained {trained} of {whole} ({100 * (whole - trained) / whole:.1f}% saved)")
+    print("PASS")
+finally:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    shutil.rmtree(tmp, ignore_errors=True)
