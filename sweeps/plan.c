@@ -98,6 +98,7 @@ static int resolve(plan__planner *P, plan__draft *d, plan_run *r) {
   layers[n] = s->base;
   paths[n++] = "$.base";
   int rc = spec_resolve_config(m, &cfg, layers, paths, n, d->fallback, d->context, P->pr);
+  r->warmup_given = json_object_get(json_object_get(m, "train"), "warmup_tokens") != NULL;
   json_decref(m);
   if (rc)
     return -1;

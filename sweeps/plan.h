@@ -66,6 +66,7 @@ typedef struct plan_run {
   int branch_of;
   int64_t branch_step;
   int n_branch_points;
+  int warmup_given; /* the spec set train.warmup_tokens (else the default, 5% of D) */
 } plan_run;
 
 typedef struct plan {

@@ -38,7 +38,8 @@ static int cmp_members(const void *a, const void *b) {
 }
 
 /* the grouping key of a config; NULL when it is not a wsd run */
-static char *group_key(const char *config, int rules, int64_t *tokens, double *warmup) {
+static char *group_key(const char *config, int rules, int warmup_given, int64_t *tokens,
+                       double *warmup) {
   json_t *c = json_loads(config, 0, NULL);
   json_t *t = json_object_get(c, "train");
   char *key = NULL;
@@ -47,7 +48,8 @@ static char *group_key(const char *config, int rules, int64_t *tokens, double *w
     *tokens = json_integer_value(json_object_get(t, "tokens"));
     *warmup = json_number_value(json_object_get(t, "warmup_tokens"));
     json_object_del(t, "tokens");
-    json_object_del(t, "warmup_tokens");
+    if (!warmup_given) /* the default: the group shares one */
+      json_object_set_new(t, "warmup_tokens", json_string("default"));
     if (rules) {
       json_object_del(t, "batch_size");
       json_object_del(t, "micro_batch_size");
@@ -94,13 +96,8 @@ static int share(plan *p, plan_run *r, const rcfg *from, int rules, double warmu
 /* One group, m[0] the longest: the shared warmup, then each shorter run
  * branches from m[0] at its own stable steps (0: trains from scratch). */
 static int branch_group(plan *p, member *m, size_t n) {
-  int defaulted = 1;
-  for (size_t i = 0; i < n; i++)
-    defaulted &= m[i].warmup == floor(0.05 * (double)m[i].tokens);
-  if (!defaulted)
-    for (size_t i = 1; i < n; i++)
-      if (m[i].warmup != m[0].warmup)
-        return 0; /* warmups the spec chose apart: no shared phase */
+  /* the key holds the warmup unless it is the default: all or none are */
+  int defaulted = !p->runs[m[0].run].warmup_given;
   rcfg small;
   char err[1024];
   if (rcfg_parse(p->runs[m[n - 1].run].config, "plan", &small, err, sizeof err) != 0)
@@ -142,7 +139,8 @@ int plan__branch(plan *p) {
   for (size_t i = 0; i < p->n; i++) {
     m[n].run = i;
     m[n].rules = p->runs[i].batch_from_rule && p->runs[i].lr_from_rule;
-    m[n].key = group_key(p->runs[i].config, m[n].rules, &m[n].tokens, &m[n].warmup);
+    m[n].key = group_key(p->runs[i].config, m[n].rules, p->runs[i].warmup_given, &m[n].tokens,
+                         &m[n].warmup);
     if (m[n].key)
       n++;
   }

@@ -608,7 +608,113 @@ static void test_trainer_hash(void) {
   plan_free(p);
 }
 
+/* the runs' config text has key at its train section's value */
+static double train_num(const plan_run *r, const char *key) {
+  rcfg c;
+  char err[512];
+  if (rcfg_parse(r->config, "plan", &c, err, sizeof err) != 0)
+    return NAN;
+  if (!strcmp(key, "warmup_tokens"))
+    return c.train.warmup_tokens;
+  if (!strcmp(key, "stable"))
+    return (double)rcfg_wsd_stable_steps(&c);
+  return !strcmp(key, "batch_size") ? c.train.batch_size : c.train.lr;
+}
+
+/* WSD branches (docs/sweeps.md): a wsd grid of 2 sizes x 4 token counts is 2
+ * trunks (each size's longest) and 6 branches at their own stable steps,
+ * every run of a size with the smallest run's rule-chosen batch size, lr and
+ * defaulted warmup; the saved FLOPs are the branches' shared phases; other
+ * schedules, "branches": false, or warmups the spec set apart plan none. */
+static void test_wsd_branches(void) {
+  static const char *grid =
+      "{\"name\": \"w\", \"method\": \"grid\", \"base\": {\"model\": {\"seq_len\": 64},"
+      " \"data\": {\"synthetic\": {\"words\": 512}}, \"train\": {\"schedule\": \"%s\"}},"
+      " \"grid\": {\"params\": [2e4, 5e4], \"tokens\": {\"from\": 5e5, \"to\": 4e6, \"points\": 4}},"
+      " \"resources\": {\"cpus\": 1}%s}";
+  char text[1024];
+  snprintf(text, sizeof text, grid, "wsd", "");
+  plan *p = plan_text(text, NULL);
+  if (!p)
+    return;
+  CHECK_INT_EQ(p->n, 8);
+  CHECK_INT_EQ(p->n_branches, 6);
+  CHECK_INT_EQ(p->n_trunks, 2);
+  double saved = 0, total = 0;
+  for (size_t i = 0; i < p->n; i++) {
+    const plan_run *r = &p->runs[i], *t = r->branch_of >= 0 ? &p->runs[r->branch_of] : r;
+    total += r->flops;
+    /* the trunk is the size's longest run, itself no branch */
+    CHECK(t->branch_of < 0);
+    CHECK_INT_EQ(t->nonembedding_params, r->nonembedding_params);
+    CHECK(t->tokens >= r->tokens);
+    /* one batch size, lr and warmup per size: the smallest run's (5% of its D) */
+    CHECK_INT_EQ((int)train_num(r, "batch_size"), (int)train_num(t, "batch_size"));
+    CHECK(train_num(r, "lr") == train_num(t, "lr"));
+    CHECK(train_num(r, "warmup_tokens") == train_num(t, "warmup_tokens"));
+    CHECK(fabs(train_num(r, "warmup_tokens") - 0.05 * 500000) <= 0.05 * 256 * 4 + 1);
+    if (r->branch_of < 0) {
+      CHECK_INT_EQ(r->n_branch_points, 3);
+      continue;
+    }
+    /* its own stable steps: steps - ceil(0.2 steps) */
+    CHECK_INT_EQ(r->branch_step, r->steps - (int64_t)ceil(0.2 * (double)r->steps - 1e-9));
+    CHECK_INT_EQ(r->branch_step, (int64_t)train_num(r, "stable"));
+    saved += r->flops_per_token * (double)(r->branch_step * r->batch_size * r->seq_len);
+  }
+  CHECK_NEAR(p->branch_flops_saved, saved, 0, 1e-12);
+  CHECK_NEAR(p->total_flops, total, 0, 1e-12);
+  CHECK(p->branch_flops_saved > 0.3 * total && p->branch_flops_saved < 0.5 * total);
+  /* the plan's JSON names the trunk and the step */
+  char *js = plan_runs_json(p);
+  CHECK(js && strstr(js, "\"branch_of\":") && strstr(js, "\"branch_step\":"));
+  free(js);
+  plan_free(p);
+
+  snprintf(text, sizeof text, grid, "cosine", "");
+  p = plan_text(text, NULL);
+  if (p) {
+    CHECK_INT_EQ(p->n_branches, 0);
+    for (size_t i = 0; i < p->n; i++)
+      CHECK_INT_EQ(p->runs[i].branch_of, -1);
+    char *j = plan_runs_json(p);
+    CHECK(j && !strstr(j, "branch_of"));
+    free(j);
+  }
+  plan_free(p);
+  snprintf(text, sizeof text, grid, "wsd", ", \"branches\": false");
+  p = plan_text(text, NULL);
+  if (p) {
+    CHECK_INT_EQ(p->n_branches, 0);
+    CHECK_INT_EQ(p->runs[0].branch_of, -1);
+  }
+  plan_free(p);
+  /* warmups the spec set apart share no phase: no branch */
+  p = plan_text("{\"name\": \"w\", \"method\": \"runs\", \"base\": {\"model\": {\"n_layer\": 1,"
+                " \"d_model\": 32, \"n_head\": 2, \"seq_len\": 32}, \"train\": {\"batch_size\": 8,"
+                " \"lr\": 0.003, \"schedule\": \"wsd\"}}, \"runs\": ["
+                "{\"train\": {\"tokens\": 25600, \"warmup_tokens\": 1024}},"
+                "{\"train\": {\"tokens\": 51200, \"warmup_tokens\": 2048}},"
+                "{\"train\": {\"tokens\": 102400, \"warmup_tokens\": 2048}}]}",
+                NULL);
+  if (p) {
+    CHECK_INT_EQ(p->n_branches, 1); /* 51200 from 102400; 25600 alone */
+    for (size_t i = 0; i < p->n; i++)
+      CHECK_INT_EQ(p->runs[i].branch_of >= 0, p->runs[i].tokens == 51200);
+  }
+  plan_free(p);
+  spec_problems pr = {0};
+  spec *bad = NULL;
+  CHECK(spec_parse("{\"name\": \"w\", \"method\": \"grid\", \"branches\": 1,"
+                   " \"grid\": {\"params\": [2e4], \"tokens\": [1e6]}}",
+                   "t.json", &bad, &pr) != 0);
+  CHECK(has(&pr, "$.branches", "expected true or false"));
+  spec_free(bad);
+  spec_problems_free(&pr);
+}
+
 int main(void) {
+  test_wsd_branches();
   test_shapes();
   test_examples();
   test_determinism();
