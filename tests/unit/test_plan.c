@@ -630,7 +630,8 @@ static void test_wsd_branches(void) {
   static const char *grid =
       "{\"name\": \"w\", \"method\": \"grid\", \"base\": {\"model\": {\"seq_len\": 64},"
       " \"data\": {\"synthetic\": {\"words\": 512}}, \"train\": {\"schedule\": \"%s\"}},"
-      " \"grid\": {\"params\": [2e4, 5e4], \"tokens\": {\"from\": 5e5, \"to\": 4e6, \"points\": 4}},"
+      " \"grid\": {\"params\": [2e4, 5e4],"
+      " \"tokens\": {\"from\": 5e5, \"to\": 4e6, \"points\": 4}},"
       " \"resources\": {\"cpus\": 1}%s}";
   char text[1024];
   snprintf(text, sizeof text, grid, "wsd", "");
