@@ -456,12 +456,9 @@ int plan_spec(const spec *s, plan **out, spec_problems *pr) {
     spec_problem_add(pr, "$", "the spec plans no runs; expected at least one");
   int rc = report_duplicates(p, pr);
   if (rc == 0)
-    rc = s->branches ? plan__branch(p) : 0;
-  if (rc == 0) {
-    for (size_t i = 0; !s->branches && i < p->n; i++)
-      p->runs[i].branch_of = -1;
+    rc = plan__branch(p, s->branches);
+  if (rc == 0)
     check_time(p, s, pr);
-  }
   plan__drafts_free(&P.ds);
   if (rc == 0 && pr->n > before)
     rc = SS_EINVAL;

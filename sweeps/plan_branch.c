@@ -95,7 +95,7 @@ static int share(plan *p, plan_run *r, const rcfg *from, int rules, double warmu
 
 /* One group, m[0] the longest: the shared warmup, then each shorter run
  * branches from m[0] at its own stable steps (0: trains from scratch). */
-static int branch_group(plan *p, member *m, size_t n) {
+static int branch_group(plan *p, member *m, size_t n, int branch) {
   /* the key holds the warmup unless it is the default: all or none are */
   int defaulted = !p->runs[m[0].run].warmup_given;
   rcfg small;
@@ -107,7 +107,7 @@ static int branch_group(plan *p, member *m, size_t n) {
     if ((m[i].rules || defaulted) && share(p, &p->runs[m[i].run], &small, m[i].rules, w) != 0)
       return SS_ENOMEM;
   plan_run *trunk = &p->runs[m[0].run];
-  for (size_t i = 1; i < n; i++) {
+  for (size_t i = 1; branch && i < n; i++) {
     plan_run *b = &p->runs[m[i].run];
     rcfg cfg;
     char err[1024];
@@ -128,7 +128,7 @@ static int branch_group(plan *p, member *m, size_t n) {
   return 0;
 }
 
-int plan__branch(plan *p) {
+int plan__branch(plan *p, int branch) {
   for (size_t i = 0; i < p->n; i++)
     p->runs[i].branch_of = -1;
   member *m = calloc(p->n ? p->n : 1, sizeof *m);
@@ -150,7 +150,7 @@ int plan__branch(plan *p) {
     while (j < n && !strcmp(m[j].key, m[i].key))
       j++;
     if (j - i > 1)
-      rc = branch_group(p, m + i, j - i);
+      rc = branch_group(p, m + i, j - i, branch);
     i = j;
   }
   for (size_t i = 0; i < n; i++)

@@ -56,11 +56,12 @@ void plan__put_resources(const spec *s, plan__draft *d);
 
 void plan__drafts_free(plan__drafts *ds);
 
-/* plan_branch.c: wsd runs that differ only in tokens branch from the
- * longest of them (plan_run.branch_of, branch_step; plan's totals of
+/* plan_branch.c: wsd runs that differ only in tokens share the settings
+ * the planner chose (batch size, lr, warmup) and, with branch, start from
+ * the longest of them (plan_run.branch_of, branch_step; plan's totals of
  * them); the runs' indices are set. 0 or SS_ENOMEM. */
 struct plan;
-int plan__branch(struct plan *p);
+int plan__branch(struct plan *p, int branch);
 
 /* plan.c: a planned run's figures (shape, counts, steps, tokens, FLOPs,
  * estimated seconds at throughput) from its resolved config */

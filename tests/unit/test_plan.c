@@ -683,13 +683,21 @@ static void test_wsd_branches(void) {
     free(j);
   }
   plan_free(p);
-  snprintf(text, sizeof text, grid, "wsd", ", \"branches\": false");
+  /* "branches": false: the same runs, each from scratch */
+  snprintf(text, sizeof text, grid, "wsd", "");
   p = plan_text(text, NULL);
-  if (p) {
-    CHECK_INT_EQ(p->n_branches, 0);
-    CHECK_INT_EQ(p->runs[0].branch_of, -1);
+  snprintf(text, sizeof text, grid, "wsd", ", \"branches\": false");
+  plan *q = plan_text(text, NULL);
+  if (p && q) {
+    CHECK_INT_EQ(q->n_branches, 0);
+    CHECK_INT_EQ(q->n, p->n);
+    for (size_t i = 0; i < q->n && i < p->n; i++) {
+      CHECK_INT_EQ(q->runs[i].branch_of, -1);
+      CHECK(!strcmp(q->runs[i].config_hash, p->runs[i].config_hash));
+    }
   }
   plan_free(p);
+  plan_free(q);
   /* warmups the spec set apart share no phase: no branch */
   p = plan_text("{\"name\": \"w\", \"method\": \"runs\", \"base\": {\"model\": {\"n_layer\": 1,"
                 " \"d_model\": 32, \"n_head\": 2, \"seq_len\": 32}, \"train\": {\"batch_size\": 8,"
