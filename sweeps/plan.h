@@ -67,6 +67,9 @@ typedef struct plan_run {
   int64_t branch_step;
   int n_branch_points;
   int warmup_given; /* the spec set train.warmup_tokens (else the default, 5% of D) */
+  /* wsd: the run whose rule-chosen batch size and lr (rule_compute,
+   * b_opt_tokens) this one shares, the smallest of its group (-1: its own) */
+  int rules_from;
 } plan_run;
 
 typedef struct plan {

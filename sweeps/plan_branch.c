@@ -68,12 +68,16 @@ static char *group_key(const char *config, int rules, int warmup_given, int64_t 
  * batch size, micro-batch and learning rate when rules, and the warmup when
  * warmup >= 0; its tokens then a whole number of the new batches. The config
  * is resolved and hashed again, its figures recomputed. 0 or -1. */
-static int share(plan *p, plan_run *r, const rcfg *from, int rules, double warmup) {
+static int share(plan *p, plan_run *r, const plan_run *src, const rcfg *from, int rules,
+                 double warmup) {
   rcfg cfg;
   char err[1024];
   if (rcfg_parse(r->config, "plan", &cfg, err, sizeof err) != 0)
     return -1;
   if (rules) {
+    r->rules_from = src->index;
+    r->rule_compute = src->rule_compute;
+    r->b_opt_tokens = src->b_opt_tokens;
     cfg.train.batch_size = from->train.batch_size;
     cfg.train.micro_batch_size = from->train.micro_batch_size;
     cfg.train.lr = from->train.lr;
@@ -104,7 +108,8 @@ static int branch_group(plan *p, member *m, size_t n, int branch) {
     return SS_ENOMEM;
   double w = defaulted ? floor(0.05 * (double)m[n - 1].tokens) : -1;
   for (size_t i = 0; i + 1 < n; i++)
-    if ((m[i].rules || defaulted) && share(p, &p->runs[m[i].run], &small, m[i].rules, w) != 0)
+    if ((m[i].rules || defaulted) &&
+        share(p, &p->runs[m[i].run], &p->runs[m[n - 1].run], &small, m[i].rules, w) != 0)
       return SS_ENOMEM;
   plan_run *trunk = &p->runs[m[0].run];
   for (size_t i = 1; branch && i < n; i++) {
@@ -130,7 +135,7 @@ static int branch_group(plan *p, member *m, size_t n, int branch) {
 
 int plan__branch(plan *p, int branch) {
   for (size_t i = 0; i < p->n; i++)
-    p->runs[i].branch_of = -1;
+    p->runs[i].branch_of = p->runs[i].rules_from = -1;
   member *m = calloc(p->n ? p->n : 1, sizeof *m);
   if (!m)
     return SS_ENOMEM;

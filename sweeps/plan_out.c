@@ -61,6 +61,8 @@ char *plan_run_json(const plan_run *r, const plan *p) {
   json_object_set_new(o, "target_params",
                       r->target_params > 0 ? json_real(r->target_params) : json_null());
   json_object_set_new(o, "budget", r->budget > 0 ? json_real(r->budget) : json_null());
+  if (r->rules_from >= 0) /* only then, as below */
+    json_object_set_new(o, "rules_from", json_integer(r->rules_from));
   if (r->branch_of >= 0) { /* only then: the plans of other schedules keep their text */
     json_object_set_new(o, "branch_of", json_integer(r->branch_of));
     json_object_set_new(o, "branch_step", json_integer((json_int_t)r->branch_step));

@@ -482,6 +482,8 @@ COMMANDS = [
      "--listen 127.0.0.1:0", text_study),
     ("./build/scalesweep plan sweeps/examples/quickstart.json", None,
      lambda r: expect(r, "26 runs")),
+    ("./build/scalesweep plan sweeps/examples/wsd-grid.json", None,
+     lambda r: expect(r, "from #5 at step 1562", "37.3% saved")),
     ("./build/scalesweep migrate --database postgresql://scalesweep@db.example.org/scalesweep",
      "./build/scalesweep migrate --database \"$SCALESWEEP_TEST_DB\"", migrate),
     ("./build/scalesweep up --database postgresql://scalesweep@db.example.org/scalesweep "

@@ -26,7 +26,8 @@
 #endif
 
 static const char *const examples[] = {"quickstart.json", "text.json",  "gpu-cluster.json",
-                                       "grid.json",       "batch.json", "runs.json"};
+                                       "grid.json",       "batch.json", "runs.json",
+                                       "wsd-grid.json"};
 
 static void show(const spec_problems *pr) {
   for (size_t i = 0; i < pr->n; i++)
@@ -143,7 +144,9 @@ static void check_invariants(const plan *p, const spec *s) {
       CHECK_INT_EQ(cfg.train.tokens, r->tokens);
     /* estimated time: training FLOPs plus the evaluation passes, at the
      * stated throughput */
-    CHECK(r->est_seconds >= r->flops / s->throughput_flops);
+    /* (a wsd branch trains from its branch point) */
+    CHECK(r->est_seconds >=
+          (r->flops - r->flops_per_token * (double)(r->branch_step * bt)) / s->throughput_flops);
     CHECK(r->est_seconds <= 1.5 * r->flops / s->throughput_flops);
     /* threads never left to the planning machine */
     CHECK(cfg.threads == (s->gpus ? PLAN_GPU_HOST_THREADS : s->cpus) ||
@@ -155,8 +158,11 @@ static void check_invariants(const plan *p, const spec *s) {
       CHECK(r->batch_size <=
             fmax(p->batch_rule.min_batch, r->b_opt_tokens / r->seq_len * sqrt(2.0) * 1.0001));
       CHECK(r->steps >= p->batch_rule.min_steps - 1 || r->batch_size == p->batch_rule.min_batch);
-      /* a doubled batch would have broken the floor (or rounding capped it) */
-      CHECK((double)r->tokens / (2.0 * bt) < p->batch_rule.min_steps + 1 ||
+      /* a doubled batch would have broken the floor (or rounding capped it);
+       * a wsd run sharing its group's smallest run's batch: that run's */
+      const plan_run *own = r->rules_from >= 0 ? &p->runs[r->rules_from] : r;
+      CHECK_INT_EQ(own->batch_size, r->batch_size);
+      CHECK((double)own->tokens / (2.0 * bt) < p->batch_rule.min_steps + 1 ||
             2.0 * r->batch_size > exp2(round(log2(r->b_opt_tokens / r->seq_len))));
     }
     if (r->lr_from_rule) {
