@@ -1,7 +1,8 @@
 /* Predicting running runs' final losses (issue "Sweeps and the science",
  * learning-curve extrapolation): every --predict-seconds the scheduler reads
  * the evaluations of every running run (batch-ladder runs aside: they are
- * measured by the steps they take, not by their loss), fits Kaplan's
+ * measured by the steps they take, not by their loss, and wsd runs aside:
+ * their loss drops in the decay, which no power law in steps foresees), fits Kaplan's
  * L(S) = L_inf + (S_c / S)^alpha_S to those after warmup (fit_curve, on
  * libuv's thread pool), predicts the loss at the run's last step with a 95%
  * interval, and compares it with the sweep's fitted Chinchilla surface at

@@ -132,6 +132,16 @@ void sched__web_run(sched__buf *b, sched__web_req *w, json_t *r) {
       sched__b_puts(b, " <strong class=\"flag\">far off the fit: worth a look</strong>");
     sched__b_puts(b, "</td></tr>");
   }
+  if (sched__jint(r, "branch_of")) { /* a wsd branch (docs/sweeps.md) */
+    b_row(b, "Branch of");
+    sched__b_printf(b,
+                    "<a href=\"/runs/%" JSON_INTEGER_FORMAT "\">run %" JSON_INTEGER_FORMAT
+                    "</a>: its warmup and stable phase, steps 1 to %" JSON_INTEGER_FORMAT
+                    ", are that run's (from its checkpoint when it kept one; else this run trained "
+                    "them too); the same result as from scratch</td></tr>",
+                    sched__jint(r, "branch_of"), sched__jint(r, "branch_of"),
+                    sched__jint(r, "branch_step"));
+  }
   if (sched__jint(r, "reproduces"))
     b_reproduction(b, sched__jint(r, "reproduces"), json_object_get(r, "reproduction"));
   json_t *by = json_object_get(r, "reproduced_by");

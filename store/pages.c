@@ -55,7 +55,8 @@ static const char run_columns[] =
     "r.id, r.sweep_id, r.status, r.attempt, r.max_attempts, r.gpus, r.priority, r.worker, "
     "r.lease_until, r.params, r.nonembedding_params, r.tokens, r.batch_size, r.flops, "
     "r.final_val_loss, r.started_at, r.finished_at, r.reproduces, r.code_version, r.error, "
-    "r.checkpoint_step, r.config_hash, r.part, r.target_loss, r.prediction, r.designed";
+    "r.checkpoint_step, r.config_hash, r.part, r.target_loss, r.prediction, r.designed, "
+    "r.branch_of, r.branch_step";
 
 static const char *const sort_columns[] = {
     "id",          "status",     "attempt", "params",         "nonembedding_params",
@@ -307,7 +308,8 @@ void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
                                                "'code_version', r.code_version, 'error', r.error, "
                                                "'log_tail', r.log_tail, "
                                                "'prediction', r.prediction, 'designed', "
-                                               "r.designed, "
+                                               "r.designed, 'branch_of', r.branch_of, "
+                                               "'branch_step', r.branch_step, "
                                                "'reproduction', " REPRODUCTION_SQL ", "
                                                "'reproduced_by', (SELECT "
                                                "json_agg(json_build_object('id', x.id, 'status', "

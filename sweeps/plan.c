@@ -339,6 +339,9 @@ static void draft_all(plan__planner *P, const spec *s, spec_problems *pr) {
   P->V = s->vocab_size;
   json_t *bb = json_object_get(json_object_get(s->base, "train"), "batch_size");
   P->base_batch = json_is_integer(bb) ? (int)json_integer_value(bb) : 0;
+  const char *sched =
+      json_string_value(json_object_get(json_object_get(s->base, "train"), "schedule"));
+  P->wsd = sched && !strcmp(sched, "wsd");
   if (s->method == SPEC_GRID)
     plan__grid(P);
   else if (s->method == SPEC_ISOFLOP)

@@ -233,6 +233,15 @@ void plan__isoflop(plan__planner *P) {
     spec_values_path(fs, i, cpath, sizeof cpath);
     size_t nsz = s->isoflop.centred ? (size_t)s->isoflop.centre_points : s->isoflop.params.n;
     double nc = s->isoflop.centre_coef * pow(C, s->isoflop.centre_exponent);
+    /* wsd: the sizes on one log grid for every budget (the first budget's
+     * centre and the span's spacing), each budget's centred on the grid
+     * point nearest its own centre, so that a size recurs across budgets
+     * and its runs branch from one trunk (docs/sweeps.md, "WSD branches") */
+    double gstep = nsz > 1 ? pow(s->isoflop.centre_span, 2.0 / (double)(nsz - 1)) : 1.0;
+    double nc0 = s->isoflop.centre_coef * pow(fs->v[0], s->isoflop.centre_exponent);
+    int shared = s->isoflop.centred && nsz > 1 && P->wsd;
+    if (shared)
+      nc = nc0 * pow(gstep, round(log(nc / nc0) / log(gstep)));
     for (size_t j = 0; j < nsz; j++) {
       double target;
       char ppath[192];

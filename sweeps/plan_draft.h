@@ -39,6 +39,7 @@ typedef struct plan__planner {
   shape_rule shape;
   int T, V;
   int base_batch; /* base.train.batch_size, 0 when unset */
+  int wsd;        /* base.train.schedule is "wsd" */
   double base_lr;
 } plan__planner;
 

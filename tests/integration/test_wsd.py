@@ -12,10 +12,12 @@ scheduler and worker, and the real trainer:
   start: its branches wait for nothing and train from scratch (metrics from
   step 1), and end with exactly the final losses of the branched ones, bit
   for bit, which is what makes a branch an observation as good as a run;
+- the run's API document and page say which run and step it branches from;
 - the compute the branches saved, printed.
 
 Usage: test_wsd.py SCALESWEEP_BINARY
 """
+import http.client
 import json
 import os
 import shutil
@@ -164,6 +166,19 @@ try:
         if a["final"] != r["final"] or not r["final"]:
             fail(f"run {r['id']} (d {r['d']}, D {r['tokens']}): final_val_loss {r['final']} "
                  f"from its branch point, {a['final']} from scratch: expected the same")
+        st, doc = request("GET", f"/api/runs/{r['id']}?limit=0")
+        doc = (doc or {}).get("run") or {}
+        if st != 200 or (doc.get("branch_of"), doc.get("branch_step")) != (r["branch_of"], at):
+            fail(f"GET /api/runs/{r['id']}: {st}, branch_of {doc.get('branch_of')}, branch_step "
+                 f"{doc.get('branch_step')}; expected {r['branch_of']} and {at}")
+        c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
+        c.request("GET", f"/runs/{r['id']}")
+        page = c.getresponse().read().decode()
+        c.close()
+        if f'Branch of</th><td><a href="/runs/{r["branch_of"]}">' not in page or \
+                f"steps 1 to {at}" not in page:
+            fail(f"the page of run {r['id']} does not say it branches from run {r['branch_of']} "
+                 f"at step {at}")
         print(f"run {r['id']} d {r['d']} D {r['tokens']}: from step {at} of {steps}, "
               f"final_val_loss {r['final']} = from scratch")
     print(f"steps trained {trained} of {whole} ({100 * (whole - trained) / whole:.1f}% saved)")

@@ -704,6 +704,28 @@ static void test_wsd_branches(void) {
   }
   plan_free(p);
   plan_free(q);
+  /* a wsd isoflop: every budget's sizes on the first budget's log grid
+   * (centre 2.54 C^0.35, span 3, 5 points: a step of sqrt(3)), centred on
+   * the grid point nearest its own centre; sizes recur across budgets */
+  p = plan_text(
+      "{\"name\": \"w\", \"method\": \"isoflop\", \"base\": {\"model\": {\"seq_len\": 64},"
+      " \"data\": {\"synthetic\": {\"words\": 512}}, \"train\": {\"schedule\": \"wsd\"}},"
+      " \"isoflop\": {\"flops\": {\"from\": 1e11, \"to\": 3.2e12, \"points\": 4},"
+      " \"centre\": {\"coef\": 2.54, \"exponent\": 0.35, \"span\": 3, \"points\": 5}},"
+      " \"resources\": {\"cpus\": 1}}",
+      NULL);
+  if (p) {
+    double nc0 = 2.54 * pow(1e11, 0.35), step = sqrt(3.0);
+    for (size_t i = 0; i < p->n; i++) {
+      double k = log(p->runs[i].target_params / nc0) / log(step);
+      CHECK_NEAR(k, round(k), 1e-9, 0);
+      double own = log(2.54 * pow(p->runs[i].budget, 0.35) / nc0) / log(step);
+      CHECK(fabs(k - round(own)) <= 2 + 1e-9); /* within the 5 points around its centre */
+    }
+    CHECK(p->n_branches >= 8);
+  }
+  plan_free(p);
+
   /* warmups the spec set apart share no phase: no branch */
   p = plan_text("{\"name\": \"w\", \"method\": \"runs\", \"base\": {\"model\": {\"n_layer\": 1,"
                 " \"d_model\": 32, \"n_head\": 2, \"seq_len\": 32}, \"train\": {\"batch_size\": 8,"
