@@ -231,16 +231,18 @@ static void log_header(const wrk__run *r, int fd, char *const *args, const char 
 }
 
 /* assign.keep_steps as the trainer's --keep-steps (ascending, comma
- * separated): 1 when there are any (and they fit), else 0 */
+ * separated, at most the trainer's 256; a branch whose point is not kept
+ * trains from scratch once its trunk ends): 1 when there are any, else 0 */
 static int keep_steps_arg(const json_t *ks, char *out, size_t n) {
-  size_t len = 0, i;
+  size_t len = 0, i, kept = 0;
   json_t *v;
   json_int_t last = 0;
   out[0] = 0;
   json_array_foreach(ks, i, v) {
     json_int_t x = json_integer_value(v);
-    if (x <= last) /* the protocol checked >= 0; the trainer wants ascending from 1 */
+    if (x <= last || kept == 256) /* the protocol checked >= 0; the trainer wants ascending */
       continue;
+    kept++;
     int k = snprintf(out + len, n - len, "%s%" JSON_INTEGER_FORMAT, len ? "," : "", x);
     if (k < 0 || (size_t)k >= n - len)
       return 0;
