@@ -288,6 +288,11 @@ int cmd_status(int argc, char **argv) {
            (long long)num(c, "succeeded"), (long long)num(c, "failed"),
            (long long)num(c, "cancelled"), num(c, "flops_done") / 8.64e19,
            num(c, "flops_planned") / 8.64e19);
+    if (num(c, "branched") > 0 && num(c, "flops_done") > 0)
+      printf("wsd branches: %lld runs started from a longer run's checkpoint; %.3g of %.3g FLOPs "
+             "trained (%.1f%% saved)\n",
+             (long long)num(c, "branched"), num(c, "flops_trained"), num(c, "flops_done"),
+             100.0 * (1.0 - num(c, "flops_trained") / num(c, "flops_done")));
     if (json_is_string(json_object_get(j, "waiting")))
       printf("waiting: %s\n", str(j, "waiting"));
   }

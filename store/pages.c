@@ -140,7 +140,8 @@ void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, store
            "'queued_gpus', c.queued_gpus, 'queued_slots', c.queued_slots, "
            "'running', c.running, 'succeeded', c.succeeded, 'failed', c.failed, "
            "'cancelled', c.cancelled, 'total', c.total, 'flops_planned', c.flops_planned, "
-           "'flops_done', c.flops_done), %s), c.queued, c.queued_gpus, c.queued_slots "
+           "'flops_done', c.flops_done, 'branched', c.branched, 'flops_trained', "
+           "c.flops_trained), %s), c.queued, c.queued_gpus, c.queued_slots "
            "FROM sweeps sw CROSS JOIN LATERAL (SELECT "
            "count(*) FILTER (WHERE status = 'queued') AS queued, "
            "coalesce(max(gpus) FILTER (WHERE status = 'queued'), 0) AS queued_gpus, "
@@ -151,7 +152,14 @@ void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, store
            "count(*) FILTER (WHERE status = 'failed') AS failed, "
            "count(*) FILTER (WHERE status = 'cancelled') AS cancelled, "
            "count(*) AS total, coalesce(sum(flops), 0) AS flops_planned, "
-           "coalesce(sum(flops) FILTER (WHERE status = 'succeeded'), 0) AS flops_done "
+           "coalesce(sum(flops) FILTER (WHERE status = 'succeeded'), 0) AS flops_done, "
+           /* wsd branches (migration 010): the succeeded runs that started from a
+            * trunk's checkpoint, and the FLOPs the succeeded runs trained themselves */
+           "count(*) FILTER (WHERE status = 'succeeded' AND branch_path IS NOT NULL) AS branched, "
+           "coalesce(sum(CASE WHEN branch_path IS NOT NULL THEN flops * greatest(0.0, 1.0 - "
+           "branch_step::float8 * batch_size * (config->'model'->>'seq_len')::float8 / "
+           "greatest(tokens, 1)) ELSE flops END) FILTER (WHERE status = 'succeeded'), 0) "
+           "AS flops_trained "
            "FROM runs WHERE sweep_id = sw.id) c WHERE sw.id = $1",
            page);
   const char *p[4];

@@ -182,6 +182,25 @@ try:
         print(f"run {r['id']} d {r['d']} D {r['tokens']}: from step {at} of {steps}, "
               f"final_val_loss {r['final']} = from scratch")
     print(f"steps trained {trained} of {whole} ({100 * (whole - trained) / whole:.1f}% saved)")
+
+    # the sweep's counts: the runs that branched, the FLOPs trained of those done
+    flops = {int(i): float(f) for i, f in (l.split("|") for l in psql(
+        f"SELECT id, flops FROM runs WHERE sweep_id = {sweep}").splitlines())}
+    want = sum(flops[r["id"]] * (1 - r["branch_step"] / (r["tokens"] // 256))
+               for r in runs_of(sweep))
+    for sw, n, tr in ((sweep, 4, want), (lone, 0, None)):
+        st, doc = request("GET", f"/api/sweeps/{sw}?limit=0")
+        c = doc["counts"]
+        if c["branched"] != n or abs(c["flops_trained"] - (tr or c["flops_done"])) > \
+                1e-9 * c["flops_done"]:
+            fail(f"sweep {sw} counts {c}: expected branched {n}, flops_trained {tr}")
+    out = subprocess.run([BIN, "status", str(sweep), "--url", f"http://127.0.0.1:{api_port}",
+                          "--token-file", token], capture_output=True, text=True, timeout=30)
+    saved = 100 * (1 - want / sum(flops.values()))
+    if f"wsd branches: 4 runs started from a longer run's checkpoint; " not in out.stdout or \
+            f"({saved:.1f}% saved)" not in out.stdout:
+        fail(f"scalesweep status {sweep}: {out.returncode} {out.stdout} {out.stderr}")
+    print(out.stdout.strip().splitlines()[-1])
     print("PASS")
 finally:
     for p in procs:
