@@ -1,8 +1,7 @@
-/* runcfg/runcfg.c: the "tf32" key (on by default for backend cuda at fp32,
- * switched off by false, a true elsewhere rejected with file, path, found and
- * expected) and what it does to the resolved JSON and so to the hash (the key
- * appears only where it applies, so configs of other backends and precisions
- * keep theirs). */
+/* runcfg/runcfg.c: the wsd schedule's decay_frac and stable steps; the "tf32" key (on by default
+ * for backend cuda at fp32, switched off by false, a true elsewhere rejected with file, path, found
+ * and expected) and what it does to the resolved JSON and so to the hash (the key appears only
+ * where it applies, so configs of other backends and precisions keep theirs). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,10 +33,52 @@ static int json_tf32(const rcfg *c, int *value) {
   return k != NULL;
 }
 
+/* the stable steps of a run of `steps` steps (batch 1 x seq_len 2) and
+ * train_tail; -1 when the config is refused */
+static int64_t stable(int64_t steps, const char *train_tail) {
+  char text[512], err[1024];
+  rcfg c;
+  snprintf(text, sizeof text,
+           "{\"model\": {\"n_layer\": 1, \"d_model\": 8, \"n_head\": 1, \"seq_len\": 2},"
+           "\"train\": {\"batch_size\": 1, \"tokens\": %lld%s}}",
+           (long long)(2 * steps), train_tail);
+  if (rcfg_parse(text, "run.json", &c, err, sizeof err) != 0)
+    return -1;
+  return rcfg_wsd_stable_steps(&c);
+}
+
+static void test_wsd(void) {
+  /* steps - ceil(decay_frac x steps), at least one decay step */
+  CHECK_INT_EQ(stable(100, ",\"schedule\": \"wsd\""), 80);
+  CHECK_INT_EQ(stable(50, ",\"schedule\": \"wsd\""), 40); /* 0.2 x 50 is 10, not 11 */
+  CHECK_INT_EQ(stable(7, ",\"schedule\": \"wsd\""), 5);
+  CHECK_INT_EQ(stable(1, ",\"schedule\": \"wsd\""), 0);
+  CHECK_INT_EQ(stable(100, ",\"schedule\": \"wsd\", \"decay_frac\": 0.001"), 99);
+  CHECK_INT_EQ(stable(100, ",\"schedule\": \"wsd\", \"decay_frac\": 1"), 0);
+  CHECK_INT_EQ(stable(100, ",\"schedule\": \"cosine\""), 100); /* all of them */
+  /* decay_frac only with wsd, in (0, 1]; in the JSON only for wsd, so other
+   * schedules keep their hashes */
+  CHECK_INT_EQ(stable(100, ",\"schedule\": \"wsd\", \"decay_frac\": 0"), -1);
+  CHECK_INT_EQ(stable(100, ",\"schedule\": \"wsd\", \"decay_frac\": 1.5"), -1);
+  CHECK_INT_EQ(stable(100, ",\"decay_frac\": 0.2"), -1);
+  rcfg c;
+  char err[1024];
+  CHECK_INT_EQ(parse("", &c, err, sizeof err), 0);
+  char *s = rcfg_to_json(&c);
+  CHECK(s && !strstr(s, "decay_frac"));
+  free(s);
+  CHECK_INT_EQ(rcfg_parse("{\"train\": {\"schedule\": \"wsd\"}}", "w.json", &c, err, sizeof err),
+               0);
+  s = rcfg_to_json(&c);
+  CHECK(s && strstr(s, "\"decay_frac\":0.2"));
+  free(s);
+}
+
 int main(void) {
   rcfg c;
   char err[2048];
   int v = -1;
+  test_wsd();
 
   /* cuda at fp32: on by default, in the JSON; it parses back the same */
   CHECK_INT_EQ(parse(",\"backend\": \"cuda\"", &c, err, sizeof err), 0);
