@@ -99,6 +99,7 @@ static void setup(sched *s, uv_loop_t *loop) {
   wp->heartbeat_s = s->o.heartbeat_s;
   wp->data_dirs = s->o.data_dirs;
   wp->ndata_dirs = s->o.ndata_dirs;
+  wp->checkpoint_root = s->o.checkpoint_root;
   wp->auth_block_s = s->o.auth_block_s;
   wp->ev = &s->ev;
   wp->n = &s->n;

@@ -417,9 +417,22 @@ static void on_checkpoint(sched__wconn *c, json_t *m) {
     return;
   }
   if (json_is_true(json_object_get(m, "branch"))) { /* a trunk's branch point */
-    store_runs_branch_point(c->wp->db, x->run_id, x->attempt, c->worker_id,
-                            json_integer_value(json_object_get(m, "step")),
-                            json_string_value(json_object_get(m, "path")), on_branch_point_done, x);
+    /* where the trunk's trainer keeps it (train.h): any other path is
+     * refused, so that no worker chooses what another's trainer opens */
+    char want[4400];
+    json_int_t step = json_integer_value(json_object_get(m, "step"));
+    snprintf(want, sizeof want, "%s/run-%" PRId64 "/branch-%" JSON_INTEGER_FORMAT "/checkpoint.bin",
+             c->wp->checkpoint_root ? c->wp->checkpoint_root : "", x->run_id, step);
+    if (strcmp(want, json_string_value(json_object_get(m, "path")))) {
+      sched__wlog(c,
+                  "run %" PRId64 ": branch point at step %" JSON_INTEGER_FORMAT
+                  " refused: its path is not %s",
+                  x->run_id, step, want);
+      free(x);
+      return;
+    }
+    store_runs_branch_point(c->wp->db, x->run_id, x->attempt, c->worker_id, step, want,
+                            on_branch_point_done, x);
     return;
   }
   store_runs_checkpoint(c->wp->db, x->run_id, x->attempt, c->worker_id,

@@ -118,6 +118,9 @@ struct sched__wport {
   /* --data-dir: told to every worker in its welcome (data_dirs) */
   const char *const *data_dirs;
   int ndata_dirs;
+  /* --checkpoints: where a trunk's branch points must lie (checkpoint
+   * messages with "branch": true) */
+  const char *checkpoint_root;
   int auth_block_s; /* the window of failed authentications (seconds) */
   sched__events *ev;
   sched__counters *n;

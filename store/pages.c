@@ -39,6 +39,13 @@
   "WHERE me.id = $1 AND me.status IN ('succeeded', 'failed', 'cancelled') "              \
   "AND o.status IN ('succeeded', 'failed', 'cancelled'))"
 
+/* a run of `runs` that started from its trunk's checkpoint: it was told of
+ * one and has no step 1 (a worker that could not read the file trains from
+ * scratch) */
+#define BRANCHED_SQL                                                              \
+  "(runs.branch_path IS NOT NULL AND NOT EXISTS (SELECT 1 FROM metrics m1 WHERE " \
+  "m1.run_id = runs.id AND m1.step = 1))"
+
 /* compute a run has spent: all of it when it succeeded, else the share of
  * its tokens its last stored step reached */
 #define SPENT_SQL                                                                       \
@@ -155,8 +162,8 @@ void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, store
            "coalesce(sum(flops) FILTER (WHERE status = 'succeeded'), 0) AS flops_done, "
            /* wsd branches (migration 010): the succeeded runs that started from a
             * trunk's checkpoint, and the FLOPs the succeeded runs trained themselves */
-           "count(*) FILTER (WHERE status = 'succeeded' AND branch_path IS NOT NULL) AS branched, "
-           "coalesce(sum(CASE WHEN branch_path IS NOT NULL THEN flops * greatest(0.0, 1.0 - "
+           "count(*) FILTER (WHERE status = 'succeeded' AND " BRANCHED_SQL ") AS branched, "
+           "coalesce(sum(CASE WHEN " BRANCHED_SQL " THEN flops * greatest(0.0, 1.0 - "
            "branch_step::float8 * batch_size * (config->'model'->>'seq_len')::float8 / "
            "greatest(tokens, 1)) ELSE flops END) FILTER (WHERE status = 'succeeded'), 0) "
            "AS flops_trained "

@@ -52,6 +52,10 @@ void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud) {
       1, p, &queued, (void (*)(void))cb, ud);
 }
 
+/* the claimed run's steps before its first: its branch point when it starts
+ * from one, else 0 */
+#define FIRST0 "(CASE WHEN runs.branch_path IS NOT NULL THEN runs.branch_step ELSE 0 END)"
+
 static void decode_claim(const PGresult *res, int row, void *elem) {
   *(store_claim *)elem =
       (store_claim){.attempt = (int)store__int(res, row, 0),
@@ -81,11 +85,13 @@ void store_runs_claim(db *d, int64_t run_id, int64_t worker_id, int lease_s, sto
       "started_at = coalesce(started_at, now()), error = NULL "
       "WHERE id = $1 AND status = 'queued' AND attempt - interruptions < max_attempts AND "
       "EXISTS (SELECT 1 FROM runs r WHERE r.id = $1 AND " BRANCH_READY ") "
+      /* the stored metrics' gap-free prefix from the run's first step (FIRST0:
+       * the step before it, the branch point of a branch that starts there) */
       "RETURNING attempt, config, sweep_id, CASE WHEN attempt > 1 THEN "
-      "(SELECT CASE WHEN min(step) = 1 THEN min(step) FILTER "
-      "(WHERE nxt IS DISTINCT FROM step + 1) ELSE 0 END FROM (SELECT step, "
+      "(SELECT CASE WHEN min(step) = " FIRST0 " + 1 THEN min(step) FILTER "
+      "(WHERE nxt IS DISTINCT FROM step + 1) ELSE " FIRST0 " END FROM (SELECT step, "
       "lead(step) OVER (ORDER BY step) AS nxt FROM metrics WHERE run_id = $1 "
-      "AND step >= 1) t) END, branch_path, "
+      "AND step >= " FIRST0 " + 1) t) END, branch_path, "
       "array_to_string(ARRAY(SELECT DISTINCT c.branch_step FROM runs c WHERE c.branch_of = $1 "
       "AND c.status = 'queued' AND c.branch_path IS NULL ORDER BY 1), ',')",
       3, p, &claimed, (void (*)(void))cb, ud);

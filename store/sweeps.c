@@ -54,27 +54,28 @@ void store_sweeps_insert(db *d, const store_sweep_new *sw, store_sweeps_inserted
                       store__itoa(gpus, sizeof gpus, sw->gpus),
                       store__itoa(maxa, sizeof maxa, sw->max_attempts),
                       sw->runs_json};
-  store__query_rows(d,
-                    "WITH sw AS (INSERT INTO sweeps (name, spec, spec_hash, priority) "
-                    "VALUES ($1, $2::jsonb, $3, $4::int) ON CONFLICT (spec_hash) DO NOTHING "
-                    "RETURNING id), "
-                    /* ids drawn first, so that a branch names its trunk's (the plan's
-                     * branch_of is the trunk's index in the list) */
-                    "pl AS MATERIALIZED (SELECT t.e, t.i, nextval(pg_get_serial_sequence("
-                    "'runs', 'id')) AS id FROM sw, jsonb_array_elements($7::jsonb) "
-                    "WITH ORDINALITY AS t(e, i) ORDER BY t.i), "
-                    "ins AS (INSERT INTO runs (id, sweep_id, config, config_hash, gpus, priority, "
-                    "max_attempts, params, nonembedding_params, tokens, batch_size, flops, part, "
-                    "target_loss, branch_of, branch_step) "
-                    "SELECT pl.id, sw.id, e->'config', e->>'config_hash', $5::int, $4::int, "
-                    "$6::int, (e->>'params')::bigint, (e->>'nonembedding_params')::bigint, "
-                    "(e->>'tokens')::bigint, (e->>'batch_size')::int, (e->>'flops')::float8, "
-                    "e->>'part', e->'target_loss', "
-                    "(SELECT tr.id FROM pl tr WHERE tr.i = (pl.e->>'branch_of')::bigint + 1), "
-                    "(e->>'branch_step')::bigint "
-                    "FROM sw, pl ORDER BY pl.i RETURNING 1) "
-                    "SELECT (SELECT id FROM sw), (SELECT count(*) FROM ins)",
-                    7, p, &inserted, (void (*)(void))cb, ud);
+  store__query_rows(
+      d,
+      "WITH sw AS (INSERT INTO sweeps (name, spec, spec_hash, priority) "
+      "VALUES ($1, $2::jsonb, $3, $4::int) ON CONFLICT (spec_hash) DO NOTHING "
+      "RETURNING id), "
+      /* ids drawn first, so that a branch names its trunk's (the plan's
+       * branch_of is the trunk's index in the list) */
+      "pl AS MATERIALIZED (SELECT t.e, t.i, nextval(pg_get_serial_sequence("
+      "'runs', 'id')) AS id FROM sw, jsonb_array_elements($7::jsonb) "
+      "WITH ORDINALITY AS t(e, i) ORDER BY t.i), "
+      "ins AS (INSERT INTO runs (id, sweep_id, config, config_hash, gpus, priority, "
+      "max_attempts, params, nonembedding_params, tokens, batch_size, flops, part, "
+      "target_loss, branch_of, branch_step) "
+      "SELECT pl.id, sw.id, pl.e->'config', pl.e->>'config_hash', $5::int, $4::int, "
+      "$6::int, (pl.e->>'params')::bigint, (pl.e->>'nonembedding_params')::bigint, "
+      "(pl.e->>'tokens')::bigint, (pl.e->>'batch_size')::int, (pl.e->>'flops')::float8, "
+      "pl.e->>'part', pl.e->'target_loss', "
+      "tr.id, (pl.e->>'branch_step')::bigint "
+      "FROM sw CROSS JOIN pl LEFT JOIN pl tr "
+      "ON tr.i = (pl.e->>'branch_of')::bigint + 1 ORDER BY pl.i RETURNING 1) "
+      "SELECT (SELECT id FROM sw), (SELECT count(*) FROM ins)",
+      7, p, &inserted, (void (*)(void))cb, ud);
 }
 
 void store_sweeps_extend(db *d, int64_t sweep_id, const store_sweep_new *sw,

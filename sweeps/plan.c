@@ -457,9 +457,11 @@ int plan_spec(const spec *s, plan **out, spec_problems *pr) {
   resolve_all(&P, p);
   if (p->n == 0 && pr->n == before)
     spec_problem_add(pr, "$", "the spec plans no runs; expected at least one");
-  int rc = report_duplicates(p, pr);
+  /* branching first: a batch size shared by a group rounds its runs' tokens,
+   * which could make two of them one */
+  int rc = plan__branch(p, s->branches);
   if (rc == 0)
-    rc = plan__branch(p, s->branches);
+    rc = report_duplicates(p, pr);
   if (rc == 0)
     check_time(p, s, pr);
   plan__drafts_free(&P.ds);

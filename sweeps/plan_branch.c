@@ -45,7 +45,7 @@ static char *group_key(const char *config, int rules, int warmup_given, int64_t 
   char *key = NULL;
   const char *sched = json_string_value(json_object_get(t, "schedule"));
   if (sched && !strcmp(sched, "wsd")) {
-    *tokens = json_integer_value(json_object_get(t, "tokens"));
+    *tokens = (int64_t)json_number_value(json_object_get(t, "tokens")); /* 1e+15 is a real */
     *warmup = json_number_value(json_object_get(t, "warmup_tokens"));
     json_object_del(t, "tokens");
     if (!warmup_given) /* the default: the group shares one */

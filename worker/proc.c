@@ -334,6 +334,13 @@ void wrk__run_start(wrk__run *r) {
   /* wsd branches (docs/sweeps.md): where a branch starts, where a trunk
    * keeps checkpoints for its branches */
   const char *bfrom = json_string_value(json_object_get(r->assign, "branch_from"));
+  if (bfrom && *bfrom && access(bfrom, R_OK) != 0) {
+    /* not on this host (checkpoints not shared) or gone: from scratch, to
+     * the same result, rather than an attempt that fails */
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": branch point %s: %s; training from scratch",
+             r->id, r->attempt, bfrom, strerror(errno));
+    bfrom = NULL;
+  }
   if (bfrom && *bfrom) {
     args[na++] = "--branch-from";
     args[na++] = (char *)bfrom;

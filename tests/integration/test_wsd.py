@@ -12,7 +12,12 @@ scheduler and worker, and the real trainer:
   start: its branches wait for nothing and train from scratch (metrics from
   step 1), and end with exactly the final losses of the branched ones, bit
   for bit, which is what makes a branch an observation as good as a run;
+- a branch whose branch point its worker cannot read (checkpoints not shared)
+  trains from scratch instead of failing, to the same result;
+- a branch's later attempt resumes from its own checkpoints, not from its
+  branch point (the claim's resume step counts from the branch point);
 - the run's API document and page say which run and step it branches from;
+- the sweep's counts (branched, flops_trained) and `scalesweep status`;
 - the compute the branches saved, printed.
 
 Usage: test_wsd.py SCALESWEEP_BINARY
@@ -117,6 +122,11 @@ try:
             st, b = request("POST", f"/api/runs/{r['id']}/cancel")
             if st not in (200, 202):
                 fail(f"cancel the trunk {r['id']}: {st} {b}")
+    # one of its branches is told of a branch point that is not there (a
+    # worker on a host without the checkpoints): it trains from scratch
+    lost = [r for r in runs_of(lone) if r["branch_of"] and r["d"] == 32 and r["tokens"] == 25600]
+    gone = os.path.join(ckpt, f"run-{lost[0]['branch_of']}", "branch-80", "checkpoint.bin")
+    psql(f"UPDATE runs SET branch_path = '{gone}' WHERE id = {lost[0]['id']}")
     st, body = request("POST", "/api/sweeps", spec("wsd-branched"))
     if st != 201:
         fail(f"submit: {st} {body}")
@@ -161,7 +171,8 @@ try:
                  f"expected {at + 1} and {steps - at}: it did not start from its branch point")
         trained += steps - at
         a = alone[(r["d"], r["tokens"])]
-        if a["status"] != "succeeded" or a["first_step"] != 1 or a["branch_path"]:
+        if a["status"] != "succeeded" or a["first_step"] != 1 or \
+                a["branch_path"] not in ("", gone):
             fail(f"the unbranched twin of run {r['id']}: {a}, expected trained from step 1")
         if a["final"] != r["final"] or not r["final"]:
             fail(f"run {r['id']} (d {r['d']}, D {r['tokens']}): final_val_loss {r['final']} "
@@ -182,6 +193,26 @@ try:
         print(f"run {r['id']} d {r['d']} D {r['tokens']}: from step {at} of {steps}, "
               f"final_val_loss {r['final']} = from scratch")
     print(f"steps trained {trained} of {whole} ({100 * (whole - trained) / whole:.1f}% saved)")
+
+    log = open(os.path.join(tmp, "w.log")).read()
+    if f"branch point {gone}: No such file or directory; training from scratch" not in log:
+        fail(f"the worker did not say that run {lost[0]['id']}'s branch point is missing")
+
+    # a branch's later attempt resumes from its own checkpoints (the stored
+    # metrics start after its branch point): run again, it trains no step
+    b = [r for r in runs_of(sweep) if r["branch_of"] and r["tokens"] == 51200][0]
+    psql(f"UPDATE runs SET status = 'queued', worker = NULL, lease_until = NULL, "
+         f"finished_at = NULL WHERE id = {b['id']}")
+    request("POST", "/api/sweeps", spec("wsd-nudge"))  # a placement pass
+    wait_sweep(sweep)
+    again = [r for r in runs_of(sweep) if r["id"] == b["id"]][0]
+    logs = os.path.join(tmp, "w", "runs", str(b["id"]), "attempt-2.log")
+    text = open(logs).read() if os.path.exists(logs) else ""
+    if again["status"] != "succeeded" or again["final"] != b["final"] or \
+            "--resume-max-step 200" not in text:
+        fail(f"run {b['id']} again: {again}, its attempt 2 log {logs}: {text[:600]}")
+    print(f"run {b['id']} attempt 2: resumed from its own checkpoint at step 200, "
+          "final_val_loss unchanged")
 
     # the sweep's counts: the runs that branched, the FLOPs trained of those done
     flops = {int(i): float(f) for i, f in (l.split("|") for l in psql(
