@@ -1,4 +1,4 @@
-/* Checkpoints: trn_ckpt_load on the input written as a checkpoint file,
+/* Checkpoints: trn_ckpt_load and trn_ckpt_load_branch on the input written as a checkpoint file,
  * for the small run of CONFIG below (the seed corpus holds checkpoints
  * that `scalesweep train` wrote for it; tests/fuzz/make_seeds.sh). Each
  * input is loaded as it is and, since random bytes almost never carry a
@@ -64,7 +64,14 @@ static void load(run *r, const uint8_t *data, size_t size) {
   trn_ckpt_state st;
   memset(&st, 0, sizeof st);
   char err[2048] = "";
-  int rc = trn_ckpt_load(path, r->config_json, &r->m, &r->o, &st, err, sizeof err);
+  /* as a wsd branch point too: the stored config is parsed as a run config
+   * (this run is no wsd run, so nothing is ever loaded this way) */
+  int rc = trn_ckpt_load_branch(path, &r->cfg, r->config_json, &r->m, &r->o, &st, err, sizeof err);
+  if (rc == 0 || (!err[0] && rc != SS_ENOMEM))
+    abort(); /* a refusal names the file and what is wrong */
+  memset(&st, 0, sizeof st);
+  err[0] = 0;
+  rc = trn_ckpt_load(path, r->config_json, &r->m, &r->o, &st, err, sizeof err);
   if (rc != 0) {
     if (!err[0] && rc != SS_ENOMEM)
       abort(); /* a refusal names the file and what is wrong */
