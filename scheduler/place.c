@@ -160,18 +160,11 @@ static void send_assign(sched *s, sched__wconn *c, const assign_ctx *a, const st
     json_object_set_new(msg, "resume_max_step", json_integer(cl->resume_max_step));
   if (cl->branch_path) /* a wsd branch whose trunk reported its branch point */
     json_object_set_new(msg, "branch_from", json_string(cl->branch_path));
-  if (cl->keep_steps && *cl->keep_steps) { /* a trunk with branches waiting */
-    json_t *ks = json_array();
-    for (const char *q = cl->keep_steps; *q;) {
-      char *end;
-      long long v = strtoll(q, &end, 10);
-      if (end == q)
-        break;
-      json_array_append_new(ks, json_integer(v));
-      q = *end == ',' ? end + 1 : end;
-    }
+  json_t *ks = cl->keep_steps ? json_loads(cl->keep_steps, 0, NULL) : NULL;
+  if (json_array_size(ks) > 0) /* a trunk with branches waiting */
     json_object_set_new(msg, "keep_steps", ks);
-  }
+  else
+    json_decref(ks);
   if (dist)
     json_object_set_new(msg, "dist", dist);
   sched__send(c, msg);

@@ -92,8 +92,8 @@ void store_runs_claim(db *d, int64_t run_id, int64_t worker_id, int lease_s, sto
       "(WHERE nxt IS DISTINCT FROM step + 1) ELSE " FIRST0 " END FROM (SELECT step, "
       "lead(step) OVER (ORDER BY step) AS nxt FROM metrics WHERE run_id = $1 "
       "AND step >= " FIRST0 " + 1) t) END, branch_path, "
-      "array_to_string(ARRAY(SELECT DISTINCT c.branch_step FROM runs c WHERE c.branch_of = $1 "
-      "AND c.status = 'queued' AND c.branch_path IS NULL ORDER BY 1), ',')",
+      "array_to_json(ARRAY(SELECT DISTINCT c.branch_step FROM runs c WHERE c.branch_of = $1 "
+      "AND c.status = 'queued' AND c.branch_path IS NULL ORDER BY 1))",
       3, p, &claimed, (void (*)(void))cb, ud);
 }
 
@@ -228,31 +228,33 @@ void store_runs_started(db *d, const store_started *st, store_done_cb cb, void *
               8, p, cb, ud);
 }
 
-void store_runs_branch_point(db *d, int64_t run_id, int attempt, int64_t worker_id, int64_t step,
-                             const char *path, store_done_cb cb, void *ud) {
+/* sql ($1 run, $2 attempt, $3 step, $4 path, $5 worker) on what one attempt reports */
+static void attempt_step(db *d, const char *sql, int64_t run_id, int attempt, int64_t worker_id,
+                         int64_t step, const char *path, store_done_cb cb, void *ud) {
   char rid[24], att[24], wid[24], st[24];
   const char *p[5] = {store__itoa(rid, sizeof rid, run_id), store__itoa(att, sizeof att, attempt),
                       store__itoa(st, sizeof st, step), path,
                       store__itoa(wid, sizeof wid, worker_id)};
+  store__exec(d, sql, 5, p, cb, ud);
+}
+
+void store_runs_branch_point(db *d, int64_t run_id, int attempt, int64_t worker_id, int64_t step,
+                             const char *path, store_done_cb cb, void *ud) {
   /* only from the trunk's attempt that is running on that worker; the
    * count of rows is the branches it frees (0 also when none waits) */
-  store__exec(d,
-              "UPDATE runs SET branch_path = $4 WHERE branch_of = $1 AND branch_step = $3 "
-              "AND status = 'queued' AND EXISTS (SELECT 1 FROM runs t WHERE t.id = $1 AND "
-              "t.attempt = $2 AND t.worker = $5 AND t.status = 'running')",
-              5, p, cb, ud);
+  attempt_step(d,
+               "UPDATE runs SET branch_path = $4 WHERE branch_of = $1 AND branch_step = $3 "
+               "AND status = 'queued' AND EXISTS (SELECT 1 FROM runs t WHERE t.id = $1 AND "
+               "t.attempt = $2 AND t.worker = $5 AND t.status = 'running')",
+               run_id, attempt, worker_id, step, path, cb, ud);
 }
 
 void store_runs_checkpoint(db *d, int64_t run_id, int attempt, int64_t worker_id, int64_t step,
                            const char *path, store_done_cb cb, void *ud) {
-  char rid[24], att[24], wid[24], st[24];
-  const char *p[5] = {store__itoa(rid, sizeof rid, run_id), store__itoa(att, sizeof att, attempt),
-                      store__itoa(st, sizeof st, step), path,
-                      store__itoa(wid, sizeof wid, worker_id)};
-  store__exec(d,
-              "UPDATE runs SET checkpoint_step = $3::bigint, checkpoint_path = $4 "
-              "WHERE id = $1 AND attempt = $2 AND worker = $5 AND status = 'running'",
-              5, p, cb, ud);
+  attempt_step(d,
+               "UPDATE runs SET checkpoint_step = $3::bigint, checkpoint_path = $4 "
+               "WHERE id = $1 AND attempt = $2 AND worker = $5 AND status = 'running'",
+               run_id, attempt, worker_id, step, path, cb, ud);
 }
 
 /* ---- results -------------------------------------------------------------------- */

@@ -44,9 +44,9 @@ typedef struct store_claim {
   int64_t sweep_id;
   int64_t resume_max_step;
   /* WSD branches (migration 010): the trunk's checkpoint a branch starts
-   * from (NULL: none, it trains from scratch), and the steps, ascending and
-   * comma-separated, at which this run is to keep checkpoints for its
-   * branches still waiting ("" when none) */
+   * from (NULL: none, it trains from scratch), and the steps, a JSON list in
+   * ascending order, at which this run is to keep checkpoints for its
+   * branches still waiting ("[]" when none) */
   const char *branch_path;
   const char *keep_steps;
 } store_claim;

@@ -12,7 +12,6 @@
  * steps); a warmup the planner defaulted (5% of each run's tokens) becomes
  * the smallest run's too. Those configs are resolved and hashed again. */
 #include <jansson.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,7 +105,7 @@ static int branch_group(plan *p, member *m, size_t n, int branch) {
   char err[1024];
   if (rcfg_parse(p->runs[m[n - 1].run].config, "plan", &small, err, sizeof err) != 0)
     return SS_ENOMEM;
-  double w = defaulted ? floor(0.05 * (double)m[n - 1].tokens) : -1;
+  double w = defaulted ? m[n - 1].warmup : -1; /* the smallest run's own default */
   for (size_t i = 0; i + 1 < n; i++)
     if ((m[i].rules || defaulted) &&
         share(p, &p->runs[m[i].run], &p->runs[m[n - 1].run], &small, m[i].rules, w) != 0)

@@ -309,6 +309,18 @@ static int list_checkpoints(const char *dir, int64_t max_step, char paths[2][420
   return n;
 }
 
+/* A checkpoint at path loaded into st: the loader moved to its data
+ * position. 1, or an SS_E* code with err. */
+static int loaded(run *r, const char *path, const trn_ckpt_state *st, char *err, size_t errlen) {
+  int rc = trn_loader_set_pos(r->train, &st->train_pos);
+  if (rc) {
+    snprintf(err, errlen, "%s: data position %llu does not fit the training data", path,
+             (unsigned long long)st->train_pos.offset);
+    return rc;
+  }
+  return 1;
+}
+
 /* The wsd branch point (train.h's branch_from): 1 when loaded, or an SS_E*
  * code with err (a branch never starts from scratch silently: its worker
  * passes no branch point it cannot use). */
@@ -317,12 +329,7 @@ static int load_branch(run *r, trn_optim *o, trn_ckpt_state *st, char *err, size
       trn_ckpt_load_branch(r->branch_from, r->cfg, r->config_json, &r->model, o, st, err, errlen);
   if (rc)
     return rc;
-  if ((rc = trn_loader_set_pos(r->train, &st->train_pos)) != 0) {
-    snprintf(err, errlen, "%s: data position %llu does not fit the training data", r->branch_from,
-             (unsigned long long)st->train_pos.offset);
-    return rc;
-  }
-  return 1;
+  return loaded(r, r->branch_from, st, err, errlen);
 }
 
 /* Loads the newest checkpoint of dir that is whole (train.h): 1 when one
@@ -355,12 +362,7 @@ static int resume_from(run *r, trn_optim *o, trn_ckpt_state *st, char *err, size
     for (int b = 0; b < nbad; b++)
       fprintf(stderr, "scalesweep train: checkpoint %s; resuming from %s (step %lld)\n", bad[b],
               paths[i], (long long)steps[i]);
-    if ((rc = trn_loader_set_pos(r->train, &st->train_pos)) != 0) {
-      snprintf(err, errlen, "%s: data position %llu does not fit the training data", paths[i],
-               (unsigned long long)st->train_pos.offset);
-      return rc;
-    }
-    return 1;
+    return loaded(r, paths[i], st, err, errlen);
   }
   if (nbad && max_step < 0) {
     snprintf(err, errlen, "%s%s%s", bad[0], nbad > 1 ? "; " : "", nbad > 1 ? bad[1] : "");

@@ -249,9 +249,9 @@ static void ans_claim(call *c, int st, int v) {
                     .resume_max_step = attempt > 1 ? v % 5 : -1,
                     /* now and then a branch, or a trunk with branch points */
                     .branch_path = v % 7 == 1 ? "ck/run-1/branch-8/checkpoint.bin" : NULL,
-                    .keep_steps = v % 7 == 2   ? "8,16,x"
-                                  : v % 7 == 3 ? "4,12"
-                                               : ""};
+                    .keep_steps = v % 7 == 2   ? "[8, 16, \"x\""
+                                  : v % 7 == 3 ? "[4, 12]"
+                                               : "[]"};
   ((store_claim_cb)c->cb)(c->ud, st, st || v % 4 == 3 ? NULL : &cl, st ? errmsg : NULL);
 }
 
