@@ -285,7 +285,8 @@ static int count_fit_points(const cli_target *t, long long id) {
     size_t i;
     json_array_foreach(page, i, r) {
       const char *part = json_string_value(json_object_get(r, "part"));
-      n += !(part && !strcmp(part, "batch")) && json_is_null(json_object_get(r, "reproduces"));
+      n += !(part && (!strcmp(part, "batch") || !strcmp(part, "bcrit"))) &&
+           json_is_null(json_object_get(r, "reproduces"));
     }
     size_t got = json_array_size(page);
     offset += (long long)got;

@@ -164,7 +164,8 @@ void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, store
             * trunk's checkpoint, and the FLOPs the succeeded runs trained themselves */
            "count(*) FILTER (WHERE status = 'succeeded' AND " BRANCHED_SQL ") AS branched, "
            "coalesce(sum(CASE WHEN " BRANCHED_SQL " THEN flops * greatest(0.0, 1.0 - "
-           "branch_step::float8 * batch_size * (config->'model'->>'seq_len')::float8 / "
+           "branch_step::float8 * coalesce((SELECT p.batch_size FROM runs p WHERE p.id = "
+           "runs.branch_of), batch_size) * (config->'model'->>'seq_len')::float8 / "
            "greatest(tokens, 1)) ELSE flops END) FILTER (WHERE status = 'succeeded'), 0) "
            "AS flops_trained "
            "FROM runs WHERE sweep_id = sw.id) c WHERE sw.id = $1",

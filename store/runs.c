@@ -53,8 +53,11 @@ void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud) {
 }
 
 /* the claimed run's steps before its first: its branch point when it starts
- * from one, else 0 */
-#define FIRST0 "(CASE WHEN runs.branch_path IS NOT NULL THEN runs.branch_step ELSE 0 END)"
+ * from one (in its own batches: a batch ladder's rung counts the trunk's
+ * tokens in its own batch size), else 0 */
+#define FIRST0                                                                                     \
+  "(CASE WHEN runs.branch_path IS NOT NULL THEN coalesce(runs.branch_step * (SELECT p.batch_size " \
+  "FROM runs p WHERE p.id = runs.branch_of) / runs.batch_size, runs.branch_step) ELSE 0 END)"
 
 static void decode_claim(const PGresult *res, int row, void *elem) {
   *(store_claim *)elem =

@@ -211,6 +211,22 @@ double fit_isoflop_vertex_offset(double alpha, double beta, const double *z, int
 int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
               size_t errlen);
 
+/* Critical batch size by branching (Merrill et al. 2025; docs/sweeps.md
+ * "Critical batch size by branching"): each point is one rung, a run that
+ * started from a trunk's checkpoint at D = tokens (the trunk's tokens there)
+ * with its own batch_size, and took steps optimizer steps of its own from
+ * there to reach loss (the target at that branch point, what the trunk
+ * reached a little later). Points group by tokens (one ladder per branch
+ * point, at least 4 rungs): S = S_min + E_min / B by weighted least squares
+ * (fit_batch's), B_crit = E_min / S_min, in derived "B_crit(D=..)" with its
+ * t-interval (delta method) and "L(D=..)", the target. Across the usable
+ * branch points params k_D, gamma_D (B_crit = k_D D^gamma_D) and B_star,
+ * alpha_B (B_crit = B_star / L^(1/alpha_B)), ordinary least squares in
+ * log-log space, t-intervals from 3 points on. opt is not used (no
+ * bootstrap). converged: at least one branch point gave B_crit. */
+int fit_bcrit(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
+              size_t errlen);
+
 /* Optimal batch size and learning rate against compute (SCIENCE.md section 3,
  * DeepSeek LLM 2024): budgets are points whose C agree within 5%; per budget
  * the runs within near_best_rtol of its best loss give B_opt(C) and

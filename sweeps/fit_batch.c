@@ -404,3 +404,155 @@ int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *o
   free(target);
   return 0;
 }
+
+/* ---- the critical batch size by branching ----------------------------------------------- */
+
+/* Branch points whose tokens agree to this relative tolerance are one. */
+#define POINT_RTOL 1e-9
+
+/* ln y = c0 + c1 ln x by ordinary least squares over the k pairs with
+ * both positive; pl->n is how many. */
+static void loglog(const double *x, const double *y, int k, powerlaw *pl) {
+  memset(pl, 0, sizeof *pl);
+  double *lx = malloc(sizeof(double) * (k + 1)), *ly = malloc(sizeof(double) * (k + 1));
+  int n = 0;
+  for (int i = 0; i < k; i++)
+    if (x[i] > 0 && y[i] > 0 && isfinite(x[i]) && isfinite(y[i])) {
+      lx[n] = log(x[i]);
+      ly[n] = log(y[i]);
+      n++;
+    }
+  pl->n = n;
+  if (n >= 2) {
+    double sumsq;
+    gsl_fit_linear(lx, 1, ly, 1, n, &pl->c0, &pl->c1, &pl->var0, &pl->cov01, &pl->var1, &sumsq);
+  }
+  free(lx);
+  free(ly);
+}
+
+int fit_bcrit(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
+              size_t errlen) {
+  (void)opt;
+  fit_result_init(out, "bcrit");
+  if (!pts || n < MIN_LADDER)
+    return fit__fail(
+        err, errlen,
+        "bcrit: %d point%s; one branch point's ladder (S_min, E_min) needs at least %d", n,
+        n == 1 ? "" : "s", MIN_LADDER);
+  for (int i = 0; i < n; i++) {
+    const fit_point *p = &pts[i];
+    const char *bad = !(p->tokens > 0) || !isfinite(p->tokens)           ? "tokens"
+                      : !(p->batch_size > 0) || !isfinite(p->batch_size) ? "batch_size"
+                      : !(p->steps > 0) || !isfinite(p->steps)           ? "steps"
+                                                                         : NULL;
+    if (bad)
+      return fit__fail(err, errlen,
+                       "bcrit: point %d: %s = %g, expected a positive number (tokens: the branch "
+                       "point's D; batch_size; steps from the branch point to the target)",
+                       i + 1, bad,
+                       !strcmp(bad, "tokens")       ? p->tokens
+                       : !strcmp(bad, "batch_size") ? p->batch_size
+                                                    : p->steps);
+  }
+  /* the branch points, ascending */
+  double *d = malloc(sizeof(double) * n);
+  int *at = malloc(sizeof(int) * n);
+  int nd = 0;
+  for (int i = 0; i < n; i++)
+    d[i] = pts[i].tokens;
+  qsort(d, n, sizeof(double), cmp_double);
+  for (int i = 0; i < n; i++)
+    if (nd == 0 || d[i] > d[nd - 1] * (1 + POINT_RTOL))
+      d[nd++] = d[i];
+  for (int i = 0; i < n; i++) {
+    int k = nd - 1;
+    while (k > 0 && pts[i].tokens < d[k] * (1 - POINT_RTOL))
+      k--;
+    at[i] = k;
+  }
+  double *b = malloc(sizeof(double) * n), *s = malloc(sizeof(double) * n);
+  double *bc = malloc(sizeof(double) * nd), *lo = malloc(sizeof(double) * nd);
+  ladder *lad = malloc(sizeof(ladder) * nd);
+  out->n_points = n;
+  out->residuals = malloc(sizeof(double) * n);
+  out->objective = 0;
+  int usable = 0;
+  for (int k = 0; k < nd; k++) {
+    int m = 0;
+    double loss = 0, bmin = INFINITY, bmax = 0;
+    for (int i = 0; i < n; i++)
+      if (at[i] == k) {
+        b[m] = pts[i].batch_size;
+        s[m] = pts[i].steps;
+        loss += pts[i].loss;
+        bmin = fmin(bmin, b[m]);
+        bmax = fmax(bmax, b[m]);
+        m++;
+      }
+    lo[k] = loss / m; /* the target: one loss per branch point */
+    fit_ladder(b, s, m, &lad[k]);
+    int ok = lad[k].m >= MIN_LADDER && lad[k].s_min > 0 && lad[k].e_min > 0;
+    bc[k] = ok ? lad[k].b_crit : NAN;
+    usable += ok;
+    char name[24];
+    snprintf(name, sizeof name, "B_crit(D=%.4g)", d[k]);
+    fit_param *pb = fit_result_add_derived(out, name, bc[k]);
+    if (ok)
+      ladder_intervals(&lad[k], NULL, NULL, pb);
+    snprintf(name, sizeof name, "L(D=%.4g)", d[k]);
+    fit_result_add_derived(out, name, lo[k]);
+    if (lad[k].m < MIN_LADDER)
+      fit_result_warn(out, "branch point D = %.4g: %d rungs reached the target, a ladder needs %d",
+                      d[k], lad[k].m, MIN_LADDER);
+    else if (!ok)
+      fit_result_warn(out,
+                      "branch point D = %.4g: S_min = %g, E_min = %g, not both positive: the "
+                      "rungs never reached batch sizes where steps stop falling",
+                      d[k], lad[k].s_min, lad[k].e_min);
+    else if (bc[k] < bmin || bc[k] > bmax)
+      fit_result_warn(out,
+                      "branch point D = %.4g: B_crit = %g lies outside the rungs' batch sizes "
+                      "[%g, %g]: an extrapolation",
+                      d[k], bc[k], bmin, bmax);
+  }
+  for (int i = 0; i < n; i++) {
+    const ladder *lf = &lad[at[i]];
+    double f = lf->s_min + lf->e_min / pts[i].batch_size;
+    double r = (f - pts[i].steps) / pts[i].steps;
+    out->residuals[i] = isfinite(f) ? r : NAN;
+    if (isfinite(f))
+      out->objective += r * r;
+  }
+  /* across branch points: B_crit = k_D D^gamma_D, and against the loss
+   * B_crit = B_star / L^(1/alpha_B) */
+  powerlaw pd, pl;
+  loglog(d, bc, nd, &pd);
+  loglog(lo, bc, nd, &pl);
+  fit_param *kd = fit_result_add_param(out, "k_D", pd.n >= 2 ? exp(pd.c0) : NAN);
+  fit_param *gd = fit_result_add_param(out, "gamma_D", pd.n >= 2 ? pd.c1 : NAN);
+  fit_param *bs = fit_result_add_param(out, "B_star", pl.n >= 2 ? exp(pl.c0) : NAN);
+  fit_param *ab = fit_result_add_param(out, "alpha_B", pl.n >= 2 ? -1.0 / pl.c1 : NAN);
+  if (pd.n >= 3) {
+    set_interval(kd, sqrt(pd.var0) * kd->value, pd.n - 2, 1);
+    set_interval(gd, sqrt(pd.var1), pd.n - 2, 0);
+    set_interval(bs, sqrt(pl.var0) * bs->value, pl.n - 2, 1);
+    set_interval(ab, sqrt(pl.var1) / (pl.c1 * pl.c1), pl.n - 2, 0);
+  }
+  out->converged = usable > 0;
+  if (usable < 2)
+    fit_result_warn(out,
+                    "%d of %d branch points gave a critical batch size; B_crit against D and "
+                    "against the loss needs 2",
+                    usable, nd);
+  else if (pd.n == 2)
+    fit_result_warn(out, "2 branch points: the power laws go through both, with no interval");
+  free(d);
+  free(at);
+  free(b);
+  free(s);
+  free(bc);
+  free(lo);
+  free(lad);
+  return 0;
+}

@@ -147,6 +147,7 @@ static int resolve_rest(plan__draft *d, plan_run *r) {
   r->lr_from_rule = d->lr_from_rule;
   r->rule_compute = d->rule_compute;
   r->b_opt_tokens = d->b_opt;
+  r->bcrit_at = d->bcrit_at;
   if (d->target_loss && d->target_loss->n) {
     r->target_loss = malloc(d->target_loss->n * sizeof *r->target_loss);
     if (r->target_loss) {
@@ -302,7 +303,10 @@ static double count_runs(const spec *s) {
   } else if (s->method == SPEC_RUNS) {
     n = (double)json_array_size(s->runs);
   }
-  if (s->batch.present)
+  if (s->batch.present && s->batch.branched) /* a trunk, and the other sizes at each point */
+    n += (1.0 + (double)(s->batch.batch_size.n - 1) * (double)s->batch.branch_at.n) *
+         (double)(s->batch.seeds.n ? s->batch.seeds.n : 1);
+  else if (s->batch.present)
     n += (double)s->batch.batch_size.n * (double)(s->batch.seeds.n ? s->batch.seeds.n : 1);
   return n;
 }
@@ -460,6 +464,8 @@ int plan_spec(const spec *s, plan **out, spec_problems *pr) {
   /* branching first: a batch size shared by a group rounds its runs' tokens,
    * which could make two of them one */
   int rc = plan__branch(p, s->branches);
+  if (rc == 0)
+    plan__bcrit_link(p);
   if (rc == 0)
     rc = report_duplicates(p, pr);
   if (rc == 0)

@@ -66,6 +66,9 @@ typedef struct plan_run {
   int branch_of;
   int64_t branch_step;
   int n_branch_points;
+  /* a branched batch ladder's (part "bcrit"): a rung's branch point in
+   * the trunk's tokens (0: the trunk, or not such a run) */
+  int64_t bcrit_at;
   int warmup_given; /* the spec set train.warmup_tokens (else the default, 5% of D) */
   /* wsd: the run whose rule-chosen batch size and lr (rule_compute,
    * b_opt_tokens) this one shares, the smallest of its group (-1: its own) */
@@ -93,6 +96,9 @@ typedef struct plan {
    * counts every run whole, as if trained alone) */
   size_t n_branches, n_trunks;
   double branch_flops_saved;
+  /* of those, a branched batch ladder's rungs and trunks, and what they saved */
+  size_t n_rungs, n_rung_trunks;
+  double rung_flops_saved;
   char **warnings;                   /* owned, n_warnings of them */
   size_t n_warnings;
 } plan;

@@ -162,3 +162,31 @@ int plan__branch(plan *p, int branch) {
   free(m);
   return rc;
 }
+
+void plan__bcrit_link(plan *p) {
+  for (size_t i = 0; i < p->n; i++) {
+    plan_run *b = &p->runs[i];
+    if (strcmp(b->part, "bcrit") != 0 || b->bcrit_at <= 0)
+      continue;
+    for (size_t j = 0; j < p->n; j++) {
+      plan_run *t = &p->runs[j];
+      if (strcmp(t->part, "bcrit") != 0 || t->bcrit_at != 0 || t->seed != b->seed)
+        continue;
+      int64_t bt = (int64_t)t->batch_size * t->seq_len;
+      b->branch_of = t->index;
+      b->branch_step = b->bcrit_at / bt;
+      double skipped = b->flops_per_token * (double)b->bcrit_at;
+      b->est_seconds *= (b->flops - skipped) / b->flops;
+      p->branch_flops_saved += skipped;
+      p->rung_flops_saved += skipped;
+      p->n_branches++;
+      p->n_rungs++;
+      t->n_branch_points++;
+      break;
+    }
+  }
+  for (size_t j = 0; j < p->n; j++)
+    p->n_rung_trunks += !strcmp(p->runs[j].part, "bcrit") && p->runs[j].bcrit_at == 0 &&
+                        p->runs[j].n_branch_points > 0;
+  p->n_trunks += p->n_rung_trunks;
+}

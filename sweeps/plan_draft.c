@@ -306,11 +306,99 @@ static int ladder_shape(plan__planner *P, rcfg_shape *sh) {
   return 0;
 }
 
+/* The branched ladder (docs/sweeps.md "Critical batch size by branching"):
+ * per seed a trunk at the smallest batch size trains D at a constant rate
+ * after its warmup; from its checkpoint at each branch point every other
+ * batch size trains branch.tokens more at its own rule's rate. All share
+ * the warmup (in tokens) and evaluate every eighth of branch.tokens, so the
+ * steps each needs to reach its trunk's loss can be read off. */
+static void ladder_branched(plan__planner *P, const rcfg_shape *sh) {
+  const spec *s = P->s;
+  const spec_ladder *b = &s->batch;
+  const spec_values *bs = &b->batch_size, *ss = &b->seeds, *at = &b->branch_at;
+  int T = P->T, b0 = (int)bs->v[0], bmax = (int)bs->v[0];
+  for (size_t i = 1; i < bs->n; i++) {
+    b0 = (int)bs->v[i] < b0 ? (int)bs->v[i] : b0;
+    bmax = (int)bs->v[i] > bmax ? (int)bs->v[i] : bmax;
+  }
+  double D = b->tokens, delta = b->branch_tokens;
+  json_t *train = json_object_get(s->base, "train");
+  json_t *wv = json_object_get(train, "warmup_tokens");
+  double warmup = json_is_number(wv) ? json_number_value(wv) : floor(0.05 * D);
+  int sets_every = json_object_get(json_object_get(s->base, "eval"), "every_tokens") != NULL;
+  int64_t every = (int64_t)(delta / 8) / T * T;
+  if (every < T)
+    every = T;
+  int bad = 0;
+  for (size_t j = 0; j < at->n; j++) {
+    char path[192];
+    spec_values_path(at, j, path, sizeof path);
+    int64_t bt = (int64_t)bmax * T;
+    if (at->v[j] < warmup) {
+      spec_problem_add(P->pr, path,
+                       "found %.0f tokens, inside the trunk's warmup of %.0f tokens; expected a "
+                       "branch point after it (the rates are constant only then)",
+                       at->v[j], warmup);
+      bad = 1;
+    } else if (fmod(at->v[j], (double)bt) != 0) {
+      spec_problem_add(P->pr, path,
+                       "found %.0f tokens, not a whole number of the largest batch (%d x %d = "
+                       "%lld tokens); expected a multiple of it, so that every batch size "
+                       "starts on a step",
+                       at->v[j], bmax, T, (long long)bt);
+      bad = 1;
+    } else if (at->v[j] + delta > D) {
+      spec_problem_add(P->pr, path,
+                       "found %.0f tokens: with $.batch.branch.tokens %.0f it runs past the "
+                       "trunk's D (%.0f); expected at most %.0f (the trunk is the smallest batch "
+                       "size's rung)",
+                       at->v[j], delta, D, D - delta);
+      bad = 1;
+    }
+  }
+  if (bad)
+    return;
+  double C = fpt_of(sh) * D;
+  size_t nseed = ss->n ? ss->n : 1;
+  for (size_t k = 0; k < nseed; k++)
+    for (size_t j = 0; j <= at->n; j++) /* j == at->n: the trunk */
+      for (size_t i = 0; i < bs->n; i++) {
+        int B = (int)bs->v[i];
+        int trunk = j == at->n;
+        if (trunk != (B == b0))
+          continue;
+        plan__draft *d = draft_new(&P->ds, "bcrit", 2);
+        if (!d)
+          return;
+        char bpath[192], what[512];
+        spec_values_path(bs, i, bpath, sizeof bpath);
+        d->target_params = b->has_params ? b->params : 0;
+        d->bcrit_at = trunk ? 0 : (int64_t)at->v[j];
+        if (b->has_params)
+          put_shape(d, sh);
+        put_seed(d, ss, k);
+        put(d->over, "train", "schedule", json_string("constant"));
+        put(d->over, "train", "warmup_tokens", json_real(warmup));
+        if (!sets_every)
+          put(d->over, "eval", "every_tokens", json_integer(every));
+        snprintf(d->fallback, sizeof d->fallback, "%s", bpath);
+        snprintf(d->context, sizeof d->context,
+                 "branched batch ladder %s (%s = %d sequences, %d layers x d_model %d)",
+                 trunk ? "trunk" : "rung", bpath, B, sh->n_layer, sh->d_model);
+        snprintf(what, sizeof what, "$.batch.tokens with %s = %d sequences", bpath, B);
+        d->failed = plan_train(P, d, C, trunk ? D : at->v[j] + delta, B, 0, bpath, what) != 0;
+      }
+}
+
 void plan__ladder(plan__planner *P) {
   const spec_ladder *b = &P->s->batch;
   rcfg_shape sh;
   if (ladder_shape(P, &sh))
     return;
+  if (b->branched) {
+    ladder_branched(P, &sh);
+    return;
+  }
   const spec_values *bs = &b->batch_size, *ss = &b->seeds;
   size_t nseed = ss->n ? ss->n : 1;
   double D = b->tokens;

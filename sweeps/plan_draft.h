@@ -24,6 +24,7 @@ typedef struct plan__draft {
   int batch_from_rule, lr_from_rule;
   double rule_compute, b_opt;
   const spec_values *target_loss;
+  int64_t bcrit_at; /* a branched ladder's rung: the trunk's tokens it starts from (0: none) */
   int failed; /* a problem was reported: not resolved, not planned */
 } plan__draft;
 
@@ -63,6 +64,9 @@ void plan__drafts_free(plan__drafts *ds);
  * them); the runs' indices are set. 0 or SS_ENOMEM. */
 struct plan;
 int plan__branch(struct plan *p, int branch);
+/* A branched batch ladder's rungs onto their trunks (the run of the same
+ * seed with bcrit_at 0), after the plan is sorted. */
+void plan__bcrit_link(struct plan *p);
 
 /* plan.c: a planned run's figures (shape, counts, steps, tokens, FLOPs,
  * estimated seconds at throughput) from its resolved config */

@@ -198,12 +198,19 @@ void plan_write_table(const plan *p, FILE *f) {
   if (p->max_hours > 0)
     fprintf(f, "; max_hours %g", p->max_hours);
   fprintf(f, "\n");
-  if (p->n_branches)
+  if (p->n_branches > p->n_rungs)
     fprintf(f,
             "wsd branches: %zu runs start their decay from the checkpoints of %zu longer runs "
             "(\"from #i at step s\"): %.3g FLOPs trained instead of %.3g, %.1f%% saved\n",
-            p->n_branches, p->n_trunks, p->total_flops - p->branch_flops_saved, p->total_flops,
-            100.0 * p->branch_flops_saved / p->total_flops);
+            p->n_branches - p->n_rungs, p->n_trunks - p->n_rung_trunks,
+            p->total_flops - (p->branch_flops_saved - p->rung_flops_saved), p->total_flops,
+            100.0 * (p->branch_flops_saved - p->rung_flops_saved) / p->total_flops);
+  if (p->n_rungs)
+    fprintf(f,
+            "batch ladder by branching: %zu rungs start from the checkpoints of %zu trunk%s "
+            "(\"from #i at step s\"), at their own batch size; %.3g FLOPs saved against "
+            "training each from scratch\n",
+            p->n_rungs, p->n_rung_trunks, p->n_rung_trunks == 1 ? "" : "s", p->rung_flops_saved);
   fprintf(f, "N: non-embedding parameters; D: tokens trained; B: sequences per step; C: "
              "training FLOPs, exact count (SCIENCE.md section 1); budget: the isoflop budget "
              "(6ND, or exact with \"flops_count\": \"exact\")\n\n");

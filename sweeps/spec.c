@@ -58,6 +58,7 @@ void spec_free(spec *s) {
   free_values(&s->batch.batch_size);
   free_values(&s->batch.target_loss);
   free_values(&s->batch.seeds);
+  free_values(&s->batch.branch_at);
   json_decref(s->base);
   json_decref(s->root);
   free(s->file);
@@ -126,8 +127,8 @@ static int ladder_value(spec_problems *pr, json_t *sec, const char *key, const s
 }
 
 static void parse_ladder(spec_problems *pr, json_t *sec, spec_ladder *b) {
-  static const char *const keys[] = {"params",      "tokens", "batch_size",
-                                     "target_loss", "seeds",  NULL};
+  static const char *const keys[] = {"params", "tokens", "batch_size", "target_loss",
+                                     "seeds",  "branch", NULL};
   spec__check_keys(pr, sec, "$.batch", keys);
   b->present = 1;
   if (ladder_value(pr, sec, "params", &K_PARAMS, 0, "target N", &b->params))
@@ -138,7 +139,25 @@ static void parse_ladder(spec_problems *pr, json_t *sec, spec_ladder *b) {
   ladder.what = "a ladder of batch sizes in sequences (the fit of S = S_min + E_min / B needs "
                 "its 2 parameters plus 2)";
   spec__get_values(pr, sec, "$.batch", "batch_size", &ladder, 1, &b->batch_size);
-  spec__get_values(pr, sec, "$.batch", "target_loss", &K_LOSS, 1, &b->target_loss);
+  json_t *br = spec__get_object(pr, sec, "$.batch", "branch", 0,
+                                "{\"at\": [tokens, ...], \"tokens\": tokens}");
+  if (br) {
+    /* the targets are the trunk's own losses: no target_loss */
+    static const char *const bkeys[] = {"at", "tokens", NULL};
+    spec__check_keys(pr, br, "$.batch.branch", bkeys);
+    b->branched = 1;
+    spec__kind at = K_TOKENS;
+    at.what = "the trunk's token counts the other batch sizes branch from";
+    spec__get_values(pr, br, "$.batch.branch", "at", &at, 1, &b->branch_at);
+    spec__get_number(pr, br, "$.batch.branch", "tokens", &b->branch_tokens, 1, 9007199254740992.0,
+                     1, 0, "the tokens each branch trains past its checkpoint");
+    if (json_object_get(sec, "target_loss"))
+      spec_problem_add(pr, "$.batch.target_loss",
+                       "found target losses with $.batch.branch; expected none: a branched "
+                       "ladder's target at each branch point is the loss its trunk reaches a "
+                       "quarter of branch.tokens later");
+  } else
+    spec__get_values(pr, sec, "$.batch", "target_loss", &K_LOSS, 1, &b->target_loss);
   spec__get_values(pr, sec, "$.batch", "seeds", &K_SEED, 0, &b->seeds);
 }
 

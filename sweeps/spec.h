@@ -152,6 +152,13 @@ typedef struct spec_ladder {
   spec_values batch_size;  /* the ladder, sequences */
   spec_values target_loss; /* recorded for the critical-batch fit */
   spec_values seeds;
+  /* "branch": the ladder by branching (docs/sweeps.md "Critical batch size
+   * by branching"): one trunk at the smallest batch size trains D; from its
+   * checkpoints at each of branch_at (tokens) every other batch size trains
+   * branch_tokens more */
+  int branched;
+  spec_values branch_at;
+  double branch_tokens;
 } spec_ladder;
 
 typedef struct spec {

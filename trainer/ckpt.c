@@ -206,14 +206,20 @@ static int first_diff(const cJSON *a, const cJSON *b, const char *path, char *ou
 /* The config sections that must match for a checkpoint to resume (threads,
  * world_size, optimizer.zero and the checkpoint settings may change;
  * results then differ at most in the summation order). */
+/* The train keys a branch may change (trn_ckpt_load_branch): a wsd branch
+ * its tokens; a constant-rate branch (a critical batch size rung) its
+ * tokens, batch size, micro-batch size and rate too. */
+static const char *const wsd_free[] = {"tokens", NULL};
+static const char *const rebatch_free[] = {"tokens", "batch_size", "micro_batch_size", "lr", NULL};
+
 static int same_run(const char *path, const char *a_json, const char *b_json, int branch, char *err,
                     size_t errlen) {
   static const char *const keys[] = {"model", "data", "train", "optimizer", "precision"};
   cJSON *a = cJSON_Parse(a_json), *b = cJSON_Parse(b_json);
   int rc = 0;
-  if (branch) { /* a wsd branch point: the longer run's tokens differ (trn_ckpt_load_branch) */
-    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(a, "train"), "tokens");
-    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "train"), "tokens");
+  for (const char *const *k = branch == 2 ? rebatch_free : branch ? wsd_free : NULL; k && *k; k++) {
+    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(a, "train"), *k);
+    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "train"), *k);
   }
   /* ZeRO-1 shards the state, it does not change it: the checkpoint holds it
    * whole, and resumes sharded or not */
@@ -229,10 +235,13 @@ static int same_run(const char *path, const char *a_json, const char *b_json, in
     if (first_diff(cJSON_GetObjectItemCaseSensitive(a, keys[i]),
                    cJSON_GetObjectItemCaseSensitive(b, keys[i]), where, diff, sizeof diff)) {
       snprintf(err, errlen,
-               branch ? "%s: written by a run with another config: %s\nHINT: a branch starts "
-                        "from a wsd run that differs from it only in train.tokens"
-                      : "%s: written by a run with another config: %s\nHINT: resume with the "
-                        "config that wrote the checkpoint",
+               branch == 2 ? "%s: written by a run with another config: %s\nHINT: a constant-rate "
+                             "branch differs from the run it starts from only in train.tokens, "
+                             "batch_size, micro_batch_size and lr"
+               : branch    ? "%s: written by a run with another config: %s\nHINT: a branch starts "
+                             "from a wsd run that differs from it only in train.tokens"
+                           : "%s: written by a run with another config: %s\nHINT: resume with the "
+                             "config that wrote the checkpoint",
                path, diff);
       rc = SS_EINVAL;
     }
@@ -355,22 +364,48 @@ static int load(const char *path, const char *config_json, const rcfg *branch, t
     else {
       memcpy(cjson, buf + sizeof hdr + sizeof r, clen);
       cjson[clen] = 0;
-      rc = same_run(path, cjson, config_json, branch != NULL, err, errlen);
+      rc = same_run(path, cjson, config_json,
+                    !branch                                           ? 0
+                    : strcmp(branch->train.schedule, "constant") == 0 ? 2
+                                                                      : 1,
+                    err, errlen);
     }
   }
+  int rebatch = 0; /* a constant-rate branch: its steps count in its own batches */
   if (!rc && branch) {
     /* both runs still in their stable phase at the checkpoint's step: their
      * learning rates, and so their weights, agree up to it */
     rcfg parent;
     char perr[512];
+    int64_t bt = (int64_t)branch->train.batch_size * branch->model.seq_len;
     if (rcfg_parse(cjson, path, &parent, perr, sizeof perr) != 0) {
       snprintf(err, errlen, "%s: the config stored in the checkpoint is not a valid run config: %s",
                path, perr);
       rc = SS_ECORRUPT;
+    } else if (strcmp(branch->train.schedule, "constant") == 0) {
+      /* a critical batch size rung: the same stream from the checkpoint's
+       * tokens on, at its own batch size and rate, both past the warmup
+       * (which the configs share: it is counted in tokens) */
+      if ((double)r.tokens < branch->train.warmup_tokens) {
+        snprintf(err, errlen,
+                 "%s: holds %lld tokens, inside the warmup ($.train.warmup_tokens %.0f): a "
+                 "constant-rate branch starts after it",
+                 path, (long long)r.tokens, branch->train.warmup_tokens);
+        rc = SS_EINVAL;
+      } else if (r.tokens % bt != 0) {
+        snprintf(err, errlen,
+                 "%s: holds %lld tokens, not a whole number of this run's batches ($.train."
+                 "batch_size %d x seq_len %d = %lld tokens)\nHINT: branch at a multiple of the "
+                 "batch",
+                 path, (long long)r.tokens, branch->train.batch_size, branch->model.seq_len,
+                 (long long)bt);
+        rc = SS_EINVAL;
+      } else
+        rebatch = 1;
     } else if (strcmp(branch->train.schedule, "wsd") != 0) {
       snprintf(err, errlen,
-               "%s: $.train.schedule: found \"%s\", expected \"wsd\": only a warmup-stable-decay "
-               "run can start from another run's checkpoint",
+               "%s: $.train.schedule: found \"%s\", expected \"wsd\" or \"constant\": only a "
+               "warmup-stable-decay or constant-rate run can start from another run's checkpoint",
                path, branch->train.schedule);
       rc = SS_EINVAL;
     } else {
@@ -421,6 +456,13 @@ static int load(const char *path, const char *config_json, const rcfg *branch, t
     st->train_pos.word = r.word;
     st->train_pos.in_word = r.in_word;
     st->carry = r.carry;
+    if (rebatch) {
+      /* its own steps: as many of its batches as the tokens make (the
+       * optimizer's bias correction counts those; fp16's skipped steps
+       * were the other run's) */
+      st->step = r.tokens / ((int64_t)branch->train.batch_size * branch->model.seq_len);
+      st->skipped_steps = 0;
+    }
   }
   free(cjson);
   free(buf);

@@ -62,10 +62,15 @@ int trn_ckpt_peek_step(const char *path, int64_t *step, char *err, size_t errlen
 int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_optim *o,
                   trn_ckpt_state *st, char *err, size_t errlen);
 
-/* A wsd branch point: trn_ckpt_load of a checkpoint written by a run whose
- * config differs from cfg (config_json its text) only in train.tokens, at a
- * step within both runs' stable phase (rcfg_wsd_stable_steps), so that cfg
- * trained from scratch would have reached the same state. Anything else is
+/* A branch point. cfg's schedule "wsd": trn_ckpt_load of a checkpoint
+ * written by a run whose config differs from cfg (config_json its text)
+ * only in train.tokens, at a step within both runs' stable phase
+ * (rcfg_wsd_stable_steps), so that cfg trained from scratch would have
+ * reached the same state. Schedule "constant" (a rung of a critical batch
+ * size measurement, docs/sweeps.md "bcrit"): the configs may differ in
+ * train.tokens, batch_size, micro_batch_size and lr; the checkpoint's tokens
+ * must be past the (shared) warmup and a whole number of cfg's batches,
+ * and st->step becomes that number (cfg's own steps). Anything else is
  * SS_EINVAL naming the file and what differs. */
 int trn_ckpt_load_branch(const char *path, const rcfg *cfg, const char *config_json, trn_model *m,
                          trn_optim *o, trn_ckpt_state *st, char *err, size_t errlen);

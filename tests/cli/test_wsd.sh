@@ -5,7 +5,9 @@
 # (--keep-steps, then --branch-from) prints, from the branch point on, exactly
 # the lines the short run prints trained from scratch (fp32 with micro-batches,
 # bf16 with 8-bit AdamW), also when the branch is stopped and resumed; and every
-# checkpoint that cannot be a branch point is refused with exit 2 saying why.
+# checkpoint that cannot be a branch point is refused with exit 2 saying why;
+# constant-rate branches (the rungs of a critical batch size ladder) at their
+# own batch size, and what they refuse.
 # Usage: test_wsd.sh PATH/TO/scalesweep
 set -euo pipefail
 
@@ -196,5 +198,66 @@ echo '{"train": {"schedule": "wsd", "decay_frac": 0}}' >zero_frac.json
 cli_run 10 train "decay_frac 0" --config zero_frac.json --print-config
 expect_rc 2
 expect_msg '$.train.decay_frac'
+
+# ---- 4. constant-rate branches: the rungs of a critical batch size ladder ----
+# (docs/sweeps.md "Critical batch size by branching") a constant-rate trunk of
+# 200 steps keeps checkpoints at 40 and 80; a rung at the trunk's own batch size
+# continues exactly as the trunk does; one at 4x the batch starts at its own
+# step 20 (the same 20480 tokens) at its own rate; a rung whose batch does not
+# divide the point, one inside the warmup, or one that differs in anything but
+# tokens, batch size, micro-batch and rate is refused with exit 2
+"$py" -c 'import sys; sys.path.insert(0, "'"$tmp"'"); import h
+h.write("ctrunk.json", 51200, train__schedule="constant")
+h.write("c8.json", 25600, train__schedule="constant")
+h.write("c32.json", 40960, train__schedule="constant", train__batch_size=32, train__lr=6e-3)
+h.write("c24.json", 40960, train__schedule="constant", train__batch_size=24)
+h.write("cwd.json", 40960, train__schedule="constant", train__batch_size=32, train__weight_decay=0.05)
+h.write("cwarm.json", 51200, train__schedule="constant", train__warmup_tokens=15360)'
+"$bin" train --config ctrunk.json --checkpoint-dir cck --keep-steps 40,80 >ctrunk.out ||
+  fail "the constant-rate trunk failed: $(tail -c 600 ctrunk.out)"
+h kept ctrunk.out 40,80
+"$bin" train --config c8.json --branch-from cck/branch-80/checkpoint.bin >c8.out ||
+  fail "the rung at the trunk's batch size failed: $(tail -c 600 c8.out)"
+"$bin" train --config c32.json --branch-from cck/branch-80/checkpoint.bin >c32.out ||
+  fail "the rung at 4x the batch failed: $(tail -c 600 c32.out)"
+"$py" - <<'PY' || exit 1
+import json, re
+T = re.compile(r',"(tok_per_s)":[^,}]*')
+def steps(path, lo, hi):
+    return [T.sub("", l.strip()) for l in open(path)
+            if '"event":"step"' in l and lo < json.loads(l)["step"] <= hi]
+a, b = steps("ctrunk.out", 80, 100), steps("c8.out", 0, 10**9)
+if len(b) != 20 or a != b:
+    raise SystemExit("FAIL: the rung at the trunk's batch size: %d step lines; first differing:\n  %s\n  %s"
+                     % (len(b), next((x for x, y in zip(a, b) if x != y), ""),
+                        next((y for x, y in zip(a, b) if x != y), "")))
+ev = [json.loads(l) for l in open("c32.out")]
+st = [e for e in ev if e["event"] == "step"]
+if [e["step"] for e in st] != list(range(21, 41)):
+    raise SystemExit("FAIL: the 4x rung's steps are %s, expected 21..40" % [e["step"] for e in st][:3])
+if st[0]["tokens"] != 21 * 1024 or any(e["lr"] != 6e-3 for e in st):
+    raise SystemExit("FAIL: the 4x rung's first step: tokens %d (expected 21504), lr %r"
+                     % (st[0]["tokens"], st[0]["lr"]))
+done = ev[-1]
+if done["event"] != "done" or done["steps"] != 40 or done["tokens"] != 40960:
+    raise SystemExit("FAIL: the 4x rung's done line: %s" % done)
+print("constant-rate rungs: the trunk's batch continues it exactly; 4x starts at step 21, tokens 21504")
+PY
+cli_run 60 train "a rung whose batch does not divide the point" --config c24.json \
+  --branch-from cck/branch-80/checkpoint.bin
+expect_rc 2
+expect_msg "cck/branch-80/checkpoint.bin: holds 20480 tokens, not a whole number of this run's batches" \
+  "batch_size 24 x seq_len 32 = 768 tokens"
+cli_run 60 train "a rung with another weight decay" --config cwd.json \
+  --branch-from cck/branch-80/checkpoint.bin
+expect_rc 2
+expect_msg '$.train.weight_decay: checkpoint has 0.1, config has 0.05' \
+  "differs from the run it starts from only in train.tokens, batch_size, micro_batch_size and lr"
+"$bin" train --config cwarm.json --checkpoint-dir cckw --keep-steps 40 >/dev/null
+cli_run 60 train "a rung inside the warmup" --config cwarm.json \
+  --branch-from cckw/branch-40/checkpoint.bin
+expect_rc 2
+expect_msg "cckw/branch-40/checkpoint.bin: holds 10240 tokens, inside the warmup" \
+  "a constant-rate branch starts after it"
 
 echo "PASS: wsd schedule and branches ($((SECONDS - started)) s)"

@@ -4,6 +4,7 @@
  * must be refused. */
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -585,12 +586,133 @@ static void test_bopt(void) {
   fit_result_free(&r);
 }
 
+/* The noise process with a known critical batch size: loss |w|^2 / 2 in d
+ * dimensions, each example's gradient w + |w| s xi (xi ~ N(0, I_d)), so
+ * G = w, tr(Sigma) = d s^2 |w|^2 and B_noise = tr(Sigma) / |G|^2 = d s^2
+ * everywhere. SGD at the step McCandlish et al. call optimal, scaled down by
+ * eta, eps = eta / (1 + B_noise / B), gives E L' = L (1 - eps (2 - eta)):
+ * the steps from L0 to L1 are S_min (1 + B_noise / B) up to O(eps), so the
+ * critical batch size is B_noise. Mean steps over reps trajectories from
+ * the same start (a branch point), B in batch sizes. */
+static double noisy_steps(gsl_rng *rng, int d, double s, double B, double eta, double target,
+                          int reps) {
+  double bn = d * s * s, eps = eta / (1 + bn / B), sum = 0;
+  double *w = malloc(sizeof(double) * d);
+  for (int r = 0; r < reps; r++) {
+    for (int i = 0; i < d; i++)
+      w[i] = sqrt(2.0 / d); /* L0 = 1 */
+    int steps = 0;
+    double l = 1;
+    while (l > target && steps < 1000000) {
+      double norm = sqrt(2 * l), nl = 0;
+      for (int i = 0; i < d; i++) {
+        w[i] -= eps * (w[i] + norm * s * gsl_ran_gaussian(rng, 1) / sqrt(B));
+        nl += 0.5 * w[i] * w[i];
+      }
+      l = nl;
+      steps++;
+    }
+    sum += steps;
+  }
+  free(w);
+  return sum / reps;
+}
+
+static void test_bcrit(void) {
+  char err[256];
+  fit_result r;
+  fit_options o = options();
+  /* exact rungs: B_crit = 500 (D / 1e6)^0.5 and the target loss
+   * L = 3 (D / 1e6)^-0.1 at three branch points, 7 rungs from B_crit / 8 to
+   * 8 B_crit, S = 100 (1 + B_crit / B); then ln B_crit = ln 500 +
+   * 5 (ln 3 - ln L): alpha_B = 0.2, B_star = 500 * 3^5 */
+  const double ds[3] = {1e6, 4e6, 1.6e7};
+  fit_point p[21];
+  for (int k = 0; k < 3; k++) {
+    double bc = 500 * sqrt(ds[k] / 1e6);
+    for (int i = 0; i < 7; i++) {
+      fit_point *q = &p[7 * k + i];
+      *q = fitt_blank();
+      q->tokens = ds[k];
+      q->loss = 3 * pow(ds[k] / 1e6, -0.1);
+      q->batch_size = bc / 8 * (1 << i);
+      q->steps = 100 * (1 + bc / q->batch_size);
+    }
+  }
+  CHECK_INT_EQ(fit_bcrit(p, 21, &o, &r, err, sizeof err), 0);
+  CHECK_NEAR(fitt_derived(&r, "B_crit(D=1e+06)"), 500, 0, 1e-9);
+  CHECK_NEAR(fitt_derived(&r, "B_crit(D=4e+06)"), 1000, 0, 1e-9);
+  CHECK_NEAR(fitt_derived(&r, "B_crit(D=1.6e+07)"), 2000, 0, 1e-9);
+  CHECK_NEAR(fitt_derived(&r, "L(D=4e+06)"), 3 * pow(4, -0.1), 0, 1e-12);
+  CHECK_NEAR(fitt_param(&r, "gamma_D"), 0.5, 1e-9, 0);
+  CHECK_NEAR(fitt_param(&r, "k_D"), 500 / 1e3, 0, 1e-7); /* 500 (D / 1e6)^0.5 = 0.5 D^0.5 */
+  CHECK_NEAR(fitt_param(&r, "alpha_B"), 0.2, 1e-9, 0);
+  CHECK_NEAR(fitt_param(&r, "B_star"), 500 * pow(3, 5), 0, 1e-7);
+  CHECK_INT_EQ(r.converged, 1);
+  CHECK_INT_EQ(r.nwarnings, 0);
+  fit_result_free(&r);
+
+  /* the noise process: B_noise 50, 100, 200 at D = 1e6, 4e6, 1.6e7 (the
+   * same gamma_D = 0.5), rungs B_noise / 8 .. 8 B_noise, loss from 1 to
+   * 0.05, eta 0.02 (S_min about 76 steps), 16 trajectories a rung: each
+   * branch point's B_crit within 5% of its B_noise (measured: +1.2% to
+   * +1.6%, the O(eps) term, which the intervals, about +-1.5%, do not
+   * cover: they are the scatter's), gamma_D within 0.05 */
+  gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+  gsl_rng_set(rng, 7);
+  const int d = 64;
+  const double bns[3] = {50, 100, 200};
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < 7; i++) {
+      fit_point *q = &p[7 * k + i];
+      *q = fitt_blank();
+      q->tokens = ds[k];
+      q->loss = 0.5 + 0.01 * k; /* one target per branch point */
+      q->batch_size = bns[k] / 8 * (1 << i);
+      q->steps = noisy_steps(rng, d, sqrt(bns[k] / d), q->batch_size, 0.02, 0.05, 16);
+    }
+  gsl_rng_free(rng);
+  CHECK_INT_EQ(fit_bcrit(p, 21, &o, &r, err, sizeof err), 0);
+  const char *names[3] = {"B_crit(D=1e+06)", "B_crit(D=4e+06)", "B_crit(D=1.6e+07)"};
+  for (int k = 0; k < 3; k++) {
+    const fit_param *pb = fitt_find(r.derived, r.nderived, names[k]);
+    if (getenv("TEST_VERBOSE") && pb)
+      printf("%s = %g [%g, %g], B_noise %g\n", names[k], pb->value, pb->ci_lo, pb->ci_hi, bns[k]);
+    CHECK(pb && fabs(pb->value / bns[k] - 1) < 0.05);
+    CHECK(pb && pb->ci_lo < pb->value && pb->value < pb->ci_hi);
+  }
+  CHECK_NEAR(fitt_param(&r, "gamma_D"), 0.5, 0.05, 0);
+  fit_result_free(&r);
+
+  /* a branch point with 3 rungs has no ladder: named in a warning, no
+   * value, and the others still fit */
+  fit_point few[17];
+  memcpy(few, p, sizeof(fit_point) * 14);
+  memcpy(few + 14, p + 14, sizeof(fit_point) * 3);
+  CHECK_INT_EQ(fit_bcrit(few, 17, &o, &r, err, sizeof err), 0);
+  CHECK(isnan(fitt_derived(&r, "B_crit(D=1.6e+07)")));
+  CHECK(fitt_has_warning(&r, "D = 1.6e+07: 3 rungs"));
+  CHECK(fitt_derived(&r, "B_crit(D=1e+06)") > 0);
+  fit_result_free(&r);
+
+  /* bad input */
+  CHECK_INT_EQ(fit_bcrit(p, 3, &o, &r, err, sizeof err), SS_EINVAL);
+  CHECK(strstr(err, "at least 4"));
+  fit_point bad[4];
+  memcpy(bad, p, sizeof bad);
+  bad[2].tokens = NAN;
+  CHECK_INT_EQ(fit_bcrit(bad, 4, &o, &r, err, sizeof err), SS_EINVAL);
+  CHECK(strstr(err, "point 3: tokens = nan"));
+  fit_result_free(&r);
+}
+
 int main(void) {
   test_kaplan();
   test_bopt();
   test_isoflop();
   test_isoflop_bias();
   test_batch();
+  test_bcrit();
   test_extrapolation();
   CHECK_DONE();
 }

@@ -627,6 +627,68 @@ static double train_num(const plan_run *r, const char *key) {
   return !strcmp(key, "batch_size") ? c.train.batch_size : c.train.lr;
 }
 
+/* The batch ladder by branching (docs/sweeps.md "Critical batch size by
+ * branching"): one trunk at the smallest batch size trains D, and from its
+ * checkpoint at each branch point every other batch size trains
+ * branch.tokens more at a constant rate, with the trunk's warmup and the
+ * rule's rate for its own batch size; branch points inside the warmup, off
+ * the largest batch or too late for the trunk are refused where they are. */
+static void test_bcrit_branches(void) {
+  static const char *spec_fmt =
+      "{\"name\": \"b\", \"method\": \"batch\", \"base\": {\"model\": {\"seq_len\": 64},"
+      " \"data\": {\"synthetic\": {\"words\": 512}}, \"train\": {\"micro_batch_size\": 4}},"
+      " \"batch\": {\"params\": 2.5e4, \"tokens\": 1048576, \"batch_size\": [4, 8, 16, 32],"
+      " \"branch\": {\"at\": [%s], \"tokens\": 262144}%s}, \"resources\": {\"cpus\": 1}}";
+  char text[1024];
+  snprintf(text, sizeof text, spec_fmt, "131072, 524288", "");
+  plan *p = plan_text(text, NULL);
+  if (p) {
+    CHECK_INT_EQ(p->n, 1 + 3 * 2);
+    CHECK_INT_EQ(p->n_rungs, 6);
+    CHECK_INT_EQ(p->n_rung_trunks, 1);
+    const plan_run *t = NULL;
+    for (size_t i = 0; i < p->n; i++)
+      if (p->runs[i].branch_of < 0)
+        t = &p->runs[i];
+    CHECK(t && t->batch_size == 4 && t->tokens == 1048576 && t->n_branch_points == 6);
+    for (size_t i = 0; t && i < p->n; i++) {
+      const plan_run *r = &p->runs[i];
+      CHECK(!strcmp(r->part, "bcrit"));
+      CHECK(strstr(r->config, "\"schedule\":\"constant\""));
+      /* the trunk's warmup, 5% of its D, for all */
+      CHECK(train_num(r, "warmup_tokens") == floor(0.05 * 1048576));
+      if (r == t)
+        continue;
+      CHECK_INT_EQ(r->branch_of, t->index);
+      CHECK(r->bcrit_at == 131072 || r->bcrit_at == 524288);
+      /* the trunk's step there, and the rung's own D: the point + 262144 */
+      CHECK_INT_EQ(r->branch_step, r->bcrit_at / (4 * 64));
+      CHECK_INT_EQ(r->tokens, r->bcrit_at + 262144);
+      CHECK(r->batch_size > 4);
+      /* the rule's rate at the trunk's compute: sqrt scaling, clamped */
+      CHECK(train_num(r, "lr") >= train_num(t, "lr"));
+    }
+    char *js = plan_runs_json(p);
+    CHECK(js && strstr(js, "\"part\":\"bcrit\"") && strstr(js, "\"branch_step\":512"));
+    free(js);
+  }
+  plan_free(p);
+
+  snprintf(text, sizeof text, spec_fmt, "32768, 133000, 917504", "");
+  spec_problems pr = refused(text);
+  CHECK(has(&pr, "$.batch.branch.at[0]", "inside the trunk's warmup of 52428 tokens"));
+  CHECK(has(&pr, "$.batch.branch.at[1]", "not a whole number of the largest batch (32 x 64"));
+  CHECK(has(&pr, "$.batch.branch.at[2]", "expected at most 786432"));
+  spec_problems_free(&pr);
+  snprintf(text, sizeof text, spec_fmt, "131072", ", \"target_loss\": [1.2]");
+  spec_problems pr2 = {0};
+  spec *s = NULL;
+  CHECK(spec_parse(text, "t.json", &s, &pr2) == SS_EINVAL);
+  CHECK(has(&pr2, "$.batch.target_loss", "a branched ladder's target"));
+  spec_problems_free(&pr2);
+  spec_free(s);
+}
+
 /* WSD branches (docs/sweeps.md): a wsd grid of 2 sizes x 4 token counts is 2
  * trunks (each size's longest) and 6 branches at their own stable steps,
  * every run of a size with the smallest run's rule-chosen batch size, lr and
@@ -752,6 +814,7 @@ static void test_wsd_branches(void) {
 
 int main(void) {
   test_wsd_branches();
+  test_bcrit_branches();
   test_shapes();
   test_examples();
   test_determinism();
