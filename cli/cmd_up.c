@@ -202,6 +202,31 @@ static void print_result(long long id, json_t *fits, double wall_s) {
     put_row(fit_report_find(&r, FIT_REPORT_BNOISE, "B_noise"));
     printf(" (median over the ladder)\n");
   }
+  if (r.has_branch) {
+    printf("  critical batch size by branching (tokens), at each branch point D:\n");
+    char done[FIT_REPORT_MAX_ROWS] = {0};
+    for (;;) {
+      int best = -1;
+      for (int i = 0; i < r.nrows; i++)
+        if (r.rows[i].group == FIT_REPORT_BRANCH && !done[i] &&
+            (best < 0 || r.rows[i].at < r.rows[best].at))
+          best = i;
+      if (best < 0)
+        break;
+      done[best] = 1;
+      printf("    D = %.4g: ", r.rows[best].at);
+      put_row(&r.rows[best]);
+      for (int i = 0; i < r.nrows; i++)
+        if (r.rows[i].group == FIT_REPORT_BRANCH_NOISE && r.rows[i].at == r.rows[best].at) {
+          printf("; the trunk's ");
+          put_row(&r.rows[i]);
+        }
+      printf("\n");
+    }
+    printf("    B_crit ~ D^gamma_D, ~ L^(-1/alpha_B): ");
+    put_pair(&r, FIT_REPORT_BRANCH_LAW, "gamma_D", "alpha_B");
+    printf("\n");
+  }
   if (r.has_extrap)
     printf("  extrapolation: fitted without the largest budget (C = %.3g), L(N, D) predicts "
            "its runs' mean loss %.4f; measured %.4f (mean relative error %.2f%%)\n",

@@ -22,8 +22,9 @@
  * trained again is the same observation, not a new one), isoflop over the
  * isoflop runs, batch over the ladder (steps to each target loss, from the runs'
  * evaluations), bopt over every run but the ladder's */
-static const char *const laws[] = {"chinchilla", "isoflop", "batch", "bopt"};
-#define NLAWS 4
+static const char *const laws[] = {"chinchilla", "isoflop", "batch", "bopt", "bcrit"};
+#define NLAWS 5
+#define LAW_BCRIT 4
 
 typedef struct refit {
   uv_work_t work;
@@ -36,6 +37,11 @@ typedef struct refit {
   int nlad;
   int lad_runs, lad_missed; /* ladder runs; (run, target) pairs never reached */
   double *bnoise;      /* per ladder run: median b_noise of its second half, tokens (NAN: none) */
+  fit_point *bc;       /* the branched ladder's rungs (fit_bcrit's points), trunks included */
+  int nbc;
+  int bc_scratch, bc_missed; /* rungs that trained from scratch; rungs never at the target */
+  double *bc_noise;          /* per rung point: the trunk's median noise scale over the point's
+                              * window (tokens; NAN: none) */
   store_corpus corpus; /* the synthetic corpus's figures (NAN: real data) */
   char *json[NLAWS];   /* results (NULL: the points do not support the law yet) */
   int npoints[NLAWS];
@@ -122,6 +128,37 @@ static void add_bnoise(refit *r, fit_result *res) {
                     "left out",
                     r->lad_missed);
   free(v);
+}
+
+/* The branched ladder's noise scale beside its B_crit: at each branch point
+ * the median over its rungs' windows of the trunk's b_noise (tokens). */
+static void add_bcrit_noise(refit *r, fit_result *res) {
+  double *v = malloc(sizeof(double) * (r->nbc ? r->nbc : 1));
+  for (int i = 0; v && i < r->nbc; i++) {
+    int dup = 0, m = 0;
+    for (int j = 0; j < i; j++)
+      dup |= r->bc[j].tokens == r->bc[i].tokens;
+    if (dup)
+      continue;
+    for (int j = i; j < r->nbc; j++)
+      if (r->bc[j].tokens == r->bc[i].tokens && isfinite(r->bc_noise[j]))
+        v[m++] = r->bc_noise[j];
+    char name[24];
+    snprintf(name, sizeof name, "B_noise(D=%.4g)", r->bc[i].tokens);
+    if (m) {
+      qsort(v, m, sizeof *v, cmp_double);
+      fit_result_add_derived(res, name, m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]));
+    }
+  }
+  free(v);
+  if (r->bc_scratch)
+    fit_result_warn(res,
+                    "%d rung%s trained from scratch (the trunk ended without its branch point): "
+                    "left out",
+                    r->bc_scratch, r->bc_scratch == 1 ? "" : "s");
+  if (r->bc_missed)
+    fit_result_warn(res, "%d rung%s never reached the target within their tokens: left out",
+                    r->bc_missed, r->bc_missed == 1 ? "" : "s");
 }
 
 /* The extrapolation check (SCIENCE.md section 2): the law refitted without
@@ -239,8 +276,12 @@ static void work(uv_work_t *w) {
       rc = fit_batch(r->lad, r->nlad, &o, &res, err, sizeof err);
     else if (l == 3)
       rc = fit_bopt(r->pts, r->n, &o, &res, err, sizeof err);
+    else if (l == LAW_BCRIT && r->nbc)
+      rc = fit_bcrit(r->bc, r->nbc, &o, &res, err, sizeof err);
     if (rc == 0 && l == 2)
       add_bnoise(r, &res);
+    if (rc == 0 && l == LAW_BCRIT)
+      add_bcrit_noise(r, &res);
     /* checks that ride along in the fit's object */
     json_t *extra = json_object();
     if (rc == 0 && l == 0) {
@@ -267,11 +308,17 @@ static void work(uv_work_t *w) {
         }
         json_decref(j);
       }
+    } else if (l == LAW_BCRIT && rc == -1 && r->bc_scratch) {
+      snprintf(r->why[l], sizeof r->why[l],
+               "%d rung%s of a branched batch ladder trained from scratch (the trunk ended "
+               "without the branch point) and %s left out",
+               r->bc_scratch, r->bc_scratch == 1 ? "" : "s", r->bc_scratch == 1 ? "is" : "are");
     } else {
       snprintf(r->why[l], sizeof r->why[l], "%s",
-               rc != -1 ? err
-               : l == 1 ? "no isoflop runs"
-                        : "no batch ladder runs");
+               rc != -1         ? err
+               : l == 1         ? "no isoflop runs"
+               : l == LAW_BCRIT ? "no branched batch ladder runs"
+                                : "no batch ladder runs");
     }
     json_decref(extra);
     fit_result_free(&res);
@@ -291,6 +338,8 @@ static void refit_free(refit *r) {
   free(r->isoflop);
   free(r->lad);
   free(r->bnoise);
+  free(r->bc);
+  free(r->bc_noise);
   free(r);
 }
 
@@ -358,6 +407,117 @@ static double steps_to(json_t *evals, double target) {
   return NAN;
 }
 
+/* Linear interpolation of [[x, y], ...] (x ascending) at x; NAN outside. */
+static double interp(json_t *xy, double x) {
+  size_t i;
+  json_t *e;
+  double x0 = NAN, y0 = NAN;
+  json_array_foreach(xy, i, e) {
+    double xi = json_number_value(json_array_get(e, 0)),
+           yi = json_number_value(json_array_get(e, 1));
+    if (xi >= x)
+      return xi == x ? yi : isnan(x0) ? NAN : y0 + (yi - y0) * (x - x0) / (xi - x0);
+    x0 = xi;
+    y0 = yi;
+  }
+  return NAN;
+}
+
+/* The branched batch ladder (docs/sweeps.md "Critical batch size by
+ * branching"): at a rung's branch point D (its trunk's tokens there), the
+ * target is the trunk's loss a quarter of the rung's own tokens later
+ * (interpolated between its evaluations); the rung's steps to it are read
+ * off its evaluations by tokens, the branch point (the trunk's loss there)
+ * first. The trunk is a rung too, at its own batch size. */
+static void on_bcrit(void *ud, int status, const store_bcrit_run *runs, int nrun,
+                     const char *errmsg) {
+  refit *r = ud;
+  sched *s = r->s;
+  if (status != 0 || s->stopping)
+    return refit_abandon(r, status, errmsg);
+  r->bc = calloc(2 * (size_t)nrun + 1, sizeof *r->bc);
+  r->bc_noise = calloc(2 * (size_t)nrun + 1, sizeof *r->bc_noise);
+  if (!r->bc || !r->bc_noise)
+    return refit_abandon(r, SS_ENOMEM, "out of memory");
+  for (int k = 0; k < nrun; k++) {
+    const store_bcrit_run *b = &runs[k];
+    if (!b->branch_of)
+      continue;
+    if (b->first_step <= 1) {
+      r->bc_scratch++;
+      continue;
+    }
+    const store_bcrit_run *t = NULL;
+    for (int j = 0; j < nrun; j++)
+      if (runs[j].id == b->branch_of)
+        t = &runs[j];
+    if (!t)
+      continue; /* its trunk has not succeeded (yet) */
+    double at = (double)b->branch_step * b->trunk_batch_tokens, window = (b->train_tokens - at) / 4;
+    json_t *te = json_loads(t->evals, 0, NULL), *be = json_loads(b->evals, 0, NULL);
+    json_t *tn = json_loads(t->b_noise, 0, NULL);
+    double start = interp(te, at), target = interp(te, at + window);
+    /* the rung's curve from its branch point */
+    json_t *curve = json_array();
+    json_array_append_new(curve, json_pack("[f,f]", at, start));
+    size_t i;
+    json_t *e;
+    json_array_foreach(be, i, e) {
+      if (json_number_value(json_array_get(e, 0)) > at)
+        json_array_append(curve, e);
+    }
+    double tok = isfinite(target) && isfinite(start) ? steps_to(curve, target) : NAN;
+    /* the trunk's noise scale over the window */
+    double *nv = malloc(sizeof(double) * (json_array_size(tn) + 1));
+    int m = 0;
+    json_array_foreach(tn, i, e) {
+      double x = json_number_value(json_array_get(e, 0));
+      if (nv && x > at && x <= at + window)
+        nv[m++] = json_number_value(json_array_get(e, 1));
+    }
+    double noise = NAN;
+    if (m) {
+      qsort(nv, m, sizeof *nv, cmp_double);
+      noise = m % 2 ? nv[m / 2] : 0.5 * (nv[m / 2 - 1] + nv[m / 2]);
+    }
+    free(nv);
+    if (!(tok > at)) {
+      r->bc_missed += isfinite(target) && isfinite(start);
+    } else {
+      /* the rung, and (once per branch point and trunk) the trunk itself */
+      int have = 0;
+      for (int j = 0; j < r->nbc; j++)
+        have |= r->bc[j].group == (int)t->id && r->bc[j].tokens == at;
+      if (!have) {
+        r->bc_noise[r->nbc] = noise;
+        r->bc[r->nbc++] = (fit_point){.params = NAN,
+                                      .tokens = at,
+                                      .flops = NAN,
+                                      .loss = target,
+                                      .batch_size = t->batch_tokens,
+                                      .steps = window / t->batch_tokens,
+                                      .lr = NAN,
+                                      .group = (int)t->id};
+      }
+      r->bc_noise[r->nbc] = noise;
+      r->bc[r->nbc++] = (fit_point){.params = NAN,
+                                    .tokens = at,
+                                    .flops = NAN,
+                                    .loss = target,
+                                    .batch_size = b->batch_tokens,
+                                    .steps = (tok - at) / b->batch_tokens,
+                                    .lr = NAN,
+                                    .group = (int)b->id};
+    }
+    json_decref(curve);
+    json_decref(te);
+    json_decref(be);
+    json_decref(tn);
+  }
+  r->work.data = r;
+  uv_queue_work(s->loop, &r->work, work, after_work);
+}
+
 static void on_ladder(void *ud, int status, const store_ladder_run *runs, int nrun,
                       const char *errmsg) {
   refit *r = ud;
@@ -395,8 +555,7 @@ static void on_ladder(void *ud, int status, const store_ladder_run *runs, int nr
     json_decref(targets);
     json_decref(evals);
   }
-  r->work.data = r;
-  uv_queue_work(s->loop, &r->work, work, after_work);
+  store_fits_bcrit(db_pool_get(s->reads, 1), r->sweep_id, on_bcrit, r);
 }
 
 static void on_points(void *ud, int status, const store_fit_point *pts, int n,

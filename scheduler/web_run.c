@@ -132,7 +132,21 @@ void sched__web_run(sched__buf *b, sched__web_req *w, json_t *r) {
       sched__b_puts(b, " <strong class=\"flag\">far off the fit: worth a look</strong>");
     sched__b_puts(b, "</td></tr>");
   }
-  if (sched__jint(r, "branch_of")) { /* a wsd branch (docs/sweeps.md) */
+  const char *sched_name = json_string_value(
+      json_object_get(json_object_get(json_object_get(r, "config"), "train"), "schedule"));
+  if (sched__jint(r, "branch_of") && sched_name && !strcmp(sched_name, "constant")) {
+    /* a rung of a branched batch ladder (docs/sweeps.md) */
+    b_row(b, "Branch of");
+    sched__b_printf(b,
+                    "<a href=\"/runs/%" JSON_INTEGER_FORMAT "\">run %" JSON_INTEGER_FORMAT
+                    "</a>: a rung of its critical batch size ladder, started from its checkpoint "
+                    "after its step %" JSON_INTEGER_FORMAT
+                    " (from its checkpoint when it kept one; else this run trained from scratch "
+                    "and the fit leaves it out), then trained at this run's own batch size "
+                    "and rate</td></tr>",
+                    sched__jint(r, "branch_of"), sched__jint(r, "branch_of"),
+                    sched__jint(r, "branch_step"));
+  } else if (sched__jint(r, "branch_of")) { /* a wsd branch (docs/sweeps.md) */
     b_row(b, "Branch of");
     sched__b_printf(b,
                     "<a href=\"/runs/%" JSON_INTEGER_FORMAT "\">run %" JSON_INTEGER_FORMAT

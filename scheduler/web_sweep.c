@@ -119,7 +119,7 @@ static const char *const ab[] = {"a", "b", NULL};
 static void render_result(sched__buf *b, json_t *fits) {
   fit_report r;
   fit_report_build(fits, &r);
-  if (!r.has_law && !r.has_iso && !r.has_batch)
+  if (!r.has_law && !r.has_iso && !r.has_batch && !r.has_branch)
     return;
   sched__b_puts(b, "<div class=\"result\"><h3>The result <small>(95% bootstrap intervals)</small>"
                    "</h3><ul>");
@@ -167,6 +167,34 @@ static void render_result(sched__buf *b, json_t *fits) {
     static const char *const noise[] = {"B_noise", NULL};
     b_values(b, &r, "; from the gradient noise scale ", FIT_REPORT_BNOISE, noise);
     sched__b_puts(b, " (median over the ladder)</li>");
+  }
+  if (r.has_branch) {
+    sched__b_puts(b, "<li>Critical batch size by branching (tokens; t-intervals), at each "
+                     "branch point D: ");
+    char done[FIT_REPORT_MAX_ROWS] = {0};
+    for (int n = 0;; n++) {
+      int best = -1;
+      for (int i = 0; i < r.nrows; i++)
+        if (r.rows[i].group == FIT_REPORT_BRANCH && !done[i] &&
+            (best < 0 || r.rows[i].at < r.rows[best].at))
+          best = i;
+      if (best < 0)
+        break;
+      done[best] = 1;
+      sched__b_puts(b, n ? "; " : "");
+      b_value(b, &r.rows[best]);
+      for (int i = 0; i < r.nrows; i++)
+        if (r.rows[i].group == FIT_REPORT_BRANCH_NOISE && r.rows[i].at == r.rows[best].at) {
+          sched__b_puts(b, " (the trunk's ");
+          b_value(b, &r.rows[i]);
+          sched__b_puts(b, ")");
+        }
+    }
+    static const char *const law[] = {"gamma_D", "alpha_B", NULL};
+    b_values(b, &r,
+             "; B<sub>crit</sub> &prop; D<sup>&gamma;</sup>, &prop; L<sup>-1/&alpha;B</sup>: ",
+             FIT_REPORT_BRANCH_LAW, law);
+    sched__b_puts(b, "</li>");
   }
   if (r.has_extrap) {
     sched__b_puts(b, "<li>Extrapolation: fitted without the largest budget (C = ");
@@ -396,7 +424,10 @@ void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
          "<figure id=\"chart-nopt\" class=\"chart\"><figcaption>N_opt(C) and "
          "D_opt(C)</figcaption></figure>"
          "<figure id=\"chart-batch\" class=\"chart\"><figcaption>Critical batch size"
-         "</figcaption></figure></div></section>\n");
+         "</figcaption></figure>"
+         "<figure id=\"chart-bcrit\" class=\"chart\"><figcaption>Critical batch size by "
+         "branching against D, and the gradient noise scale</figcaption></figure>"
+         "</div></section>\n");
   sched__b_section(b, "runs", "Runs");
   sched__b_puts(b, "<div id=\"runs-static\">");
   render_runs_table(b, w, d);

@@ -103,6 +103,41 @@ void store_fits_ladder(db *d, int64_t sweep_id, store_fits_ladder_cb cb, void *u
       sweep_id, &ladder, (void (*)(void))cb, ud);
 }
 
+static void decode_bcrit(const PGresult *res, int k, void *elem) {
+  *(store_bcrit_run *)elem =
+      (store_bcrit_run){.id = store__int(res, k, 0),
+                        .branch_of = PQgetisnull(res, k, 1) ? 0 : store__int(res, k, 1),
+                        .branch_step = PQgetisnull(res, k, 2) ? 0 : store__int(res, k, 2),
+                        .batch_tokens = strtod(PQgetvalue(res, k, 3), NULL),
+                        .trunk_batch_tokens = strtod(PQgetvalue(res, k, 4), NULL),
+                        .train_tokens = strtod(PQgetvalue(res, k, 5), NULL),
+                        .first_step = PQgetisnull(res, k, 6) ? 0 : store__int(res, k, 6),
+                        .evals = PQgetvalue(res, k, 7),
+                        .b_noise = PQgetvalue(res, k, 8)};
+}
+
+STORE__ARRAY_SPEC(bcrit, store_bcrit_run, decode_bcrit, store_fits_bcrit_cb);
+
+void store_fits_bcrit(db *d, int64_t sweep_id, store_fits_bcrit_cb cb, void *ud) {
+  /* evaluations by tokens (the rungs count steps in their own batches);
+   * a trunk's noise scale in tokens, for the page beside B_crit */
+  store__query_rows_id(
+      d,
+      "SELECT r.id, r.branch_of, r.branch_step, "
+      "r.batch_size * (r.config->'model'->>'seq_len')::float8, "
+      "coalesce(t.batch_size, r.batch_size) * (r.config->'model'->>'seq_len')::float8, "
+      "(r.config->'train'->>'tokens')::float8, "
+      "(SELECT min(m.step) FROM metrics m WHERE m.run_id = r.id), "
+      "(SELECT coalesce(json_agg(json_build_array(m.tokens, m.val_loss) ORDER BY m.step), "
+      "'[]') FROM metrics m WHERE m.run_id = r.id AND m.val_loss IS NOT NULL)::text, "
+      "CASE WHEN r.branch_of IS NULL THEN (SELECT coalesce(json_agg(json_build_array(m.tokens, "
+      "m.b_noise * (r.config->'model'->>'seq_len')::float8) ORDER BY m.step), '[]') "
+      "FROM metrics m WHERE m.run_id = r.id AND m.b_noise IS NOT NULL)::text ELSE '[]' END "
+      "FROM runs r LEFT JOIN runs t ON t.id = r.branch_of "
+      "WHERE r.sweep_id = $1 AND r.status = 'succeeded' AND r.part = 'bcrit' ORDER BY r.id",
+      sweep_id, &bcrit, (void (*)(void))cb, ud);
+}
+
 void store_fits_insert(db *d, int64_t sweep_id, const char *law, const char *fit_json, int n_points,
                        store_done_cb cb, void *ud) {
   char id[24], np[24];

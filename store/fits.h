@@ -54,6 +54,25 @@ typedef void (*store_fits_ladder_cb)(void *ud, int status, const store_ladder_ru
 /* The batch ladder's runs of a sweep, in run order. */
 void store_fits_ladder(db *d, int64_t sweep_id, store_fits_ladder_cb cb, void *ud);
 
+/* One succeeded run of a branched batch ladder (part 'bcrit'): a trunk
+ * (branch_of 0) or a rung that started from its checkpoint. */
+typedef struct store_bcrit_run {
+  int64_t id, branch_of;
+  int64_t branch_step;       /* the trunk's step the rung started from (0: a trunk) */
+  double batch_tokens;       /* its batch size in tokens */
+  double trunk_batch_tokens; /* its trunk's (its own for a trunk) */
+  double train_tokens;       /* train.tokens of its config */
+  int64_t first_step;        /* its first stored step: 1 when it trained from scratch */
+  const char *evals;         /* JSON [[tokens, val_loss], ...] in step order */
+  const char *b_noise;       /* a trunk's: JSON [[tokens, b_noise in tokens], ...]; "[]" else */
+} store_bcrit_run;
+
+typedef void (*store_fits_bcrit_cb)(void *ud, int status, const store_bcrit_run *runs, int n,
+                                    const char *errmsg);
+
+/* The branched batch ladder's succeeded runs of a sweep, in run order. */
+void store_fits_bcrit(db *d, int64_t sweep_id, store_fits_bcrit_cb cb, void *ud);
+
 /* Stores one fit of a law (fit_json: the fit's object, with its ci95 and
  * stderr, which also go to fits.intervals). */
 void store_fits_insert(db *d, int64_t sweep_id, const char *law, const char *fit_json, int n_points,

@@ -77,6 +77,25 @@ void fit_report_build(json_t *fits, fit_report *r) {
       add(r, FIT_REPORT_BCRIT, bat, "B_crit", NULL);
     add(r, FIT_REPORT_BNOISE, bat, "B_noise", NULL);
   }
+  json_t *bc = json_object_get(fits, "bcrit");
+  r->has_branch = bc != NULL;
+  if (bc) {
+    const char *k;
+    json_t *v;
+    int any = 0;
+    json_object_foreach(json_object_get(bc, "derived"), k, v) {
+      double at;
+      fit_report_row *row;
+      int noise = sscanf(k, "B_noise(D=%lf)", &at) == 1;
+      if (any < 12 && (noise || sscanf(k, "B_crit(D=%lf)", &at) == 1) &&
+          (row = add(r, noise ? FIT_REPORT_BRANCH_NOISE : FIT_REPORT_BRANCH, bc, k, NULL))) {
+        row->at = at;
+        any++;
+      }
+    }
+    static const char *const law[] = {"gamma_D", "alpha_B", NULL};
+    add_all(r, FIT_REPORT_BRANCH_LAW, bc, law, NULL);
+  }
   json_t *ex = json_object_get(ch, "extrapolation");
   r->has_extrap = json_is_object(ex);
   r->held_out_flops = num(ex, "held_out_flops");

@@ -11,13 +11,16 @@
 
 /* Which line of the result a row belongs to. */
 typedef enum {
-  FIT_REPORT_LAW,      /* L(N, D): E, A, alpha, B, beta */
-  FIT_REPORT_OPT_LAW,  /* compute-optimal exponents from L(N, D): a, b */
-  FIT_REPORT_OPT_ISO,  /* the same from the IsoFLOP minima: a, b */
-  FIT_REPORT_BCRIT,    /* critical batch size per target loss, in the fit's order */
-  FIT_REPORT_BNOISE,   /* the gradient noise scale: B_noise */
-  FIT_REPORT_STAB_ISO, /* IsoFLOP without the smallest budget: a, b */
-  FIT_REPORT_STAB_LAW  /* L(N, D) without the smallest budget: E, alpha, beta, a */
+  FIT_REPORT_LAW,          /* L(N, D): E, A, alpha, B, beta */
+  FIT_REPORT_OPT_LAW,      /* compute-optimal exponents from L(N, D): a, b */
+  FIT_REPORT_OPT_ISO,      /* the same from the IsoFLOP minima: a, b */
+  FIT_REPORT_BCRIT,        /* critical batch size per target loss, in the fit's order */
+  FIT_REPORT_BNOISE,       /* the gradient noise scale: B_noise */
+  FIT_REPORT_STAB_ISO,     /* IsoFLOP without the smallest budget: a, b */
+  FIT_REPORT_STAB_LAW,     /* L(N, D) without the smallest budget: E, alpha, beta, a */
+  FIT_REPORT_BRANCH,       /* by branching (law bcrit): B_crit(D=..) per branch point, at = D */
+  FIT_REPORT_BRANCH_NOISE, /* the trunk's noise scale there: B_noise(D=..), at = D */
+  FIT_REPORT_BRANCH_LAW    /* across branch points: gamma_D, alpha_B */
 } fit_report_group;
 
 /* One value: "LABEL = VALUE [LO, HI]". */
@@ -27,7 +30,8 @@ typedef struct fit_report_row {
   double value;   /* NAN when the fit lacks it */
   double lo, hi;  /* its 95% interval; NAN when there is none */
   double every;   /* stability rows: the value with every budget (NAN: unknown) */
-  double at;      /* FIT_REPORT_BCRIT: the target loss; NAN for the single "B_crit" */
+  double at;      /* FIT_REPORT_BCRIT: the target loss; NAN for the single "B_crit";
+                   * FIT_REPORT_BRANCH(_NOISE): the branch point's D */
 } fit_report_row;
 
 #define FIT_REPORT_MAX_ROWS 48
@@ -35,6 +39,7 @@ typedef struct fit_report_row {
 /* Numbers are NAN when the fits lack them, but for the counts (0). */
 typedef struct fit_report {
   int has_law, has_iso, has_batch; /* the chinchilla, isoflop and batch fits */
+  int has_branch;                  /* the bcrit fit (the ladder by branching) */
   double law_runs;                 /* the chinchilla fit's n_points */
   int has_corpus;                  /* the synthetic corpus's truth */
   double entropy_rate, window_floor, seq_len, floor_gap; /* floor_gap: E - window floor */

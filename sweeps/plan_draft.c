@@ -330,6 +330,14 @@ static void ladder_branched(plan__planner *P, const rcfg_shape *sh) {
   if (every < T)
     every = T;
   int bad = 0;
+  if (fmod(delta, (double)bmax * T) != 0) {
+    spec_problem_add(P->pr, "$.batch.branch.tokens",
+                     "found %.0f tokens, not a whole number of the largest batch (%d x %d = %lld "
+                     "tokens); expected a multiple of it, so that every rung trains exactly as "
+                     "many tokens",
+                     delta, bmax, T, (long long)bmax * T);
+    bad = 1;
+  }
   for (size_t j = 0; j < at->n; j++) {
     char path[192];
     spec_values_path(at, j, path, sizeof path);
@@ -359,6 +367,14 @@ static void ladder_branched(plan__planner *P, const rcfg_shape *sh) {
   if (bad)
     return;
   double C = fpt_of(sh) * D;
+  /* the trunk's rate (base's, or the rule's at its batch size), and each
+   * rung's that times sqrt(B / B0) (Adam's square-root rule, Malladi et al.
+   * 2022; "lr_rule": {"batch_scaling": "none"}: the trunk's), unclamped:
+   * a larger batch at the same rate is a lower noise temperature, and its
+   * loss drops at once like a decay's, which is not the speed-up measured */
+  json_t *lv = json_object_get(train, "lr");
+  double lr0 =
+      json_is_number(lv) ? json_number_value(lv) : rule_lr(&s->lr_rule, &s->batch_rule, C, b0, T);
   size_t nseed = ss->n ? ss->n : 1;
   for (size_t k = 0; k < nseed; k++)
     for (size_t j = 0; j <= at->n; j++) /* j == at->n: the trunk */
@@ -386,7 +402,10 @@ static void ladder_branched(plan__planner *P, const rcfg_shape *sh) {
                  "branched batch ladder %s (%s = %d sequences, %d layers x d_model %d)",
                  trunk ? "trunk" : "rung", bpath, B, sh->n_layer, sh->d_model);
         snprintf(what, sizeof what, "$.batch.tokens with %s = %d sequences", bpath, B);
-        d->failed = plan_train(P, d, C, trunk ? D : at->v[j] + delta, B, 0, bpath, what) != 0;
+        double lr = trunk || !s->lr_rule.sqrt_batch ? lr0 : lr0 * sqrt((double)B / b0);
+        d->failed =
+            plan_train(P, d, C, trunk ? D : at->v[j] + delta, B, round_sig3(lr), bpath, what) != 0;
+        d->lr_from_rule = !json_is_number(lv);
       }
 }
 

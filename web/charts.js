@@ -407,3 +407,59 @@ export function drawBatch(fig, fits) {
     key: 'batch' + series.length, xlabel: 'batch size B (tokens)', ylabel: 'steps S to the target',
   });
 }
+
+// The critical batch size by branching (law bcrit): B_crit at each branch
+// point against the trunk's tokens D there, with its interval's ends, the
+// trunk's gradient noise scale at the same points, and the fitted
+// B_crit = k_D D^gamma_D.
+export function drawBcrit(fig, fits) {
+  const f = fits.bcrit;
+  if (!f || !f.derived) {
+    say(fig, 'No critical batch size by branching yet: a batch ladder with "branch" ' +
+                 '(docs/sweeps.md) measures it once its trunk and rungs have finished.');
+    return;
+  }
+  const d = f.derived;
+  const ci = f.ci95 || {};
+  const at = [];
+  for (const k of Object.keys(d)) {
+    const m = /^B_crit\(D=(.*)\)$/.exec(k);
+    if (m && Number.isFinite(d[k]) && d[k] > 0) {
+      at.push({D : Number(m[1]), b : d[k], ci : ci[k], noise : d[`B_noise(D=${m[1]})`]});
+    }
+  }
+  if (!at.length) {
+    say(fig, 'The branched ladder gave no critical batch size yet (see the fit\'s warnings).');
+    return;
+  }
+  at.sort((x, y) => x.D - y.D);
+  const tables = [ [ at.map((p) => p.D), at.map((p) => p.b) ] ];
+  const series = [ Object.assign(
+      scatter('B_crit by branching', PALETTE[0]),
+      {points : {show : true, size : 10, stroke : PALETTE[0], fill : '#fff', width : 2}}) ];
+  const iv = at.filter((p) => Array.isArray(p.ci) && p.ci[0] > 0);
+  if (iv.length) {
+    tables.push([ iv.map((p) => p.D), iv.map((p) => p.ci[0]) ]);
+    tables.push([ iv.map((p) => p.D), iv.map((p) => p.ci[1]) ]);
+    series.push(scatter('95% interval (low)', PALETTE[0]),
+                scatter('95% interval (high)', PALETTE[0]));
+  }
+  const nz = at.filter((p) => Number.isFinite(p.noise) && p.noise > 0);
+  if (nz.length) {
+    tables.push([ nz.map((p) => p.D), nz.map((p) => p.noise) ]);
+    series.push(Object.assign(
+        scatter('B_noise (the trunk)', '#7f7f7f'),
+        {points : {show : true, size : 8, stroke : '#7f7f7f', fill : '#7f7f7f', width : 1}}));
+  }
+  const p = f.params || {};
+  if (Number.isFinite(p.k_D) && Number.isFinite(p.gamma_D) && at.length > 1) {
+    const grid = logGrid(at[0].D / 1.5, at[at.length - 1].D * 1.5, 32);
+    tables.push([ grid, grid.map((x) => p.k_D * x ** p.gamma_D) ]);
+    series.push(line(`B_crit ~ D^${fmt(p.gamma_D, 3)}`, PALETTE[1]));
+  }
+  draw(fig, series, uPlot.join(tables), {
+    key : 'bcrit' + series.length,
+    xlabel : 'tokens D at the branch point',
+    ylabel : 'batch size (tokens)',
+  });
+}

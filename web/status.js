@@ -2,7 +2,15 @@
 // page's live parts. The server renders every page (and escapes every value
 // in it); on events this script fetches the page again and swaps the
 // sections that changed, and draws the plots.
-import { drawBatch, drawCurves, drawFrontier, drawIsoflop, drawNopt, resizeAll } from './charts.js';
+import {
+  drawBatch,
+  drawBcrit,
+  drawCurves,
+  drawFrontier,
+  drawIsoflop,
+  drawNopt,
+  resizeAll
+} from './charts.js';
 import { RunTable } from './runs.js';
 import { authHeaders, getJSON, getPage, notice, postJSON, setToken, throttle, token } from './util.js';
 
@@ -233,6 +241,7 @@ function sweep() {
     drawIsoflop(figs('chart-isoflop'), pts, fits);
     drawNopt(figs('chart-nopt'), pts, fits);
     drawBatch(figs('chart-batch'), fits);
+    drawBcrit(figs('chart-bcrit'), fits);
   };
   const refreshSummary = throttle(() => guard(swap([ 'summary', 'fits', 'designed' ])), 1000);
   const refreshTable = throttle(() => guard(table.load()), 1000);

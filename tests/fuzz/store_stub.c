@@ -504,6 +504,16 @@ void store_fits_ladder(db *d, int64_t sweep_id, store_fits_ladder_cb cb, void *u
   QUEUE(d, ans_ladder, cb, ud);
 }
 
+static void ans_bcrit(call *c, int st, int v) {
+  (void)v;
+  ((store_fits_bcrit_cb)c->cb)(c->ud, st, NULL, 0, st ? errmsg : NULL);
+}
+
+void store_fits_bcrit(db *d, int64_t sweep_id, store_fits_bcrit_cb cb, void *ud) {
+  (void)sweep_id;
+  QUEUE(d, ans_bcrit, cb, ud);
+}
+
 void store_fits_insert(db *d, int64_t sweep_id, const char *law, const char *fit_json, int n_points,
                        store_done_cb cb, void *ud) {
   (void)sweep_id;

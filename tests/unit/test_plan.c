@@ -665,8 +665,9 @@ static void test_bcrit_branches(void) {
       CHECK_INT_EQ(r->branch_step, r->bcrit_at / (4 * 64));
       CHECK_INT_EQ(r->tokens, r->bcrit_at + 262144);
       CHECK(r->batch_size > 4);
-      /* the rule's rate at the trunk's compute: sqrt scaling, clamped */
-      CHECK(train_num(r, "lr") >= train_num(t, "lr"));
+      /* the trunk's rate times sqrt(B / B0), unclamped (3 significant digits) */
+      double want = train_num(t, "lr") * sqrt(r->batch_size / 4.0);
+      CHECK(fabs(train_num(r, "lr") - want) <= 0.005 * want);
     }
     char *js = plan_runs_json(p);
     CHECK(js && strstr(js, "\"part\":\"bcrit\"") && strstr(js, "\"branch_step\":512"));
@@ -679,6 +680,13 @@ static void test_bcrit_branches(void) {
   CHECK(has(&pr, "$.batch.branch.at[0]", "inside the trunk's warmup of 52428 tokens"));
   CHECK(has(&pr, "$.batch.branch.at[1]", "not a whole number of the largest batch (32 x 64"));
   CHECK(has(&pr, "$.batch.branch.at[2]", "expected at most 786432"));
+  spec_problems_free(&pr);
+  snprintf(text, sizeof text, spec_fmt, "131072", "");
+  char *t2 = strstr(text, "\"tokens\": 262144");
+  if (t2)
+    memcpy(t2, "\"tokens\": 262000", 16);
+  pr = refused(text);
+  CHECK(has(&pr, "$.batch.branch.tokens", "found 262000 tokens, not a whole number"));
   spec_problems_free(&pr);
   snprintf(text, sizeof text, spec_fmt, "131072", ", \"target_loss\": [1.2]");
   spec_problems pr2 = {0};

@@ -44,7 +44,7 @@ function element() {
 }
 globalThis.document = { createElement: () => element(), querySelectorAll: () => [] };
 
-const { drawBatch, drawFrontier, drawIsoflop, seedSpread, tightLogRange } = await import(new URL('../../web/charts.js', import.meta.url));
+const { drawBatch, drawBcrit, drawFrontier, drawIsoflop, seedSpread, tightLogRange } = await import(new URL('../../web/charts.js', import.meta.url));
 
 function text(fig) {
   const box = fig.querySelector('.plot');
@@ -148,3 +148,32 @@ drawIsoflop(fig, one, {});
 assert.equal(drawn[0].opts.bands, undefined);
 assert.equal(drawn[0].series.length, 3);
 console.log('seeds: replicates as one size, their spread shaded on the IsoFLOP chart');
+
+// the critical batch size by branching: B_crit at each branch point D with
+// its interval's ends, the trunk's B_noise there, and k_D D^gamma_D
+drawn.length = 0;
+fig = element();
+drawBcrit(fig, { bcrit: { params: { k_D: 0.5, gamma_D: 0.5 },
+  derived: { 'B_crit(D=1e+06)': 500, 'L(D=1e+06)': 3, 'B_noise(D=1e+06)': 400,
+    'B_crit(D=4e+06)': 1000, 'B_noise(D=4e+06)': 700, 'B_crit(D=1.6e+07)': Number.NaN },
+  ci95: { 'B_crit(D=1e+06)': [450, 560] } } });
+u = drawn[0];
+assert.deepEqual(u.series.slice(1).map((s) => s.label),
+  ['B_crit by branching', '95% interval (low)', '95% interval (high)', 'B_noise (the trunk)',
+    'B_crit ~ D^0.5']);
+const bx = u.data[0];
+const pick = (k) => bx.map((x, i) => [x, u.data[k][i]]).filter((p) => p[1] != null);
+assert.deepEqual(pick(1), [[1e6, 500], [4e6, 1000]], 'the finite B_crit values, by D');
+assert.deepEqual(pick(2), [[1e6, 450]]);
+assert.deepEqual(pick(3), [[1e6, 560]]);
+assert.deepEqual(pick(4), [[1e6, 400], [4e6, 700]]);
+assert.equal(pick(5).length, 32, 'the power law on 32 points');
+for (const [x, y] of pick(5)) {
+  assert.ok(Math.abs(y - 0.5 * Math.sqrt(x)) < 1e-9 * y, `the power law at ${x}`);
+}
+drawn.length = 0;
+fig = element();
+drawBcrit(fig, {});
+assert.equal(drawn.length, 0);
+assert.match(text(fig), /No critical batch size by branching yet/);
+console.log('bcrit: B_crit by branching against D, its intervals, B_noise and the power law');
