@@ -19,7 +19,8 @@
 #define DEFAULT_BOOTSTRAP_CHINCHILLA 1000
 
 static const char usage_text[] =
-    "usage: scalesweep fit --points FILE.csv --law chinchilla|kaplan|isoflop|batch|bopt|curve\n"
+    "usage: scalesweep fit --points FILE.csv\n"
+    "                      --law chinchilla|kaplan|isoflop|batch|bcrit|bopt|curve\n"
     "                      [--bootstrap N] [--seed S] [--threads T] [--target-flops C]\n"
     "                      [--target-steps S] [--no-irreducible] [--method M] [--full-grid]\n"
     "                      [--boot-by-run] [--json]\n"
@@ -36,6 +37,9 @@ static const char usage_text[] =
     "  kaplan      L(X) = E + (X_c/X)^alpha_X for each of params, tokens, flops given\n"
     "  isoflop     per-budget parabolas in ln N, then N_opt(C), D_opt(C) (Approach 2)\n"
     "  batch       S = S_min + E_min/B from a batch ladder (batch_size, steps)\n"
+    "  bcrit       the same per branch point of a ladder by branching (tokens: the\n"
+    "              branch point's D, batch_size, steps from it to loss, the\n"
+    "              target), then B_crit against D and against the loss\n"
     "  bopt        B_opt(C), eta_opt(C) and B_opt(D) from the runs within --near-best\n"
     "              of each compute budget's best loss (flops, tokens, batch_size,\n"
     "              loss, and lr for eta_opt; batch_size in tokens to compare with\n"
@@ -250,7 +254,8 @@ static const struct {
   law_fn fit;
 } laws[] = {
     {"chinchilla", fit_chinchilla}, {"kaplan", fit_kaplan}, {"isoflop", fit_isoflop},
-    {"batch", fit_batch},           {"bopt", fit_bopt},     {"curve", fit_curve},
+    {"batch", fit_batch},           {"bcrit", fit_bcrit},   {"bopt", fit_bopt},
+    {"curve", fit_curve},
 };
 
 /* A learning curve: steps and loss at every point, no column that another
@@ -408,15 +413,16 @@ int cmd_fit(int argc, char **argv) {
     return cli_usage_error("fit", NULL, "--points FILE.csv is required");
   if (!law)
     return cli_usage_error("fit", NULL,
-                           "--law is required: chinchilla, kaplan, isoflop, batch, bopt or curve");
+                           "--law is required: chinchilla, kaplan, isoflop, batch, bcrit, bopt or "
+                           "curve");
   law_fn fit = NULL;
   for (size_t i = 0; i < sizeof laws / sizeof *laws; i++)
     if (!strcmp(law, laws[i].name))
       fit = laws[i].fit;
   if (!fit)
     return cli_usage_error(
-        "fit", NULL, "--law: expected chinchilla, kaplan, isoflop, batch, bopt or curve, got '%s'",
-        law);
+        "fit", NULL,
+        "--law: expected chinchilla, kaplan, isoflop, batch, bcrit, bopt or curve, got '%s'", law);
   if (holdout && strcmp(law, "chinchilla"))
     return cli_usage_error(
         "fit", NULL, "--holdout is the Chinchilla law's extrapolation check (--law chinchilla)");

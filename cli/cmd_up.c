@@ -254,7 +254,10 @@ static void print_result(long long id, json_t *fits, double wall_s) {
  * as reals so they do not overflow Jansson's integers.) */
 /* Waits (up to 2 minutes) for the refit that has seen every successful run
  * (expected points), then prints the fitted laws. */
-static void print_fits(const cli_target *t, long long id, int expected, time_t t0) {
+/* law "chinchilla": complete when its n_points reach expected; "bcrit" (a
+ * sweep of a branched batch ladder alone): when its "runs" do */
+static void print_fits(const cli_target *t, long long id, const char *law_done, int expected,
+                       time_t t0) {
   char path[64];
   snprintf(path, sizeof path, "/api/sweeps/%lld/fit", id);
   json_t *fits = NULL;
@@ -264,9 +267,10 @@ static void print_fits(const cli_target *t, long long id, int expected, time_t t
     if (cli_request(t, "GET", path, NULL, 0, &status, &resp) == 0 && status == 200) {
       json_error_t je;
       json_t *j = json_loads(resp, JSON_DECODE_INT_AS_REAL, &je);
-      /* complete when the latest chinchilla fit has seen the last run */
-      json_t *c = json_object_get(j, "chinchilla");
-      if (c && json_number_value(json_object_get(c, "n_points")) >= expected) {
+      /* complete when the latest fit of law_done has seen the last run */
+      json_t *c = json_object_get(j, law_done);
+      if (c && json_number_value(json_object_get(
+                   c, strcmp(law_done, "bcrit") ? "n_points" : "runs")) >= expected) {
         fits = j;
         free(resp);
         break;
@@ -292,8 +296,9 @@ static void print_fits(const cli_target *t, long long id, int expected, time_t t
 /* Succeeded runs that the laws fit (batch-ladder runs and reproductions are
  * not), counted from
  * the sweep's pages of succeeded runs. */
-static int count_fit_points(const cli_target *t, long long id) {
+static int count_fit_points(const cli_target *t, long long id, int *bcrit) {
   int n = 0;
+  *bcrit = 0;
   for (long long offset = 0;;) {
     char path[128];
     snprintf(path, sizeof path, "/api/sweeps/%lld/runs?status=succeeded&limit=1000&offset=%lld", id,
@@ -312,6 +317,7 @@ static int count_fit_points(const cli_target *t, long long id) {
       const char *part = json_string_value(json_object_get(r, "part"));
       n += !(part && (!strcmp(part, "batch") || !strcmp(part, "bcrit"))) &&
            json_is_null(json_object_get(r, "reproduces"));
+      *bcrit += part && !strcmp(part, "bcrit");
     }
     size_t got = json_array_size(page);
     offset += (long long)got;
@@ -337,9 +343,11 @@ static int wait_for_sweep(const cli_target *t, long long id, time_t t0) {
       cli_progress_end(&pr);
       printf("sweep %lld finished: %lld of %lld runs succeeded, %lld failed\n", id, pr.succeeded,
              pr.total, pr.failed);
-      int fit_points = count_fit_points(t, id);
+      int bcrit, fit_points = count_fit_points(t, id, &bcrit);
       if (fit_points >= 7) /* the Chinchilla law needs its 5 parameters + 2 */
-        print_fits(t, id, fit_points, t0);
+        print_fits(t, id, "chinchilla", fit_points, t0);
+      else if (bcrit >= 5) /* a trunk and 4 rungs: one branch point's ladder */
+        print_fits(t, id, "bcrit", bcrit, t0);
       else
         printf("too few successful runs (%d) to fit the laws\n", fit_points);
       return stop_requested ? 128 + stop_requested : pr.failed ? SS_EXIT_FAILURE : 0;

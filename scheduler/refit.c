@@ -40,6 +40,7 @@ typedef struct refit {
   fit_point *bc;       /* the branched ladder's rungs (fit_bcrit's points), trunks included */
   int nbc;
   int bc_scratch, bc_missed; /* rungs that trained from scratch; rungs never at the target */
+  int bc_runs;               /* the succeeded runs of the branched ladder read */
   double *bc_noise;          /* per rung point: the trunk's median noise scale over the point's
                               * window (tokens; NAN: none) */
   store_corpus corpus; /* the synthetic corpus's figures (NAN: real data) */
@@ -292,6 +293,9 @@ static void work(uv_work_t *w) {
     } else if (rc == 0 && l == 1) {
       json_object_set_new(extra, "without_smallest_budget",
                           without_smallest_budget(iso, niso, "isoflop", &o));
+    } else if (rc == 0 && l == LAW_BCRIT) {
+      /* how many succeeded runs it read: `up --wait` waits for all of them */
+      json_object_set_new(extra, "runs", json_integer(r->bc_runs));
     }
     /* a law the points cannot support (too few, one size, no ladder) is
      * simply not fitted yet */
@@ -435,6 +439,7 @@ static void on_bcrit(void *ud, int status, const store_bcrit_run *runs, int nrun
   sched *s = r->s;
   if (status != 0 || s->stopping)
     return refit_abandon(r, status, errmsg);
+  r->bc_runs = nrun;
   r->bc = calloc(2 * (size_t)nrun + 1, sizeof *r->bc);
   r->bc_noise = calloc(2 * (size_t)nrun + 1, sizeof *r->bc_noise);
   if (!r->bc || !r->bc_noise)

@@ -426,7 +426,10 @@ static void add_warnings(plan *p) {
   double last_tokens = -1;
   for (size_t i = 0; i < p->n; i++) {
     const plan_run *r = &p->runs[i];
-    if (r->steps < PLAN_FEW_STEPS)
+    /* a rung of a branched ladder is read for its steps to a target, not
+     * its final loss */
+    int rung = r->bcrit_at > 0;
+    if (r->steps < PLAN_FEW_STEPS && !rung)
       add_warning(p,
                   "run %zu (%s, N %lld, D %lld, batch %d) makes only %lld optimizer steps "
                   "(fewer than %d): its loss measures the step budget more than the model",

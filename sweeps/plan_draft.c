@@ -405,7 +405,7 @@ static void ladder_branched(plan__planner *P, const rcfg_shape *sh) {
         double lr = trunk || !s->lr_rule.sqrt_batch ? lr0 : lr0 * sqrt((double)B / b0);
         d->failed =
             plan_train(P, d, C, trunk ? D : at->v[j] + delta, B, round_sig3(lr), bpath, what) != 0;
-        d->lr_from_rule = !json_is_number(lv);
+        d->lr_from_rule = trunk && !json_is_number(lv); /* the rungs: the trunk's, scaled */
       }
 }
 

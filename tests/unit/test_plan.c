@@ -27,7 +27,7 @@
 
 static const char *const examples[] = {"quickstart.json", "text.json",  "gpu-cluster.json",
                                        "grid.json",       "batch.json", "runs.json",
-                                       "wsd-grid.json"};
+                                       "wsd-grid.json",   "bcrit.json"};
 
 static void show(const spec_problems *pr) {
   for (size_t i = 0; i < pr->n; i++)
