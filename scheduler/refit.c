@@ -40,6 +40,8 @@ typedef struct refit {
   fit_point *bc;       /* the branched ladder's rungs (fit_bcrit's points), trunks included */
   int nbc;
   int bc_scratch, bc_missed; /* rungs that trained from scratch; rungs never at the target */
+  int bc_orphans, bc_flat;   /* rungs whose trunk has not succeeded; branch points where the
+                              * trunk's loss did not fall over the window (their rungs) */
   int bc_runs;               /* the succeeded runs of the branched ladder read */
   double *bc_noise;          /* per rung point: the trunk's median noise scale over the point's
                               * window (tokens; NAN: none) */
@@ -158,8 +160,18 @@ static void add_bcrit_noise(refit *r, fit_result *res) {
                     "left out",
                     r->bc_scratch, r->bc_scratch == 1 ? "" : "s");
   if (r->bc_missed)
-    fit_result_warn(res, "%d rung%s never reached the target within their tokens: left out",
+    fit_result_warn(res,
+                    "%d rung%s never reached the target within their tokens, or the trunk's "
+                    "evaluations do not reach the target's tokens: left out",
                     r->bc_missed, r->bc_missed == 1 ? "" : "s");
+  if (r->bc_flat)
+    fit_result_warn(res,
+                    "%d rung%s at branch points where the trunk's loss did not fall over the "
+                    "window (evaluation noise, or branch.tokens too short): no target, left out",
+                    r->bc_flat, r->bc_flat == 1 ? "" : "s");
+  if (r->bc_orphans)
+    fit_result_warn(res, "%d rung%s whose trunk has not succeeded: left out", r->bc_orphans,
+                    r->bc_orphans == 1 ? "" : "s");
 }
 
 /* The extrapolation check (SCIENCE.md section 2): the law refitted without
@@ -456,8 +468,10 @@ static void on_bcrit(void *ud, int status, const store_bcrit_run *runs, int nrun
     for (int j = 0; j < nrun; j++)
       if (runs[j].id == b->branch_of)
         t = &runs[j];
-    if (!t)
-      continue; /* its trunk has not succeeded (yet) */
+    if (!t) { /* its trunk has not succeeded (yet) */
+      r->bc_orphans++;
+      continue;
+    }
     double at = (double)b->branch_step * b->trunk_batch_tokens, window = (b->train_tokens - at) / 4;
     json_t *te = json_loads(t->evals, 0, NULL), *be = json_loads(b->evals, 0, NULL);
     json_t *tn = json_loads(t->b_noise, 0, NULL);
@@ -486,8 +500,10 @@ static void on_bcrit(void *ud, int status, const store_bcrit_run *runs, int nrun
       noise = m % 2 ? nv[m / 2] : 0.5 * (nv[m / 2 - 1] + nv[m / 2]);
     }
     free(nv);
-    if (!(tok > at)) {
-      r->bc_missed += isfinite(target) && isfinite(start);
+    if (isfinite(target) && isfinite(start) && !(target < start)) {
+      r->bc_flat++; /* noise, or a window too short: no target to reach */
+    } else if (!(tok > at)) {
+      r->bc_missed++;
     } else {
       /* the rung, and (once per branch point and trunk) the trunk itself */
       int have = 0;

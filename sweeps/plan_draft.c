@@ -316,44 +316,76 @@ static void ladder_branched(plan__planner *P, const rcfg_shape *sh) {
   const spec *s = P->s;
   const spec_ladder *b = &s->batch;
   const spec_values *bs = &b->batch_size, *ss = &b->seeds, *at = &b->branch_at;
-  int T = P->T, b0 = (int)bs->v[0], bmax = (int)bs->v[0];
-  for (size_t i = 1; i < bs->n; i++) {
+  int T = P->T, b0 = (int)bs->v[0];
+  /* every rung starts and ends on one of its own steps: the points and the
+   * branch tokens are whole numbers of every batch size's tokens, their
+   * least common multiple (lcm) times seq_len */
+  int64_t lcm = 1;
+  for (size_t i = 0; i < bs->n; i++) {
+    int64_t x = lcm, y = (int64_t)bs->v[i];
+    while (y) {
+      int64_t t = x % y;
+      x = y;
+      y = t;
+    }
+    lcm = lcm / x * (int64_t)bs->v[i];
+    if (lcm > (int64_t)1 << 40)
+      lcm = (int64_t)1 << 40; /* no point of a spec is a multiple of that */
     b0 = (int)bs->v[i] < b0 ? (int)bs->v[i] : b0;
-    bmax = (int)bs->v[i] > bmax ? (int)bs->v[i] : bmax;
   }
+  double bt = (double)lcm * T;
   double D = b->tokens, delta = b->branch_tokens;
   json_t *train = json_object_get(s->base, "train");
   json_t *wv = json_object_get(train, "warmup_tokens");
   double warmup = json_is_number(wv) ? json_number_value(wv) : floor(0.05 * D);
-  int sets_every = json_object_get(json_object_get(s->base, "eval"), "every_tokens") != NULL;
+  /* evaluations every eighth of the branch tokens, so that each rung's
+   * steps to the target can be read off; a spec may ask for more often */
+  json_t *ev = json_object_get(json_object_get(s->base, "eval"), "every_tokens");
+  int sets_every = ev != NULL;
   int64_t every = (int64_t)(delta / 8) / T * T;
   if (every < T)
     every = T;
   int bad = 0;
-  if (fmod(delta, (double)bmax * T) != 0) {
+  if (json_is_number(ev) && (json_number_value(ev) <= 0 || json_number_value(ev) > delta / 8)) {
+    spec_problem_add(P->pr, "$.base.eval.every_tokens",
+                     "found %g with $.batch.branch.tokens %.0f; expected from 1 to %.0f (an "
+                     "eighth of it), so that each rung's steps to its target can be read off its "
+                     "evaluations (or leave it out: the planner sets it)",
+                     json_number_value(ev), delta, floor(delta / 8));
+    bad = 1;
+  }
+  if (sets_every && json_is_number(ev))
+    every = (int64_t)json_number_value(ev);
+  if (fmod(delta, bt) != 0) {
     spec_problem_add(P->pr, "$.batch.branch.tokens",
-                     "found %.0f tokens, not a whole number of the largest batch (%d x %d = %lld "
+                     "found %.0f tokens, not a whole number of every batch size's tokens (the "
+                     "least common multiple of the batch sizes, %lld, x seq_len %d = %.0f "
                      "tokens); expected a multiple of it, so that every rung trains exactly as "
                      "many tokens",
-                     delta, bmax, T, (long long)bmax * T);
+                     delta, (long long)lcm, T, bt);
     bad = 1;
   }
   for (size_t j = 0; j < at->n; j++) {
     char path[192];
     spec_values_path(at, j, path, sizeof path);
-    int64_t bt = (int64_t)bmax * T;
-    if (at->v[j] < warmup) {
+    if (at->v[j] < warmup || at->v[j] < (double)every) {
       spec_problem_add(P->pr, path,
-                       "found %.0f tokens, inside the trunk's warmup of %.0f tokens; expected a "
-                       "branch point after it (the rates are constant only then)",
-                       at->v[j], warmup);
+                       "found %.0f tokens, %s %.0f tokens; expected a branch point after it (%s)",
+                       at->v[j],
+                       at->v[j] < warmup ? "inside the trunk's warmup of"
+                                         : "before the trunk's first evaluation, at",
+                       at->v[j] < warmup ? warmup : (double)every,
+                       at->v[j] < warmup ? "the rates are constant only then"
+                                         : "the rungs' start is read off the trunk's "
+                                           "evaluations");
       bad = 1;
-    } else if (fmod(at->v[j], (double)bt) != 0) {
+    } else if (fmod(at->v[j], bt) != 0) {
       spec_problem_add(P->pr, path,
-                       "found %.0f tokens, not a whole number of the largest batch (%d x %d = "
-                       "%lld tokens); expected a multiple of it, so that every batch size "
-                       "starts on a step",
-                       at->v[j], bmax, T, (long long)bt);
+                       "found %.0f tokens, not a whole number of every batch size's tokens (the "
+                       "least common multiple of the batch sizes, %lld, x seq_len %d = %.0f "
+                       "tokens); expected a multiple of it, so that every batch size starts on a "
+                       "step",
+                       at->v[j], (long long)lcm, T, bt);
       bad = 1;
     } else if (at->v[j] + delta > D) {
       spec_problem_add(P->pr, path,

@@ -457,11 +457,12 @@ static int load(const char *path, const char *config_json, const rcfg *branch, t
     st->train_pos.in_word = r.in_word;
     st->carry = r.carry;
     if (rebatch) {
-      /* its own steps: as many of its batches as the tokens make (the
-       * optimizer's bias correction counts those; fp16's skipped steps
-       * were the other run's) */
+      /* its own steps: as many of its batches as the tokens make; the
+       * optimizer's count (its bias correction, whose moments were averaged
+       * over the other run's updates) goes on from the other run's, so the
+       * offset between them may be negative */
       st->step = r.tokens / ((int64_t)branch->train.batch_size * branch->model.seq_len);
-      st->skipped_steps = 0;
+      st->skipped_steps = st->step - (r.step - r.skipped_steps);
     }
   }
   free(cjson);

@@ -31,7 +31,10 @@ typedef struct trn_ckpt_state {
   int64_t tokens;        /* training tokens consumed */
   double loss_scale;     /* fp16 dynamic loss scale (1 otherwise) */
   int64_t good_steps;    /* clean steps since the scale last changed */
-  int64_t skipped_steps; /* fp16 steps skipped for overflow (no update) */
+  /* steps less the optimizer's updates: fp16 steps skipped for overflow (no
+   * update); negative in a constant-rate branch that started from a smaller
+   * batch's checkpoint, whose optimizer count goes on from that run's */
+  int64_t skipped_steps;
   trn_loader_pos train_pos;
   int32_t carry; /* last token read: the first input of the next window */
   trn_noise noise;
@@ -70,7 +73,8 @@ int trn_ckpt_load(const char *path, const char *config_json, trn_model *m, trn_o
  * size measurement, docs/sweeps.md "bcrit"): the configs may differ in
  * train.tokens, batch_size, micro_batch_size and lr; the checkpoint's tokens
  * must be past the (shared) warmup and a whole number of cfg's batches,
- * and st->step becomes that number (cfg's own steps). Anything else is
+ * and st->step becomes that number (cfg's own steps), the optimizer's
+ * count going on from the checkpoint's (st->skipped_steps). Anything else is
  * SS_EINVAL naming the file and what differs. */
 int trn_ckpt_load_branch(const char *path, const rcfg *cfg, const char *config_json, trn_model *m,
                          trn_optim *o, trn_ckpt_state *st, char *err, size_t errlen);

@@ -1,4 +1,5 @@
-/* Checkpoints: trn_ckpt_load and trn_ckpt_load_branch on the input written as a checkpoint file,
+/* Checkpoints: trn_ckpt_load and trn_ckpt_load_branch (a wsd branch's and a
+ * constant-rate rung's) on the input written as a checkpoint file,
  * for the small run of CONFIG below (the seed corpus holds checkpoints
  * that `scalesweep train` wrote for it; tests/fuzz/make_seeds.sh). Each
  * input is loaded as it is and, since random bytes almost never carry a
@@ -23,8 +24,19 @@
   " \"train\": {\"batch_size\": 2, \"tokens\": 64, \"lr\": 0.01},"               \
   " \"eval\": {\"every_tokens\": 0, \"tokens\": 4}, \"precision\": \"bf16\", \"threads\": 1}"
 
+/* a constant-rate rung of twice the batch (trn_ckpt_load_branch's other
+ * kind): CONFIG's model and data */
+#define RUNG_CONFIG                                                              \
+  "{\"model\": {\"n_layer\": 1, \"d_model\": 8, \"n_head\": 2, \"seq_len\": 4}," \
+  " \"data\": {\"synthetic\": {\"letters\": 4, \"words\": 16, \"min_len\": 1,"   \
+  " \"max_len\": 3, \"seed\": 1}},"                                              \
+  " \"train\": {\"batch_size\": 4, \"micro_batch_size\": 2, \"tokens\": 128,"    \
+  " \"lr\": 0.02, \"schedule\": \"constant\", \"warmup_tokens\": 8},"            \
+  " \"eval\": {\"every_tokens\": 0, \"tokens\": 4}, \"precision\": \"bf16\", \"threads\": 1}"
+
 typedef struct run {
-  rcfg cfg;
+  rcfg cfg, rung;
+  char *rung_json;
   char *config_json;
   kern_ctx k;
   trn_model m;
@@ -44,6 +56,11 @@ static run *setup(void) {
     abort();
   }
   r.config_json = rcfg_to_json(&r.cfg);
+  if (rcfg_parse(RUNG_CONFIG, "fuzz_ckpt", &r.rung, err, sizeof err) != 0) {
+    fprintf(stderr, "%s\n", err);
+    abort();
+  }
+  r.rung_json = rcfg_to_json(&r.rung);
   kern_cpu_init(&r.k, trn_kern_prec(r.cfg.precision), r.cfg.threads);
   rcfg_shape s = {r.cfg.model.n_layer, r.cfg.model.d_model, r.cfg.model.n_head, r.cfg.model.seq_len,
                   r.cfg.model.vocab_size};
@@ -69,6 +86,16 @@ static void load(run *r, const uint8_t *data, size_t size) {
   int rc = trn_ckpt_load_branch(path, &r->cfg, r->config_json, &r->m, &r->o, &st, err, sizeof err);
   if (rc == 0 || (!err[0] && rc != SS_ENOMEM))
     abort(); /* a refusal names the file and what is wrong */
+  /* as a constant-rate rung's start: accepted only at a whole number of its
+   * batches, and then its steps count them */
+  memset(&st, 0, sizeof st);
+  err[0] = 0;
+  rc = trn_ckpt_load_branch(path, &r->rung, r->rung_json, &r->m, &r->o, &st, err, sizeof err);
+  if (rc != 0 && !err[0] && rc != SS_ENOMEM)
+    abort();
+  if (rc == 0 &&
+      (st.step * 4 * 4 != st.tokens || st.carry < 0 || st.carry >= r->cfg.model.vocab_size))
+    abort();
   memset(&st, 0, sizeof st);
   err[0] = 0;
   rc = trn_ckpt_load(path, r->config_json, &r->m, &r->o, &st, err, sizeof err);

@@ -678,7 +678,8 @@ static void test_bcrit_branches(void) {
   snprintf(text, sizeof text, spec_fmt, "32768, 133000, 917504", "");
   spec_problems pr = refused(text);
   CHECK(has(&pr, "$.batch.branch.at[0]", "inside the trunk's warmup of 52428 tokens"));
-  CHECK(has(&pr, "$.batch.branch.at[1]", "not a whole number of the largest batch (32 x 64"));
+  CHECK(has(&pr, "$.batch.branch.at[1]",
+            "least common multiple of the batch sizes, 32, x seq_len 64 = 2048 tokens"));
   CHECK(has(&pr, "$.batch.branch.at[2]", "expected at most 786432"));
   spec_problems_free(&pr);
   snprintf(text, sizeof text, spec_fmt, "131072", "");
@@ -687,6 +688,28 @@ static void test_bcrit_branches(void) {
     memcpy(t2, "\"tokens\": 262000", 16);
   pr = refused(text);
   CHECK(has(&pr, "$.batch.branch.tokens", "found 262000 tokens, not a whole number"));
+  spec_problems_free(&pr);
+  /* batch sizes that are not powers of two: the points are whole numbers
+   * of every one's batches (6 and 16: 48 sequences), not just the largest's */
+  snprintf(text, sizeof text, spec_fmt, "131072", "");
+  char *bl = strstr(text, "[4, 8, 16, 32]");
+  if (bl)
+    memcpy(bl, "[4, 6, 16, 32]", 14);
+  pr = refused(text);
+  CHECK(has(&pr, "$.batch.branch.at[0]", "least common multiple of the batch sizes, 96"));
+  CHECK(has(&pr, "$.batch.branch.tokens", "least common multiple of the batch sizes, 96"));
+  spec_problems_free(&pr);
+  /* evaluations too rare to read the rungs' steps off */
+  snprintf(text, sizeof text, spec_fmt, "131072", "");
+  char *mb = strstr(text, "\"micro_batch_size\": 4}");
+  if (mb) {
+    char rest[1024];
+    snprintf(rest, sizeof rest, "%s", mb + strlen("\"micro_batch_size\": 4}"));
+    snprintf(mb, sizeof text - (size_t)(mb - text),
+             "\"micro_batch_size\": 4}, \"eval\": {\"every_tokens\": 65536}%s", rest);
+  }
+  pr = refused(text);
+  CHECK(has(&pr, "$.base.eval.every_tokens", "found 65536 with $.batch.branch.tokens 262144"));
   spec_problems_free(&pr);
   snprintf(text, sizeof text, spec_fmt, "131072", ", \"target_loss\": [1.2]");
   spec_problems pr2 = {0};
