@@ -285,7 +285,10 @@ static void print_fits(const cli_target *t, long long id, const char *law_done, 
       printf("the fit did not finish within 2 minutes; see `scalesweep fit %lld` later\n", id);
     return;
   }
-  printf("fits (values with 95%% bootstrap intervals; scalesweep fit %lld --json):\n", id);
+  printf("fits (values with 95%% %s; scalesweep fit %lld --json):\n",
+         json_object_get(fits, "bcrit") ? "intervals: bootstrap, t-intervals for bcrit"
+                                        : "bootstrap intervals",
+         id);
   const char *law;
   json_t *fit;
   json_object_foreach(fits, law, fit) cli_print_fit(stdout, law, fit);
