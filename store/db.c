@@ -236,6 +236,12 @@ static int result_timed_out(const PGresult *r) {
 }
 
 /* The request in flight is finished: its callback gets r (owned here). */
+/* store__db_keep_result: the result a callback took over (the loop's
+ * thread only: every db runs its callbacks on it) */
+static const PGresult *kept_result;
+
+void store__db_keep_result(const PGresult *r) { kept_result = r; }
+
 static void complete(db *d, int status, PGresult *r) {
   store__db_req *q = d->inflight;
   d->inflight = NULL;
@@ -252,8 +258,11 @@ static void complete(db *d, int status, PGresult *r) {
     store__db_msg_copy(buf, sizeof buf, result_message(r));
     msg = buf;
   }
+  kept_result = NULL;
   q->cb(q->ud, status, status == 0 ? r : NULL, msg);
-  PQclear(r);
+  if (r != kept_result || status != 0)
+    PQclear(r);
+  kept_result = NULL;
   store__db_req_free(q);
   store__db_pump(d);
 }

@@ -47,6 +47,11 @@ typedef struct store__rows_spec {
 /* A decode for an int64_t element: the row's first column. */
 void store__decode_id(const PGresult *res, int row, void *elem);
 
+/* Inside a db_cb of a statement that succeeded: res stays valid after the
+ * callback returns, for work on another thread (a PGresult is read-only);
+ * the callback's owner PQclears it. */
+void store__db_keep_result(const PGresult *res);
+
 /* The user data for store__on_rows (one malloc, freed there), or NULL when
  * out of memory (then deliver has had SS_ENOMEM). */
 store__call *store__rows_call(const store__rows_spec *spec, void (*cb)(void), void *ud,

@@ -1,5 +1,6 @@
 /* The read documents of the API and the status page (store/pages.h). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,32 +339,261 @@ void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
       run_id, cb, ud);
 }
 
-/* The samples of one column of a run's curve (alias: their table): for
- * g = 0..P ($2) the first step at or after t_g = ceil(smax^(g/P)), found in
- * one of two ways, whichever reads less for this run (mx.dense, decided by
- * its last step against P). Sparse (many more steps than samples): one
- * index seek per t_g, so the cost does not grow with the curve's length;
- * the bound must be an integer, as step is, or the seek becomes a scan of
- * the run's rows for every sample. Dense: one ordered pass over the run's
- * rows, keeping a step when some t_g lies in (previous step, step], that is
- * when floor(P ln(step) / ln(smax)) exceeds the previous step's: the same
- * steps, without the seeks. Evaluations likewise (the metrics_evals
- * index). The last step is always included. */
-#define CURVE_BUCKET_SQL(x) "least($2::float8, floor($2::float8 * ln(" x "::float8 + 1e-6) / mx.l))"
-#define SAMPLE_SQL(col, alias)                                                                  \
-  "CROSS JOIN LATERAL (SELECT array_agg(p.tokens ORDER BY p.step) AS tokens, "                  \
-  "array_agg(p." col " ORDER BY p.step) AS loss FROM ("                                         \
-  "SELECT p.step, p.tokens, p." col " FROM (SELECT m.step, m.tokens, m." col                    \
-  ", lag(m.step) OVER (ORDER BY m.step) AS prev FROM metrics m WHERE m.run_id = mx.id "         \
-  "AND m." col " IS NOT NULL) p WHERE mx.dense AND p.step >= 1 AND (p.prev IS NULL OR "         \
-  "p.prev < 1 OR mx.l = 0 OR " CURVE_BUCKET_SQL("p.step") " > " CURVE_BUCKET_SQL(               \
-      "p.prev") ") "                                                                            \
-                "UNION ALL SELECT DISTINCT q.* FROM generate_series(0, $2::int) g CROSS JOIN "  \
-                "LATERAL "                                                                      \
-                "(SELECT m.step, m.tokens, m." col                                              \
-                " FROM metrics m WHERE m.run_id = mx.id AND m." col                             \
-                " IS NOT NULL AND m.step >= ceil(exp(mx.l * g::float8 / $2::int) - 1e-6)::int " \
-                "ORDER BY m.step LIMIT 1) q WHERE NOT mx.dense) p) " alias " "
+/* The samples of one column of a run's curve: for g = 0..P the first step
+ * at or after t_g = ceil(smax^(g/P)), found in one of two ways, whichever
+ * reads less for this run (mx.dense, decided by its last step against P).
+ * Sparse (many more steps than samples): one index seek per t_g in SQL, so
+ * the cost does not grow with the curve's length; the bound must be an
+ * integer, as step is, or the seek becomes a scan of the run's rows for
+ * every sample. Dense: the run's rows, every one, as three arrays in one
+ * pass, sampled here (curve_sample): a step is kept when some t_g lies in
+ * (previous step, step], that is when floor(P ln(step) / ln(smax)) exceeds
+ * the previous step's; the same steps as the seeks would find. Doing that
+ * test, and writing the JSON, in SQL cost 30 of the 35 ms a sweep's 50
+ * curves of 1,000 steps took (docs/runtime.md). Evaluations likewise (the
+ * metrics_evals index). The arrays come in no particular order (each
+ * lateral's aggregates see the same rows in the same order), and are sorted
+ * by step here. */
+#define CURVE_SQL(col)                                                                     \
+  "CROSS JOIN LATERAL (SELECT array_agg(p.step) AS steps, array_agg(p.tokens) AS tokens, " \
+  "array_agg(p." col ") AS loss FROM (SELECT m.step, m.tokens, m." col " FROM metrics m "  \
+  "WHERE mx.dense AND m.run_id = mx.id AND m." col " IS NOT NULL "                         \
+  "UNION ALL SELECT DISTINCT q.* FROM generate_series(0, $2::int) g CROSS JOIN LATERAL "   \
+  "(SELECT m.step, m.tokens, m." col " FROM metrics m WHERE m.run_id = mx.id AND m." col   \
+  " IS NOT NULL AND m.step >= ceil(exp(mx.l * g::float8 / $2::int) - 1e-6)::int "          \
+  "ORDER BY m.step LIMIT 1) q WHERE NOT mx.dense) p) "
+
+typedef struct curve_pt {
+  int64_t step, tokens;
+  double loss;
+} curve_pt;
+
+/* A sweep's curves: the rows, then the sampling and the JSON on libuv's
+ * thread pool (50 runs of 1,000 steps: a few ms; the heaviest a client may
+ * ask for, 1,000 runs of 4,002: a second), so that the scheduler's loop,
+ * which renews leases, never waits on them. */
+typedef struct curves_call {
+  uv_work_t work;
+  int64_t points;
+  store_json_cb cb;
+  void *ud;
+  uv_loop_t *loop;
+  PGresult *res; /* kept (store__db_keep_result) */
+  char *json;    /* the answer; NULL with status and why when it failed */
+  int status;
+  const char *why;
+} curves_call;
+
+/* A growable text buffer; ok drops to 0 when out of memory. */
+typedef struct cbuf {
+  char *p;
+  size_t len, cap;
+  int ok;
+} cbuf;
+
+static void cb_put(cbuf *b, const char *s, size_t n) {
+  if (!b->ok)
+    return;
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 4096;
+    while (b->len + n + 1 > cap)
+      cap *= 2;
+    char *q = realloc(b->p, cap);
+    if (!q) {
+      b->ok = 0;
+      return;
+    }
+    b->p = q;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len] = '\0';
+}
+
+static void cb_puts(cbuf *b, const char *s) { cb_put(b, s, strlen(s)); }
+
+static void cb_int(cbuf *b, int64_t v) {
+  char t[24];
+  cb_put(b, t, (size_t)snprintf(t, sizeof t, "%" PRId64, v));
+}
+
+/* the shortest of %.15g, %.16g, %.17g that reads back as v; null when
+ * not finite (JSON has no NaN) */
+static void cb_num(cbuf *b, double v) {
+  if (!isfinite(v)) {
+    cb_puts(b, "null");
+    return;
+  }
+  char t[32];
+  int n = 0;
+  for (int prec = 15; prec <= 17; prec++) {
+    n = snprintf(t, sizeof t, "%.*g", prec, v);
+    if (strtod(t, NULL) == v)
+      break;
+  }
+  cb_put(b, t, (size_t)n);
+}
+
+/* A PostgreSQL array's text ("{1,2,3}"; NULL: none) into up to cap
+ * numbers; how many, -1 when malformed or over cap. */
+static int parse_array(const char *s, double *out, int cap) {
+  if (!s || *s != '{')
+    return -1;
+  int n = 0;
+  s++;
+  while (*s && *s != '}') {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || n == cap)
+      return -1;
+    out[n++] = v;
+    s = end;
+    if (*s == ',')
+      s++;
+  }
+  return *s == '}' ? n : -1;
+}
+
+static int cmp_pt(const void *a, const void *b) {
+  const curve_pt *x = a, *y = b;
+  return (x->step > y->step) - (x->step < y->step);
+}
+
+static double curve_bucket(double P, double step, double l) {
+  double b = floor(P * log(step + 1e-6) / l);
+  return b < P ? b : P;
+}
+
+/* One column of a run from row i's cells col.. col + 2 (steps, tokens,
+ * losses) as "tokens":[..],"loss":[..] under the given keys, sampled when
+ * dense; null for both when nothing is left. 0, or -1 when malformed. */
+static int curve_column(cbuf *b, const PGresult *res, int i, int col, int dense, double l, double P,
+                        const char *tk, const char *lk) {
+  int have = !PQgetisnull(res, i, col);
+  int cap = have ? (int)(PQgetlength(res, i, col) / 2 + 2) : 0; /* "{1,2}": at most len/2 */
+  double *st = have ? malloc(sizeof(double) * (size_t)cap * 3) : NULL;
+  curve_pt *pt = have ? malloc(sizeof(curve_pt) * (size_t)cap) : NULL;
+  int n = 0, rc = 0;
+  if (have && (!st || !pt))
+    rc = -1;
+  if (have && !rc) {
+    n = parse_array(PQgetvalue(res, i, col), st, cap);
+    int n2 = parse_array(PQgetvalue(res, i, col + 1), st + cap, cap);
+    int n3 = parse_array(PQgetvalue(res, i, col + 2), st + 2 * cap, cap);
+    if (n < 0 || n2 != n || n3 != n)
+      rc = -1;
+    for (int k = 0; !rc && k < n; k++)
+      pt[k] = (curve_pt){(int64_t)st[k], (int64_t)st[cap + k], st[2 * cap + k]};
+  }
+  int kept = 0;
+  if (!rc && n > 0) {
+    qsort(pt, (size_t)n, sizeof *pt, cmp_pt);
+    if (!dense)
+      kept = n;
+    else { /* the first step at or after each t_g: a new bucket */
+      int64_t prev = 0;
+      for (int k = 0; k < n; k++) {
+        curve_pt q = pt[k];
+        if (q.step >= 1 && (k == 0 || prev < 1 || l == 0 ||
+                            curve_bucket(P, (double)q.step, l) > curve_bucket(P, (double)prev, l)))
+          pt[kept++] = q; /* kept <= k: never a point not yet read */
+        prev = q.step;
+      }
+    }
+  }
+  cb_puts(b, ",\"");
+  cb_puts(b, tk);
+  cb_puts(b, "\":");
+  if (!kept)
+    cb_puts(b, "null");
+  for (int k = 0; k < kept; k++) {
+    cb_puts(b, k ? "," : "[");
+    cb_int(b, pt[k].tokens);
+  }
+  cb_puts(b, kept ? "],\"" : ",\"");
+  cb_puts(b, lk);
+  cb_puts(b, "\":");
+  if (!kept)
+    cb_puts(b, "null");
+  for (int k = 0; k < kept; k++) {
+    cb_puts(b, k ? "," : "[");
+    cb_num(b, pt[k].loss);
+  }
+  if (kept)
+    cb_puts(b, "]");
+  free(st);
+  free(pt);
+  return rc;
+}
+
+static void curves_work(uv_work_t *w) {
+  curves_call *c = w->data;
+  const PGresult *res = c->res;
+  cbuf b = {NULL, 0, 0, 1};
+  cb_puts(&b, "[");
+  int n = PQntuples(res), bad = 0;
+  double P = (double)c->points;
+  for (int i = 0; i < n && !bad; i++) {
+    int dense = !PQgetisnull(res, i, 4) && PQgetvalue(res, i, 4)[0] == 't';
+    int64_t smax = PQgetisnull(res, i, 3) ? -1 : store__int(res, i, 3);
+    double l = log(smax > 1 ? (double)smax : 1.0);
+    cb_puts(&b, i ? ",{\"run_id\":" : "{\"run_id\":");
+    cb_int(&b, store__int(res, i, 0));
+    cb_puts(&b, ",\"status\":\"");
+    cb_puts(&b, PQgetvalue(res, i, 1)); /* a run_status: letters only */
+    cb_puts(&b, "\",\"nonembedding_params\":");
+    if (PQgetisnull(res, i, 2))
+      cb_puts(&b, "null");
+    else
+      cb_int(&b, store__int(res, i, 2));
+    cb_puts(&b, ",\"steps\":");
+    if (smax < 0)
+      cb_puts(&b, "null");
+    else
+      cb_int(&b, smax);
+    bad = curve_column(&b, res, i, 5, dense, l, P, "tokens", "train_loss") ||
+          curve_column(&b, res, i, 8, dense, l, P, "val_tokens", "val_loss");
+    cb_puts(&b, "}");
+  }
+  cb_puts(&b, "]");
+  if (bad || !b.ok) {
+    c->status = bad ? SS_EQUERY : SS_ENOMEM;
+    c->why = bad ? "a curve's arrays could not be read" : "out of memory";
+    free(b.p);
+  } else
+    c->json = b.p;
+}
+
+static void curves_done(uv_work_t *w, int status) {
+  curves_call *c = w->data;
+  if (status != 0 && !c->json && !c->status) { /* cancelled: the loop is closing */
+    c->status = SS_ECONN;
+    c->why = "the scheduler is stopping";
+  }
+  c->cb(c->ud, c->json ? 0 : c->status, c->json, c->json ? NULL : c->why);
+  free(c->json);
+  PQclear(c->res);
+  free(c);
+}
+
+static void on_curves(void *ud, int status, PGresult *res, const char *errmsg) {
+  curves_call *c = ud;
+  if (status != 0) {
+    c->cb(c->ud, status, NULL, errmsg);
+    free(c);
+    return;
+  }
+  store__db_keep_result(res);
+  c->res = res;
+  c->work.data = c;
+  int rc = uv_queue_work(c->loop, &c->work, curves_work, curves_done);
+  if (rc != 0) {
+    c->status = SS_ENOMEM;
+    c->why = "the thread pool refused the work";
+    curves_done(&c->work, rc);
+  }
+}
 
 void store_pages_curves(db *d, int64_t sweep_id, const char *run_ids, int64_t points, int64_t limit,
                         int64_t offset, store_json_cb cb, void *ud) {
@@ -371,20 +601,24 @@ void store_pages_curves(db *d, int64_t sweep_id, const char *run_ids, int64_t po
   const char *p[5] = {sweep_id ? store__itoa(sid, sizeof sid, sweep_id) : NULL,
                       store__itoa(pts, sizeof pts, points), run_ids,
                       store__itoa(lim, sizeof lim, limit), store__itoa(off, sizeof off, offset)};
+  curves_call *c = malloc(sizeof *c);
+  if (!c) {
+    cb(ud, SS_ENOMEM, NULL, "out of memory");
+    return;
+  }
+  *c = (curves_call){.points = points, .cb = cb, .ud = ud, .loop = d->loop};
   /* dense: an ordered pass reads about smax rows, seeks cost about as much
    * as 2 rows each and there are 2 (P + 1) of them per column */
-  store__query_json(
-      d,
-      "SELECT coalesce(json_agg(json_build_object('run_id', mx.id, 'status', mx.status, "
-      "'nonembedding_params', mx.n, 'steps', mx.smax, 'tokens', c.tokens, 'train_loss', "
-      "c.loss, 'val_tokens', v.tokens, 'val_loss', v.loss) ORDER BY mx.id), '[]') "
-      "FROM (SELECT r.id, r.status, r.nonembedding_params AS n, s.smax, "
-      "ln(greatest(s.smax, 1)) AS l, s.smax <= 2 * ($2::int + 1) AS dense FROM runs r "
-      "CROSS JOIN LATERAL (SELECT max(m.step) AS smax FROM metrics m WHERE m.run_id = r.id) s "
-      "WHERE ($1::bigint IS NULL OR r.sweep_id = $1) AND ($3::bigint[] IS NULL OR r.id = "
-      "ANY($3)) ORDER BY r.id LIMIT $4 OFFSET $5) mx " SAMPLE_SQL("train_loss", "c")
-          SAMPLE_SQL("val_loss", "v"),
-      5, p, cb, ud);
+  db_query(d,
+           "SELECT mx.id, mx.status, mx.n, mx.smax, mx.dense, c.steps, c.tokens, c.loss, "
+           "v.steps, v.tokens, v.loss "
+           "FROM (SELECT r.id, r.status, r.nonembedding_params AS n, s.smax, "
+           "ln(greatest(s.smax, 1)) AS l, s.smax <= 2 * ($2::int + 1) AS dense FROM runs r "
+           "CROSS JOIN LATERAL (SELECT max(m.step) AS smax FROM metrics m WHERE m.run_id = r.id) s "
+           "WHERE ($1::bigint IS NULL OR r.sweep_id = $1) AND ($3::bigint[] IS NULL OR r.id = "
+           "ANY($3)) ORDER BY r.id LIMIT $4 OFFSET $5) mx " CURVE_SQL("train_loss") "c " CURVE_SQL(
+               "val_loss") "v ORDER BY mx.id",
+           5, p, on_curves, c);
 }
 
 void store_pages_points(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {

@@ -484,6 +484,9 @@ COMMANDS = [
      lambda r: expect(r, "26 runs")),
     ("./build/scalesweep plan sweeps/examples/wsd-grid.json", None,
      lambda r: expect(r, "from #5 at step 1562", "37.3% saved")),
+    ("./build/scalesweep plan sweeps/examples/bcrit.json", None,
+     lambda r: expect(r, "13 runs", "from #12 at step 256",
+                      "12 rungs start from the checkpoints of 1 trunk")),
     ("./build/scalesweep migrate --database postgresql://scalesweep@db.example.org/scalesweep",
      "./build/scalesweep migrate --database \"$SCALESWEEP_TEST_DB\"", migrate),
     ("./build/scalesweep up --database postgresql://scalesweep@db.example.org/scalesweep "
