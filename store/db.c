@@ -366,7 +366,7 @@ static void send_step(db *d) {
     lengths = q->stmts[q->step].lengths;
     formats = q->stmts[q->step].formats;
   }
-  if (!PQsendQueryParams(d->conn, sql, n, NULL, params, lengths, formats, 0)) {
+  if (!PQsendQueryParams(d->conn, sql, n, NULL, params, lengths, formats, q->binary ? 1 : 0)) {
     if (PQstatus(d->conn) == CONNECTION_BAD) {
       store__db_conn_reset(d, SS_ECONN, PQerrorMessage(d->conn));
       return;
@@ -438,6 +438,15 @@ void db_query_bin(db *d, const char *sql, int nparams, const char *const *params
                   const int *lengths, const int *formats, db_cb cb, void *ud) {
   const char *const *pp[1] = {params};
   enqueue(d, req_new(0, 1, &sql, &nparams, pp, lengths, formats, cb, ud), cb, ud);
+}
+
+void db_query_binary(db *d, const char *sql, int nparams, const char *const *params, db_cb cb,
+                     void *ud) {
+  const char *const *pp[1] = {params};
+  store__db_req *q = req_new(0, 1, &sql, &nparams, pp, NULL, NULL, cb, ud);
+  if (q)
+    q->binary = 1;
+  enqueue(d, q, cb, ud);
 }
 
 void db_tx(db *d, int nstmts, const char *const *sqls, const int *nparams,

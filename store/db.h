@@ -35,6 +35,10 @@ void db_query(db *d, const char *sql, int nparams, const char *const *params, db
  * bytes, PostgreSQL's send format), 0 for text (lengths[i] ignored). */
 void db_query_bin(db *d, const char *sql, int nparams, const char *const *params,
                   const int *lengths, const int *formats, db_cb cb, void *ud);
+/* db_query with every result column in PostgreSQL's binary format
+ * (network byte order; arrays as array_send writes them). */
+void db_query_binary(db *d, const char *sql, int nparams, const char *const *params, db_cb cb,
+                     void *ud);
 
 /* Queues statements to run in one transaction (BEGIN; each; COMMIT); on any
  * error the transaction is rolled back and cb gets that error. */

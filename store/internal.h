@@ -143,6 +143,7 @@ typedef struct store__db_req {
   PGresult *failed; /* tx: the error being rolled back */
   store__db_stmt *stmts;
   int setup;          /* the session's settings (db_options): never timed out in the queue */
+  int binary;         /* results in PostgreSQL's binary format (db_query_binary) */
   uint64_t queued_ms; /* uv_now when queued */
 } store__db_req;
 

@@ -354,13 +354,13 @@ void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
  * metrics_evals index). The arrays come in no particular order (each
  * lateral's aggregates see the same rows in the same order), and are sorted
  * by step here. */
-#define CURVE_SQL(col)                                                                     \
-  "CROSS JOIN LATERAL (SELECT array_agg(p.step) AS steps, array_agg(p.tokens) AS tokens, " \
-  "array_agg(p." col ") AS loss FROM (SELECT m.step, m.tokens, m." col " FROM metrics m "  \
-  "WHERE mx.dense AND m.run_id = mx.id AND m." col " IS NOT NULL "                         \
-  "UNION ALL SELECT DISTINCT q.* FROM generate_series(0, $2::int) g CROSS JOIN LATERAL "   \
-  "(SELECT m.step, m.tokens, m." col " FROM metrics m WHERE m.run_id = mx.id AND m." col   \
-  " IS NOT NULL AND m.step >= ceil(exp(mx.l * g::float8 / $2::int) - 1e-6)::int "          \
+#define CURVE_SQL(col)                                                                           \
+  "CROSS JOIN LATERAL (SELECT array_agg(p.step::int8) AS steps, array_agg(p.tokens) AS tokens, " \
+  "array_agg(p." col ") AS loss FROM (SELECT m.step, m.tokens, m." col " FROM metrics m "        \
+  "WHERE mx.dense AND m.run_id = mx.id AND m." col " IS NOT NULL "                               \
+  "UNION ALL SELECT DISTINCT q.* FROM generate_series(0, $2::int) g CROSS JOIN LATERAL "         \
+  "(SELECT m.step, m.tokens, m." col " FROM metrics m WHERE m.run_id = mx.id AND m." col         \
+  " IS NOT NULL AND m.step >= ceil(exp(mx.l * g::float8 / $2::int) - 1e-6)::int "                \
   "ORDER BY m.step LIMIT 1) q WHERE NOT mx.dense) p) "
 
 typedef struct curve_pt {
@@ -418,41 +418,50 @@ static void cb_int(cbuf *b, int64_t v) {
   cb_put(b, t, (size_t)snprintf(t, sizeof t, "%" PRId64, v));
 }
 
-/* the shortest of %.15g, %.16g, %.17g that reads back as v; null when
- * not finite (JSON has no NaN) */
+/* %.17g, which always reads back as v (trailing zeros dropped: 5.5 stays
+ * "5.5"); null when not finite (JSON has no NaN). Trying shorter
+ * precisions first, as PostgreSQL's shortest form does, cost three
+ * snprintf and strtod calls a value for the losses, whose digits run out
+ * at 17: 20 of a sweep's curves' 30 ms. */
 static void cb_num(cbuf *b, double v) {
   if (!isfinite(v)) {
     cb_puts(b, "null");
     return;
   }
   char t[32];
-  int n = 0;
-  for (int prec = 15; prec <= 17; prec++) {
-    n = snprintf(t, sizeof t, "%.*g", prec, v);
-    if (strtod(t, NULL) == v)
-      break;
-  }
-  cb_put(b, t, (size_t)n);
+  cb_put(b, t, (size_t)snprintf(t, sizeof t, "%.17g", v));
 }
 
-/* A PostgreSQL array's text ("{1,2,3}"; NULL: none) into up to cap
- * numbers; how many, -1 when malformed or over cap. */
-static int parse_array(const char *s, double *out, int cap) {
-  if (!s || *s != '{')
+/* Big-endian integers of PostgreSQL's binary format. */
+static uint32_t be32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static uint64_t be64(const unsigned char *p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
+
+/* A one-dimensional array of 8-byte elements (int8 or float8) as
+ * array_send writes it (ndim, has-nulls flag, element type, length, lower
+ * bound, then each element's length and bytes): how many, with *data at
+ * the first element's length word; -1 when it is anything else. */
+static int bin_array(const char *v, int len, const unsigned char **data) {
+  const unsigned char *p = (const unsigned char *)v;
+  if (len < 12)
     return -1;
-  int n = 0;
-  s++;
-  while (*s && *s != '}') {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || n == cap)
-      return -1;
-    out[n++] = v;
-    s = end;
-    if (*s == ',')
-      s++;
+  uint32_t ndim = be32(p);
+  if (ndim == 0) { /* an empty array */
+    *data = p + 12;
+    return 0;
   }
-  return *s == '}' ? n : -1;
+  if (ndim != 1 || len < 20)
+    return -1;
+  uint32_t n = be32(p + 12);
+  if (n > (uint32_t)(len - 20) / 12 || (size_t)len != 20 + (size_t)n * 12)
+    return -1; /* a NULL element (length -1) changes the size: refused */
+  for (uint32_t k = 0; k < n; k++)
+    if (be32(p + 20 + 12 * (size_t)k) != 8)
+      return -1;
+  *data = p + 20;
+  return (int)n;
 }
 
 static int cmp_pt(const void *a, const void *b) {
@@ -470,21 +479,28 @@ static double curve_bucket(double P, double step, double l) {
  * dense; null for both when nothing is left. 0, or -1 when malformed. */
 static int curve_column(cbuf *b, const PGresult *res, int i, int col, int dense, double l, double P,
                         const char *tk, const char *lk) {
-  int have = !PQgetisnull(res, i, col);
-  int cap = have ? (int)(PQgetlength(res, i, col) / 2 + 2) : 0; /* "{1,2}": at most len/2 */
-  double *st = have ? malloc(sizeof(double) * (size_t)cap * 3) : NULL;
-  curve_pt *pt = have ? malloc(sizeof(curve_pt) * (size_t)cap) : NULL;
   int n = 0, rc = 0;
-  if (have && (!st || !pt))
-    rc = -1;
-  if (have && !rc) {
-    n = parse_array(PQgetvalue(res, i, col), st, cap);
-    int n2 = parse_array(PQgetvalue(res, i, col + 1), st + cap, cap);
-    int n3 = parse_array(PQgetvalue(res, i, col + 2), st + 2 * cap, cap);
+  const unsigned char *ps = NULL, *pk = NULL, *pl = NULL;
+  if (!PQgetisnull(res, i, col)) {
+    n = bin_array(PQgetvalue(res, i, col), PQgetlength(res, i, col), &ps);
+    int n2 = PQgetisnull(res, i, col + 1)
+                 ? -1
+                 : bin_array(PQgetvalue(res, i, col + 1), PQgetlength(res, i, col + 1), &pk);
+    int n3 = PQgetisnull(res, i, col + 2)
+                 ? -1
+                 : bin_array(PQgetvalue(res, i, col + 2), PQgetlength(res, i, col + 2), &pl);
     if (n < 0 || n2 != n || n3 != n)
       rc = -1;
-    for (int k = 0; !rc && k < n; k++)
-      pt[k] = (curve_pt){(int64_t)st[k], (int64_t)st[cap + k], st[2 * cap + k]};
+  }
+  curve_pt *pt = !rc && n > 0 ? malloc(sizeof(curve_pt) * (size_t)n) : NULL;
+  if (!rc && n > 0 && !pt)
+    rc = -1;
+  for (int k = 0; pt && k < n; k++) {
+    uint64_t lb = be64(pl + 12 * (size_t)k + 4);
+    double loss;
+    memcpy(&loss, &lb, sizeof loss);
+    pt[k] = (curve_pt){(int64_t)be64(ps + 12 * (size_t)k + 4),
+                       (int64_t)be64(pk + 12 * (size_t)k + 4), loss};
   }
   int kept = 0;
   if (!rc && n > 0) {
@@ -522,7 +538,6 @@ static int curve_column(cbuf *b, const PGresult *res, int i, int col, int dense,
   }
   if (kept)
     cb_puts(b, "]");
-  free(st);
   free(pt);
   return rc;
 }
@@ -535,18 +550,28 @@ static void curves_work(uv_work_t *w) {
   int n = PQntuples(res), bad = 0;
   double P = (double)c->points;
   for (int i = 0; i < n && !bad; i++) {
-    int dense = !PQgetisnull(res, i, 4) && PQgetvalue(res, i, 4)[0] == 't';
-    int64_t smax = PQgetisnull(res, i, 3) ? -1 : store__int(res, i, 3);
+    /* binary cells: int8 id, text status, int8 N, int8 smax, bool dense */
+    if (PQgetisnull(res, i, 0) || PQgetlength(res, i, 0) != 8 ||
+        (!PQgetisnull(res, i, 2) && PQgetlength(res, i, 2) != 8) ||
+        (!PQgetisnull(res, i, 3) && PQgetlength(res, i, 3) != 8)) {
+      bad = 1;
+      break;
+    }
+    int dense =
+        !PQgetisnull(res, i, 4) && PQgetlength(res, i, 4) == 1 && PQgetvalue(res, i, 4)[0] == 1;
+    int64_t smax =
+        PQgetisnull(res, i, 3) ? -1 : (int64_t)be64((const unsigned char *)PQgetvalue(res, i, 3));
     double l = log(smax > 1 ? (double)smax : 1.0);
     cb_puts(&b, i ? ",{\"run_id\":" : "{\"run_id\":");
-    cb_int(&b, store__int(res, i, 0));
+    cb_int(&b, (int64_t)be64((const unsigned char *)PQgetvalue(res, i, 0)));
     cb_puts(&b, ",\"status\":\"");
-    cb_puts(&b, PQgetvalue(res, i, 1)); /* a run_status: letters only */
+    /* a run_status: lower-case letters only */
+    cb_put(&b, PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1));
     cb_puts(&b, "\",\"nonembedding_params\":");
     if (PQgetisnull(res, i, 2))
       cb_puts(&b, "null");
     else
-      cb_int(&b, store__int(res, i, 2));
+      cb_int(&b, (int64_t)be64((const unsigned char *)PQgetvalue(res, i, 2)));
     cb_puts(&b, ",\"steps\":");
     if (smax < 0)
       cb_puts(&b, "null");
@@ -609,16 +634,17 @@ void store_pages_curves(db *d, int64_t sweep_id, const char *run_ids, int64_t po
   *c = (curves_call){.points = points, .cb = cb, .ud = ud, .loop = d->loop};
   /* dense: an ordered pass reads about smax rows, seeks cost about as much
    * as 2 rows each and there are 2 (P + 1) of them per column */
-  db_query(d,
-           "SELECT mx.id, mx.status, mx.n, mx.smax, mx.dense, c.steps, c.tokens, c.loss, "
-           "v.steps, v.tokens, v.loss "
-           "FROM (SELECT r.id, r.status, r.nonembedding_params AS n, s.smax, "
-           "ln(greatest(s.smax, 1)) AS l, s.smax <= 2 * ($2::int + 1) AS dense FROM runs r "
-           "CROSS JOIN LATERAL (SELECT max(m.step) AS smax FROM metrics m WHERE m.run_id = r.id) s "
-           "WHERE ($1::bigint IS NULL OR r.sweep_id = $1) AND ($3::bigint[] IS NULL OR r.id = "
-           "ANY($3)) ORDER BY r.id LIMIT $4 OFFSET $5) mx " CURVE_SQL("train_loss") "c " CURVE_SQL(
-               "val_loss") "v ORDER BY mx.id",
-           5, p, on_curves, c);
+  db_query_binary(
+      d,
+      "SELECT mx.id, mx.status::text, mx.n::int8, mx.smax::int8, mx.dense, c.steps, c.tokens, "
+      "c.loss, v.steps, v.tokens, v.loss "
+      "FROM (SELECT r.id, r.status, r.nonembedding_params AS n, s.smax, "
+      "ln(greatest(s.smax, 1)) AS l, s.smax <= 2 * ($2::int + 1) AS dense FROM runs r "
+      "CROSS JOIN LATERAL (SELECT max(m.step) AS smax FROM metrics m WHERE m.run_id = r.id) s "
+      "WHERE ($1::bigint IS NULL OR r.sweep_id = $1) AND ($3::bigint[] IS NULL OR r.id = "
+      "ANY($3)) ORDER BY r.id LIMIT $4 OFFSET $5) mx " CURVE_SQL("train_loss") "c " CURVE_SQL(
+          "val_loss") "v ORDER BY mx.id",
+      5, p, on_curves, c);
 }
 
 void store_pages_points(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {
