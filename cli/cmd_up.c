@@ -204,23 +204,15 @@ static void print_result(long long id, json_t *fits, double wall_s) {
   }
   if (r.has_branch) {
     printf("  critical batch size by branching (tokens), at each branch point D:\n");
-    char done[FIT_REPORT_MAX_ROWS] = {0};
-    for (;;) {
-      int best = -1;
-      for (int i = 0; i < r.nrows; i++)
-        if (r.rows[i].group == FIT_REPORT_BRANCH && !done[i] &&
-            (best < 0 || r.rows[i].at < r.rows[best].at))
-          best = i;
-      if (best < 0)
-        break;
-      done[best] = 1;
-      printf("    D = %.4g: ", r.rows[best].at);
-      put_row(&r.rows[best]);
-      for (int i = 0; i < r.nrows; i++)
-        if (r.rows[i].group == FIT_REPORT_BRANCH_NOISE && r.rows[i].at == r.rows[best].at) {
-          printf("; the trunk's ");
-          put_row(&r.rows[i]);
-        }
+    int idx[FIT_REPORT_MAX_ROWS];
+    for (int k = 0, n = fit_report_branch_order(&r, idx); k < n; k++) {
+      const fit_report_row *w = &r.rows[idx[k]], *noise = fit_report_branch_noise(&r, w->at);
+      printf("    D = %.4g: ", w->at);
+      put_row(w);
+      if (noise) {
+        printf("; the trunk's ");
+        put_row(noise);
+      }
       printf("\n");
     }
     printf("    B_crit ~ D^gamma_D, ~ L^(-1/alpha_B): ");

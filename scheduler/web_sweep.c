@@ -171,24 +171,16 @@ static void render_result(sched__buf *b, json_t *fits) {
   if (r.has_branch) {
     sched__b_puts(b, "<li>Critical batch size by branching (tokens; t-intervals), at each "
                      "branch point D: ");
-    char done[FIT_REPORT_MAX_ROWS] = {0};
-    for (int n = 0;; n++) {
-      int best = -1;
-      for (int i = 0; i < r.nrows; i++)
-        if (r.rows[i].group == FIT_REPORT_BRANCH && !done[i] &&
-            (best < 0 || r.rows[i].at < r.rows[best].at))
-          best = i;
-      if (best < 0)
-        break;
-      done[best] = 1;
-      sched__b_puts(b, n ? "; " : "");
-      b_value(b, &r.rows[best]);
-      for (int i = 0; i < r.nrows; i++)
-        if (r.rows[i].group == FIT_REPORT_BRANCH_NOISE && r.rows[i].at == r.rows[best].at) {
-          sched__b_puts(b, " (the trunk's ");
-          b_value(b, &r.rows[i]);
-          sched__b_puts(b, ")");
-        }
+    int idx[FIT_REPORT_MAX_ROWS];
+    for (int k = 0, n = fit_report_branch_order(&r, idx); k < n; k++) {
+      const fit_report_row *w = &r.rows[idx[k]], *noise = fit_report_branch_noise(&r, w->at);
+      sched__b_puts(b, k ? "; " : "");
+      b_value(b, w);
+      if (noise) {
+        sched__b_puts(b, " (the trunk's ");
+        b_value(b, noise);
+        sched__b_puts(b, ")");
+      }
     }
     static const char *const law[] = {"gamma_D", "alpha_B", NULL};
     b_values(b, &r,

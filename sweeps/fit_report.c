@@ -123,3 +123,25 @@ const fit_report_row *fit_report_find(const fit_report *r, fit_report_group g, c
       return &r->rows[i];
   return NULL;
 }
+
+int fit_report_branch_order(const fit_report *r, int *idx) {
+  int n = 0;
+  for (int i = 0; i < r->nrows; i++) {
+    if (r->rows[i].group != FIT_REPORT_BRANCH)
+      continue;
+    int k = n++;
+    while (k > 0 && r->rows[idx[k - 1]].at > r->rows[i].at) { /* insertion: a few rows */
+      idx[k] = idx[k - 1];
+      k--;
+    }
+    idx[k] = i;
+  }
+  return n;
+}
+
+const fit_report_row *fit_report_branch_noise(const fit_report *r, double at) {
+  for (int i = 0; i < r->nrows; i++)
+    if (r->rows[i].group == FIT_REPORT_BRANCH_NOISE && r->rows[i].at == at)
+      return &r->rows[i];
+  return NULL;
+}

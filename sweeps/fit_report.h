@@ -57,6 +57,12 @@ typedef struct fit_report {
  * Borrows nothing: r holds copies. */
 void fit_report_build(json_t *fits, fit_report *r);
 
+/* The FIT_REPORT_BRANCH rows' indices in r->rows, by their branch point D
+ * ascending, into idx (room for FIT_REPORT_MAX_ROWS); how many. */
+int fit_report_branch_order(const fit_report *r, int *idx);
+/* The FIT_REPORT_BRANCH_NOISE row at the branch point at, or NULL. */
+const fit_report_row *fit_report_branch_noise(const fit_report *r, double at);
+
 /* The row of group g labelled label (the first of them), or NULL. */
 const fit_report_row *fit_report_find(const fit_report *r, fit_report_group g, const char *label);
 
