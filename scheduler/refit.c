@@ -109,6 +109,12 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* The median of v[0..m) (m > 0), which it sorts. */
+static double median(double *v, int m) {
+  qsort(v, (size_t)m, sizeof *v, cmp_double);
+  return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+}
+
 /* The ladder's gradient noise scale: the median over its runs of each run's
  * late median b_noise (SCIENCE.md section 3), next to B_crit in the fit. */
 static void add_bnoise(refit *r, fit_result *res) {
@@ -118,9 +124,7 @@ static void add_bnoise(refit *r, fit_result *res) {
     if (isfinite(r->bnoise[i]))
       v[m++] = r->bnoise[i];
   if (m) {
-    qsort(v, m, sizeof *v, cmp_double);
-    double med = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
-    fit_result_add_derived(res, "B_noise", med);
+    fit_result_add_derived(res, "B_noise", median(v, m));
   } else {
     fit_result_warn(res, "no b_noise from the ladder's runs (the trainer measures it when "
                          "micro_batch_size is below batch_size)");
@@ -148,10 +152,8 @@ static void add_bcrit_noise(refit *r, fit_result *res) {
         v[m++] = r->bc_noise[j];
     char name[24];
     snprintf(name, sizeof name, "B_noise(D=%.4g)", r->bc[i].tokens);
-    if (m) {
-      qsort(v, m, sizeof *v, cmp_double);
-      fit_result_add_derived(res, name, m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]));
-    }
+    if (m)
+      fit_result_add_derived(res, name, median(v, m));
   }
   free(v);
   if (r->bc_scratch)
@@ -494,11 +496,7 @@ static void on_bcrit(void *ud, int status, const store_bcrit_run *runs, int nrun
       if (nv && x > at && x <= at + window)
         nv[m++] = json_number_value(json_array_get(e, 1));
     }
-    double noise = NAN;
-    if (m) {
-      qsort(nv, m, sizeof *nv, cmp_double);
-      noise = m % 2 ? nv[m / 2] : 0.5 * (nv[m / 2 - 1] + nv[m / 2]);
-    }
+    double noise = m ? median(nv, m) : NAN;
     free(nv);
     if (isfinite(target) && isfinite(start) && !(target < start)) {
       r->bc_flat++; /* noise, or a window too short: no target to reach */

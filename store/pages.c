@@ -346,7 +346,7 @@ void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
  * the cost does not grow with the curve's length; the bound must be an
  * integer, as step is, or the seek becomes a scan of the run's rows for
  * every sample. Dense: the run's rows, every one, as three arrays in one
- * pass, sampled here (curve_sample): a step is kept when some t_g lies in
+ * pass, sampled here (curve_column): a step is kept when some t_g lies in
  * (previous step, step], that is when floor(P ln(step) / ln(smax)) exceeds
  * the previous step's; the same steps as the seeks would find. Doing that
  * test, and writing the JSON, in SQL cost 30 of the 35 ms a sweep's 50
