@@ -456,8 +456,14 @@ static void on_bcrit(void *ud, int status, const store_bcrit_run *runs, int nrun
   r->bc_runs = nrun;
   r->bc = calloc(2 * (size_t)nrun + 1, sizeof *r->bc);
   r->bc_noise = calloc(2 * (size_t)nrun + 1, sizeof *r->bc_noise);
-  if (!r->bc || !r->bc_noise)
+  /* a trunk's evaluations and noise scale, parsed once for all its rungs */
+  json_t **tev = calloc((size_t)nrun + 1, sizeof *tev),
+         **tnz = calloc((size_t)nrun + 1, sizeof *tnz);
+  if (!r->bc || !r->bc_noise || !tev || !tnz) {
+    free(tev);
+    free(tnz);
     return refit_abandon(r, SS_ENOMEM, "out of memory");
+  }
   for (int k = 0; k < nrun; k++) {
     const store_bcrit_run *b = &runs[k];
     if (!b->branch_of)
@@ -466,17 +472,21 @@ static void on_bcrit(void *ud, int status, const store_bcrit_run *runs, int nrun
       r->bc_scratch++;
       continue;
     }
-    const store_bcrit_run *t = NULL;
+    int ti = -1;
     for (int j = 0; j < nrun; j++)
       if (runs[j].id == b->branch_of)
-        t = &runs[j];
-    if (!t) { /* its trunk has not succeeded (yet) */
+        ti = j;
+    if (ti < 0) { /* its trunk has not succeeded (yet) */
       r->bc_orphans++;
       continue;
     }
+    const store_bcrit_run *t = &runs[ti];
+    if (!tev[ti]) {
+      tev[ti] = json_loads(t->evals, 0, NULL);
+      tnz[ti] = json_loads(t->b_noise, 0, NULL);
+    }
     double at = (double)b->branch_step * b->trunk_batch_tokens, window = (b->train_tokens - at) / 4;
-    json_t *te = json_loads(t->evals, 0, NULL), *be = json_loads(b->evals, 0, NULL);
-    json_t *tn = json_loads(t->b_noise, 0, NULL);
+    json_t *te = tev[ti], *tn = tnz[ti], *be = json_loads(b->evals, 0, NULL);
     double start = interp(te, at), target = interp(te, at + window);
     /* the rung's curve from its branch point */
     json_t *curve = json_array();
@@ -529,10 +539,14 @@ static void on_bcrit(void *ud, int status, const store_bcrit_run *runs, int nrun
                                     .group = (int)b->id};
     }
     json_decref(curve);
-    json_decref(te);
     json_decref(be);
-    json_decref(tn);
   }
+  for (int k = 0; k < nrun; k++) {
+    json_decref(tev[k]);
+    json_decref(tnz[k]);
+  }
+  free(tev);
+  free(tnz);
   r->work.data = r;
   uv_queue_work(s->loop, &r->work, work, after_work);
 }
