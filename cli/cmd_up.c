@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include "common/fileio.h"
 #include "store/pgserver.h"
 #include "sweeps/fit_report.h"
+#include "sweeps/spec.h"
 
 static const char usage[] =
     "usage: scalesweep up [--state DIR] [--sweep FILE] [--wait] [--listen HOST:PORT]\n"
@@ -37,7 +39,35 @@ static const char usage[] =
     "              terminal, a line per change otherwise)\n"
     "  --listen    the page and API (default 127.0.0.1:8080)\n"
     "  --database  use this PostgreSQL instead of a private one\n"
+    "  --cpu-slots CPU runs the worker trains at once (default: with --sweep, this\n"
+    "              machine's cores over the threads a run of the spec takes, so a\n"
+    "              spec of 1-thread runs trains a run per core; else 1)\n"
     "  --data-dir  where a spec's token shards may lie (default: the current directory)\n";
+
+/* The default --cpu-slots with --sweep: the cores this process may use over
+ * the threads one rank of the spec's CPU runs takes (resources.cpus), and
+ * at least its ranks. A run's numbers do not depend on its thread count
+ * (the trainer's reductions are ordered), so a spec of 1-thread runs trains
+ * as many side by side as there are cores: small runs lose more to thread
+ * synchronisation than they gain from a second thread (docs/study.md).
+ * 0: leave the worker's default (a GPU spec, or one that does not parse:
+ * the submission reports why). */
+static int default_cpu_slots(const char *sweep) {
+  spec *s = NULL;
+  spec_problems pr = {0};
+  int slots = 0;
+  if (spec_load(sweep, &s, &pr) == 0 && s->cpus > 0) {
+    cpu_set_t set;
+    long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                         : sysconf(_SC_NPROCESSORS_ONLN);
+    slots = n > s->cpus ? (int)(n / s->cpus) : 1;
+    if (slots < s->ranks)
+      slots = s->ranks;
+  }
+  spec_free(s);
+  spec_problems_free(&pr);
+  return slots;
+}
 
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig) { stop_requested = sig; }
@@ -377,6 +407,14 @@ int cmd_up(int argc, char **argv) {
     fprintf(stderr, "scalesweep up: --sweep %s: %s\n", sweep, strerror(errno));
     return SS_EXIT_USAGE;
   }
+  char slots_arg[16];
+  if (!cpu_slots && sweep) {
+    int n = default_cpu_slots(sweep);
+    if (n > 0) {
+      snprintf(slots_arg, sizeof slots_arg, "%d", n);
+      cpu_slots = slots_arg;
+    }
+  }
   char err[2048], path[4096], tok[4096], apitok[4096], ready[4096], ckpt[4096], wdir[4096];
   if (fio_mkdirs(state, 0755) != 0) {
     fprintf(stderr, "scalesweep up: %s: %s\n", state, strerror(errno));
@@ -459,8 +497,9 @@ int cmd_up(int argc, char **argv) {
                      NULL};
     worker_pid = spawn(wargv, path);
     printf("scalesweep is up: http://127.0.0.1:%d/  (state %s; logs scheduler.log, "
-           "worker.log)\n",
-           http_port, state);
+           "worker.log; %s CPU run%s at a time)\n",
+           http_port, state, cpu_slots ? cpu_slots : "1",
+           cpu_slots && strcmp(cpu_slots, "1") ? "s" : "");
     fflush(stdout);
   }
   cli_target t;
