@@ -251,7 +251,7 @@ void store_pages_overview(db *d, store_json_cb cb, void *ud) {
       "'next', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT r.id, r.sweep_id, sw.name AS "
       "sweep, r.gpus, r.nonembedding_params, r.flops, r.attempt FROM runs r JOIN sweeps sw ON "
       "sw.id = r.sweep_id WHERE r.status = 'queued' ORDER BY r.priority DESC, r.sweep_id, "
-      "r.flops NULLS LAST, r.id LIMIT 10) t), "
+      "r.flops DESC NULLS LAST, r.id LIMIT 10) t), "
       "'failures', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT r.id, r.sweep_id, sw.name AS "
       "sweep, r.attempt, r.error, " TS_SQL(
           "r.finished_at") " AS finished_at FROM runs r "

@@ -28,7 +28,8 @@ static void decode_queued(const PGresult *res, int row, void *elem) {
 
 STORE__ARRAY_SPEC(queued, store_queued, decode_queued, store_queue_cb);
 
-/* The queue in placement order, from the runs_queue index. A sweep's
+/* The queue in placement order, from the runs_queue index: by priority,
+ * then sweep, then a sweep's largest runs first (migration 012). A sweep's
  * throughput comes from its spec once per sweep among the runs read, not
  * once per run: the spec of a sweep of 10,000 runs is 300 kB of TOASTed
  * jsonb, and reading it for each of 256 runs cost 16-35 ms of the control
@@ -41,14 +42,14 @@ void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud) {
       "WITH q AS MATERIALIZED (SELECT r.id, r.gpus, CASE WHEN r.gpus > 0 THEN 0 "
       "ELSE greatest(coalesce((r.config->>'world_size')::int, 1), 1) END AS slots, "
       "r.flops, r.sweep_id, r.priority FROM runs r WHERE r.status = 'queued' AND " BRANCH_READY
-      "ORDER BY r.priority DESC, r.sweep_id, r.flops NULLS LAST, r.id LIMIT $1), "
+      "ORDER BY r.priority DESC, r.sweep_id, r.flops DESC NULLS LAST, r.id LIMIT $1), "
       "t AS MATERIALIZED (SELECT sw.id, CASE WHEN "
       "jsonb_typeof(sw.spec->'throughput_flops') = 'number' "
       "THEN (sw.spec->>'throughput_flops')::float8 END AS throughput "
       "FROM sweeps sw WHERE sw.id IN (SELECT sweep_id FROM q)) "
       "SELECT q.id, q.gpus, q.slots, q.flops, t.throughput FROM q "
       "JOIN t ON t.id = q.sweep_id "
-      "ORDER BY q.priority DESC, q.sweep_id, q.flops NULLS LAST, q.id",
+      "ORDER BY q.priority DESC, q.sweep_id, q.flops DESC NULLS LAST, q.id",
       1, p, &queued, (void (*)(void))cb, ud);
 }
 
