@@ -46,10 +46,10 @@ static const char usage[] =
 
 /* The default --cpu-slots with --sweep: the cores this process may use over
  * the threads one rank of the spec's CPU runs takes (resources.cpus), and
- * at least its ranks. A run's numbers do not depend on its thread count
- * (the trainer's reductions are ordered), so a spec of 1-thread runs trains
- * as many side by side as there are cores: small runs lose more to thread
- * synchronisation than they gain from a second thread (docs/study.md).
+ * at least its ranks: a spec of 1-thread runs trains as many side by side
+ * as there are cores. Small runs lose more to thread synchronisation than
+ * they gain from a second thread; the quick start's 26 runs end with the
+ * same losses, to the last bit, on 1 thread as on 2 (docs/study.md).
  * 0: leave the worker's default (a GPU spec, or one that does not parse:
  * the submission reports why). */
 static int default_cpu_slots(const char *sweep) {
