@@ -3,7 +3,8 @@ allow: the machine's cores (its CPU affinity) over the threads a run of the
 spec takes (resources.cpus), at least the spec's ranks; `--cpu-slots N`
 overrides it, and without --sweep the worker keeps its one slot. Checked on
 what `up` prints and on what its worker says it offers (worker.log), with
-`taskset` narrowing the cores, against the test's PostgreSQL.
+`taskset` narrowing the cores, against the test's PostgreSQL. Then the
+queue's order: on one slot, a sweep's largest runs start first.
 
 Usage: test_up_slots.py SCALESWEEP_BINARY  (through run_with_pg.sh)"""
 import json
@@ -16,6 +17,8 @@ import sys
 import tempfile
 import time
 
+from harness import psql
+
 BIN = os.path.abspath(sys.argv[1])
 DB = os.environ["SCALESWEEP_TEST_DB"]
 
@@ -25,7 +28,7 @@ def fail(msg):
     sys.exit(1)
 
 
-def spec(tmp, name, resources):
+def spec(tmp, name, resources, runs=None):
     path = os.path.join(tmp, name + ".json")
     with open(path, "w") as f:
         json.dump({"name": name, "method": "runs",
@@ -33,7 +36,7 @@ def spec(tmp, name, resources):
                             "data": {"synthetic": {"words": 64}},
                             "train": {"tokens": 6144, "batch_size": 6, "micro_batch_size": 2,
                                       "lr": 0.003}},
-                   "runs": [{}], "resources": resources}, f)
+                   "runs": runs or [{}], "resources": resources}, f)
     return path
 
 
@@ -101,6 +104,20 @@ def main():
         check(tmp, all_cores, ["--sweep", one_thread, "--cpu-slots", "5"], 5,
               "--cpu-slots 5 given")
         check(tmp, all_cores, [], 1, "no --sweep")
+        # the queue: largest first (by FLOPs), whatever the order in the spec
+        order = spec(tmp, "order", {"cpus": 1},
+                     [{"train": {"tokens": t}} for t in (1536, 6144, 3072, 4608)])
+        p = subprocess.run(["taskset", "-c", one, BIN, "up", "--state", tempfile.mkdtemp(dir=tmp),
+                            "--database", DB, "--listen", "127.0.0.1:0", "--sweep", order,
+                            "--wait"], capture_output=True, text=True, timeout=240)
+        if p.returncode != 0:
+            fail(f"up --wait on the order spec exited {p.returncode}:\n{p.stdout}{p.stderr}")
+        started = psql("SELECT string_agg(tokens::text, ' ' ORDER BY started_at, id) FROM runs "
+                       "WHERE sweep_id = (SELECT id FROM sweeps WHERE name = 'order')")
+        if started != "6144 4608 3072 1536":
+            fail(f"on one slot the runs started in the order of tokens {started}, "
+                 "expected the largest first: 6144 4608 3072 1536")
+        print("ok: on one slot the runs started largest first:", started)
     print("up's CPU slots: cores over a run's threads, at least its ranks; "
           "--cpu-slots wins; 1 without a sweep")
 
