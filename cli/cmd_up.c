@@ -496,10 +496,12 @@ int cmd_up(int argc, char **argv) {
                      (char *)cpu_slots,
                      NULL};
     worker_pid = spawn(wargv, path);
+    /* the slot count only where up chose or was given it: else the worker
+     * decides (1 on a CPU host, 0 beside GPUs) and its log says which */
     printf("scalesweep is up: http://127.0.0.1:%d/  (state %s; logs scheduler.log, "
-           "worker.log; %s CPU run%s at a time)\n",
-           http_port, state, cpu_slots ? cpu_slots : "1",
-           cpu_slots && strcmp(cpu_slots, "1") ? "s" : "");
+           "worker.log%s%s%s)\n",
+           http_port, state, cpu_slots ? "; " : "", cpu_slots ? cpu_slots : "",
+           !cpu_slots ? "" : strcmp(cpu_slots, "1") ? " CPU runs at a time" : " CPU run at a time");
     fflush(stdout);
   }
   cli_target t;
