@@ -501,7 +501,9 @@ int cmd_up(int argc, char **argv) {
     printf("scalesweep is up: http://127.0.0.1:%d/  (state %s; logs scheduler.log, "
            "worker.log%s%s%s)\n",
            http_port, state, cpu_slots ? "; " : "", cpu_slots ? cpu_slots : "",
-           !cpu_slots ? "" : strcmp(cpu_slots, "1") ? " CPU runs at a time" : " CPU run at a time");
+           !cpu_slots               ? ""
+           : strcmp(cpu_slots, "1") ? " CPU runs at a time"
+                                    : " CPU run at a time");
     fflush(stdout);
   }
   cli_target t;
