@@ -19,7 +19,7 @@
 
 static const char usage_text[] =
     "usage: scalesweep data prepare --out DIR [--val-fraction F] "
-    "[--shard-tokens N] [--shuffle SEED] FILE...\n"
+    "[--shard-tokens N] [--shuffle SEED [--chunk-bytes B]] FILE...\n"
     "       scalesweep data synth --out DIR [--tokens N] [--val-tokens N]\n"
     "                             [--letters K] [--words W] [--min-len A] "
     "[--max-len B]\n"
@@ -28,7 +28,10 @@ static const char usage_text[] =
     "prepare  byte-level llm.c token shards (vocabulary 256) from text files,\n"
     "         concatenated in order (--shuffle: in an order drawn from SEED, so\n"
     "         that a trainer reading the shards front to back sees a mix of\n"
-    "         the files and validation is a random set of them); the last F\n"
+    "         the files and validation is a random set of them; with\n"
+    "         --chunk-bytes, the files are cut into pieces of at least B bytes\n"
+    "         ending at a line's end and the pieces are shuffled, so that every\n"
+    "         stretch of a run's tokens mixes all the files); the last F\n"
     "         of the bytes (default 0.1) are validation. Writes\n"
     "         DIR/train_NNNNNN.bin and DIR/val_NNNNNN.bin, N tokens per shard\n"
     "         (default 100000000).\n"
@@ -131,7 +134,7 @@ static int runtime_error(const char *sub, int rc, const char *msg) {
 static int data_prepare(int argc, char **argv) {
   const char *sub = "prepare", *out = NULL;
   double frac = 0.1;
-  uint64_t shard_tokens = 100000000, seed = 0;
+  uint64_t shard_tokens = 100000000, seed = 0, chunk = 0;
   const char **files = calloc((size_t)argc, sizeof *files);
   int nfiles = 0, rc = 0, only_files = 0, shuffle = 0;
   if (!files)
@@ -157,6 +160,8 @@ static int data_prepare(int argc, char **argv) {
         rc = cli_usage_error("data", sub, "--val-fraction: expected 0 <= F < 1, got '%s'", v);
     } else if (is_opt(a, n, "--shard-tokens"))
       rc = parse_u64(sub, "--shard-tokens", v, 1, INT32_MAX, &shard_tokens);
+    else if (is_opt(a, n, "--chunk-bytes"))
+      rc = parse_u64(sub, "--chunk-bytes", v, 1, UINT64_MAX / 16, &chunk);
     else if (is_opt(a, n, "--shuffle")) {
       rc = parse_u64(sub, "--shuffle", v, 0, UINT64_MAX, &seed);
       shuffle = !rc;
@@ -167,6 +172,9 @@ static int data_prepare(int argc, char **argv) {
     rc = cli_usage_error("data", sub, "--out DIR is required");
   if (!rc && nfiles == 0)
     rc = cli_usage_error("data", sub, "expected at least one input FILE");
+  if (!rc && chunk && !shuffle)
+    rc = cli_usage_error("data", sub,
+                         "--chunk-bytes needs --shuffle SEED (the seed draws the pieces' order)");
   if (rc) {
     free(files);
     return rc;
@@ -183,7 +191,8 @@ static int data_prepare(int argc, char **argv) {
   }
   char err[1024];
   trn_data_summary s;
-  int e = trn_data_prepare(out, files, nfiles, frac, (size_t)shard_tokens, &s, err, sizeof err);
+  int e = trn_data_prepare_chunks(out, files, nfiles, chunk, seed, frac, (size_t)shard_tokens, &s,
+                                  err, sizeof err);
   free(files);
   if (e)
     return runtime_error(sub, e, err);

@@ -9,6 +9,7 @@
 #include "common/err.h"
 #include "trainer/data.h"
 #include "trainer/prepare.h"
+#include "trainer/rng.h"
 
 #define MAX_SHARDS 1000000 /* names stay 6 digits, so they sort by number */
 
@@ -74,16 +75,28 @@ static int remove_stale(const char *out_dir, const char *split, int from, char *
   }
 }
 
-/* The input files read one after another as one byte stream. Sizes are
- * taken up front (they fix the split); a file that then yields fewer bytes
- * is an error. */
+/* A stretch of one input: its bytes [off, off + len). */
+typedef struct segment {
+  int file;
+  uint64_t off;
+  uint64_t len;
+} segment;
+
+/* The inputs read as one byte stream, segment after segment: whole files
+ * in order, or the pieces of trn_data_prepare_chunks in their drawn order.
+ * Sizes are taken up front (they fix the split); a file that then yields
+ * fewer bytes is an error. */
 typedef struct byte_source {
   const char *const *inputs;
   uint64_t *sizes;
   int n;
-  int cur;
+  segment *segs;
+  size_t nseg;
+  size_t cur;
   FILE *f;
-  uint64_t left; /* bytes still to read from inputs[cur] */
+  int open_file;  /* the input f reads, -1 for none */
+  uint64_t left;  /* bytes still to read from segs[cur], once positioned */
+  int positioned; /* f is at segs[cur]'s next byte */
 } byte_source;
 
 static int source_measure(byte_source *src, uint64_t *total, char *err, size_t errlen) {
@@ -105,31 +118,53 @@ static int source_measure(byte_source *src, uint64_t *total, char *err, size_t e
   return 0;
 }
 
+static int shrank(const byte_source *src, int file, uint64_t at, FILE *f, char *err,
+                  size_t errlen) {
+  snprintf(err, errlen, "%s: read failed at byte %llu of the %llu measured at the start (%s)",
+           src->inputs[file], (unsigned long long)at, (unsigned long long)src->sizes[file],
+           ferror(f) ? strerror(errno) : "file shrank");
+  return SS_EIO;
+}
+
+static int source_open(byte_source *src, int file, char *err, size_t errlen) {
+  if (src->f && src->open_file == file)
+    return 0;
+  if (src->f)
+    fclose(src->f);
+  src->open_file = -1;
+  src->f = fopen(src->inputs[file], "rb");
+  if (!src->f) {
+    int e = errno;
+    snprintf(err, errlen, "%s: cannot open: %s", src->inputs[file], strerror(e));
+    return e == ENOENT ? SS_ENOENT : SS_EIO;
+  }
+  src->open_file = file;
+  return 0;
+}
+
 static int source_read(byte_source *src, uint16_t *dst, size_t n, char *err, size_t errlen) {
   unsigned char buf[1 << 16];
   while (n > 0) {
-    if (!src->f) {
-      src->f = fopen(src->inputs[src->cur], "rb");
-      if (!src->f) {
-        int e = errno;
-        snprintf(err, errlen, "%s: cannot open: %s", src->inputs[src->cur], strerror(e));
-        return e == ENOENT ? SS_ENOENT : SS_EIO;
+    const segment *g = &src->segs[src->cur];
+    if (!src->positioned) {
+      int rc = source_open(src, g->file, err, errlen);
+      if (rc)
+        return rc;
+      if (fseeko(src->f, (off_t)g->off, SEEK_SET) != 0) {
+        snprintf(err, errlen, "%s: cannot seek to byte %llu: %s", src->inputs[g->file],
+                 (unsigned long long)g->off, strerror(errno));
+        return SS_EIO;
       }
-      src->left = src->sizes[src->cur];
+      src->left = g->len;
+      src->positioned = 1;
     }
     size_t want = n < sizeof buf ? n : sizeof buf;
     if (want > src->left)
       want = (size_t)src->left;
     if (want > 0) {
       size_t got = fread(buf, 1, want, src->f);
-      if (got != want) {
-        snprintf(err, errlen,
-                 "%s: read failed %llu bytes before the end measured at the "
-                 "start (%s)",
-                 src->inputs[src->cur], (unsigned long long)src->left,
-                 ferror(src->f) ? strerror(errno) : "file shrank");
-        return SS_EIO;
-      }
+      if (got != want)
+        return shrank(src, g->file, g->off + g->len - src->left + got, src->f, err, errlen);
       for (size_t i = 0; i < got; i++)
         dst[i] = buf[i];
       dst += got;
@@ -137,12 +172,57 @@ static int source_read(byte_source *src, uint16_t *dst, size_t n, char *err, siz
       src->left -= got;
     }
     if (src->left == 0) {
-      fclose(src->f);
-      src->f = NULL;
       src->cur++;
+      src->positioned = 0;
     }
   }
   return 0;
+}
+
+static int push_piece(const byte_source *src, segment **segs, size_t *nseg, size_t *cap,
+                      segment g, char *err, size_t errlen) {
+  if (*nseg == *cap) {
+    size_t nc = *cap ? 2 * *cap : 1024;
+    segment *ns = realloc(*segs, nc * sizeof *ns);
+    if (!ns) {
+      snprintf(err, errlen, "%s: the index of its pieces: out of memory", src->inputs[g.file]);
+      return SS_ENOMEM;
+    }
+    *segs = ns;
+    *cap = nc;
+  }
+  (*segs)[(*nseg)++] = g;
+  return 0;
+}
+
+/* Cuts input `file` into pieces of at least chunk bytes, each ending just
+ * after a newline (or at 8 * chunk bytes where a line runs on, or at the
+ * end of the file), appended to *segs. */
+static int cut_pieces(byte_source *src, int file, uint64_t chunk, segment **segs, size_t *nseg,
+                      size_t *cap, char *err, size_t errlen) {
+  int rc = source_open(src, file, err, errlen);
+  if (rc)
+    return rc;
+  unsigned char buf[1 << 16];
+  uint64_t size = src->sizes[file], pos = 0, start = 0;
+  while (pos < size) {
+    size_t want = size - pos < sizeof buf ? (size_t)(size - pos) : sizeof buf;
+    size_t got = fread(buf, 1, want, src->f);
+    if (got != want)
+      return shrank(src, file, pos + got, src->f, err, errlen);
+    for (size_t i = 0; i < got; i++) {
+      uint64_t len = pos + i + 1 - start; /* the piece, if it ends after this byte */
+      if ((buf[i] == '\n' && len >= chunk) || len >= 8 * chunk) {
+        if ((rc = push_piece(src, segs, nseg, cap, (segment){file, start, len}, err, errlen)))
+          return rc;
+        start += len;
+      }
+    }
+    pos += got;
+  }
+  if (start < size)
+    rc = push_piece(src, segs, nseg, cap, (segment){file, start, size - start}, err, errlen);
+  return rc;
 }
 
 static int write_split(byte_source *src, const char *out_dir, const char *split, uint64_t ntok,
@@ -167,6 +247,14 @@ static int write_split(byte_source *src, const char *out_dir, const char *split,
 int trn_data_prepare(const char *out_dir, const char *const *inputs, int ninputs,
                      double val_fraction, size_t shard_tokens, trn_data_summary *summary, char *err,
                      size_t errlen) {
+  return trn_data_prepare_chunks(out_dir, inputs, ninputs, 0, 0, val_fraction, shard_tokens,
+                                 summary, err, errlen);
+}
+
+int trn_data_prepare_chunks(const char *out_dir, const char *const *inputs, int ninputs,
+                            uint64_t chunk_bytes, uint64_t seed, double val_fraction,
+                            size_t shard_tokens, trn_data_summary *summary, char *err,
+                            size_t errlen) {
   if (ninputs < 1) {
     snprintf(err, errlen, "no input files, expected at least one");
     return SS_EINVAL;
@@ -179,7 +267,7 @@ int trn_data_prepare(const char *out_dir, const char *const *inputs, int ninputs
     snprintf(err, errlen, "shard_tokens: %zu, expected 1..%d", shard_tokens, INT32_MAX);
     return SS_EINVAL;
   }
-  byte_source src = {.inputs = inputs, .n = ninputs};
+  byte_source src = {.inputs = inputs, .n = ninputs, .open_file = -1};
   src.sizes = calloc((size_t)ninputs, sizeof *src.sizes);
   if (!src.sizes) {
     snprintf(err, errlen, "out of memory");
@@ -187,6 +275,28 @@ int trn_data_prepare(const char *out_dir, const char *const *inputs, int ninputs
   }
   uint64_t total;
   int rc = source_measure(&src, &total, err, errlen);
+  size_t cap = 0;
+  if (!rc && chunk_bytes == 0) { /* whole files, in order */
+    src.segs = malloc((size_t)ninputs * sizeof *src.segs);
+    if (!src.segs) {
+      snprintf(err, errlen, "out of memory");
+      rc = SS_ENOMEM;
+    }
+    for (int i = 0; !rc && i < ninputs; i++)
+      src.segs[src.nseg++] = (segment){i, 0, src.sizes[i]};
+  }
+  for (int i = 0; !rc && chunk_bytes > 0 && i < ninputs; i++)
+    rc = cut_pieces(&src, i, chunk_bytes, &src.segs, &src.nseg, &cap, err, errlen);
+  if (!rc && chunk_bytes > 0) { /* Fisher-Yates with the trainer's generator */
+    uint64_t st[4];
+    trn_rng_seed(st, seed);
+    for (size_t i = src.nseg; i > 1; i--) {
+      size_t j = (size_t)(trn_rng_next(st) % (uint64_t)i);
+      segment t = src.segs[i - 1];
+      src.segs[i - 1] = src.segs[j];
+      src.segs[j] = t;
+    }
+  }
   uint64_t nval = (uint64_t)floor(val_fraction * (double)total + 0.5);
   uint64_t ntrain = total - nval;
   if (!rc && ntrain == 0) {
@@ -222,6 +332,7 @@ int trn_data_prepare(const char *out_dir, const char *const *inputs, int ninputs
   if (src.f)
     fclose(src.f);
   free(src.sizes);
+  free(src.segs);
   free(buf);
   if (!rc && summary)
     *summary = s;

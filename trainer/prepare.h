@@ -35,6 +35,21 @@ int trn_data_prepare(const char *out_dir, const char *const *inputs, int ninputs
                      double val_fraction, size_t shard_tokens, trn_data_summary *summary, char *err,
                      size_t errlen);
 
+/* The same, with the inputs cut into pieces of at least chunk_bytes bytes
+ * that end at a line's end (a line longer than 8 * chunk_bytes is cut
+ * there; a file's last piece may be shorter), and the pieces of all the
+ * inputs concatenated in an order drawn from seed (the trainer's generator,
+ * so the same on every machine). A trainer reading the shards front to back
+ * then sees a mix of every file at every stretch of its run, not one file's
+ * domain for as long as the file lasts; the validation split is a random
+ * set of pieces. chunk_bytes 0: whole files in the given order (seed
+ * unused), as trn_data_prepare. The index of pieces is held in memory (16
+ * bytes a piece), the bytes are streamed. */
+int trn_data_prepare_chunks(const char *out_dir, const char *const *inputs, int ninputs,
+                            uint64_t chunk_bytes, uint64_t seed, double val_fraction,
+                            size_t shard_tokens, trn_data_summary *summary, char *err,
+                            size_t errlen);
+
 /* The first train_tokens tokens of the synthetic stream with seed train_seed
  * as OUT/train_000000.bin and the first val_tokens of the stream val_seed as
  * OUT/val_000000.bin, both over the lexicon of p (each count 1..INT32_MAX:

@@ -78,6 +78,21 @@ shuffled=$(order "$tmp/sh1/train_000000.bin" | tr '\n' ' ')
 [ "$(order "$tmp/sh1/train_000000.bin" | sort -n | tr '\n' ' ')" = "97 98 99 100 101 " ] ||
   fail "--shuffle 3: files $shuffled, expected each of the five once"
 expect_usage "--shuffle" data prepare --out "$tmp/x" --shuffle nope "$tmp/f1.txt"
+# --chunk-bytes B: the files cut into pieces of at least B bytes ending at a
+# line's end, the pieces of all files shuffled: lines of 10 bytes, so pieces
+# of 20 bytes (2 lines) from the five files interleave
+for f in 1 2 3 4 5; do
+  for i in 1 2 3 4 5 6 7 8 9 10; do printf '%s\n' "$(printf "%09d" 0 | tr 0 "$(printf 'abcde' | cut -c"$f")")"; done >"$tmp/l$f.txt"
+done
+"$bin" data prepare --out "$tmp/ck" --val-fraction 0 --shuffle 3 --chunk-bytes 20 "$tmp"/l{1,2,3,4,5}.txt >/dev/null ||
+  fail "data prepare --chunk-bytes exited $?"
+pieces=$(od -An -t u2 -j 1024 -v "$tmp/ck/train_000000.bin" | tr -s ' ' '\n' | grep . | awk 'NR % 20 == 1' | tr '\n' ' ')
+[ "$(echo "$pieces" | wc -w)" = 25 ] || fail "--chunk-bytes 20: $(echo "$pieces" | wc -w) pieces, expected 25"
+[ "$(echo "$pieces" | tr ' ' '\n' | grep . | sort -n | uniq -c | awk '{print $1}' | tr '\n' ' ')" = "5 5 5 5 5 " ] ||
+  fail "--chunk-bytes 20: pieces begin with letters $pieces, expected 5 of each file"
+first5=$(echo "$pieces" | cut -d' ' -f1-5)
+[ "$first5" != "97 97 97 97 97" ] || fail "--chunk-bytes 20 kept the files whole"
+expect_usage "--chunk-bytes needs --shuffle" data prepare --out "$tmp/x" --chunk-bytes 20 "$tmp/f1.txt"
 
 # ---- synth --------------------------------------------------------------
 "$bin" data synth --out "$tmp/syn" --tokens 20000 --val-tokens 5000 \

@@ -12,6 +12,7 @@
 #include "common/err.h"
 #include "trainer/data.h"
 #include "trainer/prepare.h"
+#include "trainer/rng.h"
 
 static char tmpdir[256];
 static char err[1024];
@@ -620,6 +621,149 @@ static void test_prepare(void) {
   CHECK(strstr(err, "val_fraction"));
 }
 
+/* Reads back a prepared dataset's tokens, train then val, as bytes. */
+static size_t read_prepared(const char *out, unsigned char *dst, size_t cap) {
+  size_t n = 0;
+  const char *split[2] = {"train", "val"};
+  for (int k = 0; k < 2; k++) {
+    char pat[600];
+    snprintf(pat, sizeof pat, "%s/%s_*.bin", out, split[k]);
+    trn_loader *l;
+    if (trn_loader_open_shards(pat, 256, &l, err, sizeof err) != 0)
+      continue;
+    size_t m = (size_t)trn_loader_ntokens(l);
+    int32_t *t = malloc(m * sizeof *t);
+    CHECK(t && n + m <= cap);
+    if (t && n + m <= cap) {
+      trn_loader_next(l, t, m);
+      for (size_t i = 0; i < m; i++)
+        dst[n++] = (unsigned char)t[i];
+    }
+    free(t);
+    trn_loader_free(l);
+  }
+  return n;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The lines of text[0..n) (each with its newline), sorted: a multiset. */
+static size_t sorted_lines(const unsigned char *text, size_t n, char **lines, size_t cap) {
+  size_t k = 0, start = 0;
+  for (size_t i = 0; i <= n && k < cap; i++)
+    if (i == n ? i > start : text[i] == '\n') {
+      size_t end = i < n ? i + 1 : i;
+      lines[k] = strndup((const char *)text + start, end - start);
+      k++;
+      start = end;
+    }
+  qsort(lines, k, sizeof *lines, cmp_str);
+  return k;
+}
+
+/* --chunk-bytes: pieces of at least B bytes that end at a line's end, from
+ * every file, in an order drawn from the seed; the same bytes and lines. */
+static void test_prepare_chunks(void) {
+  enum { NA = 3000, NB = 2000, NC = 900 };
+  static unsigned char a[NA], b[NB], c[NC];
+  /* lines of 5 to 40 bytes: a's letters a-z, b's A-Z; c is one line that
+   * runs on (no newline), so it is cut every 8 B bytes */
+  uint64_t st[4];
+  trn_rng_seed(st, 7);
+  unsigned char *f[2] = {a, b};
+  size_t len[2] = {NA, NB};
+  for (int k = 0; k < 2; k++)
+    for (size_t i = 0; i < len[k];) {
+      size_t L = 5 + trn_rng_next(st) % 36;
+      for (size_t j = 0; j + 1 < L && i < len[k]; j++)
+        f[k][i++] = (unsigned char)((k ? 'A' : 'a') + trn_rng_next(st) % 26);
+      if (i < len[k])
+        f[k][i++] = '\n';
+    }
+  a[NA - 1] = b[NB - 1] = '\n'; /* whole lines: the last one ends too */
+  memset(c, '#', sizeof c);
+  write_file(tmp_path("ca.txt"), (char *)a, NA);
+  write_file(tmp_path("cb.txt"), (char *)b, NB);
+  write_file(tmp_path("cc.txt"), (char *)c, NC);
+  static char paths[3][512]; /* tmp_path's buffers rotate */
+  snprintf(paths[0], sizeof paths[0], "%s", tmp_path("ca.txt"));
+  snprintf(paths[1], sizeof paths[1], "%s", tmp_path("cb.txt"));
+  snprintf(paths[2], sizeof paths[2], "%s", tmp_path("cc.txt"));
+  const char *in[3] = {paths[0], paths[1], paths[2]};
+  static unsigned char x[NA + NB + NC], y[NA + NB + NC], z[NA + NB + NC], w[NA + NB + NC];
+  trn_data_summary s;
+  CHECK_INT_EQ(trn_data_prepare_chunks(tmp_path("ch1"), in, 3, 64, 5, 0.1, 1000, &s, err,
+                                       sizeof err),
+               0);
+  CHECK_INT_EQ(s.train_tokens + s.val_tokens, NA + NB + NC);
+  size_t nx = read_prepared(tmp_path("ch1"), x, sizeof x);
+  CHECK_INT_EQ(nx, NA + NB + NC);
+  /* the same seed: the same bytes; another: another order, the same lines */
+  CHECK_INT_EQ(trn_data_prepare_chunks(tmp_path("ch2"), in, 3, 64, 5, 0.1, 1000, NULL, err,
+                                       sizeof err),
+               0);
+  CHECK_INT_EQ(read_prepared(tmp_path("ch2"), y, sizeof y), nx);
+  CHECK(memcmp(x, y, nx) == 0);
+  CHECK_INT_EQ(trn_data_prepare_chunks(tmp_path("ch3"), in, 3, 64, 6, 0.1, 1000, NULL, err,
+                                       sizeof err),
+               0);
+  CHECK_INT_EQ(read_prepared(tmp_path("ch3"), z, sizeof z), nx);
+  CHECK(memcmp(x, z, nx) != 0);
+  /* chunk 0: the files whole, in order, as trn_data_prepare */
+  CHECK_INT_EQ(trn_data_prepare_chunks(tmp_path("ch4"), in, 3, 0, 5, 0.1, 1000, NULL, err,
+                                       sizeof err),
+               0);
+  CHECK_INT_EQ(read_prepared(tmp_path("ch4"), w, sizeof w), nx);
+  CHECK(memcmp(w, a, NA) == 0 && memcmp(w + NA, b, NB) == 0 && memcmp(w + NA + NB, c, NC) == 0);
+
+  /* the lines of a and b come out whole (the same multiset); c's 900 bytes
+   * come in runs of 8 * 64 = 512 and 388 */
+  static char *l1[NA + NB], *l2[NA + NB];
+  static unsigned char ab[NA + NB], xab[NA + NB + NC];
+  memcpy(ab, a, NA);
+  memcpy(ab + NA, b, NB);
+  size_t nab = 0, runs[4] = {0}, nruns = 0;
+  for (size_t i = 0; i < nx;) {
+    if (x[i] != '#') {
+      xab[nab++] = x[i++];
+      continue;
+    }
+    size_t j = i;
+    while (j < nx && x[j] == '#')
+      j++;
+    if (nruns < 4)
+      runs[nruns] = j - i;
+    nruns++;
+    i = j;
+  }
+  CHECK_INT_EQ(nab, NA + NB);
+  CHECK_INT_EQ(nruns, 2);
+  CHECK((runs[0] == 512 && runs[1] == 388) || (runs[0] == 388 && runs[1] == 512));
+  size_t k1 = sorted_lines(ab, NA + NB, l1, NA + NB),
+         k2 = sorted_lines(xab, nab, l2, NA + NB);
+  CHECK_INT_EQ(k1, k2);
+  int same = k1 == k2;
+  for (size_t i = 0; same && i < k1; i++)
+    same = strcmp(l1[i], l2[i]) == 0;
+  CHECK(same);
+  /* the pieces mix the files: a's and b's letters alternate many times */
+  size_t switches = 0;
+  int prev = -1;
+  for (size_t i = 0; i < nab; i++)
+    if (xab[i] != '\n') {
+      int lower = xab[i] >= 'a';
+      switches += prev >= 0 && lower != prev;
+      prev = lower;
+    }
+  CHECK(switches >= 20);
+  for (size_t i = 0; i < k1; i++)
+    free(l1[i]);
+  for (size_t i = 0; i < k2; i++)
+    free(l2[i]);
+}
+
 static void test_synth_dataset(void) {
   trn_synth_params p = {26, 300, 2, 8, 1.2, 3};
   const char *out = tmp_path("syn");
@@ -661,6 +805,7 @@ int main(void) {
   test_synth_positions();
   test_synth_statistics();
   test_prepare();
+  test_prepare_chunks();
   test_synth_dataset();
   cleanup();
   CHECK_DONE();
