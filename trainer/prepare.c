@@ -179,8 +179,8 @@ static int source_read(byte_source *src, uint16_t *dst, size_t n, char *err, siz
   return 0;
 }
 
-static int push_piece(const byte_source *src, segment **segs, size_t *nseg, size_t *cap,
-                      segment g, char *err, size_t errlen) {
+static int push_piece(const byte_source *src, segment **segs, size_t *nseg, size_t *cap, segment g,
+                      char *err, size_t errlen) {
   if (*nseg == *cap) {
     size_t nc = *cap ? 2 * *cap : 1024;
     segment *ns = realloc(*segs, nc * sizeof *ns);

@@ -694,27 +694,23 @@ static void test_prepare_chunks(void) {
   const char *in[3] = {paths[0], paths[1], paths[2]};
   static unsigned char x[NA + NB + NC], y[NA + NB + NC], z[NA + NB + NC], w[NA + NB + NC];
   trn_data_summary s;
-  CHECK_INT_EQ(trn_data_prepare_chunks(tmp_path("ch1"), in, 3, 64, 5, 0.1, 1000, &s, err,
-                                       sizeof err),
-               0);
+  CHECK_INT_EQ(
+      trn_data_prepare_chunks(tmp_path("ch1"), in, 3, 64, 5, 0.1, 1000, &s, err, sizeof err), 0);
   CHECK_INT_EQ(s.train_tokens + s.val_tokens, NA + NB + NC);
   size_t nx = read_prepared(tmp_path("ch1"), x, sizeof x);
   CHECK_INT_EQ(nx, NA + NB + NC);
   /* the same seed: the same bytes; another: another order, the same lines */
-  CHECK_INT_EQ(trn_data_prepare_chunks(tmp_path("ch2"), in, 3, 64, 5, 0.1, 1000, NULL, err,
-                                       sizeof err),
-               0);
+  CHECK_INT_EQ(
+      trn_data_prepare_chunks(tmp_path("ch2"), in, 3, 64, 5, 0.1, 1000, NULL, err, sizeof err), 0);
   CHECK_INT_EQ(read_prepared(tmp_path("ch2"), y, sizeof y), nx);
   CHECK(memcmp(x, y, nx) == 0);
-  CHECK_INT_EQ(trn_data_prepare_chunks(tmp_path("ch3"), in, 3, 64, 6, 0.1, 1000, NULL, err,
-                                       sizeof err),
-               0);
+  CHECK_INT_EQ(
+      trn_data_prepare_chunks(tmp_path("ch3"), in, 3, 64, 6, 0.1, 1000, NULL, err, sizeof err), 0);
   CHECK_INT_EQ(read_prepared(tmp_path("ch3"), z, sizeof z), nx);
   CHECK(memcmp(x, z, nx) != 0);
   /* chunk 0: the files whole, in order, as trn_data_prepare */
-  CHECK_INT_EQ(trn_data_prepare_chunks(tmp_path("ch4"), in, 3, 0, 5, 0.1, 1000, NULL, err,
-                                       sizeof err),
-               0);
+  CHECK_INT_EQ(
+      trn_data_prepare_chunks(tmp_path("ch4"), in, 3, 0, 5, 0.1, 1000, NULL, err, sizeof err), 0);
   CHECK_INT_EQ(read_prepared(tmp_path("ch4"), w, sizeof w), nx);
   CHECK(memcmp(w, a, NA) == 0 && memcmp(w + NA, b, NB) == 0 && memcmp(w + NA + NB, c, NC) == 0);
 
@@ -741,8 +737,7 @@ static void test_prepare_chunks(void) {
   CHECK_INT_EQ(nab, NA + NB);
   CHECK_INT_EQ(nruns, 2);
   CHECK((runs[0] == 512 && runs[1] == 388) || (runs[0] == 388 && runs[1] == 512));
-  size_t k1 = sorted_lines(ab, NA + NB, l1, NA + NB),
-         k2 = sorted_lines(xab, nab, l2, NA + NB);
+  size_t k1 = sorted_lines(ab, NA + NB, l1, NA + NB), k2 = sorted_lines(xab, nab, l2, NA + NB);
   CHECK_INT_EQ(k1, k2);
   int same = k1 == k2;
   for (size_t i = 0; same && i < k1; i++)
