@@ -475,7 +475,7 @@ COMMANDS = [
     ("curl -s http://127.0.0.1:8080/api/sweeps/1/fit", "port", check_curl_fit),
     ("curl -s http://127.0.0.1:8080/api/sweeps/1/points", "port", check_curl_points),
     ("psql \"$(cat .scalesweep/quickstart-latest/database)\" <<'SQL'", None, check_sql),
-    ("./build/scalesweep data prepare --out data/text --shuffle 1 $(find /usr/lib/python3.11 -name '*.py' | sort)",
+    ("./build/scalesweep data prepare --out data/text --shuffle 1 --chunk-bytes 4096 $(find /usr/lib/python3.11 -name '*.py' | sort)",
      None, text_prepare),
     ("./build/scalesweep up --state .scalesweep/text --sweep sweeps/examples/text.json --wait",
      "./build/scalesweep up --state .scalesweep/text --sweep tests/readme/tiny-text.json --wait "
