@@ -89,6 +89,16 @@ static void fitted_rules(json_t *bopt, json_t *spec_root, const fit_point *pts, 
   if (!bopt || fit_json_budgets(bopt, &usable) < 3 || usable < 3)
     return;
   json_t *train = json_object_get(json_object_get(spec_root, "base"), "train");
+  /* WSD branches: a size's runs share its smallest run's batch size and
+   * learning rate (docs/sweeps.md, "WSD branches"), so across budgets they
+   * follow the size, not an optimum, and a law fitted to them says nothing
+   * about the best batch at a new budget */
+  const char *sched = json_string_value(json_object_get(train, "schedule"));
+  if (sched && !strcmp(sched, "wsd") && !json_is_false(json_object_get(spec_root, "branches"))) {
+    warn(d, "the sweep's runs branch (wsd): a size's runs share one batch size and learning "
+            "rate, so its bopt fit is not an optimum; the spec's own rules are used");
+    return;
+  }
   json_t *kbj = fit_json_get(bopt, "k_B"), *bbj = fit_json_get(bopt, "beta_B");
   double kb = json_number_value(kbj), bb = json_number_value(bbj);
   if (kbj && bbj && !json_object_get(train, "batch_size") && varied(pts, n, 0)) {

@@ -223,8 +223,26 @@ static void test_rules(const fit_point *study_pts, int n) {
   CHECK_INT_EQ(next_design_make(SPEC, pts, n, bopt, &o, &d, &pr), 0);
   CHECK(!d.batch_fitted && d.lr_fitted && d.nwarnings >= 1 && strstr(d.warnings[0], "beta_B 3.5"));
   next_design_free(&d);
-  json_array_remove(json_object_get(bopt, "budgets"), 0);
+  /* a sweep of WSD branches: a size's runs share one batch and lr, so the
+   * law across budgets follows the sizes; the spec's rules, and why */
   json_object_set_new(json_object_get(bopt, "params"), "beta_B", json_real(0.31));
+  json_t *wsd = json_loads(SPEC, 0, NULL);
+  json_object_set_new(json_object_get(json_object_get(wsd, "base"), "train"), "schedule",
+                      json_string("wsd"));
+  char *wsd_spec = json_dumps(wsd, 0);
+  CHECK_INT_EQ(next_design_make(wsd_spec, pts, n, bopt, &o, &d, &pr), 0);
+  CHECK(!d.batch_fitted && !d.lr_fitted && d.nwarnings >= 1 &&
+        strstr(d.warnings[0], "branch (wsd)"));
+  next_design_free(&d);
+  free(wsd_spec);
+  json_object_set_new(wsd, "branches", json_false()); /* runs from scratch: the law holds */
+  wsd_spec = json_dumps(wsd, 0);
+  CHECK_INT_EQ(next_design_make(wsd_spec, pts, n, bopt, &o, &d, &pr), 0);
+  CHECK(d.batch_fitted && d.lr_fitted);
+  next_design_free(&d);
+  free(wsd_spec);
+  json_decref(wsd);
+  json_array_remove(json_object_get(bopt, "budgets"), 0);
   CHECK_INT_EQ(next_design_make(SPEC, pts, n, bopt, &o, &d, &pr), 0);
   CHECK(!d.batch_fitted && !d.lr_fitted); /* 2 budgets: too few for a rule */
   next_design_free(&d);
