@@ -524,8 +524,8 @@ COMMANDS = [
     ("./build/scalesweep train --config run.json",
      "./build/scalesweep train --config tests/readme/dp.json", train_dp),
     ("./build/scalesweep devices", None, devices),
-    ("./build/scalesweep data prepare --out DIR [--val-fraction 0.1] [--shuffle SEED] FILE...",
-     "./build/scalesweep data prepare --out data/prepared --val-fraction 0.1 --shuffle 7 README.md "
+    ("./build/scalesweep data prepare --out DIR [--val-fraction 0.1] [--shuffle SEED [--chunk-bytes B]] FILE...",
+     "./build/scalesweep data prepare --out data/prepared --val-fraction 0.1 --shuffle 7 --chunk-bytes 512 README.md "
      "docs/*.md", 
      data_prepare),
     ("./build/scalesweep data synth --out DIR [--tokens N] [--words W] [--zipf S] ...",
