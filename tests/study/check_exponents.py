@@ -15,27 +15,14 @@ and what that design is for (docs/study.md, "WSD over one grid of sizes"):
 
   check_exponents.py SOURCE_DIR BUILD_DIR"""
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
 
+from printout import NUM, fail, value
+
 SRC, BUILD = (os.path.abspath(a) for a in sys.argv[1:3])
-NUM = r"(-?[0-9.]+(?:e[-+]?\d+)?)"
-
-
-def fail(msg, out=""):
-    print(out[-6000:])
-    print(f"FAIL: {msg}", file=sys.stderr)
-    raise SystemExit(1)
-
-
-def value(out, pattern, what):
-    m = re.search(pattern, out)
-    if not m:
-        fail(f"the printout lacks {what} ({pattern})", out)
-    return [float(x) for x in m.groups()]
 
 
 with tempfile.TemporaryDirectory(prefix="ss-exponents-") as state:

@@ -20,29 +20,13 @@ About 12 minutes on 2 idle cores. The printout is kept in
 .scalesweep/quickstart-latest/result.txt."""
 import math
 import os
-import re
 import subprocess
 import sys
 import time
 
+from printout import NUM, fail, value
+
 SRC = os.path.abspath(sys.argv[1])
-NUM = r"(-?[0-9.]+(?:e[-+]?\d+)?|n/a)"
-
-
-def fail(msg, out=""):
-    print(out[-6000:])
-    print(f"FAIL: {msg}", file=sys.stderr)
-    raise SystemExit(1)
-
-
-def value(out, pattern, what):
-    m = re.search(pattern, out)
-    if not m:
-        fail(f"the printout lacks {what} ({pattern})", out)
-    try:
-        return [float(x) for x in m.groups()]
-    except ValueError:
-        fail(f"{what}: n/a", out)
 
 
 t0 = time.time()
