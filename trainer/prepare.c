@@ -91,7 +91,7 @@ typedef struct byte_source {
   uint64_t *sizes;
   int n;
   segment *segs;
-  size_t nseg;
+  size_t nseg, cap;
   size_t cur;
   FILE *f;
   int open_file;  /* the input f reads, -1 for none */
@@ -179,27 +179,25 @@ static int source_read(byte_source *src, uint16_t *dst, size_t n, char *err, siz
   return 0;
 }
 
-static int push_piece(const byte_source *src, segment **segs, size_t *nseg, size_t *cap, segment g,
-                      char *err, size_t errlen) {
-  if (*nseg == *cap) {
-    size_t nc = *cap ? 2 * *cap : 1024;
-    segment *ns = realloc(*segs, nc * sizeof *ns);
+static int push_piece(byte_source *src, segment g, char *err, size_t errlen) {
+  if (src->nseg == src->cap) {
+    size_t nc = src->cap ? 2 * src->cap : 1024;
+    segment *ns = realloc(src->segs, nc * sizeof *ns);
     if (!ns) {
       snprintf(err, errlen, "%s: the index of its pieces: out of memory", src->inputs[g.file]);
       return SS_ENOMEM;
     }
-    *segs = ns;
-    *cap = nc;
+    src->segs = ns;
+    src->cap = nc;
   }
-  (*segs)[(*nseg)++] = g;
+  src->segs[src->nseg++] = g;
   return 0;
 }
 
 /* Cuts input `file` into pieces of at least chunk bytes, each ending just
  * after a newline (or at 8 * chunk bytes where a line runs on, or at the
- * end of the file), appended to *segs. */
-static int cut_pieces(byte_source *src, int file, uint64_t chunk, segment **segs, size_t *nseg,
-                      size_t *cap, char *err, size_t errlen) {
+ * end of the file), appended to src's segments. */
+static int cut_pieces(byte_source *src, int file, uint64_t chunk, char *err, size_t errlen) {
   int rc = source_open(src, file, err, errlen);
   if (rc)
     return rc;
@@ -213,7 +211,7 @@ static int cut_pieces(byte_source *src, int file, uint64_t chunk, segment **segs
     for (size_t i = 0; i < got; i++) {
       uint64_t len = pos + i + 1 - start; /* the piece, if it ends after this byte */
       if ((buf[i] == '\n' && len >= chunk) || len >= 8 * chunk) {
-        if ((rc = push_piece(src, segs, nseg, cap, (segment){file, start, len}, err, errlen)))
+        if ((rc = push_piece(src, (segment){file, start, len}, err, errlen)))
           return rc;
         start += len;
       }
@@ -221,7 +219,7 @@ static int cut_pieces(byte_source *src, int file, uint64_t chunk, segment **segs
     pos += got;
   }
   if (start < size)
-    rc = push_piece(src, segs, nseg, cap, (segment){file, start, size - start}, err, errlen);
+    rc = push_piece(src, (segment){file, start, size - start}, err, errlen);
   return rc;
 }
 
@@ -275,18 +273,9 @@ int trn_data_prepare_chunks(const char *out_dir, const char *const *inputs, int 
   }
   uint64_t total;
   int rc = source_measure(&src, &total, err, errlen);
-  size_t cap = 0;
-  if (!rc && chunk_bytes == 0) { /* whole files, in order */
-    src.segs = malloc((size_t)ninputs * sizeof *src.segs);
-    if (!src.segs) {
-      snprintf(err, errlen, "out of memory");
-      rc = SS_ENOMEM;
-    }
-    for (int i = 0; !rc && i < ninputs; i++)
-      src.segs[src.nseg++] = (segment){i, 0, src.sizes[i]};
-  }
-  for (int i = 0; !rc && chunk_bytes > 0 && i < ninputs; i++)
-    rc = cut_pieces(&src, i, chunk_bytes, &src.segs, &src.nseg, &cap, err, errlen);
+  for (int i = 0; !rc && i < ninputs; i++) /* whole files in order, or their pieces */
+    rc = chunk_bytes ? cut_pieces(&src, i, chunk_bytes, err, errlen)
+                     : push_piece(&src, (segment){i, 0, src.sizes[i]}, err, errlen);
   if (!rc && chunk_bytes > 0) { /* Fisher-Yates with the trainer's generator */
     uint64_t st[4];
     trn_rng_seed(st, seed);
