@@ -337,11 +337,19 @@ int cmd_runs(int argc, char **argv) {
     size_t i;
     json_t *r;
     json_array_foreach(all, i, r) {
-      printf("%7lld  %-10s %3lld %12.4g %12.4g %6lld %11.3e %10.5f  %.60s\n",
-             (long long)num(r, "id"), str(r, "status"), (long long)num(r, "attempt"),
-             num(r, "nonembedding_params"), num(r, "tokens"), (long long)num(r, "batch_size"),
-             num(r, "flops"), num(r, "final_val_loss"),
-             json_is_string(json_object_get(r, "error")) ? str(r, "error") : "");
+      /* a failed run waiting for its next attempt says when */
+      char err[96] = "";
+      const char *e = json_is_string(json_object_get(r, "error")) ? str(r, "error") : "";
+      const char *next = json_string_value(json_object_get(r, "retry_after"));
+      if (next) /* YYYY-MM-DD HH:MM:SS, UTC: the time of day */
+        snprintf(err, sizeof err, "(next try %s UTC) %.60s", strlen(next) > 11 ? next + 11 : next,
+                 e);
+      else
+        snprintf(err, sizeof err, "%.60s", e);
+      printf("%7lld  %-10s %3lld %12.4g %12.4g %6lld %11.3e %10.5f  %s\n", (long long)num(r, "id"),
+             str(r, "status"), (long long)num(r, "attempt"), num(r, "nonembedding_params"),
+             num(r, "tokens"), (long long)num(r, "batch_size"), num(r, "flops"),
+             num(r, "final_val_loss"), err);
     }
   }
   json_decref(all);

@@ -13,7 +13,8 @@ static const char usage[] =
     "                            [--listen HOST:PORT] [--workers HOST:PORT]\n"
     "                            [--checkpoints DIR] [--lease-seconds N] [--ready-file F]\n"
     "                            [--closed-reads] [--data-dir DIR ...] [--predict-seconds N]\n"
-    "                            [--reserve-after-seconds N] [--auth-block-seconds N]\n"
+    "                            [--reserve-after-seconds N] [--retry-after-seconds N]\n"
+    "                            [--auth-block-seconds N]\n"
     "                            [--open-metrics] [--http-connections N] [--http-reserve N]\n"
     "                            [--max-streams N] [--max-streams-per-address N]\n"
     "                            [--header-timeout-seconds N]\n"
@@ -35,6 +36,9 @@ static const char usage[] =
     "                 curves and checked against the sweep's fit (default 15; 0: never)\n"
     "  --reserve-after-seconds  a multi-GPU run that has waited this long gets the worker\n"
     "                 it will run on kept from smaller runs until it fits (default 300)\n"
+    "  --retry-after-seconds  a run whose attempt failed waits this long before its next\n"
+    "                 attempt, twice as long after its second failure, and so on, at most an\n"
+    "                 hour (default 10; 0: at once); a lost worker's runs start again at once\n"
     "  --data-dir     a directory a spec's token shards may lie under (repeatable; without\n"
     "                 one, specs must use the synthetic corpus)\n"
     "  --http-connections  HTTP connection slots, a hard ceiling (default 1024; the\n"
@@ -95,6 +99,7 @@ static int value_option(sched_options *o, const char *a, const char *v) {
     long max;
     long min;
   } secs[] = {{"--reserve-after-seconds", &o->reserve_after_s, 604800, 0},
+              {"--retry-after-seconds", &o->retry_after_s, 3600, 0},
               {"--predict-seconds", &o->predict_s, 86400, 0},
               {"--db-read-connections", &o->db_read_connections, 16, 1},
               {"--read-timeout-ms", &o->read_timeout_ms, 3600000, 0},

@@ -171,7 +171,8 @@ static void send_assign(sched *s, sched__wconn *c, const assign_ctx *a, const st
 }
 
 static void on_given_back(void *ud, int status, const char *run_status, int64_t sweep_id,
-                          const char *errmsg) {
+                          double retry_s, const char *errmsg) {
+  (void)retry_s; /* an interruption: at once */
   sched *s = ud;
   if (status != 0)
     sched__logf("giving a run back from a stopping worker failed: %s", errmsg);

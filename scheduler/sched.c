@@ -26,6 +26,7 @@ void sched_options_default(sched_options *o) {
   o->checkpoint_root = "./.scalesweep/checkpoints";
   o->lease_s = 30;
   o->heartbeat_s = 5;
+  o->retry_after_s = 10;
   o->open_reads = 1;
   o->predict_s = 15;
   o->reserve_after_s = 300;
@@ -97,6 +98,7 @@ static void setup(sched *s, uv_loop_t *loop) {
   wp->token = s->token;
   wp->lease_s = s->o.lease_s;
   wp->heartbeat_s = s->o.heartbeat_s;
+  wp->retry_after_s = s->o.retry_after_s;
   wp->data_dirs = s->o.data_dirs;
   wp->ndata_dirs = s->o.ndata_dirs;
   wp->checkpoint_root = s->o.checkpoint_root;

@@ -19,6 +19,8 @@ typedef struct sched_options {
   const char *ready_file;      /* written with the bound addresses once serving (NULL: none) */
   int lease_s;                 /* lease length (default 30) */
   int heartbeat_s;             /* heartbeat interval told to workers (default 5) */
+  int retry_after_s;           /* a run's first failed attempt waits this long before the
+                                * next, doubling with each (default 10; 0: at once) */
   int open_reads;              /* GET needs no token (default 1) */
   int predict_s;               /* seconds between predictions of running runs (default 15) */
   int reserve_after_s;         /* a multi-GPU run waiting this long gets a worker kept for it

@@ -187,6 +187,11 @@ void sched__web_run(sched__buf *b, sched__web_req *w, json_t *r) {
       sched__b_esc(b, sched__jstr(r, "error"));
       sched__b_puts(b, "</p>");
     }
+    if (sched__jstr(r, "retry_after")) {
+      sched__b_puts(b, "<p>Its next attempt starts no sooner than ");
+      sched__b_esc(b, sched__jstr(r, "retry_after"));
+      sched__b_puts(b, " UTC.</p>");
+    }
     if (sched__jstr(r, "log_tail") && *sched__jstr(r, "log_tail")) {
       sched__b_puts(b, "<h3>Log tail</h3><pre class=\"log\" tabindex=\"0\">");
       sched__b_esc(b, sched__jstr(r, "log_tail"));

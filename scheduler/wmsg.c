@@ -553,7 +553,7 @@ static void on_metrics(sched__wconn *c, json_t *m) {
 /* ---- finished ------------------------------------------------------------------------------ */
 
 static void on_finished_stored(void *ud, int status, const char *st, int64_t sweep_id,
-                               const char *errmsg) {
+                               double retry_s, const char *errmsg) {
   wctx *x = ud;
   sched__wport *wp = x->wp;
   if (status != 0) {
@@ -575,9 +575,16 @@ static void on_finished_stored(void *ud, int status, const char *st, int64_t swe
       wp->n->runs_failed++;
     if (!strcmp(st, "queued"))
       wp->n->runs_requeued++;
-    sched__events_emit(wp->ev, "run",
-                       json_pack("{s:I,s:s,s:i}", "id", (json_int_t)x->run_id, "status", st,
-                                 "attempt", x->attempt));
+    json_t *ev = json_pack("{s:I,s:s,s:i}", "id", (json_int_t)x->run_id, "status", st, "attempt",
+                           x->attempt);
+    if (retry_s > 0) {
+      fprintf(stderr,
+              "scheduler: run %" PRId64 " attempt %d failed: queued again, its next attempt in "
+              "%.0f s\n",
+              x->run_id, x->attempt, retry_s);
+      json_object_set_new(ev, "retry_s", json_real(retry_s));
+    }
+    sched__events_emit(wp->ev, "run", ev);
     sweep_changed(wp, sweep_id, !strcmp(st, "succeeded"), 0);
   }
   ack(x);
@@ -652,7 +659,8 @@ static void on_finished(sched__wconn *c, json_t *m) {
                     .final_val_loss = json_number_value(json_object_get(done, "final_val_loss")),
                     .tokens = json_number_value(json_object_get(done, "tokens")),
                     .error = ok ? NULL : msg,
-                    .log_tail = ok ? NULL : json_string_value(json_object_get(m, "log_tail"))};
+                    .log_tail = ok ? NULL : json_string_value(json_object_get(m, "log_tail")),
+                    .retry_after_s = c->wp->retry_after_s};
   store_runs_finish(c->wp->db, &f, on_finished_stored, x);
 }
 

@@ -115,6 +115,7 @@ struct sched__wport {
   db *db_metrics[SCHED__METRIC_DBS];
   const char *token; /* the cluster token */
   int lease_s, heartbeat_s;
+  int retry_after_s; /* a failed run's first retry waits this long, doubling (0: none) */
   /* --data-dir: told to every worker in its welcome (data_dirs) */
   const char *const *data_dirs;
   int ndata_dirs;

@@ -17,6 +17,9 @@
   "(r.branch_of IS NULL OR r.branch_path IS NOT NULL OR NOT EXISTS (SELECT 1 FROM runs p " \
   "WHERE p.id = r.branch_of AND p.status IN ('queued', 'running'))) "
 
+/* a queued run r whose last attempt failed has waited its retry delay */
+#define RETRY_DUE "(r.retry_after IS NULL OR r.retry_after <= now()) "
+
 static void decode_queued(const PGresult *res, int row, void *elem) {
   store_queued *r = elem;
   r->id = store__int(res, row, 0);
@@ -42,6 +45,7 @@ void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud) {
       "WITH q AS MATERIALIZED (SELECT r.id, r.gpus, CASE WHEN r.gpus > 0 THEN 0 "
       "ELSE greatest(coalesce((r.config->>'world_size')::int, 1), 1) END AS slots, "
       "r.flops, r.sweep_id, r.priority FROM runs r WHERE r.status = 'queued' AND " BRANCH_READY
+      "AND " RETRY_DUE
       "ORDER BY r.priority DESC, r.sweep_id, r.flops DESC NULLS LAST, r.id LIMIT $1), "
       "t AS MATERIALIZED (SELECT sw.id, CASE WHEN "
       "jsonb_typeof(sw.spec->'throughput_flops') = 'number' "
@@ -88,7 +92,7 @@ void store_runs_claim(db *d, int64_t run_id, int64_t worker_id, int lease_s, sto
       "lease_until = now() + $3 * interval '1 second', "
       "started_at = coalesce(started_at, now()), error = NULL "
       "WHERE id = $1 AND status = 'queued' AND attempt - interruptions < max_attempts AND "
-      "EXISTS (SELECT 1 FROM runs r WHERE r.id = $1 AND " BRANCH_READY ") "
+      "EXISTS (SELECT 1 FROM runs r WHERE r.id = $1 AND " BRANCH_READY "AND " RETRY_DUE ") "
       /* the stored metrics' gap-free prefix from the run's first step (FIRST0:
        * the step before it, the branch point of a branch that starts there) */
       "RETURNING attempt, config, sweep_id, CASE WHEN attempt > 1 THEN "
@@ -266,16 +270,20 @@ void store_runs_checkpoint(db *d, int64_t run_id, int attempt, int64_t worker_id
 typedef struct finished_row {
   const char *status;
   int64_t sweep_id;
+  double retry_s; /* seconds until a failed run's next attempt may start; 0: at once */
 } finished_row;
 
 static void decode_finished(const PGresult *res, int row, void *elem) {
-  *(finished_row *)elem = (finished_row){PQgetvalue(res, row, 0), store__int(res, row, 1)};
+  int retry = PQnfields(res) > 2 && !PQgetisnull(res, row, 2);
+  *(finished_row *)elem = (finished_row){PQgetvalue(res, row, 0), store__int(res, row, 1),
+                                         retry ? strtod(PQgetvalue(res, row, 2), NULL) : 0};
 }
 
 static void deliver_finished(const store__call *c, int status, const void *rows, int n,
                              const char *errmsg) {
   const finished_row *r = n == 1 ? rows : NULL;
-  ((store_finish_cb)c->cb)(c->ud, status, r ? r->status : NULL, r ? r->sweep_id : 0, errmsg);
+  ((store_finish_cb)c->cb)(c->ud, status, r ? r->status : NULL, r ? r->sweep_id : 0,
+                           r ? r->retry_s : 0, errmsg);
 }
 
 static const store__rows_spec finished = {sizeof(finished_row), decode_finished, deliver_finished};
@@ -284,14 +292,16 @@ void store_runs_finish(db *d, const store_finish *f, store_finish_cb cb, void *u
   char rid[24], att[24], wid[24], loss[32], tokens[32];
   int ok = !strcmp(f->outcome, "succeeded");
   snprintf(tokens, sizeof tokens, "%.0f", f->tokens);
-  const char *p[8] = {store__itoa(rid, sizeof rid, f->run_id),
+  char retry[24];
+  const char *p[9] = {store__itoa(rid, sizeof rid, f->run_id),
                       store__itoa(att, sizeof att, f->attempt),
                       store__itoa(wid, sizeof wid, f->worker_id),
                       f->outcome,
                       ok ? store__dtoa(loss, sizeof loss, f->final_val_loss) : NULL,
                       ok ? tokens : NULL,
                       f->error,
-                      f->log_tail};
+                      f->log_tail,
+                      store__itoa(retry, sizeof retry, f->retry_after_s)};
   store__query_rows(d,
                     "UPDATE runs SET status = CASE WHEN $4 = 'failed' "
                     "AND attempt - interruptions < max_attempts "
@@ -301,10 +311,15 @@ void store_runs_finish(db *d, const store_finish *f, store_finish_cb cb, void *u
                     "tokens = coalesce($6::bigint, tokens), error = $7, log_tail = $8, "
                     "finished_at = CASE WHEN $4 = 'failed' "
                     "AND attempt - interruptions < max_attempts THEN NULL "
-                    "ELSE now() END "
+                    "ELSE now() END, "
+                    /* the n-th failed attempt: retry_after_s * 2^(n-1), at most an hour */
+                    "retry_after = CASE WHEN $4 = 'failed' AND $9::int > 0 "
+                    "AND attempt - interruptions < max_attempts THEN now() + least($9::int * "
+                    "power(2, least(attempt - interruptions - 1, 20)), 3600) * interval '1 second' "
+                    "END "
                     "WHERE id = $1 AND attempt = $2 AND worker = $3 AND status = 'running' "
-                    "RETURNING status, sweep_id",
-                    8, p, &finished, (void (*)(void))cb, ud);
+                    "RETURNING status, sweep_id, extract(epoch FROM retry_after - now())",
+                    9, p, &finished, (void (*)(void))cb, ud);
 }
 
 /* ---- interruptions ------------------------------------------------------------ */

@@ -138,8 +138,10 @@ void store_runs_checkpoint(db *d, int64_t run_id, int attempt, int64_t worker_id
 
 /* The end of an attempt as its worker reports it. outcome is "succeeded"
  * (final_val_loss and tokens are kept), "failed" (back to the queue while
- * attempts are left: it resumes from its checkpoint) or "cancelled"; error
- * and log_tail (NULL: none) are kept for the status page. */
+ * attempts are left: it resumes from its checkpoint, no sooner than
+ * retry_after_s * 2^(n-1) seconds later for its n-th failed attempt, at
+ * most an hour; 0: at once) or "cancelled"; error and log_tail (NULL:
+ * none) are kept for the status page. */
 typedef struct store_finish {
   int64_t run_id;
   int attempt;
@@ -147,12 +149,14 @@ typedef struct store_finish {
   const char *outcome;
   double final_val_loss, tokens;
   const char *error, *log_tail;
+  int retry_after_s;
 } store_finish;
 
 /* run_status: the run's new status, or NULL when the attempt was no longer
- * this worker's running one (nothing changed). */
+ * this worker's running one (nothing changed); retry_s: for a failed run
+ * queued again, the seconds before its next attempt may start (0: at once). */
 typedef void (*store_finish_cb)(void *ud, int status, const char *run_status, int64_t sweep_id,
-                                const char *errmsg);
+                                double retry_s, const char *errmsg);
 
 void store_runs_finish(db *d, const store_finish *f, store_finish_cb cb, void *ud);
 

@@ -370,7 +370,7 @@ static void ans_finish(call *c, int st, int v) {
     s = "queued";
   if (v % 4 == 3)
     s = NULL;
-  ((store_finish_cb)c->cb)(c->ud, st, st ? NULL : s, st ? 0 : 1, st ? errmsg : NULL);
+  ((store_finish_cb)c->cb)(c->ud, st, st ? NULL : s, st ? 0 : 1, 0, st ? errmsg : NULL);
 }
 
 void store_runs_finish(db *d, const store_finish *f, store_finish_cb cb, void *ud) {
@@ -391,7 +391,7 @@ void store_runs_mark_stopping(db *d, int64_t worker_id, const int64_t *runs, con
 /* back in the queue, or with v % 4 == 3 a stale attempt (NULL) */
 static void ans_requeued(call *c, int st, int v) {
   const char *s = v % 4 == 3 ? NULL : "queued";
-  ((store_finish_cb)c->cb)(c->ud, st, st ? NULL : s, st ? 0 : 1, st ? errmsg : NULL);
+  ((store_finish_cb)c->cb)(c->ud, st, st ? NULL : s, st ? 0 : 1, 0, st ? errmsg : NULL);
 }
 
 void store_runs_requeue_interrupted(db *d, int64_t run_id, int attempt, int64_t worker_id,

@@ -8,7 +8,9 @@ follow known laws:
   evaluations, fits S = S_min + E_min / B, stores the fit, and serves it at
   GET /api/sweeps/{id}/fit: B_crit = 32 sequences = 1024 tokens, and the
   ladder's gradient noise scale B_noise = 20 sequences = 640 tokens;
-- a failed run keeps the tail of its log (runs.log_tail) for the page;
+- a failed run keeps the tail of its log (runs.log_tail) for the page, and
+  waits before each next attempt (--retry-after-seconds 2: 2 s after its
+  first failure, 4 s after its second), which the API shows as retry_after;
 - paths in specs: token shards only under the scheduler's --data-dir, no
   checkpoint directory chosen by a spec (400 naming each JSON path);
 - a running run's final loss is predicted from its curve so far (Kaplan's
@@ -104,7 +106,7 @@ try:
     start("scheduler", ["scheduler", "--database", DB, "--token-file", token,
                         "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
                         "--checkpoints", os.path.join(tmp, "ckpt"), "--data-dir", data,
-                        "--predict-seconds", "1"])
+                        "--predict-seconds", "1", "--retry-after-seconds", "2"])
     if not wait_healthz(request):
         fail("the scheduler did not come up")
     start_worker("w", 2, 0)
@@ -161,22 +163,53 @@ try:
     print(f"batch ladder: B_crit {bc:.1f} tokens (exact 1024), S_min {smin:.1f} (400), "
           f"B_noise {fit['derived']['B_noise']:.0f} (640)")
 
-    # a failed run keeps its log tail
+    # a failed run waits before its next attempt (2 s, then 4 s: the stand-in
+    # fails at once, so without the wait its 3 attempts take well under a
+    # second) and keeps its log tail
     spec = {"name": "refit-failure", "method": "runs",
             "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
                      "train": {"batch_size": 8, "lr": 0.003}},
             "runs": [{"train": {"tokens": 256000, "seed": 99}}],
-            "resources": {"cpus": 1}, "max_attempts": 1}
+            "resources": {"cpus": 1}, "max_attempts": 3}
+    t_submit = time.time()
     st, body = request("POST", "/api/sweeps", spec)
     if st != 201:
         fail(f"submit: {st} {body}")
-    c = wait_sweep(body["id"])
-    if c["failed"] != 1:
-        fail(f"the failing run: {c}")
+    waiting = []  # (attempt, retry_after) seen while the run waits
+    while time.time() - T0 < TIMEOUT:
+        st, page = request("GET", f"/api/sweeps/{body['id']}/runs")
+        run = page["runs"][0]
+        if run["status"] == "queued" and run.get("retry_after"):
+            if (run["attempt"], run["retry_after"]) not in waiting:
+                waiting.append((run["attempt"], run["retry_after"]))
+                if run["attempt"] == 2:  # 4 s to wait: `scalesweep runs` says until when
+                    out = subprocess.run([BIN, "runs", str(body["id"]), "--url",
+                                          f"http://127.0.0.1:{api_port}"],
+                                         capture_output=True, text=True).stdout
+                    if f"(next try {run['retry_after'][11:]} UTC)" not in out:
+                        fail(f"`scalesweep runs` while run {run['id']} waits until "
+                             f"{run['retry_after']}: {out!r}")
+        if run["status"] in ("failed", "succeeded"):
+            break
+        time.sleep(0.1)
+    took = time.time() - t_submit
+    if run["status"] != "failed" or run["attempt"] != 3:
+        fail(f"the failing run: {run}, expected failed after 3 attempts")
+    if [a for a, _ in waiting] != [1, 2]:
+        fail(f"the failing run waited for its next attempt after attempts {waiting}, "
+             "expected after 1 and 2")
+    if took < 6:
+        fail(f"3 failed attempts took {took:.1f} s, expected at least 2 + 4 s of waiting")
+    log = open(os.path.join(tmp, "scheduler.log")).read()
+    for attempt, wait in ((1, 2), (2, 4)):
+        line = f"run {run['id']} attempt {attempt} failed: queued again, its next attempt in {wait} s"
+        if line not in log:
+            fail(f"the scheduler's log lacks {line!r}")
     tail = psql(f"SELECT log_tail FROM runs WHERE sweep_id = {body['id']}")
     if "loss diverged at step" not in tail:
         fail(f"runs.log_tail of the failed run: {tail!r}")
-    print("failed run: its log tail is stored")
+    print(f"failed run: 3 attempts in {took:.1f} s (2 s and 4 s between them), its log tail "
+          "is stored")
 
     # a slow run (40 s: room for a loaded machine): its prediction while it
     # runs. B = 8: L(s) = 2 + (s / 500)^-0.5, 4000 steps, final loss 2 + 8^-0.5

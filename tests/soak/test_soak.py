@@ -211,7 +211,10 @@ def start_scheduler():
     procs["scheduler"] = subprocess.Popen(
         [BIN, "scheduler", "--database", DB, "--token-file", token,
          "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
-         "--checkpoints", os.path.join(tmp, "ckpt"), "--lease-seconds", str(LEASE_S)],
+         "--checkpoints", os.path.join(tmp, "ckpt"), "--lease-seconds", str(LEASE_S),
+         # a killed trainer is a failed attempt: its run waits 1 s, 2 s, ...
+         # before the next (the wait is stored, so it outlives a restart)
+         "--retry-after-seconds", "1"],
         stdout=logf, stderr=logf)
     if wait_healthz(request, 300, procs["scheduler"]):
         return
