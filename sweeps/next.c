@@ -167,7 +167,7 @@ static void integral(json_t *v) {
 
 /* The budget's spec text (the sweep's with method isoflop at C), or NULL. */
 static char *budget_spec(const char *spec_json, const next_design *d, int points,
-                         spec_problems *pr) {
+                         const double *sizes, int nsizes, spec_problems *pr) {
   json_error_t e;
   json_t *root = json_loads(spec_json, 0, &e);
   if (!json_is_object(root)) {
@@ -177,10 +177,18 @@ static char *budget_spec(const char *spec_json, const next_design *d, int points
   }
   integral(root);
   json_t *old = json_object_get(root, "isoflop"), *iso = json_object();
-  json_object_set_new(iso, "flops", json_pack("[f]", d->flops));
-  json_object_set_new(iso, "centre",
-                      json_pack("{s:f,s:f,s:f,s:i}", "coef", d->centre_coef, "exponent",
-                                d->centre_exponent, "span", d->span, "points", points));
+  if (sizes) { /* the sizes at the sweep's smallest budget too (a WSD grid) */
+    json_t *ps = json_array();
+    for (int i = 0; i < nsizes; i++)
+      json_array_append_new(ps, json_real(sizes[i]));
+    json_object_set_new(iso, "flops", json_pack("[f,f]", d->grid_flops, d->flops));
+    json_object_set_new(iso, "params", ps);
+  } else {
+    json_object_set_new(iso, "flops", json_pack("[f]", d->flops));
+    json_object_set_new(iso, "centre",
+                        json_pack("{s:f,s:f,s:f,s:i}", "coef", d->centre_coef, "exponent",
+                                  d->centre_exponent, "span", d->span, "points", points));
+  }
   if (json_is_object(old)) {
     json_t *v;
     if ((v = json_object_get(old, "flops_count")) != NULL)
@@ -215,6 +223,46 @@ static char *budget_spec(const char *spec_json, const next_design *d, int points
   if (!text)
     spec_problem_add(pr, "$", "out of memory");
   return text;
+}
+
+/* A sweep that is a grid of WSD branches (schedule wsd, branches not off,
+ * an isoflop over listed sizes): its smallest budget, else 0. There every
+ * size trains at the batch size and learning rate its rules give at that
+ * budget (its group's smallest run; plan_branch.c), whatever the budget. */
+static double grid_smallest(json_t *root) {
+  json_t *train = json_object_get(json_object_get(root, "base"), "train");
+  const char *sched = json_string_value(json_object_get(train, "schedule"));
+  json_t *iso = json_object_get(root, "isoflop");
+  if (!sched || strcmp(sched, "wsd") || json_is_false(json_object_get(root, "branches")) ||
+      !json_is_array(json_object_get(iso, "params")))
+    return 0;
+  json_t *f = json_object_get(iso, "flops");
+  double least = INFINITY;
+  if (json_is_array(f)) {
+    for (size_t i = 0; i < json_array_size(f); i++)
+      least = fmin(least, json_number_value(json_array_get(f, i)));
+  } else if (json_is_object(f)) {
+    least = fmin(json_number_value(json_object_get(f, "from")),
+                 json_number_value(json_object_get(f, "to")));
+  } else if (json_is_number(f)) {
+    least = json_number_value(f);
+  }
+  return isfinite(least) && least > 0 ? least : 0;
+}
+
+/* The distinct non-embedding sizes of a plan's runs, in plan order, into
+ * sizes (room for plan->n); how many. */
+static int plan_sizes(const plan *pl, double *sizes) {
+  int k = 0;
+  for (size_t i = 0; i < pl->n; i++) {
+    double v = (double)pl->runs[i].nonembedding_params;
+    int seen = 0;
+    for (int j = 0; j < k && !seen; j++)
+      seen = sizes[j] == v;
+    if (!seen)
+      sizes[k++] = v;
+  }
+  return k;
 }
 
 int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t *bopt,
@@ -297,10 +345,11 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
   json_t *root = json_loads(spec_json, 0, NULL);
   integral(root);
   fitted_rules(bopt, root, pts, n, out);
+  double smallest = grid_smallest(root);
   json_decref(root);
 
   /* the budget's runs: planned like any submitted spec */
-  char *text = budget_spec(spec_json, out, points, pr);
+  char *text = budget_spec(spec_json, out, points, NULL, 0, pr);
   spec *sp = NULL;
   if (text && spec_parse(text, "the next budget's spec", &sp, pr) == 0 &&
       plan_spec(sp, &out->plan, pr) == 0) {
@@ -311,6 +360,35 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
   }
   free(text);
   spec_free(sp);
+  /* a grid of WSD branches: the law holds for its sizes trained at their
+   * smallest budget's batch size and learning rate, so the budget's sizes
+   * join the grid: each also at the sweep's smallest budget, a branch of
+   * its run at C, which then trains at the batch and rate the grid gives
+   * that size (planned at C alone, it would take the rules at C: on the
+   * quick start 64 sequences instead of 4 to 8, and losses 4% below the
+   * law's) */
+  if (out->plan && smallest > 0 && smallest < out->flops) {
+    double *sizes = malloc(out->plan->n * sizeof *sizes);
+    int k = sizes ? plan_sizes(out->plan, sizes) : 0;
+    out->grid_flops = smallest;
+    text = sizes ? budget_spec(spec_json, out, points, sizes, k, pr) : NULL;
+    free(sizes);
+    plan *grid = NULL;
+    sp = NULL;
+    if (text && spec_parse(text, "the next budget's spec", &sp, pr) == 0 &&
+        plan_spec(sp, &grid, pr) == 0) {
+      plan_free(out->plan);
+      out->plan = grid;
+      free(out->spec_json);
+      out->spec_json = spec_canonical(sp);
+    } else {
+      plan_free(grid);
+      plan_free(out->plan);
+      out->plan = NULL;
+    }
+    free(text);
+    spec_free(sp);
+  }
   if (!out->plan || !out->spec_json) {
     if (!pr->n)
       spec_problem_add(pr, "$", "the next budget could not be planned");
@@ -344,6 +422,19 @@ static json_t *interval(double lo, double hi) {
   return isfinite(lo) && isfinite(hi) ? json_pack("[f,f]", lo, hi) : json_null();
 }
 
+/* Where a rule came from, for the design's "rules": the sweep's bopt fit
+ * (with its constants), the spec's rules at the grid's smallest budget, or
+ * the spec. */
+static json_t *rule_source(int fitted, const char *kname, double k, const char *ename, double e,
+                           const next_design *d) {
+  if (fitted)
+    return json_pack("{s:s,s:f,s:f}", "from", "the sweep's bopt fit", kname, k, ename, e);
+  if (d->grid_flops > 0)
+    return json_pack("{s:s,s:f}", "from", "the spec's rules at the grid's smallest budget",
+                     "at_flops", d->grid_flops);
+  return json_pack("{s:s}", "from", "the spec");
+}
+
 char *next_design_json(const next_design *d) {
   json_t *runs = json_array();
   for (size_t i = 0; d->plan && i < d->plan->n; i++) {
@@ -360,15 +451,9 @@ char *next_design_json(const next_design *d) {
   json_t *warnings = json_array();
   for (int i = 0; i < d->nwarnings; i++)
     json_array_append_new(warnings, json_string(d->warnings[i]));
-  json_t *rules =
-      json_pack("{s:o,s:o}", "batch",
-                d->batch_fitted ? json_pack("{s:s,s:f,s:f}", "from", "the sweep's bopt fit", "k_B",
-                                            d->k_b, "beta_B", d->beta_b)
-                                : json_pack("{s:s}", "from", "the spec"),
-                "lr",
-                d->lr_fitted ? json_pack("{s:s,s:f,s:f}", "from", "the sweep's bopt fit", "k_eta",
-                                         d->k_eta, "beta_eta", d->beta_eta)
-                             : json_pack("{s:s}", "from", "the spec"));
+  json_t *rules = json_pack(
+      "{s:o,s:o}", "batch", rule_source(d->batch_fitted, "k_B", d->k_b, "beta_B", d->beta_b, d),
+      "lr", rule_source(d->lr_fitted, "k_eta", d->k_eta, "beta_eta", d->beta_eta, d));
   json_t *spec = d->spec_json ? json_loads(d->spec_json, 0, NULL) : NULL;
   json_t *o = json_pack(
       "{s:f,s:{s:f,s:o},s:f,s:{s:f,s:o},s:{s:f,s:f,s:f,s:i},s:{s:f,s:s},s:o,"

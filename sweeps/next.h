@@ -12,7 +12,13 @@
  * sweep's fitted rules (the bopt law: B_opt = k_B C^beta_B, eta_opt =
  * k_eta C^beta_eta) when that law used 3 or more budgets, the sweep's runs
  * tried 2 or more values of it, the spec's base does not fix it, and its
- * constants are ones a spec accepts; else from the spec's own rules. That spec goes
+ * constants are ones a spec accepts; else from the spec's own rules. A sweep
+ * that is a grid of WSD branches (an isoflop over listed sizes, schedule
+ * wsd) trains every size at the batch size and learning rate of its run at
+ * the smallest budget, whatever the budget; its next budget joins the grid
+ * the same way: each size at C and at the sweep's smallest budget (a branch
+ * of the run at C, which shares its batch and rate), so that the runs at C
+ * train as the runs the law was fitted to did. That spec goes
  * through the planner like any submitted one (shapes, exact N, D, memory,
  * max_hours), so what is proposed is what would run.
  *
@@ -64,6 +70,8 @@ typedef struct next_design {
   const char *noise_from;              /* "seeds" or "residuals" (static) */
   double largest_budget;               /* the sweep's largest run compute (6 N D) */
   int batch_fitted, lr_fitted;         /* batch size, lr from the sweep's bopt law */
+  double grid_flops; /* a grid of WSD branches: its smallest budget, where each size also
+                      * gets a run (whose batch and lr its run at C shares); else 0 */
   double k_b, beta_b, k_eta, beta_eta; /* those rules (NAN: not used) */
   char *spec_json;                     /* the budget's spec (canonical text), owned */
   int gpus, priority, max_attempts;    /* its resources, as a submission stores them */

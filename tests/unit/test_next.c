@@ -235,10 +235,48 @@ static void test_rules(const fit_point *study_pts, int n) {
         strstr(d.warnings[0], "branch (wsd)"));
   next_design_free(&d);
   free(wsd_spec);
+  /* a grid of WSD branches (the same sizes at every budget): each size
+   * trains at its smallest budget's batch and lr, so the next budget's
+   * sizes join the grid, each also at 1e11, and their runs at C take the
+   * batch and lr of their run at 1e11 (which branches from them) */
+  json_t *iso = json_object_get(wsd, "isoflop");
+  json_object_del(iso, "centre");
+  json_object_set_new(iso, "params", json_pack("[f,f,f,f,f]", 7.3e3, 1.28e4, 2.84e4, 5.66e4, 1e5));
+  wsd_spec = json_dumps(wsd, 0);
+  CHECK_INT_EQ(next_design_make(wsd_spec, pts, n, bopt, &o, &d, &pr), 0);
+  CHECK_NEAR(d.grid_flops, 1e11, 0, 1e-9);
+  CHECK_INT_EQ(d.plan ? d.plan->n : 0, 2 * NEXT_POINTS);
+  int at_c = 0, small_batch = 0;
+  for (size_t i = 0; d.plan && i < d.plan->n; i++) {
+    const plan_run *r = &d.plan->runs[i];
+    if (fabs(r->budget / 1e13 - 1) > 1e-9) {
+      CHECK_NEAR(r->budget, 1e11, 0, 1e-9);
+      continue;
+    }
+    at_c++;
+    int twins = 0; /* its run at 1e11: same size, batch and lr, a branch of it */
+    for (size_t j = 0; j < d.plan->n; j++) {
+      const plan_run *b = &d.plan->runs[j];
+      if (j != i && b->nonembedding_params == r->nonembedding_params) {
+        twins++;
+        CHECK_NEAR(b->budget, 1e11, 0, 1e-9);
+        CHECK_INT_EQ(b->batch_size, r->batch_size);
+        CHECK_NEAR(b->lr, r->lr, 0, 1e-12);
+        CHECK_INT_EQ(b->branch_of, r->index);
+      }
+    }
+    CHECK_INT_EQ(twins, 1);
+    small_batch += r->batch_size <= 16; /* the rules at 1e13 alone give 64 or more */
+  }
+  CHECK_INT_EQ(at_c, NEXT_POINTS);
+  CHECK_INT_EQ(small_batch, NEXT_POINTS);
+  next_design_free(&d);
+  free(wsd_spec);
   json_object_set_new(wsd, "branches", json_false()); /* runs from scratch: the law holds */
   wsd_spec = json_dumps(wsd, 0);
   CHECK_INT_EQ(next_design_make(wsd_spec, pts, n, bopt, &o, &d, &pr), 0);
-  CHECK(d.batch_fitted && d.lr_fitted);
+  CHECK(d.batch_fitted && d.lr_fitted && d.grid_flops == 0);
+  CHECK_INT_EQ(d.plan ? d.plan->n : 0, NEXT_POINTS);
   next_design_free(&d);
   free(wsd_spec);
   json_decref(wsd);
