@@ -92,24 +92,33 @@ void store_sweeps_extend(db *d, int64_t sweep_id, const store_sweep_new *sw,
    * inserts of one budget from two connections: the second's NOT EXISTS
    * may not see the first's rows either, and the unique index on designed
    * runs (migration 009) skips them instead */
-  store__query_rows(d,
-                    "WITH sw AS (SELECT id FROM sweeps WHERE id = $1 AND status <> 'cancelled' "
-                    "FOR UPDATE), "
-                    "ins AS (INSERT INTO runs (sweep_id, config, config_hash, gpus, priority, "
-                    "max_attempts, params, nonembedding_params, tokens, batch_size, flops, part, "
-                    "target_loss, designed) "
-                    "SELECT sw.id, e->'config', e->>'config_hash', $3::int, $2::int, $4::int, "
-                    "(e->>'params')::bigint, (e->>'nonembedding_params')::bigint, "
-                    "(e->>'tokens')::bigint, (e->>'batch_size')::int, (e->>'flops')::float8, "
-                    "e->>'part', e->'target_loss', e->'designed' "
-                    "FROM sw, jsonb_array_elements($5::jsonb) WITH ORDINALITY AS t(e, i) "
-                    "WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.sweep_id = sw.id AND "
-                    "r.config_hash = e->>'config_hash') "
-                    "ORDER BY t.i "
-                    "ON CONFLICT (sweep_id, config_hash) WHERE designed IS NOT NULL DO NOTHING "
-                    "RETURNING 1) "
-                    "SELECT (SELECT id FROM sw), (SELECT count(*) FROM ins)",
-                    5, p, &inserted, (void (*)(void))cb, ud);
+  /* a run the sweep already has is not added again; ids are drawn first,
+   * as in store_sweeps_insert, so that a branch names its trunk's when the
+   * trunk is added too (a WSD grid's next budget: sweeps/next.h), and
+   * starts from scratch when the trunk is not */
+  store__query_rows(
+      d,
+      "WITH sw AS (SELECT id FROM sweeps WHERE id = $1 AND status <> 'cancelled' "
+      "FOR UPDATE), "
+      "pl AS MATERIALIZED (SELECT t.e, t.i, nextval(pg_get_serial_sequence('runs', 'id')) AS id, "
+      "NOT EXISTS (SELECT 1 FROM runs r WHERE r.sweep_id = sw.id AND "
+      "r.config_hash = t.e->>'config_hash') AS new "
+      "FROM sw, jsonb_array_elements($5::jsonb) WITH ORDINALITY AS t(e, i) ORDER BY t.i), "
+      "ins AS (INSERT INTO runs (id, sweep_id, config, config_hash, gpus, priority, "
+      "max_attempts, params, nonembedding_params, tokens, batch_size, flops, part, "
+      "target_loss, designed, branch_of, branch_step) "
+      "SELECT pl.id, sw.id, pl.e->'config', pl.e->>'config_hash', $3::int, $2::int, $4::int, "
+      "(pl.e->>'params')::bigint, (pl.e->>'nonembedding_params')::bigint, "
+      "(pl.e->>'tokens')::bigint, (pl.e->>'batch_size')::int, (pl.e->>'flops')::float8, "
+      "pl.e->>'part', pl.e->'target_loss', pl.e->'designed', tr.id, "
+      "CASE WHEN tr.id IS NOT NULL THEN (pl.e->>'branch_step')::bigint END "
+      "FROM sw CROSS JOIN pl LEFT JOIN pl tr "
+      "ON tr.i = (pl.e->>'branch_of')::bigint + 1 AND tr.new "
+      "WHERE pl.new ORDER BY pl.i "
+      "ON CONFLICT (sweep_id, config_hash) WHERE designed IS NOT NULL DO NOTHING "
+      "RETURNING 1) "
+      "SELECT (SELECT id FROM sw), (SELECT count(*) FROM ins)",
+      5, p, &inserted, (void (*)(void))cb, ud);
 }
 
 typedef struct spec_row {
