@@ -481,7 +481,7 @@ COMMANDS = [
      "./build/scalesweep up --state .scalesweep/text --sweep tests/readme/tiny-text.json --wait "
      "--listen 127.0.0.1:0", text_study),
     ("./build/scalesweep plan sweeps/examples/quickstart.json", None,
-     lambda r: expect(r, "26 runs")),
+     lambda r: expect(r, "48 runs", "35 runs start their decay", "37.0% saved")),
     ("./build/scalesweep plan sweeps/examples/wsd-grid.json", None,
      lambda r: expect(r, "from #5 at step 1562", "37.3% saved")),
     ("./build/scalesweep plan sweeps/examples/bcrit.json", None,

@@ -1,5 +1,5 @@
-"""Reading a study's printout (`scalesweep up --wait`): the helpers
-check_study.py and check_exponents.py share."""
+"""Reading a study's printout (`scalesweep up --wait`): check_study.py's
+helpers."""
 import re
 import sys
 
