@@ -49,17 +49,12 @@ static void print_design(json_t *d, long long sweep) {
          num(fit, "bootstrap"));
   printf("  N_opt %s, D_opt %.3g, loss at N_opt %s\n", a, num(d, "d_opt"), b);
   json_t *rules = json_object_get(d, "rules"), *noise = json_object_get(d, "noise");
-  json_t *rb = json_object_get(rules, "batch"), *rl = json_object_get(rules, "lr");
-  char at_b[32] = "", at_l[32] = "";
-  if (json_is_number(json_object_get(rb, "at_flops")))
-    snprintf(at_b, sizeof at_b, " (%.3g)", num(rb, "at_flops"));
-  if (json_is_number(json_object_get(rl, "at_flops")))
-    snprintf(at_l, sizeof at_l, " (%.3g)", num(rl, "at_flops"));
-  printf("  %.0f sizes over x%.3g either way of N_opt; batch size from %s%s, learning rate from "
-         "%s%s; a run's scatter %.2f%% (from the %s)\n",
-         num(c, "points"), num(c, "span"), json_string_value(json_object_get(rb, "from")), at_b,
-         json_string_value(json_object_get(rl, "from")), at_l, 100 * num(noise, "sd"),
-         json_string_value(json_object_get(noise, "from")));
+  json_t *rb = json_object_get(rules, "batch");
+  printf("  %.0f sizes over x%.3g either way of N_opt; batch size from %s, learning rate from "
+         "%s; a run's scatter %.2f%% (from the %s)\n",
+         num(c, "points"), num(c, "span"), json_string_value(json_object_get(rb, "from")),
+         json_string_value(json_object_get(json_object_get(rules, "lr"), "from")),
+         100 * num(noise, "sd"), json_string_value(json_object_get(noise, "from")));
   if (json_is_number(json_object_get(rb, "at_flops")))
     printf("  a grid of WSD branches: each size also at the sweep's smallest budget, %.3g FLOPs, "
            "a branch of its run at %.3g, with that budget's batch size and learning rate, as "

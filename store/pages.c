@@ -59,15 +59,16 @@
 /* a run's duration so far, in seconds */
 #define DURATION_SQL "extract(epoch FROM coalesce(r.finished_at, now()) - r.started_at)::float8"
 
+/* a failed run's next attempt, while it waits for it */
+#define RETRY_AFTER_SQL \
+  "CASE WHEN r.status = 'queued' AND r.retry_after > now() THEN " TS_SQL("r.retry_after") " END"
+
 static const char run_columns[] =
     "r.id, r.sweep_id, r.status, r.attempt, r.max_attempts, r.gpus, r.priority, r.worker, "
     "r.lease_until, r.params, r.nonembedding_params, r.tokens, r.batch_size, r.flops, "
     "r.final_val_loss, r.started_at, r.finished_at, r.reproduces, r.code_version, r.error, "
     "r.checkpoint_step, r.config_hash, r.part, r.target_loss, r.prediction, r.designed, "
-    "r.branch_of, r.branch_step, "
-    /* a failed run's next attempt, while it waits for it */
-    "CASE WHEN r.status = 'queued' AND r.retry_after > now() THEN to_char(r.retry_after AT TIME "
-    "ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') END AS retry_after";
+    "r.branch_of, r.branch_step, " RETRY_AFTER_SQL " AS retry_after";
 
 static const char *const sort_columns[] = {
     "id",          "status",     "attempt", "params",         "nonembedding_params",
