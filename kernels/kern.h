@@ -11,13 +11,19 @@
  * NH heads, hs = C/NH head size. Row-major throughout; weights are (OC, C)
  * as in nn.Linear, applied as out = inp @ W^T + b.
  *
- * Precision: activations (every kernel output that later feeds a kernel) are
- * stored rounded to ctx->prec: KERN_BF16 rounds to bfloat16 and KERN_FP16 to
- * IEEE half (overflow to infinity) with round-to-nearest-even, in fp32
- * containers on the CPU, so a CPU run has the numerics of a GPU run whose
- * matrix products take bf16/fp16 inputs and accumulate in fp32. Parameter
- * gradients, optimizer state and reductions stay fp32 (sums of squares in
- * fp64). "+=" below marks outputs that accumulate; the rest overwrite.
+ * Precision: activations (every kernel output that later feeds a kernel),
+ * their gradients and the weights' rounded copy are kern_x values, stored
+ * rounded to ctx->prec: KERN_BF16 rounds to bfloat16 and KERN_FP16 to IEEE
+ * half (overflow to infinity) with round-to-nearest-even. Their storage is
+ * the backend's (ctx->xbytes bytes each): fp32 containers on the CPU, so a
+ * CPU run has the numerics of a GPU run whose matrix products take bf16/fp16
+ * inputs and accumulate in fp32; on CUDA the bf16 or fp16 values themselves
+ * (half the memory and traffic; the GEMMs read them as they are). Storing a
+ * value already rounded to ctx->prec is exact, so the two storages hold the
+ * same numbers. Parameters (fp32 master), parameter gradients, optimizer
+ * state, LayerNorm statistics, attention's saved scores and reductions stay
+ * fp32 (sums of squares in fp64). "+=" below marks outputs that accumulate;
+ * the rest overwrite.
  *
  * Determinism: for a fixed backend and thread count every kernel returns the
  * same bits on every call (no reductions whose order depends on scheduling). */
@@ -35,12 +41,22 @@ typedef enum kern_prec { KERN_FP32 = 0, KERN_BF16 = 1, KERN_FP16 = 2 } kern_prec
 
 typedef struct kern_ops kern_ops;
 
+/* A value at the run's precision in the backend's storage (see Precision):
+ * a kern_x pointer addresses ctx->xbytes-byte elements (kern_x_at). */
+typedef void kern_x;
+
 typedef struct kern_ctx {
   const kern_ops *ops;
   kern_prec prec;
+  int xbytes;    /* bytes of one kern_x: 4 on the CPU, 2 on CUDA at bf16/fp16 */
   int threads;   /* CPU: OpenMP and OpenBLAS threads */
   void *backend; /* CUDA: stream and library handles */
 } kern_ctx;
+
+/* Element i of the kern_x buffer x. */
+static inline kern_x *kern_x_at(const kern_ctx *k, const kern_x *x, size_t i) {
+  return (char *)x + i * (size_t)k->xbytes;
+}
 
 /* 8-bit AdamW moments are quantised in blocks of this many values, each
  * block with its own absolute maximum (bitsandbytes' blockwise scheme). */
@@ -85,66 +101,67 @@ struct kern_ops {
   void (*sync)(kern_ctx *k);
 
   /* out(B,T,C) = wte[tokens] + wpe[t] */
-  void (*encoder_forward)(kern_ctx *k, float *out, const int32_t *tokens, const float *wte,
-                          const float *wpe, int B, int T, int C);
+  void (*encoder_forward)(kern_ctx *k, kern_x *out, const int32_t *tokens, const kern_x *wte,
+                          const kern_x *wpe, int B, int T, int C);
   /* dwte += scatter(dout), dwpe += sum over batch */
-  void (*encoder_backward)(kern_ctx *k, float *dwte, float *dwpe, const float *dout,
+  void (*encoder_backward)(kern_ctx *k, float *dwte, float *dwpe, const kern_x *dout,
                            const int32_t *tokens, int B, int T, int C);
 
   /* out = (inp - mean) * rstd * w + b, eps 1e-5; mean, rstd (N) saved */
-  void (*layernorm_forward)(kern_ctx *k, float *out, float *mean, float *rstd, const float *inp,
-                            const float *w, const float *b, int N, int C);
+  void (*layernorm_forward)(kern_ctx *k, kern_x *out, float *mean, float *rstd, const kern_x *inp,
+                            const kern_x *w, const kern_x *b, int N, int C);
   /* dinp +=, dw +=, db += */
-  void (*layernorm_backward)(kern_ctx *k, float *dinp, float *dw, float *db, const float *dout,
-                             const float *inp, const float *w, const float *mean, const float *rstd,
-                             int N, int C);
+  void (*layernorm_backward)(kern_ctx *k, kern_x *dinp, float *dw, float *db, const kern_x *dout,
+                             const kern_x *inp, const kern_x *w, const float *mean,
+                             const float *rstd, int N, int C);
   /* resid = a + b (rounded), then out = layernorm(resid) with mean, rstd saved, as
    * residual_forward followed by layernorm_forward. NULL where a backend has none. */
-  void (*residual_layernorm_forward)(kern_ctx *k, float *resid, float *out, float *mean,
-                                     float *rstd, const float *a, const float *b, const float *w,
-                                     const float *bias, int N, int C);
+  void (*residual_layernorm_forward)(kern_ctx *k, kern_x *resid, kern_x *out, float *mean,
+                                     float *rstd, const kern_x *a, const kern_x *b, const kern_x *w,
+                                     const kern_x *bias, int N, int C);
 
   /* out(N,OC) = inp(N,C) @ w(OC,C)^T + b (b may be NULL) */
-  void (*matmul_forward)(kern_ctx *k, float *out, const float *inp, const float *w, const float *b,
-                         int N, int C, int OC);
+  void (*matmul_forward)(kern_ctx *k, kern_x *out, const kern_x *inp, const kern_x *w,
+                         const kern_x *b, int N, int C, int OC);
   /* dinp = dout @ w (overwrite); dw += dout^T @ inp; db += colsum(dout) (db may be NULL) */
-  void (*matmul_backward)(kern_ctx *k, float *dinp, float *dw, float *db, const float *dout,
-                          const float *inp, const float *w, int N, int C, int OC);
+  void (*matmul_backward)(kern_ctx *k, kern_x *dinp, float *dw, float *db, const kern_x *dout,
+                          const kern_x *inp, const kern_x *w, int N, int C, int OC);
   /* out = gelu(pre) with pre(N,OC) = inp @ w^T + b also saved (for backward); both rounded
    * to ctx->prec. NULL where a backend has none (the model calls matmul_forward then
    * gelu_forward). */
-  void (*matmul_gelu_forward)(kern_ctx *k, float *out, float *pre, const float *inp, const float *w,
-                              const float *b, int N, int C, int OC);
+  void (*matmul_gelu_forward)(kern_ctx *k, kern_x *out, kern_x *pre, const kern_x *inp,
+                              const kern_x *w, const kern_x *b, int N, int C, int OC);
 
   /* causal self-attention. qkv (B,T,3C) holds q|k|v, each split into NH
    * heads of hs; att (B,NH,T,T) saves the softmax probabilities (upper
-   * triangle zero); out (B,T,C). */
-  void (*attention_forward)(kern_ctx *k, float *out, float *att, const float *qkv, int B, int T,
+   * triangle zero, rounded to ctx->prec in fp32); out (B,T,C). */
+  void (*attention_forward)(kern_ctx *k, kern_x *out, float *att, const kern_x *qkv, int B, int T,
                             int C, int NH);
   /* dqkv overwrite; datt (B,NH,T,T) is scratch */
-  void (*attention_backward)(kern_ctx *k, float *dqkv, float *datt, const float *dout,
-                             const float *qkv, const float *att, int B, int T, int C, int NH);
+  void (*attention_backward)(kern_ctx *k, kern_x *dqkv, float *datt, const kern_x *dout,
+                             const kern_x *qkv, const float *att, int B, int T, int C, int NH);
   /* flash-style causal attention (no T x T buffer): out as attention_forward;
    * lse (B,NH,T) saves each query row's log-sum-exp of the scaled scores. NULL
    * where the backend has none (the model then uses attention_forward/backward). */
-  void (*flash_attention_forward)(kern_ctx *k, float *out, float *lse, const float *qkv, int B,
+  void (*flash_attention_forward)(kern_ctx *k, kern_x *out, float *lse, const kern_x *qkv, int B,
                                   int T, int C, int NH);
   /* dqkv overwrite, from dout, the forward's out and lse */
-  void (*flash_attention_backward)(kern_ctx *k, float *dqkv, const float *dout, const float *out,
-                                   const float *qkv, const float *lse, int B, int T, int C, int NH);
+  void (*flash_attention_backward)(kern_ctx *k, kern_x *dqkv, const kern_x *dout, const kern_x *out,
+                                   const kern_x *qkv, const float *lse, int B, int T, int C,
+                                   int NH);
 
   /* GELU, tanh approximation */
-  void (*gelu_forward)(kern_ctx *k, float *out, const float *inp, size_t n);
+  void (*gelu_forward)(kern_ctx *k, kern_x *out, const kern_x *inp, size_t n);
   /* dinp = gelu'(inp) * dout (overwrite; dinp may alias dout) */
-  void (*gelu_backward)(kern_ctx *k, float *dinp, const float *inp, const float *dout, size_t n);
+  void (*gelu_backward)(kern_ctx *k, kern_x *dinp, const kern_x *inp, const kern_x *dout, size_t n);
 
   /* out = a + b */
-  void (*residual_forward)(kern_ctx *k, float *out, const float *a, const float *b, size_t n);
+  void (*residual_forward)(kern_ctx *k, kern_x *out, const kern_x *a, const kern_x *b, size_t n);
 
   /* Fused softmax + cross-entropy over rows of logits (N,V): losses(N) get
    * -log softmax(logits)[target]; when dscale != 0, logits are overwritten
-   * in place with dlogits = (softmax - onehot(target)) * dscale. */
-  void (*softmax_xent)(kern_ctx *k, float *losses, float *logits, const int32_t *targets, int N,
+   * in place with dlogits = (softmax - onehot(target)) * dscale, rounded. */
+  void (*softmax_xent)(kern_ctx *k, float *losses, kern_x *logits, const int32_t *targets, int N,
                        int V, float dscale);
 
   /* sum of squares, accumulated in fp64, deterministic */
@@ -173,20 +190,22 @@ struct kern_ops {
                      double clip);
   /* rounds x to the given precision in place */
   void (*round)(kern_ctx *k, float *x, size_t n, kern_prec prec);
+  /* dst = src rounded to ctx->prec, as kern_x (the weights' rounded copy) */
+  void (*to_x)(kern_ctx *k, kern_x *dst, const float *src, size_t n);
 
   /* AdamW with decoupled weight decay on one tensor: updates p (fp32 master),
    * m, v and, when plow is not NULL, writes plow = round(p) at ctx->prec */
-  void (*adamw)(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v, size_t n,
+  void (*adamw)(kern_ctx *k, float *p, kern_x *plow, const float *g, float *m, float *v, size_t n,
                 const kern_adamw_args *a);
   /* The same with m, v quantised blockwise to 8 bits: m signed codes with
    * one absmax per KERN_Q8_BLOCK values (qm, sm), v unsigned (qv, sv). */
-  void (*adamw8bit)(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm, uint8_t *qv,
+  void (*adamw8bit)(kern_ctx *k, float *p, kern_x *plow, const float *g, int8_t *qm, uint8_t *qv,
                     float *sm, float *sv, size_t n, const kern_adamw_args *a);
   /* adamw / adamw8bit over every part at once (one launch on a device),
    * each part's result that of the one-tensor op */
-  void (*adamw_fused)(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v,
+  void (*adamw_fused)(kern_ctx *k, float *p, kern_x *plow, const float *g, float *m, float *v,
                       const kern_adamw_parts *parts, const kern_adamw_args *a);
-  void (*adamw8bit_fused)(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm,
+  void (*adamw8bit_fused)(kern_ctx *k, float *p, kern_x *plow, const float *g, int8_t *qm,
                           uint8_t *qv, float *sm, float *sv, const kern_adamw_parts *parts,
                           const kern_adamw_args *a);
 };
@@ -222,11 +241,11 @@ int kern_cpu_init(kern_ctx *k, kern_prec prec, int threads);
 void kern_cpu_close(kern_ctx *k);
 /* The CPU twin of the flash ops (the reference for the CUDA kernels; the CPU
  * table keeps flash_attention_* NULL so CPU runs keep attention_forward's bits). */
-void kern_cpu_flash_attention_forward(kern_ctx *k, float *out, float *lse, const float *qkv, int B,
-                                      int T, int C, int NH);
-void kern_cpu_flash_attention_backward(kern_ctx *k, float *dqkv, const float *dout,
-                                       const float *out, const float *qkv, const float *lse, int B,
-                                       int T, int C, int NH);
+void kern_cpu_flash_attention_forward(kern_ctx *k, kern_x *out, float *lse, const kern_x *qkv,
+                                      int B, int T, int C, int NH);
+void kern_cpu_flash_attention_backward(kern_ctx *k, kern_x *dqkv, const kern_x *dout,
+                                       const kern_x *out, const kern_x *qkv, const float *lse,
+                                       int B, int T, int C, int NH);
 
 /* 8-bit code books used by adamw8bit: value of code q relative to the
  * block's absmax. Signed: q in -127..127; unsigned: q in 0..255. */

@@ -3,20 +3,29 @@
 #include <stdio.h>
 #include <string.h>
 
-/* every buffer the model carves is rounded up to 16 floats (64 bytes) */
-static double up16(double n) {
-  return n < 1e18 ? (double)(((unsigned long long)n + 15) / 16 * 16) : n;
+/* bytes of a buffer of n elements of es bytes as the model carves it:
+ * rounded up to 64 */
+static double buf(double n, double es) {
+  double b = n * es;
+  return b < 1e18 ? (double)(((unsigned long long)b + 63) / 64 * 64) : b;
 }
 
-/* floats of one layer's saved activations (trainer/model.c layer_acts):
- * flash attention saves lse (B, NH, T) where the other path saves the
- * probabilities att (B, NH, T, T) */
-static double layer_floats(double BT, double C, double NH, double T, int flash) {
-  return 4 * up16(BT * C)                          /* ln1, atty, resid2, ln2 */
-         + 4 * up16(BT)                            /* ln1 and ln2 mean, rstd */
-         + up16(BT * 3 * C)                        /* qkv */
-         + up16(BT / T * NH * T * (flash ? 1 : T)) /* lse or att */
-         + 2 * up16(BT * 4 * C);                   /* fch, fch_gelu */
+/* bytes of one layer's saved activations (trainer/model.c layer_acts), xs
+ * the bytes of one kern_x: flash attention saves lse (B, NH, T) where the
+ * other path saves the probabilities att (B, NH, T, T), both fp32 */
+static double layer_bytes(double BT, double C, double NH, double T, int flash, double xs) {
+  return 4 * buf(BT * C, xs)                         /* ln1, atty, resid2, ln2 */
+         + 4 * buf(BT, 4)                            /* ln1 and ln2 mean, rstd */
+         + buf(BT * 3 * C, xs)                       /* qkv */
+         + buf(BT / T * NH * T * (flash ? 1 : T), 4) /* lse or att */
+         + 2 * buf(BT * 4 * C, xs);                  /* fch, fch_gelu */
+}
+
+/* kernels/kern.h's kern_x: the CUDA backend stores activations, their
+ * gradients and the weights' rounded copy as bf16 or fp16 themselves; the
+ * CPU in fp32 containers */
+static double x_bytes(const rcfg *c) {
+  return strcmp(c->backend, "cuda") == 0 && c->precision != RCFG_FP32 ? 2 : 4;
 }
 
 /* trainer/model.c's use_flash: the CUDA backend's flash attention, at
@@ -34,6 +43,7 @@ rcfg_mem rcfg_memory(const rcfg *c) {
   double B = c->train.micro_batch_size > 0 ? c->train.micro_batch_size : c->train.batch_size;
   double BT = B * T;
   int flash = flash_attention(c);
+  double xs = x_bytes(c);
   /* the tensors of trainer/model.c, in order */
   double sz[16] = {V * C,         T * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
                    L * C * C,     L * C, L * C, L * C, L * 4 * C * C, L * 4 * C,
@@ -45,19 +55,19 @@ rcfg_mem rcfg_memory(const rcfg *c) {
                   ? (double)(((unsigned long long)sz[i] + RCFG_Q8_BLOCK - 1) / RCFG_Q8_BLOCK)
                   : sz[i] / RCFG_Q8_BLOCK;
   }
-  m.params = 4 * P * (c->precision == RCFG_FP32 ? 1 : 2);
+  m.params = 4 * P + (c->precision == RCFG_FP32 ? 0 : xs * P); /* master, rounded copy */
   m.grads = 4 * P * (c->train.batch_size > B ? 2 : 1);
   m.optimizer = strcmp(c->optimizer.name, "adamw8bit") ? 8 * P : 2 * P + 8 * blocks;
   if (c->optimizer.zero && c->world_size > 1) /* ZeRO-1: this rank's shard */
     m.optimizer /= c->world_size;
-  double acts = (L + 1) * up16(BT * C) /* block inputs */
-                + (c->memory.recompute ? 1 : L) * layer_floats(BT, C, NH, T, flash) +
-                2 * up16(BT * C) /* proj, lnf */
-                + 3 * up16(BT)   /* lnf mean, rstd; losses */
-                + up16(BT * V);  /* logits */
-  double back = 3 * up16(BT * C) + up16(BT * 3 * C) + (flash ? 0 : up16(B * NH * T * T)) +
-                up16(BT * 4 * C);                      /* dresid, dln, datty; dqkv; datt; dfch */
-  m.activations = 4 * (acts + back) + 2 * 4 * BT + 64; /* + tokens, targets; the step's scalars */
+  double acts = (L + 1) * buf(BT * C, xs) /* block inputs */
+                + (c->memory.recompute ? 1 : L) * layer_bytes(BT, C, NH, T, flash, xs) +
+                2 * buf(BT * C, xs) /* proj, lnf */
+                + 3 * buf(BT, 4)    /* lnf mean, rstd; losses */
+                + buf(BT * V, xs);  /* logits */
+  double back = 3 * buf(BT * C, xs) + buf(BT * 3 * C, xs) + (flash ? 0 : buf(B * NH * T * T, 4)) +
+                buf(BT * 4 * C, xs);             /* dresid, dln, datty; dqkv; datt; dfch */
+  m.activations = acts + back + 2 * 4 * BT + 64; /* + tokens, targets; the step's scalars */
   double nval = (double)(c->eval.tokens / (c->model.seq_len > 0 ? c->model.seq_len : 1));
   m.other = 4 * (BT + 1) + 4 * (nval * T + 1);
   if (c->checkpoint.every_tokens > 0) /* staging: the larger of weights and optimizer state */

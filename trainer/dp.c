@@ -329,11 +329,13 @@ static void byte_bounds(const run *r, const trn_optim *by, size_t es, size_t *ou
 int trn_dp_after_step(run *r, char *err, size_t errlen) {
   if (r->world == 1 || !r->cfg->optimizer.zero)
     return 0;
-  size_t off[1025];
-  byte_bounds(r, NULL, sizeof(float), off);
+  size_t off[1025], xoff[1025];
   trn_model *m = &r->model;
+  byte_bounds(r, NULL, sizeof(float), off);
+  byte_bounds(r, NULL, (size_t)m->k->xbytes, xoff); /* the rounded copy: kern_x */
   if (r->dc.ops->all_gather(r->dc.ctx, m->params, off) ||
-      (m->params_low != m->params && r->dc.ops->all_gather(r->dc.ctx, m->params_low, off)))
+      (m->params_low != (kern_x *)m->params &&
+       r->dc.ops->all_gather(r->dc.ctx, m->params_low, xoff)))
     return dc_failed(r, err, errlen);
   return 0;
 }

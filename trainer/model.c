@@ -31,17 +31,25 @@ static void carve(trn_weights *p, float *base, const trn_tensor_info *t) {
     *ptrs[i] = base + t[i].offset;
 }
 
-/* Carves (count, size) requests out of one float buffer; with base NULL
- * only counts. Returns the floats used. */
+/* Carves buffers of n elements of es bytes out of one allocation; with base
+ * NULL only counts. used: the bytes so far. */
 typedef struct carver {
-  float *base;
+  char *base;
   size_t used;
+  size_t xbytes; /* of one kern_x */
 } carver;
 
-static float *take(carver *c, size_t n) {
-  float *p = c->base ? c->base + c->used : NULL;
-  c->used += (n + 15) / 16 * 16; /* 64-byte alignment for every buffer */
+static void *take_bytes(carver *c, size_t bytes) {
+  void *p = c->base ? c->base + c->used : NULL;
+  c->used += (bytes + 63) / 64 * 64; /* 64-byte alignment for every buffer */
   return p;
+}
+static float *take(carver *c, size_t n) { return take_bytes(c, n * sizeof(float)); }
+static kern_x *take_x(carver *c, size_t n) { return take_bytes(c, n * c->xbytes); }
+
+/* The rounded copy of tensor t from its element i, as the kernels take it. */
+static const kern_x *wlow(const trn_model *m, int t, size_t i) {
+  return kern_x_at(m->k, m->params_low, m->tensors[t].offset + i);
 }
 
 /* Attention through the backend's flash ops (no (B, NH, T, T) buffers,
@@ -57,21 +65,21 @@ static int use_flash(const trn_model *m) {
 
 static void layer_acts(carver *c, trn_layer_acts *a, size_t BT, size_t C, size_t NH, size_t T,
                        int flash) {
-  a->ln1 = take(c, BT * C);
+  a->ln1 = take_x(c, BT * C);
   a->ln1_mean = take(c, BT);
   a->ln1_rstd = take(c, BT);
-  a->qkv = take(c, BT * 3 * C);
+  a->qkv = take_x(c, BT * 3 * C);
   if (flash)
     a->lse = take(c, BT / T * NH * T);
   else
     a->att = take(c, BT / T * NH * T * T);
-  a->atty = take(c, BT * C);
-  a->resid2 = take(c, BT * C);
-  a->ln2 = take(c, BT * C);
+  a->atty = take_x(c, BT * C);
+  a->resid2 = take_x(c, BT * C);
+  a->ln2 = take_x(c, BT * C);
   a->ln2_mean = take(c, BT);
   a->ln2_rstd = take(c, BT);
-  a->fch = take(c, BT * 4 * C);
-  a->fch_gelu = take(c, BT * 4 * C);
+  a->fch = take_x(c, BT * 4 * C);
+  a->fch_gelu = take_x(c, BT * 4 * C);
 }
 
 /* Lays out all activations; counts only when c->base is NULL. */
@@ -81,7 +89,7 @@ static void carve_acts(trn_model *m, carver *c) {
   size_t BT = B * T, L = s->n_layer;
   int flash = use_flash(m);
   for (size_t l = 0; l <= L; l++)
-    m->resid[l] = take(c, BT * C);
+    m->resid[l] = take_x(c, BT * C);
   trn_layer_acts shared = {0};
   if (m->recompute)
     layer_acts(c, &shared, BT, C, NH, T, flash);
@@ -91,24 +99,24 @@ static void carve_acts(trn_model *m, carver *c) {
     else
       layer_acts(c, &m->layer[l], BT, C, NH, T, flash);
   }
-  m->proj = take(c, BT * C);
-  m->lnf = take(c, BT * C);
+  m->proj = take_x(c, BT * C);
+  m->lnf = take_x(c, BT * C);
   m->lnf_mean = take(c, BT);
   m->lnf_rstd = take(c, BT);
-  m->logits = take(c, BT * V);
+  m->logits = take_x(c, BT * V);
   m->losses = take(c, BT);
 }
 
 static void carve_grads(trn_model *m, carver *c) {
   const rcfg_shape *s = &m->shape;
   size_t B = m->B, T = s->seq_len, C = s->d_model, NH = s->n_head, BT = B * T;
-  m->dresid = take(c, BT * C);
-  m->dln = take(c, BT * C);
-  m->dqkv = take(c, BT * 3 * C);
+  m->dresid = take_x(c, BT * C);
+  m->dln = take_x(c, BT * C);
+  m->dqkv = take_x(c, BT * 3 * C);
   if (!use_flash(m))
     m->datt = take(c, B * NH * T * T);
-  m->datty = take(c, BT * C);
-  m->dfch = take(c, BT * 4 * C);
+  m->datty = take_x(c, BT * C);
+  m->dfch = take_x(c, BT * 4 * C);
 }
 
 int trn_model_init(trn_model *m, kern_ctx *k, const rcfg_shape *s, int B, int recompute,
@@ -129,7 +137,8 @@ int trn_model_init(trn_model *m, kern_ctx *k, const rcfg_shape *s, int B, int re
   size_t pb = m->nparams * sizeof(float);
   m->params = k->ops->alloc(k, pb);
   m->grads = k->ops->alloc(k, pb);
-  m->params_low = k->prec == KERN_FP32 ? m->params : k->ops->alloc(k, pb);
+  m->params_low =
+      k->prec == KERN_FP32 ? (kern_x *)m->params : k->ops->alloc(k, m->nparams * k->xbytes);
   m->mgrads = accumulate ? k->ops->alloc(k, pb) : m->grads;
   m->resid = calloc((size_t)s->n_layer + 1, sizeof *m->resid);
   m->layer = calloc((size_t)s->n_layer, sizeof *m->layer);
@@ -144,24 +153,24 @@ int trn_model_init(trn_model *m, kern_ctx *k, const rcfg_shape *s, int B, int re
   m->step_acc = m->loss_acc + 1;
   m->grad_scale = (float *)(m->loss_acc + 4);
   carve(&m->p, m->params, m->tensors);
-  carve(&m->plow, m->params_low, m->tensors);
   carve(&m->g, m->grads, m->tensors);
   carve(&m->mg, m->mgrads, m->tensors);
 
-  carver c = {NULL, 0};
+  size_t xb = (size_t)k->xbytes;
+  carver c = {NULL, 0, xb};
   carve_acts(m, &c);
-  carver g = {NULL, 0};
+  carver g = {NULL, 0, xb};
   carve_grads(m, &g);
-  m->acts_bytes = (c.used + g.used) * sizeof(float);
-  m->acts_mem = k->ops->alloc(k, c.used * sizeof(float));
-  m->grad_mem = k->ops->alloc(k, g.used * sizeof(float));
+  m->acts_bytes = c.used + g.used;
+  m->acts_mem = k->ops->alloc(k, c.used);
+  m->grad_mem = k->ops->alloc(k, g.used);
   if (!m->acts_mem || !m->grad_mem) {
     trn_model_free(m);
     return SS_ENOMEM;
   }
-  c = (carver){m->acts_mem, 0};
+  c = (carver){m->acts_mem, 0, xb};
   carve_acts(m, &c);
-  g = (carver){m->grad_mem, 0};
+  g = (carver){m->grad_mem, 0, xb};
   carve_grads(m, &g);
   return 0;
 }
@@ -170,7 +179,7 @@ void trn_model_free(trn_model *m) {
   kern_ctx *k = m->k;
   if (!k)
     return;
-  if (m->params_low != m->params)
+  if (m->params_low != (kern_x *)m->params)
     k->ops->free(k, m->params_low);
   if (m->mgrads != m->grads)
     k->ops->free(k, m->mgrads);
@@ -223,38 +232,30 @@ void trn_model_init_weights(trn_model *m, uint64_t seed) {
 }
 
 void trn_model_sync_low(trn_model *m) {
-  if (m->params_low == m->params)
-    return;
-  kern_ctx *k = m->k;
-  size_t bytes = m->nparams * sizeof(float);
-  float *tmp = malloc(bytes);
-  if (!tmp)
-    abort();
-  k->ops->to_host(k, tmp, m->params, bytes);
-  k->ops->from_host(k, m->params_low, tmp, bytes);
-  free(tmp);
-  k->ops->round(k, m->params_low, m->nparams, k->prec);
+  if (m->params_low != (kern_x *)m->params)
+    m->k->ops->to_x(m->k, m->params_low, m->params, m->nparams);
 }
 
 /* Where the LayerNorm of resid[l] goes: block l's ln1, or lnf after the
  * last block. */
 typedef struct ln_dst {
-  float *out, *mean, *rstd;
-  const float *w, *b;
+  kern_x *out;
+  float *mean, *rstd;
+  const kern_x *w, *b;
 } ln_dst;
 
 static ln_dst ln_of(trn_model *m, int l) {
   if (l < m->shape.n_layer) {
     trn_layer_acts *a = &m->layer[l];
     size_t LC = (size_t)l * m->shape.d_model;
-    return (ln_dst){a->ln1, a->ln1_mean, a->ln1_rstd, m->plow.ln1w + LC, m->plow.ln1b + LC};
+    return (ln_dst){a->ln1, a->ln1_mean, a->ln1_rstd, wlow(m, TRN_LN1W, LC), wlow(m, TRN_LN1B, LC)};
   }
-  return (ln_dst){m->lnf, m->lnf_mean, m->lnf_rstd, m->plow.lnfw, m->plow.lnfb};
+  return (ln_dst){m->lnf, m->lnf_mean, m->lnf_rstd, wlow(m, TRN_LNFW, 0), wlow(m, TRN_LNFB, 0)};
 }
 
 /* resid = a + b, then the LayerNorm d of resid: one fused kernel where the
  * backend has it, else the two kernels (the same bits either way). */
-static void residual_layernorm(trn_model *m, float *resid, const float *a, const float *b,
+static void residual_layernorm(trn_model *m, kern_x *resid, const kern_x *a, const kern_x *b,
                                ln_dst d) {
   kern_ctx *k = m->k;
   const kern_ops *o = k->ops;
@@ -281,26 +282,29 @@ static void layer_forward(trn_model *m, int l, int chained) {
   int B = m->cur_B, T = s->seq_len, C = s->d_model, NH = s->n_head, N = B * T;
   size_t LC = (size_t)l * C;
   trn_layer_acts *a = &m->layer[l];
-  const trn_weights *w = &m->plow;
   if (!chained)
-    o->layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, m->resid[l], w->ln1w + LC,
-                         w->ln1b + LC, N, C);
-  o->matmul_forward(k, a->qkv, a->ln1, w->qkvw + LC * 3 * C, w->qkvb + LC * 3, N, C, 3 * C);
+    o->layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, m->resid[l], wlow(m, TRN_LN1W, LC),
+                         wlow(m, TRN_LN1B, LC), N, C);
+  o->matmul_forward(k, a->qkv, a->ln1, wlow(m, TRN_QKVW, LC * 3 * C), wlow(m, TRN_QKVB, LC * 3), N,
+                    C, 3 * C);
   if (use_flash(m))
     o->flash_attention_forward(k, a->atty, a->lse, a->qkv, B, T, C, NH);
   else
     o->attention_forward(k, a->atty, a->att, a->qkv, B, T, C, NH);
-  o->matmul_forward(k, m->proj, a->atty, w->attprojw + LC * C, w->attprojb + LC, N, C, C);
-  residual_layernorm(m, a->resid2, m->resid[l], m->proj,
-                     (ln_dst){a->ln2, a->ln2_mean, a->ln2_rstd, w->ln2w + LC, w->ln2b + LC});
+  o->matmul_forward(k, m->proj, a->atty, wlow(m, TRN_ATTPROJW, LC * C), wlow(m, TRN_ATTPROJB, LC),
+                    N, C, C);
+  residual_layernorm(
+      m, a->resid2, m->resid[l], m->proj,
+      (ln_dst){a->ln2, a->ln2_mean, a->ln2_rstd, wlow(m, TRN_LN2W, LC), wlow(m, TRN_LN2B, LC)});
+  const kern_x *fcw = wlow(m, TRN_FCW, LC * 4 * C), *fcb = wlow(m, TRN_FCB, LC * 4);
   if (o->matmul_gelu_forward) { /* the same two results, fused where the backend can */
-    o->matmul_gelu_forward(k, a->fch_gelu, a->fch, a->ln2, w->fcw + LC * 4 * C, w->fcb + LC * 4, N,
-                           C, 4 * C);
+    o->matmul_gelu_forward(k, a->fch_gelu, a->fch, a->ln2, fcw, fcb, N, C, 4 * C);
   } else {
-    o->matmul_forward(k, a->fch, a->ln2, w->fcw + LC * 4 * C, w->fcb + LC * 4, N, C, 4 * C);
+    o->matmul_forward(k, a->fch, a->ln2, fcw, fcb, N, C, 4 * C);
     o->gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * 4 * C);
   }
-  o->matmul_forward(k, m->proj, a->fch_gelu, w->fcprojw + LC * 4 * C, w->fcprojb + LC, N, 4 * C, C);
+  o->matmul_forward(k, m->proj, a->fch_gelu, wlow(m, TRN_FCPROJW, LC * 4 * C),
+                    wlow(m, TRN_FCPROJB, LC), N, 4 * C, C);
   if (chained)
     residual_layernorm(m, m->resid[l + 1], a->resid2, m->proj, ln_of(m, l + 1));
   else
@@ -315,12 +319,12 @@ void trn_model_forward_into(trn_model *m, int nseq, const int32_t *tokens, const
   m->cur_B = nseq;
   int B = nseq, T = s->seq_len, C = s->d_model, V = s->vocab_size, N = B * T;
   o->from_host(k, m->tokens, tokens, (size_t)N * sizeof(int32_t));
-  o->encoder_forward(k, m->resid[0], m->tokens, m->plow.wte, m->plow.wpe, B, T, C);
+  o->encoder_forward(k, m->resid[0], m->tokens, wlow(m, TRN_WTE, 0), wlow(m, TRN_WPE, 0), B, T, C);
   ln_dst first = ln_of(m, 0);
   o->layernorm_forward(k, first.out, first.mean, first.rstd, m->resid[0], first.w, first.b, N, C);
   for (int l = 0; l < s->n_layer; l++)
     layer_forward(m, l, 1); /* each ends with the next LayerNorm: ln1, lnf after the last */
-  o->matmul_forward(k, m->logits, m->lnf, m->plow.wte, NULL, N, C, V);
+  o->matmul_forward(k, m->logits, m->lnf, wlow(m, TRN_WTE, 0), NULL, N, C, V);
   if (!targets)
     return;
   o->from_host(k, m->targets, targets, (size_t)N * sizeof(int32_t));
@@ -348,7 +352,6 @@ void trn_model_backward(trn_model *m, float dscale) {
   const rcfg_shape *s = &m->shape;
   int B = m->cur_B, T = s->seq_len, C = s->d_model, V = s->vocab_size, NH = s->n_head;
   int N = B * T, L = s->n_layer;
-  const trn_weights *w = &m->plow;
   const trn_weights *g = &m->mg;
   o->zero(k, m->mgrads, m->nparams * sizeof(float));
 
@@ -362,10 +365,10 @@ void trn_model_backward(trn_model *m, float dscale) {
     abort();
   }
   m->head_dscale = 0.0f;
-  o->matmul_backward(k, m->dln, g->wte, NULL, m->logits, m->lnf, w->wte, N, C, V);
-  o->zero(k, m->dresid, (size_t)N * C * sizeof(float));
-  o->layernorm_backward(k, m->dresid, g->lnfw, g->lnfb, m->dln, m->resid[L], w->lnfw, m->lnf_mean,
-                        m->lnf_rstd, N, C);
+  o->matmul_backward(k, m->dln, g->wte, NULL, m->logits, m->lnf, wlow(m, TRN_WTE, 0), N, C, V);
+  o->zero(k, m->dresid, (size_t)N * C * k->xbytes);
+  o->layernorm_backward(k, m->dresid, g->lnfw, g->lnfb, m->dln, m->resid[L], wlow(m, TRN_LNFW, 0),
+                        m->lnf_mean, m->lnf_rstd, N, C);
 
   for (int l = L - 1; l >= 0; l--) {
     if (m->recompute)
@@ -374,23 +377,23 @@ void trn_model_backward(trn_model *m, float dscale) {
     size_t LC = (size_t)l * C;
     /* MLP half: resid[l+1] = resid2 + fcproj(gelu(fc(ln2(resid2)))) */
     o->matmul_backward(k, m->dfch, g->fcprojw + LC * 4 * C, g->fcprojb + LC, m->dresid, a->fch_gelu,
-                       w->fcprojw + LC * 4 * C, N, 4 * C, C);
+                       wlow(m, TRN_FCPROJW, LC * 4 * C), N, 4 * C, C);
     o->gelu_backward(k, m->dfch, a->fch, m->dfch, (size_t)N * 4 * C);
     o->matmul_backward(k, m->dln, g->fcw + LC * 4 * C, g->fcb + LC * 4, m->dfch, a->ln2,
-                       w->fcw + LC * 4 * C, N, C, 4 * C);
-    o->layernorm_backward(k, m->dresid, g->ln2w + LC, g->ln2b + LC, m->dln, a->resid2, w->ln2w + LC,
-                          a->ln2_mean, a->ln2_rstd, N, C);
+                       wlow(m, TRN_FCW, LC * 4 * C), N, C, 4 * C);
+    o->layernorm_backward(k, m->dresid, g->ln2w + LC, g->ln2b + LC, m->dln, a->resid2,
+                          wlow(m, TRN_LN2W, LC), a->ln2_mean, a->ln2_rstd, N, C);
     /* attention half: resid2 = resid[l] + attproj(attn(qkv(ln1(resid[l])))) */
     o->matmul_backward(k, m->datty, g->attprojw + LC * C, g->attprojb + LC, m->dresid, a->atty,
-                       w->attprojw + LC * C, N, C, C);
+                       wlow(m, TRN_ATTPROJW, LC * C), N, C, C);
     if (use_flash(m)) /* from the forward's output atty and lse */
       o->flash_attention_backward(k, m->dqkv, m->datty, a->atty, a->qkv, a->lse, B, T, C, NH);
     else
       o->attention_backward(k, m->dqkv, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
     o->matmul_backward(k, m->dln, g->qkvw + LC * 3 * C, g->qkvb + LC * 3, m->dqkv, a->ln1,
-                       w->qkvw + LC * 3 * C, N, C, 3 * C);
+                       wlow(m, TRN_QKVW, LC * 3 * C), N, C, 3 * C);
     o->layernorm_backward(k, m->dresid, g->ln1w + LC, g->ln1b + LC, m->dln, m->resid[l],
-                          w->ln1w + LC, a->ln1_mean, a->ln1_rstd, N, C);
+                          wlow(m, TRN_LN1W, LC), a->ln1_mean, a->ln1_rstd, N, C);
     if (m->grads_ready) { /* block l's gradient is final: its slice of each block tensor */
       size_t r[TRN_NTENSORS][2];
       int n = 0;

@@ -39,6 +39,26 @@ typedef struct trn_weights {
   float *lnfb;     /* (C) */
 } trn_weights;
 
+/* The tensors' indices, in trn_weights order. */
+enum {
+  TRN_WTE,
+  TRN_WPE,
+  TRN_LN1W,
+  TRN_LN1B,
+  TRN_QKVW,
+  TRN_QKVB,
+  TRN_ATTPROJW,
+  TRN_ATTPROJB,
+  TRN_LN2W,
+  TRN_LN2B,
+  TRN_FCW,
+  TRN_FCB,
+  TRN_FCPROJW,
+  TRN_FCPROJB,
+  TRN_LNFW,
+  TRN_LNFB
+};
+
 /* Where one tensor sits in the flat parameter array. */
 typedef struct trn_tensor_info {
   const char *name;
@@ -46,20 +66,22 @@ typedef struct trn_tensor_info {
   int decay; /* weight decay applies (matrices and embeddings, not biases/LN) */
 } trn_tensor_info;
 
+/* Activations are kern_x (the backend's storage at the run's precision,
+ * kernels/kern.h); statistics and attention's saved scores are fp32. */
 typedef struct trn_layer_acts {
-  float *ln1;      /* (B, T, C) */
-  float *ln1_mean; /* (B, T) */
-  float *ln1_rstd; /* (B, T) */
-  float *qkv;      /* (B, T, 3C) */
-  float *att;      /* (B, NH, T, T); NULL with flash attention */
-  float *lse;      /* (B, NH, T) with flash attention (else NULL) */
-  float *atty;     /* (B, T, C) */
-  float *resid2;   /* (B, T, C) residual after attention */
-  float *ln2;      /* (B, T, C) */
-  float *ln2_mean; /* (B, T) */
-  float *ln2_rstd; /* (B, T) */
-  float *fch;      /* (B, T, 4C) */
-  float *fch_gelu; /* (B, T, 4C) */
+  kern_x *ln1;      /* (B, T, C) */
+  float *ln1_mean;  /* (B, T) */
+  float *ln1_rstd;  /* (B, T) */
+  kern_x *qkv;      /* (B, T, 3C) */
+  float *att;       /* (B, NH, T, T); NULL with flash attention */
+  float *lse;       /* (B, NH, T) with flash attention (else NULL) */
+  kern_x *atty;     /* (B, T, C) */
+  kern_x *resid2;   /* (B, T, C) residual after attention */
+  kern_x *ln2;      /* (B, T, C) */
+  float *ln2_mean;  /* (B, T) */
+  float *ln2_rstd;  /* (B, T) */
+  kern_x *fch;      /* (B, T, 4C) */
+  kern_x *fch_gelu; /* (B, T, 4C) */
 } trn_layer_acts;
 
 typedef struct trn_model {
@@ -72,18 +94,21 @@ typedef struct trn_model {
   trn_tensor_info tensors[TRN_NTENSORS];
 
   float *params;     /* fp32 master weights, one allocation */
-  float *params_low; /* rounded copy used by the kernels (== params in fp32) */
-  float *grads;      /* gradient of the whole batch */
-  float *mgrads;     /* gradient of one micro-batch (== grads without accumulation) */
-  trn_weights p, plow, g, mg;
+  /* the rounded copy the kernels use, as kern_x (== params in fp32);
+   * tensor t's element i at kern_x_at(k, params_low, tensors[t].offset + i) */
+  kern_x *params_low;
+  float *grads;  /* gradient of the whole batch */
+  float *mgrads; /* gradient of one micro-batch (== grads without accumulation) */
+  trn_weights p, g, mg;
 
-  float *acts_mem;
+  void *acts_mem;
   size_t acts_bytes;
-  float **resid;                    /* L + 1 pointers, each (B, T, C): block inputs */
+  kern_x **resid;                   /* L + 1 pointers, each (B, T, C): block inputs */
   trn_layer_acts *layer;            /* L entries; all alias one scratch set with recompute */
-  float *proj;                      /* (B, T, C) output of a projection, before the residual */
-  float *lnf, *lnf_mean, *lnf_rstd; /* (B, T, C), (B, T), (B, T) */
-  float *logits;                    /* (B, T, V); holds dlogits after backward */
+  kern_x *proj;                     /* (B, T, C) output of a projection, before the residual */
+  kern_x *lnf;                      /* (B, T, C) */
+  float *lnf_mean, *lnf_rstd;       /* (B, T), (B, T) */
+  kern_x *logits;                   /* (B, T, V); holds dlogits after backward */
   float *losses;                    /* (B, T) */
   /* the step's scalars in backend memory (one allocation, kern.h's
    * mean_into / sumsq_into / step_scale): trn_model_forward's loss; the
@@ -94,8 +119,9 @@ typedef struct trn_model {
   float *grad_scale;
   int32_t *tokens, *targets;        /* (B, T) backend copies of the batch */
 
-  float *grad_mem; /* backward scratch for one layer */
-  float *dresid, *dln, *dqkv, *datt, *datty, *dfch; /* datt NULL with flash attention */
+  void *grad_mem; /* backward scratch for one layer */
+  kern_x *dresid, *dln, *dqkv, *datty, *dfch;
+  float *datt; /* NULL with flash attention */
 
   /* When set, trn_model_backward calls it as parts of mgrads become final:
    * after each block (its 12 tensors' slices, last block first), then after

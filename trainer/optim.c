@@ -88,7 +88,7 @@ _Static_assert(TRN_NTENSORS <= KERN_ADAMW_MAX_PARTS, "one fused AdamW part per t
 void trn_optim_step(trn_optim *o, trn_model *m, double lr, double beta1, double beta2, double eps,
                     double weight_decay, float grad_scale, const float *grad_scale_dev, int step) {
   kern_ctx *k = m->k;
-  float *plow = m->params_low == m->params ? NULL : m->params_low;
+  kern_x *plow = m->params_low == (kern_x *)m->params ? NULL : m->params_low;
   kern_adamw_args a = {(float)lr, (float)beta1, (float)beta2, (float)eps,
                        0.0f,      grad_scale,   step,         grad_scale_dev};
   /* every tensor's part that this state covers, in one call */

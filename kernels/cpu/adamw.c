@@ -32,8 +32,9 @@ static int skipped(kern_adamw_args *out, const kern_adamw_args *a) {
   return out->grad_scale == 0.0f;
 }
 
-static void adamw(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v, size_t n,
-                  const kern_adamw_args *args) {
+static void adamw(kern_ctx *k, float *p, kern_x *plow_x, const float *g, float *m, float *v,
+                  size_t n, const kern_adamw_args *args) {
+  float *plow = plow_x;
   kern_adamw_args ra;
   const kern_adamw_args *a = &ra;
   if (skipped(&ra, args))
@@ -96,8 +97,9 @@ static int nearest(const float *code, int ncode, float x) {
   return x - code[lo] <= code[hi] - x ? lo : hi;
 }
 
-static void adamw8bit(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm, uint8_t *qv,
-                      float *sm, float *sv, size_t n, const kern_adamw_args *args) {
+static void adamw8bit(kern_ctx *k, float *p, kern_x *plow_x, const float *g, int8_t *qm,
+                      uint8_t *qv, float *sm, float *sv, size_t n, const kern_adamw_args *args) {
+  float *plow = plow_x;
   kern_adamw_args ra;
   const kern_adamw_args *a = &ra;
   if (skipped(&ra, args))
@@ -141,8 +143,9 @@ static void adamw8bit(kern_ctx *k, float *p, float *plow, const float *g, int8_t
 }
 
 /* part by part: the bits of the one-tensor calls */
-static void adamw_fused(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v,
+static void adamw_fused(kern_ctx *k, float *p, kern_x *plow_x, const float *g, float *m, float *v,
                         const kern_adamw_parts *parts, const kern_adamw_args *a) {
+  float *plow = plow_x;
   for (int i = 0; i < parts->n; i++) {
     kern_adamw_args pa = *a;
     pa.weight_decay = parts->part[i].weight_decay;
@@ -151,9 +154,10 @@ static void adamw_fused(kern_ctx *k, float *p, float *plow, const float *g, floa
   }
 }
 
-static void adamw8bit_fused(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm,
+static void adamw8bit_fused(kern_ctx *k, float *p, kern_x *plow_x, const float *g, int8_t *qm,
                             uint8_t *qv, float *sm, float *sv, const kern_adamw_parts *parts,
                             const kern_adamw_args *a) {
+  float *plow = plow_x;
   for (int i = 0; i < parts->n; i++) {
     kern_adamw_args pa = *a;
     pa.weight_decay = parts->part[i].weight_decay;

@@ -49,8 +49,10 @@ KERN__INLINE void attn_fwd_head(float *y, float *a, const float *q, const float 
   }
 }
 
-static void attention_forward(kern_ctx *k, float *out, float *att, const float *qkv, int B, int T,
-                              int C, int NH) {
+static void attention_forward(kern_ctx *k, kern_x *out_x, float *att, const kern_x *qkv_x, int B,
+                              int T, int C, int NH) {
+  float *out = out_x;
+  const float *qkv = qkv_x;
   int hs = C / NH;
   float sc = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
@@ -112,8 +114,10 @@ KERN__INLINE void attn_bwd_head(float *dq, float *dk, float *dv, float *da, cons
     }
 }
 
-static void attention_backward(kern_ctx *k, float *dqkv, float *datt, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C, int NH) {
+static void attention_backward(kern_ctx *k, kern_x *dqkv_x, float *datt, const kern_x *dout_x,
+                               const kern_x *qkv_x, const float *att, int B, int T, int C, int NH) {
+  float *dqkv = dqkv_x;
+  const float *dout = dout_x, *qkv = qkv_x;
   int hs = C / NH;
   float sc = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)

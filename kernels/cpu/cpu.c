@@ -50,6 +50,7 @@ int kern_cpu_init(kern_ctx *k, kern_prec prec, int threads) {
   openblas_set_num_threads(threads);
   k->ops = &cpu_ops;
   k->prec = prec;
+  k->xbytes = (int)sizeof(float);
   k->threads = threads;
   k->backend = NULL;
   return 0;

@@ -24,7 +24,10 @@ KERN__INLINE void residual_range(float *out, const float *a, const float *b, siz
     out[i] = kern__rnd(a[i] + b[i], p);
 }
 
-static void residual_forward(kern_ctx *k, float *out, const float *a, const float *b, size_t n) {
+static void residual_forward(kern_ctx *k, kern_x *out_x, const kern_x *a_x, const kern_x *b_x,
+                             size_t n) {
+  float *out = out_x;
+  const float *a = a_x, *b = b_x;
 #define CALL(P) residual_range(out, a, b, lo, hi, P)
   FOR_SHARES(k, n, CALL);
 #undef CALL
@@ -42,7 +45,9 @@ KERN__INLINE void gelu_fwd_range(float *out, const float *inp, size_t lo, size_t
   }
 }
 
-static void gelu_forward(kern_ctx *k, float *out, const float *inp, size_t n) {
+static void gelu_forward(kern_ctx *k, kern_x *out_x, const kern_x *inp_x, size_t n) {
+  float *out = out_x;
+  const float *inp = inp_x;
 #define CALL(P) gelu_fwd_range(out, inp, lo, hi, P)
   FOR_SHARES(k, n, CALL);
 #undef CALL
@@ -60,7 +65,10 @@ KERN__INLINE void gelu_bwd_range(float *dinp, const float *inp, const float *dou
   }
 }
 
-static void gelu_backward(kern_ctx *k, float *dinp, const float *inp, const float *dout, size_t n) {
+static void gelu_backward(kern_ctx *k, kern_x *dinp_x, const kern_x *inp_x, const kern_x *dout_x,
+                          size_t n) {
+  float *dinp = dinp_x;
+  const float *inp = inp_x, *dout = dout_x;
 #define CALL(P) gelu_bwd_range(dinp, inp, dout, lo, hi, P)
   FOR_SHARES(k, n, CALL);
 #undef CALL
@@ -148,6 +156,13 @@ static void round_(kern_ctx *k, float *x, size_t n, kern_prec p) {
   }
 }
 
+/* kern_x is float here: a copy, then rounded in place */
+static void to_x(kern_ctx *k, kern_x *dst, const float *src, size_t n) {
+  if (dst != src)
+    memcpy(dst, src, n * sizeof(float));
+  round_(k, dst, n, k->prec);
+}
+
 float kern_round_bf16(float x) { return kern__bf16(x); }
 float kern_round_fp16(float x) { return kern__fp16(x); }
 
@@ -184,4 +199,5 @@ void kern__cpu_elementwise(kern_ops *o) {
   o->sumsq_into = sumsq_into;
   o->step_scale = step_scale;
   o->round = round_;
+  o->to_x = to_x;
 }

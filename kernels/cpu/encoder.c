@@ -8,8 +8,10 @@ KERN__INLINE void enc_row(float *y, const float *e, const float *q, int C, const
     y[c] = kern__rnd(e[c] + q[c], p);
 }
 
-static void encoder_forward(kern_ctx *k, float *out, const int32_t *tokens, const float *wte,
-                            const float *wpe, int B, int T, int C) {
+static void encoder_forward(kern_ctx *k, kern_x *out_x, const int32_t *tokens, const kern_x *wte_x,
+                            const kern_x *wpe_x, int B, int T, int C) {
+  float *out = out_x;
+  const float *wte = wte_x, *wpe = wpe_x;
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < B * T; r++) {
     const float *e = wte + (size_t)tokens[r] * C, *q = wpe + (size_t)(r % T) * C;
@@ -21,8 +23,9 @@ static void encoder_forward(kern_ctx *k, float *out, const int32_t *tokens, cons
 
 /* Rows are scattered into dwte in row order; threads split the channels,
  * so every element is summed in the same order whatever the thread count. */
-static void encoder_backward(kern_ctx *k, float *dwte, float *dwpe, const float *dout,
+static void encoder_backward(kern_ctx *k, float *dwte, float *dwpe, const kern_x *dout_x,
                              const int32_t *tokens, int B, int T, int C) {
+  const float *dout = dout_x;
 #pragma omp parallel
   {
     int nt = omp_get_num_threads(), t = omp_get_thread_num();

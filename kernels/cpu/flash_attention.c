@@ -44,8 +44,10 @@ static void scores(double *s, const float *q, const float *kk, int t, int C, int
   }
 }
 
-void kern_cpu_flash_attention_forward(kern_ctx *k, float *out, float *lse, const float *qkv, int B,
-                                      int T, int C, int NH) {
+void kern_cpu_flash_attention_forward(kern_ctx *k, kern_x *out_x, float *lse, const kern_x *qkv_x,
+                                      int B, int T, int C, int NH) {
+  float *out = out_x;
+  const float *qkv = qkv_x;
   int hs = C / NH;
   float sc = 1.0f / sqrtf((float)hs);
   kern_prec p = k->prec;
@@ -90,9 +92,11 @@ void kern_cpu_flash_attention_forward(kern_ctx *k, float *out, float *lse, const
   }
 }
 
-void kern_cpu_flash_attention_backward(kern_ctx *k, float *dqkv, const float *dout,
-                                       const float *out, const float *qkv, const float *lse, int B,
-                                       int T, int C, int NH) {
+void kern_cpu_flash_attention_backward(kern_ctx *k, kern_x *dqkv_x, const kern_x *dout_x,
+                                       const kern_x *out_x, const kern_x *qkv_x, const float *lse,
+                                       int B, int T, int C, int NH) {
+  float *dqkv = dqkv_x;
+  const float *dout = dout_x, *out = out_x, *qkv = qkv_x;
   int hs = C / NH;
   float sc = 1.0f / sqrtf((float)hs);
   kern_prec p = k->prec;

@@ -25,8 +25,10 @@ KERN__INLINE void ln_fwd_row(float *y, float *mean, float *rstd, const float *x,
   }
 }
 
-static void layernorm_forward(kern_ctx *k, float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C) {
+static void layernorm_forward(kern_ctx *k, kern_x *out_x, float *mean, float *rstd,
+                              const kern_x *inp_x, const kern_x *w, const kern_x *b, int N, int C) {
+  float *out = out_x;
+  const float *inp = inp_x;
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < N; r++) {
     size_t o = (size_t)r * C;
@@ -58,9 +60,11 @@ KERN__INLINE void ln_bwd_row(float *dx, const float *dy, const float *x, const f
   }
 }
 
-static void layernorm_backward(kern_ctx *k, float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, const float *mean,
-                               const float *rstd, int N, int C) {
+static void layernorm_backward(kern_ctx *k, kern_x *dinp_x, float *dw, float *db,
+                               const kern_x *dout_x, const kern_x *inp_x, const kern_x *w,
+                               const float *mean, const float *rstd, int N, int C) {
+  float *dinp = dinp_x;
+  const float *dout = dout_x, *inp = inp_x;
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < N; r++) {
     size_t o = (size_t)r * C;

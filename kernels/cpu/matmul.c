@@ -3,8 +3,9 @@
 
 #include "internal.h"
 
-static void matmul_forward(kern_ctx *k, float *out, const float *inp, const float *w,
-                           const float *b, int N, int C, int OC) {
+static void matmul_forward(kern_ctx *k, kern_x *out_x, const kern_x *inp, const kern_x *w,
+                           const kern_x *b, int N, int C, int OC) {
+  float *out = out_x;
   float beta = 0.0f;
   if (b) {
 #pragma omp parallel for schedule(static)
@@ -17,8 +18,8 @@ static void matmul_forward(kern_ctx *k, float *out, const float *inp, const floa
   k->ops->round(k, out, (size_t)N * OC, k->prec);
 }
 
-static void matmul_backward(kern_ctx *k, float *dinp, float *dw, float *db, const float *dout,
-                            const float *inp, const float *w, int N, int C, int OC) {
+static void matmul_backward(kern_ctx *k, kern_x *dinp, float *dw, float *db, const kern_x *dout,
+                            const kern_x *inp, const kern_x *w, int N, int C, int OC) {
   /* dinp(N,C) = dout(N,OC) @ w(OC,C) */
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp,
               C);

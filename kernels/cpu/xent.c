@@ -19,8 +19,9 @@ KERN__INLINE void xent_row(float *loss, float *z, int tgt, int V, float dscale, 
   }
 }
 
-static void softmax_xent(kern_ctx *k, float *losses, float *logits, const int32_t *targets, int N,
-                         int V, float dscale) {
+static void softmax_xent(kern_ctx *k, float *losses, kern_x *logits_x, const int32_t *targets,
+                         int N, int V, float dscale) {
+  float *logits = logits_x;
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < N; r++) {
 #define CALL(P) xent_row(losses + r, logits + (size_t)r * V, targets[r], V, dscale, P)

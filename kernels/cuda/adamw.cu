@@ -12,7 +12,6 @@ __constant__ float code_v[256]; /* value of unsigned code q */
 typedef struct adamw_consts {
   float lr, b1, b2, eps, gs, bc1, bc2; /* bc1, bc2: 1 - beta^step, on the host as on the CPU */
   const float *gsd;                    /* step_scale's factor, or NULL: gs */
-  int prec;
 } adamw_consts;
 
 /* The part (of parts->n) holding item i of the concatenation of the parts'
@@ -33,8 +32,10 @@ __device__ __forceinline__ int part_of(const kern_adamw_parts &parts, size_t i, 
   }
 }
 
-/* One thread per parameter of all the parts. */
-__global__ void adamw_kernel(float *p, float *plow, const float *g, float *m, float *v,
+/* One thread per parameter of all the parts; plow (kern_x, X), when given,
+ * gets the new parameter rounded. */
+template <typename X>
+__global__ void adamw_kernel(float *p, X *plow, const float *g, float *m, float *v,
                              kern_adamw_parts parts, size_t total, adamw_consts c) {
   size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   float gs = c.gs;
@@ -54,8 +55,8 @@ __global__ void adamw_kernel(float *p, float *plow, const float *g, float *m, fl
   float upd = (mi / c.bc1) / (sqrtf(vi / c.bc2) + c.eps);
   float pi = p[i] - c.lr * (upd + wd * p[i]);
   p[i] = pi;
-  if (c.prec != KERN_FP32)
-    plow[i] = kern__cu_rnd(pi, c.prec);
+  if (plow)
+    plow[i] = kern__cu_to<X>(pi);
 }
 
 /* the CPU's nearest(): index of the code nearest to x, codes ascending */
@@ -78,7 +79,8 @@ __device__ int nearest(const float *code, int ncode, float x) {
 /* One block of KERN_Q8_BLOCK threads per quantisation block of all the
  * parts, one element per thread: dequantise, update, then requantise against
  * the block's new absmax (a max: the same whatever the reduction order). */
-__global__ void adamw8bit_kernel(float *p, float *plow, const float *g, int8_t *qm, uint8_t *qv,
+template <typename X>
+__global__ void adamw8bit_kernel(float *p, X *plow, const float *g, int8_t *qm, uint8_t *qv,
                                  float *sm, float *sv, kern_adamw_parts parts, adamw_consts c) {
   __shared__ float sh[32];
   float gs = c.gs;
@@ -111,7 +113,7 @@ __global__ void adamw8bit_kernel(float *p, float *plow, const float *g, int8_t *
     float pi = p[i] - c.lr * (upd + wd * p[i]);
     p[i] = pi;
     if (plow)
-      plow[i] = kern__cu_rnd(pi, c.prec);
+      plow[i] = kern__cu_to<X>(pi);
   }
   /* every thread has read sm[blk], sv[blk] before the barriers inside */
   float am = kern__cu_block_reduce(fabsf(mi), sh, 1);
@@ -130,7 +132,7 @@ __global__ void adamw8bit_kernel(float *p, float *plow, const float *g, int8_t *
 
 /* ---- launchers ---- */
 
-static adamw_consts consts_of(const kern_adamw_args *a, int prec) {
+static adamw_consts consts_of(const kern_adamw_args *a) {
   adamw_consts c;
   c.lr = a->lr;
   c.b1 = a->beta1;
@@ -140,24 +142,24 @@ static adamw_consts consts_of(const kern_adamw_args *a, int prec) {
   c.gsd = a->grad_scale_dev;
   c.bc1 = (float)(1.0 - pow(a->beta1, a->step));
   c.bc2 = (float)(1.0 - pow(a->beta2, a->step));
-  c.prec = prec;
   return c;
 }
 
 /* plow is only written (and must only be given) at bf16 and fp16 */
-static void adamw_fused(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v,
+static void adamw_fused(kern_ctx *k, float *p, kern_x *plow, const float *g, float *m, float *v,
                         const kern_adamw_parts *parts, const kern_adamw_args *a) {
   size_t total = 0;
   for (int j = 0; j < parts->n; j++)
     total += parts->part[j].n;
   if (total == 0)
     return;
-  adamw_kernel<<<kern__cu_grid(total, 256), 256, 0, kern__cu_stream(k)>>>(
-      p, plow, g, m, v, *parts, total, consts_of(a, plow ? k->prec : KERN_FP32));
+  KERN__CU_WITH_X(k->prec,
+                  adamw_kernel<X><<<kern__cu_grid(total, 256), 256, 0, kern__cu_stream(k)>>>(
+                      p, (X *)plow, g, m, v, *parts, total, consts_of(a)));
   KERN__CU_LAUNCHED();
 }
 
-static void adamw8bit_fused(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm,
+static void adamw8bit_fused(kern_ctx *k, float *p, kern_x *plow, const float *g, int8_t *qm,
                             uint8_t *qv, float *sm, float *sv, const kern_adamw_parts *parts,
                             const kern_adamw_args *a) {
   size_t blocks = 0;
@@ -165,8 +167,9 @@ static void adamw8bit_fused(kern_ctx *k, float *p, float *plow, const float *g, 
     blocks += (parts->part[j].n + KERN_Q8_BLOCK - 1) / KERN_Q8_BLOCK;
   if (blocks == 0)
     return;
-  adamw8bit_kernel<<<(unsigned)blocks, KERN_Q8_BLOCK, 0, kern__cu_stream(k)>>>(
-      p, plow, g, qm, qv, sm, sv, *parts, consts_of(a, k->prec));
+  KERN__CU_WITH_X(k->prec,
+                  adamw8bit_kernel<X><<<(unsigned)blocks, KERN_Q8_BLOCK, 0, kern__cu_stream(k)>>>(
+                      p, (X *)plow, g, qm, qv, sm, sv, *parts, consts_of(a)));
   KERN__CU_LAUNCHED();
 }
 
@@ -180,13 +183,13 @@ static kern_adamw_parts one_part(size_t n, float weight_decay) {
   return parts;
 }
 
-static void adamw(kern_ctx *k, float *p, float *plow, const float *g, float *m, float *v, size_t n,
+static void adamw(kern_ctx *k, float *p, kern_x *plow, const float *g, float *m, float *v, size_t n,
                   const kern_adamw_args *a) {
   kern_adamw_parts parts = one_part(n, a->weight_decay);
   adamw_fused(k, p, plow, g, m, v, &parts, a);
 }
 
-static void adamw8bit(kern_ctx *k, float *p, float *plow, const float *g, int8_t *qm, uint8_t *qv,
+static void adamw8bit(kern_ctx *k, float *p, kern_x *plow, const float *g, int8_t *qm, uint8_t *qv,
                       float *sm, float *sv, size_t n, const kern_adamw_args *a) {
   kern_adamw_parts parts = one_part(n, a->weight_decay);
   adamw8bit_fused(k, p, plow, g, qm, qv, sm, sv, &parts, a);

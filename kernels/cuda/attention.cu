@@ -10,15 +10,6 @@
 
 #define WARPS 8 /* rows per block of the softmax kernels */
 
-template <typename E> __device__ __forceinline__ E from_float(float x);
-template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <> __device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-
 /* Where element i of a (B, NH, T, hs) array stands in a (B, T, ld) one:
  * i = ((b*NH + h)*T + t)*hs + e is column off + h*hs + e of row b*T + t. */
 __device__ __forceinline__ size_t bt_index(size_t i, int T, int NH, int hs, int ld, int off) {
@@ -30,23 +21,23 @@ __device__ __forceinline__ size_t bt_index(size_t i, int T, int NH, int hs, int 
 }
 
 /* dst[bh, t, i] = src[(b*T + t)*ld + off + h*hs + i], one thread per element
- * of dst (B, NH, T, hs); converted to E (exact: the values are already
- * rounded to the run's precision) */
-template <typename E>
-__global__ void permute_kernel(E *dst, const float *src, int B, int T, int NH, int hs, int ld,
+ * of dst (B, NH, T, hs); both kern_x (X, the GEMM type) */
+template <typename X>
+__global__ void permute_kernel(X *dst, const X *src, int B, int T, int NH, int hs, int ld,
                                int off) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < (size_t)B * NH * T * hs)
-    dst[i] = from_float<E>(src[bt_index(i, T, NH, hs, ld, off)]);
+    dst[i] = src[bt_index(i, T, NH, hs, ld, off)];
 }
 
-/* the inverse, with rounding: dst[(b*T + t)*ld + off + h*hs + i] =
- * round(src[bh, t, i]) */
-__global__ void unpermute_kernel(float *dst, const float *src, int B, int T, int NH, int hs, int ld,
-                                 int off, int p) {
+/* the inverse, from an fp32 product, rounded to X:
+ * dst[(b*T + t)*ld + off + h*hs + i] = round(src[bh, t, i]) */
+template <typename X>
+__global__ void unpermute_kernel(X *dst, const float *src, int B, int T, int NH, int hs, int ld,
+                                 int off) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < (size_t)B * NH * T * hs)
-    dst[bt_index(i, T, NH, hs, ld, off)] = kern__cu_rnd(src[i], p);
+    dst[bt_index(i, T, NH, hs, ld, off)] = kern__cu_to<X>(src[i]);
 }
 
 /* Row (bh, t) of the scaled scores in place -> round(softmax over keys
@@ -93,26 +84,22 @@ __global__ void softmax_backward_kernel(float *datt, const float *att, int rows,
 
 /* ---- launchers ---- */
 
-static void permute(kern_ctx *k, void *dst, const float *src, int B, int T, int NH, int hs, int ld,
+static void permute(kern_ctx *k, void *dst, const kern_x *src, int B, int T, int NH, int hs, int ld,
                     int off) {
   size_t n = (size_t)B * NH * T * hs;
   unsigned g = kern__cu_grid(n, 256);
   cudaStream_t st = kern__cu_stream(k);
-  if (k->prec == KERN_BF16)
-    permute_kernel<__nv_bfloat16>
-        <<<g, 256, 0, st>>>((__nv_bfloat16 *)dst, src, B, T, NH, hs, ld, off);
-  else if (k->prec == KERN_FP16)
-    permute_kernel<__half><<<g, 256, 0, st>>>((__half *)dst, src, B, T, NH, hs, ld, off);
-  else
-    permute_kernel<float><<<g, 256, 0, st>>>((float *)dst, src, B, T, NH, hs, ld, off);
+  KERN__CU_WITH_X(k->prec, permute_kernel<X>
+                  <<<g, 256, 0, st>>>((X *)dst, (const X *)src, B, T, NH, hs, ld, off));
   KERN__CU_LAUNCHED();
 }
 
-static void unpermute(kern_ctx *k, float *dst, const float *src, int B, int T, int NH, int hs,
+static void unpermute(kern_ctx *k, kern_x *dst, const float *src, int B, int T, int NH, int hs,
                       int ld, int off) {
   size_t n = (size_t)B * NH * T * hs;
-  unpermute_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(dst, src, B, T, NH, hs,
-                                                                          ld, off, k->prec);
+  KERN__CU_WITH_X(k->prec, unpermute_kernel<X>
+                  <<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>((X *)dst, src, B, T, NH,
+                                                                          hs, ld, off));
   KERN__CU_LAUNCHED();
 }
 
@@ -134,7 +121,7 @@ typedef struct {
 
 /* Carves the scratch for nx GEMM-type and nf fp32 (BH, T, hs) matrices and
  * permutes Q, K and V out of qkv (B, T, 3C) into x[0..2]. */
-static att_scratch att_setup(kern_ctx *k, const float *qkv, int B, int T, int C, int NH, int nx,
+static att_scratch att_setup(kern_ctx *k, const kern_x *qkv, int B, int T, int C, int NH, int nx,
                              int nf) {
   kern_prec p = k->prec;
   att_scratch a = {.hs = C / NH, .BH = B * NH, .ty = kern__cu_gemm_type(p)};
@@ -156,7 +143,7 @@ static att_scratch att_setup(kern_ctx *k, const float *qkv, int B, int T, int C,
   return a;
 }
 
-static void attention_forward(kern_ctx *k, float *out, float *att, const float *qkv, int B, int T,
+static void attention_forward(kern_ctx *k, kern_x *out, float *att, const kern_x *qkv, int B, int T,
                               int C, int NH) {
   if (B == 0 || T == 0)
     return;
@@ -166,18 +153,20 @@ static void attention_forward(kern_ctx *k, float *out, float *att, const float *
   void *q = a.x[0], *kk = a.x[1], *v = a.x[2];
   float *y = a.f[0];
   /* scores (T,T) = sc * Q (T,hs) K^T, per head */
-  kern__cu_gemm(k, 0, 1, T, T, hs, a.sc, q, hs, a.sX, kk, hs, a.sX, 0.0f, att, T, a.sT, BH, a.ty);
+  kern__cu_gemm(k, 0, 1, T, T, hs, a.sc, q, hs, a.sX, kk, hs, a.sX, 0.0f, att, T, a.sT, BH, a.ty,
+                CUDA_R_32F);
   softmax_forward_kernel<<<kern__cu_grid((size_t)BH * T, WARPS), WARPS * 32, 0,
                            kern__cu_stream(k)>>>(att, BH * T, T, p);
   KERN__CU_LAUNCHED();
   /* y (T,hs) = A (T,T) V (T,hs), per head */
   const void *A = kern__cu_lowp(k, att, a.TT, a.alow, p);
-  kern__cu_gemm(k, 0, 0, T, hs, T, 1.0f, A, T, a.sT, v, hs, a.sX, 0.0f, y, hs, a.sX, BH, a.ty);
+  kern__cu_gemm(k, 0, 0, T, hs, T, 1.0f, A, T, a.sT, v, hs, a.sX, 0.0f, y, hs, a.sX, BH, a.ty,
+                CUDA_R_32F);
   unpermute(k, out, y, B, T, NH, hs, C, 0);
 }
 
-static void attention_backward(kern_ctx *k, float *dqkv, float *datt, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C, int NH) {
+static void attention_backward(kern_ctx *k, kern_x *dqkv, float *datt, const kern_x *dout,
+                               const kern_x *qkv, const float *att, int B, int T, int C, int NH) {
   if (B == 0 || T == 0)
     return;
   kern_prec p = k->prec;
@@ -189,18 +178,22 @@ static void attention_backward(kern_ctx *k, float *dqkv, float *datt, const floa
   float *dq = a.f[0], *dk = a.f[1], *dv = a.f[2];
   permute(k, dy, dout, B, T, NH, hs, C, 0);
   /* dA (T,T) = dY V^T */
-  kern__cu_gemm(k, 0, 1, T, T, hs, 1.0f, dy, hs, sX, v, hs, sX, 0.0f, datt, T, sT, BH, a.ty);
+  kern__cu_gemm(k, 0, 1, T, T, hs, 1.0f, dy, hs, sX, v, hs, sX, 0.0f, datt, T, sT, BH, a.ty,
+                CUDA_R_32F);
   /* dV (T,hs) = A^T dY */
   const void *A = kern__cu_lowp(k, att, a.TT, a.alow, p);
-  kern__cu_gemm(k, 1, 0, T, hs, T, 1.0f, A, T, sT, dy, hs, sX, 0.0f, dv, hs, sX, BH, a.ty);
+  kern__cu_gemm(k, 1, 0, T, hs, T, 1.0f, A, T, sT, dy, hs, sX, 0.0f, dv, hs, sX, BH, a.ty,
+                CUDA_R_32F);
   softmax_backward_kernel<<<kern__cu_grid((size_t)BH * T, WARPS), WARPS * 32, 0,
                             kern__cu_stream(k)>>>(datt, att, BH * T, T, a.sc, p);
   KERN__CU_LAUNCHED();
   /* dQ (T,hs) = dS K; dK (T,hs) = dS^T Q (dS overwrites A's low copy: the
    * dV product before it on the stream has read it) */
   const void *dS = kern__cu_lowp(k, datt, a.TT, a.alow, p);
-  kern__cu_gemm(k, 0, 0, T, hs, T, 1.0f, dS, T, sT, kk, hs, sX, 0.0f, dq, hs, sX, BH, a.ty);
-  kern__cu_gemm(k, 1, 0, T, hs, T, 1.0f, dS, T, sT, q, hs, sX, 0.0f, dk, hs, sX, BH, a.ty);
+  kern__cu_gemm(k, 0, 0, T, hs, T, 1.0f, dS, T, sT, kk, hs, sX, 0.0f, dq, hs, sX, BH, a.ty,
+                CUDA_R_32F);
+  kern__cu_gemm(k, 1, 0, T, hs, T, 1.0f, dS, T, sT, q, hs, sX, 0.0f, dk, hs, sX, BH, a.ty,
+                CUDA_R_32F);
   for (int i = 0; i < 3; i++) /* dq, dk, dv to columns 0, C, 2C */
     unpermute(k, dqkv, a.f[i], B, T, NH, hs, 3 * C, i * C);
 }

@@ -175,7 +175,7 @@ static cublasLtMatrixLayout_t layout(cudaDataType_t t, int rows, int cols, int l
 static void plan_setup(kern__cu *c, kern__cu_gemm_plan *pl, const kern__cu_gemm_key *key,
                        const kern__cu_epi *ep) {
   const kern__cu_gemm_key *q = key;
-  cudaDataType_t type = (cudaDataType_t)q->type;
+  cudaDataType_t type = (cudaDataType_t)q->type, ctype = (cudaDataType_t)q->ctype;
   int m = q->N, n = q->M, K = q->K;
   cublasOperation_t opP = q->transB ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opQ = q->transA ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -189,9 +189,9 @@ static void plan_setup(kern__cu *c, kern__cu_gemm_plan *pl, const kern__cu_gemm_
     uint32_t epi = (uint32_t)ep->kind;
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    cudaDataType_t f32 = CUDA_R_32F;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32,
-                                                sizeof f32));
+    cudaDataType_t bt = ep->bias_type;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                                sizeof bt));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                 &ep->bias, sizeof ep->bias));
     if (ep->aux) {
@@ -206,7 +206,7 @@ static void plan_setup(kern__cu *c, kern__cu_gemm_plan *pl, const kern__cu_gemm_
                      : layout(type, m, K, q->ldb, q->batch, q->sB);
   pl->lQ = q->transA ? layout(type, n, K, q->lda, q->batch, q->sA)
                      : layout(type, K, n, q->lda, q->batch, q->sA);
-  pl->lC = layout(CUDA_R_32F, m, n, q->ldc, q->batch, q->sC);
+  pl->lC = layout(ctype, m, n, q->ldc, q->batch, q->sC);
 
   cublasLtMatmulPreference_t pref;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -244,8 +244,8 @@ static void plan_destroy(kern__cu_gemm_plan *pl) {
 
 int kern__cu_gemm_ep(kern_ctx *k, int transA, int transB, int M, int N, int K, float alpha,
                      const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
-                     float beta, float *C, int ldc, long long sC, int batch, cudaDataType_t type,
-                     const kern__cu_epi *ep) {
+                     float beta, void *C, int ldc, long long sC, int batch, cudaDataType_t type,
+                     cudaDataType_t ctype, const kern__cu_epi *ep) {
   if (M == 0 || N == 0 || batch == 0)
     return 0;
   kern__cu *c = kern__cu_of(k);
@@ -255,8 +255,9 @@ int kern__cu_gemm_ep(kern_ctx *k, int transA, int transB, int M, int N, int K, f
   memset(&key, 0, sizeof key); /* padding too: keys compare with memcmp */
   key.transA = transA, key.transB = transB, key.M = M, key.N = N, key.K = K;
   key.lda = lda, key.ldb = ldb, key.ldc = ldc, key.batch = batch;
-  key.type = (int32_t)type, key.compute = (int32_t)compute;
+  key.type = (int32_t)type, key.ctype = (int32_t)ctype, key.compute = (int32_t)compute;
   key.epilogue = ep ? (int32_t)ep->kind : (int32_t)CUBLASLT_EPILOGUE_DEFAULT;
+  key.bias_type = ep ? (int32_t)ep->bias_type : 0;
   key.sA = batch > 1 ? sA : 0, key.sB = batch > 1 ? sB : 0, key.sC = batch > 1 ? sC : 0;
   key.aux_ld = ep && ep->aux ? ep->aux_ld : 0;
   key.align[0] = align_of(A), key.align[1] = align_of(B), key.align[2] = align_of(C);
@@ -289,8 +290,8 @@ int kern__cu_gemm_ep(kern_ctx *k, int transA, int transB, int M, int N, int K, f
     cublasOperation_t opP = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opQ = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, opP, opQ, N, M, K, &alpha, B, type, ldb, sB, A,
-                                            type, lda, sA, &beta, C, CUDA_R_32F, ldc, sC, batch,
-                                            compute, CUBLAS_GEMM_DEFAULT));
+                                            type, lda, sA, &beta, C, ctype, ldc, sC, batch, compute,
+                                            CUBLAS_GEMM_DEFAULT));
   } else {
     rc = -1;
   }
@@ -301,9 +302,10 @@ int kern__cu_gemm_ep(kern_ctx *k, int transA, int transB, int M, int N, int K, f
 
 void kern__cu_gemm(kern_ctx *k, int transA, int transB, int M, int N, int K, float alpha,
                    const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
-                   float beta, float *C, int ldc, long long sC, int batch, cudaDataType_t type) {
+                   float beta, void *C, int ldc, long long sC, int batch, cudaDataType_t type,
+                   cudaDataType_t ctype) {
   kern__cu_gemm_ep(k, transA, transB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
-                   batch, type, NULL);
+                   batch, type, ctype, NULL);
 }
 
 /* ---- the backend ---- */
@@ -380,6 +382,7 @@ extern "C" int kern_cuda_init(kern_ctx *k, kern_prec prec, int device, char *err
   kern__cu_adamw_codes();
   k->ops = &cuda_ops;
   k->prec = prec;
+  k->xbytes = (int)kern__cu_gemm_elt(prec); /* kern_x: bf16/fp16 themselves, or fp32 */
   k->threads = 1;
   k->backend = c;
   note_bytes(c);

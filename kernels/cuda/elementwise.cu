@@ -6,18 +6,18 @@
 #define GELU_C 0.044715f
 
 /* The element-wise kernels take VEC consecutive elements per thread: VEC 4
- * with one 128-bit access per array (the launcher checks that every
- * pointer is 16-byte aligned and n % 4 == 0), VEC 1 otherwise
- * (kern__cu_load / kern__cu_store). Each element's arithmetic is the same
- * either way, so are the bits. */
+ * with one access of 4 elements per array (128 bits of fp32, 64 of bf16 or
+ * fp16; the launcher checks every pointer's alignment and n % 4 == 0), VEC 1
+ * otherwise (kern__cu_load / kern__cu_store). Each element's arithmetic is
+ * the same either way, so are the bits. GELU reads and writes kern_x (X);
+ * the rest work on fp32 parameter gradients. */
 
 /* first element of this thread's VEC */
 template <int VEC> __device__ __forceinline__ size_t first(void) {
   return ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
 }
 
-template <int VEC>
-__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n, int p) {
+template <int VEC, typename X> __global__ void gelu_forward_kernel(X *out, const X *inp, size_t n) {
   size_t i = first<VEC>();
   if (i >= n)
     return;
@@ -25,15 +25,14 @@ __global__ void gelu_forward_kernel(float *out, const float *inp, size_t n, int 
   kern__cu_load<VEC>(x, inp + i);
   for (int j = 0; j < VEC; j++) {
     float u = GELU_S * (x[j] + GELU_C * x[j] * x[j] * x[j]);
-    y[j] = kern__cu_rnd(0.5f * x[j] * (1.0f + kern__cu_tanhf(u)), p);
+    y[j] = 0.5f * x[j] * (1.0f + kern__cu_tanhf(u));
   }
   kern__cu_store<VEC>(out + i, y);
 }
 
 /* dinp may alias dout: each thread reads its elements before writing them */
-template <int VEC>
-__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n,
-                                     int p) {
+template <int VEC, typename X>
+__global__ void gelu_backward_kernel(X *dinp, const X *inp, const X *dout, size_t n) {
   size_t i = first<VEC>();
   if (i >= n)
     return;
@@ -45,7 +44,7 @@ __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float 
     float th = kern__cu_tanhf(u);
     float du = GELU_S * (1.0f + 3.0f * GELU_C * x[j] * x[j]);
     float grad = 0.5f * (1.0f + th) + 0.5f * x[j] * (1.0f - th * th) * du;
-    dx[j] = kern__cu_rnd(grad * dy[j], p);
+    dx[j] = grad * dy[j];
   }
   kern__cu_store<VEC>(dinp + i, dx);
 }
@@ -59,6 +58,16 @@ template <int VEC> __global__ void round_kernel(float *x, size_t n, int p) {
   for (int j = 0; j < VEC; j++)
     v[j] = kern__cu_rnd(v[j], p);
   kern__cu_store<VEC>(x + i, v);
+}
+
+/* dst = src rounded to X (the weights' rounded copy from the fp32 master) */
+template <int VEC, typename X> __global__ void to_x_kernel(X *dst, const float *src, size_t n) {
+  size_t i = first<VEC>();
+  if (i >= n)
+    return;
+  float v[VEC];
+  kern__cu_load<VEC>(v, src + i);
+  kern__cu_store<VEC>(dst + i, v);
 }
 
 template <int VEC> __global__ void scale_kernel(float *x, float s, size_t n) {
@@ -92,52 +101,72 @@ __global__ void accumulate_kernel(float *dst, const float *src, float s, size_t 
 
 /* ---- launchers ---- */
 
-/* 128-bit accesses possible: n % 4 == 0, both pointers 16-byte aligned */
+/* fp32 arrays: 128-bit accesses where n % 4 == 0 and both are 16-byte aligned */
 static int vec4(size_t n, const void *p, const void *q) {
-  return n % 4 == 0 && ((uintptr_t)p | (uintptr_t)q) % 16 == 0;
+  return kern__cu_vec4(n, sizeof(float), p, q);
 }
 
-/* KERNEL<4> over n / 4 threads where vec4 allows, else KERNEL<1> over n */
+/* KERNEL<4, ...> over n / 4 threads where wide, else KERNEL<1, ...> over n;
+ * the template's other arguments follow the kernel's name */
 #define LAUNCH_VEC(KERNEL, wide, n, stream, ...)                               \
   do {                                                                         \
     if (wide)                                                                  \
-      KERNEL<4><<<kern__cu_grid((n) / 4, 256), 256, 0, stream>>>(__VA_ARGS__); \
+      KERNEL(4)<<<kern__cu_grid((n) / 4, 256), 256, 0, stream>>>(__VA_ARGS__); \
     else                                                                       \
-      KERNEL<1><<<kern__cu_grid(n, 256), 256, 0, stream>>>(__VA_ARGS__);       \
+      KERNEL(1)<<<kern__cu_grid(n, 256), 256, 0, stream>>>(__VA_ARGS__);       \
     KERN__CU_LAUNCHED();                                                       \
   } while (0)
+#define GELU_FWD(V) gelu_forward_kernel<V, X>
+#define GELU_BWD(V) gelu_backward_kernel<V, X>
+#define TO_X(V) to_x_kernel<V, X>
+#define ROUND(V) round_kernel<V>
+#define SCALE(V) scale_kernel<V>
+#define ACCUMULATE(V) accumulate_kernel<V>
 
-static void gelu_forward(kern_ctx *k, float *out, const float *inp, size_t n) {
+static void gelu_forward(kern_ctx *k, kern_x *out, const kern_x *inp, size_t n) {
   if (n == 0)
     return;
-  LAUNCH_VEC(gelu_forward_kernel, vec4(n, out, inp), n, kern__cu_stream(k), out, inp, n, k->prec);
+  int wide = kern__cu_vec4(n, (size_t)k->xbytes, out, inp);
+  KERN__CU_WITH_X(k->prec,
+                  LAUNCH_VEC(GELU_FWD, wide, n, kern__cu_stream(k), (X *)out, (const X *)inp, n));
 }
 
-static void gelu_backward(kern_ctx *k, float *dinp, const float *inp, const float *dout, size_t n) {
+static void gelu_backward(kern_ctx *k, kern_x *dinp, const kern_x *inp, const kern_x *dout,
+                          size_t n) {
   if (n == 0)
     return;
-  LAUNCH_VEC(gelu_backward_kernel, vec4(n, dinp, inp) && vec4(n, dout, dout), n, kern__cu_stream(k),
-             dinp, inp, dout, n, k->prec);
+  size_t es = (size_t)k->xbytes;
+  int wide = kern__cu_vec4(n, es, dinp, inp) && kern__cu_vec4(n, es, dout, dout);
+  KERN__CU_WITH_X(k->prec, LAUNCH_VEC(GELU_BWD, wide, n, kern__cu_stream(k), (X *)dinp,
+                                      (const X *)inp, (const X *)dout, n));
 }
 
 void kern__cu_round(kern_ctx *k, float *x, size_t n, kern_prec p) {
   if (p == KERN_FP32 || n == 0)
     return;
-  LAUNCH_VEC(round_kernel, vec4(n, x, x), n, kern__cu_stream(k), x, n, p);
+  LAUNCH_VEC(ROUND, vec4(n, x, x), n, kern__cu_stream(k), x, n, p);
 }
 
 static void round_(kern_ctx *k, float *x, size_t n, kern_prec p) { kern__cu_round(k, x, n, p); }
 
+static void to_x(kern_ctx *k, kern_x *dst, const float *src, size_t n) {
+  if (n == 0 || dst == src) /* fp32: kern_x is float, already itself */
+    return;
+  int wide =
+      kern__cu_vec4(n, sizeof(float), src, src) && kern__cu_vec4(n, (size_t)k->xbytes, dst, dst);
+  KERN__CU_WITH_X(k->prec, LAUNCH_VEC(TO_X, wide, n, kern__cu_stream(k), (X *)dst, src, n));
+}
+
 static void scale(kern_ctx *k, float *x, float s, size_t n) {
   if (n == 0)
     return;
-  LAUNCH_VEC(scale_kernel, vec4(n, x, x), n, kern__cu_stream(k), x, s, n);
+  LAUNCH_VEC(SCALE, vec4(n, x, x), n, kern__cu_stream(k), x, s, n);
 }
 
 static void axpy(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init) {
   if (n == 0)
     return;
-  LAUNCH_VEC(accumulate_kernel, vec4(n, dst, src), n, kern__cu_stream(k), dst, src, s, n, init);
+  LAUNCH_VEC(ACCUMULATE, vec4(n, dst, src), n, kern__cu_stream(k), dst, src, s, n, init);
 }
 
 void kern__cuda_elementwise(kern_ops *o) {
@@ -146,4 +175,5 @@ void kern__cuda_elementwise(kern_ops *o) {
   o->axpy = axpy;
   o->scale = scale;
   o->round = round_;
+  o->to_x = to_x;
 }

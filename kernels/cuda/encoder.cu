@@ -4,25 +4,29 @@
 
 #include "kernels/cuda/internal.cuh"
 
-/* out[r, c] = round(wte[tokens[r], c] + wpe[r % T, c]), one thread per element */
-__global__ void encoder_forward_kernel(float *out, const int32_t *tokens, const float *wte,
-                                       const float *wpe, int N, int T, int C, int p) {
+/* out[r, c] = round(wte[tokens[r], c] + wpe[r % T, c]), one thread per
+ * element; all three kern_x (X) */
+template <typename X>
+__global__ void encoder_forward_kernel(X *out, const int32_t *tokens, const X *wte, const X *wpe,
+                                       int N, int T, int C) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (size_t)N * C)
     return;
   int r = (int)(i / C), c = (int)(i % C);
-  out[i] = kern__cu_rnd(wte[(size_t)tokens[r] * C + c] + wpe[(size_t)(r % T) * C + c], p);
+  out[i] = kern__cu_to<X>(kern__cu_f(wte[(size_t)tokens[r] * C + c]) +
+                          kern__cu_f(wpe[(size_t)(r % T) * C + c]));
 }
 
 /* dwpe[t, c] += dout[b, t, c] for b = 0, 1, ... in order (the CPU's order):
  * one thread per (t, c) */
-__global__ void encoder_dwpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
+template <typename X>
+__global__ void encoder_dwpe_kernel(float *dwpe, const X *dout, int B, int T, int C) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (size_t)T * C)
     return;
   float acc = dwpe[i];
   for (int b = 0; b < B; b++)
-    acc += dout[(size_t)b * T * C + i];
+    acc += kern__cu_f(dout[(size_t)b * T * C + i]);
   dwpe[i] = acc;
 }
 
@@ -59,10 +63,10 @@ struct bucket_start {
  * order, as the CPU twin adds them. A frequent token's bucket holds hundreds
  * of rows, one chain of additions per element: their loads are issued
  * DWTE_AHEAD rows at a time, ahead of the additions (which keep their
- * order). VEC 4: 128-bit accesses (C % 4 == 0, dwte and dout 16-byte
- * aligned). */
-template <int VEC>
-__global__ void encoder_dwte_kernel(float *__restrict__ dwte, const float *__restrict__ dout,
+ * order). VEC 4: 4-element accesses (C % 4 == 0, dwte 16-byte aligned,
+ * dout, kern_x, aligned to 4 elements). */
+template <int VEC, typename X>
+__global__ void encoder_dwte_kernel(float *__restrict__ dwte, const X *__restrict__ dout,
                                     const int32_t *__restrict__ keys,
                                     const int32_t *__restrict__ rows,
                                     const int32_t *__restrict__ start,
@@ -91,22 +95,20 @@ __global__ void encoder_dwte_kernel(float *__restrict__ dwte, const float *__res
       for (int e = 0; e < VEC; e++)
         acc[e] += v[0][e];
     }
-    if (VEC == 4)
-      *(float4 *)de = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    else
-      *de = acc[0];
+    kern__cu_store<VEC>(de, acc);
   }
 }
 
 /* ---- launchers ---- */
 
-static void encoder_forward(kern_ctx *k, float *out, const int32_t *tokens, const float *wte,
-                            const float *wpe, int B, int T, int C) {
+static void encoder_forward(kern_ctx *k, kern_x *out, const int32_t *tokens, const kern_x *wte,
+                            const kern_x *wpe, int B, int T, int C) {
   size_t n = (size_t)B * T * C;
   if (n == 0)
     return;
-  encoder_forward_kernel<<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(
-      out, tokens, wte, wpe, B * T, T, C, k->prec);
+  KERN__CU_WITH_X(k->prec,
+                  encoder_forward_kernel<X><<<kern__cu_grid(n, 256), 256, 0, kern__cu_stream(k)>>>(
+                      (X *)out, tokens, (const X *)wte, (const X *)wpe, B * T, T, C));
   KERN__CU_LAUNCHED();
 }
 
@@ -118,13 +120,15 @@ static void encoder_forward(kern_ctx *k, float *out, const int32_t *tokens, cons
  * sorted tokens, row indices in and out of the sort, bucket starts, the
  * bucket count, CUB's temporary storage (sort and compaction, one after the
  * other, share it). */
-static void encoder_backward(kern_ctx *k, float *dwte, float *dwpe, const float *dout,
+static void encoder_backward(kern_ctx *k, float *dwte, float *dwpe, const kern_x *dout,
                              const int32_t *tokens, int B, int T, int C) {
   int N = B * T;
   if (N == 0 || C == 0)
     return;
   cudaStream_t st = kern__cu_stream(k);
-  encoder_dwpe_kernel<<<kern__cu_grid((size_t)T * C, 256), 256, 0, st>>>(dwpe, dout, B, T, C);
+  KERN__CU_WITH_X(
+      k->prec, encoder_dwpe_kernel<X>
+      <<<kern__cu_grid((size_t)T * C, 256), 256, 0, st>>>(dwpe, (const X *)dout, B, T, C));
   KERN__CU_LAUNCHED();
 
   size_t sort_bytes = 0, select_bytes = 0;
@@ -146,14 +150,20 @@ static void encoder_backward(kern_ctx *k, float *dwte, float *dwpe, const float 
   /* the positions 0..N-1 are iota again: the sort left its inputs as they were */
   CUDA_CHECK(cub::DeviceSelect::If(temp, select_bytes, iota, start, nb, N, bucket_start{keys}, st));
 
-  int vec = C % 4 == 0 && ((uintptr_t)dwte | (uintptr_t)dout) % 16 == 0 ? 4 : 1;
+  int vec = kern__cu_vec4((size_t)C, sizeof(float), dwte, dwte) &&
+                    kern__cu_vec4((size_t)C, (size_t)k->xbytes, dout, dout)
+                ? 4
+                : 1;
   int lanes = C / vec, block = lanes < 256 ? (lanes + 31) / 32 * 32 : 256;
   dim3 grid((unsigned)(N < DWTE_MAX_BLOCKS ? N : DWTE_MAX_BLOCKS),
             kern__cu_grid((size_t)lanes, block));
-  if (vec == 4)
-    encoder_dwte_kernel<4><<<grid, block, 0, st>>>(dwte, dout, keys, rows, start, nb, N, C);
-  else
-    encoder_dwte_kernel<1><<<grid, block, 0, st>>>(dwte, dout, keys, rows, start, nb, N, C);
+  KERN__CU_WITH_X(k->prec, {
+    const X *dx = (const X *)dout;
+    if (vec == 4)
+      encoder_dwte_kernel<4, X><<<grid, block, 0, st>>>(dwte, dx, keys, rows, start, nb, N, C);
+    else
+      encoder_dwte_kernel<1, X><<<grid, block, 0, st>>>(dwte, dx, keys, rows, start, nb, N, C);
+  });
   KERN__CU_LAUNCHED();
 }
 

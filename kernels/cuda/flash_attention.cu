@@ -9,10 +9,10 @@
  * kernels/cpu/flash_attention.c (same rounding points, see its header).
  *
  * Products: bf16 and fp16 runs use the tensor cores (nvcuda::wmma, 16x16x16
- * fragments of __nv_bfloat16 / __half, fp32 accumulators); the inputs are
- * fp32 containers already rounded to the run's precision, so converting them
- * is exact, and the weights exp(s - m) and dS are rounded to it before they
- * enter a product. fp32 runs take a SIMT path (fp32 products, each output
+ * fragments of __nv_bfloat16 / __half, fp32 accumulators); q, k, v, out,
+ * dout and dqkv are kern_x of that type E (fp32 at fp32), copied into shared
+ * memory as they are, and the weights exp(s - m) and dS are rounded to E
+ * before they enter a product. fp32 runs take a SIMT path (fp32 products, each output
  * summed in a fixed order). Head sizes 16, 32, 64 and 128; others stop the
  * trainer with a hint (trainer/model.c uses attention_forward for them).
  *
@@ -29,17 +29,6 @@
 namespace {
 
 using namespace nvcuda;
-
-template <typename E> __device__ __forceinline__ E to_e(float x);
-template <> __device__ __forceinline__ float to_e<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 to_e<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <> __device__ __forceinline__ __half to_e<__half>(float x) { return __float2half_rn(x); }
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
 
 /* Shared-memory geometry for element type E and head size HS. Row pitches
  * are padded: 16-bit rows by 8 elements (wmma wants a multiple of 8 and
@@ -105,18 +94,20 @@ __device__ __forceinline__ void mm(float *c, int ldc, const E *a, int lda, const
   }
 }
 
-/* dst[r][e] (pitch ld) = src[(row0 + r)*lds + e] for r < ROWS, e < HS, as E;
- * rows at or past T are zero (padding must not carry NaN into a product). */
+/* dst[r][e] (pitch ld) = src[(row0 + r)*lds + e] for r < ROWS, e < HS, 4
+ * elements per access (exact: the same type); rows at or past T are zero
+ * (padding must not carry NaN into a product). */
 template <typename E, int HS, int ROWS>
-__device__ __forceinline__ void load_rows(E *dst, int ld, const float *src, size_t lds, int row0,
+__device__ __forceinline__ void load_rows(E *dst, int ld, const E *src, size_t lds, int row0,
                                           int T) {
   for (int i = threadIdx.x; i < ROWS * HS / 4; i += NT) {
     int r = i / (HS / 4), e = i % (HS / 4) * 4;
-    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (row0 + r < T)
-      x = *(const float4 *)(src + (size_t)(row0 + r) * lds + e);
+      kern__cu_load<4>(x, src + (size_t)(row0 + r) * lds + e);
     E *d = dst + r * ld + e;
-    d[0] = to_e<E>(x.x), d[1] = to_e<E>(x.y), d[2] = to_e<E>(x.z), d[3] = to_e<E>(x.w);
+    d[0] = kern__cu_to<E>(x[0]), d[1] = kern__cu_to<E>(x[1]), d[2] = kern__cu_to<E>(x[2]),
+    d[3] = kern__cu_to<E>(x[3]);
   }
 }
 
@@ -146,8 +137,8 @@ template <typename E, int HS, int BR, int BC> struct fwd_smem {
 /* One block per (tile of BR query rows, b*NH + h); tiles with the most keys
  * first (blockIdx.x 0 is the last tile) so the long blocks start early. */
 template <typename E, int HS, int BR, int BC>
-__global__ void __launch_bounds__(NT) flash_fwd_kernel(float *out, float *lse, const float *qkv,
-                                                       int T, int C, int NH, float sc, int p) {
+__global__ void __launch_bounds__(NT)
+    flash_fwd_kernel(E *out, float *lse, const E *qkv, int T, int C, int NH, float sc, int p) {
   extern __shared__ __align__(128) unsigned char smem[];
   fwd_smem<E, HS, BR, BC> S;
   S.carve(smem);
@@ -157,7 +148,7 @@ __global__ void __launch_bounds__(NT) flash_fwd_kernel(float *out, float *lse, c
   int t0 = (gridDim.x - 1 - blockIdx.x) * BR;
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   size_t ld = 3 * (size_t)C;
-  const float *base = qkv + (size_t)b * T * ld + h * HS; /* head h's q of row (b, 0) */
+  const E *base = qkv + (size_t)b * T * ld + h * HS; /* head h's q of row (b, 0) */
 
   load_rows<E, HS, BR>(S.q, LE, base, ld, t0, T);
   for (int i = threadIdx.x; i < BR * HS; i += NT)
@@ -189,7 +180,7 @@ __global__ void __launch_bounds__(NT) flash_fwd_kernel(float *out, float *lse, c
       for (int i = 0; i < BC / 32; i++) {
         int c = lane + 32 * i;
         float e = j0 + c <= t ? kern__cu_rnd(kern__cu_expf(x[i] - mnew), p) : 0.0f;
-        S.p[r * LP + c] = to_e<E>(e);
+        S.p[r * LP + c] = kern__cu_to<E>(e);
         sum += e;
       }
       sum = kern__cu_warp_sum(sum);
@@ -210,7 +201,7 @@ __global__ void __launch_bounds__(NT) flash_fwd_kernel(float *out, float *lse, c
   for (int i = threadIdx.x; i < BR * HS; i += NT) {
     int r = i / HS, e = i % HS, t = t0 + r;
     if (t < T)
-      out[((size_t)b * T + t) * C + h * HS + e] = kern__cu_rnd(S.o[r * LO + e] / S.l[r], p);
+      out[((size_t)b * T + t) * C + h * HS + e] = kern__cu_to<E>(S.o[r * LO + e] / S.l[r]);
   }
   for (int r = threadIdx.x; r < BR; r += NT)
     if (t0 + r < T)
@@ -221,8 +212,9 @@ __global__ void __launch_bounds__(NT) flash_fwd_kernel(float *out, float *lse, c
 
 /* D[bh*T + t] = sum_e dout * out over head h's columns of row (b, t); one
  * warp per row, a fixed butterfly */
-__global__ void flash_rowdot_kernel(float *D, const float *dout, const float *out, int B, int T,
-                                    int C, int NH) {
+template <typename E>
+__global__ void flash_rowdot_kernel(float *D, const E *dout, const E *out, int B, int T, int C,
+                                    int NH) {
   int row = blockIdx.x * (NT / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= B * NH * T)
     return;
@@ -230,7 +222,7 @@ __global__ void flash_rowdot_kernel(float *D, const float *dout, const float *ou
   size_t o = ((size_t)b * T + t) * C + h * hs;
   float s = 0.0f;
   for (int e = lane; e < hs; e += 32)
-    s += dout[o + e] * out[o + e];
+    s += kern__cu_f(dout[o + e]) * kern__cu_f(out[o + e]);
   s = kern__cu_warp_sum(s);
   if (lane == 0)
     D[row] = s;
@@ -274,24 +266,24 @@ __device__ __forceinline__ void probs_and_ds(bwd_smem<E, HS, BR, BC> &S, int t0,
     int r = i / BC, c = i % BC, t = t0 + r;
     float P = t < T && j0 + c <= t ? kern__cu_rnd(kern__cu_expf(S.s[r * LS + c] * sc - S.lse[r]), p)
                                    : 0.0f;
-    S.p[r * LP + c] = to_e<E>(P);
+    S.p[r * LP + c] = kern__cu_to<E>(P);
   }
   __syncthreads();
   mm<E, BR, BC, HS, false, true>(S.s, LS, S.dy, LE, S.v, LE, false); /* dP = dO V^T */
   __syncthreads();
   for (int i = threadIdx.x; i < BR * BC; i += NT) {
     int r = i / BC, c = i % BC;
-    float P = to_f(S.p[r * LP + c]);
-    S.ds[r * LP + c] = to_e<E>(kern__cu_rnd(P * (S.s[r * LS + c] - S.D[r]) * sc, p));
+    float P = kern__cu_f(S.p[r * LP + c]);
+    S.ds[r * LP + c] = kern__cu_to<E>(kern__cu_rnd(P * (S.s[r * LS + c] - S.D[r]) * sc, p));
   }
   __syncthreads();
 }
 
 /* Loads the query tile at t0: Q, dO, lse and D (rows past T: zeros). */
 template <typename E, int HS, int BR, int BC>
-__device__ __forceinline__ void load_queries(bwd_smem<E, HS, BR, BC> &S, const float *qb,
-                                             const float *dyb, const float *lse, const float *D,
-                                             int t0, int T, int C) {
+__device__ __forceinline__ void load_queries(bwd_smem<E, HS, BR, BC> &S, const E *qb, const E *dyb,
+                                             const float *lse, const float *D, int t0, int T,
+                                             int C) {
   load_rows<E, HS, BR>(S.q, pitch<E>::e(HS), qb, 3 * (size_t)C, t0, T);
   load_rows<E, HS, BR>(S.dy, pitch<E>::e(HS), dyb, (size_t)C, t0, T);
   for (int r = threadIdx.x; r < BR; r += NT) {
@@ -301,13 +293,13 @@ __device__ __forceinline__ void load_queries(bwd_smem<E, HS, BR, BC> &S, const f
 }
 
 /* dst[(row0 + r)*3C + e] = round(src[r][e]) for the rows below T */
-template <int HS, int ROWS>
-__device__ __forceinline__ void store_rows(float *dst, int C, const float *src, int ld, int row0,
-                                           int T, int p) {
+template <typename E, int HS, int ROWS>
+__device__ __forceinline__ void store_rows(E *dst, int C, const float *src, int ld, int row0,
+                                           int T) {
   for (int i = threadIdx.x; i < ROWS * HS; i += NT) {
     int r = i / HS, e = i % HS;
     if (row0 + r < T)
-      dst[(size_t)(row0 + r) * 3 * C + e] = kern__cu_rnd(src[r * ld + e], p);
+      dst[(size_t)(row0 + r) * 3 * C + e] = kern__cu_to<E>(src[r * ld + e]);
   }
 }
 
@@ -316,15 +308,15 @@ __device__ __forceinline__ void store_rows(float *dst, int C, const float *src, 
  * query tiles). */
 template <typename E, int HS, int BR, int BC>
 __global__ void __launch_bounds__(NT)
-    flash_bwd_kv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                        const float *D, int T, int C, int NH, float sc, int p) {
+    flash_bwd_kv_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *D,
+                        int T, int C, int NH, float sc, int p) {
   extern __shared__ __align__(128) unsigned char smem[];
   bwd_smem<E, HS, BR, BC> S;
   S.carve(smem, 2, BC);
   constexpr int LE = pitch<E>::e(HS), LP = pitch<E>::e(BC), LO = pitch<E>::f(HS);
   int bh = blockIdx.y, b = bh / NH, h = bh % NH, j0 = blockIdx.x * BC;
   size_t ld = 3 * (size_t)C;
-  const float *qb = qkv + (size_t)b * T * ld + h * HS, *dyb = dout + (size_t)b * T * C + h * HS;
+  const E *qb = qkv + (size_t)b * T * ld + h * HS, *dyb = dout + (size_t)b * T * C + h * HS;
   float *dk = S.acc[0], *dv = S.acc[1];
   load_rows<E, HS, BC>(S.k, LE, qb + C, ld, j0, T);
   load_rows<E, HS, BC>(S.v, LE, qb + 2 * C, ld, j0, T);
@@ -339,17 +331,17 @@ __global__ void __launch_bounds__(NT)
     mm<E, BC, HS, BR, true, false>(dk, LO, S.ds, LP, S.q, LE, true); /* dK += dS^T Q */
   }
   __syncthreads();
-  float *dst = dqkv + (size_t)b * T * ld + h * HS;
-  store_rows<HS, BC>(dst + C, C, dk, LO, j0, T, p);
-  store_rows<HS, BC>(dst + 2 * C, C, dv, LO, j0, T, p);
+  E *dst = dqkv + (size_t)b * T * ld + h * HS;
+  store_rows<E, HS, BC>(dst + C, C, dk, LO, j0, T);
+  store_rows<E, HS, BC>(dst + 2 * C, C, dv, LO, j0, T);
 }
 
 /* dQ of one query tile of head (b, h), over the key tiles up to the
  * diagonal; blockIdx.x 0 is the last query tile (the most key tiles). */
 template <typename E, int HS, int BR, int BC>
 __global__ void __launch_bounds__(NT)
-    flash_bwd_q_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                       const float *D, int T, int C, int NH, float sc, int p) {
+    flash_bwd_q_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *D,
+                       int T, int C, int NH, float sc, int p) {
   extern __shared__ __align__(128) unsigned char smem[];
   bwd_smem<E, HS, BR, BC> S;
   S.carve(smem, 1, BR);
@@ -357,7 +349,7 @@ __global__ void __launch_bounds__(NT)
   int bh = blockIdx.y, b = bh / NH, h = bh % NH;
   int t0 = (gridDim.x - 1 - blockIdx.x) * BR;
   size_t ld = 3 * (size_t)C;
-  const float *qb = qkv + (size_t)b * T * ld + h * HS, *dyb = dout + (size_t)b * T * C + h * HS;
+  const E *qb = qkv + (size_t)b * T * ld + h * HS, *dyb = dout + (size_t)b * T * C + h * HS;
   float *dq = S.acc[0];
   load_queries(S, qb, dyb, lse + (size_t)bh * T, D + (size_t)bh * T, t0, T, C);
   for (int i = threadIdx.x; i < BR * HS; i += NT)
@@ -372,7 +364,7 @@ __global__ void __launch_bounds__(NT)
     mm<E, BR, HS, BC, false, false>(dq, LO, S.ds, LP, S.k, LE, true); /* dQ += dS K */
   }
   __syncthreads();
-  store_rows<HS, BR>(dqkv + (size_t)b * T * ld + h * HS, C, dq, LO, t0, T, p);
+  store_rows<E, HS, BR>(dqkv + (size_t)b * T * ld + h * HS, C, dq, LO, t0, T);
 }
 
 /* ---- launchers ---- */
@@ -413,7 +405,7 @@ static void check_args(const char *op, const void *a, const void *b, int B, int 
   else if ((size_t)B * NH > 65535)
     why = "B * NH must be at most 65535";
   else if ((uintptr_t)a % 16 != 0 || (uintptr_t)b % 16 != 0)
-    why = "buffers must be 16-byte aligned (float4 loads)";
+    why = "buffers must be 16-byte aligned (4-element loads)";
   if (why) {
     fprintf(stderr,
             "%s:%d: %s: B %d T %d C %d NH %d: %s\nHINT: trainer/model.c takes "
@@ -424,8 +416,7 @@ static void check_args(const char *op, const void *a, const void *b, int B, int 
 }
 
 template <typename E, int HS>
-static void fwd(kern_ctx *k, float *out, float *lse, const float *qkv, int B, int T, int C,
-                int NH) {
+static void fwd(kern_ctx *k, E *out, float *lse, const E *qkv, int B, int T, int C, int NH) {
   constexpr int BR = cfg<E>::FWD_BR, BC = cfg<E>::FWD_BC;
   size_t bytes = fwd_smem<E, HS, BR, BC>().carve(nullptr);
   auto f = flash_fwd_kernel<E, HS, BR, BC>;
@@ -437,8 +428,8 @@ static void fwd(kern_ctx *k, float *out, float *lse, const float *qkv, int B, in
 }
 
 template <typename E, int HS>
-static void bwd(kern_ctx *k, float *dqkv, const float *dout, const float *qkv, const float *lse,
-                const float *D, int B, int T, int C, int NH) {
+static void bwd(kern_ctx *k, E *dqkv, const E *dout, const E *qkv, const float *lse, const float *D,
+                int B, int T, int C, int NH) {
   float sc = 1.0f / sqrtf((float)HS);
   cudaStream_t st = kern__cu_stream(k);
   {
@@ -487,28 +478,29 @@ static void bwd(kern_ctx *k, float *dqkv, const float *dout, const float *qkv, c
     }                                      \
   } while (0)
 
-void flash_attention_forward(kern_ctx *k, float *out, float *lse, const float *qkv, int B, int T,
+void flash_attention_forward(kern_ctx *k, kern_x *out, float *lse, const kern_x *qkv, int B, int T,
                              int C, int NH) {
   if (B == 0 || T == 0)
     return;
   check_args("flash_attention_forward", qkv, out, B, T, C, NH);
-#define CALL(E, HS) fwd<E, HS>(k, out, lse, qkv, B, T, C, NH)
+#define CALL(E, HS) fwd<E, HS>(k, (E *)out, lse, (const E *)qkv, B, T, C, NH)
   DISPATCH(k->prec, C / NH, CALL);
 #undef CALL
 }
 
-void flash_attention_backward(kern_ctx *k, float *dqkv, const float *dout, const float *out,
-                              const float *qkv, const float *lse, int B, int T, int C, int NH) {
+void flash_attention_backward(kern_ctx *k, kern_x *dqkv, const kern_x *dout, const kern_x *out,
+                              const kern_x *qkv, const float *lse, int B, int T, int C, int NH) {
   if (B == 0 || T == 0)
     return;
   check_args("flash_attention_backward", qkv, dout, B, T, C, NH);
   check_args("flash_attention_backward", dqkv, out, B, T, C, NH);
   size_t rows = (size_t)B * NH * T;
   float *D = (float *)kern__cu_scratch(k, rows * sizeof(float));
-  flash_rowdot_kernel<<<kern__cu_grid(rows, NT / 32), NT, 0, kern__cu_stream(k)>>>(D, dout, out, B,
-                                                                                   T, C, NH);
+  KERN__CU_WITH_X(k->prec, flash_rowdot_kernel<X>
+                  <<<kern__cu_grid(rows, NT / 32), NT, 0, kern__cu_stream(k)>>>(
+                      D, (const X *)dout, (const X *)out, B, T, C, NH));
   KERN__CU_LAUNCHED();
-#define CALL(E, HS) bwd<E, HS>(k, dqkv, dout, qkv, lse, D, B, T, C, NH)
+#define CALL(E, HS) bwd<E, HS>(k, (E *)dqkv, (const E *)dout, (const E *)qkv, lse, D, B, T, C, NH)
   DISPATCH(k->prec, C / NH, CALL);
 #undef CALL
 }

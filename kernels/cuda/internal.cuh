@@ -26,7 +26,7 @@ typedef struct kern__cu_buf {
  * on; the pointers the descriptor holds (bias, aux) are set again per call. */
 typedef struct kern__cu_gemm_key {
   int32_t transA, transB, M, N, K, lda, ldb, ldc, batch;
-  int32_t type, compute, epilogue;
+  int32_t type, ctype, compute, epilogue, bias_type;
   int64_t sA, sB, sC, aux_ld;
   uint32_t align[5]; /* of A, B, C, bias, aux (the heuristic's choice depends on them) */
   uint32_t pad;
@@ -157,22 +157,91 @@ __device__ __forceinline__ float kern__cu_block_reduce(float v, float *sh, int i
   return r;
 }
 
-/* v = the VEC floats at p, and back (VEC 4: one 128-bit access; p then
- * 16-byte aligned) */
-template <int VEC> __device__ __forceinline__ void kern__cu_load(float *v, const float *p) {
+/* ---- kern_x on the device (kernels/kern.h): the run's precision is its
+ * storage type, float at fp32, __nv_bfloat16 at bf16, __half at fp16. A
+ * kernel is a template over that type X; its launcher picks X from
+ * ctx->prec (KERN__CU_WITH_X). Values are read into fp32 (exact) and
+ * written back rounded to nearest even (kern__cu_to), which gives the bits
+ * kern__cu_rnd gives at X's precision: the CPU twin's rounding points. ---- */
+
+__device__ __forceinline__ float kern__cu_f(float x) { return x; }
+__device__ __forceinline__ float kern__cu_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float kern__cu_f(__half x) { return __half2float(x); }
+
+template <typename X> __device__ __forceinline__ X kern__cu_to(float v);
+template <> __device__ __forceinline__ float kern__cu_to<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 kern__cu_to<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half kern__cu_to<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+/* The storage type of a precision, for host code. */
+template <typename X> struct kern__cu_x_prec;
+template <> struct kern__cu_x_prec<float> { static constexpr kern_prec p = KERN_FP32; };
+template <> struct kern__cu_x_prec<__nv_bfloat16> { static constexpr kern_prec p = KERN_BF16; };
+template <> struct kern__cu_x_prec<__half> { static constexpr kern_prec p = KERN_FP16; };
+
+/* Runs the statements with X typedef'd to the storage type of p. */
+#define KERN__CU_WITH_X(p, ...) \
+  do {                          \
+    switch (p) {                \
+    case KERN_BF16: {           \
+      typedef __nv_bfloat16 X;  \
+      __VA_ARGS__;              \
+    } break;                    \
+    case KERN_FP16: {           \
+      typedef __half X;         \
+      __VA_ARGS__;              \
+    } break;                    \
+    default: {                  \
+      typedef float X;          \
+      __VA_ARGS__;              \
+    }                           \
+    }                           \
+  } while (0)
+
+/* v = the VEC values at p as floats, and back, rounded to X (VEC 4: one
+ * access of 4 * sizeof(X) bytes, 128 bits for float, 64 for 16-bit types;
+ * p then aligned to it) */
+template <int VEC, typename X> __device__ __forceinline__ void kern__cu_load(float *v, const X *p) {
   if (VEC == 4) {
-    float4 t = *(const float4 *)p;
-    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    if (sizeof(X) == 4) {
+      float4 t = *(const float4 *)p;
+      v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    } else {
+      uint2 t = *(const uint2 *)p;
+      const X *e = (const X *)&t;
+      for (int j = 0; j < 4; j++)
+        v[j] = kern__cu_f(e[j]);
+    }
   } else {
-    v[0] = *p;
+    v[0] = kern__cu_f(*p);
   }
 }
 
-template <int VEC> __device__ __forceinline__ void kern__cu_store(float *p, const float *v) {
-  if (VEC == 4)
-    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
-  else
-    *p = v[0];
+template <int VEC, typename X>
+__device__ __forceinline__ void kern__cu_store(X *p, const float *v) {
+  if (VEC == 4) {
+    if (sizeof(X) == 4) {
+      *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+      uint2 t;
+      X *e = (X *)&t;
+      for (int j = 0; j < 4; j++)
+        e[j] = kern__cu_to<X>(v[j]);
+      *(uint2 *)p = t;
+    }
+  } else {
+    *p = kern__cu_to<X>(v[0]);
+  }
+}
+
+/* VEC-4 accesses possible for these pointers to es-byte elements: n % 4 ==
+ * 0 and each aligned to 4 * es bytes */
+static inline int kern__cu_vec4(size_t n, size_t es, const void *p, const void *q) {
+  return n % 4 == 0 && ((uintptr_t)p | (uintptr_t)q) % (4 * es) == 0;
 }
 
 /* ---- host helpers (kernels/cuda/cuda.cu) ---- */
@@ -185,37 +254,43 @@ void *kern__cu_scratch(kern_ctx *k, size_t bytes);
 /* Rounds a byte count up to 256 (the carving unit of scratch). */
 static inline size_t kern__cu_al(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-/* The element type the GEMMs take at this precision: fp32, bf16 or fp16. */
+/* The element type the GEMMs take at this precision: fp32, bf16 or fp16
+ * (kern_x's storage type: the GEMMs read activations and weights as they
+ * are stored). */
 cudaDataType_t kern__cu_gemm_type(kern_prec p);
 size_t kern__cu_gemm_elt(kern_prec p);
 
-/* dst[i] = x[i] in the GEMM input type of precision p (a copy-free no-op
- * returning x at fp32). The trainer's GEMM inputs are already rounded to p,
- * so the conversion is exact. */
+/* dst[i] = x[i] (fp32) in the GEMM input type of precision p (a copy-free
+ * no-op returning x at fp32), for fp32 values already rounded to p (the
+ * reference attention's scores): exact. */
 const void *kern__cu_lowp(kern_ctx *k, const float *x, size_t n, void *dst, kern_prec p);
 
 /* C(M,N) = alpha op(A) op(B) + beta C with row-major operands, argument for
  * argument cblas_sgemm(CblasRowMajor, ...) so the CPU twin's calls carry over;
  * `batch` products with element strides sA, sB, sC. A and B of type `type`,
- * C fp32; fp32 accumulation (TF32 only when switched on). */
+ * C of type ctype (fp32, or the GEMM type: the fp32 result rounded to
+ * nearest even); fp32 accumulation (TF32 only when switched on). */
 void kern__cu_gemm(kern_ctx *k, int transA, int transB, int M, int N, int K, float alpha,
                    const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
-                   float beta, float *C, int ldc, long long sC, int batch, cudaDataType_t type);
+                   float beta, void *C, int ldc, long long sC, int batch, cudaDataType_t type,
+                   cudaDataType_t ctype);
 
 /* A cuBLASLt epilogue for kern__cu_gemm_ep, in cuBLASLt's (column-major)
  * terms: the row-major C(M,N) is its D with m = N rows and n = M columns.
- *   CUBLASLT_EPILOGUE_BIAS: D += bias (m fp32 values, one per D row, i.e. per
- *     column of the row-major C), added to alpha op(A) op(B) in fp32;
+ *   CUBLASLT_EPILOGUE_BIAS: D += bias (m values of bias_type, one per D row,
+ *     i.e. per column of the row-major C), added to alpha op(A) op(B) in fp32
+ *     before D's rounding;
  *   CUBLASLT_EPILOGUE_GELU_AUX_BIAS / _GELU_AUX: aux = alpha op(A) op(B) (+
- *     bias), D = gelu(aux) (tanh approximation), aux fp32 with leading
- *     dimension aux_ld (a multiple of 8);
- *   CUBLASLT_EPILOGUE_BGRADB: bias (n = M fp32 values, overwritten) = the
- *     sums of op(A)'s M rows over K (with dw = dout^T inp, transA: the column
- *     sums of dout, the bias gradient). */
+ *     bias), D = gelu(aux) (tanh approximation), aux of D's type with
+ *     leading dimension aux_ld (a multiple of 8), each rounded from fp32;
+ *   CUBLASLT_EPILOGUE_BGRADB: bias (n = M values of bias_type, overwritten)
+ *     = the sums of op(A)'s M rows over K (with dw = dout^T inp, transA: the
+ *     column sums of dout, the bias gradient). */
 typedef struct kern__cu_epi {
   cublasLtEpilogue_t kind;
   const void *bias;
-  float *aux;
+  cudaDataType_t bias_type;
+  void *aux;
   int64_t aux_ld;
 } kern__cu_epi;
 
@@ -227,8 +302,8 @@ typedef struct kern__cu_epi {
  * (the caller then does the same with separate kernels). */
 int kern__cu_gemm_ep(kern_ctx *k, int transA, int transB, int M, int N, int K, float alpha,
                      const void *A, int lda, long long sA, const void *B, int ldb, long long sB,
-                     float beta, float *C, int ldc, long long sC, int batch, cudaDataType_t type,
-                     const kern__cu_epi *ep);
+                     float beta, void *C, int ldc, long long sC, int batch, cudaDataType_t type,
+                     cudaDataType_t ctype, const kern__cu_epi *ep);
 
 /* x = round(x, p) on the stream (no-op at fp32) */
 void kern__cu_round(kern_ctx *k, float *x, size_t n, kern_prec p);

@@ -1,40 +1,42 @@
 /* Residual addition. CPU twin: residual_forward in kernels/cpu/elementwise.c. */
 #include "kernels/cuda/internal.cuh"
 
-/* out = round(a + b) at precision p, VEC consecutive elements per thread
- * (VEC 4: one 128-bit load of each input and one store; n % VEC == 0) */
-template <int VEC>
-__global__ void residual_forward_kernel(float *out, const float *a, const float *b, size_t n,
-                                        int p) {
+/* out = round(a + b) in kern_x's type X, VEC consecutive elements per thread
+ * (VEC 4: one 4-element load of each input and one store; n % VEC == 0) */
+template <int VEC, typename X>
+__global__ void residual_forward_kernel(X *out, const X *a, const X *b, size_t n) {
   size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
   if (i >= n)
     return;
-  if (VEC == 4) {
-    float4 u = *(const float4 *)(a + i), v = *(const float4 *)(b + i);
-    *(float4 *)(out + i) = make_float4(kern__cu_rnd(u.x + v.x, p), kern__cu_rnd(u.y + v.y, p),
-                                       kern__cu_rnd(u.z + v.z, p), kern__cu_rnd(u.w + v.w, p));
-  } else {
-    out[i] = kern__cu_rnd(a[i] + b[i], p);
-  }
+  float u[VEC], v[VEC];
+  kern__cu_load<VEC>(u, a + i);
+  kern__cu_load<VEC>(v, b + i);
+  for (int j = 0; j < VEC; j++)
+    u[j] += v[j];
+  kern__cu_store<VEC>(out + i, u);
 }
 
-/* The launcher, also called directly by tests/gpu/test_residual.cu. 128-bit
- * accesses where every pointer is 16-byte aligned and n % 4 == 0, one
+/* The launcher, also called directly by tests/gpu/test_residual.cu: out, a
+ * and b are kern_x of precision prec (float, bf16 or fp16 values). 4-element
+ * accesses where every pointer is aligned to them and n % 4 == 0, one
  * element per thread otherwise: the same arithmetic per element either way. */
-extern "C" void kern_cuda_residual_forward(float *out, const float *a, const float *b, size_t n,
+extern "C" void kern_cuda_residual_forward(void *out, const void *a, const void *b, size_t n,
                                            int prec, cudaStream_t stream) {
   if (n == 0)
     return;
   const int block = 256;
-  if (n % 4 == 0 && ((uintptr_t)out | (uintptr_t)a | (uintptr_t)b) % 16 == 0)
-    residual_forward_kernel<4>
-        <<<kern__cu_grid(n / 4, block), block, 0, stream>>>(out, a, b, n, prec);
-  else
-    residual_forward_kernel<1><<<kern__cu_grid(n, block), block, 0, stream>>>(out, a, b, n, prec);
+  KERN__CU_WITH_X((kern_prec)prec, {
+    if (kern__cu_vec4(n, sizeof(X), out, a) && kern__cu_vec4(n, sizeof(X), b, b))
+      residual_forward_kernel<4, X><<<kern__cu_grid(n / 4, block), block, 0, stream>>>(
+          (X *)out, (const X *)a, (const X *)b, n);
+    else
+      residual_forward_kernel<1, X>
+          <<<kern__cu_grid(n, block), block, 0, stream>>>((X *)out, (const X *)a, (const X *)b, n);
+  });
   KERN__CU_LAUNCHED();
 }
 
-static void residual_forward(kern_ctx *k, float *out, const float *a, const float *b, size_t n) {
+static void residual_forward(kern_ctx *k, kern_x *out, const kern_x *a, const kern_x *b, size_t n) {
   kern_cuda_residual_forward(out, a, b, n, k->prec, kern__cu_stream(k));
 }
 

@@ -48,28 +48,30 @@ __device__ maxsum block_maxsum(maxsum v, maxsum *sh) {
   return r;
 }
 
-/* One block per row of logits, two passes over the row: the online softmax
- * (max and sum in one read; 128-bit loads when the row allows), then the
- * gradient written in place. The sums are the CPU's up to summation order
- * and the rescaling of the online form (fp32 rounding). z[target] is read
- * by every thread before any thread overwrites the row. */
-__global__ void softmax_xent_kernel(float *losses, float *logits, const int32_t *targets, int V,
-                                    float dscale, int p) {
+/* One block per row of logits (kern_x, X), two passes over the row: the
+ * online softmax (max and sum in one read; 4-element loads when the row
+ * allows), then the gradient written in place, rounded to X. The sums are
+ * the CPU's up to summation order and the rescaling of the online form
+ * (fp32 rounding). z[target] is read by every thread before any thread
+ * overwrites the row. */
+template <typename X>
+__global__ void softmax_xent_kernel(float *losses, X *logits, const int32_t *targets, int V,
+                                    float dscale) {
   __shared__ maxsum sh[32];
   int r = blockIdx.x;
-  float *z = logits + (size_t)r * V;
+  X *z = logits + (size_t)r * V;
   int tgt = targets[r];
-  float zt = z[tgt];
+  float zt = kern__cu_f(z[tgt]);
   maxsum acc = {-INFINITY, 0.0f};
-  if (V % 4 == 0 && ((uintptr_t)z & 15) == 0) {
-    const float4 *z4 = (const float4 *)z;
+  if (V % 4 == 0 && ((uintptr_t)z % (4 * sizeof(X))) == 0) {
     for (int v = threadIdx.x; v < V / 4; v += THREADS) {
-      float4 q = z4[v];
-      acc = add_one(add_one(add_one(add_one(acc, q.x), q.y), q.z), q.w);
+      float q[4];
+      kern__cu_load<4>(q, z + 4 * (size_t)v);
+      acc = add_one(add_one(add_one(add_one(acc, q[0]), q[1]), q[2]), q[3]);
     }
   } else {
     for (int v = threadIdx.x; v < V; v += THREADS)
-      acc = add_one(acc, z[v]);
+      acc = add_one(acc, kern__cu_f(z[v]));
   }
   maxsum t = block_maxsum(acc, sh); /* ends with a barrier: all reads done */
   float mx = t.m, sum = t.s;
@@ -78,16 +80,17 @@ __global__ void softmax_xent_kernel(float *losses, float *logits, const int32_t 
   if (dscale != 0.0f) {
     float inv = 1.0f / sum;
     for (int v = threadIdx.x; v < V; v += THREADS)
-      z[v] = kern__cu_rnd((kern__cu_expf(z[v] - mx) * inv - (v == tgt ? 1.0f : 0.0f)) * dscale, p);
+      z[v] = kern__cu_to<X>(
+          (kern__cu_expf(kern__cu_f(z[v]) - mx) * inv - (v == tgt ? 1.0f : 0.0f)) * dscale);
   }
 }
 
-static void softmax_xent(kern_ctx *k, float *losses, float *logits, const int32_t *targets, int N,
+static void softmax_xent(kern_ctx *k, float *losses, kern_x *logits, const int32_t *targets, int N,
                          int V, float dscale) {
   if (N == 0)
     return;
-  softmax_xent_kernel<<<(unsigned)N, THREADS, 0, kern__cu_stream(k)>>>(losses, logits, targets, V,
-                                                                       dscale, k->prec);
+  KERN__CU_WITH_X(k->prec, softmax_xent_kernel<X><<<(unsigned)N, THREADS, 0, kern__cu_stream(k)>>>(
+                               losses, (X *)logits, targets, V, dscale));
   KERN__CU_LAUNCHED();
 }
 

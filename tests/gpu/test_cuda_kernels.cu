@@ -91,6 +91,58 @@ template <typename E> static std::vector<E> down(const E *d, size_t n) {
 }
 static void gfree(void *d) { GPU.ops->free(&GPU, d); }
 
+/* kern_x buffers (kernels/kern.h): the GPU stores activations, their
+ * gradients and the weights' rounded copy in its precision's type (bf16,
+ * fp16 or fp32; GPU.xbytes each). The host values are already rounded to
+ * it, so these conversions are exact both ways. */
+static std::vector<unsigned char> xbytes_of(const vec &h) {
+  size_t es = (size_t)GPU.xbytes;
+  std::vector<unsigned char> b(h.size() * es);
+  for (size_t i = 0; i < h.size(); i++) {
+    if (GPU.prec == KERN_BF16) {
+      __nv_bfloat16 v = __float2bfloat16_rn(h[i]);
+      memcpy(&b[i * es], &v, es);
+    } else if (GPU.prec == KERN_FP16) {
+      __half v = __float2half_rn(h[i]);
+      memcpy(&b[i * es], &v, es);
+    } else {
+      memcpy(&b[i * es], &h[i], es);
+    }
+  }
+  return b;
+}
+static void putx(kern_x *d, const vec &h) {
+  std::vector<unsigned char> b = xbytes_of(h);
+  GPU.ops->from_host(&GPU, d, b.data(), b.size());
+}
+static kern_x *upx(const vec &h) {
+  kern_x *d = GPU.ops->alloc(&GPU, h.size() * GPU.xbytes + 1);
+  putx(d, h);
+  return d;
+}
+static vec downx(const kern_x *d, size_t n) {
+  size_t es = (size_t)GPU.xbytes;
+  std::vector<unsigned char> b(n * es);
+  GPU.ops->to_host(&GPU, b.data(), d, b.size());
+  vec h(n);
+  for (size_t i = 0; i < n; i++) {
+    if (GPU.prec == KERN_BF16) {
+      __nv_bfloat16 v;
+      memcpy(&v, &b[i * es], es);
+      h[i] = __bfloat162float(v);
+    } else if (GPU.prec == KERN_FP16) {
+      __half v;
+      memcpy(&v, &b[i * es], es);
+      h[i] = __half2float(v);
+    } else {
+      memcpy(&h[i], &b[i * es], es);
+    }
+  }
+  return h;
+}
+/* element i of the GPU's kern_x buffer d */
+static kern_x *xat(kern_x *d, size_t i) { return kern_x_at(&GPU, d, i); }
+
 static void compare(const char *what, kern_prec p, const vec &gpu, const vec &ref, double eps) {
   double ss = 0.0;
   for (float r : ref)
@@ -160,18 +212,18 @@ static void check_encoder(kern_prec p) {
   vec out((size_t)B * T * C);
   CPU.ops->encoder_forward(&CPU, out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
   int32_t *dtok = up(tok);
-  float *dwte_w = up(wte), *dwpe_w = up(wpe), *dout = up(out);
+  kern_x *dwte_w = upx(wte), *dwpe_w = upx(wpe), *dout = upx(out);
   GPU.ops->encoder_forward(&GPU, dout, dtok, dwte_w, dwpe_w, B, T, C);
-  vec g1 = down(dout, out.size());
+  vec g1 = downx(dout, out.size());
   compare("encoder_forward", p, g1, out, eps_of(p));
   GPU.ops->encoder_forward(&GPU, dout, dtok, dwte_w, dwpe_w, B, T, C);
-  same_bits("encoder_forward", p, g1, down(dout, out.size()));
+  same_bits("encoder_forward", p, g1, downx(dout, out.size()));
 
   vec dy = randn(out.size(), 1, p), dwte = randn(wte.size(), 1, KERN_FP32),
       dwpe = randn(wpe.size(), 1, KERN_FP32);
   vec cte = dwte, cpe = dwpe;
   CPU.ops->encoder_backward(&CPU, cte.data(), cpe.data(), dy.data(), tok.data(), B, T, C);
-  float *ddy = up(dy);
+  kern_x *ddy = upx(dy);
   vec r1, r2;
   for (int rep = 0; rep < 2; rep++) {
     float *gte = up(dwte), *gpe = up(dwpe);
@@ -198,14 +250,15 @@ static void check_layernorm(kern_prec p) {
   vec out(x.size()), mean(N), rstd(N);
   CPU.ops->layernorm_forward(&CPU, out.data(), mean.data(), rstd.data(), x.data(), w.data(),
                              b.data(), N, C);
-  float *dx = up(x), *dw = up(w), *db = up(b), *dout = up(out), *dm = up(mean), *dr = up(rstd);
+  kern_x *dx = upx(x), *dw = upx(w), *db = upx(b), *dout = upx(out);
+  float *dm = up(mean), *dr = up(rstd);
   GPU.ops->layernorm_forward(&GPU, dout, dm, dr, dx, dw, db, N, C);
-  vec g = down(dout, out.size());
+  vec g = downx(dout, out.size());
   compare("layernorm_forward out", p, g, out, eps_of(p));
   compare("layernorm_forward mean", p, down(dm, N), mean, eps_of(KERN_FP32));
   compare("layernorm_forward rstd", p, down(dr, N), rstd, eps_of(KERN_FP32));
   GPU.ops->layernorm_forward(&GPU, dout, dm, dr, dx, dw, db, N, C);
-  same_bits("layernorm_forward", p, g, down(dout, out.size()));
+  same_bits("layernorm_forward", p, g, downx(dout, out.size()));
 
   /* backward from the CPU's mean and rstd (the same inputs on both sides) */
   GPU.ops->from_host(&GPU, dm, mean.data(), N * sizeof(float));
@@ -215,12 +268,13 @@ static void check_layernorm(kern_prec p) {
   vec cdinp = dinp0, cgw = gw0, cgb = gb0;
   CPU.ops->layernorm_backward(&CPU, cdinp.data(), cgw.data(), cgb.data(), dy.data(), x.data(),
                               w.data(), mean.data(), rstd.data(), N, C);
-  float *ddy = up(dy);
+  kern_x *ddy = upx(dy);
   vec first[3];
   for (int rep = 0; rep < 2; rep++) {
-    float *gi = up(dinp0), *gw = up(gw0), *gb = up(gb0);
+    kern_x *gi = upx(dinp0);
+    float *gw = up(gw0), *gb = up(gb0);
     GPU.ops->layernorm_backward(&GPU, gi, gw, gb, ddy, dx, dw, dm, dr, N, C);
-    vec r[3] = {down(gi, x.size()), down(gw, C), down(gb, C)};
+    vec r[3] = {downx(gi, x.size()), down(gw, C), down(gb, C)};
     if (rep == 0) {
       compare("layernorm_backward dinp", p, r[0], cdinp, eps_of(p));
       compare("layernorm_backward dw", p, r[1], cgw, eps_of(KERN_FP32));
@@ -241,26 +295,27 @@ static void check_matmul(kern_prec p, int N, int C, int OC, int bias) {
   vec x = randn((size_t)N * C, 1, p), w = randn((size_t)OC * C, 0.1f, p), b = randn(OC, 1, p);
   vec out((size_t)N * OC);
   CPU.ops->matmul_forward(&CPU, out.data(), x.data(), w.data(), bias ? b.data() : NULL, N, C, OC);
-  float *dx = up(x), *dw = up(w), *db = up(b), *dout = up(out);
+  kern_x *dx = upx(x), *dw = upx(w), *db = upx(b), *dout = upx(out);
   GPU.ops->matmul_forward(&GPU, dout, dx, dw, bias ? db : NULL, N, C, OC);
-  vec g = down(dout, out.size());
+  vec g = downx(dout, out.size());
   snprintf(name, sizeof name, "matmul_forward %dx%dx%d%s", N, C, OC, bias ? "+b" : "");
   compare(name, p, g, out, eps_of(p));
   GPU.ops->matmul_forward(&GPU, dout, dx, dw, bias ? db : NULL, N, C, OC);
-  same_bits(name, p, g, down(dout, out.size()));
+  same_bits(name, p, g, downx(dout, out.size()));
 
   vec dy = randn(out.size(), 1, p), gw0 = randn(w.size(), 1, KERN_FP32),
       gb0 = randn(OC, 1, KERN_FP32);
   vec cdx(x.size()), cgw = gw0, cgb = gb0;
   CPU.ops->matmul_backward(&CPU, cdx.data(), cgw.data(), bias ? cgb.data() : NULL, dy.data(),
                            x.data(), w.data(), N, C, OC);
-  float *ddy = up(dy);
+  kern_x *ddy = upx(dy);
   snprintf(name, sizeof name, "matmul_backward %dx%dx%d%s", N, C, OC, bias ? "+b" : "");
   vec first[3];
   for (int rep = 0; rep < 2; rep++) {
-    float *gx = up(vec(x.size())), *gw = up(gw0), *gb = up(gb0);
+    kern_x *gx = upx(vec(x.size()));
+    float *gw = up(gw0), *gb = up(gb0);
     GPU.ops->matmul_backward(&GPU, gx, gw, bias ? gb : NULL, ddy, dx, dw, N, C, OC);
-    vec r[3] = {down(gx, x.size()), down(gw, w.size()), down(gb, OC)};
+    vec r[3] = {downx(gx, x.size()), down(gw, w.size()), down(gb, OC)};
     if (rep == 0) {
       compare(name, p, r[0], cdx, eps_of(p));
       compare(name, p, r[1], cgw, eps_of(KERN_FP32));
@@ -274,8 +329,9 @@ static void check_matmul(kern_prec p, int N, int C, int OC, int bias) {
     gfree(gx), gfree(gw), gfree(gb);
   }
   if ((size_t)N * OC >= ((size_t)1 << 20)) {
-    float *gx = up(vec(x.size())), *gw = up(gw0), *gb = up(gb0);
-    const float *bb = bias ? db : NULL;
+    kern_x *gx = upx(vec(x.size()));
+    float *gw = up(gw0), *gb = up(gb0);
+    const kern_x *bb = bias ? db : NULL;
     double f = median_us([&] { GPU.ops->matmul_forward(&GPU, dout, dx, dw, bb, N, C, OC); });
     double bw = median_us(
         [&] { GPU.ops->matmul_backward(&GPU, gx, gw, bias ? gb : NULL, ddy, dx, dw, N, C, OC); });
@@ -307,16 +363,17 @@ static void check_matmul_gelu(kern_prec p, int N, int C, int OC) {
   vec pre(n), out(n);
   CPU.ops->matmul_forward(&CPU, pre.data(), x.data(), w.data(), b.data(), N, C, OC);
   CPU.ops->gelu_forward(&CPU, out.data(), pre.data(), n);
-  float *dx = up(x), *dw = up(w), *db = up(b), *dpre = up(vec(n, NAN)), *dout = up(vec(n, NAN));
+  kern_x *dx = upx(x), *dw = upx(w), *db = upx(b), *dpre = upx(vec(n, NAN)),
+         *dout = upx(vec(n, NAN));
   GPU.ops->matmul_gelu_forward(&GPU, dout, dpre, dx, dw, db, N, C, OC);
-  vec gp = down(dpre, n), go = down(dout, n);
+  vec gp = downx(dpre, n), go = downx(dout, n);
   snprintf(name, sizeof name, "matmul_gelu_forward pre %dx%dx%d", N, C, OC);
   compare(name, p, gp, pre, eps_of(p));
   snprintf(name, sizeof name, "matmul_gelu_forward out %dx%dx%d", N, C, OC);
   compare(name, p, go, out, eps_of(p) + (p == KERN_FP32 ? 0.0 : 1e-3));
   GPU.ops->matmul_gelu_forward(&GPU, dout, dpre, dx, dw, db, N, C, OC);
-  same_bits(name, p, gp, down(dpre, n));
-  same_bits(name, p, go, down(dout, n));
+  same_bits(name, p, gp, downx(dpre, n));
+  same_bits(name, p, go, downx(dout, n));
   if (N >= 1024) {
     double sep = median_us([&] {
       GPU.ops->matmul_forward(&GPU, dpre, dx, dw, db, N, C, OC);
@@ -336,8 +393,8 @@ static void check_matmul_gelu(kern_prec p, int N, int C, int OC) {
  * kernel) against the median of later calls (the cached plan). */
 static void time_gemm_setup(kern_prec p) {
   const int N = 4096, C = 768, OC = 2304; /* qkv: no earlier check used it */
-  float *dx = up(randn((size_t)N * C, 1, p)), *dw = up(randn((size_t)OC * C, 0.03f, p)),
-        *db = up(randn(OC, 1, p)), *dout = up(vec((size_t)N * OC));
+  kern_x *dx = upx(randn((size_t)N * C, 1, p)), *dw = upx(randn((size_t)OC * C, 0.03f, p)),
+         *db = upx(randn(OC, 1, p)), *dout = upx(vec((size_t)N * OC));
   std::vector<double> t;
   for (int i = 0; i < 21; i++) {
     GPU.ops->sync(&GPU);
@@ -360,46 +417,49 @@ static void check_attention(kern_prec p) {
   vec qkv = randn((size_t)B * T * 3 * C, 1, p);
   vec out((size_t)B * T * C), att((size_t)B * NH * T * T);
   CPU.ops->attention_forward(&CPU, out.data(), att.data(), qkv.data(), B, T, C, NH);
-  float *dq = up(qkv), *dout = up(out), *datt = up(att);
+  kern_x *dq = upx(qkv), *dout = upx(out);
+  float *datt = up(att);
   GPU.ops->attention_forward(&GPU, dout, datt, dq, B, T, C, NH);
-  vec g = down(dout, out.size()), ga = down(datt, att.size());
+  vec g = downx(dout, out.size()), ga = down(datt, att.size());
   compare("attention_forward out", p, g, out, eps_of(p));
   compare("attention_forward att", p, ga, att, eps_of(p));
   GPU.ops->attention_forward(&GPU, dout, datt, dq, B, T, C, NH);
-  same_bits("attention_forward", p, g, down(dout, out.size()));
+  same_bits("attention_forward", p, g, downx(dout, out.size()));
 
   /* backward from the CPU's probabilities */
   GPU.ops->from_host(&GPU, datt, att.data(), att.size() * sizeof(float));
   vec dy = randn(out.size(), 1, p), cdqkv(qkv.size()), scratch(att.size());
   CPU.ops->attention_backward(&CPU, cdqkv.data(), scratch.data(), dy.data(), qkv.data(), att.data(),
                               B, T, C, NH);
-  float *ddy = up(dy), *gd = up(vec(qkv.size())), *gs = up(vec(att.size()));
+  kern_x *ddy = upx(dy), *gd = upx(vec(qkv.size()));
+  float *gs = up(vec(att.size()));
   GPU.ops->attention_backward(&GPU, gd, gs, ddy, dq, datt, B, T, C, NH);
-  vec r = down(gd, qkv.size());
+  vec r = downx(gd, qkv.size());
   compare("attention_backward dqkv", p, r, cdqkv, eps_of(p));
   GPU.ops->attention_backward(&GPU, gd, gs, ddy, dq, datt, B, T, C, NH);
-  same_bits("attention_backward", p, r, down(gd, qkv.size()));
+  same_bits("attention_backward", p, r, downx(gd, qkv.size()));
   gfree(dq), gfree(dout), gfree(datt), gfree(ddy), gfree(gd), gfree(gs);
 }
 
 static void check_elementwise(kern_prec p) {
   const size_t n = 5000;
   vec x = randn(n, 3, p), y = randn(n, 1, p), out(n);
-  float *dx = up(x), *dy = up(y), *dout = up(out);
+  kern_x *dx = upx(x), *dy = upx(y), *dout = upx(out);
+  float *fx = up(x); /* the fp32 ops' input */
 
   CPU.ops->gelu_forward(&CPU, out.data(), x.data(), n);
   GPU.ops->gelu_forward(&GPU, dout, dx, n);
-  compare("gelu_forward", p, down(dout, n), out, eps_of(p));
+  compare("gelu_forward", p, downx(dout, n), out, eps_of(p));
   /* dinp aliases dout, as the trainer calls it */
   vec cd = y;
   CPU.ops->gelu_backward(&CPU, cd.data(), x.data(), cd.data(), n);
-  float *gd = up(y);
+  kern_x *gd = upx(y);
   GPU.ops->gelu_backward(&GPU, gd, dx, gd, n);
-  compare("gelu_backward (aliased)", p, down(gd, n), cd, eps_of(p));
+  compare("gelu_backward (aliased)", p, downx(gd, n), cd, eps_of(p));
 
   CPU.ops->residual_forward(&CPU, out.data(), x.data(), y.data(), n);
   GPU.ops->residual_forward(&GPU, dout, dx, dy, n);
-  compare("residual_forward", p, down(dout, n), out, eps_of(p));
+  compare("residual_forward", p, downx(dout, n), out, eps_of(p));
 
   vec s = x;
   CPU.ops->scale(&CPU, s.data(), 0.37f, n);
@@ -411,7 +471,7 @@ static void check_elementwise(kern_prec p) {
     vec dst = y;
     double cs = CPU.ops->accumulate(&CPU, dst.data(), x.data(), 0.25f, n, init);
     float *gdst = up(y);
-    double gsum = GPU.ops->accumulate(&GPU, gdst, dx, 0.25f, n, init);
+    double gsum = GPU.ops->accumulate(&GPU, gdst, fx, 0.25f, n, init);
     compare(init ? "accumulate (init)" : "accumulate (+=)", p, down(gdst, n), dst,
             eps_of(KERN_FP32));
     if (!(fabs(gsum - cs) <= 1e-12 * cs)) {
@@ -420,7 +480,7 @@ static void check_elementwise(kern_prec p) {
     }
     gfree(gdst);
   }
-  gfree(dx), gfree(dy), gfree(dout), gfree(gd), gfree(gs);
+  gfree(dx), gfree(dy), gfree(dout), gfree(gd), gfree(gs), gfree(fx);
 }
 
 /* Rounding is exact: every value, including subnormals, overflow and the
@@ -448,6 +508,32 @@ static void check_round(void) {
   }
 }
 
+/* to_x (the weights' rounded copy, fp32 master -> kern_x) is rounding too:
+ * the CPU's bits at the context's precision, NaN as NaN (its payload is the
+ * storage type's). */
+static void check_to_x(kern_prec p) {
+  vec x = randn(20000, 1, KERN_FP32);
+  for (size_t i = 0; i < x.size(); i += 4)
+    x[i] = ldexpf(x[i], (int)(i % 80) - 40);
+  x.push_back(65519.0f), x.push_back(65520.0f), x.push_back(-65520.0f);
+  x.push_back(INFINITY), x.push_back(-INFINITY), x.push_back(NAN);
+  x.push_back(1.0f + 1.0f / 256.0f), x.push_back(1.0f + 3.0f / 256.0f);
+  x.push_back(5.9604645e-8f), x.push_back(2.9802322e-8f);
+  vec c = x;
+  CPU.ops->round(&CPU, c.data(), c.size(), p);
+  float *src = up(x);
+  kern_x *dst = upx(vec(x.size()));
+  GPU.ops->to_x(&GPU, dst, src, x.size());
+  vec r = downx(dst, x.size());
+  int bad = 0;
+  for (size_t i = 0; i < c.size(); i++)
+    bad += !(isnan(r[i]) && isnan(c[i])) && memcmp(&r[i], &c[i], sizeof(float)) != 0;
+  printf("%-28s %s  n %-8zu %s\n", "to_x (bits)", prec_name(p), x.size(),
+         bad ? "FAILED" : "identical");
+  failures += bad != 0;
+  gfree(src), gfree(dst);
+}
+
 static void check_sumsq(void) {
   vec x = randn(1000003, 1, KERN_FP32);
   double c = CPU.ops->sumsq(&CPU, x.data(), x.size());
@@ -465,20 +551,21 @@ static void check_xent(kern_prec p, int N, int V) {
   vec z = randn((size_t)N * V, 2, p);
   auto tgt = randtok(N, V);
   vec loss(N), cz = z;
-  float *dz = up(z), *dl = up(loss);
+  kern_x *dz = upx(z);
+  float *dl = up(loss);
   int32_t *dt = up(tgt);
   CPU.ops->softmax_xent(&CPU, loss.data(), cz.data(), tgt.data(), N, V, 0.0f);
   GPU.ops->softmax_xent(&GPU, dl, dz, dt, N, V, 0.0f);
   compare("softmax_xent losses", p, down(dl, N), loss, eps_of(KERN_FP32) * 10);
-  compare("softmax_xent logits kept", p, down(dz, z.size()), z, 0.0);
+  compare("softmax_xent logits kept", p, downx(dz, z.size()), z, 0.0);
   float ds = 1.0f / N;
   CPU.ops->softmax_xent(&CPU, loss.data(), cz.data(), tgt.data(), N, V, ds);
   GPU.ops->softmax_xent(&GPU, dl, dz, dt, N, V, ds);
-  vec g = down(dz, z.size());
+  vec g = downx(dz, z.size());
   compare("softmax_xent dlogits", p, g, cz, eps_of(p));
-  GPU.ops->from_host(&GPU, dz, z.data(), z.size() * sizeof(float));
+  putx(dz, z);
   GPU.ops->softmax_xent(&GPU, dl, dz, dt, N, V, ds);
-  same_bits("softmax_xent", p, g, down(dz, z.size()));
+  same_bits("softmax_xent", p, g, downx(dz, z.size()));
   gfree(dz), gfree(dl), gfree(dt);
 }
 
@@ -490,7 +577,8 @@ static void check_adamw(kern_prec p) {
   /* fp32 moments: two steps */
   {
     vec cp = w, cm(n), cv(n), cl(n);
-    float *gp = up(w), *gm = up(vec(n)), *gv = up(vec(n)), *gl = up(vec(n));
+    float *gp = up(w), *gm = up(vec(n)), *gv = up(vec(n));
+    kern_x *gl = upx(vec(n));
     float *dg1 = up(g1), *dg2 = up(g2);
     for (int s = 1; s <= 2; s++) {
       a.step = s;
@@ -502,7 +590,7 @@ static void check_adamw(kern_prec p) {
     compare("adamw m", p, down(gm, n), cm, eps_of(KERN_FP32));
     compare("adamw v", p, down(gv, n), cv, eps_of(KERN_FP32));
     if (low)
-      compare("adamw plow", p, down(gl, n), cl, eps_of(p));
+      compare("adamw plow", p, downx(gl, n), cl, eps_of(p));
     gfree(gp), gfree(gm), gfree(gv), gfree(gl), gfree(dg1), gfree(dg2);
   }
   /* 8-bit moments: two steps from zero state */
@@ -511,7 +599,8 @@ static void check_adamw(kern_prec p) {
     vec cp = w, cl(n), csm(nb), csv(nb);
     std::vector<int8_t> cqm(n);
     std::vector<uint8_t> cqv(n);
-    float *gp = up(w), *gl = up(vec(n)), *gsm = up(vec(nb)), *gsv = up(vec(nb));
+    float *gp = up(w), *gsm = up(vec(nb)), *gsv = up(vec(nb));
+    kern_x *gl = upx(vec(n));
     int8_t *gqm = up(cqm);
     uint8_t *gqv = up(cqv);
     float *dg1 = up(g1), *dg2 = up(g2);
@@ -525,7 +614,7 @@ static void check_adamw(kern_prec p) {
     compare("adamw8bit absmax m", p, down(gsm, nb), csm, eps_of(KERN_FP32));
     compare("adamw8bit absmax v", p, down(gsv, nb), csv, eps_of(KERN_FP32));
     if (low)
-      compare("adamw8bit plow", p, down(gl, n), cl, eps_of(p));
+      compare("adamw8bit plow", p, downx(gl, n), cl, eps_of(p));
     /* the same arithmetic on both sides (no FMA contraction): a code may
      * differ only where a value sits on a boundary between two codes, by one */
     auto qm = down(gqm, n);
@@ -619,9 +708,10 @@ static void check_adamw_fused(kern_prec p) {
     vec cp = w, cl(n), cm(n), cv(n), csm(nb), csv(nb);
     std::vector<int8_t> cqm(n);
     std::vector<uint8_t> cqv(n);
-    float *gp = up(w), *gl = up(vec(n)), *gm = up(vec(n)), *gv = up(vec(n));
+    float *gp = up(w), *gm = up(vec(n)), *gv = up(vec(n));
+    kern_x *gl = upx(vec(n)), *hl = upx(vec(n));
     float *gsm = up(vec(nb)), *gsv = up(vec(nb));
-    float *hp = up(w), *hl = up(vec(n)), *hm = up(vec(n)), *hv = up(vec(n));
+    float *hp = up(w), *hm = up(vec(n)), *hv = up(vec(n));
     float *hsm = up(vec(nb)), *hsv = up(vec(nb));
     int8_t *gqm = up(cqm), *hqm = up(cqm);
     uint8_t *gqv = up(cqv), *hqv = up(cqv);
@@ -645,16 +735,19 @@ static void check_adamw_fused(kern_prec p) {
       pa.weight_decay = parts.part[i].weight_decay;
       size_t o = parts.part[i].off, b = parts.part[i].block, m = parts.part[i].n;
       if (q8)
-        GPU.ops->adamw8bit(&GPU, hp + o, low ? hl + o : NULL, dg + o, hqm + o, hqv + o, hsm + b,
+        GPU.ops->adamw8bit(&GPU, hp + o, low ? xat(hl, o) : NULL, dg + o, hqm + o, hqv + o, hsm + b,
                            hsv + b, m, &pa);
       else
-        GPU.ops->adamw(&GPU, hp + o, low ? hl + o : NULL, dg + o, hm + o, hv + o, m, &pa);
+        GPU.ops->adamw(&GPU, hp + o, low ? xat(hl, o) : NULL, dg + o, hm + o, hv + o, m, &pa);
     }
     const char *what = q8 ? "adamw8bit_fused p" : "adamw_fused p";
     vec fused = down(gp, n);
     compare(what, p, fused, cp, eps_of(KERN_FP32));
     same_bits(q8 ? "adamw8bit_fused vs per tensor" : "adamw_fused vs per tensor", p, fused,
               down(hp, n));
+    if (low)
+      same_bits(q8 ? "adamw8bit_fused plow vs per tensor" : "adamw_fused plow vs per tensor", p,
+                downx(gl, n), downx(hl, n));
     /* skipped: a factor of 0 on the device */
     kern_adamw_args sa = a;
     sa.grad_scale_dev = skip;
@@ -716,24 +809,25 @@ static void check_flash_attention(kern_prec p, int B, int T, int C, int NH, int 
   kern_cpu_flash_attention_forward(&CPU, out.data(), lse.data(), qkv.data(), B, T, C, NH);
   kern_cpu_flash_attention_backward(&CPU, dqkv.data(), dy.data(), out.data(), qkv.data(),
                                     lse.data(), B, T, C, NH);
-  float *dq = up(qkv), *ddy = up(dy), *gout = up(vec(ny)), *glse = up(vec(nl));
-  float *cout = up(out), *clse = up(lse), *gd = up(vec(nq));
+  kern_x *dq = upx(qkv), *ddy = upx(dy), *gout = upx(vec(ny)), *cout = upx(out);
+  kern_x *gd = upx(vec(nq));
+  float *glse = up(vec(nl)), *clse = up(lse);
   GPU.ops->flash_attention_forward(&GPU, gout, glse, dq, B, T, C, NH);
-  vec g = down(gout, ny), gl = down(glse, nl);
+  vec g = downx(gout, ny), gl = down(glse, nl);
   snprintf(what, sizeof what, "flash_fwd out %s", shape);
   compare(what, p, g, out, eps_of(p));
   snprintf(what, sizeof what, "flash_fwd lse %s", shape);
   compare(what, p, gl, lse, eps_of(p));
   GPU.ops->flash_attention_forward(&GPU, gout, glse, dq, B, T, C, NH);
-  same_bits("flash_attention_forward out", p, g, down(gout, ny));
+  same_bits("flash_attention_forward out", p, g, downx(gout, ny));
   same_bits("flash_attention_forward lse", p, gl, down(glse, nl));
 
   GPU.ops->flash_attention_backward(&GPU, gd, ddy, cout, dq, clse, B, T, C, NH);
-  vec r = down(gd, nq);
+  vec r = downx(gd, nq);
   snprintf(what, sizeof what, "flash_bwd dqkv %s", shape);
   compare(what, p, r, dqkv, eps_of(p));
   GPU.ops->flash_attention_backward(&GPU, gd, ddy, cout, dq, clse, B, T, C, NH);
-  same_bits("flash_attention_backward", p, r, down(gd, nq));
+  same_bits("flash_attention_backward", p, r, downx(gd, nq));
 
   if (timed) {
     size_t na = (size_t)B * NH * T * T;
@@ -788,9 +882,9 @@ static void check_residual_layernorm(kern_prec p, int B, int T, int C, int timed
   CPU.ops->residual_forward(&CPU, resid.data(), a.data(), b.data(), n);
   CPU.ops->layernorm_forward(&CPU, out.data(), mean.data(), rstd.data(), resid.data(), w.data(),
                              bias.data(), N, C);
-  float *da = up(a), *db = up(b), *dw = up(w), *dbias = up(bias);
-  float *r1 = up(vec(n)), *o1 = up(vec(n)), *m1 = up(vec(N)), *s1 = up(vec(N));
-  float *r2 = up(vec(n)), *o2 = up(vec(n)), *m2 = up(vec(N)), *s2 = up(vec(N));
+  kern_x *da = upx(a), *db = upx(b), *dw = upx(w), *dbias = upx(bias);
+  kern_x *r1 = upx(vec(n)), *o1 = upx(vec(n)), *r2 = upx(vec(n)), *o2 = upx(vec(n));
+  float *m1 = up(vec(N)), *s1 = up(vec(N)), *m2 = up(vec(N)), *s2 = up(vec(N));
   auto fused = [&]() {
     GPU.ops->residual_layernorm_forward(&GPU, r1, o1, m1, s1, da, db, dw, dbias, N, C);
   };
@@ -798,14 +892,16 @@ static void check_residual_layernorm(kern_prec p, int B, int T, int C, int timed
     GPU.ops->residual_forward(&GPU, r2, da, db, n);
     GPU.ops->layernorm_forward(&GPU, o2, m2, s2, r2, dw, dbias, N, C);
   };
-  float *g1[4] = {r1, o1, m1, s1}, *g2[4] = {r2, o2, m2, s2};
+  void *g1[4] = {r1, o1, m1, s1}, *g2[4] = {r2, o2, m2, s2};
   size_t len[4] = {n, n, (size_t)N, (size_t)N};
   const char *part[4] = {"resid", "out", "mean", "rstd"};
+  /* resid and out are kern_x, mean and rstd fp32 */
+  auto get = [&](void *d, int i) { return i < 2 ? downx(d, len[i]) : down((float *)d, len[i]); };
   fused();
   two();
   vec f[4], t[4];
   for (int i = 0; i < 4; i++)
-    f[i] = down(g1[i], len[i]), t[i] = down(g2[i], len[i]);
+    f[i] = get(g1[i], i), t[i] = get(g2[i], i);
   snprintf(name, sizeof name, "resid+layernorm C=%d resid", C);
   identical(name, p, f[0], resid); /* a rounded sum: exact on both backends */
   snprintf(name, sizeof name, "resid+layernorm C=%d out", C);
@@ -820,7 +916,7 @@ static void check_residual_layernorm(kern_prec p, int B, int T, int C, int timed
   }
   fused();
   for (int i = 0; i < 4; i++)
-    same_bits("residual_layernorm_forward", p, f[i], down(g1[i], len[i]));
+    same_bits("residual_layernorm_forward", p, f[i], get(g1[i], i));
   if (timed) {
     snprintf(name, sizeof name, "residual_forward+layernorm_forward (old) %s", shape);
     double old_us = time_us(name, two);
@@ -881,7 +977,8 @@ static void check_encoder_backward_large(kern_prec p, int B, int T, int C, int V
   vec cte = dwte, cpe = dwpe;
   CPU.ops->encoder_backward(&CPU, cte.data(), cpe.data(), dy.data(), tok.data(), B, T, C);
   int32_t *dtok = up(tok);
-  float *ddy = up(dy), *gte = up(dwte), *gpe = up(dwpe);
+  kern_x *ddy = upx(dy);
+  float *gte = up(dwte), *gpe = up(dwpe);
   char name[160], shape[64];
   snprintf(shape, sizeof shape, "B=%d T=%d C=%d V=%d %s", B, T, C, V, prec_name(p));
   GPU.ops->encoder_backward(&GPU, gte, gpe, ddy, dtok, B, T, C);
@@ -908,53 +1005,69 @@ static void check_encoder_backward_large(kern_prec p, int B, int T, int C, int V
   gfree(dtok), gfree(ddy), gfree(gte), gfree(gpe);
 }
 
-/* The element-wise kernels' 128-bit path (aligned pointers, n % 4 == 0)
- * against their scalar path (the same data one float further on: every
- * pointer 4 bytes off 16-byte alignment), bit for bit, and timed: scalar
- * (old) against 128-bit (new). n: elements. */
+/* The element-wise kernels' vector path (4 elements per access: aligned
+ * pointers, n % 4 == 0) against their scalar path (the same data one
+ * element further on: every pointer off the vector alignment), bit for bit,
+ * and timed: scalar (old) against vector (new). GELU and the residual work
+ * on kern_x (64-bit accesses at bf16/fp16, 128-bit at fp32), the rest on
+ * fp32 (128-bit). n: elements. */
 static void check_vec4(kern_prec p, size_t n, int timed) {
   vec x = randn(n, 3, p), y = randn(n, 1, p);
-  /* buffers of n + 4 floats; "a" the aligned view, "u" the view at +1 */
-  float *bx = up(vec(n + 4)), *by = up(vec(n + 4)), *bo = up(vec(n + 4));
-  float *ax = bx, *ay = by, *ao = bo, *ux = bx + 1, *uy = by + 1, *uo = bo + 1;
-  auto load = [&]() {
-    GPU.ops->from_host(&GPU, ax, x.data(), n * 4);
-    GPU.ops->from_host(&GPU, ay, y.data(), n * 4);
-    GPU.ops->from_host(&GPU, ux, x.data(), n * 4);
-    GPU.ops->from_host(&GPU, uy, y.data(), n * 4);
-  };
   char name[160];
   struct op {
     const char *name;
-    std::function<void(float *, float *, float *)> f; /* (out, x, y) */
+    int isx;                                       /* kern_x buffers, else fp32 */
+    std::function<void(void *, void *, void *)> f; /* (out, x, y) */
   };
   std::vector<op> ops = {
-      {"gelu_forward",
-       [&](float *o, float *xi, float *) { GPU.ops->gelu_forward(&GPU, o, xi, n); }},
-      {"gelu_backward (aliased)",
-       [&](float *, float *xi, float *yi) { GPU.ops->gelu_backward(&GPU, yi, xi, yi, n); }},
-      {"residual_forward",
-       [&](float *o, float *xi, float *yi) { GPU.ops->residual_forward(&GPU, o, xi, yi, n); }},
-      {"scale", [&](float *, float *xi, float *) { GPU.ops->scale(&GPU, xi, 0.37f, n); }},
-      {"axpy (init)",
-       [&](float *o, float *xi, float *) { GPU.ops->axpy(&GPU, o, xi, 0.25f, n, 1); }},
-      {"axpy (+=)",
-       [&](float *, float *xi, float *yi) { GPU.ops->axpy(&GPU, yi, xi, 0.25f, n, 0); }},
-      {"round", [&](float *, float *xi, float *) { GPU.ops->round(&GPU, xi, n, KERN_BF16); }},
+      {"gelu_forward", 1,
+       [&](void *o, void *xi, void *) { GPU.ops->gelu_forward(&GPU, o, xi, n); }},
+      {"gelu_backward (aliased)", 1,
+       [&](void *, void *xi, void *yi) { GPU.ops->gelu_backward(&GPU, yi, xi, yi, n); }},
+      {"residual_forward", 1,
+       [&](void *o, void *xi, void *yi) { GPU.ops->residual_forward(&GPU, o, xi, yi, n); }},
+      {"scale", 0, [&](void *, void *xi, void *) { GPU.ops->scale(&GPU, (float *)xi, 0.37f, n); }},
+      {"axpy (init)", 0,
+       [&](void *o, void *xi, void *) {
+         GPU.ops->axpy(&GPU, (float *)o, (const float *)xi, 0.25f, n, 1);
+       }},
+      {"axpy (+=)", 0,
+       [&](void *, void *xi, void *yi) {
+         GPU.ops->axpy(&GPU, (float *)yi, (const float *)xi, 0.25f, n, 0);
+       }},
+      {"round", 0,
+       [&](void *, void *xi, void *) { GPU.ops->round(&GPU, (float *)xi, n, KERN_BF16); }},
   };
   for (const op &o : ops) {
+    size_t es = o.isx ? (size_t)GPU.xbytes : sizeof(float);
+    /* buffers of n + 4 elements; "a" the aligned view, "u" the view at +1 element */
+    void *bx = GPU.ops->alloc(&GPU, (n + 4) * es), *by = GPU.ops->alloc(&GPU, (n + 4) * es);
+    void *bo = GPU.ops->alloc(&GPU, (n + 4) * es);
+    char *ax = (char *)bx, *ay = (char *)by, *ao = (char *)bo;
+    char *ux = ax + es, *uy = ay + es, *uo = ao + es;
+    std::vector<unsigned char> hx = o.isx ? xbytes_of(x) : std::vector<unsigned char>(n * 4);
+    std::vector<unsigned char> hy = o.isx ? xbytes_of(y) : std::vector<unsigned char>(n * 4);
+    if (!o.isx)
+      memcpy(hx.data(), x.data(), n * 4), memcpy(hy.data(), y.data(), n * 4);
+    auto load = [&]() {
+      GPU.ops->from_host(&GPU, ax, hx.data(), n * es);
+      GPU.ops->from_host(&GPU, ay, hy.data(), n * es);
+      GPU.ops->from_host(&GPU, ux, hx.data(), n * es);
+      GPU.ops->from_host(&GPU, uy, hy.data(), n * es);
+    };
+    auto get = [&](void *d) { return o.isx ? downx(d, n) : down((float *)d, n); };
     /* the op's result is in out, x or y, whichever it writes: compare all three */
     load();
-    GPU.ops->zero(&GPU, bo, (n + 4) * 4);
+    GPU.ops->zero(&GPU, bo, (n + 4) * es);
     o.f(ao, ax, ay);
-    vec r[3] = {down(ao, n), down(ax, n), down(ay, n)};
-    GPU.ops->zero(&GPU, bo, (n + 4) * 4);
+    vec r[3] = {get(ao), get(ax), get(ay)};
+    GPU.ops->zero(&GPU, bo, (n + 4) * es);
     o.f(uo, ux, uy);
-    vec s[3] = {down(uo, n), down(ux, n), down(uy, n)};
+    vec s[3] = {get(uo), get(ux), get(uy)};
     int bad = 0;
     for (int i = 0; i < 3; i++)
       bad += memcmp(r[i].data(), s[i].data(), n * 4) != 0;
-    snprintf(name, sizeof name, "%s 128-bit = scalar", o.name);
+    snprintf(name, sizeof name, "%s vector = scalar", o.name);
     printf("%-28s %s  n %-8zu %s\n", name, prec_name(p), n,
            bad ? "FAILED (bits differ)" : "identical");
     failures += bad != 0;
@@ -962,11 +1075,11 @@ static void check_vec4(kern_prec p, size_t n, int timed) {
       /* in-place ops change their data each call; the timing does not care */
       snprintf(name, sizeof name, "%s (old, scalar) n=%zu %s", o.name, n, prec_name(p));
       time_us(name, [&]() { o.f(uo, ux, uy); });
-      snprintf(name, sizeof name, "%s (new, 128-bit) n=%zu %s", o.name, n, prec_name(p));
+      snprintf(name, sizeof name, "%s (new, vector) n=%zu %s", o.name, n, prec_name(p));
       time_us(name, [&]() { o.f(ao, ax, ay); });
     }
+    gfree(bx), gfree(by), gfree(bo);
   }
-  gfree(bx), gfree(by), gfree(bo);
 }
 
 /* ---- one whole training step, CUDA against CPU ---- */
@@ -1067,6 +1180,8 @@ int main(void) {
     check_xent(p, 16, 50304);
     check_adamw(p);
     check_adamw_fused(p);
+    if (p != KERN_FP32)
+      check_to_x(p);
     check_train_step(p);
     /* the trainer's shapes; timings at bf16, the usual training precision */
     int timed = p == KERN_BF16;

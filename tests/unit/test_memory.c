@@ -71,6 +71,9 @@ static double measured(const rcfg *c) {
   if (!strcmp(c->backend, "cuda")) { /* the CUDA backend's flash attention, by its CPU twin */
     counting.flash_attention_forward = kern_cpu_flash_attention_forward;
     counting.flash_attention_backward = kern_cpu_flash_attention_backward;
+    /* and its kern_x: bf16 / fp16 values of 2 bytes (only allocated here, never computed on) */
+    if (c->precision != RCFG_FP32)
+      k.xbytes = 2;
   }
   k.ops = &counting;
   live = peak = 0;
