@@ -23,6 +23,11 @@
  * The whole-step comparison chains about 20 rounded kernels and allows 10x
  * that. Rounding itself (kern_ops.round) is exact arithmetic: bits must agree.
  *
+ * Activations, their gradients and the weights' rounded copy are kern_x
+ * (kernels/kern.h): the GPU holds them in its precision's type (bf16, fp16,
+ * fp32), the CPU in fp32 containers; upx / downx convert the test's
+ * (already rounded) host values, exactly.
+ *
  * NOTE: written without a GPU at hand; it compiles in CI (sm_80, sm_90) and
  * has not yet run on a GPU (tests/gpu/run.sh runs it where there is one). */
 #include <cuda_runtime.h>
@@ -342,6 +347,31 @@ static void check_matmul(kern_prec p, int N, int C, int OC, int bias) {
     gfree(gx), gfree(gw), gfree(gb);
   }
   gfree(dx), gfree(dw), gfree(db), gfree(dout), gfree(ddy);
+}
+
+/* fp16 outputs past the format's range: the CPU rounds them to infinity
+ * (kern_round_fp16: 65520 and up), which a loss-scaled run's overflow check
+ * relies on; the GEMM's own conversion to fp16 must give the same. */
+static void check_matmul_overflow(void) {
+  const int N = 4, C = 8, OC = 8;
+  vec x((size_t)N * C), w((size_t)OC * C), out((size_t)N * OC);
+  for (size_t i = 0; i < x.size(); i++)
+    x[i] = i % 2 ? 256.0f : -256.0f * (float)(i % 3); /* sums to +-1e6 and small ones */
+  for (size_t i = 0; i < w.size(); i++)
+    w[i] = (float)(i % 5) * 64.0f - 128.0f;
+  CPU.ops->matmul_forward(&CPU, out.data(), x.data(), w.data(), NULL, N, C, OC);
+  kern_x *dx = upx(x), *dw = upx(w), *dout = upx(out);
+  GPU.ops->matmul_forward(&GPU, dout, dx, dw, NULL, N, C, OC);
+  vec g = downx(dout, out.size());
+  int inf = 0, bad = 0;
+  for (size_t i = 0; i < out.size(); i++) {
+    inf += isinf(out[i]);
+    bad += isinf(out[i]) != isinf(g[i]) || (isinf(out[i]) && out[i] != g[i]);
+  }
+  printf("%-28s fp16  %d of %zu outputs infinite on the CPU, %d differing on the GPU%s\n",
+         "matmul_forward overflow", inf, out.size(), bad, bad || !inf ? "  FAILED" : "");
+  failures += bad != 0 || inf == 0;
+  gfree(dx), gfree(dw), gfree(dout);
 }
 
 /* matmul_gelu_forward against the CPU's composition, matmul_forward then
@@ -1160,6 +1190,8 @@ int main(void) {
     check_matmul(p, 37, 72, 40, 0); /* odd sizes: unaligned rows for cuBLASLt */
     check_matmul(p, 37, 72, 40, 1);
     check_matmul_gelu(p, 37, 72, 40);
+    if (p == KERN_FP16)
+      check_matmul_overflow();
     check_matmul_gelu(p, 37, 72, 44);    /* OC not a multiple of 8: no GELU epilogue */
     check_matmul(p, 4096, 768, 3072, 1); /* B=4, T=1024, C=768: the MLP's fc */
     check_matmul(p, 4096, 768, 768, 1);
