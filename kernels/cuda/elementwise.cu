@@ -5,12 +5,13 @@
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 
-/* The element-wise kernels take VEC consecutive elements per thread: VEC 4
- * with one access of 4 elements per array (128 bits of fp32, 64 of bf16 or
- * fp16; the launcher checks every pointer's alignment and n % 4 == 0), VEC 1
- * otherwise (kern__cu_load / kern__cu_store). Each element's arithmetic is
- * the same either way, so are the bits. GELU reads and writes kern_x (X);
- * the rest work on fp32 parameter gradients. */
+/* The element-wise kernels take VEC consecutive elements per thread: VEC
+ * = KERN__CU_VEC(type), 16 bytes, with one 128-bit access per array (4
+ * floats, or 8 bf16 / fp16 values; the launcher checks every pointer's
+ * alignment and n % VEC == 0), VEC 1 otherwise (kern__cu_load /
+ * kern__cu_store). Each element's arithmetic is the same either way, so are
+ * the bits. GELU reads and writes kern_x (X); to_x writes it from fp32; the
+ * rest work on fp32 parameter gradients. */
 
 /* first element of this thread's VEC */
 template <int VEC> __device__ __forceinline__ size_t first(void) {
@@ -103,18 +104,18 @@ __global__ void accumulate_kernel(float *dst, const float *src, float s, size_t 
 
 /* fp32 arrays: 128-bit accesses where n % 4 == 0 and both are 16-byte aligned */
 static int vec4(size_t n, const void *p, const void *q) {
-  return kern__cu_vec4(n, sizeof(float), p, q);
+  return kern__cu_vec_ok(n, 4, sizeof(float), p, q);
 }
 
-/* KERNEL<4, ...> over n / 4 threads where wide, else KERNEL<1, ...> over n;
- * the template's other arguments follow the kernel's name */
-#define LAUNCH_VEC(KERNEL, wide, n, stream, ...)                               \
-  do {                                                                         \
-    if (wide)                                                                  \
-      KERNEL(4)<<<kern__cu_grid((n) / 4, 256), 256, 0, stream>>>(__VA_ARGS__); \
-    else                                                                       \
-      KERNEL(1)<<<kern__cu_grid(n, 256), 256, 0, stream>>>(__VA_ARGS__);       \
-    KERN__CU_LAUNCHED();                                                       \
+/* KERNEL(W) over n / W threads where wide, else KERNEL(1) over n; KERNEL
+ * names the kernel with its template arguments for a vector width */
+#define LAUNCH_VEC(KERNEL, W, wide, n, stream, ...)                              \
+  do {                                                                           \
+    if (wide)                                                                    \
+      KERNEL(W)<<<kern__cu_grid((n) / (W), 256), 256, 0, stream>>>(__VA_ARGS__); \
+    else                                                                         \
+      KERNEL(1)<<<kern__cu_grid(n, 256), 256, 0, stream>>>(__VA_ARGS__);         \
+    KERN__CU_LAUNCHED();                                                         \
   } while (0)
 #define GELU_FWD(V) gelu_forward_kernel<V, X>
 #define GELU_BWD(V) gelu_backward_kernel<V, X>
@@ -126,25 +127,28 @@ static int vec4(size_t n, const void *p, const void *q) {
 static void gelu_forward(kern_ctx *k, kern_x *out, const kern_x *inp, size_t n) {
   if (n == 0)
     return;
-  int wide = kern__cu_vec4(n, (size_t)k->xbytes, out, inp);
-  KERN__CU_WITH_X(k->prec,
-                  LAUNCH_VEC(GELU_FWD, wide, n, kern__cu_stream(k), (X *)out, (const X *)inp, n));
+  KERN__CU_WITH_X(k->prec, {
+    int wide = kern__cu_vec_ok(n, KERN__CU_VEC(X), sizeof(X), out, inp);
+    LAUNCH_VEC(GELU_FWD, KERN__CU_VEC(X), wide, n, kern__cu_stream(k), (X *)out, (const X *)inp, n);
+  });
 }
 
 static void gelu_backward(kern_ctx *k, kern_x *dinp, const kern_x *inp, const kern_x *dout,
                           size_t n) {
   if (n == 0)
     return;
-  size_t es = (size_t)k->xbytes;
-  int wide = kern__cu_vec4(n, es, dinp, inp) && kern__cu_vec4(n, es, dout, dout);
-  KERN__CU_WITH_X(k->prec, LAUNCH_VEC(GELU_BWD, wide, n, kern__cu_stream(k), (X *)dinp,
-                                      (const X *)inp, (const X *)dout, n));
+  KERN__CU_WITH_X(k->prec, {
+    int wide = kern__cu_vec_ok(n, KERN__CU_VEC(X), sizeof(X), dinp, inp) &&
+               kern__cu_vec_ok(n, KERN__CU_VEC(X), sizeof(X), dout, dout);
+    LAUNCH_VEC(GELU_BWD, KERN__CU_VEC(X), wide, n, kern__cu_stream(k), (X *)dinp, (const X *)inp,
+               (const X *)dout, n);
+  });
 }
 
 void kern__cu_round(kern_ctx *k, float *x, size_t n, kern_prec p) {
   if (p == KERN_FP32 || n == 0)
     return;
-  LAUNCH_VEC(ROUND, vec4(n, x, x), n, kern__cu_stream(k), x, n, p);
+  LAUNCH_VEC(ROUND, 4, vec4(n, x, x), n, kern__cu_stream(k), x, n, p);
 }
 
 static void round_(kern_ctx *k, float *x, size_t n, kern_prec p) { kern__cu_round(k, x, n, p); }
@@ -152,21 +156,24 @@ static void round_(kern_ctx *k, float *x, size_t n, kern_prec p) { kern__cu_roun
 static void to_x(kern_ctx *k, kern_x *dst, const float *src, size_t n) {
   if (n == 0 || dst == src) /* fp32: kern_x is float, already itself */
     return;
-  int wide =
-      kern__cu_vec4(n, sizeof(float), src, src) && kern__cu_vec4(n, (size_t)k->xbytes, dst, dst);
-  KERN__CU_WITH_X(k->prec, LAUNCH_VEC(TO_X, wide, n, kern__cu_stream(k), (X *)dst, src, n));
+  KERN__CU_WITH_X(
+      k->prec, { /* the destination's width: 8 values (two float4 loads) at bf16 */
+                 int wide = kern__cu_vec_ok(n, KERN__CU_VEC(X), sizeof(float), src, src) &&
+                            kern__cu_vec_ok(n, KERN__CU_VEC(X), sizeof(X), dst, dst);
+                 LAUNCH_VEC(TO_X, KERN__CU_VEC(X), wide, n, kern__cu_stream(k), (X *)dst, src, n);
+      });
 }
 
 static void scale(kern_ctx *k, float *x, float s, size_t n) {
   if (n == 0)
     return;
-  LAUNCH_VEC(SCALE, vec4(n, x, x), n, kern__cu_stream(k), x, s, n);
+  LAUNCH_VEC(SCALE, 4, vec4(n, x, x), n, kern__cu_stream(k), x, s, n);
 }
 
 static void axpy(kern_ctx *k, float *dst, const float *src, float s, size_t n, int init) {
   if (n == 0)
     return;
-  LAUNCH_VEC(ACCUMULATE, vec4(n, dst, src), n, kern__cu_stream(k), dst, src, s, n, init);
+  LAUNCH_VEC(ACCUMULATE, 4, vec4(n, dst, src), n, kern__cu_stream(k), dst, src, s, n, init);
 }
 
 void kern__cuda_elementwise(kern_ops *o) {

@@ -63,8 +63,9 @@ struct bucket_start {
  * order, as the CPU twin adds them. A frequent token's bucket holds hundreds
  * of rows, one chain of additions per element: their loads are issued
  * DWTE_AHEAD rows at a time, ahead of the additions (which keep their
- * order). VEC 4: 4-element accesses (C % 4 == 0, dwte 16-byte aligned,
- * dout, kern_x, aligned to 4 elements). */
+ * order). VEC = KERN__CU_VEC(X): 128-bit accesses of dout (kern_x; 8
+ * values at bf16) and of dwte (two float4 at bf16), C % VEC == 0 and both
+ * 16-byte aligned. */
 template <int VEC, typename X>
 __global__ void encoder_dwte_kernel(float *__restrict__ dwte, const X *__restrict__ dout,
                                     const int32_t *__restrict__ keys,
@@ -150,17 +151,16 @@ static void encoder_backward(kern_ctx *k, float *dwte, float *dwpe, const kern_x
   /* the positions 0..N-1 are iota again: the sort left its inputs as they were */
   CUDA_CHECK(cub::DeviceSelect::If(temp, select_bytes, iota, start, nb, N, bucket_start{keys}, st));
 
-  int vec = kern__cu_vec4((size_t)C, sizeof(float), dwte, dwte) &&
-                    kern__cu_vec4((size_t)C, (size_t)k->xbytes, dout, dout)
-                ? 4
-                : 1;
-  int lanes = C / vec, block = lanes < 256 ? (lanes + 31) / 32 * 32 : 256;
-  dim3 grid((unsigned)(N < DWTE_MAX_BLOCKS ? N : DWTE_MAX_BLOCKS),
-            kern__cu_grid((size_t)lanes, block));
   KERN__CU_WITH_X(k->prec, {
+    constexpr int W = KERN__CU_VEC(X);
     const X *dx = (const X *)dout;
-    if (vec == 4)
-      encoder_dwte_kernel<4, X><<<grid, block, 0, st>>>(dwte, dx, keys, rows, start, nb, N, C);
+    int wide = kern__cu_vec_ok((size_t)C, W, sizeof(float), dwte, dwte) &&
+               kern__cu_vec_ok((size_t)C, W, sizeof(X), dout, dout);
+    int lanes = wide ? C / W : C, block = lanes < 256 ? (lanes + 31) / 32 * 32 : 256;
+    dim3 grid((unsigned)(N < DWTE_MAX_BLOCKS ? N : DWTE_MAX_BLOCKS),
+              kern__cu_grid((size_t)lanes, block));
+    if (wide)
+      encoder_dwte_kernel<W, X><<<grid, block, 0, st>>>(dwte, dx, keys, rows, start, nb, N, C);
     else
       encoder_dwte_kernel<1, X><<<grid, block, 0, st>>>(dwte, dx, keys, rows, start, nb, N, C);
   });

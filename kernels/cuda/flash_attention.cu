@@ -94,20 +94,27 @@ __device__ __forceinline__ void mm(float *c, int ldc, const E *a, int lda, const
   }
 }
 
-/* dst[r][e] (pitch ld) = src[(row0 + r)*lds + e] for r < ROWS, e < HS, 4
- * elements per access (exact: the same type); rows at or past T are zero
- * (padding must not carry NaN into a product). */
+/* dst[r][e] (pitch ld) = src[(row0 + r)*lds + e] for r < ROWS, e < HS, one
+ * 128-bit load of W = KERN__CU_VEC(E) elements at a time (exact: the same
+ * type); rows at or past T are zero (padding must not carry NaN into a
+ * product). */
 template <typename E, int HS, int ROWS>
 __device__ __forceinline__ void load_rows(E *dst, int ld, const E *src, size_t lds, int row0,
                                           int T) {
-  for (int i = threadIdx.x; i < ROWS * HS / 4; i += NT) {
-    int r = i / (HS / 4), e = i % (HS / 4) * 4;
-    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  constexpr int W = KERN__CU_VEC(E);
+  static_assert(HS % W == 0, "whole 128-bit loads per row");
+  for (int i = threadIdx.x; i < ROWS * HS / W; i += NT) {
+    int r = i / (HS / W), e = i % (HS / W) * W;
+    float x[W];
+#pragma unroll
+    for (int j = 0; j < W; j++)
+      x[j] = 0.0f;
     if (row0 + r < T)
-      kern__cu_load<4>(x, src + (size_t)(row0 + r) * lds + e);
+      kern__cu_load<W>(x, src + (size_t)(row0 + r) * lds + e);
     E *d = dst + r * ld + e;
-    d[0] = kern__cu_to<E>(x[0]), d[1] = kern__cu_to<E>(x[1]), d[2] = kern__cu_to<E>(x[2]),
-    d[3] = kern__cu_to<E>(x[3]);
+#pragma unroll
+    for (int j = 0; j < W; j++)
+      d[j] = kern__cu_to<E>(x[j]);
   }
 }
 
@@ -405,7 +412,7 @@ static void check_args(const char *op, const void *a, const void *b, int B, int 
   else if ((size_t)B * NH > 65535)
     why = "B * NH must be at most 65535";
   else if ((uintptr_t)a % 16 != 0 || (uintptr_t)b % 16 != 0)
-    why = "buffers must be 16-byte aligned (4-element loads)";
+    why = "buffers must be 16-byte aligned (128-bit loads)";
   if (why) {
     fprintf(stderr,
             "%s:%d: %s: B %d T %d C %d NH %d: %s\nHINT: trainer/model.c takes "

@@ -202,46 +202,69 @@ template <> struct kern__cu_x_prec<__half> { static constexpr kern_prec p = KERN
     }                           \
   } while (0)
 
-/* v = the VEC values at p as floats, and back, rounded to X (VEC 4: one
- * access of 4 * sizeof(X) bytes, 128 bits for float, 64 for 16-bit types;
- * p then aligned to it) */
+/* v = the VEC values at p as floats, and back, rounded to X. VEC *
+ * sizeof(X) bytes a multiple of 16: 128-bit accesses (4 floats, 8 bf16 or
+ * fp16 per access; p 16-byte aligned); 8 bytes: one 64-bit access; else one
+ * element at a time. The vector width of a kernel over X is KERN__CU_VEC(X),
+ * 16 bytes; the launcher checks alignment (kern__cu_vec_ok). */
+#define KERN__CU_VEC(X) ((int)(16 / sizeof(X)))
+
 template <int VEC, typename X> __device__ __forceinline__ void kern__cu_load(float *v, const X *p) {
-  if (VEC == 4) {
-    if (sizeof(X) == 4) {
-      float4 t = *(const float4 *)p;
-      v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
-    } else {
-      uint2 t = *(const uint2 *)p;
+  constexpr int B = VEC * (int)sizeof(X), PER = 16 / (int)sizeof(X);
+  if constexpr (B % 16 == 0) {
+#pragma unroll
+    for (int q = 0; q < B / 16; q++) {
+      uint4 t = ((const uint4 *)p)[q];
       const X *e = (const X *)&t;
-      for (int j = 0; j < 4; j++)
-        v[j] = kern__cu_f(e[j]);
+#pragma unroll
+      for (int j = 0; j < PER; j++)
+        v[q * PER + j] = kern__cu_f(e[j]);
     }
+  } else if constexpr (B == 8) {
+    uint2 t = *(const uint2 *)p;
+    const X *e = (const X *)&t;
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      v[j] = kern__cu_f(e[j]);
   } else {
-    v[0] = kern__cu_f(*p);
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      v[j] = kern__cu_f(p[j]);
   }
 }
 
 template <int VEC, typename X>
 __device__ __forceinline__ void kern__cu_store(X *p, const float *v) {
-  if (VEC == 4) {
-    if (sizeof(X) == 4) {
-      *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
-    } else {
-      uint2 t;
+  constexpr int B = VEC * (int)sizeof(X), PER = 16 / (int)sizeof(X);
+  if constexpr (B % 16 == 0) {
+#pragma unroll
+    for (int q = 0; q < B / 16; q++) {
+      uint4 t;
       X *e = (X *)&t;
-      for (int j = 0; j < 4; j++)
-        e[j] = kern__cu_to<X>(v[j]);
-      *(uint2 *)p = t;
+#pragma unroll
+      for (int j = 0; j < PER; j++)
+        e[j] = kern__cu_to<X>(v[q * PER + j]);
+      ((uint4 *)p)[q] = t;
     }
+  } else if constexpr (B == 8) {
+    uint2 t;
+    X *e = (X *)&t;
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      e[j] = kern__cu_to<X>(v[j]);
+    *(uint2 *)p = t;
   } else {
-    *p = kern__cu_to<X>(v[0]);
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+      p[j] = kern__cu_to<X>(v[j]);
   }
 }
 
-/* VEC-4 accesses possible for these pointers to es-byte elements: n % 4 ==
- * 0 and each aligned to 4 * es bytes */
-static inline int kern__cu_vec4(size_t n, size_t es, const void *p, const void *q) {
-  return n % 4 == 0 && ((uintptr_t)p | (uintptr_t)q) % (4 * es) == 0;
+/* VEC-element accesses possible on n elements of es bytes at p and q: n %
+ * VEC == 0 and both aligned to the access, min(VEC * es, 16) bytes */
+static inline int kern__cu_vec_ok(size_t n, int vec, size_t es, const void *p, const void *q) {
+  size_t al = (size_t)vec * es < 16 ? (size_t)vec * es : 16;
+  return n % (size_t)vec == 0 && ((uintptr_t)p | (uintptr_t)q) % al == 0;
 }
 
 /* ---- host helpers (kernels/cuda/cuda.cu) ---- */

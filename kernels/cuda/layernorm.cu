@@ -54,8 +54,9 @@ __global__ void layernorm_forward_kernel(X *out, float *mean, float *rstd, const
  * floats per warp) for the statistics and the output, read there in
  * layernorm_forward_kernel's order; SHARED 0 (a row too long for shared
  * memory): the copy read back is resid itself, the warp's own writes.
- * VEC 4: 4-element loads and stores (C % 4 == 0, every pointer aligned
- * to 4 elements, so every row is); each element's arithmetic does not depend
+ * VEC = KERN__CU_VEC(X): 128-bit loads and stores of X (C % VEC == 0,
+ * every pointer 16-byte aligned, so every row is; the copy takes VEC
+ * floats, one or two 128-bit accesses); each element's arithmetic does not depend
  * on which lane does it, only the statistics' order does, and that comes
  * from the copy (fp32, the rounded values: the same numbers as resid). */
 template <int VEC, int SHARED, typename X>
@@ -199,17 +200,17 @@ static void residual_layernorm_forward(kern_ctx *k, kern_x *resid, kern_x *out, 
                   (uintptr_t)bias;
   unsigned grid = kern__cu_grid((size_t)N, warps);
   cudaStream_t st = kern__cu_stream(k);
-  int wide = C % 4 == 0 && all % (4 * (size_t)k->xbytes) == 0;
 #define LAUNCH(VEC, SHARED)                                                              \
   residual_layernorm_forward_kernel<VEC, SHARED, X>                                      \
       <<<grid, warps * 32, shared, st>>>((X *)resid, (X *)out, mean, rstd, (const X *)a, \
                                          (const X *)b, (const X *)w, (const X *)bias, N, C)
   KERN__CU_WITH_X(k->prec, {
-    if (wide) {
+    constexpr int W = KERN__CU_VEC(X);
+    if (C % W == 0 && all % 16 == 0) {
       if (use_shared)
-        LAUNCH(4, 1);
+        LAUNCH(W, 1);
       else
-        LAUNCH(4, 0);
+        LAUNCH(W, 0);
     } else {
       if (use_shared)
         LAUNCH(1, 1);

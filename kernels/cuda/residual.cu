@@ -2,7 +2,8 @@
 #include "kernels/cuda/internal.cuh"
 
 /* out = round(a + b) in kern_x's type X, VEC consecutive elements per thread
- * (VEC 4: one 4-element load of each input and one store; n % VEC == 0) */
+ * (VEC = KERN__CU_VEC(X): one 128-bit load of each input and one store; n %
+ * VEC == 0) */
 template <int VEC, typename X>
 __global__ void residual_forward_kernel(X *out, const X *a, const X *b, size_t n) {
   size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
@@ -17,17 +18,19 @@ __global__ void residual_forward_kernel(X *out, const X *a, const X *b, size_t n
 }
 
 /* The launcher, also called directly by tests/gpu/test_residual.cu: out, a
- * and b are kern_x of precision prec (float, bf16 or fp16 values). 4-element
- * accesses where every pointer is aligned to them and n % 4 == 0, one
- * element per thread otherwise: the same arithmetic per element either way. */
+ * and b are kern_x of precision prec (float, bf16 or fp16 values). 128-bit
+ * accesses where every pointer is 16-byte aligned and n is a multiple of
+ * their elements, one element per thread otherwise: the same arithmetic per
+ * element either way. */
 extern "C" void kern_cuda_residual_forward(void *out, const void *a, const void *b, size_t n,
                                            int prec, cudaStream_t stream) {
   if (n == 0)
     return;
   const int block = 256;
   KERN__CU_WITH_X((kern_prec)prec, {
-    if (kern__cu_vec4(n, sizeof(X), out, a) && kern__cu_vec4(n, sizeof(X), b, b))
-      residual_forward_kernel<4, X><<<kern__cu_grid(n / 4, block), block, 0, stream>>>(
+    constexpr int W = KERN__CU_VEC(X);
+    if (kern__cu_vec_ok(n, W, sizeof(X), out, a) && kern__cu_vec_ok(n, W, sizeof(X), b, b))
+      residual_forward_kernel<W, X><<<kern__cu_grid(n / W, block), block, 0, stream>>>(
           (X *)out, (const X *)a, (const X *)b, n);
     else
       residual_forward_kernel<1, X>

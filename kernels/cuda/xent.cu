@@ -49,7 +49,7 @@ __device__ maxsum block_maxsum(maxsum v, maxsum *sh) {
 }
 
 /* One block per row of logits (kern_x, X), two passes over the row: the
- * online softmax (max and sum in one read; 4-element loads when the row
+ * online softmax (max and sum in one read; 128-bit loads when the row
  * allows), then the gradient written in place, rounded to X. The sums are
  * the CPU's up to summation order and the rescaling of the online form
  * (fp32 rounding). z[target] is read by every thread before any thread
@@ -63,11 +63,14 @@ __global__ void softmax_xent_kernel(float *losses, X *logits, const int32_t *tar
   int tgt = targets[r];
   float zt = kern__cu_f(z[tgt]);
   maxsum acc = {-INFINITY, 0.0f};
-  if (V % 4 == 0 && ((uintptr_t)z % (4 * sizeof(X))) == 0) {
-    for (int v = threadIdx.x; v < V / 4; v += THREADS) {
-      float q[4];
-      kern__cu_load<4>(q, z + 4 * (size_t)v);
-      acc = add_one(add_one(add_one(add_one(acc, q[0]), q[1]), q[2]), q[3]);
+  constexpr int W = KERN__CU_VEC(X);
+  if (V % W == 0 && ((uintptr_t)z % 16) == 0) {
+    for (int v = threadIdx.x; v < V / W; v += THREADS) {
+      float q[W];
+      kern__cu_load<W>(q, z + W * (size_t)v);
+#pragma unroll
+      for (int j = 0; j < W; j++)
+        acc = add_one(acc, q[j]);
     }
   } else {
     for (int v = threadIdx.x; v < V; v += THREADS)
