@@ -513,9 +513,10 @@ static void check_elementwise(kern_prec p) {
   gfree(dx), gfree(dy), gfree(dout), gfree(gd), gfree(gs), gfree(fx);
 }
 
-/* Rounding is exact: every value, including subnormals, overflow and the
- * boundaries between representable values, must give the CPU's bits. */
-static void check_round(void) {
+/* Values for the rounding checks: subnormal halves, overflow, the ties and
+ * boundaries between representable values; 20016 of them, a multiple of 8,
+ * so the full array takes the kernels' vector path and n - 1 the scalar one. */
+static vec rounding_cases(void) {
   vec x = randn(20000, 1, KERN_FP32);
   for (size_t i = 0; i < x.size(); i += 4)
     x[i] = ldexpf(x[i], (int)(i % 80) - 40); /* 2^-40 .. 2^39: subnormal halves, overflow */
@@ -523,45 +524,55 @@ static void check_round(void) {
   x.push_back(INFINITY), x.push_back(-INFINITY), x.push_back(NAN);
   x.push_back(1.0f + 1.0f / 256.0f), x.push_back(1.0f + 3.0f / 256.0f); /* bf16 ties */
   x.push_back(5.9604645e-8f), x.push_back(2.9802322e-8f);               /* fp16 2^-24, 2^-25 */
+  x.push_back(-5.9604645e-8f), x.push_back(8.940697e-8f);               /* fp16 1.5 * 2^-24 */
+  x.push_back(3.3895314e38f), x.push_back(-3.3895314e38f);              /* the largest bf16 */
+  x.push_back(3.3961776e38f), x.push_back(1.0f + 1.0f / 2048.0f);       /* past it; fp16 tie */
+  return x;
+}
+
+/* Rounding is exact: every value must give the CPU's bits (NaN as NaN:
+ * its payload is the storage type's where the result is stored as one). */
+static int same_rounding(const vec &r, const vec &c, size_t n) {
+  int bad = 0;
+  for (size_t i = 0; i < n; i++)
+    bad += !(isnan(r[i]) && isnan(c[i])) && memcmp(&r[i], &c[i], sizeof(float)) != 0;
+  return bad;
+}
+
+/* round, in place on fp32, at bf16 and fp16: vector and scalar paths */
+static void check_round(void) {
+  vec x = rounding_cases();
   for (int pi = 1; pi <= 2; pi++) {
     kern_prec p = (kern_prec)pi;
     vec c = x;
     CPU.ops->round(&CPU, c.data(), c.size(), p);
-    float *g = up(x);
-    GPU.ops->round(&GPU, g, x.size(), p);
-    vec r = down(g, x.size());
-    int bad = memcmp(r.data(), c.data(), c.size() * sizeof(float)) != 0;
-    printf("%-28s %s  n %-8zu %s\n", "round (bits)", prec_name(p), x.size(),
-           bad ? "FAILED" : "identical");
-    failures += bad;
-    gfree(g);
+    for (size_t n : {x.size(), x.size() - 1}) {
+      float *g = up(x);
+      GPU.ops->round(&GPU, g, n, p);
+      int bad = same_rounding(down(g, n), c, n);
+      printf("%-28s %s  n %-8zu %s\n", "round (bits)", prec_name(p), n,
+             bad ? "FAILED" : "identical");
+      failures += bad != 0;
+      gfree(g);
+    }
   }
 }
 
-/* to_x (the weights' rounded copy, fp32 master -> kern_x) is rounding too:
- * the CPU's bits at the context's precision, NaN as NaN (its payload is the
- * storage type's). */
+/* to_x (the weights' rounded copy, fp32 master -> kern_x) is rounding too,
+ * at the context's precision: vector and scalar paths */
 static void check_to_x(kern_prec p) {
-  vec x = randn(20000, 1, KERN_FP32);
-  for (size_t i = 0; i < x.size(); i += 4)
-    x[i] = ldexpf(x[i], (int)(i % 80) - 40);
-  x.push_back(65519.0f), x.push_back(65520.0f), x.push_back(-65520.0f);
-  x.push_back(INFINITY), x.push_back(-INFINITY), x.push_back(NAN);
-  x.push_back(1.0f + 1.0f / 256.0f), x.push_back(1.0f + 3.0f / 256.0f);
-  x.push_back(5.9604645e-8f), x.push_back(2.9802322e-8f);
-  vec c = x;
+  vec x = rounding_cases(), c = x;
   CPU.ops->round(&CPU, c.data(), c.size(), p);
   float *src = up(x);
-  kern_x *dst = upx(vec(x.size()));
-  GPU.ops->to_x(&GPU, dst, src, x.size());
-  vec r = downx(dst, x.size());
-  int bad = 0;
-  for (size_t i = 0; i < c.size(); i++)
-    bad += !(isnan(r[i]) && isnan(c[i])) && memcmp(&r[i], &c[i], sizeof(float)) != 0;
-  printf("%-28s %s  n %-8zu %s\n", "to_x (bits)", prec_name(p), x.size(),
-         bad ? "FAILED" : "identical");
-  failures += bad != 0;
-  gfree(src), gfree(dst);
+  for (size_t n : {x.size(), x.size() - 1}) {
+    kern_x *dst = upx(vec(x.size()));
+    GPU.ops->to_x(&GPU, dst, src, n);
+    int bad = same_rounding(downx(dst, n), c, n);
+    printf("%-28s %s  n %-8zu %s\n", "to_x (bits)", prec_name(p), n, bad ? "FAILED" : "identical");
+    failures += bad != 0;
+    gfree(dst);
+  }
+  gfree(src);
 }
 
 static void check_sumsq(void) {
@@ -1035,12 +1046,13 @@ static void check_encoder_backward_large(kern_prec p, int B, int T, int C, int V
   gfree(dtok), gfree(ddy), gfree(gte), gfree(gpe);
 }
 
-/* The element-wise kernels' vector path (4 elements per access: aligned
- * pointers, n % 4 == 0) against their scalar path (the same data one
- * element further on: every pointer off the vector alignment), bit for bit,
+/* The element-wise kernels' vector path (one 128-bit access per array:
+ * aligned pointers, n a multiple of the access's elements) against their
+ * scalar path (the same data in other buffers, viewed from their second
+ * element: every pointer off the vector alignment), bit for bit,
  * and timed: scalar (old) against vector (new). GELU and the residual work
- * on kern_x (64-bit accesses at bf16/fp16, 128-bit at fp32), the rest on
- * fp32 (128-bit). n: elements. */
+ * on kern_x (8 bf16/fp16 or 4 fp32 values per 128-bit access), the rest on
+ * fp32 (4 per access). n: elements, a multiple of 8 for the vector path. */
 static void check_vec4(kern_prec p, size_t n, int timed) {
   vec x = randn(n, 3, p), y = randn(n, 1, p);
   char name[160];
@@ -1070,11 +1082,13 @@ static void check_vec4(kern_prec p, size_t n, int timed) {
   };
   for (const op &o : ops) {
     size_t es = o.isx ? (size_t)GPU.xbytes : sizeof(float);
-    /* buffers of n + 4 elements; "a" the aligned view, "u" the view at +1 element */
+    /* "a": buffers of n elements, aligned; "u": other buffers, viewed from
+     * their second element (off the vector alignment) */
     void *bx = GPU.ops->alloc(&GPU, (n + 4) * es), *by = GPU.ops->alloc(&GPU, (n + 4) * es);
-    void *bo = GPU.ops->alloc(&GPU, (n + 4) * es);
+    void *bo = GPU.ops->alloc(&GPU, (n + 4) * es), *cx = GPU.ops->alloc(&GPU, (n + 4) * es);
+    void *cy = GPU.ops->alloc(&GPU, (n + 4) * es), *co = GPU.ops->alloc(&GPU, (n + 4) * es);
     char *ax = (char *)bx, *ay = (char *)by, *ao = (char *)bo;
-    char *ux = ax + es, *uy = ay + es, *uo = ao + es;
+    char *ux = (char *)cx + es, *uy = (char *)cy + es, *uo = (char *)co + es;
     std::vector<unsigned char> hx = o.isx ? xbytes_of(x) : std::vector<unsigned char>(n * 4);
     std::vector<unsigned char> hy = o.isx ? xbytes_of(y) : std::vector<unsigned char>(n * 4);
     if (!o.isx)
@@ -1089,9 +1103,9 @@ static void check_vec4(kern_prec p, size_t n, int timed) {
     /* the op's result is in out, x or y, whichever it writes: compare all three */
     load();
     GPU.ops->zero(&GPU, bo, (n + 4) * es);
+    GPU.ops->zero(&GPU, co, (n + 4) * es);
     o.f(ao, ax, ay);
     vec r[3] = {get(ao), get(ax), get(ay)};
-    GPU.ops->zero(&GPU, bo, (n + 4) * es);
     o.f(uo, ux, uy);
     vec s[3] = {get(uo), get(ux), get(uy)};
     int bad = 0;
@@ -1108,7 +1122,7 @@ static void check_vec4(kern_prec p, size_t n, int timed) {
       snprintf(name, sizeof name, "%s (new, vector) n=%zu %s", o.name, n, prec_name(p));
       time_us(name, [&]() { o.f(ao, ax, ay); });
     }
-    gfree(bx), gfree(by), gfree(bo);
+    gfree(bx), gfree(by), gfree(bo), gfree(cx), gfree(cy), gfree(co);
   }
 }
 
