@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/launch.h"
 #include "common/err.h"
+#include "runcfg/memory.h"
 #include "runcfg/runcfg.h"
 #include "trainer/train.h"
 
@@ -38,9 +39,23 @@ static int parse_steps(const char *v, int64_t *out, int max) {
   return n;
 }
 
+/* --print-memory: runcfg/memory.h's estimate as one JSON line, in bytes */
+static int print_memory_of(const rcfg *cfg) {
+  rcfg_mem m = rcfg_memory_host(cfg);
+  char text[256];
+  rcfg_memory_text(&m, text, sizeof text);
+  printf("{\"event\":\"memory\",\"of\":\"%s\",\"params\":%.0f,\"grads\":%.0f,"
+         "\"optimizer\":%.0f,\"activations\":%.0f,\"other\":%.0f,\"total\":%.0f,"
+         "\"text\":\"%s\"}\n",
+         strcmp(cfg->backend, "cuda") == 0 ? "gpu" : "host", m.params, m.grads, m.optimizer,
+         m.activations, m.other, m.total, text);
+  return SS_EXIT_OK;
+}
+
 static void usage(FILE *f) {
   fprintf(f, "usage: scalesweep train --config RUN.json [--checkpoint-dir DIR]\n"
-             "                        [--resume DIR [--resume-max-step N]] [--print-config]\n"
+             "                        [--resume DIR [--resume-max-step N]]\n"
+             "                        [--print-config | --print-memory]\n"
              "                        [--branch-from FILE] [--keep-steps S,...]\n"
              "                        [--data-dir DIR ... | --no-data-dirs]\n"
              "\n"
@@ -65,6 +80,9 @@ static void usage(FILE *f) {
              "  --no-data-dirs   refuse every token shard (synthetic data still works);\n"
              "                   what a worker passes when it was allowed no directory\n"
              "  --print-config   print the resolved config and exit\n"
+             "  --print-memory   print the memory the run needs of one GPU (a CUDA run:\n"
+             "                   each rank's) or of the host (a CPU run: all its ranks),\n"
+             "                   the estimate the planner and the worker check, and exit\n"
              "With \"world_size\": N > 1 it runs the N data-parallel ranks on this host, as\n"
              "processes that it stops together (a rank that dies stops the rest), rank 0's\n"
              "lines on stdout. A run spread over hosts, this host's part of it:\n"
@@ -86,7 +104,7 @@ int cmd_train(int argc, char **argv) {
   long long rank = -1, listen_fd = -1, dist_timeout = 600;
   int quiet = 0;
   long long max_step = -1;
-  int print_only = 0, no_data_dirs = 0, ndirs = 0;
+  int print_only = 0, print_memory = 0, no_data_dirs = 0, ndirs = 0;
   const char *dirs[TRAIN_MAX_DATA_DIRS];
   const cli_opt options[] = {{"--config", &config, NULL},
                              {"--checkpoint-dir", &ckdir, NULL},
@@ -94,6 +112,7 @@ int cmd_train(int argc, char **argv) {
                              {"--branch-from", &branch, NULL},
                              {"--keep-steps", &keep, NULL},
                              {"--print-config", NULL, &print_only},
+                             {"--print-memory", NULL, &print_memory},
                              {"--no-data-dirs", NULL, &no_data_dirs}};
   for (int i = 1; i < argc; i++) {
     if (cli_is_help(argv[i])) {
@@ -166,6 +185,8 @@ int cmd_train(int argc, char **argv) {
     free(s);
     return SS_EXIT_OK;
   }
+  if (print_memory)
+    return print_memory_of(&cfg);
   trn_train_install_signals();
   if (max_step >= 0 && !resume) {
     fprintf(stderr, "scalesweep train: --resume-max-step needs --resume DIR\n");

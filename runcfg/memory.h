@@ -22,7 +22,8 @@ typedef struct rcfg_mem {
   double grads;       /* fp32 gradients, plus the micro-batch buffer with accumulation */
   double optimizer;   /* AdamW m and v: fp32, or int8 with fp32 absmax per block */
   double activations; /* saved for backward (per layer, or one layer with
-                       * recompute), logits B*T*V, backward scratch, token buffers */
+                       * recompute), logits B*T*V, backward scratch, token buffers;
+                       * 2-byte values on CUDA at bf16/fp16, fp32 containers on the CPU */
   double other;       /* batch buffers, the checkpoint's staging buffer */
   double total;
 } rcfg_mem;

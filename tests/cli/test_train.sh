@@ -548,5 +548,35 @@ cmp -s partial.out resolved.out ||
   fail "resolving the resolved config changed it:$(diff partial.out resolved.out)"
 echo "ok 8 partial config completed"
 
+# ---- 9. --print-memory -------------------------------------------------------------
+# The estimate the planner and the worker check (runcfg/memory.c; test_memory
+# holds it to the trainer's allocations). GPT-2 124M at B=16, T=1024: on CUDA
+# at bf16 the activations are 2-byte values, half of what fp32 takes there
+# (fp32 statistics aside); a CPU run's figure is the host's.
+g124='"model":{"n_layer":12,"d_model":768,"n_head":12,"seq_len":1024,"vocab_size":50304},"train":{"batch_size":16}'
+for v in 'cuda bf16 1' 'cuda fp32 1' 'cpu bf16 1'; do
+  set -- $v
+  printf '{%s,"backend":"%s","precision":"%s","world_size":%s}' "$g124" "$1" "$2" "$3" >"mem_$1_$2_$3.json"
+  "$bin" train --config "$tmp/mem_$1_$2_$3.json" --print-memory >"mem_$1_$2_$3.out" ||
+    fail "--print-memory ($v) exited $?"
+done
+"$py" - <<'PY' || fail "--print-memory"
+import json
+def m(name):
+    e = json.loads(open("mem_%s.out" % name).read())
+    parts = sum(e[k] for k in ("params", "grads", "optimizer", "activations", "other"))
+    assert e["event"] == "memory" and e["total"] == parts, e
+    assert e["text"].endswith(")") and "activations" in e["text"], e
+    return e
+gb, gf, cb = m("cuda_bf16_1"), m("cuda_fp32_1"), m("cpu_bf16_1")
+assert gb["of"] == "gpu" and cb["of"] == "host", (gb["of"], cb["of"])
+r = gb["activations"] / gf["activations"]
+assert 0.49 < r < 0.52, "CUDA bf16 activations / fp32: %.4f, expected about 0.5" % r
+# the rounded weight copy: 2 bytes a parameter on CUDA at bf16, 4 in the CPU's containers
+assert gb["params"] / gf["params"] == 1.5 and cb["params"] / gf["params"] == 2.0, (gb, cb, gf)
+print("cuda bf16 %s; activations %.3f of fp32's" % (gb["text"], r))
+PY
+echo "ok 9 --print-memory"
+
 echo "run time: $((SECONDS - started)) s"
 echo "all checks passed"

@@ -420,6 +420,13 @@ def print_config(r):
         fail(f"--print-config: {r.stdout[:300]}")
 
 
+def print_memory(r):
+    j = json.loads(expect(r).stdout)  # one line: the estimate, in bytes
+    parts = sum(j[k] for k in ("params", "grads", "optimizer", "activations", "other"))
+    if j.get("event") != "memory" or j.get("of") != "host" or j["total"] != parts:
+        fail(f"--print-memory: {r.stdout[:300]}")
+
+
 def train_dp(r):
     done = json.loads(expect(r).stdout.strip().splitlines()[-1])
     if done.get("event") != "done" or done.get("world_size") != 2:
@@ -521,6 +528,9 @@ COMMANDS = [
     ("./build/scalesweep train --config run.json [--checkpoint-dir DIR] [--resume DIR] [--print-config]",
      "./build/scalesweep train --config trainer/examples/quickstart.json --print-config",
      print_config),
+    ("./build/scalesweep train --config run.json --print-memory",
+     "./build/scalesweep train --config trainer/examples/quickstart.json --print-memory",
+     print_memory),
     ("./build/scalesweep train --config run.json",
      "./build/scalesweep train --config tests/readme/dp.json", train_dp),
     ("./build/scalesweep devices", None, devices),
