@@ -3,8 +3,8 @@
  * LayerNorm, output head tied to the token embedding.
  *
  * All parameters live in one allocation carved into named tensors
- * (trn_weights); gradients, the rounded low-precision copy and the
- * micro-batch gradients use the same carving. The model owns every buffer
+ * (trn_weights); gradients and the micro-batch gradients use the same
+ * carving, the rounded low-precision copy (kern_x) the same offsets. The model owns every buffer
  * it allocates, all from its kern_ctx; trn_model_free releases them. */
 #ifndef SS_TRAINER_MODEL_H
 #define SS_TRAINER_MODEL_H
