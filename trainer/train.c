@@ -24,6 +24,7 @@
 #include "trainer/run.h"
 #include "kernels/cuda_module.h"
 #include "kernels/step_scale.h"
+#include "trainer/opprof.h"
 
 _Static_assert(RCFG_Q8_BLOCK == KERN_Q8_BLOCK, "runcfg/memory.c counts 8-bit optimizer blocks");
 
@@ -217,11 +218,13 @@ static void count_host_syncs(kern_ctx *k) {
 static double evaluate(run *r) {
   int T = r->cfg->model.seq_len, mb = r->model.B;
   double sum = 0.0;
+  trn_opprof_pause(1); /* SCALESWEEP_PROFILE_OPS times training steps only */
   for (int i = 0; i < r->nval; i += mb) {
     int n = r->nval - i < mb ? r->nval - i : mb;
     const int32_t *x = r->val_tok + (size_t)i * T;
     sum += trn_model_forward(&r->model, n, x, x + 1) * n;
   }
+  trn_opprof_pause(0);
   return sum / r->nval;
 }
 
@@ -413,6 +416,9 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
   }
 
   double t_start = now();
+  long long prof_steps = 0; /* steps run here, and their wall time (SCALESWEEP_PROFILE_OPS) */
+  double prof_s = 0.0;
+  trn_opprof_pause(0);
   double val_loss = NAN;
   int64_t val_at = -1; /* step of the last evaluation */
   kern_ctx *k = &r->k;
@@ -510,6 +516,7 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     st.step++;
     st.tokens += step_tokens;
     double dt = now() - t0;
+    prof_steps++, prof_s += dt;
 
     fprintf(r->out,
             "{\"event\":\"step\",\"step\":%lld,\"tokens\":%lld,\"train_loss\":%.17g,"
@@ -577,6 +584,7 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     fprintf(r->out, "{\"event\":\"eval\",\"step\":%lld,\"tokens\":%lld,\"val_loss\":%.17g}\n",
             (long long)st.step, (long long)st.tokens, val_loss);
   }
+  trn_opprof_report(stderr, prof_steps, prof_s);
   rcfg_shape s = rcfg_shape_of(c);
   double fpt = rcfg_flops_per_token(&s);
   fprintf(r->out,
@@ -650,6 +658,7 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
     kern_cpu_init(&r.k, trn_kern_prec(cfg->precision), cfg->threads);
   }
   count_host_syncs(&r.k);
+  trn_opprof_install(&r.k);
   r.config_json = rcfg_to_json(cfg);
   if (!r.config_json || rcfg_hash(cfg, r.config_hash) != 0) {
     snprintf(err, errlen, "out of memory printing the run config");

@@ -578,5 +578,47 @@ print("cuda bf16 %s; activations %.3f of fp32's" % (gb["text"], r))
 PY
 echo "ok 9 --print-memory"
 
+# ---- 10. SCALESWEEP_PROFILE_OPS ----------------------------------------------------
+# Each op's row counts the calls the model makes: per micro-batch, 4L + 1
+# matrix products forward (CPU: no fused GELU), 2L + 1 LayerNorms; one AdamW
+# launch a step; evaluation left out. The run's results do not change.
+cat >prof.json <<'JSON'
+{"model": {"n_layer": 2, "d_model": 32, "n_head": 2, "seq_len": 16},
+ "data": {"synthetic": {"seed": 1}},
+ "train": {"batch_size": 8, "micro_batch_size": 4, "tokens": 1280, "lr": 0.003},
+ "eval": {"every_tokens": 640, "tokens": 64}, "threads": 1}
+JSON
+"$bin" train --config "$tmp/prof.json" >prof_plain.out || fail "profile baseline exited $?"
+SCALESWEEP_PROFILE_OPS=1 "$bin" train --config "$tmp/prof.json" >prof.out 2>prof.err ||
+  fail "SCALESWEEP_PROFILE_OPS=1 exited $?: $(tail -3 prof.err)"
+"$py" - <<'PY' || fail "SCALESWEEP_PROFILE_OPS: $(head -c 1500 prof.err)"
+import json, re
+strip = lambda p: [re.sub(r',"(tok_per_s|wall_s|peak_rss_bytes)":[^,}]*', "", l)
+                   for l in open(p)]
+assert strip("prof.out") == strip("prof_plain.out"), "the profile changed the run's output"
+text = open("prof.err").read()
+m = re.search(r"op times over (\d+) training steps", text)
+assert m, "no op table"
+steps, L, micro = int(m.group(1)), 2, 2
+assert steps == 10, steps
+rows = {}
+for line in text.splitlines():
+    r = re.match(r"  (\S.*?)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)%$", line)
+    if r:
+        rows[r.group(1)] = (int(r.group(2)), float(r.group(3)), float(r.group(5)))
+calls = lambda prefix: sum(c for k, (c, _, _) in rows.items() if k.startswith(prefix))
+assert calls("matmul_forward ") == steps * micro * (4 * L + 1), rows
+assert calls("matmul_backward ") == steps * micro * (4 * L + 1), rows
+assert "matmul_forward 64x32x27" in rows, sorted(rows)  # the head: N = B*T, C, V
+assert calls("layernorm_forward") == steps * micro * (2 * L + 1), rows
+assert calls("adamw_fused") == steps, rows
+assert calls("softmax_xent") == steps * micro, rows
+share = sum(s for _, _, s in rows.values())
+assert abs(share - 100) < 0.1, share
+assert re.search(r"all ops .* of the steps' [\d.]+ ms", text), text[-300:]
+print("ok: %d rows, %d steps" % (len(rows), steps))
+PY
+echo "ok 10 SCALESWEEP_PROFILE_OPS"
+
 echo "run time: $((SECONDS - started)) s"
 echo "all checks passed"

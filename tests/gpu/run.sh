@@ -17,7 +17,8 @@
 # against PyTorch eager and torch.compile (tests/gpu/torch_bench.py) at GPT-2
 # 124M, L4 d256, 350M and 350M at T=2048, tokens/s, MFU and peak memory,
 # scalesweep fp16 and 8-bit AdamW against its bf16 AdamW, the goals met or
-# missed (bench.md, bench.json and BENCH lines in summary.txt).
+# missed (bench.md, bench.json and BENCH lines in summary.txt); where a
+# gpt2-124M step's time goes, op by op (op_times.txt).
 set -uo pipefail
 ld_orig=${LD_LIBRARY_PATH-} # PyTorch runs with the environment it was given
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -431,8 +432,30 @@ torch_bench() { # NAME MODE MIN_S CAP_S: one torch_bench.py run
     --mode "$mode" --device cuda --json
   tail -1 "$f.out" 2>/dev/null
 }
+# Where a gpt2-124M bf16 step's time goes, op by op (SCALESWEEP_PROFILE_OPS=1,
+# trainer/opprof.h: each op timed alone, the device synchronised around it,
+# so these steps run slower than the benchmark's; the shares are the point):
+# op_times.txt, and its largest rows in the summary.
+op_profile() {
+  local d=$results/op_profile f
+  f=$d/gpt2-124M
+  mkdir -p "$d"
+  step "op times: gpt2-124M bf16, 10 steps (SCALESWEEP_PROFILE_OPS=1)"
+  sed 's/"tokens": [0-9]*, "lr"/"tokens": 163840, "lr"/' "$bdir/gpt2-124M.ss-bf16.json" >"$f.json"
+  if SCALESWEEP_PROFILE_OPS=1 bench_run "$f" 25 90 "$bin" train --config "$f.json" &&
+      grep -A80 '^op times' "$f.err" >"$results/op_times.txt"; then
+    cat "$results/op_times.txt"
+    note "INFO  op times of a gpt2-124M bf16 step (op_times.txt), largest: $(sed -n '3,5p' \
+      "$results/op_times.txt" | awk '{$1 = $1; printf "%s%s", (NR > 1 ? "; " : ""), $0}')"
+  else
+    note "FAIL  op times (SCALESWEEP_PROFILE_OPS): $(cat "$f.note" 2>/dev/null || tail -1 "$f.err")"
+    failed=1
+  fi
+}
+
 echo "benchmark on ${gpu:-unknown GPU}, peak ${peak:-unknown} FLOP/s, budget $(bench_left) s"
 ss_bench gpt2-124M bf16 adamw
+op_profile
 torch_bench gpt2-124M eager 30 150
 ss_bench gpt2-124M fp16 adamw
 ss_bench gpt2-124M bf16 adamw8bit
