@@ -177,12 +177,6 @@ template <> __device__ __forceinline__ __half kern__cu_to<__half>(float v) {
   return __float2half_rn(v);
 }
 
-/* The storage type of a precision, for host code. */
-template <typename X> struct kern__cu_x_prec;
-template <> struct kern__cu_x_prec<float> { static constexpr kern_prec p = KERN_FP32; };
-template <> struct kern__cu_x_prec<__nv_bfloat16> { static constexpr kern_prec p = KERN_BF16; };
-template <> struct kern__cu_x_prec<__half> { static constexpr kern_prec p = KERN_FP16; };
-
 /* Runs the statements with X typedef'd to the storage type of p. */
 #define KERN__CU_WITH_X(p, ...) \
   do {                          \
