@@ -225,6 +225,36 @@ static char *budget_spec(const char *spec_json, const next_design *d, int points
   return text;
 }
 
+static void plan_budget_clear(next_design *out) {
+  plan_free(out->plan);
+  free(out->spec_json);
+  out->plan = NULL;
+  out->spec_json = NULL;
+}
+
+/* Plans budget_spec's text into out->plan and out->spec_json (with the
+ * spec's gpus, priority and max_attempts), replacing what they held; on
+ * failure both are left NULL, the reasons in pr. */
+static void plan_budget(const char *spec_json, next_design *out, int points, const double *sizes,
+                        int nsizes, spec_problems *pr) {
+  char *text = budget_spec(spec_json, out, points, sizes, nsizes, pr);
+  spec *sp = NULL;
+  plan *pl = NULL;
+  plan_budget_clear(out);
+  if (text && spec_parse(text, "the next budget's spec", &sp, pr) == 0 &&
+      plan_spec(sp, &pl, pr) == 0) {
+    out->plan = pl;
+    out->spec_json = spec_canonical(sp);
+    out->gpus = sp->gpus;
+    out->priority = sp->priority;
+    out->max_attempts = sp->max_attempts > 0 ? sp->max_attempts : 3;
+  } else {
+    plan_free(pl);
+  }
+  free(text);
+  spec_free(sp);
+}
+
 /* A sweep that is a grid of WSD branches (schedule wsd, branches not off,
  * an isoflop over listed sizes): its smallest budget, else 0. There every
  * size trains at the batch size and learning rate its rules give at that
@@ -349,17 +379,7 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
   json_decref(root);
 
   /* the budget's runs: planned like any submitted spec */
-  char *text = budget_spec(spec_json, out, points, NULL, 0, pr);
-  spec *sp = NULL;
-  if (text && spec_parse(text, "the next budget's spec", &sp, pr) == 0 &&
-      plan_spec(sp, &out->plan, pr) == 0) {
-    out->spec_json = spec_canonical(sp);
-    out->gpus = sp->gpus;
-    out->priority = sp->priority;
-    out->max_attempts = sp->max_attempts > 0 ? sp->max_attempts : 3;
-  }
-  free(text);
-  spec_free(sp);
+  plan_budget(spec_json, out, points, NULL, 0, pr);
   /* a grid of WSD branches: the law holds for its sizes trained at their
    * smallest budget's batch size and learning rate, so the budget's sizes
    * join the grid: each also at the sweep's smallest budget, a branch of
@@ -371,23 +391,11 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
     double *sizes = malloc(out->plan->n * sizeof *sizes);
     int k = sizes ? plan_sizes(out->plan, sizes) : 0;
     out->grid_flops = smallest;
-    text = sizes ? budget_spec(spec_json, out, points, sizes, k, pr) : NULL;
+    if (sizes)
+      plan_budget(spec_json, out, points, sizes, k, pr);
+    else
+      plan_budget_clear(out);
     free(sizes);
-    plan *grid = NULL;
-    sp = NULL;
-    if (text && spec_parse(text, "the next budget's spec", &sp, pr) == 0 &&
-        plan_spec(sp, &grid, pr) == 0) {
-      plan_free(out->plan);
-      out->plan = grid;
-      free(out->spec_json);
-      out->spec_json = spec_canonical(sp);
-    } else {
-      plan_free(grid);
-      plan_free(out->plan);
-      out->plan = NULL;
-    }
-    free(text);
-    spec_free(sp);
   }
   if (!out->plan || !out->spec_json) {
     if (!pr->n)
