@@ -145,13 +145,11 @@ static void gelu_backward(kern_ctx *k, kern_x *dinp, const kern_x *inp, const ke
   });
 }
 
-void kern__cu_round(kern_ctx *k, float *x, size_t n, kern_prec p) {
+static void round_(kern_ctx *k, float *x, size_t n, kern_prec p) {
   if (p == KERN_FP32 || n == 0)
     return;
   LAUNCH_VEC(ROUND, 4, vec4(n, x, x), n, kern__cu_stream(k), x, n, p);
 }
-
-static void round_(kern_ctx *k, float *x, size_t n, kern_prec p) { kern__cu_round(k, x, n, p); }
 
 static void to_x(kern_ctx *k, kern_x *dst, const float *src, size_t n) {
   if (n == 0 || dst == src) /* fp32: kern_x is float, already itself */

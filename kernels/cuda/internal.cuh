@@ -322,8 +322,6 @@ int kern__cu_gemm_ep(kern_ctx *k, int transA, int transB, int M, int N, int K, f
                      float beta, void *C, int ldc, long long sC, int batch, cudaDataType_t type,
                      cudaDataType_t ctype, const kern__cu_epi *ep);
 
-/* x = round(x, p) on the stream (no-op at fp32) */
-void kern__cu_round(kern_ctx *k, float *x, size_t n, kern_prec p);
 
 /* from_host through pinned slots, not waiting for the stream (stage.cu) */
 typedef struct kern__cu_stage kern__cu_stage;
