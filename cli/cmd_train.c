@@ -187,6 +187,14 @@ int cmd_train(int argc, char **argv) {
   }
   if (print_memory)
     return print_memory_of(&cfg);
+  if (strcmp(cfg.trainer, "builtin") != 0) {
+    fprintf(stderr,
+            "%s: $.trainer: found \"%s\", expected \"builtin\" or no key: scalesweep train is "
+            "the built-in trainer; a worker runs the trainer \"%s\" with the command its "
+            "operator declared (--trainer %s=COMMAND; docs/trainers.md)\n",
+            config, cfg.trainer, cfg.trainer, cfg.trainer);
+    return SS_EXIT_USAGE;
+  }
   trn_train_install_signals();
   if (max_step >= 0 && !resume) {
     fprintf(stderr, "scalesweep train: --resume-max-step needs --resume DIR\n");

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/names.h"
 
 /* ---- names -------------------------------------------------------------- */
 
@@ -222,6 +223,7 @@ enum kind {
   K_PATH_LIST, /* [absolute path string] */
   K_BACKENDS,  /* {"cuda": {"devices": K_GPU_LIST} or {"error": str}, ...} */
   K_DIST,      /* {"ranks": [int>=0, ...], "addr": str, "secret": str} */
+  K_TRAINERS,  /* [trainer name (common/names.h), ...], at most PROTO_MAX_TRAINERS */
 };
 
 static const char *kind_text(enum kind k) {
@@ -262,6 +264,8 @@ static const char *kind_text(enum kind k) {
     return "an object of backends";
   case K_DIST:
     return "an object {ranks, addr, secret}";
+  case K_TRAINERS:
+    return "an array of trainer names";
   }
   return "a value";
 }
@@ -405,6 +409,15 @@ static void check_array(vctx *c, const char *path, const json_t *v, enum kind k)
     case K_ROWS:
       check_row(c, sub, e);
       break;
+    case K_TRAINERS:
+      if (i >= PROTO_MAX_TRAINERS)
+        vfail(c, "%s: expected at most %d trainers", path, PROTO_MAX_TRAINERS);
+      else if (!json_is_string(e) || !ss_trainer_name_ok(json_string_value(e)))
+        fail_type(c, sub,
+                  "a trainer name (1 to 32 letters, digits, '_', '-' or '.', the first a "
+                  "letter or digit)",
+                  e);
+      break;
     default:
       break;
     }
@@ -494,6 +507,7 @@ static void check_value(vctx *c, const char *path, const json_t *v, enum kind k)
   case K_INT0_LIST:
   case K_ROWS:
   case K_PATH_LIST:
+  case K_TRAINERS:
     check_array(c, path, v, k);
     return;
   case K_BACKENDS:
@@ -568,7 +582,10 @@ static const field o_none[] = {{NULL, 0}};
  * worker, whose GPUs are taken as CUDA's); hello.slurm_job (optional): the
  * Slurm job the worker runs in (SLURM_JOB_ID), which the scheduler's
  * --slurm uses to know its jobs' workers */
-static const field o_hello[] = {{"backends", K_BACKENDS}, {"slurm_job", K_STRING}, {NULL, 0}};
+/* hello.trainers (optional): the trainers the worker runs ("builtin" and
+ * those its operator declared; absent: an older worker, "builtin" only) */
+static const field o_hello[] = {
+    {"backends", K_BACKENDS}, {"slurm_job", K_STRING}, {"trainers", K_TRAINERS}, {NULL, 0}};
 
 static const field *const type_fields[] = {
     [PROTO_HELLO] = f_hello,     [PROTO_HEARTBEAT] = f_heartbeat,   [PROTO_STARTED] = f_started,
@@ -591,6 +608,16 @@ static const field *const type_optional[] = {
     [PROTO_ERROR] = o_none,
     [PROTO_STOPPING] = o_none,
 };
+
+int proto_check_row(const json_t *row, char *err, size_t errlen) {
+  vctx c = {err, errlen, 0};
+  if (err && errlen)
+    err[0] = '\0';
+  if (row_valid(row))
+    return 0;
+  check_row(&c, "$", row);
+  return c.failed ? -1 : 0;
+}
 
 proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, size_t errlen) {
   vctx c = {err, errlen, 0};

@@ -14,6 +14,8 @@
 
 #define PROTO_VERSION 1
 #define PROTO_MAX_LINE (1u << 20)
+/* the most trainers a worker offers (hello.trainers) */
+#define PROTO_MAX_TRAINERS 16
 
 typedef enum proto_type {
   PROTO_INVALID = 0,
@@ -56,6 +58,10 @@ int proto_reader_feed(proto_reader *r, const char *data, size_t n,
  * reference), or PROTO_INVALID with a message such as
  * "$.rows[3].step: expected an integer, found \"x\"" in err. */
 proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, size_t errlen);
+
+/* A trainer's step or eval event as a metrics message carries it: 0 when
+ * valid, else -1 with what is wrong ("$.tokens: expected ...") in err. */
+int proto_check_row(const json_t *row, char *err, size_t errlen);
 
 /* Serialises msg as one line (compact JSON + '\n'); malloc'd, *len set. */
 char *proto_encode(const json_t *msg, size_t *len);

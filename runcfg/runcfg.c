@@ -453,6 +453,26 @@ static void parse_device(problems *p, const cJSON *root, rcfg *cfg) {
   cfg->tf32 = tf32 && applies;
 }
 
+/* trainer: a name a worker declares (the scheduler places the run only on a
+ * worker that offers it) */
+static void parse_trainer(problems *p, const cJSON *root, rcfg *cfg) {
+  snprintf(cfg->trainer, sizeof cfg->trainer, "builtin");
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "trainer");
+  if (!v)
+    return;
+  if (!cJSON_IsString(v) || !ss_trainer_name_ok(v->valuestring)) {
+    char f[64];
+    found(v, f, sizeof f);
+    problem(p, "$.trainer",
+            "found %s, expected a trainer's name: 1 to %d letters, digits, '_', '-' or '.' "
+            "(\"builtin\", the default, is scalesweep train; others are the names workers "
+            "declare with --trainer NAME=COMMAND)",
+            f, SS_TRAINER_NAME_MAX);
+    return;
+  }
+  snprintf(cfg->trainer, sizeof cfg->trainer, "%s", v->valuestring);
+}
+
 int rcfg_parse(const char *text, const char *name, rcfg *cfg, char *err, size_t errlen) {
   problems p = {err, errlen, 0, 0, name};
   if (errlen)
@@ -462,7 +482,7 @@ int rcfg_parse(const char *text, const char *name, rcfg *cfg, char *err, size_t 
     return SS_EINVAL;
   static const char *const top_keys[] = {"model",   "data", "train",      "optimizer", "precision",
                                          "memory",  "eval", "checkpoint", "backend",   "world_size",
-                                         "threads", "tf32", NULL};
+                                         "threads", "tf32",       "trainer",   NULL};
   check_keys(&p, root, "$", top_keys);
   memset(cfg, 0, sizeof *cfg);
   /* sections in this order, so their problems come in this order */
@@ -481,6 +501,7 @@ int rcfg_parse(const char *text, const char *name, rcfg *cfg, char *err, size_t 
   parse_precision(&p, root, cfg);
   parse_schedule(&p, sec[4], sec[5], sec[6], cfg);
   parse_device(&p, root, cfg);
+  parse_trainer(&p, root, cfg);
   cJSON_Delete(root);
   return p.n ? SS_EINVAL : 0;
 }
@@ -551,6 +572,10 @@ char *rcfg_to_json(const rcfg *c) {
   /* only where it applies (cuda at fp32): other configs keep their hash */
   if (strcmp(c->backend, "cuda") == 0 && c->precision == RCFG_FP32)
     cJSON_AddBoolToObject(root, "tf32", c->tf32);
+  /* only for another trainer than the built-in: the configs before the key
+   * keep their hash, and two trainers' runs of one config differ in it */
+  if (strcmp(c->trainer, "builtin") != 0)
+    cJSON_AddStringToObject(root, "trainer", c->trainer);
   char *s = cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
   return s;

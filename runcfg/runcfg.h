@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/names.h"
+
 /* Arithmetic precision of a run; the trainer maps it to its kernels' own. */
 typedef enum rcfg_prec { RCFG_FP32 = 0, RCFG_BF16 = 1, RCFG_FP16 = 2 } rcfg_prec;
 
@@ -73,6 +75,10 @@ typedef struct rcfg {
   /* 1: fp32 matrix products in TF32 (backend cuda at precision fp32 only,
    * the default there; "tf32": false turns it off); 0 elsewhere */
   int tf32;
+  /* the program that trains it, by the name its workers declare (docs/
+   * trainers.md): "builtin" (`scalesweep train`, the default) or an
+   * operator's name such as "torch" (common/names.h) */
+  char trainer[SS_TRAINER_NAME_MAX + 1];
 } rcfg;
 
 /* Parses a JSON run config from text (name is the file name for messages),
