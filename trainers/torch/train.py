@@ -454,6 +454,12 @@ class Run:
         payload = buf.getvalue()
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, CKPT_FILE)
+        for name in os.listdir(directory):  # a killed writer's leftovers
+            if name.startswith(CKPT_FILE + ".tmp."):
+                try:
+                    os.unlink(os.path.join(directory, name))
+                except OSError:
+                    pass
         tmp = "%s.tmp.%d" % (path, os.getpid())
         try:
             with open(tmp, "wb") as f:
