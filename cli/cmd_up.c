@@ -29,6 +29,7 @@
 static const char usage[] =
     "usage: scalesweep up [--state DIR] [--sweep FILE] [--wait] [--listen HOST:PORT]\n"
     "                     [--database URL] [--cpu-slots N] [--data-dir DIR]\n"
+    "                     [--trainer NAME=COMMAND ...]\n"
     "  --state     where the database, tokens, logs and checkpoints live (./.scalesweep)\n"
     "  --sweep     submit this sweep spec once everything is up (a spec submitted\n"
     "              before to this state: that sweep, which goes on where it stopped)\n"
@@ -42,7 +43,9 @@ static const char usage[] =
     "  --cpu-slots CPU runs the worker trains at once (default: with --sweep, this\n"
     "              machine's cores over the threads a run of the spec takes, so a\n"
     "              spec of 1-thread runs trains a run per core; else 1)\n"
-    "  --data-dir  where a spec's token shards may lie (default: the current directory)\n";
+    "  --data-dir  where a spec's token shards may lie (default: the current directory)\n"
+    "  --trainer   a training program the local worker runs for runs whose config\n"
+    "              says \"trainer\": NAME (repeatable; docs/trainers.md)\n";
 
 /* The default --cpu-slots with --sweep: the cores this process may use over
  * the threads one rank of the spec's CPU runs takes (resources.cpus), and
@@ -389,10 +392,21 @@ int cmd_up(int argc, char **argv) {
                           {"--sweep", &sweep, NULL},       {"--listen", &listen, NULL},
                           {"--database", &database, NULL}, {"--cpu-slots", &cpu_slots, NULL},
                           {"--data-dir", &data_dir, NULL}};
+  enum { MAX_TRAINERS = 16 };
+  const char *trainers[MAX_TRAINERS];
+  int ntrainers = 0;
   for (int i = 1; i < argc; i++) {
     if (cli_is_help(argv[i])) {
       printf("%s", usage);
       return 0;
+    }
+    if (!strcmp(argv[i], "--trainer") && i + 1 < argc) {
+      if (ntrainers == MAX_TRAINERS) {
+        fprintf(stderr, "scalesweep up: --trainer: at most %d\n", MAX_TRAINERS);
+        return SS_EXIT_USAGE;
+      }
+      trainers[ntrainers++] = argv[++i];
+      continue;
     }
     if (!cli_opt_read(argc, argv, &i, opts, sizeof opts / sizeof *opts)) {
       fprintf(stderr, "scalesweep up: unexpected argument '%s'\n%s", argv[i], usage);
@@ -484,17 +498,18 @@ int cmd_up(int argc, char **argv) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", workers_port);
     snprintf(path, sizeof path, "%s/worker.log", state);
-    char *wargv[] = {"scalesweep",
-                     "worker",
-                     "--scheduler",
-                     addr,
-                     "--token-file",
-                     tok,
-                     "--work-dir",
-                     wdir,
-                     cpu_slots ? "--cpu-slots" : NULL,
-                     (char *)cpu_slots,
-                     NULL};
+    char *wargv[16 + 2 * MAX_TRAINERS] = {"scalesweep", "worker",     "--scheduler", addr,
+                                          "--token-file", tok,       "--work-dir",  wdir};
+    int wn = 8;
+    for (int t = 0; t < ntrainers; t++) {
+      wargv[wn++] = "--trainer";
+      wargv[wn++] = (char *)trainers[t];
+    }
+    if (cpu_slots) {
+      wargv[wn++] = "--cpu-slots";
+      wargv[wn++] = (char *)cpu_slots;
+    }
+    wargv[wn] = NULL;
     worker_pid = spawn(wargv, path);
     /* the slot count only where up chose or was given it: else the worker
      * decides (1 on a CPU host, 0 beside GPUs) and its log says which */

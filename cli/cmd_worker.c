@@ -15,11 +15,12 @@
 
 #define MAX_GPUS 256
 #define MAX_DATA_DIRS 16
+#define MAX_TRAINERS 16
 
 static void usage(FILE *f) {
   fprintf(f, "usage: scalesweep worker --scheduler HOST:PORT --token-file F [--gpus 0,1]\n"
              "                         [--cpu-slots N] [--work-dir DIR] [--name NAME]\n"
-             "                         [--data-dir DIR ...]\n"
+             "                         [--data-dir DIR ...] [--trainer NAME=COMMAND ...]\n"
              "\n"
              "Runs the agent of one GPU (or CPU) host: connects to the scheduler's worker\n"
              "port, runs every run assigned to it as a `scalesweep train` process and\n"
@@ -34,6 +35,14 @@ static void usage(FILE *f) {
              "  --data-dir DIR         trainers read token shards only under DIR, of the\n"
              "                         directories the scheduler allows (repeatable;\n"
              "                         default: all of the scheduler's)\n"
+             "  --trainer NAME=COMMAND a training program this worker runs for runs whose\n"
+             "                         config says \"trainer\": NAME (repeatable; the\n"
+             "                         built-in \"builtin\" is always offered; COMMAND is a\n"
+             "                         program and its arguments, split as a shell would;\n"
+             "                         docs/trainers.md says what it is given and must print)\n"
+             "  --trainers-file F      more NAME=COMMAND declarations, one per line ('#' comments)\n"
+             "  --hang-timeout S       a trainer that prints no line for S seconds has hung:\n"
+             "                         killed, its attempt failed (default 1800; 0: never)\n"
              "  --name NAME            the worker's name (default HOSTNAME:PID)\n"
              "  --bin PATH             the scalesweep binary that trains (default: this one)\n"
              "  --heartbeat S          heartbeat interval in seconds (default: the scheduler's)\n"
@@ -76,6 +85,7 @@ static int parse_seconds(const char *opt, const char *s, double *out) {
 int cmd_worker(int argc, char **argv) {
   static int gpus[MAX_GPUS];
   static const char *data_dirs[MAX_DATA_DIRS];
+  static const char *trainers[MAX_TRAINERS];
   wrk_options o;
   wrk_options_init(&o);
   for (int i = 1; i < argc; i++) {
@@ -122,6 +132,20 @@ int cmd_worker(int argc, char **argv) {
         return cli_usage_error("worker", NULL, "--data-dir %s: at most %d", v, MAX_DATA_DIRS);
       data_dirs[o.n_data_dirs++] = v;
       o.data_dirs = data_dirs;
+    } else if (IS("--trainer")) {
+      if (o.n_trainers == MAX_TRAINERS)
+        return cli_usage_error("worker", NULL, "--trainer %s: at most %d", v, MAX_TRAINERS);
+      trainers[o.n_trainers++] = v;
+      o.trainers = trainers;
+    } else if (IS("--trainers-file")) {
+      o.trainers_file = v;
+    } else if (IS("--hang-timeout")) {
+      char *end;
+      double t = strtod(v, &end);
+      if (!*v || *end || !isfinite(t) || t < 0 || t > 30 * 86400.0)
+        return cli_usage_error("worker", NULL,
+                               "--hang-timeout %s: expected seconds in [0, 2592000] (0: never)", v);
+      o.hang_timeout_s = t == 0 ? -1 : t;
     } else if (IS("--bin")) {
       o.binary = v;
     } else if (IS("--heartbeat")) {

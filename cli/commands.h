@@ -16,6 +16,7 @@
   X(fit, "fit scaling laws to a sweep's runs or to a CSV of points")       \
   X(next, "the next compute budget of a sweep, designed from its fits")    \
   X(train, "train one model from a run config, JSON lines on stdout")      \
+  X(launch, "run a declared trainer's ranks with torchrun's environment")  \
   X(devices, "the backends this host can train on (CPU, CUDA devices)")    \
   X(data, "prepare token shards from text, or write the synthetic corpus") \
   X(scheduler, "the scheduler daemon (API, page, worker port)")            \

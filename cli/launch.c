@@ -24,6 +24,8 @@
 
 static pid_t pids[LAUNCH_MAX];
 static int npids;
+static pid_t launcher;
+static struct sigaction old_term, old_int;
 
 /* passes SIGTERM/SIGINT on to every rank (kill is async-signal-safe) */
 static void forward(int sig) {
@@ -36,6 +38,84 @@ static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void cli_launch_begin(int world) {
+  struct sigaction sa = {.sa_handler = forward};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGINT, &sa, &old_int);
+  launcher = getpid();
+  npids = world; /* forward() skips the ranks not started (yet) */
+}
+
+pid_t cli_launch_fork(int rank) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* no rank outlives its launcher */
+    if (getppid() != launcher)
+      _exit(128 + SIGKILL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    return 0;
+  }
+  if (pid > 0)
+    pids[rank] = pid;
+  return pid;
+}
+
+static int exit_code_of(int st) {
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+int cli_launch_wait(const char *who, int world, const char *mark, int first, int stop_others) {
+  static int codes[LAUNCH_MAX];
+  int left = 0, first_bad = -1;
+  for (int r = 0; r < world; r++)
+    left += mark[r] && pids[r] > 0;
+  int64_t kill_at = 0;
+  while (left > 0) {
+    int st;
+    pid_t pid = waitpid(-1, &st, kill_at ? WNOHANG : 0);
+    if (pid < 0 && errno == EINTR)
+      continue;
+    if (pid < 0)
+      break;
+    if (pid == 0) {
+      if (now_ms() >= kill_at)
+        forward(SIGKILL);
+      usleep(20000);
+      continue;
+    }
+    int r = 0;
+    while (r < world && pids[r] != pid)
+      r++;
+    if (r == world)
+      continue;
+    pids[r] = 0;
+    left--;
+    codes[r] = exit_code_of(st);
+    if (codes[r] != 0) {
+      if (WIFSIGNALED(st))
+        fprintf(stderr, "%s: rank %d was killed by signal %d\n", who, r, WTERMSIG(st));
+      else
+        fprintf(stderr, "%s: rank %d exited with code %d\n", who, r, codes[r]);
+      if (first_bad < 0)
+        first_bad = r;
+      if (!kill_at && left > 0) {
+        if (stop_others) /* they may wait for the failed one forever */
+          forward(SIGTERM);
+        kill_at = now_ms() + LAUNCH_GRACE_MS;
+      }
+    }
+  }
+  sigaction(SIGTERM, &old_term, NULL);
+  sigaction(SIGINT, &old_int, NULL);
+  if (first_bad < 0)
+    return SS_EXIT_OK;
+  if (stop_others) /* the others' codes are this launcher's SIGTERM's */
+    return codes[first_bad];
+  return codes[first] != 0 ? codes[first] : codes[first_bad];
 }
 
 /* a listening socket on 127.0.0.1 (port 0: any) or, for a run spread over
@@ -74,9 +154,6 @@ static int stdin_config(const rcfg *cfg, char *path, size_t len) {
   return ok ? 0 : -1;
 }
 
-static int exit_code_of(int st) {
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-}
 
 /* "2,3" into mark[rank] = 1; the count, or -1 (said why) */
 static int parse_ranks(const char *list, int world, char *mark) {
@@ -163,12 +240,7 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
                     : argv[i];
   int base = n;
 
-  struct sigaction sa = {.sa_handler = forward}, old_term, old_int;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, &old_term);
-  sigaction(SIGINT, &sa, &old_int);
-  pid_t parent = getpid();
-  npids = world; /* forward() skips the ranks not started (yet) */
+  cli_launch_begin(world);
   int first = 0;
   while (!mark[first])
     first++;
@@ -188,13 +260,7 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
     if (r != first) /* the lowest rank here prints the run's lines */
       args[n++] = "--dist-quiet";
     args[n] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL); /* no rank outlives its launcher */
-      if (getppid() != parent)
-        _exit(128 + SIGKILL);
-      signal(SIGTERM, SIG_DFL);
-      signal(SIGINT, SIG_DFL);
+    if (cli_launch_fork(r) == 0) {
       char local[16]; /* its place among this host's ranks: its GPU of the visible ones */
       int here = 0;
       for (int q = 0; q < r; q++)
@@ -207,53 +273,13 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
       fprintf(stderr, "scalesweep train: rank %d: cannot start: %s\n", r, strerror(errno));
       _exit(SS_EXIT_FAILURE);
     }
-    pids[r] = pid;
   }
   if (lfd >= 0)
     close(lfd);
   free(args);
-
-  /* wait for the ranks; the first failure ends the rest */
-  static int codes[LAUNCH_MAX];
-  int left = 0, first_bad = -1;
-  for (int r = 0; r < world; r++)
-    left += mark[r];
-  int64_t kill_at = 0;
-  while (left > 0) {
-    int st;
-    pid_t pid = waitpid(-1, &st, kill_at ? WNOHANG : 0);
-    if (pid < 0 && errno == EINTR)
-      continue;
-    if (pid < 0)
-      break;
-    if (pid == 0) {
-      if (now_ms() >= kill_at)
-        forward(SIGKILL);
-      usleep(20000);
-      continue;
-    }
-    int r = 0;
-    while (r < world && pids[r] != pid)
-      r++;
-    if (r == world)
-      continue;
-    pids[r] = 0;
-    left--;
-    codes[r] = exit_code_of(st);
-    if (codes[r] != 0) {
-      if (WIFSIGNALED(st))
-        fprintf(stderr, "scalesweep train: rank %d was killed by signal %d\n", r, WTERMSIG(st));
-      if (first_bad < 0)
-        first_bad = r;
-      if (!kill_at && left > 0) /* the others see it at once; stragglers are killed */
-        kill_at = now_ms() + LAUNCH_GRACE_MS;
-    }
-  }
-  sigaction(SIGTERM, &old_term, NULL);
-  sigaction(SIGINT, &old_int, NULL);
+  /* the ranks see a failed one at once; stragglers are killed */
+  int code = cli_launch_wait("scalesweep train", world, mark, first, 0);
   if (cfg_path[0])
     unlink(cfg_path);
-  if (first_bad < 0)
-    return SS_EXIT_OK;
-  return codes[first] != 0 ? codes[first] : codes[first_bad];
+  return code;
 }

@@ -3,6 +3,8 @@
 #ifndef SS_CLI_LAUNCH_H
 #define SS_CLI_LAUNCH_H
 
+#include <sys/types.h>
+
 #include "runcfg/runcfg.h"
 
 /* Starts world_size processes of `scalesweep train` (argv: the train
@@ -21,5 +23,22 @@
  * get the resolved config in a temporary file). */
 int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
                      const char *ranks, const char *dist);
+
+/* What both launchers share (this one, and `scalesweep launch`'s for a
+ * declared trainer): cli_launch_begin passes SIGTERM and SIGINT on to every
+ * rank from then on; cli_launch_fork forks rank's process (0 in the child,
+ * whose signals are the defaults again and which dies with the launcher;
+ * the pid, or -1, in the launcher); cli_launch_wait waits for the ranks
+ * marked in mark[0..world) that were started: when one fails, the others
+ * get SIGTERM with stop_others (a program whose ranks may wait for a dead
+ * peer forever) and SIGKILL 10 s later either way. It puts the signal
+ * handlers back and returns the exit code: with stop_others the first
+ * failed rank's (the others' are the SIGTERM's), else the first marked
+ * rank's when it failed, else the first failed rank's (128+N for a
+ * signal), else 0; each
+ * failure is said on stderr, after who. */
+void cli_launch_begin(int world);
+pid_t cli_launch_fork(int rank);
+int cli_launch_wait(const char *who, int world, const char *mark, int first, int stop_others);
 
 #endif

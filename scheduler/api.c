@@ -65,9 +65,10 @@ static void on_json(void *ud, int status, const char *json, const char *errmsg) 
 /* "waiting": why a sweep's queued runs cannot start on any connected worker
  * (place.c), added to a sweep object from the store whose queued count is q
  * and whose largest queued run needs g GPUs (or CPU slots). */
-static void add_waiting(sched *s, json_t *sweep, json_int_t q, json_int_t g, json_int_t slots) {
+static void add_waiting(sched *s, json_t *sweep, json_int_t q, json_int_t g, json_int_t slots,
+                        const char *trainers) {
   char why[1024];
-  if (q > 0 && sched__place_why(s, (int)g, (int)slots, why, sizeof why))
+  if (q > 0 && sched__place_why(s, (int)g, (int)slots, trainers, why, sizeof why))
     json_object_set_new(sweep, "waiting", json_string(why));
 }
 
@@ -84,7 +85,7 @@ static void on_sweeps_json(void *ud, int status, const char *json, const char *e
   json_t *sw;
   json_array_foreach(doc, i, sw)
       add_waiting(x->s, sw, sched__jint(sw, "queued"), sched__jint(sw, "queued_gpus"),
-                  sched__jint(sw, "queued_slots"));
+                  sched__jint(sw, "queued_slots"), sched__jstr(sw, "queued_trainers"));
   char *text = json_dumps(doc, JSON_COMPACT);
   json_decref(doc);
   on_json(ud, status, text ? text : json, errmsg);
@@ -98,7 +99,8 @@ static void on_sweep_doc(void *ud, int status, const store_sweep_doc *doc, const
   req_ctx *x = ud;
   char why[1024];
   if (!doc || !doc->json || doc->json[0] != '{' || doc->queued <= 0 ||
-      !sched__place_why(x->s, (int)doc->queued_gpus, (int)doc->queued_slots, why, sizeof why)) {
+      !sched__place_why(x->s, (int)doc->queued_gpus, (int)doc->queued_slots,
+                        doc->queued_trainers, why, sizeof why)) {
     on_json(ud, status, doc ? doc->json : NULL, errmsg);
     return;
   }

@@ -7,6 +7,9 @@
 #include "scheduler/internal.h"
 #include "store/runs.h"
 
+/* the distinct trainers placement reads the queue for, at most */
+#define SCHED__OFFERED_MAX 64
+
 /* GPUs of a connection that GPU runs may use: none unless the worker's
  * trainer can run the CUDA backend on them */
 static int usable_gpus(const sched__wconn *c) { return c->cuda_ok ? c->ngpus : 0; }
@@ -26,11 +29,11 @@ static int placeable(const sched__wconn *c) { return c->authed && !c->closing &&
  * slots, one per rank); fills the chosen GPU indices. Prefers the fullest
  * worker that fits, so large holes stay open for large runs. */
 static sched__wconn *find_room(sched *s, int gpus, int slots, int *chosen,
-                               const sched__wconn *exclude) {
+                               const sched__wconn *exclude, const char *trainer) {
   sched__wconn *best = NULL;
   int best_free = 1 << 30;
   for (sched__wconn *c = s->wp.conns; c; c = c->next) {
-    if (!placeable(c) || c == exclude)
+    if (!placeable(c) || c == exclude || !sched__conn_offers(c, trainer))
       continue;
     int free_n = gpus == 0 ? c->cpu_slots - c->cpu_busy : free_gpus(c);
     if (free_n < (gpus == 0 ? slots : gpus))
@@ -57,6 +60,27 @@ static int total_free(sched *s) {
   return n;
 }
 
+/* The trainers the placeable workers run, as a PostgreSQL text array
+ * ("{builtin,torch}"; names are letters, digits, '_', '-' and '.'): the
+ * queue read leaves out runs that no connected worker could take. */
+static void offered_trainers(sched *s, char *buf, size_t len) {
+  const char *names[SCHED__OFFERED_MAX];
+  int n = 0;
+  for (sched__wconn *c = s->wp.conns; c; c = c->next)
+    for (int i = 0; placeable(c) && i < c->ntrainers; i++) {
+      int seen = 0;
+      for (int k = 0; k < n && !seen; k++)
+        seen = !strcmp(names[k], c->trainers[i]);
+      if (!seen && n < SCHED__OFFERED_MAX)
+        names[n++] = c->trainers[i];
+    }
+  size_t off = (size_t)snprintf(buf, len, "{");
+  for (int k = 0; k < n && off < len; k++)
+    off += (size_t)snprintf(buf + off, len - off, "%s%s", k ? "," : "", names[k]);
+  if (off < len)
+    snprintf(buf + off, len - off, "}");
+}
+
 /* When a waiting run was first found blocked (uv_now ms). */
 static uint64_t blocked_since(sched__placement *pl, int64_t run_id, uint64_t now) {
   for (int i = 0; i < pl->nblocked; i++)
@@ -81,11 +105,11 @@ static void unblocked(sched__placement *pl, int64_t run_id) {
 
 /* The worker a waiting run of `gpus` GPUs is kept for: of those with at
  * least that many GPUs, the one with the most free (the soonest to drain). */
-static const sched__wconn *reserve_for(sched *s, int gpus) {
+static const sched__wconn *reserve_for(sched *s, int gpus, const char *trainer) {
   const sched__wconn *best = NULL;
   int best_free = -1;
   for (sched__wconn *c = s->wp.conns; c; c = c->next) {
-    if (!placeable(c) || usable_gpus(c) < gpus)
+    if (!placeable(c) || usable_gpus(c) < gpus || !sched__conn_offers(c, trainer))
       continue;
     int free_n = free_gpus(c);
     if (free_n > best_free) {
@@ -304,16 +328,18 @@ static assign_ctx *assign(sched *s, sched__wconn *c, int64_t run_id, int gpus, c
 }
 
 /* What a worker can give a gang now: free CPU slots, or free usable GPUs. */
-static int gang_free(const sched__wconn *c, int gpu) {
+static int gang_free(const sched__wconn *c, int gpu, const char *trainer) {
+  if (!sched__conn_offers(c, trainer))
+    return 0;
   return gpu ? free_gpus(c) : c->cpu_slots - c->cpu_busy;
 }
 
 /* What all placeable workers have together, busy or not: CPU slots, or
  * usable GPUs (gpu set). A gang larger than that can never start. */
-static int gang_capacity(sched *s, int gpu) {
+static int gang_capacity(sched *s, int gpu, const char *trainer) {
   int n = 0;
   for (sched__wconn *c = s->wp.conns; c; c = c->next)
-    if (placeable(c))
+    if (placeable(c) && sched__conn_offers(c, trainer))
       n += gpu ? usable_gpus(c) : c->cpu_slots;
   return n;
 }
@@ -323,7 +349,8 @@ static int gang_capacity(sched *s, int gpu) {
  * most first, until the ranks fit (rank 0 and the first ranks on the one
  * with the most). NULL when all they have free together is too little, or
  * out of memory. */
-static assign_ctx *assign_gang(sched *s, int64_t run_id, int ranks, int gpu) {
+static assign_ctx *assign_gang(sched *s, int64_t run_id, int ranks, int gpu,
+                               const char *trainer) {
   sched__wconn *pick[SCHED__GANG_MAX];
   int n = 0, have = 0, slots = ranks;
   while (have < slots && n < SCHED__GANG_MAX) {
@@ -332,14 +359,14 @@ static assign_ctx *assign_gang(sched *s, int64_t run_id, int ranks, int gpu) {
       int taken = 0;
       for (int i = 0; i < n; i++)
         taken |= pick[i] == c;
-      if (placeable(c) && !taken && gang_free(c, gpu) > 0 &&
-          (!best || gang_free(c, gpu) > gang_free(best, gpu)))
+      if (placeable(c) && !taken && gang_free(c, gpu, trainer) > 0 &&
+          (!best || gang_free(c, gpu, trainer) > gang_free(best, gpu, trainer)))
         best = c;
     }
     if (!best)
       break;
     pick[n++] = best;
-    have += gang_free(best, gpu);
+    have += gang_free(best, gpu, trainer);
   }
   if (have < slots || n < 2)
     return NULL;
@@ -352,7 +379,7 @@ static assign_ctx *assign_gang(sched *s, int64_t run_id, int ranks, int gpu) {
   a->ngpus = gpu ? ranks : 0;
   int next = 0;
   for (int i = 0; i < n && next < slots; i++) {
-    int k = gang_free(pick[i], gpu);
+    int k = gang_free(pick[i], gpu, trainer);
     k = k < slots - next ? k : slots - next;
     k = gpu && k > 8 ? 8 : k;
     int g = 0;
@@ -428,15 +455,19 @@ static void place_runs(sched *s, const store_queued *runs, int n, int from_cache
     if (hold_cpu && gpus == 0)
       continue;
     int slots = runs[i].slots > 0 ? runs[i].slots : 1;
+    /* only the workers that run its trainer (the read left out the runs no
+     * connected worker could take; one may have gone since) */
+    const char *tr = runs[i].trainer;
     /* over 8 GPUs: only spread over workers (an assignment holds 8 at most) */
-    sched__wconn *c = gpus > 8 ? NULL : find_room(s, gpus, slots, chosen, gpus > 0 ? reserved : NULL);
+    sched__wconn *c =
+        gpus > 8 ? NULL : find_room(s, gpus, slots, chosen, gpus > 0 ? reserved : NULL, tr);
     /* none has room: a CPU run's ranks spread over workers now; a GPU run's
      * only when no worker has that many GPUs at all (else it waits for one) */
     assign_ctx *g = NULL;
     if (!c && gpus == 0 && slots > 1)
-      g = assign_gang(s, run_id, slots, 0);
-    else if (!c && gpus > 1 && (gpus > 8 || !reserve_for(s, gpus)))
-      g = assign_gang(s, run_id, gpus, 1);
+      g = assign_gang(s, run_id, slots, 0, tr);
+    else if (!c && gpus > 1 && (gpus > 8 || !reserve_for(s, gpus, tr)))
+      g = assign_gang(s, run_id, gpus, 1, tr);
     if (g) { /* its ranks spread over workers */
       unblocked(&s->pl, run_id);
       g->from_cache = from_cache;
@@ -454,11 +485,11 @@ static void place_runs(sched *s, const store_queued *runs, int n, int from_cache
       if (gpus == 0)
         blocked_gpus = 1;
       if (gpus > 1 && !reserved && now - blocked_since(&s->pl, run_id, now) >= reserve_ms)
-        reserved = reserve_for(s, gpus);
-      if (gpus == 0 && slots > 1 && !hold_cpu && slots <= gang_capacity(s, 0) &&
+        reserved = reserve_for(s, gpus, tr);
+      if (gpus == 0 && slots > 1 && !hold_cpu && slots <= gang_capacity(s, 0, tr) &&
           now - blocked_since(&s->pl, run_id, now) >= reserve_ms)
         hold_cpu = 1;
-      if (gpus > 1 && (gpus > 8 || !reserve_for(s, gpus)) && gpus <= gang_capacity(s, 1) &&
+      if (gpus > 1 && (gpus > 8 || !reserve_for(s, gpus, tr)) && gpus <= gang_capacity(s, 1, tr) &&
           now - blocked_since(&s->pl, run_id, now) >= reserve_ms)
         blocked_gpus = 1;
       continue;
@@ -513,7 +544,10 @@ void sched__place(sched *s) {
    * sort of every queued run): a longer one leaves more in the cache for
    * the passes of the next finished runs */
   int limit = room * 4 + 16;
-  store_runs_queue(s->db, limit < SCHED__QUEUE_READ ? SCHED__QUEUE_READ : limit, on_queue, s);
+  char trainers[SCHED__OFFERED_MAX * 34 + 4];
+  offered_trainers(s, trainers, sizeof trainers);
+  store_runs_queue(s->db, limit < SCHED__QUEUE_READ ? SCHED__QUEUE_READ : limit, trainers,
+                   on_queue, s);
 }
 
 void sched__place_freed(sched *s) {
@@ -541,7 +575,41 @@ void sched__place_free(sched *s) {
   s->pl.ncache = 0;
 }
 
-int sched__place_why(sched *s, int gpus, int slots, char *buf, size_t len) {
+/* 1 with the reason in buf when no connected worker runs one of trainers
+ * (comma-separated), else 0 */
+static int trainer_why(sched *s, const char *trainers, char *buf, size_t len) {
+  for (const char *p = trainers; p && *p;) {
+    size_t n = strcspn(p, ",");
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)(n < 40 ? n : 40), p);
+    p += n + (p[n] == ',');
+    int offered = 0, workers = 0;
+    char have[512] = "";
+    size_t off = 0;
+    for (sched__wconn *c = s->wp.conns; c && !offered; c = c->next) {
+      if (!c->authed || c->closing)
+        continue;
+      workers++;
+      offered = sched__conn_offers(c, name);
+      for (int i = 0; i < c->ntrainers && off < sizeof have; i++)
+        if (!strstr(have, c->trainers[i]))
+          off += (size_t)snprintf(have + off, sizeof have - off, "%s%s", off ? ", " : "",
+                                  c->trainers[i]);
+    }
+    if (offered || workers == 0)
+      continue;
+    snprintf(buf, len,
+             "no connected worker runs the trainer \"%s\" (the connected workers run %s; a "
+             "worker's operator offers it with --trainer %s=COMMAND, docs/trainers.md)",
+             name, have, name);
+    return 1;
+  }
+  return 0;
+}
+
+int sched__place_why(sched *s, int gpus, int slots, const char *trainers, char *buf, size_t len) {
+  if (trainer_why(s, trainers, buf, len))
+    return 1;
   int workers = 0, cpu = 0, fit = 0, cpu_all = 0, gpu_all = 0;
   size_t off = 0;
   char others[768] = "";

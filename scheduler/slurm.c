@@ -554,7 +554,7 @@ static void on_tick(uv_timer_t *t) {
   if (sl->busy || s->stopping || !db_ready(s->db))
     return;
   sl->busy = 1;
-  store_runs_queue(s->db, 1024, on_queue, s);
+  store_runs_queue(s->db, 1024, NULL, on_queue, s);
 }
 
 /* ---- start and stop --------------------------------------------------------- */

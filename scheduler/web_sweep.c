@@ -366,7 +366,8 @@ void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
   char why[1024];
   if (sched__jint(c, "queued") > 0 &&
       sched__place_why(w->s, (int)sched__jint(c, "queued_gpus"),
-                       (int)sched__jint(c, "queued_slots"), why, sizeof why)) {
+                       (int)sched__jint(c, "queued_slots"), sched__jstr(c, "queued_trainers"),
+                       why, sizeof why)) {
     /* its queued runs cannot start on any connected worker: say why */
     sched__b_puts(b, "<p class=\"waiting\" role=\"status\">Waiting: ");
     sched__b_esc(b, why);

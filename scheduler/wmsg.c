@@ -258,6 +258,13 @@ static void on_hello(sched__wconn *c, json_t *m) {
     if (nl)
       *nl = '\0';
   }
+  json_t *tl = json_object_get(m, "trainers");
+  c->ntrainers = 0;
+  if (!tl) /* an older worker runs the built-in trainer only */
+    snprintf(c->trainers[c->ntrainers++], sizeof c->trainers[0], "builtin");
+  for (size_t i = 0; i < json_array_size(tl) && c->ntrainers < PROTO_MAX_TRAINERS; i++)
+    snprintf(c->trainers[c->ntrainers++], sizeof c->trainers[0], "%s",
+             json_string_value(json_array_get(tl, i)));
   snprintf(c->slurm_job, sizeof c->slurm_job, "%s",
            json_string_value(json_object_get(m, "slurm_job")) ? json_string_value(json_object_get(m, "slurm_job")) : "");
   c->cpu_slots = (int)json_integer_value(json_object_get(m, "cpu_slots"));

@@ -27,6 +27,13 @@ sched__wconn *sched__conn_by_worker(sched__wport *wp, int64_t worker_id) {
   return NULL;
 }
 
+int sched__conn_offers(const sched__wconn *c, const char *trainer) {
+  for (int i = 0; i < c->ntrainers; i++)
+    if (!strcmp(c->trainers[i], trainer))
+      return 1;
+  return 0;
+}
+
 sched__wrun *sched__conn_find_run(sched__wconn *c, int64_t run_id) {
   for (sched__wrun *w = c->runs; w; w = w->next)
     if (w->run_id == run_id)

@@ -68,6 +68,9 @@ typedef struct sched__wconn {
   int cuda_ok;          /* its GPUs run "backend": "cuda" (hello.backends) */
   char cuda_error[256]; /* why not, when it has GPUs and cuda_ok is 0 */
   char slurm_job[32];   /* the Slurm job it runs in (hello.slurm_job; "" when none) */
+  /* the trainers it runs (hello.trainers; an older worker's: "builtin") */
+  char trainers[PROTO_MAX_TRAINERS][33];
+  int ntrainers;
   char gpu_busy[SCHED__MAX_GPUS];
   /* by position (placement's numbering): each GPU's device index as the
    * worker numbers it (its hello's gpus[].index; what assign sends) */
@@ -176,6 +179,8 @@ void sched__conn_drop(sched__wconn *c, const char *why);
  * callbacks carry the worker's id, since the connection may be gone when
  * the answer comes. */
 sched__wconn *sched__conn_by_worker(sched__wport *wp, int64_t worker_id);
+/* 1 when c runs the trainer of that name. */
+int sched__conn_offers(const sched__wconn *c, const char *trainer);
 sched__wrun *sched__conn_find_run(sched__wconn *c, int64_t run_id);
 /* Marks the run's GPUs busy, or (ngpus 0) `slots` CPU slots (at least
  * one), and returns its record (NULL when out of memory). */

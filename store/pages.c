@@ -95,6 +95,7 @@ void store_pages_sweeps(db *d, store_json_cb cb, void *ud) {
                     "count(r.id) FILTER (WHERE r.status = 'queued') AS queued, "
                     "coalesce(max(r.gpus) FILTER (WHERE r.status = 'queued'), 0) AS queued_gpus, "
                     "coalesce(max(CASE WHEN r.gpus = 0 THEN greatest(coalesce((r.config->>'world_size')::int, 1), 1) END) FILTER (WHERE r.status = 'queued'), 1) AS queued_slots, "
+                    "coalesce(string_agg(DISTINCT coalesce(r.config->>'trainer', 'builtin'), ',') FILTER (WHERE r.status = 'queued'), '') AS queued_trainers, "
                     "coalesce(sum(r.flops), 0) AS flops_planned, "
                     "coalesce(sum(r.flops) FILTER (WHERE r.status = 'succeeded'), 0) AS flops_done "
                     "FROM sweeps sw LEFT JOIN runs r ON r.sweep_id = sw.id "
@@ -128,7 +129,7 @@ static void page_params(const char *p[4], char ids[24], char lim[24], char off[2
 static void decode_sweep_doc(const PGresult *res, int row, void *elem) {
   *(store_sweep_doc *)elem =
       (store_sweep_doc){store__str_or_null(res, row, 0), store__int(res, row, 1),
-                        store__int(res, row, 2), store__int(res, row, 3)};
+                        store__int(res, row, 2), store__int(res, row, 3), PQgetvalue(res, row, 4)};
 }
 
 static void deliver_sweep_doc(const store__call *c, int status, const void *rows, int n,
@@ -143,22 +144,25 @@ static const store__rows_spec sweep_doc = {sizeof(store_sweep_doc), decode_sweep
  * the document and, as columns, to the scheduler. */
 void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, store_sweep_doc_cb cb,
                        void *ud) {
-  char page[2048], sql[4096], ids[24], lim[24], off[24];
+  char page[2048], sql[6144], ids[24], lim[24], off[24];
   runs_page_keys(page, sizeof page, pg);
   snprintf(sql, sizeof sql,
            "SELECT json_build_object('id', sw.id, 'name', sw.name, 'status', sw.status, "
            "'priority', sw.priority, 'created_at', sw.created_at, 'spec', sw.spec, "
            "'spec_hash', sw.spec_hash, 'counts', json_build_object('queued', c.queued, "
            "'queued_gpus', c.queued_gpus, 'queued_slots', c.queued_slots, "
+           "'queued_trainers', c.queued_trainers, "
            "'running', c.running, 'succeeded', c.succeeded, 'failed', c.failed, "
            "'cancelled', c.cancelled, 'total', c.total, 'flops_planned', c.flops_planned, "
            "'flops_done', c.flops_done, 'branched', c.branched, 'flops_trained', "
-           "c.flops_trained), %s), c.queued, c.queued_gpus, c.queued_slots "
+           "c.flops_trained), %s), c.queued, c.queued_gpus, c.queued_slots, c.queued_trainers "
            "FROM sweeps sw CROSS JOIN LATERAL (SELECT "
            "count(*) FILTER (WHERE status = 'queued') AS queued, "
            "coalesce(max(gpus) FILTER (WHERE status = 'queued'), 0) AS queued_gpus, "
            "coalesce(max(CASE WHEN gpus = 0 THEN greatest(coalesce((config->>'world_size')::int, "
            "1), 1) END) FILTER (WHERE status = 'queued'), 1) AS queued_slots, "
+           "coalesce(string_agg(DISTINCT coalesce(config->>'trainer', 'builtin'), ',') FILTER "
+           "(WHERE status = 'queued'), '') AS queued_trainers, "
            "count(*) FILTER (WHERE status = 'running') AS running, "
            "count(*) FILTER (WHERE status = 'succeeded') AS succeeded, "
            "count(*) FILTER (WHERE status = 'failed') AS failed, "
@@ -281,6 +285,7 @@ void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t
                         "'queued', count(*) FILTER (WHERE r.status = 'queued'), "
                         "'queued_gpus', coalesce(max(r.gpus) FILTER (WHERE r.status = "
                         "'queued'), 0), "
+                        "'queued_trainers', coalesce(string_agg(DISTINCT coalesce(r.config->>'trainer', 'builtin'), ',') FILTER (WHERE r.status = 'queued'), ''), "
                         "'queued_slots', coalesce(max(CASE WHEN r.gpus = 0 THEN "
                         "greatest(coalesce((r.config->>'world_size')::int, 1), 1) END) FILTER "
                         "(WHERE r.status = 'queued'), 1), "

@@ -33,6 +33,7 @@ typedef struct store_sweep_doc {
   int64_t queued;       /* queued runs */
   int64_t queued_gpus;  /* the most GPUs a queued run needs */
   int64_t queued_slots; /* the most CPU slots a queued CPU run needs */
+  const char *queued_trainers; /* the queued runs' trainers, comma-separated */
 } store_sweep_doc;
 typedef void (*store_sweep_doc_cb)(void *ud, int status, const store_sweep_doc *doc,
                                    const char *errmsg);

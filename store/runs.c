@@ -27,6 +27,7 @@ static void decode_queued(const PGresult *res, int row, void *elem) {
   r->slots = (int)store__int(res, row, 2);
   r->flops = PQgetisnull(res, row, 3) ? 0 : strtod(PQgetvalue(res, row, 3), NULL);
   r->throughput = PQgetisnull(res, row, 4) ? 0 : strtod(PQgetvalue(res, row, 4), NULL);
+  snprintf(r->trainer, sizeof r->trainer, "%s", PQgetvalue(res, row, 5));
 }
 
 STORE__ARRAY_SPEC(queued, store_queued, decode_queued, store_queue_cb);
@@ -37,24 +38,25 @@ STORE__ARRAY_SPEC(queued, store_queued, decode_queued, store_queue_cb);
  * once per run: the spec of a sweep of 10,000 runs is 300 kB of TOASTed
  * jsonb, and reading it for each of 256 runs cost 16-35 ms of the control
  * connection, where claims and finishes wait (1.5-4 ms this way). */
-void store_runs_queue(db *d, int limit, store_queue_cb cb, void *ud) {
+void store_runs_queue(db *d, int limit, const char *trainers, store_queue_cb cb, void *ud) {
   char lim[24];
-  const char *p[1] = {store__itoa(lim, sizeof lim, limit)};
+  const char *p[2] = {store__itoa(lim, sizeof lim, limit), trainers};
   store__query_rows(
       d,
       "WITH q AS MATERIALIZED (SELECT r.id, r.gpus, CASE WHEN r.gpus > 0 THEN 0 "
       "ELSE greatest(coalesce((r.config->>'world_size')::int, 1), 1) END AS slots, "
-      "r.flops, r.sweep_id, r.priority FROM runs r WHERE r.status = 'queued' AND " BRANCH_READY
-      "AND " RETRY_DUE
+      "r.flops, r.sweep_id, r.priority, coalesce(r.config->>'trainer', 'builtin') AS trainer "
+      "FROM runs r WHERE r.status = 'queued' AND " BRANCH_READY "AND " RETRY_DUE
+      "AND ($2::text[] IS NULL OR coalesce(r.config->>'trainer', 'builtin') = ANY ($2::text[])) "
       "ORDER BY r.priority DESC, r.sweep_id, r.flops DESC NULLS LAST, r.id LIMIT $1), "
       "t AS MATERIALIZED (SELECT sw.id, CASE WHEN "
       "jsonb_typeof(sw.spec->'throughput_flops') = 'number' "
       "THEN (sw.spec->>'throughput_flops')::float8 END AS throughput "
       "FROM sweeps sw WHERE sw.id IN (SELECT sweep_id FROM q)) "
-      "SELECT q.id, q.gpus, q.slots, q.flops, t.throughput FROM q "
+      "SELECT q.id, q.gpus, q.slots, q.flops, t.throughput, q.trainer FROM q "
       "JOIN t ON t.id = q.sweep_id "
       "ORDER BY q.priority DESC, q.sweep_id, q.flops DESC NULLS LAST, q.id",
-      1, p, &queued, (void (*)(void))cb, ud);
+      2, p, &queued, (void (*)(void))cb, ud);
 }
 
 /* the claimed run's steps before its first: its branch point when it starts

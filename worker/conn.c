@@ -244,6 +244,8 @@ static void send_hello(wrk__conn *c) {
                           "version", PROTO_VERSION, "token", w->token, "name", w->name, "host",
                           w->host, "gpus", gpus, "cpu_slots", w->cpu_slots, "runs", runs,
                           "backends", wrk__backends_json(w));
+  if (msg) /* placement sends a run only to a worker that offers its trainer */
+    json_object_set_new(msg, "trainers", wrk__trainers_json(w));
   if (msg && w->slurm_job[0]) /* the scheduler's --slurm counts its jobs' workers by it */
     json_object_set_new(msg, "slurm_job", json_string(w->slurm_job));
   char err[512];

@@ -30,6 +30,7 @@
 
 #include <jansson.h>
 #include <uv.h>
+#include <wordexp.h>
 
 #include "common/proto.h"
 
@@ -37,6 +38,8 @@
 #define WRK__MAX_ADDRS 8
 #define WRK__HB_RING 64
 #define WRK__MAX_DATA_DIRS 16
+/* declared trainers beside the built-in one (hello.trainers holds all) */
+#define WRK__MAX_TRAINERS (PROTO_MAX_TRAINERS - 1)
 
 /* ---- log.c -------------------------------------------------------------- */
 
@@ -120,7 +123,9 @@ struct wrk__run {
 
   proto_reader rd;
   int out_broken; /* a line over the limit: the rest of stdout is drained */
-  int bad_lines;
+  int broken;     /* its trainer broke the contract (trainers.c): the attempt fails */
+  int64_t lines;  /* stdout lines read */
+  uint64_t last_line_ms; /* loop time of the last one (or of the start) */
   json_t *batch; /* rows not yet sealed into a metrics message */
   size_t batch_bytes;
   int64_t next_seq;
@@ -137,6 +142,12 @@ struct wrk__run {
   char log_path[PATH_MAX + 64];
   char obuf[64 << 10];
 };
+
+/* A declared trainer: its name and its command's words. */
+typedef struct wrk__trainer {
+  char name[33];
+  wordexp_t argv;
+} wrk__trainer;
 
 typedef struct wrk__gpu {
   int index;
@@ -160,6 +171,9 @@ struct wrk__worker {
   int cpu_slots;
   double hb_override;
   int kill_grace_ms, drain_ms;
+  int hang_ms; /* a trainer silent this long has hung (trainers.c); 0: never */
+  wrk__trainer trainers[WRK__MAX_TRAINERS];
+  int ntrainers;
 
   uv_signal_t sigint, sigterm, sigchld;
   uv_timer_t reconnect_timer, welcome_timer, hb_timer, drain_timer, fence_timer;
@@ -224,7 +238,8 @@ void wrk__send_json(wrk__worker *w, json_t *msg);
  * heartbeat period in seconds. */
 double wrk__lease_welcome(wrk__worker *w, json_t *welcome);
 wrk__handler wrk__on_lease_renewed; /* heartbeat answer */
-/* Every FENCE_CHECK_MS from start-up: SIGKILL to trainers whose lease lapsed. */
+/* Every FENCE_CHECK_MS from start-up: SIGKILL to trainers whose lease lapsed
+ * (and the hang check, trainers.c). */
 void wrk__on_fence_timer(uv_timer_t *t);
 
 /* ---- run.c -------------------------------------------------------------- */
@@ -327,6 +342,30 @@ json_t *wrk__backends_json(const wrk__worker *w);
  * backend and this worker cannot run it (the scheduler does not place such
  * a run here; an assignment from elsewhere is refused with the reason). */
 int wrk__run_backend_refused(wrk__run *r);
+
+/* ---- trainers.c -------------------------------------------------------- */
+
+/* Reads the operator's declarations (NAME=COMMAND each, from --trainer and
+ * then the lines of file, which may be NULL; '#' starts a comment line)
+ * into w->trainers; SS_EINVAL / SS_ENOENT, logged with where, for a bad
+ * one. */
+int wrk__trainers_init(wrk__worker *w, const char *const *decls, int n, const char *file);
+void wrk__trainers_free(wrk__worker *w);
+/* hello.trainers: "builtin", then the declared ones. */
+json_t *wrk__trainers_json(const wrk__worker *w);
+/* "builtin, torch" into buf */
+void wrk__trainers_list(const wrk__worker *w, char *buf, size_t len);
+/* The trainer r's config names ("builtin" when none). */
+const char *wrk__run_trainer(const wrk__run *r);
+/* The declared trainer of that name, or NULL. */
+const wrk__trainer *wrk__trainer_find(const wrk__worker *w, const char *name);
+/* r's trainer broke the contract (what, printf-style, says how): logged,
+ * kept as the attempt's error, its output no longer read, SIGKILL; the
+ * attempt is reported failed, never interrupted. Once. */
+void wrk__run_broke_contract(wrk__run *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Breaks the contract of every running trainer silent for w->hang_ms. */
+void wrk__runs_check_hang(wrk__worker *w);
 
 /* ---- gpu.c -------------------------------------------------------------- */
 

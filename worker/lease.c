@@ -67,6 +67,7 @@ void wrk__on_lease_renewed(wrk__conn *c, json_t *m) {
  * the scheduler has answered a heartbeat (an older one never does). */
 void wrk__on_fence_timer(uv_timer_t *t) {
   wrk__worker *w = t->data;
+  wrk__runs_check_hang(w);
   if (!w->fencing)
     return;
   uint64_t now = uv_now(&w->loop);

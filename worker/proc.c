@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -28,12 +29,9 @@ static void on_out_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (r->out_broken)
       return;
     int rc = proto_reader_feed(&r->rd, buf->base, (size_t)nread, wrk__on_trainer_line, r);
-    if (rc) {
-      wrk__log("run %" PRId64 ": the trainer printed a line over %u bytes; the rest of its "
-               "output is ignored",
-               r->id, PROTO_MAX_LINE);
-      r->out_broken = 1;
-    }
+    if (rc && !r->broken)
+      wrk__run_broke_contract(r, "stdout line %" PRId64 " is longer than %u bytes", r->lines + 1,
+                              PROTO_MAX_LINE);
     return;
   }
   if (nread == 0)
@@ -155,12 +153,34 @@ static int secret_var(const wrk__worker *w, const char *var) {
   return eq && w->token && *w->token && !strcmp(eq + 1, w->token);
 }
 
+/* The contract's variables (docs/trainers.md): a declared trainer gets
+ * them from its worker and launcher only, never from the worker's own
+ * environment. */
+static int contract_var(const char *var) {
+  static const char *const names[] = {
+      "SCALESWEEP_CONFIG=",     "SCALESWEEP_CHECKPOINT_DIR=", "SCALESWEEP_DATA_DIRS=",
+      "SCALESWEEP_RESUME_MAX_STEP=", "SCALESWEEP_BRANCH_FROM=", "SCALESWEEP_KEEP_STEPS=",
+      "SCALESWEEP_RUN_ID=",     "SCALESWEEP_ATTEMPT=",        "SCALESWEEP_TRAINER=",
+      "RANK=",                  "WORLD_SIZE=",                "LOCAL_RANK=",
+      "LOCAL_WORLD_SIZE=",      "MASTER_ADDR=",               "MASTER_PORT=",
+      NULL};
+  for (int i = 0; names[i]; i++)
+    if (!strncmp(var, names[i], strlen(names[i])))
+      return 1;
+  return 0;
+}
+
+/* The trainer's environment: the worker's, less its secrets and the
+ * contract's variables, with the run's GPUs, and extra (NULL-terminated,
+ * may be NULL) appended. The strings are borrowed; free the array. */
 static char **child_env(const wrk__run *r, char *cvd, size_t cvdlen, char *secret,
-                        size_t secretlen) {
-  size_t n = 0;
+                        size_t secretlen, char *const *extra) {
+  size_t n = 0, nx = 0;
   while (environ[n])
     n++;
-  char **env = calloc(n + 5, sizeof *env);
+  while (extra && extra[nx])
+    nx++;
+  char **env = calloc(n + nx + 5, sizeof *env);
   if (!env)
     return NULL;
   int passive = r->ngpus == 0 && cpu_shared(r) && !getenv("OMP_WAIT_POLICY");
@@ -168,7 +188,8 @@ static char **child_env(const wrk__run *r, char *cvd, size_t cvdlen, char *secre
   for (size_t i = 0; i < n; i++)
     if (strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) &&
         strncmp(environ[i], "CUDA_DEVICE_ORDER=", 18) &&
-        strncmp(environ[i], "SCALESWEEP_DIST_SECRET=", 23) && !secret_var(r->w, environ[i]))
+        strncmp(environ[i], "SCALESWEEP_DIST_SECRET=", 23) && !secret_var(r->w, environ[i]) &&
+        !contract_var(environ[i]))
       env[k++] = environ[i];
   wrk__gpu_visible(r, cvd, cvdlen);
   env[k++] = cvd;
@@ -182,6 +203,8 @@ static char **child_env(const wrk__run *r, char *cvd, size_t cvdlen, char *secre
     snprintf(secret, secretlen, "SCALESWEEP_DIST_SECRET=%s", s);
     env[k++] = secret;
   }
+  for (size_t i = 0; i < nx; i++)
+    env[k++] = extra[i];
   env[k] = NULL;
   return env;
 }
@@ -252,6 +275,164 @@ static int keep_steps_arg(const json_t *ks, char *out, size_t n) {
   return len > 0;
 }
 
+/* What a run's trainer is told beside its config: where its checkpoints
+ * go, where it resumes from, its wsd branch point and kept steps, and this
+ * worker's ranks of a run spread over workers. */
+typedef struct start_info {
+  const char *ckdir;  /* "" when none */
+  int resume;         /* an earlier attempt's checkpoint is here */
+  char maxs[32];      /* resume at most from this step ("": any) */
+  const char *bfrom;  /* the branch point, or NULL */
+  int has_keeps;
+  char keeps[4096];   /* "10,20" */
+  int nranks;         /* > 0: this worker's ranks of a run spread over workers */
+  char ranks[4096];
+  const char *dist;   /* rank 0's HOST:PORT then */
+} start_info;
+
+static void start_info_of(wrk__run *r, start_info *si) {
+  memset(si, 0, sizeof *si);
+  si->ckdir = json_string_value(json_object_get(r->assign, "checkpoint_dir"));
+  si->resume = json_is_true(json_object_get(r->assign, "resume"));
+  char ckfile[PATH_MAX + 32];
+  if (si->resume) {
+    char prev[PATH_MAX + 32];
+    snprintf(ckfile, sizeof ckfile, "%s/checkpoint.bin", si->ckdir);
+    snprintf(prev, sizeof prev, "%s/checkpoint.prev.bin", si->ckdir);
+    /* a declared trainer's checkpoints have names of its own: it resumes
+     * from its directory whatever is there (docs/trainers.md) */
+    if (!*si->ckdir ||
+        (!wrk__trainer_find(r->w, wrk__run_trainer(r)) && access(ckfile, R_OK) &&
+         access(prev, R_OK))) {
+      wrk__log("run %" PRId64 " attempt %" PRId64 ": resume asked but %s%s; starting from scratch",
+               r->id, r->attempt, *si->ckdir ? ckfile : "no checkpoint_dir was given",
+               *si->ckdir ? " is not here" : "");
+      si->resume = 0;
+    }
+  }
+  /* resume at most from the last step whose metrics the scheduler has
+   * stored: a checkpoint past it would leave the steps between unrecorded */
+  json_t *maxj = json_object_get(r->assign, "resume_max_step");
+  if (si->resume && json_is_integer(maxj) && json_integer_value(maxj) >= 0)
+    snprintf(si->maxs, sizeof si->maxs, "%" JSON_INTEGER_FORMAT, json_integer_value(maxj));
+  /* wsd branches (docs/sweeps.md): where a branch starts, where a trunk
+   * keeps checkpoints for its branches */
+  si->bfrom = json_string_value(json_object_get(r->assign, "branch_from"));
+  if (si->bfrom && *si->bfrom && access(si->bfrom, R_OK) != 0) {
+    /* not on this host (checkpoints not shared) or gone: from scratch, to
+     * the same result, rather than an attempt that fails */
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": branch point %s: %s; training from scratch",
+             r->id, r->attempt, si->bfrom, strerror(errno));
+    si->bfrom = NULL;
+  }
+  if (si->bfrom && !*si->bfrom)
+    si->bfrom = NULL;
+  si->has_keeps = *si->ckdir && keep_steps_arg(json_object_get(r->assign, "keep_steps"),
+                                               si->keeps, sizeof si->keeps);
+  si->nranks = wrk__run_dist_ranks(r, si->ranks, sizeof si->ranks);
+  if (si->nranks > 0)
+    si->dist = json_string_value(json_object_get(json_object_get(r->assign, "dist"), "addr"));
+}
+
+/* `scalesweep train`'s arguments for the built-in trainer (room: args[20 +
+ * 2 * WRK__MAX_DATA_DIRS]) */
+static void builtin_args(wrk__run *r, const start_info *si, const char *cfg_path, char **args) {
+  wrk__worker *w = r->w;
+  int na = 0;
+  args[na++] = w->bin;
+  args[na++] = "train";
+  args[na++] = "--config";
+  args[na++] = (char *)cfg_path;
+  if (*si->ckdir) {
+    args[na++] = "--checkpoint-dir";
+    args[na++] = (char *)si->ckdir;
+  }
+  wrk__data_dirs_args(w, args, &na);
+  if (si->resume) {
+    args[na++] = "--resume";
+    args[na++] = (char *)si->ckdir;
+  }
+  if (si->maxs[0]) {
+    args[na++] = "--resume-max-step";
+    args[na++] = (char *)si->maxs;
+  }
+  if (si->bfrom) {
+    args[na++] = "--branch-from";
+    args[na++] = (char *)si->bfrom;
+  }
+  if (si->has_keeps) {
+    args[na++] = "--keep-steps";
+    args[na++] = (char *)si->keeps;
+  }
+  if (si->nranks > 0) { /* this worker's part of the run */
+    args[na++] = "--ranks";
+    args[na++] = (char *)si->ranks;
+    args[na++] = "--dist";
+    args[na++] = (char *)si->dist;
+  }
+  args[na] = NULL;
+}
+
+/* A declared trainer: `scalesweep launch` of its command (its ranks with
+ * torchrun's environment), and the contract's variables in vars (as
+ * "NAME=value" strings in store, a buffer of storelen bytes; extra gets
+ * pointers to them, NULL-terminated, room for 12). 0, or -1 when they do
+ * not fit (a bug: the paths are bounded). */
+static int declared_args(wrk__run *r, const wrk__trainer *t, const start_info *si,
+                         const char *cfg_path, char **args, size_t maxargs, char *world,
+                         size_t worldlen, char **extra, char *store, size_t storelen) {
+  wrk__worker *w = r->w;
+  size_t na = 0, off = 0;
+  int ne = 0;
+  json_t *ws = json_object_get(json_object_get(r->assign, "config"), "world_size");
+  snprintf(world, worldlen, "%" JSON_INTEGER_FORMAT, json_is_integer(ws) ? json_integer_value(ws) : 1);
+  args[na++] = w->bin;
+  args[na++] = "launch";
+  args[na++] = "--world-size";
+  args[na++] = world;
+  if (si->nranks > 0) {
+    args[na++] = "--ranks";
+    args[na++] = (char *)si->ranks;
+    args[na++] = "--dist";
+    args[na++] = (char *)si->dist;
+  }
+  args[na++] = "--";
+  for (size_t i = 0; i < t->argv.we_wordc && na + 1 < maxargs; i++)
+    args[na++] = t->argv.we_wordv[i];
+  args[na] = NULL;
+  if (na + 1 >= maxargs)
+    return -1;
+  char dirs[WRK__MAX_DATA_DIRS * (PATH_MAX + 1)] = "";
+  size_t dl = 0;
+  for (int i = 0; i < w->ndata_dirs && dl < sizeof dirs; i++)
+    dl += (size_t)snprintf(dirs + dl, sizeof dirs - dl, "%s%s", i ? ":" : "", w->data_dirs[i]);
+#define VAR(...)                                                                                  \
+  do {                                                                                            \
+    int k_ = snprintf(store + off, storelen - off, __VA_ARGS__);                                  \
+    if (k_ < 0 || (size_t)k_ >= storelen - off)                                                   \
+      return -1;                                                                                  \
+    extra[ne++] = store + off;                                                                    \
+    off += (size_t)k_ + 1;                                                                        \
+  } while (0)
+  VAR("SCALESWEEP_CONFIG=%s", cfg_path);
+  VAR("SCALESWEEP_TRAINER=%s", t->name);
+  VAR("SCALESWEEP_RUN_ID=%" PRId64, r->id);
+  VAR("SCALESWEEP_ATTEMPT=%" PRId64, r->attempt);
+  /* set, empty or not: a trainer reads token shards only under these */
+  VAR("SCALESWEEP_DATA_DIRS=%s", dirs);
+  if (*si->ckdir)
+    VAR("SCALESWEEP_CHECKPOINT_DIR=%s", si->ckdir);
+  if (si->maxs[0])
+    VAR("SCALESWEEP_RESUME_MAX_STEP=%s", si->maxs);
+  if (si->bfrom)
+    VAR("SCALESWEEP_BRANCH_FROM=%s", si->bfrom);
+  if (si->has_keeps)
+    VAR("SCALESWEEP_KEEP_STEPS=%s", si->keeps);
+#undef VAR
+  extra[ne] = NULL;
+  return 0;
+}
+
 void wrk__run_start(wrk__run *r) {
   wrk__worker *w = r->w;
   for (int i = 0; i < r->ngpus; i++)
@@ -270,8 +451,26 @@ void wrk__run_start(wrk__run *r) {
                    r->gpus[i], x->id);
   }
 
-  if (wrk__run_backend_refused(r) || wrk__run_memory_refused(r))
+  /* the trainer: the built-in, or one this worker's operator declared */
+  const char *tname = wrk__run_trainer(r);
+  const wrk__trainer *t = strcmp(tname, "builtin") ? wrk__trainer_find(w, tname) : NULL;
+  if (strcmp(tname, "builtin") && !t) {
+    char list[1024];
+    wrk__trainers_list(w, list, sizeof list);
+    wrk__run_fail_start(r, SS_EXIT_USAGE,
+                        "not started: this worker does not offer the trainer \"%.40s\" (it offers "
+                        "%s; an operator declares one with --trainer NAME=COMMAND)",
+                        tname, list);
     return;
+  }
+  if (wrk__run_backend_refused(r))
+    return;
+  if (!t && wrk__run_memory_refused(r))
+    return;
+  if (t) /* its memory is its own program's: nothing here can estimate it */
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": memory check skipped: the trainer \"%s\" "
+             "declares no memory estimate",
+             r->id, r->attempt, t->name);
   char err[1024], cfg_path[PATH_MAX + 64];
   if (fio_mkdirs(r->dir, 0755) != 0) {
     wrk__run_fail_start(r, SS_EXIT_FAILURE, "cannot create %s: %s", r->dir, strerror(errno));
@@ -282,21 +481,8 @@ void wrk__run_start(wrk__run *r) {
     wrk__run_fail_start(r, SS_EXIT_FAILURE, "cannot write the run config: %s", err);
     return;
   }
-
-  const char *ckdir = json_string_value(json_object_get(r->assign, "checkpoint_dir"));
-  int resume = json_is_true(json_object_get(r->assign, "resume"));
-  char ckfile[PATH_MAX + 32];
-  if (resume) {
-    char prev[PATH_MAX + 32];
-    snprintf(ckfile, sizeof ckfile, "%s/checkpoint.bin", ckdir);
-    snprintf(prev, sizeof prev, "%s/checkpoint.prev.bin", ckdir);
-    if (!*ckdir || (access(ckfile, R_OK) && access(prev, R_OK))) {
-      wrk__log("run %" PRId64 " attempt %" PRId64 ": resume asked but %s%s; starting from scratch",
-               r->id, r->attempt, *ckdir ? ckfile : "no checkpoint_dir was given",
-               *ckdir ? " is not here" : "");
-      resume = 0;
-    }
-  }
+  start_info si;
+  start_info_of(r, &si);
 
   int fd = open(r->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -304,60 +490,21 @@ void wrk__run_start(wrk__run *r) {
     return;
   }
 
+  enum { MAX_ARGS = 64 + 2 * WRK__MAX_DATA_DIRS };
+  char *args[MAX_ARGS], *extra[16], world[16];
+  static char vars[WRK__MAX_DATA_DIRS * (PATH_MAX + 1) + 6 * PATH_MAX];
+  extra[0] = NULL;
+  if (!t)
+    builtin_args(r, &si, cfg_path, args);
+  else if (declared_args(r, t, &si, cfg_path, args, MAX_ARGS, world, sizeof world, extra, vars,
+                         sizeof vars)) {
+    close(fd);
+    wrk__run_fail_start(r, SS_EXIT_FAILURE, "the trainer \"%s\"'s command or paths are too long",
+                        t->name);
+    return;
+  }
   char cvd[256], secret[320];
-  char **env = child_env(r, cvd, sizeof cvd, secret, sizeof secret);
-  /* resume at most from the last step whose metrics the scheduler has
-   * stored: a checkpoint past it would leave the steps between unrecorded */
-  json_t *maxj = json_object_get(r->assign, "resume_max_step");
-  char maxs[32] = "";
-  if (resume && json_is_integer(maxj) && json_integer_value(maxj) >= 0)
-    snprintf(maxs, sizeof maxs, "%" JSON_INTEGER_FORMAT, json_integer_value(maxj));
-  char *args[20 + 2 * WRK__MAX_DATA_DIRS], ranks[4096];
-  int na = 0;
-  args[na++] = w->bin;
-  args[na++] = "train";
-  args[na++] = "--config";
-  args[na++] = cfg_path;
-  if (*ckdir) {
-    args[na++] = "--checkpoint-dir";
-    args[na++] = (char *)ckdir;
-  }
-  wrk__data_dirs_args(w, args, &na);
-  if (resume) {
-    args[na++] = "--resume";
-    args[na++] = (char *)ckdir;
-  }
-  if (maxs[0]) {
-    args[na++] = "--resume-max-step";
-    args[na++] = maxs;
-  }
-  /* wsd branches (docs/sweeps.md): where a branch starts, where a trunk
-   * keeps checkpoints for its branches */
-  const char *bfrom = json_string_value(json_object_get(r->assign, "branch_from"));
-  if (bfrom && *bfrom && access(bfrom, R_OK) != 0) {
-    /* not on this host (checkpoints not shared) or gone: from scratch, to
-     * the same result, rather than an attempt that fails */
-    wrk__log("run %" PRId64 " attempt %" PRId64 ": branch point %s: %s; training from scratch",
-             r->id, r->attempt, bfrom, strerror(errno));
-    bfrom = NULL;
-  }
-  if (bfrom && *bfrom) {
-    args[na++] = "--branch-from";
-    args[na++] = (char *)bfrom;
-  }
-  char keeps[4096];
-  if (*ckdir && keep_steps_arg(json_object_get(r->assign, "keep_steps"), keeps, sizeof keeps)) {
-    args[na++] = "--keep-steps";
-    args[na++] = keeps;
-  }
-  if (wrk__run_dist_ranks(r, ranks, sizeof ranks) > 0) { /* this worker's part of the run */
-    args[na++] = "--ranks";
-    args[na++] = ranks;
-    args[na++] = "--dist";
-    args[na++] = (char *)json_string_value(
-        json_object_get(json_object_get(r->assign, "dist"), "addr"));
-  }
-  args[na] = NULL;
+  char **env = child_env(r, cvd, sizeof cvd, secret, sizeof secret, extra);
   log_header(r, fd, args, cvd);
 
   pid_t pid = 0;
@@ -372,6 +519,7 @@ void wrk__run_start(wrk__run *r) {
   r->pid = pid;
   r->proc_alive = 1;
   r->state = WRK__RUN_RUNNING;
+  r->last_line_ms = uv_now(&w->loop);
   uv_pipe_init(&w->loop, &r->out, 0);
   r->out.data = r;
   r->nopen++;
@@ -388,8 +536,8 @@ void wrk__run_start(wrk__run *r) {
     return;
   }
   uv_read_start((uv_stream_t *)&r->out, on_out_alloc, on_out_read);
-  wrk__log("run %" PRId64 " attempt %" PRId64 ": started pid %d (%s)%s", r->id, r->attempt, r->pid,
-           cvd, resume ? ", resuming" : "");
+  wrk__log("run %" PRId64 " attempt %" PRId64 ": started pid %d (%s)%s%s%s", r->id, r->attempt,
+           r->pid, cvd, si.resume ? ", resuming" : "", t ? ", trainer " : "", t ? t->name : "");
 }
 
 static void on_kill_timer(uv_timer_t *t) {

@@ -14,7 +14,6 @@
 #include "worker/internal.h"
 
 #define LOG_TAIL_BYTES 4096
-#define MAX_BAD_LINES_LOGGED 3
 
 /* Sends msg (consumed) and keeps it in *slot, instead of the one before, to
  * be resent after a reconnect. 0 when it fails validation (logged). */
@@ -32,15 +31,83 @@ static int send_latest(wrk__run *r, wrk__wbuf **slot, json_t *msg, const char *e
   return 1;
 }
 
+/* A short, printable rendering of a trainer's line for messages. */
+static void quote_line(const char *line, size_t len, char *out, size_t n) {
+  size_t k = 0;
+  for (size_t i = 0; i < len && k + 5 < n; i++) {
+    unsigned char ch = (unsigned char)line[i];
+    out[k++] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+    if (i == 79 && len > 80) {
+      memcpy(out + k, "...", 3);
+      k += 3;
+      break;
+    }
+  }
+  out[k] = 0;
+}
+
+/* A done event's figures the scheduler stores: final_val_loss > 0 and
+ * tokens >= 0, numbers; NULL when it has them, else what is wrong. */
+static const char *done_problem(const json_t *ev) {
+  json_t *loss = json_object_get(ev, "final_val_loss"), *tokens = json_object_get(ev, "tokens");
+  if (!json_is_number(loss))
+    return "\"done\" without final_val_loss (a number, the final validation loss in nats per "
+           "token)";
+  if (!(json_number_value(loss) > 0))
+    return "\"done\" with final_val_loss <= 0 (a loss in nats per token is positive)";
+  if (!json_is_number(tokens) || json_number_value(tokens) < 0)
+    return "\"done\" without tokens (a number >= 0, the tokens trained)";
+  return NULL;
+}
+
 int wrk__on_trainer_line(void *ud, const char *line, size_t len) {
   wrk__run *r = ud;
+  if (r->broken)
+    return 0;
+  r->lines++;
+  r->last_line_ms = uv_now(&r->w->loop);
   json_error_t jerr;
   json_t *ev = json_loadb(line, len, 0, &jerr);
-  const char *event = ev ? json_string_value(json_object_get(ev, "event")) : NULL;
+  const char *event = json_is_object(ev) ? json_string_value(json_object_get(ev, "event")) : NULL;
+  char q[128], why[512];
   if (!event) {
-    if (r->bad_lines++ < MAX_BAD_LINES_LOGGED)
-      wrk__log("run %" PRId64 ": ignored a trainer line that is not a JSON event: %.100s", r->id,
-               line);
+    quote_line(line, len, q, sizeof q);
+    if (!ev)
+      wrk__run_broke_contract(r, "stdout line %" PRId64 " is not JSON (%s at column %d): '%s'",
+                              r->lines, jerr.text, jerr.column, q);
+    else
+      wrk__run_broke_contract(r,
+                              "stdout line %" PRId64 " is not an object with an \"event\" string: "
+                              "'%s'",
+                              r->lines, q);
+    json_decref(ev);
+    return 0;
+  }
+  static const char *const events[] = {"config", "step", "eval", "checkpoint",
+                                       "done",   "error", NULL};
+  int known = 0;
+  for (int i = 0; events[i]; i++)
+    known |= !strcmp(event, events[i]);
+  const char *bad = NULL;
+  if (!known) {
+    snprintf(why, sizeof why,
+             "unknown event \"%.40s\" (expected config, step, eval, checkpoint, done or error)",
+             event);
+    bad = why;
+  } else if ((!strcmp(event, "step") || !strcmp(event, "eval")) &&
+             proto_check_row(ev, why, sizeof why)) {
+    bad = why;
+  } else if (!strcmp(event, "done")) {
+    bad = done_problem(ev);
+  } else if (!strcmp(event, "checkpoint") &&
+             (!json_is_integer(json_object_get(ev, "step")) ||
+              json_integer_value(json_object_get(ev, "step")) < 0 ||
+              !json_is_string(json_object_get(ev, "path")))) {
+    bad = "\"checkpoint\" without step (an integer >= 0) and path (a string)";
+  }
+  if (bad) {
+    quote_line(line, len, q, sizeof q);
+    wrk__run_broke_contract(r, "stdout line %" PRId64 ": %s: '%s'", r->lines, bad, q);
     json_decref(ev);
     return 0;
   }
@@ -107,6 +174,19 @@ void wrk__run_complete(wrk__run *r) {
   uv_timer_stop(&r->kill_timer);
   r->state = WRK__RUN_EXITED;
   int64_t code = r->term_signal ? 128 + r->term_signal : r->exit_status;
+  char part[4096];
+  int nhere = wrk__run_dist_ranks(r, part, sizeof part);
+  /* a part without rank 0 of a run spread over workers prints no done */
+  int reports = nhere == 0 || !strcmp(part, "0") || !strncmp(part, "0,", 2);
+  if (!r->error && !r->broken && code == 0 && !r->done && reports && r->pid > 0) {
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "run %" PRId64 " attempt %" PRId64 ": the trainer \"%s\" broke the trainer "
+             "contract (docs/trainers.md): it exited with code 0 without a \"done\" event",
+             r->id, r->attempt, wrk__run_trainer(r));
+    r->error = strdup(msg);
+    r->broken = 1;
+  }
   char *tail = log_tail(r->log_path);
   if (!r->error && code != 0) {
     /* no error event (a config the trainer refused, a crash): the last line
@@ -138,11 +218,12 @@ void wrk__run_complete(wrk__run *r) {
    * an upgrade, its database away), which is no failure of the run. If the
    * scheduler has meanwhile given the run up as lost, the report changes
    * nothing there (docs/runtime.md, "Fencing"). */
-  int ok = code == 0 && r->done;
+  int ok = code == 0 && r->done && !r->broken;
   int stop_code = code == 128 + SIGTERM || code == 128 + SIGINT;
   int interrupted =
-      !ok && (r->fenced || (stop_code ? r->interrupting || !r->cancelled
-                                      : r->interrupting && r->term_signal == SIGKILL));
+      !ok && !r->broken &&
+      (r->fenced || (stop_code ? r->interrupting || !r->cancelled
+                               : r->interrupting && r->term_signal == SIGKILL));
   json_t *msg = wrk__run_header(r, "finished");
   json_object_set_new(msg, "seq", json_integer(r->next_seq));
   json_object_set_new(msg, "interrupted", json_boolean(interrupted));
@@ -152,7 +233,7 @@ void wrk__run_complete(wrk__run *r) {
     json_object_set_new(msg, "checkpoint_step", json_integer(r->ckpt_step));
   json_object_set_new(msg, "exit_code", json_integer(code));
   json_object_set_new(msg, "signal", json_integer(r->term_signal));
-  json_object_set(msg, "done", r->done ? r->done : json_null());
+  json_object_set(msg, "done", r->done && !r->broken ? r->done : json_null());
   json_object_set_new(msg, "error", r->error ? json_string(r->error) : json_null());
   json_object_set_new(msg, "log_tail", json_string(tail ? tail : ""));
   free(tail);

@@ -185,6 +185,7 @@ static void worker_free(wrk__worker *w) {
     free(w->token);
   }
   free(w->gpus);
+  wrk__trainers_free(w);
   free(w);
 }
 
@@ -229,6 +230,13 @@ int wrk_run(const wrk_options *o) {
     worker_free(w);
     return rc;
   }
+  if ((rc = wrk__trainers_init(w, o->trainers, o->n_trainers, o->trainers_file)) != 0) {
+    worker_free(w);
+    return rc;
+  }
+  w->hang_ms = o->hang_timeout_s < 0    ? 0
+               : o->hang_timeout_s == 0 ? 1800 * 1000
+                                        : (int)(o->hang_timeout_s * 1000);
   w->cpu_slots = o->cpu_slots >= 0 ? o->cpu_slots : w->ngpus == 0 ? 1 : 0;
   wrk__backends_probe(w);
   w->hb_override = o->heartbeat_s;
@@ -264,10 +272,11 @@ int wrk_run(const wrk_options *o) {
   uv_signal_start(&w->sigterm, on_signal, SIGTERM);
   uv_signal_start(&w->sigchld, on_sigchld, SIGCHLD);
 
-  char gl[256];
+  char gl[256], tl[1024];
   wrk__gpu_list(w, ",", gl, sizeof gl);
-  wrk__log("%s: GPUs [%s], %d CPU slot%s, work dir %s, trainer %s", w->name, gl, w->cpu_slots,
-           w->cpu_slots == 1 ? "" : "s", w->work_dir, w->bin);
+  wrk__trainers_list(w, tl, sizeof tl);
+  wrk__log("%s: GPUs [%s], %d CPU slot%s, work dir %s, trainers %s (builtin: %s)", w->name, gl,
+           w->cpu_slots, w->cpu_slots == 1 ? "" : "s", w->work_dir, tl, w->bin);
   wrk__connect_start(w);
 
   uv_run(&w->loop, UV_RUN_DEFAULT);

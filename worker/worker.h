@@ -63,6 +63,14 @@ typedef struct wrk_options {
    * scheduler allows (its welcome's data_dirs); none: the scheduler's */
   const char *const *data_dirs;
   int n_data_dirs;
+  /* the trainers beside the built-in one (docs/trainers.md): NAME=COMMAND
+   * each, and a file of such lines (NULL: none) */
+  const char *const *trainers;
+  int n_trainers;
+  const char *trainers_file;
+  /* a trainer that prints no line for this long has hung: killed, its
+   * attempt failed (0: 1800 s; < 0: never) */
+  double hang_timeout_s;
 } wrk_options;
 
 /* Every field unset: the defaults above. */
