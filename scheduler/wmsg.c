@@ -424,20 +424,27 @@ static void on_checkpoint(sched__wconn *c, json_t *m) {
     return;
   }
   if (json_is_true(json_object_get(m, "branch"))) { /* a trunk's branch point */
-    /* where the trunk's trainer keeps it (train.h): any other path is
+    /* in the trunk's own branch-STEP directory (train.h; a declared
+     * trainer names the file itself, docs/trainers.md): any other path is
      * refused, so that no worker chooses what another's trainer opens */
     char want[4400];
     json_int_t step = json_integer_value(json_object_get(m, "step"));
-    snprintf(want, sizeof want, "%s/run-%" PRId64 "/branch-%" JSON_INTEGER_FORMAT "/checkpoint.bin",
-             c->wp->checkpoint_root ? c->wp->checkpoint_root : "", x->run_id, step);
-    if (strcmp(want, json_string_value(json_object_get(m, "path")))) {
+    const char *path = json_string_value(json_object_get(m, "path"));
+    int n = snprintf(want, sizeof want, "%s/run-%" PRId64 "/branch-%" JSON_INTEGER_FORMAT "/",
+                     c->wp->checkpoint_root ? c->wp->checkpoint_root : "", x->run_id, step);
+    const char *file = n > 0 && (size_t)n < sizeof want && !strncmp(path, want, (size_t)n)
+                           ? path + n
+                           : NULL;
+    if (!file || !*file || strchr(file, '/') || !strcmp(file, ".") || !strcmp(file, "..") ||
+        strlen(path) >= sizeof want) {
       sched__wlog(c,
                   "run %" PRId64 ": branch point at step %" JSON_INTEGER_FORMAT
-                  " refused: its path is not %s",
+                  " refused: its path is not a file in %s",
                   x->run_id, step, want);
       free(x);
       return;
     }
+    snprintf(want, sizeof want, "%s", path);
     store_runs_branch_point(c->wp->db, x->run_id, x->attempt, c->worker_id, step, want,
                             on_branch_point_done, x);
     return;
