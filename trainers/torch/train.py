@@ -932,9 +932,9 @@ def main(argv):
         r.load_config()
         r.setup_torch()
         r.open_data()
+        r.init_dist()
         r.build()
         r.emit_config()
-        r.init_dist()
         r.train_loop()
         code = EXIT_OK
     except Fail as e:
@@ -942,6 +942,11 @@ def main(argv):
         rank = getattr(r, "rank", 0) if r else 0
         log(("rank %d: " % rank if r and getattr(r, "world", 1) > 1 else "") + e.message)
         code = e.code
+    except Exception as e:  # a bug or an unexpected failure: still one error line
+        import traceback
+        traceback.print_exc()
+        emit({"event": "error", "message": "%s: %s" % (type(e).__name__, e)})
+        code = EXIT_FAIL
     try:
         if r is not None and getattr(r, "world", 1) > 1:
             import torch
