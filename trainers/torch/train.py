@@ -410,11 +410,11 @@ class Run:
     def state_dict(self, st):
         torch = self.torch
         c = self.c
-        params = {n: p.detach().to("cpu").clone() for n, p in zip(self.names, self.params)}
         if self.zero is not None:
             self.zero.consolidate_state_dict(to=0)
-            if self.rank != 0:
-                return None
+        if self.rank != 0:
+            return None
+        params = {n: p.detach().to("cpu").clone() for n, p in zip(self.names, self.params)}
         if c.optimizer == "adamw8bit":
             optim = {"kind": "adamw8bit", "state_dict": self.opt.state_dict()}
         else:
@@ -598,7 +598,9 @@ class Run:
         if "cuda" in rng and c.backend == "cuda":
             torch.cuda.set_rng_state_all(rng["cuda"])
 
-    def load_branch(self, st):
+    def load_branch(self):
+        """The branch point's checkpoint, checked (ckpt.c load's branch
+        checks): (checkpoint, "wsd" or "constant")."""
         import sscfg
         c = self.c
         path = self.opts.branch_from
@@ -635,17 +637,14 @@ class Run:
                            % (path, s["step"], "this run" if s["step"] > own
                               else "the run that wrote it", own if s["step"] > own else theirs,
                               min(own, theirs)))
-        self.apply_checkpoint(ck, st)
-        if c.schedule == "constant":
-            st["step"] = s["tokens"] // bt
-            st["skipped_steps"] = st["step"] - (s["step"] - s["skipped_steps"])
-        log("started from %s (step %d)" % (path, s["step"]))
-        return True
+        log("starting from %s (step %d)" % (path, s["step"]))
+        return ck, ("constant" if c.schedule == "constant" else "wsd")
 
-    def resume(self, st):
-        """Resumes from the checkpoint directory's newest whole checkpoint
-        (at step <= resume_max_step when given); else the branch point; else
-        nothing. True when something was loaded."""
+    def find_start(self):
+        """What the run starts from (train.c resume_from): the checkpoint
+        directory's newest whole checkpoint (at step <= resume_max_step when
+        given), else the branch point, else nothing. (checkpoint, kind) with
+        kind "resume", "wsd" or "constant"; (None, None) for a fresh start."""
         d, max_step = self.ckdir, self.opts.resume_max_step
         found, bad = [], []
         if d and os.path.isdir(d):
@@ -672,41 +671,48 @@ class Run:
             self.same_run(p, ck["config"], None)
             for b in bad:
                 log("checkpoint %s; resuming from %s (step %d)" % (b, p, step))
-            self.apply_checkpoint(ck, st)
-            log("resumed from %s (step %d)" % (p, step))
-            return True
+            log("resuming from %s (step %d)" % (p, step))
+            return ck, "resume"
         if bad and max_step < 0:
             raise Fail(EXIT_USAGE, "; ".join(bad))
-        for b in bad:
-            log("checkpoint %s; no other checkpoint to resume from" % b)
+        for i, b in enumerate(bad):
+            log("checkpoint %s; no other checkpoint to resume from%s"
+                % (b, "" if i + 1 < len(bad) else ": starting from the branch point"
+                   if self.opts.branch_from else ": starting from scratch"))
         if self.opts.branch_from:
-            return self.load_branch(st)
-        return False
+            return self.load_branch()
+        return None, None
 
-    def resume_all(self, st):
-        """Rank 0 decides and loads; the others follow its weights and state."""
+    def resume(self, st):
+        """Rank 0 finds the start and hands it to every rank (checkpoints are
+        a single process's, as the built-in's: a run may resume on another
+        number of ranks); every rank then loads it. True when resumed."""
         torch = self.torch
         if self.world == 1:
-            return self.resume(st)
-        # every rank reads the same files (one host, or a shared directory)
-        ok = torch.tensor([0], dtype=torch.int64)
-        err = None
-        try:
-            res = self.resume(st)
-            ok[0] = 1 if res else 0
-        except Fail as e:
-            err = e
-            ok[0] = -1
-        flags = [torch.zeros_like(ok) for _ in range(self.world)]
-        torch.distributed.all_gather(flags, ok)
-        if err is not None:
-            raise err
-        if any(int(f[0]) < 0 for f in flags):
-            raise Fail(EXIT_USAGE, "rank %d: another rank could not resume (its error says why)"
-                       % self.rank)
-        if len(set(int(f[0]) for f in flags)) != 1:
-            raise Fail(EXIT_FAIL, "the ranks found different checkpoints to resume from")
-        return bool(flags[0][0])
+            ck, kind = self.find_start()
+        else:
+            msg = [None]
+            if self.rank == 0:
+                try:
+                    msg = [self.find_start()]
+                except Fail as e:
+                    msg = [("error", e.code, e.message)]
+            torch.distributed.broadcast_object_list(msg, src=0)
+            got = msg[0]
+            if got and got[0] == "error":
+                if self.rank == 0:
+                    raise Fail(got[1], got[2])
+                raise Fail(got[1], "rank %d: rank 0 could not resume: %s" % (self.rank, got[2]))
+            ck, kind = got
+        if ck is None:
+            return False
+        s = ck["state"]
+        self.apply_checkpoint(ck, st)
+        if kind == "constant":
+            bt = self.c.batch_size * self.c.seq_len
+            st["step"] = s["tokens"] // bt
+            st["skipped_steps"] = st["step"] - (s["step"] - s["skipped_steps"])
+        return True
 
     # -- training --
 
@@ -756,7 +762,7 @@ class Run:
               "train_pos": None}
         resumed = False
         if self.ckdir or self.opts.branch_from:
-            resumed = self.resume_all(st)
+            resumed = self.resume(st)
         if not resumed:
             self.model.load_weights(ssmodel.init_weights(self.shape, c.seed))
             st["carry"] = int(self.train.next(1)[0])
