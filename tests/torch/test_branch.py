@@ -8,6 +8,12 @@ trained from scratch: the same losses, gradient norms, noise scale, evals
 and final_val_loss from step 41 on. Also: a branch point after a run's
 stable phase is refused (exit 2), and a branch whose own checkpoint
 directory holds a checkpoint resumes from that instead.
+
+A batch-ladder rung (schedule constant: a run of another batch size and
+learning rate starting from a constant-rate trunk's checkpoint, counting its
+steps in its own batches) follows the built-in's --branch-from: the torch
+trunk and rung against the built-in's, train_loss and final_val_loss within
+the agreement test's 1e-4 relative.
 Usage: test_branch.py SCALESWEEP_BINARY
 """
 import os
@@ -83,7 +89,38 @@ def main():
         msg = t.by(evs, "error")[0]["message"] if t.by(evs, "error") else ""
         t.check(rc == 2 and "stable phase" in msg and late in msg,
                 "a branch point at step 90: exit %d, %r" % (rc, msg))
+        ladder(binary, tmp)
     print("ok")
+
+
+def ladder(binary, tmp):
+    base = {"model": {"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 32},
+            "train": {"batch_size": 8, "micro_batch_size": 4, "tokens": 40 * 256, "lr": 1e-3,
+                      "schedule": "constant", "warmup_tokens": 1280},
+            "eval": {"every_tokens": 2560, "tokens": 1024}, "threads": 1}
+    trunk = t.resolve(binary, base, tmp)
+    base["train"].update({"batch_size": 16, "lr": 2e-3, "tokens": 20 * 512})
+    rung = t.resolve(binary, base, tmp)
+    cb, ct = os.path.join(tmp, "ladder_builtin"), os.path.join(tmp, "ladder_torch")
+    rc, evs, err = t.run_builtin(binary, trunk, tmp, "lt_b", ["--checkpoint-dir", cb,
+                                                             "--keep-steps", "20"])
+    t.ok(rc, evs, err, "built-in constant trunk")
+    rc, a, err = t.run_builtin(binary, rung, tmp, "lr_b",
+                               ["--branch-from", os.path.join(cb, "branch-20", "checkpoint.bin")])
+    t.ok(rc, a, err, "built-in rung")
+    rc, evs, err = t.run_torch(trunk, tmp, "lt_t", ["--checkpoint-dir", ct, "--keep-steps", "20"])
+    t.ok(rc, evs, err, "torch constant trunk")
+    rc, b, err = t.run_torch(rung, tmp, "lr_t",
+                             ["--branch-from", os.path.join(ct, "branch-20", "checkpoint.pt")])
+    t.ok(rc, b, err, "torch rung")
+    sa, sb = t.by(a, "step"), t.by(b, "step")
+    t.check([e["step"] for e in sa] == [e["step"] for e in sb] == list(range(11, 21)),
+            "rung steps: %s and %s" % ([e["step"] for e in sa], [e["step"] for e in sb]))
+    worst = max(t.rel(x["train_loss"], y["train_loss"]) for x, y in zip(sa, sb))
+    fv = t.rel(t.finals(a), t.finals(b))
+    t.check(worst <= 1e-4 and fv <= 1e-4, "rung: train_loss rel %.3g, final rel %.3g" % (worst, fv))
+    print("batch-ladder rung (batch 16 from a batch-8 trunk's step 20) against the built-in's: "
+          "max rel train_loss %.3g, final_val_loss %.3g" % (worst, fv))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sstest as t  # noqa: E402
 
 TOL = 1e-5
-STEPS = 60
+STEPS = 40
 
 
 def config(binary, tmp, world, mb, zero=0):

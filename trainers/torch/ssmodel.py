@@ -59,7 +59,7 @@ def init_weights(shape, seed):
             a = np.ones(n, dtype=np.float32)
         elif decay:
             std = resid_std if name in RESID_PROJ else 0.02
-            a = (ssrng.normals(rng, n) * std).astype(np.float32)
+            a = ssrng.normals_f32(rng, n, std)
         else:
             a = np.zeros(n, dtype=np.float32)
         out[name] = a.reshape(dims)

@@ -155,14 +155,48 @@ class Xoshiro:
         return (self.outputs(n) >> np.uint64(11)).astype(np.float64) * (2.0 ** -53)
 
 
-def normals(rng, n):
-    """n draws of model.c's normal(): Box-Muller on u1 = 1 - uniform (in
-    (0, 1]) and u2 = uniform, two uniforms per draw, the cosine branch only.
-    log and cos are libm's (math.*), as the C code calls them."""
-    u = rng.uniforms(2 * n)
-    u1 = (1.0 - u[0::2]).tolist()
-    u2 = u[1::2].tolist()
+def _libm_normals(u1, u2):
     two_pi = 2.0 * math.pi
     log, cos, sqrt = math.log, math.cos, math.sqrt
     return np.fromiter((sqrt(-2.0 * log(a)) * cos(two_pi * b) for a, b in zip(u1, u2)),
-                       dtype=np.float64, count=n)
+                       dtype=np.float64, count=len(u1))
+
+
+def normals(rng, n):
+    """n draws of model.c's normal(), as float64: Box-Muller on u1 = 1 -
+    uniform (in (0, 1]) and u2 = uniform, two uniforms per draw, the cosine
+    branch only; log and cos are libm's (math.*), as the C code calls them."""
+    u = rng.uniforms(2 * n)
+    return _libm_normals((1.0 - u[0::2]).tolist(), u[1::2].tolist())
+
+
+_CHUNK = 1 << 21
+
+
+def normals_f32(rng, n, std):
+    """(float)(normal() * std) for n draws, as trn_model_init_weights stores
+    them. numpy's log and cos may differ from libm's in the last bits of the
+    double (they are not correctly rounded either way), which changes the
+    float only when the double lies next to a float rounding boundary: such
+    draws (a few in a billion) are recomputed with libm's, the rest is
+    numpy's, so the result is libm's bit for bit, fast."""
+    out = np.empty(n, dtype=np.float32)
+    two_pi = 2.0 * math.pi
+    for lo in range(0, n, _CHUNK):
+        m = min(_CHUNK, n - lo)
+        u = rng.uniforms(2 * m)
+        u1, u2 = 1.0 - u[0::2], u[1::2]
+        x = np.sqrt(-2.0 * np.log(u1)) * np.cos(two_pi * u2) * std
+        f = x.astype(np.float32)
+        # distance to the nearer float rounding boundary around x, in units of
+        # the double's spacing: numpy's log and cos are within a few ulps
+        up = np.nextafter(f, np.float32(np.inf)).astype(np.float64)
+        down = np.nextafter(f, np.float32(-np.inf)).astype(np.float64)
+        fd = f.astype(np.float64)
+        d = np.minimum(np.abs(x - (fd + up) / 2), np.abs(x - (fd + down) / 2))
+        near = np.nonzero(d <= 256.0 * np.spacing(np.abs(x)))[0]
+        if len(near):
+            exact = _libm_normals(u1[near].tolist(), u2[near].tolist()) * std
+            f[near] = exact.astype(np.float32)
+        out[lo:lo + m] = f
+    return out
