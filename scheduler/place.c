@@ -61,8 +61,10 @@ static int total_free(sched *s) {
 }
 
 /* The trainers the placeable workers run, as a PostgreSQL text array
- * ("{builtin,torch}"; names are letters, digits, '_', '-' and '.'): the
- * queue read leaves out runs that no connected worker could take. */
+ * ("{\"builtin\",\"torch\"}"; names are letters, digits, '_', '-' and '.',
+ * quoted all the same: unquoted, a trainer named "null" would be a NULL
+ * element): the queue read leaves out runs that no connected worker could
+ * take. */
 static void offered_trainers(sched *s, char *buf, size_t len) {
   const char *names[SCHED__OFFERED_MAX];
   int n = 0;
@@ -76,7 +78,7 @@ static void offered_trainers(sched *s, char *buf, size_t len) {
     }
   size_t off = (size_t)snprintf(buf, len, "{");
   for (int k = 0; k < n && off < len; k++)
-    off += (size_t)snprintf(buf + off, len - off, "%s%s", k ? "," : "", names[k]);
+    off += (size_t)snprintf(buf + off, len - off, "%s\"%s\"", k ? "," : "", names[k]);
   if (off < len)
     snprintf(buf + off, len - off, "}");
 }
@@ -544,7 +546,7 @@ void sched__place(sched *s) {
    * sort of every queued run): a longer one leaves more in the cache for
    * the passes of the next finished runs */
   int limit = room * 4 + 16;
-  char trainers[SCHED__OFFERED_MAX * 34 + 4];
+  char trainers[SCHED__OFFERED_MAX * 36 + 4];
   offered_trainers(s, trainers, sizeof trainers);
   store_runs_queue(s->db, limit < SCHED__QUEUE_READ ? SCHED__QUEUE_READ : limit, trainers,
                    on_queue, s);
@@ -575,6 +577,16 @@ void sched__place_free(sched *s) {
   s->pl.ncache = 0;
 }
 
+/* 1 when name is an item of list ("a, b, c"; names hold no ',' or ' '),
+ * not merely a part of one ("fake" of "fake2") */
+static int listed(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
+    if ((p == list || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0'))
+      return 1;
+  return 0;
+}
+
 /* 1 with the reason in buf when no connected worker runs one of trainers
  * (comma-separated), else 0 */
 static int trainer_why(sched *s, const char *trainers, char *buf, size_t len) {
@@ -592,7 +604,7 @@ static int trainer_why(sched *s, const char *trainers, char *buf, size_t len) {
       workers++;
       offered = sched__conn_offers(c, name);
       for (int i = 0; i < c->ntrainers && off < sizeof have; i++)
-        if (!strstr(have, c->trainers[i]))
+        if (!listed(have, c->trainers[i]))
           off += (size_t)snprintf(have + off, sizeof have - off, "%s%s", off ? ", " : "",
                                   c->trainers[i]);
     }

@@ -184,6 +184,7 @@ void wrk__run_complete(wrk__run *r) {
              "run %" PRId64 " attempt %" PRId64 ": the trainer \"%s\" broke the trainer "
              "contract (docs/trainers.md): it exited with code 0 without a \"done\" event",
              r->id, r->attempt, wrk__run_trainer(r));
+    wrk__log("%s; the attempt fails", msg);
     r->error = strdup(msg);
     r->broken = 1;
   }

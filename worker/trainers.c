@@ -153,12 +153,27 @@ void wrk__run_broke_contract(wrk__run *r, const char *fmt, ...) {
   wrk__run_signal(r, SIGKILL);
 }
 
+/* 1 for this worker's part without rank 0 of a run of a declared trainer
+ * spread over workers: `scalesweep launch` sends only rank 0's stdout to
+ * the worker, so that such a part prints no line at all (the built-in
+ * trainer's lowest rank here prints the run's lines) */
+static int silent_part(const wrk__run *r) {
+  char part[4096];
+  if (!wrk__trainer_find(r->w, wrk__run_trainer(r)) ||
+      wrk__run_dist_ranks(r, part, sizeof part) == 0)
+    return 0;
+  for (const char *p = part; *p; p += strcspn(p, ","), p += *p == ',')
+    if (p[0] == '0' && (p[1] == ',' || p[1] == '\0'))
+      return 0;
+  return 1;
+}
+
 void wrk__runs_check_hang(wrk__worker *w) {
   if (w->hang_ms <= 0)
     return;
   uint64_t now = uv_now(&w->loop);
   for (wrk__run *r = w->runs; r; r = r->next)
-    if (r->state == WRK__RUN_RUNNING && r->proc_alive && !r->broken &&
+    if (r->state == WRK__RUN_RUNNING && r->proc_alive && !r->broken && !silent_part(r) &&
         now - r->last_line_ms > (uint64_t)w->hang_ms)
       wrk__run_broke_contract(r,
                               "it printed no line for %" PRIu64 " s (the worker's "
