@@ -3,7 +3,8 @@
 names the key (JSON path) or file and the value, before it trains:
 an unknown key, a missing key (a partial config), an unsupported value,
 adamw8bit without bitsandbytes, a shard outside SCALESWEEP_DATA_DIRS (the
-path and the allowed directories named), WORLD_SIZE other than the config's
+path and the allowed directories named) or any shard when it is set but
+empty (a worker that allows no directory), WORLD_SIZE other than the config's
 world_size, fp16 on a CPU torch without float16 autocast, --compile on
 torch < 2, a checkpoint of another config, a corrupt checkpoint.
 Usage: test_refusals.py SCALESWEEP_BINARY
@@ -90,6 +91,8 @@ def main():
         c["data"]["train"] = link
         refused(c, tmp, "shard_symlink_out", [link, "outside the allowed data directories"],
                 args=["--data-dir", inside])
+        refused(c, tmp, "shard_no_dirs", ["$.data.train", "no data directories are allowed"],
+                env={"SCALESWEEP_DATA_DIRS": ""})
         rc, evs, err = t.run_torch(c, tmp, "shard_unconfined")
         t.ok(rc, evs, err, "the same shards unconfined (no SCALESWEEP_DATA_DIRS)")
 

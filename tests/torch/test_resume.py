@@ -1,14 +1,15 @@
 #!/usr/bin/python3
 """The torch trainer stops and resumes bit for bit (CPU, fp32, threads 1):
 - SIGTERM mid-run: it finishes the step, writes a checkpoint, prints its
-  checkpoint line and an error line, exits 143; started again on the same
+  checkpoint line and an error line, exits 143 (128 + SIGTERM); started again on the same
   checkpoint directory it resumes there, and every later step's loss, every
   eval and final_val_loss are those of an uninterrupted run, exactly;
 - kill -9 mid-run: started again it resumes from the newest checkpoint
   (checkpoint.every_tokens) and ends identical too;
 - SCALESWEEP_RESUME_MAX_STEP picks the older kept checkpoint
   (checkpoint.prev.pt) when the newest is past it;
-- SIGINT stops it the same way.
+- SIGINT stops it the same way, with exit 130 (128 + the signal, as the
+  built-in and docs/trainers.md).
 Usage: test_resume.py SCALESWEEP_BINARY
 """
 import json
@@ -72,7 +73,7 @@ def main():
         t.ok(rc, ref, err, "uninterrupted run")
         t.check(len(t.by(ref, "checkpoint")) == STEPS // EVERY, "checkpoint cadence")
 
-        for sig, code in ((signal.SIGTERM, 143), (signal.SIGINT, 143)):
+        for sig, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
             name = "sig%d" % sig
             rc, lines, ck = stop_with(cfg, tmp, name, sig, 15)
             t.check(rc == code, "%s: exit %d, expected %d" % (name, rc, code))

@@ -14,8 +14,8 @@ Inputs, each an environment variable or a flag (the flag wins):
   SCALESWEEP_KEEP_STEPS      --keep-steps S,...   keep checkpoints after these steps
   RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT   (world_size > 1; torchrun's)
   --compile                                       torch.compile the model (torch >= 2)
-Exit codes: 0 done; 1 failed at run time; 2 invalid input; 143 stopped by
-SIGTERM/SIGINT (after its checkpoint).
+Exit codes: 0 done; 1 failed at run time; 2 invalid input; 143 (SIGTERM) or
+130 (SIGINT) stopped by the signal, after its checkpoint.
 """
 import argparse
 import hashlib
@@ -32,7 +32,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TERM = 0, 1, 2, 143
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 SCALE_INIT = 65536.0  # fp16 dynamic loss scaling (train.c)
 SCALE_GROWTH_STEPS = 2000
@@ -88,9 +88,11 @@ def parse_args(argv):
         else env("SCALESWEEP_CHECKPOINT_DIR") or None
     if a.data_dir is not None:
         o.data_dirs = a.data_dir
+    elif "SCALESWEEP_DATA_DIRS" in os.environ:
+        # set by a worker: only these, and set but empty: none (docs/trainers.md)
+        o.data_dirs = [d for d in os.environ["SCALESWEEP_DATA_DIRS"].split(":") if d]
     else:
-        dd = env("SCALESWEEP_DATA_DIRS", "")
-        o.data_dirs = [d for d in dd.split(":") if d] or None
+        o.data_dirs = None  # by hand: any file
     ms = a.resume_max_step if a.resume_max_step is not None else env("SCALESWEEP_RESUME_MAX_STEP")
     o.resume_max_step = -1
     if ms not in (None, ""):
@@ -310,7 +312,7 @@ class Run:
                     try:
                         loaders.append(ssdata.ShardLoader(pat, dirs, c.vocab_size))
                     except ssdata.DataError as e:
-                        allowed = "" if dirs is None else " (allowed data directories: %s)" \
+                        allowed = "" if not dirs else " (allowed data directories: %s)" \
                             % ", ".join(dirs)
                         raise ssdata.DataError("%s: '%s': %s%s" % (key, pat, e, allowed))
                 self.train, self.val = loaders
@@ -885,7 +887,7 @@ class Run:
                 self.save(st, self.ckdir, False)
             if stopping:
                 sig = STOP["sig"] or signal.SIGTERM
-                raise Fail(EXIT_TERM, "stopped by signal %d after step %d%s"
+                raise Fail(128 + int(sig), "stopped by signal %d after step %d%s"
                            % (sig, st["step"], "; it resumes from the checkpoint directory"
                               if self.ckdir else " (no checkpoint.dir: nothing saved)"))
         if val_at != st["step"]:
