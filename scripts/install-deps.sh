@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every system package scalesweep needs on Debian 12, as root.
 # Quiet and quick when everything is already there.
-#   --bench   also the benchmark's comparison side (Debian's python3-torch)
+#   --bench   also what the benchmarks compare with (Debian's python3-scipy)
 #   --fuzz    also clang with libFuzzer and OpenMP for tests/fuzz/run.sh
 #             (scripts/test.sh asks for them: it runs the fuzzers)
 set -euo pipefail
@@ -20,6 +20,7 @@ packages=(
   curl                     # the README's HTTP examples
   chromium                 # the status page's browser test (headless)
   slurm-wlm munge          # a real Slurm cluster in the tests (slurm_workers)
+  python3-torch            # the reference PyTorch trainer (trainers/torch) and its tests
 )
 # npm fetches the status page's charting library (web/package-lock.json) and
 # the browser test's driver at build time; Debian's npm brings Node.js. A
@@ -29,7 +30,7 @@ if ! command -v npm >/dev/null 2>&1; then
 fi
 for opt in "$@"; do
   case $opt in
-    --bench) packages+=(python3-torch python3-scipy) ;;
+    --bench) packages+=(python3-scipy) ;;
     --fuzz) packages+=(clang libclang-rt-dev libomp-dev) ;;
   esac
 done

@@ -112,7 +112,7 @@ if [ "$SKIP_OURS" != 1 ]; then
 fi
 BUILD_TYPE=$(sed -n "s/^CMAKE_BUILD_TYPE:[A-Z]*=//p" build/CMakeCache.txt 2>/dev/null || true)
 [ -z "$BUILD_TYPE" ] && BUILD_TYPE="CMakeLists default (RelWithDebInfo, -O3 -g)"
-BUILD_TYPE="$BUILD_TYPE; SS_NATIVE=$(sed -n "s/^SS_NATIVE:[A-Z]*=//p" build/CMakeCache.txt 2>/dev/null)"
+BUILD_TYPE="$BUILD_TYPE; SS_NATIVE=$(sed -n "s/^SS_NATIVE:[A-Z]*=//p" build/CMakeCache.txt 2>/dev/null || true)"
 
 log "building sgemm_rate"
 # shellcheck disable=SC2046

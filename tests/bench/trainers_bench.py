@@ -16,6 +16,7 @@ ratios (PyTorch / built-in). Figures, never a test.
 
 Usage (from the repository root, after a build):
   /usr/bin/python3 tests/bench/trainers_bench.py [--bin build/scalesweep] [--repeats 5]
+                                                 [--shapes small,medium] [--threads 1]
 """
 import argparse
 import json
@@ -71,12 +72,14 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: small,medium")
     a = ap.parse_args()
     binary = os.path.abspath(a.bin)
     tmp = tempfile.mkdtemp(prefix="ss-trainers-bench-")
     print(f"{'shape':8} {'built-in tok/s':>15} {'PyTorch tok/s':>14} {'ratio':>7}"
           f" {'built-in spawn->step':>21} {'PyTorch spawn->step':>20}")
-    for name, partial in SHAPES.items():
+    for name in a.shapes.split(","):
+        partial = SHAPES[name]
         cfg = resolve(binary, partial, a.threads)
         path = os.path.join(tmp, name + ".json")
         with open(path, "w") as f:

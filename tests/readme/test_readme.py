@@ -120,7 +120,7 @@ os.makedirs(os.path.join(work, "build"))
 os.makedirs(os.path.join(work, "bin"))
 os.symlink(BIN, os.path.join(work, "build", "scalesweep"))
 os.symlink(BIN, os.path.join(work, "bin", "scalesweep"))
-for name in ("sweeps", "trainer", "scripts", "tests", "docs", "README.md"):
+for name in ("sweeps", "trainer", "trainers", "scripts", "tests", "docs", "README.md"):
     os.symlink(os.path.join(SRC, name), os.path.join(work, name))
 # Slurm stand-ins: sbatch runs the script in the background as Slurm would
 # start it (the environment passed on), srun runs its command once
@@ -327,6 +327,14 @@ def text_study(r):
         fail("a study on real text printed a synthetic corpus's entropy rate")
 
 
+def torch_study(r):
+    expect(r, "sweep 1 finished: 12 of 12 runs succeeded", "L(N, D) = E + A/N^alpha + B/D^beta",
+           "from IsoFLOP minima")
+    cfg = os.path.join(work, ".scalesweep", "torch", "worker", "runs", "1", "config.json")
+    if json.load(open(cfg)).get("trainer") != "torch":
+        fail(f"{cfg}: the study's runs do not name the trainer torch")
+
+
 def migrate(r):
     expect(r)
     if psql("SELECT count(*) FROM schema_migrations") in ("", "0"):
@@ -451,8 +459,14 @@ def data_synth(r):
         fail(f"data synth: {j}")
 
 
-def have_torch():
-    return subprocess.run(["python3", "-c", "import torch"], capture_output=True).returncode == 0
+def have_torch():  # Debian's interpreter: the one with python3-torch
+    return subprocess.run(["/usr/bin/python3", "-c", "import torch"],
+                          capture_output=True).returncode == 0
+
+
+def have_scipy():
+    return subprocess.run(["/usr/bin/python3", "-c", "import scipy"],
+                          capture_output=True).returncode == 0
 
 
 def have_gpu():
@@ -541,8 +555,15 @@ COMMANDS = [
     ("./build/scalesweep data synth --out DIR [--tokens N] [--words W] [--zipf S] ...",
      "./build/scalesweep data synth --out data/synth --tokens 10000 --words 64 --zipf 1.1",
      data_synth),
-    ("bash scripts/install-deps.sh --bench", ("needs", have_torch, "PyTorch is not installed "
+    ("bash scripts/install-deps.sh --bench", ("needs", have_scipy, "SciPy is not installed "
      "(the command installs it; this test installs nothing)"), lambda r: expect(r)),
+    ("/usr/bin/python3 tests/bench/trainers_bench.py",
+     ("needs", have_torch, "PyTorch is not installed",
+      "/usr/bin/python3 tests/bench/trainers_bench.py --repeats 1 --shapes small"),
+     lambda r: expect(r, "built-in tok/s", "PyTorch spawn->step")),
+    ("./build/scalesweep up --state .scalesweep/torch --sweep sweeps/examples/torch.json --wait "
+     "--listen 127.0.0.1:0 --trainer torch='/usr/bin/python3 trainers/torch/train.py'",
+     ("needs", have_torch, "PyTorch is not installed"), torch_study),
     ("bash tests/bench/run.sh", ("needs", have_torch, "PyTorch is not installed"),
      lambda r: expect(r, "tok/s")),
     ("bash tests/gpu/bundle.sh", ("needs", lambda: False, "it builds the whole source tree, "
@@ -578,12 +599,12 @@ def main():
                 fail(f"{readme!r}: {where} does not run it")
             log(f"run by {how}: {readme}")
             continue
-        if isinstance(how, tuple):  # ("needs", predicate, reason)
+        if isinstance(how, tuple):  # ("needs", predicate, reason[, stand-in])
             if not how[1]():
                 not_run.append(f"{readme}  ({how[2]})")
                 log(f"not run: {readme} ({how[2]})")
                 continue
-            how = None
+            how = how[3] if len(how) > 3 else None
         concrete = readme if how in (None, "port") else how
         if how == "port":
             concrete = local_port(readme)
