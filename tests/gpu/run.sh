@@ -18,7 +18,9 @@
 # 124M, L4 d256, 350M and 350M at T=2048, tokens/s, MFU and peak memory,
 # scalesweep fp16 and 8-bit AdamW against its bf16 AdamW, the goals met or
 # missed (bench.md, bench.json and BENCH lines in summary.txt); where a
-# gpt2-124M step's time goes, op by op (op_times.txt).
+# gpt2-124M step's time goes, op by op (op_times.txt); the reference PyTorch
+# trainer (trainers/torch) against the CUDA trainer, 200 bf16 steps
+# (trainers/).
 set -uo pipefail
 ld_orig=${LD_LIBRARY_PATH-} # PyTorch runs with the environment it was given
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -453,12 +455,74 @@ op_profile() {
   fi
 }
 
+# The reference PyTorch trainer (trainers/torch, docs/trainers.md) against
+# the CUDA trainer: the same GPT-2 config (L6 d384, T=256, bf16) for 200
+# steps, started through `scalesweep launch` as a worker starts a declared
+# trainer. Both start from the same weights and read the same token windows;
+# the built-in stores activations in bf16 where autocast keeps them in fp32,
+# so the curves part beyond rounding order (on the CPU about 2x PyTorch's
+# own fp32-against-bf16 difference): each evaluation within 2%, the step
+# losses' largest and median relative difference printed.
+trainers_compare() {
+  local d=$results/trainers f
+  mkdir -p "$d"
+  step "trainers: PyTorch (trainers/torch) against the CUDA trainer, 200 bf16 steps"
+  if [ -z "$torch_py" ]; then
+    note "SKIP  PyTorch trainer against the CUDA trainer: $torch_why"
+    return
+  fi
+  cat >"$d/partial.json" <<'JSON'
+{"model": {"n_layer": 6, "d_model": 384, "n_head": 6, "seq_len": 256},
+ "data": {"synthetic": {"words": 4096, "zipf": 1.2}},
+ "train": {"batch_size": 16, "tokens": 819200, "lr": 0.001, "warmup_tokens": 81920},
+ "eval": {"every_tokens": 163840, "tokens": 16384},
+ "precision": "bf16", "backend": "cuda"}
+JSON
+  timeout 60 "$bin" train --config "$d/partial.json" --print-config >"$d/run.json" ||
+    { note "FAIL  trainers: cannot resolve the config"; failed=1; return; }
+  timeout 300 "$bin" train --config "$d/run.json" >"$d/builtin.out" 2>"$d/builtin.err"
+  local rb=$?
+  SCALESWEEP_CONFIG=$d/run.json SCALESWEEP_DATA_DIRS= timeout 300 "$bin" launch -- \
+    env LD_LIBRARY_PATH="$ld_orig" "$torch_py" "$root/trainers/torch/train.py" \
+    >"$d/torch.out" 2>"$d/torch.err"
+  local rt=$?
+  if [ $rb -ne 0 ] || [ $rt -ne 0 ]; then
+    note "FAIL  trainers: built-in exit $rb ($(tail -1 "$d/builtin.err")), PyTorch exit $rt ($(tail -1 "$d/torch.err"))"
+    failed=1
+    return
+  fi
+  local msg
+  if msg=$(LD_LIBRARY_PATH=$ld_orig python3 - "$d/builtin.out" "$d/torch.out" <<'PY'
+import json, statistics, sys
+def read(p):
+    ev = [json.loads(l) for l in open(p) if l.startswith("{")]
+    return ({e["step"]: e["train_loss"] for e in ev if e["event"] == "step"},
+            {e["step"]: e["val_loss"] for e in ev if e["event"] == "eval"},
+            [e for e in ev if e["event"] == "done"][0]["final_val_loss"],
+            statistics.median(e["tok_per_s"] for e in ev if e["event"] == "step" and e["step"] > 5))
+bs, be, bf, bt = read(sys.argv[1])
+ts, te, tf, tt = read(sys.argv[2])
+rel = [abs(ts[s] - bs[s]) / bs[s] for s in bs]
+ev = max(abs(te[s] - be[s]) / be[s] for s in be)
+print(f"{len(bs)} steps: step 1 {bs[1]:.6f} vs {ts[1]:.6f}; step losses differ by {max(rel):.2e} "
+      f"at most (median {statistics.median(rel):.2e}); evaluations within {ev:.2%}; final val "
+      f"loss {bf:.5f} (built-in) vs {tf:.5f} (PyTorch); tokens/s {bt:.0f} vs {tt:.0f}")
+sys.exit(0 if sorted(bs) == sorted(ts) and ev <= 0.02 and abs(tf - bf) / bf <= 0.02 else 1)
+PY
+  ); then
+    echo "$msg"; note "PASS  PyTorch trainer against the CUDA trainer: $msg"
+  else
+    echo "$msg"; note "FAIL  PyTorch trainer against the CUDA trainer: $msg"; failed=1
+  fi
+}
+
 echo "benchmark on ${gpu:-unknown GPU}, peak ${peak:-unknown} FLOP/s, budget $(bench_left) s"
 ss_bench gpt2-124M bf16 adamw
 op_profile
 torch_bench gpt2-124M eager 30 150
 ss_bench gpt2-124M fp16 adamw
 ss_bench gpt2-124M bf16 adamw8bit
+trainers_compare
 for name in L4-d256 350M 350M-T2048; do
   ss_bench $name bf16 adamw
   torch_bench $name eager 30 150
