@@ -8,11 +8,9 @@ Every test takes the scalesweep binary as its first argument and exits 77
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN_PY = os.path.join(REPO, "trainers", "torch", "train.py")

@@ -20,7 +20,6 @@ MASTER_PORT), gloo on CPU, threads 1 each.
   end as the uninterrupted run, bit for bit. Only rank 0 prints JSON lines.
 Usage: test_ddp.py SCALESWEEP_BINARY
 """
-import json
 import os
 import signal
 import socket

@@ -370,7 +370,6 @@ class Run:
     def emit_config(self):
         torch = self.torch
         c = self.c
-        import ssmodel  # noqa: F401
         L, d, T, V = c.n_layer, c.d_model, c.seq_len, c.vocab_size
         self.nonemb = L * (12 * d * d + 13 * d) + 2 * d
         self.nparams_total = self.nonemb + V * d + T * d
@@ -562,7 +561,6 @@ class Run:
             self.opt.load_state_dict(om["state_dict"])
         else:
             index = self._param_index()
-            byname = {n: i for i, n in index.items()}
             sd = {"state": {}, "param_groups": []}
             own = self.opt.state_dict() if self.zero is None else None
             groups = own["param_groups"] if own else None
@@ -582,7 +580,6 @@ class Run:
                     pg.append(d)
                 sd["param_groups"] = pg
                 self.opt.load_state_dict(sd)
-            del byname
         s = ck["state"]
         for k in ("step", "tokens", "loss_scale", "good_steps", "skipped_steps", "carry"):
             st[k] = s[k]
@@ -612,7 +609,11 @@ class Run:
             ck = self.read_checkpoint(path)
         except FileNotFoundError:
             raise Fail(EXIT_USAGE, "%s: cannot open checkpoint: no such file" % path)
-        self.same_run(path, ck["config"], "constant" if c.schedule == "constant" else "wsd")
+        if c.schedule not in ("wsd", "constant"):
+            raise Fail(EXIT_USAGE, '%s: $.train.schedule: found "%s", expected "wsd" or '
+                       '"constant": only a warmup-stable-decay or constant-rate run can start '
+                       "from another run's checkpoint" % (path, c.schedule))
+        self.same_run(path, ck["config"], c.schedule)
         s = ck["state"]
         bt = c.batch_size * c.seq_len
         if c.schedule == "constant":
@@ -625,10 +626,6 @@ class Run:
                            "batches ($.train.batch_size %d x seq_len %d = %d tokens)\nHINT: "
                            "branch at a multiple of the batch"
                            % (path, s["tokens"], c.batch_size, c.seq_len, bt))
-        elif c.schedule != "wsd":
-            raise Fail(EXIT_USAGE, '%s: $.train.schedule: found "%s", expected "wsd" or '
-                       '"constant": only a warmup-stable-decay or constant-rate run can start '
-                       "from another run's checkpoint" % (path, c.schedule))
         else:
             parent = sscfg.parse(ck["config"])
             own, theirs = sscfg.wsd_stable_steps(c), sscfg.wsd_stable_steps(parent)
@@ -959,6 +956,8 @@ def main(argv):
         if r is not None and getattr(r, "world", 1) > 1:
             import torch
             if torch.distributed.is_initialized():
+                if code in (EXIT_OK, 130, 143):  # the ranks agreed: they leave together
+                    torch.distributed.barrier()
                 torch.distributed.destroy_process_group()
     except Exception:
         pass
