@@ -514,6 +514,19 @@ PY
   else
     echo "$msg"; note "FAIL  PyTorch trainer against the CUDA trainer: $msg"; failed=1
   fi
+  # tests/torch/test_cuda.py: the PyTorch trainer's backend cuda in fp32
+  # (against the built-in on the CPU, 1e-4), bf16 and fp16 with loss
+  # scaling; the built-in through a wrapper that has the bundle's libraries,
+  # PyTorch with the environment this script started with
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$LD_LIBRARY_PATH" "$bin" >"$d/scalesweep"
+  chmod +x "$d/scalesweep"
+  if LD_LIBRARY_PATH=$ld_orig SS_TORCH_PYTHON=$torch_py timeout 300 "$torch_py" \
+      "$root/tests/torch/test_cuda.py" "$d/scalesweep" >"$d/test_cuda.log" 2>&1; then
+    note "PASS  tests/torch/test_cuda.py: $(tail -1 "$d/test_cuda.log")"
+  else
+    note "FAIL  tests/torch/test_cuda.py: $(tail -3 "$d/test_cuda.log" | tr '\n' ' ')"
+    failed=1
+  fi
 }
 
 echo "benchmark on ${gpu:-unknown GPU}, peak ${peak:-unknown} FLOP/s, budget $(bench_left) s"

@@ -14,7 +14,8 @@ import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN_PY = os.path.join(REPO, "trainers", "torch", "train.py")
-PY = "/usr/bin/python3"
+# Debian's interpreter has python3-torch; the GPU check passes its own
+PY = os.environ.get("SS_TORCH_PYTHON", "/usr/bin/python3")
 
 
 def need_torch():
