@@ -118,7 +118,7 @@ def find_torch_python():
     for p in (os.environ.get("SS_TORCH_PYTHON"), sys.executable, "/usr/bin/python3"):
         if p and shutil.which(p):
             try:
-                r = subprocess.run([p, "-c", "import torch"], capture_output=True, timeout=300)
+                r = subprocess.run([p, "-c", "import torch.nn"], capture_output=True, timeout=300)
             except subprocess.TimeoutExpired:
                 continue
             if r.returncode == 0:
