@@ -239,6 +239,15 @@ typedef struct kern_coll_ops {
  * threads (<= 0: all cores) and returns 0. */
 int kern_cpu_init(kern_ctx *k, kern_prec prec, int threads);
 void kern_cpu_close(kern_ctx *k);
+/* The CPU kernels' instruction-set level this process runs (kernels/cpu/
+ * cpu.c): "v1" (any x86-64), "v3" (AVX2), "v4" (AVX-512), or "native" in
+ * a -march=native build; the highest the CPU runs unless
+ * SCALESWEEP_CPU_KERNELS names a lower one. Every level computes the same
+ * bits. */
+const char *kern_cpu_level(void);
+/* OpenBLAS's kernels for this CPU ("Haswell", "SkylakeX", ...: its
+ * OPENBLAS_CORETYPE when set, else its own choice). */
+const char *kern_cpu_blas_core(void);
 /* The CPU twin of the flash ops (the reference for the CUDA kernels; the CPU
  * table keeps flash_attention_* NULL so CPU runs keep attention_forward's bits). */
 void kern_cpu_flash_attention_forward(kern_ctx *k, kern_x *out, float *lse, const kern_x *qkv,

@@ -21,6 +21,7 @@ packages=(
   chromium                 # the status page's browser test (headless)
   slurm-wlm munge          # a real Slurm cluster in the tests (slurm_workers)
   python3-torch            # the reference PyTorch trainer (trainers/torch) and its tests
+  qemu-user                # an older CPU, emulated: the build runs on any x86-64 (cli_cpu_levels)
 )
 # npm fetches the status page's charting library (web/package-lock.json) and
 # the browser test's driver at build time; Debian's npm brings Node.js. A

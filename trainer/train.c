@@ -147,6 +147,10 @@ static void emit_config(run *r) {
   cJSON_AddNumberToObject(o, "activation_bytes", (double)trn_model_activation_bytes(&r->model));
   cJSON_AddNumberToObject(o, "memory_bytes", rcfg_memory(c).total); /* runcfg/memory.h */
   cJSON_AddStringToObject(o, "b_noise_unit", "sequences");
+  if (strcmp(c->backend, "cpu") == 0) { /* which kernels ran (kern.h): same bits at every level */
+    cJSON_AddStringToObject(o, "cpu_kernels", kern_cpu_level());
+    cJSON_AddStringToObject(o, "blas_core", kern_cpu_blas_core());
+  }
   cJSON_AddNumberToObject(o, "val_tokens", (double)r->nval * c->model.seq_len);
   if (r->lex) {
     char hex[17];
