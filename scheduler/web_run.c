@@ -22,6 +22,42 @@ static void b_row(sched__buf *b, const char *name) {
  * its curve matches the original's exactly (SCHED__REPRODUCTION_SQL), as far
  * as both went when one was cancelled, else the largest difference and its
  * step. */
+/* Where each attempt ran (migration 014): worker, host, CPU or GPU, the
+ * kernels, threads and code version, one row an attempt. */
+static void b_attempts(sched__buf *b, const json_t *attempts) {
+  if (json_array_size(attempts) == 0)
+    return;
+  static const char *const keys[] = {"host", "cpu", "cpu_kernels", "blas_core", "gpu",
+                                     "compute_capability", "cuda_runtime", "cuda_driver",
+                                     "threads", "scalesweep", NULL};
+  sched__b_section(b, "where", "Where it ran");
+  sched__b_puts(b, "<table class=\"kv\"><thead><tr><th>attempt</th><th>worker</th><th>started"
+                   "</th><th>environment</th></tr></thead><tbody>");
+  size_t i;
+  json_t *a;
+  json_array_foreach((json_t *)attempts, i, a) {
+    const json_t *env = json_object_get(a, "environment");
+    sched__b_printf(b, "<tr><td>%" JSON_INTEGER_FORMAT "</td><td>", sched__jint(a, "attempt"));
+    sched__b_esc(b, sched__jstr(a, "worker"));
+    sched__b_puts(b, "</td><td>");
+    sched__b_esc(b, sched__jstr(a, "started_at"));
+    sched__b_puts(b, "</td><td>");
+    int n = 0;
+    for (int k = 0; keys[k]; k++) {
+      const json_t *v = json_object_get(env, keys[k]);
+      if (!v)
+        continue;
+      sched__b_printf(b, "%s%s ", n++ ? "; " : "", keys[k]);
+      if (json_is_string(v))
+        sched__b_esc(b, json_string_value(v));
+      else if (json_is_number(v))
+        sched__b_printf(b, "%g", json_number_value(v));
+    }
+    sched__b_puts(b, "</td></tr>");
+  }
+  sched__b_puts(b, "</tbody></table></section>\n");
+}
+
 static void b_reproduction(sched__buf *b, json_int_t of, json_t *rep) {
   b_row(b, "Reproduces");
   sched__b_printf(b, "<a href=\"/runs/%" JSON_INTEGER_FORMAT "\">run %" JSON_INTEGER_FORMAT "</a>",
@@ -179,6 +215,7 @@ void sched__web_run(sched__buf *b, sched__web_req *w, json_t *r) {
   b_row(b, "Code version");
   sched__b_esc(b, sched__jstr(r, "code_version"));
   sched__b_puts(b, "</td></tr></tbody></table></section>\n");
+  b_attempts(b, json_object_get(r, "attempts"));
 
   if (sched__jstr(r, "error") || sched__jstr(r, "log_tail")) {
     sched__b_section(b, "failure", "What went wrong");

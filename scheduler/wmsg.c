@@ -410,8 +410,18 @@ static void on_started(sched__wconn *c, json_t *m) {
                           json_number_value(json_object_get(cfg, "nonembedding_params")),
                       .flops_per_token = json_number_value(json_object_get(cfg, "flops_per_token")),
                       .entropy_rate = reported(cfg, "entropy_rate"),
-                      .window_floor = reported(cfg, "window_floor")};
+                      .window_floor = reported(cfg, "window_floor"),
+                      .worker = c->name};
+  /* where it runs: the trainer's own account (a declared trainer may give
+   * none) and the worker it runs on, as this scheduler knows it */
+  json_t *env = json_object_get(cfg, "environment");
+  env = json_is_object(env) ? json_deep_copy(env) : json_object();
+  json_object_set_new(env, "worker", json_string(c->name));
+  char *text = json_dumps(env, JSON_COMPACT);
+  json_decref(env);
+  st.environment = text ? text : "{}";
   store_runs_started(c->wp->db, &st, on_update_done, NULL);
+  free(text);
 }
 
 static void on_checkpoint(sched__wconn *c, json_t *m) {

@@ -68,7 +68,7 @@ static const char run_columns[] =
     "r.lease_until, r.params, r.nonembedding_params, r.tokens, r.batch_size, r.flops, "
     "r.final_val_loss, r.started_at, r.finished_at, r.reproduces, r.code_version, r.error, "
     "r.checkpoint_step, r.config_hash, r.part, r.target_loss, r.prediction, r.designed, "
-    "r.branch_of, r.branch_step, " RETRY_AFTER_SQL " AS retry_after";
+    "r.branch_of, r.branch_step, " RETRY_AFTER_SQL " AS retry_after, r.environment";
 
 static const char *const sort_columns[] = {
     "id",          "status",     "attempt", "params",         "nonembedding_params",
@@ -205,6 +205,9 @@ void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store
            "tok_per_s FROM metrics WHERE run_id = $1 ORDER BY step LIMIT $2 OFFSET $3) m), "
            "'metrics_total', (SELECT count(*) FROM metrics WHERE run_id = $1), "
            "'metrics_offset', $3::bigint, 'metrics_limit', $2::bigint, "
+           "'attempts', (SELECT coalesce(json_agg(json_build_object('attempt', a.attempt, "
+           "'worker', a.worker, 'started_at', a.started_at, 'environment', a.environment) "
+           "ORDER BY a.attempt), '[]') FROM attempts a WHERE a.run_id = $1), "
            "'reproduction', %s) "
            "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1)",
            run_columns, REPRODUCTION_SQL);
@@ -332,6 +335,13 @@ void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
                                                "'reproduces', r.reproduces, 'config_hash', "
                                                "r.config_hash, "
                                                "'code_version', r.code_version, 'error', r.error, "
+                                               "'environment', r.environment, 'attempts', (SELECT "
+                                               "json_agg(json_build_object('attempt', a.attempt, "
+                                               "'worker', a.worker, 'started_at', " TS_SQL(
+                                                   "a.started_at") ", 'environment', "
+                                                                   "a.environment) ORDER BY "
+                                                                   "a.attempt) FROM attempts a "
+                                                                   "WHERE a.run_id = r.id), "
                                                "'log_tail', r.log_tail, "
                                                "'prediction', r.prediction, 'designed', "
                                                "r.designed, 'branch_of', r.branch_of, "

@@ -222,20 +222,26 @@ void store_runs_started(db *d, const store_started *st, store_done_cb cb, void *
   snprintf(params, sizeof params, "%.0f", st->params);
   snprintf(nep, sizeof nep, "%.0f", st->nonembedding_params);
   snprintf(fpt, sizeof fpt, "%.17g", st->flops_per_token);
-  const char *p[8] = {store__itoa(rid, sizeof rid, st->run_id),
-                      store__itoa(att, sizeof att, st->attempt),
-                      store__itoa(wid, sizeof wid, st->worker_id),
-                      params,
-                      nep,
-                      fpt,
-                      store__dtoa(er, sizeof er, st->entropy_rate),
-                      store__dtoa(wf, sizeof wf, st->window_floor)};
+  const char *p[10] = {store__itoa(rid, sizeof rid, st->run_id),
+                       store__itoa(att, sizeof att, st->attempt),
+                       store__itoa(wid, sizeof wid, st->worker_id),
+                       params,
+                       nep,
+                       fpt,
+                       store__dtoa(er, sizeof er, st->entropy_rate),
+                       store__dtoa(wf, sizeof wf, st->window_floor),
+                       st->environment ? st->environment : "{}",
+                       st->worker ? st->worker : ""};
   store__exec(d,
-              "UPDATE runs SET params = $4::bigint, nonembedding_params = $5::bigint, "
+              "WITH u AS (UPDATE runs SET params = $4::bigint, nonembedding_params = $5::bigint, "
               "flops = coalesce(flops, $6::float8 * tokens), "
-              "entropy_rate = $7::float8, window_floor = $8::float8 "
-              "WHERE id = $1 AND attempt = $2 AND worker = $3",
-              8, p, cb, ud);
+              "entropy_rate = $7::float8, window_floor = $8::float8, environment = $9::jsonb, "
+              "code_version = $9::jsonb->>'scalesweep' "
+              "WHERE id = $1 AND attempt = $2 AND worker = $3 RETURNING id) "
+              "INSERT INTO attempts (run_id, attempt, worker, environment) "
+              "SELECT $1, $2, $10, $9::jsonb FROM u ON CONFLICT (run_id, attempt) DO UPDATE "
+              "SET worker = EXCLUDED.worker, environment = EXCLUDED.environment",
+              10, p, cb, ud);
 }
 
 /* sql ($1 run, $2 attempt, $3 step, $4 path, $5 worker) on what one attempt reports */

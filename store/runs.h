@@ -121,10 +121,14 @@ typedef struct store_started {
   int64_t worker_id;
   double params, nonembedding_params, flops_per_token;
   double entropy_rate, window_floor;
+  const char *environment; /* JSON object text: where the attempt runs (migration 014) */
+  const char *worker;      /* the worker's name */
 } store_started;
 
 /* Records st on the run's attempt (flops: flops_per_token times the run's
- * tokens, unless already known). */
+ * tokens, unless already known), its environment on the run (and its
+ * scalesweep version as code_version) and in attempts; a repeated started
+ * message changes nothing more. */
 void store_runs_started(db *d, const store_started *st, store_done_cb cb, void *ud);
 
 /* A trunk's checkpoint kept for its wsd branches at step (migration 010):

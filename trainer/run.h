@@ -41,6 +41,7 @@ typedef struct run {
   const char *const *data_dirs; /* the shards' allowed directories */
   int ndata_dirs;               /* SPATH_ANY: unconfined */
   const kern_cuda_module *cuda; /* the CUDA module of a cuda run, else NULL */
+  int device;                   /* its CUDA ordinal (of the visible devices) */
   const char *resume_dir;       /* what trn_train_opts asks to resume from */
   int64_t resume_max_step;
   const char *branch_from;   /* trn_train_opts': a longer wsd run's checkpoint, or NULL */

@@ -25,6 +25,7 @@
 #include "kernels/cuda_module.h"
 #include "kernels/step_scale.h"
 #include "trainer/opprof.h"
+#include "trainer/where.h"
 
 _Static_assert(RCFG_Q8_BLOCK == KERN_Q8_BLOCK, "runcfg/memory.c counts 8-bit optimizer blocks");
 
@@ -147,10 +148,10 @@ static void emit_config(run *r) {
   cJSON_AddNumberToObject(o, "activation_bytes", (double)trn_model_activation_bytes(&r->model));
   cJSON_AddNumberToObject(o, "memory_bytes", rcfg_memory(c).total); /* runcfg/memory.h */
   cJSON_AddStringToObject(o, "b_noise_unit", "sequences");
-  if (strcmp(c->backend, "cpu") == 0) { /* which kernels ran (kern.h): same bits at every level */
-    cJSON_AddStringToObject(o, "cpu_kernels", kern_cpu_level());
-    cJSON_AddStringToObject(o, "blas_core", kern_cpu_blas_core());
-  }
+  /* where it runs (where.h): stored with the run, compared by reproduce */
+  cJSON *env = trn_where(c, r->cuda, r->device);
+  if (env)
+    cJSON_AddItemToObject(o, "environment", env);
   cJSON_AddNumberToObject(o, "val_tokens", (double)r->nval * c->model.seq_len);
   if (r->lex) {
     char hex[17];
@@ -657,6 +658,7 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
       goto done;
     }
     r.cuda = m;
+    r.device = opts->local_rank;
     m->set_tf32(&r.k, cfg->tf32); /* resolved: on for fp32 unless "tf32": false */
   } else {
     kern_cpu_init(&r.k, trn_kern_prec(cfg->precision), cfg->threads);

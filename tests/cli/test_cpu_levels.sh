@@ -29,11 +29,11 @@ strip() {
 import json, sys
 for line in open(sys.argv[1]):
     e = json.loads(line)
-    for k in ("tok_per_s", "wall_s", "peak_rss_bytes", "cpu_kernels", "blas_core"):
+    for k in ("tok_per_s", "wall_s", "peak_rss_bytes", "environment"):
         e.pop(k, None)
     print(json.dumps(e, sort_keys=True))' "$1"
 }
-level_of() { "$py" -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline()).get("cpu_kernels", "?"))' "$1"; }
+level_of() { "$py" -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline()).get("environment", {}).get("cpu_kernels", "?"))' "$1"; }
 
 flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
 have() { case " $flags " in *" $1 "*) return 0 ;; esac; return 1; }

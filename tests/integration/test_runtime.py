@@ -317,6 +317,24 @@ try:
     st, page = request("GET", f"/runs/{victim['id']}")
     if st != 200 or f'Reproduced by</th><td><a href="/runs/{rep}">run {rep}</a> (succeeded)'.encode() not in page:
         fail(f"/runs/{victim['id']}: {st}, does not link its reproduction run {rep}")
+    # where each attempt ran (migration 014): the killed victim's two
+    # attempts each say their worker, host, CPU, kernels and code
+    if b"Where it ran" not in page:
+        fail(f"/runs/{victim['id']}: no 'Where it ran' section")
+    st, v = request("GET", f"/api/runs/{victim['id']}")
+    att = v["attempts"]
+    if len(att) < 2 or [a["attempt"] for a in att] != list(range(1, len(att) + 1)):
+        fail(f"run {victim['id']} was killed and resumed: attempts {att}")
+    for a in att:
+        where = a["environment"]
+        missing = [k for k in ("host", "cpu", "cpu_kernels", "blas_core", "threads", "scalesweep")
+                   if k not in where]
+        if missing or where["worker"] != a["worker"]:
+            fail(f"run {victim['id']} attempt {a['attempt']}: environment {where} lacks {missing}")
+    if v["run"]["code_version"] != att[-1]["environment"]["scalesweep"] or \
+            v["run"]["environment"] != att[-1]["environment"]:
+        fail(f"run {victim['id']}: code_version {v['run']['code_version']!r} and environment "
+             f"{v['run']['environment']} are not its last attempt's")
     # a curve that differs at one step: the largest difference and where
     psql(f"UPDATE metrics SET train_loss = train_loss + 0.5 WHERE run_id = {rep} AND step = 7")
     st, r = request("GET", f"/api/runs/{rep}")
