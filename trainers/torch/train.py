@@ -23,9 +23,11 @@ import io
 import json
 import math
 import os
+import platform
 import random
 import resource
 import signal
+import socket
 import sys
 import time
 
@@ -391,7 +393,36 @@ class Run:
                                 for p, h, _ in ld.files]
         o["trainer"] = "torch"
         o["torch_version"] = torch.__version__
+        o["environment"] = self.environment()
         emit(o)
+
+    def environment(self):
+        """Where this run trains (docs/runtime.md, "Where a run ran"): the
+        built-in's keys where they apply, and PyTorch's own versions."""
+        torch = self.torch
+        cpu = "unknown"
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("model name"):
+                        cpu = line.split(":", 1)[1].strip()
+                        break
+        except OSError:
+            pass
+        env = {"host": socket.gethostname(), "cpu": cpu, "backend": self.c.backend,
+               "threads": self.c.threads, "trainer": "torch", "torch": torch.__version__,
+               "python": platform.python_version()}
+        if self.c.backend == "cuda":
+            dev = torch.cuda.current_device()
+            cc = torch.cuda.get_device_capability(dev)
+            env.update({"gpu": torch.cuda.get_device_name(dev),
+                        "compute_capability": "%d.%d" % cc,
+                        "cuda_runtime": torch.version.cuda or "unknown"})
+            if torch.backends.cudnn.is_available():
+                env["cudnn"] = str(torch.backends.cudnn.version())
+            if self.world > 1 and hasattr(torch.cuda, "nccl"):
+                env["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+        return env
 
     def init_dist(self):
         if self.world == 1:
