@@ -399,6 +399,40 @@ static void say_reproduced(const copts *o, json_t *j) {
 /* --wait: polls the new run until it has finished and its comparison with
  * the original is there; prints it. 0 when the curves are identical, 1 when
  * they differ or the run failed. */
+/* Why a finished reproduction differs (store/pages.c's REPRODUCTION_SQL):
+ * in another environment, what differed and whether the final loss lies
+ * within the run's tolerance (1: explained, within it); in the same one, a
+ * defect (0). */
+static int why_different(json_t *rep) {
+  const json_t *d = json_object_get(rep, "environment_differs");
+  if (json_is_true(json_object_get(rep, "same_environment"))) {
+    printf("DEFECT: the same environment (code, backend, threads, kernels) gave other numbers: "
+           "this is a bug; please report it with both runs' ids\n");
+    return 0;
+  }
+  if (!json_is_object(d)) {
+    printf("the environments cannot be compared: one run recorded none (it ran before "
+           "migration 014, or its trainer reported none)\n");
+    return 0;
+  }
+  printf("the environments differ in:");
+  const char *k;
+  const json_t *v;
+  int n = 0;
+  json_object_foreach((json_t *)d, k, v) {
+    char *a = json_dumps(json_array_get(v, 0), JSON_ENCODE_ANY);
+    char *b = json_dumps(json_array_get(v, 1), JSON_ENCODE_ANY);
+    printf("%s %s (%s, then %s)", n++ ? ";" : "", k, a ? a : "?", b ? b : "?");
+    free(a);
+    free(b);
+  }
+  int within = json_is_true(json_object_get(rep, "within_tolerance"));
+  printf("\nso the numbers may differ: the final val loss is %s the run's tolerance (%g "
+         "relative)\n",
+         within ? "within" : "OUTSIDE", num(rep, "tolerance"));
+  return within;
+}
+
 static int wait_reproduction(const copts *o, long long id) {
   char path[64];
   snprintf(path, sizeof path, "/api/runs/%lld", id);
@@ -439,9 +473,12 @@ static int wait_reproduction(const copts *o, long long id) {
                id, num(rep, "of"), num(rep, "max_abs_diff"), num(rep, "at_step"),
                num(rep, "steps_compared"), num(rep, "steps_original"), num(rep, "steps_reproduced"),
                num(rep, "final_val_loss_reproduced"), num(rep, "final_val_loss_original"));
+      int explained = 0;
+      if (!o->json && json_is_object(rep) && !same && !cut)
+        explained = why_different(rep);
       free(raw);
       json_decref(j);
-      return same ? 0 : SS_EXIT_FAILURE;
+      return same || explained ? 0 : SS_EXIT_FAILURE;
     }
     free(raw);
     json_decref(j);
@@ -456,7 +493,10 @@ int cmd_reproduce(int argc, char **argv) {
       "  queues a new run with finished run RUN_ID's stored config (runs.reproduces names\n"
       "  the original);\n"
       "  --wait waits for it and reports whether its loss curve matches the original's\n"
-      "  exactly (exit 0) or the largest difference (exit 1)\n";
+      "  exactly (exit 0) or the largest difference; then, from the two runs' recorded\n"
+      "  environments, what differed and whether the final loss lies within the run's\n"
+      "  tolerance (exit 0), or that the same environment gave other numbers: a defect\n"
+      "  (exit 1)\n";
   copts o;
   parse(argc, argv, &o, usage);
   if (!o.wait)

@@ -108,7 +108,36 @@ static void b_reproduction(sched__buf *b, json_int_t of, json_t *rep) {
   sched__b_num_na(b, sched__jnum(rep, "final_val_loss_original"), "%.6f");
   sched__b_puts(b, " then, ");
   sched__b_num_na(b, sched__jnum(rep, "final_val_loss_reproduced"), "%.6f");
-  sched__b_puts(b, " now</td></tr>");
+  sched__b_puts(b, " now");
+  /* why (migration 014): what of the environment differed, if anything */
+  json_t *d = json_object_get(rep, "environment_differs");
+  if (json_is_true(json_object_get(rep, "same_environment"))) {
+    sched__b_puts(b, ". <strong class=\"flag\">A defect</strong>: the same environment (code, "
+                     "backend, threads, kernels) gave other numbers");
+  } else if (json_is_object(d)) {
+    sched__b_puts(b, ". The environments differ in ");
+    const char *k;
+    json_t *v;
+    int n = 0;
+    json_object_foreach(d, k, v) {
+      char *a = json_dumps(json_array_get(v, 0), JSON_ENCODE_ANY);
+      char *z = json_dumps(json_array_get(v, 1), JSON_ENCODE_ANY);
+      sched__b_puts(b, n++ ? "; " : "");
+      sched__b_esc(b, k);
+      sched__b_puts(b, " (");
+      sched__b_esc(b, a ? a : "?");
+      sched__b_puts(b, ", then ");
+      sched__b_esc(b, z ? z : "?");
+      sched__b_puts(b, ")");
+      free(a);
+      free(z);
+    }
+    sched__b_printf(b, ": the final loss is %s the run's tolerance (%g relative)",
+                    json_is_true(json_object_get(rep, "within_tolerance")) ? "within"
+                                                                           : "outside",
+                    sched__jnum(rep, "tolerance"));
+  }
+  sched__b_puts(b, "</td></tr>");
 }
 
 void sched__web_run(sched__buf *b, sched__web_req *w, json_t *r) {

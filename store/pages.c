@@ -15,8 +15,29 @@
  * thread count gives the same losses), and if not, the largest difference of
  * a training or validation loss at a common step and where. A cancelled run
  * stored only a prefix of the curve: the steps both stored are compared, and
- * its status is there to say so. NULL for other runs and while either is
+ * its status is there to say so. Beside it, the two environments
+ * (migration 014), the keys of REPRO_ENV_KEYS where they differ
+ * (environment_differs: key -> [original, reproduced]; null when none),
+ * same_environment, and whether the final loss lies within the run's
+ * tolerance (REPRO_TOLERANCE_SQL). NULL for other runs and while either is
  * queued or running. Used by the API's run and the run page; $1 is the run. */
+/* What decides a run's numbers, of the environment a run records
+ * (migration 014): the same values and the same config must give the same
+ * bits; host, CPU model, worker and the CPU kernels' level do not (every
+ * level computes the same bits: tests/cli/test_cpu_levels.sh). */
+#define REPRO_ENV_KEYS                                                                  \
+  "'backend', 'threads', 'blas_core', 'scalesweep', 'gpu', 'compute_capability', "      \
+  "'cuda_runtime', 'cuda_driver', 'trainer', 'torch'"
+
+/* How far a reproduction in another environment may land from the
+ * original's final validation loss, relative: what the run's precision
+ * leaves of rounding after the summation order changes (fp32: the two
+ * trainers of docs/trainers.md agree to ~1e-7 per step after 100 steps,
+ * OpenBLAS's kernel sets to ~5e-9; a margin of 1e-4 for longer runs;
+ * bf16 and fp16: ~3e-4 measured, 1e-2 allowed) */
+#define REPRO_TOLERANCE_SQL \
+  "(CASE WHEN me.config->>'precision' = 'fp32' OR me.config->>'precision' IS NULL THEN 1e-4 ELSE 1e-2 END)"
+
 #define REPRODUCTION_SQL                                                                 \
   "(SELECT json_build_object('of', o.id, 'status_original', o.status, "                  \
   "'status_reproduced', me.status, 'steps_original', c.no, 'steps_reproduced', c.nr, "   \
@@ -25,8 +46,17 @@
   "'identical', c.n = c.no AND c.n = c.nr AND c.same AND "                               \
   "o.final_val_loss IS NOT DISTINCT FROM me.final_val_loss, "                            \
   "'identical_where_both', c.same AND c.n = least(c.no, c.nr), "                         \
-  "'max_abs_diff', c.diff, 'at_step', c.at) "                                            \
+  "'max_abs_diff', c.diff, 'at_step', c.at, "                                            \
+  "'environment_original', o.environment, 'environment_reproduced', me.environment, "    \
+  "'environment_differs', e.differs, 'same_environment', o.environment IS NOT NULL AND " \
+  "me.environment IS NOT NULL AND e.differs IS NULL, "                                   \
+  "'tolerance', " REPRO_TOLERANCE_SQL ", 'within_tolerance', "                           \
+  "abs(me.final_val_loss - o.final_val_loss) <= " REPRO_TOLERANCE_SQL                   \
+  " * abs(o.final_val_loss)) "                                                           \
   "FROM runs me JOIN runs o ON o.id = me.reproduces, LATERAL (SELECT "                   \
+  "json_object_agg(k, json_build_array(o.environment->k, me.environment->k)) AS differs " \
+  "FROM unnest(ARRAY[" REPRO_ENV_KEYS "]) k WHERE (o.environment->k) IS DISTINCT FROM "  \
+  "(me.environment->k)) e, LATERAL (SELECT "                                             \
   "(SELECT count(*) FROM metrics WHERE run_id = o.id) AS no, "                           \
   "(SELECT count(*) FROM metrics WHERE run_id = me.id) AS nr, "                          \
   "count(*) AS n, coalesce(bool_and(a.train_loss IS NOT DISTINCT FROM b.train_loss AND " \
@@ -196,7 +226,7 @@ void store_pages_sweep_runs(db *d, int64_t sweep_id, const store_runs_page *pg, 
 
 void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_json_cb cb,
                      void *ud) {
-  char sql[4096], rid[24], lim[24], off[24];
+  char sql[8192], rid[24], lim[24], off[24];
   snprintf(sql, sizeof sql,
            "SELECT json_build_object('run', (SELECT row_to_json(t) FROM (SELECT %s, "
            "r.config FROM runs r WHERE r.id = $1) t), "

@@ -344,6 +344,23 @@ try:
     st, page = request("GET", f"/runs/{rep}")
     if b'<strong class="flag">differs</strong>, largest difference 0.5 at step 7' not in page:
         fail(f"/runs/{rep} after a changed loss at step 7: lacks the difference")
+    # in the same environment that difference is a defect; with the
+    # original's OpenBLAS kernels recorded as another set, it is explained,
+    # and the final loss within the run's fp32 tolerance (1e-4 relative)
+    if not c["same_environment"] or c["environment_differs"] is not None:
+        fail(f"a reproduction on the same machine: same_environment {c['same_environment']}, "
+             f"differs {c['environment_differs']}")
+    psql(f"UPDATE runs SET environment = jsonb_set(environment, '{{blas_core}}', '\"SkylakeX\"') "
+         f"WHERE id = {victim['id']}")
+    st, r = request("GET", f"/api/runs/{rep}")
+    c = r["reproduction"]
+    d = c["environment_differs"] or {}
+    if c["same_environment"] or list(d) != ["blas_core"] or d["blas_core"][0] != "SkylakeX" or \
+            not c["within_tolerance"] or c["tolerance"] != 1e-4:
+        fail(f"a reproduction whose original recorded other BLAS kernels: {c}")
+    st, page = request("GET", f"/runs/{rep}")
+    if b'The environments differ in blas_core (' not in page or b'within the run' not in page:
+        fail(f"/runs/{rep}: does not say which part of the environment differed")
     # a cancelled reproduction stored a prefix of the curve: compared as far as both went
     psql(f"DELETE FROM metrics WHERE run_id = {rep} AND step >= 7; "
          f"UPDATE runs SET status = 'cancelled', final_val_loss = NULL WHERE id = {rep}")
