@@ -138,7 +138,7 @@ int cmd_launch(int argc, char **argv) {
       here++;
       first = first < 0 ? r : first;
     }
-  char world_s[16], here_s[16];
+  char world_s[24], here_s[16];
   snprintf(world_s, sizeof world_s, "%ld", world);
   snprintf(here_s, sizeof here_s, "%d", here);
 

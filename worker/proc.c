@@ -491,7 +491,7 @@ void wrk__run_start(wrk__run *r) {
   }
 
   enum { MAX_ARGS = 64 + 2 * WRK__MAX_DATA_DIRS };
-  char *args[MAX_ARGS], *extra[16], world[16];
+  char *args[MAX_ARGS], *extra[16], world[24];
   static char vars[WRK__MAX_DATA_DIRS * (PATH_MAX + 1) + 6 * PATH_MAX];
   extra[0] = NULL;
   if (!t)
