@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "cli/args.h"
+#include "cli/blas_pin.h"
 #include "cli/commands.h"
 #include "cli/launch.h"
 #include "common/err.h"
@@ -214,6 +215,8 @@ int cmd_train(int argc, char **argv) {
     fprintf(stderr, "scalesweep train: --no-data-dirs and --data-dir: expected one or the other\n");
     return SS_EXIT_USAGE;
   }
+  if ((rc = cli_blas_pin(&cfg, argc, argv, config)) != 0)
+    return rc;
   if (cfg.world_size > 1 && rank < 0) /* the launcher of this host's ranks */
     return cli_train_launch(argc, argv, &cfg, config, ranks, dist);
   if (rank >= cfg.world_size || (rank > 0 && !dist) || (rank == 0 && !dist && listen_fd < 0)) {

@@ -248,6 +248,10 @@ const char *kern_cpu_level(void);
 /* OpenBLAS's kernels for this CPU ("Haswell", "SkylakeX", ...: its
  * OPENBLAS_CORETYPE when set, else its own choice). */
 const char *kern_cpu_blas_core(void);
+/* The OpenBLAS kernel set that "reproducible": "portable" runs pin
+ * (runcfg.h): "Haswell" (AVX2 and FMA: every x86-64-v3 CPU, Intel's since
+ * 2013 and AMD's since 2015), or NULL on a CPU without them. */
+const char *kern_cpu_blas_portable_core(void);
 /* The CPU twin of the flash ops (the reference for the CUDA kernels; the CPU
  * table keeps flash_attention_* NULL so CPU runs keep attention_forward's bits). */
 void kern_cpu_flash_attention_forward(kern_ctx *k, kern_x *out, float *lse, const kern_x *qkv,

@@ -473,6 +473,14 @@ static void parse_trainer(problems *p, const cJSON *root, rcfg *cfg) {
   snprintf(cfg->trainer, sizeof cfg->trainer, "%s", v->valuestring);
 }
 
+/* reproducible: "machine" (the default) or "portable" */
+static void parse_reproducible(problems *p, const cJSON *root, rcfg *cfg) {
+  static const char *const modes[] = {"machine", "portable", NULL};
+  char mode[16] = "machine";
+  get_str(p, root, "$", "reproducible", mode, sizeof mode, modes);
+  cfg->reproducible = strcmp(mode, "portable") == 0 ? RCFG_REPRO_PORTABLE : RCFG_REPRO_MACHINE;
+}
+
 int rcfg_parse(const char *text, const char *name, rcfg *cfg, char *err, size_t errlen) {
   problems p = {err, errlen, 0, 0, name};
   if (errlen)
@@ -482,7 +490,8 @@ int rcfg_parse(const char *text, const char *name, rcfg *cfg, char *err, size_t 
     return SS_EINVAL;
   static const char *const top_keys[] = {"model",   "data", "train",      "optimizer", "precision",
                                          "memory",  "eval", "checkpoint", "backend",   "world_size",
-                                         "threads", "tf32",       "trainer",   NULL};
+                                         "threads", "tf32",       "trainer",   "reproducible",
+                                         NULL};
   check_keys(&p, root, "$", top_keys);
   memset(cfg, 0, sizeof *cfg);
   /* sections in this order, so their problems come in this order */
@@ -502,6 +511,7 @@ int rcfg_parse(const char *text, const char *name, rcfg *cfg, char *err, size_t 
   parse_schedule(&p, sec[4], sec[5], sec[6], cfg);
   parse_device(&p, root, cfg);
   parse_trainer(&p, root, cfg);
+  parse_reproducible(&p, root, cfg);
   cJSON_Delete(root);
   return p.n ? SS_EINVAL : 0;
 }
@@ -576,6 +586,10 @@ char *rcfg_to_json(const rcfg *c) {
    * keep their hash, and two trainers' runs of one config differ in it */
   if (strcmp(c->trainer, "builtin") != 0)
     cJSON_AddStringToObject(root, "trainer", c->trainer);
+  /* only when portable: the configs before the key keep their hash, and a
+   * portable run's numbers differ from the machine's own */
+  if (c->reproducible == RCFG_REPRO_PORTABLE)
+    cJSON_AddStringToObject(root, "reproducible", "portable");
   char *s = cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
   return s;

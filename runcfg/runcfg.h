@@ -79,7 +79,17 @@ typedef struct rcfg {
    * trainers.md): "builtin" (`scalesweep train`, the default) or an
    * operator's name such as "torch" (common/names.h) */
   char trainer[SS_TRAINER_NAME_MAX + 1];
+  /* "reproducible": RCFG_REPRO_MACHINE (the default) gives the same bits on
+   * the same kind of CPU, with the BLAS kernels OpenBLAS picks for it;
+   * RCFG_REPRO_PORTABLE pins OpenBLAS's kernels to one set every supported
+   * x86-64 CPU runs (cli/blas_pin.h), so a CPU run gives the same bits on
+   * every such CPU, at a cost where OpenBLAS would pick faster ones
+   * (README, "Reproduce anywhere"). CPU runs only: a CUDA run's numbers
+   * follow its GPU */
+  int reproducible;
 } rcfg;
+
+enum { RCFG_REPRO_MACHINE = 0, RCFG_REPRO_PORTABLE = 1 };
 
 /* Parses a JSON run config from text (name is the file name for messages),
  * fills defaults, validates. Returns 0, or SS_EINVAL with one message per

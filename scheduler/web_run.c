@@ -27,7 +27,7 @@ static void b_row(sched__buf *b, const char *name) {
 static void b_attempts(sched__buf *b, const json_t *attempts) {
   if (json_array_size(attempts) == 0)
     return;
-  static const char *const keys[] = {"host", "cpu", "cpu_kernels", "blas_core", "gpu",
+  static const char *const keys[] = {"host", "cpu", "cpu_kernels", "blas_core", "blas_core_by", "gpu",
                                      "compute_capability", "cuda_runtime", "cuda_driver",
                                      "threads", "scalesweep", NULL};
   sched__b_section(b, "where", "Where it ran");

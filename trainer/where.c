@@ -2,6 +2,7 @@
 #include "trainer/where.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -27,6 +28,16 @@ static void cpu_model(char *out, size_t n) {
   fclose(f);
 }
 
+/* who chose OpenBLAS's kernels: "portable" (cli/blas_pin.h pinned them),
+ * "OPENBLAS_CORETYPE" (set before scalesweep ran: the machine's owner), or
+ * "openblas" (its own choice for this CPU) */
+static const char *blas_core_by(void) {
+  const char *owner = getenv("OPENBLAS_CORETYPE"), *pinned = getenv("SCALESWEEP_BLAS_PINNED");
+  if (owner && pinned && !strcmp(owner, pinned))
+    return "portable";
+  return owner && *owner ? "OPENBLAS_CORETYPE" : "openblas";
+}
+
 static void version_text(int v, char *out, size_t n) {
   snprintf(out, n, "%d.%d", v / 1000, v % 1000 / 10);
 }
@@ -48,6 +59,7 @@ cJSON *trn_where(const rcfg *c, const kern_cuda_module *m, int device) {
   if (!m) {
     cJSON_AddStringToObject(o, "cpu_kernels", kern_cpu_level());
     cJSON_AddStringToObject(o, "blas_core", kern_cpu_blas_core());
+    cJSON_AddStringToObject(o, "blas_core_by", blas_core_by());
     return o;
   }
   kern_cuda_device dev[64];

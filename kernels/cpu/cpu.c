@@ -123,6 +123,11 @@ const char *kern_cpu_blas_core(void) {
   return c && *c ? c : "unknown";
 }
 
+const char *kern_cpu_blas_portable_core(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "Haswell" : NULL;
+}
+
 void kern_cpu_flash_attention_forward(kern_ctx *k, kern_x *out, float *lse, const kern_x *qkv,
                                       int B, int T, int C, int NH) {
   current()->fa_fwd(k, out, lse, qkv, B, T, C, NH);

@@ -79,7 +79,11 @@ def torch_env(extra=None):
         if k.startswith("SCALESWEEP_") or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
                                                  "MASTER_ADDR", "MASTER_PORT"):
             del env[k]
-    env.update(extra or {})
+    for k, v in (extra or {}).items():  # None: unset
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
     return env
 
 

@@ -16,6 +16,11 @@ Checks:
   step's loss by ~1e-7 relative; over 100 steps of AdamW the weights drift
   apart by such rounding, and 1e-4 is what the brief's contract allows. The
   measured figures are printed (about 1e-7 here).
+- "reproducible": "portable" with OPENBLAS_CORETYPE unset: the config
+  line's environment says OpenBLAS's Haswell kernels, chosen by "portable",
+  and the run is bit for bit the one with OPENBLAS_CORETYPE=Haswell (the
+  pin is set before torch loads OpenBLAS); an OPENBLAS_CORETYPE set before
+  wins and is said to.
 Usage: test_agreement.py SCALESWEEP_BINARY
 """
 import glob
@@ -115,6 +120,34 @@ def test_init(binary, tmp):
           "built-in's one step at lr 1e-12)" % (flat.size, big.sum(), small))
 
 
+def test_portable(binary, tmp):
+    flags = open("/proc/cpuinfo").read()
+    if " avx2" not in flags or " fma" not in flags:
+        print("portable: skipped (this CPU runs no AVX2 and FMA: OpenBLAS's Haswell kernels)")
+        return
+    p = base_partial()
+    p["train"]["tokens"] = 20 * 8 * 32
+    p["reproducible"] = "portable"
+    cfg = dict(t.resolve(binary, p, tmp), trainer="torch")
+    t.check(cfg.get("reproducible") == "portable", "the resolved config lost reproducible")
+    runs = {}
+    for name, core in (("unset", None), ("haswell", "Haswell"), ("owner", "Nehalem")):
+        rc, evs, err = t.run_torch(cfg, tmp, "portable_" + name, env={"OPENBLAS_CORETYPE": core})
+        t.ok(rc, evs, err, "torch portable (OPENBLAS_CORETYPE %s)" % (core or "unset"))
+        env = t.one(evs, "config").get("environment", {})
+        runs[name] = (env.get("blas_core"), env.get("blas_core_by"),
+                      t.one(evs, "done")["final_val_loss"])
+    t.check(runs["unset"][:2] == ("Haswell", "portable"), "portable, OPENBLAS_CORETYPE unset: "
+            "OpenBLAS's %s kernels chosen by %s, expected Haswell by portable" % runs["unset"][:2])
+    t.check(runs["haswell"][:2] == ("Haswell", "OPENBLAS_CORETYPE"), "%r" % (runs["haswell"],))
+    t.check(runs["owner"][:2] == ("Nehalem", "OPENBLAS_CORETYPE"),
+            "an owner's OPENBLAS_CORETYPE=Nehalem did not win: %r" % (runs["owner"],))
+    t.check(runs["unset"][2] == runs["haswell"][2], "portable: final_val_loss %r, with "
+            "OPENBLAS_CORETYPE=Haswell %r" % (runs["unset"][2], runs["haswell"][2]))
+    print("portable: OpenBLAS's Haswell kernels pinned; final_val_loss %r, the same bits as "
+          "OPENBLAS_CORETYPE=Haswell's (Nehalem's: %r)" % (runs["unset"][2], runs["owner"][2]))
+
+
 def make_shards(binary, tmp):
     """~18k training tokens in 3 shards (a run of 25.6k tokens wraps around
     them) and ~2k validation tokens, from the repository's own text."""
@@ -138,6 +171,7 @@ def main():
     binary = t.binary()
     with t.Tmp("ss_torch_agree_") as tmp:
         test_init(binary, tmp)
+        test_portable(binary, tmp)
 
         cfg = t.resolve(binary, base_partial(), tmp)
         rc, a, err = t.run_builtin(binary, cfg, tmp, "synth_builtin")

@@ -1,7 +1,9 @@
 /* runcfg/runcfg.c: the wsd schedule's decay_frac and stable steps; the "tf32" key (on by default
  * for backend cuda at fp32, switched off by false, a true elsewhere rejected with file, path, found
  * and expected) and what it does to the resolved JSON and so to the hash (the key appears only
- * where it applies, so configs of other backends and precisions keep theirs). */
+ * where it applies, so configs of other backends and precisions keep theirs); the "reproducible"
+ * key ("machine", the default, keeps every config's hash; "portable" is in the resolved JSON and
+ * so in the hash, and survives a round trip; anything else is refused). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +124,33 @@ int main(void) {
   CHECK(strstr(err, "precision \"fp16\"") != NULL);
   CHECK_INT_EQ(parse(",\"backend\": \"cuda\", \"tf32\": 1", &c, err, sizeof err), SS_EINVAL);
   CHECK(strstr(err, "run.json: $.tf32: expected true or false, found 1") != NULL);
+
+  /* reproducible */
+  rcfg plain, machine, portable;
+  char h_plain[65], h_machine[65], h_portable[65];
+  CHECK_INT_EQ(parse("", &plain, err, sizeof err), 0);
+  CHECK_INT_EQ(plain.reproducible, RCFG_REPRO_MACHINE);
+  CHECK_INT_EQ(parse(",\"reproducible\": \"machine\"", &machine, err, sizeof err), 0);
+  CHECK_INT_EQ(parse(",\"reproducible\": \"portable\"", &portable, err, sizeof err), 0);
+  CHECK_INT_EQ(portable.reproducible, RCFG_REPRO_PORTABLE);
+  CHECK_INT_EQ(rcfg_hash(&plain, h_plain), 0);
+  CHECK_INT_EQ(rcfg_hash(&machine, h_machine), 0);
+  CHECK_INT_EQ(rcfg_hash(&portable, h_portable), 0);
+  CHECK(strcmp(h_plain, h_machine) == 0);
+  CHECK(strcmp(h_plain, h_portable) != 0);
+  char *pj = rcfg_to_json(&portable), *mj = rcfg_to_json(&machine);
+  CHECK(pj && strstr(pj, ",\"reproducible\":\"portable\"}") != NULL);
+  CHECK(mj && strstr(mj, "reproducible") == NULL);
+  rcfg again;
+  CHECK_INT_EQ(rcfg_parse(pj, "resolved.json", &again, err, sizeof err), 0);
+  CHECK_INT_EQ(again.reproducible, RCFG_REPRO_PORTABLE);
+  free(pj);
+  free(mj);
+  CHECK_INT_EQ(parse(",\"reproducible\": \"exact\"", &c, err, sizeof err), SS_EINVAL);
+  CHECK(strstr(err, "run.json: $.reproducible: found \"exact\", expected one of") != NULL);
+  CHECK(strstr(err, "portable") != NULL);
+  CHECK_INT_EQ(parse(",\"reproducible\": true", &c, err, sizeof err), SS_EINVAL);
+  CHECK(strstr(err, "$.reproducible: expected a string") != NULL);
   if (check__failures)
     fprintf(stderr, "last error: %s\n", err);
   CHECK_DONE();

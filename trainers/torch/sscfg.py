@@ -149,7 +149,7 @@ def parse(raw):
     if not isinstance(raw, dict):
         raise ConfigError("$: expected a JSON object, found %s" % _shown(raw))
     top = ["model", "data", "train", "optimizer", "precision", "memory", "eval", "checkpoint",
-           "backend", "world_size", "threads", "tf32", "trainer"]
+           "backend", "world_size", "threads", "tf32", "trainer", "reproducible"]
     ck.keys(raw, "$", top, [])
     c = Config(raw)
     model = ck.section(raw, "model")
@@ -301,6 +301,9 @@ def parse(raw):
                     "'_', '-' or '.'" % _shown(v))
         else:
             c.trainer = v
+    c.reproducible = "machine"
+    if "reproducible" in raw:
+        c.reproducible = ck.str(raw, "$", "reproducible", ["machine", "portable"])
     if ck.problems:
         raise ConfigError("\n".join(ck.problems))
     return c
@@ -336,6 +339,8 @@ def canonical(c):
         d["tf32"] = c.tf32
     if c.trainer != "builtin":
         d["trainer"] = c.trainer
+    if c.reproducible == "portable":
+        d["reproducible"] = "portable"
     return d
 
 

@@ -234,6 +234,7 @@ class Run:
 
     def setup_torch(self):
         global SPEAK
+        self.pin_blas()
         import torch
         self.torch = torch
         c, o = self.c, self.opts
@@ -396,6 +397,45 @@ class Run:
         o["environment"] = self.environment()
         emit(o)
 
+    def pin_blas(self):
+        """"reproducible": "portable" (README, "Reproduce anywhere"): OpenBLAS's
+        Haswell kernels, which every CPU with AVX2 and FMA runs, whatever it
+        would pick for this one; an OPENBLAS_CORETYPE set before wins. It is
+        read once, when OpenBLAS loads with torch: so before the import."""
+        env = os.environ
+        if self.c.reproducible != "portable" or self.c.backend != "cpu" or \
+                env.get("OPENBLAS_CORETYPE"):
+            return
+        flags = set()
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("flags"):
+                        flags = set(line.split(":", 1)[1].split())
+                        break
+        except OSError:
+            pass
+        if "avx2" in flags and "fma" in flags:
+            env["OPENBLAS_CORETYPE"] = env["SCALESWEEP_BLAS_PINNED"] = "Haswell"
+        else:
+            log("reproducible \"portable\": this CPU lacks AVX2 or FMA, which OpenBLAS's "
+                "Haswell kernels need; its own run, so the numbers may differ from other CPUs'")
+
+    @staticmethod
+    def blas_core():
+        """OpenBLAS's kernels as it loaded with torch, and who chose them
+        (trainer/where.c's keys); None without OpenBLAS"""
+        import ctypes
+        try:
+            lib = ctypes.CDLL("libopenblas.so.0", mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            core = lib.openblas_get_corename().decode()
+        except (OSError, AttributeError):
+            return None
+        owner, pinned = os.environ.get("OPENBLAS_CORETYPE"), os.environ.get("SCALESWEEP_BLAS_PINNED")
+        by = "portable" if owner and owner == pinned else "OPENBLAS_CORETYPE" if owner else "openblas"
+        return core, by
+
     def environment(self):
         """Where this run trains (docs/runtime.md, "Where a run ran"): the
         built-in's keys where they apply, and PyTorch's own versions."""
@@ -412,6 +452,9 @@ class Run:
         env = {"host": socket.gethostname(), "cpu": cpu, "backend": self.c.backend,
                "threads": self.c.threads, "trainer": "torch", "torch": torch.__version__,
                "python": platform.python_version()}
+        blas = self.blas_core() if self.c.backend == "cpu" else None
+        if blas:
+            env["blas_core"], env["blas_core_by"] = blas
         if self.c.backend == "cuda":
             dev = torch.cuda.current_device()
             cc = torch.cuda.get_device_capability(dev)
