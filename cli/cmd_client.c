@@ -18,7 +18,8 @@ typedef struct copts {
   const char *url, *state, *token_file;
   int json;
   int run;  /* cancel: the id is a run's */
-  int wait; /* reproduce: wait and compare */
+  int wait;      /* reproduce: wait and compare */
+  const char *on; /* reproduce: the worker (name or host) to run on */
   const char *arg;
 } copts;
 
@@ -40,6 +41,12 @@ static void parse(int argc, char **argv, copts *o, const char *usage) {
       continue;
     } else if ((!strcmp(a, "--run") || !strcmp(a, "--wait")) && strstr(usage, a)) {
       *(a[2] == 'r' ? &o->run : &o->wait) = 1; /* only where the usage names it */
+    } else if (!strcmp(a, "--on") && strstr(usage, "--on WORKER")) {
+      if (i + 1 >= argc || !argv[i + 1][0]) {
+        fprintf(stderr, "scalesweep %s: --on needs a worker's name or host\n%s", argv[0], usage);
+        exit(SS_EXIT_USAGE);
+      }
+      o->on = argv[++i];
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, "scalesweep %s: unknown option '%s'\n%s", argv[0], a, usage);
       exit(SS_EXIT_USAGE);
@@ -359,13 +366,13 @@ int cmd_runs(int argc, char **argv) {
 /* POSTs to /api/KIND/ID/ACTION for a positive id; prints the answer as
  * JSON with --json, else through say(). */
 static int post_action(const copts *o, const char *cmd, const char *kind, const char *action,
-                       void (*say)(const copts *o, json_t *j)) {
+                       const char *body, void (*say)(const copts *o, json_t *j)) {
   if (!positive_id(cmd, o->arg))
     return SS_EXIT_USAGE;
   char path[96], *raw = NULL;
   int rc;
   snprintf(path, sizeof path, "/api/%s/%s/%s", kind, o->arg, action);
-  json_t *j = call(o, "POST", path, "{}", 2, &rc, &raw);
+  json_t *j = call(o, "POST", path, body, strlen(body), &rc, &raw);
   if (!j)
     return rc;
   if (o->json)
@@ -389,11 +396,12 @@ int cmd_cancel(int argc, char **argv) {
       "  after their trainer checkpoints\n";
   copts o;
   parse(argc, argv, &o, usage);
-  return post_action(&o, "cancel", o.run ? "runs" : "sweeps", "cancel", say_cancelled);
+  return post_action(&o, "cancel", o.run ? "runs" : "sweeps", "cancel", "{}", say_cancelled);
 }
 
 static void say_reproduced(const copts *o, json_t *j) {
-  printf("run %lld queued, reproducing run %s\n", (long long)num(j, "id"), o->arg);
+  printf("run %lld queued, reproducing run %s%s%s\n", (long long)num(j, "id"), o->arg,
+         o->on ? " on " : "", o->on ? o->on : "");
 }
 
 /* --wait: polls the new run until it has finished and its comparison with
@@ -436,12 +444,16 @@ static int why_different(json_t *rep) {
 static int wait_reproduction(const copts *o, long long id) {
   char path[64];
   snprintf(path, sizeof path, "/api/runs/%lld", id);
+  int said = 0;
   for (;;) {
     int rc;
     char *raw = NULL;
     json_t *j = call(o, "GET", path, NULL, 0, &rc, &raw);
     if (!j)
       return rc;
+    const char *waiting = json_string_value(json_object_get(j, "waiting"));
+    if (waiting && !said++ && !o->json) /* once: it may wait for its worker a long while */
+      printf("run %lld waits: %s\n", id, waiting);
     json_t *rep = json_object_get(j, "reproduction");
     const char *st = str(json_object_get(j, "run"), "status");
     if (json_is_object(rep) || !strcmp(st, "cancelled")) {
@@ -488,10 +500,13 @@ static int wait_reproduction(const copts *o, long long id) {
 
 int cmd_reproduce(int argc, char **argv) {
   static const char usage[] =
-      "usage: scalesweep reproduce RUN_ID [--wait] [--url URL] [--state DIR] [--token-file F]\n"
-      "                            [--json]\n"
+      "usage: scalesweep reproduce RUN_ID [--on WORKER] [--wait] [--url URL] [--state DIR]\n"
+      "                            [--token-file F] [--json]\n"
       "  queues a new run with finished run RUN_ID's stored config (runs.reproduces names\n"
       "  the original);\n"
+      "  --on WORKER runs it only on the worker of that name (the status page and GET\n"
+      "  /api/workers list them) or on that host; it waits while none is connected, and\n"
+      "  a name that never connected is refused\n"
       "  --wait waits for it and reports whether its loss curve matches the original's\n"
       "  exactly (exit 0) or the largest difference; then, from the two runs' recorded\n"
       "  environments, what differed and whether the final loss lies within the run's\n"
@@ -499,20 +514,34 @@ int cmd_reproduce(int argc, char **argv) {
       "  (exit 1)\n";
   copts o;
   parse(argc, argv, &o, usage);
-  if (!o.wait)
-    return post_action(&o, "reproduce", "runs", "reproduce", say_reproduced);
-  if (!positive_id("reproduce", o.arg))
+  json_t *req = o.on ? json_pack("{s:s}", "on", o.on) : json_object();
+  char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+  json_decref(req);
+  if (!body) {
+    fprintf(stderr, "scalesweep reproduce: --on '%s': not valid UTF-8 text\n", o.on ? o.on : "");
     return SS_EXIT_USAGE;
+  }
+  if (!o.wait) {
+    int rc = post_action(&o, "reproduce", "runs", "reproduce", body, say_reproduced);
+    free(body);
+    return rc;
+  }
+  if (!positive_id("reproduce", o.arg)) {
+    free(body);
+    return SS_EXIT_USAGE;
+  }
   char path[96], *raw = NULL;
   int rc;
   snprintf(path, sizeof path, "/api/runs/%s/reproduce", o.arg);
-  json_t *j = call(&o, "POST", path, "{}", 2, &rc, &raw);
+  json_t *j = call(&o, "POST", path, body, strlen(body), &rc, &raw);
+  free(body);
   free(raw);
   if (!j)
     return rc;
   long long id = (long long)num(j, "id");
   json_decref(j);
   if (!o.json)
-    printf("run %lld queued, reproducing run %s; waiting for it\n", id, o.arg);
+    printf("run %lld queued, reproducing run %s%s%s; waiting for it\n", id, o.arg,
+           o.on ? " on " : "", o.on ? o.on : "");
   return wait_reproduction(&o, id);
 }

@@ -21,6 +21,7 @@ typedef struct req_ctx {
   http_request *r;
   int created; /* answer 201 instead of 200 */
   int64_t id;
+  char *on; /* reproduce's worker, in the request's arena */
 } req_ctx;
 
 static req_ctx *rctx(sched *s, http_request *r) {
@@ -214,12 +215,64 @@ static void get_sweep(sched *s, req_ctx *x, int64_t id, int runs_only) {
 /* GET /api/runs/{id}: the run and a page of its metric rows
  * (?metrics_limit=, default 10000, at most 100000; ?metrics_offset=), so
  * that one request never builds a whole long run's rows at once. */
+/* the connected workers, "NAME (host HOST), ..." (for a refusal) */
+static void connected_names(sched *s, char *buf, size_t len) {
+  size_t off = 0;
+  buf[0] = 0;
+  for (sched__wconn *c = s->wp.conns; c && off < len; c = c->next)
+    if (c->authed && !c->closing)
+      off += (size_t)snprintf(buf + off, len - off, "%s%s (host %s)", off ? ", " : "", c->name,
+                              c->host);
+  if (!off)
+    snprintf(buf, len, "none");
+}
+
+/* "waiting" of a queued run that must run on one worker (reproduce --on)
+ * when no connected worker is it, else NULL */
+static json_t *waiting_for_worker(sched *s, const json_t *run) {
+  const char *on = json_string_value(json_object_get(run, "on_worker"));
+  const char *st = json_string_value(json_object_get(run, "status"));
+  if (!on || !st || strcmp(st, "queued") != 0)
+    return NULL;
+  for (sched__wconn *c = s->wp.conns; c; c = c->next)
+    if (c->authed && !c->closing && (!strcmp(c->name, on) || !strcmp(c->host, on)))
+      return NULL;
+  char msg[1024], names[768];
+  connected_names(s, names, sizeof names);
+  snprintf(msg, sizeof msg,
+           "it runs only on worker \"%s\" (by name or host), which is not connected "
+           "(connected now: %s)",
+           on, names);
+  return json_string(msg);
+}
+
+/* The run's document, with "waiting" added for a queued run that waits for
+ * its one worker (the document is parsed only for such a run). */
+static void on_run_doc(void *ud, int status, const char *json, const char *errmsg) {
+  req_ctx *x = ud;
+  const char *k = status == 0 && json ? strstr(json, "\"on_worker\"") : NULL;
+  if (k)
+    k += strspn(k + 11, " :") + 11;
+  json_t *doc = k && *k == '"' ? json_loads(json, 0, NULL) : NULL;
+  json_t *why = doc ? waiting_for_worker(x->s, json_object_get(doc, "run")) : NULL;
+  if (!why) {
+    json_decref(doc);
+    on_json(ud, status, json, errmsg);
+    return;
+  }
+  json_object_set_new(doc, "waiting", why);
+  char *text = json_dumps(doc, JSON_COMPACT);
+  json_decref(doc);
+  on_json(ud, status, text ? text : json, errmsg);
+  free(text);
+}
+
 static void get_run(sched *s, req_ctx *x, int64_t id) {
   long long limit, offset;
   if (count_param(x, "metrics_limit", 10000, 100000, &limit) ||
       count_param(x, "metrics_offset", 0, INT64_MAX, &offset))
     return;
-  store_pages_run(db_pool_get(s->reads, 1), id, limit, offset, on_json, x);
+  store_pages_run(db_pool_get(s->reads, 1), id, limit, offset, on_run_doc, x);
 }
 
 static void get_workers(sched *s, req_ctx *x) {
@@ -284,13 +337,22 @@ static void cancel(sched *s, req_ctx *x, int sweep, int64_t id) {
 }
 
 static void on_reproduced(void *ud, int status, const char *original_status, const char *json,
-                          const char *errmsg) {
+                          int worker_known, const char *errmsg) {
   req_ctx *x = ud;
   sched *s = x->s; /* x lives in the request's arena, freed by the answer */
   if (status != 0)
     return on_json(ud, status, NULL, errmsg);
   if (!original_status)
     return answer_error(x, 404, "no such run", NULL);
+  if (!worker_known) {
+    char msg[1024], names[768];
+    connected_names(s, names, sizeof names);
+    snprintf(msg, sizeof msg,
+             "no worker named \"%s\" or on host \"%s\" has connected to this scheduler "
+             "(connected now: %s)",
+             x->on, x->on, names);
+    return answer_error(x, 404, msg, "$.on");
+  }
   if (!json) {
     char msg[160];
     snprintf(msg, sizeof msg, "run %" PRId64 " is %s: a run can be reproduced once it has finished",
@@ -301,9 +363,58 @@ static void on_reproduced(void *ud, int status, const char *original_status, con
   sched__place(s);
 }
 
+/* POST /api/runs/{id}/reproduce [{"on": WORKER}]: an empty body or {} is
+ * any worker; "on" a worker's name or host (1 to 127 bytes, no control
+ * characters) */
 static void reproduce(sched *s, req_ctx *x, int64_t id) {
   x->id = id;
-  store_actions_reproduce(s->db, id, on_reproduced, x);
+  size_t len;
+  const char *body = http_body(x->r, &len);
+  json_error_t e;
+  json_t *b = len ? json_loadb(body, len, 0, &e) : json_object();
+  char msg[256];
+  if (!json_is_object(b)) {
+    if (b)
+      snprintf(msg, sizeof msg, "request body: not an object (expected {} or {\"on\": WORKER})");
+    else
+      snprintf(msg, sizeof msg, "request body: line %d, column %d: %s (expected {} or "
+               "{\"on\": WORKER})", e.line, e.column, e.text);
+    json_decref(b);
+    return answer_error(x, 400, msg, "$");
+  }
+  const char *key;
+  json_t *v;
+  json_object_foreach(b, key, v) {
+    if (strcmp(key, "on") != 0) {
+      char at[80];
+      snprintf(msg, sizeof msg, "unknown key \"%.40s\" (expected on)", key);
+      snprintf(at, sizeof at, "$.%.60s", key);
+      json_decref(b);
+      return answer_error(x, 400, msg, at);
+    }
+  }
+  v = json_object_get(b, "on");
+  if (v) {
+    const char *on = json_string_value(v);
+    size_t n = on ? strlen(on) : 0;
+    int ok = n >= 1 && n <= 127 && n == json_string_length(v);
+    for (size_t i = 0; ok && i < n; i++)
+      ok = (unsigned char)on[i] >= 0x20 && on[i] != 0x7f;
+    if (!ok) {
+      json_decref(b);
+      return answer_error(x, 400,
+                          "expected a worker's name or host: a string of 1 to 127 bytes "
+                          "without control characters",
+                          "$.on");
+    }
+    if (!(x->on = http_alloc(x->r, n + 1))) {
+      json_decref(b);
+      return answer_error(x, 500, "out of memory", NULL);
+    }
+    memcpy(x->on, on, n + 1);
+  }
+  json_decref(b);
+  store_actions_reproduce(s->db, id, x->on, on_reproduced, x);
 }
 
 /* ---- /metrics (Prometheus text format) ----------------------------------------------------- */

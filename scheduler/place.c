@@ -25,15 +25,23 @@ static int free_gpus(const sched__wconn *c) {
 /* a worker that said it is stopping takes nothing new */
 static int placeable(const sched__wconn *c) { return c->authed && !c->closing && !c->draining; }
 
+/* A worker that may take run q: it runs q's trainer and, for a run that
+ * must run on one worker (a reproduction with --on), it is that worker, by
+ * name or host. */
+static int takes(const sched__wconn *c, const store_queued *q) {
+  return sched__conn_offers(c, q->trainer) &&
+         (!q->on[0] || !strcmp(c->name, q->on) || !strcmp(c->host, q->on));
+}
+
 /* A worker with room for a run that needs `gpus` GPUs (0: `slots` CPU
  * slots, one per rank); fills the chosen GPU indices. Prefers the fullest
  * worker that fits, so large holes stay open for large runs. */
 static sched__wconn *find_room(sched *s, int gpus, int slots, int *chosen,
-                               const sched__wconn *exclude, const char *trainer) {
+                               const sched__wconn *exclude, const store_queued *q) {
   sched__wconn *best = NULL;
   int best_free = 1 << 30;
   for (sched__wconn *c = s->wp.conns; c; c = c->next) {
-    if (!placeable(c) || c == exclude || !sched__conn_offers(c, trainer))
+    if (!placeable(c) || c == exclude || !takes(c, q))
       continue;
     int free_n = gpus == 0 ? c->cpu_slots - c->cpu_busy : free_gpus(c);
     if (free_n < (gpus == 0 ? slots : gpus))
@@ -83,6 +91,46 @@ static void offered_trainers(sched *s, char *buf, size_t len) {
     snprintf(buf + off, len - off, "}");
 }
 
+/* appends text to a PostgreSQL array literal at off (just after its '{'
+ * or its last element) as a quoted element, '"' and '\\' escaped; the new
+ * offset. buf holds 2 * strlen(text) + 4 more bytes (offered_workers). */
+static size_t array_item(char *buf, size_t off, const char *text) {
+  if (buf[off - 1] != '{')
+    buf[off++] = ',';
+  buf[off++] = '"';
+  for (const char *p = text; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      buf[off++] = '\\';
+    buf[off++] = *p;
+  }
+  buf[off++] = '"';
+  buf[off] = 0;
+  return off;
+}
+
+/* The placeable workers' names and hosts as a PostgreSQL text array, for
+ * the runs that must run on one worker (malloc'd; NULL when out of
+ * memory: then every run is read). */
+static char *offered_workers(sched *s) {
+  size_t len = 3;
+  for (sched__wconn *c = s->wp.conns; c; c = c->next)
+    if (placeable(c))
+      len += 2 * (strlen(c->name) + strlen(c->host)) + 8;
+  char *buf = malloc(len);
+  if (!buf)
+    return NULL;
+  size_t off = 1;
+  buf[0] = '{';
+  buf[1] = 0;
+  for (sched__wconn *c = s->wp.conns; c; c = c->next)
+    if (placeable(c)) {
+      off = array_item(buf, off, c->name);
+      off = array_item(buf, off, c->host);
+    }
+  snprintf(buf + off, len - off, "}");
+  return buf;
+}
+
 /* When a waiting run was first found blocked (uv_now ms). */
 static uint64_t blocked_since(sched__placement *pl, int64_t run_id, uint64_t now) {
   for (int i = 0; i < pl->nblocked; i++)
@@ -107,11 +155,11 @@ static void unblocked(sched__placement *pl, int64_t run_id) {
 
 /* The worker a waiting run of `gpus` GPUs is kept for: of those with at
  * least that many GPUs, the one with the most free (the soonest to drain). */
-static const sched__wconn *reserve_for(sched *s, int gpus, const char *trainer) {
+static const sched__wconn *reserve_for(sched *s, int gpus, const store_queued *q) {
   const sched__wconn *best = NULL;
   int best_free = -1;
   for (sched__wconn *c = s->wp.conns; c; c = c->next) {
-    if (!placeable(c) || usable_gpus(c) < gpus || !sched__conn_offers(c, trainer))
+    if (!placeable(c) || usable_gpus(c) < gpus || !takes(c, q))
       continue;
     int free_n = free_gpus(c);
     if (free_n > best_free) {
@@ -330,18 +378,18 @@ static assign_ctx *assign(sched *s, sched__wconn *c, int64_t run_id, int gpus, c
 }
 
 /* What a worker can give a gang now: free CPU slots, or free usable GPUs. */
-static int gang_free(const sched__wconn *c, int gpu, const char *trainer) {
-  if (!sched__conn_offers(c, trainer))
+static int gang_free(const sched__wconn *c, int gpu, const store_queued *q) {
+  if (!takes(c, q))
     return 0;
   return gpu ? free_gpus(c) : c->cpu_slots - c->cpu_busy;
 }
 
 /* What all placeable workers have together, busy or not: CPU slots, or
  * usable GPUs (gpu set). A gang larger than that can never start. */
-static int gang_capacity(sched *s, int gpu, const char *trainer) {
+static int gang_capacity(sched *s, int gpu, const store_queued *q) {
   int n = 0;
   for (sched__wconn *c = s->wp.conns; c; c = c->next)
-    if (placeable(c) && sched__conn_offers(c, trainer))
+    if (placeable(c) && takes(c, q))
       n += gpu ? usable_gpus(c) : c->cpu_slots;
   return n;
 }
@@ -352,7 +400,7 @@ static int gang_capacity(sched *s, int gpu, const char *trainer) {
  * with the most). NULL when all they have free together is too little, or
  * out of memory. */
 static assign_ctx *assign_gang(sched *s, int64_t run_id, int ranks, int gpu,
-                               const char *trainer) {
+                               const store_queued *q) {
   sched__wconn *pick[SCHED__GANG_MAX];
   int n = 0, have = 0, slots = ranks;
   while (have < slots && n < SCHED__GANG_MAX) {
@@ -361,14 +409,14 @@ static assign_ctx *assign_gang(sched *s, int64_t run_id, int ranks, int gpu,
       int taken = 0;
       for (int i = 0; i < n; i++)
         taken |= pick[i] == c;
-      if (placeable(c) && !taken && gang_free(c, gpu, trainer) > 0 &&
-          (!best || gang_free(c, gpu, trainer) > gang_free(best, gpu, trainer)))
+      if (placeable(c) && !taken && gang_free(c, gpu, q) > 0 &&
+          (!best || gang_free(c, gpu, q) > gang_free(best, gpu, q)))
         best = c;
     }
     if (!best)
       break;
     pick[n++] = best;
-    have += gang_free(best, gpu, trainer);
+    have += gang_free(best, gpu, q);
   }
   if (have < slots || n < 2)
     return NULL;
@@ -381,7 +429,7 @@ static assign_ctx *assign_gang(sched *s, int64_t run_id, int ranks, int gpu,
   a->ngpus = gpu ? ranks : 0;
   int next = 0;
   for (int i = 0; i < n && next < slots; i++) {
-    int k = gang_free(pick[i], gpu, trainer);
+    int k = gang_free(pick[i], gpu, q);
     k = k < slots - next ? k : slots - next;
     k = gpu && k > 8 ? 8 : k;
     int g = 0;
@@ -457,9 +505,10 @@ static void place_runs(sched *s, const store_queued *runs, int n, int from_cache
     if (hold_cpu && gpus == 0)
       continue;
     int slots = runs[i].slots > 0 ? runs[i].slots : 1;
-    /* only the workers that run its trainer (the read left out the runs no
-     * connected worker could take; one may have gone since) */
-    const char *tr = runs[i].trainer;
+    /* only the workers that run its trainer, and the one it must run on
+     * when it names one (the read left out the runs no connected worker
+     * could take; one may have gone since) */
+    const store_queued *tr = &runs[i];
     /* over 8 GPUs: only spread over workers (an assignment holds 8 at most) */
     sched__wconn *c =
         gpus > 8 ? NULL : find_room(s, gpus, slots, chosen, gpus > 0 ? reserved : NULL, tr);
@@ -480,6 +529,8 @@ static void place_runs(sched *s, const store_queued *runs, int n, int from_cache
         break;
       continue;
     }
+    if (!c && tr->on[0])
+      continue; /* it waits for its worker alone: it holds back no other run */
     if (!c) {
       /* a larger run waits; smaller ones behind it may still start */
       if (gpus > 0 && (!blocked_gpus || gpus < blocked_gpus))
@@ -548,8 +599,10 @@ void sched__place(sched *s) {
   int limit = room * 4 + 16;
   char trainers[SCHED__OFFERED_MAX * 36 + 4];
   offered_trainers(s, trainers, sizeof trainers);
+  char *workers = offered_workers(s);
   store_runs_queue(s->db, limit < SCHED__QUEUE_READ ? SCHED__QUEUE_READ : limit, trainers,
-                   on_queue, s);
+                   workers, on_queue, s);
+  free(workers);
 }
 
 void sched__place_freed(sched *s) {

@@ -554,7 +554,8 @@ static void on_tick(uv_timer_t *t) {
   if (sl->busy || s->stopping || !db_ready(s->db))
     return;
   sl->busy = 1;
-  store_runs_queue(s->db, 1024, NULL, on_queue, s);
+  /* no run that must run on one worker: a new job would not be it */
+  store_runs_queue(s->db, 1024, NULL, "{}", on_queue, s);
 }
 
 /* ---- start and stop --------------------------------------------------------- */

@@ -223,6 +223,12 @@ void sched__web_run(sched__buf *b, sched__web_req *w, json_t *r) {
   }
   if (sched__jint(r, "reproduces"))
     b_reproduction(b, sched__jint(r, "reproduces"), json_object_get(r, "reproduction"));
+  if (json_is_string(json_object_get(r, "on_worker"))) { /* reproduce --on */
+    b_row(b, "Runs on");
+    sched__b_puts(b, "only the worker named, or on the host, ");
+    sched__b_esc(b, sched__jstr(r, "on_worker"));
+    sched__b_puts(b, "</td></tr>");
+  }
   json_t *by = json_object_get(r, "reproduced_by");
   if (json_array_size(by) > 0) {
     b_row(b, "Reproduced by");

@@ -63,14 +63,17 @@ void store_actions_cancel_run(db *d, int64_t run_id, store_cancel_cb cb, void *u
          run_id, cb, ud);
 }
 
-/* Row: the original's status and the new run's JSON (either NULL). */
+/* Row: the original's status, the new run's JSON (either NULL) and whether
+ * the worker asked for is known. */
 typedef struct reproduce_row {
   const char *original_status, *run;
+  int known;
 } reproduce_row;
 
 static void decode_reproduce(const PGresult *res, int row, void *elem) {
-  *(reproduce_row *)elem =
-      (reproduce_row){store__str_or_null(res, row, 0), store__str_or_null(res, row, 1)};
+  *(reproduce_row *)elem = (reproduce_row){store__str_or_null(res, row, 0),
+                                           store__str_or_null(res, row, 1),
+                                           PQgetvalue(res, row, 2)[0] == 't'};
 }
 
 static void deliver_reproduce(const store__call *c, int status, const void *rows, int n,
@@ -81,24 +84,31 @@ static void deliver_reproduce(const store__call *c, int status, const void *rows
     errmsg = "reproduce: expected one row";
   }
   if (status != 0)
-    ((store_reproduce_cb)c->cb)(c->ud, status, NULL, NULL, errmsg);
+    ((store_reproduce_cb)c->cb)(c->ud, status, NULL, NULL, 0, errmsg);
   else
-    ((store_reproduce_cb)c->cb)(c->ud, 0, r->original_status, r->run, NULL);
+    ((store_reproduce_cb)c->cb)(c->ud, 0, r->original_status, r->run, r->known, NULL);
 }
 
 static const store__rows_spec reproduced = {sizeof(reproduce_row), decode_reproduce,
                                             deliver_reproduce};
 
-void store_actions_reproduce(db *d, int64_t run_id, store_reproduce_cb cb, void *ud) {
-  store__query_rows_id(
+void store_actions_reproduce(db *d, int64_t run_id, const char *on, store_reproduce_cb cb,
+                             void *ud) {
+  char id[24];
+  const char *p[2] = {store__itoa(id, sizeof id, run_id), on};
+  store__query_rows(
       d,
       "WITH o AS (SELECT * FROM runs WHERE id = $1), "
+      "k AS (SELECT $2::text IS NULL OR EXISTS (SELECT 1 FROM workers "
+      "WHERE name = $2::text OR host = $2::text) AS known), "
       "n AS (INSERT INTO runs (sweep_id, config, config_hash, gpus, priority, "
-      "max_attempts, params, nonembedding_params, tokens, batch_size, flops, reproduces) "
+      "max_attempts, params, nonembedding_params, tokens, batch_size, flops, reproduces, "
+      "on_worker) "
       "SELECT sweep_id, config, config_hash, gpus, priority, max_attempts, params, "
-      "nonembedding_params, tokens, batch_size, flops, id FROM o "
-      "WHERE status IN ('succeeded', 'failed', 'cancelled') "
-      "RETURNING json_build_object('id', id, 'reproduces', reproduces) AS j) "
-      "SELECT (SELECT status FROM o), (SELECT j FROM n)",
-      run_id, &reproduced, (void (*)(void))cb, ud);
+      "nonembedding_params, tokens, batch_size, flops, id, $2::text FROM o, k "
+      "WHERE status IN ('succeeded', 'failed', 'cancelled') AND k.known "
+      "RETURNING json_build_object('id', id, 'reproduces', reproduces, 'on_worker', on_worker) "
+      "AS j) "
+      "SELECT (SELECT status FROM o), (SELECT j FROM n), (SELECT known FROM k)",
+      2, p, &reproduced, (void (*)(void))cb, ud);
 }

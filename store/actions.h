@@ -26,12 +26,16 @@ void store_actions_cancel_sweep(db *d, int64_t sweep_id, store_cancel_cb cb, voi
 void store_actions_cancel_run(db *d, int64_t run_id, store_cancel_cb cb, void *ud);
 
 /* original_status: the original run's status, NULL when there is no such
- * run; json: {"id", "reproduces"} of the new run, NULL when the original
- * has not finished (its curve is not there to compare with yet). */
+ * run; json: {"id", "reproduces", "on_worker"} of the new run, NULL when
+ * the original has not finished (its curve is not there to compare with
+ * yet) or when on names no worker that ever connected (worker_known 0). */
 typedef void (*store_reproduce_cb)(void *ud, int status, const char *original_status,
-                                   const char *json, const char *errmsg);
+                                   const char *json, int worker_known, const char *errmsg);
 
-/* Queues a new run of the same config as run_id, once run_id has finished. */
-void store_actions_reproduce(db *d, int64_t run_id, store_reproduce_cb cb, void *ud);
+/* Queues a new run of the same config as run_id, once run_id has finished;
+ * with on (not NULL), one that only a worker of that name or on that host
+ * takes (runs.on_worker), when such a worker has ever connected. */
+void store_actions_reproduce(db *d, int64_t run_id, const char *on, store_reproduce_cb cb,
+                             void *ud);
 
 #endif

@@ -98,7 +98,7 @@ static const char run_columns[] =
     "r.lease_until, r.params, r.nonembedding_params, r.tokens, r.batch_size, r.flops, "
     "r.final_val_loss, r.started_at, r.finished_at, r.reproduces, r.code_version, r.error, "
     "r.checkpoint_step, r.config_hash, r.part, r.target_loss, r.prediction, r.designed, "
-    "r.branch_of, r.branch_step, " RETRY_AFTER_SQL " AS retry_after, r.environment";
+    "r.branch_of, r.branch_step, " RETRY_AFTER_SQL " AS retry_after, r.environment, r.on_worker";
 
 static const char *const sort_columns[] = {
     "id",          "status",     "attempt", "params",         "nonembedding_params",
@@ -362,7 +362,8 @@ void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
           "r.started_at") ", "
                           "'finished_at', " TS_SQL(
                               "r.finished_at") ", 'duration_s', " DURATION_SQL ", "
-                                               "'reproduces', r.reproduces, 'config_hash', "
+                                               "'reproduces', r.reproduces, 'on_worker', "
+                                               "r.on_worker, 'config_hash', "
                                                "r.config_hash, "
                                                "'code_version', r.code_version, 'error', r.error, "
                                                "'environment', r.environment, 'attempts', (SELECT "

@@ -28,6 +28,7 @@ static void decode_queued(const PGresult *res, int row, void *elem) {
   r->flops = PQgetisnull(res, row, 3) ? 0 : strtod(PQgetvalue(res, row, 3), NULL);
   r->throughput = PQgetisnull(res, row, 4) ? 0 : strtod(PQgetvalue(res, row, 4), NULL);
   snprintf(r->trainer, sizeof r->trainer, "%s", PQgetvalue(res, row, 5));
+  snprintf(r->on, sizeof r->on, "%s", PQgetvalue(res, row, 6));
 }
 
 STORE__ARRAY_SPEC(queued, store_queued, decode_queued, store_queue_cb);
@@ -38,25 +39,28 @@ STORE__ARRAY_SPEC(queued, store_queued, decode_queued, store_queue_cb);
  * once per run: the spec of a sweep of 10,000 runs is 300 kB of TOASTed
  * jsonb, and reading it for each of 256 runs cost 16-35 ms of the control
  * connection, where claims and finishes wait (1.5-4 ms this way). */
-void store_runs_queue(db *d, int limit, const char *trainers, store_queue_cb cb, void *ud) {
+void store_runs_queue(db *d, int limit, const char *trainers, const char *workers,
+                      store_queue_cb cb, void *ud) {
   char lim[24];
-  const char *p[2] = {store__itoa(lim, sizeof lim, limit), trainers};
+  const char *p[3] = {store__itoa(lim, sizeof lim, limit), trainers, workers};
   store__query_rows(
       d,
       "WITH q AS MATERIALIZED (SELECT r.id, r.gpus, CASE WHEN r.gpus > 0 THEN 0 "
       "ELSE greatest(coalesce((r.config->>'world_size')::int, 1), 1) END AS slots, "
-      "r.flops, r.sweep_id, r.priority, coalesce(r.config->>'trainer', 'builtin') AS trainer "
+      "r.flops, r.sweep_id, r.priority, coalesce(r.config->>'trainer', 'builtin') AS trainer, "
+      "coalesce(r.on_worker, '') AS on_worker "
       "FROM runs r WHERE r.status = 'queued' AND " BRANCH_READY "AND " RETRY_DUE
       "AND ($2::text[] IS NULL OR coalesce(r.config->>'trainer', 'builtin') = ANY ($2::text[])) "
+      "AND ($3::text[] IS NULL OR r.on_worker IS NULL OR r.on_worker = ANY ($3::text[])) "
       "ORDER BY r.priority DESC, r.sweep_id, r.flops DESC NULLS LAST, r.id LIMIT $1), "
       "t AS MATERIALIZED (SELECT sw.id, CASE WHEN "
       "jsonb_typeof(sw.spec->'throughput_flops') = 'number' "
       "THEN (sw.spec->>'throughput_flops')::float8 END AS throughput "
       "FROM sweeps sw WHERE sw.id IN (SELECT sweep_id FROM q)) "
-      "SELECT q.id, q.gpus, q.slots, q.flops, t.throughput, q.trainer FROM q "
+      "SELECT q.id, q.gpus, q.slots, q.flops, t.throughput, q.trainer, q.on_worker FROM q "
       "JOIN t ON t.id = q.sweep_id "
       "ORDER BY q.priority DESC, q.sweep_id, q.flops DESC NULLS LAST, q.id",
-      2, p, &queued, (void (*)(void))cb, ud);
+      3, p, &queued, (void (*)(void))cb, ud);
 }
 
 /* the claimed run's steps before its first: its branch point when it starts

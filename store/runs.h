@@ -20,6 +20,7 @@ typedef struct store_queued {
   double flops;      /* the run's training FLOPs (0: unknown) */
   double throughput; /* its sweep spec's throughput_flops, FLOP/s per run (0: not given) */
   char trainer[33];  /* its config's trainer ("builtin" when none) */
+  char on[128];      /* the worker (name or host) it must run on; "" any (runs.on_worker) */
 } store_queued;
 
 typedef void (*store_queue_cb)(void *ud, int status, const store_queued *runs, int n,
@@ -34,8 +35,12 @@ typedef void (*store_queue_cb)(void *ud, int status, const store_queued *runs, i
  * branch waits (is not read) until its trunk has reported the checkpoint
  * it starts from, or has ended without it (migration 010). */
 /* trainers: a PostgreSQL text array ("{builtin,torch}") of the trainers
- * whose runs are read (the connected workers'), or NULL for every run. */
-void store_runs_queue(db *d, int limit, const char *trainers, store_queue_cb cb, void *ud);
+ * whose runs are read (the connected workers'), or NULL for every run;
+ * workers: one of the connected workers' names and hosts, for the runs that
+ * must run on one (runs.on_worker; the others are left out), or NULL for
+ * every run. */
+void store_runs_queue(db *d, int limit, const char *trainers, const char *workers,
+                      store_queue_cb cb, void *ud);
 
 /* A run just claimed for a worker: its attempt (counted from 1), its config
  * (JSON text, exactly as stored), its sweep, and for a resumed attempt the

@@ -236,8 +236,10 @@ static void ans_queue(call *c, int st, int v) {
   ((store_queue_cb)c->cb)(c->ud, st, runs, n, st ? errmsg : NULL);
 }
 
-void store_runs_queue(db *d, int limit, const char *trainers, store_queue_cb cb, void *ud) {
+void store_runs_queue(db *d, int limit, const char *trainers, const char *workers,
+                      store_queue_cb cb, void *ud) {
   (void)trainers;
+  (void)workers;
   QUEUE(d, ans_queue, cb, ud)->a = limit;
 }
 
@@ -638,11 +640,14 @@ void store_actions_cancel_run(db *d, int64_t run_id, store_cancel_cb cb, void *u
 static void ans_reproduce(call *c, int st, int v) {
   const char *orig = v % 3 == 0 ? "succeeded" : v % 3 == 1 ? "running" : NULL;
   const char *json = v % 3 == 0 ? "{\"id\":2,\"reproduces\":1}" : NULL;
-  ((store_reproduce_cb)c->cb)(c->ud, st, st ? NULL : orig, st ? NULL : json, st ? errmsg : NULL);
+  ((store_reproduce_cb)c->cb)(c->ud, st, st ? NULL : orig, st ? NULL : json, v % 5 != 4,
+                              st ? errmsg : NULL);
 }
 
-void store_actions_reproduce(db *d, int64_t run_id, store_reproduce_cb cb, void *ud) {
+void store_actions_reproduce(db *d, int64_t run_id, const char *on, store_reproduce_cb cb,
+                             void *ud) {
   (void)run_id;
+  (void)on;
   QUEUE(d, ans_reproduce, cb, ud);
 }
 

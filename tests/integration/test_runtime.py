@@ -292,14 +292,57 @@ try:
     out = cli("runs", str(sweep), "--json")
     if out.returncode != 0 or len(json.loads(out.stdout)) != 6:
         fail(f"scalesweep runs --json: {out.returncode} {out.stdout[:300]} {out.stderr}")
-    # reproduce --wait: the new run's curve is compared with the original's
-    out = cli("reproduce", str(victim["id"]), "--wait")
-    if out.returncode != 0 or f"reproduces run {victim['id']} exactly" not in out.stdout:
-        fail(f"scalesweep reproduce --wait: {out.returncode} {out.stdout} {out.stderr}")
+    # reproduce --on --wait: on the worker that did not end the original
+    # (by name), and the new run's curve is compared with the original's
+    st, v = request("GET", f"/api/runs/{victim['id']}")
+    other = "w1" if v["attempts"][-1]["worker"] == "w2" else "w2"
+    out = cli("reproduce", str(victim["id"]), "--on", other, "--wait")
+    if out.returncode != 0 or f"reproduces run {victim['id']} exactly" not in out.stdout or \
+            f"reproducing run {victim['id']} on {other}" not in out.stdout:
+        fail(f"scalesweep reproduce --on {other} --wait: {out.returncode} {out.stdout} {out.stderr}")
     rep = int(out.stdout.split()[1])
     st, r = request("GET", f"/api/runs/{rep}")
     if r["run"]["status"] != "succeeded" or r["run"]["reproduces"] != victim["id"]:
         fail(f"reproduced run: {r['run']}")
+    if r["run"]["on_worker"] != other or [a["worker"] for a in r["attempts"]] != [other]:
+        fail(f"reproduce --on {other}: on_worker {r['run']['on_worker']!r}, attempts on "
+             f"{[a['worker'] for a in r['attempts']]}")
+    st, page = request("GET", f"/runs/{rep}")
+    if f"Runs on</th><td>only the worker named, or on the host, {other}".encode() not in page:
+        fail(f"/runs/{rep}: does not say it runs on {other} only")
+    # a worker that never connected is refused (404, the CLI exit 2, naming
+    # the connected ones); a bad "on" is 400 at $.on; one that connected
+    # before but is gone: the run waits for it (no attempt), says why, and
+    # holds back no other run
+    out = cli("reproduce", str(victim["id"]), "--on", "nowhere")
+    if out.returncode != 2 or 'no worker named "nowhere"' not in out.stderr or \
+            "w1 (host" not in out.stderr:
+        fail(f"reproduce --on nowhere: {out.returncode} {out.stderr}")
+    for bad, where in (({"on": ""}, "$.on"), ({"on": 7}, "$.on"), ({"on": "a\nb"}, "$.on"),
+                       ({"where": "w1"}, "$.where"), ([], "$")):
+        st, body = request("POST", f"/api/runs/{victim['id']}/reproduce", bad)
+        if st != 400 or body["error"].get("path") != where:
+            fail(f"POST reproduce {bad}: {st} {body}, expected 400 at {where}")
+    psql("INSERT INTO workers (name, host) VALUES ('gone', 'gone-host')")
+    st, pinned = request("POST", f"/api/runs/{victim['id']}/reproduce", {"on": "gone-host"})
+    if st != 201 or pinned.get("on_worker") != "gone-host":
+        fail(f"reproduce on a worker that is gone: {st} {pinned}")
+    out = cli("reproduce", str(victim["id"]))  # unpinned, queued behind it: it starts
+    free_run = int(out.stdout.split()[1])
+    for _ in range(100):
+        st, fr = request("GET", f"/api/runs/{free_run}")
+        if fr["run"]["status"] != "queued":
+            break
+        time.sleep(0.1)
+    st, pr = request("GET", f"/api/runs/{pinned['id']}")
+    if pr["run"]["status"] != "queued" or pr["run"]["attempt"] != 0 or \
+            'only on worker "gone-host"' not in pr.get("waiting", "") or \
+            fr["run"]["status"] == "queued":
+        fail(f"a run for a gone worker: {pr['run']['status']} attempt {pr['run']['attempt']}, "
+             f"waiting {pr.get('waiting')!r}; the run behind it: {fr['run']['status']}")
+    for rid in (pinned["id"], free_run):
+        if cli("cancel", str(rid), "--run").returncode != 0:
+            fail(f"scalesweep cancel {rid} --run")
     if r["run"]["final_val_loss"] != victim_now["final_val_loss"]:
         fail(f"run {victim['id']} reproduced with val loss {r['run']['final_val_loss']}, "
              f"originally {victim_now['final_val_loss']} (resumed from a checkpoint, on "
