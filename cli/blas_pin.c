@@ -19,8 +19,9 @@ static int config_in_memory(const rcfg *cfg, char *path, size_t n) {
   int fd = text ? memfd_create("scalesweep-config", 0) : -1;
   size_t len = text ? strlen(text) : 0;
   if (fd < 0 || write(fd, text, len) != (ssize_t)len) {
-    fprintf(stderr, "scalesweep train: reproducible \"portable\": cannot keep the config "
-                    "read from stdin for the new process: %s\n",
+    fprintf(stderr,
+            "scalesweep train: reproducible \"portable\": cannot keep the config "
+            "read from stdin for the new process: %s\n",
             text ? strerror(errno) : "out of memory");
     free(text);
     return -1;
@@ -73,8 +74,9 @@ int cli_blas_pin(const rcfg *cfg, int argc, char **argv, const char *config) {
   }
   fflush(NULL);
   execv("/proc/self/exe", args);
-  fprintf(stderr, "scalesweep train: reproducible \"portable\": cannot run itself again with "
-                  "OPENBLAS_CORETYPE=%s: %s\n",
+  fprintf(stderr,
+          "scalesweep train: reproducible \"portable\": cannot run itself again with "
+          "OPENBLAS_CORETYPE=%s: %s\n",
           want, strerror(errno));
   free(args);
   return SS_EXIT_FAILURE;

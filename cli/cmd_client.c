@@ -17,8 +17,8 @@
 typedef struct copts {
   const char *url, *state, *token_file;
   int json;
-  int run;  /* cancel: the id is a run's */
-  int wait;      /* reproduce: wait and compare */
+  int run;        /* cancel: the id is a run's */
+  int wait;       /* reproduce: wait and compare */
   const char *on; /* reproduce: the worker (name or host) to run on */
   const char *arg;
 } copts;
@@ -230,8 +230,10 @@ int cmd_submit(int argc, char **argv) {
       break;
     if (st < 0 && ++misses == 30) { /* a minute without an answer */
       cli_progress_end(&pr);
-      fprintf(stderr, "scalesweep submit: the scheduler has not answered for a minute; the "
-                      "sweep goes on (scalesweep status %lld)\n", id);
+      fprintf(stderr,
+              "scalesweep submit: the scheduler has not answered for a minute; the "
+              "sweep goes on (scalesweep status %lld)\n",
+              id);
       return SS_EXIT_FAILURE;
     } else if (st >= 0) {
       misses = 0;

@@ -37,19 +37,19 @@ static json_t *cuda_json(void) {
   int n = m->devices(dev, DEVICES_MAX, err, sizeof err);
   if (n < 0)
     return json_pack("{s:s}", "error", err);
-  int rt = 0, drv = 0;
-  m->versions(&rt, &drv);
+  kern_cuda_versions ver;
+  m->versions(&ver);
   json_t *list = json_array();
   for (int i = 0; i < n; i++) {
     char cc[16];
     snprintf(cc, sizeof cc, "%d.%d", dev[i].cc_major, dev[i].cc_minor);
-    json_array_append_new(
-        list, json_pack("{s:i,s:s,s:I,s:s,s:s}", "index", dev[i].index, "name", dev[i].name,
-                        "memory_bytes", (json_int_t)dev[i].memory_bytes, "compute_capability",
-                        cc, "pci_bus_id", dev[i].pci_bus_id));
+    json_array_append_new(list,
+                          json_pack("{s:i,s:s,s:I,s:s,s:s}", "index", dev[i].index, "name",
+                                    dev[i].name, "memory_bytes", (json_int_t)dev[i].memory_bytes,
+                                    "compute_capability", cc, "pci_bus_id", dev[i].pci_bus_id));
   }
-  return json_pack("{s:o,s:i,s:i}", "devices", list, "runtime_version", rt, "driver_version",
-                   drv);
+  return json_pack("{s:o,s:i,s:i,s:i}", "devices", list, "runtime_version", ver.runtime,
+                   "driver_version", ver.driver, "cublas_version", ver.cublas);
 }
 
 int cmd_devices(int argc, char **argv) {
@@ -86,15 +86,16 @@ int cmd_devices(int argc, char **argv) {
     json_t *d;
     int rt = (int)json_integer_value(json_object_get(cuda, "runtime_version"));
     int drv = (int)json_integer_value(json_object_get(cuda, "driver_version"));
-    printf("cuda: runtime %d.%d, driver %d.%d\n", rt / 1000, rt % 1000 / 10, drv / 1000,
-           drv % 1000 / 10);
+    int blas = (int)json_integer_value(json_object_get(cuda, "cublas_version"));
+    printf("cuda: runtime %d.%d, driver %d.%d, cuBLAS %d.%d.%d\n", rt / 1000, rt % 1000 / 10,
+           drv / 1000, drv % 1000 / 10, blas / 10000, blas / 100 % 100, blas % 100);
     json_array_foreach(json_object_get(cuda, "devices"), i, d)
-      printf("  %lld: %s, %.1f GiB, compute capability %s (%s)\n",
-             (long long)json_integer_value(json_object_get(d, "index")),
-             json_string_value(json_object_get(d, "name")),
-             (double)json_integer_value(json_object_get(d, "memory_bytes")) / (1 << 30),
-             json_string_value(json_object_get(d, "compute_capability")),
-             json_string_value(json_object_get(d, "pci_bus_id")));
+        printf("  %lld: %s, %.1f GiB, compute capability %s (%s)\n",
+               (long long)json_integer_value(json_object_get(d, "index")),
+               json_string_value(json_object_get(d, "name")),
+               (double)json_integer_value(json_object_get(d, "memory_bytes")) / (1 << 30),
+               json_string_value(json_object_get(d, "compute_capability")),
+               json_string_value(json_object_get(d, "pci_bus_id")));
   }
   json_decref(cuda);
   return SS_EXIT_OK;

@@ -140,8 +140,9 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "scalesweep train: %s '%s': expected an integer >= 0\n", name, v);
         return SS_EXIT_USAGE;
       }
-      *(!strcmp(name, "--rank") ? &rank : !strcmp(name, "--dist-timeout") ? &dist_timeout
-                                                                          : &listen_fd) = x;
+      *(!strcmp(name, "--rank")           ? &rank
+        : !strcmp(name, "--dist-timeout") ? &dist_timeout
+                                          : &listen_fd) = x;
     } else if (!strcmp(argv[i], "--dist") && i + 1 < argc) {
       dist = argv[++i];
     } else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) {

@@ -22,8 +22,8 @@
 extern "C" {
 #endif
 
-#define KERN_CUDA_MODULE_ABI 3
-#define KERN_CUDA_MODULE_SYMBOL "kern_cuda_module_v3"
+#define KERN_CUDA_MODULE_ABI 4
+#define KERN_CUDA_MODULE_SYMBOL "kern_cuda_module_v4"
 #define KERN_CUDA_MODULE_FILE "libscalesweep_cuda.so"
 /* the module to load instead of the one beside the executable */
 #define KERN_CUDA_MODULE_ENV "SCALESWEEP_CUDA_MODULE"
@@ -47,7 +47,16 @@ typedef struct kern_nccl_ops {
   void *(*open)(kern_ctx *k, int rank, int world, const void *id128, int timeout_ms, char *err,
                 size_t errlen);
   kern_coll_ops coll;
+  /* NCCL's version (22708 is 2.27.8), loading it when it is not yet; 0 when
+   * it cannot be loaded */
+  int (*version)(void);
 } kern_nccl_ops;
+
+/* The versions a CUDA run depends on (0: none): the runtime's and the
+ * driver's (13000 is 13.0), cuBLASLt's (130100 is 13.1.0). */
+typedef struct kern_cuda_versions {
+  int runtime, driver, cublas;
+} kern_cuda_versions;
 
 #define KERN_NCCL_ID_BYTES 128
 
@@ -61,8 +70,7 @@ typedef struct kern_cuda_module {
   /* Fills at most max devices; their count, or -1 with a message in err
    * (no driver, no device: cudaGetDeviceCount's answer). */
   int (*devices)(kern_cuda_device *out, int max, char *err, size_t errlen);
-  /* the CUDA runtime's and the driver's versions (13000 is 13.0; 0: none) */
-  void (*versions)(int *runtime, int *driver);
+  void (*versions)(kern_cuda_versions *v);
   const kern_nccl_ops *nccl; /* data parallelism */
 } kern_cuda_module;
 

@@ -434,8 +434,8 @@ static void parse_device(problems *p, const cJSON *root, rcfg *cfg) {
     cfg->train.micro_batch_size = B / ws;
   if (ws > 1 && B % ((int64_t)cfg->train.micro_batch_size * ws))
     problem(p, "$.world_size",
-            "found %d: batch_size %d is not a multiple of micro_batch_size %d x world_size",
-            ws, B, cfg->train.micro_batch_size);
+            "found %d: batch_size %d is not a multiple of micro_batch_size %d x world_size", ws, B,
+            cfg->train.micro_batch_size);
   if (cfg->optimizer.zero && ws == 1)
     problem(p, "$.optimizer.zero", "found 1, expected 0 with world_size 1 (nothing to shard)");
   cfg->threads = omp_get_num_procs();
@@ -488,10 +488,10 @@ int rcfg_parse(const char *text, const char *name, rcfg *cfg, char *err, size_t 
   cJSON *root = parse_root(text, &p);
   if (!root)
     return SS_EINVAL;
-  static const char *const top_keys[] = {"model",   "data", "train",      "optimizer", "precision",
-                                         "memory",  "eval", "checkpoint", "backend",   "world_size",
-                                         "threads", "tf32",       "trainer",   "reproducible",
-                                         NULL};
+  static const char *const top_keys[] = {"model",     "data",         "train",   "optimizer",
+                                         "precision", "memory",       "eval",    "checkpoint",
+                                         "backend",   "world_size",   "threads", "tf32",
+                                         "trainer",   "reproducible", NULL};
   check_keys(&p, root, "$", top_keys);
   memset(cfg, 0, sizeof *cfg);
   /* sections in this order, so their problems come in this order */

@@ -100,8 +100,8 @@ static void on_sweep_doc(void *ud, int status, const store_sweep_doc *doc, const
   req_ctx *x = ud;
   char why[1024];
   if (!doc || !doc->json || doc->json[0] != '{' || doc->queued <= 0 ||
-      !sched__place_why(x->s, (int)doc->queued_gpus, (int)doc->queued_slots,
-                        doc->queued_trainers, why, sizeof why)) {
+      !sched__place_why(x->s, (int)doc->queued_gpus, (int)doc->queued_slots, doc->queued_trainers,
+                        why, sizeof why)) {
     on_json(ud, status, doc ? doc->json : NULL, errmsg);
     return;
   }
@@ -377,8 +377,10 @@ static void reproduce(sched *s, req_ctx *x, int64_t id) {
     if (b)
       snprintf(msg, sizeof msg, "request body: not an object (expected {} or {\"on\": WORKER})");
     else
-      snprintf(msg, sizeof msg, "request body: line %d, column %d: %s (expected {} or "
-               "{\"on\": WORKER})", e.line, e.column, e.text);
+      snprintf(msg, sizeof msg,
+               "request body: line %d, column %d: %s (expected {} or "
+               "{\"on\": WORKER})",
+               e.line, e.column, e.text);
     json_decref(b);
     return answer_error(x, 400, msg, "$");
   }

@@ -600,8 +600,8 @@ void sched__place(sched *s) {
   char trainers[SCHED__OFFERED_MAX * 36 + 4];
   offered_trainers(s, trainers, sizeof trainers);
   char *workers = offered_workers(s);
-  store_runs_queue(s->db, limit < SCHED__QUEUE_READ ? SCHED__QUEUE_READ : limit, trainers,
-                   workers, on_queue, s);
+  store_runs_queue(s->db, limit < SCHED__QUEUE_READ ? SCHED__QUEUE_READ : limit, trainers, workers,
+                   on_queue, s);
   free(workers);
 }
 

@@ -74,8 +74,8 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
   if (n > 0) {
     size_t *len = st == (uv_stream_t *)&sl->out ? &sl->olen : &sl->elen;
     char *b = st == (uv_stream_t *)&sl->out ? sl->obuf : sl->ebuf;
-    if (buf->base >= b && buf->base < b + (st == (uv_stream_t *)&sl->out ? sizeof sl->obuf
-                                                                          : sizeof sl->ebuf))
+    if (buf->base >= b &&
+        buf->base < b + (st == (uv_stream_t *)&sl->out ? sizeof sl->obuf : sizeof sl->ebuf))
       *len += (size_t)n;
     return;
   }
@@ -107,8 +107,8 @@ static int run_cmd(sched *s, char **argv, void (*done)(void *, int)) {
       {.flags = UV_IGNORE},
       {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&sl->out},
       {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&sl->err}};
-  uv_process_options_t po = {.file = argv[0], .args = argv, .exit_cb = on_exit_cb,
-                             .stdio_count = 3, .stdio = io};
+  uv_process_options_t po = {
+      .file = argv[0], .args = argv, .exit_cb = on_exit_cb, .stdio_count = 3, .stdio = io};
   int rc = uv_spawn(s->loop, &sl->proc, &po);
   if (rc) {
     sched__logf("slurm: cannot run %s: %s", argv[0], uv_strerror(rc));
@@ -437,7 +437,8 @@ static void decide(sched *s) {
     gpu_job = 0;
   }
   int per = gpu_job ? gpn : spn;
-  int units = gpu_job ? left.gpu_gpus : left.cpu_slots, most = gpu_job ? left.gpu_max : left.cpu_max;
+  int units = gpu_job ? left.gpu_gpus : left.cpu_slots,
+      most = gpu_job ? left.gpu_max : left.cpu_max;
   int nodes = (units + per - 1) / per, least = (most + per - 1) / per;
   if (least > s->o.slurm_max_nodes) {
     snprintf(why, sizeof why,
@@ -488,8 +489,8 @@ static void on_squeue(void *ud, int ok) {
     int gpn = 0, spn = 0;
     if (sscanf(comment + clen, " gpus=%d slots=%d", &gpn, &spn) != 2)
       continue;
-    sched__sjob j = {.nodes = nodes, .gpus_per_node = gpn, .slots_per_node = spn,
-                     .first_seen_ms = now_ms(s)};
+    sched__sjob j = {
+        .nodes = nodes, .gpus_per_node = gpn, .slots_per_node = spn, .first_seen_ms = now_ms(s)};
     snprintf(j.id, sizeof j.id, "%s", id);
     snprintf(j.state, sizeof j.state, "%s", state);
     for (int i = 0; i < sl->njobs; i++)
@@ -542,8 +543,9 @@ static void on_queue(void *ud, int status, const store_queued *runs, int n, cons
   if (n) /* an empty queue: runs may be NULL */
     memcpy(sl->queue, runs, (size_t)n * sizeof *runs);
   sl->nqueue = n;
-  char *argv[] = {"squeue", "--noheader", "--me", "--name=" SCHED__SLURM_JOB_NAME,
-                  "--format=%i|%T|%D|%k", NULL};
+  char *argv[] = {
+      "squeue", "--noheader", "--me", "--name=" SCHED__SLURM_JOB_NAME, "--format=%i|%T|%D|%k",
+      NULL};
   if (run_cmd(s, argv, on_squeue) != 0)
     pass_end(s);
 }

@@ -27,9 +27,20 @@ static void b_row(sched__buf *b, const char *name) {
 static void b_attempts(sched__buf *b, const json_t *attempts) {
   if (json_array_size(attempts) == 0)
     return;
-  static const char *const keys[] = {"host", "cpu", "cpu_kernels", "blas_core", "blas_core_by", "gpu",
-                                     "compute_capability", "cuda_runtime", "cuda_driver",
-                                     "threads", "scalesweep", NULL};
+  static const char *const keys[] = {"host",
+                                     "cpu",
+                                     "cpu_kernels",
+                                     "blas_core",
+                                     "blas_core_by",
+                                     "gpu",
+                                     "compute_capability",
+                                     "cuda_runtime",
+                                     "cuda_driver",
+                                     "cublas",
+                                     "nccl",
+                                     "threads",
+                                     "scalesweep",
+                                     NULL};
   sched__b_section(b, "where", "Where it ran");
   sched__b_puts(b, "<table class=\"kv\"><thead><tr><th>attempt</th><th>worker</th><th>started"
                    "</th><th>environment</th></tr></thead><tbody>");
@@ -133,8 +144,7 @@ static void b_reproduction(sched__buf *b, json_int_t of, json_t *rep) {
       free(z);
     }
     sched__b_printf(b, ": the final loss is %s the run's tolerance (%g relative)",
-                    json_is_true(json_object_get(rep, "within_tolerance")) ? "within"
-                                                                           : "outside",
+                    json_is_true(json_object_get(rep, "within_tolerance")) ? "within" : "outside",
                     sched__jnum(rep, "tolerance"));
   }
   sched__b_puts(b, "</td></tr>");

@@ -71,9 +71,9 @@ typedef struct reproduce_row {
 } reproduce_row;
 
 static void decode_reproduce(const PGresult *res, int row, void *elem) {
-  *(reproduce_row *)elem = (reproduce_row){store__str_or_null(res, row, 0),
-                                           store__str_or_null(res, row, 1),
-                                           PQgetvalue(res, row, 2)[0] == 't'};
+  *(reproduce_row *)elem =
+      (reproduce_row){store__str_or_null(res, row, 0), store__str_or_null(res, row, 1),
+                      PQgetvalue(res, row, 2)[0] == 't'};
 }
 
 static void deliver_reproduce(const store__call *c, int status, const void *rows, int n,

@@ -25,9 +25,9 @@
  * (migration 014): the same values and the same config must give the same
  * bits; host, CPU model, worker and the CPU kernels' level do not (every
  * level computes the same bits: tests/cli/test_cpu_levels.sh). */
-#define REPRO_ENV_KEYS                                                                  \
-  "'backend', 'threads', 'blas_core', 'scalesweep', 'gpu', 'compute_capability', "      \
-  "'cuda_runtime', 'cuda_driver', 'trainer', 'torch'"
+#define REPRO_ENV_KEYS                                                             \
+  "'backend', 'threads', 'blas_core', 'scalesweep', 'gpu', 'compute_capability', " \
+  "'cuda_runtime', 'cuda_driver', 'cublas', 'nccl', 'trainer', 'torch'"
 
 /* How far a reproduction in another environment may land from the
  * original's final validation loss, relative: what the run's precision
@@ -35,39 +35,39 @@
  * trainers of docs/trainers.md agree to ~1e-7 per step after 100 steps,
  * OpenBLAS's kernel sets to ~5e-9; a margin of 1e-4 for longer runs;
  * bf16 and fp16: ~3e-4 measured, 1e-2 allowed) */
-#define REPRO_TOLERANCE_SQL \
-  "(CASE WHEN me.config->>'precision' = 'fp32' OR me.config->>'precision' IS NULL THEN 1e-4 ELSE 1e-2 END)"
+#define REPRO_TOLERANCE_SQL                                                                        \
+  "(CASE WHEN me.config->>'precision' = 'fp32' OR me.config->>'precision' IS NULL THEN 1e-4 ELSE " \
+  "1e-2 END)"
 
-#define REPRODUCTION_SQL                                                                 \
-  "(SELECT json_build_object('of', o.id, 'status_original', o.status, "                  \
-  "'status_reproduced', me.status, 'steps_original', c.no, 'steps_reproduced', c.nr, "   \
-  "'steps_compared', c.n, 'final_val_loss_original', o.final_val_loss, "                 \
-  "'final_val_loss_reproduced', me.final_val_loss, "                                     \
-  "'identical', c.n = c.no AND c.n = c.nr AND c.same AND "                               \
-  "o.final_val_loss IS NOT DISTINCT FROM me.final_val_loss, "                            \
-  "'identical_where_both', c.same AND c.n = least(c.no, c.nr), "                         \
-  "'max_abs_diff', c.diff, 'at_step', c.at, "                                            \
-  "'environment_original', o.environment, 'environment_reproduced', me.environment, "    \
-  "'environment_differs', e.differs, 'same_environment', o.environment IS NOT NULL AND " \
-  "me.environment IS NOT NULL AND e.differs IS NULL, "                                   \
-  "'tolerance', " REPRO_TOLERANCE_SQL ", 'within_tolerance', "                           \
-  "abs(me.final_val_loss - o.final_val_loss) <= " REPRO_TOLERANCE_SQL                   \
-  " * abs(o.final_val_loss)) "                                                           \
-  "FROM runs me JOIN runs o ON o.id = me.reproduces, LATERAL (SELECT "                   \
-  "json_object_agg(k, json_build_array(o.environment->k, me.environment->k)) AS differs " \
-  "FROM unnest(ARRAY[" REPRO_ENV_KEYS "]) k WHERE (o.environment->k) IS DISTINCT FROM "  \
-  "(me.environment->k)) e, LATERAL (SELECT "                                             \
-  "(SELECT count(*) FROM metrics WHERE run_id = o.id) AS no, "                           \
-  "(SELECT count(*) FROM metrics WHERE run_id = me.id) AS nr, "                          \
-  "count(*) AS n, coalesce(bool_and(a.train_loss IS NOT DISTINCT FROM b.train_loss AND " \
-  "a.val_loss IS NOT DISTINCT FROM b.val_loss), true) AS same, "                         \
-  "coalesce(max(greatest(coalesce(abs(a.train_loss - b.train_loss), 0), "                \
-  "coalesce(abs(a.val_loss - b.val_loss), 0))), 0) AS diff, "                            \
-  "(array_agg(a.step ORDER BY greatest(coalesce(abs(a.train_loss - b.train_loss), 0), "  \
-  "coalesce(abs(a.val_loss - b.val_loss), 0)) DESC, a.step))[1] AS at "                  \
-  "FROM metrics a JOIN metrics b ON b.run_id = me.id AND b.step = a.step "               \
-  "WHERE a.run_id = o.id) c "                                                            \
-  "WHERE me.id = $1 AND me.status IN ('succeeded', 'failed', 'cancelled') "              \
+#define REPRODUCTION_SQL                                                                           \
+  "(SELECT json_build_object('of', o.id, 'status_original', o.status, "                            \
+  "'status_reproduced', me.status, 'steps_original', c.no, 'steps_reproduced', c.nr, "             \
+  "'steps_compared', c.n, 'final_val_loss_original', o.final_val_loss, "                           \
+  "'final_val_loss_reproduced', me.final_val_loss, "                                               \
+  "'identical', c.n = c.no AND c.n = c.nr AND c.same AND "                                         \
+  "o.final_val_loss IS NOT DISTINCT FROM me.final_val_loss, "                                      \
+  "'identical_where_both', c.same AND c.n = least(c.no, c.nr), "                                   \
+  "'max_abs_diff', c.diff, 'at_step', c.at, "                                                      \
+  "'environment_original', o.environment, 'environment_reproduced', me.environment, "              \
+  "'environment_differs', e.differs, 'same_environment', o.environment IS NOT NULL AND "           \
+  "me.environment IS NOT NULL AND e.differs IS NULL, "                                             \
+  "'tolerance', " REPRO_TOLERANCE_SQL ", 'within_tolerance', "                                     \
+  "abs(me.final_val_loss - o.final_val_loss) <= " REPRO_TOLERANCE_SQL " * abs(o.final_val_loss)) " \
+  "FROM runs me JOIN runs o ON o.id = me.reproduces, LATERAL (SELECT "                             \
+  "json_object_agg(k, json_build_array(o.environment->k, me.environment->k)) AS differs "          \
+  "FROM unnest(ARRAY[" REPRO_ENV_KEYS "]) k WHERE (o.environment->k) IS DISTINCT FROM "            \
+  "(me.environment->k)) e, LATERAL (SELECT "                                                       \
+  "(SELECT count(*) FROM metrics WHERE run_id = o.id) AS no, "                                     \
+  "(SELECT count(*) FROM metrics WHERE run_id = me.id) AS nr, "                                    \
+  "count(*) AS n, coalesce(bool_and(a.train_loss IS NOT DISTINCT FROM b.train_loss AND "           \
+  "a.val_loss IS NOT DISTINCT FROM b.val_loss), true) AS same, "                                   \
+  "coalesce(max(greatest(coalesce(abs(a.train_loss - b.train_loss), 0), "                          \
+  "coalesce(abs(a.val_loss - b.val_loss), 0))), 0) AS diff, "                                      \
+  "(array_agg(a.step ORDER BY greatest(coalesce(abs(a.train_loss - b.train_loss), 0), "            \
+  "coalesce(abs(a.val_loss - b.val_loss), 0)) DESC, a.step))[1] AS at "                            \
+  "FROM metrics a JOIN metrics b ON b.run_id = me.id AND b.step = a.step "                         \
+  "WHERE a.run_id = o.id) c "                                                                      \
+  "WHERE me.id = $1 AND me.status IN ('succeeded', 'failed', 'cancelled') "                        \
   "AND o.status IN ('succeeded', 'failed', 'cancelled'))"
 
 /* a run of `runs` that started from its trunk's checkpoint: it was told of
@@ -115,22 +115,25 @@ const char *store_pages_sort_column(const char *name) {
 /* ---- the API's documents ---------------------------------------------------------------- */
 
 void store_pages_sweeps(db *d, store_json_cb cb, void *ud) {
-  store__query_json(d,
-                    "SELECT coalesce(json_agg(t ORDER BY t.id DESC), '[]') FROM ("
-                    "SELECT sw.id, sw.name, sw.status, sw.priority, sw.created_at, sw.spec_hash, "
-                    "count(r.id) AS runs, "
-                    "count(r.id) FILTER (WHERE r.status = 'succeeded') AS succeeded, "
-                    "count(r.id) FILTER (WHERE r.status = 'failed') AS failed, "
-                    "count(r.id) FILTER (WHERE r.status = 'running') AS running, "
-                    "count(r.id) FILTER (WHERE r.status = 'queued') AS queued, "
-                    "coalesce(max(r.gpus) FILTER (WHERE r.status = 'queued'), 0) AS queued_gpus, "
-                    "coalesce(max(CASE WHEN r.gpus = 0 THEN greatest(coalesce((r.config->>'world_size')::int, 1), 1) END) FILTER (WHERE r.status = 'queued'), 1) AS queued_slots, "
-                    "coalesce(string_agg(DISTINCT coalesce(r.config->>'trainer', 'builtin'), ',') FILTER (WHERE r.status = 'queued'), '') AS queued_trainers, "
-                    "coalesce(sum(r.flops), 0) AS flops_planned, "
-                    "coalesce(sum(r.flops) FILTER (WHERE r.status = 'succeeded'), 0) AS flops_done "
-                    "FROM sweeps sw LEFT JOIN runs r ON r.sweep_id = sw.id "
-                    "GROUP BY sw.id ORDER BY sw.id DESC LIMIT 1000) t",
-                    0, NULL, cb, ud);
+  store__query_json(
+      d,
+      "SELECT coalesce(json_agg(t ORDER BY t.id DESC), '[]') FROM ("
+      "SELECT sw.id, sw.name, sw.status, sw.priority, sw.created_at, sw.spec_hash, "
+      "count(r.id) AS runs, "
+      "count(r.id) FILTER (WHERE r.status = 'succeeded') AS succeeded, "
+      "count(r.id) FILTER (WHERE r.status = 'failed') AS failed, "
+      "count(r.id) FILTER (WHERE r.status = 'running') AS running, "
+      "count(r.id) FILTER (WHERE r.status = 'queued') AS queued, "
+      "coalesce(max(r.gpus) FILTER (WHERE r.status = 'queued'), 0) AS queued_gpus, "
+      "coalesce(max(CASE WHEN r.gpus = 0 THEN greatest(coalesce((r.config->>'world_size')::int, "
+      "1), 1) END) FILTER (WHERE r.status = 'queued'), 1) AS queued_slots, "
+      "coalesce(string_agg(DISTINCT coalesce(r.config->>'trainer', 'builtin'), ',') FILTER (WHERE "
+      "r.status = 'queued'), '') AS queued_trainers, "
+      "coalesce(sum(r.flops), 0) AS flops_planned, "
+      "coalesce(sum(r.flops) FILTER (WHERE r.status = 'succeeded'), 0) AS flops_done "
+      "FROM sweeps sw LEFT JOIN runs r ON r.sweep_id = sw.id "
+      "GROUP BY sw.id ORDER BY sw.id DESC LIMIT 1000) t",
+      0, NULL, cb, ud);
 }
 
 /* The keys of a page of a sweep's runs: "runs_total", "runs_offset",
@@ -318,7 +321,9 @@ void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t
                         "'queued', count(*) FILTER (WHERE r.status = 'queued'), "
                         "'queued_gpus', coalesce(max(r.gpus) FILTER (WHERE r.status = "
                         "'queued'), 0), "
-                        "'queued_trainers', coalesce(string_agg(DISTINCT coalesce(r.config->>'trainer', 'builtin'), ',') FILTER (WHERE r.status = 'queued'), ''), "
+                        "'queued_trainers', coalesce(string_agg(DISTINCT "
+                        "coalesce(r.config->>'trainer', 'builtin'), ',') FILTER (WHERE r.status = "
+                        "'queued'), ''), "
                         "'queued_slots', coalesce(max(CASE WHEN r.gpus = 0 THEN "
                         "greatest(coalesce((r.config->>'world_size')::int, 1), 1) END) FILTER "
                         "(WHERE r.status = 'queued'), 1), "
@@ -373,19 +378,26 @@ void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
                                                                    "a.environment) ORDER BY "
                                                                    "a.attempt) FROM attempts a "
                                                                    "WHERE a.run_id = r.id), "
-                                               "'log_tail', r.log_tail, "
-                                               "'prediction', r.prediction, 'designed', "
-                                               "r.designed, 'branch_of', r.branch_of, "
-                                               "'branch_step', r.branch_step, "
-                                               "'reproduction', " REPRODUCTION_SQL ", "
-                                               "'reproduced_by', (SELECT "
-                                               "json_agg(json_build_object('id', x.id, 'status', "
-                                               "x.status) "
-                                               "ORDER BY x.id) FROM runs x WHERE x.reproduces = "
-                                               "r.id), 'config', r.config) "
-                                               "FROM runs r JOIN sweeps sw ON sw.id = r.sweep_id "
-                                               "LEFT JOIN workers wk ON wk.id = r.worker "
-                                               "WHERE r.id = $1",
+                                                                   "'log_tail', r.log_tail, "
+                                                                   "'prediction', r.prediction, "
+                                                                   "'designed', "
+                                                                   "r.designed, 'branch_of', "
+                                                                   "r.branch_of, "
+                                                                   "'branch_step', r.branch_step, "
+                                                                   "'reproduction',"
+                                                                   " " REPRODUCTION_SQL ", "
+                                                                   "'reproduced_by', (SELECT "
+                                                                   "json_agg(json_build_object('id'"
+                                                                   ", x.id, 'status', "
+                                                                   "x.status) "
+                                                                   "ORDER BY x.id) FROM runs x "
+                                                                   "WHERE x.reproduces = "
+                                                                   "r.id), 'config', r.config) "
+                                                                   "FROM runs r JOIN sweeps sw ON "
+                                                                   "sw.id = r.sweep_id "
+                                                                   "LEFT JOIN workers wk ON wk.id "
+                                                                   "= r.worker "
+                                                                   "WHERE r.id = $1",
       run_id, cb, ud);
 }
 

@@ -42,6 +42,11 @@ static void version_text(int v, char *out, size_t n) {
   snprintf(out, n, "%d.%d", v / 1000, v % 1000 / 10);
 }
 
+/* cuBLAS's and NCCL's MAJOR * 10000 + MINOR * 100 + PATCH as "M.m.p" */
+static void release_text(int v, char *out, size_t n) {
+  snprintf(out, n, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+}
+
 cJSON *trn_where(const rcfg *c, const kern_cuda_module *m, int device) {
   cJSON *o = cJSON_CreateObject();
   if (!o)
@@ -72,11 +77,20 @@ cJSON *trn_where(const rcfg *c, const kern_cuda_module *m, int device) {
       cJSON_AddStringToObject(o, "gpu", dev[i].name);
       cJSON_AddStringToObject(o, "compute_capability", cc);
     }
-  int rt = 0, drv = 0;
-  m->versions(&rt, &drv);
-  version_text(rt, v, sizeof v);
+  kern_cuda_versions ver;
+  m->versions(&ver);
+  version_text(ver.runtime, v, sizeof v);
   cJSON_AddStringToObject(o, "cuda_runtime", v);
-  version_text(drv, v, sizeof v);
+  version_text(ver.driver, v, sizeof v);
   cJSON_AddStringToObject(o, "cuda_driver", v);
+  if (ver.cublas > 0) {
+    release_text(ver.cublas, v, sizeof v);
+    cJSON_AddStringToObject(o, "cublas", v);
+  }
+  int nccl = c->world_size > 1 && m->nccl && m->nccl->version ? m->nccl->version() : 0;
+  if (nccl > 0) { /* only where data parallelism uses it */
+    release_text(nccl, v, sizeof v);
+    cJSON_AddStringToObject(o, "nccl", v);
+  }
   return o;
 }

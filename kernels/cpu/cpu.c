@@ -25,7 +25,7 @@ typedef struct kern__level {
   float (*q8_signed)(int), (*q8_unsigned)(int);
 } kern__level;
 
-#define KERN__LEVEL(L, RUNS_HERE)                                                                      \
+#define KERN__LEVEL(L, RUNS_HERE)                                                                \
   void kern__cpu_elementwise_##L(kern_ops *o);                                                   \
   void kern__cpu_matmul_##L(kern_ops *o);                                                        \
   void kern__cpu_layernorm_##L(kern_ops *o);                                                     \
@@ -33,11 +33,11 @@ typedef struct kern__level {
   void kern__cpu_encoder_##L(kern_ops *o);                                                       \
   void kern__cpu_xent_##L(kern_ops *o);                                                          \
   void kern__cpu_adamw_##L(kern_ops *o);                                                         \
-  void kern_cpu_flash_attention_forward_##L(kern_ctx *k, kern_x *out, float *lse,               \
-                                             const kern_x *qkv, int B, int T, int C, int NH);    \
-  void kern_cpu_flash_attention_backward_##L(kern_ctx *k, kern_x *dqkv, const kern_x *dout,     \
-                                              const kern_x *out, const kern_x *qkv,             \
-                                              const float *lse, int B, int T, int C, int NH);   \
+  void kern_cpu_flash_attention_forward_##L(kern_ctx *k, kern_x *out, float *lse,                \
+                                            const kern_x *qkv, int B, int T, int C, int NH);     \
+  void kern_cpu_flash_attention_backward_##L(kern_ctx *k, kern_x *dqkv, const kern_x *dout,      \
+                                             const kern_x *out, const kern_x *qkv,               \
+                                             const float *lse, int B, int T, int C, int NH);     \
   float kern_round_bf16_##L(float x);                                                            \
   float kern_round_fp16_##L(float x);                                                            \
   float kern_q8_signed_value_##L(int q);                                                         \

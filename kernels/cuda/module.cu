@@ -7,6 +7,7 @@
 #include "kernels/cuda/kern_cuda.h"
 #include "kernels/cuda_module.h"
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 static int cu_devices(kern_cuda_device *out, int max, char *err, size_t errlen) {
@@ -38,14 +39,15 @@ static int cu_devices(kern_cuda_device *out, int max, char *err, size_t errlen) 
   return k;
 }
 
-static void cu_versions(int *runtime, int *driver) {
-  *runtime = *driver = 0;
-  cudaRuntimeGetVersion(runtime);
-  cudaDriverGetVersion(driver);
+static void cu_versions(kern_cuda_versions *v) {
+  memset(v, 0, sizeof *v);
+  cudaRuntimeGetVersion(&v->runtime);
+  cudaDriverGetVersion(&v->driver);
+  v->cublas = (int)cublasLtGetVersion();
 }
 
 extern "C" const kern_nccl_ops kern__cu_nccl_ops; /* nccl.cu */
 
-extern "C" __attribute__((visibility("default"))) const kern_cuda_module kern_cuda_module_v3 = {
+extern "C" __attribute__((visibility("default"))) const kern_cuda_module kern_cuda_module_v4 = {
     KERN_CUDA_MODULE_ABI, kern_cuda_init, kern_cuda_close, kern_cuda_peak_bytes,
-    kern_cuda_set_tf32,   cu_devices,     cu_versions,    &kern__cu_nccl_ops};
+    kern_cuda_set_tf32,   cu_devices,     cu_versions,     &kern__cu_nccl_ops};

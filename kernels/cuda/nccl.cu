@@ -35,24 +35,25 @@ static struct {
   ncclResult_t (*abort)(ncclComm_t);
   ncclResult_t (*async_error)(ncclComm_t, ncclResult_t *);
   const char *(*error_string)(ncclResult_t);
-  ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
-                             ncclComm_t, cudaStream_t);
-  ncclResult_t (*reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, int,
-                         ncclComm_t, cudaStream_t);
+  ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                             cudaStream_t);
+  ncclResult_t (*reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t,
+                         cudaStream_t);
   ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t,
                             cudaStream_t);
   ncclResult_t (*send)(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
   ncclResult_t (*recv)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
   ncclResult_t (*group_start)(void);
   ncclResult_t (*group_end)(void);
+  ncclResult_t (*get_version)(int *);
 } nc;
 
 typedef struct kern__nccl {
   ncclComm_t comm;
-  cudaStream_t stream;  /* the backend's */
-  cudaStream_t bstream; /* the buckets' */
+  cudaStream_t stream;     /* the backend's */
+  cudaStream_t bstream;    /* the buckets' */
   cudaEvent_t ready, done; /* backward's work so far; the buckets' */
-  int buckets;          /* started since the last reduce_wait */
+  int buckets;             /* started since the last reduce_wait */
   int rank, world, timeout_ms;
   int broken; /* aborted: only close is left */
   char err[512];
@@ -88,6 +89,7 @@ static int load_nccl(char *err, size_t errlen) {
   SYM(recv, "ncclRecv")
   SYM(group_start, "ncclGroupStart")
   SYM(group_end, "ncclGroupEnd")
+  SYM(get_version, "ncclGetVersion")
 #undef SYM
   nc.lib = h;
   return 0;
@@ -185,8 +187,7 @@ static void *cu_nccl_open(kern_ctx *k, int rank, int world, const void *id, int 
   if (e == cudaSuccess)
     e = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
   if (e != cudaSuccess) {
-    snprintf(err, errlen, "rank %d: the gradient buckets' stream: %s", rank,
-             cudaGetErrorString(e));
+    snprintf(err, errlen, "rank %d: the gradient buckets' stream: %s", rank, cudaGetErrorString(e));
     nc.destroy(c->comm);
     free(c);
     return NULL;
@@ -259,8 +260,8 @@ static int cu_gather(void *ctx, const void *mine, void *full, const size_t *off)
     return -1;
   size_t n = off[c->rank + 1] - off[c->rank];
   if (c->rank == 0) {
-    CUDA_CHECK(cudaMemcpyAsync((char *)full + off[0], mine, n, cudaMemcpyDeviceToDevice,
-                               c->stream));
+    CUDA_CHECK(
+        cudaMemcpyAsync((char *)full + off[0], mine, n, cudaMemcpyDeviceToDevice, c->stream));
     for (int r = 1; r < c->world; r++)
       nc.recv((char *)full + off[r], off[r + 1] - off[r], ncclInt8, r, c->comm, c->stream);
   } else if (n) {
@@ -279,8 +280,8 @@ static int cu_scatter(void *ctx, const void *full, void *mine, const size_t *off
   if (c->rank == 0) {
     for (int r = 1; r < c->world; r++)
       nc.send((const char *)full + off[r], off[r + 1] - off[r], ncclInt8, r, c->comm, c->stream);
-    CUDA_CHECK(cudaMemcpyAsync(mine, (const char *)full + off[0], n, cudaMemcpyDeviceToDevice,
-                               c->stream));
+    CUDA_CHECK(
+        cudaMemcpyAsync(mine, (const char *)full + off[0], n, cudaMemcpyDeviceToDevice, c->stream));
   } else if (n) {
     nc.recv(mine, n, ncclInt8, 0, c->comm, c->stream);
   }
@@ -345,8 +346,17 @@ static int cu_reduce_wait(void *ctx) {
   return 0;
 }
 
+static int cu_nccl_version(void) {
+  char err[512];
+  int v = 0;
+  if (load_nccl(err, sizeof err) != 0 || !nc.get_version || nc.get_version(&v) != ncclSuccess)
+    return 0;
+  return v;
+}
+
 extern "C" const kern_nccl_ops kern__cu_nccl_ops = {
     cu_nccl_unique_id,
     cu_nccl_open,
-    {cu_nccl_error, cu_allreduce_f32, cu_reduce_scatter_f32, cu_all_gather, cu_broadcast,
-     cu_gather, cu_scatter, cu_nccl_close, cu_reduce_start, cu_reduce_wait}};
+    {cu_nccl_error, cu_allreduce_f32, cu_reduce_scatter_f32, cu_all_gather, cu_broadcast, cu_gather,
+     cu_scatter, cu_nccl_close, cu_reduce_start, cu_reduce_wait},
+    cu_nccl_version};

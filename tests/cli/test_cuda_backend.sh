@@ -34,7 +34,7 @@ else
 fi
 # a module that is not scalesweep's: refused by name, never called
 jansson=$(ldconfig -p | awk '/libjansson\.so\.4 /{print $NF; exit}')
-for bad in "$jansson:no kern_cuda_module_v3" "$dir/run.json:invalid ELF header" \
+for bad in "$jansson:no kern_cuda_module_v4" "$dir/run.json:invalid ELF header" \
     "$dir/missing.so:not found"; do
   SCALESWEEP_CUDA_MODULE=${bad%%:*} "$bin" train --config "$dir/run.json" >"$dir/out" 2>"$dir/err"
   rc=$?

@@ -232,7 +232,8 @@ static void ans_queue(call *c, int st, int v) {
   if (n > c->a)
     n = (int)c->a;
   for (int k = 0; k < n; k++)
-    runs[k] = (store_queued){.id = 10 + k + 3 * (v >> 2), .gpus = (k + v) % 3, .trainer = "builtin"};
+    runs[k] =
+        (store_queued){.id = 10 + k + 3 * (v >> 2), .gpus = (k + v) % 3, .trainer = "builtin"};
   ((store_queue_cb)c->cb)(c->ud, st, runs, n, st ? errmsg : NULL);
 }
 
@@ -554,7 +555,8 @@ static void check_page(const store_runs_page *pg) {
 /* v % 4 == 3: no such sweep; otherwise v % 3 queued runs (the "waiting"
  * splice), needing up to v % 2 GPUs */
 static void ans_sweep_doc(call *c, int st, int v) {
-  store_sweep_doc doc = {v % 5 == 4 ? "{ }" : "{\"id\" : 1}", v % 3, v % 2, 1, v % 7 == 6 ? "torch" : "builtin"};
+  store_sweep_doc doc = {v % 5 == 4 ? "{ }" : "{\"id\" : 1}", v % 3, v % 2, 1,
+                         v % 7 == 6 ? "torch" : "builtin"};
   ((store_sweep_doc_cb)c->cb)(c->ud, st, st || v % 4 == 3 ? NULL : &doc, st ? errmsg : NULL);
 }
 

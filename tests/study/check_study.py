@@ -14,7 +14,12 @@ criteria"):
   is dropped, as does the IsoFLOP exponent a;
 - fitted without the largest budget, the law predicts that budget's mean
   loss within 2%;
-- the critical batch size comes out of the ladder and the noise scale.
+- the critical batch size comes out of the ladder and the noise scale;
+- the result block is the README's, figure for figure (the wall time
+  aside): the study's config is "reproducible": "portable", so any x86-64
+  CPU with AVX2 prints it to the last digit. Where it cannot hold (no AVX2
+  and FMA, or an OPENBLAS_CORETYPE other than Haswell set by the machine's
+  owner, which wins) the comparison is skipped and says why.
 
   check_study.py SOURCE_DIR
 
@@ -26,7 +31,7 @@ import subprocess
 import sys
 import time
 
-from printout import NUM, fail, value
+from printout import NUM, compare_with_readme, fail, value
 
 SRC = os.path.abspath(sys.argv[1])
 
@@ -90,10 +95,23 @@ if not (bcrit > 0 and bnoise > 0):
 if rel > 2:
     fail(f"the extrapolation misses the largest budget by {rel}%, more than 2%", out)
 
+flags = open("/proc/cpuinfo").read()
+owner = os.environ.get("OPENBLAS_CORETYPE", "")
+if " avx2" not in flags or " fma" not in flags:
+    same = "not compared with the README's (this CPU runs no AVX2 and FMA: OpenBLAS's Haswell kernels)"
+elif owner and owner.lower() != "haswell":
+    same = f"not compared with the README's (OPENBLAS_CORETYPE={owner}, the owner's, wins over Haswell)"
+else:
+    differs = compare_with_readme(open(os.path.join(SRC, "README.md")).read(), out)
+    if differs:
+        fail("the printout differs from the README's (README.md, the quick start), with "
+             "OpenBLAS's Haswell kernels pinned:\n" + differs, out)
+    same = "every figure as in the README"
+
 print(out[out.index("result of sweep"):])
 print(f"study: {wall / 60:.1f} min; E {e:.4f} [{e_lo:.4f}, {e_hi:.4f}] vs floor {floor_:.4f}; "
       f"{usable:.0f}/{budgets:.0f} interior minima; "
       + "; ".join(f"{k} {v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}] -> {v[3]:.3f} without the smallest budget"
                   for k, v in pinned.items())
       + f"; IsoFLOP a {a:.4f} -> {a_wo:.4f}; B_crit {bcrit:.0f}, B_noise {bnoise:.0f}; "
-      f"extrapolation {rel:.2f}%")
+      f"extrapolation {rel:.2f}%; {same}")

@@ -23,3 +23,28 @@ def value(out, pattern, what):
         return [float(x) for x in m.groups()]
     except ValueError:
         fail(f"{what}: n/a", out)
+
+
+WALL = re.compile(r"result of sweep (\d+) \([^)]*from submission to the last fit\):")
+
+
+def result_lines(text):
+    """The lines of the result block: "result of sweep N (...):" and the
+    indented lines after it, the wall time taken out (it varies)."""
+    lines = text[text.index("result of sweep"):].splitlines()
+    block = [lines[0]]
+    for l in lines[1:]:
+        if not l.startswith(" "):
+            break
+        block.append(l)
+    return [WALL.sub(r"result of sweep \1:", l.rstrip()) for l in block]
+
+
+def compare_with_readme(readme_text, out):
+    """None when the printout's result block is the README's, line for line
+    (the wall time aside); else the first differing lines as text."""
+    want, got = result_lines(readme_text), result_lines(out)
+    diff = [f"  README: {w}\n  here:   {g}" for w, g in zip(want, got) if w != g]
+    if len(want) != len(got):
+        diff.append(f"  the README shows {len(want)} lines, this run printed {len(got)}")
+    return "\n".join(diff[:6]) if diff else None
