@@ -551,7 +551,9 @@ static const field f_assign[] = {{"run_id", K_INT0},
 static const field f_cancel[] = {{"run_id", K_INT0}, {NULL, 0}};
 /* welcome.data_dirs (optional): the directories the scheduler allows token
  * shards under (absent: none). */
-static const field o_welcome[] = {{"data_dirs", K_PATH_LIST}, {NULL, 0}};
+/* welcome.secret (optional): the worker's secret, given when a worker
+ * takes its name (scheduler/wmsg.c, "Worker identity") */
+static const field o_welcome[] = {{"data_dirs", K_PATH_LIST}, {"secret", K_STRING}, {NULL, 0}};
 /* assign.dist (optional): the worker's part of a run spread over workers:
  * its ranks, rank 0's address and the run's secret */
 /* assign.branch_from, assign.keep_steps (optional; docs/sweeps.md "WSD
@@ -584,8 +586,13 @@ static const field o_none[] = {{NULL, 0}};
  * --slurm uses to know its jobs' workers */
 /* hello.trainers (optional): the trainers the worker runs ("builtin" and
  * those its operator declared; absent: an older worker, "builtin" only) */
-static const field o_hello[] = {
-    {"backends", K_BACKENDS}, {"slurm_job", K_STRING}, {"trainers", K_TRAINERS}, {NULL, 0}};
+/* hello.secret, hello.instance (optional): the secret a welcome gave this
+ * worker's name, and a random string of this worker process (a reconnect
+ * of the same process replaces its stale connection; another process with
+ * the same identity does not) */
+static const field o_hello[] = {{"backends", K_BACKENDS}, {"slurm_job", K_STRING},
+                                {"trainers", K_TRAINERS}, {"secret", K_STRING},
+                                {"instance", K_STRING},   {NULL, 0}};
 
 static const field *const type_fields[] = {
     [PROTO_HELLO] = f_hello,     [PROTO_HEARTBEAT] = f_heartbeat,   [PROTO_STARTED] = f_started,

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/digest.h"
 #include "common/token.h"
 #include "scheduler/wport.h"
 #include "store/metrics.h"
@@ -90,7 +91,29 @@ typedef struct hello_ctx {
   sched__wport *wp;
   sched__wconn *c; /* valid while it is in the port's list: checked there */
   json_t *runs;    /* the runs the worker says it is executing */
+  char secret[65]; /* the secret the welcome gives when the name is taken anew */
 } hello_ctx;
+
+/* Worker identity (docs/runtime.md): a name is held by the worker that
+ * took it and was given its secret; the secret's SHA-256 is stored. A hello
+ * with the secret is that worker (its reconnect or its restart from the same
+ * work directory); one without it takes the name only while no connection
+ * holds it and no running run is leased to it, so the cluster token and a
+ * name are not enough to take a live worker's runs, and two hosts given one
+ * name do not take turns with each other's runs. */
+
+/* Another authenticated connection of the worker called name, or NULL. */
+static sched__wconn *holder(sched__wport *wp, const sched__wconn *c, const char *name) {
+  for (sched__wconn *o = wp->conns; o; o = o->next)
+    if (o != c && o->authed && !o->closing && !strcmp(o->name, name))
+      return o;
+  return NULL;
+}
+
+/* the seconds since the connection's last message */
+static double silent_s(const sched__wconn *c) {
+  return (double)(uv_hrtime() - c->last_msg_ns) / 1e9;
+}
 
 static int conn_alive(sched__wport *wp, sched__wconn *c) {
   for (sched__wconn *x = wp->conns; x; x = x->next)
@@ -178,7 +201,7 @@ static void reconcile(sched__wconn *c, json_t *runs) {
   free(kept);
 }
 
-static void on_worker_row(void *ud, int status, int64_t worker_id, const char *errmsg) {
+static void on_worker_row(void *ud, int status, const store_worker_reg *r, const char *errmsg) {
   hello_ctx *h = ud;
   sched__wport *wp = h->wp;
   sched__wconn *c = conn_alive(wp, h->c) ? h->c : NULL;
@@ -190,21 +213,58 @@ static void on_worker_row(void *ud, int status, int64_t worker_id, const char *e
     free(h);
     return;
   }
-  c->worker_id = worker_id;
-  /* another live connection with the same name is a stale one: drop it */
-  for (sched__wconn *o = wp->conns; o; o = o->next)
-    if (o != c && o->authed && o->worker_id == c->worker_id) {
-      sched__conn_drop(o, "replaced by a new connection of the same worker");
-      break;
-    }
+  c->registering = 0;
+  sched__wconn *o = holder(wp, c, c->name);
+  int proven = !strcmp(r->how, "proven");
+  char why[768];
+  if (!strcmp(r->how, "live") || (o && !proven)) {
+    snprintf(why, sizeof why,
+             "worker name \"%s\" is held by a connected worker (from %s): a second worker "
+             "needs a name of its own (--name); this one is not the holder (it did not present "
+             "the name's secret, kept in the holder's work directory)",
+             c->name, o ? o->peer : "another address");
+  } else if (!strcmp(r->how, "leased")) {
+    snprintf(why, sizeof why,
+             "worker name \"%s\" has %d running run(s) leased until %s, and this worker did not "
+             "present the name's secret (kept in the work directory of the worker that holds "
+             "it): it may take the name once those leases have expired, or use another --name",
+             c->name, r->leased, r->until ? r->until : "?");
+  } else if (o && proven && c->instance[0] && o->instance[0] &&
+             strcmp(c->instance, o->instance) != 0 && silent_s(o) < 2.0 * wp->heartbeat_s) {
+    snprintf(why, sizeof why,
+             "worker \"%s\" is already connected from %s and heartbeating: another worker "
+             "process started with the same name and work directory (give each its own "
+             "--work-dir and --name)",
+             c->name, o->peer);
+  } else {
+    why[0] = 0;
+  }
+  if (why[0]) {
+    sched__conn_drop(c, why);
+    json_decref(h->runs);
+    free(h);
+    return;
+  }
+  c->worker_id = r->worker_id;
+  /* the same worker's stale connection (it reconnected, or restarted from
+   * its work directory): its runs are this connection's now */
+  if (o)
+    sched__conn_drop(o, "replaced by a new connection of the same worker (it presented the "
+                        "name's secret)");
   c->authed = 1;
   json_t *dirs = json_array();
   for (int i = 0; i < wp->ndata_dirs; i++)
     json_array_append_new(dirs, json_string(wp->data_dirs[i]));
-  sched__send(c, json_pack("{s:s,s:I,s:i,s:i,s:o}", "type", "welcome", "worker_id",
-                           (json_int_t)c->worker_id, "heartbeat_s", wp->heartbeat_s, "lease_s",
-                           wp->lease_s, "data_dirs", dirs));
-  sched__wlog(c, "connected: %d GPU(s), %d CPU slot(s)", c->ngpus, c->cpu_slots);
+  json_t *welcome =
+      json_pack("{s:s,s:I,s:i,s:i,s:o}", "type", "welcome", "worker_id", (json_int_t)c->worker_id,
+                "heartbeat_s", wp->heartbeat_s, "lease_s", wp->lease_s, "data_dirs", dirs);
+  if (welcome && !proven) /* the name is this worker's from now on */
+    json_object_set_new(welcome, "secret", json_string(h->secret));
+  sched__send(c, welcome);
+  sched__wlog(c, "connected: %d GPU(s), %d CPU slot(s)%s", c->ngpus, c->cpu_slots,
+              proven                   ? ""
+              : !strcmp(r->how, "new") ? "; a new worker name"
+                                       : "; the name taken anew");
   reconcile(c, h->runs);
   sched__events_emit(
       wp->ev, "worker",
@@ -238,8 +298,19 @@ static void on_hello(sched__wconn *c, json_t *m) {
     sched__conn_drop(c, "protocol version mismatch: upgrade the worker");
     return;
   }
+  const char *name = json_string_value(json_object_get(m, "name"));
+  for (sched__wconn *o = wp->conns; o; o = o->next)
+    if (o != c && o->registering && !strcmp(o->name, name)) {
+      sched__conn_drop(c, "another connection is registering the same worker name right now; "
+                          "a second worker needs a name of its own (--name)");
+      return;
+    }
   c->registering = 1;
-  snprintf(c->name, sizeof c->name, "%s", json_string_value(json_object_get(m, "name")));
+  snprintf(c->name, sizeof c->name, "%s", name);
+  snprintf(c->instance, sizeof c->instance, "%s",
+           json_string_value(json_object_get(m, "instance"))
+               ? json_string_value(json_object_get(m, "instance"))
+               : "");
   snprintf(c->host, sizeof c->host, "%s", json_string_value(json_object_get(m, "host")));
   json_t *gpus = json_object_get(m, "gpus");
   c->ngpus = (int)json_array_size(gpus);
@@ -266,7 +337,9 @@ static void on_hello(sched__wconn *c, json_t *m) {
     snprintf(c->trainers[c->ntrainers++], sizeof c->trainers[0], "%s",
              json_string_value(json_array_get(tl, i)));
   snprintf(c->slurm_job, sizeof c->slurm_job, "%s",
-           json_string_value(json_object_get(m, "slurm_job")) ? json_string_value(json_object_get(m, "slurm_job")) : "");
+           json_string_value(json_object_get(m, "slurm_job"))
+               ? json_string_value(json_object_get(m, "slurm_job"))
+               : "");
   c->cpu_slots = (int)json_integer_value(json_object_get(m, "cpu_slots"));
   if (c->cpu_slots < 0)
     c->cpu_slots = 0;
@@ -278,8 +351,25 @@ static void on_hello(sched__wconn *c, json_t *m) {
   h->wp = wp;
   h->c = c;
   h->runs = json_incref(json_object_get(m, "runs"));
+  /* the secret presented (its hash is compared with the name's), and a new
+   * one for the welcome should the name be this worker's anew */
+  const char *secret = json_string_value(json_object_get(m, "secret"));
+  char given[65], fresh[65];
+  if (secret)
+    digest_sha256_hex(secret, strlen(secret), given);
+  unsigned char raw[32];
+  if (uv_random(NULL, NULL, raw, sizeof raw, 0, NULL) != 0) {
+    sched__conn_drop(c, "the scheduler cannot draw a random secret; reconnect");
+    json_decref(h->runs);
+    free(h);
+    return;
+  }
+  for (int i = 0; i < 32; i++)
+    snprintf(h->secret + 2 * i, 3, "%02x", raw[i]);
+  digest_sha256_hex(h->secret, 64, fresh);
   char *gj = json_dumps(gpus, JSON_COMPACT);
-  store_workers_register(wp->db, c->name, c->host, gj, c->cpu_slots, on_worker_row, h);
+  store_workers_register(wp->db, c->name, c->host, gj, c->cpu_slots, secret ? given : NULL, fresh,
+                         holder(wp, c, c->name) != NULL, on_worker_row, h);
   free(gj);
 }
 
@@ -393,9 +483,8 @@ static int of_secondary(sched__wconn *c, json_t *m) {
 /* acknowledges, as not stored, a message of a secondary (its worker drops it) */
 static void ack_secondary(sched__wconn *c, json_t *m) {
   sched__send(c, json_pack("{s:s,s:O,s:O,s:O,s:b}", "type", "ack", "run_id",
-                           json_object_get(m, "run_id"), "attempt",
-                           json_object_get(m, "attempt"), "seq", json_object_get(m, "seq"),
-                           "stored", 0));
+                           json_object_get(m, "run_id"), "attempt", json_object_get(m, "attempt"),
+                           "seq", json_object_get(m, "seq"), "stored", 0));
 }
 
 static void on_started(sched__wconn *c, json_t *m) {
@@ -442,9 +531,8 @@ static void on_checkpoint(sched__wconn *c, json_t *m) {
     const char *path = json_string_value(json_object_get(m, "path"));
     int n = snprintf(want, sizeof want, "%s/run-%" PRId64 "/branch-%" JSON_INTEGER_FORMAT "/",
                      c->wp->checkpoint_root ? c->wp->checkpoint_root : "", x->run_id, step);
-    const char *file = n > 0 && (size_t)n < sizeof want && !strncmp(path, want, (size_t)n)
-                           ? path + n
-                           : NULL;
+    const char *file =
+        n > 0 && (size_t)n < sizeof want && !strncmp(path, want, (size_t)n) ? path + n : NULL;
     if (!file || !*file || strchr(file, '/') || !strcmp(file, ".") || !strcmp(file, "..") ||
         strlen(path) >= sizeof want) {
       sched__wlog(c,

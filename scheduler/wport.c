@@ -4,6 +4,7 @@
 #include "scheduler/wport.h"
 
 #include <stdarg.h>
+#include <sys/ioctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,8 +242,10 @@ static void on_listener_closed(uv_handle_t *h) { (void)h; }
 
 void sched__wport_close(sched__wport *wp) {
   wp->stopping = 1;
-  if (wp->listening)
+  if (wp->listening) {
     uv_close((uv_handle_t *)&wp->listener, on_listener_closed);
+    uv_close((uv_handle_t *)&wp->trim_timer, on_listener_closed);
+  }
   wp->listening = 0;
   while (wp->conns)
     sched__conn_drop(wp->conns, NULL);
@@ -293,6 +296,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
   sched__wconn *c = st->data;
   if (n > 0 && !c->closing) {
+    c->rx_bytes += (uint64_t)n;
     int rc = proto_reader_feed(&c->rd, buf->base, (size_t)n, on_line, c);
     if (rc == SS_ERANGE)
       sched__conn_drop(c, "protocol line over the size limit");
@@ -317,11 +321,63 @@ static void peer_name(sched__wconn *c) {
   snprintf(c->peer, sizeof c->peer, "%s", ip);
 }
 
+/* a connection waiting for its hello (not yet being registered) */
+static int pre_hello(const sched__wconn *c) { return !c->authed && !c->registering && !c->closing; }
+
+/* bytes the peer sent that this side has not read yet */
+static int pending_bytes(sched__wconn *c) {
+  uv_os_fd_t fd;
+  int n = 0;
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0 || ioctl(fd, FIONREAD, &n) != 0)
+    return 0;
+  return n;
+}
+
+/* The connection a new one replaces when pre-hello connections (from addr,
+ * or all of them when addr is NULL) have reached max: the oldest that has
+ * sent nothing, else the oldest; NULL under the limit. The list is newest
+ * first, so the last match is the oldest. */
+static sched__wconn *over_limit(sched__wport *wp, const sched__wconn *self, const char *addr,
+                                int max) {
+  sched__wconn *idle = NULL, *any = NULL;
+  int n = 0;
+  for (sched__wconn *x = wp->conns; x; x = x->next) {
+    if (x == self || !pre_hello(x) || (addr && strcmp(x->peer, addr) != 0))
+      continue;
+    n++;
+    any = x;
+    if (x->rx_bytes == 0 && pending_bytes(x) == 0)
+      idle = x;
+  }
+  return n < max ? NULL : idle ? idle : any;
+}
+
+/* Brings every address's, then all, pre-hello connections back within
+ * their limits, the oldest idle first. */
+static void on_trim(uv_timer_t *t) {
+  sched__wport *wp = t->data;
+  for (sched__wconn *x = wp->conns; x; x = x->next) {
+    if (!pre_hello(x))
+      continue;
+    int first = 1; /* each address once: at its newest connection */
+    for (sched__wconn *y = wp->conns; y != x && first; y = y->next)
+      first = !(pre_hello(y) && !strcmp(y->peer, x->peer));
+    sched__wconn *v;
+    while (first && (v = over_limit(wp, NULL, x->peer, SCHED__UNAUTHED_PER_ADDR + 1)) != NULL &&
+           v != x) {
+      wp->unauthed_replaced++;
+      sched__conn_drop(v, NULL);
+    }
+  }
+  sched__wconn *v;
+  while ((v = over_limit(wp, NULL, NULL, SCHED__MAX_UNAUTHED + 1)) != NULL) {
+    wp->unauthed_replaced++;
+    sched__conn_drop(v, NULL);
+  }
+}
+
 static void on_connection(uv_stream_t *server, int status) {
   sched__wport *wp = server->data;
-  int unauthed = 0;
-  for (sched__wconn *x = wp->conns; x; x = x->next)
-    unauthed += !x->authed && !x->closing;
   sched__wconn *c = status < 0 || wp->stopping ? NULL : calloc(1, sizeof *c);
   if (!c)
     return;
@@ -336,31 +392,57 @@ static void on_connection(uv_stream_t *server, int status) {
   }
   peer_name(c);
   c->connected_ns = c->last_msg_ns = uv_hrtime();
-  if (unauthed >= SCHED__MAX_UNAUTHED) {
-    fprintf(stderr, "scheduler: worker port: %d connections wait for their hello; %s refused\n",
-            unauthed, c->peer);
-    c->closing = 1;
-    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
-    return;
+  /* the limits make room rather than refuse (wport.h): past twice a limit
+   * at once; past it, after SCHED__TRIM_MS, time for a worker's hello that
+   * was on its way to arrive and be read (it then waits for its
+   * registration, not its hello) */
+  sched__wconn *old = over_limit(wp, c, c->peer, 2 * SCHED__UNAUTHED_PER_ADDR);
+  if (!old)
+    old = over_limit(wp, c, NULL, 2 * SCHED__MAX_UNAUTHED);
+  if (old) {
+    wp->unauthed_replaced++;
+    sched__conn_drop(old, NULL);
   }
+  if (!uv_is_active((uv_handle_t *)&wp->trim_timer) &&
+      (over_limit(wp, c, c->peer, SCHED__UNAUTHED_PER_ADDR) ||
+       over_limit(wp, c, NULL, SCHED__MAX_UNAUTHED)))
+    uv_timer_start(&wp->trim_timer, on_trim, SCHED__TRIM_MS, 0);
   c->next = wp->conns;
   wp->conns = c;
   uv_tcp_nodelay(&c->tcp, 1);
   uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
 
+#define SCHED__STR2(x) #x
+#define SCHED__STR(x) SCHED__STR2(x)
+
 void sched__wport_reap(sched__wport *wp) {
   sched__wport_auth_prune(wp);
   uint64_t now = uv_hrtime(), lease = (uint64_t)wp->lease_s * 1000000000ull;
+  uint64_t hello = (uint64_t)SCHED__HELLO_S * 1000000000ull;
+  int late = 0;
   for (sched__wconn *c = wp->conns, *next; c; c = next) {
     next = c->next;
     if (c->closing)
       continue;
-    if (!c->authed && now - c->connected_ns > lease)
-      sched__conn_drop(c, "no hello within a lease; closing");
+    if (pre_hello(c) && now - c->connected_ns > hello) {
+      late++; /* not logged one by one: a flood would fill the log */
+      sched__send(c, json_pack("{s:s,s:s}", "type", "error", "message",
+                               "no hello within " SCHED__STR(SCHED__HELLO_S) " s; closing"));
+      sched__conn_drop(c, NULL);
+    } else if (c->registering && now - c->connected_ns > lease)
+      sched__conn_drop(c, "its hello was not registered within a lease; closing");
     else if (c->authed && now - c->last_msg_ns > 2 * lease)
       sched__conn_drop(c, "nothing heard for two leases (no heartbeat); closing");
   }
+  if (late || wp->unauthed_replaced)
+    fprintf(stderr,
+            "scheduler: worker port: in the last second, %d connection%s sent no hello within "
+            "%d s and %d waiting for theirs made room for newer ones (at most %d from one "
+            "address, %d in all)\n",
+            late, late == 1 ? "" : "s", SCHED__HELLO_S, wp->unauthed_replaced,
+            SCHED__UNAUTHED_PER_ADDR, SCHED__MAX_UNAUTHED);
+  wp->unauthed_replaced = 0;
 }
 
 int sched__wport_listen(sched__wport *wp, const char *hostport, char *err, size_t errlen) {
@@ -377,6 +459,8 @@ int sched__wport_listen(sched__wport *wp, const char *hostport, char *err, size_
     return SS_EINVAL;
   }
   uv_tcp_init(wp->loop, &wp->listener);
+  uv_timer_init(wp->loop, &wp->trim_timer);
+  wp->trim_timer.data = wp;
   wp->listening = 1;
   wp->listener.data = wp;
   int rc = uv_tcp_bind(&wp->listener, (struct sockaddr *)&addr, 0);

@@ -28,12 +28,22 @@
 #define SCHED__MAX_AUTH_FAILURES 5
 #define SCHED__AUTH_TRACKED 4096
 #define SCHED__METRIC_DBS 2
-/* The worker port's limits: a peer must say hello within a lease, an
+/* The worker port's limits on connections that have not said hello yet
+ * (docs/runtime.md, "The worker port's limits"): each must send its hello
+ * within SCHED__HELLO_S seconds; one address may hold at most
+ * SCHED__UNAUTHED_PER_ADDR of them and all together SCHED__MAX_UNAUTHED.
+ * A new connection over a limit is never refused: SCHED__TRIM_MS later the
+ * oldest connections under that limit that have sent nothing (or, when all
+ * have sent something, the oldest) are closed until it holds again (at
+ * twice the limit, at once). A worker sends its hello the moment it
+ * connects, and by then it has been read, while a flood's connections sit
+ * idle: idle or slow peers cannot keep a worker with the right token out. An
  * authenticated worker that sends nothing (no heartbeat) for two leases is
- * dropped, and at most SCHED__MAX_UNAUTHED connections may wait for their
- * hello at once (more are closed at accept), so that idle or slow peers
- * cannot hold the scheduler's descriptors. */
-#define SCHED__MAX_UNAUTHED 64
+ * dropped. */
+#define SCHED__HELLO_S 5
+#define SCHED__UNAUTHED_PER_ADDR 16
+#define SCHED__MAX_UNAUTHED 256
+#define SCHED__TRIM_MS 100
 
 typedef struct sched__wport sched__wport;
 
@@ -64,6 +74,7 @@ typedef struct sched__wconn {
   int draining; /* the worker said it is stopping: placement gives it nothing */
   int64_t worker_id;
   char name[128], host[128], peer[64];
+  char instance[72]; /* hello.instance: the worker process ("" from an older worker) */
   int ngpus;
   int cuda_ok;          /* its GPUs run "backend": "cuda" (hello.backends) */
   char cuda_error[256]; /* why not, when it has GPUs and cuda_ok is 0 */
@@ -80,6 +91,7 @@ typedef struct sched__wconn {
   sched__wrun *runs;
   uint64_t connected_ns;
   uint64_t last_msg_ns; /* the last complete line from the peer */
+  uint64_t rx_bytes;    /* received, before its hello: a flood's connections send none */
   struct sched__wconn *next;
 } sched__wconn;
 
@@ -131,6 +143,7 @@ struct sched__wport {
   sched__wport_hooks hooks;
 
   uv_tcp_t listener;
+  uv_timer_t trim_timer; /* brings pre-hello connections back within their limits */
   int listening;
   int port; /* bound */
   int stopping;
@@ -138,6 +151,7 @@ struct sched__wport {
   sched__authfail *authfails; /* newest first */
   int nauthfails;
   int auth_pruned, auth_evicted; /* since the last log line about them */
+  int unauthed_replaced;         /* pre-hello connections that made room, likewise */
 };
 
 /* wport.c */

@@ -84,6 +84,7 @@ static void on_welcome(wrk__conn *c, json_t *m) {
   uv_timer_stop(&w->welcome_timer);
   double hb = wrk__lease_welcome(w, m);
   wrk__data_dirs_welcome(w, m);
+  wrk__identity_welcome(w, m);
   int nruns = 0;
   for (wrk__run *r = w->runs; r; r = r->next)
     nruns++;
@@ -230,24 +231,31 @@ static void send_hello(wrk__conn *c) {
     json_t *ws = json_object_get(json_object_get(r->assign, "config"), "world_size");
     char part[4096];
     int here = wrk__run_dist_ranks(r, part, sizeof part); /* a run spread over workers */
-    json_int_t slots = r->ngpus ? 0 : here ? here : json_is_integer(ws) ? json_integer_value(ws) : 1;
+    json_int_t slots = r->ngpus              ? 0
+                       : here                ? here
+                       : json_is_integer(ws) ? json_integer_value(ws)
+                                             : 1;
     json_t *e = json_pack("{s:I, s:I, s:o, s:I}", "run_id", (json_int_t)r->id, "attempt",
                           (json_int_t)r->attempt, "gpus", gl, "slots", slots);
     /* a part without rank 0 of a run spread over workers: rank 0's worker
      * holds the run (its lease); a restarted scheduler keeps this part */
-    if (here && !(part[0] == '0' && (part[1] == ',' || part[1] == '\0')) &&
-        !strstr(part, ",0,") && strcmp(part + (strlen(part) > 2 ? strlen(part) - 2 : 0), ",0"))
+    if (here && !(part[0] == '0' && (part[1] == ',' || part[1] == '\0')) && !strstr(part, ",0,") &&
+        strcmp(part + (strlen(part) > 2 ? strlen(part) - 2 : 0), ",0"))
       json_object_set_new(e, "part", json_true());
     json_array_append_new(runs, e);
   }
-  json_t *msg = json_pack("{s:s, s:i, s:s, s:s, s:s, s:o, s:i, s:o, s:o}", "type", "hello",
-                          "version", PROTO_VERSION, "token", w->token, "name", w->name, "host",
-                          w->host, "gpus", gpus, "cpu_slots", w->cpu_slots, "runs", runs,
-                          "backends", wrk__backends_json(w));
+  json_t *msg =
+      json_pack("{s:s, s:i, s:s, s:s, s:s, s:o, s:i, s:o, s:o}", "type", "hello", "version",
+                PROTO_VERSION, "token", w->token, "name", w->name, "host", w->host, "gpus", gpus,
+                "cpu_slots", w->cpu_slots, "runs", runs, "backends", wrk__backends_json(w));
   if (msg) /* placement sends a run only to a worker that offers its trainer */
     json_object_set_new(msg, "trainers", wrk__trainers_json(w));
   if (msg && w->slurm_job[0]) /* the scheduler's --slurm counts its jobs' workers by it */
     json_object_set_new(msg, "slurm_job", json_string(w->slurm_job));
+  if (msg && w->secret[0]) /* this worker holds its name (identity.c) */
+    json_object_set_new(msg, "secret", json_string(w->secret));
+  if (msg && w->instance[0])
+    json_object_set_new(msg, "instance", json_string(w->instance));
   char err[512];
   wrk__wbuf *b = msg ? wrk__wbuf_encode(msg, err, sizeof err) : NULL;
   json_decref(msg);

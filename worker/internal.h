@@ -122,11 +122,11 @@ struct wrk__run {
   int pid;
 
   proto_reader rd;
-  int out_broken; /* a line over the limit: the rest of stdout is drained */
-  int broken;     /* its trainer broke the contract (trainers.c): the attempt fails */
-  int64_t lines;  /* stdout lines read */
+  int out_broken;        /* a line over the limit: the rest of stdout is drained */
+  int broken;            /* its trainer broke the contract (trainers.c): the attempt fails */
+  int64_t lines;         /* stdout lines read */
   uint64_t last_line_ms; /* loop time of the last one (or of the start) */
-  json_t *batch; /* rows not yet sealed into a metrics message */
+  json_t *batch;         /* rows not yet sealed into a metrics message */
   size_t batch_bytes;
   int64_t next_seq;
   wrk__qmsg *q_head, *q_tail; /* unacked metrics / finished, by seq */
@@ -160,13 +160,15 @@ struct wrk__worker {
   uv_loop_t loop;
   char *token;
   char name[512], host[256];
+  char secret[128];   /* the name's secret (identity.c; "" until a welcome gives one) */
+  char instance[40];  /* this process's random string (hello.instance) */
   char slurm_job[32]; /* SLURM_JOB_ID when it runs in a Slurm job ("" otherwise) */
   char sched_host[256], sched_port[16];
   char bin[PATH_MAX];
   char work_dir[PATH_MAX];
   wrk__gpu *gpus;
   int ngpus;
-  int cuda_ok;          /* the trainer can run "backend": "cuda" on the GPUs */
+  int cuda_ok;           /* the trainer can run "backend": "cuda" on the GPUs */
   char cuda_error[1024]; /* why not, when cuda_ok is 0 */
   int cpu_slots;
   double hb_override;
@@ -307,6 +309,11 @@ int wrk__data_dirs_init(wrk__worker *w, const char *const *dirs, int n);
  * do not exist on this host dropped), each narrowed to the worker's own
  * directories when it has any (its choice narrows, never widens). */
 void wrk__data_dirs_welcome(wrk__worker *w, const json_t *welcome);
+
+/* identity.c: the name's secret, read from the work directory at start
+ * (with a new instance string), and kept there when a welcome gives one */
+void wrk__identity_load(wrk__worker *w);
+void wrk__identity_welcome(wrk__worker *w, const json_t *welcome);
 /* The trainer's flags for them, appended to args at *na (room for
  * 2 * WRK__MAX_DATA_DIRS + 1): --data-dir DIR ..., or --no-data-dirs. */
 void wrk__data_dirs_args(wrk__worker *w, char **args, int *na);

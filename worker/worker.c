@@ -220,6 +220,7 @@ int wrk_run(const wrk_options *o) {
     worker_free(w);
     return SS_EIO;
   }
+  wrk__identity_load(w);
   wrk__gpu_discover(w);
   rc = wrk__gpu_restrict(w, o->gpus, o->n_gpus);
   if (rc) {

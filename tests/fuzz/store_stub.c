@@ -207,17 +207,26 @@ static void json_doc(db *d, int array, store_json_cb cb, void *ud) {
 /* ---- workers.h ------------------------------------------------------------------ */
 
 static void ans_worker(call *c, int st, int v) {
-  (void)v;
-  if (!st)
+  /* the decisions a registration can take, by the fuzzer's choice */
+  static const char *const hows[] = {"new", "proven", "taken", "live", "leased"};
+  const char *how = hows[v % 5];
+  int refused = v % 5 >= 3;
+  store_worker_reg r = {refused ? 0 : c->a, how, refused ? 1 + v % 3 : 0,
+                        refused ? "2026-01-01 00:00:00 UTC" : NULL};
+  if (!st && !refused)
     last_worker = c->a;
-  ((store_worker_cb)c->cb)(c->ud, st, st ? 0 : c->a, st ? errmsg : NULL);
+  ((store_worker_cb)c->cb)(c->ud, st, st ? NULL : &r, st ? errmsg : NULL);
 }
 
 void store_workers_register(db *d, const char *name, const char *host, const char *gpus_json,
-                            int cpu_slots, store_worker_cb cb, void *ud) {
+                            int cpu_slots, const char *given_hash, const char *new_hash, int live,
+                            store_worker_cb cb, void *ud) {
   (void)host;
   (void)gpus_json;
   (void)cpu_slots;
+  (void)given_hash;
+  (void)new_hash;
+  (void)live;
   uint32_t h = 2166136261u; /* one id per name, as the table keeps it */
   for (const char *p = name ? name : ""; *p; p++)
     h = (h ^ (uint8_t)*p) * 16777619u;
