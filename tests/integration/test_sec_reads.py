@@ -20,7 +20,11 @@ protocol (docs/runtime.md):
    queueing, not on speed), every cheap read answered, every heavy read
    answered 200 or 503 with the read-limit message (none left hanging past
    the client's 40 s), and curve parameters over their caps refused with a
-   400 naming the parameter, the value found and the maximum.
+   400 naming the parameter, the value found and the maximum; ids out of
+   a bigint's range (runs=99999999999999999999999, which PostgreSQL's cast
+   refused with a 500 and its own error text) and runs=0 refused with a 400
+   naming runs and the item; next's points beyond an int (a cast made them
+   -1, reported as "found -1") refused with the value given.
 
 Figures printed: renewal and read latencies (median, p99, max), heavy reads
 answered 200 / 503. On the code before the fix (one database connection
@@ -279,6 +283,29 @@ def caps(big):
     check(st == 200 and len(doc["metrics"]) == 3000, "a run's metrics by default: %d" % st)
     print("caps: curves points/limit, a run's metrics_limit and a page of runs refused over "
           "their maximum with the value found")
+    # run ids beyond a bigint (PostgreSQL's cast failed the query: a 500
+    # with its own text) or below 1: a 400 naming runs and the item
+    for ids, item in (("99999999999999999999999", "item 1 = '99999999999999999999999'"),
+                      ("%d,9223372036854775808" % run, "item 2 = '9223372036854775808'"),
+                      ("0", "item 1 = '0'"), ("%d,0" % run, "item 2 = '0'"),
+                      ("%d,,%d" % (run, run), "item 2 = ''"), ("-1", "item 1 = '-1'")):
+        path = "/api/sweeps/%d/curves?runs=%s" % (big, ids)
+        st, body = request("GET", path)
+        err = (body or {}).get("error", {})
+        check(st == 400 and err.get("path") == "runs" and item in err.get("message", "")
+              and "9223372036854775807" in err.get("message", ""),
+              "%s: expected 400 naming runs, %s and the range; got %d %r" % (path, item, st, body))
+    st, body = request("GET", "/api/sweeps/%d/curves?runs=9223372036854775807,%d" % (big, run))
+    check(st == 200 and [c["run_id"] for c in body] == [run],
+          "the largest bigint as a run id: %d %r" % (st, body))
+    st, body = request("GET", "/api/sweeps/%d/next?flops=1e13&points=99999999999999999999999"
+                       % big)
+    err = (body or {}).get("error", {})
+    check(st == 400 and err.get("path") == "points"
+          and "99999999999999999999999" in err.get("message", ""),
+          "next with points beyond an int: %d %r" % (st, body))
+    print("ids: run ids beyond a bigint or below 1 and points beyond an int refused with a "
+          "400 naming the parameter and the value")
     # the curves' samples, both ways of finding them (one ordered pass when
     # the run has few more steps than samples, index seeks otherwise): for
     # g = 0..P the first step at or after ceil(smax^(g/P)), as pages.c says
