@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/names.h"
 #include "common/token.h"
 
 static int parse_url(const char *url, cli_target *t) {
@@ -195,11 +196,65 @@ void cli_print_fit(FILE *f, const char *law, json_t *fit) {
   }
 }
 
+/* The size s needs escaped (ss_text_escape), or 0 when it needs no escape:
+ * at most 10 bytes ("\U000e0001") a byte, and the NUL. */
+static size_t escaped_len(const char *s) {
+  size_t len = strlen(s), at;
+  long cp;
+  return ss_text_hidden(s, len, &at, &cp) ? 10 * len + 1 : 0;
+}
+
+/* s escaped, malloc'd; NULL when it needs no escape or there is no memory */
+static char *escaped(const char *s) {
+  size_t n = escaped_len(s);
+  char *out = n ? malloc(n) : NULL;
+  return out ? ss_text_escape(s, out, n) : NULL;
+}
+
+/* Every string (and key) of an answer with a control or format character
+ * escaped, so that no stored text (a sweep's name from before the spec
+ * refused U+202E, a worker's name, an error) reorders or rewrites the
+ * terminal's line when printed; --json prints the answer's own text. */
+static void neutralise(json_t *j) {
+  if (json_is_object(j)) {
+    const char *k;
+    json_t *v;
+    int keys = 0;
+    json_object_foreach(j, k, v) {
+      neutralise(v);
+      keys |= escaped_len(k) > 0;
+    }
+    if (!keys)
+      return;
+    json_t *copy = json_object(); /* the keys renamed in order, then back into j */
+    json_object_foreach(j, k, v) {
+      char *ek = escaped(k);
+      json_object_set(copy, ek ? ek : k, v);
+      free(ek);
+    }
+    json_object_clear(j);
+    json_object_update(j, copy);
+    json_decref(copy);
+  } else if (json_is_array(j)) {
+    size_t i;
+    json_t *v;
+    json_array_foreach(j, i, v) { neutralise(v); }
+  } else if (json_is_string(j)) {
+    char *e = escaped(json_string_value(j));
+    if (e)
+      json_string_set(j, e);
+    free(e);
+  }
+}
+
 /* cli_say_error (client.h) */
 int cli_say_error(int status, json_t *j, const char *resp) {
+  neutralise(j);
   json_t *e = json_object_get(j, "error");
   const char *msg = json_string_value(json_object_get(e, "message"));
-  fprintf(stderr, "scalesweep: %d: %s\n", status, msg ? msg : resp);
+  char *raw = msg || !resp ? NULL : escaped(resp); /* not the API's JSON (a proxy's page) */
+  fprintf(stderr, "scalesweep: %d: %s\n", status, msg ? msg : raw ? raw : resp);
+  free(raw);
   json_t *probs = json_object_get(e, "problems");
   size_t i;
   json_t *p;
@@ -236,6 +291,7 @@ json_t *cli_call(const char *url, const char *state, const char *token_file, con
     free(resp);
     return NULL;
   }
+  neutralise(j);
   if (raw)
     *raw = resp;
   else

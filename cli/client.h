@@ -24,7 +24,8 @@ int cli_request(const cli_target *t, const char *method, const char *path, const
                 size_t body_len, int *status, char **resp);
 
 /* Prints the error object of a 4xx/5xx answer (j: its parsed body, resp:
- * the raw one) on stderr; returns the exit code: 2 when the request was the
+ * the raw one) on stderr, control and format characters escaped (j's
+ * strings in place); returns the exit code: 2 when the request was the
  * user's mistake (4xx), 1 when the service's (5xx). */
 struct json_t;
 int cli_say_error(int status, struct json_t *j, const char *resp);
@@ -33,8 +34,10 @@ int cli_say_error(int status, struct json_t *j, const char *resp);
  * answer's error object is printed on stderr (its message, then each
  * problem's path and message) and NULL returned with *rc 2 (the request was
  * the user's mistake, 4xx) or 1 (the service's); else the parsed JSON (large
- * integers as reals) with *rc 0 and, when raw is not NULL, the body's text
- * in *raw (malloc'd). */
+ * integers as reals; every string and key with a control or Unicode format
+ * character escaped, common/names.h, so that printing it is safe on a
+ * terminal) with *rc 0 and, when raw is not NULL, the body's own text in
+ * *raw (malloc'd). */
 struct json_t *cli_call(const char *url, const char *state, const char *token_file,
                         const char *method, const char *path, const char *body, size_t len, int *rc,
                         char **raw);

@@ -18,7 +18,9 @@
  *
  * Validation: every field that a message type requires must be present with
  * its JSON type (and range: ids and counts are non-negative, sequence numbers
- * start at 1); the few optional fields (welcome.data_dirs) are checked the
+ * start at 1, and what a peer keeps in a C int, such as attempts, CPU slots,
+ * GPU indices and exit codes, fits in 32 bits: a cast would turn 2^32 + 5
+ * into 5); the few optional fields (welcome.data_dirs) are checked the
  * same way when present. Unknown keys are ignored, so that a version 1 peer can accept
  * additions that do not change the meaning of the message. Duplicate keys
  * are rejected: a peer must not be able to say two things at once. */
@@ -204,10 +206,21 @@ static void check_int(vctx *c, const char *path, const json_t *v, json_int_t min
           path, min, json_integer_value(v));
 }
 
+/* An integer that its reader keeps in an int: in [min, INT32_MAX]. */
+static void check_int32(vctx *c, const char *path, const json_t *v, json_int_t min) {
+  check_int(c, path, v, min);
+  if (!c->failed && json_integer_value(v) > INT32_MAX)
+    fail_type(
+        c, path,
+        min == 0 ? "an integer in [0, 2147483647]" : "an integer in [-2147483648, 2147483647]", v);
+}
+
 enum kind {
   K_INT0,       /* integer >= 0 */
   K_INT1,       /* integer >= 1 */
   K_INT,        /* any integer */
+  K_INT0_32,    /* integer in [0, INT32_MAX]: kept in an int */
+  K_INT_32,     /* integer in [INT32_MIN, INT32_MAX]: kept in an int */
   K_NUMBER,     /* any number */
   K_NUMBER_POS, /* number > 0 */
   K_STRING,
@@ -215,15 +228,16 @@ enum kind {
   K_OBJECT,
   K_OBJECT_OR_NULL,
   K_BOOL,
-  K_VERSION,   /* == PROTO_VERSION */
-  K_GPU_LIST,  /* [{"index":int>=0,"name":str,"memory_bytes":int>=0}] */
-  K_RUN_REFS,  /* [{"run_id":int>=0,"attempt":int>=0}] */
-  K_INT0_LIST, /* [int>=0] */
-  K_ROWS,      /* trainer step / eval events */
-  K_PATH_LIST, /* [absolute path string] */
-  K_BACKENDS,  /* {"cuda": {"devices": K_GPU_LIST} or {"error": str}, ...} */
-  K_DIST,      /* {"ranks": [int>=0, ...], "addr": str, "secret": str} */
-  K_TRAINERS,  /* [trainer name (common/names.h), ...], at most PROTO_MAX_TRAINERS */
+  K_VERSION,      /* == PROTO_VERSION */
+  K_GPU_LIST,     /* [{"index":int32>=0,"name":str,"memory_bytes":int>=0}] */
+  K_RUN_REFS,     /* [{"run_id":int>=0,"attempt":int32>=0}] */
+  K_INT0_LIST,    /* [int>=0] */
+  K_INT0_32_LIST, /* [integer in [0, INT32_MAX]] */
+  K_ROWS,         /* trainer step / eval events */
+  K_PATH_LIST,    /* [absolute path string] */
+  K_BACKENDS,     /* {"cuda": {"devices": K_GPU_LIST} or {"error": str}, ...} */
+  K_DIST,         /* {"ranks": [int32>=0, ...], "addr": str, "secret": str} */
+  K_TRAINERS,     /* [trainer name (common/names.h), ...], at most PROTO_MAX_TRAINERS */
 };
 
 static const char *kind_text(enum kind k) {
@@ -234,6 +248,10 @@ static const char *kind_text(enum kind k) {
     return "a positive integer";
   case K_INT:
     return "an integer";
+  case K_INT0_32:
+    return "an integer in [0, 2147483647]";
+  case K_INT_32:
+    return "an integer in [-2147483648, 2147483647]";
   case K_NUMBER:
     return "a number";
   case K_NUMBER_POS:
@@ -256,6 +274,8 @@ static const char *kind_text(enum kind k) {
     return "an array of {run_id, attempt} objects";
   case K_INT0_LIST:
     return "an array of non-negative integers";
+  case K_INT0_32_LIST:
+    return "an array of integers in [0, 2147483647]";
   case K_ROWS:
     return "an array of step and eval events";
   case K_PATH_LIST:
@@ -376,8 +396,10 @@ static void check_row(vctx *c, const char *path, const json_t *row) {
 
 static void check_array(vctx *c, const char *path, const json_t *v, enum kind k) {
   static const field gpu_fields[] = {
-      {"index", K_INT0}, {"name", K_STRING}, {"memory_bytes", K_INT0}, {NULL, 0}};
-  static const field ref_fields[] = {{"run_id", K_INT0}, {"attempt", K_INT0}, {NULL, 0}};
+      {"index", K_INT0_32}, {"name", K_STRING}, {"memory_bytes", K_INT0}, {NULL, 0}};
+  static const field ref_fields[] = {{"run_id", K_INT0}, {"attempt", K_INT0_32}, {NULL, 0}};
+  /* hello.runs[].gpus (optional): the devices a reconnected worker's run holds */
+  static const field ref_optional[] = {{"gpus", K_INT0_32_LIST}, {NULL, 0}};
   if (!json_is_array(v)) {
     fail_type(c, path, kind_text(k), v);
     return;
@@ -394,13 +416,19 @@ static void check_array(vctx *c, const char *path, const json_t *v, enum kind k)
     switch (k) {
     case K_GPU_LIST:
     case K_RUN_REFS:
-      if (!json_is_object(e))
+      if (!json_is_object(e)) {
         fail_type(c, sub, "an object", e);
-      else
+      } else {
         check_fields(c, sub, e, k == K_GPU_LIST ? gpu_fields : ref_fields);
+        if (k == K_RUN_REFS)
+          check_optional(c, sub, e, ref_optional);
+      }
       break;
     case K_INT0_LIST:
       check_int(c, sub, e, 0);
+      break;
+    case K_INT0_32_LIST:
+      check_int32(c, sub, e, 0);
       break;
     case K_PATH_LIST:
       if (!json_is_string(e) || json_string_value(e)[0] != '/')
@@ -472,7 +500,7 @@ static int scalar_ok(const json_t *v, enum kind k) {
 }
 
 static const field dist_fields[] = {
-    {"ranks", K_INT0_LIST}, {"addr", K_STRING}, {"secret", K_STRING}, {NULL, 0}};
+    {"ranks", K_INT0_32_LIST}, {"addr", K_STRING}, {"secret", K_STRING}, {NULL, 0}};
 
 static void check_value(vctx *c, const char *path, const json_t *v, enum kind k) {
   if (c->failed)
@@ -483,6 +511,12 @@ static void check_value(vctx *c, const char *path, const json_t *v, enum kind k)
     return;
   case K_INT1:
     check_int(c, path, v, 1);
+    return;
+  case K_INT0_32:
+    check_int32(c, path, v, 0);
+    return;
+  case K_INT_32:
+    check_int32(c, path, v, INT32_MIN);
     return;
   case K_INT:
   case K_NUMBER:
@@ -505,6 +539,7 @@ static void check_value(vctx *c, const char *path, const json_t *v, enum kind k)
   case K_GPU_LIST:
   case K_RUN_REFS:
   case K_INT0_LIST:
+  case K_INT0_32_LIST:
   case K_ROWS:
   case K_PATH_LIST:
   case K_TRAINERS:
@@ -526,25 +561,25 @@ static void check_value(vctx *c, const char *path, const json_t *v, enum kind k)
 
 /* The required fields of each message type (docs/runtime.md). */
 static const field f_hello[] = {
-    {"version", K_VERSION}, {"token", K_STRING},   {"name", K_STRING},   {"host", K_STRING},
-    {"gpus", K_GPU_LIST},   {"cpu_slots", K_INT0}, {"runs", K_RUN_REFS}, {NULL, 0}};
+    {"version", K_VERSION}, {"token", K_STRING},      {"name", K_STRING},   {"host", K_STRING},
+    {"gpus", K_GPU_LIST},   {"cpu_slots", K_INT0_32}, {"runs", K_RUN_REFS}, {NULL, 0}};
 static const field f_heartbeat[] = {{"runs", K_INT0_LIST}, {NULL, 0}};
 static const field f_started[] = {
-    {"run_id", K_INT0}, {"attempt", K_INT0}, {"config", K_OBJECT}, {NULL, 0}};
+    {"run_id", K_INT0}, {"attempt", K_INT0_32}, {"config", K_OBJECT}, {NULL, 0}};
 static const field f_metrics[] = {
-    {"run_id", K_INT0}, {"attempt", K_INT0}, {"seq", K_INT1}, {"rows", K_ROWS}, {NULL, 0}};
+    {"run_id", K_INT0}, {"attempt", K_INT0_32}, {"seq", K_INT1}, {"rows", K_ROWS}, {NULL, 0}};
 static const field f_checkpoint[] = {
-    {"run_id", K_INT0}, {"attempt", K_INT0}, {"step", K_INT0}, {"path", K_STRING}, {NULL, 0}};
+    {"run_id", K_INT0}, {"attempt", K_INT0_32}, {"step", K_INT0}, {"path", K_STRING}, {NULL, 0}};
 static const field f_finished[] = {
-    {"run_id", K_INT0},          {"attempt", K_INT0},    {"seq", K_INT1},
-    {"exit_code", K_INT},        {"signal", K_INT0},     {"done", K_OBJECT_OR_NULL},
+    {"run_id", K_INT0},          {"attempt", K_INT0_32}, {"seq", K_INT1},
+    {"exit_code", K_INT_32},     {"signal", K_INT0_32},  {"done", K_OBJECT_OR_NULL},
     {"error", K_STRING_OR_NULL}, {"log_tail", K_STRING}, {NULL, 0}};
 static const field f_welcome[] = {
     {"worker_id", K_INT0}, {"heartbeat_s", K_NUMBER_POS}, {"lease_s", K_NUMBER_POS}, {NULL, 0}};
 static const field f_assign[] = {{"run_id", K_INT0},
-                                 {"attempt", K_INT0},
+                                 {"attempt", K_INT0_32},
                                  {"config", K_OBJECT},
-                                 {"gpus", K_INT0_LIST},
+                                 {"gpus", K_INT0_32_LIST},
                                  {"checkpoint_dir", K_STRING},
                                  {"resume", K_BOOL},
                                  {NULL, 0}};
@@ -564,7 +599,8 @@ static const field o_assign[] = {
 /* checkpoint.branch (optional): true for a trunk's kept branch point, which
  * is not the run's own latest checkpoint */
 static const field o_checkpoint[] = {{"branch", K_BOOL}, {NULL, 0}};
-static const field f_ack[] = {{"run_id", K_INT0}, {"attempt", K_INT0}, {"seq", K_INT0}, {NULL, 0}};
+static const field f_ack[] = {
+    {"run_id", K_INT0}, {"attempt", K_INT0_32}, {"seq", K_INT0}, {NULL, 0}};
 /* ack.stored (optional): false when the scheduler refused the message (its
  * attempt is no longer that worker's running one): nothing was stored, and
  * resending cannot help */

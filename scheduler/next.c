@@ -232,6 +232,10 @@ static int number(const char *text, double *v) {
   return *text && !*end && isfinite(*v);
 }
 
+/* points beyond this are refused here with the value given, which a cast
+ * to int would change; next_design_make says what is wrong with others */
+#define POINTS_CAST_MAX 1e6
+
 /* The request's flops and points: the query's (GET) or the body's (POST);
  * 0, or answered 400 (-1). */
 static int request_options(http_request *r, int add, next_options *o) {
@@ -276,6 +280,14 @@ static int request_options(http_request *r, int add, next_options *o) {
     }
     flops = json_number_value(f);
     points = p ? (double)json_integer_value(p) : 0;
+    if (fabs(points) > POINTS_CAST_MAX) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "points = %" JSON_INTEGER_FORMAT ": expected 3 to %d model sizes",
+               json_integer_value(p), NEXT_MAX_POINTS);
+      json_decref(b);
+      http_respond_error(r, 400, msg, "$.points");
+      return -1;
+    }
     json_decref(b);
   } else {
     const char *v;
@@ -293,9 +305,16 @@ static int request_options(http_request *r, int add, next_options *o) {
                          "points");
       return -1;
     }
+    if (got == 1 && fabs(points) > POINTS_CAST_MAX) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "query parameter points = '%.40s': expected 3 to %d model sizes", v,
+               NEXT_MAX_POINTS);
+      http_respond_error(r, 400, msg, "points");
+      return -1;
+    }
   }
   o->flops = flops;
-  o->points = points < -1e6 || points > 1e6 ? -1 : (int)points; /* next_design_make says */
+  o->points = (int)points;
   return 0;
 }
 

@@ -20,27 +20,46 @@ static void on_json(void *ud, int status, const char *json, const char *errmsg) 
   sched__route_answer_read(ud, 200, status, json, errmsg);
 }
 
-/* "1,2,3" -> "{1,2,3}" (request memory); NULL when malformed or too long */
-static const char *id_array(http_request *r, const char *list, int max) {
+/* "1,2,3" -> "{1,2,3}" (request memory), or NULL with why in msg. Each id
+ * must be a run id, 1 to INT64_MAX: a larger one would reach PostgreSQL,
+ * whose bigint cast fails the whole query (a 500 with its error text). */
+static const char *id_array(http_request *r, const char *list, int max, char *msg, size_t len) {
   size_t n = strlen(list);
-  if (!n || n > (size_t)max * 21)
+  if (!n || n > (size_t)max * 21) {
+    snprintf(msg, len, "query parameter runs: expected up to %d run ids, comma-separated", max);
     return NULL;
-  int count = 1;
-  for (const char *p = list; *p; p++) {
-    if (*p == ',') {
-      if (p == list || !p[1] || p[1] == ',')
-        return NULL;
-      count++;
-    } else if (*p < '0' || *p > '9') {
+  }
+  char *out = http_alloc(r, n + 3);
+  if (!out) {
+    snprintf(msg, len, "out of memory");
+    return NULL;
+  }
+  size_t at = 0;
+  out[at++] = '{';
+  int count = 0;
+  for (const char *p = list;; p++) {
+    size_t digits = strspn(p, "0123456789"), item = strcspn(p, ",");
+    errno = 0;
+    long long id = digits == item && item ? strtoll(p, NULL, 10) : 0;
+    if (++count > max) {
+      snprintf(msg, len, "query parameter runs: expected up to %d run ids, comma-separated", max);
       return NULL;
     }
+    if (id <= 0 || errno) {
+      snprintf(msg, len,
+               "query parameter runs: item %d = '%.*s%s': expected a run id, an integer in "
+               "[1, %lld]",
+               count, (int)(item > 40 ? 40 : item), p, item > 40 ? "..." : "",
+               (long long)INT64_MAX);
+      return NULL;
+    }
+    at += (size_t)snprintf(out + at, n + 3 - at, "%s%lld", count > 1 ? "," : "", id);
+    p += item;
+    if (!*p)
+      break;
   }
-  if (count > max)
-    return NULL;
-  char *out = http_alloc(r, n + 3);
-  if (!out)
-    return NULL;
-  snprintf(out, n + 3, "{%s}", list);
+  out[at++] = '}';
+  out[at] = '\0';
   return out;
 }
 
@@ -89,12 +108,10 @@ static void get_curves(sched *s, http_request *r, int64_t sweep_id, int64_t run_
     snprintf(one, sizeof one, "{%" PRId64 "}", run_id);
     ids = one;
   } else if (has_list) {
-    ids = has_list > 0 ? id_array(r, list, CURVE_RUNS_MAX) : NULL;
+    char msg[200] = "query parameter runs: invalid percent-encoding";
+    ids = has_list > 0 ? id_array(r, list, CURVE_RUNS_MAX, msg, sizeof msg) : NULL;
     if (!ids) {
-      http_respond_error(r, 400,
-                         "query parameter runs: expected up to 1000 run ids, "
-                         "comma-separated",
-                         "runs");
+      http_respond_error(r, 400, msg, "runs");
       return;
     }
   }

@@ -115,8 +115,9 @@ void sched__web_overview(sched__buf *b, sched *s, json_t *d) {
       sched__b_printf(
           b, "<tr><td><a href=\"/sweeps/%" JSON_INTEGER_FORMAT "\">#%" JSON_INTEGER_FORMAT " ", id,
           id);
+      sched__b_puts(b, "<bdi>"); /* web_sweep.c says why */
       sched__b_esc(b, sched__jstr(sw, "name"));
-      sched__b_puts(b, "</a></td><td>");
+      sched__b_puts(b, "</bdi></a></td><td>");
       sched__b_status(b, sched__jstr(sw, "status"));
       sched__b_puts(b, "</td><td>");
       sched__b_progress(b, "runs done", sched__jnum(sw, "done"), sched__jnum(sw, "total"), "runs",

@@ -155,10 +155,10 @@ void sched__web_run(sched__buf *b, sched__web_req *w, json_t *r) {
   sched__b_printf(b,
                   "<section id=\"summary\" aria-labelledby=\"h-run\"><h1 "
                   "id=\"h-run\">Run #%" PRId64 "</h1><p>of <a href=\"/sweeps/%" JSON_INTEGER_FORMAT
-                  "\">sweep #%" JSON_INTEGER_FORMAT " <span class=\"name\">",
+                  "\">sweep #%" JSON_INTEGER_FORMAT " <bdi class=\"name\">",
                   w->id, sweep, sweep);
-  sched__b_esc(b, sched__jstr(r, "sweep"));
-  sched__b_puts(b, "</span></a> \xc2\xb7 ");
+  sched__b_esc(b, sched__jstr(r, "sweep")); /* in <bdi>: web_sweep.c says why */
+  sched__b_puts(b, "</bdi></a> \xc2\xb7 ");
   sched__b_status(b, sched__jstr(r, "status"));
   sched__b_puts(b, "</p><table class=\"kv\"><tbody>");
   b_row(b, "Attempt");

@@ -349,9 +349,10 @@ void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
   json_t *sw = json_object_get(d, "sweep"), *c = json_object_get(d, "counts");
   sched__b_puts(b, "<section id=\"summary\" aria-labelledby=\"h-sweep\"><h1 "
                    "id=\"h-sweep\">");
-  sched__b_printf(b, "Sweep #%" PRId64 " <span class=\"name\">", w->id);
+  /* <bdi>: a name's own direction (an old one may hold U+202E) stays in it */
+  sched__b_printf(b, "Sweep #%" PRId64 " <bdi class=\"name\">", w->id);
   sched__b_esc(b, sched__jstr(sw, "name"));
-  sched__b_puts(b, "</span></h1><p>");
+  sched__b_puts(b, "</bdi></h1><p>");
   sched__b_status(b, sched__jstr(sw, "status"));
   sched__b_puts(b, " \xc2\xb7 method ");
   sched__b_esc(b, sched__jstr(sw, "method"));

@@ -11,6 +11,7 @@
 #include "common/digest.h"
 #include "common/err.h"
 #include "common/fileio.h"
+#include "common/names.h"
 #include "runcfg/runcfg.h"
 #include "sweeps/shapes.h"
 #include "sweeps/spec_json.h"
@@ -426,15 +427,24 @@ static const char *parse_header(spec *s, json_t *root, spec_problems *pr) {
   spec__check_keys(pr, root, "$", top);
   s->name = spec__get_string(pr, root, "$", "name", NULL, 1, "a sweep name (a string)");
   if (s->name) {
-    size_t n = strlen(s->name);
-    int ctrl = 0;
-    for (size_t i = 0; i < n; i++)
-      ctrl |= (unsigned char)s->name[i] < 0x20;
-    if (n == 0 || n > 128 || ctrl)
+    /* a name is shown in tables (scalesweep status, the pages): a control
+     * or format character in it (U+202E) would reorder or hide the line */
+    size_t n = strlen(s->name), at;
+    long cp;
+    if (n == 0 || n > 128) {
       spec_problem_add(pr, "$.name",
-                       "found a name of %zu bytes%s, expected 1 to 128 printable "
-                       "characters",
-                       n, ctrl ? " with control characters" : "");
+                       "found a name of %zu bytes, expected 1 to 128 printable characters", n);
+    } else if (ss_text_hidden(s->name, n, &at, &cp)) {
+      char what[160];
+      if (cp < 0)
+        snprintf(what, sizeof what, "a byte that is not UTF-8 at byte %zu", at);
+      else
+        snprintf(what, sizeof what,
+                 "U+%04lX at byte %zu (a control or Unicode format character, which reorders "
+                 "or hides text where the name is shown)",
+                 cp, at);
+      spec_problem_add(pr, "$.name", "found %s, expected 1 to 128 printable characters", what);
+    }
   }
   s->description = spec__get_string(pr, root, "$", "description", NULL, 0, "a string");
   static const char *const methods[] = {"grid", "isoflop", "batch", "runs", NULL};

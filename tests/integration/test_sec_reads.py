@@ -20,7 +20,16 @@ protocol (docs/runtime.md):
    queueing, not on speed), every cheap read answered, every heavy read
    answered 200 or 503 with the read-limit message (none left hanging past
    the client's 40 s), and curve parameters over their caps refused with a
-   400 naming the parameter, the value found and the maximum.
+   400 naming the parameter, the value found and the maximum; ids out of
+   a bigint's range (runs=99999999999999999999999, which PostgreSQL's cast
+   refused with a 500 and its own error text) and runs=0 refused with a 400
+   naming runs and the item; next's points beyond an int (a cast made them
+   -1, reported as "found -1") refused with the value given.
+3. Protocol integers kept in an int (issue 32): a hello with cpu_slots
+   2^32 + 5 and, from the worker holding a run, a metrics batch whose
+   attempt is 2^32 + its attempt (a cast made them 5 and the real attempt,
+   so the batch was stored) get a protocol error naming the field's JSON
+   path and the connection closed; no worker row, no metric row stored.
 
 Figures printed: renewal and read latencies (median, p99, max), heavy reads
 answered 200 / 503. On the code before the fix (one database connection
@@ -54,7 +63,7 @@ FLOOD_S = 15
 HEAVY_CLIENTS = 16
 HEAVY_PATH = "/api/sweeps/%d/curves?points=2000&limit=1000"
 # the parts to run (all by default; "flood" alone measures an old build)
-PARTS = os.environ.get("SEC_READS_PARTS", "fencing,caps,flood").split(",")
+PARTS = os.environ.get("SEC_READS_PARTS", "fencing,caps,flood,ranges").split(",")
 tmp = tempfile.mkdtemp(prefix="ss-sec-reads-")
 token = os.path.join(tmp, "token")
 TOKEN = os.urandom(16).hex()
@@ -104,6 +113,7 @@ class Worker:
         self.lock = threading.Lock()
         self.cv = threading.Condition(self.lock)
         self.assigns, self.acks, self.hb_sent, self.hb_ms = [], set(), {}, []
+        self.errors = []
         self.hb_next = 1
         self.welcome = None
         self.closed = False
@@ -147,6 +157,7 @@ class Worker:
                     elif t == "heartbeat" and m.get("hb") in self.hb_sent:
                         self.hb_ms.append((now - self.hb_sent.pop(m["hb"])) * 1e3)
                     elif t == "error":
+                        self.errors.append(m.get("message", ""))
                         print("scheduler error to the worker: %r" % m, file=sys.stderr)
                     self.cv.notify_all()
 
@@ -279,6 +290,29 @@ def caps(big):
     check(st == 200 and len(doc["metrics"]) == 3000, "a run's metrics by default: %d" % st)
     print("caps: curves points/limit, a run's metrics_limit and a page of runs refused over "
           "their maximum with the value found")
+    # run ids beyond a bigint (PostgreSQL's cast failed the query: a 500
+    # with its own text) or below 1: a 400 naming runs and the item
+    for ids, item in (("99999999999999999999999", "item 1 = '99999999999999999999999'"),
+                      ("%d,9223372036854775808" % run, "item 2 = '9223372036854775808'"),
+                      ("0", "item 1 = '0'"), ("%d,0" % run, "item 2 = '0'"),
+                      ("%d,,%d" % (run, run), "item 2 = ''"), ("-1", "item 1 = '-1'")):
+        path = "/api/sweeps/%d/curves?runs=%s" % (big, ids)
+        st, body = request("GET", path)
+        err = (body or {}).get("error", {})
+        check(st == 400 and err.get("path") == "runs" and item in err.get("message", "")
+              and "9223372036854775807" in err.get("message", ""),
+              "%s: expected 400 naming runs, %s and the range; got %d %r" % (path, item, st, body))
+    st, body = request("GET", "/api/sweeps/%d/curves?runs=9223372036854775807,%d" % (big, run))
+    check(st == 200 and [c["run_id"] for c in body] == [run],
+          "the largest bigint as a run id: %d %r" % (st, body))
+    st, body = request("GET", "/api/sweeps/%d/next?flops=1e13&points=99999999999999999999999"
+                       % big)
+    err = (body or {}).get("error", {})
+    check(st == 400 and err.get("path") == "points"
+          and "99999999999999999999999" in err.get("message", ""),
+          "next with points beyond an int: %d %r" % (st, body))
+    print("ids: run ids beyond a bigint or below 1 and points beyond an int refused with a "
+          "400 naming the parameter and the value")
     # the curves' samples, both ways of finding them (one ordered pass when
     # the run has few more steps than samples, index seeks otherwise): for
     # g = 0..P the first step at or after ceil(smax^(g/P)), as pages.c says
@@ -295,6 +329,49 @@ def caps(big):
                                                    len(have)) if a != b)
                 fail("run %d's %s at points=%d: %d samples, expected %d (first difference, "
                      "found vs expected: %r)" % (run, key, points, len(have), len(want), diff))
+
+
+def ranges(w1, held):
+    """Part 3: protocol integers beyond an int are refused, never cast."""
+    s = socket.create_connection(("127.0.0.1", wport), timeout=10)
+    s.sendall(json.dumps({"type": "hello", "version": 1, "token": TOKEN, "name": "huge-slots",
+                          "host": "h", "gpus": [], "cpu_slots": 2**32 + 5,
+                          "runs": []}).encode() + b"\n")
+    buf = b""
+    try:
+        while b"\n" not in buf:  # the first answer: an error, or (before the fix) a welcome
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    except OSError:
+        pass
+    s.close()
+    first = json.loads(buf.split(b"\n", 1)[0]) if b"\n" in buf else {}
+    check(first.get("type") == "error" and "$.cpu_slots: expected an integer in [0, 2147483647]"
+          in first.get("message", "") and "4294967301" in first["message"],
+          "a hello with cpu_slots 2^32 + 5: %r, expected a protocol error naming $.cpu_slots"
+          % buf[:300])
+    check(psql("SELECT count(*) FROM workers WHERE name = 'huge-slots'") == "0",
+          "a worker row stored from a hello with cpu_slots 2^32 + 5")
+    st, workers = request("GET", "/api/workers")
+    check(st == 200 and "huge-slots" not in [w["name"] for w in workers],
+          "/api/workers lists the refused worker: %r" % workers)
+    # the holder's own run, its attempt plus 2^32: a cast to int made it the
+    # attempt, and the batch was stored
+    h, ha = held["run_id"], held["attempt"]
+    w1.send({"type": "metrics", "run_id": h, "attempt": 2**32 + ha, "seq": 90,
+             "rows": [{"event": "step", "step": s, "tokens": s * 100, "train_loss": 9.0}
+                      for s in range(5000, 5010)]})
+    w1.wait(lambda: w1.closed, 10, "the scheduler to close the connection of a batch with "
+            "attempt 2^32 + %d" % ha)
+    check(metric_count(h, 5000, 5009) == 0, "a batch with attempt 2^32 + %d was stored" % ha)
+    check(w1.errors and "$.attempt: expected an integer in [0, 2147483647]" in w1.errors[-1],
+          "the error for attempt 2^32 + %d: %r" % (ha, w1.errors))
+    st, health = request("GET", "/healthz")
+    check(st == 200, "/healthz after the refused messages: %d" % st)
+    print("ranges: a hello with cpu_slots 2^32 + 5 and a batch with attempt 2^32 + %d refused "
+          "with the field's JSON path; nothing stored" % ha)
 
 
 def flood(w1, held, big, small):
@@ -389,6 +466,8 @@ try:
         caps(big["id"])
     if "flood" in PARTS:
         flood(w1, held, big["id"], small["id"])
+    if "ranges" in PARTS:  # last: it closes w1's connection
+        ranges(w1, held)
     check(sched.poll() is None, "the scheduler exited")
     print("sec_reads: renewals kept their pace under a flood of heavy reads; fenced writes "
           "refused")

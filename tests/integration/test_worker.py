@@ -13,7 +13,8 @@ hello lists the runs and every unacknowledged batch is resent, identical and
 in order, and that the union of all batches holds every step exactly once;
 cancel (SIGTERM: exit 143 with a checkpoint), resume, a newer attempt
 superseding a running one, a GPU the worker does not offer, a config the
-trainer refuses; bad scheduler messages ignored; an over-long line and an `error`
+trainer refuses; bad scheduler messages ignored (an assignment whose attempt or
+GPU index is beyond an int among them, never cast); an over-long line and an `error`
 message answered by a reconnect, whose first heartbeat comes at once; a
 renewed lease judged by its own length after a welcome with a shorter one
 (no fence); SIGTERM stopping the worker cleanly (exit 0, every handle
@@ -494,6 +495,10 @@ def run_test(binary):
     p.send({"type": "ack", "run_id": 99, "attempt": 1, "seq": 5})
     p.send({"type": "cancel", "run_id": 99})
     p.send({"type": "hello", "version": 1})
+    # integers the worker keeps in an int, beyond it: refused, never cast
+    # (2^32 + 1 would become attempt 1, GPU 2^32 device 0)
+    assign(p, 71, 2**32 + 1, TINY, [], ck(71))
+    assign(p, 72, 1, TINY, [2**32], ck(72))
     p.send_raw(b"\r\n\n")
     n_before = len(p.got)
     p.until(lambda m: m["type"] == "heartbeat", 3, "a heartbeat after bad messages",
@@ -501,6 +506,9 @@ def run_test(binary):
     p.until(lambda m: m["type"] == "heartbeat", 3, "a second heartbeat after bad messages",
             since=len(p.got))
     check(not p.closed, "the worker dropped the connection after bad messages")
+    check(not [m for m in p.got if m.get("run_id") in (71, 72)],
+          "an assignment with attempt 2^32 + 1 or GPU 2^32 was run: %r"
+          % [m for m in p.got if m.get("run_id") in (71, 72)][:2])
 
     # ---- 7. a line over 1 MiB: the worker reconnects --------------------------
     try:
@@ -584,6 +592,9 @@ def run_test(binary):
     check(text.count("ignored a bad message from the scheduler") >= 3,
           "bad messages were not logged")
     check("the scheduler reported an error: go away" in text, "error message not logged")
+    for why in ("$.attempt: expected an integer in [0, 2147483647], found 4294967297",
+                "$.gpus[0]: expected an integer in [0, 2147483647], found 4294967296"):
+        check(why in text, "the worker did not log the refused assignment's %r" % why)
     check(text.rstrip().endswith("worker: stopped"), "the worker did not log a clean stop")
     if os.environ.get("SS_TEST_VERBOSE"):
         sys.stderr.write(text)

@@ -266,6 +266,16 @@ static void test_valid(void) {
             "\"signal\":9,\"done\":null,\"error\":\"killed\",\"log_tail\":\"x\","
             "\"interrupted\":true,\"fenced\":true,\"checkpoint_step\":120}",
             PROTO_FINISHED);
+  /* the largest values an int holds, and run ids beyond it (int64) */
+  expect_ok("{\"type\":\"hello\",\"version\":1,\"token\":\"t\",\"name\":\"n\",\"host\":\"h\","
+            "\"gpus\":[{\"index\":2147483647,\"name\":\"g\",\"memory_bytes\":1}],"
+            "\"cpu_slots\":2147483647,\"runs\":[{\"run_id\":9223372036854775807,"
+            "\"attempt\":2147483647,\"gpus\":[0]}]}",
+            PROTO_HELLO);
+  expect_ok("{\"type\":\"finished\",\"run_id\":4294967301,\"attempt\":1,\"seq\":4,"
+            "\"exit_code\":-2147483648,\"signal\":0,\"done\":null,\"error\":null,"
+            "\"log_tail\":\"\"}",
+            PROTO_FINISHED);
   /* unknown keys are ignored */
   expect_ok("{\"type\":\"cancel\",\"run_id\":5,\"reason\":\"user\"}", PROTO_CANCEL);
   /* whitespace around the object */
@@ -415,6 +425,67 @@ static void test_invalid(void) {
   expect_err("{\"type\":\"hello\",\"version\":1,\"token\":\"t\",\"name\":\"w\",\"host\":\"h\","
              "\"gpus\":[],\"cpu_slots\":1,\"runs\":[],\"slurm_job\":42}",
              "$.slurm_job: expected a string", "found 42");
+  /* what a peer keeps in an int is refused beyond it, never cast: 2^32 + 5
+   * would become 5 (a worker claiming 5 CPU slots, attempt 5 of a run) */
+  expect_err("{\"type\":\"hello\",\"version\":1,\"token\":\"t\",\"name\":\"n\",\"host\":\"h\","
+             "\"gpus\":[],\"cpu_slots\":4294967301,\"runs\":[]}",
+             "$.cpu_slots: expected an integer in [0, 2147483647]", "found 4294967301");
+  expect_err("{\"type\":\"hello\",\"version\":1,\"token\":\"t\",\"name\":\"n\",\"host\":\"h\","
+             "\"gpus\":[],\"cpu_slots\":2147483648,\"runs\":[]}",
+             "$.cpu_slots: expected an integer in [0, 2147483647]", "found 2147483648");
+  expect_err("{\"type\":\"hello\",\"version\":1,\"token\":\"t\",\"name\":\"n\",\"host\":\"h\","
+             "\"gpus\":[],\"cpu_slots\":1,\"runs\":[{\"run_id\":7,\"attempt\":4294967301}]}",
+             "$.runs[0].attempt: expected an integer in [0, 2147483647]", "found 4294967301");
+  expect_err("{\"type\":\"hello\",\"version\":1,\"token\":\"t\",\"name\":\"n\",\"host\":\"h\","
+             "\"gpus\":[],\"cpu_slots\":1,\"runs\":[{\"run_id\":7,\"attempt\":1,"
+             "\"gpus\":[0,4294967296]}]}",
+             "$.runs[0].gpus[1]: expected an integer in [0, 2147483647]", "found 4294967296");
+  expect_err("{\"type\":\"hello\",\"version\":1,\"token\":\"t\",\"name\":\"n\",\"host\":\"h\","
+             "\"gpus\":[{\"index\":4294967296,\"name\":\"g\",\"memory_bytes\":1}],"
+             "\"cpu_slots\":1,\"runs\":[]}",
+             "$.gpus[0].index: expected an integer in [0, 2147483647]", "found 4294967296");
+  expect_err("{\"type\":\"hello\",\"version\":1,\"token\":\"t\",\"name\":\"w\",\"host\":\"h\","
+             "\"gpus\":[],\"cpu_slots\":1,\"runs\":[],\"backends\":{\"cuda\":{\"devices\":"
+             "[{\"index\":2147483648,\"name\":\"g\",\"memory_bytes\":1}]}}}",
+             "$.backends.cuda.devices[0].index: expected an integer in [0, 2147483647]",
+             "found 2147483648");
+  expect_err("{\"type\":\"stopping\",\"runs\":[{\"run_id\":3,\"attempt\":4294967301}]}",
+             "$.runs[0].attempt: expected an integer in [0, 2147483647]", "found 4294967301");
+  expect_err("{\"type\":\"started\",\"run_id\":1,\"attempt\":4294967301,\"config\":{}}",
+             "$.attempt: expected an integer in [0, 2147483647]", "found 4294967301");
+  expect_err("{\"type\":\"metrics\",\"run_id\":1,\"attempt\":4294967301,\"seq\":1,"
+             "\"rows\":[]}",
+             "$.attempt: expected an integer in [0, 2147483647]", "found 4294967301");
+  expect_err("{\"type\":\"checkpoint\",\"run_id\":1,\"attempt\":4294967301,\"step\":3,"
+             "\"path\":\"/c\"}",
+             "$.attempt: expected an integer in [0, 2147483647]", "found 4294967301");
+  expect_err("{\"type\":\"finished\",\"run_id\":1,\"attempt\":4294967301,\"seq\":4,"
+             "\"exit_code\":0,\"signal\":0,\"done\":null,\"error\":null,\"log_tail\":\"\"}",
+             "$.attempt: expected an integer in [0, 2147483647]", "found 4294967301");
+  expect_err("{\"type\":\"finished\",\"run_id\":1,\"attempt\":1,\"seq\":4,"
+             "\"exit_code\":4294967296,\"signal\":0,\"done\":null,\"error\":null,"
+             "\"log_tail\":\"\"}",
+             "$.exit_code: expected an integer in [-2147483648, 2147483647]", "found 4294967296");
+  expect_err("{\"type\":\"finished\",\"run_id\":1,\"attempt\":1,\"seq\":4,"
+             "\"exit_code\":-2147483649,\"signal\":0,\"done\":null,\"error\":null,"
+             "\"log_tail\":\"\"}",
+             "$.exit_code: expected an integer >= -2147483648", "found -2147483649");
+  expect_err("{\"type\":\"finished\",\"run_id\":1,\"attempt\":1,\"seq\":4,"
+             "\"exit_code\":-1,\"signal\":4294967305,\"done\":null,\"error\":null,"
+             "\"log_tail\":\"\"}",
+             "$.signal: expected an integer in [0, 2147483647]", "found 4294967305");
+  expect_err("{\"type\":\"assign\",\"run_id\":1,\"attempt\":4294967301,\"config\":{},"
+             "\"gpus\":[],\"checkpoint_dir\":\"/ck\",\"resume\":false}",
+             "$.attempt: expected an integer in [0, 2147483647]", "found 4294967301");
+  expect_err("{\"type\":\"assign\",\"run_id\":1,\"attempt\":1,\"config\":{},"
+             "\"gpus\":[0,4294967296],\"checkpoint_dir\":\"/ck\",\"resume\":false}",
+             "$.gpus[1]: expected an integer in [0, 2147483647]", "found 4294967296");
+  expect_err("{\"type\":\"assign\",\"run_id\":1,\"attempt\":1,\"config\":{},\"gpus\":[],"
+             "\"checkpoint_dir\":\"/ck\",\"resume\":false,\"dist\":{\"ranks\":[4294967297],"
+             "\"addr\":\"h:1\",\"secret\":\"s\"}}",
+             "$.dist.ranks[0]: expected an integer in [0, 2147483647]", "found 4294967297");
+  expect_err("{\"type\":\"ack\",\"run_id\":1,\"attempt\":4294967301,\"seq\":1}",
+             "$.attempt: expected an integer in [0, 2147483647]", "found 4294967301");
   /* cancel, ack, error */
   expect_err("{\"type\":\"cancel\"}", "$.run_id: missing", NULL);
   expect_err("{\"type\":\"cancel\",\"run_id\":1e3}", "$.run_id: expected a non-negative integer",

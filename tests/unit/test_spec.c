@@ -180,6 +180,46 @@ static void test_missing_and_unknown(void) {
   }
 }
 
+/* A name is shown in tables and pages: control and Unicode format
+ * characters (a right-to-left override would reorder the status line) are
+ * refused with their code point and byte offset; other text is welcome. */
+static void test_names(void) {
+  static const struct {
+    const char *json_name, *found;
+  } refused[] = {
+      {"ab\\u202ecd", "found U+202E at byte 2"},     /* right-to-left override */
+      {"\\u2066x\\u2069", "found U+2066 at byte 0"}, /* left-to-right isolate */
+      {"a\\u200bb", "found U+200B at byte 1"},       /* zero width space */
+      {"\\ufeffname", "found U+FEFF at byte 0"},     /* byte order mark */
+      {"soft\\u00adhyphen", "found U+00AD at byte 4"},
+      {"x\\u061cy", "found U+061C at byte 1"},        /* Arabic letter mark */
+      {"x\\u180e", "found U+180E at byte 1"},         /* Mongolian vowel separator */
+      {"x\\u2064", "found U+2064 at byte 1"},         /* invisible plus */
+      {"x\\ufffb", "found U+FFFB at byte 1"},         /* interlinear annotation */
+      {"x\\udb40\\udc01", "found U+E0001 at byte 1"}, /* language tag */
+      {"x\\udb40\\udc7f", "found U+E007F at byte 1"}, /* cancel tag */
+      {"tab\\there", "found U+0009 at byte 3"},
+      {"del\\u007f", "found U+007F at byte 3"},
+      {"c1\\u0085", "found U+0085 at byte 2"},   /* next line */
+      {"line\\u2028", "found U+2028 at byte 4"}, /* line separator */
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+    char text[256];
+    snprintf(text, sizeof text, "{\"name\": \"%s\", \"method\": \"runs\", \"runs\": [{}]}",
+             refused[i].json_name);
+    spec_problems pr = bad(text);
+    CHECK(has(&pr, "$.name", refused[i].found, "expected 1 to 128 printable characters"));
+    spec_problems_free(&pr);
+  }
+  /* invalid UTF-8 never becomes a name: the JSON is refused where it is */
+  spec_problems pr = bad("{\"name\": \"a\xff\", \"method\": \"runs\", \"runs\": [{}]}");
+  CHECK(pr.n == 1 && strstr(pr.items[0].message, "malformed JSON") != NULL);
+  spec_problems_free(&pr);
+  spec *s = good("{\"name\": \"r\u00e9sum\u00e9 \u6570\u636e \U0001F600 a\\\\b\", "
+                 "\"method\": \"runs\", \"runs\": [{}]}");
+  spec_free(s);
+}
+
 static void test_values(void) {
   /* empty list, duplicates, too few, bad range keys, rounding collisions */
   spec_problems pr = bad("{\"name\": \"v\", \"method\": \"grid\", \"grid\": {"
@@ -353,6 +393,7 @@ int main(void) {
   test_malformed();
   test_all_at_once();
   test_missing_and_unknown();
+  test_names();
   test_values();
   test_conflicts();
   test_defaults_and_digest();
