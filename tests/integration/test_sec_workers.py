@@ -181,8 +181,11 @@ def main():
     print(f"flood: {flood_opened[0]} idle connections opened; the right token's welcome in "
           f"{statistics.median(times) * 1000:.1f} ms median, {max(times) * 1000:.1f} ms "
           f"largest of {len(times)}; a real worker connected")
-    if max(times) > 1.0:
-        fail(f"welcomes under the flood took up to {max(times):.2f} s, more than 1 s")
+    # the goal is a second; a sanitized build (several times slower, beside
+    # other tests) is held to three
+    limit = 3.0 if os.environ.get("SCALESWEEP_TEST_SANITIZED") else 1.0
+    if max(times) > limit:
+        fail(f"welcomes under the flood took up to {max(times):.2f} s, more than {limit:g} s")
     if "made room for newer ones" not in log_of("scheduler"):
         fail("the scheduler's log does not say that idle connections made room")
     procs["real"].send_signal(signal.SIGTERM)
