@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/token.h"
 
 #define LAUNCH_MAX 1024
 #define LAUNCH_GRACE_MS 10000 /* after a rank failed, before the rest are killed */
@@ -154,7 +154,6 @@ static int stdin_config(const rcfg *cfg, char *path, size_t len) {
   return ok ? 0 : -1;
 }
 
-
 /* "2,3" into mark[rank] = 1; the count, or -1 (said why) */
 static int parse_ranks(const char *list, int world, char *mark) {
   int n = 0;
@@ -175,8 +174,8 @@ static int parse_ranks(const char *list, int world, char *mark) {
   return n;
 }
 
-int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
-                     const char *ranks, const char *dist) {
+int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config, const char *ranks,
+                     const char *dist) {
   int world = cfg->world_size, port = 0;
   static char mark[LAUNCH_MAX];
   if (world > LAUNCH_MAX) {
@@ -207,14 +206,11 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
     fprintf(stderr, "scalesweep train: cannot keep the config from stdin: %s\n", strerror(errno));
     return SS_EXIT_FAILURE;
   }
-  unsigned char raw[16];
   char secret[33];
-  if (!ranks && getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+  if (!ranks && token_random_hex(secret, 16) != 0) {
     fprintf(stderr, "scalesweep train: getrandom: %s\n", strerror(errno));
     return SS_EXIT_FAILURE;
   }
-  for (int i = 0; !ranks && i < 16; i++)
-    snprintf(secret + 2 * i, 3, "%02x", raw[i]);
   int lfd = -1;
   if (mark[0] && (lfd = listener(&port, ranks != NULL)) < 0) {
     fprintf(stderr, "scalesweep train: cannot listen on port %d for the ranks: %s\n", port,
@@ -235,9 +231,7 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
   int n = 0;
   args[n++] = "scalesweep";
   for (int i = 0; i < argc; i++)
-    args[n++] = i > 0 && cfg_path[0] && !strcmp(argv[i - 1], "--config")
-                    ? cfg_path
-                    : argv[i];
+    args[n++] = i > 0 && cfg_path[0] && !strcmp(argv[i - 1], "--config") ? cfg_path : argv[i];
   int base = n;
 
   cli_launch_begin(world);

@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 
 #include "common/err.h"
@@ -71,4 +72,14 @@ int token_equal(const char *want, const char *got) {
   for (size_t i = 0; i < lw; i++)
     diff |= (unsigned char)(want[i] ^ (i < lg ? got[i] : 0));
   return diff == 0 && lw > 0;
+}
+
+int token_random_hex(char *out, size_t nbytes) {
+  unsigned char raw[256];
+  out[0] = 0;
+  if (nbytes > sizeof raw || getrandom(raw, nbytes, 0) != (ssize_t)nbytes)
+    return -1;
+  for (size_t i = 0; i < nbytes; i++)
+    snprintf(out + 2 * i, 3, "%02x", raw[i]);
+  return 0;
 }

@@ -22,4 +22,9 @@ int token_read(const char *path, size_t min_len, char *out, size_t outlen, int *
  * or NULL got never matches. 1 when equal. */
 int token_equal(const char *want, const char *got);
 
+/* A fresh random secret from the kernel's generator: nbytes random bytes as
+ * 2 * nbytes lowercase hex digits and a NUL in out. 0, or -1 with errno
+ * (getrandom failed; out is then an empty string). */
+int token_random_hex(char *out, size_t nbytes);
+
 #endif

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/token.h"
 #include "scheduler/internal.h"
 #include "store/runs.h"
 
@@ -281,13 +282,10 @@ static int gang_whole(sched *s, const assign_ctx *a) {
 
 /* Sends a gang's assignments: the same run, each worker its ranks. */
 static void send_gang(sched *s, const assign_ctx *a, const store_claim *cl) {
-  unsigned char raw[16];
   char secret[33];
-  if (uv_random(NULL, NULL, raw, sizeof raw, 0, NULL) != 0)
-    for (size_t i = 0; i < sizeof raw; i++) /* uv_random cannot fail on Linux; still */
-      raw[i] = (unsigned char)(uv_hrtime() >> (i % 8));
-  for (int i = 0; i < 16; i++)
-    snprintf(secret + 2 * i, 3, "%02x", raw[i]);
+  if (token_random_hex(secret, 16) != 0) /* getrandom cannot fail on Linux; still */
+    snprintf(secret, sizeof secret, "%016llx%016llx", (unsigned long long)uv_hrtime(),
+             (unsigned long long)a->run_id);
   for (int p = 0; p < a->nparts; p++) {
     sched__wconn *c = sched__conn_by_worker(&s->wp, a->part[p].worker_id);
     sched__wrun *w = sched__conn_find_run(c, a->run_id);

@@ -274,6 +274,12 @@ static void on_worker_row(void *ud, int status, const store_worker_reg *r, const
   capacity(wp);
 }
 
+/* an optional string field of m, "" when absent */
+static const char *optional_str(const json_t *m, const char *key) {
+  const char *v = json_string_value(json_object_get(m, key));
+  return v ? v : "";
+}
+
 static void on_hello(sched__wconn *c, json_t *m) {
   sched__wport *wp = c->wp;
   const char *token = json_string_value(json_object_get(m, "token"));
@@ -307,10 +313,7 @@ static void on_hello(sched__wconn *c, json_t *m) {
     }
   c->registering = 1;
   snprintf(c->name, sizeof c->name, "%s", name);
-  snprintf(c->instance, sizeof c->instance, "%s",
-           json_string_value(json_object_get(m, "instance"))
-               ? json_string_value(json_object_get(m, "instance"))
-               : "");
+  snprintf(c->instance, sizeof c->instance, "%s", optional_str(m, "instance"));
   snprintf(c->host, sizeof c->host, "%s", json_string_value(json_object_get(m, "host")));
   json_t *gpus = json_object_get(m, "gpus");
   c->ngpus = (int)json_array_size(gpus);
@@ -336,10 +339,7 @@ static void on_hello(sched__wconn *c, json_t *m) {
   for (size_t i = 0; i < json_array_size(tl) && c->ntrainers < PROTO_MAX_TRAINERS; i++)
     snprintf(c->trainers[c->ntrainers++], sizeof c->trainers[0], "%s",
              json_string_value(json_array_get(tl, i)));
-  snprintf(c->slurm_job, sizeof c->slurm_job, "%s",
-           json_string_value(json_object_get(m, "slurm_job"))
-               ? json_string_value(json_object_get(m, "slurm_job"))
-               : "");
+  snprintf(c->slurm_job, sizeof c->slurm_job, "%s", optional_str(m, "slurm_job"));
   c->cpu_slots = (int)json_integer_value(json_object_get(m, "cpu_slots"));
   if (c->cpu_slots < 0)
     c->cpu_slots = 0;
@@ -357,15 +357,12 @@ static void on_hello(sched__wconn *c, json_t *m) {
   char given[65], fresh[65];
   if (secret)
     digest_sha256_hex(secret, strlen(secret), given);
-  unsigned char raw[32];
-  if (uv_random(NULL, NULL, raw, sizeof raw, 0, NULL) != 0) {
+  if (token_random_hex(h->secret, 32) != 0) {
     sched__conn_drop(c, "the scheduler cannot draw a random secret; reconnect");
     json_decref(h->runs);
     free(h);
     return;
   }
-  for (int i = 0; i < 32; i++)
-    snprintf(h->secret + 2 * i, 3, "%02x", raw[i]);
   digest_sha256_hex(h->secret, 64, fresh);
   char *gj = json_dumps(gpus, JSON_COMPACT);
   store_workers_register(wp->db, c->name, c->host, gj, c->cpu_slots, secret ? given : NULL, fresh,

@@ -333,23 +333,38 @@ static int pending_bytes(sched__wconn *c) {
   return n;
 }
 
-/* The connection a new one replaces when pre-hello connections (from addr,
- * or all of them when addr is NULL) have reached max: the oldest that has
- * sent nothing, else the oldest; NULL under the limit. The list is newest
- * first, so the last match is the oldest. */
-static sched__wconn *over_limit(sched__wport *wp, const sched__wconn *self, const char *addr,
-                                int max) {
-  sched__wconn *idle = NULL, *any = NULL;
+/* The pre-hello connections from addr (NULL: from anywhere). */
+static int pre_hello_count(const sched__wport *wp, const char *addr) {
   int n = 0;
+  for (const sched__wconn *x = wp->conns; x; x = x->next)
+    n += pre_hello(x) && (!addr || !strcmp(x->peer, addr));
+  return n;
+}
+
+/* The pre-hello connection from addr (NULL: from anywhere) to close to
+ * make room: the oldest that has sent nothing, else the oldest (the list is
+ * newest first, so the last match is the oldest); NULL when there is none.
+ * Only over a limit: it asks the kernel about every candidate's socket. */
+static sched__wconn *room_from(sched__wport *wp, const char *addr) {
+  sched__wconn *idle = NULL, *any = NULL;
   for (sched__wconn *x = wp->conns; x; x = x->next) {
-    if (x == self || !pre_hello(x) || (addr && strcmp(x->peer, addr) != 0))
+    if (!pre_hello(x) || (addr && strcmp(x->peer, addr) != 0))
       continue;
-    n++;
     any = x;
     if (x->rx_bytes == 0 && pending_bytes(x) == 0)
       idle = x;
   }
-  return n < max ? NULL : idle ? idle : any;
+  return idle ? idle : any;
+}
+
+/* Closes pre-hello connections from addr (NULL: from anywhere) until at
+ * most max are left, sparing keep (which may be one of them). */
+static void make_room(sched__wport *wp, const char *addr, int max, const sched__wconn *keep) {
+  sched__wconn *v;
+  while (pre_hello_count(wp, addr) > max && (v = room_from(wp, addr)) != NULL && v != keep) {
+    wp->unauthed_replaced++;
+    sched__conn_drop(v, NULL);
+  }
 }
 
 /* Brings every address's, then all, pre-hello connections back within
@@ -359,21 +374,13 @@ static void on_trim(uv_timer_t *t) {
   for (sched__wconn *x = wp->conns; x; x = x->next) {
     if (!pre_hello(x))
       continue;
-    int first = 1; /* each address once: at its newest connection */
+    int first = 1; /* each address once: at its newest connection, which stays */
     for (sched__wconn *y = wp->conns; y != x && first; y = y->next)
       first = !(pre_hello(y) && !strcmp(y->peer, x->peer));
-    sched__wconn *v;
-    while (first && (v = over_limit(wp, NULL, x->peer, SCHED__UNAUTHED_PER_ADDR + 1)) != NULL &&
-           v != x) {
-      wp->unauthed_replaced++;
-      sched__conn_drop(v, NULL);
-    }
+    if (first)
+      make_room(wp, x->peer, SCHED__UNAUTHED_PER_ADDR, x);
   }
-  sched__wconn *v;
-  while ((v = over_limit(wp, NULL, NULL, SCHED__MAX_UNAUTHED + 1)) != NULL) {
-    wp->unauthed_replaced++;
-    sched__conn_drop(v, NULL);
-  }
+  make_room(wp, NULL, SCHED__MAX_UNAUTHED, NULL);
 }
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -395,17 +402,12 @@ static void on_connection(uv_stream_t *server, int status) {
   /* the limits make room rather than refuse (wport.h): past twice a limit
    * at once; past it, after SCHED__TRIM_MS, time for a worker's hello that
    * was on its way to arrive and be read (it then waits for its
-   * registration, not its hello) */
-  sched__wconn *old = over_limit(wp, c, c->peer, 2 * SCHED__UNAUTHED_PER_ADDR);
-  if (!old)
-    old = over_limit(wp, c, NULL, 2 * SCHED__MAX_UNAUTHED);
-  if (old) {
-    wp->unauthed_replaced++;
-    sched__conn_drop(old, NULL);
-  }
+   * registration, not its hello). c is not in the list yet. */
+  make_room(wp, c->peer, 2 * SCHED__UNAUTHED_PER_ADDR - 1, NULL);
+  make_room(wp, NULL, 2 * SCHED__MAX_UNAUTHED - 1, NULL);
   if (!uv_is_active((uv_handle_t *)&wp->trim_timer) &&
-      (over_limit(wp, c, c->peer, SCHED__UNAUTHED_PER_ADDR) ||
-       over_limit(wp, c, NULL, SCHED__MAX_UNAUTHED)))
+      (pre_hello_count(wp, c->peer) >= SCHED__UNAUTHED_PER_ADDR ||
+       pre_hello_count(wp, NULL) >= SCHED__MAX_UNAUTHED))
     uv_timer_start(&wp->trim_timer, on_trim, SCHED__TRIM_MS, 0);
   c->next = wp->conns;
   wp->conns = c;

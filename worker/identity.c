@@ -12,6 +12,7 @@
 
 #include "common/err.h"
 #include "common/fileio.h"
+#include "common/token.h"
 #include "worker/internal.h"
 
 static void identity_path(const wrk__worker *w, char *out, size_t n) {
@@ -19,10 +20,7 @@ static void identity_path(const wrk__worker *w, char *out, size_t n) {
 }
 
 void wrk__identity_load(wrk__worker *w) {
-  unsigned char raw[16];
-  if (uv_random(NULL, NULL, raw, sizeof raw, 0, NULL) == 0)
-    for (int i = 0; i < 16; i++)
-      snprintf(w->instance + 2 * i, 3, "%02x", raw[i]);
+  token_random_hex(w->instance, 16); /* none on failure: the hello leaves it out */
   char path[PATH_MAX + 32], err[256];
   identity_path(w, path, sizeof path);
   char *text = NULL;
