@@ -132,3 +132,17 @@ def trainer_config(prog):
     cfg = json.load(open(sys.argv[3]))
     m, t = cfg["model"], cfg["train"]
     return cfg, m, t, 12 * m["n_layer"] * m["d_model"] ** 2
+
+
+def kill_groups(procs):
+    """SIGKILL to the process group of every process in procs (a dict of
+    name -> Popen started with start_new_session=True) still alive, then
+    reaps each: a test's cleanup, its trainers included."""
+    import signal
+    for p in procs.values():
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        p.wait()

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from harness import make_token, psql, wait_healthz
+from harness import kill_groups, make_token, psql, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -61,13 +61,7 @@ def request(method, path, body=None):
 
 
 def cleanup():
-    for p in procs.values():
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
+    kill_groups(procs)
 
 
 def wait_for(pred, what, timeout=120):

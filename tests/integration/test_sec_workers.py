@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 
-from harness import api_request, free_port, make_token, psql, until, wait_healthz
+from harness import api_request, free_port, kill_groups, make_token, psql, until, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -57,13 +57,7 @@ def fail(msg):
 
 
 def cleanup():
-    for p in procs.values():
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            p.wait()
+    kill_groups(procs)
 
 
 def request(method, path, body=None):

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from harness import api_request, free_port, make_token, psql, wait_healthz
+from harness import api_request, free_port, kill_groups, make_token, psql, wait_healthz
 
 BIN, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -89,14 +89,7 @@ def stop(name, sig=signal.SIGTERM):
 
 
 def cleanup():
-    for name in list(procs):
-        p = procs[name]
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        p.wait()
+    kill_groups(procs)
     procs.clear()
 
 

@@ -87,7 +87,7 @@ import sys
 import tempfile
 import time
 
-from harness import api_request, make_token, psql, wait_healthz
+from harness import api_request, kill_groups, make_token, psql, wait_healthz
 
 BIN, NEXT = sys.argv[1], sys.argv[2]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -144,13 +144,7 @@ def check(cond, msg):
 
 
 def cleanup():
-    for p in procs.values():
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
+    kill_groups(procs)
 
 
 def request(method, path, body=None):
