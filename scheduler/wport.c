@@ -342,10 +342,11 @@ static int pre_hello_count(const sched__wport *wp, const char *addr) {
 }
 
 /* The pre-hello connection from addr (NULL: from anywhere) to close to
- * make room: the oldest that has sent nothing, else the oldest (the list is
- * newest first, so the last match is the oldest); NULL when there is none.
- * Only over a limit: it asks the kernel about every candidate's socket. */
-static sched__wconn *room_from(sched__wport *wp, const char *addr) {
+ * make room: the oldest that has sent nothing, else (unless idle_only) the
+ * oldest (the list is newest first, so the last match is the oldest); NULL
+ * when there is none. Only over a limit: it asks the kernel about every
+ * candidate's socket. */
+static sched__wconn *room_from(sched__wport *wp, const char *addr, int idle_only) {
   sched__wconn *idle = NULL, *any = NULL;
   for (sched__wconn *x = wp->conns; x; x = x->next) {
     if (!pre_hello(x) || (addr && strcmp(x->peer, addr) != 0))
@@ -354,21 +355,25 @@ static sched__wconn *room_from(sched__wport *wp, const char *addr) {
     if (x->rx_bytes == 0 && pending_bytes(x) == 0)
       idle = x;
   }
-  return idle ? idle : any;
+  return idle ? idle : idle_only ? NULL : any;
 }
 
 /* Closes pre-hello connections from addr (NULL: from anywhere) until at
- * most max are left, sparing keep (which may be one of them). */
-static void make_room(sched__wport *wp, const char *addr, int max, const sched__wconn *keep) {
+ * most max are left, sparing keep (which may be one of them); with
+ * idle_only, only those that have sent nothing (the others keep to the
+ * hello deadline). */
+static void make_room(sched__wport *wp, const char *addr, int max, const sched__wconn *keep,
+                      int idle_only) {
   sched__wconn *v;
-  while (pre_hello_count(wp, addr) > max && (v = room_from(wp, addr)) != NULL && v != keep) {
+  while (pre_hello_count(wp, addr) > max && (v = room_from(wp, addr, idle_only)) != NULL &&
+         v != keep) {
     wp->unauthed_replaced++;
     sched__conn_drop(v, NULL);
   }
 }
 
 /* Brings every address's, then all, pre-hello connections back within
- * their limits, the oldest idle first. */
+ * their limits by closing idle ones, the oldest first. */
 static void on_trim(uv_timer_t *t) {
   sched__wport *wp = t->data;
   for (sched__wconn *x = wp->conns; x; x = x->next) {
@@ -378,9 +383,9 @@ static void on_trim(uv_timer_t *t) {
     for (sched__wconn *y = wp->conns; y != x && first; y = y->next)
       first = !(pre_hello(y) && !strcmp(y->peer, x->peer));
     if (first)
-      make_room(wp, x->peer, SCHED__UNAUTHED_PER_ADDR, x);
+      make_room(wp, x->peer, SCHED__UNAUTHED_PER_ADDR, x, 1);
   }
-  make_room(wp, NULL, SCHED__MAX_UNAUTHED, NULL);
+  make_room(wp, NULL, SCHED__MAX_UNAUTHED, NULL, 1);
 }
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -403,8 +408,8 @@ static void on_connection(uv_stream_t *server, int status) {
    * at once; past it, after SCHED__TRIM_MS, time for a worker's hello that
    * was on its way to arrive and be read (it then waits for its
    * registration, not its hello). c is not in the list yet. */
-  make_room(wp, c->peer, 2 * SCHED__UNAUTHED_PER_ADDR - 1, NULL);
-  make_room(wp, NULL, 2 * SCHED__MAX_UNAUTHED - 1, NULL);
+  make_room(wp, c->peer, 2 * SCHED__UNAUTHED_PER_ADDR - 1, NULL, 0);
+  make_room(wp, NULL, 2 * SCHED__MAX_UNAUTHED - 1, NULL, 0);
   if (!uv_is_active((uv_handle_t *)&wp->trim_timer) &&
       (pre_hello_count(wp, c->peer) >= SCHED__UNAUTHED_PER_ADDR ||
        pre_hello_count(wp, NULL) >= SCHED__MAX_UNAUTHED))

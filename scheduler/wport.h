@@ -33,9 +33,10 @@
  * within SCHED__HELLO_S seconds; one address may hold at most
  * SCHED__UNAUTHED_PER_ADDR of them and all together SCHED__MAX_UNAUTHED.
  * A new connection over a limit is never refused: SCHED__TRIM_MS later the
- * oldest connections under that limit that have sent nothing (or, when all
- * have sent something, the oldest) are closed until it holds again (at
- * twice the limit, at once). A worker sends its hello the moment it
+ * oldest connections under that limit that have sent nothing are closed
+ * until it holds again (those that have sent something keep to the hello
+ * deadline); at twice the limit, at once, the oldest idle one or else the
+ * oldest. A worker sends its hello the moment it
  * connects, and by then it has been read, while a flood's connections sit
  * idle: idle or slow peers cannot keep a worker with the right token out. An
  * authenticated worker that sends nothing (no heartbeat) for two leases is

@@ -245,11 +245,16 @@ async function main() {
     // sort by N, descending: the table reloads from the API
     await page.click('#runs-table th:nth-child(3) button');
     await page.click('#runs-table th:nth-child(3) button');
-    await until('the runs sorted by N descending', async () =>
-      (await page.getAttribute('#runs-table th:nth-child(3)', 'aria-sort')) === 'descending', 5000);
-    const ns = await page.$$eval('#runs-table tbody tr[data-run] td:nth-child(3)',
+    // the header says so at the click; the rows follow when the API answers
+    // (slowly in a sanitized build): wait for both, then check the order
+    const column = () => page.$$eval('#runs-table tbody tr[data-run] td:nth-child(3)',
       (tds) => tds.map((td) => Number(td.textContent)));
-    if (ns.some((v, i) => i > 0 && v > ns[i - 1])) fail(`runs sorted by N descending: ${ns}`);
+    const descending = (ns) => ns.length === n && !ns.some((v, i) => i > 0 && v > ns[i - 1]);
+    await until('the runs sorted by N descending', async () =>
+      (await page.getAttribute('#runs-table th:nth-child(3)', 'aria-sort')) === 'descending' &&
+      descending(await column()), 10000);
+    const ns = await column();
+    if (!descending(ns)) fail(`runs sorted by N descending: ${ns}`);
     log('sweep page: runs table (sortable), the name as text');
 
     // a curve grows while its run reports steps
