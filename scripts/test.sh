@@ -13,13 +13,16 @@ cmake -S . -B build-ci -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSS_WERROR=ON >/dev/nu
 cmake --build build-ci -j"$jobs"
 (cd build-ci && ctest --output-on-failure -j"$jobs" -LE slow)
 
-# Sanitizers: the same tests but the GPU ones and those whose subject is the
+# Sanitizers: the same tests but the GPU ones, those whose subject is the
 # PyTorch trainer (label torch: PyTorch's run time, not our C, is what they
-# spend); leaks count as failures.
+# spend) and the README's tour (label readme: 616 s of a 55-minute CI run,
+# most of it trainers; the -Werror pass above runs it, and the scheduler,
+# worker and client paths it takes have sanitized end-to-end tests of their
+# own); leaks count as failures.
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSS_WERROR=ON -DSS_SANITIZE=ON \
   -DSS_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" -L 'unit|integration' -LE torch)
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" -L 'unit|integration' -LE 'torch|readme')
 
 # Fuzzing: 20 s per harness (clang + libFuzzer, in build-fuzz/); the status
 # page's assets come from build-ci's node_modules when it has them.
