@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define KERN_CUDA_MODULE_ABI 4
+#define KERN_CUDA_MODULE_ABI 5
 #define KERN_CUDA_MODULE_SYMBOL "kern_cuda_module_v4"
 #define KERN_CUDA_MODULE_FILE "libscalesweep_cuda.so"
 /* the module to load instead of the one beside the executable */

@@ -77,12 +77,15 @@ typedef struct kern_adamw_args {
  * [off, off + n) of p, plow and g with moments from index state (m, v, qm,
  * qv) and, 8-bit, quantisation blocks from index block (sm, sv), at its own
  * weight decay (kern_adamw_args.weight_decay is not used). */
-#define KERN_ADAMW_MAX_PARTS 16
+#define KERN_ADAMW_MAX_PARTS 24
 typedef struct kern_adamw_parts {
   int n;
   struct {
     size_t off, n, state, block;
     float weight_decay;
+    /* the part's learning rate is kern_adamw_args.lr times this (muP's
+     * per-tensor rates, trainer/mup.h; 1 in standard parametrisation) */
+    float lr_scale;
   } part[KERN_ADAMW_MAX_PARTS];
 } kern_adamw_parts;
 
@@ -100,10 +103,11 @@ struct kern_ops {
   void (*from_host)(kern_ctx *k, void *dst, const void *src, size_t bytes);
   void (*sync)(kern_ctx *k);
 
-  /* out(B,T,C) = wte[tokens] + wpe[t] */
+  /* out(B,T,C) = wte[tokens] + wpe[t]; wpe NULL: wte[tokens] alone (the llama
+   * family has no learned positions) */
   void (*encoder_forward)(kern_ctx *k, kern_x *out, const int32_t *tokens, const kern_x *wte,
                           const kern_x *wpe, int B, int T, int C);
-  /* dwte += scatter(dout), dwpe += sum over batch */
+  /* dwte += scatter(dout), dwpe += sum over batch (dwpe may be NULL) */
   void (*encoder_backward)(kern_ctx *k, float *dwte, float *dwpe, const kern_x *dout,
                            const int32_t *tokens, int B, int T, int C);
 
@@ -149,6 +153,45 @@ struct kern_ops {
   void (*flash_attention_backward)(kern_ctx *k, kern_x *dqkv, const kern_x *dout, const kern_x *out,
                                    const kern_x *qkv, const float *lse, int B, int T, int C,
                                    int NH);
+
+  /* ---- the llama family's ops (trainer/model.c) ---- */
+
+  /* RMSNorm over C: out = inp * rstd * w with rstd = 1 / sqrt(mean(inp^2) +
+   * 1e-5) per row, saved (N) */
+  void (*rmsnorm_forward)(kern_ctx *k, kern_x *out, float *rstd, const kern_x *inp, const kern_x *w,
+                          int N, int C);
+  /* dinp +=, dw += */
+  void (*rmsnorm_backward)(kern_ctx *k, kern_x *dinp, float *dw, const kern_x *dout,
+                           const kern_x *inp, const kern_x *w, const float *rstd, int N, int C);
+  /* Per-head RMSNorm of q and k (QK-norm): out (N,3C) gets the q and k parts
+   * of qkv (N,3C) normalised over each head's hs channels, times the gains
+   * wq, wk (hs each), and the v part copied; rstd (N, 2, NH) saved, q's then
+   * k's heads. */
+  void (*qknorm_forward)(kern_ctx *k, kern_x *out, float *rstd, const kern_x *qkv, const kern_x *wq,
+                         const kern_x *wk, int N, int C, int NH);
+  /* dqkv (N,3C) overwrite (may alias dout): q and k through the norm, v as
+   * is; dwq, dwk += */
+  void (*qknorm_backward)(kern_ctx *k, kern_x *dqkv, float *dwq, float *dwk, const kern_x *dout,
+                          const kern_x *qkv, const kern_x *wq, const kern_x *wk, const float *rstd,
+                          int N, int C, int NH);
+  /* Rotary position embedding of q and k in qkv (B,T,3C), in place, then q
+   * times qscale. Each head's channel i < hs/2 pairs with i + hs/2 (the
+   * "rotate half" layout of GPT-NeoX and Hugging Face's Llama) and turns by
+   * t * theta^(-2i/hs) at position t; angles, cosines and sines in fp64.
+   * theta 0: no rotation (only the q scale: muP's 1/hs attention in the
+   * gpt2 family). */
+  void (*rope_forward)(kern_ctx *k, kern_x *qkv, int B, int T, int C, int NH, float theta,
+                       float qscale);
+  /* the transpose, on dqkv in place: the gradient before the rotation */
+  void (*rope_backward)(kern_ctx *k, kern_x *dqkv, int B, int T, int C, int NH, float theta,
+                        float qscale);
+  /* SwiGLU: out(N,F) = silu(inp[:, :F]) * inp[:, F:], inp (N,2F) gate | up */
+  void (*swiglu_forward)(kern_ctx *k, kern_x *out, const kern_x *inp, int N, int F);
+  /* dinp(N,2F) overwrite from dout(N,F) */
+  void (*swiglu_backward)(kern_ctx *k, kern_x *dinp, const kern_x *inp, const kern_x *dout, int N,
+                          int F);
+  /* x = x * s, rounded (muP's output multiplier) */
+  void (*scale_x)(kern_ctx *k, kern_x *x, float s, size_t n);
 
   /* GELU, tanh approximation */
   void (*gelu_forward)(kern_ctx *k, kern_x *out, const kern_x *inp, size_t n);

@@ -285,9 +285,18 @@ static void parse_data(problems *p, const cJSON *data, rcfg *cfg) {
     parse_synth(p, syn, &cfg->data.synth);
 }
 
+static const char *const family_names[] = {"gpt2", "llama", NULL};
+static const char *const param_names[] = {"sp", "mup", NULL};
+
+/* The llama-only keys, refused in a gpt2 model. */
+static const char *const llama_keys[] = {"rope_theta",     "mlp_ratio", "mlp_multiple_of",
+                                         "tie_embeddings", "qk_norm",   NULL};
+
 static void parse_model(problems *p, const cJSON *model, rcfg *cfg) {
-  static const char *const model_keys[] = {"n_layer", "d_model",    "n_head",
-                                           "seq_len", "vocab_size", NULL};
+  static const char *const model_keys[] = {
+      "n_layer",         "d_model",         "n_head",     "seq_len",    "vocab_size",
+      "family",          "parametrization", "base_width", "rope_theta", "mlp_ratio",
+      "mlp_multiple_of", "tie_embeddings",  "qk_norm",    NULL};
   if (model)
     check_keys(p, model, "$.model", model_keys);
   int letters = cfg->data.synth.letters;
@@ -310,6 +319,50 @@ static void parse_model(problems *p, const cJSON *model, rcfg *cfg) {
     problem(p, "$.model.vocab_size",
             "found %d, expected at least letters + 1 = %d for the synthetic corpus",
             cfg->model.vocab_size, letters + 1);
+
+  char fam[16] = "gpt2", par[16] = "sp";
+  get_str(p, model, "$.model", "family", fam, sizeof fam, family_names);
+  get_str(p, model, "$.model", "parametrization", par, sizeof par, param_names);
+  cfg->model.family = strcmp(fam, "llama") == 0 ? RCFG_LLAMA : RCFG_GPT2;
+  cfg->model.parametrization = strcmp(par, "mup") == 0 ? RCFG_MUP : RCFG_SP;
+  cfg->model.base_width = 0;
+  if (cfg->model.parametrization == RCFG_MUP) {
+    if (!has(model, "base_width"))
+      problem(p, "$.model.base_width",
+              "missing; parametrization \"mup\" needs the d_model of the proxy its learning "
+              "rate was tuned at (docs/models.md, \"muP\")");
+    get_int(p, model, "$.model", "base_width", &cfg->model.base_width, 1, 1 << 16);
+  } else if (has(model, "base_width")) {
+    problem(p, "$.model.base_width", "only with \"parametrization\": \"mup\" (found \"%s\")", par);
+  }
+  if (cfg->model.family == RCFG_LLAMA) {
+    cfg->model.rope_theta = 10000.0;
+    cfg->model.mlp_ratio = 8.0 / 3.0;
+    cfg->model.mlp_multiple_of = 32;
+    cfg->model.tie_embeddings = 0;
+    cfg->model.qk_norm = 0;
+    get_num(p, model, "$.model", "rope_theta", &cfg->model.rope_theta, 1.0, 1e12, "from 1 to 1e12");
+    get_num(p, model, "$.model", "mlp_ratio", &cfg->model.mlp_ratio, 0.125, 64.0,
+            "from 0.125 to 64");
+    get_int(p, model, "$.model", "mlp_multiple_of", &cfg->model.mlp_multiple_of, 1, 4096);
+    get_bool(p, model, "$.model", "tie_embeddings", &cfg->model.tie_embeddings);
+    get_bool(p, model, "$.model", "qk_norm", &cfg->model.qk_norm);
+    int hs = cfg->model.n_head > 0 ? cfg->model.d_model / cfg->model.n_head : 0;
+    if (hs % 2)
+      problem(p, "$.model.n_head",
+              "found %d, expected a head count that leaves an even head size (d_model / n_head "
+              "= %d): rotary embeddings turn channel pairs",
+              cfg->model.n_head, hs);
+  } else {
+    cfg->model.rope_theta = cfg->model.mlp_ratio = 0.0;
+    cfg->model.mlp_multiple_of = cfg->model.tie_embeddings = cfg->model.qk_norm = 0;
+    for (const char *const *k = llama_keys; *k; k++)
+      if (has(model, *k)) {
+        char full[64];
+        snprintf(full, sizeof full, "$.model.%s", *k);
+        problem(p, full, "only with \"family\": \"llama\" (found \"%s\")", fam);
+      }
+  }
 }
 
 /* train.batch_size, micro_batch_size and tokens (the defaults of the rest
@@ -534,6 +587,20 @@ char *rcfg_to_json(const rcfg *c) {
   cJSON_AddNumberToObject(m, "n_head", c->model.n_head);
   cJSON_AddNumberToObject(m, "seq_len", c->model.seq_len);
   cJSON_AddNumberToObject(m, "vocab_size", c->model.vocab_size);
+  /* the family's and parametrisation's keys only where they are not gpt2's
+   * and sp's: configs from before them keep their text and hash */
+  if (c->model.family == RCFG_LLAMA) {
+    cJSON_AddStringToObject(m, "family", "llama");
+    cJSON_AddNumberToObject(m, "rope_theta", c->model.rope_theta);
+    cJSON_AddNumberToObject(m, "mlp_ratio", c->model.mlp_ratio);
+    cJSON_AddNumberToObject(m, "mlp_multiple_of", c->model.mlp_multiple_of);
+    cJSON_AddBoolToObject(m, "tie_embeddings", c->model.tie_embeddings);
+    cJSON_AddBoolToObject(m, "qk_norm", c->model.qk_norm);
+  }
+  if (c->model.parametrization == RCFG_MUP) {
+    cJSON_AddStringToObject(m, "parametrization", "mup");
+    cJSON_AddNumberToObject(m, "base_width", c->model.base_width);
+  }
   cJSON *d = cJSON_AddObjectToObject(root, "data");
   if (c->data.synthetic) {
     cJSON *s = cJSON_AddObjectToObject(d, "synthetic");

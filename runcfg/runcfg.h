@@ -31,9 +31,22 @@ typedef struct rcfg_synth {
   uint64_t seed;
 } rcfg_synth;
 
+/* model.family (docs/models.md) */
+enum { RCFG_GPT2 = 0, RCFG_LLAMA = 1 };
+/* model.parametrization: standard, or muP (Yang et al. 2022, trainer/mup.h) */
+enum { RCFG_SP = 0, RCFG_MUP = 1 };
+
 typedef struct rcfg {
   struct {
     int n_layer, d_model, n_head, seq_len, vocab_size;
+    int family;          /* RCFG_GPT2 (default) or RCFG_LLAMA */
+    int parametrization; /* RCFG_SP (default) or RCFG_MUP */
+    int base_width;      /* mup: the proxy's d_model the rates were tuned at (else 0) */
+    /* llama only (gpt2: 0): rotary base, SwiGLU hidden size = mlp_multiple_of
+     * x ceil(mlp_ratio x d_model / mlp_multiple_of), output head tied to the
+     * token embedding (gpt2: always), per-head RMSNorm of q and k */
+    double rope_theta, mlp_ratio;
+    int mlp_multiple_of, tie_embeddings, qk_norm;
   } model;
   struct {
     char train[1024], val[1024]; /* shard globs; empty with synthetic */

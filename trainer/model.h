@@ -1,6 +1,18 @@
-/* The GPT-2-style decoder: token and learned position embeddings,
- * pre-LayerNorm blocks (causal multi-head attention, 4x GELU MLP), final
- * LayerNorm, output head tied to the token embedding.
+/* The decoder, in two families (runcfg.h model.family, docs/models.md):
+ *
+ *   gpt2:  token and learned position embeddings, pre-LayerNorm blocks
+ *          (causal multi-head attention, 4x GELU MLP, biases), final
+ *          LayerNorm, output head tied to the token embedding;
+ *   llama: token embedding, pre-RMSNorm blocks (optional per-head RMSNorm
+ *          of q and k, rotary positions, causal attention, SwiGLU MLP of
+ *          rcfg_ffn_hidden, no biases), final RMSNorm, output head of its
+ *          own unless tie_embeddings.
+ *
+ * Either in standard parametrisation or muP (trainer/mup.h): initial
+ * scales, per-tensor learning rates, the output multiplier and attention's
+ * 1/hs. The tensors a family lacks have size 0 (gpt2: qnw, knw, head;
+ * llama: wpe and every bias, the norms' biases, and head when tied), so a
+ * gpt2 model's layout is the one it had before llama existed.
  *
  * All parameters live in one allocation carved into named tensors
  * (trn_weights); gradients and the micro-batch gradients use the same
@@ -15,28 +27,31 @@
 #include "kernels/kern.h"
 #include "runcfg/flops.h"
 
-#define TRN_NTENSORS 16
-/* trn_weights' per-block tensors, (L, ...) each: ln1w .. fcprojb */
+#define TRN_NTENSORS 19
+/* trn_weights' per-block tensors, (L, ...) each: ln1w .. knw */
 #define TRN_FIRST_BLOCK_TENSOR 2
-#define TRN_LAST_BLOCK_TENSOR 13
+#define TRN_LAST_BLOCK_TENSOR 15
 
 typedef struct trn_weights {
-  float *wte;      /* (V, C) token embedding, also the output head */
-  float *wpe;      /* (T, C) */
-  float *ln1w;     /* (L, C) */
-  float *ln1b;     /* (L, C) */
+  float *wte;      /* (V, C) token embedding, also the output head when tied */
+  float *wpe;      /* (T, C); llama: none */
+  float *ln1w;     /* (L, C) LayerNorm or RMSNorm gain */
+  float *ln1b;     /* (L, C); llama: none */
   float *qkvw;     /* (L, 3C, C) */
-  float *qkvb;     /* (L, 3C) */
+  float *qkvb;     /* (L, 3C); llama: none */
   float *attprojw; /* (L, C, C) */
-  float *attprojb; /* (L, C) */
+  float *attprojb; /* (L, C); llama: none */
   float *ln2w;     /* (L, C) */
-  float *ln2b;     /* (L, C) */
-  float *fcw;      /* (L, 4C, C) */
-  float *fcb;      /* (L, 4C) */
-  float *fcprojw;  /* (L, C, 4C) */
-  float *fcprojb;  /* (L, C) */
+  float *ln2b;     /* (L, C); llama: none */
+  float *fcw;      /* (L, 4C, C); llama (L, 2F, C): gate rows, then up rows */
+  float *fcb;      /* (L, 4C); llama: none */
+  float *fcprojw;  /* (L, C, 4C); llama (L, C, F) */
+  float *fcprojb;  /* (L, C); llama: none */
+  float *qnw;      /* (L, hs) QK-norm gain of q; llama with qk_norm only */
+  float *knw;      /* (L, hs) of k */
   float *lnfw;     /* (C) */
-  float *lnfb;     /* (C) */
+  float *lnfb;     /* (C); llama: none */
+  float *head;     /* (V, C) output head; llama untied only */
 } trn_weights;
 
 /* The tensors' indices, in trn_weights order. */
@@ -55,8 +70,11 @@ enum {
   TRN_FCB,
   TRN_FCPROJW,
   TRN_FCPROJB,
+  TRN_QNW,
+  TRN_KNW,
   TRN_LNFW,
-  TRN_LNFB
+  TRN_LNFB,
+  TRN_HEAD
 };
 
 /* Where one tensor sits in the flat parameter array. */
@@ -64,24 +82,28 @@ typedef struct trn_tensor_info {
   const char *name;
   size_t offset, size;
   int decay; /* weight decay applies (matrices and embeddings, not biases/LN) */
+  /* the learning rate's factor (muP's hidden matrices 1 / width_mult; else 1) */
+  float lr_scale;
 } trn_tensor_info;
 
 /* Activations are kern_x (the backend's storage at the run's precision,
  * kernels/kern.h); statistics and attention's saved scores are fp32. */
 typedef struct trn_layer_acts {
   kern_x *ln1;      /* (B, T, C) */
-  float *ln1_mean;  /* (B, T) */
+  float *ln1_mean;  /* (B, T); llama: none */
   float *ln1_rstd;  /* (B, T) */
-  kern_x *qkv;      /* (B, T, 3C) */
+  kern_x *qkv;      /* (B, T, 3C) attention's input (llama: after QK-norm and rotation) */
+  kern_x *qkv_pre;  /* (B, T, 3C) before QK-norm (llama with qk_norm; else NULL) */
+  float *qk_rstd;   /* (B, T, 2, NH) QK-norm's (llama with qk_norm; else NULL) */
   float *att;       /* (B, NH, T, T); NULL with flash attention */
   float *lse;       /* (B, NH, T) with flash attention (else NULL) */
   kern_x *atty;     /* (B, T, C) */
   kern_x *resid2;   /* (B, T, C) residual after attention */
   kern_x *ln2;      /* (B, T, C) */
-  float *ln2_mean;  /* (B, T) */
+  float *ln2_mean;  /* (B, T); llama: none */
   float *ln2_rstd;  /* (B, T) */
-  kern_x *fch;      /* (B, T, 4C) */
-  kern_x *fch_gelu; /* (B, T, 4C) */
+  kern_x *fch;      /* (B, T, 4C); llama (B, T, 2F) gate | up */
+  kern_x *fch_gelu; /* (B, T, 4C) after GELU; llama (B, T, F) after SwiGLU */
 } trn_layer_acts;
 
 typedef struct trn_model {
@@ -90,10 +112,14 @@ typedef struct trn_model {
   int B;     /* capacity: most sequences per forward/backward */
   int cur_B; /* sequences in the last forward */
   int recompute;
+  int llama;         /* shape.family == RCFG_LLAMA */
+  int F;             /* the MLP's hidden width (rcfg_ffn_hidden) */
+  float out_mult;    /* logits multiplier: muP's 1 / width_mult, else 1 */
+  float attn_qscale; /* q's multiplier before attention's 1/sqrt(hs): muP's 1/sqrt(hs), else 1 */
   size_t nparams;
   trn_tensor_info tensors[TRN_NTENSORS];
 
-  float *params;     /* fp32 master weights, one allocation */
+  float *params; /* fp32 master weights, one allocation */
   /* the rounded copy the kernels use, as kern_x (== params in fp32);
    * tensor t's element i at kern_x_at(k, params_low, tensors[t].offset + i) */
   kern_x *params_low;
@@ -103,13 +129,13 @@ typedef struct trn_model {
 
   void *acts_mem;
   size_t acts_bytes;
-  kern_x **resid;                   /* L + 1 pointers, each (B, T, C): block inputs */
-  trn_layer_acts *layer;            /* L entries; all alias one scratch set with recompute */
-  kern_x *proj;                     /* (B, T, C) output of a projection, before the residual */
-  kern_x *lnf;                      /* (B, T, C) */
-  float *lnf_mean, *lnf_rstd;       /* (B, T), (B, T) */
-  kern_x *logits;                   /* (B, T, V); holds dlogits after backward */
-  float *losses;                    /* (B, T) */
+  kern_x **resid;             /* L + 1 pointers, each (B, T, C): block inputs */
+  trn_layer_acts *layer;      /* L entries; all alias one scratch set with recompute */
+  kern_x *proj;               /* (B, T, C) output of a projection, before the residual */
+  kern_x *lnf;                /* (B, T, C) */
+  float *lnf_mean, *lnf_rstd; /* (B, T), (B, T) */
+  kern_x *logits;             /* (B, T, V); holds dlogits after backward */
+  float *losses;              /* (B, T) */
   /* the step's scalars in backend memory (one allocation, kern.h's
    * mean_into / sumsq_into / step_scale): trn_model_forward's loss; the
    * training step's loss, micro-batch and whole gradient sums of squares;
@@ -117,15 +143,17 @@ typedef struct trn_model {
   double *loss_acc, *step_acc; /* 1, 3 */
   float head_dscale; /* the forward's classifier pass left dlogits of this dscale (0: none) */
   float *grad_scale;
-  int32_t *tokens, *targets;        /* (B, T) backend copies of the batch */
+  int32_t *tokens, *targets; /* (B, T) backend copies of the batch */
 
-  void *grad_mem; /* backward scratch for one layer */
-  kern_x *dresid, *dln, *dqkv, *datty, *dfch;
-  float *datt; /* NULL with flash attention */
+  void *grad_mem;                             /* backward scratch for one layer */
+  kern_x *dresid, *dln, *dqkv, *datty, *dfch; /* dfch (B,T,4C); llama (B,T,2F) */
+  kern_x *dact;                               /* llama: (B, T, F) SwiGLU's output gradient */
+  float *datt;                                /* NULL with flash attention */
 
   /* When set, trn_model_backward calls it as parts of mgrads become final:
-   * after each block (its 12 tensors' slices, last block first), then after
-   * the embeddings (wte, wpe, lnfw, lnfb), with the ranges [lo, hi) of
+   * after each block (its 14 tensors' slices, last block first; empty
+   * ranges for the tensors its family lacks), then after the embeddings
+   * (wte, wpe, lnfw, lnfb, head), with the ranges [lo, hi) of
    * parameter indices; the ranges of all calls cover every parameter once.
    * Data parallelism starts reducing a bucket there while backward goes on. */
   void (*grads_ready)(void *ud, const size_t (*ranges)[2], int n);
@@ -138,8 +166,10 @@ int trn_model_init(trn_model *m, kern_ctx *k, const rcfg_shape *s, int B, int re
                    int accumulate);
 void trn_model_free(trn_model *m);
 
-/* GPT-2 initialisation from seed: N(0, 0.02), the residual projections
- * N(0, 0.02 / sqrt(2L)), biases 0, LayerNorm gains 1. */
+/* GPT-2's initialisation from seed, for both families: N(0, 0.02), the
+ * residual projections N(0, 0.02 / sqrt(2L)), biases 0, norm gains 1;
+ * under muP the hidden matrices' scales divided by sqrt(width_mult)
+ * (trainer/mup.h). */
 void trn_model_init_weights(trn_model *m, uint64_t seed);
 
 /* Re-derives params_low from params (after loading weights). */

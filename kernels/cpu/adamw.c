@@ -149,6 +149,7 @@ static void adamw_fused(kern_ctx *k, float *p, kern_x *plow_x, const float *g, f
   for (int i = 0; i < parts->n; i++) {
     kern_adamw_args pa = *a;
     pa.weight_decay = parts->part[i].weight_decay;
+    pa.lr = a->lr * parts->part[i].lr_scale;
     size_t off = parts->part[i].off, st = parts->part[i].state;
     adamw(k, p + off, plow ? plow + off : NULL, g + off, m + st, v + st, parts->part[i].n, &pa);
   }
@@ -161,6 +162,7 @@ static void adamw8bit_fused(kern_ctx *k, float *p, kern_x *plow_x, const float *
   for (int i = 0; i < parts->n; i++) {
     kern_adamw_args pa = *a;
     pa.weight_decay = parts->part[i].weight_decay;
+    pa.lr = a->lr * parts->part[i].lr_scale;
     size_t off = parts->part[i].off, st = parts->part[i].state, b = parts->part[i].block;
     adamw8bit(k, p + off, plow ? plow + off : NULL, g + off, qm + st, qv + st, sm + b, sv + b,
               parts->part[i].n, &pa);
