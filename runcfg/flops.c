@@ -1,8 +1,14 @@
 #include "runcfg/flops.h"
 
+#include <stdio.h>
+
 rcfg_shape rcfg_shape_of(const rcfg *c) {
-  rcfg_shape s = {c->model.n_layer, c->model.d_model, c->model.n_head, c->model.seq_len,
-                  c->model.vocab_size};
+  rcfg_shape s = {0};
+  s.n_layer = c->model.n_layer;
+  s.d_model = c->model.d_model;
+  s.n_head = c->model.n_head;
+  s.seq_len = c->model.seq_len;
+  s.vocab_size = c->model.vocab_size;
   s.family = c->model.family;
   s.parametrization = c->model.parametrization;
   s.base_width = c->model.base_width;
@@ -14,6 +20,14 @@ rcfg_shape rcfg_shape_of(const rcfg *c) {
     s.qk_norm = c->model.qk_norm;
   }
   return s;
+}
+
+void rcfg_model_text(const rcfg_shape *s, char *buf, size_t n) {
+  const char *fam = s->family == RCFG_LLAMA ? "llama" : "gpt2";
+  if (s->parametrization == RCFG_MUP)
+    snprintf(buf, n, "%s, muP (base width %d)", fam, s->base_width);
+  else
+    snprintf(buf, n, "%s, SP", fam);
 }
 
 int rcfg_ffn_hidden(const rcfg_shape *s) {
