@@ -3,12 +3,11 @@
 #include <stdio.h>
 
 rcfg_shape rcfg_shape_of(const rcfg *c) {
-  rcfg_shape s = {0};
-  s.n_layer = c->model.n_layer;
-  s.d_model = c->model.d_model;
-  s.n_head = c->model.n_head;
-  s.seq_len = c->model.seq_len;
-  s.vocab_size = c->model.vocab_size;
+  rcfg_shape s = {.n_layer = c->model.n_layer,
+                  .d_model = c->model.d_model,
+                  .n_head = c->model.n_head,
+                  .seq_len = c->model.seq_len,
+                  .vocab_size = c->model.vocab_size};
   s.family = c->model.family;
   s.parametrization = c->model.parametrization;
   s.base_width = c->model.base_width;

@@ -416,6 +416,21 @@ sed 's/"optimizer":{"name":"adamw8bit"},"precision":"bf16"/"precision":"fp16"/' 
   r_bf16.json >r_fp16.json
 resume_case r_fp16 "$tmp/r_fp16.json"
 
+# the llama family (QK-norm, untied head) under muP at fp32, bf16 with 8-bit
+# AdamW, and fp16: determinism at 2 threads, and kill and resume bit for bit
+llama='"family":"llama","qk_norm":true,"parametrization":"mup","base_width":16'
+for f in r_fp32 r_bf16 r_fp16; do
+  sed "s/\"seq_len\":32}/\"seq_len\":32,$llama}/" $f.json >l_$f.json
+  grep -q '"family":"llama"' l_$f.json || fail "l_$f.json: the llama model did not go in"
+  resume_case l_$f "$tmp/l_$f.json"
+done
+grep -q '"family":"llama"' l_r_fp32.full/out || fail "l_r_fp32: the config event has no llama family"
+sed 's/"threads":1/"threads":2/' l_r_bf16.json >l_det.json
+run l_det1 "$tmp/l_det.json"
+run l_det2 "$tmp/l_det.json"
+h same l_det1/out l_det2/out "llama determinism (threads 2)" config,step,eval,done
+echo "ok 2b llama: determinism, kill and resume at fp32, bf16, fp16"
+
 # SIGTERM without checkpoint.dir: exit 143, nothing saved
 rc=$(drive term_nodir "$tmp/det.json" SIGTERM step 3)
 [ "$rc" = 143 ] || fail "SIGTERM without checkpoint.dir: exit $rc, expected 143"
