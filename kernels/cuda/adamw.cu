@@ -8,14 +8,16 @@
 __constant__ float code_m[128]; /* |value| of signed code q, relative to absmax */
 __constant__ float code_v[256]; /* value of unsigned code q */
 
-/* The step's constants, one per launch (the parts' weight decays aside). */
+/* The step's constants, one per launch (the parts' weight decays and
+ * learning-rate scales aside). */
 typedef struct adamw_consts {
   float lr, b1, b2, eps, gs, bc1, bc2; /* bc1, bc2: 1 - beta^step, on the host as on the CPU */
   const float *gsd;                    /* step_scale's factor, or NULL: gs */
 } adamw_consts;
 
 /* The part (of parts->n) holding item i of the concatenation of the parts'
- * sizes (elements, or 8-bit blocks when blocks): a scan of at most 16. */
+ * sizes (elements, or 8-bit blocks when blocks): a scan of at most
+ * KERN_ADAMW_MAX_PARTS. */
 __device__ __forceinline__ int part_of(const kern_adamw_parts &parts, size_t i, int blocks,
                                        size_t *rel) {
   int j = 0;
@@ -33,7 +35,8 @@ __device__ __forceinline__ int part_of(const kern_adamw_parts &parts, size_t i, 
 }
 
 /* One thread per parameter of all the parts; plow (kern_x, X), when given,
- * gets the new parameter rounded. */
+ * gets the new parameter rounded. A part's rate is lr * lr_scale, the float
+ * product the CPU's adamw_fused forms (the same bits). */
 template <typename X>
 __global__ void adamw_kernel(float *p, X *plow, const float *g, float *m, float *v,
                              kern_adamw_parts parts, size_t total, adamw_consts c) {
@@ -46,14 +49,14 @@ __global__ void adamw_kernel(float *p, X *plow, const float *g, float *m, float 
   size_t rel;
   int j = part_of(parts, t, 0, &rel);
   size_t i = parts.part[j].off + rel, s = parts.part[j].state + rel;
-  float wd = parts.part[j].weight_decay;
+  float wd = parts.part[j].weight_decay, lr = c.lr * parts.part[j].lr_scale;
   float gi = g[i] * gs;
   float mi = c.b1 * m[s] + (1.0f - c.b1) * gi;
   float vi = c.b2 * v[s] + (1.0f - c.b2) * gi * gi;
   m[s] = mi;
   v[s] = vi;
   float upd = (mi / c.bc1) / (sqrtf(vi / c.bc2) + c.eps);
-  float pi = p[i] - c.lr * (upd + wd * p[i]);
+  float pi = p[i] - lr * (upd + wd * p[i]);
   p[i] = pi;
   if (plow)
     plow[i] = kern__cu_to<X>(pi);
@@ -99,7 +102,7 @@ __global__ void adamw8bit_kernel(float *p, X *plow, const float *g, int8_t *qm, 
   int j = part_of(parts, blockIdx.x, 1, &rel);
   size_t blk = parts.part[j].block + rel, e = rel * KERN_Q8_BLOCK + threadIdx.x;
   size_t i = parts.part[j].off + e, s = parts.part[j].state + e;
-  float wd = parts.part[j].weight_decay;
+  float wd = parts.part[j].weight_decay, lr = c.lr * parts.part[j].lr_scale;
   int live = e < parts.part[j].n;
   float mi = 0.0f, vi = 0.0f;
   if (live) {
@@ -110,7 +113,7 @@ __global__ void adamw8bit_kernel(float *p, X *plow, const float *g, int8_t *qm, 
     mi = c.b1 * mi + (1.0f - c.b1) * gi;
     vi = c.b2 * vi + (1.0f - c.b2) * gi * gi;
     float upd = (mi / c.bc1) / (sqrtf(vi / c.bc2) + c.eps);
-    float pi = p[i] - c.lr * (upd + wd * p[i]);
+    float pi = p[i] - lr * (upd + wd * p[i]);
     p[i] = pi;
     if (plow)
       plow[i] = kern__cu_to<X>(pi);
@@ -180,6 +183,7 @@ static kern_adamw_parts one_part(size_t n, float weight_decay) {
   parts.n = 1;
   parts.part[0].n = n;
   parts.part[0].weight_decay = weight_decay;
+  parts.part[0].lr_scale = 1.0f; /* lr * 1 is lr: the one-tensor op's rate */
   return parts;
 }
 

@@ -329,6 +329,7 @@ static void fill_ops(void) {
   kern__cuda_attention(&cuda_ops);
   kern__cuda_flash_attention(&cuda_ops);
   kern__cuda_encoder(&cuda_ops);
+  kern__cuda_llama(&cuda_ops);
   kern__cuda_xent(&cuda_ops);
   kern__cuda_adamw(&cuda_ops);
   kern__cuda_step(&cuda_ops);

@@ -1,11 +1,12 @@
-/* Token plus position embedding. CPU twin: kernels/cpu/encoder.c. */
+/* Token plus position embedding (or the token's alone). CPU twin: kernels/cpu/encoder.c. */
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_select.cuh>
 
 #include "kernels/cuda/internal.cuh"
 
 /* out[r, c] = round(wte[tokens[r], c] + wpe[r % T, c]), one thread per
- * element; all three kern_x (X) */
+ * element; all three kern_x (X). wpe NULL (no learned positions): out =
+ * wte[tokens[r], c], a copy (no + 0.0f, which would turn -0 into +0). */
 template <typename X>
 __global__ void encoder_forward_kernel(X *out, const int32_t *tokens, const X *wte, const X *wpe,
                                        int N, int T, int C) {
@@ -13,8 +14,8 @@ __global__ void encoder_forward_kernel(X *out, const int32_t *tokens, const X *w
   if (i >= (size_t)N * C)
     return;
   int r = (int)(i / C), c = (int)(i % C);
-  out[i] = kern__cu_to<X>(kern__cu_f(wte[(size_t)tokens[r] * C + c]) +
-                          kern__cu_f(wpe[(size_t)(r % T) * C + c]));
+  X e = wte[(size_t)tokens[r] * C + c];
+  out[i] = wpe ? kern__cu_to<X>(kern__cu_f(e) + kern__cu_f(wpe[(size_t)(r % T) * C + c])) : e;
 }
 
 /* dwpe[t, c] += dout[b, t, c] for b = 0, 1, ... in order (the CPU's order):
@@ -127,10 +128,12 @@ static void encoder_backward(kern_ctx *k, float *dwte, float *dwpe, const kern_x
   if (N == 0 || C == 0)
     return;
   cudaStream_t st = kern__cu_stream(k);
-  KERN__CU_WITH_X(
-      k->prec, encoder_dwpe_kernel<X>
-      <<<kern__cu_grid((size_t)T * C, 256), 256, 0, st>>>(dwpe, (const X *)dout, B, T, C));
-  KERN__CU_LAUNCHED();
+  if (dwpe) { /* NULL: no learned positions */
+    KERN__CU_WITH_X(
+        k->prec, encoder_dwpe_kernel<X>
+        <<<kern__cu_grid((size_t)T * C, 256), 256, 0, st>>>(dwpe, (const X *)dout, B, T, C));
+    KERN__CU_LAUNCHED();
+  }
 
   size_t sort_bytes = 0, select_bytes = 0;
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, tokens, (int32_t *)NULL,

@@ -54,8 +54,8 @@ typedef struct kern__cu {
   int tf32;      /* fp32 GEMMs in TF32 (kern_cuda_set_tf32) */
   void *scratch; /* grow-only scratch, carved by one op at a time */
   size_t scratch_bytes;
-  double *sumsq_part; /* (KERN__CU_SUMSQ_BLOCKS + 1): partial sums, total */
-  double *sumsq_host; /* pinned: the total, read back */
+  double *sumsq_part;           /* (KERN__CU_SUMSQ_BLOCKS + 1): partial sums, total */
+  double *sumsq_host;           /* pinned: the total, read back */
   struct kern__cu_stage *stage; /* pinned slots of from_host (stage.cu) */
   kern__cu_buf *bufs;           /* live ops->alloc allocations */
   size_t nbufs, capbufs;
@@ -322,7 +322,6 @@ int kern__cu_gemm_ep(kern_ctx *k, int transA, int transB, int M, int N, int K, f
                      float beta, void *C, int ldc, long long sC, int batch, cudaDataType_t type,
                      cudaDataType_t ctype, const kern__cu_epi *ep);
 
-
 /* from_host through pinned slots, not waiting for the stream (stage.cu) */
 typedef struct kern__cu_stage kern__cu_stage;
 void kern__cu_stage_init(kern__cu *c);
@@ -337,6 +336,7 @@ void kern__cuda_layernorm(kern_ops *o);
 void kern__cuda_attention(kern_ops *o);
 void kern__cuda_flash_attention(kern_ops *o);
 void kern__cuda_encoder(kern_ops *o);
+void kern__cuda_llama(kern_ops *o);
 void kern__cuda_xent(kern_ops *o);
 void kern__cuda_adamw(kern_ops *o);
 void kern__cuda_step(kern_ops *o);

@@ -1,7 +1,8 @@
 /* Every CUDA kernel of kern_ops against its CPU twin (the reference), at
  * fp32, bf16 and fp16: the same inputs to both backends, the GPU result
  * within eps * (|ref| + rms(ref)) of the CPU's; determinism (two calls give
- * identical bits); and one whole training step of a tiny GPT, CUDA vs CPU.
+ * identical bits); and one whole training step of a tiny GPT and of a tiny
+ * llama (QK-norm, untied head, muP), CUDA vs CPU.
  * At the trainer's shapes (B*T = 4096..16384 rows, C = 768, V = 50304 and
  * odd sizes): the fused residual + LayerNorm and the 128-bit element-wise
  * paths bit for bit against the kernels they replace, the device-bucketed
@@ -246,6 +247,18 @@ static void check_encoder(kern_prec p) {
     gfree(gte);
     gfree(gpe);
   }
+
+  /* no learned positions (the llama family): wpe NULL gives wte[tokens], a
+   * copy on both sides (exact); dwpe NULL leaves the position gradient out */
+  vec out0(out.size()), cte0 = dwte;
+  CPU.ops->encoder_forward(&CPU, out0.data(), tok.data(), wte.data(), NULL, B, T, C);
+  GPU.ops->encoder_forward(&GPU, dout, dtok, dwte_w, NULL, B, T, C);
+  compare("encoder_forward (no wpe)", p, downx(dout, out.size()), out0, 0.0);
+  CPU.ops->encoder_backward(&CPU, cte0.data(), NULL, dy.data(), tok.data(), B, T, C);
+  float *gte0 = up(dwte);
+  GPU.ops->encoder_backward(&GPU, gte0, NULL, ddy, dtok, B, T, C);
+  compare("encoder_backward (no dwpe)", p, down(gte0, wte.size()), cte0, eps_of(KERN_FP32));
+  gfree(gte0);
   gfree(dtok), gfree(dwte_w), gfree(dwpe_w), gfree(dout), gfree(ddy);
 }
 
@@ -673,6 +686,205 @@ static void check_adamw(kern_prec p) {
   }
 }
 
+/* ---- the llama family's ops (kernels/cuda/llama.cu) against their CPU twins
+ * (kernels/cpu/llama.c). Tolerances as above: outputs rounded to p within
+ * eps_of(p); fp32 statistics and gain gradients, whose sums differ from the
+ * CPU's only in order (warp trees, chunked column sums), within
+ * eps_of(fp32); ops that are one multiply and rounding on both sides, or a
+ * copy, exactly. Outputs start as NaN, so an element left unwritten fails. */
+
+/* the v third (columns [2C, 3C)) of each (N, 3C) row of x */
+static vec v_part(const vec &x, int N, int C) {
+  vec v((size_t)N * C);
+  for (int r = 0; r < N; r++)
+    memcpy(&v[(size_t)r * C], &x[(size_t)r * 3 * C + 2 * C], (size_t)C * sizeof(float));
+  return v;
+}
+
+/* RMSNorm as LayerNorm's check: N more than one 64-row chunk of dw; the
+ * backward from the CPU's rstd, dinp and dw accumulating into random values */
+static void check_rmsnorm(kern_prec p, int N, int C) {
+  char name[80];
+  vec x = randn((size_t)N * C, 2, p), w = randn(C, 1, p);
+  vec out(x.size()), rstd(N);
+  CPU.ops->rmsnorm_forward(&CPU, out.data(), rstd.data(), x.data(), w.data(), N, C);
+  kern_x *dx = upx(x), *dw = upx(w), *dout = upx(vec(x.size(), NAN));
+  float *dr = up(vec(N, NAN));
+  GPU.ops->rmsnorm_forward(&GPU, dout, dr, dx, dw, N, C);
+  vec g = downx(dout, x.size()), gr = down(dr, N);
+  snprintf(name, sizeof name, "rmsnorm_forward C=%d out", C);
+  compare(name, p, g, out, eps_of(p));
+  snprintf(name, sizeof name, "rmsnorm_forward C=%d rstd", C);
+  compare(name, p, gr, rstd, eps_of(KERN_FP32));
+  GPU.ops->rmsnorm_forward(&GPU, dout, dr, dx, dw, N, C);
+  same_bits("rmsnorm_forward out", p, g, downx(dout, x.size()));
+  same_bits("rmsnorm_forward rstd", p, gr, down(dr, N));
+
+  GPU.ops->from_host(&GPU, dr, rstd.data(), N * sizeof(float));
+  vec dy = randn(x.size(), 1, p), dinp0 = randn(x.size(), 1, p), gw0 = randn(C, 1, KERN_FP32);
+  vec cdinp = dinp0, cgw = gw0;
+  CPU.ops->rmsnorm_backward(&CPU, cdinp.data(), cgw.data(), dy.data(), x.data(), w.data(),
+                            rstd.data(), N, C);
+  kern_x *ddy = upx(dy);
+  vec first[2];
+  for (int rep = 0; rep < 2; rep++) {
+    kern_x *gi = upx(dinp0);
+    float *gw = up(gw0);
+    GPU.ops->rmsnorm_backward(&GPU, gi, gw, ddy, dx, dw, dr, N, C);
+    vec r[2] = {downx(gi, x.size()), down(gw, C)};
+    if (rep == 0) {
+      snprintf(name, sizeof name, "rmsnorm_backward C=%d dinp", C);
+      compare(name, p, r[0], cdinp, eps_of(p));
+      snprintf(name, sizeof name, "rmsnorm_backward C=%d dw", C);
+      compare(name, p, r[1], cgw, eps_of(KERN_FP32));
+      first[0] = r[0], first[1] = r[1];
+    } else {
+      same_bits("rmsnorm_backward dinp", p, first[0], r[0]);
+      same_bits("rmsnorm_backward dw", p, first[1], r[1]);
+    }
+    gfree(gi), gfree(gw);
+  }
+  gfree(dx), gfree(dw), gfree(dout), gfree(dr), gfree(ddy);
+}
+
+/* QK-norm on (N, 3C) rows: q and k per head within eps_of(p), v copied
+ * (exactly), rstd (N, 2, NH). The backward from the CPU's rstd twice: into
+ * a NaN buffer, then in place over dout (dqkv aliasing dout, as the trainer
+ * may call it), which must give the same bits; dwq, dwk accumulate. */
+static void check_qknorm(kern_prec p, int N, int C, int NH) {
+  char name[96];
+  int hs = C / NH;
+  size_t n = (size_t)N * 3 * C, nr = (size_t)N * 2 * NH;
+  vec x = randn(n, 2, p), wq = randn(hs, 1, p), wk = randn(hs, 1, p);
+  vec out(n), rstd(nr);
+  CPU.ops->qknorm_forward(&CPU, out.data(), rstd.data(), x.data(), wq.data(), wk.data(), N, C, NH);
+  kern_x *dx = upx(x), *dwq = upx(wq), *dwk = upx(wk), *dout = upx(vec(n, NAN));
+  float *dr = up(vec(nr, NAN));
+  GPU.ops->qknorm_forward(&GPU, dout, dr, dx, dwq, dwk, N, C, NH);
+  vec g = downx(dout, n), gr = down(dr, nr);
+  snprintf(name, sizeof name, "qknorm_forward hs=%d out", hs);
+  compare(name, p, g, out, eps_of(p));
+  snprintf(name, sizeof name, "qknorm_forward hs=%d v copied", hs);
+  compare(name, p, v_part(g, N, C), v_part(x, N, C), 0.0);
+  snprintf(name, sizeof name, "qknorm_forward hs=%d rstd", hs);
+  compare(name, p, gr, rstd, eps_of(KERN_FP32));
+  GPU.ops->qknorm_forward(&GPU, dout, dr, dx, dwq, dwk, N, C, NH);
+  same_bits("qknorm_forward out", p, g, downx(dout, n));
+  same_bits("qknorm_forward rstd", p, gr, down(dr, nr));
+
+  GPU.ops->from_host(&GPU, dr, rstd.data(), nr * sizeof(float));
+  vec dy = randn(n, 1, p), gq0 = randn(hs, 1, KERN_FP32), gk0 = randn(hs, 1, KERN_FP32);
+  vec cd(n), cgq = gq0, cgk = gk0;
+  CPU.ops->qknorm_backward(&CPU, cd.data(), cgq.data(), cgk.data(), dy.data(), x.data(), wq.data(),
+                           wk.data(), rstd.data(), N, C, NH);
+  kern_x *ddy = upx(dy);
+  vec first[3];
+  for (int rep = 0; rep < 2; rep++) {
+    kern_x *gd = rep == 0 ? upx(vec(n, NAN)) : upx(dy); /* rep 1: dqkv is dout */
+    float *gq = up(gq0), *gk = up(gk0);
+    GPU.ops->qknorm_backward(&GPU, gd, gq, gk, rep == 0 ? ddy : gd, dx, dwq, dwk, dr, N, C, NH);
+    vec r[3] = {downx(gd, n), down(gq, hs), down(gk, hs)};
+    if (rep == 0) {
+      snprintf(name, sizeof name, "qknorm_backward hs=%d dqkv", hs);
+      compare(name, p, r[0], cd, eps_of(p));
+      snprintf(name, sizeof name, "qknorm_backward hs=%d dwq", hs);
+      compare(name, p, r[1], cgq, eps_of(KERN_FP32));
+      snprintf(name, sizeof name, "qknorm_backward hs=%d dwk", hs);
+      compare(name, p, r[2], cgk, eps_of(KERN_FP32));
+      for (int i = 0; i < 3; i++)
+        first[i] = r[i];
+    } else {
+      for (int i = 0; i < 3; i++)
+        same_bits("qknorm_backward (dqkv aliasing dout)", p, first[i], r[i]);
+    }
+    gfree(gd), gfree(gq), gfree(gk);
+  }
+  gfree(dx), gfree(dwq), gfree(dwk), gfree(dout), gfree(dr), gfree(ddy);
+}
+
+/* Rotary embedding, in place on (B, T, 3C): forward and backward within
+ * eps_of(p) where theta > 0 (each output one rounding of an fp32 expression
+ * in the CPU's order, with the CPU's cosines and sines but at a rare fp64
+ * tie: at most one ulp of p); theta 0 is q * qscale alone, one multiply and
+ * rounding on both sides: exact. v untouched (exactly). At fp32 with
+ * theta > 0, the backward undoes the forward (the rotation is orthogonal):
+ * x back, q times qscale^2, within eps_of(fp32) (a few fp32 roundings). */
+static void check_rope(kern_prec p, int B, int T, int C, int NH, float theta, float qscale) {
+  char name[128], shape[80];
+  snprintf(shape, sizeof shape, "T=%d hs=%d theta=%g qs=%g", T, C / NH, theta, qscale);
+  int N = B * T;
+  size_t n = (size_t)N * 3 * C;
+  double e = theta > 0.0f ? eps_of(p) : 0.0;
+  vec x = randn(n, 1, p), dy = randn(n, 1, p), cx = x, cdy = dy;
+  CPU.ops->rope_forward(&CPU, cx.data(), B, T, C, NH, theta, qscale);
+  CPU.ops->rope_backward(&CPU, cdy.data(), B, T, C, NH, theta, qscale);
+  kern_x *d = upx(x), *dd = upx(dy);
+  GPU.ops->rope_forward(&GPU, d, B, T, C, NH, theta, qscale);
+  GPU.ops->rope_backward(&GPU, dd, B, T, C, NH, theta, qscale);
+  vec g = downx(d, n), gd = downx(dd, n);
+  snprintf(name, sizeof name, "rope_forward %s", shape);
+  compare(name, p, g, cx, e);
+  snprintf(name, sizeof name, "rope_forward %s v kept", shape);
+  compare(name, p, v_part(g, N, C), v_part(x, N, C), 0.0);
+  snprintf(name, sizeof name, "rope_backward %s", shape);
+  compare(name, p, gd, cdy, e);
+  snprintf(name, sizeof name, "rope_backward %s v kept", shape);
+  compare(name, p, v_part(gd, N, C), v_part(dy, N, C), 0.0);
+  putx(d, x);
+  putx(dd, dy);
+  GPU.ops->rope_forward(&GPU, d, B, T, C, NH, theta, qscale);
+  GPU.ops->rope_backward(&GPU, dd, B, T, C, NH, theta, qscale);
+  same_bits("rope_forward", p, g, downx(d, n));
+  same_bits("rope_backward", p, gd, downx(dd, n));
+  if (p == KERN_FP32 && theta > 0.0f) {
+    GPU.ops->rope_backward(&GPU, d, B, T, C, NH, theta, qscale); /* d holds the forward's result */
+    vec back = x;
+    for (int r = 0; r < N; r++)
+      for (int c = 0; c < C; c++)
+        back[(size_t)r * 3 * C + c] *= qscale * qscale;
+    snprintf(name, sizeof name, "rope_backward(forward) %s", shape);
+    compare(name, p, downx(d, n), back, eps_of(KERN_FP32));
+  }
+  gfree(d), gfree(dd);
+}
+
+/* SwiGLU on (N, 2F) inputs: F a multiple of 8 takes the 128-bit path, odd F
+ * the scalar one. Gates up to +-90 (kern__expf's clamp at 88) on a few. */
+static void check_swiglu(kern_prec p, int N, int F) {
+  char name[80];
+  size_t n = (size_t)N * F;
+  vec x = randn(2 * n, 2, p), out(n), dy = randn(n, 1, p), cd(2 * n);
+  x[0] = rnd(-90.0f, p), x[1] = rnd(90.0f, p), x[2] = rnd(-20.0f, p), x[3] = rnd(20.0f, p);
+  CPU.ops->swiglu_forward(&CPU, out.data(), x.data(), N, F);
+  CPU.ops->swiglu_backward(&CPU, cd.data(), x.data(), dy.data(), N, F);
+  kern_x *dx = upx(x), *ddy = upx(dy), *dout = upx(vec(n, NAN)), *gd = upx(vec(2 * n, NAN));
+  GPU.ops->swiglu_forward(&GPU, dout, dx, N, F);
+  GPU.ops->swiglu_backward(&GPU, gd, dx, ddy, N, F);
+  vec g = downx(dout, n), r = downx(gd, 2 * n);
+  snprintf(name, sizeof name, "swiglu_forward F=%d", F);
+  compare(name, p, g, out, eps_of(p));
+  snprintf(name, sizeof name, "swiglu_backward F=%d", F);
+  compare(name, p, r, cd, eps_of(p));
+  GPU.ops->swiglu_forward(&GPU, dout, dx, N, F);
+  GPU.ops->swiglu_backward(&GPU, gd, dx, ddy, N, F);
+  same_bits("swiglu_forward", p, g, downx(dout, n));
+  same_bits("swiglu_backward", p, r, downx(gd, 2 * n));
+  gfree(dx), gfree(ddy), gfree(dout), gfree(gd);
+}
+
+/* scale_x: one multiply and rounding on both sides, exact; n a multiple of 8
+ * (the 128-bit path) and not (the scalar one) */
+static void check_scale_x(kern_prec p) {
+  for (size_t n : {(size_t)4104, (size_t)4103}) {
+    vec x = randn(n, 3, p), c = x;
+    CPU.ops->scale_x(&CPU, c.data(), 0.37f, n);
+    kern_x *d = upx(x);
+    GPU.ops->scale_x(&GPU, d, 0.37f, n);
+    compare(n % 8 ? "scale_x (scalar path)" : "scale_x (vector path)", p, downx(d, n), c, 0.0);
+    gfree(d);
+  }
+}
+
 /* ---- the step's scalars on the device, the fused AdamW, staged uploads ---- */
 
 /* mean_into / sumsq_into against the CPU's sums (fp64, two orders), the
@@ -721,21 +933,26 @@ static void check_step_scalars(void) {
   gfree(d), gfree(acc), gfree(sc);
 }
 
-/* The fused AdamW over parts of uneven sizes (several 8-bit blocks, a
- * partial last block, a 1-element part) against the CPU's (within fp32
- * rounding) and against the GPU's one-tensor calls (the same kernel: bits);
- * a device factor of 0 leaves everything as it was. */
+/* The fused AdamW over KERN_ADAMW_MAX_PARTS parts of uneven sizes (several
+ * 8-bit blocks, a partial last block, a 1-element part, then small ones),
+ * two of them at a quarter of the learning rate (muP's lr_scale), against
+ * the CPU's (within fp32 rounding) and against the GPU's one-tensor calls
+ * at the part's rate lr * lr_scale (the same kernel and product: bits); a
+ * device factor of 0 leaves everything as it was. */
 static void check_adamw_fused(kern_prec p) {
-  const size_t sizes[] = {700, 1, 256, 513, 90};
+  size_t sizes[KERN_ADAMW_MAX_PARTS] = {700, 1, 256, 513, 90};
+  for (int i = 5; i < KERN_ADAMW_MAX_PARTS; i++)
+    sizes[i] = 3 + (size_t)(37 * i % 300);
   kern_adamw_parts parts;
   memset(&parts, 0, sizeof parts);
   size_t n = 0, nb = 0;
-  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+  for (int i = 0; i < KERN_ADAMW_MAX_PARTS; i++) {
     parts.part[i].off = n;
     parts.part[i].n = sizes[i];
     parts.part[i].state = n;
     parts.part[i].block = nb;
     parts.part[i].weight_decay = i % 2 ? 0.0f : 0.1f;
+    parts.part[i].lr_scale = i == 3 || i == 12 ? 0.25f : 1.0f;
     n += sizes[i];
     nb += (sizes[i] + KERN_Q8_BLOCK - 1) / KERN_Q8_BLOCK;
     parts.n++;
@@ -774,6 +991,7 @@ static void check_adamw_fused(kern_prec p) {
       kern_adamw_args pa = a;
       pa.grad_scale_dev = hf;
       pa.weight_decay = parts.part[i].weight_decay;
+      pa.lr = a.lr * parts.part[i].lr_scale;
       size_t o = parts.part[i].off, b = parts.part[i].block, m = parts.part[i].n;
       if (q8)
         GPU.ops->adamw8bit(&GPU, hp + o, low ? xat(hl, o) : NULL, dg + o, hqm + o, hqv + o, hsm + b,
@@ -836,7 +1054,6 @@ static void check_uploads(void) {
 
 /* ---- flash attention (no T x T buffer) against its CPU twin ---- */
 
-
 /* The CUDA flash ops against kern_cpu_flash_attention_* (same rounding
  * points: the twin walks the keys in the GPU forward's tiles), the backward
  * from the CPU's out and lse; determinism; with timed, the time of both ops
@@ -882,10 +1099,9 @@ static void check_flash_attention(kern_prec p, int B, int T, int C, int NH, int 
         median_us([&] { GPU.ops->flash_attention_forward(&GPU, gout, glse, dq, B, T, C, NH); });
     double fb = median_us(
         [&] { GPU.ops->flash_attention_backward(&GPU, gd, ddy, cout, dq, clse, B, T, C, NH); });
-    double af =
-        median_us([&] { GPU.ops->attention_forward(&GPU, gout, att, dq, B, T, C, NH); });
-    double ab = median_us(
-        [&] { GPU.ops->attention_backward(&GPU, gd, datt, ddy, dq, att, B, T, C, NH); });
+    double af = median_us([&] { GPU.ops->attention_forward(&GPU, gout, att, dq, B, T, C, NH); });
+    double ab =
+        median_us([&] { GPU.ops->attention_backward(&GPU, gd, datt, ddy, dq, att, B, T, C, NH); });
     printf("time flash_attention_forward %s %s: %.1f us\n", shape, prec_name(p), ff);
     printf("time flash_attention_backward %s %s: %.1f us\n", shape, prec_name(p), fb);
     printf("time attention_forward %s %s: %.1f us\n", shape, prec_name(p), af);
@@ -1157,8 +1373,11 @@ static step_out train_step(kern_ctx *k, const rcfg_shape *s, int B, const std::v
   return r;
 }
 
-static void check_train_step(kern_prec p) {
-  rcfg_shape s = {2, 64, 4, 32, 97}; /* L, C, NH, T, V */
+/* A tiny model of the given shape, one step on each backend: gpt2, and
+ * llama with QK-norm, an untied head and muP (every llama op, scale_x and
+ * the AdamW parts' lr_scale in one step). */
+static void check_train_step(kern_prec p, const rcfg_shape &s, const char *family) {
+  char name[80];
   const int B = 4;
   auto tok = randtok((size_t)B * s.seq_len + 1, s.vocab_size);
   float S = p == KERN_FP16 ? 1024.0f : 1.0f; /* a loss scale, as fp16 runs use */
@@ -1168,15 +1387,17 @@ static void check_train_step(kern_prec p) {
   double e = 10 * eps_of(p);
   int bad = !(fabs(g.loss1 - c.loss1) <= e * c.loss1) ||
             !(fabs(g.loss2 - c.loss2) <= e * c.loss2) || !(fabs(g.gnorm - c.gnorm) <= e * c.gnorm);
+  snprintf(name, sizeof name, "train step %s", family);
   printf("%-28s %s  loss %.9g / %.9g, grad norm %.9g / %.9g, loss after step %.9g / %.9g "
          "(gpu / cpu)%s\n",
-         "train step", prec_name(p), g.loss1, c.loss1, g.gnorm, c.gnorm, g.loss2, c.loss2,
+         name, prec_name(p), g.loss1, c.loss1, g.gnorm, c.gnorm, g.loss2, c.loss2,
          bad ? "  FAILED" : "");
   failures += bad;
-  compare("train step gradients", p, g.grads, c.grads, e);
+  snprintf(name, sizeof name, "train step %s gradients", family);
+  compare(name, p, g.grads, c.grads, e);
   if (memcmp(&g.loss1, &g2.loss1, sizeof(double)) || memcmp(&g.loss2, &g2.loss2, sizeof(double)))
-    failures++, fprintf(stderr, "  train step %s: two GPU runs differ\n", prec_name(p));
-  same_bits("train step gradients", p, g.grads, g2.grads);
+    failures++, fprintf(stderr, "  %s %s: two GPU runs differ\n", name, prec_name(p));
+  same_bits(name, p, g.grads, g2.grads);
 }
 
 int main(void) {
@@ -1190,6 +1411,12 @@ int main(void) {
   cudaGetDeviceProperties(&prop, 0);
   printf("device 0: %s\n", prop.name);
   trn_rng_seed(rng, 2024);
+  rcfg_shape gpt2 = {}, llama; /* gpt2, standard parametrisation: the zeros */
+  gpt2.n_layer = 2, gpt2.d_model = 64, gpt2.n_head = 4, gpt2.seq_len = 32, gpt2.vocab_size = 97;
+  llama = gpt2; /* F = 32 ceil(8/3 x 64 / 32) = 192 */
+  llama.family = RCFG_LLAMA, llama.mlp_ratio = 8.0 / 3.0, llama.mlp_multiple_of = 32;
+  llama.rope_theta = 10000.0, llama.untied = 1, llama.qk_norm = 1;
+  llama.parametrization = RCFG_MUP, llama.base_width = 32;
   for (int pi = 0; pi < 3; pi++) {
     kern_prec p = (kern_prec)pi;
     char err[1024];
@@ -1200,6 +1427,19 @@ int main(void) {
     }
     check_encoder(p);
     check_layernorm(p);
+    check_rmsnorm(p, 70, 80); /* C not a multiple of 32, N over one dw chunk */
+    check_rmsnorm(p, 37, 768);
+    check_qknorm(p, 37, 64, 4);  /* hs 16: lanes past hs idle; a partial dw chunk */
+    check_qknorm(p, 37, 96, 2);  /* hs 48 */
+    check_qknorm(p, 20, 256, 2); /* hs 128 */
+    check_rope(p, 2, 40, 64, 4, 10000.0f, 0.3f);
+    check_rope(p, 1, 1024, 128, 2, 500000.0f, 0.125f); /* positions to 1023, hs 64 */
+    check_rope(p, 2, 40, 64, 4, 0.0f, 0.0625f);        /* gpt2 muP: 1/hs alone */
+    check_rope(p, 2, 40, 64, 4, 0.0f, 0.3f);
+    check_rope(p, 2, 40, 64, 4, 0.0f, 1.0f); /* nothing to do */
+    check_swiglu(p, 37, 72);
+    check_swiglu(p, 37, 75);
+    check_scale_x(p);
     check_matmul(p, 64, 96, 128, 1);
     check_matmul(p, 37, 72, 40, 0); /* odd sizes: unaligned rows for cuBLASLt */
     check_matmul(p, 37, 72, 40, 1);
@@ -1228,7 +1468,8 @@ int main(void) {
     check_adamw_fused(p);
     if (p != KERN_FP32)
       check_to_x(p);
-    check_train_step(p);
+    check_train_step(p, gpt2, "gpt2");
+    check_train_step(p, llama, "llama");
     /* the trainer's shapes; timings at bf16, the usual training precision */
     int timed = p == KERN_BF16;
     check_residual_layernorm(p, 4, 1024, 768, timed);
