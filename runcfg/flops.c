@@ -1,5 +1,7 @@
 #include "runcfg/flops.h"
 
+#include <stdio.h>
+
 rcfg_shape rcfg_shape_of(const rcfg *c) {
   rcfg_shape s = {.n_layer = c->model.n_layer,
                   .d_model = c->model.d_model,
@@ -17,6 +19,14 @@ rcfg_shape rcfg_shape_of(const rcfg *c) {
     s.qk_norm = c->model.qk_norm;
   }
   return s;
+}
+
+void rcfg_model_text(const rcfg_shape *s, char *buf, size_t n) {
+  const char *fam = s->family == RCFG_LLAMA ? "llama" : "gpt2";
+  if (s->parametrization == RCFG_MUP)
+    snprintf(buf, n, "%s, muP (base width %d)", fam, s->base_width);
+  else
+    snprintf(buf, n, "%s, SP", fam);
 }
 
 int rcfg_ffn_hidden(const rcfg_shape *s) {

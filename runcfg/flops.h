@@ -4,6 +4,7 @@
 #ifndef SS_RUNCFG_FLOPS_H
 #define SS_RUNCFG_FLOPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "runcfg/runcfg.h"
@@ -22,6 +23,10 @@ typedef struct rcfg_shape {
 
 /* The model section of a resolved config. */
 rcfg_shape rcfg_shape_of(const rcfg *cfg);
+
+/* The family and parametrisation as the plan and the web pages name them:
+ * "gpt2, SP", "llama, SP", "llama, muP (base width 64)". */
+void rcfg_model_text(const rcfg_shape *s, char *buf, size_t n);
 
 /* The MLP's hidden width: 4 d for gpt2; for llama mlp_multiple_of x
  * ceil(mlp_ratio x d / mlp_multiple_of) (Llama's 8/3 d rounded up). */

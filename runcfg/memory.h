@@ -1,6 +1,7 @@
 /* The memory one training run needs (runcfg/memory.c): what the trainer
  * allocates for a run config, by the same arithmetic as its allocations
- * (trainer/model.c, optim.c, train.c), so that the planner can refuse a
+ * (trainer/model.c, optim.c, train.c), in either model family (gpt2,
+ * llama: runcfg.h model.family), so that the planner can refuse a
  * spec whose runs cannot fit and a worker an assignment its host cannot
  * hold, instead of meeting the OOM killer. */
 #ifndef SS_RUNCFG_MEMORY_H

@@ -167,6 +167,7 @@ void sched__web_run(sched__buf *b, sched__web_req *w, json_t *r) {
   static const struct {
     const char *name, *key, *fmt; /* fmt NULL: text; "d": a duration */
   } rows[] = {{"Worker", "worker", NULL},
+              {"Model", "model", NULL}, /* family, parametrisation (store/pages.c) */
               {"N (non-embedding)", "nonembedding_params", "%.4g"},
               {"Parameters", "params", "%.4g"},
               {"D (tokens)", "tokens", "%.4g"},

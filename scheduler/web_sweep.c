@@ -356,6 +356,10 @@ void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
   sched__b_status(b, sched__jstr(sw, "status"));
   sched__b_puts(b, " \xc2\xb7 method ");
   sched__b_esc(b, sched__jstr(sw, "method"));
+  if (sched__jstr(c, "models")) { /* its runs' families and parametrisations */
+    sched__b_puts(b, " \xc2\xb7 model ");
+    sched__b_esc(b, sched__jstr(c, "models"));
+  }
   sched__b_puts(b, " \xc2\xb7 submitted ");
   sched__b_esc(b, sched__jstr(sw, "created_at"));
   sched__b_puts(b, " UTC</p>");

@@ -93,12 +93,24 @@
 #define RETRY_AFTER_SQL \
   "CASE WHEN r.status = 'queued' AND r.retry_after > now() THEN " TS_SQL("r.retry_after") " END"
 
+/* A run's model family and parametrisation as rcfg_model_text words them
+ * (runcfg/flops.h, the plan's "model:" line): "gpt2, SP", "llama, muP (base
+ * width 64)"; a config names them only where they are not gpt2's and SP's.
+ * MODEL_R of the runs row r, MODEL_RUNS of runs itself. */
+#define MODEL_OF(r)                                                                            \
+  "((CASE WHEN " r ".config->'model'->>'family' = 'llama' THEN 'llama' ELSE 'gpt2' END) "      \
+  "|| (CASE WHEN " r ".config->'model'->>'parametrization' = 'mup' THEN ', muP (base width ' " \
+  "|| (" r ".config->'model'->>'base_width') || ')' ELSE ', SP' END))"
+#define MODEL_R MODEL_OF("r")
+#define MODEL_RUNS MODEL_OF("runs")
+
 static const char run_columns[] =
     "r.id, r.sweep_id, r.status, r.attempt, r.max_attempts, r.gpus, r.priority, r.worker, "
     "r.lease_until, r.params, r.nonembedding_params, r.tokens, r.batch_size, r.flops, "
     "r.final_val_loss, r.started_at, r.finished_at, r.reproduces, r.code_version, r.error, "
     "r.checkpoint_step, r.config_hash, r.part, r.target_loss, r.prediction, r.designed, "
-    "r.branch_of, r.branch_step, " RETRY_AFTER_SQL " AS retry_after, r.environment, r.on_worker";
+    "r.branch_of, r.branch_step, " RETRY_AFTER_SQL
+    " AS retry_after, r.environment, r.on_worker, " MODEL_R " AS model";
 
 static const char *const sort_columns[] = {
     "id",          "status",     "attempt", "params",         "nonembedding_params",
@@ -182,7 +194,8 @@ void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, store
   snprintf(sql, sizeof sql,
            "SELECT json_build_object('id', sw.id, 'name', sw.name, 'status', sw.status, "
            "'priority', sw.priority, 'created_at', sw.created_at, 'spec', sw.spec, "
-           "'spec_hash', sw.spec_hash, 'counts', json_build_object('queued', c.queued, "
+           "'spec_hash', sw.spec_hash, 'models', c.models, "
+           "'counts', json_build_object('queued', c.queued, "
            "'queued_gpus', c.queued_gpus, 'queued_slots', c.queued_slots, "
            "'queued_trainers', c.queued_trainers, "
            "'running', c.running, 'succeeded', c.succeeded, 'failed', c.failed, "
@@ -209,7 +222,9 @@ void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, store
            "branch_step::float8 * coalesce((SELECT p.batch_size FROM runs p WHERE p.id = "
            "runs.branch_of), batch_size) * (config->'model'->>'seq_len')::float8 / "
            "greatest(tokens, 1)) ELSE flops END) FILTER (WHERE status = 'succeeded'), 0) "
-           "AS flops_trained "
+           "AS flops_trained, "
+           /* the runs' models, each once */
+           "string_agg(DISTINCT " MODEL_RUNS ", '; ' ORDER BY " MODEL_RUNS ") AS models "
            "FROM runs WHERE sweep_id = sw.id) c WHERE sw.id = $1",
            page);
   const char *p[4];
@@ -332,8 +347,9 @@ void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t
                         "'failed', count(*) FILTER (WHERE r.status = 'failed'), "
                         "'cancelled', count(*) FILTER (WHERE r.status = 'cancelled'), "
                         "'flops_planned', coalesce(sum(r.flops), 0), "
-                        "'flops_spent', coalesce(sum(" SPENT_SQL
-                        "), 0)) FROM runs r WHERE r.sweep_id = $1), "
+                        "'flops_spent', coalesce(sum(" SPENT_SQL "), 0), "
+                        "'models', string_agg(DISTINCT " MODEL_R ", '; ' ORDER BY " MODEL_R
+                        ")) FROM runs r WHERE r.sweep_id = $1), "
                         "'fits', coalesce(" STORE__LATEST_FITS_SQL ", '{}'), "
                         /* the runs `next` designed (runs.designed), predicted beside
                          * measured: the first 200 by budget and size */
@@ -361,7 +377,8 @@ void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
       d,
       "SELECT json_build_object('id', r.id, 'sweep_id', r.sweep_id, 'sweep', sw.name, "
       "'status', r.status, 'attempt', r.attempt, 'max_attempts', r.max_attempts, "
-      "'worker', wk.name, 'params', r.params, 'nonembedding_params', r.nonembedding_params, "
+      "'worker', wk.name, 'model', " MODEL_R ", "
+      "'params', r.params, 'nonembedding_params', r.nonembedding_params, "
       "'tokens', r.tokens, 'batch_size', r.batch_size, 'flops', r.flops, "
       "'final_val_loss', r.final_val_loss, 'started_at', " TS_SQL(
           "r.started_at") ", "

@@ -123,6 +123,9 @@ void plan__fill(plan_run *r, const rcfg *c, double throughput) {
   r->n_head = sh.n_head;
   r->seq_len = sh.seq_len;
   r->vocab_size = sh.vocab_size;
+  r->family = sh.family;
+  r->parametrization = sh.parametrization;
+  r->base_width = sh.base_width;
   r->params = rcfg_params(&sh);
   r->nonembedding_params = rcfg_nonembedding_params(&sh);
   r->batch_size = cfg.train.batch_size;

@@ -45,6 +45,7 @@ typedef struct plan_run {
   char *config;         /* canonical resolved run config (rcfg_to_json) */
   char config_hash[65]; /* SHA-256 of config, hex */
   int n_layer, d_model, n_head, seq_len, vocab_size;
+  int family, parametrization, base_width; /* the config's model (runcfg.h) */
   int64_t params, nonembedding_params;
   double target_params; /* N asked for; 0 when the shape was given */
   int64_t tokens;       /* D trained: steps * batch_size * seq_len */
@@ -132,7 +133,8 @@ char *plan_runs_json(const plan *p);
  * "lr": {...}, "shape": {...}, "throughput_flops", "parallel_runs"}. */
 json_t *plan_rules_json(const plan *p);
 
-/* The human-readable plan: one line per run (index, part, n_layer, d_model,
+/* The human-readable plan: the model family and parametrisation of its runs
+ * (rcfg_model_text), one line per run (index, part, n_layer, d_model,
  * n_head, N, D, B, steps, lr, C, estimated time), totals, the rules and the
  * warnings. */
 void plan_write_table(const plan *p, FILE *f);

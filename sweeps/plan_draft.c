@@ -102,10 +102,14 @@ static int micro_for(int B, int cap) {
 
 /* ---- drafting --------------------------------------------------------- */
 
-/* Shape for target N; a problem at path when below one head. */
+/* Shape for target N, counted in base's model family; a problem at path
+ * when below one head. */
 static int plan_shape(plan__planner *P, double target, const char *path, const char *context,
                       rcfg_shape *sh) {
-  rcfg_shape s = {.seq_len = P->T, .vocab_size = P->V};
+  rcfg_shape s = P->s->model;
+  s.n_layer = s.d_model = s.n_head = 0;
+  s.seq_len = P->T;
+  s.vocab_size = P->V;
   if (shape_for_params(&P->shape, target, &s) != 0) {
     double n = (double)rcfg_nonembedding_params(&s);
     spec_problem_add(P->pr, path,
@@ -300,8 +304,7 @@ static int ladder_shape(plan__planner *P, rcfg_shape *sh) {
   json_decref(m);
   if (rc)
     return -1;
-  rcfg_shape s = rcfg_shape_of(&cfg);
-  *sh = s;
+  *sh = rcfg_shape_of(&cfg);
   return 0;
 }
 

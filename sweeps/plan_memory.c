@@ -6,6 +6,7 @@
  * one that fits first (the same batch, accumulated). */
 #include <stdio.h>
 
+#include "runcfg/flops.h"
 #include "runcfg/memory.h"
 #include "sweeps/plan_draft.h"
 
@@ -50,18 +51,24 @@ int plan__fit_memory(const plan__planner *P, const plan__draft *d, rcfg *cfg) {
     if (mb == 1)
       cfg->train.micro_batch_size = 1; /* for the message */
   }
-  char need[256], buf[256], dflt[48] = "";
+  char need[256], buf[256], dflt[48] = "", model[80] = "";
   rcfg_memory_text(&m, need, sizeof need);
+  rcfg_shape sh = rcfg_shape_of(cfg);
+  if (sh.family != RCFG_GPT2 || sh.parametrization != RCFG_SP) { /* gpt2's text as it was */
+    char t[64];
+    rcfg_model_text(&sh, t, sizeof t);
+    snprintf(model, sizeof model, " (%s)", t);
+  }
   if (!json_object_get(json_object_get(s->root, "resources"), "max_memory_gib"))
     snprintf(dflt, sizeof dflt, ", default %g", SPEC_MAX_MEMORY_GIB);
   spec_problem_add(
       P->pr, size_path(P, d, buf, sizeof buf),
-      "%s: a run with n_layer %d, d_model %d, n_head %d, seq_len %d, vocab_size %d and "
+      "%s: a run%s with n_layer %d, d_model %d, n_head %d, seq_len %d, vocab_size %d and "
       "micro-batches of %d sequence%s%s needs %s, more than the %g GiB %s "
       "($.resources.max_memory_gib%s); expected a smaller model, seq_len or "
       "train.micro_batch_size%s, or a larger max_memory_gib",
-      d->context, cfg->model.n_layer, cfg->model.d_model, cfg->model.n_head, cfg->model.seq_len,
-      cfg->model.vocab_size, cfg->train.micro_batch_size,
+      d->context, model, cfg->model.n_layer, cfg->model.d_model, cfg->model.n_head,
+      cfg->model.seq_len, cfg->model.vocab_size, cfg->train.micro_batch_size,
       cfg->train.micro_batch_size == 1 ? "" : "s", auto_micro ? " (the smallest)" : "", need,
       s->max_memory_gib, s->gpus > 0 ? "of one GPU" : "a CPU run may use", dflt,
       cfg->memory.recompute ? "" : " (or memory.recompute: true)");

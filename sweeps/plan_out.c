@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runcfg/flops.h"
 #include "sweeps/shapes.h"
 
 /* ---- output ----------------------------------------------------------- */
@@ -164,10 +165,39 @@ static void duration(double s, char *out, size_t n) {
     snprintf(out, n, "%.1fd", s / 86400);
 }
 
+/* "model: gpt2, SP" (rcfg_model_text): each distinct model of the runs once,
+ * in plan order */
+static void write_models(const plan *p, FILE *f) {
+  if (!p->n) {
+    fprintf(f, "\n");
+    return;
+  }
+  fprintf(f, "model:");
+  for (size_t i = 0; i < p->n; i++) {
+    const plan_run *r = &p->runs[i];
+    size_t j = 0;
+    while (j < i &&
+           (p->runs[j].family != r->family || p->runs[j].parametrization != r->parametrization ||
+            p->runs[j].base_width != r->base_width))
+      j++;
+    if (j < i)
+      continue;
+    rcfg_shape s = {0};
+    s.family = r->family;
+    s.parametrization = r->parametrization;
+    s.base_width = r->base_width;
+    char text[64];
+    rcfg_model_text(&s, text, sizeof text);
+    fprintf(f, "%s %s", i ? ";" : "", text);
+  }
+  fprintf(f, "\n\n");
+}
+
 void plan_write_table(const plan *p, FILE *f) {
-  fprintf(f, "sweep \"%s\" (%s%s): %zu runs; spec digest %.16s\n\n", p->name,
+  fprintf(f, "sweep \"%s\" (%s%s): %zu runs; spec digest %.16s\n", p->name,
           spec_method_name(p->method),
           p->has_ladder && p->method != SPEC_BATCH ? " + batch ladder" : "", p->n, p->spec_digest);
+  write_models(p, f);
   fprintf(f, "%5s  %-7s %3s %5s %3s %8s %8s %5s %6s %8s %4s %9s %9s %8s\n", "#", "part", "L", "d",
           "h", "N", "D", "B", "steps", "lr", "seed", "C", "budget", "est.");
   size_t n_brule = 0, n_lrule = 0;

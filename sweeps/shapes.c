@@ -40,8 +40,12 @@ static void fill(const shape_rule *r, int L, int d, rcfg_shape *out) {
   out->n_head = d / shape_head_size(r, d);
 }
 
-static int64_t nonemb(int L, int d) {
-  rcfg_shape s = {.n_layer = L, .d_model = d, .n_head = 1, .seq_len = 1, .vocab_size = 1};
+/* The exact non-embedding count of L x d in the family of base (its
+ * family, MLP and QK-norm fields; n_head as fill sets it, which only
+ * llama's QK-norm gains count). gpt2's count depends on L and d alone. */
+static int64_t nonemb(const shape_rule *r, const rcfg_shape *base, int L, int d) {
+  rcfg_shape s = *base;
+  fill(r, L, d, &s);
   return rcfg_nonembedding_params(&s);
 }
 
@@ -57,7 +61,7 @@ void shape_smallest(const shape_rule *r, rcfg_shape *out) {
 int shape_for_params(const shape_rule *r, double target, rcfg_shape *out) {
   rcfg_shape small = *out;
   shape_smallest(r, &small);
-  double n_small = (double)nonemb(small.n_layer, small.d_model);
+  double n_small = (double)nonemb(r, out, small.n_layer, small.d_model);
   if (!(target > 0) || target < n_small / SHAPE_TOO_SMALL) {
     *out = small;
     return SS_ERANGE;
@@ -83,12 +87,12 @@ int shape_for_params(const shape_rule *r, double target, rcfg_shape *out) {
         break;
       /* the narrowest candidate of this depth is already far above the
        * target, and deeper ones are larger still */
-      if (L > 1 && (double)nonemb(L, d0) > 4.0 * target)
+      if (L > 1 && (double)nonemb(r, out, L, d0) > 4.0 * target)
         break;
       for (int d = d0; d <= hi + 1e-9 && d <= MAX_WIDTH; d += step) {
         if (!width_ok(r, d))
           continue;
-        double n = (double)nonemb(L, d);
+        double n = (double)nonemb(r, out, L, d);
         double e = fabs(log(n) - ln_t);
         if (pass == 0) {
           best_err = fmin(best_err, e);

@@ -9,10 +9,14 @@
  * Candidates are every (n_layer, d_model) with d_model a multiple of the head
  * size, at least one head wide, and d_model / n_layer within a factor
  * SHAPE_ASPECT_BAND of the target ratio; the one whose exact non-embedding
- * count (rcfg_nonembedding_params: 12 L d^2 + 13 L d + 2 d) is nearest to the
- * target in log space wins, where counts within SHAPE_SLACK of the target
- * are equally near and the aspect ratio nearer the rule's decides among
- * them. The caller records the exact N it got. */
+ * count in the caller's model family (rcfg_nonembedding_params: gpt2
+ * 12 L d^2 + 13 L d + 2 d; llama L (4 d^2 + 3 F d + 2 d [+ 2 hs]) + d, F
+ * rounded up to mlp_multiple_of) is nearest to the target in log space wins,
+ * where counts within SHAPE_SLACK of the target are equally near and the
+ * aspect ratio nearer the rule's decides among them. Every candidate is
+ * scored, so a count that is not smooth in d (llama's F steps) is fine; the
+ * scan stops early only where counts only grow (in L, and in d: F never
+ * shrinks as d grows). The caller records the exact N it got. */
 #ifndef SS_SWEEPS_SHAPES_H
 #define SS_SWEEPS_SHAPES_H
 
@@ -47,18 +51,22 @@ shape_rule shape_rule_default(void);
  * 256 (GPT-2's 64 from GPT-2 sizes up: 768 / 12 heads, 1024 / 16). Narrow
  * heads at small widths keep the candidate widths fine enough (steps of 8
  * below 64) to hit small targets: 1.2e4-3e4 within x1.25, above 3e4 within
- * x1.17, above 1e6 within x1.08, above 1e7 within x1.05. */
+ * x1.17, above 1e6 within x1.08, above 1e7 within x1.05; llama alike from
+ * 1e5 up, and within x1.28 below 3e4 and x1.2 to 1e5 (its F, rounded up to
+ * mlp_multiple_of, spaces the small shapes' counts further apart). */
 int shape_head_size(const shape_rule *r, int d_model);
 
 /* The smallest shape the rule builds: one layer, one head, the narrowest
  * width in the aspect band. Fills n_layer, d_model and n_head of out. */
 void shape_smallest(const shape_rule *r, rcfg_shape *out);
 
-/* Fills out->n_layer, d_model and n_head (seq_len and vocab_size are left as
- * the caller set them: they do not change N) with the candidate nearest to
- * target (non-embedding parameters). Returns 0, or SS_ERANGE when the target
- * is below the smallest shape by more than SHAPE_TOO_SMALL (out then holds
- * the smallest shape, for the message). */
+/* Fills out->n_layer, d_model and n_head with the candidate nearest to
+ * target (non-embedding parameters), counted in the family the caller set in
+ * out (family, mlp_ratio, mlp_multiple_of, qk_norm, ...: rcfg_shape_of of
+ * the run's config, or zero for gpt2); those and seq_len and vocab_size are
+ * left as the caller set them. Returns 0, or SS_ERANGE when the target is
+ * below the smallest shape by more than SHAPE_TOO_SMALL (out then holds the
+ * smallest shape, for the message). */
 int shape_for_params(const shape_rule *r, double target, rcfg_shape *out);
 
 #endif

@@ -163,8 +163,8 @@ static void parse_ladder(spec_problems *pr, json_t *sec, spec_ladder *b) {
 }
 
 /* Resolves base alone through the trainer (train batch/tokens neutralised:
- * planning sets them) to learn seq_len and vocab_size and to report base's
- * own problems with $.base paths. */
+ * planning sets them) to learn seq_len, vocab_size and the model family, and
+ * to report base's own problems with $.base paths. */
 static void probe_base(spec *s, spec_problems *pr) {
   json_t *m = json_deep_copy(s->base);
   json_t *over = json_pack("{s:{s:i, s:i, s:I}}", "train", "batch_size", 1, "micro_batch_size", 1,
@@ -177,6 +177,7 @@ static void probe_base(spec *s, spec_problems *pr) {
   if (spec_resolve_config(m, &cfg, layers, paths, 1, "$.base", "base", pr) == 0) {
     s->seq_len = cfg.model.seq_len;
     s->vocab_size = cfg.model.vocab_size;
+    s->model = rcfg_shape_of(&cfg);
   }
   json_decref(m);
   json_t *train = json_object_get(s->base, "train");

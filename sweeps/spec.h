@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runcfg/flops.h"
+
 /* ---- problems: where and what, collected, never fatal one by one ------- */
 
 typedef struct spec_problem {
@@ -199,6 +201,9 @@ typedef struct spec {
   /* base resolved by the run config parser (runcfg/) (train values neutralised): what
    * planning needs before any run exists */
   int seq_len, vocab_size;
+  /* base's model (rcfg_shape_of): the family and its fields, which the
+   * shape rule counts N in (n_layer, d_model, n_head as base has them) */
+  rcfg_shape model;
   int base_sets_batch, base_sets_lr, base_sets_micro, base_micro;
 
   char digest[65]; /* SHA-256 of the canonical spec, hex */

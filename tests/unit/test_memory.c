@@ -7,7 +7,8 @@
  * activations (the backend rounds each allocation up to 64 bytes: at most
  * 64 bytes x a dozen buffers apart); for a CUDA config, with the CPU twin of
  * the CUDA backend's flash attention in the table, as the CUDA run lays out
- * its buffers. Then one real run (trn_train, a model
+ * its buffers; in both model families (gpt2, and llama with and without
+ * QK-norm, tied and untied, with recompute). Then one real run (trn_train, a model
  * whose attention buffers make the estimate ~0.3 GiB) compares the growth of
  * the process's peak RSS with the estimate: generous bounds, because RSS
  * also holds OpenBLAS's buffers and the allocator's slack. */
@@ -103,6 +104,25 @@ static void test_counted(void) {
       "\"backend\":\"cuda\",\"precision\":\"bf16\"}",
       "{\"model\":{\"n_layer\":3,\"d_model\":64,\"n_head\":2,\"seq_len\":128},"
       "\"backend\":\"cuda\",\"memory\":{\"recompute\":true},\"train\":{\"batch_size\":4}}",
+      /* llama: no positions or biases, RMSNorm's rstd alone, the SwiGLU's 2F and F; an
+       * untied head by default; QK-norm's gains, q and k before it and their rstd */
+      "{\"model\":{\"family\":\"llama\",\"n_layer\":2,\"d_model\":64,\"n_head\":4,"
+      "\"seq_len\":64}}",
+      "{\"model\":{\"family\":\"llama\",\"n_layer\":3,\"d_model\":48,\"n_head\":3,"
+      "\"seq_len\":32,\"vocab_size\":300,\"qk_norm\":true,\"tie_embeddings\":true},"
+      "\"precision\":\"bf16\",\"optimizer\":{\"name\":\"adamw8bit\"},"
+      "\"train\":{\"batch_size\":8,\"micro_batch_size\":2}}",
+      "{\"model\":{\"family\":\"llama\",\"n_layer\":4,\"d_model\":32,\"n_head\":2,"
+      "\"seq_len\":128,\"qk_norm\":true},\"precision\":\"fp16\",\"memory\":{\"recompute\":true},"
+      "\"train\":{\"batch_size\":4}}",
+      "{\"model\":{\"family\":\"llama\",\"n_layer\":2,\"d_model\":96,\"n_head\":6,"
+      "\"seq_len\":64,\"vocab_size\":500,\"tie_embeddings\":true,\"mlp_multiple_of\":256,"
+      "\"parametrization\":\"mup\",\"base_width\":32},\"memory\":{\"recompute\":true}}",
+      "{\"model\":{\"family\":\"llama\",\"n_layer\":2,\"d_model\":64,\"n_head\":4,"
+      "\"seq_len\":256,\"qk_norm\":true},\"backend\":\"cuda\",\"precision\":\"bf16\"}",
+      "{\"model\":{\"family\":\"llama\",\"n_layer\":3,\"d_model\":64,\"n_head\":2,"
+      "\"seq_len\":128,\"tie_embeddings\":true},\"backend\":\"cuda\","
+      "\"memory\":{\"recompute\":true},\"train\":{\"batch_size\":4}}",
   };
   for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
     rcfg c;

@@ -1,8 +1,9 @@
 /* The planner (sweeps/plan.h) and the shape rule (sweeps/shapes.h):
  * determinism, the FLOP accounting of SCIENCE.md section 1, isoflop runs on
  * their budgets, shapes on their targets, the batch rule's step floor,
- * smallest-first order, refusals with paths, and every example; and that
- * the trainer reports the planner's config_hash for a planned run. */
+ * smallest-first order, refusals with paths, and every example; llama's
+ * shapes and plans; and that the trainer reports the planner's config_hash
+ * for a planned run and allocates the parameters the planner counts. */
 #include <math.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "sweeps/shapes.h"
 #include "sweeps/spec.h"
 #include "trainer/ckpt.h"
+#include "trainer/model.h"
 #include "trainer/train.h"
 
 #ifndef SS_SOURCE_DIR
@@ -124,11 +126,7 @@ static void check_invariants(const plan *p, const spec *s) {
     sha256_hex(r->config, h);
     CHECK(!strcmp(h, r->config_hash));
     /* FLOP accounting (SCIENCE.md section 1) */
-    rcfg_shape sh = {.n_layer = r->n_layer,
-                     .d_model = r->d_model,
-                     .n_head = r->n_head,
-                     .seq_len = r->seq_len,
-                     .vocab_size = r->vocab_size};
+    rcfg_shape sh = rcfg_shape_of(&cfg);
     CHECK_INT_EQ(cfg.model.n_layer, r->n_layer);
     CHECK_INT_EQ(cfg.train.batch_size, r->batch_size);
     CHECK_INT_EQ(r->params, rcfg_params(&sh));
@@ -357,6 +355,196 @@ static void test_shapes(void) {
   shape_smallest(&r, &small);
   CHECK(s.n_layer == 1 && s.d_model == small.d_model);
   CHECK(shape_for_params(&g, 1e4, &s) == SS_ERANGE); /* one head of 64 is 50k */
+}
+
+/* The shape of a partial run config's model section, resolved as the
+ * trainer resolves it (the family's defaults filled in). */
+static rcfg_shape shape_of_text(const char *model) {
+  char text[512], err[2048];
+  snprintf(text, sizeof text, "{\"model\": %s}", model);
+  rcfg cfg;
+  int rc = rcfg_parse(text, "model", &cfg, err, sizeof err);
+  if (rc)
+    fprintf(stderr, "  %s: %s\n", model, err);
+  CHECK(rc == 0);
+  return rcfg_shape_of(&cfg);
+}
+
+/* The shape rule in the llama family (shapes.h): N counted as llama's,
+ * gpt2's tolerances from 1e5 up and the stated ones below (F rounded up to
+ * mlp_multiple_of spaces the small shapes' counts further apart), with and
+ * without QK-norm and a tied head; the family's fields kept. And with a
+ * coarse rounding (mlp_multiple_of 256: N jumps as d crosses a multiple)
+ * the pick is as near as the nearest candidate of all, or within
+ * SHAPE_SLACK: the early stops of the scan lose nothing. */
+static void test_llama_shapes(void) {
+  shape_rule r = shape_rule_default();
+  struct {
+    double lo, hi, tol;
+  } bands[] = {{1e4, 1.3e4, 1.35}, {1.3e4, 3e4, 1.28}, {3e4, 1e5, 1.2},
+               {1e5, 1e6, 1.17},   {1e6, 1e7, 1.08},   {1e7, 1e9 * 1.0001, 1.05}};
+  static const char *const models[] = {
+      "{\"family\": \"llama\", \"seq_len\": 64, \"vocab_size\": 27}",
+      "{\"family\": \"llama\", \"seq_len\": 64, \"vocab_size\": 27, \"qk_norm\": true}",
+      "{\"family\": \"llama\", \"seq_len\": 64, \"vocab_size\": 27, \"tie_embeddings\": true}",
+      "{\"family\": \"llama\", \"seq_len\": 64, \"vocab_size\": 27, \"qk_norm\": true, "
+      "\"tie_embeddings\": true, \"parametrization\": \"mup\", \"base_width\": 64}"};
+  for (size_t v = 0; v < sizeof models / sizeof *models; v++) {
+    rcfg_shape base = shape_of_text(models[v]);
+    for (size_t b = 0; b < sizeof bands / sizeof *bands; b++)
+      for (double t = bands[b].lo; t < bands[b].hi; t *= 1.01) {
+        rcfg_shape s = base;
+        CHECK(shape_for_params(&r, t, &s) == 0);
+        double n = (double)rcfg_nonembedding_params(&s);
+        if (!(fabs(log(n / t)) <= log(bands[b].tol))) {
+          fprintf(stderr, "  llama %zu: target %g -> %d x %d: N = %g\n", v, t, s.n_layer, s.d_model,
+                  n);
+          CHECK(0);
+        }
+        CHECK(s.family == RCFG_LLAMA && s.qk_norm == base.qk_norm && s.untied == base.untied &&
+              s.mlp_multiple_of == 32 && s.parametrization == base.parametrization &&
+              s.seq_len == 64);
+        int h = shape_head_size(&r, s.d_model);
+        CHECK(s.d_model % h == 0 && s.n_head == s.d_model / h && s.n_head >= 1);
+        double a = (double)s.d_model / s.n_layer;
+        CHECK(a >= r.aspect_ratio / SHAPE_ASPECT_BAND - 1e-9 &&
+              a <= r.aspect_ratio * SHAPE_ASPECT_BAND + 1e-9);
+      }
+  }
+  /* the llama count, not gpt2's: 1 x 48 is 4 d^2 + 3 F d + 2 d + d, F = 128 */
+  rcfg_shape s = shape_of_text(models[0]);
+  CHECK(shape_for_params(&r, 27792, &s) == 0);
+  CHECK(s.n_layer == 1 && s.d_model == 48 && rcfg_nonembedding_params(&s) == 27792);
+  /* coarse rounding: against every candidate */
+  rcfg_shape coarse = shape_of_text("{\"family\": \"llama\", \"seq_len\": 64, \"vocab_size\": 27, "
+                                    "\"mlp_multiple_of\": 256, \"qk_norm\": true}");
+  for (double t = 1.2e4; t < 3e8; t *= 1.13) {
+    double best = INFINITY;
+    for (int L = 1; L <= 256; L++)
+      for (int d = 8; d <= 64 * L && d <= 65536; d += 8) {
+        double a = (double)d / L;
+        int h = shape_head_size(&r, d);
+        if (a < r.aspect_ratio / SHAPE_ASPECT_BAND || a > r.aspect_ratio * SHAPE_ASPECT_BAND ||
+            d % h)
+          continue;
+        rcfg_shape c = coarse;
+        c.n_layer = L;
+        c.d_model = d;
+        c.n_head = d / h;
+        best = fmin(best, fabs(log((double)rcfg_nonembedding_params(&c) / t)));
+      }
+    s = coarse;
+    CHECK(shape_for_params(&r, t, &s) == 0);
+    double e = fabs(log((double)rcfg_nonembedding_params(&s) / t));
+    if (!(e <= fmax(best, log(SHAPE_SLACK)) + 1e-9)) {
+      fprintf(stderr, "  coarse: target %g -> %d x %d off by x%.4f; the nearest x%.4f\n", t,
+              s.n_layer, s.d_model, exp(e), exp(best));
+      CHECK(0);
+    }
+  }
+}
+
+/* A llama spec plans with llama's counts: each run's N, parameters and
+ * FLOPs per token are llama's for its config, an exact-count isoflop run's
+ * C is its budget, and the table says which model. */
+static void test_llama_plan(void) {
+  spec *s = NULL;
+  plan *p = plan_text("{\"name\": \"l\", \"method\": \"isoflop\", \"base\": {\"model\": "
+                      "{\"family\": \"llama\", \"parametrization\": \"mup\", \"base_width\": 64, "
+                      "\"qk_norm\": true, \"seq_len\": 64}}, \"isoflop\": {\"flops\": [1e11, "
+                      "1e12], \"params\": [3e4, 1e5, 3e5], \"flops_count\": \"exact\"}}",
+                      &s);
+  CHECK(p && p->n == 6);
+  for (size_t i = 0; p && i < p->n; i++) {
+    const plan_run *r = &p->runs[i];
+    rcfg cfg;
+    char err[4096];
+    CHECK(rcfg_parse(r->config, "planned", &cfg, err, sizeof err) == 0);
+    rcfg_shape sh = rcfg_shape_of(&cfg);
+    CHECK(sh.family == RCFG_LLAMA && sh.qk_norm && sh.untied);
+    CHECK(r->family == RCFG_LLAMA && r->parametrization == RCFG_MUP && r->base_width == 64);
+    CHECK_INT_EQ(r->nonembedding_params, rcfg_nonembedding_params(&sh));
+    CHECK_INT_EQ(r->params, rcfg_params(&sh));
+    CHECK(r->flops_per_token == rcfg_flops_per_token(&sh));
+    CHECK_NEAR(r->flops, r->budget, 0, 0.01); /* D = C / flops_per_token, whole batches */
+    /* the shape is the rule's for its target, counted as llama's */
+    shape_rule rule = {s->aspect_ratio, s->head_size};
+    rcfg_shape want = s->model;
+    CHECK(shape_for_params(&rule, r->target_params, &want) == 0);
+    CHECK(want.n_layer == r->n_layer && want.d_model == r->d_model && want.n_head == r->n_head);
+  }
+  FILE *f = tmpfile();
+  if (p && f) {
+    plan_write_table(p, f);
+    rewind(f);
+    char line[256] = "";
+    CHECK(fgets(line, sizeof line, f) && fgets(line, sizeof line, f));
+    CHECK(!strcmp(line, "model: llama, muP (base width 64)\n"));
+  }
+  if (f)
+    fclose(f);
+  plan_free(p);
+  spec_free(s);
+}
+
+/* The planner's parameter counts are the trainer's: for shapes of both
+ * families (QK-norm, tied and untied heads, other MLP roundings, muP),
+ * rcfg_params is trn_model's nparams, the sum of its tensors (allocated on
+ * the CPU backend for one sequence), and rcfg_nonembedding_params that less
+ * the token embedding, gpt2's positions and llama's own head. */
+static void test_counts_are_the_trainers(void) {
+  static const char *const models[] = {
+      "{\"n_layer\": 1, \"d_model\": 16, \"n_head\": 2, \"seq_len\": 8, \"vocab_size\": 31}",
+      "{\"n_layer\": 2, \"d_model\": 64, \"n_head\": 4, \"seq_len\": 64}",
+      "{\"n_layer\": 3, \"d_model\": 48, \"n_head\": 3, \"seq_len\": 32, \"vocab_size\": 300}",
+      "{\"n_layer\": 4, \"d_model\": 32, \"n_head\": 2, \"seq_len\": 128}",
+      "{\"n_layer\": 2, \"d_model\": 128, \"n_head\": 4, \"seq_len\": 16, \"vocab_size\": 50257}",
+      "{\"n_layer\": 6, \"d_model\": 96, \"n_head\": 6, \"seq_len\": 64, \"vocab_size\": 1000}",
+      "{\"n_layer\": 1, \"d_model\": 8, \"n_head\": 1, \"seq_len\": 4, \"vocab_size\": 29}",
+      "{\"n_layer\": 5, \"d_model\": 160, \"n_head\": 5, \"seq_len\": 32, \"vocab_size\": 512}",
+      "{\"n_layer\": 8, \"d_model\": 64, \"n_head\": 8, \"seq_len\": 16, \"parametrization\": "
+      "\"mup\", \"base_width\": 32}",
+      "{\"n_layer\": 4, \"d_model\": 256, \"n_head\": 4, \"seq_len\": 32, \"vocab_size\": 50257}",
+      "{\"family\": \"llama\", \"n_layer\": 1, \"d_model\": 16, \"n_head\": 2, \"seq_len\": 8, "
+      "\"vocab_size\": 31}",
+      "{\"family\": \"llama\", \"n_layer\": 2, \"d_model\": 64, \"n_head\": 4, \"seq_len\": 64, "
+      "\"qk_norm\": true}",
+      "{\"family\": \"llama\", \"n_layer\": 3, \"d_model\": 48, \"n_head\": 3, \"seq_len\": 32, "
+      "\"vocab_size\": 300, \"tie_embeddings\": true}",
+      "{\"family\": \"llama\", \"n_layer\": 4, \"d_model\": 32, \"n_head\": 2, \"seq_len\": 128, "
+      "\"qk_norm\": true, \"tie_embeddings\": true}",
+      "{\"family\": \"llama\", \"n_layer\": 2, \"d_model\": 128, \"n_head\": 4, \"seq_len\": 16, "
+      "\"vocab_size\": 50257}",
+      "{\"family\": \"llama\", \"n_layer\": 6, \"d_model\": 96, \"n_head\": 6, \"seq_len\": 64, "
+      "\"vocab_size\": 1000, \"qk_norm\": true, \"mlp_multiple_of\": 256}",
+      "{\"family\": \"llama\", \"n_layer\": 1, \"d_model\": 8, \"n_head\": 2, \"seq_len\": 4, "
+      "\"vocab_size\": 29, \"mlp_ratio\": 4, \"mlp_multiple_of\": 1}",
+      "{\"family\": \"llama\", \"n_layer\": 5, \"d_model\": 160, \"n_head\": 5, \"seq_len\": 32, "
+      "\"vocab_size\": 512, \"mlp_ratio\": 3.5, \"tie_embeddings\": true}",
+      "{\"family\": \"llama\", \"n_layer\": 8, \"d_model\": 64, \"n_head\": 8, \"seq_len\": 16, "
+      "\"parametrization\": \"mup\", \"base_width\": 32, \"qk_norm\": true}",
+      "{\"family\": \"llama\", \"n_layer\": 4, \"d_model\": 256, \"n_head\": 4, \"seq_len\": 32, "
+      "\"vocab_size\": 50257, \"qk_norm\": true, \"tie_embeddings\": false}"};
+  for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+    rcfg_shape s = shape_of_text(models[i]);
+    kern_ctx k;
+    kern_cpu_init(&k, KERN_FP32, 1);
+    trn_model m;
+    CHECK_INT_EQ(trn_model_init(&m, &k, &s, 1, 0, 0), 0);
+    size_t sum = 0;
+    for (int t = 0; t < TRN_NTENSORS; t++)
+      sum += m.tensors[t].size;
+    int64_t emb =
+        (int64_t)(m.tensors[TRN_WTE].size + m.tensors[TRN_WPE].size + m.tensors[TRN_HEAD].size);
+    if (sum != m.nparams || (int64_t)m.nparams != rcfg_params(&s) ||
+        (int64_t)m.nparams - emb != rcfg_nonembedding_params(&s)) {
+      fprintf(stderr, "  %s: trainer %zu (tensors %zu, embeddings %lld); planner %lld, N %lld\n",
+              models[i], m.nparams, sum, (long long)emb, (long long)rcfg_params(&s),
+              (long long)rcfg_nonembedding_params(&s));
+      CHECK(0);
+    }
+    trn_model_free(&m);
+  }
 }
 
 /* The issue's measurement: at 6e11 FLOPs a 2-layer d=64 model did far
@@ -861,6 +1049,9 @@ int main(void) {
   test_wsd_branches();
   test_bcrit_branches();
   test_shapes();
+  test_llama_shapes();
+  test_llama_plan();
+  test_counts_are_the_trainers();
   test_examples();
   test_determinism();
   test_isoflop_budgets();
