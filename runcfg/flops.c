@@ -1,8 +1,11 @@
 #include "runcfg/flops.h"
 
 rcfg_shape rcfg_shape_of(const rcfg *c) {
-  rcfg_shape s = {c->model.n_layer, c->model.d_model, c->model.n_head, c->model.seq_len,
-                  c->model.vocab_size};
+  rcfg_shape s = {.n_layer = c->model.n_layer,
+                  .d_model = c->model.d_model,
+                  .n_head = c->model.n_head,
+                  .seq_len = c->model.seq_len,
+                  .vocab_size = c->model.vocab_size};
   s.family = c->model.family;
   s.parametrization = c->model.parametrization;
   s.base_width = c->model.base_width;

@@ -117,8 +117,7 @@ static int resolve(plan__planner *P, plan__draft *d, plan_run *r) {
 
 void plan__fill(plan_run *r, const rcfg *c, double throughput) {
   rcfg cfg = *c;
-  rcfg_shape sh = {cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len,
-                   cfg.model.vocab_size};
+  rcfg_shape sh = rcfg_shape_of(&cfg);
   r->n_layer = sh.n_layer;
   r->d_model = sh.d_model;
   r->n_head = sh.n_head;

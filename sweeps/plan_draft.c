@@ -105,7 +105,7 @@ static int micro_for(int B, int cap) {
 /* Shape for target N; a problem at path when below one head. */
 static int plan_shape(plan__planner *P, double target, const char *path, const char *context,
                       rcfg_shape *sh) {
-  rcfg_shape s = {0, 0, 0, P->T, P->V};
+  rcfg_shape s = {.seq_len = P->T, .vocab_size = P->V};
   if (shape_for_params(&P->shape, target, &s) != 0) {
     double n = (double)rcfg_nonembedding_params(&s);
     spec_problem_add(P->pr, path,
@@ -300,8 +300,7 @@ static int ladder_shape(plan__planner *P, rcfg_shape *sh) {
   json_decref(m);
   if (rc)
     return -1;
-  rcfg_shape s = {cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len,
-                  cfg.model.vocab_size};
+  rcfg_shape s = rcfg_shape_of(&cfg);
   *sh = s;
   return 0;
 }
@@ -520,8 +519,7 @@ void plan__explicit(plan__planner *P) {
       d->failed = 1;
       continue;
     }
-    rcfg_shape sh = {cfg.model.n_layer, cfg.model.d_model, cfg.model.n_head, cfg.model.seq_len,
-                     cfg.model.vocab_size};
+    rcfg_shape sh = rcfg_shape_of(&cfg);
     double D = (double)cfg.train.tokens;
     double C = fpt_of(&sh) * D;
     int T = cfg.model.seq_len;

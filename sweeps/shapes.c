@@ -41,7 +41,7 @@ static void fill(const shape_rule *r, int L, int d, rcfg_shape *out) {
 }
 
 static int64_t nonemb(int L, int d) {
-  rcfg_shape s = {L, d, 1, 1, 1};
+  rcfg_shape s = {.n_layer = L, .d_model = d, .n_head = 1, .seq_len = 1, .vocab_size = 1};
   return rcfg_nonembedding_params(&s);
 }
 

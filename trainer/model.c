@@ -7,28 +7,73 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "trainer/mup.h"
 #include "trainer/rng.h"
 
-/* Sizes of the tensors in trn_weights order. */
+/* Sizes of the tensors in trn_weights order: zero for those the family
+ * lacks (model.h). */
 static void tensor_sizes(const rcfg_shape *s, size_t sz[TRN_NTENSORS]) {
   size_t V = s->vocab_size, T = s->seq_len, L = s->n_layer, C = s->d_model;
-  size_t v[TRN_NTENSORS] = {V * C,         T * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
-                            L * C * C,     L * C, L * C, L * C, L * 4 * C * C, L * 4 * C,
-                            L * C * 4 * C, L * C, C,     C};
+  if (s->family == RCFG_LLAMA) {
+    size_t F = (size_t)rcfg_ffn_hidden(s), hs = C / (size_t)s->n_head;
+    size_t qk = s->qk_norm ? L * hs : 0;
+    size_t v[TRN_NTENSORS] = {V * C,
+                              0,
+                              L * C,
+                              0,
+                              L * 3 * C * C,
+                              0,
+                              L * C * C,
+                              0,
+                              L * C,
+                              0,
+                              L * 2 * F * C,
+                              0,
+                              L * C * F,
+                              0,
+                              qk,
+                              qk,
+                              C,
+                              0,
+                              s->untied ? V * C : 0};
+    memcpy(sz, v, sizeof v);
+    return;
+  }
+  size_t v[TRN_NTENSORS] = {V * C,
+                            T * C,
+                            L * C,
+                            L * C,
+                            L * 3 * C * C,
+                            L * 3 * C,
+                            L * C * C,
+                            L * C,
+                            L * C,
+                            L * C,
+                            L * 4 * C * C,
+                            L * 4 * C,
+                            L * C * 4 * C,
+                            L * C,
+                            0,
+                            0,
+                            C,
+                            C,
+                            0};
   memcpy(sz, v, sizeof v);
 }
 
 static const char *const tensor_names[TRN_NTENSORS] = {
-    "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
-static const int tensor_decay[TRN_NTENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+    "wte", "wpe", "ln1w",    "ln1b",    "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
+    "fcw", "fcb", "fcprojw", "fcprojb", "qnw",  "knw",  "lnfw",     "lnfb",     "head"};
+static const int tensor_decay[TRN_NTENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0,
+                                               1, 0, 1, 0, 0, 0, 0, 0, 1};
 
 static void carve(trn_weights *p, float *base, const trn_tensor_info *t) {
-  float **ptrs[TRN_NTENSORS] = {&p->wte,      &p->wpe,      &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb,
-                                &p->attprojw, &p->attprojb, &p->ln2w, &p->ln2b, &p->fcw,  &p->fcb,
-                                &p->fcprojw,  &p->fcprojb,  &p->lnfw, &p->lnfb};
+  float **ptrs[TRN_NTENSORS] = {&p->wte,  &p->wpe,      &p->ln1w,     &p->ln1b,    &p->qkvw,
+                                &p->qkvb, &p->attprojw, &p->attprojb, &p->ln2w,    &p->ln2b,
+                                &p->fcw,  &p->fcb,      &p->fcprojw,  &p->fcprojb, &p->qnw,
+                                &p->knw,  &p->lnfw,     &p->lnfb,     &p->head};
   for (int i = 0; i < TRN_NTENSORS; i++)
-    *ptrs[i] = base + t[i].offset;
+    *ptrs[i] = t[i].size ? base + t[i].offset : NULL;
 }
 
 /* Carves buffers of n elements of es bytes out of one allocation; with base
@@ -63,12 +108,20 @@ static int use_flash(const trn_model *m) {
          (hs == 16 || hs == 32 || hs == 64);
 }
 
-static void layer_acts(carver *c, trn_layer_acts *a, size_t BT, size_t C, size_t NH, size_t T,
-                       int flash) {
+/* One layer's saved activations. gpt2: F = 4C (fch and fch_gelu both
+ * (BT, 4C)); llama: fch (BT, 2F), fch_gelu (BT, F), no LayerNorm means. */
+static void layer_acts(carver *c, trn_layer_acts *a, const trn_model *m, size_t BT, int flash) {
+  size_t C = m->shape.d_model, NH = m->shape.n_head, T = m->shape.seq_len, F = m->F;
+  int llama = m->llama;
   a->ln1 = take_x(c, BT * C);
-  a->ln1_mean = take(c, BT);
+  if (!llama)
+    a->ln1_mean = take(c, BT);
   a->ln1_rstd = take(c, BT);
   a->qkv = take_x(c, BT * 3 * C);
+  if (llama && m->shape.qk_norm) {
+    a->qkv_pre = take_x(c, BT * 3 * C);
+    a->qk_rstd = take(c, BT * 2 * NH);
+  }
   if (flash)
     a->lse = take(c, BT / T * NH * T);
   else
@@ -76,32 +129,34 @@ static void layer_acts(carver *c, trn_layer_acts *a, size_t BT, size_t C, size_t
   a->atty = take_x(c, BT * C);
   a->resid2 = take_x(c, BT * C);
   a->ln2 = take_x(c, BT * C);
-  a->ln2_mean = take(c, BT);
+  if (!llama)
+    a->ln2_mean = take(c, BT);
   a->ln2_rstd = take(c, BT);
-  a->fch = take_x(c, BT * 4 * C);
-  a->fch_gelu = take_x(c, BT * 4 * C);
+  a->fch = take_x(c, BT * (llama ? 2 * F : F));
+  a->fch_gelu = take_x(c, BT * F);
 }
 
 /* Lays out all activations; counts only when c->base is NULL. */
 static void carve_acts(trn_model *m, carver *c) {
   const rcfg_shape *s = &m->shape;
-  size_t B = m->B, T = s->seq_len, C = s->d_model, V = s->vocab_size, NH = s->n_head;
+  size_t B = m->B, T = s->seq_len, C = s->d_model, V = s->vocab_size;
   size_t BT = B * T, L = s->n_layer;
   int flash = use_flash(m);
   for (size_t l = 0; l <= L; l++)
     m->resid[l] = take_x(c, BT * C);
   trn_layer_acts shared = {0};
   if (m->recompute)
-    layer_acts(c, &shared, BT, C, NH, T, flash);
+    layer_acts(c, &shared, m, BT, flash);
   for (size_t l = 0; l < L; l++) {
     if (m->recompute)
       m->layer[l] = shared;
     else
-      layer_acts(c, &m->layer[l], BT, C, NH, T, flash);
+      layer_acts(c, &m->layer[l], m, BT, flash);
   }
   m->proj = take_x(c, BT * C);
   m->lnf = take_x(c, BT * C);
-  m->lnf_mean = take(c, BT);
+  if (!m->llama)
+    m->lnf_mean = take(c, BT);
   m->lnf_rstd = take(c, BT);
   m->logits = take_x(c, BT * V);
   m->losses = take(c, BT);
@@ -109,14 +164,16 @@ static void carve_acts(trn_model *m, carver *c) {
 
 static void carve_grads(trn_model *m, carver *c) {
   const rcfg_shape *s = &m->shape;
-  size_t B = m->B, T = s->seq_len, C = s->d_model, NH = s->n_head, BT = B * T;
+  size_t B = m->B, T = s->seq_len, C = s->d_model, NH = s->n_head, BT = B * T, F = m->F;
   m->dresid = take_x(c, BT * C);
   m->dln = take_x(c, BT * C);
   m->dqkv = take_x(c, BT * 3 * C);
   if (!use_flash(m))
     m->datt = take(c, B * NH * T * T);
   m->datty = take_x(c, BT * C);
-  m->dfch = take_x(c, BT * 4 * C);
+  m->dfch = take_x(c, BT * (m->llama ? 2 * F : F));
+  if (m->llama)
+    m->dact = take_x(c, BT * F);
 }
 
 int trn_model_init(trn_model *m, kern_ctx *k, const rcfg_shape *s, int B, int recompute,
@@ -127,10 +184,15 @@ int trn_model_init(trn_model *m, kern_ctx *k, const rcfg_shape *s, int B, int re
   m->B = B;
   m->cur_B = B;
   m->recompute = recompute;
+  m->llama = s->family == RCFG_LLAMA;
+  m->F = rcfg_ffn_hidden(s);
+  m->out_mult = trn_mup_out_mult(s);
+  m->attn_qscale = trn_mup_attn_qscale(s);
   size_t sz[TRN_NTENSORS], off = 0;
   tensor_sizes(s, sz);
   for (int i = 0; i < TRN_NTENSORS; i++) {
-    m->tensors[i] = (trn_tensor_info){tensor_names[i], off, sz[i], tensor_decay[i]};
+    m->tensors[i] =
+        (trn_tensor_info){tensor_names[i], off, sz[i], tensor_decay[i], trn_mup_lr_scale(s, i)};
     off += sz[i];
   }
   m->nparams = off;
@@ -215,13 +277,17 @@ void trn_model_init_weights(trn_model *m, uint64_t seed) {
     const trn_tensor_info *t = &m->tensors[i];
     float *p = host + t->offset;
     const char *nm = t->name;
-    int is_ln_gain = !strcmp(nm, "ln1w") || !strcmp(nm, "ln2w") || !strcmp(nm, "lnfw");
+    int is_gain = !strcmp(nm, "ln1w") || !strcmp(nm, "ln2w") || !strcmp(nm, "lnfw") ||
+                  !strcmp(nm, "qnw") || !strcmp(nm, "knw");
     int is_proj = !strcmp(nm, "attprojw") || !strcmp(nm, "fcprojw");
+    /* muP's hidden matrices: / sqrt(width_mult); 1 (the same bits) in sp */
+    double mup = trn_mup_init_scale(&m->shape, i);
+    double std = (is_proj ? resid_std : 0.02) * mup;
     for (size_t j = 0; j < t->size; j++) {
-      if (is_ln_gain)
+      if (is_gain)
         p[j] = 1.0f;
       else if (t->decay)
-        p[j] = (float)(normal(rng) * (is_proj ? resid_std : 0.02));
+        p[j] = (float)(normal(rng) * std);
       else
         p[j] = 0.0f;
     }
@@ -236,8 +302,8 @@ void trn_model_sync_low(trn_model *m) {
     m->k->ops->to_x(m->k, m->params_low, m->params, m->nparams);
 }
 
-/* Where the LayerNorm of resid[l] goes: block l's ln1, or lnf after the
- * last block. */
+/* Where the norm of resid[l] goes: block l's ln1, or lnf after the last
+ * block. llama's RMSNorm has no mean and no bias (NULL). */
 typedef struct ln_dst {
   kern_x *out;
   float *mean, *rstd;
@@ -248,29 +314,58 @@ static ln_dst ln_of(trn_model *m, int l) {
   if (l < m->shape.n_layer) {
     trn_layer_acts *a = &m->layer[l];
     size_t LC = (size_t)l * m->shape.d_model;
-    return (ln_dst){a->ln1, a->ln1_mean, a->ln1_rstd, wlow(m, TRN_LN1W, LC), wlow(m, TRN_LN1B, LC)};
+    return (ln_dst){a->ln1, a->ln1_mean, a->ln1_rstd, wlow(m, TRN_LN1W, LC),
+                    m->llama ? NULL : wlow(m, TRN_LN1B, LC)};
   }
-  return (ln_dst){m->lnf, m->lnf_mean, m->lnf_rstd, wlow(m, TRN_LNFW, 0), wlow(m, TRN_LNFB, 0)};
+  return (ln_dst){m->lnf, m->lnf_mean, m->lnf_rstd, wlow(m, TRN_LNFW, 0),
+                  m->llama ? NULL : wlow(m, TRN_LNFB, 0)};
 }
 
-/* resid = a + b, then the LayerNorm d of resid: one fused kernel where the
- * backend has it, else the two kernels (the same bits either way). */
+/* The family's norm of inp into d: LayerNorm (gpt2) or RMSNorm (llama). */
+static void norm_forward(trn_model *m, ln_dst d, const kern_x *inp) {
+  kern_ctx *k = m->k;
+  int N = m->cur_B * m->shape.seq_len, C = m->shape.d_model;
+  if (m->llama)
+    k->ops->rmsnorm_forward(k, d.out, d.rstd, inp, d.w, N, C);
+  else
+    k->ops->layernorm_forward(k, d.out, d.mean, d.rstd, inp, d.w, d.b, N, C);
+}
+
+/* dinp += the norm's input gradient from dout; dw, db += (db unused by RMSNorm) */
+static void norm_backward(trn_model *m, kern_x *dinp, float *dw, float *db, const kern_x *dout,
+                          const kern_x *inp, const kern_x *w, const float *mean,
+                          const float *rstd) {
+  kern_ctx *k = m->k;
+  int N = m->cur_B * m->shape.seq_len, C = m->shape.d_model;
+  if (m->llama)
+    k->ops->rmsnorm_backward(k, dinp, dw, dout, inp, w, rstd, N, C);
+  else
+    k->ops->layernorm_backward(k, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+
+/* resid = a + b, then the norm d of resid: LayerNorm in one fused kernel
+ * where the backend has it, else the two kernels (the same bits either way). */
 static void residual_layernorm(trn_model *m, kern_x *resid, const kern_x *a, const kern_x *b,
                                ln_dst d) {
   kern_ctx *k = m->k;
   const kern_ops *o = k->ops;
   int N = m->cur_B * m->shape.seq_len, C = m->shape.d_model;
-  if (o->residual_layernorm_forward) {
+  if (!m->llama && o->residual_layernorm_forward) {
     o->residual_layernorm_forward(k, resid, d.out, d.mean, d.rstd, a, b, d.w, d.b, N, C);
     return;
   }
   o->residual_forward(k, resid, a, b, (size_t)N * C);
-  o->layernorm_forward(k, d.out, d.mean, d.rstd, resid, d.w, d.b, N, C);
+  norm_forward(m, d, resid);
 }
+
+/* Rotary embedding and muP's q scale on qkv (theta 0 in gpt2: the scale
+ * alone); nothing in gpt2 under sp. */
+static int rotates(const trn_model *m) { return m->llama || m->attn_qscale != 1.0f; }
+static float rope_theta(const trn_model *m) { return m->llama ? (float)m->shape.rope_theta : 0.0f; }
 
 /* Block l forward: resid[l] -> resid[l + 1]. Chained (the forward pass):
  * block l's ln1 is already made from resid[l] (by the block before, or by
- * trn_model_forward for block 0), and the block ends with the LayerNorm of
+ * trn_model_forward for block 0), and the block ends with the norm of
  * resid[l + 1] as well (ln_of(l + 1)), fused with its residual. Unchained
  * (recompute in the backward pass, where the blocks share one set of
  * activations, so the next block's ln1 would overwrite this block's): the
@@ -279,36 +374,53 @@ static void layer_forward(trn_model *m, int l, int chained) {
   kern_ctx *k = m->k;
   const kern_ops *o = k->ops;
   const rcfg_shape *s = &m->shape;
-  int B = m->cur_B, T = s->seq_len, C = s->d_model, NH = s->n_head, N = B * T;
-  size_t LC = (size_t)l * C;
+  int B = m->cur_B, T = s->seq_len, C = s->d_model, NH = s->n_head, N = B * T, F = m->F;
+  int llama = m->llama;
+  size_t LC = (size_t)l * C, hs = (size_t)(C / NH);
   trn_layer_acts *a = &m->layer[l];
   if (!chained)
-    o->layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, m->resid[l], wlow(m, TRN_LN1W, LC),
-                         wlow(m, TRN_LN1B, LC), N, C);
-  o->matmul_forward(k, a->qkv, a->ln1, wlow(m, TRN_QKVW, LC * 3 * C), wlow(m, TRN_QKVB, LC * 3), N,
-                    C, 3 * C);
+    norm_forward(m, ln_of(m, l), m->resid[l]);
+  kern_x *qkv_out = a->qkv_pre ? a->qkv_pre : a->qkv;
+  o->matmul_forward(k, qkv_out, a->ln1, wlow(m, TRN_QKVW, LC * 3 * C),
+                    llama ? NULL : wlow(m, TRN_QKVB, LC * 3), N, C, 3 * C);
+  if (a->qkv_pre)
+    o->qknorm_forward(k, a->qkv, a->qk_rstd, a->qkv_pre, wlow(m, TRN_QNW, l * hs),
+                      wlow(m, TRN_KNW, l * hs), N, C, NH);
+  if (rotates(m))
+    o->rope_forward(k, a->qkv, B, T, C, NH, rope_theta(m), m->attn_qscale);
   if (use_flash(m))
     o->flash_attention_forward(k, a->atty, a->lse, a->qkv, B, T, C, NH);
   else
     o->attention_forward(k, a->atty, a->att, a->qkv, B, T, C, NH);
-  o->matmul_forward(k, m->proj, a->atty, wlow(m, TRN_ATTPROJW, LC * C), wlow(m, TRN_ATTPROJB, LC),
-                    N, C, C);
-  residual_layernorm(
-      m, a->resid2, m->resid[l], m->proj,
-      (ln_dst){a->ln2, a->ln2_mean, a->ln2_rstd, wlow(m, TRN_LN2W, LC), wlow(m, TRN_LN2B, LC)});
-  const kern_x *fcw = wlow(m, TRN_FCW, LC * 4 * C), *fcb = wlow(m, TRN_FCB, LC * 4);
-  if (o->matmul_gelu_forward) { /* the same two results, fused where the backend can */
-    o->matmul_gelu_forward(k, a->fch_gelu, a->fch, a->ln2, fcw, fcb, N, C, 4 * C);
+  o->matmul_forward(k, m->proj, a->atty, wlow(m, TRN_ATTPROJW, LC * C),
+                    llama ? NULL : wlow(m, TRN_ATTPROJB, LC), N, C, C);
+  residual_layernorm(m, a->resid2, m->resid[l], m->proj,
+                     (ln_dst){a->ln2, a->ln2_mean, a->ln2_rstd, wlow(m, TRN_LN2W, LC),
+                              llama ? NULL : wlow(m, TRN_LN2B, LC)});
+  if (llama) { /* SwiGLU: gate | up in one product, then silu(gate) * up */
+    o->matmul_forward(k, a->fch, a->ln2, wlow(m, TRN_FCW, LC * 2 * F), NULL, N, C, 2 * F);
+    o->swiglu_forward(k, a->fch_gelu, a->fch, N, F);
+    o->matmul_forward(k, m->proj, a->fch_gelu, wlow(m, TRN_FCPROJW, LC * F), NULL, N, F, C);
   } else {
-    o->matmul_forward(k, a->fch, a->ln2, fcw, fcb, N, C, 4 * C);
-    o->gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    const kern_x *fcw = wlow(m, TRN_FCW, LC * 4 * C), *fcb = wlow(m, TRN_FCB, LC * 4);
+    if (o->matmul_gelu_forward) { /* the same two results, fused where the backend can */
+      o->matmul_gelu_forward(k, a->fch_gelu, a->fch, a->ln2, fcw, fcb, N, C, 4 * C);
+    } else {
+      o->matmul_forward(k, a->fch, a->ln2, fcw, fcb, N, C, 4 * C);
+      o->gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    }
+    o->matmul_forward(k, m->proj, a->fch_gelu, wlow(m, TRN_FCPROJW, LC * 4 * C),
+                      wlow(m, TRN_FCPROJB, LC), N, 4 * C, C);
   }
-  o->matmul_forward(k, m->proj, a->fch_gelu, wlow(m, TRN_FCPROJW, LC * 4 * C),
-                    wlow(m, TRN_FCPROJB, LC), N, 4 * C, C);
   if (chained)
     residual_layernorm(m, m->resid[l + 1], a->resid2, m->proj, ln_of(m, l + 1));
   else
     o->residual_forward(k, m->resid[l + 1], a->resid2, m->proj, (size_t)N * C);
+}
+
+/* The output head's weights: wte when tied (gpt2 always), else head. */
+static int head_tensor(const trn_model *m) {
+  return m->tensors[TRN_HEAD].size ? TRN_HEAD : TRN_WTE;
 }
 
 void trn_model_forward_into(trn_model *m, int nseq, const int32_t *tokens, const int32_t *targets,
@@ -319,12 +431,14 @@ void trn_model_forward_into(trn_model *m, int nseq, const int32_t *tokens, const
   m->cur_B = nseq;
   int B = nseq, T = s->seq_len, C = s->d_model, V = s->vocab_size, N = B * T;
   o->from_host(k, m->tokens, tokens, (size_t)N * sizeof(int32_t));
-  o->encoder_forward(k, m->resid[0], m->tokens, wlow(m, TRN_WTE, 0), wlow(m, TRN_WPE, 0), B, T, C);
-  ln_dst first = ln_of(m, 0);
-  o->layernorm_forward(k, first.out, first.mean, first.rstd, m->resid[0], first.w, first.b, N, C);
+  o->encoder_forward(k, m->resid[0], m->tokens, wlow(m, TRN_WTE, 0),
+                     m->llama ? NULL : wlow(m, TRN_WPE, 0), B, T, C);
+  norm_forward(m, ln_of(m, 0), m->resid[0]);
   for (int l = 0; l < s->n_layer; l++)
-    layer_forward(m, l, 1); /* each ends with the next LayerNorm: ln1, lnf after the last */
-  o->matmul_forward(k, m->logits, m->lnf, wlow(m, TRN_WTE, 0), NULL, N, C, V);
+    layer_forward(m, l, 1); /* each ends with the next norm: ln1, lnf after the last */
+  if (m->out_mult != 1.0f)  /* muP's output multiplier, on the head's input */
+    o->scale_x(k, m->lnf, m->out_mult, (size_t)N * C);
+  o->matmul_forward(k, m->logits, m->lnf, wlow(m, head_tensor(m), 0), NULL, N, C, V);
   if (!targets)
     return;
   o->from_host(k, m->targets, targets, (size_t)N * sizeof(int32_t));
@@ -346,13 +460,18 @@ double trn_model_forward(trn_model *m, int nseq, const int32_t *tokens, const in
   return loss;
 }
 
+/* The tensor's gradient at element i (NULL for a tensor the family lacks). */
+static float *gat(const trn_model *m, int t, size_t i) {
+  return m->tensors[t].size ? m->mgrads + m->tensors[t].offset + i : NULL;
+}
+
 void trn_model_backward(trn_model *m, float dscale) {
   kern_ctx *k = m->k;
   const kern_ops *o = k->ops;
   const rcfg_shape *s = &m->shape;
   int B = m->cur_B, T = s->seq_len, C = s->d_model, V = s->vocab_size, NH = s->n_head;
-  int N = B * T, L = s->n_layer;
-  const trn_weights *g = &m->mg;
+  int N = B * T, L = s->n_layer, F = m->F, llama = m->llama;
+  size_t hs = (size_t)(C / NH);
   o->zero(k, m->mgrads, m->nparams * sizeof(float));
 
   /* head: a forward without dscale left the logits intact; this pass
@@ -365,54 +484,77 @@ void trn_model_backward(trn_model *m, float dscale) {
     abort();
   }
   m->head_dscale = 0.0f;
-  o->matmul_backward(k, m->dln, g->wte, NULL, m->logits, m->lnf, wlow(m, TRN_WTE, 0), N, C, V);
+  int ht = head_tensor(m);
+  o->matmul_backward(k, m->dln, gat(m, ht, 0), NULL, m->logits, m->lnf, wlow(m, ht, 0), N, C, V);
+  if (m->out_mult != 1.0f)
+    o->scale_x(k, m->dln, m->out_mult, (size_t)N * C);
   o->zero(k, m->dresid, (size_t)N * C * k->xbytes);
-  o->layernorm_backward(k, m->dresid, g->lnfw, g->lnfb, m->dln, m->resid[L], wlow(m, TRN_LNFW, 0),
-                        m->lnf_mean, m->lnf_rstd, N, C);
+  norm_backward(m, m->dresid, gat(m, TRN_LNFW, 0), gat(m, TRN_LNFB, 0), m->dln, m->resid[L],
+                wlow(m, TRN_LNFW, 0), m->lnf_mean, m->lnf_rstd);
 
   for (int l = L - 1; l >= 0; l--) {
     if (m->recompute)
       layer_forward(m, l, 0);
     trn_layer_acts *a = &m->layer[l];
     size_t LC = (size_t)l * C;
-    /* MLP half: resid[l+1] = resid2 + fcproj(gelu(fc(ln2(resid2)))) */
-    o->matmul_backward(k, m->dfch, g->fcprojw + LC * 4 * C, g->fcprojb + LC, m->dresid, a->fch_gelu,
-                       wlow(m, TRN_FCPROJW, LC * 4 * C), N, 4 * C, C);
-    o->gelu_backward(k, m->dfch, a->fch, m->dfch, (size_t)N * 4 * C);
-    o->matmul_backward(k, m->dln, g->fcw + LC * 4 * C, g->fcb + LC * 4, m->dfch, a->ln2,
-                       wlow(m, TRN_FCW, LC * 4 * C), N, C, 4 * C);
-    o->layernorm_backward(k, m->dresid, g->ln2w + LC, g->ln2b + LC, m->dln, a->resid2,
-                          wlow(m, TRN_LN2W, LC), a->ln2_mean, a->ln2_rstd, N, C);
-    /* attention half: resid2 = resid[l] + attproj(attn(qkv(ln1(resid[l])))) */
-    o->matmul_backward(k, m->datty, g->attprojw + LC * C, g->attprojb + LC, m->dresid, a->atty,
-                       wlow(m, TRN_ATTPROJW, LC * C), N, C, C);
+    /* MLP half: resid[l+1] = resid2 + down(act(up(norm2(resid2)))) */
+    if (llama) {
+      o->matmul_backward(k, m->dact, gat(m, TRN_FCPROJW, LC * F), NULL, m->dresid, a->fch_gelu,
+                         wlow(m, TRN_FCPROJW, LC * F), N, F, C);
+      o->swiglu_backward(k, m->dfch, a->fch, m->dact, N, F);
+      o->matmul_backward(k, m->dln, gat(m, TRN_FCW, LC * 2 * F), NULL, m->dfch, a->ln2,
+                         wlow(m, TRN_FCW, LC * 2 * F), N, C, 2 * F);
+    } else {
+      o->matmul_backward(k, m->dfch, gat(m, TRN_FCPROJW, LC * 4 * C), gat(m, TRN_FCPROJB, LC),
+                         m->dresid, a->fch_gelu, wlow(m, TRN_FCPROJW, LC * 4 * C), N, 4 * C, C);
+      o->gelu_backward(k, m->dfch, a->fch, m->dfch, (size_t)N * 4 * C);
+      o->matmul_backward(k, m->dln, gat(m, TRN_FCW, LC * 4 * C), gat(m, TRN_FCB, LC * 4), m->dfch,
+                         a->ln2, wlow(m, TRN_FCW, LC * 4 * C), N, C, 4 * C);
+    }
+    norm_backward(m, m->dresid, gat(m, TRN_LN2W, LC), gat(m, TRN_LN2B, LC), m->dln, a->resid2,
+                  wlow(m, TRN_LN2W, LC), a->ln2_mean, a->ln2_rstd);
+    /* attention half: resid2 = resid[l] + attproj(attn(qkv(norm1(resid[l])))) */
+    o->matmul_backward(k, m->datty, gat(m, TRN_ATTPROJW, LC * C), gat(m, TRN_ATTPROJB, LC),
+                       m->dresid, a->atty, wlow(m, TRN_ATTPROJW, LC * C), N, C, C);
     if (use_flash(m)) /* from the forward's output atty and lse */
       o->flash_attention_backward(k, m->dqkv, m->datty, a->atty, a->qkv, a->lse, B, T, C, NH);
     else
       o->attention_backward(k, m->dqkv, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
-    o->matmul_backward(k, m->dln, g->qkvw + LC * 3 * C, g->qkvb + LC * 3, m->dqkv, a->ln1,
-                       wlow(m, TRN_QKVW, LC * 3 * C), N, C, 3 * C);
-    o->layernorm_backward(k, m->dresid, g->ln1w + LC, g->ln1b + LC, m->dln, m->resid[l],
-                          wlow(m, TRN_LN1W, LC), a->ln1_mean, a->ln1_rstd, N, C);
+    if (rotates(m))
+      o->rope_backward(k, m->dqkv, B, T, C, NH, rope_theta(m), m->attn_qscale);
+    if (a->qkv_pre)
+      o->qknorm_backward(k, m->dqkv, gat(m, TRN_QNW, l * hs), gat(m, TRN_KNW, l * hs), m->dqkv,
+                         a->qkv_pre, wlow(m, TRN_QNW, l * hs), wlow(m, TRN_KNW, l * hs), a->qk_rstd,
+                         N, C, NH);
+    o->matmul_backward(k, m->dln, gat(m, TRN_QKVW, LC * 3 * C), gat(m, TRN_QKVB, LC * 3), m->dqkv,
+                       a->ln1, wlow(m, TRN_QKVW, LC * 3 * C), N, C, 3 * C);
+    norm_backward(m, m->dresid, gat(m, TRN_LN1W, LC), gat(m, TRN_LN1B, LC), m->dln, m->resid[l],
+                  wlow(m, TRN_LN1W, LC), a->ln1_mean, a->ln1_rstd);
     if (m->grads_ready) { /* block l's gradient is final: its slice of each block tensor */
       size_t r[TRN_NTENSORS][2];
       int n = 0;
-      for (int t = TRN_FIRST_BLOCK_TENSOR; t <= TRN_LAST_BLOCK_TENSOR; t++, n++) {
+      for (int t = TRN_FIRST_BLOCK_TENSOR; t <= TRN_LAST_BLOCK_TENSOR; t++) {
         size_t per = m->tensors[t].size / (size_t)L;
+        if (!per) /* a tensor this family lacks */
+          continue;
         r[n][0] = m->tensors[t].offset + (size_t)l * per;
         r[n][1] = r[n][0] + per;
+        n++;
       }
       m->grads_ready(m->grads_ready_ud, (const size_t(*)[2])r, n);
     }
   }
-  o->encoder_backward(k, g->wte, g->wpe, m->dresid, m->tokens, B, T, C);
-  if (m->grads_ready) { /* the rest: the embeddings (wte also the head) and the final LayerNorm */
-    size_t r[4][2];
-    const int rest[4] = {0, 1, TRN_NTENSORS - 2, TRN_NTENSORS - 1};
-    for (int i = 0; i < 4; i++) {
-      r[i][0] = m->tensors[rest[i]].offset;
-      r[i][1] = r[i][0] + m->tensors[rest[i]].size;
-    }
-    m->grads_ready(m->grads_ready_ud, (const size_t(*)[2])r, 4);
+  o->encoder_backward(k, gat(m, TRN_WTE, 0), gat(m, TRN_WPE, 0), m->dresid, m->tokens, B, T, C);
+  if (m->grads_ready) { /* the rest: the embeddings, the final norm, the head */
+    size_t r[5][2];
+    const int rest[5] = {TRN_WTE, TRN_WPE, TRN_LNFW, TRN_LNFB, TRN_HEAD};
+    int n = 0;
+    for (int i = 0; i < 5; i++)
+      if (m->tensors[rest[i]].size) {
+        r[n][0] = m->tensors[rest[i]].offset;
+        r[n][1] = r[n][0] + m->tensors[rest[i]].size;
+        n++;
+      }
+    m->grads_ready(m->grads_ready_ud, (const size_t(*)[2])r, n);
   }
 }

@@ -151,9 +151,9 @@ typedef struct trn_model {
   float *datt;                                /* NULL with flash attention */
 
   /* When set, trn_model_backward calls it as parts of mgrads become final:
-   * after each block (its 14 tensors' slices, last block first; empty
-   * ranges for the tensors its family lacks), then after the embeddings
-   * (wte, wpe, lnfw, lnfb, head), with the ranges [lo, hi) of
+   * after each block (the slices of the block tensors its family has, last
+   * block first), then after the embeddings (wte, wpe, lnfw, lnfb, head;
+   * those it has), with the ranges [lo, hi) of
    * parameter indices; the ranges of all calls cover every parameter once.
    * Data parallelism starts reducing a bucket there while backward goes on. */
   void (*grads_ready)(void *ud, const size_t (*ranges)[2], int n);

@@ -120,6 +120,33 @@ WRAP(flash_attention_backward,
       const float *lse, int B, int T, int C, int NH),
      (k, dqkv, dout, out, qkv, lse, B, T, C, NH),
      shape(buf, "flash_attention_backward B T C", B, T, C))
+WRAP(rmsnorm_forward,
+     (kern_ctx * k, kern_x *out, float *rstd, const kern_x *inp, const kern_x *w, int N, int C),
+     (k, out, rstd, inp, w, N, C), "rmsnorm_forward")
+WRAP(rmsnorm_backward,
+     (kern_ctx * k, kern_x *dinp, float *dw, const kern_x *dout, const kern_x *inp, const kern_x *w,
+      const float *rstd, int N, int C),
+     (k, dinp, dw, dout, inp, w, rstd, N, C), "rmsnorm_backward")
+WRAP(qknorm_forward,
+     (kern_ctx * k, kern_x *out, float *rstd, const kern_x *qkv, const kern_x *wq, const kern_x *wk,
+      int N, int C, int NH),
+     (k, out, rstd, qkv, wq, wk, N, C, NH), "qknorm_forward")
+WRAP(qknorm_backward,
+     (kern_ctx * k, kern_x *dqkv, float *dwq, float *dwk, const kern_x *dout, const kern_x *qkv,
+      const kern_x *wq, const kern_x *wk, const float *rstd, int N, int C, int NH),
+     (k, dqkv, dwq, dwk, dout, qkv, wq, wk, rstd, N, C, NH), "qknorm_backward")
+WRAP(rope_forward,
+     (kern_ctx * k, kern_x *qkv, int B, int T, int C, int NH, float theta, float qscale),
+     (k, qkv, B, T, C, NH, theta, qscale), "rope_forward")
+WRAP(rope_backward,
+     (kern_ctx * k, kern_x *dqkv, int B, int T, int C, int NH, float theta, float qscale),
+     (k, dqkv, B, T, C, NH, theta, qscale), "rope_backward")
+WRAP(swiglu_forward, (kern_ctx * k, kern_x *out, const kern_x *inp, int N, int F),
+     (k, out, inp, N, F), "swiglu_forward")
+WRAP(swiglu_backward,
+     (kern_ctx * k, kern_x *dinp, const kern_x *inp, const kern_x *dout, int N, int F),
+     (k, dinp, inp, dout, N, F), "swiglu_backward")
+WRAP(scale_x, (kern_ctx * k, kern_x *x, float s, size_t n), (k, x, s, n), "scale_x")
 WRAP(gelu_forward, (kern_ctx * k, kern_x *out, const kern_x *inp, size_t n), (k, out, inp, n),
      "gelu_forward")
 WRAP(gelu_backward, (kern_ctx * k, kern_x *dinp, const kern_x *inp, const kern_x *dout, size_t n),
@@ -158,15 +185,19 @@ int trn_opprof_install(kern_ctx *k) {
     wrapped.NAME = p_##NAME;
   SET(zero)
   SET(from_host)
-  SET(encoder_forward) SET(encoder_backward) SET(layernorm_forward) SET(layernorm_backward)
+  SET(encoder_forward)
+  SET(encoder_backward) SET(layernorm_forward) SET(layernorm_backward)
       SET(residual_layernorm_forward) SET(matmul_forward) SET(matmul_backward)
           SET(matmul_gelu_forward) SET(attention_forward) SET(attention_backward)
               SET(flash_attention_forward) SET(flash_attention_backward) SET(gelu_forward)
                   SET(gelu_backward) SET(residual_forward) SET(softmax_xent) SET(axpy) SET(scale)
                       SET(mean_into) SET(sumsq_into) SET(step_scale) SET(to_x) SET(adamw_fused)
-                          SET(adamw8bit_fused)
+                          SET(adamw8bit_fused) SET(rmsnorm_forward) SET(rmsnorm_backward)
+                              SET(qknorm_forward) SET(qknorm_backward) SET(rope_forward)
+                                  SET(rope_backward) SET(swiglu_forward) SET(swiglu_backward)
+                                      SET(scale_x)
 #undef SET
-                              k->ops = &wrapped;
+                                          k->ops = &wrapped;
   installed = 1;
   paused = 1; /* until the training loop starts: not the set-up's uploads */
   return 1;

@@ -106,6 +106,7 @@ void trn_optim_step(trn_optim *o, trn_model *m, double lr, double beta1, double 
     parts.part[parts.n].block =
         o->q8 ? o->block_off[i] + (from - t->offset) / KERN_Q8_BLOCK - o->blo : 0;
     parts.part[parts.n].weight_decay = t->decay ? (float)weight_decay : 0.0f;
+    parts.part[parts.n].lr_scale = t->lr_scale;
     parts.n++;
   }
   if (o->q8)

@@ -16,7 +16,7 @@ char *openblas_get_corename(void);
 typedef struct kern__level {
   const char *name;
   int (*runs_here)(void); /* does this CPU run it? NULL: every x86-64 does */
-  void (*fill[7])(kern_ops *o);
+  void (*fill[8])(kern_ops *o);
   void (*fa_fwd)(kern_ctx *k, kern_x *out, float *lse, const kern_x *qkv, int B, int T, int C,
                  int NH);
   void (*fa_bwd)(kern_ctx *k, kern_x *dqkv, const kern_x *dout, const kern_x *out,
@@ -25,34 +25,36 @@ typedef struct kern__level {
   float (*q8_signed)(int), (*q8_unsigned)(int);
 } kern__level;
 
-#define KERN__LEVEL(L, RUNS_HERE)                                                                \
-  void kern__cpu_elementwise_##L(kern_ops *o);                                                   \
-  void kern__cpu_matmul_##L(kern_ops *o);                                                        \
-  void kern__cpu_layernorm_##L(kern_ops *o);                                                     \
-  void kern__cpu_attention_##L(kern_ops *o);                                                     \
-  void kern__cpu_encoder_##L(kern_ops *o);                                                       \
-  void kern__cpu_xent_##L(kern_ops *o);                                                          \
-  void kern__cpu_adamw_##L(kern_ops *o);                                                         \
-  void kern_cpu_flash_attention_forward_##L(kern_ctx *k, kern_x *out, float *lse,                \
-                                            const kern_x *qkv, int B, int T, int C, int NH);     \
-  void kern_cpu_flash_attention_backward_##L(kern_ctx *k, kern_x *dqkv, const kern_x *dout,      \
-                                             const kern_x *out, const kern_x *qkv,               \
-                                             const float *lse, int B, int T, int C, int NH);     \
-  float kern_round_bf16_##L(float x);                                                            \
-  float kern_round_fp16_##L(float x);                                                            \
-  float kern_q8_signed_value_##L(int q);                                                         \
-  float kern_q8_unsigned_value_##L(int q);                                                       \
-  static const kern__level level_##L = {                                                         \
-      #L,                                                                                        \
-      RUNS_HERE,                                                                                 \
-      {kern__cpu_elementwise_##L, kern__cpu_matmul_##L, kern__cpu_layernorm_##L,                 \
-       kern__cpu_attention_##L, kern__cpu_encoder_##L, kern__cpu_xent_##L, kern__cpu_adamw_##L}, \
-      kern_cpu_flash_attention_forward_##L,                                                      \
-      kern_cpu_flash_attention_backward_##L,                                                     \
-      kern_round_bf16_##L,                                                                       \
-      kern_round_fp16_##L,                                                                       \
-      kern_q8_signed_value_##L,                                                                  \
-      kern_q8_unsigned_value_##L};
+#define KERN__LEVEL(L, RUNS_HERE)                                                            \
+  void kern__cpu_elementwise_##L(kern_ops *o);                                               \
+  void kern__cpu_matmul_##L(kern_ops *o);                                                    \
+  void kern__cpu_layernorm_##L(kern_ops *o);                                                 \
+  void kern__cpu_attention_##L(kern_ops *o);                                                 \
+  void kern__cpu_encoder_##L(kern_ops *o);                                                   \
+  void kern__cpu_xent_##L(kern_ops *o);                                                      \
+  void kern__cpu_adamw_##L(kern_ops *o);                                                     \
+  void kern__cpu_llama_##L(kern_ops *o);                                                     \
+  void kern_cpu_flash_attention_forward_##L(kern_ctx *k, kern_x *out, float *lse,            \
+                                            const kern_x *qkv, int B, int T, int C, int NH); \
+  void kern_cpu_flash_attention_backward_##L(kern_ctx *k, kern_x *dqkv, const kern_x *dout,  \
+                                             const kern_x *out, const kern_x *qkv,           \
+                                             const float *lse, int B, int T, int C, int NH); \
+  float kern_round_bf16_##L(float x);                                                        \
+  float kern_round_fp16_##L(float x);                                                        \
+  float kern_q8_signed_value_##L(int q);                                                     \
+  float kern_q8_unsigned_value_##L(int q);                                                   \
+  static const kern__level level_##L = {#L,                                                  \
+                                        RUNS_HERE,                                           \
+                                        {kern__cpu_elementwise_##L, kern__cpu_matmul_##L,    \
+                                         kern__cpu_layernorm_##L, kern__cpu_attention_##L,   \
+                                         kern__cpu_encoder_##L, kern__cpu_xent_##L,          \
+                                         kern__cpu_adamw_##L, kern__cpu_llama_##L},          \
+                                        kern_cpu_flash_attention_forward_##L,                \
+                                        kern_cpu_flash_attention_backward_##L,               \
+                                        kern_round_bf16_##L,                                 \
+                                        kern_round_fp16_##L,                                 \
+                                        kern_q8_signed_value_##L,                            \
+                                        kern_q8_unsigned_value_##L};
 
 /* the levels this build holds (kernels/CMakeLists.txt), lowest first */
 #ifdef KERN_CPU_NATIVE
@@ -174,7 +176,7 @@ int kern_cpu_init(kern_ctx *k, kern_prec prec, int threads) {
     cpu_ops.to_host = cpu_copy;
     cpu_ops.from_host = cpu_copy;
     cpu_ops.sync = cpu_sync;
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 8; i++)
       current()->fill[i](&cpu_ops);
   }
   if (threads <= 0)

@@ -4,6 +4,10 @@
 #include "internal.h"
 
 KERN__INLINE void enc_row(float *y, const float *e, const float *q, int C, const kern_prec p) {
+  if (!q) { /* no positions: the embedding, already at the run's precision */
+    memcpy(y, e, (size_t)C * sizeof(float));
+    return;
+  }
   for (int c = 0; c < C; c++)
     y[c] = kern__rnd(e[c] + q[c], p);
 }
@@ -14,7 +18,7 @@ static void encoder_forward(kern_ctx *k, kern_x *out_x, const int32_t *tokens, c
   const float *wte = wte_x, *wpe = wpe_x;
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < B * T; r++) {
-    const float *e = wte + (size_t)tokens[r] * C, *q = wpe + (size_t)(r % T) * C;
+    const float *e = wte + (size_t)tokens[r] * C, *q = wpe ? wpe + (size_t)(r % T) * C : NULL;
 #define CALL(P) enc_row(out + (size_t)r * C, e, q, C, P)
     KERN__WITH_PREC(k->prec, CALL);
 #undef CALL
@@ -33,10 +37,13 @@ static void encoder_backward(kern_ctx *k, float *dwte, float *dwpe, const kern_x
     int lo = t * per, hi = lo + per < C ? lo + per : C;
     for (int r = 0; r < B * T; r++) {
       const float *dy = dout + (size_t)r * C;
-      float *de = dwte + (size_t)tokens[r] * C, *dq = dwpe + (size_t)(r % T) * C;
-      for (int c = lo; c < hi; c++) {
+      float *de = dwte + (size_t)tokens[r] * C;
+      for (int c = lo; c < hi; c++)
         de[c] += dy[c];
-        dq[c] += dy[c];
+      if (dwpe) {
+        float *dq = dwpe + (size_t)(r % T) * C;
+        for (int c = lo; c < hi; c++)
+          dq[c] += dy[c];
       }
     }
   }

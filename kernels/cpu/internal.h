@@ -29,6 +29,7 @@
 #define kern__cpu_encoder KERN__LEVELED(kern__cpu_encoder)
 #define kern__cpu_xent KERN__LEVELED(kern__cpu_xent)
 #define kern__cpu_adamw KERN__LEVELED(kern__cpu_adamw)
+#define kern__cpu_llama KERN__LEVELED(kern__cpu_llama)
 #define kern_cpu_flash_attention_forward KERN__LEVELED(kern_cpu_flash_attention_forward)
 #define kern_cpu_flash_attention_backward KERN__LEVELED(kern_cpu_flash_attention_backward)
 #define kern_round_bf16 KERN__LEVELED(kern_round_bf16)
@@ -142,5 +143,6 @@ void kern__cpu_attention(kern_ops *o);
 void kern__cpu_encoder(kern_ops *o);
 void kern__cpu_xent(kern_ops *o);
 void kern__cpu_adamw(kern_ops *o);
+void kern__cpu_llama(kern_ops *o);
 
 #endif

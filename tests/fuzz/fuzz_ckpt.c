@@ -62,8 +62,7 @@ static run *setup(void) {
   }
   r.rung_json = rcfg_to_json(&r.rung);
   kern_cpu_init(&r.k, trn_kern_prec(r.cfg.precision), r.cfg.threads);
-  rcfg_shape s = {r.cfg.model.n_layer, r.cfg.model.d_model, r.cfg.model.n_head, r.cfg.model.seq_len,
-                  r.cfg.model.vocab_size};
+  rcfg_shape s = rcfg_shape_of(&r.cfg);
   if (trn_model_init(&r.m, &r.k, &s, r.cfg.train.micro_batch_size, 0, 0) != 0 ||
       trn_optim_init(&r.o, &r.m, 0) != 0 ||
       trn_lexicon_new(&r.cfg.data.synth, &r.lx, err, sizeof err) != 0 ||

@@ -1,14 +1,31 @@
-/* The whole GPT: finite-difference gradient check in fp32, recomputation
- * bitwise equal to stored activations, micro-batch accumulation equal to
- * the whole batch, parameter counts equal to the closed forms. */
+/* The whole model, in each family and parametrisation: finite-difference
+ * gradient check in fp32, recomputation bitwise equal to stored
+ * activations, micro-batch accumulation equal to the whole batch, parameter
+ * counts equal to the closed forms, muP's factors against a table worked
+ * by hand. */
 #include <string.h>
 
 #include "check.h"
 #include "runcfg/flops.h"
 #include "trainer/model.h"
+#include "trainer/mup.h"
 #include "trainer/rng.h"
 
-static const rcfg_shape S = {2, 16, 2, 8, 11}; /* L, d, heads, T, V */
+/* the shape under test: each of SHAPES in turn */
+static rcfg_shape S;
+
+/* L 2, d 16, 2 heads (hs 8), T 8, V 11; llama's F = 32 ceil(8/3 x 16 / 32) = 64 */
+#define BASE .n_layer = 2, .d_model = 16, .n_head = 2, .seq_len = 8, .vocab_size = 11
+#define LLAMA \
+  .family = RCFG_LLAMA, .mlp_ratio = 8.0 / 3.0, .mlp_multiple_of = 32, .rope_theta = 10000.0
+static const rcfg_shape SHAPES[] = {
+    {BASE},
+    {BASE, .parametrization = RCFG_MUP, .base_width = 8},
+    {BASE, LLAMA, .untied = 1},
+    {BASE, LLAMA, .untied = 0, .qk_norm = 1},
+    {BASE, LLAMA, .untied = 1, .qk_norm = 1, .parametrization = RCFG_MUP, .base_width = 4},
+};
+#define NSHAPES (int)(sizeof SHAPES / sizeof SHAPES[0])
 
 static void random_tokens(int32_t *t, int n, uint64_t seed) {
   uint64_t r[4];
@@ -23,10 +40,24 @@ static void test_counts(void) {
   trn_model m;
   CHECK_INT_EQ(trn_model_init(&m, &k, &S, 2, 0, 0), 0);
   CHECK_INT_EQ((long long)m.nparams, rcfg_params(&S));
-  int64_t L = S.n_layer, d = S.d_model;
-  CHECK_INT_EQ(rcfg_nonembedding_params(&S), L * (12 * d * d + 13 * d) + 2 * d);
-  CHECK_NEAR(rcfg_flops_per_token(&S), 6.0 * (12.0 * 2 * 16 * 16 + 16.0 * 11) + 6.0 * 2 * 8 * 16, 0,
-             1e-15);
+  int64_t L = S.n_layer, d = S.d_model, V = S.vocab_size;
+  if (S.family == RCFG_GPT2) {
+    CHECK_INT_EQ(rcfg_nonembedding_params(&S), L * (12 * d * d + 13 * d) + 2 * d);
+    CHECK_NEAR(rcfg_flops_per_token(&S), 6.0 * (12.0 * 2 * 16 * 16 + 16.0 * 11) + 6.0 * 2 * 8 * 16,
+               0, 1e-15);
+  } else { /* F = 64, hs = 8 */
+    CHECK_INT_EQ(rcfg_ffn_hidden(&S), 64);
+    int64_t ne = L * (4 * d * d + 3 * 64 * d + 2 * d + (S.qk_norm ? 2 * 8 : 0)) + d;
+    CHECK_INT_EQ(rcfg_nonembedding_params(&S), ne);
+    CHECK_INT_EQ(rcfg_params(&S), ne + V * d * (S.untied ? 2 : 1));
+    CHECK_NEAR(rcfg_flops_per_token(&S),
+               6.0 * ((4.0 * 16 * 16 + 3.0 * 64 * 16) * 2 + 16.0 * 11) + 6.0 * 2 * 8 * 16 +
+                   12.0 * 2 * 16,
+               0, 1e-15);
+    CHECK(m.tensors[TRN_WPE].size == 0 && m.tensors[TRN_QKVB].size == 0);
+    CHECK_INT_EQ((long long)m.tensors[TRN_HEAD].size, S.untied ? V * d : 0);
+    CHECK_INT_EQ((long long)m.tensors[TRN_FCW].size, L * 2 * 64 * d);
+  }
   trn_model_free(&m);
 }
 
@@ -61,6 +92,8 @@ static void test_gradients(void) {
   int bad = 0;
   for (int t = 0; t < TRN_NTENSORS; t++) {
     const trn_tensor_info *ti = &m.tensors[t];
+    if (!ti->size) /* a tensor this family lacks */
+      continue;
     double scale = 0;
     for (size_t i = 0; i < ti->size; i++)
       scale = fabs(g[ti->offset + i]) > scale ? fabs(g[ti->offset + i]) : scale;
@@ -162,12 +195,80 @@ static void test_low_precision_weights(void) {
   trn_model_free(&m);
 }
 
+/* muP's factors at width_mult 2 and 4, against the table in trainer/mup.h
+ * worked by hand: hidden matrices' rates / m and init / sqrt(m), logits x
+ * 1/m, q scaled by 1/sqrt(hs) (scores q.k / hs); all 1 in sp. */
+static void test_mup_table(void) {
+  static const struct {
+    int d, base;
+    float lr_hidden, out_mult, qscale;
+    double init_hidden;
+  } rows[] = {
+      {16, 8, 0.5f, 0.5f, 0.35355339f, 0.70710678}, /* m = 2, hs = 8 */
+      {64, 16, 0.25f, 0.25f, 0.17677670f, 0.5},     /* m = 4, hs = 32 */
+  };
+  for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+    rcfg_shape s = {BASE, LLAMA, .untied = 1, .parametrization = RCFG_MUP};
+    s.d_model = rows[r].d;
+    s.base_width = rows[r].base;
+    kern_ctx k;
+    kern_cpu_init(&k, KERN_FP32, 2);
+    trn_model m;
+    CHECK_INT_EQ(trn_model_init(&m, &k, &s, 1, 0, 0), 0);
+    for (int t = 0; t < TRN_NTENSORS; t++) {
+      int hidden = t == TRN_QKVW || t == TRN_ATTPROJW || t == TRN_FCW || t == TRN_FCPROJW;
+      CHECK_NEAR(m.tensors[t].lr_scale, hidden ? rows[r].lr_hidden : 1.0f, 0, 1e-7);
+      CHECK_NEAR(trn_mup_init_scale(&s, t), hidden ? rows[r].init_hidden : 1.0, 0, 1e-7);
+    }
+    CHECK_NEAR(m.out_mult, rows[r].out_mult, 0, 1e-7);
+    CHECK_NEAR(m.attn_qscale, rows[r].qscale, 0, 1e-6);
+    trn_model_free(&m);
+    /* sp: every factor 1 */
+    s.parametrization = RCFG_SP;
+    CHECK_INT_EQ(trn_model_init(&m, &k, &s, 1, 0, 0), 0);
+    for (int t = 0; t < TRN_NTENSORS; t++)
+      CHECK(m.tensors[t].lr_scale == 1.0f && trn_mup_init_scale(&s, t) == 1.0);
+    CHECK(m.out_mult == 1.0f && m.attn_qscale == 1.0f);
+    trn_model_free(&m);
+  }
+}
+
+/* Under muP the initial hidden weights' spread is sigma / sqrt(m): measured
+ * on the drawn weights at m = 4 (d 64, base 16) against sp. */
+static void test_mup_init(void) {
+  rcfg_shape s = {BASE, LLAMA, .untied = 1};
+  s.d_model = 64;
+  double sd[2];
+  for (int mup = 0; mup < 2; mup++) {
+    s.parametrization = mup ? RCFG_MUP : RCFG_SP;
+    s.base_width = mup ? 16 : 0;
+    kern_ctx k;
+    kern_cpu_init(&k, KERN_FP32, 2);
+    trn_model m;
+    CHECK_INT_EQ(trn_model_init(&m, &k, &s, 1, 0, 0), 0);
+    trn_model_init_weights(&m, 3);
+    const trn_tensor_info *t = &m.tensors[TRN_QKVW];
+    double ss = 0;
+    for (size_t i = 0; i < t->size; i++)
+      ss += (double)m.params[t->offset + i] * m.params[t->offset + i];
+    sd[mup] = sqrt(ss / t->size);
+    trn_model_free(&m);
+  }
+  CHECK_NEAR(sd[0], 0.02, 0, 0.03);        /* 12288 draws: the spread of a spread is 0.6% */
+  CHECK_NEAR(sd[1] / sd[0], 0.5, 0, 1e-6); /* the same draws, scaled */
+}
+
 int main(void) {
-  test_counts();
-  test_gradients();
-  test_recompute(KERN_FP32);
-  test_recompute(KERN_BF16);
-  test_accumulation();
-  test_low_precision_weights();
+  for (int i = 0; i < NSHAPES; i++) {
+    S = SHAPES[i];
+    test_counts();
+    test_gradients();
+    test_recompute(KERN_FP32);
+    test_recompute(KERN_BF16);
+    test_accumulation();
+    test_low_precision_weights();
+  }
+  test_mup_table();
+  test_mup_init();
   CHECK_DONE();
 }

@@ -102,7 +102,7 @@ static void test_8bit_tracks_32bit(void) {
 static void test_state_bytes(void) {
   kern_ctx k;
   kern_cpu_init(&k, KERN_FP32, 1);
-  rcfg_shape s = {2, 64, 4, 32, 50};
+  rcfg_shape s = {.n_layer = 2, .d_model = 64, .n_head = 4, .seq_len = 32, .vocab_size = 50};
   trn_model m;
   CHECK_INT_EQ(trn_model_init(&m, &k, &s, 1, 0, 0), 0);
   trn_optim a, b;

@@ -124,7 +124,11 @@ static void check_invariants(const plan *p, const spec *s) {
     sha256_hex(r->config, h);
     CHECK(!strcmp(h, r->config_hash));
     /* FLOP accounting (SCIENCE.md section 1) */
-    rcfg_shape sh = {r->n_layer, r->d_model, r->n_head, r->seq_len, r->vocab_size};
+    rcfg_shape sh = {.n_layer = r->n_layer,
+                     .d_model = r->d_model,
+                     .n_head = r->n_head,
+                     .seq_len = r->seq_len,
+                     .vocab_size = r->vocab_size};
     CHECK_INT_EQ(cfg.model.n_layer, r->n_layer);
     CHECK_INT_EQ(cfg.train.batch_size, r->batch_size);
     CHECK_INT_EQ(r->params, rcfg_params(&sh));
@@ -324,7 +328,7 @@ static void test_shapes(void) {
   } bands[] = {{1.3e4, 3e4, 1.25}, {3e4, 1e6, 1.17}, {1e6, 1e7, 1.08}, {1e7, 2e9, 1.05}};
   for (size_t b = 0; b < sizeof bands / sizeof *bands; b++)
     for (double t = bands[b].lo; t < bands[b].hi; t *= 1.01) {
-      rcfg_shape s = {0, 0, 0, 64, 27};
+      rcfg_shape s = {.seq_len = 64, .vocab_size = 27};
       CHECK(shape_for_params(&r, t, &s) == 0);
       double n = (double)rcfg_nonembedding_params(&s);
       if (!(fabs(log(n / t)) <= log(bands[b].tol))) {
@@ -338,7 +342,7 @@ static void test_shapes(void) {
             a <= r.aspect_ratio * SHAPE_ASPECT_BAND + 1e-9);
     }
   /* known shapes */
-  rcfg_shape s = {0, 0, 0, 64, 27};
+  rcfg_shape s = {.seq_len = 64, .vocab_size = 27};
   CHECK(shape_for_params(&r, 1e5, &s) == 0);
   CHECK(s.n_layer == 2 && s.d_model == 64 && s.n_head == 4);
   shape_rule g = {64, 64};
@@ -349,7 +353,7 @@ static void test_shapes(void) {
   CHECK(shape_head_size(&r, 128) == 32 && shape_head_size(&r, 768) == 64);
   /* below one head: refused, with the smallest shape reported */
   CHECK(shape_for_params(&r, 100, &s) == SS_ERANGE);
-  rcfg_shape small = {0, 0, 0, 64, 27};
+  rcfg_shape small = {.seq_len = 64, .vocab_size = 27};
   shape_smallest(&r, &small);
   CHECK(s.n_layer == 1 && s.d_model == small.d_model);
   CHECK(shape_for_params(&g, 1e4, &s) == SS_ERANGE); /* one head of 64 is 50k */
