@@ -184,10 +184,12 @@ def rms_norm(x, w, eps=LN_EPS):
 
 
 def rope_tables(T, hs, theta, device):
-    """cos and sin (T, hs/2) as float32: angle t theta^(-2i/hs) in float64."""
+    """cos and sin (T, hs/2) as float32: angle t theta^(-2i/hs) in float64,
+    with theta rounded to float32 first, as kern.h's rope ops take it (the
+    same value for 10000, 500000 and 1e6; not for every rope_theta)."""
     t = np.arange(T, dtype=np.float64)[:, None]
     i = np.arange(hs // 2, dtype=np.float64)[None, :]
-    ang = t * np.power(float(theta), -2.0 * i / hs)
+    ang = t * np.power(float(np.float32(theta)), -2.0 * i / hs)
     return (torch.from_numpy(np.cos(ang).astype(np.float32)).to(device),
             torch.from_numpy(np.sin(ang).astype(np.float32)).to(device))
 
