@@ -2,11 +2,16 @@
 """The torch trainer agrees with the built-in: the same fully resolved
 config (CPU, fp32, threads 1, a 2-layer d_model 64 GPT, 100 steps with
 gradient accumulation over two micro-batches) trained by `scalesweep train`
-and by trainers/torch/train.py, on the synthetic corpus and on token shards.
+and by trainers/torch/train.py, on the synthetic corpus and on token shards;
+then, on the synthetic corpus, the other model families and
+parametrisations (FAMILIES: llama sp with its own head, llama with QK-norm
+and a tied head, llama muP, gpt2 muP), with the same checks and tolerances.
 
 Checks:
 - the initial weights are the built-in's bit for bit (its checkpoint after
-  one step at lr 1e-12 leaves every weight of magnitude >= 1e-4 unchanged);
+  one step at lr 1e-12 leaves every weight of magnitude >= 1e-4 unchanged),
+  for gpt2, gpt2 muP and llama muP with QK-norm and its own head (every
+  tensor a family can have; muP's init scale);
 - the config line's data facts (lexicon digest, entropy rate, window floor;
   the shards' paths and SHA-256) are identical, and so are params, flops;
 - step 1's loss (the initial weights on the first batch) to 1e-6 relative;
@@ -36,11 +41,29 @@ STEP_TOL = 1e-4
 FIRST_TOL = 1e-6
 
 
-def base_partial():
-    return {"model": {"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 32},
+def base_partial(model=None):
+    return {"model": dict({"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 32},
+                          **(model or {})),
             "train": {"batch_size": 8, "micro_batch_size": 4, "tokens": 100 * 8 * 32,
                       "lr": 1e-3},
             "eval": {"every_tokens": 2560, "tokens": 1024}, "threads": 1}
+
+
+# the other families and parametrisations (docs/models.md), each a model
+# section's keys added to base_partial's; d_model 64 over base_width 24 is
+# muP's m = 8/3 (lr and logits x 3/8, hidden init std / sqrt(8/3))
+FAMILIES = [
+    ("llama sp", {"family": "llama"}),
+    ("llama qk_norm tied", {"family": "llama", "qk_norm": True, "tie_embeddings": True}),
+    ("llama mup", {"family": "llama", "parametrization": "mup", "base_width": 24}),
+    ("gpt2 mup", {"parametrization": "mup", "base_width": 16}),
+]
+INIT_MODELS = [
+    ("gpt2", {}),
+    ("gpt2 mup", {"parametrization": "mup", "base_width": 16}),
+    ("llama mup qk_norm", {"family": "llama", "qk_norm": True, "parametrization": "mup",
+                           "base_width": 24}),
+]
 
 
 def compare(name, a, b):
@@ -96,28 +119,39 @@ def c_checkpoint_params(path):
     return np.frombuffer(data, dtype="<f4", count=nparams, offset=off)
 
 
-def test_init(binary, tmp):
+def test_init(binary, tmp, label, model):
     import numpy as np
     import ssmodel
-    p = base_partial()
+    p = base_partial(model)
     p["train"].update({"tokens": 8 * 32, "lr": 1e-12, "warmup_tokens": 0})
-    p["checkpoint"] = {"dir": os.path.join(tmp, "ck_init"), "every_tokens": 8 * 32}
+    ck = os.path.join(tmp, "ck_init_" + label.replace(" ", "_"))
+    p["checkpoint"] = {"dir": ck, "every_tokens": 8 * 32}
     p["model"]["n_layer"] = 3
     cfg = t.resolve(binary, p, tmp)
     rc, evs, err = t.run_builtin(binary, cfg, tmp, "init")
-    t.ok(rc, evs, err, "built-in (init)")
-    theirs = c_checkpoint_params(os.path.join(tmp, "ck_init", "checkpoint.bin"))
+    t.ok(rc, evs, err, "built-in (init, %s)" % label)
+    theirs = c_checkpoint_params(os.path.join(ck, "checkpoint.bin"))
     m = cfg["model"]
     mine = ssmodel.init_weights(m, cfg["train"]["seed"])
     flat = np.concatenate([mine[n].reshape(-1) for n in ssmodel.NAMES])
-    t.check(flat.shape == theirs.shape, "init: %s vs %s weights" % (flat.shape, theirs.shape))
+    t.check(flat.shape == theirs.shape, "init %s: %s vs %s weights" % (label, flat.shape,
+                                                                      theirs.shape))
     big = np.abs(flat) >= 1e-4
     same = flat[big] == theirs[big]
-    t.check(same.all(), "init: %d of %d weights differ" % ((~same).sum(), big.sum()))
+    if not same.all():
+        at, where = 0, []
+        for n in ssmodel.NAMES:
+            k = mine[n].size
+            d = (flat[at:at + k] != theirs[at:at + k]) & big[at:at + k]
+            if d.any():
+                where.append("%s (%d of %d)" % (n, d.sum(), k))
+            at += k
+        t.check(False, "init %s: %d of %d weights differ: %s" % (label, (~same).sum(), big.sum(),
+                                                                ", ".join(where)))
     small = np.abs(flat[~big].astype(np.float64) - theirs[~big]).max()
-    t.check(small <= 1e-11, "init: the small weights differ by %g" % small)
-    print("init: %d weights, %d of them (|w| >= 1e-4) bit for bit, the rest within %.2g (the "
-          "built-in's one step at lr 1e-12)" % (flat.size, big.sum(), small))
+    t.check(small <= 1e-11, "init %s: the small weights differ by %g" % (label, small))
+    print("init %s: %d weights, %d of them (|w| >= 1e-4) bit for bit, the rest within %.2g "
+          "(the built-in's one step at lr 1e-12)" % (label, flat.size, big.sum(), small))
 
 
 def test_portable(binary, tmp):
@@ -170,7 +204,8 @@ def main():
     t.need_torch()
     binary = t.binary()
     with t.Tmp("ss_torch_agree_") as tmp:
-        test_init(binary, tmp)
+        for label, model in INIT_MODELS:
+            test_init(binary, tmp, label, model)
         test_portable(binary, tmp)
 
         cfg = t.resolve(binary, base_partial(), tmp)
@@ -192,6 +227,16 @@ def main():
         rc, b, err = t.run_torch(cfg, tmp, "shard_torch", env={"SCALESWEEP_DATA_DIRS": shards})
         t.ok(rc, b, err, "torch (shards)")
         compare("shards fp32", a, b)
+
+        for label, model in FAMILIES:
+            cfg = t.resolve(binary, base_partial(model), tmp)
+            name = label.replace(" ", "_")
+            rc, a, err = t.run_builtin(binary, cfg, tmp, name + "_builtin")
+            t.ok(rc, a, err, "built-in (%s)" % label)
+            rc, b, err = t.run_torch(dict(cfg, trainer="torch"), tmp, name + "_torch")
+            t.ok(rc, b, err, "torch (%s)" % label)
+            t.one(a, "config")["config_hash"] = t.one(b, "config")["config_hash"] = None
+            compare(label + " fp32", a, b)
     print("ok")
 
 

@@ -135,6 +135,76 @@ def _shown(v):
     return s if len(s) <= 40 else s[:37] + "..."
 
 
+# model keys of the llama family only (runcfg.c llama_keys), in canonical order
+LLAMA_KEYS = ("rope_theta", "mlp_ratio", "mlp_multiple_of", "tie_embeddings", "qk_norm")
+
+
+def parse_family(ck, model, c):
+    """model.family and model.parametrization (runcfg.c parse_model). In a
+    resolved config gpt2 and sp are the keys' absence (rcfg_to_json leaves
+    them out), so absent means gpt2 / sp; a llama model's own keys and a
+    muP model's base_width must be present, as the resolver prints them."""
+    m = "$.model"
+    c.family = "gpt2"
+    c.parametrization = "sp"
+    if model is not None and "family" in model:
+        c.family = ck.str(model, m, "family", ["gpt2", "llama"]) or "gpt2"
+    if model is not None and "parametrization" in model:
+        c.parametrization = ck.str(model, m, "parametrization", ["sp", "mup"]) or "sp"
+    c.base_width = 0
+    if c.parametrization == "mup":
+        if model is not None and "base_width" not in model:
+            ck.fail(m + ".base_width", 'missing; parametrization "mup" needs the d_model of the '
+                    'proxy its learning rate was tuned at (docs/models.md, "muP")')
+        c.base_width = ck.int(model, m, "base_width", 1, 1 << 16) or 0
+    elif model is not None and "base_width" in model:
+        ck.fail(m + ".base_width", 'only with "parametrization": "mup" (found "%s")'
+                % c.parametrization)
+    c.rope_theta = c.mlp_ratio = 0.0
+    c.mlp_multiple_of = 0
+    c.tie_embeddings = c.qk_norm = False
+    if c.family == "llama":
+        if model is not None:
+            for k in LLAMA_KEYS:
+                if k not in model:
+                    ck.fail("%s.%s" % (m, k), "missing; " + RESOLVE_HINT)
+        c.rope_theta = ck.num(model, m, "rope_theta", 1.0, 1e12, "from 1 to 1e12")
+        c.mlp_ratio = ck.num(model, m, "mlp_ratio", 0.125, 64.0, "from 0.125 to 64")
+        c.mlp_multiple_of = ck.int(model, m, "mlp_multiple_of", 1, 4096)
+        c.tie_embeddings = ck.bool(model, m, "tie_embeddings")
+        c.qk_norm = ck.bool(model, m, "qk_norm")
+        if c.d_model and c.n_head and (c.d_model // c.n_head) % 2:
+            ck.fail(m + ".n_head", "found %d, expected a head count that leaves an even head "
+                    "size (d_model / n_head = %d): rotary embeddings turn channel pairs"
+                    % (c.n_head, c.d_model // c.n_head))
+    elif model is not None:
+        for k in LLAMA_KEYS:
+            if k in model:
+                ck.fail("%s.%s" % (m, k), 'only with "family": "llama" (found "%s")' % c.family)
+
+
+def model_shape(c):
+    """The model's shape (runcfg/flops.h rcfg_shape) as ssmodel takes it:
+    the canonical model section's keys, with gpt2's and sp's filled in."""
+    return shape_of(canonical(c)["model"])
+
+
+def shape_of(model):
+    """A canonical model section (a resolved config's "model") as a full
+    shape dict: absent family / parametrization keys are gpt2 / sp."""
+    s = {k: model[k] for k in ("n_layer", "d_model", "n_head", "seq_len", "vocab_size")}
+    s["family"] = model.get("family", "gpt2")
+    s["parametrization"] = model.get("parametrization", "sp")
+    s["base_width"] = model.get("base_width", 0)
+    llama = s["family"] == "llama"
+    s["rope_theta"] = model["rope_theta"] if llama else 0.0
+    s["mlp_ratio"] = model["mlp_ratio"] if llama else 0.0
+    s["mlp_multiple_of"] = model["mlp_multiple_of"] if llama else 0
+    s["tie_embeddings"] = bool(model["tie_embeddings"]) if llama else True
+    s["qk_norm"] = bool(model["qk_norm"]) if llama else False
+    return s
+
+
 class Config:
     """The resolved config's values (attribute access mirrors rcfg)."""
 
@@ -195,7 +265,8 @@ def parse(raw):
     # model
     if model is not None:
         keys = ["n_layer", "d_model", "n_head", "seq_len", "vocab_size"]
-        ck.keys(model, "$.model", keys, keys)
+        ck.keys(model, "$.model", keys + ["family", "parametrization", "base_width"]
+                + list(LLAMA_KEYS), keys)
     c.n_layer = ck.int(model, "$.model", "n_layer", 1, 1024)
     c.d_model = ck.int(model, "$.model", "d_model", 1, 1 << 16)
     c.n_head = ck.int(model, "$.model", "n_head", 1, 1024)
@@ -208,6 +279,7 @@ def parse(raw):
             c.vocab_size < c.synthetic["letters"] + 1:
         ck.fail("$.model.vocab_size", "found %d, expected at least letters + 1 = %d for the "
                 "synthetic corpus" % (c.vocab_size, c.synthetic["letters"] + 1))
+    parse_family(ck, model, c)
 
     # train
     tkeys = ["batch_size", "micro_batch_size", "tokens", "lr", "warmup_tokens", "schedule",
@@ -313,6 +385,14 @@ def canonical(c):
     """rcfg_to_json's object: its keys in its order, from the parsed values."""
     d = {"model": {"n_layer": c.n_layer, "d_model": c.d_model, "n_head": c.n_head,
                    "seq_len": c.seq_len, "vocab_size": c.vocab_size}}
+    # rcfg_to_json: the family's and parametrisation's keys only where they
+    # are not gpt2's and sp's (configs from before them keep their hashes)
+    if c.family == "llama":
+        d["model"].update({"family": "llama", "rope_theta": c.rope_theta,
+                           "mlp_ratio": c.mlp_ratio, "mlp_multiple_of": c.mlp_multiple_of,
+                           "tie_embeddings": c.tie_embeddings, "qk_norm": c.qk_norm})
+    if c.parametrization == "mup":
+        d["model"].update({"parametrization": "mup", "base_width": c.base_width})
     if c.synthetic:
         d["data"] = {"synthetic": dict(c.synthetic)}
     else:

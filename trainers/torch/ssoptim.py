@@ -7,7 +7,10 @@
 
 with bc_i = 1 - b_i^step (step: the optimizer's own 1-based count), b1, b2,
 lr, eps and wd rounded to float32 as the C code's kern_adamw_args holds them,
-and weight decay only on the tensors the model marks (ssmodel.DECAY).
+and weight decay only on the tensors the model marks (ssmodel.DECAY). A
+group's lr_scale (muP's 1/m for the hidden matrices, ssmodel.lr_scale; 1
+otherwise) multiplies the float32 lr in float32, as adamw_fused's
+pa.lr = a->lr * part.lr_scale; weight decay is then at that rate too.
 torch.optim.AdamW decays first and divides differently, which differs in
 the last bits; this class keeps the built-in's order of operations.
 
@@ -23,9 +26,9 @@ def f32(x):
 
 
 class SSAdamW(torch.optim.Optimizer):
-    def __init__(self, params, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0):
+    def __init__(self, params, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0, lr_scale=1.0):
         super().__init__(params, dict(beta1=beta1, beta2=beta2, eps=eps,
-                                      weight_decay=weight_decay))
+                                      weight_decay=weight_decay, lr_scale=lr_scale))
 
     @torch.no_grad()
     def step(self, closure=None, lr=0.0, grad_scale=1.0, opt_step=1):
@@ -37,6 +40,9 @@ class SSAdamW(torch.optim.Optimizer):
             bc2 = f32(1.0 - b2 ** opt_step)
             eps, wd, lrf, gs = f32(group["eps"]), f32(group["weight_decay"]), f32(lr), \
                 f32(grad_scale)
+            scale = f32(group.get("lr_scale", 1.0))
+            if scale != 1.0:
+                lrf = f32(np.float32(lrf) * np.float32(scale))
             for p in group["params"]:
                 if p.grad is None:
                     continue

@@ -145,6 +145,24 @@ def lr_at(c, tokens):
     return mn + 0.5 * (lr - mn) * (1.0 + math.cos(math.pi * frac))
 
 
+def counts(s):
+    """runcfg/flops.c: (nonembedding params, params, training FLOPs per
+    token) of a model shape (sscfg.shape_of), in its arithmetic."""
+    import ssmodel
+    L, d, T, V = s["n_layer"], s["d_model"], s["seq_len"], s["vocab_size"]
+    if s["family"] == "llama":
+        Fh = ssmodel.ffn_hidden(s)
+        hs = d // s["n_head"]
+        nonemb = L * (4 * d * d + 3 * Fh * d + 2 * d + (2 * hs if s["qk_norm"] else 0)) + d
+        total = nonemb + V * d * (1 if s["tie_embeddings"] else 2)
+        fl, dd, TT, VV, FF = float(L), float(d), float(T), float(V), float(Fh)
+        fpt = 6.0 * ((4.0 * dd * dd + 3.0 * FF * dd) * fl + dd * VV) + 6.0 * fl * TT * dd + \
+            12.0 * fl * dd
+        return nonemb, total, fpt
+    nonemb = L * (12 * d * d + 13 * d) + 2 * d
+    return nonemb, nonemb + V * d + T * d, 6.0 * (12.0 * L * d * d + d * V) + 6.0 * L * T * d
+
+
 def crossed(before, after, every):
     return every > 0 and after // every > before // every
 
@@ -328,20 +346,26 @@ class Run:
 
     def build(self):
         import ssmodel
+        import sscfg
         torch = self.torch
         c = self.c
-        self.shape = dict(vocab_size=c.vocab_size, seq_len=c.seq_len, n_layer=c.n_layer,
-                          d_model=c.d_model, n_head=c.n_head)
+        self.shape = sscfg.model_shape(c)
         self.model = ssmodel.GPT(self.shape, recompute=c.recompute).to(self.dev)
         self.params = self.model.tensors()
-        self.names = ssmodel.NAMES
+        self.names = self.model.names
         self.fwd = self.model
         if self.opts.compile:
             self.fwd = torch.compile(self.model)
-        decay = [p for n, p in zip(self.names, self.params) if ssmodel.DECAY[n]]
-        nodecay = [p for n, p in zip(self.names, self.params) if not ssmodel.DECAY[n]]
-        groups = [dict(params=decay, weight_decay=c.weight_decay),
-                  dict(params=nodecay, weight_decay=0.0)]
+        # one group per (weight decay, learning-rate factor), in tensor order:
+        # sp's decay and no-decay groups; muP's hidden matrices a third
+        groups, at = [], {}
+        for n, p in zip(self.names, self.params):
+            key = (ssmodel.DECAY[n], ssmodel.lr_scale(self.shape, n))
+            if key not in at:
+                at[key] = len(groups)
+                groups.append(dict(params=[], weight_decay=c.weight_decay if key[0] else 0.0,
+                                   lr_scale=key[1]))
+            groups[at[key]]["params"].append(p)
         self.zero = None
         if c.optimizer == "adamw8bit":
             import bitsandbytes
@@ -353,8 +377,10 @@ class Run:
             self.opt = ZeroRedundancyOptimizer(groups[0]["params"],
                                                optimizer_class=ssoptim.SSAdamW, beta1=c.beta1,
                                                beta2=c.beta2, eps=c.eps,
-                                               weight_decay=c.weight_decay)
-            self.opt.add_param_group(groups[1])
+                                               weight_decay=groups[0]["weight_decay"],
+                                               lr_scale=groups[0]["lr_scale"])
+            for g in groups[1:]:
+                self.opt.add_param_group(g)
             self.zero = self.opt
         else:
             import ssoptim
@@ -373,10 +399,7 @@ class Run:
     def emit_config(self):
         torch = self.torch
         c = self.c
-        L, d, T, V = c.n_layer, c.d_model, c.seq_len, c.vocab_size
-        self.nonemb = L * (12 * d * d + 13 * d) + 2 * d
-        self.nparams_total = self.nonemb + V * d + T * d
-        self.fpt = 6.0 * (12.0 * L * d * d + d * V) + 6.0 * L * T * d
+        self.nonemb, self.nparams_total, self.fpt = counts(self.shape)
         o = {"event": "config", "config": self.raw, "config_hash": self.config_hash}
         if self.opts.checkpoint_dir is not None:
             o["checkpoint_dir"] = self.opts.checkpoint_dir
@@ -990,12 +1013,13 @@ class Run:
     def optimizer_step(self, lr, gs, opt_step):
         c = self.c
         if c.optimizer == "adamw8bit":
+            import numpy as np
             torch = self.torch
             with torch.no_grad():
                 for p in self.params:
                     p.grad.mul_(gs)
             for g in self.opt.param_groups:
-                g["lr"] = lr
+                g["lr"] = float(np.float32(np.float32(lr) * np.float32(g["lr_scale"])))
             self.opt.step()
         else:
             self.opt.step(lr=lr, grad_scale=gs, opt_step=opt_step)
