@@ -6,6 +6,8 @@
 # the lines the short run prints trained from scratch (fp32 with micro-batches,
 # bf16 with 8-bit AdamW), also when the branch is stopped and resumed; and every
 # checkpoint that cannot be a branch point is refused with exit 2 saying why;
+# the same branches for the llama family (QK-norm, untied head) under muP,
+# whose step lines carry the noise scale b_noise;
 # constant-rate branches (the rungs of a critical batch size ladder) at their
 # own batch size, and what they refuse.
 # Usage: test_wsd.sh PATH/TO/scalesweep
@@ -142,6 +144,49 @@ done
 "$bin" train --config short_q8.json --branch-from ckq/branch-80/checkpoint.bin >branch_q8.out ||
   fail "the bf16 branch failed: $(tail -c 600 branch_q8.out)"
 h same_tail short_q8.out branch_q8.out 80
+
+# the llama family (QK-norm, untied head) under muP: fp32 with micro-batches
+# (the noise scale on every line) and bf16 with 8-bit AdamW, branched at 80
+# and 40 as from scratch; a gpt2 run or another muP base width is refused
+"$py" -c 'import sys; sys.path.insert(0, "'"$tmp"'"); import h
+L = dict(model__family="llama", model__qk_norm=True, model__tie_embeddings=False,
+         model__parametrization="mup", model__base_width=16)
+h.write("short_l.json", 25600, **L); h.write("trunk_l.json", 51200, **L)
+Q = dict(L, precision="bf16", optimizer__name="adamw8bit")
+h.write("short_lq8.json", 25600, **Q); h.write("trunk_lq8.json", 51200, **Q)
+h.write("short_lbw.json", 25600, **dict(L, model__base_width=32))'
+"$bin" train --config short_l.json >short_l.out || fail "the short llama run failed"
+grep -q '"family":"llama"' short_l.out || fail "the llama config did not go in"
+h lr_check short_l.out
+"$bin" train --config trunk_l.json --checkpoint-dir ckl --keep-steps 40,80 >trunk_l.out ||
+  fail "the llama trunk failed: $(tail -c 600 trunk_l.out)"
+h kept trunk_l.out 40,80
+for at in 80 40; do
+  "$bin" train --config short_l.json --branch-from ckl/branch-$at/checkpoint.bin \
+    >branch_l$at.out || fail "the llama branch from step $at failed: $(tail -c 600 branch_l$at.out)"
+  h same_tail short_l.out branch_l$at.out $at
+done
+"$py" - <<'PY' || exit 1
+import json
+st = [json.loads(l) for l in open("branch_l80.out") if '"event":"step"' in l]
+bad = [e["step"] for e in st if not 0 < e.get("b_noise", -1) < float("inf")]
+if not st or bad:
+    raise SystemExit("FAIL: the llama branch's step lines %s lack a finite, positive b_noise" % bad[:5])
+print("llama branch: b_noise on each of its %d step lines" % len(st))
+PY
+"$bin" train --config short_lq8.json >short_lq8.out
+"$bin" train --config trunk_lq8.json --checkpoint-dir cklq --keep-steps 80 >trunk_lq8.out
+"$bin" train --config short_lq8.json --branch-from cklq/branch-80/checkpoint.bin >branch_lq8.out ||
+  fail "the llama bf16 branch failed: $(tail -c 600 branch_lq8.out)"
+h same_tail short_lq8.out branch_lq8.out 80
+cli_run 60 train "a gpt2 run from a llama checkpoint" --config short.json \
+  --branch-from ckl/branch-80/checkpoint.bin
+expect_rc 2
+expect_msg '$.model.family: checkpoint has "llama", config has nothing'
+cli_run 60 train "another muP base width" --config short_lbw.json \
+  --branch-from ckl/branch-80/checkpoint.bin
+expect_rc 2
+expect_msg '$.model.base_width: checkpoint has 16, config has 32'
 
 # a branch with checkpoints of its own (a later attempt) resumes from them, not
 # from the branch point: here from its last, so it trains no step again
