@@ -41,7 +41,7 @@
 
 typedef struct plan_run {
   int index;            /* position in the plan (smallest compute first) */
-  const char *part;     /* "grid", "isoflop", "batch" or "runs" (static) */
+  const char *part;     /* "grid", "isoflop", "batch", "bcrit", "runs", "lr_tune" (static) */
   char *config;         /* canonical resolved run config (rcfg_to_json) */
   char config_hash[65]; /* SHA-256 of config, hex */
   int n_layer, d_model, n_head, seq_len, vocab_size;
