@@ -607,6 +607,21 @@ static void check_lr_tune(spec *s, spec_problems *pr) {
   json_t *run;
   if (s->method == SPEC_RUNS && json_is_array(s->runs))
     json_array_foreach(s->runs, i, run) {
+      /* the proxy is base's: a run of another width or parametrization
+       * would not train at the rate tuned for it */
+      static const char *const proxy_keys[] = {"parametrization", "base_width"};
+      for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(json_object_get(run, "model"), proxy_keys[k]);
+        if (!v)
+          continue;
+        char path[96], f[64];
+        snprintf(path, sizeof path, "$.runs[%zu].model.%s", i, proxy_keys[k]);
+        spec__found(v, f, sizeof f);
+        spec_problem_add(pr, path,
+                         "found %s, but $.lr_tune tunes the rate on base's proxy (base.model's "
+                         "parametrization and base_width); expected it left out of the run",
+                         f);
+      }
       json_t *lr = json_object_get(json_object_get(run, "train"), "lr");
       if (!lr)
         continue;

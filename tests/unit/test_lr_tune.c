@@ -170,8 +170,10 @@ static void test_spec(void) {
   spec_problems_free(&pr);
   pr = bad("{\"name\": \"t\", \"method\": \"runs\", \"base\": {\"model\": {\"seq_len\": 16" MUP
            "}, \"train\": {\"tokens\": 65536}}, \"runs\": [{\"model\": {\"d_model\": 64}}, "
-           "{\"train\": {\"lr\": 0.02}}], \"lr_tune\": " RATES "}");
+           "{\"train\": {\"lr\": 0.02}}, {\"model\": {\"base_width\": 64}}], "
+           "\"lr_tune\": " RATES "}");
   CHECK(has(&pr, "$.runs[1].train.lr", "found 0.02", "every run's learning rate"));
+  CHECK(has(&pr, "$.runs[2].model.base_width", "found 64", "base's proxy"));
   spec_problems_free(&pr);
 }
 
