@@ -255,6 +255,53 @@ static const char *str(json_t *o, const char *k) {
 
 static double num(json_t *o, const char *k) { return json_number_value(json_object_get(o, k)); }
 
+/* A sweep's lr tune (docs/sweeps.md, "Tuning the learning rate on a muP
+ * proxy"): its state, or the rate chosen with the table it was chosen
+ * from and the edge warning. */
+static void print_lr_tune(json_t *t) {
+  const char *st = str(t, "status");
+  json_t *rates = json_object_get(t, "rates"), *proxy = json_object_get(t, "proxy"), *x;
+  size_t i;
+  if (!strcmp(st, "decided")) {
+    printf("learning rate tuned on the proxy: lr %.6g chosen, the lowest final validation loss "
+           "of %zu rates",
+           num(t, "lr"), json_array_size(rates));
+    if (json_is_object(proxy))
+      printf(" on the muP proxy (%lld layer%s x d_model %lld, N %.4g, D %.4g tokens, batch "
+             "%lld)",
+             (long long)num(proxy, "n_layer"), num(proxy, "n_layer") == 1 ? "" : "s",
+             (long long)num(proxy, "d_model"), num(proxy, "nonembedding_params"),
+             num(proxy, "tokens"), (long long)num(proxy, "batch_size"));
+    printf("; the study's %lld runs train at it\n", (long long)num(t, "study_runs"));
+  } else if (!strcmp(st, "tuning")) {
+    printf("learning rate tuned on the proxy: tuning; the study's runs are added at the best "
+           "rate once every tune run has ended\n");
+  } else if (!strcmp(st, "deciding")) {
+    printf("learning rate tuned on the proxy: every tune run has ended; the study is being "
+           "planned at the best rate\n");
+  } else if (!strcmp(st, "cancelled")) {
+    printf("learning rate tuned on the proxy: cancelled before a rate was chosen\n");
+  } else {
+    printf("learning rate tuned on the proxy: no rate chosen: %s\n",
+           json_is_string(json_object_get(t, "reason")) ? str(t, "reason") : st);
+  }
+  if (json_array_size(rates)) {
+    printf("  %12s %12s %5s %9s %6s\n", "lr", "final loss", "runs", "succeeded", "failed");
+    json_array_foreach(rates, i, x) {
+      json_t *loss = json_object_get(x, "loss");
+      char l[32] = "-";
+      if (json_is_number(loss))
+        snprintf(l, sizeof l, "%.5f", json_number_value(loss));
+      printf("  %12.6g %12s %5lld %9lld %6lld%s\n", num(x, "lr"), l, (long long)num(x, "runs"),
+             (long long)num(x, "succeeded"), (long long)num(x, "failed"),
+             json_is_true(json_object_get(x, "chosen")) ? "  <- chosen" : "");
+    }
+  }
+  json_array_foreach(json_object_get(t, "warnings"), i, x) {
+    printf("warning: %s\n", json_string_value(x) ? json_string_value(x) : "");
+  }
+}
+
 int cmd_status(int argc, char **argv) {
   static const char usage[] =
       "usage: scalesweep status [SWEEP] [--url URL] [--state DIR] [--json]\n"
@@ -304,6 +351,8 @@ int cmd_status(int argc, char **argv) {
              100.0 * (1.0 - num(c, "flops_trained") / num(c, "flops_done")));
     if (json_is_string(json_object_get(j, "waiting")))
       printf("waiting: %s\n", str(j, "waiting"));
+    if (json_is_object(json_object_get(j, "lr_tune")))
+      print_lr_tune(json_object_get(j, "lr_tune"));
   }
   free(raw);
   json_decref(j);

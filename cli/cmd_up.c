@@ -321,8 +321,8 @@ static void print_fits(const cli_target *t, long long id, const char *law_done, 
   json_decref(fits);
 }
 
-/* Succeeded runs that the laws fit (batch-ladder runs and reproductions are
- * not), counted from
+/* Succeeded runs that the laws fit (batch-ladder runs, lr tune runs and
+ * reproductions are not), counted from
  * the sweep's pages of succeeded runs. */
 static int count_fit_points(const cli_target *t, long long id, int *bcrit) {
   int n = 0;
@@ -343,7 +343,8 @@ static int count_fit_points(const cli_target *t, long long id, int *bcrit) {
     size_t i;
     json_array_foreach(page, i, r) {
       const char *part = json_string_value(json_object_get(r, "part"));
-      n += !(part && (!strcmp(part, "batch") || !strcmp(part, "bcrit"))) &&
+      n += !(part &&
+             (!strcmp(part, "batch") || !strcmp(part, "bcrit") || !strcmp(part, "lr_tune"))) &&
            json_is_null(json_object_get(r, "reproduces"));
       *bcrit += part && !strcmp(part, "bcrit");
     }

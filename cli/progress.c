@@ -70,8 +70,12 @@ int cli_progress_poll(cli_progress *p, const cli_target *t, long long id) {
   p->done = p->succeeded + p->failed + p->cancelled;
   double planned = json_number_value(json_object_get(c, "flops_planned"));
   double spent = json_number_value(json_object_get(c, "flops_done"));
+  /* an lr tune whose runs have all ended but whose study's runs are not
+   * added yet: not finished */
+  const char *tune = json_string_value(json_object_get(json_object_get(sw, "lr_tune"), "status"));
+  int tuning = tune && (!strcmp(tune, "tuning") || !strcmp(tune, "deciding"));
   json_decref(sw);
-  int finished = p->total > 0 && p->queued + p->running == 0;
+  int finished = p->total > 0 && p->queued + p->running == 0 && !tuning;
 
   /* the running runs: their latest loss, and their share of compute spent */
   char runs_text[256] = "";

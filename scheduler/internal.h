@@ -11,6 +11,7 @@
 #include "scheduler/events.h"
 #include "scheduler/lease.h"
 #include "scheduler/log.h"
+#include "scheduler/lr_tune.h"
 #include "scheduler/place.h"
 #include "scheduler/predict.h"
 #include "scheduler/refit.h"
@@ -42,6 +43,7 @@ struct sched {
   sched__leases ls;     /* lease.h */
   sched__predictor pr;  /* predict.h */
   sched__refits refits; /* refit.h: refits under way, asked for or cooling; sweeps touched */
+  sched__tunes tunes;   /* lr_tune.h: sweeps whose lr tune may have ended */
   sched__counters n;    /* counters.h: for /metrics */
   sched__slurm slurm;   /* slurm.h: elastic workers (--slurm) */
 
@@ -99,6 +101,13 @@ void sched__sweep_touch(sched *s, int64_t sweep_id, int refit);
 void sched__sweep_flush(sched *s);
 /* At start: touches every unfinished sweep, with a refit (refit.c). */
 void sched__sweeps_settle(sched *s);
+
+/* lr_tune.c: a sweep whose lr tune may have ended, to be checked (and, when
+ * every tune run has ended, decided and its study added); the checks run
+ * one at a time, the next when the last is over or at sched__lr_tune_due
+ * (from sched__sweep_flush) */
+void sched__lr_tune_touch(sched *s, int64_t sweep_id);
+void sched__lr_tune_due(sched *s);
 
 /* api.c */
 void sched__http(http_request *r, void *ud);

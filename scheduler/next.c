@@ -220,6 +220,22 @@ static void on_spec(void *ud, int status, const char *spec_json, const char *swe
     j->s->designs--;
     return job_free(j);
   }
+  /* a decided lr tune's sweep gives its study's spec; one still tuning has
+   * no study to design the next budget of yet */
+  json_t *root = json_loads(spec_json, 0, NULL);
+  int tuning = json_object_get(root, "lr_tune") != NULL;
+  json_decref(root);
+  if (tuning) {
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "sweep %" PRId64 "'s learning rate is still being tuned on its muP proxy (or "
+             "the tune could not decide): a next budget can be designed once its study's runs "
+             "are added",
+             j->sweep_id);
+    http_respond_error(j->r, 409, msg, NULL);
+    j->s->designs--;
+    return job_free(j);
+  }
   if (!(j->spec = strdup(spec_json)))
     return answer_store_error(j, SS_ENOMEM, "out of memory");
   store_fits_points(db_pool_get(j->s->reads, 1), j->sweep_id, on_points, j);

@@ -13,7 +13,9 @@
  * ("added" 0 when the sweep has every one of them already). 400 with the
  * problems and their paths (a bad budget, a law that cannot be fitted yet,
  * a budget the spec's limits refuse), 404 for no such sweep, 409 when the
- * sweep is cancelled, 503 while SCHED_DESIGN_JOBS designs are under way. */
+ * sweep is cancelled or its lr tune has not decided (a decided tune's sweep
+ * is designed from its study's spec: store_sweeps_spec), 503 while
+ * SCHED_DESIGN_JOBS designs are under way. */
 void sched__next(sched *s, http_request *r, int64_t sweep_id, int add);
 
 #endif

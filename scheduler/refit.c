@@ -709,6 +709,9 @@ void sched__sweep_flush(sched *s) {
     sched__sweep_status(s, st->touched[i].sweep_id);
     if (st->touched[i].refit)
       sched__refit(s, st->touched[i].sweep_id);
+    /* a run of it started or ended: its lr tune may have ended (lr_tune.c) */
+    sched__lr_tune_touch(s, st->touched[i].sweep_id);
   }
   st->ntouched = 0;
+  sched__lr_tune_due(s);
 }

@@ -345,6 +345,80 @@ static void render_designed(sched__buf *b, json_t *runs) {
   sched__b_puts(b, "</section>\n");
 }
 
+/* "Learning rate tuned on the proxy" (docs/sweeps.md, "Tuning the learning
+ * rate on a muP proxy"): the tune's state, or its decision: the rates with
+ * their final losses, the chosen one, the edge warning. */
+static void render_lr_tune(sched__buf *b, json_t *t) {
+  const char *st = sched__jstr(t, "status");
+  json_t *rates = json_object_get(t, "rates"), *proxy = json_object_get(t, "proxy");
+  sched__b_section(b, "lrtune", "Learning rate tuned on the proxy");
+  st = st ? st : "tuning";
+  if (!strcmp(st, "decided")) {
+    sched__b_puts(b, "<p class=\"chosen\">Chosen: <strong>lr = ");
+    sched__b_num(b, sched__jnum(t, "lr"), "%.6g");
+    sched__b_printf(b,
+                    "</strong>, the lowest final validation loss of the %zu rates tried on the "
+                    "muP proxy",
+                    json_array_size(rates));
+    if (json_is_object(proxy)) {
+      sched__b_printf(b,
+                      " (%" JSON_INTEGER_FORMAT " layer%s x d_model %" JSON_INTEGER_FORMAT ", N ",
+                      sched__jint(proxy, "n_layer"), sched__jint(proxy, "n_layer") == 1 ? "" : "s",
+                      sched__jint(proxy, "d_model"));
+      sched__b_num(b, sched__jnum(proxy, "nonembedding_params"), NULL);
+      sched__b_puts(b, ", ");
+      sched__b_num(b, sched__jnum(proxy, "tokens"), NULL);
+      sched__b_printf(b, " tokens, batch %" JSON_INTEGER_FORMAT ")",
+                      sched__jint(proxy, "batch_size"));
+    }
+    sched__b_printf(b,
+                    "; under muP it carries to every width, and the study's %" JSON_INTEGER_FORMAT
+                    " runs train at it (ties go to the smaller rate).</p>",
+                    sched__jint(t, "study_runs"));
+  } else if (!strcmp(st, "tuning")) {
+    sched__b_puts(b, "<p>Tuning: the muP proxy trains at each rate of the grid. When every tune "
+                     "run has ended, the rate with the lowest final validation loss is chosen "
+                     "and the study's runs are added at it.</p>");
+  } else if (!strcmp(st, "deciding")) {
+    sched__b_puts(b, "<p>Every tune run has ended: the study's runs are being planned at the "
+                     "best rate.</p>");
+  } else if (!strcmp(st, "cancelled")) {
+    sched__b_puts(b, "<p>The sweep was cancelled before its tune chose a rate.</p>");
+  } else { /* undecided, failed */
+    sched__b_puts(b, "<p class=\"warn\">No rate was chosen: ");
+    sched__b_esc(b, sched__jstr(t, "reason") ? sched__jstr(t, "reason") : st);
+    sched__b_puts(b, "</p>");
+  }
+  size_t i;
+  json_t *x;
+  json_array_foreach(json_object_get(t, "warnings"), i, x) {
+    sched__b_puts(b, "<p class=\"warn\" role=\"alert\">Warning: ");
+    sched__b_esc(b, json_string_value(x));
+    sched__b_puts(b, "</p>");
+  }
+  if (json_array_size(rates)) {
+    sched__b_puts(b, "<div class=\"scroll\"><table class=\"runs\" id=\"lrtune-table\"><thead><tr>"
+                     "<th scope=\"col\">lr</th><th scope=\"col\">Final validation loss</th>"
+                     "<th scope=\"col\">Runs</th><th scope=\"col\">Succeeded</th>"
+                     "<th scope=\"col\">Failed</th><th scope=\"col\">Chosen</th></tr></thead>"
+                     "<tbody>");
+    json_array_foreach(rates, i, x) {
+      int chosen = json_is_true(json_object_get(x, "chosen"));
+      sched__b_printf(b, "<tr%s><td>", chosen ? " class=\"chosen\"" : "");
+      sched__b_num(b, sched__jnum(x, "lr"), "%.6g");
+      sched__b_puts(b, "</td><td>");
+      sched__b_num(b, sched__jnum(x, "loss"), "%.5f");
+      sched__b_printf(b,
+                      "</td><td>%" JSON_INTEGER_FORMAT "</td><td>%" JSON_INTEGER_FORMAT
+                      "</td><td>%" JSON_INTEGER_FORMAT "</td><td>%s</td></tr>",
+                      sched__jint(x, "runs"), sched__jint(x, "succeeded"), sched__jint(x, "failed"),
+                      chosen ? "chosen" : "");
+    }
+    sched__b_puts(b, "</tbody></table></div>");
+  }
+  sched__b_puts(b, "</section>\n");
+}
+
 void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
   json_t *sw = json_object_get(d, "sweep"), *c = json_object_get(d, "counts");
   sched__b_puts(b, "<section id=\"summary\" aria-labelledby=\"h-sweep\"><h1 "
@@ -396,6 +470,8 @@ void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
                 "</nav><p class=\"needs-token\" hidden><button type=\"button\" id=\"cancel-sweep\">"
                 "Cancel this sweep</button></p></section>\n");
 
+  if (json_is_object(json_object_get(d, "lr_tune")))
+    render_lr_tune(b, json_object_get(d, "lr_tune"));
   json_t *fits = json_object_get(d, "fits");
   sched__b_section(b, "fits", "Fits");
   if (!json_object_size(fits)) {

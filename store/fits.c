@@ -80,7 +80,7 @@ void store_fits_points(db *d, int64_t sweep_id, store_fits_points_cb cb, void *u
       "(config->'train'->>'lr')::float8, coalesce(part, ''), "
       "entropy_rate, window_floor, (config->'model'->>'seq_len')::int "
       "FROM runs WHERE sweep_id = $1 AND status = 'succeeded' "
-      "AND coalesce(part, '') NOT IN ('batch', 'bcrit') AND reproduces IS NULL "
+      "AND coalesce(part, '') NOT IN ('batch', 'bcrit', 'lr_tune') AND reproduces IS NULL "
       "AND final_val_loss > 0 AND nonembedding_params > 0 AND tokens > 0 ORDER BY id",
       sweep_id, &points, (void (*)(void))cb, ud);
 }

@@ -33,8 +33,9 @@ typedef void (*store_fits_points_cb)(void *ud, int status, const store_fit_point
                                      const store_corpus *corpus, const char *errmsg);
 
 /* The loss laws' points of a sweep, in run order: every succeeded run with
- * a positive final loss, parameters and tokens, except the batch ladder's
- * and reproductions (a run trained again is the same observation, not a new
+ * a positive final loss, parameters and tokens, except the batch ladder's,
+ * an lr tune's (the proxy at each rate tried: not the study's design) and
+ * reproductions (a run trained again is the same observation, not a new
  * one). One corpus per sweep: its figures are the first run's at the first
  * run's seq_len that reported them. */
 void store_fits_points(db *d, int64_t sweep_id, store_fits_points_cb cb, void *ud);

@@ -124,6 +124,23 @@ const char *store_pages_sort_column(const char *name) {
   return NULL;
 }
 
+/* A sweep's lr tune in its documents (docs/sweeps.md, "Tuning the learning
+ * rate on a muP proxy"): the decision once made (sweeps.lr_tune, migration
+ * 017); before it, for a spec with "lr_tune", {"status": "tuning" (a tune
+ * run is queued or running), "deciding" (the study's runs are being
+ * planned) or "cancelled", "lr": null, "rates": each rate's tune runs so
+ * far, their mean final loss}; NULL without a tune. sw: the sweep's row. */
+#define LR_TUNE_SQL                                                                                \
+  "CASE WHEN sw.lr_tune IS NOT NULL THEN sw.lr_tune::json WHEN sw.spec ? 'lr_tune' THEN "          \
+  "json_build_object('status', CASE WHEN sw.status = 'cancelled' THEN 'cancelled' WHEN EXISTS "    \
+  "(SELECT 1 FROM runs x WHERE x.sweep_id = sw.id AND x.part = 'lr_tune' AND x.status IN "         \
+  "('queued', 'running')) THEN 'tuning' ELSE 'deciding' END, 'lr', NULL, 'rates', (SELECT "        \
+  "coalesce(json_agg(t ORDER BY t.lr), '[]') FROM (SELECT (x.config->'train'->>'lr')::float8 "     \
+  "AS lr, avg(x.final_val_loss) FILTER (WHERE x.status = 'succeeded') AS loss, count(*) AS runs, " \
+  "count(*) FILTER (WHERE x.status = 'succeeded') AS succeeded, count(*) FILTER (WHERE "           \
+  "x.status = 'failed') AS failed, count(*) FILTER (WHERE x.status = 'cancelled') AS cancelled "   \
+  "FROM runs x WHERE x.sweep_id = sw.id AND x.part = 'lr_tune' GROUP BY 1) t)) END"
+
 /* ---- the API's documents ---------------------------------------------------------------- */
 
 void store_pages_sweeps(db *d, store_json_cb cb, void *ud) {
@@ -189,13 +206,13 @@ static const store__rows_spec sweep_doc = {sizeof(store_sweep_doc), decode_sweep
  * the document and, as columns, to the scheduler. */
 void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, store_sweep_doc_cb cb,
                        void *ud) {
-  char page[2048], sql[6144], ids[24], lim[24], off[24];
+  char page[2048], sql[8192], ids[24], lim[24], off[24];
   runs_page_keys(page, sizeof page, pg);
   snprintf(sql, sizeof sql,
            "SELECT json_build_object('id', sw.id, 'name', sw.name, 'status', sw.status, "
            "'priority', sw.priority, 'created_at', sw.created_at, 'spec', sw.spec, "
-           "'spec_hash', sw.spec_hash, 'models', c.models, "
-           "'counts', json_build_object('queued', c.queued, "
+           "'spec_hash', sw.spec_hash, 'models', c.models, 'lr_tune', " LR_TUNE_SQL
+           ", 'counts', json_build_object('queued', c.queued, "
            "'queued_gpus', c.queued_gpus, 'queued_slots', c.queued_slots, "
            "'queued_trainers', c.queued_trainers, "
            "'running', c.running, 'succeeded', c.succeeded, 'failed', c.failed, "
@@ -351,6 +368,7 @@ void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t
                         "'models', string_agg(DISTINCT " MODEL_R ", '; ' ORDER BY " MODEL_R
                         ")) FROM runs r WHERE r.sweep_id = $1), "
                         "'fits', coalesce(" STORE__LATEST_FITS_SQL ", '{}'), "
+                        "'lr_tune', (SELECT " LR_TUNE_SQL " FROM sweeps sw WHERE sw.id = $1), "
                         /* the runs `next` designed (runs.designed), predicted beside
                          * measured: the first 200 by budget and size */
                         "'designed', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT r.id, "
@@ -737,6 +755,7 @@ void store_pages_points(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {
       "'final_val_loss', coalesce(json_agg(final_val_loss ORDER BY id), '[]'), "
       "'part', coalesce(json_agg(part ORDER BY id), '[]')) "
       "FROM runs WHERE sweep_id = $1 AND status = 'succeeded' AND final_val_loss > 0 "
-      "AND reproduces IS NULL AND EXISTS (SELECT 1 FROM sweeps WHERE id = $1)",
+      "AND reproduces IS NULL AND coalesce(part, '') <> 'lr_tune' AND EXISTS (SELECT 1 FROM sweeps "
+      "WHERE id = $1)",
       sweep_id, cb, ud);
 }

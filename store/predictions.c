@@ -28,7 +28,8 @@ void store_predictions_curves(db *d, store_curves_cb cb, void *ud) {
       "'[]') FROM metrics m WHERE m.run_id = r.id AND m.val_loss IS NOT NULL)::text, "
       "(SELECT f.params::text FROM fits f WHERE f.sweep_id = r.sweep_id "
       "AND f.law = 'chinchilla' ORDER BY f.created_at DESC LIMIT 1) "
-      "FROM runs r WHERE r.status = 'running' AND coalesce(r.part, '') NOT IN ('batch', 'bcrit') "
+      "FROM runs r WHERE r.status = 'running' AND coalesce(r.part, '') NOT IN ('batch', 'bcrit', "
+      "'lr_tune') "
       /* a wsd curve is flat-then-decaying, no power law in steps: not predicted */
       "AND coalesce(r.config->'train'->>'schedule', '') <> 'wsd' "
       "ORDER BY r.id LIMIT 1000",

@@ -47,12 +47,16 @@ typedef void (*store_sweeps_status_cb)(void *ud, int status, int64_t sweep_id,
                                        const char *new_status, const char *errmsg);
 
 /* Recomputes sweeps.status from its runs: running while anything runs or
- * waits after a start (queued while nothing has started), then failed if
- * any run failed, else succeeded; a cancelled sweep stays cancelled. */
+ * waits after a start (queued while nothing has started), or while its lr
+ * tune's runs have all ended but the tune has not decided (the study's
+ * runs are still to come); failed when the tune could not decide, or any
+ * run failed; else succeeded; a cancelled sweep stays cancelled. */
 void store_sweeps_update_status(db *d, int64_t sweep_id, store_sweeps_status_cb cb, void *ud);
 
 /* A sweep's canonical spec (JSON text) and status; both NULL when there is
- * no such sweep. Valid during the callback only. */
+ * no such sweep. Valid during the callback only. A sweep whose lr tune has
+ * decided gives its study's spec: without "lr_tune", base.train.lr the
+ * chosen rate (sweeps/lr_tune.h); one still tuning, its spec as stored. */
 typedef void (*store_sweeps_spec_cb)(void *ud, int status, const char *spec_json,
                                      const char *sweep_status, const char *errmsg);
 void store_sweeps_spec(db *d, int64_t sweep_id, store_sweeps_spec_cb cb, void *ud);
@@ -66,6 +70,38 @@ void store_sweeps_spec(db *d, int64_t sweep_id, store_sweeps_spec_cb cb, void *u
  * there is no such sweep or it is cancelled; runs counts those added. */
 void store_sweeps_extend(db *d, int64_t sweep_id, const store_sweep_new *sw,
                          store_sweeps_inserted_cb cb, void *ud);
+
+/* A tune run of a sweep whose learning rate is tuned on a muP proxy
+ * (sweeps/lr_tune.h). Strings are valid during the callback only. */
+typedef struct store_lr_tune_run {
+  int64_t id;
+  double lr;          /* its config's train.lr */
+  const char *status; /* run_status */
+  double loss;        /* final validation loss, NAN when none */
+  int n_layer, d_model, n_head, batch_size;
+  int64_t nonembedding_params, tokens;
+} store_lr_tune_run;
+
+/* spec_json: the sweep's canonical spec; NULL with n 0 when the sweep has
+ * no tune waiting for a decision (no "lr_tune" in its spec, a decision made
+ * already, cancelled, or gone). */
+typedef void (*store_sweeps_lr_tune_cb)(void *ud, int status, const char *spec_json,
+                                        const store_lr_tune_run *runs, int n, const char *errmsg);
+
+/* The tune runs (part 'lr_tune') of a sweep whose tune has not decided yet
+ * (sweeps.lr_tune NULL, or not "decided"), in id order, with its spec. */
+void store_sweeps_lr_tune_runs(db *d, int64_t sweep_id, store_sweeps_lr_tune_cb cb, void *ud);
+
+/* The tune's decision (decision_json, sweeps.lr_tune, with "decided_at"
+ * added) and the study's runs (sw as store_sweeps_extend takes it; "[]"
+ * when the tune did not decide), in one statement: both, or neither.
+ * Nothing happens when the sweep is cancelled or its tune has decided
+ * already (sweep_id 0 then): a decision made again after a restart, or
+ * twice at once, adds nothing; a run whose config_hash the sweep has
+ * already is skipped, as in store_sweeps_extend. Send it on the connection
+ * that cancels sweeps. runs counts the runs added. */
+void store_sweeps_lr_tuned(db *d, int64_t sweep_id, const char *decision_json,
+                           const store_sweep_new *sw, store_sweeps_inserted_cb cb, void *ud);
 
 /* The sweeps whose status is queued or running. */
 void store_sweeps_unfinished(db *d, store_ids_cb cb, void *ud);

@@ -9,6 +9,7 @@
 
 #include "common/err.h"
 #include "sweeps/internal.h"
+#include "sweeps/spec_json.h"
 
 static void warn(next_design *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warn(next_design *d, const char *fmt, ...) {
@@ -138,33 +139,6 @@ static void set_rule(json_t *root, const char *key, double coef, double exponent
   json_object_set_new(root, key, r);
 }
 
-/* Whole-number reals as integers, recursively, in place. A stored spec is
- * the canonical one (spec_canonical: every number a real, so that 8 and 8.0
- * hash alike), and the planner takes sizes and counts from integers only
- * (base.train.batch_size 8.0 would be planned as unset). */
-static void integral(json_t *v) {
-  const char *k;
-  json_t *e;
-  size_t i;
-  if (json_is_object(v)) {
-    json_object_foreach(v, k, e) {
-      double x = json_real_value(e);
-      if (json_is_real(e) && x == floor(x) && fabs(x) < 9007199254740992.0)
-        json_object_set_new(v, k, json_integer((json_int_t)x));
-      else
-        integral(e);
-    }
-  } else if (json_is_array(v)) {
-    json_array_foreach(v, i, e) {
-      double x = json_real_value(e);
-      if (json_is_real(e) && x == floor(x) && fabs(x) < 9007199254740992.0)
-        json_array_set_new(v, i, json_integer((json_int_t)x));
-      else
-        integral(e);
-    }
-  }
-}
-
 /* The budget's spec text (the sweep's with method isoflop at C), or NULL. */
 static char *budget_spec(const char *spec_json, const next_design *d, int points,
                          const double *sizes, int nsizes, spec_problems *pr) {
@@ -175,7 +149,7 @@ static char *budget_spec(const char *spec_json, const next_design *d, int points
     spec_problem_add(pr, "$", "the sweep's stored spec could not be read: %s", e.text);
     return NULL;
   }
-  integral(root);
+  sweeps__integral(root);
   json_t *old = json_object_get(root, "isoflop"), *iso = json_object();
   if (sizes) { /* the sizes at the sweep's smallest budget too (a WSD grid) */
     json_t *ps = json_array();
@@ -373,7 +347,7 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
     out->noise_from = "residuals";
   }
   json_t *root = json_loads(spec_json, 0, NULL);
-  integral(root);
+  sweeps__integral(root);
   fitted_rules(bopt, root, pts, n, out);
   double smallest = grid_smallest(root);
   json_decref(root);

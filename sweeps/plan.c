@@ -15,6 +15,7 @@
 #include "runcfg/runcfg.h"
 #include "runcfg/shard.h"
 #include "sweeps/internal.h"
+#include "sweeps/lr_tune.h"
 #include "sweeps/plan_draft.h"
 #include "sweeps/shapes.h"
 
@@ -288,6 +289,7 @@ void plan_free(plan *p) {
   for (size_t i = 0; i < p->n_warnings; i++)
     free(p->warnings[i]);
   free(p->warnings);
+  plan_free(p->study);
   free(p);
 }
 
@@ -295,6 +297,8 @@ void plan_free(plan *p) {
  * products early). */
 static double count_runs(const spec *s) {
   double n = 0;
+  if (s->lr_tune.present) /* the tune's; the study is counted when planned */
+    return (double)s->lr_tune.lr.n * (double)(s->lr_tune.seeds.n ? s->lr_tune.seeds.n : 1);
   if (s->method == SPEC_GRID) {
     n = (double)s->grid.params.n * (double)s->grid.tokens.n *
         (double)(s->grid.batch_size.n ? s->grid.batch_size.n : 1) *
@@ -348,6 +352,10 @@ static void draft_all(plan__planner *P, const spec *s, spec_problems *pr) {
   const char *sched =
       json_string_value(json_object_get(json_object_get(s->base, "train"), "schedule"));
   P->wsd = sched && !strcmp(sched, "wsd");
+  if (s->lr_tune.present) {
+    plan__lr_tune(P);
+    return;
+  }
   if (s->method == SPEC_GRID)
     plan__grid(P);
   else if (s->method == SPEC_ISOFLOP)
@@ -375,21 +383,30 @@ static void resolve_all(plan__planner *P, plan *p) {
     p->runs[i].index = (int)i;
 }
 
-/* Totals, and the problem when they exceed max_hours. */
+/* Totals (an lr tune's study included), and the problem when they exceed
+ * max_hours. */
 static void check_time(plan *p, const spec *s, spec_problems *pr) {
   for (size_t i = 0; i < p->n; i++) {
     p->total_flops += p->runs[i].flops;
     p->total_seconds += p->runs[i].est_seconds;
   }
+  p->tune_flops = p->total_flops;
+  p->tune_seconds = p->total_seconds;
+  size_t n = p->n;
+  if (p->study) {
+    p->total_flops += p->study->total_flops;
+    p->total_seconds += p->study->total_seconds;
+    n += p->study->n;
+  }
   p->wall_seconds = p->total_seconds / p->parallel_runs;
   if (s->max_hours > 0 && p->wall_seconds / 3600.0 > s->max_hours)
     spec_problem_add(pr, "$.max_hours",
-                     "found %g, but the plan's estimated time is %.3g hours (%zu run%s, %.3g "
+                     "found %g, but the plan's estimated time is %.3g hours (%zu run%s%s, %.3g "
                      "FLOPs at throughput_flops %.3g FLOP/s per run, %d at a time); expected at "
                      "least %.3g, or a smaller sweep",
-                     s->max_hours, p->wall_seconds / 3600.0, p->n, p->n == 1 ? "" : "s",
-                     p->total_flops, s->throughput_flops, s->parallel_runs,
-                     p->wall_seconds / 3600.0);
+                     s->max_hours, p->wall_seconds / 3600.0, n, n == 1 ? "" : "s",
+                     p->study ? ", the lr tune's and the study's" : "", p->total_flops,
+                     s->throughput_flops, s->parallel_runs, p->wall_seconds / 3600.0);
 }
 
 /* Data reuse of shard runs: the config text names its data. */
@@ -456,13 +473,31 @@ int plan_spec(const spec *s, plan **out, spec_problems *pr) {
                      SPEC_MAX_RUNS);
     return SS_EINVAL;
   }
+  /* an lr tune's study, at the placeholder rate: its problems are the
+   * spec's, and its runs count towards the limits */
+  plan *study = NULL;
+  if (s->lr_tune.present && s->lr_tune.lr.n) {
+    spec *ss = NULL;
+    double lr = lr_tune_placeholder(&s->lr_tune.lr);
+    if (lr_tune_plan_study(s->root, lr, 1, &ss, &study, pr) == SS_ENOMEM)
+      return SS_ENOMEM;
+    spec_free(ss);
+    if (study && want + (double)study->n > SPEC_MAX_RUNS)
+      spec_problem_add(pr, "$",
+                       "the spec asks for %.0f runs: %.0f of the lr tune and %zu of the study; "
+                       "expected at most %d",
+                       want + (double)study->n, want, study->n, SPEC_MAX_RUNS);
+  }
   plan__planner P;
   draft_all(&P, s, pr);
   plan *p = plan_new(s, P.ds.n);
   if (!p) {
     plan__drafts_free(&P.ds);
+    plan_free(study);
     return SS_ENOMEM;
   }
+  p->study = study;
+  p->study_lr = study ? lr_tune_placeholder(&s->lr_tune.lr) : 0;
   resolve_all(&P, p);
   if (p->n == 0 && pr->n == before)
     spec_problem_add(pr, "$", "the spec plans no runs; expected at least one");

@@ -41,7 +41,7 @@
 
 typedef struct plan_run {
   int index;            /* position in the plan (smallest compute first) */
-  const char *part;     /* "grid", "isoflop", "batch" or "runs" (static) */
+  const char *part;     /* "grid", "isoflop", "batch", "bcrit", "runs", "lr_tune" (static) */
   char *config;         /* canonical resolved run config (rcfg_to_json) */
   char config_hash[65]; /* SHA-256 of config, hex */
   int n_layer, d_model, n_head, seq_len, vocab_size;
@@ -102,13 +102,24 @@ typedef struct plan {
   double rung_flops_saved;
   char **warnings;                   /* owned, n_warnings of them */
   size_t n_warnings;
+  /* a spec with "lr_tune" (sweeps/lr_tune.h): runs are the tune's (part
+   * "lr_tune", on the proxy); the study follows at the rate the tune
+   * chooses, and is planned here at study_lr (lr_tune_placeholder) for its
+   * time and compute, which the totals above include (tune_flops and
+   * tune_seconds are the tune's alone) */
+  struct plan *study; /* owned; NULL without lr_tune */
+  double study_lr;
+  double tune_flops, tune_seconds;
 } plan;
 
 /* Expands a spec into its runs. Returns 0 and a new plan in *out, or
  * SS_EINVAL with every problem appended to pr (JSON path, found vs
  * expected) and *out NULL: a model below one head, D smaller than one batch,
  * a run config the trainer refuses, two identical runs, more than
- * SPEC_MAX_RUNS runs, an estimated time over max_hours. */
+ * SPEC_MAX_RUNS runs, an estimated time over max_hours. With "lr_tune" the
+ * runs are the tune's, and the study is planned too (plan.study), its
+ * problems reported with the tune's; the run count and max_hours hold for
+ * both together. */
 int plan_spec(const spec *s, plan **out, spec_problems *pr);
 
 /* spec_load then plan_spec: *s and *out are set as far as each succeeded

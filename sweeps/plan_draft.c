@@ -62,8 +62,9 @@ static double b_opt_tokens(const spec_batch_rule *r, double C) {
   return r->coef * pow(C, r->exponent);
 }
 
-/* Batch size in sequences from the rule (spec.h spec_batch_rule). */
-static int rule_batch(const spec_batch_rule *r, double C, double D, int T) {
+/* B_opt(C) in sequences, the nearest power of two within [min_batch,
+ * max_batch]: the rule before its step floor. */
+static int rule_batch_pow2(const spec_batch_rule *r, double C, int T) {
   double seqs = b_opt_tokens(r, C) / T;
   double e = round(log2(fmax(seqs, 1e-300)));
   int B = e < 0 ? 1 : e > 30 ? (1 << 30) : (1 << (int)e);
@@ -71,6 +72,12 @@ static int rule_batch(const spec_batch_rule *r, double C, double D, int T) {
     B = r->min_batch;
   if (B > r->max_batch)
     B = r->max_batch;
+  return B;
+}
+
+/* Batch size in sequences from the rule (spec.h spec_batch_rule). */
+static int rule_batch(const spec_batch_rule *r, double C, double D, int T) {
+  int B = rule_batch_pow2(r, C, T);
   while (B > r->min_batch && D / ((double)B * T) < r->min_steps)
     B = B / 2 > r->min_batch ? B / 2 : r->min_batch;
   return B;
@@ -474,6 +481,69 @@ void plan__ladder(plan__planner *P) {
                sh.n_layer, sh.d_model);
       snprintf(what, sizeof what, "$.batch.tokens with %s = %d sequences", bpath, (int)bs->v[i]);
       d->failed = plan_train(P, d, C, D, (int)bs->v[i], 0, bpath, what) != 0;
+    }
+}
+
+/* The lr tune's runs (sweeps/lr_tune.h): the proxy, d_model =
+ * base.model.base_width with the shape rule's head size and aspect ratio
+ * (n_layer = d_model / aspect_ratio, rounded, at least 1), trained on D
+ * tokens at each rate of the grid (and seed). D is $.lr_tune.tokens, or
+ * SPEC_LR_TUNE_TOKENS_PER_PARAM tokens per non-embedding parameter and at
+ * least the batch rule's min_steps steps at the rule's batch size (B_opt
+ * before its step floor: base's batch size when it fixes one), so that the
+ * proxy trains as long as a compute-optimal run, and never for only a few
+ * steps. The batch size follows the rule (or base), as a study's runs'
+ * does. */
+void plan__lr_tune(plan__planner *P) {
+  const spec *s = P->s;
+  const spec_lr_tune *t = &s->lr_tune;
+  int d = t->width;
+  if (d <= 0)
+    return; /* base_width missing or invalid: the run config's problem */
+  int hs = shape_head_size(&P->shape, d);
+  if (hs <= 0 || d % hs) {
+    spec_problem_add(P->pr, "$.base.model.base_width",
+                     "found %d, not a whole number of heads of %d channels (the shape rule's "
+                     "head size at that width%s); expected a multiple of %d: the lr tune's "
+                     "proxy has d_model = base_width",
+                     d, hs, s->head_size ? ", $.shape.head_size" : "", hs);
+    return;
+  }
+  int L = (int)lround(d / s->aspect_ratio);
+  rcfg_shape sh = s->model; /* base's family and parametrisation: the proxy's counts */
+  sh.n_layer = L < 1 ? 1 : L;
+  sh.d_model = d;
+  sh.n_head = d / hs;
+  sh.seq_len = P->T;
+  sh.vocab_size = P->V;
+  double N = (double)rcfg_nonembedding_params(&sh), fpt = fpt_of(&sh);
+  double D = t->tokens;
+  const char *dpath = "$.lr_tune.tokens";
+  if (!(D > 0)) {
+    D = SPEC_LR_TUNE_TOKENS_PER_PARAM * N;
+    int B0 = P->base_batch ? P->base_batch : rule_batch_pow2(&s->batch_rule, fpt * D, P->T);
+    D = fmax(D, s->batch_rule.min_steps * B0 * (double)P->T);
+    dpath = "$.lr_tune";
+  }
+  const spec_values *lrs = &t->lr, *ss = &t->seeds;
+  size_t nseed = ss->n ? ss->n : 1;
+  for (size_t i = 0; i < lrs->n; i++)
+    for (size_t k = 0; k < nseed; k++) {
+      plan__draft *dr = draft_new(&P->ds, "lr_tune", 0);
+      if (!dr)
+        return;
+      char lpath[192], what[512];
+      spec_values_path(lrs, i, lpath, sizeof lpath);
+      put_shape(dr, &sh);
+      put_seed(dr, ss, k);
+      snprintf(dr->fallback, sizeof dr->fallback, "%s", lpath);
+      snprintf(dr->size_path, sizeof dr->size_path, "$.base.model.base_width");
+      snprintf(dr->context, sizeof dr->context,
+               "lr tune run (the proxy: %d layer%s x d_model %d; rate %s)", sh.n_layer,
+               sh.n_layer == 1 ? "" : "s", d, lpath);
+      snprintf(what, sizeof what, "the lr tune's proxy (%d layer%s x d_model %d, N = %.0f)",
+               sh.n_layer, sh.n_layer == 1 ? "" : "s", d, N);
+      dr->failed = plan_train(P, dr, fpt * D, D, 0, lrs->v[i], dpath, what) != 0;
     }
 }
 

@@ -51,6 +51,9 @@ void plan__grid(plan__planner *P);
 void plan__isoflop(plan__planner *P);
 void plan__ladder(plan__planner *P);
 void plan__explicit(plan__planner *P);
+/* With "lr_tune": the tune's runs on the proxy, instead of the method's
+ * (the study is planned apart: sweeps/lr_tune.h) */
+void plan__lr_tune(plan__planner *P);
 
 /* backend, world_size, threads: from $.resources unless base or the run set
  * them (threads always ends up set: see PLAN_GPU_HOST_THREADS) */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runcfg/flops.h"
+#include "sweeps/lr_tune.h"
 #include "sweeps/shapes.h"
 
 /* ---- output ----------------------------------------------------------- */
@@ -193,14 +194,11 @@ static void write_models(const plan *p, FILE *f) {
   fprintf(f, "\n\n");
 }
 
-void plan_write_table(const plan *p, FILE *f) {
-  fprintf(f, "sweep \"%s\" (%s%s): %zu runs; spec digest %.16s\n", p->name,
-          spec_method_name(p->method),
-          p->has_ladder && p->method != SPEC_BATCH ? " + batch ladder" : "", p->n, p->spec_digest);
-  write_models(p, f);
+/* The table's header and one line per run; counts the runs whose batch
+ * size and lr came from the rules. */
+static void write_runs(const plan *p, FILE *f, size_t *n_brule, size_t *n_lrule) {
   fprintf(f, "%5s  %-7s %3s %5s %3s %8s %8s %5s %6s %8s %4s %9s %9s %8s\n", "#", "part", "L", "d",
           "h", "N", "D", "B", "steps", "lr", "seed", "C", "budget", "est.");
-  size_t n_brule = 0, n_lrule = 0;
   for (size_t i = 0; i < p->n; i++) {
     const plan_run *r = &p->runs[i];
     char N[16], D[16], t[16], budget[16] = "-";
@@ -215,13 +213,82 @@ void plan_write_table(const plan *p, FILE *f) {
     if (r->branch_of >= 0)
       fprintf(f, "  from #%d at step %lld", r->branch_of, (long long)r->branch_step);
     fprintf(f, "\n");
-    n_brule += (size_t)r->batch_from_rule;
-    n_lrule += (size_t)r->lr_from_rule;
+    *n_brule += (size_t)r->batch_from_rule;
+    *n_lrule += (size_t)r->lr_from_rule;
   }
+}
+
+/* An lr tune's study (p->study): its table at the placeholder rate. */
+static void write_study(const plan *p, FILE *f, size_t *n_brule, size_t *n_lrule) {
+  const plan *st = p->study;
+  char t[16];
+  duration(p->tune_seconds, t, sizeof t);
+  fprintf(f,
+          "\nlr tune: %zu runs, %.3g FLOPs, estimated %s of training; the study's runs are added "
+          "once they have ended\n",
+          p->n, p->tune_flops, t);
+  fprintf(f,
+          "\nthen the study (%s%s) at the rate the tune chooses: %zu runs, planned here at lr = "
+          "%g (the grid's middle rate, a placeholder: the runs' shapes, tokens, time and FLOPs "
+          "do not depend on it)\n\n",
+          spec_method_name(st->method),
+          st->has_ladder && st->method != SPEC_BATCH ? " + batch ladder" : "", st->n, p->study_lr);
+  write_runs(st, f, n_brule, n_lrule);
+  duration(st->total_seconds, t, sizeof t);
+  fprintf(f, "\nstudy: %zu runs, %.3g FLOPs, estimated %s of training\n", st->n, st->total_flops,
+          t);
+  if (st->n_branches > st->n_rungs)
+    fprintf(f,
+            "wsd branches: %zu of the study's runs start their decay from the checkpoints of %zu "
+            "longer runs (\"from #i at step s\"): %.3g FLOPs trained instead of %.3g, %.1f%% "
+            "saved\n",
+            st->n_branches - st->n_rungs, st->n_trunks - st->n_rung_trunks,
+            st->total_flops - (st->branch_flops_saved - st->rung_flops_saved), st->total_flops,
+            100.0 * (st->branch_flops_saved - st->rung_flops_saved) / st->total_flops);
+  for (size_t i = 0; i < st->n_warnings; i++)
+    fprintf(f, "warning: study: %s\n", st->warnings[i]);
+}
+
+void plan_write_table(const plan *p, FILE *f) {
+  size_t n_brule = 0, n_lrule = 0, n = p->n + (p->study ? p->study->n : 0);
+  if (p->study) {
+    const plan_run *r = p->n ? &p->runs[0] : NULL;
+    fprintf(f,
+            "sweep \"%s\" (%s%s, its learning rate tuned on a muP proxy first): %zu lr tune "
+            "runs, then %zu study runs at the best rate; spec digest %.16s\n",
+            p->name, spec_method_name(p->study->method),
+            p->study->has_ladder && p->study->method != SPEC_BATCH ? " + batch ladder" : "", p->n,
+            p->study->n, p->spec_digest);
+    write_models(p, f);
+    size_t rates = 0;
+    for (size_t i = 0; i < p->n; i++) {
+      int seen = 0;
+      for (size_t j = 0; j < i && !seen; j++)
+        seen = p->runs[j].lr == p->runs[i].lr;
+      rates += !seen;
+    }
+    if (r)
+      fprintf(f,
+              "the proxy: %d layer%s x d_model %d (base_width), %d heads, N %lld, D %lld tokens, "
+              "batch %d; %zu rates x %zu seed%s\n\n",
+              r->n_layer, r->n_layer == 1 ? "" : "s", r->d_model, r->n_head,
+              (long long)r->nonembedding_params, (long long)r->tokens, r->batch_size, rates,
+              rates ? p->n / rates : 0, rates && p->n / rates == 1 ? "" : "s");
+  } else {
+    fprintf(f, "sweep \"%s\" (%s%s): %zu runs; spec digest %.16s\n", p->name,
+            spec_method_name(p->method),
+            p->has_ladder && p->method != SPEC_BATCH ? " + batch ladder" : "", p->n,
+            p->spec_digest);
+    write_models(p, f);
+  }
+  write_runs(p, f, &n_brule, &n_lrule);
+  if (p->study)
+    write_study(p, f, &n_brule, &n_lrule);
   char t[16], w[16];
   duration(p->total_seconds, t, sizeof t);
   duration(p->wall_seconds, w, sizeof w);
-  fprintf(f, "\ntotal: %zu runs, %.3g FLOPs, estimated %s of training", p->n, p->total_flops, t);
+  fprintf(f, "\ntotal: %zu runs%s, %.3g FLOPs, estimated %s of training", n,
+          p->study ? " (lr tune and study)" : "", p->total_flops, t);
   if (p->parallel_runs > 1)
     fprintf(f, " (%s with %d runs at a time)", w, p->parallel_runs);
   fprintf(f, " at %.3g FLOP/s per run", p->throughput_flops);
@@ -249,13 +316,20 @@ void plan_write_table(const plan *p, FILE *f) {
   fprintf(f,
           "batch rule %s (%zu of %zu runs): B_opt = %g * C^%g tokens (DeepSeek), in sequences, "
           "nearest power of two in [%d, %d], halved until D / (B * seq_len) >= %g steps\n",
-          PLAN_BATCH_RULE_NAME, n_brule, p->n, b->coef, b->exponent, b->min_batch, b->max_batch,
+          PLAN_BATCH_RULE_NAME, n_brule, n, b->coef, b->exponent, b->min_batch, b->max_batch,
           b->min_steps);
   fprintf(f,
           "lr rule %s (%zu of %zu runs): eta = %g * C^%g%s, clamped to [%g, %g], 3 "
           "significant digits\n",
-          PLAN_LR_RULE_NAME, n_lrule, p->n, l->coef, l->exponent,
+          PLAN_LR_RULE_NAME, n_lrule, n, l->coef, l->exponent,
           l->sqrt_batch ? " * sqrt(B * seq_len / B_opt)" : "", l->min, l->max);
+  if (p->study)
+    fprintf(f,
+            "lr tune: the proxy trains at each rate of $.lr_tune.lr; when every tune run has "
+            "ended the rate with the lowest final validation loss (mean over seeds; ties: the "
+            "smaller rate; at least %d rates with a finished run) becomes the study's "
+            "base.train.lr, and a best rate at the grid's edge is flagged (\"%s\")\n",
+            SPEC_LR_TUNE_MIN_RATES, LR_TUNE_EDGE_WARNING);
   if (p->head_size)
     fprintf(f,
             "shape rule: d_model / n_layer = %g (within x%g), head size %d, nearest N (within "

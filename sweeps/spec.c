@@ -60,6 +60,8 @@ void spec_free(spec *s) {
   free_values(&s->batch.target_loss);
   free_values(&s->batch.seeds);
   free_values(&s->batch.branch_at);
+  free_values(&s->lr_tune.lr);
+  free_values(&s->lr_tune.seeds);
   json_decref(s->base);
   json_decref(s->root);
   free(s->file);
@@ -92,6 +94,30 @@ char *spec_canonical(const spec *s) {
   char *t = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
   json_decref(c);
   return t;
+}
+
+/* spec_json.h */
+void sweeps__integral(json_t *v) {
+  const char *k;
+  json_t *e;
+  size_t i;
+  if (json_is_object(v)) {
+    json_object_foreach(v, k, e) {
+      double x = json_real_value(e);
+      if (json_is_real(e) && x == floor(x) && fabs(x) < 9007199254740992.0)
+        json_object_set_new(v, k, json_integer((json_int_t)x));
+      else
+        sweeps__integral(e);
+    }
+  } else if (json_is_array(v)) {
+    json_array_foreach(v, i, e) {
+      double x = json_real_value(e);
+      if (json_is_real(e) && x == floor(x) && fabs(x) < 9007199254740992.0)
+        json_array_set_new(v, i, json_integer((json_int_t)x));
+      else
+        sweeps__integral(e);
+    }
+  }
 }
 
 /* A key of base that the method plans: set there, it is a conflict. */
@@ -424,6 +450,7 @@ static const char *parse_header(spec *s, json_t *root, spec_problems *pr) {
                                     "batch_rule",
                                     "lr_rule",
                                     "branches",
+                                    "lr_tune",
                                     NULL};
   spec__check_keys(pr, root, "$", top);
   s->name = spec__get_string(pr, root, "$", "name", NULL, 1, "a sweep name (a string)");
@@ -527,6 +554,88 @@ static void parse_sections(spec *s, json_t *root, const char *m, spec_problems *
     parse_runs(s, root, pr);
 }
 
+/* $.lr_tune: the rates tried on the proxy, its D and seeds */
+static void parse_lr_tune(spec *s, json_t *root, spec_problems *pr) {
+  json_t *sec = spec__get_object(pr, root, "$", "lr_tune", 0,
+                                 "{\"lr\": rates, \"tokens\": D, \"seeds\": seeds}");
+  if (!sec)
+    return;
+  static const char *const keys[] = {"lr", "tokens", "seeds", NULL};
+  spec__check_keys(pr, sec, "$.lr_tune", keys);
+  spec_lr_tune *t = &s->lr_tune;
+  t->present = 1;
+  spec__kind k = K_LR;
+  k.min_count = SPEC_LR_TUNE_MIN_RATES;
+  k.what = "learning rates to try on the proxy, at least 3: a best rate inside the grid needs "
+           "a rate on each side of it";
+  spec__get_values(pr, sec, "$.lr_tune", "lr", &k, 1, &t->lr);
+  spec__get_number(pr, sec, "$.lr_tune", "tokens", &t->tokens, 1, 9007199254740992.0, 0, 0,
+                   "a token count D for each tune run, from 1 to 2^53 (or leave it out: 20 "
+                   "tokens per non-embedding parameter of the proxy, and at least the batch "
+                   "rule's min_steps steps)");
+  spec__get_values(pr, sec, "$.lr_tune", "seeds", &K_SEED, 0, &t->seeds);
+}
+
+/* An lr tune carries its rate to every width only under muP, and it
+ * chooses every run's rate: nothing else may set one. */
+static void check_lr_tune(spec *s, spec_problems *pr) {
+  json_t *model = json_object_get(s->base, "model");
+  json_t *par = json_object_get(model, "parametrization");
+  if (!json_is_string(par) || strcmp(json_string_value(par), "mup")) {
+    char f[64] = "none (the default, \"sp\")";
+    if (par)
+      spec__found(par, f, sizeof f);
+    spec_problem_add(pr, "$.base.model.parametrization",
+                     "found %s, but $.lr_tune tunes the learning rate on a proxy of width "
+                     "base_width to carry it to every width, which holds under muP only (in "
+                     "standard parametrization the best rate falls as the model widens); "
+                     "expected \"mup\", with base_width the proxy's d_model",
+                     f);
+  }
+  json_t *bw = json_object_get(model, "base_width");
+  if (json_is_integer(bw) && json_integer_value(bw) > 0 && json_integer_value(bw) <= 1 << 16)
+    s->lr_tune.width = (int)json_integer_value(bw);
+  conflict(pr, s->base, "$.train.lr", "$.lr_tune chooses the study's learning rate on the proxy");
+  if (s->lr_tune.seeds.n)
+    conflict(pr, s->base, "$.train.seed", "$.lr_tune.seeds sets it for the tune's runs");
+  if (s->method == SPEC_GRID && s->grid.lr.n)
+    spec_problem_add(pr, "$.grid.lr",
+                     "found %zu rate%s, but $.lr_tune chooses the study's learning rate on the "
+                     "proxy; expected it left out (or no $.lr_tune, for a grid over rates at "
+                     "every size)",
+                     s->grid.lr.n, s->grid.lr.n == 1 ? "" : "s");
+  size_t i;
+  json_t *run;
+  if (s->method == SPEC_RUNS && json_is_array(s->runs))
+    json_array_foreach(s->runs, i, run) {
+      /* the proxy is base's: a run of another width or parametrization
+       * would not train at the rate tuned for it */
+      static const char *const proxy_keys[] = {"parametrization", "base_width"};
+      for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(json_object_get(run, "model"), proxy_keys[k]);
+        if (!v)
+          continue;
+        char path[96], f[64];
+        snprintf(path, sizeof path, "$.runs[%zu].model.%s", i, proxy_keys[k]);
+        spec__found(v, f, sizeof f);
+        spec_problem_add(pr, path,
+                         "found %s, but $.lr_tune tunes the rate on base's proxy (base.model's "
+                         "parametrization and base_width); expected it left out of the run",
+                         f);
+      }
+      json_t *lr = json_object_get(json_object_get(run, "train"), "lr");
+      if (!lr)
+        continue;
+      char path[64], f[64];
+      snprintf(path, sizeof path, "$.runs[%zu].train.lr", i);
+      spec__found(lr, f, sizeof f);
+      spec_problem_add(pr, path,
+                       "found %s, but $.lr_tune chooses every run's learning rate on the proxy; "
+                       "expected it left out",
+                       f);
+    }
+}
+
 /* base must not set what the method plans */
 static void check_base(const spec *s, spec_problems *pr) {
   int shapes = s->method != SPEC_BATCH || s->batch.has_params;
@@ -574,6 +683,9 @@ int spec_parse(const char *text, const char *name, spec **out, spec_problems *pr
     parse_sections(s, root, m, pr);
   if (m && s->method != SPEC_RUNS)
     check_base(s, pr);
+  parse_lr_tune(s, root, pr);
+  if (s->lr_tune.present && json_is_object(s->base))
+    check_lr_tune(s, pr);
   /* base's own problems, with $.base paths */
   if (json_is_object(s->base))
     probe_base(s, pr);

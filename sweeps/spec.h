@@ -163,6 +163,29 @@ typedef struct spec_ladder {
   double branch_tokens;
 } spec_ladder;
 
+/* The "lr_tune" section (docs/sweeps.md "Tuning the learning rate on a muP
+ * proxy"): under muP the best learning rate is the same at every width, so
+ * it is tuned once on a proxy of width base.model.base_width (the shape
+ * rule's aspect ratio and head size give its depth and heads) and the study
+ * is planned at the best rate (sweeps/lr_tune.h). A submitted spec with it
+ * stores the tune's runs only; the scheduler adds the study's once they
+ * have ended. */
+typedef struct spec_lr_tune {
+  int present;
+  spec_values lr;    /* the rates tried, at least SPEC_LR_TUNE_MIN_RATES */
+  double tokens;     /* D of each tune run; 0: the default rule (plan_draft.c) */
+  spec_values seeds; /* each rate once per seed (n = 0: once) */
+  int width;         /* base.model.base_width: the proxy's d_model (0 when unset) */
+} spec_lr_tune;
+
+/* Rates an lr tune tries at least: a minimum inside the grid needs a rate
+ * on each side of it. */
+#define SPEC_LR_TUNE_MIN_RATES 3
+/* The tune's default D: this many tokens per non-embedding parameter of the
+ * proxy (Chinchilla's compute-optimal ratio), and at least the batch rule's
+ * min_steps optimizer steps at the rule's batch size (plan_draft.c). */
+#define SPEC_LR_TUNE_TOKENS_PER_PARAM 20.0
+
 typedef struct spec {
   json_t *root;     /* owned */
   char *file;       /* name given to spec_parse, for messages (owned) */
@@ -197,6 +220,7 @@ typedef struct spec {
   } isoflop;
   spec_ladder batch;
   json_t *runs; /* $.runs (array of partial run configs) */
+  spec_lr_tune lr_tune;
 
   /* base resolved by the run config parser (runcfg/) (train values neutralised): what
    * planning needs before any run exists */

@@ -49,4 +49,11 @@ int spec__get_values(spec_problems *pr, const json_t *obj, const char *path, con
 /* 1 when the dotted path ("$.model.d_model") names a key set in obj */
 int spec__sets_key(const json_t *obj, const char *path);
 
+/* Whole-number reals as integers, recursively, in place. A stored spec is
+ * the canonical one (spec_canonical: every number a real, so that 8 and 8.0
+ * hash alike), and the planner takes sizes and counts from integers only
+ * (base.train.batch_size 8.0 would be planned as unset). next.c and
+ * lr_tune.c plan from stored specs. */
+void sweeps__integral(json_t *v);
+
 #endif

@@ -243,7 +243,7 @@ function sweep() {
     drawBatch(figs('chart-batch'), fits);
     drawBcrit(figs('chart-bcrit'), fits);
   };
-  const refreshSummary = throttle(() => guard(swap([ 'summary', 'fits', 'designed' ])), 1000);
+  const refreshSummary = throttle(() => guard(swap([ 'summary', 'lrtune', 'fits', 'designed' ])), 1000);
   const refreshTable = throttle(() => guard(table.load()), 1000);
   const refreshFits = throttle(() => guard(loadFits()), 1000);
   refreshAll = () => {

@@ -461,6 +461,44 @@ void store_sweeps_extend(db *d, int64_t sweep_id, const store_sweep_new *sw,
   QUEUE(d, ans_inserted, cb, ud);
 }
 
+static void ans_tune_runs(call *c, int st, int v) {
+  /* no tune waiting, one still running, or every run ended (a decision) */
+  static const char spec[] =
+      "{\"name\":\"t\",\"method\":\"runs\",\"base\":{\"model\":{\"seq_len\":16,"
+      "\"parametrization\":\"mup\",\"base_width\":16},\"train\":{\"tokens\":4096}},"
+      "\"runs\":[{\"model\":{\"n_layer\":1,\"d_model\":16,\"n_head\":2}}],"
+      "\"lr_tune\":{\"lr\":[0.001,0.01,0.1]},\"resources\":{\"cpus\":1}}";
+  static const double lr[3] = {0.001, 0.01, 0.1};
+  store_lr_tune_run runs[3];
+  for (int i = 0; i < 3; i++)
+    runs[i] = (store_lr_tune_run){.id = i + 1,
+                                  .lr = lr[i],
+                                  .status = v % 3 == 1 && i == 2 ? "running" : "succeeded",
+                                  .loss = 3.0 - 0.1 * i,
+                                  .n_layer = 1,
+                                  .d_model = 16,
+                                  .n_head = 2,
+                                  .batch_size = 8,
+                                  .nonembedding_params = 3312,
+                                  .tokens = 4096};
+  int none = st || v % 3 == 0;
+  ((store_sweeps_lr_tune_cb)c->cb)(c->ud, st, none ? NULL : spec, none ? NULL : runs, none ? 0 : 3,
+                                   st ? errmsg : NULL);
+}
+
+void store_sweeps_lr_tune_runs(db *d, int64_t sweep_id, store_sweeps_lr_tune_cb cb, void *ud) {
+  (void)sweep_id;
+  QUEUE(d, ans_tune_runs, cb, ud);
+}
+
+void store_sweeps_lr_tuned(db *d, int64_t sweep_id, const char *decision_json,
+                           const store_sweep_new *sw, store_sweeps_inserted_cb cb, void *ud) {
+  (void)sweep_id;
+  if (!decision_json || !sw->runs_json)
+    abort();
+  QUEUE(d, ans_inserted, cb, ud);
+}
+
 static void ans_spec(call *c, int st, int v) {
   /* a sweep of 3 runs (too few for a fit), none, or a cancelled one */
   static const char spec[] =

@@ -16,7 +16,10 @@ instead ends at the Chinchilla law's loss for its N (the trainer's count,
 4000 / D^0.28, approached as L + 0.3 ((steps / s)^0.5 - 1); with train.seed
 8, the same law times a run's own noise, exp(0.01 z) with z ~ N(0, 1) fixed
 by its shape and D. A config whose train.seed is 99
-writes a line to stderr and fails half-way. FAKE_LAW_SECONDS (default 0)
+writes a line to stderr and fails half-way. A muP config (model.parametrization
+"mup", an lr tune's: tests/integration/test_lr_tune.py) ends at
+L = 2 + (ln(lr / 0.003))^2 / 4 + 50 / d_model: its best learning rate is 0.003
+at every width, as muP promises. FAKE_LAW_SECONDS (default 0)
 spreads the lines over that many seconds, so a run can be seen running."""
 import hashlib
 import json
@@ -31,6 +34,7 @@ import time
 from harness import trainer_config
 
 S0, E0, BNOISE = 100.0, 3200.0, 20.0
+MUP_LR = 0.003  # a muP run's best learning rate, at every width
 
 
 def corpus_figures(cfg):
@@ -75,6 +79,12 @@ def main():
 
         def loss(s):  # noqa: F811 (the Chinchilla law's run)
             return final + 0.3 * ((steps / s) ** 0.5 - 1)
+
+    if m.get("parametrization") == "mup" and t.get("seed") != 99:
+        final_mup = 2 + math.log(t["lr"] / MUP_LR) ** 2 / 4 + 50 / m["d_model"]
+
+        def loss(s):  # noqa: F811 (a muP run: the rate decides)
+            return final_mup + 0.3 * ((steps / s) ** 0.5 - 1)
 
     def out(o):
         sys.stdout.write(json.dumps(o) + "\n")

@@ -337,7 +337,7 @@ static void test_defaults_and_digest(void) {
 
 static void test_examples(void) {
   static const char *const names[] = {"quickstart.json", "gpu-cluster.json", "grid.json",
-                                      "batch.json", "runs.json"};
+                                      "batch.json",      "runs.json",        "mup-tune.json"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     char path[1024];
     snprintf(path, sizeof path, "%s/sweeps/examples/%s", SS_SOURCE_DIR, names[i]);
