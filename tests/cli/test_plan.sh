@@ -71,7 +71,12 @@ for i, r in enumerate(runs):
     assert r["tokens"] % (r["batch_size"] * c["model"]["seq_len"]) == 0
     m = c["model"]
     L, d, T, V = m["n_layer"], m["d_model"], m["seq_len"], m["vocab_size"]
-    fpt = 6 * (12 * L * d * d + d * V) + 6 * L * T * d
+    if m.get("family") == "llama":  # docs/models.md: SwiGLU's three matrices, the rotation
+        mult = m["mlp_multiple_of"]
+        F = mult * -(-round(m["mlp_ratio"] * d * 1e9) // round(mult * 1e9))
+        fpt = 6 * ((4 * d * d + 3 * F * d) * L + d * V) + 6 * L * T * d + 12 * L * d
+    else:
+        fpt = 6 * (12 * L * d * d + d * V) + 6 * L * T * d
     assert abs(r["flops"] - fpt * r["tokens"]) <= 1e-9 * r["flops"], f"run {i}: flops"
     if i == 0:
         open(sys.argv[2] + ".run0.json", "w").write(raw)
