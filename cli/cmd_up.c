@@ -275,6 +275,40 @@ static void print_result(long long id, json_t *fits, double wall_s) {
   }
 }
 
+/* The result's last line for a sweep whose learning rate was tuned on a
+ * muP proxy (its lr_tune decision in GET /api/sweeps/{id}): the rate the
+ * study trained at and why, in the result block (indented) so that a
+ * printout shows which rate its laws come from. */
+static void print_tuned_lr(const cli_target *t, long long id) {
+  char path[64];
+  snprintf(path, sizeof path, "/api/sweeps/%lld", id);
+  int status;
+  char *resp = NULL;
+  if (cli_request(t, "GET", path, NULL, 0, &status, &resp) != 0 || status != 200) {
+    free(resp);
+    return;
+  }
+  json_error_t je;
+  json_t *sw = json_loads(resp, JSON_DECODE_INT_AS_REAL, &je);
+  free(resp);
+  json_t *tune = json_object_get(sw, "lr_tune"), *rates = json_object_get(tune, "rates"), *x;
+  const char *st = json_string_value(json_object_get(tune, "status"));
+  if (st && !strcmp(st, "decided")) {
+    double lo = INFINITY, hi = -INFINITY;
+    size_t i;
+    json_array_foreach(rates, i, x) {
+      double lr = json_number_value(json_object_get(x, "lr"));
+      lo = lr < lo ? lr : lo;
+      hi = lr > hi ? lr : hi;
+    }
+    printf("  learning rate: %.6g for every run, tuned on the muP proxy (the lowest final "
+           "validation loss of %zu rates from %.3g to %.3g%s; scalesweep status %lld)\n",
+           json_number_value(json_object_get(tune, "lr")), json_array_size(rates), lo, hi,
+           json_is_string(json_object_get(tune, "at_edge")) ? ", at the grid's edge" : "", id);
+  }
+  json_decref(sw);
+}
+
 /* (Fits come back through jsonb, which writes 1e129 as 130 digits: parsed
  * as reals so they do not overflow Jansson's integers.) */
 /* Waits (up to 2 minutes) for the refit that has seen every successful run
@@ -318,6 +352,7 @@ static void print_fits(const cli_target *t, long long id, const char *law_done, 
   json_t *fit;
   json_object_foreach(fits, law, fit) cli_print_fit(stdout, law, fit);
   print_result(id, fits, t0 ? difftime(time(NULL), t0) : -1);
+  print_tuned_lr(t, id);
   json_decref(fits);
 }
 
@@ -499,8 +534,8 @@ int cmd_up(int argc, char **argv) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", workers_port);
     snprintf(path, sizeof path, "%s/worker.log", state);
-    char *wargv[16 + 2 * MAX_TRAINERS] = {"scalesweep", "worker",     "--scheduler", addr,
-                                          "--token-file", tok,       "--work-dir",  wdir};
+    char *wargv[16 + 2 * MAX_TRAINERS] = {"scalesweep",   "worker", "--scheduler", addr,
+                                          "--token-file", tok,      "--work-dir",  wdir};
     int wn = 8;
     for (int t = 0; t < ntrainers; t++) {
       wargv[wn++] = "--trainer";
