@@ -68,13 +68,12 @@ static void rmsnorm_backward(kern_ctx *k, kern_x *dinp_x, float *dw, const kern_
   /* dw += sum_r dout * n, each column by one thread in row order */
 #pragma omp parallel
   {
-    int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    int per = ((C + nt - 1) / nt + 15) / 16 * 16;
-    int lo = t * per, hi = lo + per < C ? lo + per : C;
+    size_t lo, hi;
+    kern__split((size_t)C, &lo, &hi);
     for (int r = 0; r < N; r++) {
       const float *x = inp + (size_t)r * C, *dy = dout + (size_t)r * C;
       float s = rstd[r];
-      for (int c = lo; c < hi; c++)
+      for (size_t c = lo; c < hi; c++)
         dw[c] += dy[c] * (x[c] * s);
     }
   }
