@@ -501,6 +501,11 @@ COMMANDS = [
     ("./build/scalesweep up --state .scalesweep/text --sweep sweeps/examples/text.json --wait",
      "./build/scalesweep up --state .scalesweep/text --sweep tests/readme/tiny-text.json --wait "
      "--listen 127.0.0.1:0", text_study),
+    # the llama studies (10 minutes each): ctest study_llama and study_llama_mup, labelled slow
+    ("./build/scalesweep up --state .scalesweep/llama --sweep sweeps/examples/llama.json --wait",
+     "study_llama", None),
+    ("./build/scalesweep up --state .scalesweep/llama-mup --sweep sweeps/examples/llama-mup.json "
+     "--wait", "study_llama_mup", None),
     ("./build/scalesweep plan sweeps/examples/quickstart.json", None,
      lambda r: expect(r, "48 runs", "35 runs start their decay", "37.0% saved")),
     ("./build/scalesweep plan sweeps/examples/wsd-grid.json", None,
@@ -591,10 +596,10 @@ def main():
     ENV["SCALESWEEP_CLUSTER_DB"] = re.sub(r"dbname=\S+", "dbname=readme_cluster", DB)
     not_run = []
     for readme, how, check in COMMANDS:
-        if how in ("study_quickstart", ".ci/run"):
+        if how in ("study_quickstart", "study_llama", "study_llama_mup", ".ci/run"):
             where = os.path.join(SRC, ".ci", "run") if how == ".ci/run" else \
                 os.path.join(SRC, "tests", "CMakeLists.txt")
-            want = readme if how == ".ci/run" else "NAME study_quickstart"
+            want = readme if how == ".ci/run" else f"NAME {how} "
             if want not in open(where).read():
                 fail(f"{readme!r}: {where} does not run it")
             log(f"run by {how}: {readme}")
