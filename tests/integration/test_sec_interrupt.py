@@ -36,7 +36,11 @@ from harness import make_token, psql, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
-STEPS = 3000
+# long enough that five interruptions, each after 60 more steps and
+# whatever the trainer makes before its signal lands, leave run A unfinished
+# (at 3000 a CI pass saw it finish before the fifth: about 1,400 steps a
+# second on one core, and the lost report's lease of 6 s in between)
+STEPS = 8000
 LEASE = 6
 T0 = time.time()
 tmp = tempfile.mkdtemp(prefix="ss-sec-interrupt-")
