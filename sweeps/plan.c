@@ -14,6 +14,7 @@
 #include "runcfg/flops.h"
 #include "runcfg/runcfg.h"
 #include "runcfg/shard.h"
+#include "sweeps/adaptive.h"
 #include "sweeps/internal.h"
 #include "sweeps/lr_tune.h"
 #include "sweeps/plan_draft.h"
@@ -290,6 +291,7 @@ void plan_free(plan *p) {
     free(p->warnings[i]);
   free(p->warnings);
   plan_free(p->study);
+  plan_free(p->candidates);
   free(p);
 }
 
@@ -398,15 +400,63 @@ static void check_time(plan *p, const spec *s, spec_problems *pr) {
     p->total_seconds += p->study->total_seconds;
     n += p->study->n;
   }
+  if (p->candidates && p->throughput_flops > 0) /* the compute it may spend, at most */
+    p->total_seconds = fmax(p->total_seconds, p->adaptive_compute / p->throughput_flops);
   p->wall_seconds = p->total_seconds / p->parallel_runs;
   if (s->max_hours > 0 && p->wall_seconds / 3600.0 > s->max_hours)
     spec_problem_add(pr, "$.max_hours",
                      "found %g, but the plan's estimated time is %.3g hours (%zu run%s%s, %.3g "
-                     "FLOPs at throughput_flops %.3g FLOP/s per run, %d at a time); expected at "
+                     "FLOPs%s at throughput_flops %.3g FLOP/s per run, %d at a time); expected at "
                      "least %.3g, or a smaller sweep",
                      s->max_hours, p->wall_seconds / 3600.0, n, n == 1 ? "" : "s",
                      p->study ? ", the lr tune's and the study's" : "", p->total_flops,
+                     p->candidates ? " (or the adaptive design's compute, when more)" : "",
                      s->throughput_flops, s->parallel_runs, p->wall_seconds / 3600.0);
+}
+
+/* A spec with "adaptive": p's isoflop runs become the candidates, and
+ * the plan keeps the first round and any batch ladder (adaptive.h). */
+static int adapt(plan **pp, const spec *s) {
+  plan *p = *pp;
+  adaptive_cand *c;
+  size_t nc;
+  if (adaptive_candidates(p, &c, &nc))
+    return SS_ENOMEM;
+  size_t *pick = malloc((nc ? nc : 1) * sizeof *pick);
+  size_t *keep = malloc((p->n ? p->n : 1) * sizeof *keep);
+  unsigned char *in = calloc(p->n ? p->n : 1, 1);
+  if (!pick || !keep || !in) {
+    free(c);
+    free(pick);
+    free(keep);
+    free(in);
+    return SS_ENOMEM;
+  }
+  for (size_t i = 0; i < nc; i++)
+    pick[i] = i;
+  double grid = adaptive_cost(c, pick, nc);
+  size_t k = adaptive_initial(c, nc, s->adaptive.initial, pick);
+  double cost = adaptive_cost(c, pick, k);
+  for (size_t i = 0; i < k; i++)
+    in[c[pick[i]].run] = 1;
+  size_t nk = 0;
+  for (size_t i = 0; i < p->n; i++)
+    if (in[i] || strcmp(p->runs[i].part, "isoflop") != 0)
+      keep[nk++] = i;
+  plan *q = plan__subset(p, keep, nk);
+  free(c);
+  free(pick);
+  free(keep);
+  free(in);
+  if (!q)
+    return SS_ENOMEM;
+  q->candidates = p;
+  q->adaptive_compute = s->adaptive.compute;
+  q->adaptive_initial_flops = cost;
+  q->adaptive_grid_flops = grid;
+  adaptive_question_text(&s->adaptive, q->adaptive_question, sizeof q->adaptive_question);
+  *pp = q;
+  return 0;
 }
 
 /* Data reuse of shard runs: the config text names its data. */
@@ -508,6 +558,8 @@ int plan_spec(const spec *s, plan **out, spec_problems *pr) {
     plan__bcrit_link(p);
   if (rc == 0)
     rc = report_duplicates(p, pr);
+  if (rc == 0 && s->adaptive.present && pr->n == before)
+    rc = adapt(&p, s);
   if (rc == 0)
     check_time(p, s, pr);
   plan__drafts_free(&P.ds);

@@ -110,6 +110,14 @@ typedef struct plan {
   struct plan *study; /* owned; NULL without lr_tune */
   double study_lr;
   double tune_flops, tune_seconds;
+  /* a spec with "adaptive" (sweeps/adaptive.h): runs are the first round
+   * (and any batch ladder); candidates is the whole isoflop plan the
+   * rounds choose from (owned; NULL without "adaptive"); adaptive_compute
+   * the FLOPs the study may train, adaptive_initial_flops the first
+   * round's (its branches counted by their decay) */
+  struct plan *candidates;
+  double adaptive_compute, adaptive_initial_flops, adaptive_grid_flops;
+  char adaptive_question[160]; /* adaptive_question_text */
 } plan;
 
 /* Expands a spec into its runs. Returns 0 and a new plan in *out, or

@@ -190,3 +190,96 @@ void plan__bcrit_link(plan *p) {
                         p->runs[j].n_branch_points > 0;
   p->n_trunks += p->n_rung_trunks;
 }
+
+plan *plan__subset(const plan *p, const size_t *keep, size_t k) {
+  plan *q = malloc(sizeof *q);
+  long *at = malloc((p->n ? p->n : 1) * sizeof *at);
+  if (!q || !at) {
+    free(q);
+    free(at);
+    return NULL;
+  }
+  *q = *p;
+  q->runs = calloc(k ? k : 1, sizeof *q->runs);
+  q->warnings = calloc(p->n_warnings ? p->n_warnings : 1, sizeof *q->warnings);
+  q->n = q->n_warnings = 0;
+  q->study = q->candidates = NULL;
+  q->n_branches = q->n_trunks = q->n_rungs = q->n_rung_trunks = 0;
+  q->branch_flops_saved = q->rung_flops_saved = 0;
+  q->total_flops = q->total_seconds = q->wall_seconds = 0;
+  if (!q->runs || !q->warnings) {
+    free(at);
+    plan_free(q);
+    return NULL;
+  }
+  for (size_t i = 0; i < p->n_warnings; i++)
+    if ((q->warnings[q->n_warnings] = strdup(p->warnings[i])))
+      q->n_warnings++;
+  for (size_t i = 0; i < p->n; i++)
+    at[i] = -1;
+  for (size_t i = 0; i < k; i++) {
+    const plan_run *r = &p->runs[keep[i]];
+    plan_run *c = &q->runs[i];
+    *c = *r;
+    c->config = strdup(r->config);
+    c->target_loss = NULL;
+    if (r->n_target_loss && (c->target_loss = malloc(r->n_target_loss * sizeof *c->target_loss)))
+      memcpy(c->target_loss, r->target_loss, r->n_target_loss * sizeof *c->target_loss);
+    q->n = i + 1;
+    if (!c->config || (r->n_target_loss && !c->target_loss)) {
+      free(at);
+      plan_free(q);
+      return NULL;
+    }
+    c->index = (int)i;
+    c->n_branch_points = 0;
+    at[keep[i]] = (long)i;
+    if (r->branch_of >= 0 && r->branch_step > 0) /* its whole time, until it branches again */
+      c->est_seconds =
+          r->est_seconds * r->flops /
+          (r->flops - r->flops_per_token * (double)(r->branch_step * r->batch_size * r->seq_len));
+  }
+  for (size_t i = 0; i < k; i++) {
+    const plan_run *r = &p->runs[keep[i]];
+    plan_run *c = &q->runs[i];
+    c->branch_of = -1;
+    c->branch_step = 0;
+    c->rules_from = r->rules_from >= 0 && at[r->rules_from] >= 0 ? (int)at[r->rules_from] : -1;
+    if (r->branch_of < 0)
+      continue;
+    long trunk = -1;
+    if (!strcmp(r->part, "bcrit")) {
+      trunk = at[r->branch_of];
+    } else { /* the longest kept run of its group (the first of equals) */
+      for (size_t j = 0; j < k; j++) {
+        const plan_run *o = &p->runs[keep[j]];
+        size_t g = o->branch_of >= 0 ? (size_t)o->branch_of : keep[j];
+        if (g != (size_t)r->branch_of || j == i)
+          continue;
+        const plan_run *t = trunk >= 0 ? &p->runs[keep[trunk]] : r;
+        if (o->tokens > t->tokens || (o->tokens == t->tokens && trunk < 0 && j < i))
+          trunk = (long)j;
+      }
+    }
+    if (trunk < 0)
+      continue;
+    c->branch_of = (int)trunk;
+    c->branch_step = r->branch_step;
+    double skipped = r->flops_per_token * (double)(r->branch_step * r->batch_size * r->seq_len);
+    c->est_seconds *= (r->flops - skipped) / r->flops;
+    q->runs[trunk].n_branch_points++;
+    q->n_branches++;
+    q->branch_flops_saved += skipped;
+    if (!strcmp(r->part, "bcrit")) {
+      q->n_rungs++;
+      q->rung_flops_saved += skipped;
+    }
+  }
+  for (size_t i = 0; i < k; i++)
+    if (q->runs[i].n_branch_points > 0) {
+      q->n_trunks++;
+      q->n_rung_trunks += !strcmp(q->runs[i].part, "bcrit");
+    }
+  free(at);
+  return q;
+}

@@ -71,6 +71,13 @@ int plan__branch(struct plan *p, int branch);
  * seed with bcrit_at 0), after the plan is sorted. */
 void plan__bcrit_link(struct plan *p);
 
+/* The runs keep[0..k) of p (ascending plan indices) as a plan of their
+ * own, the header copied: each WSD group's longest kept run is its trunk
+ * and the others kept branch from it at their own stable steps (a branch
+ * of a trunk left out, when it is the longest kept, trains whole); other
+ * branches keep their trunk, which must be kept. NULL when out of memory. */
+struct plan *plan__subset(const struct plan *p, const size_t *keep, size_t k);
+
 /* plan.c: a planned run's figures (shape, counts, steps, tokens, FLOPs,
  * estimated seconds at throughput) from its resolved config */
 struct plan_run;

@@ -281,6 +281,18 @@ void plan_write_table(const plan *p, FILE *f) {
             p->spec_digest);
     write_models(p, f);
   }
+  if (p->candidates) {
+    size_t nc = 0;
+    for (size_t i = 0; i < p->candidates->n; i++)
+      nc += !strcmp(p->candidates->runs[i].part, "isoflop");
+    fprintf(f,
+            "adaptive: the question is %s, with at most %.3g FLOPs trained (the whole grid of "
+            "%zu candidates would train %.3g); these runs are the first round (space-filling, "
+            "%.3g FLOPs trained), and the scheduler chooses each later one from the fit "
+            "(docs/sweeps.md, \"An adaptive design\")\n",
+            p->adaptive_question, p->adaptive_compute, nc, p->adaptive_grid_flops,
+            p->adaptive_initial_flops);
+  }
   write_runs(p, f, &n_brule, &n_lrule);
   if (p->study)
     write_study(p, f, &n_brule, &n_lrule);

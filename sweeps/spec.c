@@ -451,6 +451,7 @@ static const char *parse_header(spec *s, json_t *root, spec_problems *pr) {
                                     "lr_rule",
                                     "branches",
                                     "lr_tune",
+                                    "adaptive",
                                     NULL};
   spec__check_keys(pr, root, "$", top);
   s->name = spec__get_string(pr, root, "$", "name", NULL, 1, "a sweep name (a string)");
@@ -686,6 +687,11 @@ int spec_parse(const char *text, const char *name, spec **out, spec_problems *pr
   parse_lr_tune(s, root, pr);
   if (s->lr_tune.present && json_is_object(s->base))
     check_lr_tune(s, pr);
+  if (m)
+    spec__parse_adaptive(&s->adaptive, root, (int)s->method, s->lr_tune.present,
+                         s->isoflop.flops.n * (s->isoflop.centred ? (size_t)s->isoflop.centre_points
+                                                                  : s->isoflop.params.n),
+                         pr);
   /* base's own problems, with $.base paths */
   if (json_is_object(s->base))
     probe_base(s, pr);

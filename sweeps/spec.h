@@ -186,6 +186,37 @@ typedef struct spec_lr_tune {
  * min_steps optimizer steps at the rule's batch size (plan_draft.c). */
 #define SPEC_LR_TUNE_TOKENS_PER_PARAM 20.0
 
+/* The "adaptive" section (docs/sweeps.md "An adaptive design";
+ * sweeps/adaptive.h): beside an isoflop method, whose runs become the
+ * candidates, the study states its question and the compute it may spend,
+ * and trains rounds of runs chosen from the candidates instead of all of
+ * them. A submitted spec with it stores the first round only; the
+ * scheduler designs every later one. */
+typedef enum spec_question { SPEC_Q_N_OPT = 0, SPEC_Q_LOSS = 1 } spec_question;
+
+typedef struct spec_adaptive {
+  int present;
+  spec_question question; /* "n_opt" (the default) or "loss" */
+  double flops;           /* n_opt: C* (by 6ND) at which N_opt and D_opt are asked */
+  double params, tokens;  /* loss: the (N, D) whose loss is asked */
+  double precision;       /* the 95% interval's half-width wanted, relative */
+  double compute;         /* FLOPs the study may train (a branch counts its decay) */
+  int initial;            /* candidates in the first round */
+  int round;              /* candidates per later round, at most */
+  int bootstrap;          /* resamples of the fit each round */
+  uint64_t seed;          /* of the bootstrap */
+} spec_adaptive;
+
+#define SPEC_ADAPTIVE_PRECISION_N_OPT 0.25 /* N_opt within +-25% */
+#define SPEC_ADAPTIVE_PRECISION_LOSS 0.02  /* the loss within +-2% */
+#define SPEC_ADAPTIVE_INITIAL 9
+#define SPEC_ADAPTIVE_ROUND 4
+#define SPEC_ADAPTIVE_BOOTSTRAP 200
+
+/* Parses $.adaptive (spec_adaptive.c); called by spec_parse. */
+void spec__parse_adaptive(spec_adaptive *a, json_t *root, int method, int lr_tune,
+                          size_t candidates, spec_problems *pr);
+
 typedef struct spec {
   json_t *root;     /* owned */
   char *file;       /* name given to spec_parse, for messages (owned) */
@@ -221,6 +252,7 @@ typedef struct spec {
   spec_ladder batch;
   json_t *runs; /* $.runs (array of partial run configs) */
   spec_lr_tune lr_tune;
+  spec_adaptive adaptive;
 
   /* base resolved by the run config parser (runcfg/) (train values neutralised): what
    * planning needs before any run exists */

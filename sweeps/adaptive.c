@@ -1,0 +1,625 @@
+/* An adaptive design: the criterion and the rounds (adaptive.h). */
+#include "sweeps/adaptive.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "sweeps/internal.h"
+
+int adaptive_candidates(const plan *p, adaptive_cand **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  adaptive_cand *c = calloc(p->n ? p->n : 1, sizeof *c);
+  if (!c)
+    return SS_ENOMEM;
+  size_t k = 0;
+  for (size_t i = 0; i < p->n; i++) {
+    const plan_run *r = &p->runs[i];
+    if (strcmp(r->part, "isoflop") != 0)
+      continue;
+    double decay = 1;
+    if (r->branch_of >= 0 && r->branch_step > 0) {
+      double skipped = r->flops_per_token * (double)(r->branch_step * r->batch_size * r->seq_len);
+      decay = (r->flops - skipped) / r->flops;
+    }
+    c[k++] = (adaptive_cand){.run = i,
+                             .params = (double)r->nonembedding_params,
+                             .tokens = (double)r->tokens,
+                             .flops = r->flops,
+                             .budget = r->budget,
+                             .group = r->branch_of >= 0 ? (size_t)r->branch_of : i,
+                             .decay = decay};
+  }
+  *out = c;
+  *n = k;
+  return 0;
+}
+
+double adaptive_cost(const adaptive_cand *c, const size_t *pick, size_t k) {
+  double cost = 0;
+  for (size_t i = 0; i < k; i++) {
+    const adaptive_cand *x = &c[pick[i]];
+    /* the longest of its group in the set trains whole (the first of
+     * equals), the others their decay */
+    int longest = 1;
+    for (size_t j = 0; j < k && longest; j++) {
+      const adaptive_cand *y = &c[pick[j]];
+      if (j != i && y->group == x->group &&
+          (y->tokens > x->tokens || (y->tokens == x->tokens && j < i)))
+        longest = 0;
+    }
+    cost += longest ? x->flops : x->flops * x->decay;
+  }
+  return cost;
+}
+
+/* (ln N, ln C) scaled to the unit square over the candidates */
+typedef struct unit {
+  double n0, nr, c0, cr;
+} unit;
+
+static unit unit_of(const adaptive_cand *c, size_t n) {
+  double nlo = INFINITY, nhi = -INFINITY, clo = INFINITY, chi = -INFINITY;
+  for (size_t i = 0; i < n; i++) {
+    nlo = fmin(nlo, log(c[i].params));
+    nhi = fmax(nhi, log(c[i].params));
+    clo = fmin(clo, log(c[i].budget));
+    chi = fmax(chi, log(c[i].budget));
+  }
+  return (unit){nlo, nhi > nlo ? nhi - nlo : 1, clo, chi > clo ? chi - clo : 1};
+}
+
+static double dist2(const unit *u, const adaptive_cand *a, const adaptive_cand *b) {
+  double dn = (log(a->params) - log(b->params)) / u->nr;
+  double dc = (log(a->budget) - log(b->budget)) / u->cr;
+  return dn * dn + dc * dc;
+}
+
+/* Farthest-point picks among the eligible candidates, from those chosen
+ * already (chosen[i] set; none: the first pick is the eligible candidate
+ * at the smallest budget nearest the middle size). Returns the count. */
+static size_t maximin(const adaptive_cand *c, size_t n, const unsigned char *eligible,
+                      unsigned char *chosen, size_t want, size_t *pick) {
+  unit u = unit_of(c, n);
+  size_t k = 0;
+  int any = 0;
+  for (size_t i = 0; i < n; i++)
+    any |= chosen[i];
+  if (!any && want > 0) {
+    double cmin = INFINITY;
+    for (size_t i = 0; i < n; i++)
+      if (eligible[i])
+        cmin = fmin(cmin, c[i].budget);
+    size_t best = n;
+    double bd = INFINITY, mid = u.n0 + u.nr / 2;
+    for (size_t i = 0; i < n; i++)
+      if (eligible[i] && c[i].budget == cmin && fabs(log(c[i].params) - mid) < bd) {
+        bd = fabs(log(c[i].params) - mid);
+        best = i;
+      }
+    if (best == n)
+      return 0;
+    chosen[best] = 1;
+    pick[k++] = best;
+  }
+  while (k < want) {
+    size_t best = n;
+    double bd = -1;
+    for (size_t i = 0; i < n; i++) {
+      if (!eligible[i] || chosen[i])
+        continue;
+      double d = INFINITY;
+      for (size_t j = 0; j < n; j++)
+        if (chosen[j])
+          d = fmin(d, dist2(&u, &c[i], &c[j]));
+      if (d > bd + 1e-12) {
+        bd = d;
+        best = i;
+      }
+    }
+    if (best == n)
+      break;
+    chosen[best] = 1;
+    pick[k++] = best;
+  }
+  return k;
+}
+
+size_t adaptive_initial(const adaptive_cand *c, size_t n, int initial, size_t *pick) {
+  if (n == 0 || initial <= 0)
+    return 0;
+  unsigned char *eligible = calloc(n, 1), *chosen = calloc(n, 1);
+  if (!eligible || !chosen) {
+    free(eligible);
+    free(chosen);
+    return 0;
+  }
+  double lo = INFINITY, hi = -INFINITY;
+  for (size_t i = 0; i < n; i++) {
+    lo = fmin(lo, c[i].budget);
+    hi = fmax(hi, c[i].budget);
+  }
+  double middle = sqrt(lo * hi) * (1 + 1e-9);
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    m += eligible[i] = c[i].budget <= middle;
+  if (m < (size_t)initial) /* too few below the middle: all of them */
+    memset(eligible, 1, n);
+  size_t k = maximin(c, n, eligible, chosen, (size_t)initial, pick);
+  free(eligible);
+  free(chosen);
+  return k;
+}
+
+/* ln L of the surface th (ln A, ln B, ln E, alpha, beta) at (N, D), in logs */
+static double ln_loss(const double *th, double n, double d) {
+  double u1 = th[0] - th[3] * log(n), u2 = th[1] - th[4] * log(d), u3 = th[2];
+  double mx = fmax(fmax(u1, u2), u3);
+  return mx + log(exp(u1 - mx) + exp(u2 - mx) + exp(u3 - mx));
+}
+
+/* ln N_opt(C) for C = 6ND (fit_chinchilla_allocation, in logs) */
+static double ln_n_opt(const double *th, double C) {
+  double al = th[3], be = th[4];
+  if (!(al > 0) || !(be > 0))
+    return NAN;
+  double ln_g = (log(al) + th[0] - log(be) - th[1]) / (al + be);
+  return ln_g + be / (al + be) * log(C / 6);
+}
+
+static double question(const spec_adaptive *a, const double *th) {
+  return a->question == SPEC_Q_LOSS ? ln_loss(th, a->params, a->tokens) : ln_n_opt(th, a->flops);
+}
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* the p-quantile of sorted v (n >= 1), linear between order statistics */
+static double quantile(const double *v, size_t n, double p) {
+  double h = p * (double)(n - 1);
+  size_t i = (size_t)h;
+  if (i + 1 >= n)
+    return v[n - 1];
+  return v[i] + (h - (double)i) * (v[i + 1] - v[i]);
+}
+
+static double rel_width(double q, double lo, double hi) {
+  return fmax(0, fmax(exp(hi - q) - 1, 1 - exp(lo - q)));
+}
+
+/* The ensemble: K resamples x (1 + m) columns (the question, then each
+ * free candidate's ln L), each column clipped to its 2.5 and 97.5
+ * percentiles; cov is its (1 + m)^2 covariance. */
+typedef struct ensemble {
+  size_t m;     /* free candidates */
+  size_t *cand; /* column 1 + j is candidate cand[j] */
+  double *cov;
+} ensemble;
+
+static void ensemble_free(ensemble *e) {
+  free(e->cand);
+  free(e->cov);
+}
+
+static int ensemble_make(const spec_adaptive *a, const fit_result *f, const adaptive_cand *c,
+                         size_t n, const adaptive_cand_state *state, ensemble *e) {
+  *e = (ensemble){0};
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    m += state[i] == ADAPT_FREE;
+  size_t w = 1 + m, K = (size_t)f->ndraws;
+  e->cand = malloc((m ? m : 1) * sizeof *e->cand);
+  e->cov = calloc(w * w, sizeof *e->cov);
+  double *x = malloc((K ? K : 1) * w * sizeof *x), *col = malloc((K ? K : 1) * sizeof *col);
+  if (!e->cand || !e->cov || !x || !col) {
+    free(x);
+    free(col);
+    ensemble_free(e);
+    return SS_ENOMEM;
+  }
+  e->m = m;
+  for (size_t i = 0, j = 0; i < n; i++)
+    if (state[i] == ADAPT_FREE)
+      e->cand[j++] = i;
+  size_t rows = 0;
+  for (size_t k = 0; k < K; k++) {
+    const double *th = &f->draws[k * FIT_CHIN_DRAW];
+    double *row = &x[rows * w];
+    row[0] = question(a, th);
+    int ok = isfinite(row[0]);
+    for (size_t j = 0; ok && j < m; j++) {
+      row[1 + j] = ln_loss(th, c[e->cand[j]].params, c[e->cand[j]].tokens);
+      ok = isfinite(row[1 + j]);
+    }
+    rows += ok;
+  }
+  if (rows >= 2) {
+    for (size_t j = 0; j < w; j++) {
+      for (size_t k = 0; k < rows; k++)
+        col[k] = x[k * w + j];
+      qsort(col, rows, sizeof *col, cmp_double);
+      double lo = quantile(col, rows, 0.025), hi = quantile(col, rows, 0.975), mean = 0;
+      for (size_t k = 0; k < rows; k++)
+        mean += x[k * w + j] = fmin(hi, fmax(lo, x[k * w + j]));
+      mean /= (double)rows;
+      for (size_t k = 0; k < rows; k++)
+        x[k * w + j] -= mean;
+    }
+    for (size_t i = 0; i < w; i++)
+      for (size_t j = i; j < w; j++) {
+        double s = 0;
+        for (size_t k = 0; k < rows; k++)
+          s += x[k * w + i] * x[k * w + j];
+        e->cov[i * w + j] = e->cov[j * w + i] = s / (double)(rows - 1);
+      }
+  }
+  free(x);
+  free(col);
+  return 0;
+}
+
+/* conditions cov (w x w) on observing column j with noise variance s2 */
+static void condition(double *cov, size_t w, size_t j, double s2) {
+  double d = cov[j * w + j] + s2;
+  if (!(d > 0))
+    return;
+  double *cj = malloc(w * sizeof *cj);
+  if (!cj)
+    return;
+  for (size_t i = 0; i < w; i++)
+    cj[i] = cov[i * w + j];
+  for (size_t i = 0; i < w; i++)
+    for (size_t k = 0; k < w; k++)
+      cov[i * w + k] -= cj[i] * cj[k] / d;
+  free(cj);
+  for (size_t i = 0; i < w; i++) /* rounding must not make a variance negative */
+    if (cov[i * w + i] < 0)
+      cov[i * w + i] = 0;
+}
+
+/* The greedy picks (adaptive.h): into picks (room for e->m), at most
+ * limit of them and within budget FLOPs (INFINITY: no limit), conditioning
+ * cov in place; stops early once the predicted width (scale: the width
+ * per unit of SD, q's SD at the start sd0) is at most target (0: never).
+ * Returns the count; *cost the FLOPs. */
+static size_t greedy(const ensemble *e, double *cov, const adaptive_cand *c, double s2,
+                     size_t limit, double budget, double sd0, double width0, double target,
+                     adaptive_pick *picks, size_t *idx, double *cost) {
+  size_t w = 1 + e->m, k = 0;
+  unsigned char *taken = calloc(e->m ? e->m : 1, 1);
+  *cost = 0;
+  if (!taken)
+    return 0;
+  while (k < limit) {
+    if (target > 0 && sd0 > 0 && width0 * sqrt(cov[0]) / sd0 <= target)
+      break;
+    double v = cov[0], best = 0, best_cost = 0, best_after = 0;
+    size_t bj = e->m;
+    for (size_t j = 0; j < e->m; j++) {
+      if (taken[j])
+        continue;
+      idx[k] = e->cand[j];
+      double mc = adaptive_cost(c, idx, k + 1) - *cost;
+      if (!(mc > 0) || *cost + mc > budget * (1 + 1e-9))
+        continue;
+      double cq = cov[1 + j], d = cov[(1 + j) * w + 1 + j] + s2;
+      double after = sqrt(fmax(0, v - (d > 0 ? cq * cq / d : 0)));
+      double score = (sqrt(v) - after) / mc;
+      if (score > best * (1 + 1e-12) && sqrt(v) - after > 1e-9 * sqrt(v)) {
+        best = score;
+        bj = j;
+        best_cost = mc;
+        best_after = after;
+      }
+    }
+    if (bj == e->m)
+      break;
+    taken[bj] = 1;
+    idx[k] = e->cand[bj];
+    picks[k] = (adaptive_pick){.cand = e->cand[bj],
+                               .cost = best_cost,
+                               .sd_before = sqrt(v),
+                               .sd_after = best_after,
+                               .score = best * 1e15};
+    *cost += best_cost;
+    condition(cov, w, 1 + bj, s2);
+    k++;
+  }
+  free(taken);
+  return k;
+}
+
+void adaptive_result_free(adaptive_result *r) {
+  free(r->picks);
+  *r = (adaptive_result){0};
+}
+
+static void param3(const fit_result *f, const char *name, double out[3]) {
+  const fit_param *p = fit_result_get(f, name);
+  out[0] = p ? p->value : NAN;
+  out[1] = p ? p->ci_lo : NAN;
+  out[2] = p ? p->ci_hi : NAN;
+}
+
+/* the first round's picks again, for a sweep whose law cannot be fitted
+ * yet: space-filling among the free candidates, from all in the sweep */
+static int space_filling(const adaptive_cand *c, size_t n, const adaptive_cand_state *state,
+                         size_t want, double budget, adaptive_result *out) {
+  unsigned char *eligible = calloc(n ? n : 1, 1), *chosen = calloc(n ? n : 1, 1);
+  size_t *pick = malloc((n ? n : 1) * sizeof *pick);
+  out->picks = calloc(n ? n : 1, sizeof *out->picks);
+  if (!eligible || !chosen || !pick || !out->picks) {
+    free(eligible);
+    free(chosen);
+    free(pick);
+    return SS_ENOMEM;
+  }
+  for (size_t i = 0; i < n; i++) {
+    eligible[i] = state[i] == ADAPT_FREE;
+    chosen[i] = state[i] != ADAPT_FREE;
+  }
+  size_t k = maximin(c, n, eligible, chosen, want, pick);
+  /* within the compute left: the last picks go first */
+  while (k > 0 && adaptive_cost(c, pick, k) > budget * (1 + 1e-9))
+    k--;
+  for (size_t i = 0; i < k; i++)
+    out->picks[i] = (adaptive_pick){
+        .cand = pick[i], .cost = NAN, .sd_before = NAN, .sd_after = NAN, .score = NAN};
+  out->npicks = k;
+  out->cost = adaptive_cost(c, pick, k);
+  free(eligible);
+  free(chosen);
+  free(pick);
+  return 0;
+}
+
+int adaptive_decide(const spec_adaptive *a, const adaptive_cand *c, size_t n,
+                    const adaptive_cand_state *state, const fit_point *pts, int npts, double spent,
+                    int threads, adaptive_result *out) {
+  *out = (adaptive_result){.answer = NAN,
+                           .lo = NAN,
+                           .hi = NAN,
+                           .width = NAN,
+                           .pred_lo = NAN,
+                           .pred_hi = NAN,
+                           .pred_width = NAN,
+                           .noise_sd = NAN,
+                           .spent = spent,
+                           .compute = a->compute,
+                           .more_flops = NAN,
+                           .best_width = NAN,
+                           .n_points = npts};
+  for (int i = 0; i < 3; i++)
+    out->E[i] = out->alpha[i] = out->beta[i] = NAN;
+  if (!a->present)
+    return SS_EINVAL;
+  size_t nfree = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (state[i] == ADAPT_ACTIVE) {
+      out->status = ADAPT_WAITING;
+      snprintf(out->reason, sizeof out->reason, "a run of the round is still queued or running");
+      return 0;
+    }
+    nfree += state[i] == ADAPT_FREE;
+  }
+  double left = a->compute - spent;
+
+  /* the fit, with its resamples' surfaces */
+  fit_result f;
+  fit_result_init(&f, "chinchilla");
+  char err[256] = "";
+  int rc = npts >= ADAPTIVE_MIN_POINTS ? 0 : -1;
+  if (rc == 0) {
+    fit_options o = {
+        .bootstrap = a->bootstrap, .seed = a->seed, .threads = threads, .keep_draws = 1};
+    rc = fit_chinchilla(pts, npts, &o, &f, err, sizeof err);
+    if (rc == SS_ENOMEM) {
+      fit_result_free(&f);
+      return SS_ENOMEM;
+    }
+  }
+  double qhat = NAN;
+  if (rc == 0) {
+    double th[FIT_CHIN_DRAW];
+    const char *names[] = {"A", "B", "E", "alpha", "beta"};
+    for (int i = 0; i < FIT_CHIN_DRAW; i++) {
+      const fit_param *p = fit_result_get(&f, names[i]);
+      th[i] = p ? (i < 3 ? log(p->value) : p->value) : NAN;
+    }
+    qhat = question(a, th);
+    param3(&f, "E", out->E);
+    param3(&f, "alpha", out->alpha);
+    param3(&f, "beta", out->beta);
+    double *qs = malloc((f.ndraws ? (size_t)f.ndraws : 1) * sizeof *qs);
+    if (!qs) {
+      fit_result_free(&f);
+      return SS_ENOMEM;
+    }
+    size_t nq = 0;
+    for (int k = 0; k < f.ndraws; k++) {
+      double q = question(a, &f.draws[(size_t)k * FIT_CHIN_DRAW]);
+      if (isfinite(q))
+        qs[nq++] = q;
+    }
+    out->n_draws = (int)nq;
+    if (isfinite(qhat) && nq >= 20) {
+      qsort(qs, nq, sizeof *qs, cmp_double);
+      double lo = quantile(qs, nq, 0.025), hi = quantile(qs, nq, 0.975);
+      out->fitted = 1;
+      out->answer = exp(qhat);
+      out->lo = exp(lo);
+      out->hi = exp(hi);
+      out->width = rel_width(qhat, lo, hi);
+    } else {
+      snprintf(err, sizeof err, "%zu of %d resamples could be fitted", nq, f.ndraws);
+    }
+    free(qs);
+    double rms = 0;
+    for (int i = 0; i < f.n_points && f.residuals; i++)
+      rms += f.residuals[i] * f.residuals[i];
+    rms = f.n_points > 0 ? sqrt(rms / f.n_points) : NAN;
+    out->noise_sd = fmax(ADAPTIVE_MIN_NOISE, isfinite(rms) ? rms : 0);
+    if (f.seeds.cells > 0 && isfinite(f.seeds.sd))
+      out->noise_sd = fmax(out->noise_sd, f.seeds.sd);
+  }
+
+  if (out->fitted && out->width <= a->precision) {
+    out->status = ADAPT_REACHED;
+    snprintf(out->reason, sizeof out->reason,
+             "the answer's 95%% interval is within +-%.3g of it (%.3g): the precision asked, "
+             "%.3g, is reached",
+             out->width, out->width, a->precision);
+    fit_result_free(&f);
+    return 0;
+  }
+  if (nfree == 0) {
+    out->status = ADAPT_EXHAUSTED;
+    snprintf(out->reason, sizeof out->reason, "every candidate has been tried");
+  } else if (left <= 0) {
+    out->status = ADAPT_SPENT;
+    snprintf(out->reason, sizeof out->reason, "the compute is spent (%.3g of %.3g FLOPs)", spent,
+             a->compute);
+  }
+  if (!out->fitted) {
+    if (out->status == ADAPT_WAITING) {
+      rc = space_filling(c, n, state, (size_t)a->round, left, out);
+      if (rc) {
+        fit_result_free(&f);
+        return rc;
+      }
+      out->status = out->npicks ? ADAPT_ROUND : ADAPT_SPENT;
+      if (npts < ADAPTIVE_MIN_POINTS)
+        snprintf(out->reason, sizeof out->reason,
+                 "%d run%s succeeded, and the law needs %d: a space-filling round", npts,
+                 npts == 1 ? "" : "s", ADAPTIVE_MIN_POINTS);
+      else
+        snprintf(out->reason, sizeof out->reason,
+                 "the law could not be fitted (%s): a space-filling round", err);
+      if (!out->npicks)
+        snprintf(out->reason, sizeof out->reason,
+                 "the law could not be fitted, and no free candidate fits the compute left "
+                 "(%.3g FLOPs)",
+                 left);
+    }
+    fit_result_free(&f);
+    return 0;
+  }
+
+  ensemble e;
+  rc = ensemble_make(a, &f, c, n, state, &e);
+  fit_result_free(&f);
+  if (rc)
+    return rc;
+  size_t w = 1 + e.m;
+  double *cov = malloc(w * w * sizeof *cov);
+  out->picks = calloc(e.m ? e.m : 1, sizeof *out->picks);
+  size_t *idx = malloc((e.m ? e.m : 1) * sizeof *idx);
+  adaptive_pick *scratch = calloc(e.m ? e.m : 1, sizeof *scratch);
+  if (!cov || !out->picks || !idx || !scratch) {
+    free(cov);
+    free(idx);
+    free(scratch);
+    ensemble_free(&e);
+    return SS_ENOMEM;
+  }
+  double s2 = out->noise_sd * out->noise_sd, sd0 = sqrt(e.cov[0]);
+  double lnq = log(out->answer), lnlo = log(out->lo), lnhi = log(out->hi);
+  /* what more compute would buy: every free candidate, no limits */
+  memcpy(cov, e.cov, w * w * sizeof *cov);
+  double more = 0;
+  size_t all =
+      greedy(&e, cov, c, s2, e.m, INFINITY, sd0, out->width, a->precision, scratch, idx, &more);
+  double r_all = sd0 > 0 ? sqrt(cov[0]) / sd0 : 1;
+  out->best_width = rel_width(lnq, lnq - (lnq - lnlo) * r_all, lnq + (lnhi - lnq) * r_all);
+  out->more_flops = all > 0 && out->best_width <= a->precision * (1 + 1e-9) ? more : NAN;
+  if (out->status == ADAPT_WAITING) {
+    memcpy(cov, e.cov, w * w * sizeof *cov);
+    out->npicks = greedy(&e, cov, c, s2, (size_t)a->round, left, sd0, out->width, 0, out->picks,
+                         idx, &out->cost);
+    if (out->npicks == 0) {
+      out->status = ADAPT_SPENT;
+      snprintf(out->reason, sizeof out->reason,
+               "no free candidate narrows the answer within the compute left (%.3g FLOPs)", left);
+    } else {
+      double r = sd0 > 0 ? sqrt(cov[0]) / sd0 : 1;
+      double plo = lnq - (lnq - lnlo) * r, phi = lnq + (lnhi - lnq) * r;
+      out->pred_lo = exp(plo);
+      out->pred_hi = exp(phi);
+      out->pred_width = rel_width(lnq, plo, phi);
+      out->status = ADAPT_ROUND;
+      snprintf(out->reason, sizeof out->reason,
+               "%zu run%s chosen for %.3g FLOPs: the interval's half-width %.3g now, %.3g "
+               "predicted after them (%.3g wanted)",
+               out->npicks, out->npicks == 1 ? "" : "s", out->cost, out->width, out->pred_width,
+               a->precision);
+    }
+  }
+  free(cov);
+  free(idx);
+  free(scratch);
+  ensemble_free(&e);
+  return 0;
+}
+
+static json_t *num(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
+static json_t *triple(const double v[3]) {
+  return json_pack("[o,o,o]", num(v[0]), num(v[1]), num(v[2]));
+}
+
+static const char *status_name(adaptive_status s) {
+  switch (s) {
+  case ADAPT_ROUND:
+    return "round";
+  case ADAPT_REACHED:
+    return "reached";
+  case ADAPT_SPENT:
+    return "spent";
+  case ADAPT_EXHAUSTED:
+    return "exhausted";
+  default:
+    return "waiting";
+  }
+}
+
+json_t *adaptive_round_json(const adaptive_result *r, int round, const plan *p,
+                            const adaptive_cand *cands) {
+  json_t *runs = json_array();
+  for (size_t i = 0; runs && i < r->npicks; i++) {
+    const adaptive_pick *k = &r->picks[i];
+    const adaptive_cand *c = &cands[k->cand];
+    json_t *o = json_pack("{s:s,s:f,s:f,s:f,s:f,s:o,s:o,s:o,s:o}", "config_hash",
+                          p->runs[c->run].config_hash, "params", c->params, "tokens", c->tokens,
+                          "flops", c->flops, "budget", c->budget, "cost", num(k->cost), "sd_before",
+                          num(k->sd_before), "sd_after", num(k->sd_after), "score", num(k->score));
+    if (!o || json_array_append_new(runs, o)) {
+      json_decref(runs);
+      return NULL;
+    }
+  }
+  if (!runs)
+    return NULL;
+  return json_pack(
+      "{s:i,s:s,s:b,s:o,s:[o,o],s:o,s:{s:[o,o],s:o},s:o,s:o,s:o,s:i,s:o,s:f,s:f,s:f,s:o,s:o,s:o,"
+      "s:s}",
+      "round", round, "status", status_name(r->status), "fitted", r->fitted, "answer",
+      num(r->answer), "ci95", num(r->lo), num(r->hi), "width", num(r->width), "predicted", "ci95",
+      num(r->pred_lo), num(r->pred_hi), "width", num(r->pred_width), "E", triple(r->E), "alpha",
+      triple(r->alpha), "beta", triple(r->beta), "points", r->n_points, "noise_sd",
+      num(r->noise_sd), "spent", r->spent, "compute", r->compute, "cost", r->cost, "runs", runs,
+      "more_flops", num(r->more_flops), "best_width", num(r->best_width), "reason", r->reason);
+}
+
+void adaptive_question_text(const spec_adaptive *a, char *out, size_t n) {
+  if (a->question == SPEC_Q_LOSS)
+    snprintf(out, n, "the loss at N = %.3g, D = %.3g within +-%.3g%%", a->params, a->tokens,
+             100 * a->precision);
+  else
+    snprintf(out, n, "N_opt at C* = %.3g FLOPs (6ND) within +-%.3g%%", a->flops,
+             100 * a->precision);
+}
