@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/adaptive_text.h"
 #include "cli/client.h"
 #include "cli/progress.h"
 #include "cli/args.h"
@@ -353,6 +354,7 @@ int cmd_status(int argc, char **argv) {
       printf("waiting: %s\n", str(j, "waiting"));
     if (json_is_object(json_object_get(j, "lr_tune")))
       print_lr_tune(json_object_get(j, "lr_tune"));
+    cli_print_adaptive(stdout, json_object_get(j, "adaptive"), "");
   }
   free(raw);
   json_decref(j);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/adaptive_text.h"
 #include "cli/client.h"
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -296,6 +297,10 @@ static int fit_stored(const char *sweep, const char *law, int json, const char *
     json_decref(all);
     return status == 404 ? SS_EXIT_USAGE : SS_EXIT_FAILURE;
   }
+  /* the adaptive design's rounds: after the laws, or alone (--law adaptive) */
+  json_t *ad = cli_get_adaptive(&t, id);
+  if (ad && (!law || !strcmp(law, "adaptive")))
+    json_object_set(all, "adaptive", ad);
   json_t *pick = law ? json_object_get(all, law) : all;
   if (!pick || !json_object_size(pick)) {
     fprintf(stderr,
@@ -310,12 +315,20 @@ static int fit_stored(const char *sweep, const char *law, int json, const char *
     printf("%s\n", text);
     free(text);
   } else if (law) {
-    cli_print_fit(stdout, law, pick);
+    if (!strcmp(law, "adaptive"))
+      cli_print_adaptive(stdout, pick, "");
+    else
+      cli_print_fit(stdout, law, pick);
   } else {
     const char *k;
     json_t *v;
-    json_object_foreach(all, k, v) cli_print_fit(stdout, k, v);
+    json_object_foreach(all, k, v) {
+      if (strcmp(k, "adaptive") != 0)
+        cli_print_fit(stdout, k, v);
+    }
+    cli_print_adaptive(stdout, ad, "");
   }
+  json_decref(ad);
   json_decref(all);
   return SS_EXIT_OK;
 }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli/args.h"
+#include "cli/adaptive_text.h"
 #include "cli/client.h"
 #include "cli/progress.h"
 #include "cli/commands.h"
@@ -353,6 +354,9 @@ static void print_fits(const cli_target *t, long long id, const char *law_done, 
   json_object_foreach(fits, law, fit) cli_print_fit(stdout, law, fit);
   print_result(id, fits, t0 ? difftime(time(NULL), t0) : -1);
   print_tuned_lr(t, id);
+  json_t *ad = cli_get_adaptive(t, id);
+  cli_print_adaptive(stdout, ad, "  ");
+  json_decref(ad);
   json_decref(fits);
 }
 

@@ -74,6 +74,10 @@ int cli_progress_poll(cli_progress *p, const cli_target *t, long long id) {
    * added yet: not finished */
   const char *tune = json_string_value(json_object_get(json_object_get(sw, "lr_tune"), "status"));
   int tuning = tune && (!strcmp(tune, "tuning") || !strcmp(tune, "deciding"));
+  /* an adaptive design whose next round is still to come: not finished */
+  json_t *ad = json_object_get(sw, "adaptive");
+  const char *ads = json_string_value(json_object_get(ad, "status"));
+  tuning |= ads && !strcmp(ads, "running");
   json_decref(sw);
   int finished = p->total > 0 && p->queued + p->running == 0 && !tuning;
 
@@ -123,8 +127,8 @@ int cli_progress_poll(cli_progress *p, const cli_target *t, long long id) {
                                    "%srun %lld loss %.3f", shown ? ", " : "", rid,
                                    json_number_value(json_array_get(loss, last - 1)));
         else
-          toff += (size_t)snprintf(runs_text + toff, sizeof runs_text - toff,
-                                   "%srun %lld starting", shown ? ", " : "", rid);
+          toff += (size_t)snprintf(runs_text + toff, sizeof runs_text - toff, "%srun %lld starting",
+                                   shown ? ", " : "", rid);
         shown++;
       }
     }
@@ -154,12 +158,10 @@ int cli_progress_poll(cli_progress *p, const cli_target *t, long long id) {
   if (p->failed)
     n += snprintf(line + n, sizeof line - (size_t)n, " (%lld failed)", p->failed);
   if (p->running)
-    n += snprintf(line + n, sizeof line - (size_t)n, ", %lld running (%s)", p->running,
-                  runs_text);
+    n += snprintf(line + n, sizeof line - (size_t)n, ", %lld running (%s)", p->running, runs_text);
   snprintf(line + (n < (int)sizeof line ? n : (int)sizeof line - 1),
            sizeof line - (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1),
-           ", %s of %s FLOPs (%.0f%%)%s", sp, pl, planned > 0 ? 100.0 * spent / planned : 0.0,
-           eta);
+           ", %s of %s FLOPs (%.0f%%)%s", sp, pl, planned > 0 ? 100.0 * spent / planned : 0.0, eta);
   if (p->tty) {
     /* one line, rewritten: cut to the terminal's usual width */
     fprintf(p->out, "\r\033[K%.150s", line);

@@ -11,6 +11,7 @@
 #include "scheduler/events.h"
 #include "scheduler/lease.h"
 #include "scheduler/log.h"
+#include "scheduler/adaptive.h"
 #include "scheduler/lr_tune.h"
 #include "scheduler/place.h"
 #include "scheduler/predict.h"
@@ -44,6 +45,7 @@ struct sched {
   sched__predictor pr;  /* predict.h */
   sched__refits refits; /* refit.h: refits under way, asked for or cooling; sweeps touched */
   sched__tunes tunes;   /* lr_tune.h: sweeps whose lr tune may have ended */
+  sched__adaptive adapt; /* adaptive.h: sweeps whose adaptive round may have ended */
   sched__counters n;    /* counters.h: for /metrics */
   sched__slurm slurm;   /* slurm.h: elastic workers (--slurm) */
 
@@ -108,6 +110,12 @@ void sched__sweeps_settle(sched *s);
  * (from sched__sweep_flush) */
 void sched__lr_tune_touch(sched *s, int64_t sweep_id);
 void sched__lr_tune_due(sched *s);
+
+/* adaptive.c: a sweep whose adaptive round may have ended, to be checked
+ * (and, when every run has ended, its next round designed and added, or
+ * the design stopped), one at a time, like the lr tunes */
+void sched__adaptive_touch(sched *s, int64_t sweep_id);
+void sched__adaptive_due(sched *s);
 
 /* api.c */
 void sched__http(http_request *r, void *ud);

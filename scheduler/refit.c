@@ -711,7 +711,9 @@ void sched__sweep_flush(sched *s) {
       sched__refit(s, st->touched[i].sweep_id);
     /* a run of it started or ended: its lr tune may have ended (lr_tune.c) */
     sched__lr_tune_touch(s, st->touched[i].sweep_id);
+    sched__adaptive_touch(s, st->touched[i].sweep_id); /* and its adaptive round (adaptive.c) */
   }
   st->ntouched = 0;
   sched__lr_tune_due(s);
+  sched__adaptive_due(s);
 }

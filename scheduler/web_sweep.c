@@ -345,6 +345,107 @@ static void render_designed(sched__buf *b, json_t *runs) {
   sched__b_puts(b, "</section>\n");
 }
 
+/* "Adaptive design" (docs/sweeps.md, "An adaptive design"): the question,
+ * the compute spent of allowed, and each round: the answer's interval the
+ * fit gave before it, what was chosen, the interval predicted after it,
+ * its FLOPs; once stopped, the answer and what more compute would buy. */
+static void render_adaptive(sched__buf *b, json_t *a) {
+  const char *st = sched__jstr(a, "status");
+  st = st ? st : "running";
+  sched__b_section(b, "adaptive", "Adaptive design");
+  if (!sched__jstr(a, "question")) {
+    sched__b_puts(b, "<p>The first round (space-filling) is training; each later round is chosen "
+                     "from the fit when the one before it has ended.</p></section>\n");
+    return;
+  }
+  int loss = sched__jstr(a, "kind") && !strcmp(sched__jstr(a, "kind"), "loss");
+  sched__b_puts(b, "<p>Question: ");
+  sched__b_esc(b, sched__jstr(a, "question"));
+  sched__b_puts(b, ". Compute: ");
+  sched__b_num(b, sched__jnum(a, "spent"), "%.3g");
+  sched__b_puts(b, " of ");
+  sched__b_num(b, sched__jnum(a, "compute"), "%.3g");
+  sched__b_puts(b, " FLOPs trained. Status: <strong>");
+  sched__b_esc(b, st);
+  sched__b_puts(b, "</strong>.</p>");
+  json_t *rounds = json_object_get(a, "rounds"), *r;
+  size_t i;
+  if (!strcmp(st, "failed")) {
+    sched__b_puts(b, "<p class=\"warn\">");
+    sched__b_esc(b, sched__jstr(a, "reason") ? sched__jstr(a, "reason") : "");
+    sched__b_puts(b, "</p>");
+  }
+  json_t *last = json_array_get(rounds, json_array_size(rounds) - 1);
+  if (last && strcmp(st, "running") != 0) {
+    sched__b_puts(b, "<p class=\"chosen\">");
+    if (json_is_true(json_object_get(last, "fitted"))) {
+      json_t *ci = json_object_get(last, "ci95");
+      sched__b_puts(b, loss ? "Answer: L = " : "Answer: N_opt = ");
+      sched__b_num(b, sched__jnum(last, "answer"), "%.4g");
+      sched__b_puts(b, " [");
+      sched__b_num(b, json_number_value(json_array_get(ci, 0)), "%.4g");
+      sched__b_puts(b, ", ");
+      sched__b_num(b, json_number_value(json_array_get(ci, 1)), "%.4g");
+      sched__b_puts(b, "], within a factor of 1 + ");
+      sched__b_num(b, sched__jnum(last, "width"), "%.3g");
+      sched__b_puts(b, ". ");
+    }
+    sched__b_esc(b, sched__jstr(last, "reason") ? sched__jstr(last, "reason") : "");
+    double more = sched__jnum(last, "more_flops"), best = sched__jnum(last, "best_width");
+    if (strcmp(st, "reached") != 0 && isfinite(more)) {
+      sched__b_puts(b, ". More compute: about ");
+      sched__b_num(b, more, "%.3g");
+      sched__b_puts(b, " FLOPs more of these candidates would reach the precision");
+    } else if (strcmp(st, "reached") != 0 && isfinite(best)) {
+      sched__b_puts(b, ". More compute: every remaining candidate would bring it to a factor "
+                       "of about 1 + ");
+      sched__b_num(b, best, "%.3g");
+      sched__b_puts(b, " at best; the precision needs larger budgets");
+    }
+    sched__b_puts(b, ".</p>");
+  }
+  sched__b_printf(b,
+                  "<div class=\"scroll\"><table class=\"runs\" id=\"adaptive-table\"><thead>"
+                  "<tr><th scope=\"col\">Round</th><th scope=\"col\">%s before it [95%%]</th>"
+                  "<th scope=\"col\">Width</th><th scope=\"col\">Predicted after</th>"
+                  "<th scope=\"col\">Runs chosen (N, D)</th><th scope=\"col\">FLOPs</th>"
+                  "</tr></thead><tbody>",
+                  loss ? "Loss" : "N_opt");
+  json_array_foreach(rounds, i, r) {
+    sched__b_printf(b, "<tr><td>%" JSON_INTEGER_FORMAT "</td><td>", sched__jint(r, "round"));
+    if (json_is_true(json_object_get(r, "fitted"))) {
+      json_t *ci = json_object_get(r, "ci95");
+      sched__b_num(b, sched__jnum(r, "answer"), "%.4g");
+      sched__b_puts(b, " [");
+      sched__b_num(b, json_number_value(json_array_get(ci, 0)), "%.4g");
+      sched__b_puts(b, ", ");
+      sched__b_num(b, json_number_value(json_array_get(ci, 1)), "%.4g");
+      sched__b_puts(b, "]</td><td>");
+      sched__b_num(b, sched__jnum(r, "width"), "%.3g");
+    } else {
+      sched__b_puts(b, "space-filling</td><td>");
+    }
+    sched__b_puts(b, "</td><td>");
+    sched__b_num(b, sched__jnum(json_object_get(r, "predicted"), "width"), "%.3g");
+    sched__b_puts(b, "</td><td>");
+    json_t *x;
+    size_t k;
+    json_array_foreach(json_object_get(r, "runs"), k, x) {
+      sched__b_puts(b, k ? ", (" : "(");
+      sched__b_num(b, sched__jnum(x, "params"), "%.3g");
+      sched__b_puts(b, ", ");
+      sched__b_num(b, sched__jnum(x, "tokens"), "%.3g");
+      sched__b_puts(b, ")");
+    }
+    if (!json_array_size(json_object_get(r, "runs")))
+      sched__b_puts(b, "stopped");
+    sched__b_puts(b, "</td><td>");
+    sched__b_num(b, sched__jnum(r, "cost"), "%.3g");
+    sched__b_puts(b, "</td></tr>");
+  }
+  sched__b_puts(b, "</tbody></table></div></section>\n");
+}
+
 /* "Learning rate tuned on the proxy" (docs/sweeps.md, "Tuning the learning
  * rate on a muP proxy"): the tune's state, or its decision: the rates with
  * their final losses, the chosen one, the edge warning. */
@@ -445,8 +546,8 @@ void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
   char why[1024];
   if (sched__jint(c, "queued") > 0 &&
       sched__place_why(w->s, (int)sched__jint(c, "queued_gpus"),
-                       (int)sched__jint(c, "queued_slots"), sched__jstr(c, "queued_trainers"),
-                       why, sizeof why)) {
+                       (int)sched__jint(c, "queued_slots"), sched__jstr(c, "queued_trainers"), why,
+                       sizeof why)) {
     /* its queued runs cannot start on any connected worker: say why */
     sched__b_puts(b, "<p class=\"waiting\" role=\"status\">Waiting: ");
     sched__b_esc(b, why);
@@ -472,6 +573,8 @@ void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
 
   if (json_is_object(json_object_get(d, "lr_tune")))
     render_lr_tune(b, json_object_get(d, "lr_tune"));
+  if (json_is_object(json_object_get(d, "adaptive")))
+    render_adaptive(b, json_object_get(d, "adaptive"));
   json_t *fits = json_object_get(d, "fits");
   sched__b_section(b, "fits", "Fits");
   if (!json_object_size(fits)) {

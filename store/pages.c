@@ -141,6 +141,15 @@ const char *store_pages_sort_column(const char *name) {
   "x.status = 'failed') AS failed, count(*) FILTER (WHERE x.status = 'cancelled') AS cancelled "   \
   "FROM runs x WHERE x.sweep_id = sw.id AND x.part = 'lr_tune' GROUP BY 1) t)) END"
 
+/* A sweep's adaptive design in its documents (docs/sweeps.md, "An
+ * adaptive design"): sweeps.adaptive (migration 018) once its first round
+ * has ended; before that, for a spec with "adaptive", {"status":
+ * "running", "question": null, "rounds": []}; NULL without one. */
+#define ADAPTIVE_SQL                                                                         \
+  "CASE WHEN sw.adaptive IS NOT NULL THEN sw.adaptive::json WHEN sw.spec ? 'adaptive' THEN " \
+  "json_build_object('status', CASE WHEN sw.status = 'cancelled' THEN 'cancelled' ELSE "     \
+  "'running' END, 'question', NULL, 'rounds', '[]'::json) END"
+
 /* ---- the API's documents ---------------------------------------------------------------- */
 
 void store_pages_sweeps(db *d, store_json_cb cb, void *ud) {
@@ -212,7 +221,7 @@ void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, store
            "SELECT json_build_object('id', sw.id, 'name', sw.name, 'status', sw.status, "
            "'priority', sw.priority, 'created_at', sw.created_at, 'spec', sw.spec, "
            "'spec_hash', sw.spec_hash, 'models', c.models, 'lr_tune', " LR_TUNE_SQL
-           ", 'counts', json_build_object('queued', c.queued, "
+           ", 'adaptive', " ADAPTIVE_SQL ", 'counts', json_build_object('queued', c.queued, "
            "'queued_gpus', c.queued_gpus, 'queued_slots', c.queued_slots, "
            "'queued_trainers', c.queued_trainers, "
            "'running', c.running, 'succeeded', c.succeeded, 'failed', c.failed, "
@@ -369,6 +378,7 @@ void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t
                         ")) FROM runs r WHERE r.sweep_id = $1), "
                         "'fits', coalesce(" STORE__LATEST_FITS_SQL ", '{}'), "
                         "'lr_tune', (SELECT " LR_TUNE_SQL " FROM sweeps sw WHERE sw.id = $1), "
+                        "'adaptive', (SELECT " ADAPTIVE_SQL " FROM sweeps sw WHERE sw.id = $1), "
                         /* the runs `next` designed (runs.designed), predicted beside
                          * measured: the first 200 by budget and size */
                         "'designed', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT r.id, "

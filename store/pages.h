@@ -25,7 +25,8 @@ const char *store_pages_sort_column(const char *name);
 void store_pages_sweeps(db *d, store_json_cb cb, void *ud);
 
 /* GET /api/sweeps/{id}: the sweep document (header, its lr tune's state
- * or decision as "lr_tune" (null without one), counts and one page of
+ * or decision as "lr_tune" (null without one), its adaptive design as
+ * "adaptive" (null without one), counts and one page of
  * runs; NULL: no such sweep), with the counts the scheduler needs beside it
  * as numbers, so that adding what only it knows (why queued runs wait) does
  * not mean parsing a document of half a megabyte. */
@@ -56,7 +57,7 @@ void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store
 void store_pages_overview(db *d, store_json_cb cb, void *ud);
 
 /* The sweep page: {"sweep", "counts", "fits" (the latest of each law),
- * "lr_tune" (as in the API's document),
+ * "lr_tune" and "adaptive" (as in the API's document),
  * "runs_total", "runs"}: limit runs from offset in id order, of one status
  * when status is not NULL. */
 void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t offset, int limit,

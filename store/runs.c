@@ -106,8 +106,12 @@ void store_runs_claim(db *d, int64_t run_id, int64_t worker_id, int lease_s, sto
       "(WHERE nxt IS DISTINCT FROM step + 1) ELSE " FIRST0 " END FROM (SELECT step, "
       "lead(step) OVER (ORDER BY step) AS nxt FROM metrics WHERE run_id = $1 "
       "AND step >= " FIRST0 " + 1) t) END, branch_path, "
-      "array_to_json(ARRAY(SELECT DISTINCT c.branch_step FROM runs c WHERE c.branch_of = $1 "
-      "AND c.status = 'queued' AND c.branch_path IS NULL ORDER BY 1))",
+      /* the steps to keep a checkpoint at: the waiting branches', and those
+       * an adaptive design may branch from later (runs.keep_steps) */
+      "array_to_json(ARRAY(SELECT DISTINCT u.s FROM (SELECT c.branch_step AS s FROM runs c "
+      "WHERE c.branch_of = $1 AND c.status = 'queued' AND c.branch_path IS NULL UNION ALL "
+      "SELECT k::bigint FROM jsonb_array_elements_text(coalesce(keep_steps, '[]'::jsonb)) k) u "
+      "ORDER BY 1))",
       3, p, &claimed, (void (*)(void))cb, ud);
 }
 
@@ -263,6 +267,11 @@ void store_runs_branch_point(db *d, int64_t run_id, int attempt, int64_t worker_
   /* only from the trunk's attempt that is running on that worker; the
    * count of rows is the branches it frees (0 also when none waits) */
   attempt_step(d,
+               /* recorded on the trunk too (runs.kept), for the branches an
+                * adaptive design adds later */
+               "WITH k AS (UPDATE runs SET kept = coalesce(kept, '{}'::jsonb) || "
+               "jsonb_build_object($3::bigint::text, $4::text) WHERE id = $1 AND attempt = $2 AND "
+               "worker = $5 AND status = 'running' RETURNING 1) "
                "UPDATE runs SET branch_path = $4 WHERE branch_of = $1 AND branch_step = $3 "
                "AND status = 'queued' AND EXISTS (SELECT 1 FROM runs t WHERE t.id = $1 AND "
                "t.attempt = $2 AND t.worker = $5 AND t.status = 'running')",

@@ -69,12 +69,12 @@ void store_sweeps_insert(db *d, const store_sweep_new *sw, store_sweeps_inserted
       "WITH ORDINALITY AS t(e, i) ORDER BY t.i), "
       "ins AS (INSERT INTO runs (id, sweep_id, config, config_hash, gpus, priority, "
       "max_attempts, params, nonembedding_params, tokens, batch_size, flops, part, "
-      "target_loss, branch_of, branch_step) "
+      "target_loss, branch_of, branch_step, keep_steps) "
       "SELECT pl.id, sw.id, pl.e->'config', pl.e->>'config_hash', $5::int, $4::int, "
       "$6::int, (pl.e->>'params')::bigint, (pl.e->>'nonembedding_params')::bigint, "
       "(pl.e->>'tokens')::bigint, (pl.e->>'batch_size')::int, (pl.e->>'flops')::float8, "
       "pl.e->>'part', pl.e->'target_loss', "
-      "tr.id, (pl.e->>'branch_step')::bigint "
+      "tr.id, (pl.e->>'branch_step')::bigint, pl.e->'keep_steps' "
       "FROM sw CROSS JOIN pl LEFT JOIN pl tr "
       "ON tr.i = (pl.e->>'branch_of')::bigint + 1 ORDER BY pl.i RETURNING 1) "
       "SELECT (SELECT id FROM sw), (SELECT count(*) FROM ins)",
@@ -91,23 +91,30 @@ void store_sweeps_insert(db *d, const store_sweep_new *sw, store_sweeps_inserted
  * Two inserts of one budget from two connections: the second's NOT EXISTS
  * may not see the first's rows, and the unique index on designed runs
  * (migration 009) skips them instead. */
-#define EXTEND_RUNS_SQL                                                                        \
-  "pl AS MATERIALIZED (SELECT t.e, t.i, nextval(pg_get_serial_sequence('runs', 'id')) AS id, " \
-  "NOT EXISTS (SELECT 1 FROM runs r WHERE r.sweep_id = sw.id AND "                             \
-  "r.config_hash = t.e->>'config_hash') AS new "                                               \
-  "FROM sw, jsonb_array_elements($5::jsonb) WITH ORDINALITY AS t(e, i) ORDER BY t.i), "        \
-  "ins AS (INSERT INTO runs (id, sweep_id, config, config_hash, gpus, priority, "              \
-  "max_attempts, params, nonembedding_params, tokens, batch_size, flops, part, "               \
-  "target_loss, designed, branch_of, branch_step) "                                            \
-  "SELECT pl.id, sw.id, pl.e->'config', pl.e->>'config_hash', $3::int, $2::int, $4::int, "     \
-  "(pl.e->>'params')::bigint, (pl.e->>'nonembedding_params')::bigint, "                        \
-  "(pl.e->>'tokens')::bigint, (pl.e->>'batch_size')::int, (pl.e->>'flops')::float8, "          \
-  "pl.e->>'part', pl.e->'target_loss', pl.e->'designed', tr.id, "                              \
-  "CASE WHEN tr.id IS NOT NULL THEN (pl.e->>'branch_step')::bigint END "                       \
-  "FROM sw CROSS JOIN pl LEFT JOIN pl tr "                                                     \
-  "ON tr.i = (pl.e->>'branch_of')::bigint + 1 AND tr.new "                                     \
-  "WHERE pl.new ORDER BY pl.i "                                                                \
-  "ON CONFLICT (sweep_id, config_hash) WHERE designed IS NOT NULL DO NOTHING "                 \
+#define EXTEND_RUNS_SQL                                                                           \
+  "pl AS MATERIALIZED (SELECT t.e, t.i, nextval(pg_get_serial_sequence('runs', 'id')) AS id, "    \
+  "NOT EXISTS (SELECT 1 FROM runs r WHERE r.sweep_id = sw.id AND "                                \
+  "r.config_hash = t.e->>'config_hash') AS new "                                                  \
+  "FROM sw, jsonb_array_elements($5::jsonb) WITH ORDINALITY AS t(e, i) ORDER BY t.i), "           \
+  "ins AS (INSERT INTO runs (id, sweep_id, config, config_hash, gpus, priority, "                 \
+  "max_attempts, params, nonembedding_params, tokens, batch_size, flops, part, "                  \
+  "target_loss, designed, branch_of, branch_step, branch_path, keep_steps) "                      \
+  "SELECT pl.id, sw.id, pl.e->'config', pl.e->>'config_hash', $3::int, $2::int, $4::int, "        \
+  "(pl.e->>'params')::bigint, (pl.e->>'nonembedding_params')::bigint, "                           \
+  "(pl.e->>'tokens')::bigint, (pl.e->>'batch_size')::int, (pl.e->>'flops')::float8, "             \
+  "pl.e->>'part', pl.e->'target_loss', pl.e->'designed', "                                        \
+  "coalesce(tr.id, kr.id), "                                                                      \
+  "CASE WHEN tr.id IS NOT NULL OR kr.id IS NOT NULL THEN (pl.e->>'branch_step')::bigint END, "    \
+  "CASE WHEN kr.id IS NOT NULL THEN pl.e->>'branch_path' END, pl.e->'keep_steps' "                \
+  "FROM sw CROSS JOIN pl LEFT JOIN pl tr "                                                        \
+  "ON tr.i = (pl.e->>'branch_of')::bigint + 1 AND tr.new " /* an adaptive round's branch of a run \
+                                                            * the sweep trained in an earlier     \
+                                                            * round, from the checkpoint that run \
+                                                            * kept (runs.kept) */                 \
+  "LEFT JOIN runs kr ON kr.id = (pl.e->>'branch_run')::bigint AND kr.sweep_id = sw.id "           \
+  "AND kr.status = 'succeeded' AND kr.kept ? (pl.e->>'branch_step') "                             \
+  "WHERE pl.new ORDER BY pl.i "                                                                   \
+  "ON CONFLICT (sweep_id, config_hash) WHERE designed IS NOT NULL DO NOTHING "                    \
   "RETURNING 1) "
 
 /* $1 the sweep, $2..$5 as EXTEND_RUNS_SQL reads them */
@@ -214,6 +221,76 @@ void store_sweeps_lr_tune_runs(db *d, int64_t sweep_id, store_sweeps_lr_tune_cb 
       1, p, &tune_read, (void (*)(void))cb, ud);
 }
 
+void store_sweeps_adaptive_round(db *d, int64_t sweep_id, int rounds, const char *adaptive_json,
+                                 const store_sweep_new *sw, store_sweeps_inserted_cb cb, void *ud) {
+  char id[24], gpus[24], prio[24], maxa[24], nr[24];
+  const char *p[7];
+  extend_params(p, id, prio, gpus, maxa, sweep_id, sw);
+  p[5] = adaptive_json;
+  p[6] = store__itoa(nr, sizeof nr, rounds);
+  /* as store_sweeps_lr_tuned: the lock's re-check skips the sweep when a
+   * round committed meanwhile (its count of rounds moved on) */
+  store__query_rows(
+      d,
+      "WITH sw AS (SELECT id FROM sweeps WHERE id = $1 AND status <> 'cancelled' "
+      "AND spec ? 'adaptive' AND coalesce(adaptive->>'status', 'running') = 'running' "
+      "AND coalesce(jsonb_array_length(adaptive->'rounds'), 0) = $7::int FOR UPDATE), "
+      "dec AS (UPDATE sweeps s SET adaptive = CASE WHEN jsonb_array_length($6::jsonb->"
+      "'rounds') > 0 THEN jsonb_set($6::jsonb, '{rounds}', ($6::jsonb->'rounds') - (-1) || "
+      "jsonb_build_array(($6::jsonb->'rounds'->-1) || jsonb_build_object('decided_at', now()))) "
+      "ELSE $6::jsonb END FROM sw WHERE s.id = sw.id RETURNING 1), " EXTEND_RUNS_SQL
+      "SELECT (SELECT id FROM sw), (SELECT count(*) FROM ins)",
+      7, p, &inserted, (void (*)(void))cb, ud);
+}
+
+typedef struct adaptive_rows {
+  const char *spec, *adaptive;
+  store_adaptive_run run;
+} adaptive_rows;
+
+static void decode_adaptive(const PGresult *res, int row, void *elem) {
+  *(adaptive_rows *)elem =
+      (adaptive_rows){store__str_or_null(res, row, 0),
+                      store__str_or_null(res, row, 1),
+                      {store__int(res, row, 4), PQgetvalue(res, row, 2), PQgetvalue(res, row, 3),
+                       store__str_or_null(res, row, 5)}};
+}
+
+static void deliver_adaptive(const store__call *c, int status, const void *rows, int n,
+                             const char *errmsg) {
+  const adaptive_rows *t = rows;
+  store_adaptive_run *runs = status == 0 && n > 0 ? malloc((size_t)n * sizeof *runs) : NULL;
+  if (status == 0 && n > 0 && !runs) {
+    status = SS_ENOMEM;
+    errmsg = "out of memory";
+  }
+  for (int i = 0; runs && i < n; i++)
+    runs[i] = t[i].run;
+  ((store_sweeps_adaptive_cb)c->cb)(c->ud, status, runs ? t[0].spec : NULL,
+                                    runs ? t[0].adaptive : NULL, runs, runs ? n : 0,
+                                    status == 0 ? NULL : errmsg);
+  free(runs);
+}
+
+static const store__rows_spec adaptive_read = {sizeof(adaptive_rows), decode_adaptive,
+                                               deliver_adaptive};
+
+void store_sweeps_adaptive_runs(db *d, int64_t sweep_id, store_sweeps_adaptive_cb cb, void *ud) {
+  char id[24];
+  const char *p[1] = {store__itoa(id, sizeof id, sweep_id)};
+  /* the spec and the rounds once, on the first row */
+  store__query_rows(
+      d,
+      "SELECT CASE WHEN row_number() OVER (ORDER BY r.id) = 1 THEN sw.spec::text END, "
+      "CASE WHEN row_number() OVER (ORDER BY r.id) = 1 THEN sw.adaptive::text END, "
+      "r.config_hash, r.status::text, r.id, r.kept::text "
+      "FROM sweeps sw JOIN runs r ON r.sweep_id = sw.id AND r.part = 'isoflop' "
+      "AND r.reproduces IS NULL "
+      "WHERE sw.id = $1 AND sw.spec ? 'adaptive' AND sw.status <> 'cancelled' "
+      "AND coalesce(sw.adaptive->>'status', 'running') = 'running' ORDER BY r.id",
+      1, p, &adaptive_read, (void (*)(void))cb, ud);
+}
+
 typedef struct spec_row {
   const char *spec, *status;
 } spec_row;
@@ -266,6 +343,12 @@ void store_sweeps_update_status(db *d, int64_t sweep_id, store_sweeps_status_cb 
            "WHERE s2.id = $1) THEN 'running' "
            "WHEN (SELECT s2.lr_tune->>'status' IN ('undecided', 'failed') FROM sweeps s2 "
            "WHERE s2.id = $1) THEN 'failed' "
+           /* an adaptive design: its next round is to come, or it has
+            * stopped (a failed run was replaced by a later round) */
+           "WHEN (SELECT s2.spec ? 'adaptive' AND coalesce(s2.adaptive->>'status', 'running') = "
+           "'running' FROM sweeps s2 WHERE s2.id = $1) THEN 'running' "
+           "WHEN (SELECT s2.spec ? 'adaptive' FROM sweeps s2 WHERE s2.id = $1) AND "
+           "count(*) FILTER (WHERE status = 'succeeded') > 0 THEN 'succeeded' "
            "WHEN count(*) FILTER (WHERE status = 'failed') > 0 THEN 'failed' "
            "WHEN count(*) FILTER (WHERE status = 'succeeded') > 0 THEN 'succeeded' "
            "ELSE 'cancelled' END::run_status AS st FROM runs WHERE sweep_id = $1) x "

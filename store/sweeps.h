@@ -49,7 +49,9 @@ typedef void (*store_sweeps_status_cb)(void *ud, int status, int64_t sweep_id,
 /* Recomputes sweeps.status from its runs: running while anything runs or
  * waits after a start (queued while nothing has started), or while its lr
  * tune's runs have all ended but the tune has not decided (the study's
- * runs are still to come); failed when the tune could not decide, or any
+ * runs are still to come), or while its adaptive design is running (its
+ * next round is to come); succeeded once the design has stopped and a run
+ * succeeded (a failed run was replaced by the next round); failed when the tune could not decide, or any
  * run failed; else succeeded; a cancelled sweep stays cancelled. */
 void store_sweeps_update_status(db *d, int64_t sweep_id, store_sweeps_status_cb cb, void *ud);
 
@@ -102,6 +104,36 @@ void store_sweeps_lr_tune_runs(db *d, int64_t sweep_id, store_sweeps_lr_tune_cb 
  * that cancels sweeps. runs counts the runs added. */
 void store_sweeps_lr_tuned(db *d, int64_t sweep_id, const char *decision_json,
                            const store_sweep_new *sw, store_sweeps_inserted_cb cb, void *ud);
+
+/* A run of an adaptive sweep as its next round's design sees it. Strings
+ * are valid during the callback only. */
+typedef struct store_adaptive_run {
+  int64_t id;
+  const char *config_hash;
+  const char *status; /* run_status */
+  const char *kept;   /* runs.kept: {"STEP": "PATH"} of its branch points, or NULL */
+} store_adaptive_run;
+
+/* spec_json: the sweep's canonical spec; adaptive_json: sweeps.adaptive
+ * (NULL before the first decision); both NULL with n 0 when the sweep has
+ * no design waiting (no "adaptive" in its spec, a design stopped already,
+ * cancelled, or gone). */
+typedef void (*store_sweeps_adaptive_cb)(void *ud, int status, const char *spec_json,
+                                         const char *adaptive_json, const store_adaptive_run *runs,
+                                         int n, const char *errmsg);
+
+/* The isoflop runs of a sweep whose adaptive design is still running,
+ * in id order, with its spec and its rounds so far. */
+void store_sweeps_adaptive_runs(db *d, int64_t sweep_id, store_sweeps_adaptive_cb cb, void *ud);
+
+/* A round of the adaptive design: adaptive_json (the whole new
+ * sweeps.adaptive, its last round stamped "decided_at") and the round's
+ * runs (sw as store_sweeps_extend takes it), in one statement, only while
+ * the sweep holds `rounds` rounds (0: none yet) and its design is running:
+ * a round decided again after a restart, or twice at once, adds nothing
+ * (sweep_id 0). Send it on the connection that cancels sweeps. */
+void store_sweeps_adaptive_round(db *d, int64_t sweep_id, int rounds, const char *adaptive_json,
+                                 const store_sweep_new *sw, store_sweeps_inserted_cb cb, void *ud);
 
 /* The sweeps whose status is queued or running. */
 void store_sweeps_unfinished(db *d, store_ids_cb cb, void *ud);

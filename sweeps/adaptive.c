@@ -8,6 +8,8 @@
 
 #include "common/err.h"
 #include "sweeps/internal.h"
+#include "sweeps/plan_draft.h"
+#include "sweeps/spec_json.h"
 
 int adaptive_candidates(const plan *p, adaptive_cand **out, size_t *n) {
   *out = NULL;
@@ -31,7 +33,8 @@ int adaptive_candidates(const plan *p, adaptive_cand **out, size_t *n) {
                              .flops = r->flops,
                              .budget = r->budget,
                              .group = r->branch_of >= 0 ? (size_t)r->branch_of : i,
-                             .decay = decay};
+                             .decay = decay,
+                             .branch_step = decay < 1 ? r->branch_step : 0};
   }
   *out = c;
   *n = k;
@@ -43,17 +46,66 @@ double adaptive_cost(const adaptive_cand *c, const size_t *pick, size_t k) {
   for (size_t i = 0; i < k; i++) {
     const adaptive_cand *x = &c[pick[i]];
     /* the longest of its group in the set trains whole (the first of
-     * equals), the others their decay */
-    int longest = 1;
+     * equals), the others their decay; a kept one its decay, and it is
+     * no trunk for the others (it starts past their branch points) */
+    int longest = !x->kept;
     for (size_t j = 0; j < k && longest; j++) {
       const adaptive_cand *y = &c[pick[j]];
-      if (j != i && y->group == x->group &&
+      if (j != i && !y->kept && y->group == x->group &&
           (y->tokens > x->tokens || (y->tokens == x->tokens && j < i)))
         longest = 0;
     }
     cost += longest ? x->flops : x->flops * x->decay;
   }
   return cost;
+}
+
+static int cmp_i64(const void *x, const void *y) {
+  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+int adaptive_keep_steps(plan *sub, const plan *cands, const adaptive_cand *c, size_t n,
+                        const adaptive_cand_state *st) {
+  int64_t *steps = malloc((n ? n : 1) * sizeof *steps);
+  if (!steps)
+    return SS_ENOMEM;
+  for (size_t i = 0; i < sub->n; i++) {
+    plan_run *r = &sub->runs[i];
+    if (r->branch_of >= 0 || strcmp(r->part, "isoflop") != 0)
+      continue;
+    const adaptive_cand *me = NULL;
+    for (size_t j = 0; j < n && !me; j++)
+      if (!strcmp(cands->runs[c[j].run].config_hash, r->config_hash))
+        me = &c[j];
+    if (!me)
+      continue;
+    size_t k = 0;
+    for (size_t j = 0; j < n; j++)
+      if (&c[j] != me && c[j].group == me->group && c[j].tokens < me->tokens &&
+          c[j].branch_step > 0 && (!st || st[j] == ADAPT_FREE))
+        steps[k++] = c[j].branch_step;
+    if (!k)
+      continue;
+    qsort(steps, k, sizeof *steps, cmp_i64);
+    size_t len = 3 + 21 * k;
+    char *t = malloc(len), *o = t;
+    if (!t) {
+      free(steps);
+      return SS_ENOMEM;
+    }
+    *o++ = '[';
+    for (size_t j = 0; j < k; j++)
+      if (j == 0 || steps[j] != steps[j - 1])
+        o +=
+            snprintf(o, len - (size_t)(o - t), "%s%lld", o > t + 1 ? "," : "", (long long)steps[j]);
+    *o++ = ']';
+    *o = 0;
+    free(r->keep_steps);
+    r->keep_steps = t;
+  }
+  free(steps);
+  return 0;
 }
 
 /* (ln N, ln C) scaled to the unit square over the candidates */
@@ -188,8 +240,10 @@ static double quantile(const double *v, size_t n, double p) {
   return v[i] + (h - (double)i) * (v[i + 1] - v[i]);
 }
 
+/* the interval's half-width as a factor: [q / (1 + w), q (1 + w)] holds it
+ * (symmetric in logs: a lower end near 0 does not cap it at 1) */
 static double rel_width(double q, double lo, double hi) {
-  return fmax(0, fmax(exp(hi - q) - 1, 1 - exp(lo - q)));
+  return fmax(0, fmax(exp(hi - q), exp(q - lo)) - 1);
 }
 
 /* The ensemble: K resamples x (1 + m) columns (the question, then each
@@ -359,8 +413,9 @@ static int space_filling(const adaptive_cand *c, size_t n, const adaptive_cand_s
     free(pick);
     return SS_ENOMEM;
   }
-  for (size_t i = 0; i < n; i++) {
-    eligible[i] = state[i] == ADAPT_FREE;
+  for (size_t i = 0; i < n; i++) { /* free, and within the compute left alone */
+    eligible[i] = state[i] == ADAPT_FREE &&
+                  (c[i].kept ? c[i].flops * c[i].decay : c[i].flops) <= budget * (1 + 1e-9);
     chosen[i] = state[i] != ADAPT_FREE;
   }
   size_t k = maximin(c, n, eligible, chosen, want, pick);
@@ -593,10 +648,11 @@ json_t *adaptive_round_json(const adaptive_result *r, int round, const plan *p,
   for (size_t i = 0; runs && i < r->npicks; i++) {
     const adaptive_pick *k = &r->picks[i];
     const adaptive_cand *c = &cands[k->cand];
-    json_t *o = json_pack("{s:s,s:f,s:f,s:f,s:f,s:o,s:o,s:o,s:o}", "config_hash",
+    json_t *o = json_pack("{s:s,s:f,s:f,s:f,s:f,s:o,s:o,s:o,s:o,s:b}", "config_hash",
                           p->runs[c->run].config_hash, "params", c->params, "tokens", c->tokens,
                           "flops", c->flops, "budget", c->budget, "cost", num(k->cost), "sd_before",
-                          num(k->sd_before), "sd_after", num(k->sd_after), "score", num(k->score));
+                          num(k->sd_before), "sd_after", num(k->sd_after), "score", num(k->score),
+                          "from_kept", c->kept);
     if (!o || json_array_append_new(runs, o)) {
       json_decref(runs);
       return NULL;
@@ -622,4 +678,263 @@ void adaptive_question_text(const spec_adaptive *a, char *out, size_t n) {
   else
     snprintf(out, n, "N_opt at C* = %.3g FLOPs (6ND) within +-%.3g%%", a->flops,
              100 * a->precision);
+}
+
+void adaptive_outcome_free(adaptive_outcome *o) {
+  adaptive_result_free(&o->r);
+  free(o->doc_json);
+  free(o->runs_json);
+  *o = (adaptive_outcome){0};
+}
+
+static const char *doc_status(adaptive_status s) {
+  return s == ADAPT_ROUND ? "running" : status_name(s);
+}
+
+/* the failed design's document: {"status": "failed", "reason"} */
+static int fail(adaptive_outcome *o, json_t *doc, const char *fmt, const char *what) {
+  snprintf(o->reason, sizeof o->reason, fmt, what);
+  o->failed = 1;
+  json_t *d = doc ? doc : json_object();
+  if (!d)
+    return SS_ENOMEM;
+  json_object_set_new(d, "status", json_string("failed"));
+  json_object_set_new(d, "reason", json_string(o->reason));
+  if (!json_is_array(json_object_get(d, "rounds")))
+    json_object_set_new(d, "rounds", json_array());
+  o->doc_json = json_dumps(d, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  json_decref(d);
+  o->runs_json = strdup("[]");
+  o->r.status = ADAPT_EXHAUSTED;
+  return o->doc_json && o->runs_json ? 0 : SS_ENOMEM;
+}
+
+static int cmp_size(const void *x, const void *y) {
+  size_t a = *(const size_t *)x, b = *(const size_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* out->runs_json: the round's runs (plan_runs_json objects), those of
+ * kept candidates with "branch_run", "branch_step" and "branch_path" (the
+ * run that kept the branch point), the others as a subset of the
+ * candidates' plan (branches inside the round); every run that trains
+ * whole keeps the free shorter candidates' branch points */
+static int round_runs(adaptive_outcome *out, const plan *cp, const adaptive_cand *c, size_t nc,
+                      const adaptive_cand_state *st, json_t *const *kept, const int64_t *kept_run) {
+  size_t k = out->r.status == ADAPT_ROUND ? out->r.npicks : 0, a = 0, b = 0;
+  size_t *whole = malloc((k ? k : 1) * sizeof *whole), *from = malloc((k ? k : 1) * sizeof *from);
+  json_t *all = json_array();
+  int rc = whole && from && all ? 0 : SS_ENOMEM;
+  for (size_t i = 0; rc == 0 && i < k; i++) {
+    size_t ci = out->r.picks[i].cand;
+    if (c[ci].kept)
+      from[b++] = ci;
+    else
+      whole[a++] = c[ci].run;
+  }
+  if (rc == 0)
+    qsort(whole, a, sizeof *whole, cmp_size);
+  plan *sub = rc == 0 ? plan__subset(cp, whole, a) : NULL;
+  if (rc == 0 && (!sub || adaptive_keep_steps(sub, cp, c, nc, st)))
+    rc = SS_ENOMEM;
+  char *text = rc == 0 ? plan_runs_json(sub) : NULL;
+  json_t *first = text ? json_loads(text, 0, NULL) : NULL;
+  free(text);
+  if (rc == 0 && (!first || json_array_extend(all, first)))
+    rc = SS_ENOMEM;
+  json_decref(first);
+  plan_free(sub);
+  for (size_t i = 0; rc == 0 && i < b; i++) {
+    size_t one = c[from[i]].run;
+    plan *p1 = plan__subset(cp, &one, 1);
+    char *t1 = p1 ? plan_runs_json(p1) : NULL;
+    json_t *a1 = t1 ? json_loads(t1, 0, NULL) : NULL, *r1 = json_array_get(a1, 0);
+    free(t1);
+    plan_free(p1);
+    if (!r1 || json_object_set_new(r1, "index", json_integer((json_int_t)json_array_size(all))) ||
+        json_object_set_new(r1, "branch_run", json_integer(kept_run[from[i]])) ||
+        json_object_set_new(r1, "branch_step", json_integer(c[from[i]].branch_step)) ||
+        json_object_set(r1, "branch_path", kept[from[i]]) || json_array_append(all, r1))
+      rc = SS_ENOMEM;
+    json_decref(a1);
+  }
+  out->runs_json = rc == 0 ? json_dumps(all, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+  out->nruns = k;
+  json_decref(all);
+  free(whole);
+  free(from);
+  return rc == 0 && out->runs_json ? 0 : SS_ENOMEM;
+}
+
+int adaptive_conclude(const char *spec_json, const char *adaptive_json,
+                      const adaptive_run_obs *runs, size_t nruns, const fit_point *pts, int npts,
+                      int threads, adaptive_outcome *out) {
+  *out = (adaptive_outcome){0};
+  /* through jsonb, 1e231 comes back as 232 digits: reals, not integers */
+  json_t *doc = adaptive_json ? json_loads(adaptive_json, JSON_DECODE_INT_AS_REAL, NULL) : NULL;
+  if (adaptive_json && !json_is_object(doc)) { /* nothing to store over it: said, and left */
+    json_decref(doc);
+    snprintf(out->reason, sizeof out->reason,
+             "its stored design (sweeps.adaptive) is not a "
+             "JSON object");
+    return SS_EINVAL;
+  }
+  out->rounds = (int)json_array_size(json_object_get(doc, "rounds"));
+  /* the stored spec: its numbers are all reals (spec.h) */
+  json_t *root = json_loads(spec_json, 0, NULL);
+  if (!root)
+    return fail(out, doc, "the stored spec is not JSON%s", "");
+  sweeps__integral(root);
+  char *text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  json_decref(root);
+  if (!text) {
+    json_decref(doc);
+    return SS_ENOMEM;
+  }
+  spec *sp = NULL;
+  plan *p = NULL;
+  spec_problems pr = {0};
+  int rc = spec_parse(text, "sweep", &sp, &pr);
+  free(text);
+  if (rc == 0)
+    rc = plan_spec(sp, &p, &pr);
+  if (rc == 0 && !p->candidates)
+    rc = SS_EINVAL;
+  if (rc) {
+    char first[900] = "the spec has no adaptive design";
+    if (pr.n)
+      snprintf(first, sizeof first, "%s: %s", pr.items[0].path, pr.items[0].message);
+    spec_problems_free(&pr);
+    plan_free(p);
+    spec_free(sp);
+    if (rc == SS_ENOMEM) {
+      json_decref(doc);
+      return rc;
+    }
+    return fail(out, doc, "the spec could not be planned again: %s", first);
+  }
+  spec_problems_free(&pr);
+  out->gpus = sp->gpus;
+  out->priority = sp->priority;
+  out->max_attempts = sp->max_attempts > 0 ? sp->max_attempts : 3;
+
+  const plan *cp = p->candidates;
+  adaptive_cand *c = NULL;
+  size_t nc = 0;
+  adaptive_cand_state *st = NULL;
+  size_t *first = NULL;
+  json_t *rounds = NULL;
+  rc = adaptive_candidates(cp, &c, &nc);
+  if (rc == 0 &&
+      (!(st = calloc(nc ? nc : 1, sizeof *st)) || !(first = malloc((nc ? nc : 1) * sizeof *first))))
+    rc = SS_ENOMEM;
+  for (size_t i = 0; rc == 0 && i < nc; i++)
+    for (size_t k = 0; k < nruns; k++)
+      if (!strcmp(runs[k].config_hash, cp->runs[c[i].run].config_hash)) {
+        /* reproductions aside, one run per config; a run tried again
+         * after a failure is the same run */
+        st[i] = runs[k].state;
+        break;
+      }
+  /* branch points kept by runs trained in earlier rounds */
+  json_t **kept = rc == 0 ? calloc(nc ? nc : 1, sizeof *kept) : NULL;
+  int64_t *kept_run = rc == 0 ? calloc(nc ? nc : 1, sizeof *kept_run) : NULL;
+  if (rc == 0 && (!kept || !kept_run))
+    rc = SS_ENOMEM;
+  for (size_t k = 0; rc == 0 && k < nruns; k++) {
+    if (runs[k].state != ADAPT_DONE || !runs[k].kept)
+      continue;
+    size_t t = nc;
+    for (size_t i = 0; i < nc && t == nc; i++)
+      if (!strcmp(runs[k].config_hash, cp->runs[c[i].run].config_hash))
+        t = i;
+    json_t *kj = t < nc ? json_loads(runs[k].kept, 0, NULL) : NULL;
+    for (size_t i = 0; kj && i < nc; i++) {
+      char key[24];
+      snprintf(key, sizeof key, "%lld", (long long)c[i].branch_step);
+      json_t *path = json_object_get(kj, key);
+      if (st[i] != ADAPT_FREE || c[i].kept || c[i].branch_step <= 0 || c[i].group != c[t].group ||
+          !(c[i].tokens < c[t].tokens) || !json_is_string(path))
+        continue;
+      c[i].kept = 1;
+      kept[i] = json_incref(path);
+      kept_run[i] = runs[k].id;
+    }
+    json_decref(kj);
+  }
+  double spent =
+      out->rounds ? json_number_value(json_object_get(doc, "spent")) : p->adaptive_initial_flops;
+  if (rc == 0)
+    rc = adaptive_decide(&sp->adaptive, c, nc, st, pts, npts, spent, threads, &out->r);
+  if (rc || out->r.status == ADAPT_WAITING)
+    goto done;
+
+  /* the document: the first decision records the first round too */
+  if (!doc) {
+    char q[160];
+    adaptive_question_text(&sp->adaptive, q, sizeof q);
+    doc = json_pack("{s:s,s:s,s:f,s:f,s:[]}", "question", q, "kind",
+                    sp->adaptive.question == SPEC_Q_LOSS ? "loss" : "n_opt", "precision",
+                    sp->adaptive.precision, "compute", sp->adaptive.compute, "rounds");
+    size_t k = adaptive_initial(c, nc, sp->adaptive.initial, first);
+    adaptive_result r0 = {.status = ADAPT_ROUND,
+                          .answer = NAN,
+                          .lo = NAN,
+                          .hi = NAN,
+                          .width = NAN,
+                          .pred_lo = NAN,
+                          .pred_hi = NAN,
+                          .pred_width = NAN,
+                          .noise_sd = NAN,
+                          .compute = sp->adaptive.compute,
+                          .cost = p->adaptive_initial_flops,
+                          .more_flops = NAN,
+                          .best_width = NAN};
+    for (int i = 0; i < 3; i++)
+      r0.E[i] = r0.alpha[i] = r0.beta[i] = NAN;
+    adaptive_pick *pk = calloc(k ? k : 1, sizeof *pk);
+    for (size_t i = 0; pk && i < k; i++)
+      pk[i] = (adaptive_pick){first[i], NAN, NAN, NAN, NAN};
+    r0.picks = pk;
+    r0.npicks = pk ? k : 0;
+    snprintf(r0.reason, sizeof r0.reason,
+             "the first round: %zu runs, space-filling over the budgets up to the middle of the "
+             "range",
+             k);
+    json_t *j0 = pk ? adaptive_round_json(&r0, 0, cp, c) : NULL;
+    free(pk);
+    if (!doc || !j0 || json_array_append_new(json_object_get(doc, "rounds"), j0)) {
+      rc = SS_ENOMEM;
+      goto done;
+    }
+  }
+  rounds = json_object_get(doc, "rounds");
+  json_t *rec = adaptive_round_json(&out->r, (int)json_array_size(rounds), cp, c);
+  if (!rec || json_array_append_new(rounds, rec)) {
+    rc = SS_ENOMEM;
+    goto done;
+  }
+  json_object_set_new(doc, "status", json_string(doc_status(out->r.status)));
+  json_object_set_new(doc, "spent", json_real(spent + out->r.cost));
+  if (out->r.fitted)
+    json_object_set_new(doc, "answer",
+                        json_pack("{s:f,s:[f,f],s:f}", "value", out->r.answer, "ci95", out->r.lo,
+                                  out->r.hi, "width", out->r.width));
+  out->doc_json = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(17));
+
+  /* the round's runs: those that start from a kept branch point alone,
+   * the others with branches inside the round */
+  rc = out->doc_json ? round_runs(out, cp, c, nc, st, kept, kept_run) : SS_ENOMEM;
+done:
+  for (size_t i = 0; kept && i < nc; i++)
+    json_decref(kept[i]);
+  free(kept);
+  free(kept_run);
+  json_decref(doc);
+  free(c);
+  free(st);
+  free(first);
+  plan_free(p);
+  spec_free(sp);
+  return rc;
 }

@@ -42,13 +42,12 @@
  * interval it predicted and the next round the interval the refit found.
  *
  * It stops when the answer's 95% interval (the resamples' 2.5 and 97.5
- * percentiles) is within the precision on both sides of the answer
- * (REACHED), when the compute is spent or no free candidate fits what is
- * left (SPENT), or when every candidate has been tried (EXHAUSTED). Then the
- * same greedy conditioning, over every free candidate without the round's
- * size or the compute's limit, predicts what more compute would buy: the
- * FLOPs after which the predicted interval meets the precision, or the
- * width the candidates can reach at best.
+ * percentiles) is within the precision p on both sides of the answer,
+ * as a factor: inside [answer / (1 + p), answer (1 + p)] (REACHED), when the compute is spent or no
+ * free candidate fits what is left (SPENT), or when every candidate has been tried (EXHAUSTED).
+ * Then the same greedy conditioning, over every free candidate without the round's size or the
+ * compute's limit, predicts what more compute would buy: the FLOPs after which the predicted
+ * interval meets the precision, or the width the candidates can reach at best.
  *
  * Deterministic: the same points, spec and seed give the same round. */
 #ifndef SS_SWEEPS_ADAPTIVE_H
@@ -62,7 +61,7 @@
 #include "sweeps/spec.h"
 
 #define ADAPTIVE_MIN_NOISE 0.005 /* a run's scatter about the surface, SD of ln L, at least */
-#define ADAPTIVE_MIN_POINTS 6    /* runs the fit needs before the criterion */
+#define ADAPTIVE_MIN_POINTS 7    /* runs the fit needs before the criterion */
 
 /* A candidate: one isoflop run of the plan. */
 typedef struct adaptive_cand {
@@ -71,6 +70,9 @@ typedef struct adaptive_cand {
   double budget;                /* the isoflop budget it was planned at */
   size_t group;                 /* its trajectory: the plan index of its group's longest run */
   double decay;                 /* the share of flops a branch of it trains (1: cannot branch) */
+  int64_t branch_step;          /* its branch point (0: cannot branch) */
+  int kept; /* a run the sweep trained in an earlier round kept its branch point: it trains
+             * only its decay, from that checkpoint */
 } adaptive_cand;
 
 /* The isoflop runs of a plan as candidates: *out malloc'd (n of them), 0,
@@ -78,7 +80,8 @@ typedef struct adaptive_cand {
 int adaptive_candidates(const plan *p, adaptive_cand **out, size_t *n);
 
 /* The FLOPs a set of candidates trains as one round (each group: its
- * longest whole, the others their decay). */
+ * longest whole, the others their decay; a kept candidate its decay, and
+ * it is no trunk for the others). */
 double adaptive_cost(const adaptive_cand *c, const size_t *pick, size_t k);
 
 /* The first round (space-filling; above): up to `initial` candidate
@@ -91,6 +94,13 @@ typedef enum adaptive_cand_state {
   ADAPT_DONE,     /* succeeded */
   ADAPT_FAILED    /* every attempt failed, or cancelled: not chosen again */
 } adaptive_cand_state;
+
+/* Sets keep_steps on the runs of sub (a subset of cands, the candidates'
+ * plan) that train whole: the branch points of the shorter candidates of their
+ * trajectory that are free (st NULL: every one), so that a later round may
+ * branch from them. 0 or SS_ENOMEM. */
+int adaptive_keep_steps(plan *sub, const plan *cands, const adaptive_cand *c, size_t n,
+                        const adaptive_cand_state *st);
 
 typedef enum adaptive_status {
   ADAPT_WAITING = 0, /* a run of the sweep is still queued or running */
@@ -112,7 +122,8 @@ typedef struct adaptive_result {
   adaptive_status status;
   int fitted;              /* the law was fitted (else the round is space-filling) */
   double answer, lo, hi;   /* the question's answer and its 95% interval (fitted) */
-  double width;            /* max(hi / answer - 1, 1 - lo / answer) */
+  double width;            /* max(hi / answer, answer / lo) - 1: the interval lies
+                            * within [answer / (1 + width), answer (1 + width)] */
   double pred_lo, pred_hi; /* the interval predicted after the round (ROUND) */
   double pred_width;
   double E[3], alpha[3], beta[3]; /* value, 2.5%, 97.5% */
@@ -151,5 +162,42 @@ json_t *adaptive_round_json(const adaptive_result *r, int round, const plan *p,
 
 /* The question in words: "N_opt at C* = 1e+13 FLOPs (6ND) within +-25%". */
 void adaptive_question_text(const spec_adaptive *a, char *out, size_t n);
+
+/* A run of the sweep as the scheduler has it. */
+typedef struct adaptive_run_obs {
+  int64_t id;
+  const char *config_hash;
+  adaptive_cand_state state;
+  const char *kept; /* runs.kept: {"STEP": "PATH"} of its branch points, or NULL */
+} adaptive_run_obs;
+
+/* The scheduler's step once every run of an adaptive sweep has ended. */
+typedef struct adaptive_outcome {
+  adaptive_result r; /* the decision (WAITING: nothing to store) */
+  int rounds;        /* rounds the sweep held before (what the store checks) */
+  int failed;        /* the design could not run (reason): the sweep fails */
+  char reason[1024];
+  char *doc_json;  /* the new sweeps.adaptive (owned; NULL while WAITING) */
+  char *runs_json; /* the round's runs, plan_runs_json ("[]" when it stopped) */
+  size_t nruns;
+  int gpus, priority, max_attempts; /* the spec's, as a submission stores them */
+} adaptive_outcome;
+
+/* From the sweep's canonical spec (as stored), its sweeps.adaptive (NULL
+ * before the first decision), its isoflop runs and the points of those
+ * that succeeded: plans the spec again (the same candidates, the same
+ * first round), decides (adaptive_decide, with the compute spent: the
+ * first round's and every recorded round's cost) and, for a round, its
+ * runs (a subset of the candidates' plan: branches inside the round). The
+ * first decision also records the first round. sweeps.adaptive:
+ * {"question", "kind", "precision", "compute", "status", "spent", "answer":
+ * {"value", "ci95", "width"}, "rounds": [adaptive_round_json ...]}. 0 with
+ * *out filled (adaptive_outcome_free), SS_ENOMEM, or SS_EINVAL when the
+ * stored design does not parse (out->reason). */
+int adaptive_conclude(const char *spec_json, const char *adaptive_json,
+                      const adaptive_run_obs *runs, size_t nruns, const fit_point *pts, int npts,
+                      int threads, adaptive_outcome *out);
+
+void adaptive_outcome_free(adaptive_outcome *o);
 
 #endif

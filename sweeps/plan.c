@@ -285,6 +285,7 @@ void plan_free(plan *p) {
   for (size_t i = 0; i < p->n; i++) {
     free(p->runs[i].config);
     free(p->runs[i].target_loss);
+    free(p->runs[i].keep_steps);
   }
   free(p->runs);
   for (size_t i = 0; i < p->n_warnings; i++)
@@ -444,6 +445,10 @@ static int adapt(plan **pp, const spec *s) {
     if (in[i] || strcmp(p->runs[i].part, "isoflop") != 0)
       keep[nk++] = i;
   plan *q = plan__subset(p, keep, nk);
+  if (q && adaptive_keep_steps(q, p, c, nc, NULL)) {
+    plan_free(q);
+    q = NULL;
+  }
   free(c);
   free(pick);
   free(keep);

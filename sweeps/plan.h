@@ -74,6 +74,10 @@ typedef struct plan_run {
   /* wsd: the run whose rule-chosen batch size and lr (rule_compute,
    * b_opt_tokens) this one shares, the smallest of its group (-1: its own) */
   int rules_from;
+  /* an adaptive design's run that trains whole: the steps its trainer keeps
+   * a checkpoint at for branches a later round may add (a JSON array, owned;
+   * NULL: none) */
+  char *keep_steps;
 } plan_run;
 
 typedef struct plan {
@@ -100,7 +104,7 @@ typedef struct plan {
   /* of those, a branched batch ladder's rungs and trunks, and what they saved */
   size_t n_rungs, n_rung_trunks;
   double rung_flops_saved;
-  char **warnings;                   /* owned, n_warnings of them */
+  char **warnings; /* owned, n_warnings of them */
   size_t n_warnings;
   /* a spec with "lr_tune" (sweeps/lr_tune.h): runs are the tune's (part
    * "lr_tune", on the proxy); the study follows at the rate the tune

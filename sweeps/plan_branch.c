@@ -223,6 +223,7 @@ plan *plan__subset(const plan *p, const size_t *keep, size_t k) {
     *c = *r;
     c->config = strdup(r->config);
     c->target_loss = NULL;
+    c->keep_steps = NULL;
     if (r->n_target_loss && (c->target_loss = malloc(r->n_target_loss * sizeof *c->target_loss)))
       memcpy(c->target_loss, r->target_loss, r->n_target_loss * sizeof *c->target_loss);
     q->n = i + 1;

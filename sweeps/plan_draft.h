@@ -25,7 +25,7 @@ typedef struct plan__draft {
   double rule_compute, b_opt;
   const spec_values *target_loss;
   int64_t bcrit_at; /* a branched ladder's rung: the trunk's tokens it starts from (0: none) */
-  int failed; /* a problem was reported: not resolved, not planned */
+  int failed;       /* a problem was reported: not resolved, not planned */
 } plan__draft;
 
 typedef struct plan__drafts {

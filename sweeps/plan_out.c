@@ -69,6 +69,9 @@ char *plan_run_json(const plan_run *r, const plan *p) {
     json_object_set_new(o, "branch_of", json_integer(r->branch_of));
     json_object_set_new(o, "branch_step", json_integer((json_int_t)r->branch_step));
   }
+  json_t *keep = r->keep_steps ? json_loads(r->keep_steps, 0, NULL) : NULL;
+  if (keep)
+    json_object_set_new(o, "keep_steps", keep);
   if (r->n_target_loss) {
     json_t *a = json_array();
     for (size_t i = 0; i < r->n_target_loss; i++)

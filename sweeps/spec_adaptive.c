@@ -5,8 +5,9 @@
 #include "sweeps/spec.h"
 #include "sweeps/spec_json.h"
 
-/* the Chinchilla law has 5 parameters: a first round must fit it */
-#define MIN_INITIAL 6
+/* the Chinchilla law has 5 parameters, and its fit asks for 7 points: a
+ * first round must fit it */
+#define MIN_INITIAL 7
 
 void spec__parse_adaptive(spec_adaptive *a, json_t *root, int method, int lr_tune,
                           size_t candidates, spec_problems *pr) {

@@ -15,8 +15,10 @@ instead ends at the Chinchilla law's loss for its N (the trainer's count,
 12 L d^2 + 13 L d + 2 d) and D (train.tokens), L = 1.5 + 400 / N^0.34 +
 4000 / D^0.28, approached as L + 0.3 ((steps / s)^0.5 - 1); with train.seed
 8, the same law times a run's own noise, exp(0.01 z) with z ~ N(0, 1) fixed
-by its shape and D. A config whose train.seed is 99
-writes a line to stderr and fails half-way. A muP config (model.parametrization
+by its shape and D. A config whose train.seed is 99, or whose model.d_model
+is FAKE_LAW_FAIL_DMODEL (an adaptive design's failed runs:
+tests/integration/test_adaptive.py), writes a line to stderr and fails
+half-way. A muP config (model.parametrization
 "mup", an lr tune's: tests/integration/test_lr_tune.py) ends at
 L = 2 + (ln(lr / 0.003))^2 / 4 + 50 / d_model: its best learning rate is 0.003
 at every width, as muP promises. FAKE_LAW_SECONDS (default 0)
@@ -101,7 +103,9 @@ def main():
         out({"event": "step", "step": s, "tokens": s * per_step, "train_loss": loss(s),
              "lr": t.get("lr", 0.001), "grad_norm": 1.0, "b_noise": BNOISE, "tok_per_s": 1e6})
         out({"event": "eval", "step": s, "tokens": s * per_step, "val_loss": loss(s)})
-        if t.get("seed") == 99 and i == emit // 2:
+        failing = t.get("seed") == 99 or \
+            str(m["d_model"]) == os.environ.get("FAKE_LAW_FAIL_DMODEL")
+        if failing and i == emit // 2:
             print(f"fake_law_trainer: loss diverged at step {s}", file=sys.stderr)
             out({"event": "error", "message": "loss diverged"})
             return 1

@@ -1,0 +1,18 @@
+/* The adaptive designs' state inside struct sched (scheduler/adaptive.c;
+ * not exported): the sweeps whose round may have ended, checked one at a
+ * time. */
+#ifndef SS_SCHEDULER_ADAPTIVE_H
+#define SS_SCHEDULER_ADAPTIVE_H
+
+#include <stdint.h>
+
+typedef struct sched__adaptive {
+  int64_t *pending; /* sweeps to check (n), malloc'd, capacity cap; each once */
+  int n, cap;
+  int busy; /* a check, or its round, under way */
+} sched__adaptive;
+
+/* Frees the list (at shutdown, once no check is in flight). */
+void sched__adaptive_free(sched__adaptive *a);
+
+#endif
