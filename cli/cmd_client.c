@@ -208,7 +208,8 @@ int cmd_submit(int argc, char **argv) {
       "                         [--wait]\n"
       "  --wait  follow the sweep until it has finished: a progress line (runs done, the\n"
       "          running runs' latest loss, compute spent, time left), then the outcome;\n"
-      "          exit 1 when a run failed (with --json the progress goes to stderr)\n";
+      "          exit 1 when the sweep failed: a run failed that it does not replace (with\n"
+      "          --json the progress goes to stderr)\n";
   copts o;
   parse(argc, argv, &o, usage);
   if (!o.arg) {
@@ -246,7 +247,7 @@ int cmd_submit(int argc, char **argv) {
           "sweep %lld finished: %lld of %lld runs succeeded, %lld failed, %lld cancelled "
           "(scalesweep fit %lld for the laws)\n",
           id, pr.succeeded, pr.total, pr.failed, pr.cancelled, id);
-  return pr.failed ? SS_EXIT_FAILURE : 0;
+  return pr.sweep_failed ? SS_EXIT_FAILURE : 0;
 }
 
 static const char *str(json_t *o, const char *k) {

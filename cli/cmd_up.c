@@ -35,7 +35,8 @@ static const char usage[] =
     "  --sweep     submit this sweep spec once everything is up (a spec submitted\n"
     "              before to this state: that sweep, which goes on where it stopped)\n"
     "  --wait      wait for the sweep to finish, print its result, then stop (exit 0;\n"
-    "              1 when a run failed; 130 when interrupted: the same command goes on);\n"
+    "              1 when the sweep failed: a run failed that it does not replace; 130 when\n"
+    "              interrupted: the same command goes on);\n"
     "              meanwhile a progress line: runs done of total, the running runs'\n"
     "              latest loss, compute spent, time left (rewritten in place on a\n"
     "              terminal, a line per change otherwise)\n"
@@ -418,7 +419,7 @@ static int wait_for_sweep(const cli_target *t, long long id, time_t t0) {
         print_fits(t, id, "bcrit", bcrit, t0);
       else
         printf("too few successful runs (%d) to fit the laws\n", fit_points);
-      return stop_requested ? 128 + stop_requested : pr.failed ? SS_EXIT_FAILURE : 0;
+      return stop_requested ? 128 + stop_requested : pr.sweep_failed ? SS_EXIT_FAILURE : 0;
     }
     sleep(pr.tty ? 1 : 2);
   }

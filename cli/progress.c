@@ -78,8 +78,20 @@ int cli_progress_poll(cli_progress *p, const cli_target *t, long long id) {
   json_t *ad = json_object_get(sw, "adaptive");
   const char *ads = json_string_value(json_object_get(ad, "status"));
   tuning |= ads && !strcmp(ads, "running");
+  const char *sst = json_string_value(json_object_get(sw, "status"));
+  int settled = sst && strcmp(sst, "queued") != 0 && strcmp(sst, "running") != 0;
+  p->sweep_failed = sst && !strcmp(sst, "failed");
   json_decref(sw);
-  int finished = p->total > 0 && p->queued + p->running == 0 && !tuning;
+  /* the status settles at the scheduler's next tick; one that never does
+   * (its update lost) is not waited on for more than 10 s */
+  int ended = p->total > 0 && p->queued + p->running == 0 && !tuning;
+  if (!ended)
+    p->ended_at = 0;
+  else if (p->ended_at == 0)
+    p->ended_at = wall();
+  int finished = ended && (settled || wall() - p->ended_at > 10);
+  if (finished && !settled)
+    p->sweep_failed = p->failed > 0;
 
   /* the running runs: their latest loss, and their share of compute spent */
   char runs_text[256] = "";

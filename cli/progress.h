@@ -22,12 +22,18 @@ typedef struct cli_progress {
   double t0, spent0; /* the first poll: its time and compute spent */
   /* the counts of the last poll */
   long long total, done, running, queued, succeeded, failed, cancelled;
+  /* the sweep's own status is "failed": a run failed that the sweep does not
+   * replace (a diverged rate of a decided lr tune, and a run an adaptive
+   * design replaced, do not count) */
+  int sweep_failed;
+  double ended_at; /* when the runs were first seen ended (0: not yet) */
 } cli_progress;
 
 void cli_progress_init(cli_progress *p, FILE *out);
 
 /* Polls the sweep once and shows its progress. 1 when it has finished
- * (runs, none queued or running), 0 when not, -1 when the scheduler did not
+ * (runs, none queued or running, no lr tune or adaptive round to come, and
+ * its status settled), 0 when not, -1 when the scheduler did not
  * answer (nothing shown; try again). */
 int cli_progress_poll(cli_progress *p, const cli_target *t, long long id);
 

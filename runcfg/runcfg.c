@@ -321,7 +321,9 @@ static void parse_model(problems *p, const cJSON *model, rcfg *cfg) {
             cfg->model.vocab_size, letters + 1);
 
   char fam[16] = "gpt2", par[16] = "sp";
+  int before = p->n;
   get_str(p, model, "$.model", "family", fam, sizeof fam, family_names);
+  int fam_bad = p->n > before; /* said once: its keys are not flagged as gpt2's too */
   get_str(p, model, "$.model", "parametrization", par, sizeof par, param_names);
   cfg->model.family = strcmp(fam, "llama") == 0 ? RCFG_LLAMA : RCFG_GPT2;
   cfg->model.parametrization = strcmp(par, "mup") == 0 ? RCFG_MUP : RCFG_SP;
@@ -348,7 +350,8 @@ static void parse_model(problems *p, const cJSON *model, rcfg *cfg) {
     get_bool(p, model, "$.model", "tie_embeddings", &cfg->model.tie_embeddings);
     get_bool(p, model, "$.model", "qk_norm", &cfg->model.qk_norm);
     int hs = cfg->model.n_head > 0 ? cfg->model.d_model / cfg->model.n_head : 0;
-    if (hs % 2)
+    /* a d_model that n_head does not divide is reported where it is checked */
+    if (hs % 2 && cfg->model.n_head > 0 && cfg->model.d_model % cfg->model.n_head == 0)
       problem(p, "$.model.n_head",
               "found %d, expected a head count that leaves an even head size (d_model / n_head "
               "= %d): rotary embeddings turn channel pairs",
@@ -356,7 +359,7 @@ static void parse_model(problems *p, const cJSON *model, rcfg *cfg) {
   } else {
     cfg->model.rope_theta = cfg->model.mlp_ratio = 0.0;
     cfg->model.mlp_multiple_of = cfg->model.tie_embeddings = cfg->model.qk_norm = 0;
-    for (const char *const *k = llama_keys; *k; k++)
+    for (const char *const *k = llama_keys; *k && !fam_bad; k++)
       if (has(model, *k)) {
         char full[64];
         snprintf(full, sizeof full, "$.model.%s", *k);

@@ -241,14 +241,14 @@ void sched__adaptive_due(sched *s) {
   if (a->busy || a->n == 0 || s->stopping)
     return;
   int64_t sweep_id = a->pending[0];
-  memmove(a->pending, a->pending + 1, (size_t)(a->n - 1) * sizeof *a->pending);
-  a->n--;
   adapt_job *j = calloc(1, sizeof *j);
-  if (!j) {
+  if (!j) { /* left on the list: checked at the next flush */
     fprintf(stderr, "scheduler: sweep %" PRId64 ": out of memory for its adaptive design\n",
             sweep_id);
     return;
   }
+  memmove(a->pending, a->pending + 1, (size_t)(a->n - 1) * sizeof *a->pending);
+  a->n--;
   j->s = s;
   j->sweep_id = sweep_id;
   a->busy = 1;

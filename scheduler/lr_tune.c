@@ -197,14 +197,14 @@ void sched__lr_tune_due(sched *s) {
   if (t->busy || t->n == 0 || s->stopping)
     return;
   int64_t sweep_id = t->pending[0];
-  memmove(t->pending, t->pending + 1, (size_t)(t->n - 1) * sizeof *t->pending);
-  t->n--;
   tune_job *j = calloc(1, sizeof *j);
-  if (!j) {
+  if (!j) { /* left on the list: checked at the next flush */
     fprintf(stderr, "scheduler: sweep %" PRId64 ": out of memory for its lr tune check\n",
             sweep_id);
     return;
   }
+  memmove(t->pending, t->pending + 1, (size_t)(t->n - 1) * sizeof *t->pending);
+  t->n--;
   j->s = s;
   j->sweep_id = sweep_id;
   t->busy = 1;

@@ -143,11 +143,14 @@ const char *store_pages_sort_column(const char *name) {
 
 /* A sweep's adaptive design in its documents (docs/sweeps.md, "An
  * adaptive design"): sweeps.adaptive (migration 018) once its first round
- * has ended; before that, for a spec with "adaptive", {"status":
- * "running", "question": null, "rounds": []}; NULL without one. */
-#define ADAPTIVE_SQL                                                                         \
-  "CASE WHEN sw.adaptive IS NOT NULL THEN sw.adaptive::json WHEN sw.spec ? 'adaptive' THEN " \
-  "json_build_object('status', CASE WHEN sw.status = 'cancelled' THEN 'cancelled' ELSE "     \
+ * has ended (its status "cancelled" once the sweep is, while it ran);
+ * before that, for a spec with "adaptive", {"status": "running" (or
+ * "cancelled"), "question": null, "rounds": []}; NULL without one. */
+#define ADAPTIVE_SQL                                                                     \
+  "CASE WHEN sw.adaptive IS NOT NULL THEN (CASE WHEN sw.status = 'cancelled' AND "       \
+  "sw.adaptive->>'status' = 'running' THEN jsonb_set(sw.adaptive, '{status}', "          \
+  "'\"cancelled\"') ELSE sw.adaptive END)::json WHEN sw.spec ? 'adaptive' THEN "         \
+  "json_build_object('status', CASE WHEN sw.status = 'cancelled' THEN 'cancelled' ELSE " \
   "'running' END, 'question', NULL, 'rounds', '[]'::json) END"
 
 /* ---- the API's documents ---------------------------------------------------------------- */
@@ -215,7 +218,7 @@ static const store__rows_spec sweep_doc = {sizeof(store_sweep_doc), decode_sweep
  * the document and, as columns, to the scheduler. */
 void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, store_sweep_doc_cb cb,
                        void *ud) {
-  char page[2048], sql[8192], ids[24], lim[24], off[24];
+  char page[2048], sql[16384], ids[24], lim[24], off[24];
   runs_page_keys(page, sizeof page, pg);
   snprintf(sql, sizeof sql,
            "SELECT json_build_object('id', sw.id, 'name', sw.name, 'status', sw.status, "

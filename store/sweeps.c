@@ -347,9 +347,14 @@ void store_sweeps_update_status(db *d, int64_t sweep_id, store_sweeps_status_cb 
             * stopped (a failed run was replaced by a later round) */
            "WHEN (SELECT s2.spec ? 'adaptive' AND coalesce(s2.adaptive->>'status', 'running') = "
            "'running' FROM sweeps s2 WHERE s2.id = $1) THEN 'running' "
+           "WHEN (SELECT s2.adaptive->>'status' = 'failed' FROM sweeps s2 WHERE s2.id = $1) "
+           "THEN 'failed' "
            "WHEN (SELECT s2.spec ? 'adaptive' FROM sweeps s2 WHERE s2.id = $1) AND "
            "count(*) FILTER (WHERE status = 'succeeded') > 0 THEN 'succeeded' "
-           "WHEN count(*) FILTER (WHERE status = 'failed') > 0 THEN 'failed' "
+           /* a decided lr tune's diverged rate is what a tune is for, not a
+            * failure of the sweep */
+           "WHEN count(*) FILTER (WHERE status = 'failed' AND part IS DISTINCT FROM 'lr_tune') "
+           "> 0 THEN 'failed' "
            "WHEN count(*) FILTER (WHERE status = 'succeeded') > 0 THEN 'succeeded' "
            "ELSE 'cancelled' END::run_status AS st FROM runs WHERE sweep_id = $1) x "
            "WHERE sw.id = $1 AND sw.status <> 'cancelled' AND sw.status <> x.st "

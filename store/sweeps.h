@@ -50,9 +50,11 @@ typedef void (*store_sweeps_status_cb)(void *ud, int status, int64_t sweep_id,
  * waits after a start (queued while nothing has started), or while its lr
  * tune's runs have all ended but the tune has not decided (the study's
  * runs are still to come), or while its adaptive design is running (its
- * next round is to come); succeeded once the design has stopped and a run
- * succeeded (a failed run was replaced by the next round); failed when the tune could not decide, or any
- * run failed; else succeeded; a cancelled sweep stays cancelled. */
+ * next round is to come); failed when the tune could not decide or the
+ * design failed; succeeded once the design has stopped and a run succeeded
+ * (a failed run was replaced by a later round); failed when a run failed
+ * (a decided tune's diverged rates aside: they are what a tune is for);
+ * else succeeded; a cancelled sweep stays cancelled. */
 void store_sweeps_update_status(db *d, int64_t sweep_id, store_sweeps_status_cb cb, void *ud);
 
 /* A sweep's canonical spec (JSON text) and status; both NULL when there is

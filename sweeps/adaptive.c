@@ -2,11 +2,13 @@
 #include "sweeps/adaptive.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
+#include "runcfg/runcfg.h"
 #include "sweeps/internal.h"
 #include "sweeps/plan_draft.h"
 #include "sweeps/spec_json.h"
@@ -22,23 +24,37 @@ int adaptive_candidates(const plan *p, adaptive_cand **out, size_t *n) {
     const plan_run *r = &p->runs[i];
     if (strcmp(r->part, "isoflop") != 0)
       continue;
-    double decay = 1;
-    if (r->branch_of >= 0 && r->branch_step > 0) {
-      double skipped = r->flops_per_token * (double)(r->branch_step * r->batch_size * r->seq_len);
-      decay = (r->flops - skipped) / r->flops;
+    /* its branch point: the steps before its decay (wsd) */
+    rcfg cfg;
+    char err[256];
+    int64_t stable = 0;
+    if (rcfg_parse(r->config, "plan", &cfg, err, sizeof err) == 0 &&
+        !strcmp(cfg.train.schedule, "wsd")) {
+      stable = rcfg_wsd_stable_steps(&cfg);
+      if (stable < 1 || stable >= r->steps)
+        stable = 0;
     }
+    double step_tokens = (double)r->batch_size * r->seq_len;
     c[k++] = (adaptive_cand){.run = i,
                              .params = (double)r->nonembedding_params,
                              .tokens = (double)r->tokens,
                              .flops = r->flops,
                              .budget = r->budget,
                              .group = r->branch_of >= 0 ? (size_t)r->branch_of : i,
-                             .decay = decay,
-                             .branch_step = decay < 1 ? r->branch_step : 0};
+                             .decay = stable > 0 ? 1 - (double)stable * step_tokens / r->tokens : 1,
+                             .stable = stable,
+                             .step_tokens = step_tokens};
   }
   *out = c;
   *n = k;
   return 0;
+}
+
+/* what x trains: from its start; else whole, or as a branch its decay */
+static double cost_of(const adaptive_cand *x, int whole) {
+  if (x->start > 0)
+    return x->flops * (1 - (double)x->start * x->step_tokens / x->tokens);
+  return whole ? x->flops : x->flops * x->decay;
 }
 
 double adaptive_cost(const adaptive_cand *c, const size_t *pick, size_t k) {
@@ -46,16 +62,16 @@ double adaptive_cost(const adaptive_cand *c, const size_t *pick, size_t k) {
   for (size_t i = 0; i < k; i++) {
     const adaptive_cand *x = &c[pick[i]];
     /* the longest of its group in the set trains whole (the first of
-     * equals), the others their decay; a kept one its decay, and it is
-     * no trunk for the others (it starts past their branch points) */
-    int longest = !x->kept;
+     * equals), the others their decay; one with a start from there, and it
+     * is no trunk for the others */
+    int longest = !x->start;
     for (size_t j = 0; j < k && longest; j++) {
       const adaptive_cand *y = &c[pick[j]];
-      if (j != i && !y->kept && y->group == x->group &&
+      if (j != i && !y->start && y->group == x->group &&
           (y->tokens > x->tokens || (y->tokens == x->tokens && j < i)))
         longest = 0;
     }
-    cost += longest ? x->flops : x->flops * x->decay;
+    cost += cost_of(x, longest || x->decay >= 1);
   }
   return cost;
 }
@@ -65,46 +81,69 @@ static int cmp_i64(const void *x, const void *y) {
   return a < b ? -1 : a > b;
 }
 
+char *adaptive_keep_json(const adaptive_cand *c, size_t n, const adaptive_cand_state *st, size_t me,
+                         int64_t start, int *nomem) {
+  *nomem = 0;
+  const adaptive_cand *m = &c[me];
+  if (m->stable <= start)
+    return NULL; /* it passes no branch point: it only decays */
+  int64_t *steps = malloc((n + 1) * sizeof *steps);
+  if (!steps) {
+    *nomem = 1;
+    return NULL;
+  }
+  size_t k = 0;
+  int longer = 0;
+  for (size_t j = 0; j < n; j++) {
+    if (j == me || c[j].group != m->group || (st && st[j] != ADAPT_FREE))
+      continue;
+    if (c[j].stable > start && c[j].stable < m->stable)
+      steps[k++] = c[j].stable; /* a shorter one decays from here */
+    longer |= c[j].tokens > m->tokens;
+  }
+  if (longer) /* a longer one goes on from its branch point */
+    steps[k++] = m->stable;
+  if (!k) {
+    free(steps);
+    return NULL;
+  }
+  qsort(steps, k, sizeof *steps, cmp_i64);
+  size_t len = 3 + 21 * k;
+  char *t = malloc(len), *o = t;
+  if (!t) {
+    free(steps);
+    *nomem = 1;
+    return NULL;
+  }
+  *o++ = '[';
+  for (size_t j = 0; j < k; j++)
+    if (j == 0 || steps[j] != steps[j - 1])
+      o += snprintf(o, len - (size_t)(o - t), "%s%lld", o > t + 1 ? "," : "", (long long)steps[j]);
+  *o++ = ']';
+  *o = 0;
+  free(steps);
+  return t;
+}
+
 int adaptive_keep_steps(plan *sub, const plan *cands, const adaptive_cand *c, size_t n,
                         const adaptive_cand_state *st) {
-  int64_t *steps = malloc((n ? n : 1) * sizeof *steps);
-  if (!steps)
-    return SS_ENOMEM;
   for (size_t i = 0; i < sub->n; i++) {
     plan_run *r = &sub->runs[i];
     if (r->branch_of >= 0 || strcmp(r->part, "isoflop") != 0)
       continue;
-    const adaptive_cand *me = NULL;
-    for (size_t j = 0; j < n && !me; j++)
+    size_t me = n;
+    for (size_t j = 0; j < n && me == n; j++)
       if (!strcmp(cands->runs[c[j].run].config_hash, r->config_hash))
-        me = &c[j];
-    if (!me)
+        me = j;
+    if (me == n)
       continue;
-    size_t k = 0;
-    for (size_t j = 0; j < n; j++)
-      if (&c[j] != me && c[j].group == me->group && c[j].tokens < me->tokens &&
-          c[j].branch_step > 0 && (!st || st[j] == ADAPT_FREE))
-        steps[k++] = c[j].branch_step;
-    if (!k)
-      continue;
-    qsort(steps, k, sizeof *steps, cmp_i64);
-    size_t len = 3 + 21 * k;
-    char *t = malloc(len), *o = t;
-    if (!t) {
-      free(steps);
+    int nomem;
+    char *t = adaptive_keep_json(c, n, st, me, 0, &nomem);
+    if (nomem)
       return SS_ENOMEM;
-    }
-    *o++ = '[';
-    for (size_t j = 0; j < k; j++)
-      if (j == 0 || steps[j] != steps[j - 1])
-        o +=
-            snprintf(o, len - (size_t)(o - t), "%s%lld", o > t + 1 ? "," : "", (long long)steps[j]);
-    *o++ = ']';
-    *o = 0;
     free(r->keep_steps);
     r->keep_steps = t;
   }
-  free(steps);
   return 0;
 }
 
@@ -252,12 +291,15 @@ static double rel_width(double q, double lo, double hi) {
 typedef struct ensemble {
   size_t m;     /* free candidates */
   size_t *cand; /* column 1 + j is candidate cand[j] */
-  double *cov;
+  double *cov;  /* the clipped columns' covariance (the linear criterion) */
+  double *raw;  /* rows x (1 + m): the resamples' values as they are (reweighting) */
+  size_t rows;
 } ensemble;
 
 static void ensemble_free(ensemble *e) {
   free(e->cand);
   free(e->cov);
+  free(e->raw);
 }
 
 static int ensemble_make(const spec_adaptive *a, const fit_result *f, const adaptive_cand *c,
@@ -292,6 +334,15 @@ static int ensemble_make(const spec_adaptive *a, const fit_result *f, const adap
     }
     rows += ok;
   }
+  e->rows = rows;
+  e->raw = malloc((rows ? rows : 1) * w * sizeof *e->raw);
+  if (!e->raw) {
+    free(x);
+    free(col);
+    ensemble_free(e);
+    return SS_ENOMEM;
+  }
+  memcpy(e->raw, x, rows * w * sizeof *x);
   if (rows >= 2) {
     for (size_t j = 0; j < w; j++) {
       for (size_t k = 0; k < rows; k++)
@@ -317,6 +368,151 @@ static int ensemble_make(const spec_adaptive *a, const fit_result *f, const adap
   return 0;
 }
 
+/* The criterion's state as the greedy round conditions it on one
+ * candidate after another (adaptive.h):
+ * - linear: the clipped columns' covariance, conditioned by rank-one
+ *   updates; the question's spread is SD(q);
+ * - reweighting: T simulated truths (resamples spread over the ensemble,
+ *   their ln L at every candidate plus a run's scatter, drawn from the
+ *   seed), and per truth the log weight of every resample given the
+ *   candidates taken so far (Gaussian in ln L with the scatter s); the
+ *   question's spread is the expected width of its weighted 2.5-97.5%
+ *   interval over the truths, over 3.92 (an SD's equivalent). */
+#define REWEIGHT_TRUTHS 32
+typedef struct crit {
+  int reweight;
+  const ensemble *e;
+  double s2;
+  double *cov;      /* linear: (1 + m)^2 */
+  double *obs, *lw; /* reweighting: T x m observations, T x rows log weights */
+  size_t *order;    /* reweighting: rows sorted by q */
+  double *tmp;      /* rows */
+} crit;
+
+static void crit_free(crit *k) {
+  free(k->cov);
+  free(k->obs);
+  free(k->lw);
+  free(k->order);
+  free(k->tmp);
+}
+
+static const double *sort_key;
+static int cmp_by_key(const void *x, const void *y) {
+  double a = sort_key[*(const size_t *)x], b = sort_key[*(const size_t *)y];
+  return a < b   ? -1
+         : a > b ? 1
+                 : (*(const size_t *)x > *(const size_t *)y) -
+                       (*(const size_t *)x < *(const size_t *)y);
+}
+
+/* a standard normal from (seed, i, j), deterministic */
+static double normal_of(uint64_t seed, uint64_t i, uint64_t j) {
+  uint64_t a = fit__mix64(seed ^ fit__mix64(i * 0x9e3779b97f4a7c15ull + j + 1));
+  uint64_t b = fit__mix64(a + 0x632be59bd9b4e019ull);
+  double u1 = ((double)(a >> 11) + 0.5) / 9007199254740992.0;
+  double u2 = ((double)(b >> 11) + 0.5) / 9007199254740992.0;
+  return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static int crit_init(crit *k, const ensemble *e, double s2, int reweight, uint64_t seed) {
+  *k = (crit){.reweight = reweight, .e = e, .s2 = s2};
+  size_t w = 1 + e->m, R = e->rows;
+  if (!reweight) {
+    k->cov = malloc(w * w * sizeof *k->cov);
+    if (!k->cov)
+      return SS_ENOMEM;
+    memcpy(k->cov, e->cov, w * w * sizeof *k->cov);
+    return 0;
+  }
+  k->obs = malloc(REWEIGHT_TRUTHS * (e->m ? e->m : 1) * sizeof *k->obs);
+  k->lw = calloc(REWEIGHT_TRUTHS * (R ? R : 1), sizeof *k->lw);
+  k->order = malloc((R ? R : 1) * sizeof *k->order);
+  k->tmp = malloc((R ? R : 1) * sizeof *k->tmp);
+  if (!k->obs || !k->lw || !k->order || !k->tmp) {
+    crit_free(k);
+    return SS_ENOMEM;
+  }
+  for (size_t i = 0; i < R; i++) {
+    k->order[i] = i;
+    k->tmp[i] = e->raw[i * w];
+  }
+  sort_key = k->tmp; /* one thread sorts at a time: the scheduler's jobs run one by one */
+  qsort(k->order, R, sizeof *k->order, cmp_by_key);
+  for (size_t t = 0; t < REWEIGHT_TRUTHS; t++) {
+    size_t truth = R ? (t * R + R / 2) / REWEIGHT_TRUTHS : 0;
+    for (size_t j = 0; j < e->m; j++)
+      k->obs[t * e->m + j] = e->raw[truth * w + 1 + j] + sqrt(s2) * normal_of(seed, t, e->cand[j]);
+  }
+  return 0;
+}
+
+/* the expected width of q's weighted 95% interval over the truths, with
+ * candidate column j also observed (j = m: none) */
+static double rw_width(crit *k, size_t j) {
+  const ensemble *e = k->e;
+  size_t w = 1 + e->m, R = e->rows;
+  double sum = 0;
+  for (size_t t = 0; t < REWEIGHT_TRUTHS; t++) {
+    const double *lw = &k->lw[t * R];
+    double mx = -INFINITY;
+    for (size_t i = 0; i < R; i++) {
+      double v = lw[i];
+      if (j < e->m) {
+        double d = e->raw[i * w + 1 + j] - k->obs[t * e->m + j];
+        v -= d * d / (2 * k->s2);
+      }
+      k->tmp[i] = v;
+      mx = fmax(mx, v);
+    }
+    double tot = 0;
+    for (size_t i = 0; i < R; i++)
+      tot += k->tmp[i] = exp(k->tmp[i] - mx);
+    double cum = 0, lo = NAN, hi = NAN;
+    for (size_t r = 0; r < R; r++) {
+      size_t i = k->order[r];
+      cum += k->tmp[i] / tot;
+      if (isnan(lo) && cum >= 0.025)
+        lo = e->raw[i * w];
+      if (cum >= 0.975) {
+        hi = e->raw[i * w];
+        break;
+      }
+    }
+    if (isnan(hi))
+      hi = e->raw[k->order[R - 1] * w];
+    sum += hi - lo;
+  }
+  return sum / REWEIGHT_TRUTHS / 3.92;
+}
+
+/* the question's spread now, and after observing column j */
+static double crit_sd(crit *k) { return k->reweight ? rw_width(k, k->e->m) : sqrt(k->cov[0]); }
+
+static double crit_after(crit *k, size_t j) {
+  if (k->reweight)
+    return rw_width(k, j);
+  size_t w = 1 + k->e->m;
+  double v = k->cov[0], cq = k->cov[1 + j], d = k->cov[(1 + j) * w + 1 + j] + k->s2;
+  return sqrt(fmax(0, v - (d > 0 ? cq * cq / d : 0)));
+}
+
+static void condition(double *cov, size_t w, size_t j, double s2);
+
+static void crit_take(crit *k, size_t j) {
+  const ensemble *e = k->e;
+  if (!k->reweight) {
+    condition(k->cov, 1 + e->m, 1 + j, k->s2);
+    return;
+  }
+  size_t w = 1 + e->m, R = e->rows;
+  for (size_t t = 0; t < REWEIGHT_TRUTHS; t++)
+    for (size_t i = 0; i < R; i++) {
+      double d = e->raw[i * w + 1 + j] - k->obs[t * e->m + j];
+      k->lw[t * R + i] -= d * d / (2 * k->s2);
+    }
+}
+
 /* conditions cov (w x w) on observing column j with noise variance s2 */
 static void condition(double *cov, size_t w, size_t j, double s2) {
   double d = cov[j * w + j] + s2;
@@ -338,21 +534,23 @@ static void condition(double *cov, size_t w, size_t j, double s2) {
 
 /* The greedy picks (adaptive.h): into picks (room for e->m), at most
  * limit of them and within budget FLOPs (INFINITY: no limit), conditioning
- * cov in place; stops early once the predicted width (scale: the width
- * per unit of SD, q's SD at the start sd0) is at most target (0: never).
- * Returns the count; *cost the FLOPs. */
-static size_t greedy(const ensemble *e, double *cov, const adaptive_cand *c, double s2,
-                     size_t limit, double budget, double sd0, double width0, double target,
-                     adaptive_pick *picks, size_t *idx, double *cost) {
-  size_t w = 1 + e->m, k = 0;
+ * k in place; stops early once the predicted width (scale: the width per
+ * unit of the question's spread, sd0 at the start) is at most target (0:
+ * never). Returns the count; *cost the FLOPs. */
+static size_t greedy(crit *kr, const adaptive_cand *c, size_t limit, double budget, double sd0,
+                     double width0, double target, adaptive_pick *picks, size_t *idx,
+                     double *cost) {
+  const ensemble *e = kr->e;
+  size_t k = 0;
   unsigned char *taken = calloc(e->m ? e->m : 1, 1);
   *cost = 0;
   if (!taken)
     return 0;
+  double v = crit_sd(kr);
   while (k < limit) {
-    if (target > 0 && sd0 > 0 && width0 * sqrt(cov[0]) / sd0 <= target)
+    if (target > 0 && sd0 > 0 && width0 * v / sd0 <= target)
       break;
-    double v = cov[0], best = 0, best_cost = 0, best_after = 0;
+    double best = 0, best_cost = 0, best_after = 0;
     size_t bj = e->m;
     for (size_t j = 0; j < e->m; j++) {
       if (taken[j])
@@ -361,10 +559,9 @@ static size_t greedy(const ensemble *e, double *cov, const adaptive_cand *c, dou
       double mc = adaptive_cost(c, idx, k + 1) - *cost;
       if (!(mc > 0) || *cost + mc > budget * (1 + 1e-9))
         continue;
-      double cq = cov[1 + j], d = cov[(1 + j) * w + 1 + j] + s2;
-      double after = sqrt(fmax(0, v - (d > 0 ? cq * cq / d : 0)));
-      double score = (sqrt(v) - after) / mc;
-      if (score > best * (1 + 1e-12) && sqrt(v) - after > 1e-9 * sqrt(v)) {
+      double after = crit_after(kr, j);
+      double score = (v - after) / mc;
+      if (score > best * (1 + 1e-12) && v - after > 1e-9 * v) {
         best = score;
         bj = j;
         best_cost = mc;
@@ -377,11 +574,12 @@ static size_t greedy(const ensemble *e, double *cov, const adaptive_cand *c, dou
     idx[k] = e->cand[bj];
     picks[k] = (adaptive_pick){.cand = e->cand[bj],
                                .cost = best_cost,
-                               .sd_before = sqrt(v),
+                               .sd_before = v,
                                .sd_after = best_after,
                                .score = best * 1e15};
     *cost += best_cost;
-    condition(cov, w, 1 + bj, s2);
+    crit_take(kr, bj);
+    v = best_after;
     k++;
   }
   free(taken);
@@ -414,8 +612,7 @@ static int space_filling(const adaptive_cand *c, size_t n, const adaptive_cand_s
     return SS_ENOMEM;
   }
   for (size_t i = 0; i < n; i++) { /* free, and within the compute left alone */
-    eligible[i] = state[i] == ADAPT_FREE &&
-                  (c[i].kept ? c[i].flops * c[i].decay : c[i].flops) <= budget * (1 + 1e-9);
+    eligible[i] = state[i] == ADAPT_FREE && cost_of(&c[i], 1) <= budget * (1 + 1e-9);
     chosen[i] = state[i] != ADAPT_FREE;
   }
   size_t k = maximin(c, n, eligible, chosen, want, pick);
@@ -570,38 +767,38 @@ int adaptive_decide(const spec_adaptive *a, const adaptive_cand *c, size_t n,
   fit_result_free(&f);
   if (rc)
     return rc;
-  size_t w = 1 + e.m;
-  double *cov = malloc(w * w * sizeof *cov);
   out->picks = calloc(e.m ? e.m : 1, sizeof *out->picks);
   size_t *idx = malloc((e.m ? e.m : 1) * sizeof *idx);
   adaptive_pick *scratch = calloc(e.m ? e.m : 1, sizeof *scratch);
-  if (!cov || !out->picks || !idx || !scratch) {
-    free(cov);
+  double s2 = out->noise_sd * out->noise_sd;
+  crit kr = {0}, k2 = {0};
+  if (!out->picks || !idx || !scratch ||
+      crit_init(&kr, &e, s2, a->criterion == SPEC_CRIT_REWEIGHT, a->seed) ||
+      crit_init(&k2, &e, s2, a->criterion == SPEC_CRIT_REWEIGHT, a->seed)) {
+    crit_free(&kr);
     free(idx);
     free(scratch);
     ensemble_free(&e);
     return SS_ENOMEM;
   }
-  double s2 = out->noise_sd * out->noise_sd, sd0 = sqrt(e.cov[0]);
+  double sd0 = crit_sd(&kr);
   double lnq = log(out->answer), lnlo = log(out->lo), lnhi = log(out->hi);
   /* what more compute would buy: every free candidate, no limits */
-  memcpy(cov, e.cov, w * w * sizeof *cov);
   double more = 0;
-  size_t all =
-      greedy(&e, cov, c, s2, e.m, INFINITY, sd0, out->width, a->precision, scratch, idx, &more);
-  double r_all = sd0 > 0 ? sqrt(cov[0]) / sd0 : 1;
+  size_t all = greedy(&k2, c, e.m, INFINITY, sd0, out->width, a->precision, scratch, idx, &more);
+  double r_all = sd0 > 0 ? (all ? scratch[all - 1].sd_after : sd0) / sd0 : 1;
   out->best_width = rel_width(lnq, lnq - (lnq - lnlo) * r_all, lnq + (lnhi - lnq) * r_all);
   out->more_flops = all > 0 && out->best_width <= a->precision * (1 + 1e-9) ? more : NAN;
+  double r = 1;
   if (out->status == ADAPT_WAITING) {
-    memcpy(cov, e.cov, w * w * sizeof *cov);
-    out->npicks = greedy(&e, cov, c, s2, (size_t)a->round, left, sd0, out->width, 0, out->picks,
-                         idx, &out->cost);
+    out->npicks =
+        greedy(&kr, c, (size_t)a->round, left, sd0, out->width, 0, out->picks, idx, &out->cost);
+    r = sd0 > 0 && out->npicks ? out->picks[out->npicks - 1].sd_after / sd0 : 1;
     if (out->npicks == 0) {
       out->status = ADAPT_SPENT;
       snprintf(out->reason, sizeof out->reason,
                "no free candidate narrows the answer within the compute left (%.3g FLOPs)", left);
     } else {
-      double r = sd0 > 0 ? sqrt(cov[0]) / sd0 : 1;
       double plo = lnq - (lnq - lnlo) * r, phi = lnq + (lnhi - lnq) * r;
       out->pred_lo = exp(plo);
       out->pred_hi = exp(phi);
@@ -614,9 +811,78 @@ int adaptive_decide(const spec_adaptive *a, const adaptive_cand *c, size_t n,
                a->precision);
     }
   }
-  free(cov);
+  crit_free(&kr);
+  crit_free(&k2);
   free(idx);
   free(scratch);
+  ensemble_free(&e);
+  return 0;
+}
+
+int adaptive_forecast(const spec_adaptive *a, const adaptive_cand *c, size_t n,
+                      const adaptive_cand_state *state, const fit_point *pts, int npts, int threads,
+                      adaptive_step *path, size_t *k, double *now, char *err, size_t errlen) {
+  *k = 0;
+  *now = NAN;
+  spec_adaptive b = *a;
+  b.compute = INFINITY;
+  b.precision = 0; /* never reached: the whole path */
+  b.round = 0;     /* no round: only the forecast below */
+  adaptive_result r;
+  int rc = adaptive_decide(&b, c, n, state, pts, npts, 0, threads, &r);
+  int fitted = r.fitted;
+  double lnq = log(r.answer), lnlo = log(r.lo), lnhi = log(r.hi);
+  *now = r.width;
+  snprintf(err, errlen, "%s", r.reason);
+  adaptive_result_free(&r);
+  if (rc)
+    return rc;
+  if (!fitted)
+    return SS_EINVAL;
+  fit_result f;
+  fit_result_init(&f, "chinchilla");
+  fit_options o = {.bootstrap = a->bootstrap, .seed = a->seed, .threads = threads, .keep_draws = 1};
+  char e2[256];
+  if (fit_chinchilla(pts, npts, &o, &f, e2, sizeof e2) != 0) {
+    fit_result_free(&f);
+    snprintf(err, errlen, "%s", e2);
+    return SS_EINVAL;
+  }
+  double rms = 0;
+  for (int i = 0; i < f.n_points && f.residuals; i++)
+    rms += f.residuals[i] * f.residuals[i];
+  double noise = fmax(ADAPTIVE_MIN_NOISE, f.n_points > 0 ? sqrt(rms / f.n_points) : 0);
+  if (f.seeds.cells > 0 && isfinite(f.seeds.sd))
+    noise = fmax(noise, f.seeds.sd);
+  ensemble e;
+  rc = ensemble_make(a, &f, c, n, state, &e);
+  fit_result_free(&f);
+  if (rc)
+    return rc;
+  adaptive_pick *picks = calloc(e.m ? e.m : 1, sizeof *picks);
+  size_t *idx = malloc((e.m ? e.m : 1) * sizeof *idx);
+  crit kr = {0};
+  if (!picks || !idx ||
+      crit_init(&kr, &e, noise * noise, a->criterion == SPEC_CRIT_REWEIGHT, a->seed)) {
+    free(picks);
+    free(idx);
+    ensemble_free(&e);
+    return SS_ENOMEM;
+  }
+  double sd0 = crit_sd(&kr), cost = 0;
+  size_t m = greedy(&kr, c, e.m, INFINITY, sd0, *now, 0, picks, idx, &cost);
+  crit_free(&kr);
+  double total = 0;
+  for (size_t i = 0; i < m; i++) {
+    total += picks[i].cost;
+    double ratio = sd0 > 0 ? picks[i].sd_after / sd0 : 1;
+    path[i] =
+        (adaptive_step){picks[i].cand, total,
+                        rel_width(lnq, lnq - (lnq - lnlo) * ratio, lnq + (lnhi - lnq) * ratio)};
+  }
+  *k = m;
+  free(picks);
+  free(idx);
   ensemble_free(&e);
   return 0;
 }
@@ -648,11 +914,11 @@ json_t *adaptive_round_json(const adaptive_result *r, int round, const plan *p,
   for (size_t i = 0; runs && i < r->npicks; i++) {
     const adaptive_pick *k = &r->picks[i];
     const adaptive_cand *c = &cands[k->cand];
-    json_t *o = json_pack("{s:s,s:f,s:f,s:f,s:f,s:o,s:o,s:o,s:o,s:b}", "config_hash",
+    json_t *o = json_pack("{s:s,s:f,s:f,s:f,s:f,s:o,s:o,s:o,s:o,s:I}", "config_hash",
                           p->runs[c->run].config_hash, "params", c->params, "tokens", c->tokens,
                           "flops", c->flops, "budget", c->budget, "cost", num(k->cost), "sd_before",
                           num(k->sd_before), "sd_after", num(k->sd_after), "score", num(k->score),
-                          "from_kept", c->kept);
+                          "start", (json_int_t)c->start);
     if (!o || json_array_append_new(runs, o)) {
       json_decref(runs);
       return NULL;
@@ -673,11 +939,11 @@ json_t *adaptive_round_json(const adaptive_result *r, int round, const plan *p,
 
 void adaptive_question_text(const spec_adaptive *a, char *out, size_t n) {
   if (a->question == SPEC_Q_LOSS)
-    snprintf(out, n, "the loss at N = %.3g, D = %.3g within +-%.3g%%", a->params, a->tokens,
-             100 * a->precision);
+    snprintf(out, n, "the loss at N = %.3g, D = %.3g, its 95%% interval within a factor of %.4g",
+             a->params, a->tokens, 1 + a->precision);
   else
-    snprintf(out, n, "N_opt at C* = %.3g FLOPs (6ND) within +-%.3g%%", a->flops,
-             100 * a->precision);
+    snprintf(out, n, "N_opt at C* = %.3g FLOPs (6ND), its 95%% interval within a factor of %.4g",
+             a->flops, 1 + a->precision);
 }
 
 void adaptive_outcome_free(adaptive_outcome *o) {
@@ -715,10 +981,11 @@ static int cmp_size(const void *x, const void *y) {
 }
 
 /* out->runs_json: the round's runs (plan_runs_json objects), those of
- * kept candidates with "branch_run", "branch_step" and "branch_path" (the
- * run that kept the branch point), the others as a subset of the
- * candidates' plan (branches inside the round); every run that trains
- * whole keeps the free shorter candidates' branch points */
+ * candidates with a start with "branch_run", "branch_step" and
+ * "branch_path" (the run that kept that checkpoint), the others as a subset
+ * of the candidates' plan (branches inside the round); every run that
+ * trains through branch points keeps those of the free candidates
+ * (adaptive_keep_json) */
 static int round_runs(adaptive_outcome *out, const plan *cp, const adaptive_cand *c, size_t nc,
                       const adaptive_cand_state *st, json_t *const *kept, const int64_t *kept_run) {
   size_t k = out->r.status == ADAPT_ROUND ? out->r.npicks : 0, a = 0, b = 0;
@@ -727,7 +994,7 @@ static int round_runs(adaptive_outcome *out, const plan *cp, const adaptive_cand
   int rc = whole && from && all ? 0 : SS_ENOMEM;
   for (size_t i = 0; rc == 0 && i < k; i++) {
     size_t ci = out->r.picks[i].cand;
-    if (c[ci].kept)
+    if (c[ci].start > 0)
       from[b++] = ci;
     else
       whole[a++] = c[ci].run;
@@ -751,11 +1018,18 @@ static int round_runs(adaptive_outcome *out, const plan *cp, const adaptive_cand
     json_t *a1 = t1 ? json_loads(t1, 0, NULL) : NULL, *r1 = json_array_get(a1, 0);
     free(t1);
     plan_free(p1);
-    if (!r1 || json_object_set_new(r1, "index", json_integer((json_int_t)json_array_size(all))) ||
+    int nomem = 0;
+    char *keep = adaptive_keep_json(c, nc, st, from[i], c[from[i]].start, &nomem);
+    json_t *kj = keep ? json_loads(keep, 0, NULL) : NULL;
+    free(keep);
+    if (!r1 || nomem ||
+        json_object_set_new(r1, "index", json_integer((json_int_t)json_array_size(all))) ||
         json_object_set_new(r1, "branch_run", json_integer(kept_run[from[i]])) ||
-        json_object_set_new(r1, "branch_step", json_integer(c[from[i]].branch_step)) ||
-        json_object_set(r1, "branch_path", kept[from[i]]) || json_array_append(all, r1))
+        json_object_set_new(r1, "branch_step", json_integer(c[from[i]].start)) ||
+        json_object_set(r1, "branch_path", kept[from[i]]) ||
+        (kj && json_object_set(r1, "keep_steps", kj)) || json_array_append(all, r1))
       rc = SS_ENOMEM;
+    json_decref(kj);
     json_decref(a1);
   }
   out->runs_json = rc == 0 ? json_dumps(all, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
@@ -849,16 +1123,23 @@ int adaptive_conclude(const char *spec_json, const char *adaptive_json,
       if (!strcmp(runs[k].config_hash, cp->runs[c[i].run].config_hash))
         t = i;
     json_t *kj = t < nc ? json_loads(runs[k].kept, 0, NULL) : NULL;
+    /* a free candidate of its trajectory starts at the latest of its
+     * checkpoints up to the candidate's own branch point: a shorter one
+     * decays from there, a longer one goes on */
     for (size_t i = 0; kj && i < nc; i++) {
-      char key[24];
-      snprintf(key, sizeof key, "%lld", (long long)c[i].branch_step);
-      json_t *path = json_object_get(kj, key);
-      if (st[i] != ADAPT_FREE || c[i].kept || c[i].branch_step <= 0 || c[i].group != c[t].group ||
-          !(c[i].tokens < c[t].tokens) || !json_is_string(path))
+      if (st[i] != ADAPT_FREE || c[i].stable <= 0 || c[i].group != c[t].group)
         continue;
-      c[i].kept = 1;
-      kept[i] = json_incref(path);
-      kept_run[i] = runs[k].id;
+      const char *key;
+      json_t *path;
+      json_object_foreach(kj, key, path) {
+        long long s = strtoll(key, NULL, 10);
+        if (s < 1 || s > c[i].stable || s <= c[i].start || !json_is_string(path))
+          continue;
+        c[i].start = s;
+        json_decref(kept[i]);
+        kept[i] = json_incref(path);
+        kept_run[i] = runs[k].id;
+      }
     }
     json_decref(kj);
   }

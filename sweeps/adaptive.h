@@ -70,9 +70,11 @@ typedef struct adaptive_cand {
   double budget;                /* the isoflop budget it was planned at */
   size_t group;                 /* its trajectory: the plan index of its group's longest run */
   double decay;                 /* the share of flops a branch of it trains (1: cannot branch) */
-  int64_t branch_step;          /* its branch point (0: cannot branch) */
-  int kept; /* a run the sweep trained in an earlier round kept its branch point: it trains
-             * only its decay, from that checkpoint */
+  int64_t stable;               /* wsd: its steps before the decay, its branch point (0: none) */
+  double step_tokens;           /* tokens per step (batch size x seq_len) */
+  int64_t start; /* a run the sweep trained in an earlier round kept a checkpoint of its
+                  * trajectory at this step, at most its own branch point: it starts there
+                  * (0: from scratch) */
 } adaptive_cand;
 
 /* The isoflop runs of a plan as candidates: *out malloc'd (n of them), 0,
@@ -80,8 +82,8 @@ typedef struct adaptive_cand {
 int adaptive_candidates(const plan *p, adaptive_cand **out, size_t *n);
 
 /* The FLOPs a set of candidates trains as one round (each group: its
- * longest whole, the others their decay; a kept candidate its decay, and
- * it is no trunk for the others). */
+ * longest whole, the others their decay; one with a start what it trains
+ * from there, and it is no trunk for the others). */
 double adaptive_cost(const adaptive_cand *c, const size_t *pick, size_t k);
 
 /* The first round (space-filling; above): up to `initial` candidate
@@ -96,11 +98,18 @@ typedef enum adaptive_cand_state {
 } adaptive_cand_state;
 
 /* Sets keep_steps on the runs of sub (a subset of cands, the candidates'
- * plan) that train whole: the branch points of the shorter candidates of their
- * trajectory that are free (st NULL: every one), so that a later round may
- * branch from them. 0 or SS_ENOMEM. */
+ * plan) that train their stable phase (from scratch: branch_of < 0): the
+ * branch points of the free candidates of their trajectory (st NULL: every
+ * one) that they pass, their own included when a longer one is free, so
+ * that a later round may start there: a shorter run decays from one, a
+ * longer one goes on from it. 0 or SS_ENOMEM. */
 int adaptive_keep_steps(plan *sub, const plan *cands, const adaptive_cand *c, size_t n,
                         const adaptive_cand_state *st);
+
+/* The same steps for candidate me starting at step start, as a JSON array
+ * (malloc'd; NULL: none, or out of memory with *nomem set). */
+char *adaptive_keep_json(const adaptive_cand *c, size_t n, const adaptive_cand_state *st, size_t me,
+                         int64_t start, int *nomem);
 
 typedef enum adaptive_status {
   ADAPT_WAITING = 0, /* a run of the sweep is still queued or running */
@@ -160,8 +169,23 @@ void adaptive_result_free(adaptive_result *r);
 json_t *adaptive_round_json(const adaptive_result *r, int round, const plan *p,
                             const adaptive_cand *cands);
 
-/* The question in words: "N_opt at C* = 1e+13 FLOPs (6ND) within +-25%". */
+/* The question in words: "N_opt at C* = 1e+13 FLOPs (6ND), its 95% interval
+ * within a factor of 1.25". */
 void adaptive_question_text(const spec_adaptive *a, char *out, size_t n);
+
+/* What more compute would buy, step by step: the greedy conditioning of a
+ * round (adaptive_decide) over every free candidate with no limit of size
+ * or compute, from the fit of pts. path[i] after the (i+1)-th pick: its
+ * candidate, the FLOPs so far, the width the conditioning predicts. *k
+ * gets the count (at most n); *now the width of the fit's own interval.
+ * 0, SS_ENOMEM, or SS_EINVAL when the law cannot be fitted (err). */
+typedef struct adaptive_step {
+  size_t cand;
+  double flops, width;
+} adaptive_step;
+int adaptive_forecast(const spec_adaptive *a, const adaptive_cand *cands, size_t n,
+                      const adaptive_cand_state *state, const fit_point *pts, int npts, int threads,
+                      adaptive_step *path, size_t *k, double *now, char *err, size_t errlen);
 
 /* A run of the sweep as the scheduler has it. */
 typedef struct adaptive_run_obs {

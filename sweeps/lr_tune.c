@@ -20,7 +20,7 @@ double lr_tune_placeholder(const spec_values *lr) {
     return NAN;
   double *v = malloc(lr->n * sizeof *v);
   if (!v)
-    return lr->v[0];
+    return NAN; /* plan_spec says out of memory */
   memcpy(v, lr->v, lr->n * sizeof *v);
   qsort(v, lr->n, sizeof *v, cmp_double);
   double mid = v[(lr->n - 1) / 2];

@@ -33,7 +33,8 @@
 
 /* The rate the study is planned at before the tune has chosen one, for
  * `scalesweep plan`'s time and compute (which do not depend on it): the
- * grid's middle rate (the lower of the two middle ones for an even count). */
+ * grid's middle rate (the lower of the two middle ones for an even count);
+ * NAN for an empty grid or out of memory. */
 double lr_tune_placeholder(const spec_values *lr);
 
 /* The study's spec: root (a spec's JSON; a stored, canonical one too)

@@ -175,6 +175,7 @@ static char *budget_spec(const char *spec_json, const next_design *d, int points
   json_object_del(root, "grid");
   json_object_del(root, "runs");
   json_object_del(root, "batch");
+  json_object_del(root, "adaptive"); /* the budget's runs are all trained, not a first round */
   /* the sweep's name and the budget, within the 128 bytes a spec's name
    * may have: the name cut where it must be, on a character's boundary */
   char name[160], suffix[48];

@@ -534,6 +534,8 @@ int plan_spec(const spec *s, plan **out, spec_problems *pr) {
   if (s->lr_tune.present && s->lr_tune.lr.n) {
     spec *ss = NULL;
     double lr = lr_tune_placeholder(&s->lr_tune.lr);
+    if (isnan(lr)) /* out of memory */
+      return SS_ENOMEM;
     if (lr_tune_plan_study(s->root, lr, 1, &ss, &study, pr) == SS_ENOMEM)
       return SS_ENOMEM;
     spec_free(ss);

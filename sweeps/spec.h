@@ -193,6 +193,9 @@ typedef struct spec_lr_tune {
  * them. A submitted spec with it stores the first round only; the
  * scheduler designs every later one. */
 typedef enum spec_question { SPEC_Q_N_OPT = 0, SPEC_Q_LOSS = 1 } spec_question;
+/* the criterion (sweeps/adaptive.h): the linear (Gaussian) conditioning
+ * (the default), or reweighting the resamples by simulated outcomes */
+typedef enum spec_criterion { SPEC_CRIT_LINEAR = 0, SPEC_CRIT_REWEIGHT = 1 } spec_criterion;
 
 typedef struct spec_adaptive {
   int present;
@@ -204,7 +207,8 @@ typedef struct spec_adaptive {
   int initial;            /* candidates in the first round */
   int round;              /* candidates per later round, at most */
   int bootstrap;          /* resamples of the fit each round */
-  uint64_t seed;          /* of the bootstrap */
+  uint64_t seed;          /* of the bootstrap and the simulated outcomes */
+  spec_criterion criterion;
 } spec_adaptive;
 
 #define SPEC_ADAPTIVE_PRECISION_N_OPT 0.25 /* N_opt within +-25% */

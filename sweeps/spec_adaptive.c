@@ -16,9 +16,9 @@ void spec__parse_adaptive(spec_adaptive *a, json_t *root, int method, int lr_tun
       "{\"question\": \"n_opt\" or \"loss\", \"flops\": C*, \"precision\", \"compute\", ...}");
   if (!sec)
     return;
-  static const char *const keys[] = {"question",  "flops",   "params",  "tokens",
-                                     "precision", "compute", "initial", "round",
-                                     "bootstrap", "seed",    NULL};
+  static const char *const keys[] = {"question",  "flops",   "params",    "tokens",
+                                     "precision", "compute", "initial",   "round",
+                                     "bootstrap", "seed",    "criterion", NULL};
   spec__check_keys(pr, sec, "$.adaptive", keys);
   a->present = 1;
   if (method != SPEC_ISOFLOP)
@@ -80,6 +80,10 @@ void spec__parse_adaptive(spec_adaptive *a, json_t *root, int method, int lr_tun
   spec__get_int(pr, sec, "$.adaptive", "round", &a->round, 1, 256, 0);
   a->bootstrap = SPEC_ADAPTIVE_BOOTSTRAP;
   spec__get_int(pr, sec, "$.adaptive", "bootstrap", &a->bootstrap, 50, 5000, 0);
+  static const char *const crits[] = {"linear", "reweight", NULL};
+  const char *cr = spec__get_string(pr, sec, "$.adaptive", "criterion", crits, 0,
+                                    "the criterion that chooses each round");
+  a->criterion = cr && !strcmp(cr, "reweight") ? SPEC_CRIT_REWEIGHT : SPEC_CRIT_LINEAR;
   double seed = 0;
   if (spec__get_number(pr, sec, "$.adaptive", "seed", &seed, 0, 9007199254740992.0, 1, 0,
                        "a whole number from 0 to 2^53"))

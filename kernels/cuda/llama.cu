@@ -69,16 +69,19 @@ __global__ void rmsnorm_backward_dinp_kernel(X *dinp, const X *dout, const X *in
 template <typename X>
 __global__ void rmsnorm_dw_part_kernel(float *part, const X *dout, const X *inp, const float *rstd,
                                        int N, int C) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+  int c = blockIdx.x * blockDim.x + threadIdx.x, nchunks = (N + CHUNK_ROWS - 1) / CHUNK_ROWS;
   if (c >= C)
     return;
-  int r0 = chunk * CHUNK_ROWS, r1 = r0 + CHUNK_ROWS < N ? r0 + CHUNK_ROWS : N;
-  float dw = 0.0f;
-  for (int r = r0; r < r1; r++) {
-    size_t o = (size_t)r * C + c;
-    dw += kern__cu_f(dout[o]) * (kern__cu_f(inp[o]) * rstd[r]);
+  /* grid-stride in y: gridDim.y is at most 65,535 chunks, N may need more */
+  for (int chunk = blockIdx.y; chunk < nchunks; chunk += gridDim.y) {
+    int r0 = chunk * CHUNK_ROWS, r1 = r0 + CHUNK_ROWS < N ? r0 + CHUNK_ROWS : N;
+    float dw = 0.0f;
+    for (int r = r0; r < r1; r++) {
+      size_t o = (size_t)r * C + c;
+      dw += kern__cu_f(dout[o]) * (kern__cu_f(inp[o]) * rstd[r]);
+    }
+    part[(size_t)chunk * C + c] = dw;
   }
-  part[(size_t)chunk * C + c] = dw;
 }
 
 /* dst[c] += the sum of the nchunks partials part[j * C + c] in chunk order
@@ -170,19 +173,23 @@ __global__ void qknorm_backward_dinp_kernel(X *dqkv, const X *dout, const X *qkv
 template <typename X>
 __global__ void qknorm_dw_part_kernel(float *part, const X *dout, const X *qkv, const float *rstd,
                                       int N, int C, int NH) {
-  int hs = C / NH, j = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+  int hs = C / NH, j = blockIdx.x * blockDim.x + threadIdx.x;
+  int nchunks = (N + QK_CHUNK_ROWS - 1) / QK_CHUNK_ROWS;
   if (j >= 2 * hs)
     return;
   int p = j / hs, c = j % hs;
-  int r0 = chunk * QK_CHUNK_ROWS, r1 = r0 + QK_CHUNK_ROWS < N ? r0 + QK_CHUNK_ROWS : N;
-  float acc = 0.0f;
-  for (int r = r0; r < r1; r++) {
-    const float *rs = rstd + ((size_t)r * 2 + p) * NH; /* this row's heads of q or k */
-    size_t o = (size_t)r * 3 * C + (size_t)p * C + c;  /* channel c of head 0 */
-    for (int h = 0; h < NH; h++, o += hs)
-      acc += kern__cu_f(dout[o]) * (kern__cu_f(qkv[o]) * rs[h]);
+  /* grid-stride in y: gridDim.y is at most 65,535 chunks, N may need more */
+  for (int chunk = blockIdx.y; chunk < nchunks; chunk += gridDim.y) {
+    int r0 = chunk * QK_CHUNK_ROWS, r1 = r0 + QK_CHUNK_ROWS < N ? r0 + QK_CHUNK_ROWS : N;
+    float acc = 0.0f;
+    for (int r = r0; r < r1; r++) {
+      const float *rs = rstd + ((size_t)r * 2 + p) * NH; /* this row's heads of q or k */
+      size_t o = (size_t)r * 3 * C + (size_t)p * C + c;  /* channel c of head 0 */
+      for (int h = 0; h < NH; h++, o += hs)
+        acc += kern__cu_f(dout[o]) * (kern__cu_f(qkv[o]) * rs[h]);
+    }
+    part[(size_t)chunk * 2 * hs + j] = acc;
   }
-  part[(size_t)chunk * 2 * hs + j] = acc;
 }
 
 /* ---- rotary position embedding ---- */
@@ -315,7 +322,7 @@ static void check_heads(const char *op, int C, int NH, int even) {
     return;
   fprintf(stderr,
           "%s:%d: %s: C %d NH %d: the head size C / NH must be a whole%s number\nHINT: "
-          "model.n_embd must be a multiple of model.n_head%s\n",
+          "$.model.d_model must be a multiple of $.model.n_head%s\n",
           __FILE__, __LINE__, op, C, NH, even ? ", even" : "",
           even ? " with an even quotient" : "");
   exit(1);
@@ -340,7 +347,7 @@ static void rmsnorm_backward(kern_ctx *k, kern_x *dinp, float *dw, const kern_x 
   cudaStream_t st = kern__cu_stream(k);
   int nchunks = (N + CHUNK_ROWS - 1) / CHUNK_ROWS;
   float *part = (float *)kern__cu_scratch(k, (size_t)nchunks * C * sizeof(float));
-  dim3 grid(kern__cu_grid((size_t)C, 256), (unsigned)nchunks);
+  dim3 grid(kern__cu_grid((size_t)C, 256), (unsigned)(nchunks < 65535 ? nchunks : 65535));
   KERN__CU_WITH_X(k->prec, {
     rmsnorm_backward_dinp_kernel<X><<<kern__cu_grid((size_t)N, WARPS), WARPS * 32, 0, st>>>(
         (X *)dinp, (const X *)dout, (const X *)inp, (const X *)w, rstd, N, C);
@@ -376,7 +383,7 @@ static void qknorm_backward(kern_ctx *k, kern_x *dqkv, float *dwq, float *dwk, c
   cudaStream_t st = kern__cu_stream(k);
   int hs = C / NH, nchunks = (N + QK_CHUNK_ROWS - 1) / QK_CHUNK_ROWS;
   float *part = (float *)kern__cu_scratch(k, (size_t)nchunks * 2 * hs * sizeof(float));
-  dim3 grid(kern__cu_grid((size_t)2 * hs, 128), (unsigned)nchunks);
+  dim3 grid(kern__cu_grid((size_t)2 * hs, 128), (unsigned)(nchunks < 65535 ? nchunks : 65535));
   size_t warps = (size_t)N * 3 * NH;
   KERN__CU_WITH_X(k->prec, {
     /* the partials first: they read dout, which dqkv may overwrite */

@@ -68,12 +68,19 @@ def main():
     results = {}
     for name in ("ref", "adaptive"):
         state = os.path.join(out, name)
-        t0 = time.time()
-        log = open(os.path.join(out, name + ".out"), "w")
-        rc = subprocess.run([bin_, "up", "--state", state, "--sweep", paths[name], "--wait",
-                             "--listen", "127.0.0.1:0"], stdout=log, stderr=subprocess.STDOUT).returncode
-        wall = time.time() - t0
-        print(f"{name}: exit {rc}, {wall:.0f} s", flush=True)
+        done = os.path.join(out, name + ".wall")
+        if os.path.exists(done):  # trained before (an interrupted comparison): its time
+            wall = float(open(done).read())
+            print(f"{name}: trained before, {wall:.0f} s", flush=True)
+        else:
+            t0 = time.time()
+            log = open(os.path.join(out, name + ".out"), "w")
+            rc = subprocess.run([bin_, "up", "--state", state, "--sweep", paths[name], "--wait",
+                                 "--listen", "127.0.0.1:0"], stdout=log,
+                                stderr=subprocess.STDOUT).returncode
+            wall = time.time() - t0
+            print(f"{name}: exit {rc}, {wall:.0f} s", flush=True)
+            open(done, "w").write(str(wall))
         results[name] = {"wall_s": wall, "runs": read_runs(bin_, state)}
 
     bootstrap, seed = ad.get("bootstrap", 200), ad.get("seed", 0)
@@ -107,7 +114,7 @@ def api(state):
     """(url, token) of a running `up` in state."""
     sj = json.load(open(os.path.join(state, "scheduler.json")))
     token = open(os.path.join(state, "api.token")).read().strip()
-    return sj["url"].rstrip("/"), token
+    return f"http://127.0.0.1:{sj['http_port']}", token
 
 
 def get(url, token, path):
@@ -119,6 +126,7 @@ def read_runs(bin_, state):
     """The sweep's succeeded isoflop runs, from the state brought up again."""
     p = subprocess.Popen([bin_, "up", "--state", state, "--listen", "127.0.0.1:0"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = token = None
     try:
         for _ in range(120):
             try:
@@ -126,7 +134,10 @@ def read_runs(bin_, state):
                 get(url, token, "/healthz")
                 break
             except Exception:
+                url = None
                 time.sleep(1)
+        if url is None:
+            raise SystemExit(f"{state}: the state did not come up")
         runs, off = [], 0
         while True:
             page = get(url, token, f"/api/sweeps/1/runs?status=succeeded&limit=500&offset={off}")
@@ -157,12 +168,10 @@ def fit(bin_, pts, target, bootstrap, seed, out, name):
                         "--json"], capture_output=True, text=True, check=True)
     j = json.loads(p.stdout)
     out = {}
-    for k in ("E", "A", "B", "alpha", "beta"):
-        v = j["params"][k]
-        out[k] = [v["value"], v["ci95"][0], v["ci95"][1]]
-    for k in ("N_opt",):
-        v = j["derived"][k]
-        out[k] = [v["value"], v["ci95"][0], v["ci95"][1]]
+    for k in ("E", "A", "B", "alpha", "beta", "N_opt"):
+        v = j["params"][k] if k in j["params"] else j["derived"][k]
+        ci = j["ci95"].get(k) or [None, None]
+        out[k] = [v, ci[0], ci[1]]
     return out
 
 

@@ -499,6 +499,36 @@ void store_sweeps_lr_tuned(db *d, int64_t sweep_id, const char *decision_json,
   QUEUE(d, ans_inserted, cb, ud);
 }
 
+/* an adaptive sweep's runs: none (no design running), its first round
+ * still training, or ended (then the scheduler reads its points and plans
+ * the spec again, which its harness answers like any other read) */
+static void ans_adaptive_runs(call *c, int st, int v) {
+  static const char spec[] =
+      "{\"name\":\"a\",\"method\":\"isoflop\",\"base\":{\"model\":{\"seq_len\":16},"
+      "\"data\":{\"synthetic\":{\"words\":256}}},\"isoflop\":{\"flops\":{\"from\":1e12,"
+      "\"to\":1.6e13,\"points\":5},\"params\":[2e4,5e4,1e5,2e5,4e5]},\"adaptive\":{\"flops\":"
+      "6.4e13,\"compute\":1e14},\"resources\":{\"cpus\":1}}";
+  store_adaptive_run runs[2] = {
+      {.id = 1, .config_hash = "0", .status = v % 2 ? "running" : "succeeded", .kept = NULL},
+      {.id = 2, .config_hash = "1", .status = "succeeded", .kept = "{\"10\": \"/x/branch-10/\"}"}};
+  int none = st || v % 3 == 0;
+  ((store_sweeps_adaptive_cb)c->cb)(c->ud, st, none ? NULL : spec, NULL, none ? NULL : runs,
+                                    none ? 0 : 2, st ? errmsg : NULL);
+}
+
+void store_sweeps_adaptive_runs(db *d, int64_t sweep_id, store_sweeps_adaptive_cb cb, void *ud) {
+  (void)sweep_id;
+  QUEUE(d, ans_adaptive_runs, cb, ud);
+}
+
+void store_sweeps_adaptive_round(db *d, int64_t sweep_id, int rounds, const char *adaptive_json,
+                                 const store_sweep_new *sw, store_sweeps_inserted_cb cb, void *ud) {
+  (void)sweep_id;
+  if (rounds < 0 || !adaptive_json || !sw->runs_json)
+    abort();
+  QUEUE(d, ans_inserted, cb, ud);
+}
+
 static void ans_spec(call *c, int st, int v) {
   /* a sweep of 3 runs (too few for a fit), none, or a cancelled one */
   static const char spec[] =

@@ -332,18 +332,21 @@ try:
                  f"AND jsonb_array_length(keep_steps) > 0")
     kept = psql(f"SELECT count(*) FROM runs WHERE sweep_id = {sr} AND kept IS NOT NULL")
     # a run of a later round that started from a checkpoint an earlier round's run kept
+    # (a shorter one decays from the checkpoint, a longer one goes on from it)
     round_of = {h: i for i, hs in enumerate(rounds_hashes(dr["adaptive"])) for h in hs}
-    cross = ""
+    cross, kinds = "", {"decay": 0, "longer": 0}
     for line in psql(
             f"SELECT r.id, r.branch_step, r.branch_path, (SELECT min(m.step) FROM metrics m "
-            f"WHERE m.run_id = r.id), r.config_hash, t.config_hash FROM runs r JOIN runs t ON "
-            f"t.id = r.branch_of WHERE r.sweep_id = {sr} AND r.status = 'succeeded' AND "
-            f"r.branch_path IS NOT NULL AND t.kept ? r.branch_step::text ORDER BY r.id"
-            ).splitlines():
+            f"WHERE m.run_id = r.id), r.config_hash, t.config_hash, r.tokens > t.tokens "
+            f"FROM runs r JOIN runs t ON t.id = r.branch_of WHERE r.sweep_id = {sr} AND "
+            f"r.status = 'succeeded' AND r.branch_path IS NOT NULL AND "
+            f"t.kept ? r.branch_step::text ORDER BY r.id").splitlines():
         f = line.split("|")
         if round_of.get(f[4], -1) > round_of.get(f[5], 99):
-            cross = "|".join(f[:4])
-            break
+            cross = cross or "|".join(f[:4])
+            kinds["longer" if f[6] == "t" else "decay"] += 1
+            if int(f[3]) != int(f[1]) + 1:
+                fail(f"sweep D's run {f[0]} from step {f[1]}: its first metric is {f[3]}")
     if int(keeps) < 1 or int(kept) < 1 or not cross or dr["status"] != "succeeded":
         fail(f"sweep D: {keeps} runs keeping branch points, {kept} that kept some, a branch "
              f"across rounds: {cross!r}, sweep {dr['status']}; design {dr['adaptive']}")
@@ -353,8 +356,9 @@ try:
              f"first metric {first_step}")
     ad = dr["adaptive"]
     print(f"D (the built-in trainer): {keeps} runs kept branch points; run {rid} of a later "
-          f"round started from step {step} of an earlier round's run; design {ad['status']} "
-          f"after {len(ad['rounds'])} rounds, {ad['spent']:.3g} FLOPs")
+          f"round started from step {step} of an earlier round's run ({kinds['decay']} such runs "
+          f"decayed from a longer one's, {kinds['longer']} went on from a shorter one's); design "
+          f"{ad['status']} after {len(ad['rounds'])} rounds, {ad['spent']:.3g} FLOPs")
 
     print(f"PASS ({time.time() - t0:.0f} s)")
 finally:

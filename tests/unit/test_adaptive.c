@@ -282,6 +282,24 @@ static void test_loop(void) {
   printf("  the whole grid (%.3g FLOPs): width %.3f\n", grid_cost, width_of(&a, all, NC));
 }
 
+/* the other criterion (reweighting the resamples by simulated outcomes):
+ * the same loop's invariants, and a narrower interval at the end */
+static void test_reweight(void) {
+  observe_all(12345);
+  adaptive_cand c[NC];
+  make_candidates(c);
+  size_t all[NC];
+  for (size_t i = 0; i < NC; i++)
+    all[i] = i;
+  spec_adaptive a = question(0.10, adaptive_cost(c, all, NC) / 2);
+  a.criterion = SPEC_CRIT_REWEIGHT;
+  printf("the loop with the reweighting criterion:\n");
+  loop_out o = run_loop(&a, 0);
+  CHECK(o.rounds >= 2);
+  CHECK(o.spent <= a.compute * (1 + 1e-9));
+  CHECK(o.final_width < 0.5 * o.first_width);
+}
+
 /* a failed run is replaced: never taken again, and the loop goes on */
 static void test_failed(void) {
   observe_all(12345);
@@ -424,6 +442,18 @@ static void test_spec(void) {
   CHECK(parse_with("{\"flops\": 1e13, \"compute\": 1e13, \"rounds\": 3}", &s, &pr) == SS_EINVAL);
   CHECK(problem_at(&pr, "$.adaptive.rounds", ""));
   spec_problems_free(&pr);
+  pr = (spec_problems){0};
+  CHECK(parse_with("{\"flops\": 1e13, \"compute\": 1e13, \"criterion\": \"bayes\"}", &s, &pr) ==
+        SS_EINVAL);
+  CHECK(problem_at(&pr, "$.adaptive.criterion", "bayes"));
+  spec_problems_free(&pr);
+  pr = (spec_problems){0};
+  CHECK_INT_EQ(
+      parse_with("{\"flops\": 1e13, \"compute\": 1e13, \"criterion\": \"reweight\"}", &s, &pr), 0);
+  if (s)
+    CHECK_INT_EQ(s->adaptive.criterion, SPEC_CRIT_REWEIGHT);
+  spec_free(s);
+  spec_problems_free(&pr);
 }
 
 int main(void) {
@@ -432,5 +462,6 @@ int main(void) {
   test_spec();
   test_loop();
   test_failed();
+  test_reweight();
   CHECK_DONE();
 }
