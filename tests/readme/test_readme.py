@@ -506,6 +506,12 @@ COMMANDS = [
      "study_llama", None),
     ("./build/scalesweep up --state .scalesweep/llama-mup --sweep sweeps/examples/llama-mup.json "
      "--wait", "study_llama_mup", None),
+    # the adaptive design on text, and against the grid (about 15 minutes): ctest
+    # study_adaptive_text, labelled slow, runs the comparison, the study with it
+    ("./build/scalesweep up --state .scalesweep/text-adaptive --sweep "
+     "sweeps/examples/text-adaptive.json --wait", "study_adaptive_text", None),
+    ("python3 tests/bench/adaptive_vs_grid.py ./build/scalesweep sweeps/examples/text-adaptive.json "
+     ".scalesweep/adaptive-vs-grid", "study_adaptive_text", None),
     ("./build/scalesweep plan sweeps/examples/quickstart.json", None,
      lambda r: expect(r, "48 runs", "35 runs start their decay", "37.0% saved")),
     ("./build/scalesweep plan sweeps/examples/wsd-grid.json", None,
@@ -596,7 +602,8 @@ def main():
     ENV["SCALESWEEP_CLUSTER_DB"] = re.sub(r"dbname=\S+", "dbname=readme_cluster", DB)
     not_run = []
     for readme, how, check in COMMANDS:
-        if how in ("study_quickstart", "study_llama", "study_llama_mup", ".ci/run"):
+        if how in ("study_quickstart", "study_llama", "study_llama_mup", "study_adaptive_text",
+                   ".ci/run"):
             where = os.path.join(SRC, ".ci", "run") if how == ".ci/run" else \
                 os.path.join(SRC, "tests", "CMakeLists.txt")
             want = readme if how == ".ci/run" else f"NAME {how} "
