@@ -397,13 +397,11 @@ static void crit_free(crit *k) {
   free(k->tmp);
 }
 
-static const double *sort_key;
-static int cmp_by_key(const void *x, const void *y) {
-  double a = sort_key[*(const size_t *)x], b = sort_key[*(const size_t *)y];
-  return a < b   ? -1
-         : a > b ? 1
-                 : (*(const size_t *)x > *(const size_t *)y) -
-                       (*(const size_t *)x < *(const size_t *)y);
+/* rows by their q (glibc's qsort_r: no shared state between threads) */
+static int cmp_by_key(const void *x, const void *y, void *key) {
+  const double *k = key;
+  size_t a = *(const size_t *)x, b = *(const size_t *)y;
+  return k[a] < k[b] ? -1 : k[a] > k[b] ? 1 : (a > b) - (a < b);
 }
 
 /* a standard normal from (seed, i, j), deterministic */
@@ -437,8 +435,7 @@ static int crit_init(crit *k, const ensemble *e, double s2, int reweight, uint64
     k->order[i] = i;
     k->tmp[i] = e->raw[i * w];
   }
-  sort_key = k->tmp; /* one thread sorts at a time: the scheduler's jobs run one by one */
-  qsort(k->order, R, sizeof *k->order, cmp_by_key);
+  qsort_r(k->order, R, sizeof *k->order, cmp_by_key, k->tmp);
   for (size_t t = 0; t < REWEIGHT_TRUTHS; t++) {
     size_t truth = R ? (t * R + R / 2) / REWEIGHT_TRUTHS : 0;
     for (size_t j = 0; j < e->m; j++)
