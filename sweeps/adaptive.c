@@ -627,6 +627,19 @@ static int space_filling(const adaptive_cand *c, size_t n, const adaptive_cand_s
   return 0;
 }
 
+/* a run's scatter about the fitted surface, SD of ln L: the residual RMS,
+ * at least ADAPTIVE_MIN_NOISE, or the pooled seed SD when larger */
+static double run_scatter(const fit_result *f) {
+  double rms = 0;
+  for (int i = 0; i < f->n_points && f->residuals; i++)
+    rms += f->residuals[i] * f->residuals[i];
+  rms = f->n_points > 0 ? sqrt(rms / f->n_points) : NAN;
+  double s = fmax(ADAPTIVE_MIN_NOISE, isfinite(rms) ? rms : 0);
+  if (f->seeds.cells > 0 && isfinite(f->seeds.sd))
+    s = fmax(s, f->seeds.sd);
+  return s;
+}
+
 int adaptive_decide(const spec_adaptive *a, const adaptive_cand *c, size_t n,
                     const adaptive_cand_state *state, const fit_point *pts, int npts, double spent,
                     int threads, adaptive_result *out) {
@@ -708,13 +721,7 @@ int adaptive_decide(const spec_adaptive *a, const adaptive_cand *c, size_t n,
       snprintf(err, sizeof err, "%zu of %d resamples could be fitted", nq, f.ndraws);
     }
     free(qs);
-    double rms = 0;
-    for (int i = 0; i < f.n_points && f.residuals; i++)
-      rms += f.residuals[i] * f.residuals[i];
-    rms = f.n_points > 0 ? sqrt(rms / f.n_points) : NAN;
-    out->noise_sd = fmax(ADAPTIVE_MIN_NOISE, isfinite(rms) ? rms : 0);
-    if (f.seeds.cells > 0 && isfinite(f.seeds.sd))
-      out->noise_sd = fmax(out->noise_sd, f.seeds.sd);
+    out->noise_sd = run_scatter(&f);
   }
 
   if (out->fitted && out->width <= a->precision) {
@@ -845,12 +852,7 @@ int adaptive_forecast(const spec_adaptive *a, const adaptive_cand *c, size_t n,
     snprintf(err, errlen, "%s", e2);
     return SS_EINVAL;
   }
-  double rms = 0;
-  for (int i = 0; i < f.n_points && f.residuals; i++)
-    rms += f.residuals[i] * f.residuals[i];
-  double noise = fmax(ADAPTIVE_MIN_NOISE, f.n_points > 0 ? sqrt(rms / f.n_points) : 0);
-  if (f.seeds.cells > 0 && isfinite(f.seeds.sd))
-    noise = fmax(noise, f.seeds.sd);
+  double noise = run_scatter(&f);
   ensemble e;
   rc = ensemble_make(a, &f, c, n, state, &e);
   fit_result_free(&f);
