@@ -15,28 +15,19 @@
 #include "common/err.h"
 #include "common/fileio.h"
 
-typedef struct problems {
-  char *buf;
-  size_t cap, len;
-  int n;
-  const char *name;
-} problems;
+typedef rcfg_problems problems;
 
+/* Adds a problem at path; past RCFG_PROBLEMS_MAX only counted. */
 static void problem(problems *p, const char *path, const char *fmt, ...) {
-  p->n++;
-  if (p->len + 1 >= p->cap)
+  if (p->n++ >= RCFG_PROBLEMS_MAX)
     return;
-  int w =
-      snprintf(p->buf + p->len, p->cap - p->len, "%s%s: %s: ", p->len ? "\n" : "", p->name, path);
-  if (w < 0)
-    return;
-  p->len = p->len + (size_t)w < p->cap ? p->len + (size_t)w : p->cap - 1;
+  rcfg_problem *it = &p->items[p->n - 1];
+  snprintf(it->path, sizeof it->path, "%s", path);
+  it->line = it->col = 0;
   va_list ap;
   va_start(ap, fmt);
-  w = vsnprintf(p->buf + p->len, p->cap - p->len, fmt, ap);
+  vsnprintf(it->message, sizeof it->message, fmt, ap);
   va_end(ap);
-  if (w > 0)
-    p->len = p->len + (size_t)w < p->cap ? p->len + (size_t)w : p->cap - 1;
 }
 
 /* A short rendering of a JSON value for "found ..." messages: at most 40
@@ -217,8 +208,8 @@ const char *rcfg_prec_name(rcfg_prec p) {
   return p == RCFG_BF16 ? "bf16" : p == RCFG_FP16 ? "fp16" : "fp32";
 }
 
-/* The root object of text, or NULL with the malformed-JSON or not-an-object
- * message in err. */
+/* The root object of text, or NULL with the malformed-JSON (line and
+ * column, no path) or not-an-object problem in p. */
 static cJSON *parse_root(const char *text, problems *p) {
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
@@ -229,10 +220,12 @@ static cJSON *parse_root(const char *text, problems *p) {
     char near[16] = "";
     for (int i = 0; at && at[i] && i < 12; i++)
       near[i] = (at[i] == '\n' || at[i] == '\r' || at[i] == '\t') ? ' ' : at[i];
-    snprintf(p->buf, p->cap,
-             "%s:%d:%d: malformed JSON near '%s'; expected a JSON object (RFC 8259: "
-             "quoted keys, no trailing commas, no comments)",
-             p->name, line, col, near);
+    problem(p, "",
+            "malformed JSON near '%s'; expected a JSON object (RFC 8259: quoted keys, no "
+            "trailing commas, no comments)",
+            near);
+    p->items[0].line = line;
+    p->items[0].col = col;
     return NULL;
   }
   if (!cJSON_IsObject(root)) {
@@ -537,18 +530,17 @@ static void parse_reproducible(problems *p, const cJSON *root, rcfg *cfg) {
   cfg->reproducible = strcmp(mode, "portable") == 0 ? RCFG_REPRO_PORTABLE : RCFG_REPRO_MACHINE;
 }
 
-int rcfg_parse(const char *text, const char *name, rcfg *cfg, char *err, size_t errlen) {
-  problems p = {err, errlen, 0, 0, name};
-  if (errlen)
-    err[0] = 0;
-  cJSON *root = parse_root(text, &p);
+int rcfg_parse_problems(const char *text, rcfg *cfg, rcfg_problems *out) {
+  problems *p = out;
+  p->n = 0;
+  cJSON *root = parse_root(text, p);
   if (!root)
     return SS_EINVAL;
   static const char *const top_keys[] = {"model",     "data",         "train",   "optimizer",
                                          "precision", "memory",       "eval",    "checkpoint",
                                          "backend",   "world_size",   "threads", "tf32",
                                          "trainer",   "reproducible", NULL};
-  check_keys(&p, root, "$", top_keys);
+  check_keys(p, root, "$", top_keys);
   memset(cfg, 0, sizeof *cfg);
   /* sections in this order, so their problems come in this order */
   static const char *const keys[] = {"model",  "data", "train",     "optimizer",
@@ -557,19 +549,43 @@ int rcfg_parse(const char *text, const char *name, rcfg *cfg, char *err, size_t 
   for (int i = 0; i < 7; i++) {
     char path[32];
     snprintf(path, sizeof path, "$.%s", keys[i]);
-    sec[i] = section(&p, root, keys[i], path);
+    sec[i] = section(p, root, keys[i], path);
   }
-  parse_data(&p, sec[1], cfg);
-  parse_model(&p, sec[0], cfg);
-  parse_train(&p, sec[2], cfg);
-  parse_optimizer(&p, sec[3], cfg);
-  parse_precision(&p, root, cfg);
-  parse_schedule(&p, sec[4], sec[5], sec[6], cfg);
-  parse_device(&p, root, cfg);
-  parse_trainer(&p, root, cfg);
-  parse_reproducible(&p, root, cfg);
+  parse_data(p, sec[1], cfg);
+  parse_model(p, sec[0], cfg);
+  parse_train(p, sec[2], cfg);
+  parse_optimizer(p, sec[3], cfg);
+  parse_precision(p, root, cfg);
+  parse_schedule(p, sec[4], sec[5], sec[6], cfg);
+  parse_device(p, root, cfg);
+  parse_trainer(p, root, cfg);
+  parse_reproducible(p, root, cfg);
   cJSON_Delete(root);
-  return p.n ? SS_EINVAL : 0;
+  return p->n ? SS_EINVAL : 0;
+}
+
+void rcfg_problems_text(const rcfg_problems *pr, const char *name, char *err, size_t errlen) {
+  size_t at = 0;
+  if (errlen)
+    err[0] = 0;
+  int n = pr->n < RCFG_PROBLEMS_MAX ? pr->n : RCFG_PROBLEMS_MAX;
+  for (int i = 0; i < n && at + 1 < errlen; i++) {
+    const rcfg_problem *it = &pr->items[i];
+    int w = it->line ? snprintf(err + at, errlen - at, "%s%s:%d:%d: %s", at ? "\n" : "", name,
+                                it->line, it->col, it->message)
+                     : snprintf(err + at, errlen - at, "%s%s: %s: %s", at ? "\n" : "", name,
+                                it->path, it->message);
+    if (w < 0)
+      break;
+    at = at + (size_t)w < errlen ? at + (size_t)w : errlen - 1;
+  }
+}
+
+int rcfg_parse(const char *text, const char *name, rcfg *cfg, char *err, size_t errlen) {
+  rcfg_problems pr;
+  int rc = rcfg_parse_problems(text, cfg, &pr);
+  rcfg_problems_text(&pr, name, err, errlen);
+  return rc;
 }
 
 int rcfg_load(const char *path, rcfg *cfg, char *err, size_t errlen) {
@@ -582,7 +598,9 @@ int rcfg_load(const char *path, rcfg *cfg, char *err, size_t errlen) {
   return rc;
 }
 
-char *rcfg_to_json(const rcfg *c) {
+/* The canonical config as a cJSON tree: every key rcfg_schema lists that
+ * applies to c, in the fixed order of the text (NULL when out of memory). */
+static cJSON *to_tree(const rcfg *c) {
   cJSON *root = cJSON_CreateObject();
   cJSON *m = cJSON_AddObjectToObject(root, "model");
   cJSON_AddNumberToObject(m, "n_layer", c->model.n_layer);
@@ -660,18 +678,132 @@ char *rcfg_to_json(const rcfg *c) {
    * portable run's numbers differ from the machine's own */
   if (c->reproducible == RCFG_REPRO_PORTABLE)
     cJSON_AddStringToObject(root, "reproducible", "portable");
-  char *s = cJSON_PrintUnformatted(root);
+  return root;
+}
+
+char *rcfg_to_json(const rcfg *c) {
+  cJSON *root = to_tree(c);
+  char *s = root ? cJSON_PrintUnformatted(root) : NULL;
   cJSON_Delete(root);
   return s;
 }
+
+void rcfg_hash_text(const char *text, char out[65]) { digest_sha256_hex(text, strlen(text), out); }
 
 int rcfg_hash(const rcfg *cfg, char out[65]) {
   char *text = rcfg_to_json(cfg);
   if (!text)
     return SS_ENOMEM;
-  digest_sha256_hex(text, strlen(text), out);
+  rcfg_hash_text(text, out);
   free(text);
   return 0;
+}
+
+/* ---- the schema: which keys define a trajectory ------------------------ */
+
+/* Every key of the canonical text. A key not listed here is
+ * RCFG_TRAJ_DEFINES (rcfg_key_traj): a new key keeps runs that differ in it
+ * apart until someone marks it, which costs at most a branch not taken,
+ * where the other default would train one run's decay from another's
+ * weights. test_runcfg checks that every key rcfg_to_json writes is
+ * listed. */
+static const rcfg_key schema[] = {
+    {"model.n_layer", RCFG_TRAJ_DEFINES},
+    {"model.d_model", RCFG_TRAJ_DEFINES},
+    {"model.n_head", RCFG_TRAJ_DEFINES},
+    {"model.seq_len", RCFG_TRAJ_DEFINES},
+    {"model.vocab_size", RCFG_TRAJ_DEFINES},
+    {"model.family", RCFG_TRAJ_DEFINES},
+    {"model.rope_theta", RCFG_TRAJ_DEFINES},
+    {"model.mlp_ratio", RCFG_TRAJ_DEFINES},
+    {"model.mlp_multiple_of", RCFG_TRAJ_DEFINES},
+    {"model.tie_embeddings", RCFG_TRAJ_DEFINES},
+    {"model.qk_norm", RCFG_TRAJ_DEFINES},
+    {"model.parametrization", RCFG_TRAJ_DEFINES},
+    {"model.base_width", RCFG_TRAJ_DEFINES},
+    {"data.synthetic.letters", RCFG_TRAJ_DEFINES},
+    {"data.synthetic.words", RCFG_TRAJ_DEFINES},
+    {"data.synthetic.min_len", RCFG_TRAJ_DEFINES},
+    {"data.synthetic.max_len", RCFG_TRAJ_DEFINES},
+    {"data.synthetic.zipf", RCFG_TRAJ_DEFINES},
+    {"data.synthetic.seed", RCFG_TRAJ_DEFINES},
+    {"data.train", RCFG_TRAJ_DEFINES},
+    {"data.val", RCFG_TRAJ_DEFINES},
+    {"train.batch_size", RCFG_TRAJ_RULED},
+    {"train.micro_batch_size", RCFG_TRAJ_RULED},
+    {"train.tokens", RCFG_TRAJ_ALONG},
+    {"train.lr", RCFG_TRAJ_RULED},
+    {"train.warmup_tokens", RCFG_TRAJ_LENGTH_DEFAULT},
+    {"train.schedule", RCFG_TRAJ_DEFINES},
+    {"train.min_lr_ratio", RCFG_TRAJ_DEFINES},
+    {"train.decay_frac", RCFG_TRAJ_DEFINES},
+    {"train.weight_decay", RCFG_TRAJ_DEFINES},
+    {"train.grad_clip", RCFG_TRAJ_DEFINES},
+    {"train.seed", RCFG_TRAJ_DEFINES},
+    {"optimizer.name", RCFG_TRAJ_DEFINES},
+    {"optimizer.beta1", RCFG_TRAJ_DEFINES},
+    {"optimizer.beta2", RCFG_TRAJ_DEFINES},
+    {"optimizer.eps", RCFG_TRAJ_DEFINES},
+    {"optimizer.zero", RCFG_TRAJ_DEFINES},
+    {"precision", RCFG_TRAJ_DEFINES},
+    {"memory.recompute", RCFG_TRAJ_DEFINES},
+    {"eval.every_tokens", RCFG_TRAJ_ALONG},
+    {"eval.tokens", RCFG_TRAJ_ALONG},
+    {"checkpoint.dir", RCFG_TRAJ_ALONG},
+    {"checkpoint.every_tokens", RCFG_TRAJ_ALONG},
+    {"backend", RCFG_TRAJ_DEFINES},
+    {"world_size", RCFG_TRAJ_DEFINES},
+    {"threads", RCFG_TRAJ_DEFINES},
+    {"tf32", RCFG_TRAJ_DEFINES},
+    {"trainer", RCFG_TRAJ_DEFINES},
+    {"reproducible", RCFG_TRAJ_DEFINES},
+};
+
+const rcfg_key *rcfg_schema(size_t *n) {
+  *n = sizeof schema / sizeof schema[0];
+  return schema;
+}
+
+rcfg_traj rcfg_key_traj(const char *path) {
+  for (size_t i = 0; i < sizeof schema / sizeof schema[0]; i++)
+    if (!strcmp(schema[i].path, path))
+      return schema[i].traj;
+  return RCFG_TRAJ_DEFINES;
+}
+
+/* Drops from obj (at dotted path prefix) every key the trajectory key
+ * leaves out: the ones along a trajectory and those of a class in shared. */
+static void drop_keys(cJSON *obj, const char *prefix, unsigned shared) {
+  cJSON *c = obj->child;
+  while (c) {
+    cJSON *next = c->next;
+    char path[128];
+    snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", c->string);
+    if (cJSON_IsObject(c)) {
+      drop_keys(c, path, shared);
+    } else {
+      rcfg_traj t = rcfg_key_traj(path);
+      if (t == RCFG_TRAJ_ALONG || (t != RCFG_TRAJ_DEFINES && (shared & RCFG_SHARES(t))))
+        cJSON_Delete(cJSON_DetachItemViaPointer(obj, c));
+    }
+    c = next;
+  }
+}
+
+char *rcfg_trajectory_key(const rcfg *c, unsigned shared) {
+  cJSON *root = to_tree(c);
+  if (!root)
+    return NULL;
+  drop_keys(root, "", shared);
+  /* what the group shares, named: a run that set such a value itself
+   * keeps it in its key and so never groups with runs that share one */
+  if (shared & RCFG_SHARES(RCFG_TRAJ_RULED))
+    cJSON_AddTrueToObject(root, "shares ruled");
+  if (shared & RCFG_SHARES(RCFG_TRAJ_LENGTH_DEFAULT))
+    cJSON_AddTrueToObject(root, "shares length default");
+  char *s = cJSON_PrintUnformatted(root);
+  cJSON_Delete(root);
+  return s;
 }
 
 int64_t rcfg_wsd_stable_steps(const rcfg *c) {

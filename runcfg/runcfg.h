@@ -104,9 +104,35 @@ typedef struct rcfg {
 
 enum { RCFG_REPRO_MACHINE = 0, RCFG_REPRO_PORTABLE = 1 };
 
-/* Parses a JSON run config from text (name is the file name for messages),
- * fills defaults, validates. Returns 0, or SS_EINVAL with one message per
- * problem (newline separated, "NAME: $.path: message") in err. */
+/* One problem with a run config, its place as data: the JSON path of the
+ * value ("$.train.micro_batch_size"), or for malformed JSON the line and
+ * column (path ""); the message says what was found and what is expected.
+ * A caller that maps the path onto its own file (the planner onto a spec's
+ * layers) reads path, never the text. */
+typedef struct rcfg_problem {
+  char path[192];
+  int line, col; /* malformed JSON only (1-based); else 0 */
+  char message[512];
+} rcfg_problem;
+
+/* The problems of one parse, in the order the keys are checked: the first
+ * RCFG_PROBLEMS_MAX kept, n counts them all (a config has fewer keys). */
+#define RCFG_PROBLEMS_MAX 64
+typedef struct rcfg_problems {
+  rcfg_problem items[RCFG_PROBLEMS_MAX];
+  int n;
+} rcfg_problems;
+
+/* Parses a JSON run config from text, fills defaults, validates. Returns 0,
+ * or SS_EINVAL with every problem in *pr. */
+int rcfg_parse_problems(const char *text, rcfg *cfg, rcfg_problems *pr);
+
+/* The problems as text, one a line: "NAME: $.path: message", or
+ * "NAME:LINE:COL: message" for malformed JSON (cut to errlen). */
+void rcfg_problems_text(const rcfg_problems *pr, const char *name, char *err, size_t errlen);
+
+/* rcfg_parse_problems with the problems as rcfg_problems_text (name is the
+ * file name for messages). */
 int rcfg_parse(const char *text, const char *name, rcfg *cfg, char *err, size_t errlen);
 
 /* Reads and parses a file; SS_ENOENT/SS_EIO when it cannot be read. */
@@ -119,6 +145,51 @@ char *rcfg_to_json(const rcfg *cfg);
 /* The config's hash: the SHA-256, as 64 hex digits and a NUL, of
  * rcfg_to_json's text (what runs.config_hash stores). 0 or SS_ENOMEM. */
 int rcfg_hash(const rcfg *cfg, char out[65]);
+
+/* SHA-256 of text, 64 hex digits and a NUL: rcfg_hash of a config whose
+ * rcfg_to_json is text, for a caller that keeps the text it hashes. */
+void rcfg_hash_text(const char *text, char out[65]);
+
+/* The schema's marking of each key of the canonical config (rcfg_schema):
+ * what two runs that differ in it have in common. Runs whose configs agree
+ * on every key that defines a trajectory train the same weights up to the
+ * shorter one's stable steps (wsd), so one can start from the other's
+ * checkpoint (sweeps/plan_branch.c groups them by rcfg_trajectory_key). */
+typedef enum rcfg_traj {
+  /* part of the trajectory: runs that differ in it never share weights
+   * (the default of a key not in the schema) */
+  RCFG_TRAJ_DEFINES = 0,
+  /* differs along one trajectory: how far it goes and what is observed or
+   * saved on the way (train.tokens, eval.*, checkpoint.*) */
+  RCFG_TRAJ_ALONG,
+  /* chosen per run by the planner's rules from its compute (batch size,
+   * micro-batch, lr): a group of runs whose rules chose them shares the
+   * smallest run's */
+  RCFG_TRAJ_RULED,
+  /* a default that follows train.tokens (the warmup, 5% of it): a group of
+   * runs that left it to the default shares the smallest run's */
+  RCFG_TRAJ_LENGTH_DEFAULT,
+} rcfg_traj;
+
+#define RCFG_SHARES(t) (1u << (t))
+
+typedef struct rcfg_key {
+  const char *path; /* dotted, below $: "train.tokens" */
+  rcfg_traj traj;
+} rcfg_key;
+
+/* Every key of the canonical text with its marking; *n of them. */
+const rcfg_key *rcfg_schema(size_t *n);
+
+/* The marking of one dotted key; RCFG_TRAJ_DEFINES when it is not listed. */
+rcfg_traj rcfg_key_traj(const char *path);
+
+/* The trajectory key of c: its canonical text without the keys marked
+ * RCFG_TRAJ_ALONG, nor those of a class in shared (RCFG_SHARES(t) bits:
+ * the values the caller's group will share), each shared class named in
+ * it. Equal keys: runs on one trajectory. malloc'd; NULL when out of
+ * memory. */
+char *rcfg_trajectory_key(const rcfg *c, unsigned shared);
 
 /* "fp32", "bf16", "fp16" */
 const char *rcfg_prec_name(rcfg_prec p);

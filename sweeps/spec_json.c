@@ -592,43 +592,43 @@ int spec__sets_key(const json_t *obj, const char *path) {
   return 1;
 }
 
+/* One run config problem under the first layer that sets its key (the
+ * layer's path, then the key's path below $), else under fallback with
+ * context in front. */
+static void report_config_problem(const rcfg_problem *it, const json_t *const *layers,
+                                  const char *const *layer_paths, int n_layers,
+                                  const char *fallback, const char *context, spec_problems *pr) {
+  if (!it->path[0]) { /* malformed JSON: the planner's own text, never the spec's */
+    spec_problem_add(pr, fallback, "%s: run config : config:%d:%d: %s", context, it->line, it->col,
+                     it->message);
+    return;
+  }
+  for (int i = 0; i < n_layers; i++)
+    if (spec__sets_key(layers[i], it->path)) {
+      char full[320];
+      snprintf(full, sizeof full, "%s%s", layer_paths[i], it->path + 1);
+      spec_problem_add(pr, full, "%s", it->message);
+      return;
+    }
+  spec_problem_add(pr, fallback, "%s: run config %s: %s", context, it->path, it->message);
+}
+
 int spec_resolve_config(const json_t *merged, struct rcfg *cfg, const json_t *const *layers,
                         const char *const *layer_paths, int n_layers, const char *fallback,
                         const char *context, spec_problems *pr) {
   char *text = json_dumps(merged, JSON_COMPACT | JSON_REAL_PRECISION(17));
   if (!text)
     return SS_ENOMEM;
-  static const char name[] = "config";
-  char err[8192];
-  int rc = rcfg_parse(text, name, cfg, err, sizeof err);
-  free(text);
-  if (rc == 0)
-    return 0;
-  /* each line: "config: $.path: message" */
-  char *save = NULL;
-  for (char *line = strtok_r(err, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-    const char *p = line;
-    if (!strncmp(p, name, sizeof name - 1) && !strncmp(p + sizeof name - 1, ": ", 2))
-      p += sizeof name + 1;
-    const char *sep = strstr(p, ": ");
-    char tpath[256] = "";
-    const char *msg = p;
-    if (p[0] == '$' && sep) {
-      snprintf(tpath, sizeof tpath, "%.*s", (int)(sep - p), p);
-      msg = sep + 2;
-    }
-    int mapped = 0;
-    for (int i = 0; i < n_layers && tpath[0]; i++) {
-      if (!spec__sets_key(layers[i], tpath))
-        continue;
-      char full[320];
-      snprintf(full, sizeof full, "%s%s", layer_paths[i], tpath + 1);
-      spec_problem_add(pr, full, "%s", msg);
-      mapped = 1;
-      break;
-    }
-    if (!mapped)
-      spec_problem_add(pr, fallback, "%s: run config %s: %s", context, tpath[0] ? tpath : "", msg);
+  rcfg_problems *found = malloc(sizeof *found);
+  if (!found) {
+    free(text);
+    return SS_ENOMEM;
   }
+  int rc = rcfg_parse_problems(text, cfg, found);
+  free(text);
+  int n = found->n < RCFG_PROBLEMS_MAX ? found->n : RCFG_PROBLEMS_MAX;
+  for (int k = 0; k < n; k++)
+    report_config_problem(&found->items[k], layers, layer_paths, n_layers, fallback, context, pr);
+  free(found);
   return rc;
 }

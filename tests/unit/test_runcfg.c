@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "check.h"
 #include "common/err.h"
 #include "runcfg/runcfg.h"
@@ -76,11 +78,144 @@ static void test_wsd(void) {
   free(s);
 }
 
+/* Counts the leaves of obj (dotted below prefix) that rcfg_schema does not
+ * list. */
+static int unlisted(const cJSON *obj, const char *prefix) {
+  size_t n;
+  const rcfg_key *k = rcfg_schema(&n);
+  int missing = 0;
+  for (const cJSON *c = obj->child; c; c = c->next) {
+    char path[128];
+    snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", c->string);
+    if (cJSON_IsObject(c)) {
+      missing += unlisted(c, path);
+      continue;
+    }
+    size_t i = 0;
+    while (i < n && strcmp(k[i].path, path))
+      i++;
+    if (i == n) {
+      fprintf(stderr, "key %s of the canonical config is not in rcfg_schema\n", path);
+      missing++;
+    }
+  }
+  return missing;
+}
+
+/* Every key the canonical text can hold is marked in the schema (a llama
+ * muP wsd config on cuda with every optional key, and a shard one), so a
+ * new key must be placed; tokens, eval and checkpoint differ along a
+ * trajectory, a key the schema does not know defines one. */
+static void test_schema(void) {
+  const char *configs[] = {
+      "{\"model\": {\"family\": \"llama\", \"parametrization\": \"mup\", \"base_width\": 64},"
+      "\"train\": {\"schedule\": \"wsd\"}, \"optimizer\": {\"zero\": 1}, \"world_size\": 2,"
+      "\"backend\": \"cuda\", \"trainer\": \"torch\", \"reproducible\": \"portable\"}",
+      "{\"data\": {\"train\": \"t_*.bin\", \"val\": \"v_*.bin\"}}"};
+  char err[2048];
+  for (int i = 0; i < 2; i++) {
+    rcfg c;
+    CHECK_INT_EQ(rcfg_parse(configs[i], "schema.json", &c, err, sizeof err), 0);
+    char *text = rcfg_to_json(&c);
+    cJSON *tree = text ? cJSON_Parse(text) : NULL;
+    CHECK(tree != NULL);
+    if (tree)
+      CHECK_INT_EQ(unlisted(tree, ""), 0);
+    cJSON_Delete(tree);
+    free(text);
+  }
+  CHECK_INT_EQ(rcfg_key_traj("train.tokens"), RCFG_TRAJ_ALONG);
+  CHECK_INT_EQ(rcfg_key_traj("eval.every_tokens"), RCFG_TRAJ_ALONG);
+  CHECK_INT_EQ(rcfg_key_traj("checkpoint.every_tokens"), RCFG_TRAJ_ALONG);
+  CHECK_INT_EQ(rcfg_key_traj("train.lr"), RCFG_TRAJ_RULED);
+  CHECK_INT_EQ(rcfg_key_traj("train.warmup_tokens"), RCFG_TRAJ_LENGTH_DEFAULT);
+  CHECK_INT_EQ(rcfg_key_traj("train.schedule"), RCFG_TRAJ_DEFINES);
+  CHECK_INT_EQ(rcfg_key_traj("train.a_key_from_next_year"), RCFG_TRAJ_DEFINES);
+}
+
+/* the trajectory key of the wsd config with train tail `tail`, sharing `shared` */
+static char *traj_key(const char *tail, unsigned shared) {
+  char text[512], err[1024];
+  snprintf(text, sizeof text,
+           "{\"model\": {\"n_layer\": 1, \"d_model\": 8, \"n_head\": 1, \"seq_len\": 2},"
+           "\"train\": {\"schedule\": \"wsd\", \"batch_size\": 4%s}}",
+           tail);
+  rcfg c;
+  if (rcfg_parse(text, "traj.json", &c, err, sizeof err) != 0)
+    return NULL;
+  return rcfg_trajectory_key(&c, shared);
+}
+
+static int same_trajectory(const char *a, const char *b, unsigned shared) {
+  char *x = traj_key(a, shared), *y = traj_key(b, shared);
+  CHECK(x && y);
+  int same = x && y && !strcmp(x, y);
+  free(x);
+  free(y);
+  return same;
+}
+
+static void test_trajectory_key(void) {
+  const unsigned ruled = RCFG_SHARES(RCFG_TRAJ_RULED);
+  const unsigned dflt = RCFG_SHARES(RCFG_TRAJ_LENGTH_DEFAULT);
+  /* the length and the evaluations differ along one trajectory */
+  CHECK(same_trajectory(",\"tokens\": 800, \"warmup_tokens\": 8",
+                        ",\"tokens\": 1600, \"warmup_tokens\": 8", 0));
+  /* the defaulted warmup (5% of tokens) only when the group shares it */
+  CHECK(!same_trajectory(",\"tokens\": 800", ",\"tokens\": 1600", 0));
+  CHECK(same_trajectory(",\"tokens\": 800", ",\"tokens\": 1600", dflt));
+  /* a rate splits trajectories unless the rules chose it and it is shared;
+   * a run that shares never groups with one that set its own */
+  CHECK(!same_trajectory(",\"lr\": 0.01, \"warmup_tokens\": 8",
+                         ",\"lr\": 0.02, \"warmup_tokens\": 8", 0));
+  CHECK(same_trajectory(",\"lr\": 0.01, \"warmup_tokens\": 8",
+                        ",\"lr\": 0.02, \"warmup_tokens\": 8", ruled));
+  char *a = traj_key(",\"lr\": 0.01, \"warmup_tokens\": 8", ruled);
+  char *b = traj_key(",\"lr\": 0.01, \"warmup_tokens\": 8", 0);
+  CHECK(a && b && strcmp(a, b) != 0);
+  free(a);
+  free(b);
+  /* what defines the trajectory: the seed, the decay's share */
+  CHECK(!same_trajectory(",\"seed\": 1, \"warmup_tokens\": 8", ",\"seed\": 2, \"warmup_tokens\": 8",
+                         ruled | dflt));
+  CHECK(!same_trajectory(",\"decay_frac\": 0.1", ",\"decay_frac\": 0.2", ruled | dflt));
+}
+
+/* Problems carry their path as data: the planner maps them onto spec
+ * paths without reading the text. */
+static void test_problems(void) {
+  rcfg c;
+  rcfg_problems pr;
+  CHECK_INT_EQ(rcfg_parse_problems("{\"train\": {\"batch_size\": 8, \"micro_batch_size\": 3},"
+                                   " \"precision\": \"fp8\"}",
+                                   &c, &pr),
+               SS_EINVAL);
+  CHECK_INT_EQ(pr.n, 2);
+  CHECK(!strcmp(pr.items[0].path, "$.train.micro_batch_size"));
+  CHECK(strstr(pr.items[0].message, "found 3") != NULL);
+  CHECK(!strcmp(pr.items[1].path, "$.precision"));
+  CHECK_INT_EQ(pr.items[0].line, 0);
+  char err[512];
+  rcfg_problems_text(&pr, "run.json", err, sizeof err);
+  CHECK(!strncmp(err, "run.json: $.train.micro_batch_size: found 3", 43));
+  CHECK(strstr(err, "\nrun.json: $.precision: found \"fp8\"") != NULL);
+  /* malformed JSON: line and column, no path */
+  CHECK_INT_EQ(rcfg_parse_problems("{\n  \"train\": {,}\n}", &c, &pr), SS_EINVAL);
+  CHECK_INT_EQ(pr.n, 1);
+  CHECK(!strcmp(pr.items[0].path, ""));
+  CHECK_INT_EQ(pr.items[0].line, 2);
+  rcfg_problems_text(&pr, "run.json", err, sizeof err);
+  CHECK(!strncmp(err, "run.json:2:", 11));
+}
+
 int main(void) {
   rcfg c;
   char err[2048];
   int v = -1;
   test_wsd();
+  test_schema();
+  test_trajectory_key();
+  test_problems();
 
   /* cuda at fp32: on by default, in the JSON; it parses back the same */
   CHECK_INT_EQ(parse(",\"backend\": \"cuda\"", &c, err, sizeof err), 0);
