@@ -108,9 +108,10 @@ static int resolve(plan__planner *P, plan__draft *d, plan_run *r) {
     cfg.checkpoint.every_tokens = checkpoint_every(&cfg);
   if (plan__fit_memory(P, d, &cfg) != 0)
     return -1;
-  r->config = rcfg_to_json(&cfg);
-  if (!r->config || rcfg_hash(&cfg, r->config_hash) != 0)
+  r->cfg = malloc(sizeof *r->cfg);
+  if (!r->cfg)
     return -1;
+  *r->cfg = cfg;
   r->part = d->part;
   plan__fill(r, &cfg, s->throughput_flops);
   r->target_params = d->target_params;
@@ -158,6 +159,20 @@ static int resolve_rest(plan__draft *d, plan_run *r) {
       memcpy(r->target_loss, d->target_loss->v, d->target_loss->n * sizeof *r->target_loss);
       r->n_target_loss = d->target_loss->n;
     }
+  }
+  return 0;
+}
+
+/* Each run's config as text, the one time it is written: every value is
+ * decided by now (resolve, then plan__branch's shared ones), and the hash
+ * is taken over this text. 0 or SS_ENOMEM. */
+static int write_configs(plan *p) {
+  for (size_t i = 0; i < p->n; i++) {
+    plan_run *r = &p->runs[i];
+    r->config = rcfg_to_json(r->cfg);
+    if (!r->config)
+      return SS_ENOMEM;
+    rcfg_hash_text(r->config, r->config_hash);
   }
   return 0;
 }
@@ -283,6 +298,7 @@ void plan_free(plan *p) {
   if (!p)
     return;
   for (size_t i = 0; i < p->n; i++) {
+    free(p->runs[i].cfg);
     free(p->runs[i].config);
     free(p->runs[i].target_loss);
     free(p->runs[i].keep_steps);
@@ -378,6 +394,9 @@ static void resolve_all(plan__planner *P, plan *p) {
     if (!P->ds.d[i].failed && resolve(P, &P->ds.d[i], r) == 0) {
       r->index = (int)p->n; /* creation order, the last sort key */
       p->n++;
+    } else {
+      free(r->cfg);
+      r->cfg = NULL;
     }
   }
   if (p->n)
@@ -464,11 +483,10 @@ static int adapt(plan **pp, const spec *s) {
   return 0;
 }
 
-/* Data reuse of shard runs: the config text names its data. */
+/* Data reuse of shard runs: the config names its data. */
 static void warn_data(plan *p, size_t i, char *last_pattern, size_t n, double *last_tokens) {
   const plan_run *r = &p->runs[i];
-  json_t *c = json_loads(r->config, 0, NULL);
-  const char *pattern = json_string_value(json_object_get(json_object_get(c, "data"), "train"));
+  const char *pattern = r->cfg->data.synthetic ? NULL : r->cfg->data.train;
   if (pattern && strcmp(pattern, last_pattern)) {
     snprintf(last_pattern, n, "%s", pattern);
     *last_tokens = shard_tokens(pattern);
@@ -491,7 +509,6 @@ static void warn_data(plan *p, size_t i, char *last_pattern, size_t n, double *l
                   "5e3 * N^0.74 = %.4g for N = %lld",
                   i, unique, bound, (long long)r->nonembedding_params);
   }
-  json_decref(c);
 }
 
 /* The plan runs, but the user should know. */
@@ -561,6 +578,8 @@ int plan_spec(const spec *s, plan **out, spec_problems *pr) {
   /* branching first: a batch size shared by a group rounds its runs' tokens,
    * which could make two of them one */
   int rc = plan__branch(p, s->branches);
+  if (rc == 0)
+    rc = write_configs(p);
   if (rc == 0)
     plan__bcrit_link(p);
   if (rc == 0)

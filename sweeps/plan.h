@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "runcfg/runcfg.h"
 #include "sweeps/spec.h"
 
 /* Host threads of a GPU run (always set so the config, and its hash, do not
@@ -40,10 +41,15 @@
 #define PLAN_LR_RULE_NAME "deepseek_eta_opt_sqrt_batch_clamped"
 
 typedef struct plan_run {
-  int index;            /* position in the plan (smallest compute first) */
-  const char *part;     /* "grid", "isoflop", "batch", "bcrit", "runs", "lr_tune" (static) */
-  char *config;         /* canonical resolved run config (rcfg_to_json) */
-  char config_hash[65]; /* SHA-256 of config, hex */
+  int index;        /* position in the plan (smallest compute first) */
+  const char *part; /* "grid", "isoflop", "batch", "bcrit", "runs", "lr_tune" (static) */
+  /* the resolved run config, decided once (plan.c resolve, then the WSD
+   * group's shared values: plan_branch.c) and only then written as text,
+   * once: config is rcfg_to_json(cfg), config_hash the SHA-256 of that
+   * text (owned, both) */
+  rcfg *cfg;
+  char *config;
+  char config_hash[65];
   int n_layer, d_model, n_head, seq_len, vocab_size;
   int family, parametrization, base_width; /* the config's model (runcfg.h) */
   int64_t params, nonembedding_params;

@@ -3,15 +3,17 @@
  * stable phase, so each shorter one starts its decay from a checkpoint of
  * the longest one (the trunk) instead of training that phase again.
  *
- * Runs group by their config without train.tokens and the settings that
- * change no weight (eval, checkpoint). What the planner chose per run from
- * its own compute would split every group: where the batch size and the
- * learning rate both come from the rules, they too are left out of the key,
- * and every run of the group takes the smallest run's (the rules at the
- * group's smallest compute, so that every run keeps the rule's floor of
- * steps); a warmup the planner defaulted (5% of each run's tokens) becomes
- * the smallest run's too. Those configs are resolved and hashed again. */
-#include <jansson.h>
+ * Runs group by their trajectory key (runcfg.h rcfg_trajectory_key): the
+ * config without the keys its schema marks as differing along a
+ * trajectory (train.tokens, eval, checkpoint). What the planner chose per
+ * run from its own compute would split every group: where the batch size
+ * and the learning rate both come from the rules, the keys marked ruled
+ * are left out too, and every run of the group takes the smallest run's
+ * (the rules at the group's smallest compute, so that every run keeps the
+ * rule's floor of steps); a warmup the planner defaulted (marked as a
+ * default that follows the length) becomes the smallest run's too. The
+ * shared values are set in the runs' resolved configs, before any is
+ * written as text (plan.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,88 +38,54 @@ static int cmp_members(const void *a, const void *b) {
   return x->tokens < y->tokens ? 1 : x->tokens > y->tokens ? -1 : 0; /* longest first */
 }
 
-/* the grouping key of a config; NULL when it is not a wsd run */
-static char *group_key(const char *config, int rules, int warmup_given, int64_t *tokens,
-                       double *warmup) {
-  json_t *c = json_loads(config, 0, NULL);
-  json_t *t = json_object_get(c, "train");
-  char *key = NULL;
-  const char *sched = json_string_value(json_object_get(t, "schedule"));
-  if (sched && !strcmp(sched, "wsd")) {
-    *tokens = (int64_t)json_number_value(json_object_get(t, "tokens")); /* 1e+15 is a real */
-    *warmup = json_number_value(json_object_get(t, "warmup_tokens"));
-    json_object_del(t, "tokens");
-    if (!warmup_given) /* the default: the group shares one */
-      json_object_set_new(t, "warmup_tokens", json_string("default"));
-    if (rules) {
-      json_object_del(t, "batch_size");
-      json_object_del(t, "micro_batch_size");
-      json_object_del(t, "lr");
-      json_object_set_new(t, "rules", json_true()); /* never with a run that set them */
-    }
-    json_object_del(c, "eval");
-    json_object_del(c, "checkpoint");
-    key = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
-  }
-  json_decref(c);
-  return key;
+/* the grouping key of a run; NULL when it is not a wsd run (or out of
+ * memory, which the caller cannot tell apart: it only branches less) */
+static char *group_key(const plan_run *r, int rules, int64_t *tokens, double *warmup) {
+  const rcfg *c = r->cfg;
+  if (strcmp(c->train.schedule, "wsd") != 0)
+    return NULL;
+  *tokens = c->train.tokens;
+  *warmup = c->train.warmup_tokens;
+  unsigned shared = (rules ? RCFG_SHARES(RCFG_TRAJ_RULED) : 0) |
+                    (r->warmup_given ? 0 : RCFG_SHARES(RCFG_TRAJ_LENGTH_DEFAULT));
+  return rcfg_trajectory_key(c, shared);
 }
 
 /* run r takes the shared settings of from (the group's smallest): its
  * batch size, micro-batch and learning rate when rules, and the warmup when
- * warmup >= 0; its tokens then a whole number of the new batches. The config
- * is resolved and hashed again, its figures recomputed. 0 or -1. */
-static int share(plan *p, plan_run *r, const plan_run *src, const rcfg *from, int rules,
-                 double warmup) {
-  rcfg cfg;
-  char err[1024];
-  if (rcfg_parse(r->config, "plan", &cfg, err, sizeof err) != 0)
-    return -1;
+ * warmup >= 0; its tokens then a whole number of the new batches. Its
+ * figures are recomputed. */
+static void share(plan *p, plan_run *r, const plan_run *src, int rules, double warmup) {
+  rcfg *cfg = r->cfg;
+  const rcfg *from = src->cfg;
   if (rules) {
     r->rules_from = src->index;
     r->rule_compute = src->rule_compute;
     r->b_opt_tokens = src->b_opt_tokens;
-    cfg.train.batch_size = from->train.batch_size;
-    cfg.train.micro_batch_size = from->train.micro_batch_size;
-    cfg.train.lr = from->train.lr;
-    int64_t bt = (int64_t)cfg.train.batch_size * cfg.model.seq_len;
-    cfg.train.tokens = cfg.train.tokens / bt * bt;
+    cfg->train.batch_size = from->train.batch_size;
+    cfg->train.micro_batch_size = from->train.micro_batch_size;
+    cfg->train.lr = from->train.lr;
+    int64_t bt = (int64_t)cfg->train.batch_size * cfg->model.seq_len;
+    cfg->train.tokens = cfg->train.tokens / bt * bt;
   }
   if (warmup >= 0)
-    cfg.train.warmup_tokens = warmup;
-  char *text = rcfg_to_json(&cfg);
-  if (!text || rcfg_hash(&cfg, r->config_hash) != 0) {
-    free(text);
-    return -1;
-  }
-  free(r->config);
-  r->config = text;
-  plan__fill(r, &cfg, p->throughput_flops);
-  return 0;
+    cfg->train.warmup_tokens = warmup;
+  plan__fill(r, cfg, p->throughput_flops);
 }
 
 /* One group, m[0] the longest: the shared warmup, then each shorter run
  * branches from m[0] at its own stable steps (0: trains from scratch). */
-static int branch_group(plan *p, member *m, size_t n, int branch) {
+static void branch_group(plan *p, member *m, size_t n, int branch) {
   /* the key holds the warmup unless it is the default: all or none are */
   int defaulted = !p->runs[m[0].run].warmup_given;
-  rcfg small;
-  char err[1024];
-  if (rcfg_parse(p->runs[m[n - 1].run].config, "plan", &small, err, sizeof err) != 0)
-    return SS_ENOMEM;
   double w = defaulted ? m[n - 1].warmup : -1; /* the smallest run's own default */
   for (size_t i = 0; i + 1 < n; i++)
-    if ((m[i].rules || defaulted) &&
-        share(p, &p->runs[m[i].run], &p->runs[m[n - 1].run], &small, m[i].rules, w) != 0)
-      return SS_ENOMEM;
+    if (m[i].rules || defaulted)
+      share(p, &p->runs[m[i].run], &p->runs[m[n - 1].run], m[i].rules, w);
   plan_run *trunk = &p->runs[m[0].run];
   for (size_t i = 1; branch && i < n; i++) {
     plan_run *b = &p->runs[m[i].run];
-    rcfg cfg;
-    char err[1024];
-    if (rcfg_parse(b->config, "plan", &cfg, err, sizeof err) != 0)
-      return SS_ENOMEM;
-    int64_t at = rcfg_wsd_stable_steps(&cfg);
+    int64_t at = rcfg_wsd_stable_steps(b->cfg);
     if (at < 1 || at >= b->steps)
       continue;
     b->branch_of = trunk->index;
@@ -129,7 +97,6 @@ static int branch_group(plan *p, member *m, size_t n, int branch) {
     trunk->n_branch_points++;
   }
   p->n_trunks += trunk->n_branch_points > 0;
-  return 0;
 }
 
 int plan__branch(plan *p, int branch) {
@@ -139,28 +106,26 @@ int plan__branch(plan *p, int branch) {
   if (!m)
     return SS_ENOMEM;
   size_t n = 0;
-  int rc = 0;
   for (size_t i = 0; i < p->n; i++) {
     m[n].run = i;
     m[n].rules = p->runs[i].batch_from_rule && p->runs[i].lr_from_rule;
-    m[n].key = group_key(p->runs[i].config, m[n].rules, p->runs[i].warmup_given, &m[n].tokens,
-                         &m[n].warmup);
+    m[n].key = group_key(&p->runs[i], m[n].rules, &m[n].tokens, &m[n].warmup);
     if (m[n].key)
       n++;
   }
   qsort(m, n, sizeof *m, cmp_members);
-  for (size_t i = 0; i < n && !rc;) {
+  for (size_t i = 0; i < n;) {
     size_t j = i + 1;
     while (j < n && !strcmp(m[j].key, m[i].key))
       j++;
     if (j - i > 1)
-      rc = branch_group(p, m + i, j - i, branch);
+      branch_group(p, m + i, j - i, branch);
     i = j;
   }
   for (size_t i = 0; i < n; i++)
     free(m[i].key);
   free(m);
-  return rc;
+  return 0;
 }
 
 void plan__bcrit_link(plan *p) {
@@ -222,12 +187,14 @@ plan *plan__subset(const plan *p, const size_t *keep, size_t k) {
     plan_run *c = &q->runs[i];
     *c = *r;
     c->config = strdup(r->config);
+    if ((c->cfg = malloc(sizeof *c->cfg)))
+      *c->cfg = *r->cfg;
     c->target_loss = NULL;
     c->keep_steps = NULL;
     if (r->n_target_loss && (c->target_loss = malloc(r->n_target_loss * sizeof *c->target_loss)))
       memcpy(c->target_loss, r->target_loss, r->n_target_loss * sizeof *c->target_loss);
     q->n = i + 1;
-    if (!c->config || (r->n_target_loss && !c->target_loss)) {
+    if (!c->config || !c->cfg || (r->n_target_loss && !c->target_loss)) {
       free(at);
       plan_free(q);
       return NULL;
