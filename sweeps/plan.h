@@ -20,6 +20,37 @@
  * 6 * nonembedding_params * tokens. est_seconds adds the evaluation passes'
  * forward FLOPs and divides by the spec's throughput_flops.
  *
+ * Who decides each value of a planned config (one owner each; a spec's
+ * own value, in $.base or $.runs[i], always wins and reaches the config
+ * through runcfg's parse unchanged):
+ *   model shape (n_layer, d_model, n_head)  plan_draft.c plan_shape (the
+ *                                  shape rule); the lr tune's proxy: plan__lr_tune
+ *   train.batch_size               plan_draft.c plan_train / plan__explicit
+ *                                  (rule_batch); a WSD group's: plan_branch.c share
+ *   train.micro_batch_size         plan_memory.c: plan__micro_batch (the spec's
+ *                                  cap at a planned batch) and plan__fit_memory
+ *                                  (lowered to fit); otherwise runcfg's default
+ *                                  batch_size / world_size
+ *   gradient accumulation          not a key: the trainer's batch_size /
+ *                                  (micro_batch_size x world_size)
+ *   train.lr                       plan_draft.c rule_lr (and the branched
+ *                                  ladder's sqrt(B / B0) scaling)
+ *   train.tokens, hence steps      plan_draft.c plan_train (D rounded to whole
+ *                                  batches); steps = tokens / (batch x seq_len)
+ *                                  wherever it is needed (plan__fill, trainer)
+ *   train.schedule, decay_frac     the spec; the branched ladder sets
+ *                                  "constant"; runcfg's default "cosine", 0.2
+ *   train.warmup_tokens            runcfg's default (5% of tokens); the
+ *                                  branched ladder's shared one; a WSD group's
+ *                                  defaulted ones: plan_branch.c share
+ *   train.seed                     plan_draft.c put_seed
+ *   eval.every_tokens              runcfg's default (tokens / 10); the
+ *                                  branched ladder's (branch tokens / 8)
+ *   checkpoint.every_tokens        plan.c checkpoint_every (about ten per run)
+ *   backend, world_size, threads   plan_draft.c plan__put_resources
+ * Which runs share a WSD trunk follows from runcfg's schema (rcfg_schema,
+ * rcfg_trajectory_key), not from a list here.
+ *
  * Ownership: a plan owns everything in it; plan_free releases it. */
 #ifndef SS_SWEEPS_PLAN_H
 #define SS_SWEEPS_PLAN_H

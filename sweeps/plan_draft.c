@@ -99,12 +99,13 @@ static double rule_lr(const spec_lr_rule *r, const spec_batch_rule *br, double C
   return round_sig3(eta);
 }
 
-/* Largest divisor of B not above cap. */
-static int micro_for(int B, int cap) {
-  for (int m = cap < B ? cap : B; m > 1; m--)
-    if (B % m == 0)
-      return m;
-  return 1;
+/* A planned batch size of B sequences, with the micro-batch the spec asks
+ * for at it (plan_memory.c decides it). */
+static void put_batch(const plan__planner *P, plan__draft *d, int B) {
+  put(d->over, "train", "batch_size", json_integer(B));
+  int micro = plan__micro_batch(P, d, B);
+  if (micro)
+    put(d->over, "train", "micro_batch_size", json_integer(micro));
 }
 
 /* ---- drafting --------------------------------------------------------- */
@@ -170,11 +171,8 @@ static int plan_train(plan__planner *P, plan__draft *d, double C, double D, int 
   int64_t step = (int64_t)B * T;
   int64_t tokens = (int64_t)llround(D / (double)step) * step;
   put(d->over, "train", "tokens", json_integer(tokens));
-  if (!P->base_batch || fixed_B) {
-    put(d->over, "train", "batch_size", json_integer(B));
-    if (s->base_sets_micro)
-      put(d->over, "train", "micro_batch_size", json_integer(micro_for(B, s->base_micro)));
-  }
+  if (!P->base_batch || fixed_B)
+    put_batch(P, d, B);
   if (fixed_lr > 0) {
     put(d->over, "train", "lr", json_real(fixed_lr));
   } else if (!s->base_sets_lr) {
@@ -601,9 +599,7 @@ void plan__explicit(plan__planner *P) {
     d->b_opt = b_opt_tokens(&s->batch_rule, C);
     if (!has_B) {
       d->batch_from_rule = 1;
-      put(d->over, "train", "batch_size", json_integer(B));
-      if (!sets(run, "train", "micro_batch_size") && s->base_sets_micro)
-        put(d->over, "train", "micro_batch_size", json_integer(micro_for(B, s->base_micro)));
+      put_batch(P, d, B);
       if (D < (double)B * T) {
         char p[64];
         snprintf(p, sizeof p, "%s.train.tokens",

@@ -83,6 +83,14 @@ struct plan *plan__subset(const struct plan *p, const size_t *keep, size_t k);
 struct plan_run;
 void plan__fill(struct plan_run *r, const rcfg *cfg, double throughput);
 
+/* plan_memory.c, the planner's one owner of train.micro_batch_size: the
+ * micro-batch of a batch size B the planner chose for d's run, when the
+ * spec asks for one (base.train.micro_batch_size as a cap: the largest
+ * divisor of B not above it); 0 when the run sets its own or the spec
+ * leaves it to runcfg's default (batch_size / world_size), which
+ * plan__fit_memory may lower. */
+int plan__micro_batch(const plan__planner *P, const plan__draft *d, int B);
+
 /* plan_memory.c: 0 when the run of d, resolved into cfg, fits
  * $.resources.max_memory_gib (runcfg/memory.h's estimate), after lowering
  * cfg's micro_batch_size to the largest divisor of batch_size that fits

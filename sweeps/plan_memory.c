@@ -3,7 +3,11 @@
  * CPU run), $.resources.max_memory_gib, cannot train there; the spec is
  * refused with the figures rather than the run meeting the OOM killer. A
  * run whose micro-batch the spec leaves to the planner gets the largest
- * one that fits first (the same batch, accumulated). */
+ * one that fits first (the same batch, accumulated).
+ *
+ * Every micro-batch the planner decides is decided here: the spec's cap at
+ * a planned batch size (plan__micro_batch) and the memory fit; the rest is
+ * runcfg's default or the spec's own value. */
 #include <stdio.h>
 
 #include "runcfg/flops.h"
@@ -24,10 +28,25 @@ static const char *size_path(const plan__planner *P, const plan__draft *d, char 
   return d->fallback;
 }
 
+/* did the run's own layer ($.runs[i]) choose its micro-batch? */
+static int run_sets_micro(const plan__draft *d) {
+  const json_t *rt = d->run_layer ? json_object_get(d->run_layer, "train") : NULL;
+  return rt && json_object_get(rt, "micro_batch_size");
+}
+
 /* did the spec choose this run's micro-batch? */
 static int micro_chosen(const plan__planner *P, const plan__draft *d) {
-  const json_t *rt = d->run_layer ? json_object_get(d->run_layer, "train") : NULL;
-  return P->s->base_sets_micro || (rt && json_object_get(rt, "micro_batch_size"));
+  return P->s->base_sets_micro || run_sets_micro(d);
+}
+
+int plan__micro_batch(const plan__planner *P, const plan__draft *d, int B) {
+  if (!P->s->base_sets_micro || run_sets_micro(d))
+    return 0;
+  int cap = P->s->base_micro;
+  for (int m = cap < B ? cap : B; m > 1; m--)
+    if (B % m == 0)
+      return m;
+  return 1;
 }
 
 int plan__fit_memory(const plan__planner *P, const plan__draft *d, rcfg *cfg) {
