@@ -83,12 +83,15 @@ def need_section(secs, anchor):
     return secs[anchor]
 
 
+def first_cells(secs, anchor, pattern):
+    """The names the section's tables list in their first column, each cell
+    a match of pattern (its group 1 the name)."""
+    cells = (re.fullmatch(pattern, row[0]) for row in table_rows(need_section(secs, anchor)))
+    return {m.group(1) for m in cells if m}
+
+
 def check_folders(secs, files):
-    listed = set()
-    for row in table_rows(need_section(secs, "source-folders")):
-        m = re.fullmatch(r"`([\w.-]+)/`", row[0])
-        if m:
-            listed.add(m.group(1))
+    listed = first_cells(secs, "source-folders", r"`([\w.-]+)/`")
     tree = {f.split("/")[0] for f in files if "/" in f and f.endswith(C_EXT)}
     errors = []
     for d in sorted(tree - listed):
@@ -157,11 +160,7 @@ def tree_events(files):
 
 
 def check_events(secs, files):
-    listed = set()
-    for row in table_rows(need_section(secs, "output-events")):
-        m = re.fullmatch(r"`(\w+)`", row[0])
-        if m:
-            listed.add(m.group(1))
+    listed = first_cells(secs, "output-events", r"`(\w+)`")
     tree = tree_events(files)
     if not tree:
         return ["found no trainer events in the tree (no TRN_EVENT(name, ...) line under "
