@@ -125,17 +125,11 @@ def wait_fit(sweep, law, ok):
 try:
     rig.start_scheduler("--checkpoints", ckpt, env=PASSIVE)
     # no worker yet: a second sweep whose trunk is cancelled before it starts
-    st, body = request("POST", "/api/sweeps", spec("bcrit-no-trunk"))
-    if st != 201:
-        fail(f"submit: {st} {body}")
-    lone = body["id"]
+    lone = rig.submit(spec("bcrit-no-trunk"))
     for r in runs_of(lone):
         if r["branch_of"] == 0:
             request("POST", f"/api/runs/{r['id']}/cancel")
-    st, body = request("POST", "/api/sweeps", spec("bcrit"))
-    if st != 201:
-        fail(f"submit: {st} {body}")
-    sweep = body["id"]
+    sweep = rig.submit(spec("bcrit"))
     planned = runs_of(sweep)
     trunks = [r for r in planned if r["branch_of"] == 0]
     if len(trunks) != 1 or trunks[0]["batch"] != 8 or trunks[0]["tokens"] != 262144:

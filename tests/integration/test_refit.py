@@ -61,13 +61,11 @@ def wait_sweep(sweep):
 def run_sweep(spec, what, succeeded):
     """Submits spec and waits for its sweep; fails unless `succeeded` runs
     succeeded. The sweep's id."""
-    st, body = request("POST", "/api/sweeps", spec)
-    if st != 201:
-        fail(f"submit the {what}: {st} {body}")
-    c = wait_sweep(body["id"])
+    sweep = rig.submit(spec, f"the {what}")
+    c = wait_sweep(sweep)
     if c["succeeded"] != succeeded:
         fail(f"{what}: {c}")
-    return body["id"]
+    return sweep
 
 
 try:

@@ -83,10 +83,7 @@ try:
     rig.start_scheduler("--checkpoints", ckpt, env=PASSIVE)
 
     # no worker yet: the sweep whose trunks are cancelled goes first
-    st, body = request("POST", "/api/sweeps", spec("wsd-unbranched"))
-    if st != 201:
-        fail(f"submit: {st} {body}")
-    lone = body["id"]
+    lone = rig.submit(spec("wsd-unbranched"))
     for r in runs_of(lone):
         if r["branch_of"] == 0:
             st, b = request("POST", f"/api/runs/{r['id']}/cancel")
@@ -97,10 +94,7 @@ try:
     lost = [r for r in runs_of(lone) if r["branch_of"] and r["d"] == 32 and r["tokens"] == 25600]
     gone = os.path.join(ckpt, f"run-{lost[0]['branch_of']}", "branch-80", "checkpoint.bin")
     psql(f"UPDATE runs SET branch_path = '{gone}' WHERE id = {lost[0]['id']}")
-    st, body = request("POST", "/api/sweeps", spec("wsd-branched"))
-    if st != 201:
-        fail(f"submit: {st} {body}")
-    sweep = body["id"]
+    sweep = rig.submit(spec("wsd-branched"))
     # per size, the 102400-token run is the trunk (400 steps); the others
     # branch at their stable steps, 100 - 20 = 80 and 200 - 40 = 160
     planned = runs_of(sweep)
