@@ -32,7 +32,7 @@ const char *err_name(int code);
 /* A short human-readable description of the code. */
 const char *err_str(int code);
 
-/* Exit codes of every scalesweep command (DESIGN.md). */
+/* Exit codes of every scalesweep command (docs/design.md#exit-codes). */
 enum { SS_EXIT_OK = 0, SS_EXIT_FAILURE = 1, SS_EXIT_USAGE = 2 };
 
 /* Maps an error code to the process exit code: invalid input, corrupt files

@@ -1,4 +1,4 @@
--- The store (DESIGN.md "Storage"). Table and column names are part of the
+-- The store (docs/design.md#tables). Table and column names are part of the
 -- interface: users query them with SQL.
 
 CREATE TYPE run_status AS ENUM ('queued', 'running', 'succeeded', 'failed', 'cancelled');

@@ -1,4 +1,4 @@
-/* The run config (DESIGN.md "Run config"): parsing, validation, defaults,
+/* The run config (docs/design.md#the-run-config): parsing, validation, defaults,
  * the canonical JSON text and its hash. The one owner of the run config:
  * the planner (sweeps/) and the trainer both resolve configs here, so a
  * planned config is exactly what `scalesweep train` runs.

@@ -44,10 +44,7 @@ typedef struct adapt_job {
   adaptive_outcome out;
 } adapt_job;
 
-void sched__adaptive_free(sched__adaptive *a) {
-  free(a->pending);
-  *a = (sched__adaptive){0};
-}
+void sched__adaptive_free(sched__adaptive *a) { sched__sweepq_free(a); }
 
 static void job_free(adapt_job *j) {
   free(j->spec);
@@ -70,22 +67,8 @@ static void done(sched *s, adapt_job *j) {
 }
 
 void sched__adaptive_touch(sched *s, int64_t sweep_id) {
-  sched__adaptive *a = &s->adapt;
-  for (int i = 0; i < a->n; i++)
-    if (a->pending[i] == sweep_id)
-      return;
-  if (a->n == a->cap) {
-    int cap = a->cap ? 2 * a->cap : 16;
-    int64_t *p = realloc(a->pending, (size_t)cap * sizeof *p);
-    if (!p) {
-      fprintf(stderr, "scheduler: sweep %" PRId64 ": out of memory for its adaptive design\n",
-              sweep_id);
-      return;
-    }
-    a->pending = p;
-    a->cap = cap;
-  }
-  a->pending[a->n++] = sweep_id;
+  s->adapt.what = "adaptive design";
+  sched__sweepq_add(&s->adapt, sweep_id);
 }
 
 static const char *stop_words(adaptive_status st) {
@@ -98,10 +81,7 @@ static void on_stored(void *ud, int status, int64_t sweep_id, int64_t added, con
   adapt_job *j = ud;
   sched *s = j->s;
   if (status != 0) {
-    fprintf(stderr, "scheduler: sweep %" PRId64 ": storing its adaptive round failed: %s\n",
-            j->sweep_id, errmsg);
-    if (status == SS_ECONN || status == SS_ETIMEOUT)
-      sched__adaptive_touch(s, j->sweep_id);
+    sched__sweepq_failed(&s->adapt, j->sweep_id, status, "storing its adaptive round", errmsg);
     return done(s, j);
   }
   if (sweep_id == 0) /* cancelled meanwhile, or the round is stored already */
@@ -156,10 +136,7 @@ static void on_points(void *ud, int status, const store_fit_point *pts, int n,
   sched *s = j->s;
   (void)corpus;
   if (status != 0) {
-    fprintf(stderr, "scheduler: sweep %" PRId64 ": reading its points failed: %s\n", j->sweep_id,
-            errmsg);
-    if (status == SS_ECONN || status == SS_ETIMEOUT)
-      sched__adaptive_touch(s, j->sweep_id);
+    sched__sweepq_failed(&s->adapt, j->sweep_id, status, "reading its points", errmsg);
     return done(s, j);
   }
   if (s->stopping)
@@ -203,10 +180,7 @@ static void on_runs(void *ud, int status, const char *spec_json, const char *ada
   adapt_job *j = ud;
   sched *s = j->s;
   if (status != 0) {
-    fprintf(stderr, "scheduler: sweep %" PRId64 ": reading its adaptive design failed: %s\n",
-            j->sweep_id, errmsg);
-    if (status == SS_ECONN || status == SS_ETIMEOUT)
-      sched__adaptive_touch(s, j->sweep_id);
+    sched__sweepq_failed(&s->adapt, j->sweep_id, status, "reading its adaptive design", errmsg);
     return done(s, j);
   }
   if (s->stopping || !spec_json || n == 0)
@@ -237,20 +211,13 @@ static void on_runs(void *ud, int status, const char *spec_json, const char *ada
 }
 
 void sched__adaptive_due(sched *s) {
-  sched__adaptive *a = &s->adapt;
-  if (a->busy || a->n == 0 || s->stopping)
+  int64_t sweep_id = s->stopping ? 0 : sched__sweepq_take(&s->adapt);
+  if (!sweep_id)
     return;
-  int64_t sweep_id = a->pending[0];
   adapt_job *j = calloc(1, sizeof *j);
-  if (!j) { /* left on the list: checked at the next flush */
-    fprintf(stderr, "scheduler: sweep %" PRId64 ": out of memory for its adaptive design\n",
-            sweep_id);
-    return;
-  }
-  memmove(a->pending, a->pending + 1, (size_t)(a->n - 1) * sizeof *a->pending);
-  a->n--;
+  if (!j)
+    return sched__sweepq_put_back(&s->adapt, sweep_id);
   j->s = s;
   j->sweep_id = sweep_id;
-  a->busy = 1;
   store_sweeps_adaptive_runs(db_pool_get(s->reads, 0), sweep_id, on_runs, j);
 }

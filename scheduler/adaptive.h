@@ -4,13 +4,9 @@
 #ifndef SS_SCHEDULER_ADAPTIVE_H
 #define SS_SCHEDULER_ADAPTIVE_H
 
-#include <stdint.h>
+#include "scheduler/sweepq.h"
 
-typedef struct sched__adaptive {
-  int64_t *pending; /* sweeps to check (n), malloc'd, capacity cap; each once */
-  int n, cap;
-  int busy; /* a check, or its round, under way */
-} sched__adaptive;
+typedef sched__sweepq sched__adaptive;
 
 /* Frees the list (at shutdown, once no check is in flight). */
 void sched__adaptive_free(sched__adaptive *a);

@@ -1,4 +1,4 @@
-/* The HTTP API (DESIGN.md "HTTP API conventions"): JSON in and out, keys
+/* The HTTP API (docs/design.md#the-http-api): JSON in and out, keys
  * named as the table columns, errors as {"error": {"message", "path"}}. Most
  * answers are JSON documents from the store (store/pages.h); changes are
  * store/actions.h. */

@@ -43,10 +43,7 @@ typedef struct tune_job {
   lr_tune_outcome out;
 } tune_job;
 
-void sched__tunes_free(sched__tunes *t) {
-  free(t->pending);
-  *t = (sched__tunes){0};
-}
+void sched__tunes_free(sched__tunes *t) { sched__sweepq_free(t); }
 
 static void job_free(tune_job *j) {
   free(j->spec);
@@ -65,34 +62,15 @@ static void done(sched *s, tune_job *j) {
 }
 
 void sched__lr_tune_touch(sched *s, int64_t sweep_id) {
-  sched__tunes *t = &s->tunes;
-  for (int i = 0; i < t->n; i++)
-    if (t->pending[i] == sweep_id)
-      return;
-  if (t->n == t->cap) {
-    int cap = t->cap ? 2 * t->cap : 16;
-    int64_t *p = realloc(t->pending, (size_t)cap * sizeof *p);
-    if (!p) {
-      fprintf(stderr, "scheduler: sweep %" PRId64 ": out of memory for its lr tune check\n",
-              sweep_id);
-      return;
-    }
-    t->pending = p;
-    t->cap = cap;
-  }
-  t->pending[t->n++] = sweep_id;
+  s->tunes.what = "lr tune check";
+  sched__sweepq_add(&s->tunes, sweep_id);
 }
 
 static void on_tuned(void *ud, int status, int64_t sweep_id, int64_t added, const char *errmsg) {
   tune_job *j = ud;
   sched *s = j->s;
   if (status != 0) {
-    fprintf(stderr, "scheduler: sweep %" PRId64 ": storing its lr tune's decision failed: %s\n",
-            j->sweep_id, errmsg);
-    /* a connection lost or a statement over its time: decided again at
-     * the next tick (the statement adds nothing twice) */
-    if (status == SS_ECONN || status == SS_ETIMEOUT)
-      sched__lr_tune_touch(s, j->sweep_id);
+    sched__sweepq_failed(&s->tunes, j->sweep_id, status, "storing its lr tune's decision", errmsg);
     return done(s, j);
   }
   if (sweep_id == 0) /* cancelled meanwhile, or decided already */
@@ -158,10 +136,7 @@ static void on_runs(void *ud, int status, const char *spec_json, const store_lr_
   tune_job *j = ud;
   sched *s = j->s;
   if (status != 0) {
-    fprintf(stderr, "scheduler: sweep %" PRId64 ": reading its lr tune failed: %s\n", j->sweep_id,
-            errmsg);
-    if (status == SS_ECONN || status == SS_ETIMEOUT)
-      sched__lr_tune_touch(s, j->sweep_id);
+    sched__sweepq_failed(&s->tunes, j->sweep_id, status, "reading its lr tune", errmsg);
     return done(s, j);
   }
   if (s->stopping || !spec_json || n == 0)
@@ -193,20 +168,13 @@ static void on_runs(void *ud, int status, const char *spec_json, const store_lr_
 }
 
 void sched__lr_tune_due(sched *s) {
-  sched__tunes *t = &s->tunes;
-  if (t->busy || t->n == 0 || s->stopping)
+  int64_t sweep_id = s->stopping ? 0 : sched__sweepq_take(&s->tunes);
+  if (!sweep_id)
     return;
-  int64_t sweep_id = t->pending[0];
   tune_job *j = calloc(1, sizeof *j);
-  if (!j) { /* left on the list: checked at the next flush */
-    fprintf(stderr, "scheduler: sweep %" PRId64 ": out of memory for its lr tune check\n",
-            sweep_id);
-    return;
-  }
-  memmove(t->pending, t->pending + 1, (size_t)(t->n - 1) * sizeof *t->pending);
-  t->n--;
+  if (!j)
+    return sched__sweepq_put_back(&s->tunes, sweep_id);
   j->s = s;
   j->sweep_id = sweep_id;
-  t->busy = 1;
   store_sweeps_lr_tune_runs(db_pool_get(s->reads, 0), sweep_id, on_runs, j);
 }

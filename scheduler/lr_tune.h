@@ -3,13 +3,9 @@
 #ifndef SS_SCHEDULER_LR_TUNE_H
 #define SS_SCHEDULER_LR_TUNE_H
 
-#include <stdint.h>
+#include "scheduler/sweepq.h"
 
-typedef struct sched__tunes {
-  int64_t *pending; /* sweeps to check (n), malloc'd, capacity cap; each once */
-  int n, cap;
-  int busy; /* a check, or its decision, under way */
-} sched__tunes;
+typedef sched__sweepq sched__tunes;
 
 /* Frees the list (at shutdown, once no check is in flight). */
 void sched__tunes_free(sched__tunes *t);

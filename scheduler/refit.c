@@ -1,4 +1,4 @@
-/* Refitting a sweep's laws when its runs finish (DESIGN.md data flow, step
+/* Refitting a sweep's laws when its runs finish (docs/design.md#data-flow, step
  * 4): the points come from PostgreSQL, the fits run on libuv's thread pool
  * (a Chinchilla fit with its bootstrap takes about a second and must not
  * hold the loop), and each result is stored in `fits` and announced on the

@@ -5,7 +5,7 @@
 
 #include "common/shardpath.h"
 
-/* Paths in a spec (DESIGN.md, issue "Reliability and security"): token
+/* Paths in a spec (docs/design.md#what-is-trusted, issue "Reliability and security"): token
  * shards only under the directories the operator allowed (--data-dir),
  * given as absolute paths whose matches all resolve there
  * (common/shardpath.h: wildcards only in the file name, symlinks resolved,

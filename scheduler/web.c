@@ -1,4 +1,4 @@
-/* The status page (DESIGN.md "Data flow", step 4): server-rendered HTML for
+/* The status page (docs/design.md#the-status-page): server-rendered HTML for
  * the overview (/), a sweep (/sweeps/ID) and a run (/runs/ID), readable
  * without JavaScript; the embedded assets under /static/ (web/ and uPlot);
  * and the page's own JSON: curves sampled on the server and a sweep's fit

@@ -1,4 +1,4 @@
-/* Inside the scheduler: the status page (DESIGN.md "Data flow", step 4),
+/* Inside the scheduler: the status page (docs/design.md#the-status-page),
  * split by concern: web.c routes and renders from one store read,
  * web_overview.c, web_sweep.c and web_run.c render the three pages,
  * web_json.c answers the page's JSON, web_frame.c holds the frame and the

@@ -11,7 +11,7 @@
 
 /* For a run that reproduces another (runs.reproduces), once both have
  * finished (succeeded, failed or cancelled): does its curve match the
- * original's exactly (DESIGN.md: the same config on the same backend and
+ * original's exactly (docs/design.md#determinism: the same config on the same backend and
  * thread count gives the same losses), and if not, the largest difference of
  * a training or validation loss at a common step and where. A cancelled run
  * stored only a prefix of the curve: the steps both stored are compared, and

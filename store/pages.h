@@ -1,7 +1,7 @@
 /* The read documents of the API and the status page: each is one JSON
  * document built by PostgreSQL, answered to a store_json_cb (json NULL:
- * no such object). Keys are the table columns (DESIGN.md "HTTP API
- * conventions"); the page's documents carry what its HTML shows. */
+ * no such object). Keys are the table columns (docs/design.md#the-http-api);
+ * the page's documents carry what its HTML shows. */
 #ifndef SS_STORE_PAGES_H
 #define SS_STORE_PAGES_H
 

@@ -1,4 +1,4 @@
-/* The store: the only code that speaks SQL (DESIGN.md "Storage").
+/* The store: the only code that speaks SQL (docs/design.md#tables).
  *
  * Callers outside store/ include this header (and the concern headers it
  * lists) and never see SQL, libpq or a PGresult. Every query is a typed

@@ -1,5 +1,5 @@
-/* Planning: a validated spec -> the list of runs it asks for (DESIGN.md
- * "Sweep spec", docs/sweeps.md "The plan").
+/* Planning: a validated spec -> the list of runs it asks for (docs/design.md#sweep-specs,
+ * docs/sweeps.md "The plan").
  *
  * Each planned run is base merged with the planned values (shape, tokens,
  * batch size, learning rate, seed, backend, world_size, threads) and resolved

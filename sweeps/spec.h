@@ -1,4 +1,4 @@
-/* Sweep specs (DESIGN.md "Sweep spec", docs/sweeps.md): parsing and
+/* Sweep specs (docs/design.md#sweep-specs, docs/sweeps.md): parsing and
  * validation.
  *
  * A spec is JSON (Jansson, duplicate keys refused). spec_parse checks every

@@ -1,5 +1,5 @@
-/* One training run: `scalesweep train`. Prints JSON lines (DESIGN.md
- * "Trainer output") to out and returns 0 or a negative SS_E* code:
+/* One training run: `scalesweep train`. Prints JSON lines
+ * (docs/design.md#output-events) to out and returns 0 or a negative SS_E* code:
  * SS_EINVAL/SS_ECORRUPT/SS_ENOENT for bad input (config, data, checkpoint),
  * SS_ENUMERIC when the loss stops being finite, SS_ETERM when stopped by
  * SIGTERM/SIGINT after writing a checkpoint. Every error is also printed as

@@ -2,7 +2,7 @@
 # A stand-in for `scalesweep train` for the scheduler benchmark
 # (tests/bench/sched_bench.py): called as
 #   sched_fake_trainer.sh train --config FILE [--resume DIR]
-# it prints the trainer's JSON-lines events (DESIGN.md "Trainer output") -- a
+# it prints the trainer's JSON-lines events (docs/design.md#output-events) -- a
 # config line, FAKE_STEPS step lines (default 0), an eval line when
 # FAKE_STEPS > 0, and a done line -- and exits 0 at once. It never reads the
 # config: a fake run costs only the start of /bin/sh (about 1 ms with dash),

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A stand-in for `scalesweep train` for the status page's browser test:
 called as  fake_trainer.py train --config FILE [--resume DIR]  it reads the
-run config and prints the trainer's JSON-lines events (DESIGN.md "Trainer
-output") for a loss that follows a known Chinchilla law in N = 12 L d^2 and
+run config and prints the trainer's JSON-lines events
+(docs/design.md#output-events) for a loss that follows a known Chinchilla law
+in N = 12 L d^2 and
 the tokens seen, slowly (FAKE_RUN_S seconds per run, default 5), so that the
 page can be watched while curves grow and the fits can find the law.
 A config whose train.seed is 99 fails half-way (for the failure views)."""

@@ -170,7 +170,8 @@ def cmd_drive(binary, out, sig, event, n, *args):
     print(128 - rc if rc < 0 else rc)
 
 def cmd_config(path):
-    """The config event's closed forms (DESIGN.md, SCIENCE.md) and the done event."""
+    """The config event's closed forms (docs/design.md#output-events, SCIENCE.md) and
+    the done event."""
     ev = events(path)
     c = ev[0][0]
     m = c["config"]["model"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The PyTorch side of the GPU benchmark (tests/gpu/run.sh, section 3).
 
-A GPT written for this comparison, the model scalesweep trains (DESIGN.md),
+A GPT written for this comparison, the model scalesweep trains (docs/design.md#the-trainer),
 shape for shape: token and learned position embeddings, pre-LayerNorm blocks
 (causal multi-head attention through F.scaled_dot_product_attention, a 4x MLP
 with the tanh approximation of GELU), a final LayerNorm, the output head tied

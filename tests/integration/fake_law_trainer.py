@@ -2,7 +2,7 @@
 """A stand-in for `scalesweep train` whose curves follow known laws, for the
 scheduler's refits (tests/integration/test_refit.py): called as
   fake_law_trainer.py train --config FILE [--resume DIR]
-it prints the trainer's JSON-lines events (DESIGN.md "Trainer output") at
+it prints the trainer's JSON-lines events (docs/design.md#output-events) at
 once, with no training.
 
 The validation loss after s optimizer steps at batch size B (sequences) is

@@ -4,11 +4,18 @@ import http.client
 import json
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
+
+# the trainer stand-in whose curves follow known laws (fake_law_trainer.py)
+FAKE_LAW = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_law_trainer.py")
+# a build under the sanitizers, several times slower: longer waits
+SANITIZED = os.environ.get("SCALESWEEP_TEST_SANITIZED") == "1"
 
 _given_ports = set()
 
@@ -146,3 +153,133 @@ def kill_groups(procs):
             except ProcessLookupError:
                 pass
         p.wait()
+
+
+def print_tail(path, tail=3000, title=None):
+    """The last tail characters of the file at path on stderr, after the
+    line title when given; nothing when there is no such file."""
+    if os.path.exists(path):
+        if title:
+            print(title, file=sys.stderr)
+        print(open(path, errors="replace").read()[-tail:], file=sys.stderr)
+
+
+def stop_all(procs, timeout=10):
+    """SIGTERM to every process of procs (Popen objects, a dict of them, or
+    None for one never started) still running, then SIGKILL to each not gone
+    within timeout seconds; every one reaped."""
+    procs = [p for p in (procs.values() if isinstance(procs, dict) else procs) if p is not None]
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+class Rig:
+    """One test's scheduler and workers: a scratch directory with a fresh
+    API token, the API's and the worker port's free ports, and the
+    `scalesweep` processes the test starts, by name, each logging to
+    TMP/NAME.log; its API requests wait timeout seconds for their answer.
+    A test calls close() in its `finally`."""
+
+    def __init__(self, binary, prefix, logs=("scheduler", "w"), tail=4000, timeout=10):
+        self.bin = binary
+        self.tmp = tempfile.mkdtemp(prefix=prefix)
+        self.token = make_token(self.tmp)
+        self.api_port, self.wport = free_port(), free_port()
+        self.procs = {}
+        self.logs, self.tail, self.timeout = logs, tail, timeout
+
+    def request(self, method, path, body=None, timeout=None):
+        """api_request to this rig's scheduler: (status, decoded body)."""
+        return api_request(self.api_port, self.token, method, path, body,
+                           timeout or self.timeout)
+
+    def get(self, path):
+        """GET path's document, or the test fails."""
+        st, doc = self.request("GET", path)
+        if st != 200:
+            self.fail(f"GET {path}: {st} {doc}")
+        return doc
+
+    def cli(self, *args, timeout=120):
+        """`scalesweep ARGS` as a client of this rig's scheduler."""
+        return subprocess.run([self.bin, *args, "--url", f"http://127.0.0.1:{self.api_port}",
+                               "--token-file", self.token], capture_output=True, text=True,
+                              timeout=timeout)
+
+    def start(self, name, args, env=None):
+        """`scalesweep ARGS` as process `name` (replacing one of that name
+        that has ended), its output appended to TMP/NAME.log, os.environ
+        with env added as its environment."""
+        log = open(os.path.join(self.tmp, name + ".log"), "a")
+        self.procs[name] = subprocess.Popen([self.bin] + args, stdout=log,
+                                            stderr=subprocess.STDOUT,
+                                            env=dict(os.environ, **(env or {})))
+        log.close()
+        return self.procs[name]
+
+    def start_scheduler(self, *extra, env=None):
+        """The scheduler on the test's database and this rig's ports, with
+        extra options; fails the test unless it answers /healthz."""
+        p = self.start("scheduler", ["scheduler", "--database", os.environ["SCALESWEEP_TEST_DB"],
+                                     "--token-file", self.token,
+                                     "--listen", f"127.0.0.1:{self.api_port}",
+                                     "--workers", f"127.0.0.1:{self.wport}", *extra], env=env)
+        if not wait_healthz(self.request, proc=p):
+            self.fail("the scheduler did not come up")
+        return p
+
+    def start_worker(self, name, *extra, env=None):
+        """Worker `name` (its work directory TMP/NAME) with extra options."""
+        return self.start(name, ["worker", "--scheduler", f"127.0.0.1:{self.wport}",
+                                 "--token-file", self.token, "--work-dir",
+                                 os.path.join(self.tmp, name), "--name", name, *extra], env=env)
+
+    def stop(self, name, sig=None, timeout=30):
+        """Signals process `name` (SIGTERM unless sig) and waits for it."""
+        import signal
+        p = self.procs.pop(name)
+        p.send_signal(sig or signal.SIGTERM)
+        p.wait(timeout)
+
+    def submit(self, spec, what="the sweep"):
+        """POSTs spec; the new sweep's id, or the test fails saying what."""
+        st, body = self.request("POST", "/api/sweeps", spec)
+        if st != 201:
+            self.fail(f"submit {what}: {st} {body}")
+        return body["id"]
+
+    def wait_counts(self, sweep, timeout, period=0.3):
+        """The sweep's counts once it has runs and none is queued or
+        running; None after timeout seconds without."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            st, s = self.request("GET", f"/api/sweeps/{sweep}?limit=0")
+            c = s.get("counts", {}) if st == 200 else {}
+            if c.get("total") and c["queued"] + c["running"] == 0:
+                return c
+            time.sleep(period)
+        return None
+
+    def fail(self, msg):
+        """Prints msg and the end of each of the rig's logs, kills what is
+        still running and exits 1."""
+        print("FAIL:", msg, file=sys.stderr)
+        for name in self.logs:
+            print_tail(os.path.join(self.tmp, name + ".log"), self.tail, f"--- {name}.log (end)")
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+        sys.exit(1)
+
+    def close(self):
+        """SIGTERM to every process still running, SIGKILL to those not
+        gone within 10 s; the scratch directory removed."""
+        stop_all(self.procs)
+        shutil.rmtree(self.tmp, ignore_errors=True)

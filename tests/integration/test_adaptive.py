@@ -36,79 +36,31 @@ import json
 import math
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
-from harness import api_request, free_port, make_token, psql, until, wait_healthz
+from harness import FAKE_LAW as FAKE, SANITIZED, Rig, psql, until
 
 BIN = sys.argv[1]
-HERE = os.path.dirname(os.path.abspath(__file__))
-FAKE = os.path.join(HERE, "fake_law_trainer.py")
-SANITIZED = os.environ.get("SCALESWEEP_TEST_SANITIZED") == "1"
 TIMEOUT = 600 if SANITIZED else 150
 
-tmp = tempfile.mkdtemp(prefix="ss-adaptive-")
-token = make_token(tmp)
-api_port, wport = free_port(), free_port()
-procs = {}
-
-
-def fail(msg):
-    print("FAIL:", msg, file=sys.stderr)
-    for name in ("scheduler", "w", "wb", "wc", "wr"):
-        path = os.path.join(tmp, name + ".log")
-        if os.path.exists(path):
-            print(f"--- {name}.log (end)", file=sys.stderr)
-            print(open(path).read()[-4000:], file=sys.stderr)
-    for p in procs.values():
-        if p.poll() is None:
-            p.kill()
-    sys.exit(1)
-
-
-def request(method, path, body=None):
-    return api_request(api_port, token, method, path, body, timeout=60)
-
-
-def cli(*args):
-    return subprocess.run([BIN, *args, "--url", f"http://127.0.0.1:{api_port}", "--token-file",
-                           token], capture_output=True, text=True, timeout=120)
+rig = Rig(BIN, "ss-adaptive-", timeout=60, logs=("scheduler", "w", "wb", "wc", "wr"))
+tmp, token, api_port, procs = rig.tmp, rig.token, rig.api_port, rig.procs
+fail, cli, stop, request = rig.fail, rig.cli, rig.stop, rig.request
 
 
 def start_scheduler():
-    procs["scheduler"] = subprocess.Popen(
-        [BIN, "scheduler", "--database", os.environ["SCALESWEEP_TEST_DB"], "--token-file", token,
-         "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}", "--checkpoints",
-         os.path.join(tmp, "ckpt"), "--retry-after-seconds", "0"],
-        stdout=open(os.path.join(tmp, "scheduler.log"), "a"), stderr=subprocess.STDOUT)
-    if not wait_healthz(request, proc=procs["scheduler"]):
-        fail("the scheduler did not come up")
+    rig.start_scheduler("--checkpoints", os.path.join(tmp, "ckpt"), "--retry-after-seconds", "0")
 
 
 def start_worker(name, fake=True, **env):
-    args = [BIN, "worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
-            "--cpu-slots", "2", "--work-dir", os.path.join(tmp, name), "--name", name]
-    if fake:
-        args += ["--bin", FAKE]
-    procs[name] = subprocess.Popen(args, stdout=open(os.path.join(tmp, name + ".log"), "a"),
-                                   stderr=subprocess.STDOUT, env=dict(os.environ, **env))
-
-
-def stop(name, sig=signal.SIGTERM):
-    p = procs.pop(name)
-    p.send_signal(sig)
-    p.wait(30)
+    rig.start_worker(name, "--cpu-slots", "2", *(["--bin", FAKE] if fake else []), env=env)
 
 
 def sweep_doc(sweep):
-    st, d = request("GET", f"/api/sweeps/{sweep}?limit=1")
-    if st != 200:
-        fail(f"GET sweep {sweep}: {st} {d}")
-    return d
+    return rig.get(f"/api/sweeps/{sweep}?limit=1")
 
 
 def wait_done(sweep):
@@ -362,7 +314,4 @@ try:
 
     print(f"PASS ({time.time() - t0:.0f} s)")
 finally:
-    for p in procs.values():
-        if p.poll() is None:
-            p.kill()
-    shutil.rmtree(tmp, ignore_errors=True)
+    rig.close()

@@ -23,46 +23,22 @@ import http.client
 import json
 import math
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
-from harness import api_request, free_port, make_token, psql, wait_healthz
+from harness import Rig, psql
 
 BIN = sys.argv[1]
-DB = os.environ["SCALESWEEP_TEST_DB"]
 T0 = time.time()
 TIMEOUT = 300
 T = 32  # seq_len
 
 
-def fail(msg):
-    print("FAIL:", msg, file=sys.stderr)
-    for name in ("scheduler", "w"):
-        path = os.path.join(tmp, name + ".log")
-        if os.path.exists(path):
-            print(f"--- {name}.log (end)", file=sys.stderr)
-            print(open(path).read()[-4000:], file=sys.stderr)
-    sys.exit(1)
-
-
-tmp = tempfile.mkdtemp(prefix="ss-bcrit-")
-token = make_token(tmp)
-api_port, wport = free_port(), free_port()
-procs = []
+rig = Rig(BIN, "ss-bcrit-")
+tmp, token, api_port, wport = rig.tmp, rig.token, rig.api_port, rig.wport
+request, fail = rig.request, rig.fail
 ckpt = os.path.join(tmp, "ckpt")
-
-
-def request(method, path, body=None):
-    return api_request(api_port, token, method, path, body)
-
-
-def start(name, args):
-    log = open(os.path.join(tmp, name + ".log"), "a")
-    procs.append(subprocess.Popen([BIN] + args, stdout=log, stderr=log,
-                                  env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE")))
+PASSIVE = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 AT = [32768, 131072]
@@ -131,13 +107,10 @@ def ladder(points):
 
 
 def wait_sweep(sweep):
-    while time.time() - T0 < TIMEOUT:
-        st, s = request("GET", f"/api/sweeps/{sweep}?limit=0")
-        c = s["counts"] if st == 200 else {}
-        if c.get("total") and c["queued"] + c["running"] == 0:
-            return c
-        time.sleep(0.3)
-    fail(f"sweep {sweep} did not finish in {TIMEOUT} s: {runs_of(sweep)}")
+    c = rig.wait_counts(sweep, TIMEOUT - (time.time() - T0))
+    if c is None:
+        fail(f"sweep {sweep} did not finish in {TIMEOUT} s: {runs_of(sweep)}")
+    return c
 
 
 def wait_fit(sweep, law, ok):
@@ -150,23 +123,13 @@ def wait_fit(sweep, law, ok):
 
 
 try:
-    start("scheduler", ["scheduler", "--database", DB, "--token-file", token,
-                        "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
-                        "--checkpoints", ckpt])
-    if not wait_healthz(request):
-        fail("the scheduler did not come up")
+    rig.start_scheduler("--checkpoints", ckpt, env=PASSIVE)
     # no worker yet: a second sweep whose trunk is cancelled before it starts
-    st, body = request("POST", "/api/sweeps", spec("bcrit-no-trunk"))
-    if st != 201:
-        fail(f"submit: {st} {body}")
-    lone = body["id"]
+    lone = rig.submit(spec("bcrit-no-trunk"))
     for r in runs_of(lone):
         if r["branch_of"] == 0:
             request("POST", f"/api/runs/{r['id']}/cancel")
-    st, body = request("POST", "/api/sweeps", spec("bcrit"))
-    if st != 201:
-        fail(f"submit: {st} {body}")
-    sweep = body["id"]
+    sweep = rig.submit(spec("bcrit"))
     planned = runs_of(sweep)
     trunks = [r for r in planned if r["branch_of"] == 0]
     if len(trunks) != 1 or trunks[0]["batch"] != 8 or trunks[0]["tokens"] != 262144:
@@ -180,8 +143,7 @@ try:
     print(f"planned: a trunk of {262144 // (8 * T)} steps at batch 8; "
           f"rungs at batch {BATCHES[1:]} from its steps {[a // (8 * T) for a in AT]}")
 
-    start("w", ["worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
-                "--cpu-slots", "2", "--work-dir", os.path.join(tmp, "w"), "--name", "w"])
+    rig.start_worker("w", "--cpu-slots", "2", env=PASSIVE)
     c = wait_sweep(sweep)
     if c["succeeded"] != len(planned):
         fail(f"the sweep: {c}, expected {len(planned)} succeeded: {runs_of(sweep)}")
@@ -269,12 +231,5 @@ try:
         fail(f"sweep {lone} has a bcrit fit from rungs trained from scratch: {st} {f}")
     print("rungs whose trunk was cancelled train from scratch; the fit leaves them out, saying so")
 finally:
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-    shutil.rmtree(tmp, ignore_errors=True)
+    rig.close()
 print(f"PASS: critical batch size by branching ({time.time() - T0:.0f} s)")

@@ -26,41 +26,18 @@ Usage: test_next.py SCALESWEEP_BINARY
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
-from harness import api_request, free_port, make_token, psql, until, wait_healthz
+from harness import FAKE_LAW as FAKE, SANITIZED, Rig, until
 
 BIN = sys.argv[1]
-DB = os.environ["SCALESWEEP_TEST_DB"]
-HERE = os.path.dirname(os.path.abspath(__file__))
-FAKE = os.path.join(HERE, "fake_law_trainer.py")
-SANITIZED = os.environ.get("SCALESWEEP_TEST_SANITIZED") == "1"
 TIMEOUT = 600 if SANITIZED else 150
 
-tmp = tempfile.mkdtemp(prefix="ss-next-")
-token = make_token(tmp)
-api_port, wport = free_port(), free_port()
-procs = []
-
-
-def fail(msg):
-    print("FAIL:", msg, file=sys.stderr)
-    for name in ("scheduler", "w"):
-        path = os.path.join(tmp, name + ".log")
-        if os.path.exists(path):
-            print(f"--- {name}.log (end)", file=sys.stderr)
-            print(open(path).read()[-3000:], file=sys.stderr)
-    for p in procs:
-        p.kill()
-    sys.exit(1)
-
-
-def request(method, path, body=None):
-    return api_request(api_port, token, method, path, body, timeout=60)
+rig = Rig(BIN, "ss-next-", tail=3000, timeout=60)
+tmp, token, api_port, fail, cli = rig.tmp, rig.token, rig.api_port, rig.fail, rig.cli
+request = rig.request
 
 
 def raw_request(method, path, data):
@@ -108,31 +85,13 @@ def wait_fit(sweep, law_name, points):
     return got["fits"]
 
 
-def cli(*args):
-    return subprocess.run([BIN, *args, "--url", f"http://127.0.0.1:{api_port}", "--token-file",
-                           token], capture_output=True, text=True, timeout=120)
-
-
 def start_worker():
-    """The worker (procs[1]), started again when it was stopped."""
-    p = subprocess.Popen(
-        [BIN, "worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
-         "--cpu-slots", "2", "--work-dir", os.path.join(tmp, "w"), "--name", "w", "--bin", FAKE],
-        stdout=open(os.path.join(tmp, "w.log"), "a"), stderr=subprocess.STDOUT)
-    if len(procs) > 1:
-        procs[1] = p
-    else:
-        procs.append(p)
+    """The worker, started again when it was stopped."""
+    rig.start_worker("w", "--cpu-slots", "2", "--bin", FAKE)
 
 
 try:
-    procs.append(subprocess.Popen(
-        [BIN, "scheduler", "--database", DB, "--token-file", token, "--listen",
-         f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}", "--checkpoints",
-         os.path.join(tmp, "ckpt")], stdout=open(os.path.join(tmp, "scheduler.log"), "w"),
-        stderr=subprocess.STDOUT))
-    if not wait_healthz(request):
-        fail("the scheduler did not come up")
+    rig.start_scheduler("--checkpoints", os.path.join(tmp, "ckpt"))
     start_worker()
 
     # ---- the study: 4 budgets x 5 sizes centred on the law's optimum ------------------
@@ -225,8 +184,7 @@ try:
     # ---- submitted: the runs join the sweep, run, and are compared -----------------------
     # the worker away meanwhile, so that the added runs wait and the fits
     # (and so the design) stay what they were
-    procs[1].terminate()
-    procs[1].wait(30)
+    rig.stop("w")
     # two at once (the scheduler designs one at a time: the other is told
     # 503, Retry-After, and asks again): the runs are added once
     import threading
@@ -286,11 +244,4 @@ except Exception as e:  # a scheduler that dies answers nothing: show its log
     import traceback
     fail(f"{e!r}\n{traceback.format_exc()}")
 finally:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-    shutil.rmtree(tmp, ignore_errors=True)
+    rig.close()

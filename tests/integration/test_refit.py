@@ -22,80 +22,50 @@ Usage: test_refit.py SCALESWEEP_BINARY
 import http.client
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
-from harness import api_request, free_port, make_token, psql, wait_healthz
+from harness import Rig, psql
 
 BIN = sys.argv[1]
-DB = os.environ["SCALESWEEP_TEST_DB"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE = os.path.join(HERE, "fake_law_trainer.py")
 T0 = time.time()
 TIMEOUT = 120
 
 
-def fail(msg):
-    print("FAIL:", msg, file=sys.stderr)
-    for name in ("scheduler", "w", "w2", "w3"):  # the scheduler and start_worker's workers
-        path = os.path.join(tmp, name + ".log")
-        if os.path.exists(path):
-            print(f"--- {name}.log (end)", file=sys.stderr)
-            print(open(path).read()[-3000:], file=sys.stderr)
-    sys.exit(1)
-
-
-tmp = tempfile.mkdtemp(prefix="ss-refit-")
-token = make_token(tmp)
-api_port, wport = free_port(), free_port()
-procs = []
-
-
-def request(method, path, body=None):
-    return api_request(api_port, token, method, path, body)
-
-
-def start(name, args, env=None):
-    log = open(os.path.join(tmp, name + ".log"), "a")
-    procs.append(subprocess.Popen([BIN] + args, stdout=log, stderr=log,
-                                  env=dict(os.environ, **(env or {}))))
+# the scheduler and start_worker's workers
+rig = Rig(BIN, "ss-refit-", logs=("scheduler", "w", "w2", "w3"), tail=3000)
+tmp, token, api_port = rig.tmp, rig.token, rig.api_port
+request, fail = rig.request, rig.fail
 
 
 def start_worker(name, slots, run_seconds):
     """Stops the workers there are and starts worker `name` with the fake
     trainer, each run taking run_seconds."""
-    for p in procs[1:]:
-        p.terminate()
-        p.wait(10)
-    start(name, ["worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
-                 "--cpu-slots", str(slots), "--work-dir", os.path.join(tmp, name), "--name", name,
-                 "--bin", FAKE], env={"FAKE_LAW_SECONDS": str(run_seconds)})
+    for other in [n for n in rig.procs if n != "scheduler"]:
+        rig.stop(other, timeout=10)
+    rig.start_worker(name, "--cpu-slots", str(slots), "--bin", FAKE,
+                     env={"FAKE_LAW_SECONDS": str(run_seconds)})
 
 
 def wait_sweep(sweep):
-    while time.time() - T0 < TIMEOUT:
-        st, s = request("GET", f"/api/sweeps/{sweep}?limit=0")
-        c = s["counts"]
-        if st == 200 and c["total"] and c["queued"] + c["running"] == 0:
-            return c
-        time.sleep(0.2)
-    fail(f"sweep {sweep} did not finish in {TIMEOUT} s")
+    c = rig.wait_counts(sweep, TIMEOUT - (time.time() - T0), period=0.2)
+    if c is None:
+        fail(f"sweep {sweep} did not finish in {TIMEOUT} s")
+    return c
 
 
 def run_sweep(spec, what, succeeded):
     """Submits spec and waits for its sweep; fails unless `succeeded` runs
     succeeded. The sweep's id."""
-    st, body = request("POST", "/api/sweeps", spec)
-    if st != 201:
-        fail(f"submit the {what}: {st} {body}")
-    c = wait_sweep(body["id"])
+    sweep = rig.submit(spec, f"the {what}")
+    c = wait_sweep(sweep)
     if c["succeeded"] != succeeded:
         fail(f"{what}: {c}")
-    return body["id"]
+    return sweep
 
 
 try:
@@ -103,12 +73,8 @@ try:
     os.mkdir(data)
     for f in ("train_0.bin", "val.bin"):  # a spec's shards must match when it is submitted
         open(os.path.join(data, f), "wb").close()
-    start("scheduler", ["scheduler", "--database", DB, "--token-file", token,
-                        "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
-                        "--checkpoints", os.path.join(tmp, "ckpt"), "--data-dir", data,
-                        "--predict-seconds", "1", "--retry-after-seconds", "2"])
-    if not wait_healthz(request):
-        fail("the scheduler did not come up")
+    rig.start_scheduler("--checkpoints", os.path.join(tmp, "ckpt"), "--data-dir", data,
+                        "--predict-seconds", "1", "--retry-after-seconds", "2")
     start_worker("w", 2, 0)
 
     # paths in specs
@@ -312,12 +278,5 @@ try:
           f"without it {wi['params']['a']:.4f}; entropy rate {corpus['entropy_rate']:.4f}")
 
 finally:
-    for p in procs[::-1]:
-        if p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-    shutil.rmtree(tmp, ignore_errors=True)
+    rig.close()
 print("refit e2e: ok")

@@ -277,7 +277,7 @@ try:
     if st != 200 or b"scalesweep_metric_rows_stored_total" not in m:
         fail("/metrics lacks the counters")
     # the CLI: status, runs, reproduce (same config, same thread count: the
-    # same losses to the last bit, DESIGN.md), cancel
+    # same losses to the last bit, docs/design.md#determinism), cancel
     env = dict(os.environ, SCALESWEEP_URL=f"http://127.0.0.1:{api_port}",
                SCALESWEEP_TOKEN=open(token).read().strip())
     def cli(*args):

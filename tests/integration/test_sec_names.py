@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness import api_request, free_port, make_token, psql, wait_healthz
+from harness import api_request, free_port, make_token, print_tail, psql, stop_all, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -48,9 +48,7 @@ sched = None
 
 def fail(msg):
     print("FAIL:", msg, file=sys.stderr)
-    log = os.path.join(tmp, "scheduler.log")
-    if os.path.exists(log):
-        print(open(log, errors="replace").read()[-3000:], file=sys.stderr)
+    print_tail(os.path.join(tmp, "scheduler.log"))
     if sched is not None and sched.poll() is None:
         sched.kill()
     sys.exit(1)
@@ -163,10 +161,5 @@ try:
     check(sched.poll() is None, "the scheduler exited")
     print("sec_names: all checks passed")
 finally:
-    if sched is not None and sched.poll() is None:
-        sched.terminate()
-        try:
-            sched.wait(20)
-        except subprocess.TimeoutExpired:
-            sched.kill()
+    stop_all([sched], 20)
     shutil.rmtree(tmp, ignore_errors=True)

@@ -55,7 +55,7 @@ import tempfile
 import threading
 import time
 
-from harness import api_request, free_port, psql, wait_healthz
+from harness import api_request, free_port, print_tail, psql, stop_all, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -76,9 +76,7 @@ sched = None
 
 def fail(msg):
     print("FAIL:", msg, file=sys.stderr)
-    log = os.path.join(tmp, "scheduler.log")
-    if os.path.exists(log):
-        print(open(log).read()[-3000:], file=sys.stderr)
+    print_tail(os.path.join(tmp, "scheduler.log"))
     if sched is not None and sched.poll() is None:
         sched.kill()
     sys.exit(1)
@@ -472,10 +470,5 @@ try:
     print("sec_reads: renewals kept their pace under a flood of heavy reads; fenced writes "
           "refused")
 finally:
-    if sched is not None and sched.poll() is None:
-        sched.terminate()
-        try:
-            sched.wait(20)
-        except subprocess.TimeoutExpired:
-            sched.kill()
+    stop_all([sched], 20)
     shutil.rmtree(tmp, ignore_errors=True)

@@ -38,7 +38,8 @@ import sys
 import tempfile
 import time
 
-from harness import api_request, make_token, psql, until, until_progress, wait_healthz
+from harness import (api_request, make_token, psql, stop_all, until, until_progress,
+                     wait_healthz)
 from slurm_cluster import SlurmCluster
 
 BIN = os.path.abspath(sys.argv[1])
@@ -74,14 +75,7 @@ def fail(msg):
 
 
 def cleanup():
-    for p in procs.values():
-        if p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+    stop_all(procs)
     cluster.stop()
 
 

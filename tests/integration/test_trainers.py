@@ -50,7 +50,7 @@ import tempfile
 import time
 import urllib.request
 
-from harness import api_request, free_port, make_token, psql, until, wait_healthz
+from harness import api_request, free_port, make_token, psql, stop_all, until, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -477,12 +477,5 @@ try:
     alive("at the end")
     print(f"PASS ({time.time() - T0:.1f} s)")
 finally:
-    for p in procs.values():
-        if p.poll() is None:
-            p.terminate()
-    for p in procs.values():
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    stop_all(procs)
     shutil.rmtree(tmp, ignore_errors=True)

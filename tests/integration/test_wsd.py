@@ -25,45 +25,22 @@ Usage: test_wsd.py SCALESWEEP_BINARY
 import http.client
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
-from harness import api_request, free_port, make_token, psql, wait_healthz
+from harness import Rig, psql
 
 BIN = sys.argv[1]
-DB = os.environ["SCALESWEEP_TEST_DB"]
 T0 = time.time()
 TIMEOUT = 240
 
 
-def fail(msg):
-    print("FAIL:", msg, file=sys.stderr)
-    for name in ("scheduler", "w"):
-        path = os.path.join(tmp, name + ".log")
-        if os.path.exists(path):
-            print(f"--- {name}.log (end)", file=sys.stderr)
-            print(open(path).read()[-4000:], file=sys.stderr)
-    sys.exit(1)
-
-
-tmp = tempfile.mkdtemp(prefix="ss-wsd-")
-token = make_token(tmp)
-api_port, wport = free_port(), free_port()
-procs = []
+rig = Rig(BIN, "ss-wsd-")
+tmp, token, api_port, wport = rig.tmp, rig.token, rig.api_port, rig.wport
+request, fail = rig.request, rig.fail
 ckpt = os.path.join(tmp, "ckpt")
-
-
-def request(method, path, body=None):
-    return api_request(api_port, token, method, path, body)
-
-
-def start(name, args):
-    log = open(os.path.join(tmp, name + ".log"), "a")
-    procs.append(subprocess.Popen([BIN] + args, stdout=log, stderr=log,
-                                  env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE")))
+PASSIVE = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def spec(name):
@@ -96,27 +73,17 @@ def runs_of(sweep):
 
 
 def wait_sweep(sweep):
-    while time.time() - T0 < TIMEOUT:
-        st, s = request("GET", f"/api/sweeps/{sweep}?limit=0")
-        c = s["counts"] if st == 200 else {}
-        if c.get("total") and c["queued"] + c["running"] == 0:
-            return c
-        time.sleep(0.3)
-    fail(f"sweep {sweep} did not finish in {TIMEOUT} s: {runs_of(sweep)}")
+    c = rig.wait_counts(sweep, TIMEOUT - (time.time() - T0))
+    if c is None:
+        fail(f"sweep {sweep} did not finish in {TIMEOUT} s: {runs_of(sweep)}")
+    return c
 
 
 try:
-    start("scheduler", ["scheduler", "--database", DB, "--token-file", token,
-                        "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
-                        "--checkpoints", ckpt])
-    if not wait_healthz(request):
-        fail("the scheduler did not come up")
+    rig.start_scheduler("--checkpoints", ckpt, env=PASSIVE)
 
     # no worker yet: the sweep whose trunks are cancelled goes first
-    st, body = request("POST", "/api/sweeps", spec("wsd-unbranched"))
-    if st != 201:
-        fail(f"submit: {st} {body}")
-    lone = body["id"]
+    lone = rig.submit(spec("wsd-unbranched"))
     for r in runs_of(lone):
         if r["branch_of"] == 0:
             st, b = request("POST", f"/api/runs/{r['id']}/cancel")
@@ -127,10 +94,7 @@ try:
     lost = [r for r in runs_of(lone) if r["branch_of"] and r["d"] == 32 and r["tokens"] == 25600]
     gone = os.path.join(ckpt, f"run-{lost[0]['branch_of']}", "branch-80", "checkpoint.bin")
     psql(f"UPDATE runs SET branch_path = '{gone}' WHERE id = {lost[0]['id']}")
-    st, body = request("POST", "/api/sweeps", spec("wsd-branched"))
-    if st != 201:
-        fail(f"submit: {st} {body}")
-    sweep = body["id"]
+    sweep = rig.submit(spec("wsd-branched"))
     # per size, the 102400-token run is the trunk (400 steps); the others
     # branch at their stable steps, 100 - 20 = 80 and 200 - 40 = 160
     planned = runs_of(sweep)
@@ -142,8 +106,7 @@ try:
         fail(f"planned branches {got}, expected {want}")
     print("planned: 2 trunks of 400 steps; branches at steps 80 and 160 of each")
 
-    start("w", ["worker", "--scheduler", f"127.0.0.1:{wport}", "--token-file", token,
-                "--cpu-slots", "2", "--work-dir", os.path.join(tmp, "w"), "--name", "w"])
+    rig.start_worker("w", "--cpu-slots", "2", env=PASSIVE)
     c = wait_sweep(lone)
     if c["succeeded"] != 4 or c["cancelled"] != 2:
         fail(f"the sweep without trunks: {c}, expected 4 succeeded and 2 cancelled")
@@ -234,11 +197,4 @@ try:
     print(out.stdout.strip().splitlines()[-1])
     print("PASS")
 finally:
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-    shutil.rmtree(tmp, ignore_errors=True)
+    rig.close()

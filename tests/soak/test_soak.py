@@ -24,7 +24,7 @@ At the end:
 - runs that resumed from a checkpoint (up to 8, sampled with the seed) are
   trained again uninterrupted from their stored config: the final
   validation loss and every stored train loss must be the same bits
-  (DESIGN.md: same config, backend and thread count).
+  (docs/design.md#determinism: same config, backend and thread count).
 
 It prints the faults injected by kind, runs, attempts, metric rows and the
 resumed runs compared, and exits 1 on any violation.

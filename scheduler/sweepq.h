@@ -1,0 +1,40 @@
+/* The sweeps waiting for a check that runs one at a time (not exported):
+ * the lr tunes' (lr_tune.c) and the adaptive designs' (adaptive.c). A run's
+ * start or end touches its sweep, which is queued once however often it is
+ * touched; a check reads the sweep, decides on libuv's thread pool and
+ * stores what it decided, then the next one starts. */
+#ifndef SS_SCHEDULER_SWEEPQ_H
+#define SS_SCHEDULER_SWEEPQ_H
+
+#include <stdint.h>
+
+typedef struct sched__sweepq {
+  int64_t *pending; /* sweeps to check (n), malloc'd, capacity cap; each once */
+  int n, cap;
+  int busy;         /* a check, or what it decided, under way */
+  const char *what; /* what is checked, for the log: "lr tune check" */
+} sched__sweepq;
+
+/* Queues sweep_id unless it is queued already. Out of memory: logged, the
+ * sweep left out (it is touched again by its next run's start or end). */
+void sched__sweepq_add(sched__sweepq *q, int64_t sweep_id);
+
+/* The next sweep to check, taken off the queue, the queue then busy; 0
+ * while a check is under way or none is queued. */
+int64_t sched__sweepq_take(sched__sweepq *q);
+
+/* A check's read or statement failed with status: logged ("scheduler:
+ * sweep N: DOING failed: ERRMSG"), and the sweep queued again when the
+ * connection was lost or the statement ran too long (a check stores
+ * nothing twice, so it may run again). */
+void sched__sweepq_failed(sched__sweepq *q, int64_t sweep_id, int status, const char *doing,
+                          const char *errmsg);
+
+/* A check that could not start (out of memory): logged, its sweep queued
+ * again for the next flush, the queue no longer busy. */
+void sched__sweepq_put_back(sched__sweepq *q, int64_t sweep_id);
+
+/* Frees the list (at shutdown, once no check is in flight). */
+void sched__sweepq_free(sched__sweepq *q);
+
+#endif
