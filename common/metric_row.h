@@ -23,8 +23,9 @@
  * - required: 1 when that line must carry it (what a row without it
  *   would leave the metrics table unable to say); an optional column may
  *   be absent or null (an external trainer need not send it: docs/trainers.md).
- * - fmt: how the built-in trainer prints the value (%.17g round-trips a
- *   double; a rate or a clock reading needs no more than 6 digits).
+ * - fmt: how the built-in trainer prints the value (common/events.h): a
+ *   printf format (%.17g round-trips a double; a rate or a clock reading
+ *   needs no more than 6 digits), or "b" for true/false.
  *
  * A new column: a line here, a migration adding it to the metrics table,
  * the trainer that computes it, and a chart if one shows it. */
@@ -35,16 +36,16 @@
 #include <stdint.h>
 
 #define SS_METRIC_COLS(X)                                \
-  X(step, SS_MK_STEP, SS_ML_BOTH, 1, "%.0f")             \
-  X(tokens, SS_MK_COUNT8, SS_ML_BOTH, 1, "%.0f")         \
+  X(step, SS_MK_STEP, SS_ML_BOTH, 1, "%lld")             \
+  X(tokens, SS_MK_COUNT8, SS_ML_BOTH, 1, "%lld")         \
   X(train_loss, SS_MK_REAL, SS_ML_STEP, 1, "%.17g")      \
   X(val_loss, SS_MK_REAL, SS_ML_EVAL, 1, "%.17g")        \
   X(lr, SS_MK_REAL, SS_ML_STEP, 0, "%.17g")              \
   X(grad_norm, SS_MK_REAL, SS_ML_STEP, 0, "%.17g")       \
   X(b_noise, SS_MK_REAL, SS_ML_STEP, 0, "%.17g")         \
   X(loss_scale, SS_MK_REAL, SS_ML_STEP, 0, "%.17g")      \
-  X(skipped, SS_MK_FLAG, SS_ML_STEP, 0, "%.0f")          \
-  X(host_syncs, SS_MK_LINE_COUNT, SS_ML_STEP, 0, "%.0f") \
+  X(skipped, SS_MK_FLAG, SS_ML_STEP, 0, "b")             \
+  X(host_syncs, SS_MK_LINE_COUNT, SS_ML_STEP, 0, "%lld") \
   X(tok_per_s, SS_MK_REAL, SS_ML_STEP, 0, "%.6g")        \
   X(wall_s, SS_MK_REAL, SS_ML_STEP, 0, "%.6g")
 

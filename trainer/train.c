@@ -17,6 +17,7 @@
 #include "runcfg/flops.h"
 #include "runcfg/memory.h"
 #include "trainer/data.h"
+#include "trainer/emit.h"
 #include "trainer/model.h"
 #include "trainer/noise.h"
 #include "trainer/optim.h"
@@ -87,22 +88,10 @@ static double lr_at(const rcfg *c, double tokens) {
   return mn + 0.5 * (lr - mn) * (1.0 + cos(M_PI * frac));
 }
 
-static void emit_error(FILE *out, const char *msg) {
-  cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "event", "error");
-  cJSON_AddStringToObject(o, "message", msg);
-  char *s = cJSON_PrintUnformatted(o);
-  fprintf(out, "%s\n", s);
-  fflush(out);
-  free(s);
-  cJSON_Delete(o);
-}
-
 /* has a multiple of every been crossed going from before to after? */
 static int crossed(int64_t before, int64_t after, int64_t every) {
   return every > 0 && after / every > before / every;
 }
-
 
 static int open_data(run *r, char *err, size_t errlen) {
   const rcfg *c = r->cfg;
@@ -132,50 +121,51 @@ static int open_data(run *r, char *err, size_t errlen) {
   return 0;
 }
 
+/* The token shards' identity for the config event: each one's split,
+ * path and sha256. */
+static cJSON *data_hashes(run *r) {
+  cJSON *h = cJSON_CreateArray();
+  trn_loader *ls[2] = {r->train, r->val};
+  for (int j = 0; j < 2; j++)
+    for (int i = 0; i < trn_loader_nfiles(ls[j]); i++) {
+      cJSON *e = cJSON_CreateObject();
+      cJSON_AddStringToObject(e, "split", j ? "val" : "train");
+      cJSON_AddStringToObject(e, "path", trn_loader_file(ls[j], i));
+      cJSON_AddStringToObject(e, "sha256", trn_loader_file_sha256(ls[j], i));
+      cJSON_AddItemToArray(h, e);
+    }
+  return h;
+}
+
 static void emit_config(run *r) {
   const rcfg *c = r->cfg;
   rcfg_shape s = rcfg_shape_of(c);
-  cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "event", "config");
-  cJSON_AddItemToObject(o, "config", cJSON_Parse(r->config_json));
-  cJSON_AddStringToObject(o, "config_hash", r->config_hash);
-  if (r->ckpt_dir_flag)
-    cJSON_AddStringToObject(o, "checkpoint_dir", r->ckpt_dir_flag);
-  cJSON_AddNumberToObject(o, "params", (double)rcfg_params(&s));
-  cJSON_AddNumberToObject(o, "nonembedding_params", (double)rcfg_nonembedding_params(&s));
-  cJSON_AddNumberToObject(o, "flops_per_token", rcfg_flops_per_token(&s));
-  cJSON_AddNumberToObject(o, "optimizer_state_bytes", (double)r->optim.state_bytes);
-  cJSON_AddNumberToObject(o, "activation_bytes", (double)trn_model_activation_bytes(&r->model));
-  cJSON_AddNumberToObject(o, "memory_bytes", rcfg_memory(c).total); /* runcfg/memory.h */
-  cJSON_AddStringToObject(o, "b_noise_unit", "sequences");
+  cJSON *config = cJSON_Parse(r->config_json);
   /* where it runs (where.h): stored with the run, compared by reproduce */
   cJSON *env = trn_where(c, r->cuda, r->device);
-  if (env)
-    cJSON_AddItemToObject(o, "environment", env);
-  cJSON_AddNumberToObject(o, "val_tokens", (double)r->nval * c->model.seq_len);
-  if (r->lex) {
-    char hex[17];
+  cJSON *hashes = r->lex ? NULL : data_hashes(r);
+  char hex[17] = "";
+  if (r->lex)
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)trn_lexicon_digest(r->lex));
-    cJSON_AddStringToObject(o, "lexicon_digest", hex);
-    cJSON_AddNumberToObject(o, "entropy_rate", trn_lexicon_entropy_rate(r->lex));
-    cJSON_AddNumberToObject(o, "window_floor", trn_lexicon_window_floor(r->lex, c->model.seq_len));
-  } else {
-    cJSON *h = cJSON_AddArrayToObject(o, "data_hashes");
-    trn_loader *ls[2] = {r->train, r->val};
-    for (int j = 0; j < 2; j++)
-      for (int i = 0; i < trn_loader_nfiles(ls[j]); i++) {
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "split", j ? "val" : "train");
-        cJSON_AddStringToObject(e, "path", trn_loader_file(ls[j], i));
-        cJSON_AddStringToObject(e, "sha256", trn_loader_file_sha256(ls[j], i));
-        cJSON_AddItemToArray(h, e);
-      }
-  }
-  char *str = cJSON_PrintUnformatted(o);
-  fprintf(r->out, "%s\n", str);
-  fflush(r->out);
-  free(str);
-  cJSON_Delete(o);
+  trn_val none = {0};
+  TRN_EMIT(
+      r->out, config, .config = config ? trn_j(config) : none, .config_hash = trn_s(r->config_hash),
+      .checkpoint_dir = r->ckpt_dir_flag ? trn_s(r->ckpt_dir_flag) : none,
+      .params = trn_d((double)rcfg_params(&s)),
+      .nonembedding_params = trn_d((double)rcfg_nonembedding_params(&s)),
+      .flops_per_token = trn_d(rcfg_flops_per_token(&s)),
+      .optimizer_state_bytes = trn_d((double)r->optim.state_bytes),
+      .activation_bytes = trn_d((double)trn_model_activation_bytes(&r->model)),
+      .memory_bytes = trn_d(rcfg_memory(c).total), /* runcfg/memory.h */
+      .b_noise_unit = trn_s("sequences"), .environment = env ? trn_j(env) : none,
+      .val_tokens = trn_d((double)r->nval * c->model.seq_len),
+      .lexicon_digest = r->lex ? trn_s(hex) : none,
+      .entropy_rate = r->lex ? trn_d(trn_lexicon_entropy_rate(r->lex)) : none,
+      .window_floor = r->lex ? trn_d(trn_lexicon_window_floor(r->lex, c->model.seq_len)) : none,
+      .data_hashes = hashes ? trn_j(hashes) : none);
+  cJSON_Delete(config);
+  cJSON_Delete(env);
+  cJSON_Delete(hashes);
 }
 
 /* mean loss over the fixed validation windows */
@@ -249,18 +239,8 @@ static int save_in(run *r, const char *dir, int branch, const trn_optim *opt,
   }
   if (rc)
     return rc;
-  cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "event", "checkpoint");
-  cJSON_AddNumberToObject(o, "step", (double)st->step);
-  cJSON_AddNumberToObject(o, "tokens", (double)st->tokens);
-  cJSON_AddStringToObject(o, "path", path);
-  if (branch)
-    cJSON_AddBoolToObject(o, "branch", 1);
-  char *s = cJSON_PrintUnformatted(o);
-  fprintf(r->out, "%s\n", s);
-  fflush(r->out);
-  free(s);
-  cJSON_Delete(o);
+  TRN_EMIT(r->out, checkpoint, .step = trn_d((double)st->step), .tokens = trn_d((double)st->tokens),
+           .path = trn_s(path), .branch = branch ? trn_b(1) : (trn_val){0});
   return 0;
 }
 
@@ -523,33 +503,24 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     double dt = now() - t0;
     prof_steps++, prof_s += dt;
 
-    fprintf(r->out,
-            "{\"event\":\"step\",\"step\":%lld,\"tokens\":%lld,\"train_loss\":%.17g,"
-            "\"lr\":%.17g",
-            (long long)st.step, (long long)st.tokens, loss, lr);
-    if (skipped)
-      fprintf(r->out, ",\"grad_norm\":null");
-    else
-      fprintf(r->out, ",\"grad_norm\":%.17g", gnorm);
     double bn;
-    if (trn_noise_value(&st.noise, &bn) == 0)
-      fprintf(r->out, ",\"b_noise\":%.17g", bn);
-    if (c->precision == RCFG_FP16)
-      fprintf(r->out, ",\"loss_scale\":%.17g,\"skipped\":%s", st.loss_scale,
-              skipped ? "true" : "false");
-    if (count_syncs)
-      fprintf(r->out, ",\"host_syncs\":%ld", host_syncs);
-    fprintf(r->out, ",\"tok_per_s\":%.6g}\n", (double)step_tokens / dt);
-    fflush(r->out);
+    int fp16 = c->precision == RCFG_FP16;
+    trn_val none = {0};
+    TRN_EMIT(
+        r->out, step, .step = trn_i(st.step), .tokens = trn_i(st.tokens), .train_loss = trn_d(loss),
+        .lr = trn_d(lr), .grad_norm = skipped ? trn_null() : trn_d(gnorm),
+        .b_noise = trn_noise_value(&st.noise, &bn) == 0 ? trn_d(bn) : none,
+        .loss_scale = fp16 ? trn_d(st.loss_scale) : none, .skipped = fp16 ? trn_b(skipped) : none,
+        .host_syncs = count_syncs ? trn_i(host_syncs) : none,
+        .tok_per_s = trn_d((double)step_tokens / dt), .wall_s = trn_d(now() - r->started));
 
     if (crossed(before, st.tokens, c->eval.every_tokens) || st.step == steps) {
       val_loss = r->rank == 0 ? evaluate(r) : 0.0; /* the ranks' weights are the same */
       if ((rc = trn_dp_share(r, &val_loss, err, errlen)) != 0)
         return rc;
       val_at = st.step;
-      fprintf(r->out, "{\"event\":\"eval\",\"step\":%lld,\"tokens\":%lld,\"val_loss\":%.17g}\n",
-              (long long)st.step, (long long)st.tokens, val_loss);
-      fflush(r->out);
+      TRN_EMIT(r->out, eval, .step = trn_i(st.step), .tokens = trn_i(st.tokens),
+               .val_loss = trn_d(val_loss));
       if (!isfinite(val_loss)) {
         snprintf(err, errlen, "validation loss is %g at step %lld; stopping", val_loss,
                  (long long)st.step);
@@ -586,26 +557,24 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     int rc = trn_dp_share(r, &val_loss, err, errlen);
     if (rc)
       return rc;
-    fprintf(r->out, "{\"event\":\"eval\",\"step\":%lld,\"tokens\":%lld,\"val_loss\":%.17g}\n",
-            (long long)st.step, (long long)st.tokens, val_loss);
+    TRN_EMIT(r->out, eval, .step = trn_i(st.step), .tokens = trn_i(st.tokens),
+             .val_loss = trn_d(val_loss));
   }
   trn_opprof_report(stderr, prof_steps, prof_s);
   rcfg_shape s = rcfg_shape_of(c);
   double fpt = rcfg_flops_per_token(&s);
-  fprintf(r->out,
-          "{\"event\":\"done\",\"final_val_loss\":%.17g,\"params\":%lld,"
-          "\"nonembedding_params\":%lld,\"flops\":%.17g,\"flops_6nd\":%.17g,"
-          "\"tokens\":%lld,\"steps\":%lld,\"wall_s\":%.6g,\"peak_rss_bytes\":%lld",
-          val_loss, (long long)rcfg_params(&s), (long long)rcfg_nonembedding_params(&s),
-          fpt * (double)st.tokens, 6.0 * (double)rcfg_nonembedding_params(&s) * (double)st.tokens,
-          (long long)st.tokens, (long long)st.step, now() - t_start, peak_rss_bytes());
-  if (r->cuda)
-    fprintf(r->out, ",\"peak_device_bytes\":%zu", r->cuda->peak_bytes(k));
-  if (r->world > 1) /* per rank: with ZeRO-1 each holds its shard */
-    fprintf(r->out, ",\"world_size\":%d,\"optimizer_state_bytes\":%zu,\"grad_buckets\":%lld",
-            r->world, r->optim.state_bytes, (long long)r->buckets);
-  fprintf(r->out, "}\n");
-  fflush(r->out);
+  int dp = r->world > 1; /* per rank: with ZeRO-1 each holds its shard */
+  trn_val none = {0};
+  TRN_EMIT(r->out, done, .final_val_loss = trn_d(val_loss), .params = trn_i(rcfg_params(&s)),
+           .nonembedding_params = trn_i(rcfg_nonembedding_params(&s)),
+           .flops = trn_d(fpt * (double)st.tokens),
+           .flops_6nd = trn_d(6.0 * (double)rcfg_nonembedding_params(&s) * (double)st.tokens),
+           .tokens = trn_i(st.tokens), .steps = trn_i(st.step), .wall_s = trn_d(now() - t_start),
+           .peak_rss_bytes = trn_i(peak_rss_bytes()),
+           .peak_device_bytes = r->cuda ? trn_i((long long)r->cuda->peak_bytes(k)) : none,
+           .world_size = dp ? trn_i(r->world) : none,
+           .optimizer_state_bytes = dp ? trn_i((long long)r->optim.state_bytes) : none,
+           .grad_buckets = dp ? trn_i(r->buckets) : none);
   return 0;
 }
 
@@ -625,6 +594,7 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
   r.nkeep_steps = opts->nkeep_steps;
   r.data_dirs = opts->data_dirs;
   r.ndata_dirs = opts->confine_data ? (opts->ndata_dirs > 0 ? opts->ndata_dirs : 0) : SPATH_ANY;
+  r.started = now();
   err[0] = 0;
   int rc = 0;
   int on_cuda = strcmp(cfg->backend, "cuda") == 0;
@@ -703,7 +673,7 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
 
 done:
   if (rc)
-    emit_error(out, err);
+    TRN_EMIT(out, error, .message = trn_s(err));
   trn_dp_close(&r);
   free(r.batch);
   free(r.val_tok);
