@@ -26,6 +26,7 @@
  * are rejected: a peer must not be able to say two things at once. */
 #include "common/proto.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/metric_row.h"
 #include "common/names.h"
 
 /* ---- names -------------------------------------------------------------- */
@@ -330,39 +332,64 @@ static void check_optional(vctx *c, const char *path, const json_t *o, const fie
   }
 }
 
-/* check_row's test without building a path per field: a metrics message
- * carries hundreds of rows, nearly always valid; only a row this refuses is
- * checked again by check_row for the message that names what is wrong. */
-static int row_valid(const json_t *row) {
-  static const char *const optional[] = {"lr",         "grad_norm", "b_noise",
-                                         "loss_scale", "tok_per_s", NULL};
-  const char *e = json_string_value(json_object_get(row, "event"));
-  if (!e || (strcmp(e, "step") && strcmp(e, "eval")))
-    return 0;
-  json_t *step = json_object_get(row, "step"), *tokens = json_object_get(row, "tokens");
-  if (!json_is_integer(step) || json_integer_value(step) < 0 ||
-      json_integer_value(step) > INT32_MAX || !json_is_integer(tokens) ||
-      json_integer_value(tokens) < 0)
-    return 0;
-  if (!json_is_number(json_object_get(row, e[0] == 's' ? "train_loss" : "val_loss")))
-    return 0;
-  for (int i = 0; optional[i]; i++) {
-    json_t *v = json_object_get(row, optional[i]);
-    if (v && !json_is_number(v))
-      return 0;
+/* A metric column's kind as this file checks it (common/metric_row.h). */
+static enum kind metric_kind(int col) {
+  switch (ss_metric_cols[col].kind) {
+  case SS_MK_REAL:
+    return K_NUMBER;
+  case SS_MK_FLAG:
+    return K_BOOL;
+  default:
+    return K_INT0;
   }
-  return 1;
 }
 
-/* A trainer `step` or `eval` event as the trainer printed it. The fields the
- * metrics table needs are required; the optional numeric ones (b_noise only
- * when measurable, loss_scale only with fp16) are checked when present. */
+/* A step or eval row read into out (SS_ML_STEP or SS_ML_EVAL), or 0 when
+ * any of its columns is missing or of the wrong type: check_row's test
+ * without building a path per field (a metrics message carries hundreds of
+ * rows, nearly always valid; only a row this refuses is checked again by
+ * check_row, for the message that names what is wrong). An optional column
+ * that is absent or null reads as NAN. */
+static int row_read(const json_t *row, ss_metric_row *out) {
+  const char *e = json_string_value(json_object_get(row, "event"));
+  int line = !e ? 0 : !strcmp(e, "step") ? SS_ML_STEP : !strcmp(e, "eval") ? SS_ML_EVAL : 0;
+  if (!line)
+    return 0;
+  for (int i = 0; i < SS_MCOL_N; i++) {
+    const ss_metric_col *col = &ss_metric_cols[i];
+    json_t *v = json_object_get(row, col->name);
+    out->v[i] = NAN;
+    if (!(col->line & line) || !v || (json_is_null(v) && !col->required))
+      continue;
+    switch (col->kind) {
+    case SS_MK_REAL:
+      if (!json_is_number(v))
+        return 0;
+      out->v[i] = json_number_value(v);
+      break;
+    case SS_MK_FLAG:
+      if (!json_is_boolean(v))
+        return 0;
+      out->v[i] = json_is_true(v);
+      break;
+    default:
+      if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+          (col->kind == SS_MK_STEP && json_integer_value(v) > INT32_MAX))
+        return 0;
+      out->v[i] = (double)json_integer_value(v);
+    }
+  }
+  for (int i = 0; i < SS_MCOL_N; i++)
+    if ((ss_metric_cols[i].line & line) && ss_metric_cols[i].required && isnan(out->v[i]))
+      return 0;
+  return line;
+}
+
+/* A trainer `step` or `eval` event as the trainer printed it. The columns
+ * its line requires (common/metric_row.h) must be there; the optional ones
+ * are checked when present and not null (b_noise only when measurable,
+ * loss_scale only with fp16, grad_norm null on a skipped fp16 step). */
 static void check_row(vctx *c, const char *path, const json_t *row) {
-  static const field common[] = {{"step", K_INT0}, {"tokens", K_INT0}, {NULL, 0}};
-  static const field step_fields[] = {{"train_loss", K_NUMBER}, {NULL, 0}};
-  static const field eval_fields[] = {{"val_loss", K_NUMBER}, {NULL, 0}};
-  static const char *const optional[] = {"lr",         "grad_norm", "b_noise",
-                                         "loss_scale", "tok_per_s", NULL};
   char sub[256];
   if (!json_is_object(row)) {
     fail_type(c, path, "a step or eval event object", row);
@@ -372,25 +399,23 @@ static void check_row(vctx *c, const char *path, const json_t *row) {
   if (!ev)
     return;
   const char *e = json_string_value(ev);
-  int is_step = e && !strcmp(e, "step"), is_eval = e && !strcmp(e, "eval");
-  if (!is_step && !is_eval) {
+  int line = !e ? 0 : !strcmp(e, "step") ? SS_ML_STEP : !strcmp(e, "eval") ? SS_ML_EVAL : 0;
+  if (!line) {
     subpath(sub, sizeof sub, "%s.event", path);
     fail_type(c, sub, "\"step\" or \"eval\"", ev);
     return;
   }
-  check_fields(c, path, row, common);
-  if (!c->failed && json_integer_value(json_object_get(row, "step")) > INT32_MAX) {
-    subpath(sub, sizeof sub, "%s.step", path); /* the metrics table's step is an integer */
-    fail_type(c, sub, "an integer in [0, 2147483647]", json_object_get(row, "step"));
-    return;
-  }
-  check_fields(c, path, row, is_step ? step_fields : eval_fields);
-  for (int i = 0; optional[i] && !c->failed; i++) {
-    json_t *v = json_object_get(row, optional[i]);
-    if (!v)
+  for (int i = 0; i < SS_MCOL_N && !c->failed; i++) {
+    const ss_metric_col *col = &ss_metric_cols[i];
+    json_t *v = json_object_get(row, col->name);
+    if (!(col->line & line) || (!col->required && (!v || json_is_null(v))))
       continue;
-    subpath(sub, sizeof sub, "%s.%s", path, optional[i]);
-    check_value(c, sub, v, K_NUMBER);
+    if (!(v = need(c, row, path, col->name, kind_text(metric_kind(i)))))
+      return;
+    subpath(sub, sizeof sub, "%s.%s", path, col->name);
+    check_value(c, sub, v, metric_kind(i));
+    if (!c->failed && col->kind == SS_MK_STEP && json_integer_value(v) > INT32_MAX)
+      fail_type(c, sub, "an integer in [0, 2147483647]", v); /* the metrics table's step */
   }
 }
 
@@ -407,10 +432,11 @@ static void check_array(vctx *c, const char *path, const json_t *v, enum kind k)
   char sub[256];
   size_t i;
   json_t *e;
+  ss_metric_row scratch;
   json_array_foreach(v, i, e) {
     if (c->failed)
       return;
-    if (k == K_ROWS && row_valid(e))
+    if (k == K_ROWS && row_read(e, &scratch))
       continue;
     subpath(sub, sizeof sub, "%s[%zu]", path, i);
     switch (k) {
@@ -656,11 +682,14 @@ int proto_check_row(const json_t *row, char *err, size_t errlen) {
   vctx c = {err, errlen, 0};
   if (err && errlen)
     err[0] = '\0';
-  if (row_valid(row))
+  ss_metric_row scratch;
+  if (row_read(row, &scratch))
     return 0;
   check_row(&c, "$", row);
   return c.failed ? -1 : 0;
 }
+
+int proto_metric_row(const json_t *row, ss_metric_row *out) { return row_read(row, out); }
 
 proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, size_t errlen) {
   vctx c = {err, errlen, 0};

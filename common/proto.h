@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/metric_row.h"
+
 #define PROTO_VERSION 1
 #define PROTO_MAX_LINE (1u << 20)
 /* the most trainers a worker offers (hello.trainers) */
@@ -62,6 +64,12 @@ proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, si
 /* A trainer's step or eval event as a metrics message carries it: 0 when
  * valid, else -1 with what is wrong ("$.tokens: expected ...") in err. */
 int proto_check_row(const json_t *row, char *err, size_t errlen);
+
+/* A step or eval row read into out by the metric table
+ * (common/metric_row.h), in the same pass that validates it: SS_ML_STEP or
+ * SS_ML_EVAL, or 0 when proto_check_row would refuse it. Absent and null
+ * optional columns read as NAN. */
+int proto_metric_row(const json_t *row, ss_metric_row *out);
 
 /* Serialises msg as one line (compact JSON + '\n'); malloc'd, *len set. */
 char *proto_encode(const json_t *msg, size_t *len);

@@ -579,51 +579,36 @@ static void on_metrics_stored(void *ud, int status, int64_t rows, const char *er
   free(x);
 }
 
-static const char *const metric_values[STORE_METRIC_NVALUES] = {
-    "train_loss", "val_loss", "lr", "grad_norm", "b_noise", "loss_scale", "tok_per_s"};
-
 static int cmp_step(const void *a, const void *b) {
-  json_int_t x = json_integer_value(json_object_get(*(json_t *const *)a, "step"));
-  json_int_t y = json_integer_value(json_object_get(*(json_t *const *)b, "step"));
+  double x = ((const store_metric_row *)a)->v[SS_MCOL_step];
+  double y = ((const store_metric_row *)b)->v[SS_MCOL_step];
   return x < y ? -1 : x > y;
 }
 
-/* The batch's lines as one row per step, sorted by step: each column takes
- * the first number among the step's lines (a step line and an eval line of
- * the same step), lines without a step or tokens aside. *n: the rows;
- * NULL when out of memory. */
+/* The batch's lines (valid: proto_parse checked them) as one row per step,
+ * sorted by step: each line is read once into a row by the metric table
+ * (proto_metric_row), and the rows of one step (a step line and an eval
+ * line) merge, each column taking the first value among them. *n: the
+ * rows; NULL when out of memory. */
 static store_metric_row *batch_rows(json_t *lines, size_t *n) {
   size_t total = json_array_size(lines), k = 0, out = 0;
-  json_t **sorted = calloc(total ? total : 1, sizeof *sorted);
   store_metric_row *rows = calloc(total ? total : 1, sizeof *rows);
-  if (!sorted || !rows) {
-    free(sorted);
-    free(rows);
+  if (!rows)
     return NULL;
-  }
-  for (size_t i = 0; i < total; i++) {
-    json_t *r = json_array_get(lines, i);
-    if (json_is_integer(json_object_get(r, "step")) && json_is_number(json_object_get(r, "tokens")))
-      sorted[k++] = r;
-  }
-  qsort(sorted, k, sizeof *sorted, cmp_step);
+  for (size_t i = 0; i < total; i++)
+    if (proto_metric_row(json_array_get(lines, i), &rows[k]))
+      k++;
+  qsort(rows, k, sizeof *rows, cmp_step);
   for (size_t i = 0; i < k;) {
-    json_int_t step = json_integer_value(json_object_get(sorted[i], "step"));
     size_t end = i + 1;
-    while (end < k && json_integer_value(json_object_get(sorted[end], "step")) == step)
-      end++;
     store_metric_row *row = &rows[out++];
-    row->step = (int32_t)step;
-    row->tokens = (int64_t)json_number_value(json_object_get(sorted[i], "tokens"));
-    for (int j = 0; j < STORE_METRIC_NVALUES; j++) {
-      json_t *v = NULL;
-      for (size_t g = i; g < end && !json_is_number(v); g++)
-        v = json_object_get(sorted[g], metric_values[j]);
-      row->v[j] = json_is_number(v) ? json_number_value(v) : NAN;
-    }
+    *row = rows[i];
+    for (; end < k && rows[end].v[SS_MCOL_step] == row->v[SS_MCOL_step]; end++)
+      for (int j = 0; j < SS_MCOL_N; j++)
+        if (isnan(row->v[j]))
+          row->v[j] = rows[end].v[j];
     i = end;
   }
-  free(sorted);
   *n = out;
   return rows;
 }

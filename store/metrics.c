@@ -9,6 +9,8 @@
 #include "store/metrics.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +18,16 @@
 
 enum { OID_INT4 = 23, OID_INT8 = 20, OID_FLOAT8 = 701 };
 
-#define NCOLS (2 + STORE_METRIC_NVALUES)
+_Static_assert(SS_MCOL_step == 0 && SS_MCOL_tokens == 1, "insert_sql: the key first");
+
+/* the stored columns (common/metric_row.h), in the table's order */
+static int stored_cols(int cols[SS_MCOL_N]) {
+  int n = 0;
+  for (int i = 0; i < SS_MCOL_N; i++)
+    if (ss_metric_stored(i))
+      cols[n++] = i;
+  return n;
+}
 
 typedef struct colbuf {
   unsigned char *p;
@@ -91,67 +102,104 @@ static void deliver_insert(const store__call *c, int status, const void *rows, i
 
 static const store__rows_spec inserted = {sizeof(insert_row), decode_insert, deliver_insert};
 
+/* Appends printf-style text to sql[*len..n). */
+static void add(char *sql, size_t n, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void add(char *sql, size_t n, size_t *len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int k = *len < n ? vsnprintf(sql + *len, n - *len, fmt, ap) : 0;
+  va_end(ap);
+  *len += k > 0 ? (size_t)k : 0;
+}
+
+/* The batch's statement for the stored columns cols[0..ncols) (step and
+ * tokens first, the table's key): $1..$3 the fence, $4.. one array per
+ * column, then the batch's first and last step. The steps already stored
+ * are merged, the others are plain inserts, cheaper than ON CONFLICT's
+ * speculative ones; one run's batches go through one connection in
+ * order, so no other statement inserts its steps meanwhile; were one to,
+ * the primary key refuses the batch and the worker resends it. own: the
+ * same fence as a result's (store_runs_finish): the run is running, on
+ * this worker, in this attempt. */
+static void insert_sql(char *sql, size_t n, const int *cols, int ncols) {
+  size_t len = 0;
+  int lo = 4 + ncols, hi = 5 + ncols;
+  add(sql, n, &len,
+      "WITH own AS (SELECT 1 FROM runs WHERE id = $1::bigint AND attempt = $2::int "
+      "AND worker = $3::bigint AND status = 'running'), u AS (SELECT * FROM unnest(");
+  for (int j = 0; j < ncols; j++)
+    add(sql, n, &len, "%s$%d::%s[]", j ? ", " : "", 4 + j, ss_metric_sql_type(cols[j]));
+  add(sql, n, &len, ") AS u (");
+  for (int j = 0; j < ncols; j++)
+    add(sql, n, &len, "%s%s", j ? ", " : "", ss_metric_cols[cols[j]].name);
+  add(sql, n, &len, ") WHERE EXISTS (SELECT 1 FROM own)), merged AS (UPDATE metrics m SET ");
+  for (int j = 2; j < ncols; j++)
+    add(sql, n, &len, "%s%s = coalesce(m.%s, u.%s)", j > 2 ? ", " : "",
+        ss_metric_cols[cols[j]].name, ss_metric_cols[cols[j]].name, ss_metric_cols[cols[j]].name);
+  add(sql, n, &len,
+      " FROM u WHERE m.run_id = $1::bigint AND m.step BETWEEN $%d::int AND $%d::int "
+      "AND m.step = u.step RETURNING 1), ins AS (INSERT INTO metrics (run_id",
+      lo, hi);
+  for (int j = 0; j < ncols; j++)
+    add(sql, n, &len, ", %s", ss_metric_cols[cols[j]].name);
+  add(sql, n, &len,
+      ") SELECT $1::bigint, u.* FROM u WHERE NOT EXISTS (SELECT 1 FROM metrics m WHERE "
+      "m.run_id = $1::bigint AND m.step BETWEEN $%d::int AND $%d::int AND m.step = u.step) "
+      "RETURNING 1) SELECT EXISTS (SELECT 1 FROM own), (SELECT count(*) FROM ins)",
+      lo, hi);
+}
+
 void store_metrics_insert(db *d, int64_t run_id, int attempt, int64_t worker_id,
                           const store_metric_row *rows, size_t n, store_done_cb cb, void *ud) {
-  colbuf cols[NCOLS] = {{0}};
+  int cols[SS_MCOL_N];
+  int ncols = stored_cols(cols);
+  colbuf col[SS_MCOL_N] = {{0}};
   int oom = 0;
-  for (int j = 0; j < NCOLS; j++)
-    oom |= col_init(&cols[j], j == 0 ? OID_INT4 : j == 1 ? OID_INT8 : OID_FLOAT8, n);
-  for (size_t i = 0; i < n && !oom; i++) {
-    col_int4(&cols[0], rows[i].step);
-    col_u64(&cols[1], (uint64_t)rows[i].tokens);
-    for (int j = 0; j < STORE_METRIC_NVALUES; j++)
-      col_float8(&cols[2 + j], rows[i].v[j]);
+  for (int j = 0; j < ncols; j++) {
+    ss_metric_kind k = ss_metric_cols[cols[j]].kind;
+    oom |= col_init(&col[j],
+                    k == SS_MK_STEP     ? OID_INT4
+                    : k == SS_MK_COUNT8 ? OID_INT8
+                                        : OID_FLOAT8,
+                    n);
   }
+  for (size_t i = 0; i < n && !oom; i++)
+    for (int j = 0; j < ncols; j++) {
+      double v = rows[i].v[cols[j]];
+      ss_metric_kind k = ss_metric_cols[cols[j]].kind;
+      if (k == SS_MK_STEP)
+        col_int4(&col[j], (int32_t)v);
+      else if (k == SS_MK_COUNT8)
+        col_u64(&col[j], (uint64_t)(int64_t)v);
+      else
+        col_float8(&col[j], v);
+    }
   if (oom) {
-    for (int j = 0; j < NCOLS; j++)
-      free(cols[j].p);
+    for (int j = 0; j < ncols; j++)
+      free(col[j].p);
     cb(ud, SS_ENOMEM, 0, "out of memory");
     return;
   }
-  char rid[24], att[24], wid[24], lo[24], hi[24];
-  const char *p[5 + NCOLS] = {store__itoa(rid, sizeof rid, run_id),
-                              store__itoa(att, sizeof att, attempt),
-                              store__itoa(wid, sizeof wid, worker_id)};
-  int lens[5 + NCOLS] = {0}, fmts[5 + NCOLS] = {0};
-  for (int j = 0; j < NCOLS; j++) {
-    p[3 + j] = (const char *)cols[j].p;
-    lens[3 + j] = (int)cols[j].len;
+  char rid[24], att[24], wid[24], lo[24], hi[24], sql[4096];
+  const char *p[5 + SS_MCOL_N] = {store__itoa(rid, sizeof rid, run_id),
+                                  store__itoa(att, sizeof att, attempt),
+                                  store__itoa(wid, sizeof wid, worker_id)};
+  int lens[5 + SS_MCOL_N] = {0}, fmts[5 + SS_MCOL_N] = {0};
+  for (int j = 0; j < ncols; j++) {
+    p[3 + j] = (const char *)col[j].p;
+    lens[3 + j] = (int)col[j].len;
     fmts[3 + j] = 1;
   }
-  /* the steps already stored are merged, the others are plain inserts,
-   * cheaper than ON CONFLICT's speculative ones; one run's batches go
-   * through one connection in order, so no other statement inserts its
-   * steps meanwhile; were one to, the primary key refuses the batch and
-   * the worker resends it */
-  p[3 + NCOLS] = store__itoa(lo, sizeof lo, n ? rows[0].step : 0);
-  p[4 + NCOLS] = store__itoa(hi, sizeof hi, n ? rows[n - 1].step : -1);
-  /* own: the same fence as a result's (store_runs_finish): the run is
-   * running, on this worker, in this attempt */
+  int32_t first = n ? (int32_t)rows[0].v[SS_MCOL_step] : 0;
+  int32_t last = n ? (int32_t)rows[n - 1].v[SS_MCOL_step] : -1;
+  p[3 + ncols] = store__itoa(lo, sizeof lo, first);
+  p[4 + ncols] = store__itoa(hi, sizeof hi, last);
+  insert_sql(sql, sizeof sql, cols, ncols);
   store__call *c = store__rows_call(&inserted, (void (*)(void))cb, ud, 0);
   if (c)
-    db_query_bin(d,
-                 "WITH own AS (SELECT 1 FROM runs WHERE id = $1::bigint AND attempt = $2::int "
-                 "AND worker = $3::bigint AND status = 'running'), "
-                 "u AS (SELECT * FROM unnest($4::int[], $5::bigint[], $6::float8[], "
-                 "$7::float8[], $8::float8[], $9::float8[], $10::float8[], $11::float8[], "
-                 "$12::float8[]) AS u (step, tokens, train_loss, val_loss, lr, grad_norm, "
-                 "b_noise, loss_scale, tok_per_s) WHERE EXISTS (SELECT 1 FROM own)), "
-                 "merged AS (UPDATE metrics m SET "
-                 "train_loss = coalesce(m.train_loss, u.train_loss), "
-                 "val_loss = coalesce(m.val_loss, u.val_loss), lr = coalesce(m.lr, u.lr), "
-                 "grad_norm = coalesce(m.grad_norm, u.grad_norm), "
-                 "b_noise = coalesce(m.b_noise, u.b_noise), "
-                 "loss_scale = coalesce(m.loss_scale, u.loss_scale), "
-                 "tok_per_s = coalesce(m.tok_per_s, u.tok_per_s) FROM u "
-                 "WHERE m.run_id = $1::bigint AND m.step BETWEEN $13::int AND $14::int "
-                 "AND m.step = u.step RETURNING 1), "
-                 "ins AS (INSERT INTO metrics (run_id, step, tokens, train_loss, val_loss, lr, "
-                 "grad_norm, b_noise, loss_scale, tok_per_s) SELECT $1::bigint, u.* FROM u "
-                 "WHERE NOT EXISTS (SELECT 1 FROM metrics m WHERE m.run_id = $1::bigint "
-                 "AND m.step BETWEEN $13::int AND $14::int AND m.step = u.step) RETURNING 1) "
-                 "SELECT EXISTS (SELECT 1 FROM own), (SELECT count(*) FROM ins)",
-                 5 + NCOLS, p, lens, fmts, store__on_rows, c);
-  for (int j = 0; j < NCOLS; j++)
-    free(cols[j].p);
+    db_query_bin(d, sql, 5 + ncols, p, lens, fmts, store__on_rows, c);
+  for (int j = 0; j < ncols; j++)
+    free(col[j].p);
 }

@@ -5,26 +5,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/metric_row.h"
 #include "store/store.h"
 
-/* The columns of a metric row after step and tokens, in this order. */
-enum {
-  STORE_METRIC_TRAIN_LOSS,
-  STORE_METRIC_VAL_LOSS,
-  STORE_METRIC_LR,
-  STORE_METRIC_GRAD_NORM,
-  STORE_METRIC_B_NOISE,
-  STORE_METRIC_LOSS_SCALE,
-  STORE_METRIC_TOK_PER_S,
-  STORE_METRIC_NVALUES
-};
-
-/* One step's row; a value that is NAN is stored as NULL. */
-typedef struct store_metric_row {
-  int32_t step;
-  int64_t tokens;
-  double v[STORE_METRIC_NVALUES];
-} store_metric_row;
+/* One step's row (common/metric_row.h): its stored columns go in, a
+ * value that is NAN as NULL; the line-only ones are left out. */
+typedef ss_metric_row store_metric_row;
 
 /* Stores a batch of rows[0..n-1] (sorted by step, one row per step) for
  * the run's attempt `attempt`, which must be running on worker_id (the

@@ -7,6 +7,7 @@
 
 #include "store/pages.h"
 
+#include "common/metric_row.h"
 #include "store/internal.h"
 
 /* For a run that reproduces another (runs.reproduces), once both have
@@ -273,13 +274,17 @@ void store_pages_sweep_runs(db *d, int64_t sweep_id, const store_runs_page *pg, 
 
 void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_json_cb cb,
                      void *ud) {
-  char sql[8192], rid[24], lim[24], off[24];
+  char sql[8192], rid[24], lim[24], off[24], cols[1024] = "";
+  /* the metric table's stored columns (common/metric_row.h) */
+  for (int i = 0, len = 0; i < SS_MCOL_N; i++)
+    if (ss_metric_stored(i) && len < (int)sizeof cols)
+      len += snprintf(cols + len, sizeof cols - (size_t)len, "%s%s", len ? ", " : "",
+                      ss_metric_cols[i].name);
   snprintf(sql, sizeof sql,
            "SELECT json_build_object('run', (SELECT row_to_json(t) FROM (SELECT %s, "
            "r.config FROM runs r WHERE r.id = $1) t), "
            "'metrics', (SELECT coalesce(json_agg(m ORDER BY m.step), '[]') FROM "
-           "(SELECT step, tokens, train_loss, val_loss, lr, grad_norm, b_noise, loss_scale, "
-           "tok_per_s FROM metrics WHERE run_id = $1 ORDER BY step LIMIT $2 OFFSET $3) m), "
+           "(SELECT %s FROM metrics WHERE run_id = $1 ORDER BY step LIMIT $2 OFFSET $3) m), "
            "'metrics_total', (SELECT count(*) FROM metrics WHERE run_id = $1), "
            "'metrics_offset', $3::bigint, 'metrics_limit', $2::bigint, "
            "'attempts', (SELECT coalesce(json_agg(json_build_object('attempt', a.attempt, "
@@ -287,7 +292,7 @@ void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store
            "ORDER BY a.attempt), '[]') FROM attempts a WHERE a.run_id = $1), "
            "'reproduction', %s) "
            "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1)",
-           run_columns, REPRODUCTION_SQL);
+           run_columns, cols, REPRODUCTION_SQL);
   const char *p[3] = {store__itoa(rid, sizeof rid, run_id), store__itoa(lim, sizeof lim, limit),
                       store__itoa(off, sizeof off, offset)};
   store__query_json(d, sql, 3, p, cb, ud);

@@ -47,6 +47,7 @@ typedef struct run {
   const char *branch_from;   /* trn_train_opts': a longer wsd run's checkpoint, or NULL */
   const int64_t *keep_steps; /* trn_train_opts': steps to keep a checkpoint at */
   int nkeep_steps;
+  double started; /* when trn_train began (CLOCK_MONOTONIC, s): the step lines' wall_s */
 
   /* data parallelism (dp.c): this rank of world; dist (the host values:
    * losses, flags, the training state) is NULL at world 1; dc moves the

@@ -17,6 +17,7 @@
 #include "runcfg/flops.h"
 #include "runcfg/memory.h"
 #include "trainer/data.h"
+#include "trainer/emit.h"
 #include "trainer/model.h"
 #include "trainer/noise.h"
 #include "trainer/optim.h"
@@ -87,22 +88,10 @@ static double lr_at(const rcfg *c, double tokens) {
   return mn + 0.5 * (lr - mn) * (1.0 + cos(M_PI * frac));
 }
 
-static void emit_error(FILE *out, const char *msg) {
-  cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "event", "error");
-  cJSON_AddStringToObject(o, "message", msg);
-  char *s = cJSON_PrintUnformatted(o);
-  fprintf(out, "%s\n", s);
-  fflush(out);
-  free(s);
-  cJSON_Delete(o);
-}
-
 /* has a multiple of every been crossed going from before to after? */
 static int crossed(int64_t before, int64_t after, int64_t every) {
   return every > 0 && after / every > before / every;
 }
-
 
 static int open_data(run *r, char *err, size_t errlen) {
   const rcfg *c = r->cfg;
@@ -132,50 +121,51 @@ static int open_data(run *r, char *err, size_t errlen) {
   return 0;
 }
 
+/* The token shards' identity for the config event: each one's split,
+ * path and sha256. */
+static cJSON *data_hashes(run *r) {
+  cJSON *h = cJSON_CreateArray();
+  trn_loader *ls[2] = {r->train, r->val};
+  for (int j = 0; j < 2; j++)
+    for (int i = 0; i < trn_loader_nfiles(ls[j]); i++) {
+      cJSON *e = cJSON_CreateObject();
+      cJSON_AddStringToObject(e, "split", j ? "val" : "train");
+      cJSON_AddStringToObject(e, "path", trn_loader_file(ls[j], i));
+      cJSON_AddStringToObject(e, "sha256", trn_loader_file_sha256(ls[j], i));
+      cJSON_AddItemToArray(h, e);
+    }
+  return h;
+}
+
 static void emit_config(run *r) {
   const rcfg *c = r->cfg;
   rcfg_shape s = rcfg_shape_of(c);
-  cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "event", "config");
-  cJSON_AddItemToObject(o, "config", cJSON_Parse(r->config_json));
-  cJSON_AddStringToObject(o, "config_hash", r->config_hash);
-  if (r->ckpt_dir_flag)
-    cJSON_AddStringToObject(o, "checkpoint_dir", r->ckpt_dir_flag);
-  cJSON_AddNumberToObject(o, "params", (double)rcfg_params(&s));
-  cJSON_AddNumberToObject(o, "nonembedding_params", (double)rcfg_nonembedding_params(&s));
-  cJSON_AddNumberToObject(o, "flops_per_token", rcfg_flops_per_token(&s));
-  cJSON_AddNumberToObject(o, "optimizer_state_bytes", (double)r->optim.state_bytes);
-  cJSON_AddNumberToObject(o, "activation_bytes", (double)trn_model_activation_bytes(&r->model));
-  cJSON_AddNumberToObject(o, "memory_bytes", rcfg_memory(c).total); /* runcfg/memory.h */
-  cJSON_AddStringToObject(o, "b_noise_unit", "sequences");
+  cJSON *config = cJSON_Parse(r->config_json);
   /* where it runs (where.h): stored with the run, compared by reproduce */
   cJSON *env = trn_where(c, r->cuda, r->device);
-  if (env)
-    cJSON_AddItemToObject(o, "environment", env);
-  cJSON_AddNumberToObject(o, "val_tokens", (double)r->nval * c->model.seq_len);
-  if (r->lex) {
-    char hex[17];
+  cJSON *hashes = r->lex ? NULL : data_hashes(r);
+  char hex[17] = "";
+  if (r->lex)
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)trn_lexicon_digest(r->lex));
-    cJSON_AddStringToObject(o, "lexicon_digest", hex);
-    cJSON_AddNumberToObject(o, "entropy_rate", trn_lexicon_entropy_rate(r->lex));
-    cJSON_AddNumberToObject(o, "window_floor", trn_lexicon_window_floor(r->lex, c->model.seq_len));
-  } else {
-    cJSON *h = cJSON_AddArrayToObject(o, "data_hashes");
-    trn_loader *ls[2] = {r->train, r->val};
-    for (int j = 0; j < 2; j++)
-      for (int i = 0; i < trn_loader_nfiles(ls[j]); i++) {
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "split", j ? "val" : "train");
-        cJSON_AddStringToObject(e, "path", trn_loader_file(ls[j], i));
-        cJSON_AddStringToObject(e, "sha256", trn_loader_file_sha256(ls[j], i));
-        cJSON_AddItemToArray(h, e);
-      }
-  }
-  char *str = cJSON_PrintUnformatted(o);
-  fprintf(r->out, "%s\n", str);
-  fflush(r->out);
-  free(str);
-  cJSON_Delete(o);
+  trn_val none = {0};
+  TRN_EMIT(
+      r->out, config, .config = config ? trn_j(config) : none, .config_hash = trn_s(r->config_hash),
+      .checkpoint_dir = r->ckpt_dir_flag ? trn_s(r->ckpt_dir_flag) : none,
+      .params = trn_d((double)rcfg_params(&s)),
+      .nonembedding_params = trn_d((double)rcfg_nonembedding_params(&s)),
+      .flops_per_token = trn_d(rcfg_flops_per_token(&s)),
+      .optimizer_state_bytes = trn_d((double)r->optim.state_bytes),
+      .activation_bytes = trn_d((double)trn_model_activation_bytes(&r->model)),
+      .memory_bytes = trn_d(rcfg_memory(c).total), /* runcfg/memory.h */
+      .b_noise_unit = trn_s("sequences"), .environment = env ? trn_j(env) : none,
+      .val_tokens = trn_d((double)r->nval * c->model.seq_len),
+      .lexicon_digest = r->lex ? trn_s(hex) : none,
+      .entropy_rate = r->lex ? trn_d(trn_lexicon_entropy_rate(r->lex)) : none,
+      .window_floor = r->lex ? trn_d(trn_lexicon_window_floor(r->lex, c->model.seq_len)) : none,
+      .data_hashes = hashes ? trn_j(hashes) : none);
+  cJSON_Delete(config);
+  cJSON_Delete(env);
+  cJSON_Delete(hashes);
 }
 
 /* mean loss over the fixed validation windows */
@@ -249,18 +239,8 @@ static int save_in(run *r, const char *dir, int branch, const trn_optim *opt,
   }
   if (rc)
     return rc;
-  cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "event", "checkpoint");
-  cJSON_AddNumberToObject(o, "step", (double)st->step);
-  cJSON_AddNumberToObject(o, "tokens", (double)st->tokens);
-  cJSON_AddStringToObject(o, "path", path);
-  if (branch)
-    cJSON_AddBoolToObject(o, "branch", 1);
-  char *s = cJSON_PrintUnformatted(o);
-  fprintf(r->out, "%s\n", s);
-  fflush(r->out);
-  free(s);
-  cJSON_Delete(o);
+  TRN_EMIT(r->out, checkpoint, .step = trn_d((double)st->step), .tokens = trn_d((double)st->tokens),
+           .path = trn_s(path), .branch = branch ? trn_b(1) : (trn_val){0});
   return 0;
 }
 
@@ -385,20 +365,44 @@ static int resume_from(run *r, trn_optim *o, trn_ckpt_state *st, char *err, size
   return r->branch_from ? load_branch(r, o, st, err, errlen) : 0;
 }
 
-static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, char *err,
-                      size_t errlen) {
-  const rcfg *c = r->cfg;
-  int T = c->model.seq_len, mb = c->train.micro_batch_size, B = c->train.batch_size;
-  int nmicro = B / mb;
-  int nlocal = nmicro / r->world; /* this rank's micro-batches of a step (runcfg checks) */
-  int64_t step_tokens = (int64_t)B * T;
-  int64_t steps = c->train.tokens / step_tokens;
-  trn_ckpt_state st;
-  memset(&st, 0, sizeof st);
-  st.loss_scale = c->precision == RCFG_FP16 ? SCALE_INIT : 1.0;
-  trn_noise_init(&st.noise, NOISE_EMA_DECAY);
+/* The run's sizes, fixed for its length. */
+typedef struct shape {
+  int T, mb, B;
+  int nmicro, nlocal;  /* micro-batches of a step; this rank's (runcfg checks nmicro % world) */
+  int64_t step_tokens; /* tokens of a step */
+  int64_t steps;       /* the run's steps */
+} shape;
 
-  int rc;
+/* One optimizer step, from its micro-batches to its line. */
+typedef struct step_figs {
+  double lr;
+  float S;       /* the loss scale the backward ran at */
+  double ctl[3]; /* the ranks' sums: loss, micro-batch gradient sumsq; ranks asked to stop */
+  double gnorm2; /* the whole gradient's sum of squares (scaled by S^2) */
+  double loss, gnorm;
+  int skipped; /* fp16 overflow: no update */
+  double dt;   /* the step's wall time */
+} step_figs;
+
+static shape shape_of(const run *r) {
+  const rcfg *c = r->cfg;
+  shape s = {c->model.seq_len, c->train.micro_batch_size, c->train.batch_size, 0, 0, 0, 0};
+  s.nmicro = s.B / s.mb;
+  s.nlocal = s.nmicro / r->world;
+  s.step_tokens = (int64_t)s.B * s.T;
+  s.steps = c->train.tokens / s.step_tokens;
+  return s;
+}
+
+/* The training state to start from: a checkpoint (--resume, or a wsd
+ * branch point), or fresh weights at the stream's start. 0, or an SS_E*
+ * code with err. */
+static int start_state(run *r, const char *resume_dir, int64_t resume_max_step, trn_ckpt_state *st,
+                       char *err, size_t errlen) {
+  const rcfg *c = r->cfg;
+  memset(st, 0, sizeof *st);
+  st->loss_scale = c->precision == RCFG_FP16 ? SCALE_INIT : 1.0;
+  trn_noise_init(&st->noise, NOISE_EMA_DECAY);
   if (resume_dir) {
     struct stat sb;
     if (stat(resume_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
@@ -410,146 +414,255 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
   }
   int resumed = 0;
   if (resume_dir || r->branch_from) {
-    rc = trn_dp_resume(r, &st, resume_from, err, errlen);
+    int rc = trn_dp_resume(r, st, resume_from, err, errlen);
     if (rc < 0)
       return rc;
     resumed = rc == 1; /* else no (usable) checkpoint: a fresh start */
   }
   if (!resumed) {
     trn_model_init_weights(&r->model, c->train.seed);
-    trn_loader_next(r->train, &st.carry, 1);
+    trn_loader_next(r->train, &st->carry, 1);
   }
+  return 0;
+}
 
+/* Forward and backward of the step's micro-batches at loss scale S: this
+ * rank's share of them summed into the model's grads (through the
+ * overlapped buckets for the last one, when the run overlaps), their
+ * scalars into step_acc on the backend. */
+static void forward_backward(run *r, const shape *sh, trn_ckpt_state *st, float S) {
+  kern_ctx *k = &r->k;
+  trn_model *m = &r->model;
+  int mb = sh->mb, T = sh->T, nmicro = sh->nmicro, nlocal = sh->nlocal;
+  int overlap = trn_dp_overlap(r);
+  for (int i = 0; i < nmicro; i++) {
+    /* the stream is cut into consecutive windows of T tokens whatever the
+     * micro-batch size: each micro-batch takes mb*T new tokens and the
+     * one before them (the carry) as its first input */
+    r->batch[0] = st->carry;
+    trn_loader_next(r->train, r->batch + 1, (size_t)mb * T);
+    st->carry = r->batch[(size_t)mb * T];
+    if (i / nlocal != r->rank) /* another rank's share: every rank reads the whole stream */
+      continue;
+    trn_model_forward_into(m, mb, r->batch, r->batch + 1, &m->step_acc[0], S);
+    int buckets = overlap && i % nlocal == nlocal - 1; /* this rank's last of the step */
+    if (buckets)
+      trn_dp_buckets(r, 1.0f / nmicro, i % nlocal == 0);
+    trn_model_backward(m, S);
+    if (buckets)
+      trn_dp_buckets_end(r); /* the buckets did the sum */
+    else if (nmicro > 1)
+      k->ops->axpy(k, m->grads, m->mgrads, 1.0f / nmicro, m->nparams, i % nlocal == 0);
+    if (nmicro > 1) /* the micro-batch gradient's norm, for the noise scale */
+      k->ops->sumsq_into(k, &m->step_acc[1], m->mgrads, m->nparams);
+  }
+}
+
+/* The step's scalars to the host, summed over the ranks in rank order
+ * (with whether any rank was asked to stop). On one rank the norm, the
+ * clip and the fp16 overflow decision stay on the backend, and the update
+ * goes ahead (or is skipped) before the step's one host read. */
+static int reduce(run *r, const trn_ckpt_state *st, step_figs *f, char *err, size_t errlen) {
+  const rcfg *c = r->cfg;
+  kern_ctx *k = &r->k;
+  trn_model *m = &r->model;
+  double acc[3];
+  if (r->world == 1) {
+    int64_t opt_step = st->step + 1 - st->skipped_steps;
+    k->ops->sumsq_into(k, &m->step_acc[2], m->grads, m->nparams);
+    k->ops->step_scale(k, m->grad_scale, &m->step_acc[2], (double)f->S, c->train.grad_clip);
+    trn_optim_step(&r->optim, m, f->lr, c->optimizer.beta1, c->optimizer.beta2, c->optimizer.eps,
+                   c->train.weight_decay, 0.0f, m->grad_scale, (int)opt_step);
+    k->ops->to_host(k, acc, m->step_acc, sizeof acc); /* the step's one host sync */
+    f->gnorm2 = acc[2];
+  } else {
+    k->ops->to_host(k, acc, m->step_acc, 2 * sizeof(double));
+  }
+  f->ctl[0] = acc[0], f->ctl[1] = acc[1], f->ctl[2] = stop_signal ? 1.0 : 0.0;
+  if (r->world > 1)
+    return trn_dp_reduce(r, f->ctl, &f->gnorm2, err, errlen);
+  return 0;
+}
+
+/* The step's loss and gradient norm checked, and what they decide: a loss
+ * that is not finite stops the run; so does a gradient norm that is not,
+ * unless fp16, where the update is skipped and the loss scale halved. Then
+ * the noise scale, the update of a run over several ranks, and the loss
+ * scale's growth. 0, or an SS_E* code with err. */
+static int update(run *r, const shape *sh, trn_ckpt_state *st, step_figs *f, char *err,
+                  size_t errlen) {
+  const rcfg *c = r->cfg;
+  double S = (double)f->S;
+  f->loss = f->ctl[0] / sh->nmicro;
+  if (!isfinite(f->loss)) {
+    snprintf(err, errlen,
+             "training loss is %g at step %lld (tokens %lld); stopping\nHINT: lower "
+             "train.lr, keep train.grad_clip on, or use fp32/bf16; the last good "
+             "checkpoint is kept",
+             f->loss, (long long)st->step + 1, (long long)(st->tokens + sh->step_tokens));
+    return SS_ENUMERIC;
+  }
+  f->skipped = 0;
+  if (!isfinite(f->gnorm2)) {
+    if (c->precision != RCFG_FP16) {
+      snprintf(err, errlen, "gradient norm is not finite at step %lld; stopping",
+               (long long)st->step + 1);
+      return SS_ENUMERIC;
+    }
+    /* fp16 overflow: skip the update, halve the scale; the data is consumed */
+    f->skipped = 1;
+    st->loss_scale *= 0.5;
+    st->good_steps = 0;
+  }
+  f->gnorm = sqrt(f->gnorm2) / S;
+  if (f->skipped) {
+    st->skipped_steps++;
+    return 0;
+  }
+  if (sh->nmicro > 1)
+    trn_noise_update(&st->noise, f->ctl[1] / sh->nmicro / (S * S), f->gnorm * f->gnorm, sh->mb,
+                     sh->B);
+  if (r->world > 1) {
+    int64_t opt_step = st->step + 1 - st->skipped_steps;
+    trn_optim_step(&r->optim, &r->model, f->lr, c->optimizer.beta1, c->optimizer.beta2,
+                   c->optimizer.eps, c->train.weight_decay,
+                   kern__step_scale(f->gnorm2, S, c->train.grad_clip), NULL, (int)opt_step);
+    int rc = trn_dp_after_step(r, err, errlen);
+    if (rc)
+      return rc;
+  }
+  if (c->precision == RCFG_FP16 && ++st->good_steps >= SCALE_GROWTH_STEPS) {
+    st->loss_scale *= 2.0;
+    st->good_steps = 0;
+  }
+  return 0;
+}
+
+/* The step's line (common/events.h). */
+static void report_step(run *r, const shape *sh, trn_ckpt_state *st, const step_figs *f) {
+  double bn;
+  int fp16 = r->cfg->precision == RCFG_FP16;
+  trn_val none = {0};
+  TRN_EMIT(
+      r->out, step, .step = trn_i(st->step), .tokens = trn_i(st->tokens),
+      .train_loss = trn_d(f->loss), .lr = trn_d(f->lr),
+      .grad_norm = f->skipped ? trn_null() : trn_d(f->gnorm),
+      .b_noise = trn_noise_value(&st->noise, &bn) == 0 ? trn_d(bn) : none,
+      .loss_scale = fp16 ? trn_d(st->loss_scale) : none, .skipped = fp16 ? trn_b(f->skipped) : none,
+      .host_syncs = count_syncs ? trn_i(host_syncs) : none,
+      .tok_per_s = trn_d((double)sh->step_tokens / f->dt), .wall_s = trn_d(now() - r->started));
+}
+
+/* The validation loss after the state's step (rank 0's, shared: the
+ * ranks' weights are the same) and its line. */
+static int eval_step(run *r, const trn_ckpt_state *st, double *val_loss, char *err, size_t errlen) {
+  *val_loss = r->rank == 0 ? evaluate(r) : 0.0;
+  int rc = trn_dp_share(r, val_loss, err, errlen);
+  if (rc)
+    return rc;
+  TRN_EMIT(r->out, eval, .step = trn_i(st->step), .tokens = trn_i(st->tokens),
+           .val_loss = trn_d(*val_loss));
+  return 0;
+}
+
+/* After a step that began at token `before`: the checkpoint every
+ * checkpoint.every_tokens (and one before stopping), and a wsd branch
+ * point's kept checkpoint at the steps asked for. 0, or an SS_E* code. */
+static int save_points(run *r, trn_ckpt_state *st, int64_t before, int stopping, char *err,
+                       size_t errlen) {
+  int want_ckpt =
+      crossed(before, st->tokens, r->cfg->checkpoint.every_tokens) || (stopping && r->ckpt_dir[0]);
+  int keep = 0;
+  for (int i = 0; i < r->nkeep_steps; i++)
+    keep |= r->keep_steps[i] == st->step;
+  if (want_ckpt || keep)
+    trn_loader_get_pos(r->train, &st->train_pos);
+  int rc = 0;
+  if (keep)
+    rc = trn_dp_save(r, st, save_branch, err, errlen);
+  if (!rc && want_ckpt)
+    rc = trn_dp_save(r, st, save, err, errlen);
+  return rc;
+}
+
+/* One optimizer step: forward-backward, reduction, update, its line. */
+static int train_step(run *r, const shape *sh, trn_ckpt_state *st, step_figs *f, char *err,
+                      size_t errlen) {
+  double t0 = now();
+  trn_model *m = &r->model;
+  f->lr = lr_at(r->cfg, (double)st->tokens);
+  f->S = (float)st->loss_scale;
+  /* the step's scalars stay on the backend (step_acc: loss, the
+   * micro-batches' and the whole gradient's sums of squares) until the
+   * step's one read in reduce */
+  host_syncs = 0;
+  r->k.ops->zero(&r->k, m->step_acc, 3 * sizeof(double));
+  forward_backward(r, sh, st, f->S);
+  int rc = reduce(r, st, f, err, errlen);
+  if (!rc)
+    rc = update(r, sh, st, f, err, errlen);
+  if (rc)
+    return rc;
+  st->step++;
+  st->tokens += sh->step_tokens;
+  f->dt = now() - t0;
+  report_step(r, sh, st, f);
+  return 0;
+}
+
+/* The run's done line. */
+static void report_done(run *r, const trn_ckpt_state *st, double val_loss, double wall_s) {
+  rcfg_shape s = rcfg_shape_of(r->cfg);
+  double fpt = rcfg_flops_per_token(&s);
+  int dp = r->world > 1; /* per rank: with ZeRO-1 each holds its shard */
+  trn_val none = {0};
+  TRN_EMIT(r->out, done, .final_val_loss = trn_d(val_loss), .params = trn_i(rcfg_params(&s)),
+           .nonembedding_params = trn_i(rcfg_nonembedding_params(&s)),
+           .flops = trn_d(fpt * (double)st->tokens),
+           .flops_6nd = trn_d(6.0 * (double)rcfg_nonembedding_params(&s) * (double)st->tokens),
+           .tokens = trn_i(st->tokens), .steps = trn_i(st->step), .wall_s = trn_d(wall_s),
+           .peak_rss_bytes = trn_i(peak_rss_bytes()),
+           .peak_device_bytes = r->cuda ? trn_i((long long)r->cuda->peak_bytes(&r->k)) : none,
+           .world_size = dp ? trn_i(r->world) : none,
+           .optimizer_state_bytes = dp ? trn_i((long long)r->optim.state_bytes) : none,
+           .grad_buckets = dp ? trn_i(r->buckets) : none);
+}
+
+/* The run stops after the step one of the ranks was asked to stop at. */
+static int stopped(run *r, const trn_ckpt_state *st, char *err, size_t errlen) {
+  if (!stop_signal) /* another rank had the signal: this one stops with it */
+    stop_signal = SIGTERM;
+  snprintf(err, errlen, "stopped by signal %d after step %lld%s", (int)stop_signal,
+           (long long)st->step,
+           r->ckpt_dir[0] ? "; resume with --resume and the checkpoint directory"
+                          : " (no checkpoint.dir: nothing saved)");
+  return SS_ETERM;
+}
+
+static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, char *err,
+                      size_t errlen) {
+  const rcfg *c = r->cfg;
+  shape sh = shape_of(r);
+  trn_ckpt_state st;
+  int rc = start_state(r, resume_dir, resume_max_step, &st, err, errlen);
+  if (rc)
+    return rc;
   double t_start = now();
   long long prof_steps = 0; /* steps run here, and their wall time (SCALESWEEP_PROFILE_OPS) */
   double prof_s = 0.0;
   trn_opprof_pause(0);
   double val_loss = NAN;
   int64_t val_at = -1; /* step of the last evaluation */
-  kern_ctx *k = &r->k;
-  trn_model *m = &r->model;
-  int overlap = trn_dp_overlap(r);
-  for (; st.step < steps;) {
-    double t0 = now();
-    double lr = lr_at(c, (double)st.tokens);
-    float S = (float)st.loss_scale;
-    /* the step's scalars stay on the backend (step_acc: loss, the
-     * micro-batches' and the whole gradient's sums of squares) until the
-     * step's one read below */
-    host_syncs = 0;
-    k->ops->zero(k, m->step_acc, 3 * sizeof(double));
-    for (int i = 0; i < nmicro; i++) {
-      /* the stream is cut into consecutive windows of T tokens whatever the
-       * micro-batch size: each micro-batch takes mb*T new tokens and the
-       * one before them (the carry) as its first input */
-      r->batch[0] = st.carry;
-      trn_loader_next(r->train, r->batch + 1, (size_t)mb * T);
-      st.carry = r->batch[(size_t)mb * T];
-      if (i / nlocal != r->rank) /* another rank's share: every rank reads the whole stream */
-        continue;
-      trn_model_forward_into(m, mb, r->batch, r->batch + 1, &m->step_acc[0], S);
-      int buckets = overlap && i % nlocal == nlocal - 1; /* this rank's last of the step */
-      if (buckets)
-        trn_dp_buckets(r, 1.0f / nmicro, i % nlocal == 0);
-      trn_model_backward(m, S);
-      if (buckets)
-        trn_dp_buckets_end(r); /* the buckets did the sum */
-      else if (nmicro > 1)
-        k->ops->axpy(k, m->grads, m->mgrads, 1.0f / nmicro, m->nparams, i % nlocal == 0);
-      if (nmicro > 1) /* the micro-batch gradient's norm, for the noise scale */
-        k->ops->sumsq_into(k, &m->step_acc[1], m->mgrads, m->nparams);
-    }
-    int64_t opt_step = st.step + 1 - st.skipped_steps;
-    double acc[3], gnorm2;
-    if (r->world == 1) {
-      /* the norm, the clip and the fp16 overflow decision on the backend:
-       * the update goes ahead (or is skipped) before the host reads */
-      k->ops->sumsq_into(k, &m->step_acc[2], m->grads, m->nparams);
-      k->ops->step_scale(k, m->grad_scale, &m->step_acc[2], (double)S, c->train.grad_clip);
-      trn_optim_step(&r->optim, m, lr, c->optimizer.beta1, c->optimizer.beta2, c->optimizer.eps,
-                     c->train.weight_decay, 0.0f, m->grad_scale, (int)opt_step);
-      k->ops->to_host(k, acc, m->step_acc, sizeof acc); /* the step's one host sync */
-      gnorm2 = acc[2];
-    } else {
-      k->ops->to_host(k, acc, m->step_acc, 2 * sizeof(double));
-    }
-    /* the ranks' sums, in rank order; and whether any rank was asked to stop */
-    double ctl[3] = {acc[0], acc[1], stop_signal ? 1.0 : 0.0};
-    if (r->world > 1 && (rc = trn_dp_reduce(r, ctl, &gnorm2, err, errlen)) != 0)
-      return rc;
-    double loss = ctl[0] / nmicro, g_small2 = ctl[1];
-    if (!isfinite(loss)) {
-      snprintf(err, errlen,
-               "training loss is %g at step %lld (tokens %lld); stopping\nHINT: lower "
-               "train.lr, keep train.grad_clip on, or use fp32/bf16; the last good "
-               "checkpoint is kept",
-               loss, (long long)st.step + 1, (long long)(st.tokens + step_tokens));
-      return SS_ENUMERIC;
-    }
-    int skipped = 0;
-    if (!isfinite(gnorm2)) {
-      if (c->precision != RCFG_FP16) {
-        snprintf(err, errlen, "gradient norm is not finite at step %lld; stopping",
-                 (long long)st.step + 1);
-        return SS_ENUMERIC;
-      }
-      /* fp16 overflow: skip the update, halve the scale; the data is consumed */
-      skipped = 1;
-      st.loss_scale *= 0.5;
-      st.good_steps = 0;
-    }
-    double gnorm = sqrt(gnorm2) / S;
-    if (!skipped) {
-      if (nmicro > 1)
-        trn_noise_update(&st.noise, g_small2 / nmicro / ((double)S * S), gnorm * gnorm, mb, B);
-      if (r->world > 1) {
-        trn_optim_step(&r->optim, m, lr, c->optimizer.beta1, c->optimizer.beta2, c->optimizer.eps,
-                       c->train.weight_decay,
-                       kern__step_scale(gnorm2, (double)S, c->train.grad_clip), NULL,
-                       (int)opt_step);
-        if ((rc = trn_dp_after_step(r, err, errlen)) != 0)
-          return rc;
-      }
-      if (c->precision == RCFG_FP16 && ++st.good_steps >= SCALE_GROWTH_STEPS) {
-        st.loss_scale *= 2.0;
-        st.good_steps = 0;
-      }
-    } else {
-      st.skipped_steps++;
-    }
+  while (st.step < sh.steps) {
     int64_t before = st.tokens;
-    st.step++;
-    st.tokens += step_tokens;
-    double dt = now() - t0;
-    prof_steps++, prof_s += dt;
-
-    fprintf(r->out,
-            "{\"event\":\"step\",\"step\":%lld,\"tokens\":%lld,\"train_loss\":%.17g,"
-            "\"lr\":%.17g",
-            (long long)st.step, (long long)st.tokens, loss, lr);
-    if (skipped)
-      fprintf(r->out, ",\"grad_norm\":null");
-    else
-      fprintf(r->out, ",\"grad_norm\":%.17g", gnorm);
-    double bn;
-    if (trn_noise_value(&st.noise, &bn) == 0)
-      fprintf(r->out, ",\"b_noise\":%.17g", bn);
-    if (c->precision == RCFG_FP16)
-      fprintf(r->out, ",\"loss_scale\":%.17g,\"skipped\":%s", st.loss_scale,
-              skipped ? "true" : "false");
-    if (count_syncs)
-      fprintf(r->out, ",\"host_syncs\":%ld", host_syncs);
-    fprintf(r->out, ",\"tok_per_s\":%.6g}\n", (double)step_tokens / dt);
-    fflush(r->out);
-
-    if (crossed(before, st.tokens, c->eval.every_tokens) || st.step == steps) {
-      val_loss = r->rank == 0 ? evaluate(r) : 0.0; /* the ranks' weights are the same */
-      if ((rc = trn_dp_share(r, &val_loss, err, errlen)) != 0)
+    step_figs f;
+    if ((rc = train_step(r, &sh, &st, &f, err, errlen)) != 0)
+      return rc;
+    prof_steps++, prof_s += f.dt;
+    if (crossed(before, st.tokens, c->eval.every_tokens) || st.step == sh.steps) {
+      if ((rc = eval_step(r, &st, &val_loss, err, errlen)) != 0)
         return rc;
       val_at = st.step;
-      fprintf(r->out, "{\"event\":\"eval\",\"step\":%lld,\"tokens\":%lld,\"val_loss\":%.17g}\n",
-              (long long)st.step, (long long)st.tokens, val_loss);
-      fflush(r->out);
       if (!isfinite(val_loss)) {
         snprintf(err, errlen, "validation loss is %g at step %lld; stopping", val_loss,
                  (long long)st.step);
@@ -558,54 +671,17 @@ static int train_loop(run *r, const char *resume_dir, int64_t resume_max_step, c
     }
     /* a signal during the last step lets the run finish normally; the
      * ranks stop together, at the step one of them was asked to */
-    int stopping = ctl[2] > 0 && st.step < steps;
-    int want_ckpt =
-        crossed(before, st.tokens, c->checkpoint.every_tokens) || (stopping && r->ckpt_dir[0]);
-    int keep = 0;
-    for (int i = 0; i < r->nkeep_steps; i++)
-      keep |= r->keep_steps[i] == st.step;
-    if (want_ckpt || keep)
-      trn_loader_get_pos(r->train, &st.train_pos);
-    if (keep && (rc = trn_dp_save(r, &st, save_branch, err, errlen)) != 0)
+    int stopping = f.ctl[2] > 0 && st.step < sh.steps;
+    if ((rc = save_points(r, &st, before, stopping, err, errlen)) != 0)
       return rc;
-    if (want_ckpt && (rc = trn_dp_save(r, &st, save, err, errlen)) != 0)
-      return rc;
-    if (stopping) {
-      if (!stop_signal) /* another rank had the signal: this one stops with it */
-        stop_signal = SIGTERM;
-      snprintf(err, errlen, "stopped by signal %d after step %lld%s", (int)stop_signal,
-               (long long)st.step,
-               r->ckpt_dir[0] ? "; resume with --resume and the checkpoint directory"
-                              : " (no checkpoint.dir: nothing saved)");
-      return SS_ETERM;
-    }
+    if (stopping)
+      return stopped(r, &st, err, errlen);
   }
-  if (val_at != st.step) {
-    /* resumed from a checkpoint written after the last step's evaluation */
-    val_loss = r->rank == 0 ? evaluate(r) : 0.0;
-    int rc = trn_dp_share(r, &val_loss, err, errlen);
-    if (rc)
-      return rc;
-    fprintf(r->out, "{\"event\":\"eval\",\"step\":%lld,\"tokens\":%lld,\"val_loss\":%.17g}\n",
-            (long long)st.step, (long long)st.tokens, val_loss);
-  }
+  /* resumed from a checkpoint written after the last step's evaluation */
+  if (val_at != st.step && (rc = eval_step(r, &st, &val_loss, err, errlen)) != 0)
+    return rc;
   trn_opprof_report(stderr, prof_steps, prof_s);
-  rcfg_shape s = rcfg_shape_of(c);
-  double fpt = rcfg_flops_per_token(&s);
-  fprintf(r->out,
-          "{\"event\":\"done\",\"final_val_loss\":%.17g,\"params\":%lld,"
-          "\"nonembedding_params\":%lld,\"flops\":%.17g,\"flops_6nd\":%.17g,"
-          "\"tokens\":%lld,\"steps\":%lld,\"wall_s\":%.6g,\"peak_rss_bytes\":%lld",
-          val_loss, (long long)rcfg_params(&s), (long long)rcfg_nonembedding_params(&s),
-          fpt * (double)st.tokens, 6.0 * (double)rcfg_nonembedding_params(&s) * (double)st.tokens,
-          (long long)st.tokens, (long long)st.step, now() - t_start, peak_rss_bytes());
-  if (r->cuda)
-    fprintf(r->out, ",\"peak_device_bytes\":%zu", r->cuda->peak_bytes(k));
-  if (r->world > 1) /* per rank: with ZeRO-1 each holds its shard */
-    fprintf(r->out, ",\"world_size\":%d,\"optimizer_state_bytes\":%zu,\"grad_buckets\":%lld",
-            r->world, r->optim.state_bytes, (long long)r->buckets);
-  fprintf(r->out, "}\n");
-  fflush(r->out);
+  report_done(r, &st, val_loss, now() - t_start);
   return 0;
 }
 
@@ -613,9 +689,93 @@ kern_prec trn_kern_prec(rcfg_prec p) {
   return p == RCFG_BF16 ? KERN_BF16 : p == RCFG_FP16 ? KERN_FP16 : KERN_FP32;
 }
 
+/* The options' checks that need no backend: a directory for the
+ * checkpoints asked for. 0, or SS_EINVAL with err. */
+static int check_dirs(const run *r, const rcfg *cfg, char *err, size_t errlen) {
+  if (cfg->checkpoint.every_tokens > 0 && !r->ckpt_dir[0]) {
+    snprintf(err, errlen,
+             "$.checkpoint.dir: missing; checkpoint.every_tokens > 0 needs a directory\nHINT: "
+             "set checkpoint.dir, or pass --checkpoint-dir DIR");
+    return SS_EINVAL;
+  }
+  if (r->nkeep_steps > 0 && !r->ckpt_dir[0]) {
+    snprintf(err, errlen,
+             "--keep-steps: the branch points' checkpoints need a directory\nHINT: "
+             "set checkpoint.dir, or pass --checkpoint-dir DIR");
+    return SS_EINVAL;
+  }
+  return 0;
+}
+
+/* The kernels' backend: CUDA's module, loaded only here (a CPU run never
+ * maps the CUDA libraries), or the CPU's. 0, or SS_EIO with err. */
+static int open_backend(run *r, const trn_train_opts *opts, char *err, size_t errlen) {
+  const rcfg *cfg = r->cfg;
+  if (strcmp(cfg->backend, "cuda") != 0) {
+    kern_cpu_init(&r->k, trn_kern_prec(cfg->precision), cfg->threads);
+    return 0;
+  }
+  const kern_cuda_module *m = kern_cuda_load(err, errlen);
+  if (!m)
+    return SS_EIO;
+  /* of the devices the worker leaves visible (CUDA_VISIBLE_DEVICES, the
+   * run's GPUs), this rank's place among this host's ranks */
+  if (m->init(&r->k, trn_kern_prec(cfg->precision), opts->local_rank, err, errlen) != 0)
+    return SS_EIO;
+  r->cuda = m;
+  r->device = opts->local_rank;
+  m->set_tf32(&r->k, cfg->tf32); /* resolved: on for fp32 unless "tf32": false */
+  return 0;
+}
+
+/* The model, its optimizer (ZeRO-1: this rank's shard of the state), the
+ * micro-batch buffer and the validation windows (evaluation reuses the
+ * training micro-batch buffers, at least one window). 0, or SS_ENOMEM. */
+static int alloc_model(run *r, char *err, size_t errlen) {
+  const rcfg *cfg = r->cfg;
+  rcfg_shape s = rcfg_shape_of(cfg);
+  int mb = cfg->train.micro_batch_size, T = cfg->model.seq_len;
+  r->nval = (int)(cfg->eval.tokens / T);
+  int rc =
+      trn_model_init(&r->model, &r->k, &s, mb, cfg->memory.recompute, cfg->train.batch_size > mb);
+  int q8 = strcmp(cfg->optimizer.name, "adamw8bit") == 0;
+  if (!rc && cfg->optimizer.zero) {
+    trn_optim_shards(&r->model, r->world, r->shard);
+    rc = trn_optim_init_shard(&r->optim, &r->model, q8, r->shard[r->rank], r->shard[r->rank + 1]);
+  } else if (!rc) {
+    rc = trn_optim_init(&r->optim, &r->model, q8);
+  }
+  r->batch = malloc(((size_t)mb * T + 1) * sizeof(int32_t));
+  r->val_tok = malloc(((size_t)r->nval * T + 1) * sizeof(int32_t));
+  if (rc || !r->batch || !r->val_tok) {
+    snprintf(err, errlen,
+             "out of memory allocating the model (%lld parameters, micro-batch "
+             "%d x %d tokens)",
+             (long long)rcfg_params(&s), mb, T);
+    return SS_ENOMEM;
+  }
+  trn_loader_next(r->val, r->val_tok, (size_t)r->nval * T + 1);
+  return 0;
+}
+
+static void free_run(run *r) {
+  trn_dp_close(r);
+  free(r->batch);
+  free(r->val_tok);
+  free(r->config_json);
+  trn_optim_free(&r->optim);
+  trn_model_free(&r->model);
+  trn_loader_free(r->train);
+  trn_loader_free(r->val);
+  trn_lexicon_free(r->lex);
+  if (r->cuda)
+    r->cuda->close(&r->k);
+}
+
 int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err, size_t errlen) {
   run r;
   memset(&r, 0, sizeof r);
+  r.started = now();
   r.cfg = cfg;
   r.out = out;
   r.ckpt_dir_flag = opts->checkpoint_dir;
@@ -625,44 +785,14 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
   r.nkeep_steps = opts->nkeep_steps;
   r.data_dirs = opts->data_dirs;
   r.ndata_dirs = opts->confine_data ? (opts->ndata_dirs > 0 ? opts->ndata_dirs : 0) : SPATH_ANY;
-  err[0] = 0;
-  int rc = 0;
-  int on_cuda = strcmp(cfg->backend, "cuda") == 0;
-  if (cfg->checkpoint.every_tokens > 0 && !r.ckpt_dir[0]) {
-    snprintf(err, errlen,
-             "$.checkpoint.dir: missing; checkpoint.every_tokens > 0 needs a directory\nHINT: "
-             "set checkpoint.dir, or pass --checkpoint-dir DIR");
-    rc = SS_EINVAL;
-    goto done;
-  }
-  if (r.nkeep_steps > 0 && !r.ckpt_dir[0]) {
-    snprintf(err, errlen,
-             "--keep-steps: the branch points' checkpoints need a directory\nHINT: "
-             "set checkpoint.dir, or pass --checkpoint-dir DIR");
-    rc = SS_EINVAL;
-    goto done;
-  }
   r.world = cfg->world_size;
   r.rank = opts->rank > 0 ? opts->rank : 0;
-  if (on_cuda) {
-    /* loaded only here: a CPU run never maps the CUDA libraries */
-    const kern_cuda_module *m = kern_cuda_load(err, errlen);
-    if (!m) {
-      rc = SS_EIO;
-      goto done;
-    }
-    /* of the devices the worker leaves visible (CUDA_VISIBLE_DEVICES, the
-     * run's GPUs), this rank's place among this host's ranks */
-    if (m->init(&r.k, trn_kern_prec(cfg->precision), opts->local_rank, err, errlen) != 0) {
-      rc = SS_EIO;
-      goto done;
-    }
-    r.cuda = m;
-    r.device = opts->local_rank;
-    m->set_tf32(&r.k, cfg->tf32); /* resolved: on for fp32 unless "tf32": false */
-  } else {
-    kern_cpu_init(&r.k, trn_kern_prec(cfg->precision), cfg->threads);
-  }
+  err[0] = 0;
+  int rc = check_dirs(&r, cfg, err, errlen);
+  if (!rc)
+    rc = open_backend(&r, opts, err, errlen);
+  if (rc)
+    goto done;
   count_host_syncs(&r.k);
   trn_opprof_install(&r.k);
   r.config_json = rcfg_to_json(cfg);
@@ -671,31 +801,8 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
     rc = SS_ENOMEM;
     goto done;
   }
-  if ((rc = open_data(&r, err, errlen)) != 0)
+  if ((rc = open_data(&r, err, errlen)) != 0 || (rc = alloc_model(&r, err, errlen)) != 0)
     goto done;
-  rcfg_shape s = rcfg_shape_of(cfg);
-  int mb = cfg->train.micro_batch_size, T = cfg->model.seq_len;
-  /* evaluation reuses the training micro-batch buffers, at least one window */
-  r.nval = (int)(cfg->eval.tokens / T);
-  rc = trn_model_init(&r.model, &r.k, &s, mb, cfg->memory.recompute, cfg->train.batch_size > mb);
-  int q8 = strcmp(cfg->optimizer.name, "adamw8bit") == 0;
-  if (!rc && cfg->optimizer.zero) { /* ZeRO-1: this rank's shard of the state */
-    trn_optim_shards(&r.model, r.world, r.shard);
-    rc = trn_optim_init_shard(&r.optim, &r.model, q8, r.shard[r.rank], r.shard[r.rank + 1]);
-  } else if (!rc) {
-    rc = trn_optim_init(&r.optim, &r.model, q8);
-  }
-  r.batch = malloc(((size_t)mb * T + 1) * sizeof(int32_t));
-  r.val_tok = malloc(((size_t)r.nval * T + 1) * sizeof(int32_t));
-  if (rc || !r.batch || !r.val_tok) {
-    snprintf(err, errlen,
-             "out of memory allocating the model (%lld parameters, micro-batch "
-             "%d x %d tokens)",
-             (long long)rcfg_params(&s), mb, T);
-    rc = SS_ENOMEM;
-    goto done;
-  }
-  trn_loader_next(r.val, r.val_tok, (size_t)r.nval * T + 1);
   emit_config(&r);
   if ((rc = trn_dp_open(&r, opts, err, errlen)) != 0)
     goto done;
@@ -703,17 +810,7 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
 
 done:
   if (rc)
-    emit_error(out, err);
-  trn_dp_close(&r);
-  free(r.batch);
-  free(r.val_tok);
-  free(r.config_json);
-  trn_optim_free(&r.optim);
-  trn_model_free(&r.model);
-  trn_loader_free(r.train);
-  trn_loader_free(r.val);
-  trn_lexicon_free(r.lex);
-  if (r.cuda)
-    r.cuda->close(&r.k);
+    TRN_EMIT(out, error, .message = trn_s(err));
+  free_run(&r);
   return rc;
 }

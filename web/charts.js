@@ -160,6 +160,40 @@ export function drawCurves(fig, curves, key) {
   return points;
 }
 
+// ---- a run's metric columns -------------------------------------------------------------
+
+// The columns a run's metric rows carry that a chart against tokens can show:
+// the keys the API serves (the scheduler's metric table), less the row's key
+// and the losses the loss chart shows; only those with a number somewhere.
+export function metricColumns(rows) {
+  const skip = new Set(['step', 'tokens', 'train_loss', 'val_loss']);
+  const cols = [];
+  for (const r of rows) {
+    for (const k of Object.keys(r)) {
+      if (!skip.has(k) && !cols.includes(k) && Number.isFinite(r[k])) cols.push(k);
+    }
+  }
+  return cols;
+}
+
+// One metric column of a run's rows (GET /api/runs/ID: metrics) against tokens,
+// on linear axes. Returns how many points are drawn.
+export function drawMetric(fig, rows, column) {
+  const pts = rows.filter((r) => Number.isFinite(r.tokens) && Number.isFinite(r[column]));
+  if (!pts.length) {
+    say(fig, column ? `No ${column} reported yet.` : 'No steps reported yet.');
+    fig.dataset.points = '0';
+    return 0;
+  }
+  draw(fig, [line(column, PALETTE[0])], [pts.map((r) => r.tokens), pts.map((r) => r[column])], {
+    key: `metric-${column}`, xlabel: 'tokens', ylabel: column,
+    scales: { x: { time: false, distr: 1 }, y: { distr: 1 } }, legend: { show: false },
+  });
+  fig.dataset.points = String(pts.length);
+  fig.dataset.column = column;
+  return pts.length;
+}
+
 // ---- fits -----------------------------------------------------------------------------
 
 function chinchilla(fit) {

@@ -8,7 +8,9 @@ import {
   drawCurves,
   drawFrontier,
   drawIsoflop,
+  drawMetric,
   drawNopt,
+  metricColumns,
   resizeAll
 } from './charts.js';
 import { RunTable } from './runs.js';
@@ -272,13 +274,50 @@ function sweep() {
   };
 }
 
+// A figure after the loss chart showing one of the run's other metric
+// columns against tokens, picked from those the API serves (tokens per
+// second first). Returns the function that (re)loads its rows.
+function metricChart(after) {
+  const fig = document.createElement('figure');
+  fig.id = 'chart-metric';
+  fig.className = 'chart';
+  const cap = document.createElement('figcaption');
+  const label = document.createElement('label');
+  label.textContent = 'Per step, against tokens: ';
+  const pick = document.createElement('select');
+  pick.id = 'metric-column';
+  label.appendChild(pick);
+  cap.appendChild(label);
+  fig.appendChild(cap);
+  after.parentElement.appendChild(fig);
+  let rows = [];
+  const redraw = () => drawMetric(fig, rows, pick.value);
+  pick.addEventListener('change', redraw);
+  return async () => {
+    rows = (await getJSON(`/api/runs/${ID}?metrics_limit=100000`)).metrics || [];
+    const cols = metricColumns(rows);
+    const keep = cols.includes(pick.value) ? pick.value : cols.includes('tok_per_s') ? 'tok_per_s' : cols[0];
+    pick.textContent = '';
+    for (const c of cols) {
+      const o = document.createElement('option');
+      o.value = c;
+      o.textContent = c;
+      pick.appendChild(o);
+    }
+    if (keep) pick.value = keep;
+    redraw();
+  };
+}
+
 function run() {
   let curves = [];
   const fig = document.getElementById('chart-run');
+  const loadMetric = fig ? metricChart(fig) : async () => {};
   const redraw = throttle(() => drawCurves(fig, curves, 'run'), 500);
   const load = async () => {
     curves = await getJSON(`/api/runs/${ID}/curves?points=500`);
     drawCurves(fig, curves, 'run');
+    await loadMetric();
   };
   const refresh = throttle(() => guard(swap(['summary', 'failure']).then(load)), 1000);
   refreshAll = refresh;

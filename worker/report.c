@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/events.h"
 #include "worker/internal.h"
 
 #define LOG_TAIL_BYTES 4096
@@ -83,16 +84,16 @@ int wrk__on_trainer_line(void *ud, const char *line, size_t len) {
     json_decref(ev);
     return 0;
   }
-  static const char *const events[] = {"config", "step", "eval", "checkpoint",
-                                       "done",   "error", NULL};
-  int known = 0;
-  for (int i = 0; events[i]; i++)
-    known |= !strcmp(event, events[i]);
+  int known = 0; /* the trainer's events (common/events.h) */
+  for (int i = 0; i < TRN_EV_N; i++)
+    known |= !strcmp(event, trn_event_names[i]);
   const char *bad = NULL;
   if (!known) {
-    snprintf(why, sizeof why,
-             "unknown event \"%.40s\" (expected config, step, eval, checkpoint, done or error)",
-             event);
+    int k = snprintf(why, sizeof why, "unknown event \"%.40s\" (expected ", event);
+    for (int i = 0; i < TRN_EV_N && k > 0 && (size_t)k < sizeof why; i++) {
+      const char *sep = i + 1 == TRN_EV_N ? ")" : i + 2 == TRN_EV_N ? " or " : ", ";
+      k += snprintf(why + k, sizeof why - (size_t)k, "%s%s", trn_event_names[i], sep);
+    }
     bad = why;
   } else if ((!strcmp(event, "step") || !strcmp(event, "eval")) &&
              proto_check_row(ev, why, sizeof why)) {

@@ -302,6 +302,16 @@ async function main() {
     }
     if (!(await rp.textContent('#config pre')).includes('"n_layer"')) fail('run page: no resolved config');
     log(`run page ${running}: the curve grew from ${b2} points; config shown`);
+    // the run's other metric columns, offered as the API serves them: tokens per second first
+    await until('the run page metric chart', async () =>
+      Number(await rp.getAttribute('#chart-metric', 'data-points')) > 0, 20000);
+    const offered = await rp.$$eval('#metric-column option', (os) => os.map((o) => o.value));
+    const served = (await api('GET', `/api/runs/${running}`)).json.metrics.at(-1) || {};
+    if ((await rp.getAttribute('#chart-metric', 'data-column')) !== 'tok_per_s' ||
+        offered.some((c) => !(c in served)) || !offered.includes('lr'))
+      fail(`run page: the metric chart shows ${await rp.getAttribute('#chart-metric', 'data-column')}` +
+           ` of ${offered.join(', ')}; served: ${Object.keys(served).join(', ')}`);
+    log(`run page ${running}: metric chart of ${offered.join(', ')}`);
 
     // the fit plots appear when the runs finish (the page is not reloaded)
     await until('the sweep to finish', async () => {

@@ -425,7 +425,7 @@ void store_metrics_insert(db *d, int64_t run_id, int attempt, int64_t worker_id,
   (void)attempt;
   (void)worker_id;
   for (size_t i = 1; i < n; i++) /* the caller's promise: sorted, one row per step */
-    if (rows[i].step <= rows[i - 1].step)
+    if (rows[i].v[SS_MCOL_step] <= rows[i - 1].v[SS_MCOL_step])
       abort();
   fenced_done(d, (int64_t)n, cb, ud);
 }

@@ -177,3 +177,22 @@ drawBcrit(fig, {});
 assert.equal(drawn.length, 0);
 assert.match(text(fig), /No critical batch size by branching yet/);
 console.log('bcrit: B_crit by branching against D, its intervals, B_noise and the power law');
+
+// a run's other metric columns: those the API serves with a number, less the
+// key and the losses, in the rows' order; one drawn against tokens
+{
+  const { drawMetric, metricColumns } = await import(new URL('../../web/charts.js', import.meta.url));
+  const rows = [
+    { step: 1, tokens: 128, train_loss: 3.2, val_loss: null, lr: 0.001, b_noise: null, tok_per_s: 9e4, wall_s: 0.5 },
+    { step: 2, tokens: 256, train_loss: 3.1, val_loss: 3.0, lr: 0.002, b_noise: 4.5, tok_per_s: 1e5, wall_s: 0.9 },
+  ];
+  assert.deepEqual(metricColumns(rows), ['lr', 'tok_per_s', 'wall_s', 'b_noise']);
+  const before = drawn.length;
+  const fig = Object.assign(element(), { dataset: {} });
+  assert.equal(drawMetric(fig, rows, 'wall_s'), 2);
+  const u = drawn[before];
+  assert.deepEqual(u.data, [[128, 256], [0.5, 0.9]]);
+  assert.equal(fig.dataset.column, 'wall_s');
+  assert.equal(drawMetric(Object.assign(element(), { dataset: {} }), rows, 'loss_scale'), 0);
+  console.log('metric columns: the served ones less key and losses; one drawn against tokens');
+}
