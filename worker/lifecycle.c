@@ -164,13 +164,22 @@ static int ended_interrupted(const wrk__run *r, enum wrk__run_state from, int64_
                                : r->interrupting && r->term_signal == SIGKILL));
 }
 
-/* A newer attempt of r's run waited for r to stop. */
+/* A newer attempt of r's run waited for r to stop: it starts once no
+ * attempt of the run has a trainer. (An attempt that waited and was itself
+ * superseded ends while the oldest may still be stopping: the newest waits
+ * on for that one.) */
 static void start_waiting(wrk__run *r) {
-  for (wrk__run *x = r->w->runs; x; x = x->next)
-    if (x->id == r->id && x->state == WRK__RUN_ASSIGNED) {
-      wrk__run_start(x);
-      break;
-    }
+  wrk__run *next = NULL;
+  for (wrk__run *x = r->w->runs; x; x = x->next) {
+    if (x->id != r->id)
+      continue;
+    if (wrk__run_has_trainer(x))
+      return;
+    if (!next && x->state == WRK__RUN_ASSIGNED)
+      next = x;
+  }
+  if (next)
+    wrk__run_start(next);
 }
 
 void wrk__run_complete(wrk__run *r) {

@@ -4,8 +4,8 @@
  * its trainer, report.c turns its lines and its end into messages,
  * outbox.c keeps them until acked) and call in here at each event.
  *
- *   assigned -> spawning    start (at once, or when the older attempt it
- *                           waited for has ended)
+ *   assigned -> spawning    start (once no older attempt of the run has a
+ *                           trainer: two never share a checkpoint directory)
  *   assigned -> finished    cancelled before it started (exit code 143)
  *   spawning -> running     its trainer spawned
  *   spawning -> finished    its start failed (a GPU, trainer or backend this

@@ -296,6 +296,28 @@ static void test_supersede(wrk__worker *w) {
     ack(b);
 }
 
+/* Three attempts: the second waits for the first, the third supersedes
+ * the second, which ends at once; the third starts only once the first's
+ * trainer has ended. */
+static void test_supersede_twice(wrk__worker *w) {
+  wrk__run *a = running(w, 40, 1);
+  assign(w, 40, 2, 7);
+  wrk__run *b = wrk__run_find(w, 40, 2);
+  assign(w, 40, 3, 7);
+  wrk__run *c = wrk__run_find(w, 40, 3);
+  CHECK(a->state == S(STOPPING));
+  CHECK(b && b->state == S(FINISHED));
+  CHECK(c && c->state == S(ASSIGNED));
+  a->term_signal = SIGTERM;
+  wrk__run_complete(a);
+  CHECK(c && c->state == S(FINISHED)); /* started, then refused: GPU 7 */
+  ack(a);
+  if (b)
+    ack(b);
+  if (c)
+    ack(c);
+}
+
 int main(void) {
   char dir[1024];
   if (check_tmpdir(dir, sizeof dir, "test_lifecycle"))
@@ -306,6 +328,7 @@ int main(void) {
   test_start_refused(w);
   test_ends(w);
   test_supersede(w);
+  test_supersede_twice(w);
   test_stopping(w);
   CHECK(w->runs == NULL);
   uv_close((uv_handle_t *)&w->drain_timer, NULL);
