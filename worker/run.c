@@ -60,30 +60,16 @@ void wrk__run_unlink(wrk__run *r) {
   run_maybe_free(r);
 }
 
-void wrk__on_assign(wrk__conn *c, json_t *m) {
-  wrk__worker *w = c->w;
-  int64_t id = json_integer_value(json_object_get(m, "run_id"));
-  int64_t attempt = json_integer_value(json_object_get(m, "attempt"));
-  if (wrk__run_find(w, id, attempt)) {
-    wrk__log("run %" PRId64 " attempt %" PRId64 ": already assigned here; repeat ignored", id,
-             attempt);
-    return;
-  }
+wrk__run *wrk__run_new(wrk__worker *w, int64_t id, int64_t attempt, size_t ngpus) {
   wrk__run *r = calloc(1, sizeof *r);
-  json_t *gl = json_object_get(m, "gpus");
-  size_t ng = json_array_size(gl);
-  if (!r || (ng && !(r->gpus = calloc(ng, sizeof *r->gpus)))) {
-    wrk__log("run %" PRId64 ": out of memory; assignment ignored", id);
+  if (!r || (ngpus && !(r->gpus = calloc(ngpus, sizeof *r->gpus)))) {
     free(r);
-    return;
+    return NULL;
   }
   r->w = w;
   r->id = id;
   r->attempt = attempt;
-  r->assign = json_incref(m);
-  r->ngpus = (int)ng;
-  for (size_t i = 0; i < ng; i++)
-    r->gpus[i] = (int)json_integer_value(json_array_get(gl, i));
+  r->ngpus = (int)ngpus;
   r->next_seq = 1;
   r->ckpt_step = -1;
   r->state = WRK__RUN_ASSIGNED;
@@ -102,6 +88,28 @@ void wrk__on_assign(wrk__conn *c, json_t *m) {
   while (*tail)
     tail = &(*tail)->next;
   *tail = r;
+  return r;
+}
+
+void wrk__on_assign(wrk__conn *c, json_t *m) {
+  wrk__worker *w = c->w;
+  int64_t id = json_integer_value(json_object_get(m, "run_id"));
+  int64_t attempt = json_integer_value(json_object_get(m, "attempt"));
+  if (wrk__run_find(w, id, attempt)) {
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": already assigned here; repeat ignored", id,
+             attempt);
+    return;
+  }
+  json_t *gl = json_object_get(m, "gpus");
+  size_t ng = json_array_size(gl);
+  wrk__run *r = wrk__run_new(w, id, attempt, ng);
+  if (!r) {
+    wrk__log("run %" PRId64 ": out of memory; assignment ignored", id);
+    return;
+  }
+  r->assign = json_incref(m);
+  for (size_t i = 0; i < ng; i++)
+    r->gpus[i] = (int)json_integer_value(json_array_get(gl, i));
   wrk__run_assigned(r);
 }
 

@@ -15,6 +15,10 @@ typedef struct wrk__worker wrk__worker;
 typedef struct wrk__conn wrk__conn;
 typedef struct wrk__run wrk__run;
 
+/* A new run of w's, last in its list, assigned (lifecycle.h) with room for
+ * ngpus GPUs (r->gpus to fill); NULL when out of memory. The assignment
+ * handler's, and a test's. */
+wrk__run *wrk__run_new(wrk__worker *w, int64_t id, int64_t attempt, size_t ngpus);
 /* The scheduler's assign and cancel (wrk__handler's). */
 void wrk__on_assign(wrk__conn *c, json_t *m);
 void wrk__on_cancel(wrk__conn *c, json_t *m);

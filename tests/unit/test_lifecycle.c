@@ -139,29 +139,12 @@ static void ack(wrk__run *r) {
 }
 
 /* A CPU run put into RUNNING by its transitions, without a process
- * (proc_alive stays 0: no signal is ever sent). Built as run.c builds an
- * assigned one, since an assignment here would start it at once. */
+ * (proc_alive stays 0: no signal is ever sent); not through an assignment,
+ * which would start it at once. */
 static wrk__run *running(wrk__worker *w, int64_t id, int64_t attempt) {
-  wrk__run *r = calloc(1, sizeof *r);
+  wrk__run *r = wrk__run_new(w, id, attempt, 0);
   if (!r)
     abort();
-  r->w = w;
-  r->id = id;
-  r->attempt = attempt;
-  r->next_seq = 1;
-  r->ckpt_step = -1;
-  r->state = S(ASSIGNED);
-  proto_reader_init(&r->rd);
-  snprintf(r->log_path, sizeof r->log_path, "%s/attempt-%" PRId64 "-%" PRId64 ".log", w->work_dir,
-           id, attempt);
-  uv_timer_init(&w->loop, &r->flush_timer);
-  uv_timer_init(&w->loop, &r->kill_timer);
-  r->flush_timer.data = r->kill_timer.data = r;
-  r->nopen = 2;
-  wrk__run **tail = &w->runs;
-  while (*tail)
-    tail = &(*tail)->next;
-  *tail = r;
   CHECK(!wrk__run_transition(r, S(SPAWNING), "test start"));
   CHECK(!wrk__run_transition(r, S(RUNNING), "test spawned"));
   return r;
