@@ -4,6 +4,8 @@
  * nvidia-smi lists is only offered for CUDA runs when the trainer could load
  * the CUDA module and CUDA sees the device; otherwise the hello says why, and
  * the scheduler places no GPU run here. */
+#include "worker/backends.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -19,6 +21,8 @@
 
 #include "common/err.h"
 #include "worker/internal.h"
+#include "worker/lifecycle.h"
+#include "worker/log.h"
 
 extern char **environ;
 

@@ -1,13 +1,25 @@
 /* The connection to the scheduler: resolve, connect (each address in turn),
  * hello and welcome, reading and dispatching its messages, writing, and
  * reconnecting forever with exponential backoff. */
+#include "worker/conn.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
+#include "worker/backends.h"
+#include "worker/datadirs.h"
+#include "worker/identity.h"
 #include "worker/internal.h"
+#include "worker/lease.h"
+#include "worker/lifecycle.h"
+#include "worker/log.h"
+#include "worker/outbox.h"
+#include "worker/run.h"
+#include "worker/trainers.h"
+#include "worker/wbuf.h"
 
 #define BACKOFF_MAX_MS 5000
 #define WELCOME_TIMEOUT_MS 10000

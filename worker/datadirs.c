@@ -3,6 +3,8 @@
  * --data-dir. Every trainer gets them as --data-dir flags, or
  * --no-data-dirs when there are none, so that a trainer spawned by a worker
  * never reads a file outside them (common/shardpath.h). */
+#include "worker/datadirs.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include "common/err.h"
 #include "common/shardpath.h"
 #include "worker/internal.h"
+#include "worker/log.h"
 
 int wrk__data_dirs_init(wrk__worker *w, const char *const *dirs, int n) {
   w->n_own = 0;

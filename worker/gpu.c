@@ -1,5 +1,7 @@
 /* GPUs: what nvidia-smi lists, restricted by --gpus, and the
  * CUDA_VISIBLE_DEVICES of a run. */
+#include "worker/gpu.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -9,6 +11,8 @@
 
 #include "common/err.h"
 #include "worker/internal.h"
+#include "worker/lifecycle.h"
+#include "worker/log.h"
 
 int wrk__gpu_offered(const wrk__worker *w, int index) {
   for (int i = 0; i < w->ngpus; i++)

@@ -4,6 +4,8 @@
  * ({"name": NAME, "secret": SECRET}, mode 0600), and presented in every
  * hello; a worker restarted with the same --name and --work-dir is the same
  * worker. The instance is this process's own random string. */
+#include "worker/identity.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include "common/fileio.h"
 #include "common/token.h"
 #include "worker/internal.h"
+#include "worker/log.h"
 
 static void identity_path(const wrk__worker *w, char *out, size_t n) {
   snprintf(out, n, "%s/identity.json", w->work_dir);

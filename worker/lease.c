@@ -1,10 +1,15 @@
 /* Leases: numbered heartbeats, the scheduler's answers that renew the
  * leases of the runs listed, and fencing (trainers whose lease lapsed are
- * killed before their run can go elsewhere). */
-#include <inttypes.h>
-#include <signal.h>
+ * killed before their run can go elsewhere: lifecycle.c's FENCED). */
+#include "worker/lease.h"
 
+#include <inttypes.h>
+
+#include "worker/conn.h"
 #include "worker/internal.h"
+#include "worker/lifecycle.h"
+#include "worker/log.h"
+#include "worker/trainers.h"
 
 static void on_hb_timer(uv_timer_t *t) {
   wrk__worker *w = t->data;
@@ -73,13 +78,11 @@ void wrk__on_fence_timer(uv_timer_t *t) {
   uint64_t now = uv_now(&w->loop);
   for (wrk__run *r = w->runs; r; r = r->next) {
     uint64_t keep = (uint64_t)(r->renewed_for_ms - r->renewed_for_ms / 4);
-    if (r->state != WRK__RUN_RUNNING || !r->proc_alive || r->fenced || r->renewed_for_ms <= 0 ||
-        now - r->renewed_ms <= keep)
+    if (!wrk__run_fenceable(r) || r->renewed_for_ms <= 0 || now - r->renewed_ms <= keep)
       continue;
     wrk__log("run %" PRId64 " attempt %" PRId64 ": lease not renewed for %" PRIu64
              " ms (lease %" PRId64 " ms): SIGKILL to pid %d, the run may go to another worker",
              r->id, r->attempt, now - r->renewed_ms, r->renewed_for_ms, r->pid);
-    r->fenced = r->cancelled = 1;
-    wrk__run_signal(r, SIGKILL);
+    wrk__run_fence(r);
   }
 }

@@ -1,11 +1,11 @@
 /* The worker's log line and the UTF-8 cleaning of text it did not write. */
+#include "worker/log.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include "worker/internal.h"
 
 void wrk__log(const char *fmt, ...) {
   char line[2048];

@@ -3,6 +3,8 @@
  * what this host has, so that the run fails with a reason the scheduler
  * records instead of meeting the OOM killer (which takes whatever process
  * it likes, perhaps another run's). */
+#include "worker/memcheck.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,8 @@
 #include "common/err.h"
 #include "runcfg/memory.h"
 #include "worker/internal.h"
+#include "worker/lifecycle.h"
+#include "worker/run.h"
 
 /* MemAvailable (what can be allocated without swapping), else the free
  * physical pages; 0 when neither can be read. */

@@ -1,11 +1,18 @@
-/* The outbox of each run: metric rows batched into metrics messages with
- * sequence numbers, every metrics and finished message kept until the
- * scheduler acks it, and resent in order after a reconnect. */
+/* The outbox of each run (outbox.h): metric rows batched into metrics
+ * messages with sequence numbers, every metrics and finished message kept
+ * until the scheduler acks it, and resent in order after a reconnect. */
+#include "worker/outbox.h"
+
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "worker/conn.h"
 #include "worker/internal.h"
+#include "worker/lifecycle.h"
+#include "worker/log.h"
+#include "worker/run.h"
+#include "worker/wbuf.h"
 
 #define FLUSH_MS 200
 #define FLUSH_ROWS 500
@@ -120,11 +127,8 @@ void wrk__on_ack(wrk__conn *c, json_t *m) {
              ": this attempt is no longer this worker's; nothing of it was stored",
              id, attempt, seq);
   drop_through(r, seq);
-  if (r->finished_seq && r->finished_seq <= seq) {
-    wrk__log("run %" PRId64 " attempt %" PRId64 ": finished and acknowledged", id, attempt);
-    wrk__run_unlink(r);
-    wrk__maybe_finish_shutdown(w);
-  }
+  if (r->finished_seq && r->finished_seq <= seq)
+    wrk__run_acked(r);
 }
 
 int wrk__outbox_resend(wrk__worker *w, wrk__conn *c) {

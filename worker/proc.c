@@ -1,5 +1,8 @@
-/* Trainer processes: the run's config file, the argv and environment, the
- * spawn, reading its stdout, its exit, and SIGTERM / SIGKILL. */
+/* Trainer processes (proc.h): the run's config file, the argv and
+ * environment, the spawn, reading its stdout, its exit, and SIGTERM /
+ * SIGKILL. */
+#include "worker/proc.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -14,7 +17,16 @@
 
 #include "common/err.h"
 #include "common/fileio.h"
+#include "worker/backends.h"
+#include "worker/datadirs.h"
+#include "worker/gpu.h"
 #include "worker/internal.h"
+#include "worker/lifecycle.h"
+#include "worker/log.h"
+#include "worker/memcheck.h"
+#include "worker/report.h"
+#include "worker/run.h"
+#include "worker/trainers.h"
 
 extern char **environ;
 
@@ -134,7 +146,7 @@ static int cpu_shared(const wrk__run *r) {
   if (w->cpu_slots > 1)
     return 1;
   for (const wrk__run *x = w->runs; x; x = x->next)
-    if (x != r && x->state == WRK__RUN_RUNNING && x->ngpus == 0)
+    if (x != r && wrk__run_has_trainer(x) && x->ngpus == 0)
       return 1;
   return 0;
 }
@@ -433,16 +445,19 @@ static int declared_args(wrk__run *r, const wrk__trainer *t, const start_info *s
   return 0;
 }
 
-void wrk__run_start(wrk__run *r) {
+/* 1 after failing r's start when this worker cannot run it: a GPU it does
+ * not offer, a trainer it does not offer, the CUDA backend it lacks, more
+ * memory than it has. *tp: r's declared trainer (NULL: the built-in). */
+static int start_refused(wrk__run *r, const wrk__trainer **tp) {
   wrk__worker *w = r->w;
   for (int i = 0; i < r->ngpus; i++)
     if (!wrk__gpu_offered(w, r->gpus[i])) {
       wrk__run_fail_start(r, SS_EXIT_USAGE, "assigned GPU %d, which this worker does not offer",
                           r->gpus[i]);
-      return;
+      return 1;
     }
   for (wrk__run *x = w->runs; x; x = x->next) {
-    if (x == r || x->state != WRK__RUN_RUNNING)
+    if (x == r || !wrk__run_has_trainer(x))
       continue;
     for (int i = 0; i < r->ngpus; i++)
       for (int j = 0; j < x->ngpus; j++)
@@ -454,6 +469,7 @@ void wrk__run_start(wrk__run *r) {
   /* the trainer: the built-in, or one this worker's operator declared */
   const char *tname = wrk__run_trainer(r);
   const wrk__trainer *t = strcmp(tname, "builtin") ? wrk__trainer_find(w, tname) : NULL;
+  *tp = t;
   if (strcmp(tname, "builtin") && !t) {
     char list[1024];
     wrk__trainers_list(w, list, sizeof list);
@@ -461,34 +477,73 @@ void wrk__run_start(wrk__run *r) {
                         "not started: this worker does not offer the trainer \"%.40s\" (it offers "
                         "%s; an operator declares one with --trainer NAME=COMMAND)",
                         tname, list);
-    return;
+    return 1;
   }
   if (wrk__run_backend_refused(r))
-    return;
+    return 1;
   if (!t && wrk__run_memory_refused(r))
-    return;
+    return 1;
   if (t) /* its memory is its own program's: nothing here can estimate it */
     wrk__log("run %" PRId64 " attempt %" PRId64 ": memory check skipped: the trainer \"%s\" "
              "declares no memory estimate",
              r->id, r->attempt, t->name);
-  char err[1024], cfg_path[PATH_MAX + 64];
+  return 0;
+}
+
+/* The run's directory and config.json (its path into cfg_path), what its
+ * trainer is told beside (si), and its attempt's log opened for appending:
+ * the log's descriptor, or -1 after failing r's start. */
+static int start_files(wrk__run *r, char *cfg_path, size_t cfg_len, start_info *si) {
+  char err[1024];
   if (fio_mkdirs(r->dir, 0755) != 0) {
     wrk__run_fail_start(r, SS_EXIT_FAILURE, "cannot create %s: %s", r->dir, strerror(errno));
-    return;
+    return -1;
   }
-  snprintf(cfg_path, sizeof cfg_path, "%s/config.json", r->dir);
+  snprintf(cfg_path, cfg_len, "%s/config.json", r->dir);
   if (write_config(r, cfg_path, err, sizeof err)) {
     wrk__run_fail_start(r, SS_EXIT_FAILURE, "cannot write the run config: %s", err);
-    return;
+    return -1;
   }
-  start_info si;
-  start_info_of(r, &si);
-
+  start_info_of(r, si);
   int fd = open(r->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) {
+  if (fd < 0)
     wrk__run_fail_start(r, SS_EXIT_FAILURE, "cannot open %s: %s", r->log_path, strerror(errno));
-    return;
+  return fd;
+}
+
+/* The spawned trainer's stdout, read into report.c's line handler. With no
+ * stdout to read, the trainer is stopped (its exit is still reaped): -1. */
+static int read_stdout(wrk__run *r, int out_fd) {
+  wrk__worker *w = r->w;
+  r->last_line_ms = uv_now(&w->loop);
+  uv_pipe_init(&w->loop, &r->out, 0);
+  r->out.data = r;
+  r->nopen++;
+  r->out_open = 1;
+  int prc = uv_pipe_open(&r->out, out_fd);
+  if (prc) {
+    close(out_fd);
+    wrk__log("run %" PRId64 ": reading the trainer's output: %s; SIGKILL to pid %d", r->id,
+             uv_strerror(prc), r->pid);
+    r->out_open = 0;
+    wrk__run_close_handle(r, (uv_handle_t *)&r->out);
+    wrk__run_signal(r, SIGKILL);
+    return -1;
   }
+  uv_read_start((uv_stream_t *)&r->out, on_out_alloc, on_out_read);
+  return 0;
+}
+
+int wrk__proc_spawn(wrk__run *r) {
+  wrk__worker *w = r->w;
+  const wrk__trainer *t = NULL;
+  if (start_refused(r, &t))
+    return -1;
+  char cfg_path[PATH_MAX + 64];
+  start_info si;
+  int fd = start_files(r, cfg_path, sizeof cfg_path, &si);
+  if (fd < 0)
+    return -1;
 
   enum { MAX_ARGS = 64 + 2 * WRK__MAX_DATA_DIRS };
   char *args[MAX_ARGS], *extra[16], world[24];
@@ -501,7 +556,7 @@ void wrk__run_start(wrk__run *r) {
     close(fd);
     wrk__run_fail_start(r, SS_EXIT_FAILURE, "the trainer \"%s\"'s command or paths are too long",
                         t->name);
-    return;
+    return -1;
   }
   char cvd[256], secret[320];
   char **env = child_env(r, cvd, sizeof cvd, secret, sizeof secret, extra);
@@ -514,30 +569,15 @@ void wrk__run_start(wrk__run *r) {
   close(fd);
   if (rc) {
     wrk__run_fail_start(r, 127, "cannot start %s: %s", w->bin, strerror(rc));
-    return;
+    return -1;
   }
   r->pid = pid;
   r->proc_alive = 1;
-  r->state = WRK__RUN_RUNNING;
-  r->last_line_ms = uv_now(&w->loop);
-  uv_pipe_init(&w->loop, &r->out, 0);
-  r->out.data = r;
-  r->nopen++;
-  r->out_open = 1;
-  int prc = uv_pipe_open(&r->out, out_fd);
-  if (prc) {
-    /* no stdout to read: the trainer is stopped, its exit still reaped */
-    close(out_fd);
-    wrk__log("run %" PRId64 ": reading the trainer's output: %s; SIGKILL to pid %d", r->id,
-             uv_strerror(prc), r->pid);
-    r->out_open = 0;
-    wrk__run_close_handle(r, (uv_handle_t *)&r->out);
-    wrk__run_signal(r, SIGKILL);
-    return;
-  }
-  uv_read_start((uv_stream_t *)&r->out, on_out_alloc, on_out_read);
+  if (read_stdout(r, out_fd))
+    return 0;
   wrk__log("run %" PRId64 " attempt %" PRId64 ": started pid %d (%s)%s%s%s", r->id, r->attempt,
            r->pid, cvd, si.resume ? ", resuming" : "", t ? ", trainer " : "", t ? t->name : "");
+  return 0;
 }
 
 static void on_kill_timer(uv_timer_t *t) {
@@ -549,19 +589,23 @@ static void on_kill_timer(uv_timer_t *t) {
   wrk__run_signal(r, SIGKILL);
 }
 
-/* SIGTERM (the trainer writes a checkpoint and exits 143), then SIGKILL
- * after the grace period. A run that has not started ends at once. */
-void wrk__run_cancel(wrk__run *r, const char *why) {
-  if (r->cancelled || r->state == WRK__RUN_EXITED)
-    return;
-  r->cancelled = 1;
-  if (r->state == WRK__RUN_WAITING) {
-    r->term_signal = 0;
-    wrk__run_fail_start(r, 128 + SIGTERM, "%s before it started", why);
-    return;
-  }
+void wrk__proc_stop(wrk__run *r, const char *why) {
   wrk__log("run %" PRId64 " attempt %" PRId64 ": %s: SIGTERM to pid %d", r->id, r->attempt, why,
            r->pid);
   wrk__run_signal(r, SIGTERM);
   uv_timer_start(&r->kill_timer, on_kill_timer, (uint64_t)r->w->kill_grace_ms, 0);
+}
+
+void wrk__proc_kill_now(wrk__run *r) {
+  if (r->proc_alive) {
+    wrk__log("run %" PRId64 ": SIGKILL to pid %d at exit", r->id, r->pid);
+    wrk__run_signal(r, SIGKILL);
+    r->proc_alive = 0;
+    while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
+      ;
+  }
+  if (r->out_open) {
+    r->out_open = 0;
+    wrk__run_close_handle(r, (uv_handle_t *)&r->out);
+  }
 }

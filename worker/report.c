@@ -1,10 +1,11 @@
-/* What a trainer reports, turned into messages: its config event into
- * started, checkpoint events into checkpoint, step and eval rows into the
- * outbox, and at its end one finished message (exit code, signal, error,
- * the tail of its log). */
+/* What a trainer reports, turned into messages (report.h): its config
+ * event into started, checkpoint events into checkpoint, step and eval rows
+ * into the outbox, and at its end one finished message (exit code, signal,
+ * error, the tail of its log). */
+#include "worker/report.h"
+
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,15 @@
 #include <unistd.h>
 
 #include "common/events.h"
+#include "common/proto.h"
+#include "worker/conn.h"
 #include "worker/internal.h"
+#include "worker/lifecycle.h"
+#include "worker/log.h"
+#include "worker/outbox.h"
+#include "worker/run.h"
+#include "worker/trainers.h"
+#include "worker/wbuf.h"
 
 #define LOG_TAIL_BYTES 4096
 
@@ -59,6 +68,48 @@ static const char *done_problem(const json_t *ev) {
   if (!json_is_number(tokens) || json_number_value(tokens) < 0)
     return "\"done\" without tokens (a number >= 0, the tokens trained)";
   return NULL;
+}
+
+/* A valid event of the trainer's (len bytes on the wire) into what it
+ * makes: a row in the outbox, a started or checkpoint message, the done
+ * object or the error kept for the finished message. */
+static void handle_event(wrk__run *r, const char *event, json_t *ev, size_t len) {
+  if (!strcmp(event, "step") || !strcmp(event, "eval")) {
+    wrk__outbox_add_row(r, ev, len);
+  } else if (!strcmp(event, "config")) {
+    json_t *msg = wrk__run_header(r, "started");
+    json_object_set(msg, "config", ev);
+    send_latest(r, &r->started, msg, event);
+  } else if (!strcmp(event, "checkpoint") && json_is_true(json_object_get(ev, "branch"))) {
+    /* a trunk's branch point (docs/sweeps.md, "WSD branches"): not the
+     * run's own latest checkpoint, its resume point stays */
+    json_t *msg = wrk__run_header(r, "checkpoint");
+    json_object_set(msg, "step", json_object_get(ev, "step"));
+    json_object_set(msg, "path", json_object_get(ev, "path"));
+    json_object_set_new(msg, "branch", json_true());
+    if (send_latest(r, &r->branch, msg, event))
+      wrk__log("run %" PRId64 " attempt %" PRId64 ": branch point at step %" JSON_INTEGER_FORMAT,
+               r->id, r->attempt, json_integer_value(json_object_get(ev, "step")));
+  } else if (!strcmp(event, "checkpoint")) {
+    /* the rows up to the checkpoint go first */
+    wrk__outbox_flush(r);
+    json_t *msg = wrk__run_header(r, "checkpoint");
+    json_object_set(msg, "step", json_object_get(ev, "step"));
+    json_object_set(msg, "path", json_object_get(ev, "path"));
+    json_t *stepj = json_object_get(ev, "step");
+    if (json_is_integer(stepj) && json_integer_value(stepj) >= 0)
+      r->ckpt_step = json_integer_value(stepj);
+    if (send_latest(r, &r->ckpt, msg, event))
+      wrk__log("run %" PRId64 " attempt %" PRId64 ": checkpoint at step %" JSON_INTEGER_FORMAT,
+               r->id, r->attempt, json_integer_value(json_object_get(ev, "step")));
+  } else if (!strcmp(event, "done")) {
+    json_decref(r->done);
+    r->done = json_incref(ev);
+  } else if (!strcmp(event, "error")) {
+    const char *m = json_string_value(json_object_get(ev, "message"));
+    free(r->error);
+    r->error = strdup(m ? m : "the trainer reported an error without a message");
+  }
 }
 
 int wrk__on_trainer_line(void *ud, const char *line, size_t len) {
@@ -112,42 +163,7 @@ int wrk__on_trainer_line(void *ud, const char *line, size_t len) {
     json_decref(ev);
     return 0;
   }
-  if (!strcmp(event, "step") || !strcmp(event, "eval")) {
-    wrk__outbox_add_row(r, ev, len);
-  } else if (!strcmp(event, "config")) {
-    json_t *msg = wrk__run_header(r, "started");
-    json_object_set(msg, "config", ev);
-    send_latest(r, &r->started, msg, event);
-  } else if (!strcmp(event, "checkpoint") && json_is_true(json_object_get(ev, "branch"))) {
-    /* a trunk's branch point (docs/sweeps.md, "WSD branches"): not the
-     * run's own latest checkpoint, its resume point stays */
-    json_t *msg = wrk__run_header(r, "checkpoint");
-    json_object_set(msg, "step", json_object_get(ev, "step"));
-    json_object_set(msg, "path", json_object_get(ev, "path"));
-    json_object_set_new(msg, "branch", json_true());
-    if (send_latest(r, &r->branch, msg, event))
-      wrk__log("run %" PRId64 " attempt %" PRId64 ": branch point at step %" JSON_INTEGER_FORMAT,
-               r->id, r->attempt, json_integer_value(json_object_get(ev, "step")));
-  } else if (!strcmp(event, "checkpoint")) {
-    /* the rows up to the checkpoint go first */
-    wrk__outbox_flush(r);
-    json_t *msg = wrk__run_header(r, "checkpoint");
-    json_object_set(msg, "step", json_object_get(ev, "step"));
-    json_object_set(msg, "path", json_object_get(ev, "path"));
-    json_t *stepj = json_object_get(ev, "step");
-    if (json_is_integer(stepj) && json_integer_value(stepj) >= 0)
-      r->ckpt_step = json_integer_value(stepj);
-    if (send_latest(r, &r->ckpt, msg, event))
-      wrk__log("run %" PRId64 " attempt %" PRId64 ": checkpoint at step %" JSON_INTEGER_FORMAT,
-               r->id, r->attempt, json_integer_value(json_object_get(ev, "step")));
-  } else if (!strcmp(event, "done")) {
-    json_decref(r->done);
-    r->done = json_incref(ev);
-  } else if (!strcmp(event, "error")) {
-    const char *m = json_string_value(json_object_get(ev, "message"));
-    free(r->error);
-    r->error = strdup(m ? m : "the trainer reported an error without a message");
-  }
+  handle_event(r, event, ev, len);
   json_decref(ev);
   return 0;
 }
@@ -167,69 +183,63 @@ static char *log_tail(const char *path) {
   return wrk__utf8_clean(buf, n > 0 ? (size_t)n : 0);
 }
 
-/* The trainer has exited and its stdout is drained (or it never started):
- * the last rows go, then one finished message that continues the seq. */
-void wrk__run_complete(wrk__run *r) {
-  wrk__worker *w = r->w;
-  wrk__outbox_flush(r);
-  uv_timer_stop(&r->kill_timer);
-  r->state = WRK__RUN_EXITED;
-  int64_t code = r->term_signal ? 128 + r->term_signal : r->exit_status;
+/* A trainer that exited 0 without a done event broke the contract (unless
+ * it is a part without rank 0 of a run spread over workers, which prints
+ * no done). */
+static void check_done(wrk__run *r, int64_t code) {
   char part[4096];
   int nhere = wrk__run_dist_ranks(r, part, sizeof part);
-  /* a part without rank 0 of a run spread over workers prints no done */
   int reports = nhere == 0 || !strcmp(part, "0") || !strncmp(part, "0,", 2);
-  if (!r->error && !r->broken && code == 0 && !r->done && reports && r->pid > 0) {
-    char msg[512];
-    snprintf(msg, sizeof msg,
-             "run %" PRId64 " attempt %" PRId64 ": the trainer \"%s\" broke the trainer "
-             "contract (docs/trainers.md): it exited with code 0 without a \"done\" event",
-             r->id, r->attempt, wrk__run_trainer(r));
-    wrk__log("%s; the attempt fails", msg);
-    r->error = strdup(msg);
-    r->broken = 1;
-  }
-  char *tail = log_tail(r->log_path);
-  if (!r->error && code != 0) {
-    /* no error event (a config the trainer refused, a crash): the last line
-     * of its stderr says why */
-    char m[1024];
-    const char *last = NULL;
-    size_t llen = 0;
-    for (const char *p = tail ? tail : ""; *p;) {
-      const char *e = strchr(p, '\n');
-      size_t n = e ? (size_t)(e - p) : strlen(p);
-      if (n > 0 && strncmp(p, "---- worker:", 12)) {
-        last = p;
-        llen = n;
-      }
-      p += n + (e ? 1 : 0);
+  if (r->error || r->broken || code != 0 || r->done || !reports || r->pid <= 0)
+    return;
+  char msg[512];
+  snprintf(msg, sizeof msg,
+           "run %" PRId64 " attempt %" PRId64 ": the trainer \"%s\" broke the trainer "
+           "contract (docs/trainers.md): it exited with code 0 without a \"done\" event",
+           r->id, r->attempt, wrk__run_trainer(r));
+  wrk__log("%s; the attempt fails", msg);
+  r->error = strdup(msg);
+  r->broken = 1;
+}
+
+/* No error event (a config the trainer refused, a crash): how it ended,
+ * and the last line of its stderr (in tail) says why. */
+static void error_from_tail(wrk__run *r, const char *tail) {
+  char m[1024];
+  const char *last = NULL;
+  size_t llen = 0;
+  for (const char *p = tail ? tail : ""; *p;) {
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n > 0 && strncmp(p, "---- worker:", 12)) {
+      last = p;
+      llen = n;
     }
-    int k = r->term_signal
-                ? snprintf(m, sizeof m, "the trainer was killed by signal %d (%s)", r->term_signal,
-                           strsignal(r->term_signal))
-                : snprintf(m, sizeof m, "the trainer exited with code %" PRId64, r->exit_status);
-    if (last && k > 0 && (size_t)k < sizeof m)
-      snprintf(m + k, sizeof m - (size_t)k, ": %.*s", (int)(llen > 800 ? 800 : llen), last);
-    r->error = strdup(m);
+    p += n + (e ? 1 : 0);
   }
-  /* interrupted: stopped by a signal after its checkpoint (the trainer's
-   * 128 + SIGTERM or SIGINT) and not on the scheduler's or this worker's
-   * own cancel, or stopped in any way because this worker is stopping, or
-   * fenced: killed because no scheduler renewed its lease (one stopped for
-   * an upgrade, its database away), which is no failure of the run. If the
-   * scheduler has meanwhile given the run up as lost, the report changes
-   * nothing there (docs/runtime.md, "Fencing"). */
-  int ok = code == 0 && r->done && !r->broken;
-  int stop_code = code == 128 + SIGTERM || code == 128 + SIGINT;
-  int interrupted =
-      !ok && !r->broken &&
-      (r->fenced || (stop_code ? r->interrupting || !r->cancelled
-                               : r->interrupting && r->term_signal == SIGKILL));
+  int k = r->term_signal
+              ? snprintf(m, sizeof m, "the trainer was killed by signal %d (%s)", r->term_signal,
+                         strsignal(r->term_signal))
+              : snprintf(m, sizeof m, "the trainer exited with code %" PRId64, r->exit_status);
+  if (last && k > 0 && (size_t)k < sizeof m)
+    snprintf(m + k, sizeof m - (size_t)k, ": %.*s", (int)(llen > 800 ? 800 : llen), last);
+  r->error = strdup(m);
+}
+
+char *wrk__report_settle(wrk__run *r, int64_t code) {
+  check_done(r, code);
+  char *tail = log_tail(r->log_path);
+  if (!r->error && code != 0)
+    error_from_tail(r, tail);
+  return tail;
+}
+
+static json_t *finished_msg(const wrk__run *r, int64_t code, int interrupted, int fenced,
+                            const char *tail) {
   json_t *msg = wrk__run_header(r, "finished");
   json_object_set_new(msg, "seq", json_integer(r->next_seq));
   json_object_set_new(msg, "interrupted", json_boolean(interrupted));
-  if (r->fenced)
+  if (fenced)
     json_object_set_new(msg, "fenced", json_true());
   if (r->ckpt_step >= 0)
     json_object_set_new(msg, "checkpoint_step", json_integer(r->ckpt_step));
@@ -238,26 +248,14 @@ void wrk__run_complete(wrk__run *r) {
   json_object_set(msg, "done", r->done && !r->broken ? r->done : json_null());
   json_object_set_new(msg, "error", r->error ? json_string(r->error) : json_null());
   json_object_set_new(msg, "log_tail", json_string(tail ? tail : ""));
-  free(tail);
-  char err[512];
-  wrk__wbuf *b = wrk__wbuf_encode(msg, err, sizeof err);
-  if (!b) {
-    /* a malformed done object or error text: report without them */
-    wrk__log("run %" PRId64 ": %s; sending finished without the done object", r->id, err);
-    json_object_set_new(msg, "done", json_null());
-    json_object_set_new(msg, "error", json_string("the trainer's final events were malformed"));
-    b = wrk__wbuf_encode(msg, err, sizeof err);
-  }
-  json_decref(msg);
-  if (b) {
-    r->finished_seq = r->next_seq++;
-    wrk__outbox_push(r, r->finished_seq, b);
-    wrk__wbuf_unref(b);
-  } else {
-    wrk__log("BUG: run %" PRId64 ": cannot encode the finished message: %s", r->id, err);
-  }
+  return msg;
+}
+
+/* "run 3 attempt 1: exited with code 0", with why it is not a failure when
+ * it is interrupted */
+static void log_end(const wrk__run *r, int interrupted, int fenced) {
   char note[160] = "";
-  if (interrupted && r->fenced)
+  if (interrupted && fenced)
     snprintf(note, sizeof note, "; fenced: reported as interrupted, not failed");
   else if (interrupted && r->ckpt_step >= 0)
     snprintf(note, sizeof note,
@@ -272,17 +270,29 @@ void wrk__run_complete(wrk__run *r) {
   else
     wrk__log("run %" PRId64 " attempt %" PRId64 ": exited with code %" PRId64 "%s", r->id,
              r->attempt, r->exit_status, note);
-  wrk__run_close_handle(r, (uv_handle_t *)&r->flush_timer);
-  wrk__run_close_handle(r, (uv_handle_t *)&r->kill_timer);
+}
+
+int wrk__report_finished(wrk__run *r, int64_t code, int interrupted, int fenced, char *tail) {
+  json_t *msg = finished_msg(r, code, interrupted, fenced, tail);
+  free(tail);
+  char err[512];
+  wrk__wbuf *b = wrk__wbuf_encode(msg, err, sizeof err);
   if (!b) {
-    wrk__run_unlink(r);
+    /* a malformed done object or error text: report without them */
+    wrk__log("run %" PRId64 ": %s; sending finished without the done object", r->id, err);
+    json_object_set_new(msg, "done", json_null());
+    json_object_set_new(msg, "error", json_string("the trainer's final events were malformed"));
+    b = wrk__wbuf_encode(msg, err, sizeof err);
   }
-  /* a newer attempt of the same run waited for this one to stop */
-  if (!w->stopping)
-    for (wrk__run *x = w->runs; x; x = x->next)
-      if (x->id == r->id && x->state == WRK__RUN_WAITING) {
-        wrk__run_start(x);
-        break;
-      }
-  wrk__maybe_finish_shutdown(w);
+  json_decref(msg);
+  int queued = b != NULL;
+  if (b) {
+    r->finished_seq = r->next_seq++;
+    wrk__outbox_push(r, r->finished_seq, b);
+    wrk__wbuf_unref(b);
+  } else {
+    wrk__log("BUG: run %" PRId64 ": cannot encode the finished message: %s", r->id, err);
+  }
+  log_end(r, interrupted, fenced);
+  return queued;
 }

@@ -1,13 +1,18 @@
-/* Run objects: an assignment becomes a run in the worker's list, a cancel
- * stops its attempts; lookup and lifetime (a run is freed with its last
- * handle once unlinked). */
+/* Run objects (run.h): an assignment becomes a run in the worker's list, a
+ * cancel reaches its attempts; lookup and lifetime (a run is freed with its
+ * last handle once unlinked). */
+#include "worker/run.h"
+
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "worker/conn.h"
 #include "worker/internal.h"
+#include "worker/lifecycle.h"
+#include "worker/log.h"
+#include "worker/outbox.h"
 
 wrk__run *wrk__run_find(wrk__worker *w, int64_t id, int64_t attempt) {
   for (wrk__run *r = w->runs; r; r = r->next)
@@ -26,8 +31,9 @@ static void run_free(wrk__run *r) {
   free(r);
 }
 
+/* Out of the list (released or lost: lifecycle.c) and every handle closed. */
 static void run_maybe_free(wrk__run *r) {
-  if (!r->in_list && r->nopen == 0)
+  if ((r->state == WRK__RUN_RELEASED || r->state == WRK__RUN_LOST) && r->nopen == 0)
     run_free(r);
 }
 
@@ -49,53 +55,24 @@ void wrk__run_unlink(wrk__run *r) {
       *p = r->next;
       break;
     }
-  r->in_list = 0;
   wrk__run_close_handle(r, (uv_handle_t *)&r->flush_timer);
   wrk__run_close_handle(r, (uv_handle_t *)&r->kill_timer);
   run_maybe_free(r);
 }
 
-void wrk__run_fail_start(wrk__run *r, int exit_code, const char *fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  wrk__log("run %" PRId64 " attempt %" PRId64 ": %s", r->id, r->attempt, msg);
-  free(r->error);
-  r->error = strdup(msg);
-  r->exit_status = exit_code;
-  r->term_signal = 0;
-  wrk__run_complete(r);
-}
-
-void wrk__on_assign(wrk__conn *c, json_t *m) {
-  wrk__worker *w = c->w;
-  int64_t id = json_integer_value(json_object_get(m, "run_id"));
-  int64_t attempt = json_integer_value(json_object_get(m, "attempt"));
-  if (wrk__run_find(w, id, attempt)) {
-    wrk__log("run %" PRId64 " attempt %" PRId64 ": already assigned here; repeat ignored", id,
-             attempt);
-    return;
-  }
+wrk__run *wrk__run_new(wrk__worker *w, int64_t id, int64_t attempt, size_t ngpus) {
   wrk__run *r = calloc(1, sizeof *r);
-  json_t *gl = json_object_get(m, "gpus");
-  size_t ng = json_array_size(gl);
-  if (!r || (ng && !(r->gpus = calloc(ng, sizeof *r->gpus)))) {
-    wrk__log("run %" PRId64 ": out of memory; assignment ignored", id);
+  if (!r || (ngpus && !(r->gpus = calloc(ngpus, sizeof *r->gpus)))) {
     free(r);
-    return;
+    return NULL;
   }
   r->w = w;
   r->id = id;
   r->attempt = attempt;
-  r->assign = json_incref(m);
-  r->ngpus = (int)ng;
-  for (size_t i = 0; i < ng; i++)
-    r->gpus[i] = (int)json_integer_value(json_array_get(gl, i));
+  r->ngpus = (int)ngpus;
   r->next_seq = 1;
   r->ckpt_step = -1;
-  r->state = WRK__RUN_WAITING;
+  r->state = WRK__RUN_ASSIGNED;
   r->renewed_ms = uv_now(&w->loop); /* claimed just before it was sent */
   r->renewed_for_ms = w->lease_ms;
   proto_reader_init(&r->rd);
@@ -107,37 +84,33 @@ void wrk__on_assign(wrk__conn *c, json_t *m) {
   uv_timer_init(&w->loop, &r->kill_timer);
   r->flush_timer.data = r->kill_timer.data = r;
   r->nopen = 2;
-  r->in_list = 1;
   wrk__run **tail = &w->runs;
   while (*tail)
     tail = &(*tail)->next;
   *tail = r;
-  if (w->stopping) {
-    /* sent before the scheduler heard that this worker is stopping: it
-     * goes back at once, as interrupted */
-    wrk__log("run %" PRId64 " attempt %" PRId64 ": assignment refused: the worker is stopping", id,
+  return r;
+}
+
+void wrk__on_assign(wrk__conn *c, json_t *m) {
+  wrk__worker *w = c->w;
+  int64_t id = json_integer_value(json_object_get(m, "run_id"));
+  int64_t attempt = json_integer_value(json_object_get(m, "attempt"));
+  if (wrk__run_find(w, id, attempt)) {
+    wrk__log("run %" PRId64 " attempt %" PRId64 ": already assigned here; repeat ignored", id,
              attempt);
-    r->interrupting = 1;
-    wrk__run_cancel(r, "the worker is stopping");
     return;
   }
-
-  /* an older attempt of the same run still here stops first: two trainers
-   * must never share a checkpoint directory */
-  int blocked = 0;
-  for (wrk__run *x = w->runs; x; x = x->next) {
-    if (x == r || x->id != id || x->state == WRK__RUN_EXITED)
-      continue;
-    char why[64];
-    snprintf(why, sizeof why, "superseded by attempt %" PRId64, attempt);
-    if (x->state == WRK__RUN_RUNNING)
-      blocked = 1;
-    wrk__run_cancel(x, why);
+  json_t *gl = json_object_get(m, "gpus");
+  size_t ng = json_array_size(gl);
+  wrk__run *r = wrk__run_new(w, id, attempt, ng);
+  if (!r) {
+    wrk__log("run %" PRId64 ": out of memory; assignment ignored", id);
+    return;
   }
-  wrk__log("run %" PRId64 " attempt %" PRId64 ": assigned (%zu GPU%s)%s", id, attempt, ng,
-           ng == 1 ? "" : "s", blocked ? "; waiting for the previous attempt to stop" : "");
-  if (!blocked)
-    wrk__run_start(r);
+  r->assign = json_incref(m);
+  for (size_t i = 0; i < ng; i++)
+    r->gpus[i] = (int)json_integer_value(json_array_get(gl, i));
+  wrk__run_assigned(r);
 }
 
 void wrk__on_cancel(wrk__conn *c, json_t *m) {

@@ -1,6 +1,8 @@
 /* The trainers a worker runs (docs/trainers.md): the built-in one, and
  * those its operator declared with --trainer NAME=COMMAND or a file of such
  * lines; the contract a trainer's output is held to. */
+#include "worker/trainers.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -13,6 +15,10 @@
 #include "common/err.h"
 #include "common/names.h"
 #include "worker/internal.h"
+#include "worker/lifecycle.h"
+#include "worker/log.h"
+#include "worker/proc.h"
+#include "worker/run.h"
 
 /* "NAME=COMMAND" (where says where it came from, for messages): its name
  * and its words, as a shell would split them (quotes and $VARIABLES; no
@@ -173,7 +179,7 @@ void wrk__runs_check_hang(wrk__worker *w) {
     return;
   uint64_t now = uv_now(&w->loop);
   for (wrk__run *r = w->runs; r; r = r->next)
-    if (r->state == WRK__RUN_RUNNING && r->proc_alive && !r->broken && !silent_part(r) &&
+    if (wrk__run_has_trainer(r) && r->proc_alive && !r->broken && !silent_part(r) &&
         now - r->last_line_ms > (uint64_t)w->hang_ms)
       wrk__run_broke_contract(r,
                               "it printed no line for %" PRIu64 " s (the worker's "

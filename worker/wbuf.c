@@ -1,10 +1,12 @@
 /* Refcounted wire buffers: one encoded, validated message line shared by the
  * unacked queue and the writes in flight. */
+#include "worker/wbuf.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/internal.h"
+#include "common/proto.h"
 
 wrk__wbuf *wrk__wbuf_ref(wrk__wbuf *b) {
   if (b)

@@ -9,14 +9,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/addr.h"
 #include "common/err.h"
 #include "common/fileio.h"
 #include "common/token.h"
+#include "worker/backends.h"
+#include "worker/conn.h"
+#include "worker/datadirs.h"
+#include "worker/gpu.h"
+#include "worker/identity.h"
 #include "worker/internal.h"
+#include "worker/lease.h"
+#include "worker/lifecycle.h"
+#include "worker/log.h"
+#include "worker/proc.h"
+#include "worker/trainers.h"
 
 #define FENCE_CHECK_MS 250
 
@@ -40,25 +49,8 @@ static void close_all(wrk__worker *w) {
   if (w->gai_active)
     uv_cancel((uv_req_t *)&w->gai);
   wrk__conn_close(w->c, NULL);
-  while (w->runs) {
-    wrk__run *r = w->runs;
-    int unacked = wrk__outbox_unacked(r);
-    if (unacked)
-      wrk__log("run %" PRId64 " attempt %" PRId64 ": %d unacknowledged message%s dropped at exit",
-               r->id, r->attempt, unacked, unacked == 1 ? "" : "s");
-    if (r->proc_alive) {
-      wrk__log("run %" PRId64 ": SIGKILL to pid %d at exit", r->id, r->pid);
-      wrk__run_signal(r, SIGKILL);
-      r->proc_alive = 0;
-      while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
-        ;
-    }
-    if (r->out_open) {
-      r->out_open = 0;
-      wrk__run_close_handle(r, (uv_handle_t *)&r->out);
-    }
-    wrk__run_unlink(r);
-  }
+  while (w->runs)
+    wrk__run_abandon(w->runs);
 }
 
 static void on_drain_timer(uv_timer_t *t) {
@@ -73,7 +65,7 @@ void wrk__maybe_finish_shutdown(wrk__worker *w) {
   if (w->stopping != 1)
     return;
   for (wrk__run *r = w->runs; r; r = r->next)
-    if (r->state != WRK__RUN_EXITED)
+    if (r->state != WRK__RUN_FINISHED)
       return;
   if (!w->runs || !w->c || !w->c->welcomed) {
     close_all(w);
@@ -107,7 +99,7 @@ static void on_signal(uv_signal_t *s, int signum) {
    * runs listed are not charged an attempt even if their reports are lost */
   json_t *refs = json_array();
   for (wrk__run *r = w->runs; r; r = r->next)
-    if (r->state != WRK__RUN_EXITED)
+    if (r->state != WRK__RUN_FINISHED)
       json_array_append_new(refs, json_pack("{s:I, s:I}", "run_id", (json_int_t)r->id, "attempt",
                                             (json_int_t)r->attempt));
   json_t *msg = json_pack("{s:s, s:o}", "type", "stopping", "runs", refs);
@@ -117,7 +109,7 @@ static void on_signal(uv_signal_t *s, int signum) {
    * on SIGTERM; one that waited for an older attempt never starts */
   for (wrk__run *r = w->runs, *next; r; r = next) {
     next = r->next;
-    if (r->state == WRK__RUN_EXITED)
+    if (r->state == WRK__RUN_FINISHED)
       continue;
     r->interrupting = 1;
     wrk__run_cancel(r, "the worker is stopping");
@@ -189,17 +181,9 @@ static void worker_free(wrk__worker *w) {
   free(w);
 }
 
-int wrk_run(const wrk_options *o) {
-  wrk__worker *w = calloc(1, sizeof *w);
-  if (!w)
-    return SS_ENOMEM;
-  int rc = parse_address(w, o->scheduler);
-  if (!rc)
-    rc = read_token(w, o);
-  if (rc) {
-    worker_free(w);
-    return rc;
-  }
+/* Who and where this worker is: its name, its host, its Slurm job, the
+ * binary its built-in trainer runs. */
+static void identify(wrk__worker *w, const wrk_options *o) {
   if (uv_os_gethostname(w->host, &(size_t){sizeof w->host}))
     snprintf(w->host, sizeof w->host, "localhost");
   if (o->name && *o->name)
@@ -214,27 +198,29 @@ int wrk_run(const wrk_options *o) {
     snprintf(w->bin, sizeof w->bin, "%s", o->binary);
   else if (uv_exepath(w->bin, &bl))
     snprintf(w->bin, sizeof w->bin, "/proc/self/exe");
+}
+
+/* The options into w (the scheduler's address, the token, the work
+ * directory, the GPUs, data directories and trainers it offers); 0 or the
+ * error, logged. */
+static int configure(wrk__worker *w, const wrk_options *o) {
+  int rc = parse_address(w, o->scheduler);
+  if (!rc)
+    rc = read_token(w, o);
+  if (rc)
+    return rc;
+  identify(w, o);
   const char *wd = o->work_dir && *o->work_dir ? o->work_dir : "./.scalesweep/worker";
   if (fio_mkdirs(wd, 0755) != 0 || !realpath(wd, w->work_dir)) {
     wrk__log("cannot create the work directory %s: %s", wd, strerror(errno));
-    worker_free(w);
     return SS_EIO;
   }
   wrk__identity_load(w);
   wrk__gpu_discover(w);
-  rc = wrk__gpu_restrict(w, o->gpus, o->n_gpus);
-  if (rc) {
-    worker_free(w);
+  if ((rc = wrk__gpu_restrict(w, o->gpus, o->n_gpus)) != 0 ||
+      (rc = wrk__data_dirs_init(w, o->data_dirs, o->n_data_dirs)) != 0 ||
+      (rc = wrk__trainers_init(w, o->trainers, o->n_trainers, o->trainers_file)) != 0)
     return rc;
-  }
-  if ((rc = wrk__data_dirs_init(w, o->data_dirs, o->n_data_dirs)) != 0) {
-    worker_free(w);
-    return rc;
-  }
-  if ((rc = wrk__trainers_init(w, o->trainers, o->n_trainers, o->trainers_file)) != 0) {
-    worker_free(w);
-    return rc;
-  }
   w->hang_ms = o->hang_timeout_s < 0    ? 0
                : o->hang_timeout_s == 0 ? 1800 * 1000
                                         : (int)(o->hang_timeout_s * 1000);
@@ -244,16 +230,20 @@ int wrk_run(const wrk_options *o) {
   w->kill_grace_ms = o->kill_grace_ms > 0 ? o->kill_grace_ms : 10000;
   w->drain_ms = o->drain_ms >= 0 ? o->drain_ms : 2000;
   w->backoff_ms = WRK__BACKOFF_MIN_MS;
+  return 0;
+}
 
+/* The loop, its signal watchers and timers; the fence check starts. 0, or
+ * SS_EIO (logged) when the loop cannot start. */
+static int loop_start(wrk__worker *w) {
   /* A SIGINT ignored by whoever started us stays ignored (the shell's rule
    * for background jobs; `scalesweep up` stops its worker with SIGTERM). */
   struct sigaction old_int;
   int watch_int = !(sigaction(SIGINT, NULL, &old_int) == 0 && old_int.sa_handler == SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
-  rc = uv_loop_init(&w->loop);
+  int rc = uv_loop_init(&w->loop);
   if (rc) {
     wrk__log("cannot start the event loop: %s", uv_strerror(rc));
-    worker_free(w);
     return SS_EIO;
   }
   uv_signal_init(&w->loop, &w->sigint);
@@ -272,7 +262,20 @@ int wrk_run(const wrk_options *o) {
     uv_signal_start(&w->sigint, on_signal, SIGINT);
   uv_signal_start(&w->sigterm, on_signal, SIGTERM);
   uv_signal_start(&w->sigchld, on_sigchld, SIGCHLD);
+  return 0;
+}
 
+int wrk_run(const wrk_options *o) {
+  wrk__worker *w = calloc(1, sizeof *w);
+  if (!w)
+    return SS_ENOMEM;
+  int rc = configure(w, o);
+  if (!rc)
+    rc = loop_start(w);
+  if (rc) {
+    worker_free(w);
+    return rc;
+  }
   char gl[256], tl[1024];
   wrk__gpu_list(w, ",", gl, sizeof gl);
   wrk__trainers_list(w, tl, sizeof tl);

@@ -69,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   r->exit_status = r->done ? 0 : 1;
   wrk__run_complete(r);
 
-  if (w->runs != r || !r->finished_seq || r->state != WRK__RUN_EXITED)
+  if (w->runs != r || !r->finished_seq || r->state != WRK__RUN_FINISHED)
     abort();
   if (r->started)
     check(r, r->started, PROTO_STARTED);

@@ -1,6 +1,6 @@
 /* The worker's trainer processes (worker/proc.c) without processes, for the
  * worker's harnesses (fuzz_wconn, fuzz_tline): linked beside ss_worker, it
- * defines proc.c's two functions, so the linker never takes proc.o and no
+ * defines proc.h's functions, so the linker never takes proc.o and no
  * harness ever spawns a trainer. A run "starts" when its directory lies
  * in the work directory (anything else aborts: a finding) and its GPUs are
  * offered; what follows happens on later loop turns, on the run's
@@ -24,7 +24,7 @@ static void feed(wrk__run *r, const char *line) { wrk__on_trainer_line(r, line, 
 
 static void on_output(uv_timer_t *t) {
   wrk__run *r = t->data;
-  if (r->state != WRK__RUN_RUNNING)
+  if (!wrk__run_has_trainer(r))
     return;
   char ck[PATH_MAX + 128];
   feed(r, "{\"event\":\"config\",\"config\":{\"model\":{\"n_layer\":2}},\"params\":1000,"
@@ -51,7 +51,7 @@ static int under(const char *path, const char *dir) {
   return !strncmp(path, dir, n) && !strncmp(path + n, "/runs/", 6) && !strstr(path, "/../");
 }
 
-void wrk__run_start(wrk__run *r) {
+int wrk__proc_spawn(wrk__run *r) {
   wrk__worker *w = r->w;
   if (!under(r->dir, w->work_dir) || !under(r->log_path, w->work_dir)) {
     fprintf(stderr, "worker_stub: run %" PRId64 " would start in %s, outside %s\n", r->id, r->dir,
@@ -62,11 +62,11 @@ void wrk__run_start(wrk__run *r) {
     if (!wrk__gpu_offered(w, r->gpus[i])) {
       wrk__run_fail_start(r, SS_EXIT_USAGE, "assigned GPU %d, which this worker does not offer",
                           r->gpus[i]);
-      return;
+      return -1;
     }
-  r->state = WRK__RUN_RUNNING;
   if (worker_stub_trainer)
     uv_timer_start(&r->kill_timer, on_output, 0, 0);
+  return 0;
 }
 
 static void on_term(uv_timer_t *t) {
@@ -76,23 +76,18 @@ static void on_term(uv_timer_t *t) {
   wrk__run_complete(r);
 }
 
-void wrk__run_cancel(wrk__run *r, const char *why) {
-  if (r->cancelled || r->state == WRK__RUN_EXITED)
-    return;
-  r->cancelled = 1;
-  if (r->state == WRK__RUN_WAITING) {
-    r->term_signal = 0;
-    wrk__run_fail_start(r, 128 + SIGTERM, "%s before it started", why);
-    return;
-  }
+void wrk__proc_stop(wrk__run *r, const char *why) {
+  (void)why;
   uv_timer_start(&r->kill_timer, on_term, 0, 0);
 }
+
+/* nothing was spawned: nothing to kill at exit */
+void wrk__proc_kill_now(wrk__run *r) { (void)r; }
 
 /* no trainer processes here: nothing to signal or reap (a fenced run's
  * SIGKILL ends it as the kill timer's SIGTERM does) */
 void wrk__run_signal(wrk__run *r, int sig) {
-  if (sig == SIGKILL && r->state == WRK__RUN_RUNNING &&
-      !uv_is_active((uv_handle_t *)&r->kill_timer))
+  if (sig == SIGKILL && wrk__run_has_trainer(r) && !uv_is_active((uv_handle_t *)&r->kill_timer))
     uv_timer_start(&r->kill_timer, on_term, 0, 0);
 }
 
@@ -151,9 +146,9 @@ void worker_stub_stop(wrk__worker *w) {
     wrk__conn_close(w->c, NULL);
   for (wrk__run *r = w->runs, *next; r; r = next) {
     next = r->next;
-    if (r->state == WRK__RUN_WAITING)
-      wrk__run_unlink(r);
-    else if (r->state == WRK__RUN_RUNNING)
+    if (r->state == WRK__RUN_ASSIGNED)
+      wrk__run_abandon(r);
+    else if (wrk__run_has_trainer(r))
       wrk__run_cancel(r, "the worker is stopping");
   }
   wrk__maybe_finish_shutdown(w);

@@ -5,7 +5,15 @@
 #ifndef SS_TESTS_FUZZ_WORKER_STUB_H
 #define SS_TESTS_FUZZ_WORKER_STUB_H
 
+#include "worker/conn.h"
+#include "worker/gpu.h"
 #include "worker/internal.h"
+#include "worker/lifecycle.h"
+#include "worker/outbox.h"
+#include "worker/proc.h"
+#include "worker/report.h"
+#include "worker/run.h"
+#include "worker/wbuf.h"
 
 #define WORKER_STUB_TOKEN "fuzz-cluster-token-0123456789"
 
