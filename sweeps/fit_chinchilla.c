@@ -484,17 +484,8 @@ static int bootstrap(const fit__chin_objective *full, const fit_point *pts, cons
   /* by cell only when seeds replicate one: otherwise the draws, and so
    * every result, stay those of the bootstrap over runs */
   const fit__cells *c = cells.replicated && !opt->boot_by_run ? &cells : NULL;
-  boot_job job = {.full = full,
-                  .g = &g,
-                  .c = c,
-                  .cap = c ? fit__cells_capacity(&g, c) : (size_t)g.ng * g.maxsize,
-                  .t_opt = t_opt,
-                  .cN = cN,
-                  .cD = cD,
-                  .opt = opt,
-                  .method = method,
-                  .keep = keep,
-                  .W = W};
+  size_t cap = c ? fit__cells_capacity(&g, c) : (size_t)g.ng * g.maxsize;
+  boot_job job = {full, &g, c, cap, t_opt, cN, cD, opt, method, keep, W};
   int failed = bootstrap_rows(&job, nt, out, vals);
   bootstrap_summary(vals, B, W, nq, keep, failed, out);
   free(g.idx), free(g.start), free(vals);
