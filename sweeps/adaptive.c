@@ -640,135 +640,142 @@ static double run_scatter(const fit_result *f) {
   return s;
 }
 
-int adaptive_decide(const spec_adaptive *a, const adaptive_cand *c, size_t n,
-                    const adaptive_cand_state *state, const fit_point *pts, int npts, double spent,
-                    int threads, adaptive_result *out) {
-  *out = (adaptive_result){.answer = NAN,
-                           .lo = NAN,
-                           .hi = NAN,
-                           .width = NAN,
-                           .pred_lo = NAN,
-                           .pred_hi = NAN,
-                           .pred_width = NAN,
-                           .noise_sd = NAN,
-                           .spent = spent,
-                           .compute = a->compute,
-                           .more_flops = NAN,
-                           .best_width = NAN,
-                           .n_points = npts};
+/* A result with nothing known yet: every figure NAN */
+static adaptive_result result_empty(double compute) {
+  adaptive_result r = {.answer = NAN,
+                       .lo = NAN,
+                       .hi = NAN,
+                       .width = NAN,
+                       .pred_lo = NAN,
+                       .pred_hi = NAN,
+                       .pred_width = NAN,
+                       .noise_sd = NAN,
+                       .compute = compute,
+                       .more_flops = NAN,
+                       .best_width = NAN};
   for (int i = 0; i < 3; i++)
-    out->E[i] = out->alpha[i] = out->beta[i] = NAN;
-  if (!a->present)
-    return SS_EINVAL;
-  size_t nfree = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (state[i] == ADAPT_ACTIVE) {
-      out->status = ADAPT_WAITING;
-      snprintf(out->reason, sizeof out->reason, "a run of the round is still queued or running");
-      return 0;
-    }
-    nfree += state[i] == ADAPT_FREE;
-  }
-  double left = a->compute - spent;
+    r.E[i] = r.alpha[i] = r.beta[i] = NAN;
+  return r;
+}
 
-  /* the fit, with its resamples' surfaces */
-  fit_result f;
-  fit_result_init(&f, "chinchilla");
-  char err[256] = "";
-  int rc = npts >= ADAPTIVE_MIN_POINTS ? 0 : -1;
-  if (rc == 0) {
-    fit_options o = {
-        .bootstrap = a->bootstrap, .seed = a->seed, .threads = threads, .keep_draws = 1};
-    rc = fit_chinchilla(pts, npts, &o, &f, err, sizeof err);
-    if (rc == SS_ENOMEM) {
-      fit_result_free(&f);
-      return SS_ENOMEM;
-    }
+/* The law fitted to pts with its resamples' surfaces (into f, which the
+ * caller frees), and the question's answer with its interval (out: fitted
+ * when 20 or more resamples answer it; err says why not). 0 or SS_ENOMEM. */
+static int fit_answer(const spec_adaptive *a, const fit_point *pts, int npts, int threads,
+                      fit_result *f, char *err, size_t errlen, adaptive_result *out) {
+  if (npts < ADAPTIVE_MIN_POINTS)
+    return 0;
+  fit_options o = {.bootstrap = a->bootstrap, .seed = a->seed, .threads = threads, .keep_draws = 1};
+  int rc = fit_chinchilla(pts, npts, &o, f, err, errlen);
+  if (rc)
+    return rc == SS_ENOMEM ? rc : 0;
+  double th[FIT_CHIN_DRAW];
+  const char *names[] = {"A", "B", "E", "alpha", "beta"};
+  for (int i = 0; i < FIT_CHIN_DRAW; i++) {
+    const fit_param *p = fit_result_get(f, names[i]);
+    th[i] = p ? (i < 3 ? log(p->value) : p->value) : NAN;
   }
-  double qhat = NAN;
-  if (rc == 0) {
-    double th[FIT_CHIN_DRAW];
-    const char *names[] = {"A", "B", "E", "alpha", "beta"};
-    for (int i = 0; i < FIT_CHIN_DRAW; i++) {
-      const fit_param *p = fit_result_get(&f, names[i]);
-      th[i] = p ? (i < 3 ? log(p->value) : p->value) : NAN;
-    }
-    qhat = question(a, th);
-    param3(&f, "E", out->E);
-    param3(&f, "alpha", out->alpha);
-    param3(&f, "beta", out->beta);
-    double *qs = malloc((f.ndraws ? (size_t)f.ndraws : 1) * sizeof *qs);
-    if (!qs) {
-      fit_result_free(&f);
-      return SS_ENOMEM;
-    }
-    size_t nq = 0;
-    for (int k = 0; k < f.ndraws; k++) {
-      double q = question(a, &f.draws[(size_t)k * FIT_CHIN_DRAW]);
-      if (isfinite(q))
-        qs[nq++] = q;
-    }
-    out->n_draws = (int)nq;
-    if (isfinite(qhat) && nq >= 20) {
-      qsort(qs, nq, sizeof *qs, cmp_double);
-      double lo = quantile(qs, nq, 0.025), hi = quantile(qs, nq, 0.975);
-      out->fitted = 1;
-      out->answer = exp(qhat);
-      out->lo = exp(lo);
-      out->hi = exp(hi);
-      out->width = rel_width(qhat, lo, hi);
-    } else {
-      snprintf(err, sizeof err, "%zu of %d resamples could be fitted", nq, f.ndraws);
-    }
-    free(qs);
-    out->noise_sd = run_scatter(&f);
+  double qhat = question(a, th);
+  param3(f, "E", out->E);
+  param3(f, "alpha", out->alpha);
+  param3(f, "beta", out->beta);
+  double *qs = malloc((f->ndraws ? (size_t)f->ndraws : 1) * sizeof *qs);
+  if (!qs)
+    return SS_ENOMEM;
+  size_t nq = 0;
+  for (int k = 0; k < f->ndraws; k++) {
+    double q = question(a, &f->draws[(size_t)k * FIT_CHIN_DRAW]);
+    if (isfinite(q))
+      qs[nq++] = q;
   }
+  out->n_draws = (int)nq;
+  if (isfinite(qhat) && nq >= 20) {
+    qsort(qs, nq, sizeof *qs, cmp_double);
+    double lo = quantile(qs, nq, 0.025), hi = quantile(qs, nq, 0.975);
+    out->fitted = 1;
+    out->answer = exp(qhat);
+    out->lo = exp(lo);
+    out->hi = exp(hi);
+    out->width = rel_width(qhat, lo, hi);
+  } else {
+    snprintf(err, errlen, "%zu of %d resamples could be fitted", nq, f->ndraws);
+  }
+  free(qs);
+  out->noise_sd = run_scatter(f);
+  return 0;
+}
 
-  if (out->fitted && out->width <= a->precision) {
-    out->status = ADAPT_REACHED;
+/* The law could not be fitted: a space-filling round, unless the design
+ * has stopped already (err: why the law could not be fitted) */
+static int space_filling_round(const spec_adaptive *a, const adaptive_cand *c, size_t n,
+                               const adaptive_cand_state *state, int npts, double left,
+                               const char *err, adaptive_result *out) {
+  if (out->status != ADAPT_WAITING)
+    return 0;
+  int rc = space_filling(c, n, state, (size_t)a->round, left, out);
+  if (rc)
+    return rc;
+  out->status = out->npicks ? ADAPT_ROUND : ADAPT_SPENT;
+  if (npts < ADAPTIVE_MIN_POINTS)
     snprintf(out->reason, sizeof out->reason,
-             "the answer's 95%% interval is within +-%.3g of it (%.3g): the precision asked, "
-             "%.3g, is reached",
-             out->width, out->width, a->precision);
-    fit_result_free(&f);
-    return 0;
-  }
-  if (nfree == 0) {
-    out->status = ADAPT_EXHAUSTED;
-    snprintf(out->reason, sizeof out->reason, "every candidate has been tried");
-  } else if (left <= 0) {
-    out->status = ADAPT_SPENT;
-    snprintf(out->reason, sizeof out->reason, "the compute is spent (%.3g of %.3g FLOPs)", spent,
-             a->compute);
-  }
-  if (!out->fitted) {
-    if (out->status == ADAPT_WAITING) {
-      rc = space_filling(c, n, state, (size_t)a->round, left, out);
-      if (rc) {
-        fit_result_free(&f);
-        return rc;
-      }
-      out->status = out->npicks ? ADAPT_ROUND : ADAPT_SPENT;
-      if (npts < ADAPTIVE_MIN_POINTS)
-        snprintf(out->reason, sizeof out->reason,
-                 "%d run%s succeeded, and the law needs %d: a space-filling round", npts,
-                 npts == 1 ? "" : "s", ADAPTIVE_MIN_POINTS);
-      else
-        snprintf(out->reason, sizeof out->reason,
-                 "the law could not be fitted (%s): a space-filling round", err);
-      if (!out->npicks)
-        snprintf(out->reason, sizeof out->reason,
-                 "the law could not be fitted, and no free candidate fits the compute left "
-                 "(%.3g FLOPs)",
-                 left);
-    }
-    fit_result_free(&f);
-    return 0;
-  }
+             "%d run%s succeeded, and the law needs %d: a space-filling round", npts,
+             npts == 1 ? "" : "s", ADAPTIVE_MIN_POINTS);
+  else
+    snprintf(out->reason, sizeof out->reason,
+             "the law could not be fitted (%s): a space-filling round", err);
+  if (!out->npicks)
+    snprintf(out->reason, sizeof out->reason,
+             "the law could not be fitted, and no free candidate fits the compute left "
+             "(%.3g FLOPs)",
+             left);
+  return 0;
+}
 
+/* What more compute would buy: the greedy conditioning over every free
+ * candidate, no limits (k2, scratch and idx its room) */
+static void forecast_more(const spec_adaptive *a, const adaptive_cand *c, size_t m, crit *k2,
+                          double sd0, adaptive_pick *scratch, size_t *idx, adaptive_result *out) {
+  double lnq = log(out->answer), lnlo = log(out->lo), lnhi = log(out->hi);
+  double more = 0;
+  size_t all = greedy(k2, c, m, INFINITY, sd0, out->width, a->precision, scratch, idx, &more);
+  double r_all = sd0 > 0 ? (all ? scratch[all - 1].sd_after : sd0) / sd0 : 1;
+  out->best_width = rel_width(lnq, lnq - (lnq - lnlo) * r_all, lnq + (lnhi - lnq) * r_all);
+  out->more_flops = all > 0 && out->best_width <= a->precision * (1 + 1e-9) ? more : NAN;
+}
+
+/* The round: the greedy conditioning within its size and the compute left,
+ * and the interval it predicts */
+static void choose_round(const spec_adaptive *a, const adaptive_cand *c, crit *kr, double sd0,
+                         double left, size_t *idx, adaptive_result *out) {
+  double lnq = log(out->answer), lnlo = log(out->lo), lnhi = log(out->hi);
+  out->npicks =
+      greedy(kr, c, (size_t)a->round, left, sd0, out->width, 0, out->picks, idx, &out->cost);
+  double r = sd0 > 0 && out->npicks ? out->picks[out->npicks - 1].sd_after / sd0 : 1;
+  if (out->npicks == 0) {
+    out->status = ADAPT_SPENT;
+    snprintf(out->reason, sizeof out->reason,
+             "no free candidate narrows the answer within the compute left (%.3g FLOPs)", left);
+    return;
+  }
+  double plo = lnq - (lnq - lnlo) * r, phi = lnq + (lnhi - lnq) * r;
+  out->pred_lo = exp(plo);
+  out->pred_hi = exp(phi);
+  out->pred_width = rel_width(lnq, plo, phi);
+  out->status = ADAPT_ROUND;
+  snprintf(out->reason, sizeof out->reason,
+           "%zu run%s chosen for %.3g FLOPs: the interval's half-width %.3g now, %.3g "
+           "predicted after them (%.3g wanted)",
+           out->npicks, out->npicks == 1 ? "" : "s", out->cost, out->width, out->pred_width,
+           a->precision);
+}
+
+/* The law was fitted (f): the forecast of more compute and, while the
+ * design goes on, the round. 0 or SS_ENOMEM. */
+static int design_round(const spec_adaptive *a, const adaptive_cand *c, size_t n,
+                        const adaptive_cand_state *state, const fit_result *f, double left,
+                        adaptive_result *out) {
   ensemble e;
-  rc = ensemble_make(a, &f, c, n, state, &e);
-  fit_result_free(&f);
+  int rc = ensemble_make(a, f, c, n, state, &e);
   if (rc)
     return rc;
   out->picks = calloc(e.m ? e.m : 1, sizeof *out->picks);
@@ -786,41 +793,60 @@ int adaptive_decide(const spec_adaptive *a, const adaptive_cand *c, size_t n,
     return SS_ENOMEM;
   }
   double sd0 = crit_sd(&kr);
-  double lnq = log(out->answer), lnlo = log(out->lo), lnhi = log(out->hi);
-  /* what more compute would buy: every free candidate, no limits */
-  double more = 0;
-  size_t all = greedy(&k2, c, e.m, INFINITY, sd0, out->width, a->precision, scratch, idx, &more);
-  double r_all = sd0 > 0 ? (all ? scratch[all - 1].sd_after : sd0) / sd0 : 1;
-  out->best_width = rel_width(lnq, lnq - (lnq - lnlo) * r_all, lnq + (lnhi - lnq) * r_all);
-  out->more_flops = all > 0 && out->best_width <= a->precision * (1 + 1e-9) ? more : NAN;
-  double r = 1;
-  if (out->status == ADAPT_WAITING) {
-    out->npicks =
-        greedy(&kr, c, (size_t)a->round, left, sd0, out->width, 0, out->picks, idx, &out->cost);
-    r = sd0 > 0 && out->npicks ? out->picks[out->npicks - 1].sd_after / sd0 : 1;
-    if (out->npicks == 0) {
-      out->status = ADAPT_SPENT;
-      snprintf(out->reason, sizeof out->reason,
-               "no free candidate narrows the answer within the compute left (%.3g FLOPs)", left);
-    } else {
-      double plo = lnq - (lnq - lnlo) * r, phi = lnq + (lnhi - lnq) * r;
-      out->pred_lo = exp(plo);
-      out->pred_hi = exp(phi);
-      out->pred_width = rel_width(lnq, plo, phi);
-      out->status = ADAPT_ROUND;
-      snprintf(out->reason, sizeof out->reason,
-               "%zu run%s chosen for %.3g FLOPs: the interval's half-width %.3g now, %.3g "
-               "predicted after them (%.3g wanted)",
-               out->npicks, out->npicks == 1 ? "" : "s", out->cost, out->width, out->pred_width,
-               a->precision);
-    }
-  }
+  forecast_more(a, c, e.m, &k2, sd0, scratch, idx, out);
+  if (out->status == ADAPT_WAITING)
+    choose_round(a, c, &kr, sd0, left, idx, out);
   crit_free(&kr);
   crit_free(&k2);
   free(idx);
   free(scratch);
   ensemble_free(&e);
   return 0;
+}
+
+int adaptive_decide(const spec_adaptive *a, const adaptive_cand *c, size_t n,
+                    const adaptive_cand_state *state, const fit_point *pts, int npts, double spent,
+                    int threads, adaptive_result *out) {
+  *out = result_empty(a->compute);
+  out->spent = spent;
+  out->n_points = npts;
+  if (!a->present)
+    return SS_EINVAL;
+  size_t nfree = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (state[i] == ADAPT_ACTIVE) {
+      out->status = ADAPT_WAITING;
+      snprintf(out->reason, sizeof out->reason, "a run of the round is still queued or running");
+      return 0;
+    }
+    nfree += state[i] == ADAPT_FREE;
+  }
+  double left = a->compute - spent;
+
+  fit_result f;
+  fit_result_init(&f, "chinchilla");
+  char err[256] = "";
+  int rc = fit_answer(a, pts, npts, threads, &f, err, sizeof err, out);
+  if (rc == 0 && out->fitted && out->width <= a->precision) {
+    out->status = ADAPT_REACHED;
+    snprintf(out->reason, sizeof out->reason,
+             "the answer's 95%% interval is within +-%.3g of it (%.3g): the precision asked, "
+             "%.3g, is reached",
+             out->width, out->width, a->precision);
+  } else if (rc == 0) {
+    if (nfree == 0) {
+      out->status = ADAPT_EXHAUSTED;
+      snprintf(out->reason, sizeof out->reason, "every candidate has been tried");
+    } else if (left <= 0) {
+      out->status = ADAPT_SPENT;
+      snprintf(out->reason, sizeof out->reason, "the compute is spent (%.3g of %.3g FLOPs)", spent,
+               a->compute);
+    }
+    rc = out->fitted ? design_round(a, c, n, state, &f, left, out)
+                     : space_filling_round(a, c, n, state, npts, left, err, out);
+  }
+  fit_result_free(&f);
+  return rc;
 }
 
 int adaptive_forecast(const spec_adaptive *a, const adaptive_cand *c, size_t n,
@@ -1039,82 +1065,69 @@ static int round_runs(adaptive_outcome *out, const plan *cp, const adaptive_cand
   return rc == 0 && out->runs_json ? 0 : SS_ENOMEM;
 }
 
-int adaptive_conclude(const char *spec_json, const char *adaptive_json,
-                      const adaptive_run_obs *runs, size_t nruns, const fit_point *pts, int npts,
-                      int threads, adaptive_outcome *out) {
-  *out = (adaptive_outcome){0};
-  /* through jsonb, 1e231 comes back as 232 digits: reals, not integers */
-  json_t *doc = adaptive_json ? json_loads(adaptive_json, JSON_DECODE_INT_AS_REAL, NULL) : NULL;
-  if (adaptive_json && !json_is_object(doc)) { /* nothing to store over it: said, and left */
-    json_decref(doc);
-    snprintf(out->reason, sizeof out->reason,
-             "its stored design (sweeps.adaptive) is not a "
-             "JSON object");
-    return SS_EINVAL;
-  }
-  out->rounds = (int)json_array_size(json_object_get(doc, "rounds"));
-  /* the stored spec: its numbers are all reals (spec.h) */
+/* The stored spec planned again (its numbers, all reals as stored, made
+ * whole where they are): 0 with *sp and *p, whose plan has candidates; a
+ * spec that does not plan fails the design (out, doc consumed) */
+static int replan(const char *spec_json, json_t **doc, adaptive_outcome *out, spec **sp, plan **p) {
   json_t *root = json_loads(spec_json, 0, NULL);
-  if (!root)
-    return fail(out, doc, "the stored spec is not JSON%s", "");
+  if (!root) {
+    json_t *d = *doc;
+    *doc = NULL;
+    return fail(out, d, "the stored spec is not JSON%s", "");
+  }
   sweeps__integral(root);
   char *text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
   json_decref(root);
-  if (!text) {
-    json_decref(doc);
+  if (!text)
     return SS_ENOMEM;
-  }
-  spec *sp = NULL;
-  plan *p = NULL;
   spec_problems pr = {0};
-  int rc = spec_parse(text, "sweep", &sp, &pr);
+  int rc = spec_parse(text, "sweep", sp, &pr);
   free(text);
   if (rc == 0)
-    rc = plan_spec(sp, &p, &pr);
-  if (rc == 0 && !p->candidates)
+    rc = plan_spec(*sp, p, &pr);
+  if (rc == 0 && !(*p)->candidates)
     rc = SS_EINVAL;
-  if (rc) {
-    char first[900] = "the spec has no adaptive design";
-    if (pr.n)
-      snprintf(first, sizeof first, "%s: %s", pr.items[0].path, pr.items[0].message);
+  if (rc == 0) {
     spec_problems_free(&pr);
-    plan_free(p);
-    spec_free(sp);
-    if (rc == SS_ENOMEM) {
-      json_decref(doc);
-      return rc;
-    }
-    return fail(out, doc, "the spec could not be planned again: %s", first);
+    return 0;
   }
+  char first[900] = "the spec has no adaptive design";
+  if (pr.n)
+    snprintf(first, sizeof first, "%s: %s", pr.items[0].path, pr.items[0].message);
   spec_problems_free(&pr);
-  out->gpus = sp->gpus;
-  out->priority = sp->priority;
-  out->max_attempts = sp->max_attempts > 0 ? sp->max_attempts : 3;
+  plan_free(*p);
+  spec_free(*sp);
+  *p = NULL;
+  *sp = NULL;
+  if (rc == SS_ENOMEM)
+    return rc;
+  json_t *d = *doc;
+  *doc = NULL;
+  return fail(out, d, "the spec could not be planned again: %s", first);
+}
 
-  const plan *cp = p->candidates;
-  adaptive_cand *c = NULL;
-  size_t nc = 0;
-  adaptive_cand_state *st = NULL;
-  size_t *first = NULL;
-  json_t *rounds = NULL;
-  rc = adaptive_candidates(cp, &c, &nc);
-  if (rc == 0 &&
-      (!(st = calloc(nc ? nc : 1, sizeof *st)) || !(first = malloc((nc ? nc : 1) * sizeof *first))))
-    rc = SS_ENOMEM;
-  for (size_t i = 0; rc == 0 && i < nc; i++)
+/* Each candidate's state: that of the sweep's run with its config (a run
+ * tried again after a failure is the same run), else free */
+static void candidate_states(const plan *cp, const adaptive_cand *c, size_t nc,
+                             const adaptive_run_obs *runs, size_t nruns, adaptive_cand_state *st) {
+  for (size_t i = 0; i < nc; i++)
     for (size_t k = 0; k < nruns; k++)
       if (!strcmp(runs[k].config_hash, cp->runs[c[i].run].config_hash)) {
-        /* reproductions aside, one run per config; a run tried again
-         * after a failure is the same run */
+        /* reproductions aside, one run per config */
         st[i] = runs[k].state;
         break;
       }
-  /* branch points kept by runs trained in earlier rounds */
-  json_t **kept = rc == 0 ? calloc(nc ? nc : 1, sizeof *kept) : NULL;
-  int64_t *kept_run = rc == 0 ? calloc(nc ? nc : 1, sizeof *kept_run) : NULL;
-  if (rc == 0 && (!kept || !kept_run))
-    rc = SS_ENOMEM;
-  for (size_t k = 0; rc == 0 && k < nruns; k++) {
+}
+
+/* Branch points kept by runs trained in earlier rounds: a free candidate
+ * of such a run's trajectory starts at the latest of its checkpoints up to
+ * the candidate's own branch point (c[i].start, kept[i] its path,
+ * kept_run[i] the run); a shorter one decays from there, a longer one goes
+ * on */
+static void kept_starts(const plan *cp, adaptive_cand *c, size_t nc, const adaptive_cand_state *st,
+                        const adaptive_run_obs *runs, size_t nruns, json_t **kept,
+                        int64_t *kept_run) {
+  for (size_t k = 0; k < nruns; k++) {
     if (runs[k].state != ADAPT_DONE || !runs[k].kept)
       continue;
     size_t t = nc;
@@ -1122,9 +1135,6 @@ int adaptive_conclude(const char *spec_json, const char *adaptive_json,
       if (!strcmp(runs[k].config_hash, cp->runs[c[i].run].config_hash))
         t = i;
     json_t *kj = t < nc ? json_loads(runs[k].kept, 0, NULL) : NULL;
-    /* a free candidate of its trajectory starts at the latest of its
-     * checkpoints up to the candidate's own branch point: a shorter one
-     * decays from there, a longer one goes on */
     for (size_t i = 0; kj && i < nc; i++) {
       if (st[i] != ADAPT_FREE || c[i].stable <= 0 || c[i].group != c[t].group)
         continue;
@@ -1142,58 +1152,48 @@ int adaptive_conclude(const char *spec_json, const char *adaptive_json,
     }
     json_decref(kj);
   }
-  double spent =
-      out->rounds ? json_number_value(json_object_get(doc, "spent")) : p->adaptive_initial_flops;
-  if (rc == 0)
-    rc = adaptive_decide(&sp->adaptive, c, nc, st, pts, npts, spent, threads, &out->r);
-  if (rc || out->r.status == ADAPT_WAITING)
-    goto done;
+}
 
-  /* the document: the first decision records the first round too */
-  if (!doc) {
-    char q[160];
-    adaptive_question_text(&sp->adaptive, q, sizeof q);
-    doc = json_pack("{s:s,s:s,s:f,s:f,s:[]}", "question", q, "kind",
-                    sp->adaptive.question == SPEC_Q_LOSS ? "loss" : "n_opt", "precision",
-                    sp->adaptive.precision, "compute", sp->adaptive.compute, "rounds");
-    size_t k = adaptive_initial(c, nc, sp->adaptive.initial, first);
-    adaptive_result r0 = {.status = ADAPT_ROUND,
-                          .answer = NAN,
-                          .lo = NAN,
-                          .hi = NAN,
-                          .width = NAN,
-                          .pred_lo = NAN,
-                          .pred_hi = NAN,
-                          .pred_width = NAN,
-                          .noise_sd = NAN,
-                          .compute = sp->adaptive.compute,
-                          .cost = p->adaptive_initial_flops,
-                          .more_flops = NAN,
-                          .best_width = NAN};
-    for (int i = 0; i < 3; i++)
-      r0.E[i] = r0.alpha[i] = r0.beta[i] = NAN;
-    adaptive_pick *pk = calloc(k ? k : 1, sizeof *pk);
-    for (size_t i = 0; pk && i < k; i++)
-      pk[i] = (adaptive_pick){first[i], NAN, NAN, NAN, NAN};
-    r0.picks = pk;
-    r0.npicks = pk ? k : 0;
-    snprintf(r0.reason, sizeof r0.reason,
-             "the first round: %zu runs, space-filling over the budgets up to the middle of the "
-             "range",
-             k);
-    json_t *j0 = pk ? adaptive_round_json(&r0, 0, cp, c) : NULL;
-    free(pk);
-    if (!doc || !j0 || json_array_append_new(json_object_get(doc, "rounds"), j0)) {
-      rc = SS_ENOMEM;
-      goto done;
-    }
+/* The design's document at its first decision: the question, and the
+ * first round (space-filling) as round 0 (first: room for nc picks). New
+ * reference; NULL when out of memory. */
+static json_t *first_doc(const spec *sp, const plan *p, const adaptive_cand *c, size_t nc,
+                         size_t *first) {
+  char q[160];
+  adaptive_question_text(&sp->adaptive, q, sizeof q);
+  json_t *doc = json_pack("{s:s,s:s,s:f,s:f,s:[]}", "question", q, "kind",
+                          sp->adaptive.question == SPEC_Q_LOSS ? "loss" : "n_opt", "precision",
+                          sp->adaptive.precision, "compute", sp->adaptive.compute, "rounds");
+  size_t k = adaptive_initial(c, nc, sp->adaptive.initial, first);
+  adaptive_result r0 = result_empty(sp->adaptive.compute);
+  r0.status = ADAPT_ROUND;
+  r0.cost = p->adaptive_initial_flops;
+  adaptive_pick *pk = calloc(k ? k : 1, sizeof *pk);
+  for (size_t i = 0; pk && i < k; i++)
+    pk[i] = (adaptive_pick){first[i], NAN, NAN, NAN, NAN};
+  r0.picks = pk;
+  r0.npicks = pk ? k : 0;
+  snprintf(r0.reason, sizeof r0.reason,
+           "the first round: %zu runs, space-filling over the budgets up to the middle of the "
+           "range",
+           k);
+  json_t *j0 = pk ? adaptive_round_json(&r0, 0, p->candidates, c) : NULL;
+  free(pk);
+  if (!doc || !j0 || json_array_append_new(json_object_get(doc, "rounds"), j0)) {
+    json_decref(doc);
+    return NULL;
   }
-  rounds = json_object_get(doc, "rounds");
+  return doc;
+}
+
+/* The decision recorded in doc: its round, the status, the compute spent
+ * and the answer; out->doc_json the document as text. 0 or SS_ENOMEM. */
+static int record_round(json_t *doc, double spent, const plan *cp, const adaptive_cand *c,
+                        adaptive_outcome *out) {
+  json_t *rounds = json_object_get(doc, "rounds");
   json_t *rec = adaptive_round_json(&out->r, (int)json_array_size(rounds), cp, c);
-  if (!rec || json_array_append_new(rounds, rec)) {
-    rc = SS_ENOMEM;
-    goto done;
-  }
+  if (!rec || json_array_append_new(rounds, rec))
+    return SS_ENOMEM;
   json_object_set_new(doc, "status", json_string(doc_status(out->r.status)));
   json_object_set_new(doc, "spent", json_real(spent + out->r.cost));
   if (out->r.fitted)
@@ -1201,11 +1201,66 @@ int adaptive_conclude(const char *spec_json, const char *adaptive_json,
                         json_pack("{s:f,s:[f,f],s:f}", "value", out->r.answer, "ci95", out->r.lo,
                                   out->r.hi, "width", out->r.width));
   out->doc_json = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  return out->doc_json ? 0 : SS_ENOMEM;
+}
 
-  /* the round's runs: those that start from a kept branch point alone,
-   * the others with branches inside the round */
-  rc = out->doc_json ? round_runs(out, cp, c, nc, st, kept, kept_run) : SS_ENOMEM;
-done:
+int adaptive_conclude(const char *spec_json, const char *adaptive_json,
+                      const adaptive_run_obs *runs, size_t nruns, const fit_point *pts, int npts,
+                      int threads, adaptive_outcome *out) {
+  *out = (adaptive_outcome){0};
+  /* through jsonb, 1e231 comes back as 232 digits: reals, not integers */
+  json_t *doc = adaptive_json ? json_loads(adaptive_json, JSON_DECODE_INT_AS_REAL, NULL) : NULL;
+  if (adaptive_json && !json_is_object(doc)) { /* nothing to store over it: said, and left */
+    json_decref(doc);
+    snprintf(out->reason, sizeof out->reason,
+             "its stored design (sweeps.adaptive) is not a "
+             "JSON object");
+    return SS_EINVAL;
+  }
+  out->rounds = (int)json_array_size(json_object_get(doc, "rounds"));
+  spec *sp = NULL;
+  plan *p = NULL;
+  int rc = replan(spec_json, &doc, out, &sp, &p);
+  if (rc || !p) {
+    json_decref(doc);
+    return rc;
+  }
+  out->gpus = sp->gpus;
+  out->priority = sp->priority;
+  out->max_attempts = sp->max_attempts > 0 ? sp->max_attempts : 3;
+
+  const plan *cp = p->candidates;
+  adaptive_cand *c = NULL;
+  size_t nc = 0;
+  adaptive_cand_state *st = NULL;
+  size_t *first = NULL;
+  json_t **kept = NULL;
+  int64_t *kept_run = NULL;
+  rc = adaptive_candidates(cp, &c, &nc);
+  if (rc == 0 && (!(st = calloc(nc ? nc : 1, sizeof *st)) ||
+                  !(first = malloc((nc ? nc : 1) * sizeof *first)) ||
+                  !(kept = calloc(nc ? nc : 1, sizeof *kept)) ||
+                  !(kept_run = calloc(nc ? nc : 1, sizeof *kept_run))))
+    rc = SS_ENOMEM;
+  if (rc == 0) {
+    candidate_states(cp, c, nc, runs, nruns, st);
+    kept_starts(cp, c, nc, st, runs, nruns, kept, kept_run);
+  }
+  double spent =
+      out->rounds ? json_number_value(json_object_get(doc, "spent")) : p->adaptive_initial_flops;
+  if (rc == 0)
+    rc = adaptive_decide(&sp->adaptive, c, nc, st, pts, npts, spent, threads, &out->r);
+  if (rc == 0 && out->r.status != ADAPT_WAITING) {
+    /* the first decision records the first round too */
+    if (!doc && !(doc = first_doc(sp, p, c, nc, first)))
+      rc = SS_ENOMEM;
+    if (rc == 0)
+      rc = record_round(doc, spent, cp, c, out);
+    /* the round's runs: those that start from a kept branch point alone,
+     * the others with branches inside the round */
+    if (rc == 0)
+      rc = round_runs(out, cp, c, nc, st, kept, kept_run);
+  }
   for (size_t i = 0; kept && i < nc; i++)
     json_decref(kept[i]);
   free(kept);

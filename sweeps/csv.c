@@ -188,128 +188,151 @@ static int assign_groups(fit_point *pts, const char *const *names, int n) {
   return 0;
 }
 
-int fit_read_csv(const char *path, fit_point **pts, int *n, char *err, size_t errlen) {
-  *pts = NULL;
-  *n = 0;
-  reader r = {.path = path, .line = 1, .err = err, .errlen = errlen};
-  fit_point *out = NULL;
-  const char **names = NULL;
-  int cap = 0, count = 0, hline = 0, line = 0;
-  int idx[NCOLS]; /* field index of each known column, -1 when absent */
-  int rc = slurp(&r);
-  if (rc)
-    goto done;
-  rc = read_record(&r, &hline);
-  if (rc)
-    goto done;
-  if (r.nf == 0) {
-    snprintf(err, errlen,
+/* The header record r->f (on line hline): each known column's field
+ * index into idx (-1 when absent); a column named twice, or none known, is
+ * an error */
+static int read_header(reader *r, int hline, int *idx) {
+  if (r->nf == 0) {
+    snprintf(r->err, r->errlen,
              "%s: empty file, expected a header row naming columns among params, tokens, "
              "flops, loss, batch_size, steps, lr, run",
-             path);
-    rc = SS_EINVAL;
-    goto done;
+             r->path);
+    return SS_EINVAL;
   }
-  int nhead = r.nf, known = 0;
+  int known = 0;
   for (int c = 0; c < NCOLS; c++)
     idx[c] = -1;
-  for (int j = 0; j < nhead; j++) {
-    const char *name = trim(r.f[j].text);
+  for (int j = 0; j < r->nf; j++) {
+    const char *name = trim(r->f[j].text);
     for (int c = 0; c < NCOLS; c++) {
       if (strcasecmp(name, colnames[c]))
         continue;
       if (idx[c] >= 0) {
-        snprintf(err, errlen, "%s:%d:%d: column '%s' appears twice (also column %d)", path, hline,
-                 r.f[j].col, colnames[c], idx[c] + 1);
-        rc = SS_EINVAL;
-        goto done;
+        snprintf(r->err, r->errlen, "%s:%d:%d: column '%s' appears twice (also column %d)", r->path,
+                 hline, r->f[j].col, colnames[c], idx[c] + 1);
+        return SS_EINVAL;
       }
       idx[c] = j;
       known++;
     }
   }
   if (!known) {
-    snprintf(err, errlen,
+    snprintf(r->err, r->errlen,
              "%s:%d: the header names none of the columns params, tokens, flops, loss, "
              "batch_size, steps, lr, run",
-             path, hline);
-    rc = SS_EINVAL;
-    goto done;
+             r->path, hline);
+    return SS_EINVAL;
   }
+  return 0;
+}
+
+/* The data record r->f (on line `line`) into p: its known columns,
+ * positive numbers, and tokens from flops and params when the table has
+ * no tokens */
+static int read_point(reader *r, int line, const int *idx, fit_point *p) {
+  double v[NCOLS - 1];
+  for (int c = 0; c < C_RUN; c++) {
+    v[c] = NAN;
+    if (idx[c] < 0)
+      continue;
+    const field *f = &r->f[idx[c]];
+    char *s = trim(f->text), *end;
+    double x = strtod(s, &end);
+    if (!*s || *end || !isfinite(x) || !(x > 0)) {
+      snprintf(r->err, r->errlen,
+               "%s:%d:%d: column '%s': found '%.40s', expected a positive number", r->path, line,
+               f->col, colnames[c], s);
+      return SS_EINVAL;
+    }
+    v[c] = x;
+  }
+  *p = (fit_point){v[C_PARAMS], v[C_TOKENS], v[C_FLOPS], v[C_LOSS],
+                   v[C_BATCH],  v[C_STEPS],  v[C_LR],    -1};
+  if (idx[C_TOKENS] < 0 && idx[C_PARAMS] >= 0 && idx[C_FLOPS] >= 0) {
+    p->tokens = p->flops / (6 * p->params);
+    if (!isfinite(p->tokens) || !(p->tokens > 0)) {
+      snprintf(r->err, r->errlen,
+               "%s:%d: tokens = flops / (6 params) = %g / (6 x %g) = %g, expected a positive "
+               "finite number",
+               r->path, line, p->flops, p->params, p->tokens);
+      return SS_EINVAL;
+    }
+  }
+  return 0;
+}
+
+/* The points read so far and their runs' names */
+typedef struct rows {
+  fit_point *pts;
+  const char **names;
+  int count, cap;
+} rows;
+
+/* Room for one more row; 0 or SS_ENOMEM (said for line `line`) */
+static int grow(rows *t, const reader *r, int line) {
+  if (t->count < t->cap)
+    return 0;
+  int cap = t->cap ? 2 * t->cap : 256;
+  fit_point *np = realloc(t->pts, (size_t)cap * sizeof *np);
+  const char **nk = np ? realloc(t->names, (size_t)cap * sizeof *nk) : NULL;
+  if (np)
+    t->pts = np;
+  if (nk)
+    t->names = nk;
+  if (!np || !nk) {
+    snprintf(r->err, r->errlen, "%s: out of memory at line %d", r->path, line);
+    return SS_ENOMEM;
+  }
+  t->cap = cap;
+  return 0;
+}
+
+/* Every data record after the header (nhead fields each, on line hline)
+ * into t */
+static int read_rows(reader *r, int nhead, int hline, const int *idx, rows *t) {
   for (;;) {
-    rc = read_record(&r, &line);
-    if (rc)
-      goto done;
-    if (r.nf == 0)
-      break;
-    if (r.nf != nhead) {
-      snprintf(err, errlen, "%s:%d: found %d fields, expected %d as in the header (line %d)", path,
-               line, r.nf, nhead, hline);
-      rc = SS_EINVAL;
-      goto done;
+    int line = 0, rc = read_record(r, &line);
+    if (rc || r->nf == 0)
+      return rc;
+    if (r->nf != nhead) {
+      snprintf(r->err, r->errlen, "%s:%d: found %d fields, expected %d as in the header (line %d)",
+               r->path, line, r->nf, nhead, hline);
+      return SS_EINVAL;
     }
-    if (count == cap) {
-      cap = cap ? 2 * cap : 256;
-      fit_point *np = realloc(out, (size_t)cap * sizeof *np);
-      const char **nk = np ? realloc(names, (size_t)cap * sizeof *nk) : NULL;
-      if (np)
-        out = np;
-      if (nk)
-        names = nk;
-      if (!np || !nk) {
-        snprintf(err, errlen, "%s: out of memory at line %d", path, line);
-        rc = SS_ENOMEM;
-        goto done;
-      }
-    }
-    double v[NCOLS - 1];
-    for (int c = 0; c < C_RUN; c++) {
-      v[c] = NAN;
-      if (idx[c] < 0)
-        continue;
-      const field *f = &r.f[idx[c]];
-      char *s = trim(f->text), *end;
-      double x = strtod(s, &end);
-      if (!*s || *end || !isfinite(x) || !(x > 0)) {
-        snprintf(err, errlen, "%s:%d:%d: column '%s': found '%.40s', expected a positive number",
-                 path, line, f->col, colnames[c], s);
-        rc = SS_EINVAL;
-        goto done;
-      }
-      v[c] = x;
-    }
-    fit_point *p = &out[count];
-    *p = (fit_point){v[C_PARAMS], v[C_TOKENS], v[C_FLOPS], v[C_LOSS],
-                     v[C_BATCH],  v[C_STEPS],  v[C_LR],    -1};
-    if (idx[C_TOKENS] < 0 && idx[C_PARAMS] >= 0 && idx[C_FLOPS] >= 0) {
-      p->tokens = p->flops / (6 * p->params);
-      if (!isfinite(p->tokens) || !(p->tokens > 0)) {
-        snprintf(err, errlen,
-                 "%s:%d: tokens = flops / (6 params) = %g / (6 x %g) = %g, expected a positive "
-                 "finite number",
-                 path, line, p->flops, p->params, p->tokens);
-        rc = SS_EINVAL;
-        goto done;
-      }
-    }
-    names[count] = idx[C_RUN] >= 0 ? trim(r.f[idx[C_RUN]].text) : "";
-    count++;
+    if ((rc = grow(t, r, line)) || (rc = read_point(r, line, idx, &t->pts[t->count])))
+      return rc;
+    t->names[t->count] = idx[C_RUN] >= 0 ? trim(r->f[idx[C_RUN]].text) : "";
+    t->count++;
   }
-  if (!count) {
+}
+
+int fit_read_csv(const char *path, fit_point **pts, int *n, char *err, size_t errlen) {
+  *pts = NULL;
+  *n = 0;
+  reader r = {.path = path, .line = 1, .err = err, .errlen = errlen};
+  rows t = {0};
+  int hline = 0;
+  int idx[NCOLS]; /* field index of each known column, -1 when absent */
+  int rc = slurp(&r);
+  if (rc == 0)
+    rc = read_record(&r, &hline);
+  if (rc == 0)
+    rc = read_header(&r, hline, idx);
+  if (rc == 0)
+    rc = read_rows(&r, r.nf, hline, idx, &t);
+  if (rc == 0 && !t.count) {
     snprintf(err, errlen, "%s: no data rows after the header (line %d)", path, hline);
     rc = SS_EINVAL;
-    goto done;
   }
-  if (idx[C_RUN] >= 0 && (rc = assign_groups(out, names, count))) {
+  if (rc == 0 && idx[C_RUN] >= 0 && (rc = assign_groups(t.pts, t.names, t.count)))
     snprintf(err, errlen, "%s: out of memory", path);
-    goto done;
+  if (rc == 0) {
+    *pts = t.pts;
+    *n = t.count;
+    t.pts = NULL;
   }
-  *pts = out;
-  *n = count;
-  out = NULL;
-done:
-  free(out);
-  free(names);
+  free(t.pts);
+  free(t.names);
   free(r.f);
   free(r.buf);
   return rc;

@@ -178,6 +178,202 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* batch_size and steps on every point, positive; a target loss on every
+ * point or none (*nloss: how many have one); two batch sizes or more */
+static int check_ladder_points(const fit_point *pts, int n, int *nloss, char *err, size_t errlen) {
+  *nloss = 0;
+  for (int i = 0; i < n; i++) {
+    if (isnan(pts[i].batch_size))
+      return fit__fail(
+          err, errlen,
+          "batch: batch_size missing at point %d (the law needs columns batch_size and steps)",
+          i + 1);
+    if (isnan(pts[i].steps))
+      return fit__fail(
+          err, errlen,
+          "batch: steps missing at point %d (the law needs columns batch_size and steps)", i + 1);
+    if (!(pts[i].batch_size > 0) || !isfinite(pts[i].batch_size))
+      return fit__fail(err, errlen, "batch: point %d: batch_size = %g, expected a positive number",
+                       i + 1, pts[i].batch_size);
+    if (!(pts[i].steps > 0) || !isfinite(pts[i].steps))
+      return fit__fail(err, errlen, "batch: point %d: steps = %g, expected a positive number",
+                       i + 1, pts[i].steps);
+    if (!isnan(pts[i].loss)) {
+      if (!(pts[i].loss > 0) || !isfinite(pts[i].loss))
+        return fit__fail(err, errlen, "batch: point %d: loss = %g, expected a positive target loss",
+                         i + 1, pts[i].loss);
+      (*nloss)++;
+    }
+  }
+  if (*nloss && *nloss != n) {
+    for (int i = 0; i < n; i++)
+      if (isnan(pts[i].loss))
+        return fit__fail(
+            err, errlen,
+            "batch: loss missing at point %d but present at others (give every point its "
+            "target loss, or none)",
+            i + 1);
+  }
+  int distinct = 0;
+  for (int i = 1; i < n; i++)
+    if (pts[i].batch_size != pts[0].batch_size)
+      distinct = 1;
+  if (!distinct)
+    return fit__fail(err, errlen,
+                     "batch: all %d points at one batch size (%g); the ladder needs several", n,
+                     pts[0].batch_size);
+  return 0;
+}
+
+/* The targets: the sorted distinct losses, merged within TARGET_RTOL, into
+ * tl (NAN, or the mean loss, for a single target), each point's into
+ * target; returns how many */
+static int find_targets(const fit_point *pts, int n, int nloss, int *target, double *tl) {
+  int nt = 1;
+  tl[0] = NAN;
+  if (!nloss)
+    return nt;
+  double *v = malloc(sizeof(double) * n);
+  for (int i = 0; i < n; i++)
+    v[i] = pts[i].loss;
+  qsort(v, n, sizeof(double), cmp_double);
+  nt = 0;
+  double first = 0;
+  for (int i = 0; i < n; i++) {
+    if (nt == 0 || v[i] > first * (1 + TARGET_RTOL)) {
+      first = v[i];
+      tl[nt++] = v[i];
+    }
+  }
+  free(v);
+  for (int i = 0; i < n; i++) {
+    int t = nt - 1;
+    while (t > 0 && pts[i].loss < tl[t])
+      t--;
+    target[i] = t;
+  }
+  if (nt == 1) {
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+      sum += pts[i].loss;
+    tl[0] = sum / n;
+  }
+  return nt;
+}
+
+/* One target: params S_min, E_min, B_crit into slot */
+static void add_one_target(fit_result *out, const double *q, fit_param **slot) {
+  slot[2] = fit_result_add_param(out, "S_min", q[2]);
+  slot[3] = fit_result_add_param(out, "E_min", q[3]);
+  slot[4] = fit_result_add_param(out, "B_crit", q[4]);
+  if (!(q[2] > 0) || !(q[3] > 0)) {
+    out->converged = 0;
+    fit_result_warn(out,
+                    "S_min = %g, E_min = %g: both must be positive for B_crit to mean anything "
+                    "(does the ladder reach batch sizes where steps stop falling?)",
+                    q[2], q[3]);
+  }
+}
+
+/* Several targets: params B_star, alpha_B, derived per target (all the
+ * B_crit, then S_min, E_min) into slot, and the targets left out */
+static void add_targets(fit_result *out, const double *q, const double *tl, int nt,
+                        const ladder *lad, const powerlaw *pl, fit_param **slot) {
+  slot[0] = fit_result_add_param(out, "B_star", q[0]);
+  slot[1] = fit_result_add_param(out, "alpha_B", q[1]);
+  if (pl->n < 2) {
+    out->converged = 0;
+    fit_result_warn(out, "only %d of %d target losses gave a usable ladder; B_crit(L) needs 2",
+                    pl->n, nt);
+  } else if (!(q[1] > 0)) {
+    fit_result_warn(out, "alpha_B = %g: B_crit does not grow as the target loss falls", q[1]);
+  }
+  for (int j = 0; j < PER_TARGET; j++) {
+    static const char *nm[PER_TARGET] = {"S_min", "E_min", "B_crit"};
+    int order[PER_TARGET] = {2, 0, 1};
+    for (int t = 0; t < nt; t++) {
+      char name[24];
+      snprintf(name, sizeof name, "%s(L=%.4g)", nm[order[j]], tl[t]);
+      slot[2 + PER_TARGET * t + order[j]] =
+          fit_result_add_derived(out, name, q[2 + PER_TARGET * t + order[j]]);
+    }
+  }
+  if (out->nderived < PER_TARGET * nt)
+    fit_result_warn(
+        out, "%d target losses: only %d of their S_min, E_min, B_crit values fit in the result", nt,
+        out->nderived);
+  for (int t = 0; t < nt; t++) {
+    if (lad[t].m < MIN_LADDER)
+      fit_result_warn(out, "target loss %.4g: %d points, a ladder needs %d; left out", tl[t],
+                      lad[t].m, MIN_LADDER);
+    else if (!(lad[t].s_min > 0 && lad[t].e_min > 0))
+      fit_result_warn(
+          out, "target loss %.4g: S_min = %g, E_min = %g, not both positive; left out of B_crit(L)",
+          tl[t], lad[t].s_min, lad[t].e_min);
+  }
+}
+
+/* A B_crit outside its ladder's batch sizes is an extrapolation */
+static void warn_outside(fit_result *out, const fit_point *pts, int n, const int *target,
+                         const double *tl, int nt, const ladder *lad) {
+  for (int t = 0; t < nt; t++) {
+    double bc = lad[t].b_crit, bmin = INFINITY, bmax = 0;
+    for (int i = 0; i < n; i++)
+      if (target[i] == t) {
+        bmin = fmin(bmin, pts[i].batch_size);
+        bmax = fmax(bmax, pts[i].batch_size);
+      }
+    if (bc > 0 && (bc < bmin || bc > bmax)) {
+      char at[48] = "";
+      if (nt > 1)
+        snprintf(at, sizeof at, "target loss %.4g: ", tl[t]);
+      fit_result_warn(
+          out, "%sB_crit = %g lies outside the ladder's batch sizes [%g, %g]: an extrapolation", at,
+          bc, bmin, bmax);
+    }
+  }
+}
+
+/* out's residuals, (S_fit - S) / S per point on its ladder lad[at[i]]
+ * (NAN where the ladder was unusable), and the objective, their sum of
+ * squares */
+static void ladder_residuals(const fit_point *pts, int n, const ladder *lad, const int *at,
+                             fit_result *out) {
+  out->residuals = malloc(sizeof(double) * n);
+  out->objective = 0;
+  for (int i = 0; i < n; i++) {
+    const ladder *lf = &lad[at[i]];
+    double f = lf->s_min + lf->e_min / pts[i].batch_size;
+    double r = (f - pts[i].steps) / pts[i].steps;
+    if (out->residuals)
+      out->residuals[i] = isfinite(f) ? r : NAN;
+    if (isfinite(f))
+      out->objective += r * r;
+  }
+}
+
+/* t-intervals from the regressions: each ladder's, then B_star and
+ * alpha_B's from 3 usable targets on */
+static void batch_intervals(const ladder *lad, int nt, const powerlaw *pl, const double *q,
+                            fit_param **slot) {
+  for (int t = 0; t < nt; t++)
+    ladder_intervals(&lad[t], slot[2 + PER_TARGET * t], slot[3 + PER_TARGET * t],
+                     slot[4 + PER_TARGET * t]);
+  if (nt > 1 && pl->n >= 3) {
+    double dof = pl->n - 2;
+    if (slot[0])
+      set_interval(slot[0], sqrt(pl->var0) * q[0], dof, 1);
+    /* alpha_B = -1/c1: delta method */
+    if (slot[1])
+      set_interval(slot[1], sqrt(pl->var1) / (pl->c1 * pl->c1), dof, 0);
+  }
+}
+
+/* One bootstrap resample of the ladder(s). */
+static void boot_one(void *ctx, const int *idx, int m, double *row) {
+  fit_all(ctx, idx, m, row, NULL, NULL);
+}
+
 /* Fits the batch ladder(s) in pts. Needs batch_size and steps (> 0) on every
  * point and at least 4 points (2 parameters + 2) at two or more batch sizes.
  *
@@ -201,91 +397,18 @@ static int cmp_double(const void *a, const void *b) {
  * Residuals: relative, (S_fit - S) / S per point (NAN where a point's
  * ladder was unusable). objective: the weighted residual sum of squares,
  * summed over targets. */
-/* One bootstrap resample of the ladder(s). */
-static void boot_one(void *ctx, const int *idx, int m, double *row) {
-  fit_all(ctx, idx, m, row, NULL, NULL);
-}
-
 int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
               size_t errlen) {
   fit_result_init(out, "batch");
   if (!pts || n < MIN_LADDER)
     return fit__fail(err, errlen, "batch: %d point%s; the law (S_min, E_min) needs at least %d", n,
                      n == 1 ? "" : "s", MIN_LADDER);
-  int nloss = 0;
-  for (int i = 0; i < n; i++) {
-    if (isnan(pts[i].batch_size))
-      return fit__fail(
-          err, errlen,
-          "batch: batch_size missing at point %d (the law needs columns batch_size and steps)",
-          i + 1);
-    if (isnan(pts[i].steps))
-      return fit__fail(
-          err, errlen,
-          "batch: steps missing at point %d (the law needs columns batch_size and steps)", i + 1);
-    if (!(pts[i].batch_size > 0) || !isfinite(pts[i].batch_size))
-      return fit__fail(err, errlen, "batch: point %d: batch_size = %g, expected a positive number",
-                       i + 1, pts[i].batch_size);
-    if (!(pts[i].steps > 0) || !isfinite(pts[i].steps))
-      return fit__fail(err, errlen, "batch: point %d: steps = %g, expected a positive number",
-                       i + 1, pts[i].steps);
-    if (!isnan(pts[i].loss)) {
-      if (!(pts[i].loss > 0) || !isfinite(pts[i].loss))
-        return fit__fail(err, errlen, "batch: point %d: loss = %g, expected a positive target loss",
-                         i + 1, pts[i].loss);
-      nloss++;
-    }
-  }
-  if (nloss && nloss != n) {
-    for (int i = 0; i < n; i++)
-      if (isnan(pts[i].loss))
-        return fit__fail(
-            err, errlen,
-            "batch: loss missing at point %d but present at others (give every point its "
-            "target loss, or none)",
-            i + 1);
-  }
-  int distinct = 0;
-  for (int i = 1; i < n; i++)
-    if (pts[i].batch_size != pts[0].batch_size)
-      distinct = 1;
-  if (!distinct)
-    return fit__fail(err, errlen,
-                     "batch: all %d points at one batch size (%g); the ladder needs several", n,
-                     pts[0].batch_size);
-
-  /* targets: sorted distinct losses, merged within TARGET_RTOL */
+  int nloss, rc = check_ladder_points(pts, n, &nloss, err, errlen);
+  if (rc)
+    return rc;
   int *target = calloc(n, sizeof(int));
   double *tl = malloc(sizeof(double) * n);
-  int nt = 1;
-  tl[0] = NAN;
-  if (nloss) {
-    double *v = malloc(sizeof(double) * n);
-    for (int i = 0; i < n; i++)
-      v[i] = pts[i].loss;
-    qsort(v, n, sizeof(double), cmp_double);
-    nt = 0;
-    double first = 0;
-    for (int i = 0; i < n; i++) {
-      if (nt == 0 || v[i] > first * (1 + TARGET_RTOL)) {
-        first = v[i];
-        tl[nt++] = v[i];
-      }
-    }
-    free(v);
-    for (int i = 0; i < n; i++) {
-      int t = nt - 1;
-      while (t > 0 && pts[i].loss < tl[t])
-        t--;
-      target[i] = t;
-    }
-    if (nt == 1) {
-      double sum = 0;
-      for (int i = 0; i < n; i++)
-        sum += pts[i].loss;
-      tl[0] = sum / n;
-    }
-  }
+  int nt = find_targets(pts, n, nloss, target, tl);
 
   problem pb = {pts, target, nt, tl};
   int nq = 2 + PER_TARGET * nt;
@@ -300,79 +423,12 @@ int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *o
   fit_param **slot = calloc(nq, sizeof(fit_param *));
   out->n_points = n;
   out->converged = 1;
-  if (nt == 1) {
-    slot[2] = fit_result_add_param(out, "S_min", q[2]);
-    slot[3] = fit_result_add_param(out, "E_min", q[3]);
-    slot[4] = fit_result_add_param(out, "B_crit", q[4]);
-    if (!(q[2] > 0) || !(q[3] > 0)) {
-      out->converged = 0;
-      fit_result_warn(out,
-                      "S_min = %g, E_min = %g: both must be positive for B_crit to mean anything "
-                      "(does the ladder reach batch sizes where steps stop falling?)",
-                      q[2], q[3]);
-    }
-  } else {
-    slot[0] = fit_result_add_param(out, "B_star", q[0]);
-    slot[1] = fit_result_add_param(out, "alpha_B", q[1]);
-    if (pl.n < 2) {
-      out->converged = 0;
-      fit_result_warn(out, "only %d of %d target losses gave a usable ladder; B_crit(L) needs 2",
-                      pl.n, nt);
-    } else if (!(q[1] > 0)) {
-      fit_result_warn(out, "alpha_B = %g: B_crit does not grow as the target loss falls", q[1]);
-    }
-    for (int j = 0; j < PER_TARGET; j++) {
-      static const char *nm[PER_TARGET] = {"S_min", "E_min", "B_crit"};
-      int order[PER_TARGET] = {2, 0, 1};
-      for (int t = 0; t < nt; t++) {
-        char name[24];
-        snprintf(name, sizeof name, "%s(L=%.4g)", nm[order[j]], tl[t]);
-        slot[2 + PER_TARGET * t + order[j]] =
-            fit_result_add_derived(out, name, q[2 + PER_TARGET * t + order[j]]);
-      }
-    }
-    if (out->nderived < PER_TARGET * nt)
-      fit_result_warn(
-          out, "%d target losses: only %d of their S_min, E_min, B_crit values fit in the result",
-          nt, out->nderived);
-    for (int t = 0; t < nt; t++) {
-      if (lad[t].m < MIN_LADDER)
-        fit_result_warn(out, "target loss %.4g: %d points, a ladder needs %d; left out", tl[t],
-                        lad[t].m, MIN_LADDER);
-      else if (!(lad[t].s_min > 0 && lad[t].e_min > 0))
-        fit_result_warn(
-            out,
-            "target loss %.4g: S_min = %g, E_min = %g, not both positive; left out of B_crit(L)",
-            tl[t], lad[t].s_min, lad[t].e_min);
-    }
-  }
-  for (int t = 0; t < nt; t++) {
-    double bc = lad[t].b_crit, bmin = INFINITY, bmax = 0;
-    for (int i = 0; i < n; i++)
-      if (target[i] == t) {
-        bmin = fmin(bmin, pts[i].batch_size);
-        bmax = fmax(bmax, pts[i].batch_size);
-      }
-    if (bc > 0 && (bc < bmin || bc > bmax)) {
-      char at[48] = "";
-      if (nt > 1)
-        snprintf(at, sizeof at, "target loss %.4g: ", tl[t]);
-      fit_result_warn(
-          out, "%sB_crit = %g lies outside the ladder's batch sizes [%g, %g]: an extrapolation", at,
-          bc, bmin, bmax);
-    }
-  }
-
-  out->residuals = malloc(sizeof(double) * n);
-  out->objective = 0;
-  for (int i = 0; i < n; i++) {
-    const ladder *lf = &lad[target[i]];
-    double fit = lf->s_min + lf->e_min / pts[i].batch_size;
-    double r = (fit - pts[i].steps) / pts[i].steps;
-    out->residuals[i] = isfinite(fit) ? r : NAN;
-    if (isfinite(fit))
-      out->objective += r * r;
-  }
+  if (nt == 1)
+    add_one_target(out, q, slot);
+  else
+    add_targets(out, q, tl, nt, lad, &pl, slot);
+  warn_outside(out, pts, n, target, tl, nt, lad);
+  ladder_residuals(pts, n, lad, target, out);
 
   int nb = opt ? opt->bootstrap : 0;
   if (nb > 0) {
@@ -384,17 +440,7 @@ int fit_batch(const fit_point *pts, int n, const fit_options *opt, fit_result *o
     fit__boot_finish(out, fit__bootstrap(pts, n, opt, nq, boot_one, &pb), nb, nq, slot,
                      " for some quantity");
   } else {
-    for (int t = 0; t < nt; t++)
-      ladder_intervals(&lad[t], slot[2 + PER_TARGET * t], slot[3 + PER_TARGET * t],
-                       slot[4 + PER_TARGET * t]);
-    if (nt > 1 && pl.n >= 3) {
-      double dof = pl.n - 2;
-      if (slot[0])
-        set_interval(slot[0], sqrt(pl.var0) * q[0], dof, 1);
-      /* alpha_B = -1/c1: delta method */
-      if (slot[1])
-        set_interval(slot[1], sqrt(pl.var1) / (pl.c1 * pl.c1), dof, 0);
-    }
+    batch_intervals(lad, nt, &pl, q, slot);
   }
   free(slot);
   free(all);
@@ -431,15 +477,8 @@ static void loglog(const double *x, const double *y, int k, powerlaw *pl) {
   free(ly);
 }
 
-int fit_bcrit(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
-              size_t errlen) {
-  (void)opt;
-  fit_result_init(out, "bcrit");
-  if (!pts || n < MIN_LADDER)
-    return fit__fail(
-        err, errlen,
-        "bcrit: %d point%s; one branch point's ladder (S_min, E_min) needs at least %d", n,
-        n == 1 ? "" : "s", MIN_LADDER);
+/* tokens, batch_size and steps on every point, positive */
+static int check_rungs(const fit_point *pts, int n, char *err, size_t errlen) {
   for (int i = 0; i < n; i++) {
     const fit_point *p = &pts[i];
     const char *bad = !(p->tokens > 0) || !isfinite(p->tokens)           ? "tokens"
@@ -455,9 +494,12 @@ int fit_bcrit(const fit_point *pts, int n, const fit_options *opt, fit_result *o
                        : !strcmp(bad, "batch_size") ? p->batch_size
                                                     : p->steps);
   }
-  /* the branch points, ascending */
-  double *d = malloc(sizeof(double) * n);
-  int *at = malloc(sizeof(int) * n);
+  return 0;
+}
+
+/* The branch points, ascending, into d (tokens within POINT_RTOL are
+ * one), each point's into at; returns how many */
+static int branch_points(const fit_point *pts, int n, double *d, int *at) {
   int nd = 0;
   for (int i = 0; i < n; i++)
     d[i] = pts[i].tokens;
@@ -471,61 +513,60 @@ int fit_bcrit(const fit_point *pts, int n, const fit_options *opt, fit_result *o
       k--;
     at[i] = k;
   }
+  return nd;
+}
+
+/* Branch point k at D = d: its ladder into lf, derived B_crit(D=..) with
+ * its interval and L(D=..) (the mean loss of its rungs, into *loss), and
+ * its warning; *bc gets its B_crit (NAN when unusable); returns whether it
+ * is usable */
+static int fit_branch(const fit_point *pts, int n, const int *at, int k, double d, ladder *lf,
+                      double *loss, double *bc, fit_result *out) {
   double *b = malloc(sizeof(double) * n), *s = malloc(sizeof(double) * n);
-  double *bc = malloc(sizeof(double) * nd), *lo = malloc(sizeof(double) * nd);
-  ladder *lad = malloc(sizeof(ladder) * nd);
-  out->n_points = n;
-  out->residuals = malloc(sizeof(double) * n);
-  out->objective = 0;
-  int usable = 0;
-  for (int k = 0; k < nd; k++) {
-    int m = 0;
-    double loss = 0, bmin = INFINITY, bmax = 0;
-    for (int i = 0; i < n; i++)
-      if (at[i] == k) {
-        b[m] = pts[i].batch_size;
-        s[m] = pts[i].steps;
-        loss += pts[i].loss;
-        bmin = fmin(bmin, b[m]);
-        bmax = fmax(bmax, b[m]);
-        m++;
-      }
-    lo[k] = loss / m; /* the target: one loss per branch point */
-    fit_ladder(b, s, m, &lad[k]);
-    int ok = lad[k].m >= MIN_LADDER && lad[k].s_min > 0 && lad[k].e_min > 0;
-    bc[k] = ok ? lad[k].b_crit : NAN;
-    usable += ok;
-    char name[24];
-    snprintf(name, sizeof name, "B_crit(D=%.4g)", d[k]);
-    fit_param *pb = fit_result_add_derived(out, name, bc[k]);
-    if (ok)
-      ladder_intervals(&lad[k], NULL, NULL, pb);
-    snprintf(name, sizeof name, "L(D=%.4g)", d[k]);
-    fit_result_add_derived(out, name, lo[k]);
-    if (lad[k].m < MIN_LADDER)
-      fit_result_warn(out, "branch point D = %.4g: %d rungs reached the target, a ladder needs %d",
-                      d[k], lad[k].m, MIN_LADDER);
-    else if (!ok)
-      fit_result_warn(out,
-                      "branch point D = %.4g: S_min = %g, E_min = %g, not both positive: the "
-                      "rungs never reached batch sizes where steps stop falling",
-                      d[k], lad[k].s_min, lad[k].e_min);
-    else if (bc[k] < bmin || bc[k] > bmax)
-      fit_result_warn(out,
-                      "branch point D = %.4g: B_crit = %g lies outside the rungs' batch sizes "
-                      "[%g, %g]: an extrapolation",
-                      d[k], bc[k], bmin, bmax);
-  }
-  for (int i = 0; i < n; i++) {
-    const ladder *lf = &lad[at[i]];
-    double f = lf->s_min + lf->e_min / pts[i].batch_size;
-    double r = (f - pts[i].steps) / pts[i].steps;
-    out->residuals[i] = isfinite(f) ? r : NAN;
-    if (isfinite(f))
-      out->objective += r * r;
-  }
-  /* across branch points: B_crit = k_D D^gamma_D, and against the loss
-   * B_crit = B_star / L^(1/alpha_B) */
+  int m = 0;
+  double sum = 0, bmin = INFINITY, bmax = 0;
+  for (int i = 0; i < n; i++)
+    if (at[i] == k) {
+      b[m] = pts[i].batch_size;
+      s[m] = pts[i].steps;
+      sum += pts[i].loss;
+      bmin = fmin(bmin, b[m]);
+      bmax = fmax(bmax, b[m]);
+      m++;
+    }
+  *loss = sum / m; /* the target: one loss per branch point */
+  fit_ladder(b, s, m, lf);
+  free(b);
+  free(s);
+  int ok = lf->m >= MIN_LADDER && lf->s_min > 0 && lf->e_min > 0;
+  *bc = ok ? lf->b_crit : NAN;
+  char name[24];
+  snprintf(name, sizeof name, "B_crit(D=%.4g)", d);
+  fit_param *pb = fit_result_add_derived(out, name, *bc);
+  if (ok)
+    ladder_intervals(lf, NULL, NULL, pb);
+  snprintf(name, sizeof name, "L(D=%.4g)", d);
+  fit_result_add_derived(out, name, *loss);
+  if (lf->m < MIN_LADDER)
+    fit_result_warn(out, "branch point D = %.4g: %d rungs reached the target, a ladder needs %d", d,
+                    lf->m, MIN_LADDER);
+  else if (!ok)
+    fit_result_warn(out,
+                    "branch point D = %.4g: S_min = %g, E_min = %g, not both positive: the "
+                    "rungs never reached batch sizes where steps stop falling",
+                    d, lf->s_min, lf->e_min);
+  else if (*bc < bmin || *bc > bmax)
+    fit_result_warn(out,
+                    "branch point D = %.4g: B_crit = %g lies outside the rungs' batch sizes "
+                    "[%g, %g]: an extrapolation",
+                    d, *bc, bmin, bmax);
+  return ok;
+}
+
+/* Across the nd branch points: B_crit = k_D D^gamma_D, and against the
+ * loss B_crit = B_star / L^(1/alpha_B), with t-intervals from 3 points */
+static void bcrit_laws(const double *d, const double *lo, const double *bc, int nd,
+                       fit_result *out) {
   powerlaw pd, pl;
   loglog(d, bc, nd, &pd);
   loglog(lo, bc, nd, &pl);
@@ -539,18 +580,42 @@ int fit_bcrit(const fit_point *pts, int n, const fit_options *opt, fit_result *o
     set_interval(bs, sqrt(pl.var0) * bs->value, pl.n - 2, 1);
     set_interval(ab, sqrt(pl.var1) / (pl.c1 * pl.c1), pl.n - 2, 0);
   }
+  if (pd.n == 2)
+    fit_result_warn(out, "2 branch points: the power laws go through both, with no interval");
+}
+
+int fit_bcrit(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
+              size_t errlen) {
+  (void)opt;
+  fit_result_init(out, "bcrit");
+  if (!pts || n < MIN_LADDER)
+    return fit__fail(
+        err, errlen,
+        "bcrit: %d point%s; one branch point's ladder (S_min, E_min) needs at least %d", n,
+        n == 1 ? "" : "s", MIN_LADDER);
+  int rc = check_rungs(pts, n, err, errlen);
+  if (rc)
+    return rc;
+  double *d = malloc(sizeof(double) * n);
+  int *at = malloc(sizeof(int) * n);
+  int nd = branch_points(pts, n, d, at);
+  double *bc = malloc(sizeof(double) * nd), *lo = malloc(sizeof(double) * nd);
+  ladder *lad = malloc(sizeof(ladder) * nd);
+  out->n_points = n;
+  int usable = 0;
+  for (int k = 0; k < nd; k++) {
+    usable += fit_branch(pts, n, at, k, d[k], &lad[k], &lo[k], &bc[k], out);
+  }
+  ladder_residuals(pts, n, lad, at, out);
   out->converged = usable > 0;
   if (usable < 2)
     fit_result_warn(out,
                     "%d of %d branch points gave a critical batch size; B_crit against D and "
                     "against the loss needs 2",
                     usable, nd);
-  else if (pd.n == 2)
-    fit_result_warn(out, "2 branch points: the power laws go through both, with no interval");
+  bcrit_laws(d, lo, bc, nd, out);
   free(d);
   free(at);
-  free(b);
-  free(s);
   free(bc);
   free(lo);
   free(lad);

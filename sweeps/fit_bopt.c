@@ -132,15 +132,10 @@ static void boot_one(void *ctx, const int *idx, int m, double *row) {
   free(bud);
 }
 
-int fit_bopt(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
-             size_t errlen) {
-  fit_result_init(out, "bopt");
-  if (n < 4)
-    return fit__fail(err, errlen,
-                     "bopt: %d points; the law needs at least 4 (its 2 parameters plus 2), "
-                     "runs at %d or more compute budgets",
-                     n, MIN_BUDGETS);
-  int has_lr = 1;
+/* flops, batch_size, tokens and loss on every point, positive; *has_lr:
+ * every point has a learning rate too */
+static int check_points(const fit_point *pts, int n, int *has_lr, char *err, size_t errlen) {
+  *has_lr = 1;
   for (int i = 0; i < n; i++) {
     const fit_point *p = &pts[i];
     static const char *const what[4] = {"flops", "batch_size", "tokens", "loss"};
@@ -150,8 +145,79 @@ int fit_bopt(const fit_point *pts, int n, const fit_options *opt, fit_result *ou
         return fit__fail(err, errlen, "bopt: point %d: %s = %g, expected a positive number", i + 1,
                          what[k], v[k]);
     if (!(p->lr > 0) || !isfinite(p->lr))
-      has_lr = 0;
+      *has_lr = 0;
   }
+  return 0;
+}
+
+/* The parameters into slot (k_eta, beta_eta only with has_lr) */
+static void add_params(fit_result *out, const double *q, int has_lr, fit_param **slot) {
+  slot[Q_KB] = fit_result_add_param(out, "k_B", q[Q_KB]);
+  slot[Q_BB] = fit_result_add_param(out, "beta_B", q[Q_BB]);
+  if (has_lr) {
+    slot[Q_KE] = fit_result_add_param(out, "k_eta", q[Q_KE]);
+    slot[Q_BE] = fit_result_add_param(out, "beta_eta", q[Q_BE]);
+  }
+  slot[Q_KD] = fit_result_add_param(out, "k_BD", q[Q_KD]);
+  slot[Q_BD] = fit_result_add_param(out, "beta_BD", q[Q_BD]);
+}
+
+/* out's budgets, a warning for each whose runs are all near its best, and
+ * the objective: the squared residuals of ln B_opt(C) over the usable ones */
+static void list_budgets(fit_result *out, const budget *bud, int nb, const double *q,
+                         double near_rtol) {
+  double ss = 0;
+  for (int i = 0; i < nb; i++) {
+    fit_budget *b = &out->budgets[out->nbudgets++];
+    memset(b, 0, sizeof *b);
+    b->flops = exp(bud[i].lc);
+    b->loss = bud[i].best;
+    b->n_points = bud[i].n;
+    b->usable = bud[i].n >= 2;
+    b->b_opt = bud[i].b;
+    b->lr_opt = bud[i].lr;
+    b->d_opt = bud[i].d;
+    b->n_opt = NAN;
+    b->n_near = bud[i].near;
+    if (b->usable) {
+      double r = log(q[Q_KB]) + q[Q_BB] * bud[i].lc - log(bud[i].b);
+      ss += r * r;
+    }
+    if (bud[i].n >= 2 && bud[i].near == bud[i].n)
+      fit_result_warn(out,
+                      "budget C = %.4g: all %d runs are within %g%% of the best loss; the "
+                      "batch sizes tried do not bracket an optimum",
+                      exp(bud[i].lc), bud[i].n, 100 * near_rtol);
+  }
+  out->objective = ss;
+}
+
+/* The bootstrap over runs: each parameter's stderr and percentiles */
+static void bootstrap(const fit_point *pts, int n, const fit_options *opt, problem *pb,
+                      fit_param *const *slot, fit_result *out) {
+  double *boot = fit__bootstrap(pts, n, opt, Q_FIXED, boot_one, pb);
+  if (!boot) {
+    fit_result_warn(out, "out of memory: no bootstrap intervals");
+    return;
+  }
+  for (int k = 0; k < Q_FIXED; k++)
+    if (slot[k])
+      fit__boot_column(boot, opt->bootstrap, Q_FIXED, k, slot[k]);
+  free(boot);
+}
+
+int fit_bopt(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
+             size_t errlen) {
+  fit_result_init(out, "bopt");
+  opt = fit__options(opt);
+  if (n < 4)
+    return fit__fail(err, errlen,
+                     "bopt: %d points; the law needs at least 4 (its 2 parameters plus 2), "
+                     "runs at %d or more compute budgets",
+                     n, MIN_BUDGETS);
+  int has_lr, rc = check_points(pts, n, &has_lr, err, errlen);
+  if (rc)
+    return rc;
   int *all = malloc(sizeof(int) * n);
   budget *bud = malloc(sizeof(budget) * n);
   for (int i = 0; i < n; i++)
@@ -178,55 +244,15 @@ int fit_bopt(const fit_point *pts, int n, const fit_options *opt, fit_result *ou
   out->n_points = n;
   out->converged = 1;
   fit_param *slot[Q_FIXED] = {0};
-  slot[Q_KB] = fit_result_add_param(out, "k_B", q[Q_KB]);
-  slot[Q_BB] = fit_result_add_param(out, "beta_B", q[Q_BB]);
-  if (has_lr) {
-    slot[Q_KE] = fit_result_add_param(out, "k_eta", q[Q_KE]);
-    slot[Q_BE] = fit_result_add_param(out, "beta_eta", q[Q_BE]);
-  }
-  slot[Q_KD] = fit_result_add_param(out, "k_BD", q[Q_KD]);
-  slot[Q_BD] = fit_result_add_param(out, "beta_BD", q[Q_BD]);
-  double ss = 0;
-  for (int i = 0; i < nb; i++) {
-    fit_budget *b = &out->budgets[out->nbudgets++];
-    memset(b, 0, sizeof *b);
-    b->flops = exp(bud[i].lc);
-    b->loss = bud[i].best;
-    b->n_points = bud[i].n;
-    b->usable = bud[i].n >= 2;
-    b->b_opt = bud[i].b;
-    b->lr_opt = bud[i].lr;
-    b->d_opt = bud[i].d;
-    b->n_opt = NAN;
-    b->n_near = bud[i].near;
-    if (b->usable) {
-      double r = log(q[Q_KB]) + q[Q_BB] * bud[i].lc - log(bud[i].b);
-      ss += r * r;
-    }
-    if (bud[i].n >= 2 && bud[i].near == bud[i].n)
-      fit_result_warn(out,
-                      "budget C = %.4g: all %d runs are within %g%% of the best loss; the "
-                      "batch sizes tried do not bracket an optimum",
-                      exp(bud[i].lc), bud[i].n, 100 * pb.near_rtol);
-  }
-  out->objective = ss;
+  add_params(out, q, has_lr, slot);
+  list_budgets(out, bud, nb, q, pb.near_rtol);
   if (!has_lr)
     fit_result_warn(out, "no learning rate on every point (column lr): eta_opt(C) not fitted");
   if (usable < 4)
     fit_result_warn(out, "%d usable budgets: the exponents rest on %d degree%s of freedom", usable,
                     usable - 2, usable == 3 ? "" : "s");
-
-  if (opt->bootstrap > 0) {
-    double *boot = fit__bootstrap(pts, n, opt, Q_FIXED, boot_one, &pb);
-    if (!boot) {
-      fit_result_warn(out, "out of memory: no bootstrap intervals");
-    } else {
-      for (int k = 0; k < Q_FIXED; k++)
-        if (slot[k])
-          fit__boot_column(boot, opt->bootstrap, Q_FIXED, k, slot[k]);
-      free(boot);
-    }
-  }
+  if (opt->bootstrap > 0)
+    bootstrap(pts, n, opt, &pb, slot, out);
   free(all);
   free(bud);
   return 0;

@@ -379,29 +379,28 @@ static int bootstrap_one(const fit__chin_objective *full, const fit__groups *g, 
   return rr.converged;
 }
 
-static int bootstrap(const fit__chin_objective *full, const fit_point *pts, const double *t_opt,
-                     double cN, double cD, const fit_options *opt, int method, int nt, int nq,
-                     fit_result *out) {
-  int n = full->m, B = opt->bootstrap, keep = opt->keep_draws != 0;
-  int W = NQ + out->nfrontier + (keep ? NT : 0);
-  fit__groups g;
-  fit__groups_build(pts, n, &g);
-  fit__cells cells = {0};
-  double *vals = malloc((size_t)B * W * sizeof *vals);
-  if (!g.idx || !g.start || !vals || fit__cells_build(pts, &g, &cells)) {
-    free(g.idx), free(g.start), free(vals);
-    return SS_ENOMEM;
-  }
-  /* by cell only when seeds replicate one: otherwise the draws, and so
-   * every result, stay those of the bootstrap over runs */
-  const fit__cells *c = cells.replicated && !opt->boot_by_run ? &cells : NULL;
-  size_t cap = c ? fit__cells_capacity(&g, c) : (size_t)g.ng * g.maxsize;
+/* What every resample shares, and what it refits from */
+typedef struct boot_job {
+  const fit__chin_objective *full;
+  const fit__groups *g;
+  const fit__cells *c; /* NULL: by run */
+  size_t cap;          /* the largest resample's points */
+  const double *t_opt;
+  double cN, cD;
+  const fit_options *opt;
+  int method, keep, W;
+} boot_job;
+
+/* Every resample into its row of vals (NAN when a thread had no memory),
+ * on nt threads; returns how many refits stopped short of the tolerance */
+static int bootstrap_rows(const boot_job *j, int nt, const fit_result *out, double *vals) {
+  int n = j->full->m, B = j->opt->bootstrap, W = j->W;
   int failed = 0;
 #pragma omp parallel num_threads(nt) reduction(+ : failed)
   {
     fit__chin_objective o = {0};
     o.x1 = malloc((size_t)n * 4 * sizeof(double));
-    int *drawn = malloc(cap * sizeof *drawn);
+    int *drawn = malloc(j->cap * sizeof *drawn);
     int *count = malloc((size_t)n * sizeof *count);
     gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
     gsl_multimin_fdfminimizer *s =
@@ -412,13 +411,13 @@ static int bootstrap(const fit__chin_objective *full, const fit_point *pts, cons
 #pragma omp for schedule(dynamic, 4)
     for (int k = 0; k < B; k++) {
       if (ok) {
-        failed +=
-            !bootstrap_one(full, &g, c, opt->seed, k, method, t_opt, cN, cD, opt->target_flops, out,
-                           keep, rng, s, drawn, count, &o, &vals[(size_t)k * W]);
+        failed += !bootstrap_one(j->full, j->g, j->c, j->opt->seed, k, j->method, j->t_opt, j->cN,
+                                 j->cD, j->opt->target_flops, out, j->keep, rng, s, drawn, count,
+                                 &o, &vals[(size_t)k * W]);
       } else {
         failed++;
-        for (int j = 0; j < W; j++)
-          vals[(size_t)k * W + j] = NAN;
+        for (int i = 0; i < W; i++)
+          vals[(size_t)k * W + i] = NAN;
       }
     }
     free(o.x1);
@@ -429,6 +428,13 @@ static int bootstrap(const fit__chin_objective *full, const fit_point *pts, cons
     if (s)
       gsl_multimin_fdfminimizer_free(s);
   }
+  return failed;
+}
+
+/* The B x W table of resamples into out: the nq quantities' intervals,
+ * the frontier's band, the kept surfaces (keep), and the warnings */
+static void bootstrap_summary(const double *vals, int B, int W, int nq, int keep, int failed,
+                              fit_result *out) {
   int nonfinite = 0;
   for (int j = 0; j < nq; j++) {
     int m = fit__boot_column(vals, B, W, j, j < NT ? &out->params[j] : &out->derived[j - NT]);
@@ -460,6 +466,28 @@ static int bootstrap(const fit__chin_objective *full, const fit_point *pts, cons
                     "quantity (an exponent at or below 0); those are left out of its "
                     "interval",
                     nonfinite, B);
+}
+
+static int bootstrap(const fit__chin_objective *full, const fit_point *pts, const double *t_opt,
+                     double cN, double cD, const fit_options *opt, int method, int nt, int nq,
+                     fit_result *out) {
+  int n = full->m, B = opt->bootstrap, keep = opt->keep_draws != 0;
+  int W = NQ + out->nfrontier + (keep ? NT : 0);
+  fit__groups g;
+  fit__groups_build(pts, n, &g);
+  fit__cells cells = {0};
+  double *vals = malloc((size_t)B * W * sizeof *vals);
+  if (!g.idx || !g.start || !vals || fit__cells_build(pts, &g, &cells)) {
+    free(g.idx), free(g.start), free(vals);
+    return SS_ENOMEM;
+  }
+  /* by cell only when seeds replicate one: otherwise the draws, and so
+   * every result, stay those of the bootstrap over runs */
+  const fit__cells *c = cells.replicated && !opt->boot_by_run ? &cells : NULL;
+  size_t cap = c ? fit__cells_capacity(&g, c) : (size_t)g.ng * g.maxsize;
+  boot_job job = {full, &g, c, cap, t_opt, cN, cD, opt, method, keep, W};
+  int failed = bootstrap_rows(&job, nt, out, vals);
+  bootstrap_summary(vals, B, W, nq, keep, failed, out);
   free(g.idx), free(g.start), free(vals);
   fit__cells_free(&cells);
   return 0;
@@ -563,6 +591,79 @@ static int seed_noise(const fit_point *pts, const double *y, int n, fit_seeds *s
   return rc;
 }
 
+/* The options this law reads, checked */
+static int check_options(const fit_options *opt, char *err, size_t errlen) {
+  if (opt->bootstrap < 0) {
+    snprintf(err, errlen, "bootstrap: %d resamples, expected 0 or more", opt->bootstrap);
+    return SS_EINVAL;
+  }
+  if (opt->chin_method != FIT_CHIN_VARPRO && opt->chin_method != FIT_CHIN_BFGS) {
+    snprintf(err, errlen,
+             "chinchilla: method %d, expected FIT_CHIN_VARPRO (%d) or FIT_CHIN_BFGS (%d)",
+             opt->chin_method, FIT_CHIN_VARPRO, FIT_CHIN_BFGS);
+    return SS_EINVAL;
+  }
+  return 0;
+}
+
+/* The objective over the n points, in coordinates centred on the mean
+ * ln N (*cN) and ln D (*cD), every weight 1; o->x1 owns its arrays. 0 or
+ * SS_ENOMEM. */
+static int objective_of(const fit_point *pts, int n, fit__chin_objective *o, double *cN,
+                        double *cD) {
+  *o = (fit__chin_objective){0};
+  o->x1 = malloc((size_t)n * 4 * sizeof(double));
+  if (!o->x1)
+    return SS_ENOMEM;
+  o->x2 = o->x1 + n, o->y = o->x2 + n, o->w = o->y + n;
+  o->m = n;
+  *cN = *cD = 0;
+  for (int i = 0; i < n; i++) {
+    *cN += log(pts[i].params) / n;
+    *cD += log(pts[i].tokens) / n;
+  }
+  for (int i = 0; i < n; i++) {
+    o->x1[i] = log(pts[i].params) - *cN;
+    o->x2[i] = log(pts[i].tokens) - *cD;
+    o->y[i] = log(pts[i].loss);
+    o->w[i] = 1;
+  }
+  o->wsum = n;
+  return 0;
+}
+
+/* ln L_hat - ln L per point at th (malloc'd; NULL when out of memory) */
+static double *residuals(const double *th, const fit_point *pts, int n) {
+  double *r = malloc((size_t)n * sizeof *r);
+  for (int i = 0; i < n && r; i++) {
+    double u1 = th[0] - th[3] * log(pts[i].params), u2 = th[1] - th[4] * log(pts[i].tokens);
+    double mx = fmax(fmax(u1, u2), th[2]);
+    r[i] = mx + log(exp(u1 - mx) + exp(u2 - mx) + exp(th[2] - mx)) - log(pts[i].loss);
+  }
+  return r;
+}
+
+/* The optimum th into out: parameters, derived quantities (nq of them in
+ * all), the objective, residuals and the optimiser's warnings */
+static void report(const fit__chin_run *best, const double *th, const double *q, int nq, int method,
+                   double gtol, const fit_point *pts, int n, fit_result *out) {
+  out->n_points = n;
+  out->objective = best->f;
+  out->converged = best->converged;
+  for (int k = 0; k < NT; k++)
+    fit_result_add_param(out, qnames[k], q[k]);
+  for (int k = NT; k < nq; k++)
+    fit_result_add_derived(out, qnames[k], q[k]);
+  out->residuals = residuals(th, pts, n);
+  if (!best->converged)
+    fit_result_warn(out,
+                    "not converged: %s stopped after %d iterations with |gradient| = %.3g "
+                    "above its tolerance %.3g; the values are the best point found",
+                    method == FIT_CHIN_VARPRO ? "the minimiser" : "BFGS", best->iters, best->gnorm,
+                    gtol);
+  flag_bounds(th, pts, n, out);
+}
+
 /* Contract in fit.h. The search is variable projection (search_vp) by
  * default; with FIT_CHIN_BFGS a screen of the 4,500-start grid (see
  * SCREEN_KEEP), with opt->full_grid BFGS from every start. converged
@@ -581,41 +682,16 @@ int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_resu
     return SS_EINVAL;
   }
   int rc = check_points(pts, n, err, errlen);
-  if (rc)
+  if (rc || (rc = check_options(opt, err, errlen)))
     return rc;
-  if (opt->bootstrap < 0) {
-    snprintf(err, errlen, "bootstrap: %d resamples, expected 0 or more", opt->bootstrap);
-    return SS_EINVAL;
-  }
-  if (opt->chin_method != FIT_CHIN_VARPRO && opt->chin_method != FIT_CHIN_BFGS) {
-    snprintf(err, errlen,
-             "chinchilla: method %d, expected FIT_CHIN_VARPRO (%d) or FIT_CHIN_BFGS (%d)",
-             opt->chin_method, FIT_CHIN_VARPRO, FIT_CHIN_BFGS);
-    return SS_EINVAL;
-  }
   int method = opt->full_grid ? FIT_CHIN_BFGS : opt->chin_method;
   int nt = threads_of(opt);
-  fit__chin_objective o = {0};
-  o.x1 = malloc((size_t)n * 4 * sizeof(double));
-  if (!o.x1) {
+  fit__chin_objective o;
+  double cN, cD;
+  if (objective_of(pts, n, &o, &cN, &cD)) {
     snprintf(err, errlen, "out of memory for %d points", n);
     return SS_ENOMEM;
   }
-  o.x2 = o.x1 + n, o.y = o.x2 + n, o.w = o.y + n;
-  o.m = n;
-  double cN = 0, cD = 0;
-  for (int i = 0; i < n; i++) {
-    cN += log(pts[i].params) / n;
-    cD += log(pts[i].tokens) / n;
-  }
-  for (int i = 0; i < n; i++) {
-    o.x1[i] = log(pts[i].params) - cN;
-    o.x2[i] = log(pts[i].tokens) - cD;
-    o.y[i] = log(pts[i].loss);
-    o.w[i] = 1;
-  }
-  o.wsum = n;
-
   fit__chin_run best;
   rc = method == FIT_CHIN_VARPRO ? search_vp(&o, nt, &best)
                                  : search(&o, cN, cD, opt->full_grid, nt, &best);
@@ -630,27 +706,8 @@ int fit_chinchilla(const fit_point *pts, int n, const fit_options *opt, fit_resu
   double th[NT], q[NQ];
   to_theta(best.t, cN, cD, th);
   quantities(th, opt->target_flops, q);
-  out->n_points = n;
-  out->objective = best.f;
-  out->converged = best.converged;
-  for (int k = 0; k < NT; k++)
-    fit_result_add_param(out, qnames[k], q[k]);
   int nq = opt->target_flops > 0 ? NQ : Q_NOPT;
-  for (int k = NT; k < nq; k++)
-    fit_result_add_derived(out, qnames[k], q[k]);
-  out->residuals = malloc((size_t)n * sizeof *out->residuals);
-  for (int i = 0; i < n && out->residuals; i++) {
-    double u1 = th[0] - th[3] * log(pts[i].params), u2 = th[1] - th[4] * log(pts[i].tokens);
-    double mx = fmax(fmax(u1, u2), th[2]);
-    out->residuals[i] = mx + log(exp(u1 - mx) + exp(u2 - mx) + exp(th[2] - mx)) - log(pts[i].loss);
-  }
-  if (!best.converged)
-    fit_result_warn(out,
-                    "not converged: %s stopped after %d iterations with |gradient| = %.3g "
-                    "above its tolerance %.3g; the values are the best point found",
-                    method == FIT_CHIN_VARPRO ? "the minimiser" : "BFGS", best.iters, best.gnorm,
-                    GTOL_PER_POINT * o.wsum);
-  flag_bounds(th, pts, n, out);
+  report(&best, th, q, nq, method, GTOL_PER_POINT * o.wsum, pts, n, out);
   frontier(th, pts, n, opt->target_flops, out);
   if (seed_noise(pts, o.y, n, &out->seeds)) {
     free(o.x1);

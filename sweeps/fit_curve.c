@@ -545,6 +545,71 @@ static void warn_all(fit_result *out, const fit_point *pts, int n, const fit_opt
     fit_result_warn(out, "the points come from more than one run; they are fitted as one curve");
 }
 
+/* The points in step order (ord), their centred ln S (t, about *tm) and
+ * ln L (y) */
+static void load_curve(const fit_point *pts, int n, order *ord, double *t, double *y, double *tm) {
+  for (int i = 0; i < n; i++)
+    ord[i] = (order){pts[i].steps, i};
+  qsort(ord, n, sizeof *ord, by_steps);
+  *tm = 0;
+  for (int i = 0; i < n; i++)
+    *tm += log(ord[i].s) / n;
+  for (int i = 0; i < n; i++) {
+    t[i] = log(ord[i].s) - *tm;
+    y[i] = log(pts[ord[i].i].loss);
+  }
+}
+
+/* The fit's parameters (and loss_at_target) into out and slot */
+static void add_params(fit_result *out, const double *q, double target_steps, fit_param **slot) {
+  for (int k = 0; k < Q_TARGET; k++)
+    slot[k] = fit_result_add_param(out, qnames[k], q[k]);
+  if (target_steps > 0)
+    slot[Q_TARGET] = fit_result_add_derived(out, qnames[Q_TARGET], q[Q_TARGET]);
+}
+
+/* The AR(1) noise model's SD and lag-1 correlation (NAN when it cannot be
+ * estimated) into *sd, *rho, and as derived values */
+static void noise_model(const curve *c, const double *th, const double *res, double *rho,
+                        double *sd, fit_result *out) {
+  int rho_bound = 0;
+  *rho = *sd = NAN;
+  if (!noise_ar1(c, th, res, rho, sd, &rho_bound))
+    return;
+  fit_result_add_derived(out, "noise_sd", *sd);
+  fit_result_add_derived(out, "noise_rho", *rho);
+  if (rho_bound)
+    fit_result_warn(out,
+                    "noise_rho is at its bound %g: the residuals wander like the curve itself; "
+                    "the interval is wide and rough",
+                    RHO_MAX);
+}
+
+/* The bootstrap of opt->curve_noise's scheme (fit.h) into slot; res, the
+ * residuals in step order, are centred and scaled for the resampling
+ * schemes */
+static void bootstrap(const curve *c, const cfit *best, const double *yhat, double *res,
+                      double rmean, double rho, double sd, const fit_options *opt,
+                      fit_param *const *slot, fit_result *out) {
+  int nb = opt->bootstrap, n = c->m;
+  if (opt->curve_noise == FIT_CURVE_AR1 && !(sd >= 0)) {
+    fit_result_warn(out, "bootstrap: the noise model could not be estimated; no intervals");
+    return;
+  }
+  int method = opt->curve_noise;
+  boot_ctx bc = {c, yhat, res, method, 1, rho, sd, best->th, opt->target_steps};
+  if (method != FIT_CURVE_AR1) {
+    /* centred, and scaled by sqrt(n / (n - 3)): fitted residuals are
+     * smaller than the noise by the 3 degrees of freedom the fit used */
+    double scale = sqrt((double)n / (n - NT));
+    for (int i = 0; i < n; i++)
+      res[i] = (res[i] - rmean) * scale;
+    bc.block = method == FIT_CURVE_BLOCK ? (int)ceil(cbrt((double)n)) : 1;
+  }
+  fit__boot_finish(out, fit__bootstrap_rng(nb, NQ, opt->seed, opt->threads, boot_one, &bc), nb, NQ,
+                   slot, "");
+}
+
 int fit_curve(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
               size_t errlen) {
   opt = fit__options(opt);
@@ -560,17 +625,8 @@ int fit_curve(const fit_point *pts, int n, const fit_options *opt, fit_result *o
     snprintf(err, errlen, "curve: out of memory for %d points", n);
     return SS_ENOMEM;
   }
-  double *t = buf, *y = buf + n, *yhat = buf + 2 * n, *res = buf + 3 * n;
-  for (int i = 0; i < n; i++)
-    ord[i] = (order){pts[i].steps, i};
-  qsort(ord, n, sizeof *ord, by_steps);
-  double tm = 0;
-  for (int i = 0; i < n; i++)
-    tm += log(ord[i].s) / n;
-  for (int i = 0; i < n; i++) {
-    t[i] = log(ord[i].s) - tm;
-    y[i] = log(pts[ord[i].i].loss);
-  }
+  double *t = buf, *y = buf + n, *yhat = buf + 2 * n, *res = buf + 3 * n, tm;
+  load_curve(pts, n, ord, t, y, &tm);
   curve c = {n, tm, t, y};
   cfit best = fit1(&c, NULL);
   if (!isfinite(best.f)) {
@@ -582,10 +638,7 @@ int fit_curve(const fit_point *pts, int n, const fit_options *opt, fit_result *o
   double q[NQ];
   quantities(&best, tm, opt->target_steps, q);
   fit_param *slot[NQ] = {0};
-  for (int k = 0; k < Q_TARGET; k++)
-    slot[k] = fit_result_add_param(out, qnames[k], q[k]);
-  if (opt->target_steps > 0)
-    slot[Q_TARGET] = fit_result_add_derived(out, qnames[Q_TARGET], q[Q_TARGET]);
+  add_params(out, q, opt->target_steps, slot);
   out->n_points = n;
   out->objective = 2 * best.f;
   out->converged = best.converged;
@@ -599,37 +652,10 @@ int fit_curve(const fit_point *pts, int n, const fit_options *opt, fit_result *o
       out->residuals[ord[i].i] = -res[i];
   }
   warn_all(out, pts, n, opt, &best, q, y, ord[n - 1].s);
-  double rho = NAN, sd = NAN;
-  int rho_bound = 0;
-  if (noise_ar1(&c, best.th, res, &rho, &sd, &rho_bound)) {
-    fit_result_add_derived(out, "noise_sd", sd);
-    fit_result_add_derived(out, "noise_rho", rho);
-    if (rho_bound)
-      fit_result_warn(out,
-                      "noise_rho is at its bound %g: the residuals wander like the curve itself; "
-                      "the interval is wide and rough",
-                      RHO_MAX);
-  }
-
-  int nb = opt->bootstrap;
-  if (nb > 0 && opt->curve_noise == FIT_CURVE_AR1 && !(sd >= 0)) {
-    fit_result_warn(out, "bootstrap: the noise model could not be estimated; no intervals");
-    nb = 0;
-  }
-  if (nb > 0) {
-    int method = opt->curve_noise;
-    boot_ctx bc = {&c, yhat, res, method, 1, rho, sd, best.th, opt->target_steps};
-    if (method != FIT_CURVE_AR1) {
-      /* centred, and scaled by sqrt(n / (n - 3)): fitted residuals are
-       * smaller than the noise by the 3 degrees of freedom the fit used */
-      double scale = sqrt((double)n / (n - NT));
-      for (int i = 0; i < n; i++)
-        res[i] = (res[i] - rmean) * scale;
-      bc.block = method == FIT_CURVE_BLOCK ? (int)ceil(cbrt((double)n)) : 1;
-    }
-    fit__boot_finish(out, fit__bootstrap_rng(nb, NQ, opt->seed, opt->threads, boot_one, &bc), nb,
-                     NQ, slot, "");
-  }
+  double rho, sd;
+  noise_model(&c, best.th, res, &rho, &sd, out);
+  if (opt->bootstrap > 0)
+    bootstrap(&c, &best, yhat, res, rmean, rho, sd, opt, slot, out);
   free(ord);
   free(buf);
   return 0;

@@ -9,7 +9,6 @@
 #include <gsl/gsl_sort.h>
 #include <gsl/gsl_statistics_double.h>
 #include <math.h>
-#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -351,6 +350,332 @@ static int cells_build(const budgets *bs, const fit_point *pts, const double *x,
   return replicated;
 }
 
+/* The state of one fit: the points in budget order, their cells, each
+ * budget's profile and the two regressions. */
+typedef struct isofit {
+  budgets bs;
+  double *x, *y; /* per point, budget order: ln N, L */
+  cells cl;
+  int rep; /* cl holds cells (some N is replicated): the parabolas fit their means */
+  double q[NPARAMS];
+  profile pr[FIT_MAX_BUDGETS];
+  line ln_n, ln_d;
+  int nu; /* usable budgets */
+} isofit;
+
+static void isofit_free(isofit *f) {
+  cells_free(&f->cl);
+  free(f->x);
+  free(f->y);
+  free(f->bs.idx);
+}
+
+/* params, flops and loss on every point, positive, at more than one N */
+static int check_points(const fit_point *pts, int n, char *err, size_t errlen) {
+  static const char *const cols = "params, flops and loss";
+  for (int i = 0; i < n; i++) {
+    const fit_point *p = &pts[i];
+    const char *name[3] = {"params", "flops", "loss"};
+    double v[3] = {p->params, p->flops, p->loss};
+    for (int k = 0; k < 3; k++) {
+      if (isnan(v[k]))
+        return fit__fail(err, errlen, "isoflop: %s missing at point %d (the law needs %s)", name[k],
+                         i + 1, cols);
+      if (!(v[k] > 0) || !isfinite(v[k]))
+        return fit__fail(err, errlen, "isoflop: point %d: %s = %g, expected a positive number",
+                         i + 1, name[k], v[k]);
+    }
+  }
+  int one_n = 1;
+  for (int i = 1; i < n; i++)
+    if (pts[i].params != pts[0].params)
+      one_n = 0;
+  if (one_n)
+    return fit__fail(
+        err, errlen,
+        "isoflop: all %d points at one N (%g); each budget needs 3 or more model sizes", n,
+        pts[0].params);
+  return 0;
+}
+
+/* group_budgets, with the law's 2 budgets at least; bs->idx freed on an
+ * error */
+static int find_budgets(const fit_point *pts, int n, budgets *bs, char *err, size_t errlen) {
+  int nb = group_budgets(pts, n, bs);
+  if (nb < 0) {
+    free(bs->idx);
+    return fit__fail(
+        err, errlen,
+        "isoflop: more than %d compute budgets (points whose flops differ by more than 5%% "
+        "are different budgets)",
+        FIT_MAX_BUDGETS);
+  }
+  if (nb < 2) {
+    free(bs->idx);
+    return fit__fail(
+        err, errlen,
+        "isoflop: all %d points at one compute budget (C = %g); the law needs 2 or more", n,
+        pts[0].flops);
+  }
+  return 0;
+}
+
+/* The pooled seed noise of ln L into s, a cell being one budget, one N,
+ * one batch size and learning rate. 0 or SS_ENOMEM. */
+static int pool_seeds(const budgets *bs, const fit_point *pts, const double *y, int n,
+                      fit_seeds *s) {
+  double *lny = malloc(sizeof(double) * n), *kk = malloc(sizeof(double) * 4 * n);
+  if (!lny || !kk) {
+    free(lny), free(kk);
+    return SS_ENOMEM;
+  }
+  const double *keys[4] = {kk, kk + n, kk + 2 * n, kk + 3 * n};
+  for (int j = 0; j < bs->nb; j++)
+    for (int i = bs->start[j]; i < bs->start[j + 1]; i++) {
+      const fit_point *p = &pts[bs->idx[i]];
+      lny[i] = log(y[i]);
+      kk[i] = j + 1;
+      kk[n + i] = p->params;
+      kk[2 * n + i] = p->batch_size;
+      kk[3 * n + i] = p->lr;
+    }
+  int rc = fit__seed_pool(keys, 4, lny, n, s);
+  free(lny), free(kk);
+  return rc ? SS_ENOMEM : 0;
+}
+
+/* x, y in budget order, the cells, the seed noise (out's budgets and
+ * seeds); 0 or SS_ENOMEM */
+static int load_points(isofit *f, const fit_point *pts, int n, fit_result *out) {
+  const budgets *bs = &f->bs;
+  f->x = malloc(sizeof(double) * n);
+  f->y = malloc(sizeof(double) * n);
+  if (!f->x || !f->y)
+    return SS_ENOMEM;
+  for (int i = 0; i < n; i++) {
+    f->x[i] = log(pts[bs->idx[i]].params);
+    f->y[i] = pts[bs->idx[i]].loss;
+  }
+  for (int j = 0; j < bs->nb; j++) {
+    out->budgets[j].n_opt_lo = out->budgets[j].n_opt_hi = out->budgets[j].seed_sd = NAN;
+    out->budgets[j].n_cells = 0;
+  }
+  f->rep = cells_build(bs, pts, f->x, f->y, n, &f->cl, out);
+  if (f->rep < 0)
+    return SS_ENOMEM;
+  return pool_seeds(bs, pts, f->y, n, &out->seeds);
+}
+
+/* A usable budget's warnings: off-centre, narrow sampling, or a poorly
+ * determined vertex. */
+static void warn_sampling(fit_result *out, double c, double n_opt, const profile *p) {
+  double pos = (p->xv - p->xmin) / (p->xmax - p->xmin);
+  if (pos < OUTER || pos > 1 - OUTER)
+    fit_result_warn(out,
+                    "budget C = %.3g: the optimum N* = %.3g sits at %.0f%% of the sampled ln N "
+                    "range [%.3g, %.3g]: sampling off-centre, centre this budget's sizes on N*",
+                    c, n_opt, 100 * pos, exp(p->xmin), exp(p->xmax));
+  double half = (p->xmax - p->xmin) / 2, rise = p->c2 * half * half / p->lv;
+  if (rise < NARROW_RISE)
+    fit_result_warn(out,
+                    "budget C = %.3g: narrow sampling: over N in [%.3g, %.3g] (%.3gx) the "
+                    "parabola rises only %.3g%% of the loss across the half-range, too "
+                    "little curvature to locate N* under run-to-run noise; widen this "
+                    "budget's sizes",
+                    c, exp(p->xmin), exp(p->xmax), exp(p->xmax - p->xmin), 100 * rise);
+  else if (p->xv_se > VERTEX_SE * half)
+    fit_result_warn(out,
+                    "budget C = %.3g: N* poorly determined: the vertex's standard error is "
+                    "%.2f of the sampled half-range in ln N (noise against too little "
+                    "curvature); widen this budget's sizes or add runs",
+                    c, p->xv_se / half);
+}
+
+/* Why an unusable budget is */
+static void warn_unusable(fit_result *out, double c, int n_points, const profile *p) {
+  if (!p->fitted)
+    fit_result_warn(out, "budget C = %.3g unusable: %d point%s at fewer than 3 distinct N", c,
+                    n_points, n_points == 1 ? "" : "s");
+  else if (!p->curved)
+    fit_result_warn(out,
+                    "budget C = %.3g unusable: the loss profile has no minimum (c2 = %.3g, not "
+                    "positive beyond rounding)",
+                    c, p->c2);
+  else
+    fit_result_warn(out,
+                    "budget C = %.3g unusable: the parabola's minimum N = %.3g lies outside the "
+                    "sampled [%.3g, %.3g]; not extrapolated",
+                    c, exp(p->xv), exp(p->xmin), exp(p->xmax));
+}
+
+/* out's budgets from the profiles, with their warnings; returns how many
+ * are usable */
+static int report_budgets(const isofit *f, fit_result *out) {
+  int nu = 0;
+  for (int j = 0; j < f->bs.nb; j++) {
+    fit_budget *b = &out->budgets[j];
+    const profile *p = &f->pr[j];
+    double c = exp(f->bs.lnc[j]);
+    b->flops = c;
+    b->n_points = f->bs.start[j + 1] - f->bs.start[j];
+    b->usable = p->usable;
+    b->c2 = p->c2;
+    b->c1 = p->c1;
+    b->c0 = p->c0;
+    b->n_opt = b->d_opt = b->loss = NAN;
+    if (p->usable) {
+      nu++;
+      b->n_opt = exp(p->xv);
+      b->d_opt = c / (6 * b->n_opt);
+      b->loss = p->lv;
+      warn_sampling(out, c, b->n_opt, p);
+    } else {
+      warn_unusable(out, c, b->n_points, p);
+    }
+  }
+  return nu;
+}
+
+/* Drift (DRIFT_TOL): the usable vertices' offsets from their sampled
+ * centres, regressed on ln C */
+static void warn_drift(const isofit *f, fit_result *out) {
+  double lc[FIT_MAX_BUDGETS], off[FIT_MAX_BUDGETS];
+  int k = 0;
+  for (int j = 0; j < f->bs.nb; j++)
+    if (f->pr[j].usable) {
+      const profile *p = &f->pr[j];
+      double mid = (p->xmin + p->xmax) / 2, half = (p->xmax - p->xmin) / 2;
+      lc[k] = f->bs.lnc[j];
+      off[k] = (p->xv - mid) / half;
+      k++;
+    }
+  double c0, c1, cov00, cov01, cov11, sumsq;
+  gsl_fit_linear(lc, 1, off, 1, k, &c0, &c1, &cov00, &cov01, &cov11, &sumsq);
+  double drift = c1 * (lc[k - 1] - lc[0]);
+  if (fabs(drift) > DRIFT_TOL)
+    fit_result_warn(out,
+                    "sampling drifts off-centre across budgets: the optimum moves by %.2f of the "
+                    "sampled half-range relative to the centre from C = %.3g to C = %.3g, which "
+                    "biases a; centre each budget on the current N_opt(C)",
+                    drift, exp(lc[0]), exp(lc[k - 1]));
+}
+
+/* L - parabola per point (NAN where its budget had no parabola) */
+static double *residuals(const isofit *f, int n) {
+  double *r = malloc(sizeof(double) * n);
+  for (int j = 0; r && j < f->bs.nb; j++)
+    for (int i = f->bs.start[j]; i < f->bs.start[j + 1]; i++) {
+      const profile *p = &f->pr[j];
+      double lx = f->x[i];
+      r[f->bs.idx[i]] = p->fitted ? f->y[i] - (p->c2 * lx * lx + p->c1 * lx + p->c0) : NAN;
+    }
+  return r;
+}
+
+/* One resample by cell: a budget's cells with replacement, each drawn cell
+ * whole, by the mean of its points */
+static void draw_cells(const cells *cl, gsl_rng *rng, double *bx, double *by) {
+  for (int j = 0; j < cl->cb.nb; j++) {
+    int s = cl->cb.start[j], m = cl->cb.start[j + 1] - s;
+    for (int i = 0; i < m; i++) {
+      int c = s + (int)gsl_rng_uniform_int(rng, m);
+      int first = cl->start[c], size = cl->start[c + 1] - first;
+      double sum = 0;
+      for (int k = 0; k < size; k++)
+        sum += cl->mem[first + k];
+      bx[s + i] = cl->x[c];
+      by[s + i] = sum / size;
+    }
+  }
+}
+
+/* One resample by point: a budget's points with replacement */
+static void draw_points(const budgets *bs, const double *x, const double *y, gsl_rng *rng,
+                        double *bx, double *by) {
+  for (int j = 0; j < bs->nb; j++) {
+    int s = bs->start[j], m = bs->start[j + 1] - s;
+    for (int i = 0; i < m; i++) {
+      int r = s + (int)gsl_rng_uniform_int(rng, m);
+      bx[s + i] = x[r];
+      by[s + i] = y[r];
+    }
+  }
+}
+
+typedef struct boot_ctx {
+  const isofit *f;
+  int n, by_cell;
+} boot_ctx;
+
+/* One resample refitted: the parameters, then each budget's N* */
+static void boot_one(void *ctx, gsl_rng *rng, double *row) {
+  const boot_ctx *bc = ctx;
+  const isofit *f = bc->f;
+  double *bx = malloc(sizeof(double) * bc->n), *by = malloc(sizeof(double) * bc->n);
+  profile bp[FIT_MAX_BUDGETS];
+  if (!bx || !by) {
+    free(bx), free(by);
+    return;
+  }
+  if (bc->by_cell) {
+    draw_cells(&f->cl, rng, bx, by);
+    fit_all(&f->cl.cb, bx, by, row, bp, NULL, NULL);
+  } else {
+    draw_points(&f->bs, f->x, f->y, rng, bx, by);
+    fit_all(&f->bs, bx, by, row, bp, NULL, NULL);
+  }
+  for (int j = 0; j < f->bs.nb; j++)
+    row[NPARAMS + j] = bp[j].usable ? exp(bp[j].xv) : NAN;
+  free(bx), free(by);
+}
+
+/* The bootstrap's percentiles: the parameters into slot, each usable
+ * budget's N* into its n_opt_lo, n_opt_hi */
+static void bootstrap(const isofit *f, int n, const fit_options *opt, fit_param *const *slot,
+                      fit_result *out) {
+  int nboot = opt->bootstrap, nb = f->bs.nb;
+  int W = NPARAMS + nb; /* the parameters, then each budget's N* */
+  boot_ctx bc = {f, n, f->rep && !opt->boot_by_run};
+  double *boot = fit__bootstrap_rng(nboot, W, opt->seed, opt->threads, boot_one, &bc);
+  if (!boot) {
+    fit_result_warn(out, "bootstrap: out of memory for %d resamples; no intervals", nboot);
+    return;
+  }
+  fit_param *wslot[NPARAMS + FIT_MAX_BUDGETS] = {0};
+  for (int k = 0; k < NPARAMS; k++)
+    wslot[k] = slot[k];
+  int fewest = fit__boot_columns(boot, nboot, W, wslot);
+  if (fewest < nboot)
+    fit_result_warn(out, "bootstrap: %d of %d resamples left fewer than 2 usable budgets",
+                    nboot - fewest, nboot);
+  for (int j = 0; j < nb; j++)
+    if (f->pr[j].usable) {
+      fit_param v = {.ci_lo = NAN, .ci_hi = NAN};
+      fit__boot_column(boot, nboot, W, NPARAMS + j, &v);
+      out->budgets[j].n_opt_lo = v.ci_lo;
+      out->budgets[j].n_opt_hi = v.ci_hi;
+    }
+  free(boot);
+}
+
+/* The parameters a, b, n_coef, d_coef (into slot), whether they could be
+ * fitted, and the objective */
+static void add_params(const isofit *f, const fit_options *opt, fit_result *out, fit_param **slot) {
+  int nu = f->nu;
+  slot[0] = fit_result_add_param(out, "a", f->q[0]);
+  slot[1] = fit_result_add_param(out, "b", f->q[1]);
+  slot[2] = fit_result_add_param(out, "n_coef", f->q[2]);
+  slot[3] = fit_result_add_param(out, "d_coef", f->q[3]);
+  out->converged = nu >= 2;
+  out->objective = nu >= 2 ? f->ln_n.sumsq : NAN;
+  if (nu < 2)
+    fit_result_warn(out, "only %d usable budget%s: N_opt(C) needs 2 or more", nu,
+                    nu == 1 ? "" : "s");
+  else if (nu == 2 && !(opt->bootstrap > 0))
+    fit_result_warn(out, "only 2 usable budgets: a and b come from two points and have no error "
+                         "estimate from the regression");
+}
+
 /* Fits IsoFLOP profiles (Chinchilla Approach 2). Needs params (N), flops
  * (C) and loss on every point, at least 6 points (4 parameters + 2) and
  * two compute budgets. Budgets: see group_budgets (a 5% tolerance on C).
@@ -392,267 +717,40 @@ static int cells_build(const budgets *bs, const fit_point *pts, const double *x,
 int fit_isoflop(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
                 size_t errlen) {
   fit_result_init(out, "isoflop");
+  opt = fit__options(opt);
   if (!pts || n < NPARAMS + 2)
     return fit__fail(err, errlen,
                      "isoflop: %d point%s; the law (a, b, n_coef, d_coef) needs at least %d", n,
                      n == 1 ? "" : "s", NPARAMS + 2);
-  static const char *const cols = "params, flops and loss";
-  for (int i = 0; i < n; i++) {
-    const fit_point *p = &pts[i];
-    const char *name[3] = {"params", "flops", "loss"};
-    double v[3] = {p->params, p->flops, p->loss};
-    for (int k = 0; k < 3; k++) {
-      if (isnan(v[k]))
-        return fit__fail(err, errlen, "isoflop: %s missing at point %d (the law needs %s)", name[k],
-                         i + 1, cols);
-      if (!(v[k] > 0) || !isfinite(v[k]))
-        return fit__fail(err, errlen, "isoflop: point %d: %s = %g, expected a positive number",
-                         i + 1, name[k], v[k]);
-    }
-  }
-  int one_n = 1;
-  for (int i = 1; i < n; i++)
-    if (pts[i].params != pts[0].params)
-      one_n = 0;
-  if (one_n)
-    return fit__fail(
-        err, errlen,
-        "isoflop: all %d points at one N (%g); each budget needs 3 or more model sizes", n,
-        pts[0].params);
-  budgets bs;
-  int nb = group_budgets(pts, n, &bs);
-  if (nb < 0) {
-    free(bs.idx);
-    return fit__fail(
-        err, errlen,
-        "isoflop: more than %d compute budgets (points whose flops differ by more than 5%% "
-        "are different budgets)",
-        FIT_MAX_BUDGETS);
-  }
-  if (nb < 2) {
-    free(bs.idx);
-    return fit__fail(
-        err, errlen,
-        "isoflop: all %d points at one compute budget (C = %g); the law needs 2 or more", n,
-        pts[0].flops);
-  }
-
-  double *x = malloc(sizeof(double) * n), *y = malloc(sizeof(double) * n);
-  for (int i = 0; i < n; i++) {
-    x[i] = log(pts[bs.idx[i]].params);
-    y[i] = pts[bs.idx[i]].loss;
-  }
-  for (int j = 0; j < nb; j++) {
-    out->budgets[j].n_opt_lo = out->budgets[j].n_opt_hi = out->budgets[j].seed_sd = NAN;
-    out->budgets[j].n_cells = 0;
-  }
-  cells cl;
-  int rep = cells_build(&bs, pts, x, y, n, &cl, out);
-  double *lny = malloc(sizeof(double) * n), *kk = malloc(sizeof(double) * 4 * n);
-  if (rep < 0 || !lny || !kk) {
-    free(lny), free(kk), free(x), free(y), free(bs.idx);
-    if (rep > 0)
-      cells_free(&cl);
+  int rc = check_points(pts, n, err, errlen);
+  isofit f = {0};
+  if (rc || (rc = find_budgets(pts, n, &f.bs, err, errlen)))
+    return rc;
+  if (load_points(&f, pts, n, out)) {
+    isofit_free(&f);
     fit__fail(err, errlen, "isoflop: out of memory for %d points", n);
     return SS_ENOMEM;
   }
-  /* a cell: one budget, one N, one batch size and learning rate */
-  const double *keys[4] = {kk, kk + n, kk + 2 * n, kk + 3 * n};
-  for (int j = 0; j < nb; j++)
-    for (int i = bs.start[j]; i < bs.start[j + 1]; i++) {
-      const fit_point *p = &pts[bs.idx[i]];
-      lny[i] = log(y[i]);
-      kk[i] = j + 1;
-      kk[n + i] = p->params;
-      kk[2 * n + i] = p->batch_size;
-      kk[3 * n + i] = p->lr;
-    }
-  int prc = fit__seed_pool(keys, 4, lny, n, &out->seeds);
-  free(lny), free(kk);
-  if (prc) {
-    if (rep)
-      cells_free(&cl);
-    free(x), free(y), free(bs.idx);
-    fit__fail(err, errlen, "isoflop: out of memory for %d points", n);
-    return SS_ENOMEM;
-  }
-  double q[NPARAMS];
-  profile pr[FIT_MAX_BUDGETS];
-  line ln_n, ln_d;
-  if (rep)
-    fit_all(&cl.cb, cl.x, cl.y, q, pr, &ln_n, &ln_d);
+  if (f.rep)
+    fit_all(&f.cl.cb, f.cl.x, f.cl.y, f.q, f.pr, &f.ln_n, &f.ln_d);
   else
-    fit_all(&bs, x, y, q, pr, &ln_n, &ln_d);
-
+    fit_all(&f.bs, f.x, f.y, f.q, f.pr, &f.ln_n, &f.ln_d);
   out->n_points = n;
-  out->nbudgets = nb;
-  int nu = 0;
-  for (int j = 0; j < nb; j++) {
-    fit_budget *b = &out->budgets[j];
-    const profile *p = &pr[j];
-    double c = exp(bs.lnc[j]);
-    b->flops = c;
-    b->n_points = bs.start[j + 1] - bs.start[j];
-    b->usable = p->usable;
-    b->c2 = p->c2;
-    b->c1 = p->c1;
-    b->c0 = p->c0;
-    b->n_opt = b->d_opt = b->loss = NAN;
-    if (p->usable) {
-      nu++;
-      b->n_opt = exp(p->xv);
-      b->d_opt = c / (6 * b->n_opt);
-      b->loss = p->lv;
-      double pos = (p->xv - p->xmin) / (p->xmax - p->xmin);
-      if (pos < OUTER || pos > 1 - OUTER)
-        fit_result_warn(out,
-                        "budget C = %.3g: the optimum N* = %.3g sits at %.0f%% of the sampled ln N "
-                        "range [%.3g, %.3g]: sampling off-centre, centre this budget's sizes on N*",
-                        c, b->n_opt, 100 * pos, exp(p->xmin), exp(p->xmax));
-      double half = (p->xmax - p->xmin) / 2, rise = p->c2 * half * half / p->lv;
-      if (rise < NARROW_RISE)
-        fit_result_warn(out,
-                        "budget C = %.3g: narrow sampling: over N in [%.3g, %.3g] (%.3gx) the "
-                        "parabola rises only %.3g%% of the loss across the half-range, too "
-                        "little curvature to locate N* under run-to-run noise; widen this "
-                        "budget's sizes",
-                        c, exp(p->xmin), exp(p->xmax), exp(p->xmax - p->xmin), 100 * rise);
-      else if (p->xv_se > VERTEX_SE * half)
-        fit_result_warn(out,
-                        "budget C = %.3g: N* poorly determined: the vertex's standard error is "
-                        "%.2f of the sampled half-range in ln N (noise against too little "
-                        "curvature); widen this budget's sizes or add runs",
-                        c, p->xv_se / half);
-    } else if (!p->fitted) {
-      fit_result_warn(out, "budget C = %.3g unusable: %d point%s at fewer than 3 distinct N", c,
-                      b->n_points, b->n_points == 1 ? "" : "s");
-    } else if (!p->curved) {
-      fit_result_warn(out,
-                      "budget C = %.3g unusable: the loss profile has no minimum (c2 = %.3g, not "
-                      "positive beyond rounding)",
-                      c, p->c2);
-    } else {
-      fit_result_warn(out,
-                      "budget C = %.3g unusable: the parabola's minimum N = %.3g lies outside the "
-                      "sampled [%.3g, %.3g]; not extrapolated",
-                      c, exp(p->xv), exp(p->xmin), exp(p->xmax));
-    }
-  }
-  if (nu >= 2) {
-    double lc[FIT_MAX_BUDGETS], off[FIT_MAX_BUDGETS];
-    int k = 0;
-    for (int j = 0; j < nb; j++)
-      if (pr[j].usable) {
-        double mid = (pr[j].xmin + pr[j].xmax) / 2, half = (pr[j].xmax - pr[j].xmin) / 2;
-        lc[k] = bs.lnc[j];
-        off[k] = (pr[j].xv - mid) / half;
-        k++;
-      }
-    double c0, c1, cov00, cov01, cov11, sumsq;
-    gsl_fit_linear(lc, 1, off, 1, k, &c0, &c1, &cov00, &cov01, &cov11, &sumsq);
-    double drift = c1 * (lc[k - 1] - lc[0]);
-    if (fabs(drift) > DRIFT_TOL)
-      fit_result_warn(out,
-                      "sampling drifts off-centre across budgets: the optimum moves by %.2f of the "
-                      "sampled half-range relative to the centre from C = %.3g to C = %.3g, which "
-                      "biases a; centre each budget on the current N_opt(C)",
-                      drift, exp(lc[0]), exp(lc[k - 1]));
-  }
-
+  out->nbudgets = f.bs.nb;
+  f.nu = report_budgets(&f, out);
+  if (f.nu >= 2)
+    warn_drift(&f, out);
   fit_param *slot[NPARAMS];
-  slot[0] = fit_result_add_param(out, "a", q[0]);
-  slot[1] = fit_result_add_param(out, "b", q[1]);
-  slot[2] = fit_result_add_param(out, "n_coef", q[2]);
-  slot[3] = fit_result_add_param(out, "d_coef", q[3]);
-  out->converged = nu >= 2;
-  out->objective = nu >= 2 ? ln_n.sumsq : NAN;
-  if (nu < 2)
-    fit_result_warn(out, "only %d usable budget%s: N_opt(C) needs 2 or more", nu,
-                    nu == 1 ? "" : "s");
-  else if (nu == 2 && !(opt && opt->bootstrap > 0))
-    fit_result_warn(out, "only 2 usable budgets: a and b come from two points and have no error "
-                         "estimate from the regression");
-
-  out->residuals = malloc(sizeof(double) * n);
-  for (int j = 0; j < nb; j++)
-    for (int i = bs.start[j]; i < bs.start[j + 1]; i++) {
-      const profile *p = &pr[j];
-      double lx = x[i];
-      out->residuals[bs.idx[i]] = p->fitted ? y[i] - (p->c2 * lx * lx + p->c1 * lx + p->c0) : NAN;
-    }
-
-  int nboot = opt ? opt->bootstrap : 0;
-  int by_cell = rep && !(opt && opt->boot_by_run);
-  if (nboot > 0 && nu >= 2) {
-    int W = NPARAMS + nb; /* the parameters, then each budget's N* */
-    double *boot = malloc(sizeof(double) * (size_t)nboot * W);
-    int nthreads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
-#pragma omp parallel num_threads(nthreads)
-    {
-      gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
-      double *bx = malloc(sizeof(double) * n), *by = malloc(sizeof(double) * n);
-      profile bp[FIT_MAX_BUDGETS];
-#pragma omp for schedule(dynamic, 16)
-      for (int b = 0; b < nboot; b++) {
-        double *row = boot + (size_t)b * W;
-        gsl_rng_set(rng, (unsigned long)fit__mix64(opt->seed + (uint64_t)b));
-        if (by_cell) {
-          for (int j = 0; j < nb; j++) {
-            int s = cl.cb.start[j], m = cl.cb.start[j + 1] - s;
-            for (int i = 0; i < m; i++) {
-              int c = s + (int)gsl_rng_uniform_int(rng, m);
-              int first = cl.start[c], size = cl.start[c + 1] - first;
-              double sum = 0;
-              for (int k = 0; k < size; k++) /* the cell whole: its mean */
-                sum += cl.mem[first + k];
-              bx[s + i] = cl.x[c];
-              by[s + i] = sum / size;
-            }
-          }
-          fit_all(&cl.cb, bx, by, row, bp, NULL, NULL);
-        } else {
-          for (int j = 0; j < nb; j++) {
-            int s = bs.start[j], m = bs.start[j + 1] - s;
-            for (int i = 0; i < m; i++) {
-              int r = s + (int)gsl_rng_uniform_int(rng, m);
-              bx[s + i] = x[r];
-              by[s + i] = y[r];
-            }
-          }
-          fit_all(&bs, bx, by, row, bp, NULL, NULL);
-        }
-        for (int j = 0; j < nb; j++)
-          row[NPARAMS + j] = bp[j].usable ? exp(bp[j].xv) : NAN;
-      }
-      free(bx);
-      free(by);
-      gsl_rng_free(rng);
-    }
-    fit_param *wslot[NPARAMS + FIT_MAX_BUDGETS] = {0};
-    for (int k = 0; k < NPARAMS; k++)
-      wslot[k] = slot[k];
-    int fewest = fit__boot_columns(boot, nboot, W, wslot);
-    if (fewest < nboot)
-      fit_result_warn(out, "bootstrap: %d of %d resamples left fewer than 2 usable budgets",
-                      nboot - fewest, nboot);
-    for (int j = 0; j < nb; j++)
-      if (pr[j].usable) {
-        fit_param v = {.ci_lo = NAN, .ci_hi = NAN};
-        fit__boot_column(boot, nboot, W, NPARAMS + j, &v);
-        out->budgets[j].n_opt_lo = v.ci_lo;
-        out->budgets[j].n_opt_hi = v.ci_hi;
-      }
-    free(boot);
-  } else if (nu >= 3) {
-    set_interval(slot[0], sqrt(ln_n.var1), nu - 2, 0);
-    set_interval(slot[1], sqrt(ln_d.var1), nu - 2, 0);
-    set_interval(slot[2], sqrt(ln_n.var0), nu - 2, 1);
-    set_interval(slot[3], sqrt(ln_d.var0), nu - 2, 1);
+  add_params(&f, opt, out, slot);
+  out->residuals = residuals(&f, n);
+  if (opt->bootstrap > 0 && f.nu >= 2) {
+    bootstrap(&f, n, opt, slot, out);
+  } else if (f.nu >= 3) {
+    set_interval(slot[0], sqrt(f.ln_n.var1), f.nu - 2, 0);
+    set_interval(slot[1], sqrt(f.ln_d.var1), f.nu - 2, 0);
+    set_interval(slot[2], sqrt(f.ln_n.var0), f.nu - 2, 1);
+    set_interval(slot[3], sqrt(f.ln_d.var0), f.nu - 2, 1);
   }
-  if (rep)
-    cells_free(&cl);
-  free(x);
-  free(y);
-  free(bs.idx);
+  isofit_free(&f);
   return 0;
 }

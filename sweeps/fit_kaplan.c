@@ -272,6 +272,74 @@ static void boot_one(void *ctx, const int *idx, int m, double *row) {
       fit_var(c->pts, idx, m, v, c->with_e, c->start[v], row + PER_VAR * v, NULL, NULL);
 }
 
+/* Whether variable v can be fitted: 1, or 0 with the reason in why (and a
+ * warning when the variable is there but unusable), or SS_EINVAL at a value
+ * that is not positive */
+static int usable_var(const fit_point *pts, int n, int v, int with_e, char why[96], fit_result *out,
+                      char *err, size_t errlen) {
+  int present = 0, distinct = 0;
+  double first = NAN;
+  why[0] = 0;
+  for (int i = 0; i < n; i++) {
+    double x = var_value(&pts[i], v);
+    if (isnan(x))
+      continue;
+    if (!(x > 0) || !isfinite(x))
+      return fit__fail(err, errlen, "kaplan: point %d: %s = %g, expected a positive number", i + 1,
+                       var_column[v], x);
+    if (present++ == 0)
+      first = x;
+    else if (x != first && distinct < 3)
+      distinct++;
+  }
+  distinct += present > 0;
+  if (present == 0) {
+    snprintf(why, 96, "no %s", var_column[v]);
+    return 0;
+  }
+  if (present < n)
+    snprintf(why, 96, "%s missing at %d of %d points", var_column[v], n - present, n);
+  else if (distinct < (with_e ? 3 : 2) && distinct == 1)
+    snprintf(why, 96, "all points at one %s (%g)", var_name[v], first);
+  else if (distinct < (with_e ? 3 : 2))
+    snprintf(why, 96, "only 2 distinct values of %s, E needs 3", var_name[v]);
+  else
+    return 1;
+  fit_result_warn(out, "L(%s) not fitted: %s", var_name[v], why);
+  return 0;
+}
+
+/* Variable v fitted on all the points: its parameters (into q and slot),
+ * objective, residuals (the first variable fitted) and warnings */
+static void fit_one(const fit_point *pts, const int *all, int n, int v, int with_e, double *q,
+                    law_fit *lf, fit_param **slot, fit_result *out) {
+  double *resid = NULL;
+  if (!out->residuals)
+    resid = out->residuals = malloc(sizeof(double) * n);
+  fit_var(pts, all, n, v, with_e, NULL, q, lf, resid);
+  char name[24];
+  snprintf(name, sizeof name, "%s_c", var_name[v]);
+  slot[0] = fit_result_add_param(out, name, q[0]);
+  snprintf(name, sizeof name, "alpha_%s", var_name[v]);
+  slot[1] = fit_result_add_param(out, name, q[1]);
+  if (with_e) {
+    snprintf(name, sizeof name, "E_%s", var_name[v]);
+    slot[2] = fit_result_add_param(out, name, q[2]);
+    if (lf->e_at_bound)
+      fit_result_warn(out, "E_%s is at its bound 0: the data show no irreducible loss",
+                      var_name[v]);
+  }
+  out->objective += lf->sse;
+  if (!lf->converged) {
+    out->converged = 0;
+    fit_result_warn(out, "L(%s): the optimiser did not converge; the best point found is reported",
+                    var_name[v]);
+  }
+  if (!(lf->th[2] > 0))
+    fit_result_warn(out, "alpha_%s = %g: loss does not fall with %s", var_name[v], lf->th[2],
+                    var_name[v]);
+}
+
 int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *out, char *err,
                size_t errlen) {
   fit_result_init(out, "kaplan");
@@ -292,38 +360,10 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
   int nuse = 0;
   char why[NVARS][96];
   for (int v = 0; v < NVARS; v++) {
-    int present = 0, distinct = 0;
-    double first = NAN;
-    why[v][0] = 0;
-    for (int i = 0; i < n; i++) {
-      double x = var_value(&pts[i], v);
-      if (isnan(x))
-        continue;
-      if (!(x > 0) || !isfinite(x))
-        return fit__fail(err, errlen, "kaplan: point %d: %s = %g, expected a positive number",
-                         i + 1, var_column[v], x);
-      if (present++ == 0)
-        first = x;
-      else if (x != first && distinct < 3)
-        distinct++;
-    }
-    distinct += present > 0;
-    if (present == 0) {
-      snprintf(why[v], sizeof why[v], "no %s", var_column[v]);
-    } else if (present < n) {
-      snprintf(why[v], sizeof why[v], "%s missing at %d of %d points", var_column[v], n - present,
-               n);
-      fit_result_warn(out, "L(%s) not fitted: %s", var_name[v], why[v]);
-    } else if (distinct < (with_e ? 3 : 2)) {
-      if (distinct == 1)
-        snprintf(why[v], sizeof why[v], "all points at one %s (%g)", var_name[v], first);
-      else
-        snprintf(why[v], sizeof why[v], "only 2 distinct values of %s, E needs 3", var_name[v]);
-      fit_result_warn(out, "L(%s) not fitted: %s", var_name[v], why[v]);
-    } else {
-      use[v] = 1;
-      nuse++;
-    }
+    use[v] = usable_var(pts, n, v, with_e, why[v], out, err, errlen);
+    if (use[v] < 0)
+      return use[v];
+    nuse += use[v];
   }
   if (!nuse) {
     out->nwarnings = 0;
@@ -340,36 +380,9 @@ int fit_kaplan(const fit_point *pts, int n, const fit_options *opt, fit_result *
   out->n_points = n;
   out->converged = 1;
   out->objective = 0;
-  for (int v = 0; v < NVARS; v++) {
-    if (!use[v])
-      continue;
-    double *resid = NULL;
-    if (!out->residuals)
-      resid = out->residuals = malloc(sizeof(double) * n);
-    fit_var(pts, all, n, v, with_e, NULL, q + PER_VAR * v, &lf[v], resid);
-    char name[24];
-    snprintf(name, sizeof name, "%s_c", var_name[v]);
-    slot[PER_VAR * v] = fit_result_add_param(out, name, q[PER_VAR * v]);
-    snprintf(name, sizeof name, "alpha_%s", var_name[v]);
-    slot[PER_VAR * v + 1] = fit_result_add_param(out, name, q[PER_VAR * v + 1]);
-    if (with_e) {
-      snprintf(name, sizeof name, "E_%s", var_name[v]);
-      slot[PER_VAR * v + 2] = fit_result_add_param(out, name, q[PER_VAR * v + 2]);
-      if (lf[v].e_at_bound)
-        fit_result_warn(out, "E_%s is at its bound 0: the data show no irreducible loss",
-                        var_name[v]);
-    }
-    out->objective += lf[v].sse;
-    if (!lf[v].converged) {
-      out->converged = 0;
-      fit_result_warn(out,
-                      "L(%s): the optimiser did not converge; the best point found is reported",
-                      var_name[v]);
-    }
-    if (!(lf[v].th[2] > 0))
-      fit_result_warn(out, "alpha_%s = %g: loss does not fall with %s", var_name[v], lf[v].th[2],
-                      var_name[v]);
-  }
+  for (int v = 0; v < NVARS; v++)
+    if (use[v])
+      fit_one(pts, all, n, v, with_e, q + PER_VAR * v, &lf[v], slot + PER_VAR * v, out);
 
   int nb = opt ? opt->bootstrap : 0;
   if (nb > 0) {

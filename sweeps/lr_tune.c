@@ -91,6 +91,67 @@ static int rate_of(const lr_tune_rate *rates, size_t n, double x) {
   return -1;
 }
 
+/* Each observation counted at its rate of out->rates (its succeeded
+ * losses summed into sum); returns how many are still active, *ended the
+ * others */
+static int tally(lr_tune_decision *out, const lr_tune_obs *obs, size_t nobs, double *sum,
+                 int *ended) {
+  int active = 0;
+  *ended = 0;
+  for (size_t k = 0; k < nobs; k++) {
+    int i = rate_of(out->rates, out->nrates, obs[k].lr);
+    if (i < 0) {
+      out->unmatched++;
+      continue;
+    }
+    lr_tune_rate *r = &out->rates[i];
+    r->runs++;
+    switch (obs[k].state) {
+    case LR_TUNE_ACTIVE:
+      r->active++;
+      active++;
+      break;
+    case LR_TUNE_SUCCEEDED:
+      /* a loss the trainer could not have reported counts as no loss */
+      if (isfinite(obs[k].loss) && obs[k].loss > 0) {
+        r->succeeded++;
+        sum[i] += obs[k].loss;
+      } else {
+        r->failed++;
+      }
+      (*ended)++;
+      break;
+    case LR_TUNE_FAILED:
+      r->failed++;
+      (*ended)++;
+      break;
+    default:
+      r->cancelled++;
+      (*ended)++;
+      break;
+    }
+  }
+  return active;
+}
+
+/* Too few rates have a loss: UNDECIDED, and why */
+static void undecided(lr_tune_decision *out) {
+  int failed = 0, cancelled = 0, none = 0;
+  for (size_t i = 0; i < out->nrates; i++) {
+    failed += out->rates[i].failed;
+    cancelled += out->rates[i].cancelled;
+    none += out->rates[i].runs == 0;
+  }
+  out->state = LR_TUNE_UNDECIDED;
+  snprintf(out->reason, sizeof out->reason,
+           "only %d of the grid's %zu rates have a finished tune run (%d run%s failed, %d "
+           "cancelled%s); at least %d are needed to choose one, so the study was not planned: "
+           "reproduce the failed runs (scalesweep reproduce RUN), or submit the spec again with "
+           "other rates",
+           out->with_loss, out->nrates, failed, failed == 1 ? "" : "s", cancelled,
+           none ? ", some rates have no run" : "", SPEC_LR_TUNE_MIN_RATES);
+}
+
 int lr_tune_decide(const double *grid, size_t n, const lr_tune_obs *obs, size_t nobs,
                    lr_tune_decision *out) {
   memset(out, 0, sizeof *out);
@@ -113,40 +174,7 @@ int lr_tune_decide(const double *grid, size_t n, const lr_tune_obs *obs, size_t 
   for (size_t i = 0; i < n; i++)
     out->rates[i] = (lr_tune_rate){.lr = sorted[i], .loss = NAN};
   free(sorted);
-  int active = 0, ended = 0;
-  for (size_t k = 0; k < nobs; k++) {
-    int i = rate_of(out->rates, n, obs[k].lr);
-    if (i < 0) {
-      out->unmatched++;
-      continue;
-    }
-    lr_tune_rate *r = &out->rates[i];
-    r->runs++;
-    switch (obs[k].state) {
-    case LR_TUNE_ACTIVE:
-      r->active++;
-      active++;
-      break;
-    case LR_TUNE_SUCCEEDED:
-      /* a loss the trainer could not have reported counts as no loss */
-      if (isfinite(obs[k].loss) && obs[k].loss > 0) {
-        r->succeeded++;
-        sum[i] += obs[k].loss;
-      } else {
-        r->failed++;
-      }
-      ended++;
-      break;
-    case LR_TUNE_FAILED:
-      r->failed++;
-      ended++;
-      break;
-    default:
-      r->cancelled++;
-      ended++;
-      break;
-    }
-  }
+  int ended, active = tally(out, obs, nobs, sum, &ended);
   for (size_t i = 0; i < n; i++) {
     lr_tune_rate *r = &out->rates[i];
     if (r->succeeded) {
@@ -162,20 +190,7 @@ int lr_tune_decide(const double *grid, size_t n, const lr_tune_obs *obs, size_t 
     return 0;
   }
   if (out->with_loss < SPEC_LR_TUNE_MIN_RATES) {
-    int failed = 0, cancelled = 0, none = 0;
-    for (size_t i = 0; i < n; i++) {
-      failed += out->rates[i].failed;
-      cancelled += out->rates[i].cancelled;
-      none += out->rates[i].runs == 0;
-    }
-    out->state = LR_TUNE_UNDECIDED;
-    snprintf(out->reason, sizeof out->reason,
-             "only %d of the grid's %zu rates have a finished tune run (%d run%s failed, %d "
-             "cancelled%s); at least %d are needed to choose one, so the study was not planned: "
-             "reproduce the failed runs (scalesweep reproduce RUN), or submit the spec again with "
-             "other rates",
-             out->with_loss, n, failed, failed == 1 ? "" : "s", cancelled,
-             none ? ", some rates have no run" : "", SPEC_LR_TUNE_MIN_RATES);
+    undecided(out);
     return 0;
   }
   /* ascending: on a tie the smaller rate, seen first, stays */
