@@ -333,11 +333,87 @@ static int fit_stored(const char *sweep, const char *law, int json, const char *
   return SS_EXIT_OK;
 }
 
-int cmd_fit(int argc, char **argv) {
-  const char *points = NULL, *law = NULL, *sweep = NULL;
-  fit_options opt = {.bootstrap = -1, .seed = 1, .fit_irreducible = 1};
-  int json = 0, holdout = 0;
-  const char *url = NULL, *state = NULL, *token_file = NULL;
+/* What the command line asks of fit; the strings point into argv. */
+typedef struct fit_args {
+  const char *points, *law, *sweep, *url, *state, *token_file;
+  fit_options opt;
+  int json, holdout;
+} fit_args;
+
+/* The options without a value ("--json"), by name (nlen bytes of a):
+ * 1 when a is one of them and set, 0 when it is none, or a usage error's
+ * exit code in *rc when it was given a value. */
+static int read_fit_flag(const char *a, size_t nlen, int has_value, fit_args *f, int *rc) {
+#define IS(name) (nlen == strlen(name) && !strncmp(a, name, nlen))
+  if (!(IS("--json") || IS("--no-irreducible") || IS("--full-grid") || IS("--holdout") ||
+        IS("--boot-by-run")))
+    return 0;
+  if (has_value)
+    *rc = cli_usage_error("fit", NULL, "%.*s takes no value", (int)nlen, a);
+  else if (IS("--json"))
+    f->json = 1;
+  else if (IS("--holdout"))
+    f->holdout = 1;
+  else if (IS("--no-irreducible"))
+    f->opt.fit_irreducible = 0;
+  else if (IS("--boot-by-run"))
+    f->opt.boot_by_run = 1;
+  else
+    f->opt.full_grid = 1;
+  return 1;
+#undef IS
+}
+
+/* One option with its value val: 0, or a usage error's exit code. name is
+ * one of the value options (read_fit_args checked it). */
+static int set_fit_value(const char *name, const char *val, fit_args *f) {
+  int rc = 0;
+  long v = 0;
+  fit_options *opt = &f->opt;
+  if (!strcmp(name, "--points")) {
+    f->points = val;
+  } else if (!strcmp(name, "--url") || !strcmp(name, "--state") || !strcmp(name, "--token-file")) {
+    *(!strcmp(name, "--url")     ? &f->url
+      : !strcmp(name, "--state") ? &f->state
+                                 : &f->token_file) = val;
+  } else if (!strcmp(name, "--law")) {
+    f->law = val;
+  } else if (!strcmp(name, "--method")) {
+    if (!strcmp(val, "varpro"))
+      opt->chin_method = FIT_CHIN_VARPRO;
+    else if (!strcmp(val, "bfgs"))
+      opt->chin_method = FIT_CHIN_BFGS;
+    else
+      return cli_usage_error("fit", NULL, "--method: expected varpro or bfgs, got '%s'", val);
+  } else if (!strcmp(name, "--bootstrap")) {
+    if (!(rc = parse_count("--bootstrap", val, 1000000, &v)))
+      opt->bootstrap = (int)v;
+  } else if (!strcmp(name, "--seed")) {
+    char *end;
+    errno = 0;
+    unsigned long long s = strtoull(val, &end, 10);
+    if (!*val || *val == '-' || *end || errno)
+      return cli_usage_error("fit", NULL, "--seed: expected a non-negative integer, got '%s'", val);
+    opt->seed = s;
+  } else if (!strcmp(name, "--threads")) {
+    if (!(rc = parse_count("--threads", val, 4096, &v)))
+      opt->threads = (int)v;
+  } else if (!strcmp(name, "--target-steps")) {
+    rc = parse_positive("--target-steps", val, &opt->target_steps);
+  } else if (!strcmp(name, "--near-best")) {
+    rc = parse_positive("--near-best", val, &opt->near_best_rtol);
+  } else {
+    rc = parse_positive("--target-flops", val, &opt->target_flops);
+  }
+  return rc;
+}
+
+/* Reads argv into f ("--name VALUE" and "--name=VALUE" both): -1 to go
+ * on, else the exit code (--help, or a usage error said on stderr). */
+static int read_fit_args(int argc, char **argv, fit_args *f) {
+  static const char *const value_opts[] = {
+      "--points",       "--law",       "--bootstrap", "--seed",  "--threads",    "--target-flops",
+      "--target-steps", "--near-best", "--url",       "--state", "--token-file", "--method"};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *eq = strchr(a, '='), *val = NULL;
     size_t nlen = eq && a[0] == '-' ? (size_t)(eq - a) : strlen(a);
@@ -346,31 +422,22 @@ int cmd_fit(int argc, char **argv) {
       return SS_EXIT_OK;
     }
     if (a[0] != '-' || !a[1]) {
-      if (sweep)
-        return cli_usage_error("fit", NULL, "unexpected argument '%s' after '%s'", a, sweep);
-      sweep = a;
+      if (f->sweep)
+        return cli_usage_error("fit", NULL, "unexpected argument '%s' after '%s'", a, f->sweep);
+      f->sweep = a;
       continue;
     }
-#define IS(name) (nlen == strlen(name) && !strncmp(a, name, nlen))
-    if (IS("--json") || IS("--no-irreducible") || IS("--full-grid") || IS("--holdout") ||
-        IS("--boot-by-run")) {
-      if (eq)
-        return cli_usage_error("fit", NULL, "%.*s takes no value", (int)nlen, a);
-      if (IS("--json"))
-        json = 1;
-      else if (IS("--holdout"))
-        holdout = 1;
-      else if (IS("--no-irreducible"))
-        opt.fit_irreducible = 0;
-      else if (IS("--boot-by-run"))
-        opt.boot_by_run = 1;
-      else
-        opt.full_grid = 1;
+    int rc = 0;
+    if (read_fit_flag(a, nlen, eq != NULL, f, &rc)) {
+      if (rc)
+        return rc;
       continue;
     }
-    if (!(IS("--points") || IS("--law") || IS("--bootstrap") || IS("--seed") || IS("--threads") ||
-          IS("--target-flops") || IS("--target-steps") || IS("--near-best") || IS("--url") ||
-          IS("--state") || IS("--token-file") || IS("--method")))
+    const char *name = NULL;
+    for (size_t k = 0; k < sizeof value_opts / sizeof *value_opts; k++)
+      if (nlen == strlen(value_opts[k]) && !strncmp(a, value_opts[k], nlen))
+        name = value_opts[k];
+    if (!name)
       return cli_usage_error("fit", NULL, "unknown option '%.*s'", (int)nlen, a);
     if (eq)
       val = eq + 1;
@@ -378,155 +445,166 @@ int cmd_fit(int argc, char **argv) {
       val = argv[++i];
     else
       return cli_usage_error("fit", NULL, "%s needs a value", a);
-    int rc = 0;
-    long v = 0;
-    if (IS("--points")) {
-      points = val;
-    } else if (IS("--url") || IS("--state") || IS("--token-file")) {
-      *(IS("--url") ? &url : IS("--state") ? &state : &token_file) = val;
-    } else if (IS("--law")) {
-      law = val;
-    } else if (IS("--method")) {
-      if (!strcmp(val, "varpro"))
-        opt.chin_method = FIT_CHIN_VARPRO;
-      else if (!strcmp(val, "bfgs"))
-        opt.chin_method = FIT_CHIN_BFGS;
-      else
-        return cli_usage_error("fit", NULL, "--method: expected varpro or bfgs, got '%s'", val);
-    } else if (IS("--bootstrap")) {
-      if (!(rc = parse_count("--bootstrap", val, 1000000, &v)))
-        opt.bootstrap = (int)v;
-    } else if (IS("--seed")) {
-      char *end;
-      errno = 0;
-      unsigned long long s = strtoull(val, &end, 10);
-      if (!*val || *val == '-' || *end || errno)
-        return cli_usage_error("fit", NULL, "--seed: expected a non-negative integer, got '%s'",
-                               val);
-      opt.seed = s;
-    } else if (IS("--threads")) {
-      if (!(rc = parse_count("--threads", val, 4096, &v)))
-        opt.threads = (int)v;
-    } else if (IS("--target-steps")) {
-      rc = parse_positive("--target-steps", val, &opt.target_steps);
-    } else if (IS("--near-best")) {
-      rc = parse_positive("--near-best", val, &opt.near_best_rtol);
-    } else {
-      rc = parse_positive("--target-flops", val, &opt.target_flops);
-    }
-#undef IS
-    if (rc)
+    if ((rc = set_fit_value(name, val, f)) != 0)
       return rc;
   }
-  if (sweep && points)
-    return cli_usage_error("fit", NULL, "give either a sweep id or --points FILE.csv, not both");
-  if (sweep)
-    return fit_stored(sweep, law, json, url, state, token_file);
-  if (!points)
-    return cli_usage_error("fit", NULL, "--points FILE.csv is required");
-  if (!law)
-    return cli_usage_error("fit", NULL,
-                           "--law is required: chinchilla, kaplan, isoflop, batch, bcrit, bopt or "
-                           "curve");
+  return -1;
+}
+
+/* The fit of a CSV file: its law's function, once the options agree with
+ * each other; NULL with *rc the usage error's exit code. Sets the default
+ * bootstrap of the law. */
+static law_fn check_fit_args(fit_args *f, int *rc) {
+  *rc = SS_EXIT_USAGE;
+  if (!f->points) {
+    *rc = cli_usage_error("fit", NULL, "--points FILE.csv is required");
+    return NULL;
+  }
+  if (!f->law) {
+    *rc = cli_usage_error("fit", NULL,
+                          "--law is required: chinchilla, kaplan, isoflop, batch, bcrit, bopt or "
+                          "curve");
+    return NULL;
+  }
   law_fn fit = NULL;
   for (size_t i = 0; i < sizeof laws / sizeof *laws; i++)
-    if (!strcmp(law, laws[i].name))
+    if (!strcmp(f->law, laws[i].name))
       fit = laws[i].fit;
-  if (!fit)
-    return cli_usage_error(
+  if (!fit) {
+    *rc = cli_usage_error(
         "fit", NULL,
-        "--law: expected chinchilla, kaplan, isoflop, batch, bcrit, bopt or curve, got '%s'", law);
-  if (holdout && strcmp(law, "chinchilla"))
-    return cli_usage_error(
+        "--law: expected chinchilla, kaplan, isoflop, batch, bcrit, bopt or curve, got '%s'",
+        f->law);
+    return NULL;
+  }
+  if (f->holdout && strcmp(f->law, "chinchilla")) {
+    *rc = cli_usage_error(
         "fit", NULL, "--holdout is the Chinchilla law's extrapolation check (--law chinchilla)");
-  if (opt.bootstrap < 0)
-    opt.bootstrap = !strcmp(law, "chinchilla") || !strcmp(law, "bopt") || !strcmp(law, "curve")
-                        ? DEFAULT_BOOTSTRAP_CHINCHILLA
-                        : 0;
+    return NULL;
+  }
+  if (f->opt.bootstrap < 0)
+    f->opt.bootstrap =
+        !strcmp(f->law, "chinchilla") || !strcmp(f->law, "bopt") || !strcmp(f->law, "curve")
+            ? DEFAULT_BOOTSTRAP_CHINCHILLA
+            : 0;
+  *rc = 0;
+  return fit;
+}
 
+/* Reads the points and fits them into res, and with --holdout the
+ * extrapolation check into ex (*have_ex set): 0, or the exit code with
+ * the reason said on stderr and nothing left to free. */
+static int fit_points(const fit_args *f, law_fn fit, fit_result *res, fit_result *ex,
+                      int *have_ex) {
   char err[512];
   fit_point *pts = NULL;
   int n = 0;
-  int rc = fit_read_csv(points, &pts, &n, err, sizeof err);
+  int rc = fit_read_csv(f->points, &pts, &n, err, sizeof err);
   if (rc) {
     fprintf(stderr, "scalesweep fit: %s\n", err);
     return err_exit_code(rc);
   }
-  if (strcmp(law, "curve") && only_curve(pts, n)) {
+  if (strcmp(f->law, "curve") && only_curve(pts, n)) {
     fprintf(stderr,
             "scalesweep fit: %s: the points have only steps and loss, one run's learning "
             "curve; the %s law needs model or batch columns (params, tokens, flops, "
             "batch_size): use --law curve\n",
-            points, law);
+            f->points, f->law);
     free(pts);
     return SS_EXIT_USAGE;
   }
-  fit_result res;
-  fit_result_init(&res, law);
-  rc = fit(pts, n, &opt, &res, err, sizeof err);
+  fit_result_init(res, f->law);
+  rc = fit(pts, n, &f->opt, res, err, sizeof err);
   /* chinchilla --holdout: the extrapolation check, without a bootstrap */
-  fit_result ex;
-  int have_ex = 0;
-  if (!rc && holdout) {
-    fit_options o2 = opt;
+  if (!rc && f->holdout) {
+    fit_options o2 = f->opt;
     o2.bootstrap = 0;
-    int erc = fit_extrapolation_check(pts, n, &o2, &ex, err, sizeof err);
+    int erc = fit_extrapolation_check(pts, n, &o2, ex, err, sizeof err);
     if (erc) {
-      fprintf(stderr, "scalesweep fit: %s: %s\n", points, err);
-      fit_result_free(&ex);
-      fit_result_free(&res);
+      fprintf(stderr, "scalesweep fit: %s: %s\n", f->points, err);
+      fit_result_free(ex);
+      fit_result_free(res);
       free(pts);
       return err_exit_code(erc);
     }
-    have_ex = 1;
+    *have_ex = 1;
   }
   free(pts);
   if (rc) {
-    fprintf(stderr, "scalesweep fit: %s: %s\n", points, err);
-    fit_result_free(&res);
+    fprintf(stderr, "scalesweep fit: %s: %s\n", f->points, err);
+    fit_result_free(res);
     return err_exit_code(rc);
   }
-  if (json) {
-    char *s = fit_result_to_json(&res);
-    if (s && have_ex) { /* the check's refit as "extrapolation" */
-      char *e = fit_result_to_json(&ex);
-      json_t *o = json_loads(s, 0, NULL), *eo = e ? json_loads(e, 0, NULL) : NULL;
-      free(s);
-      free(e);
-      s = NULL;
-      if (o && eo) {
-        json_object_set_new(o, "extrapolation", eo);
-        s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
-      } else {
-        json_decref(eo);
-      }
-      json_decref(o);
-    }
-    if (!s) {
-      fprintf(stderr, "scalesweep fit: out of memory rendering the JSON\n");
-      fit_result_free(&res);
-      if (have_ex)
-        fit_result_free(&ex);
-      return SS_EXIT_FAILURE;
-    }
-    printf("%s\n", s);
+  return 0;
+}
+
+/* The fit as one JSON line, the extrapolation check's refit (ex, or NULL)
+ * as its "extrapolation": 0, or SS_EXIT_FAILURE said on stderr. */
+static int print_fit_json(const fit_result *res, const fit_result *ex) {
+  char *s = fit_result_to_json(res);
+  if (s && ex) {
+    char *e = fit_result_to_json(ex);
+    json_t *o = json_loads(s, 0, NULL), *eo = e ? json_loads(e, 0, NULL) : NULL;
     free(s);
-  } else {
-    print_table(&res, points, &opt);
-    if (have_ex) {
-      printf("\nextrapolation check (the largest budget held out):\n");
-      header("refit parameter");
-      for (int i = 0; i < ex.nparams; i++)
-        row(&ex.params[i], NULL);
-      for (int i = 0; i < ex.nderived; i++)
-        if (!strncmp(ex.derived[i].name, "holdout_", 8))
-          row(&ex.derived[i], NULL);
-      for (int i = 0; i < ex.nwarnings; i++)
-        printf("  warning: %s\n", ex.warnings[i]);
+    free(e);
+    s = NULL;
+    if (o && eo) {
+      json_object_set_new(o, "extrapolation", eo);
+      s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    } else {
+      json_decref(eo);
     }
+    json_decref(o);
+  }
+  if (!s) {
+    fprintf(stderr, "scalesweep fit: out of memory rendering the JSON\n");
+    return SS_EXIT_FAILURE;
+  }
+  printf("%s\n", s);
+  free(s);
+  return 0;
+}
+
+/* The extrapolation check's refit, after the fit's table. */
+static void print_extrapolation(const fit_result *ex) {
+  printf("\nextrapolation check (the largest budget held out):\n");
+  header("refit parameter");
+  for (int i = 0; i < ex->nparams; i++)
+    row(&ex->params[i], NULL);
+  for (int i = 0; i < ex->nderived; i++)
+    if (!strncmp(ex->derived[i].name, "holdout_", 8))
+      row(&ex->derived[i], NULL);
+  for (int i = 0; i < ex->nwarnings; i++)
+    printf("  warning: %s\n", ex->warnings[i]);
+}
+
+int cmd_fit(int argc, char **argv) {
+  fit_args f = {.opt = {.bootstrap = -1, .seed = 1, .fit_irreducible = 1}};
+  int rc = read_fit_args(argc, argv, &f);
+  if (rc >= 0)
+    return rc;
+  if (f.sweep && f.points)
+    return cli_usage_error("fit", NULL, "give either a sweep id or --points FILE.csv, not both");
+  if (f.sweep)
+    return fit_stored(f.sweep, f.law, f.json, f.url, f.state, f.token_file);
+  law_fn fit = check_fit_args(&f, &rc);
+  if (!fit)
+    return rc;
+  fit_result res, ex;
+  int have_ex = 0;
+  if ((rc = fit_points(&f, fit, &res, &ex, &have_ex)) != 0)
+    return rc;
+  if (f.json) {
+    rc = print_fit_json(&res, have_ex ? &ex : NULL);
+  } else {
+    print_table(&res, f.points, &f.opt);
+    if (have_ex)
+      print_extrapolation(&ex);
   }
   if (have_ex)
     fit_result_free(&ex);
   fit_result_free(&res);
+  if (rc)
+    return rc;
   return fflush(stdout) ? SS_EXIT_FAILURE : SS_EXIT_OK;
 }

@@ -73,9 +73,19 @@ static int split_dist(const char *dist, char *host, size_t n, char *port, size_t
   return 0;
 }
 
-int cmd_launch(int argc, char **argv) {
-  long world = 1;
-  const char *ranks = NULL, *dist = NULL;
+/* What the command line asks of launch: the ranks to run here marked in
+ * mark, rank 0's address, and the command after "--". */
+typedef struct launch_args {
+  long world;
+  const char *ranks, *dist;
+  char **cmd;
+  char mark[LAUNCH_RANKS_MAX];
+  char host[256], port[16];
+} launch_args;
+
+/* The options before "--": -1 to go on (l->cmd then set), else the exit
+ * code (--help, or a usage error said on stderr). */
+static int read_launch_options(int argc, char **argv, launch_args *l) {
   int i = 1;
   for (; i < argc; i++) {
     const char *a = argv[i];
@@ -89,91 +99,104 @@ int cmd_launch(int argc, char **argv) {
       return cli_usage_error("launch", NULL, "%s: expected an option and its value, then -- COMMAND", a);
     if (!strcmp(a, "--world-size")) {
       char *end;
-      world = strtol(argv[++i], &end, 10);
-      if (*end || end == argv[i] || world < 1 || world > LAUNCH_RANKS_MAX)
+      l->world = strtol(argv[++i], &end, 10);
+      if (*end || end == argv[i] || l->world < 1 || l->world > LAUNCH_RANKS_MAX)
         return cli_usage_error("launch", NULL, "--world-size %s: expected an integer in 1..%d",
                                argv[i], LAUNCH_RANKS_MAX);
     } else if (!strcmp(a, "--ranks")) {
-      ranks = argv[++i];
+      l->ranks = argv[++i];
     } else if (!strcmp(a, "--dist")) {
-      dist = argv[++i];
+      l->dist = argv[++i];
     } else {
       return cli_usage_error("launch", NULL, "unknown option '%s'", a);
     }
   }
   if (i + 1 >= argc)
     return cli_usage_error("launch", NULL, "expected -- COMMAND [ARG...] after the options");
-  char **cmd = argv + i + 1;
-  if (!!ranks != !!dist)
+  l->cmd = argv + i + 1;
+  return -1;
+}
+
+/* This host's ranks into l->mark and rank 0's HOST:PORT into l->host and
+ * l->port (a free local port for a run all here): -1 to go on, else the
+ * exit code said on stderr. */
+static int resolve_ranks(launch_args *l) {
+  if (!!l->ranks != !!l->dist)
     return cli_usage_error("launch", NULL,
                            "--ranks and --dist go together (this host's ranks of a run spread "
                            "over hosts, and rank 0's HOST:PORT)");
-  static char mark[LAUNCH_RANKS_MAX];
-  memset(mark, ranks ? 0 : 1, (size_t)world);
-  for (const char *p = ranks; p && *p;) {
-    char *end;
-    long r = strtol(p, &end, 10);
-    if (end == p || r < 0 || r >= world || mark[r] || (*end && *end != ','))
-      return cli_usage_error("launch", NULL,
-                             "--ranks %s: expected distinct ranks below the world size %ld, "
-                             "comma-separated",
-                             ranks, world);
-    mark[r] = 1;
-    p = *end ? end + 1 : end;
-  }
-  char host[256] = "127.0.0.1", port[16];
-  if (dist && split_dist(dist, host, sizeof host, port, sizeof port))
-    return cli_usage_error("launch", NULL, "--dist %s: expected HOST:PORT", dist);
-  if (!dist) {
-    int p = world > 1 ? free_port() : 29500; /* one rank: nobody connects to it */
+  memset(l->mark, l->ranks ? 0 : 1, (size_t)l->world);
+  if (l->ranks && cli_launch_parse_ranks(l->ranks, (int)l->world, l->mark) < 0)
+    return cli_usage_error("launch", NULL,
+                           "--ranks %s: expected distinct ranks below the world size %ld, "
+                           "comma-separated",
+                           l->ranks, l->world);
+  snprintf(l->host, sizeof l->host, "127.0.0.1");
+  if (l->dist && split_dist(l->dist, l->host, sizeof l->host, l->port, sizeof l->port))
+    return cli_usage_error("launch", NULL, "--dist %s: expected HOST:PORT", l->dist);
+  if (!l->dist) {
+    int p = l->world > 1 ? free_port() : 29500; /* one rank: nobody connects to it */
     if (p <= 0) {
       fprintf(stderr, "scalesweep launch: no free port on 127.0.0.1: %s\n", strerror(errno));
       return SS_EXIT_FAILURE;
     }
-    snprintf(port, sizeof port, "%d", p);
+    snprintf(l->port, sizeof l->port, "%d", p);
   }
+  return -1;
+}
+
+/* In rank r's child: torchrun's environment (local: its place among this
+ * host's here ranks), then the command. Does not return. */
+static _Noreturn void exec_rank(const launch_args *l, int r, int local, int here) {
+  char rank_s[16], local_s[16], world_s[24], here_s[16];
+  snprintf(rank_s, sizeof rank_s, "%d", r);
+  snprintf(local_s, sizeof local_s, "%d", local);
+  snprintf(world_s, sizeof world_s, "%ld", l->world);
+  snprintf(here_s, sizeof here_s, "%d", here);
+  setenv("RANK", rank_s, 1);
+  setenv("LOCAL_RANK", local_s, 1);
+  setenv("WORLD_SIZE", world_s, 1);
+  setenv("LOCAL_WORLD_SIZE", here_s, 1);
+  setenv("MASTER_ADDR", l->host, 1);
+  setenv("MASTER_PORT", l->port, 1);
+  /* only rank 0's lines are the run's: any other rank's go to the log */
+  if (r != 0 && dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
+    _exit(SS_EXIT_FAILURE);
+  execvp(l->cmd[0], l->cmd);
+  fprintf(stderr, "scalesweep launch: rank %d: cannot start %s: %s\n", r, l->cmd[0],
+          strerror(errno));
+  _exit(127);
+}
+
+int cmd_launch(int argc, char **argv) {
+  launch_args l = {.world = 1};
+  int rc = read_launch_options(argc, argv, &l);
+  if (rc < 0)
+    rc = resolve_ranks(&l);
+  if (rc >= 0)
+    return rc;
   int here = 0, first = -1;
-  for (int r = 0; r < world; r++)
-    if (mark[r]) {
+  for (int r = 0; r < l.world; r++)
+    if (l.mark[r]) {
       here++;
       first = first < 0 ? r : first;
     }
-  char world_s[24], here_s[16];
-  snprintf(world_s, sizeof world_s, "%ld", world);
-  snprintf(here_s, sizeof here_s, "%d", here);
-
   fflush(stdout);
-  cli_launch_begin((int)world);
+  cli_launch_begin((int)l.world);
   int local = 0;
-  for (int r = 0; r < world; r++) {
-    if (!mark[r])
+  for (int r = 0; r < l.world; r++) {
+    if (!l.mark[r])
       continue;
     pid_t pid = cli_launch_fork(r);
-    if (pid == 0) {
-      char rank_s[16], local_s[16];
-      snprintf(rank_s, sizeof rank_s, "%d", r);
-      snprintf(local_s, sizeof local_s, "%d", local);
-      setenv("RANK", rank_s, 1);
-      setenv("LOCAL_RANK", local_s, 1);
-      setenv("WORLD_SIZE", world_s, 1);
-      setenv("LOCAL_WORLD_SIZE", here_s, 1);
-      setenv("MASTER_ADDR", host, 1);
-      setenv("MASTER_PORT", port, 1);
-      /* only rank 0's lines are the run's: any other rank's go to the log */
-      if (r != 0 && dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
-        _exit(SS_EXIT_FAILURE);
-      execvp(cmd[0], cmd);
-      fprintf(stderr, "scalesweep launch: rank %d: cannot start %s: %s\n", r, cmd[0],
-              strerror(errno));
-      _exit(127);
-    }
+    if (pid == 0)
+      exec_rank(&l, r, local, here);
     if (pid < 0) {
       fprintf(stderr, "scalesweep launch: rank %d: fork: %s\n", r, strerror(errno));
-      mark[r] = 0;
+      l.mark[r] = 0;
       break;
     }
     local++;
   }
-  int code = cli_launch_wait("scalesweep launch", (int)world, mark, first, 1);
+  int code = cli_launch_wait("scalesweep launch", (int)l.world, l.mark, first, 1);
   return local < here && code == 0 ? SS_EXIT_FAILURE : code;
 }

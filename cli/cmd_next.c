@@ -77,17 +77,50 @@ static void print_design(json_t *d, long long sweep) {
   }
 }
 
-int cmd_next(int argc, char **argv) {
-  const char *url = NULL, *state = NULL, *token_file = NULL, *flops_s = NULL, *points_s = NULL,
-             *arg = NULL;
-  int json = 0, submit = 0;
-  const cli_opt opts[] = {{"--json", NULL, &json},
-                          {"--submit", NULL, &submit},
+/* What the command line asks of next, read and checked. */
+typedef struct next_args {
+  const char *url, *state, *token_file;
+  int json, submit;
+  long long id;
+  double flops;
+  long points; /* 0: the server's default */
+} next_args;
+
+/* The sweep id, --flops and --points, checked: -1 to go on, else a usage
+ * error's exit code. */
+static int check_next_args(const char *arg, const char *flops_s, const char *points_s,
+                           next_args *n) {
+  char *end;
+  n->id = arg ? strtoll(arg, &end, 10) : 0;
+  if (!arg || *end || n->id <= 0)
+    return cli_usage_error("next", NULL, "expected a positive sweep id, found '%s'",
+                           arg ? arg : "nothing");
+  n->flops = flops_s ? strtod(flops_s, &end) : NAN;
+  if (!flops_s || *end || !(n->flops > 0) || !isfinite(n->flops))
+    return cli_usage_error("next", NULL,
+                           "--flops: expected the new budget in FLOPs above 0 (3e13), found "
+                           "'%s'",
+                           flops_s ? flops_s : "nothing");
+  n->points = points_s ? strtol(points_s, &end, 10) : 0;
+  if (points_s && (*end || n->points < 1 || n->points > 1000))
+    return cli_usage_error("next", NULL,
+                           "--points: expected a whole number of model sizes, "
+                           "found '%s'",
+                           points_s);
+  return -1;
+}
+
+/* Reads argv into n: -1 to go on, else the exit code (--help, or a usage
+ * error said on stderr). */
+static int read_next_args(int argc, char **argv, next_args *n) {
+  const char *flops_s = NULL, *points_s = NULL, *arg = NULL;
+  const cli_opt opts[] = {{"--json", NULL, &n->json},
+                          {"--submit", NULL, &n->submit},
                           {"--flops", &flops_s, NULL},
                           {"--points", &points_s, NULL},
-                          {"--url", &url, NULL},
-                          {"--state", &state, NULL},
-                          {"--token-file", &token_file, NULL}};
+                          {"--url", &n->url, NULL},
+                          {"--state", &n->state, NULL},
+                          {"--token-file", &n->token_file, NULL}};
   for (int i = 1; i < argc; i++) {
     if (cli_is_help(argv[i])) {
       printf("%s", usage);
@@ -101,62 +134,57 @@ int cmd_next(int argc, char **argv) {
     }
     arg = argv[i];
   }
-  char *end;
-  long long id = arg ? strtoll(arg, &end, 10) : 0;
-  if (!arg || *end || id <= 0)
-    return cli_usage_error("next", NULL, "expected a positive sweep id, found '%s'",
-                           arg ? arg : "nothing");
-  double flops = flops_s ? strtod(flops_s, &end) : NAN;
-  if (!flops_s || *end || !(flops > 0) || !isfinite(flops))
-    return cli_usage_error("next", NULL,
-                           "--flops: expected the new budget in FLOPs above 0 (3e13), found "
-                           "'%s'",
-                           flops_s ? flops_s : "nothing");
-  long points = points_s ? strtol(points_s, &end, 10) : 0;
-  if (points_s && (*end || points < 1 || points > 1000))
-    return cli_usage_error("next", NULL,
-                           "--points: expected a whole number of model sizes, "
-                           "found '%s'",
-                           points_s);
+  return check_next_args(arg, flops_s, points_s, n);
+}
 
-  int rc;
-  char path[160], body[128], *raw = NULL;
-  json_t *j;
-  if (submit) {
-    snprintf(path, sizeof path, "/api/sweeps/%lld/next", id);
-    int n = snprintf(body, sizeof body, "{\"flops\":%.17g", flops);
-    snprintf(body + n, sizeof body - (size_t)n, points ? ",\"points\":%ld}" : "}", points);
-    j = cli_call(url, state, token_file, "POST", path, body, strlen(body), &rc, &raw);
-  } else {
-    /* no '+' in the query (it would be read as a space): 1e+17 as 1e17 */
-    char c[40], *w = c;
-    snprintf(c, sizeof c, "%.17g", flops);
-    for (const char *q = c; *q; q++)
-      if (*q != '+')
-        *w++ = *q;
-    *w = 0;
-    int n = snprintf(path, sizeof path, "/api/sweeps/%lld/next?flops=%s", id, c);
-    if (points)
-      snprintf(path + n, sizeof path - (size_t)n, "&points=%ld", points);
-    j = cli_call(url, state, token_file, "GET", path, NULL, 0, &rc, &raw);
+/* The design: POSTed with --submit (the runs added), else asked for with
+ * GET. The answer parsed, its text in *raw; NULL with the exit code in
+ * *rc. */
+static json_t *request_design(const next_args *n, int *rc, char **raw) {
+  char path[160], body[128];
+  if (n->submit) {
+    snprintf(path, sizeof path, "/api/sweeps/%lld/next", n->id);
+    int k = snprintf(body, sizeof body, "{\"flops\":%.17g", n->flops);
+    snprintf(body + k, sizeof body - (size_t)k, n->points ? ",\"points\":%ld}" : "}", n->points);
+    return cli_call(n->url, n->state, n->token_file, "POST", path, body, strlen(body), rc, raw);
   }
+  /* no '+' in the query (it would be read as a space): 1e+17 as 1e17 */
+  char c[40], *w = c;
+  snprintf(c, sizeof c, "%.17g", n->flops);
+  for (const char *q = c; *q; q++)
+    if (*q != '+')
+      *w++ = *q;
+  *w = 0;
+  int k = snprintf(path, sizeof path, "/api/sweeps/%lld/next?flops=%s", n->id, c);
+  if (n->points)
+    snprintf(path + k, sizeof path - (size_t)k, "&points=%ld", n->points);
+  return cli_call(n->url, n->state, n->token_file, "GET", path, NULL, 0, rc, raw);
+}
+
+int cmd_next(int argc, char **argv) {
+  next_args n = {0};
+  int rc = read_next_args(argc, argv, &n);
+  if (rc >= 0)
+    return rc;
+  char *raw = NULL;
+  json_t *j = request_design(&n, &rc, &raw);
   if (!j) {
     free(raw);
     return rc;
   }
-  if (json) {
+  if (n.json) {
     printf("%s\n", raw);
-  } else if (submit) {
-    print_design(json_object_get(j, "design"), id);
+  } else if (n.submit) {
+    print_design(json_object_get(j, "design"), n.id);
     double added = num(j, "added");
     if (added > 0)
-      printf("%.0f run(s) added to sweep %lld (scalesweep status %lld)\n", added, id, id);
+      printf("%.0f run(s) added to sweep %lld (scalesweep status %lld)\n", added, n.id, n.id);
     else
-      printf("sweep %lld has these runs already: nothing added\n", id);
+      printf("sweep %lld has these runs already: nothing added\n", n.id);
   } else {
-    print_design(j, id);
-    printf("(scalesweep next %lld --flops %.3g --submit adds these runs to the sweep)\n", id,
-           flops);
+    print_design(j, n.id);
+    printf("(scalesweep next %lld --flops %.3g --submit adds these runs to the sweep)\n", n.id,
+           n.flops);
   }
   free(raw);
   json_decref(j);

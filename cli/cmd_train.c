@@ -97,160 +97,206 @@ static void usage(FILE *f) {
              "when\ncheckpoint.dir is set).\n");
 }
 
-int cmd_train(int argc, char **argv) {
-  const char *config = NULL, *resume = NULL, *ckdir = NULL, *dist = NULL, *ranks = NULL;
-  const char *branch = NULL, *keep = NULL;
-  int64_t keep_steps[TRAIN_MAX_KEEP_STEPS];
-  int nkeep = 0;
-  long long rank = -1, listen_fd = -1, dist_timeout = 600;
-  int quiet = 0;
-  long long max_step = -1;
-  int print_only = 0, print_memory = 0, no_data_dirs = 0, ndirs = 0;
+/* What the command line asks of train; the strings point into argv. */
+typedef struct train_args {
+  const char *config, *resume, *ckdir, *dist, *ranks, *branch, *keep;
+  long long rank, listen_fd, dist_timeout, max_step;
+  int quiet, print_only, print_memory, no_data_dirs, ndirs;
   const char *dirs[TRAIN_MAX_DATA_DIRS];
-  const cli_opt options[] = {{"--config", &config, NULL},
-                             {"--checkpoint-dir", &ckdir, NULL},
-                             {"--resume", &resume, NULL},
-                             {"--branch-from", &branch, NULL},
-                             {"--keep-steps", &keep, NULL},
-                             {"--print-config", NULL, &print_only},
-                             {"--print-memory", NULL, &print_memory},
-                             {"--no-data-dirs", NULL, &no_data_dirs}};
+} train_args;
+
+/* The options cli_opt_read does not cover: those whose value is checked
+ * here, and the launcher's. Returns 1 when argv[*i] was one of them (*i
+ * then on its value), with *rc set to an exit code for a bad value (said
+ * on stderr); 0 when it was none of them or lacks its value. */
+static int read_train_opt(int argc, char **argv, int *i, train_args *a, int *rc) {
+  const char *arg = argv[*i];
+  if (!strcmp(arg, "--data-dir") && *i + 1 < argc) {
+    const char *v = argv[++*i];
+    struct stat st;
+    if (!*v || stat(v, &st) != 0 || !S_ISDIR(st.st_mode) || a->ndirs == TRAIN_MAX_DATA_DIRS) {
+      fprintf(stderr, "scalesweep train: --data-dir '%s': %s\n", v,
+              a->ndirs == TRAIN_MAX_DATA_DIRS ? "too many (at most 16)" : "expected a directory");
+      *rc = SS_EXIT_USAGE;
+      return 1;
+    }
+    a->dirs[a->ndirs++] = v;
+  } else if ((!strcmp(arg, "--rank") || !strcmp(arg, "--dist-listen-fd") ||
+              !strcmp(arg, "--dist-timeout")) &&
+             *i + 1 < argc) {
+    char *end;
+    const char *v = argv[++*i];
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || x < 0 || x > 1 << 20) {
+      fprintf(stderr, "scalesweep train: %s '%s': expected an integer >= 0\n", arg, v);
+      *rc = SS_EXIT_USAGE;
+      return 1;
+    }
+    *(!strcmp(arg, "--rank")           ? &a->rank
+      : !strcmp(arg, "--dist-timeout") ? &a->dist_timeout
+                                       : &a->listen_fd) = x;
+  } else if (!strcmp(arg, "--dist") && *i + 1 < argc) {
+    a->dist = argv[++*i];
+  } else if (!strcmp(arg, "--ranks") && *i + 1 < argc) {
+    a->ranks = argv[++*i];
+  } else if (!strcmp(arg, "--dist-quiet")) {
+    a->quiet = 1; /* the launcher's: another rank of this host prints the run's lines */
+  } else if (!strcmp(arg, "--resume-max-step") && *i + 1 < argc) {
+    char *end;
+    const char *v = argv[++*i];
+    errno = 0;
+    a->max_step = strtoll(v, &end, 10);
+    if (!*v || *end || errno || a->max_step < 0) {
+      fprintf(stderr, "scalesweep train: --resume-max-step '%s': expected an integer >= 0\n", v);
+      *rc = SS_EXIT_USAGE;
+      return 1;
+    }
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+/* Reads argv into a: -1 to go on, else the exit code (--help, or a usage
+ * error already said on stderr). */
+static int parse_train_args(int argc, char **argv, train_args *a) {
+  const cli_opt options[] = {{"--config", &a->config, NULL},
+                             {"--checkpoint-dir", &a->ckdir, NULL},
+                             {"--resume", &a->resume, NULL},
+                             {"--branch-from", &a->branch, NULL},
+                             {"--keep-steps", &a->keep, NULL},
+                             {"--print-config", NULL, &a->print_only},
+                             {"--print-memory", NULL, &a->print_memory},
+                             {"--no-data-dirs", NULL, &a->no_data_dirs}};
   for (int i = 1; i < argc; i++) {
+    int rc = -1;
     if (cli_is_help(argv[i])) {
       usage(stdout);
       return SS_EXIT_OK;
-    } else if (cli_opt_read(argc, argv, &i, options, sizeof options / sizeof *options)) {
-      continue;
-    } else if (!strcmp(argv[i], "--data-dir") && i + 1 < argc) {
-      const char *v = argv[++i];
-      struct stat st;
-      if (!*v || stat(v, &st) != 0 || !S_ISDIR(st.st_mode) || ndirs == TRAIN_MAX_DATA_DIRS) {
-        fprintf(stderr, "scalesweep train: --data-dir '%s': %s\n", v,
-                ndirs == TRAIN_MAX_DATA_DIRS ? "too many (at most 16)" : "expected a directory");
-        return SS_EXIT_USAGE;
-      }
-      dirs[ndirs++] = v;
-    } else if ((!strcmp(argv[i], "--rank") || !strcmp(argv[i], "--dist-listen-fd") ||
-                !strcmp(argv[i], "--dist-timeout")) &&
-               i + 1 < argc) {
-      char *end;
-      const char *name = argv[i], *v = argv[++i];
-      long long x = strtoll(v, &end, 10);
-      if (!*v || *end || x < 0 || x > 1 << 20) {
-        fprintf(stderr, "scalesweep train: %s '%s': expected an integer >= 0\n", name, v);
-        return SS_EXIT_USAGE;
-      }
-      *(!strcmp(name, "--rank")           ? &rank
-        : !strcmp(name, "--dist-timeout") ? &dist_timeout
-                                          : &listen_fd) = x;
-    } else if (!strcmp(argv[i], "--dist") && i + 1 < argc) {
-      dist = argv[++i];
-    } else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) {
-      ranks = argv[++i];
-    } else if (!strcmp(argv[i], "--dist-quiet")) {
-      quiet = 1; /* the launcher's: another rank of this host prints the run's lines */
-    } else if (!strcmp(argv[i], "--resume-max-step") && i + 1 < argc) {
-      char *end;
-      const char *v = argv[++i];
-      errno = 0;
-      max_step = strtoll(v, &end, 10);
-      if (!*v || *end || errno || max_step < 0) {
-        fprintf(stderr, "scalesweep train: --resume-max-step '%s': expected an integer >= 0\n", v);
-        return SS_EXIT_USAGE;
-      }
-    } else {
-      fprintf(stderr, "scalesweep train: unexpected argument '%s'%s\n", argv[i],
-              (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--resume") ||
-               !strcmp(argv[i], "--checkpoint-dir") || !strcmp(argv[i], "--resume-max-step") ||
-               !strcmp(argv[i], "--data-dir"))
-                  ? " (it needs a value)"
-                  : "");
-      usage(stderr);
-      return SS_EXIT_USAGE;
     }
+    if (cli_opt_read(argc, argv, &i, options, sizeof options / sizeof *options))
+      continue;
+    if (read_train_opt(argc, argv, &i, a, &rc)) {
+      if (rc >= 0)
+        return rc;
+      continue;
+    }
+    fprintf(stderr, "scalesweep train: unexpected argument '%s'%s\n", argv[i],
+            (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--resume") ||
+             !strcmp(argv[i], "--checkpoint-dir") || !strcmp(argv[i], "--resume-max-step") ||
+             !strcmp(argv[i], "--data-dir"))
+                ? " (it needs a value)"
+                : "");
+    usage(stderr);
+    return SS_EXIT_USAGE;
   }
-  if (!config) {
+  if (!a->config) {
     fprintf(stderr, "scalesweep train: --config is required\n");
     usage(stderr);
     return SS_EXIT_USAGE;
   }
+  return -1;
+}
+
+/* The options that only count for a run that trains: 0, or
+ * SS_EXIT_USAGE said on stderr. Sets *nkeep. */
+static int check_train_args(const train_args *a, int64_t *keep_steps, int *nkeep) {
+  if (a->max_step >= 0 && !a->resume) {
+    fprintf(stderr, "scalesweep train: --resume-max-step needs --resume DIR\n");
+    return SS_EXIT_USAGE;
+  }
+  if (a->keep && (*nkeep = parse_steps(a->keep, keep_steps, TRAIN_MAX_KEEP_STEPS)) < 0)
+    return SS_EXIT_USAGE;
+  if (a->branch && !*a->branch) {
+    fprintf(stderr, "scalesweep train: --branch-from: expected a checkpoint file, found ''\n");
+    return SS_EXIT_USAGE;
+  }
+  if (a->ckdir && !*a->ckdir) {
+    fprintf(stderr, "scalesweep train: --checkpoint-dir: expected a directory, found ''\n");
+    return SS_EXIT_USAGE;
+  }
+  if (a->no_data_dirs && a->ndirs) {
+    fprintf(stderr, "scalesweep train: --no-data-dirs and --data-dir: expected one or the other\n");
+    return SS_EXIT_USAGE;
+  }
+  return 0;
+}
+
+/* This process's rank trains: its exit code. */
+static int train_rank(rcfg *cfg, const train_args *a, const int64_t *keep_steps, int nkeep,
+                      char *err, size_t errlen) {
+  if (a->quiet && !freopen("/dev/null", "w", stdout)) /* another rank speaks for the run */
+    return SS_EXIT_FAILURE;
+  trn_train_opts opts = {
+      .resume_dir = a->resume,
+      .resume_max_step = (int64_t)a->max_step,
+      .checkpoint_dir = a->ckdir,
+      .branch_from = a->branch,
+      .keep_steps = keep_steps,
+      .nkeep_steps = nkeep,
+      .confine_data = a->no_data_dirs || a->ndirs > 0,
+      .data_dirs = a->dirs,
+      .ndata_dirs = a->ndirs,
+      .rank = a->rank < 0 ? 0 : (int)a->rank,
+      .local_rank = getenv("SCALESWEEP_LOCAL_RANK") ? atoi(getenv("SCALESWEEP_LOCAL_RANK")) : 0,
+      .dist_addr = a->dist,
+      .dist_listen_fd = (int)a->listen_fd,
+      .dist_secret = getenv("SCALESWEEP_DIST_SECRET"),
+      .dist_timeout_ms = (int)a->dist_timeout * 1000};
+  int rc = trn_train(cfg, &opts, stdout, err, errlen);
+  if (rc && a->rank > 0)
+    fprintf(stderr, "scalesweep train: rank %lld: %s\n", a->rank, err);
+  else if (rc)
+    fprintf(stderr, "scalesweep train: %s\n", err);
+  if (rc == SS_ETERM)
+    return 128 + trn_train_stop_signal();
+  return err_exit_code(rc);
+}
+
+int cmd_train(int argc, char **argv) {
+  train_args a = {.rank = -1, .listen_fd = -1, .dist_timeout = 600, .max_step = -1};
+  int rc = parse_train_args(argc, argv, &a);
+  if (rc >= 0)
+    return rc;
   static char err[8192];
   rcfg cfg;
-  int rc = rcfg_load(!strcmp(config, "-") ? "/dev/stdin" : config, &cfg, err, sizeof err);
+  rc = rcfg_load(!strcmp(a.config, "-") ? "/dev/stdin" : a.config, &cfg, err, sizeof err);
   if (rc) {
     fprintf(stderr, "%s\n", err);
     return err_exit_code(rc);
   }
-  if (print_only) {
+  if (a.print_only) {
     char *s = rcfg_to_json(&cfg);
     printf("%s\n", s);
     free(s);
     return SS_EXIT_OK;
   }
-  if (print_memory)
+  if (a.print_memory)
     return print_memory_of(&cfg);
   if (strcmp(cfg.trainer, "builtin") != 0) {
     fprintf(stderr,
             "%s: $.trainer: found \"%s\", expected \"builtin\" or no key: scalesweep train is "
             "the built-in trainer; a worker runs the trainer \"%s\" with the command its "
             "operator declared (--trainer %s=COMMAND; docs/trainers.md)\n",
-            config, cfg.trainer, cfg.trainer, cfg.trainer);
+            a.config, cfg.trainer, cfg.trainer, cfg.trainer);
     return SS_EXIT_USAGE;
   }
   trn_train_install_signals();
-  if (max_step >= 0 && !resume) {
-    fprintf(stderr, "scalesweep train: --resume-max-step needs --resume DIR\n");
-    return SS_EXIT_USAGE;
-  }
-  if (keep && (nkeep = parse_steps(keep, keep_steps, TRAIN_MAX_KEEP_STEPS)) < 0)
-    return SS_EXIT_USAGE;
-  if (branch && !*branch) {
-    fprintf(stderr, "scalesweep train: --branch-from: expected a checkpoint file, found ''\n");
-    return SS_EXIT_USAGE;
-  }
-  if (ckdir && !*ckdir) {
-    fprintf(stderr, "scalesweep train: --checkpoint-dir: expected a directory, found ''\n");
-    return SS_EXIT_USAGE;
-  }
-  if (no_data_dirs && ndirs) {
-    fprintf(stderr, "scalesweep train: --no-data-dirs and --data-dir: expected one or the other\n");
-    return SS_EXIT_USAGE;
-  }
-  if ((rc = cli_blas_pin(&cfg, argc, argv, config)) != 0)
+  int64_t keep_steps[TRAIN_MAX_KEEP_STEPS];
+  int nkeep = 0;
+  if ((rc = check_train_args(&a, keep_steps, &nkeep)) != 0)
     return rc;
-  if (cfg.world_size > 1 && rank < 0) /* the launcher of this host's ranks */
-    return cli_train_launch(argc, argv, &cfg, config, ranks, dist);
-  if (rank >= cfg.world_size || (rank > 0 && !dist) || (rank == 0 && !dist && listen_fd < 0)) {
+  if ((rc = cli_blas_pin(&cfg, argc, argv, a.config)) != 0)
+    return rc;
+  if (cfg.world_size > 1 && a.rank < 0) /* the launcher of this host's ranks */
+    return cli_train_launch(argc, argv, &cfg, a.config, a.ranks, a.dist);
+  if (a.rank >= cfg.world_size || (a.rank > 0 && !a.dist) ||
+      (a.rank == 0 && !a.dist && a.listen_fd < 0)) {
     fprintf(stderr,
             "scalesweep train: --rank %lld: expected a rank below world_size %d, with --dist "
             "HOST:PORT\n",
-            rank, cfg.world_size);
+            a.rank, cfg.world_size);
     return SS_EXIT_USAGE;
   }
-  if (quiet && !freopen("/dev/null", "w", stdout)) /* another rank speaks for the run */
-    return SS_EXIT_FAILURE;
-  trn_train_opts opts = {
-      .resume_dir = resume,
-      .resume_max_step = (int64_t)max_step,
-      .checkpoint_dir = ckdir,
-      .branch_from = branch,
-      .keep_steps = keep_steps,
-      .nkeep_steps = nkeep,
-      .confine_data = no_data_dirs || ndirs > 0,
-      .data_dirs = dirs,
-      .ndata_dirs = ndirs,
-      .rank = rank < 0 ? 0 : (int)rank,
-      .local_rank = getenv("SCALESWEEP_LOCAL_RANK") ? atoi(getenv("SCALESWEEP_LOCAL_RANK")) : 0,
-      .dist_addr = dist,
-      .dist_listen_fd = (int)listen_fd,
-      .dist_secret = getenv("SCALESWEEP_DIST_SECRET"),
-      .dist_timeout_ms = (int)dist_timeout * 1000};
-  rc = trn_train(&cfg, &opts, stdout, err, sizeof err);
-  if (rc && rank > 0)
-    fprintf(stderr, "scalesweep train: rank %lld: %s\n", rank, err);
-  else if (rc)
-    fprintf(stderr, "scalesweep train: %s\n", err);
-  if (rc == SS_ETERM)
-    return 128 + trn_train_stop_signal();
-  return err_exit_code(rc);
+  return train_rank(&cfg, &a, keep_steps, nkeep, err, sizeof err);
 }

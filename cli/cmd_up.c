@@ -188,6 +188,94 @@ static void put_list(const fit_report *r, fit_report_group g) {
   }
 }
 
+/* L(N, D) with its intervals, E against the corpus's floor, and the
+ * compute-optimal exponents from the law and from the IsoFLOP minima. */
+static void print_law(const fit_report *r) {
+  if (r->has_law) {
+    printf("  L(N, D) = E + A/N^alpha + B/D^beta (Approach 3, %.0f runs; 95%% bootstrap "
+           "intervals):\n    ",
+           r->law_runs);
+    put_row(fit_report_find(r, FIT_REPORT_LAW, "E"));
+    printf(" nats/token\n");
+    if (r->has_corpus) { /* the synthetic corpus's truth */
+      printf("      the corpus: entropy rate %.4f, window floor %.4f (the best loss on windows "
+             "of %.0f tokens); E - floor = ",
+             or0(r->entropy_rate), or0(r->window_floor), r->seq_len);
+      if (isnan(r->floor_gap))
+        printf("n/a\n");
+      else
+        printf("%+.4f\n", r->floor_gap);
+    }
+    printf("    ");
+    put_pair(r, FIT_REPORT_LAW, "A", "alpha");
+    printf("\n    ");
+    put_pair(r, FIT_REPORT_LAW, "B", "beta");
+    printf("\n  compute-optimal N_opt(C) ~ C^a, D_opt(C) ~ C^b:\n    from L(N, D):        ");
+    put_pair(r, FIT_REPORT_OPT_LAW, "a", "b");
+    printf("\n");
+  }
+  if (r->has_iso) {
+    printf("    from IsoFLOP minima: ");
+    put_pair(r, FIT_REPORT_OPT_ISO, "a", "b");
+    printf("  (%d of %d budgets with an interior minimum)\n", r->iso_usable, r->iso_budgets);
+  }
+}
+
+/* The critical batch size: from the ladder and the noise scale, and by
+ * branching at each branch point. */
+static void print_bcrit(const fit_report *r) {
+  if (r->has_batch) {
+    printf("  critical batch size (tokens):\n    from the ladder:");
+    put_list(r, FIT_REPORT_BCRIT);
+    printf("\n    from the gradient noise scale: ");
+    put_row(fit_report_find(r, FIT_REPORT_BNOISE, "B_noise"));
+    printf(" (median over the ladder)\n");
+  }
+  if (r->has_branch) {
+    printf("  critical batch size by branching (tokens), at each branch point D:\n");
+    int idx[FIT_REPORT_MAX_ROWS];
+    for (int k = 0, n = fit_report_branch_order(r, idx); k < n; k++) {
+      const fit_report_row *w = &r->rows[idx[k]], *noise = fit_report_branch_noise(r, w->at);
+      printf("    D = %.4g: ", w->at);
+      put_row(w);
+      if (noise) {
+        printf("; the trunk's ");
+        put_row(noise);
+      }
+      printf("\n");
+    }
+    printf("    B_crit ~ D^gamma_D, ~ L^(-1/alpha_B): ");
+    put_pair(r, FIT_REPORT_BRANCH_LAW, "gamma_D", "alpha_B");
+    printf("\n");
+  }
+}
+
+/* The extrapolation check (without the largest budget) and the stability
+ * check (without the smallest). */
+static void print_checks(const fit_report *r) {
+  if (r->has_extrap)
+    printf("  extrapolation: fitted without the largest budget (C = %.3g), L(N, D) predicts "
+           "its runs' mean loss %.4f; measured %.4f (mean relative error %.2f%%)\n",
+           or0(r->held_out_flops), or0(r->predicted_loss), or0(r->measured_loss),
+           100 * or0(r->rel_err));
+  if (r->has_stab_iso || r->has_stab_law)
+    printf("  stability: fitted without the smallest budget (C = %.3g):\n",
+           or0(r->has_stab_iso ? r->stab_iso_flops : r->stab_law_flops));
+  if (r->has_stab_iso) {
+    printf("    from IsoFLOP minima: ");
+    put_pair(r, FIT_REPORT_STAB_ISO, "a", "b");
+    printf("  (%.0f budgets with an interior minimum)\n", r->stab_iso_usable);
+  }
+  if (r->has_stab_law) {
+    printf("    from L(N, D):       ");
+    if (r->has_stab_iso && or0(r->stab_law_flops) != or0(r->stab_iso_flops))
+      printf("(without C = %.3g) ",
+             or0(r->stab_law_flops)); /* its smallest run is not an isoflop one */
+    put_list(r, FIT_REPORT_STAB_LAW);
+    printf("\n");
+  }
+}
+
 /* What the researcher came for, after the fits in full (the rows of
  * sweeps/fit_report.h): L(N, D) with its intervals and E next to the
  * corpus's true irreducible loss, the compute-optimal exponents by both
@@ -202,79 +290,9 @@ static void print_result(long long id, json_t *fits, double wall_s) {
            floor(wall_s / 60), fmod(wall_s, 60));
   else /* a sweep submitted by an earlier `up` */
     printf("\nresult of sweep %lld:\n", id);
-  if (r.has_law) {
-    printf("  L(N, D) = E + A/N^alpha + B/D^beta (Approach 3, %.0f runs; 95%% bootstrap "
-           "intervals):\n    ",
-           r.law_runs);
-    put_row(fit_report_find(&r, FIT_REPORT_LAW, "E"));
-    printf(" nats/token\n");
-    if (r.has_corpus) { /* the synthetic corpus's truth */
-      printf("      the corpus: entropy rate %.4f, window floor %.4f (the best loss on windows "
-             "of %.0f tokens); E - floor = ",
-             or0(r.entropy_rate), or0(r.window_floor), r.seq_len);
-      if (isnan(r.floor_gap))
-        printf("n/a\n");
-      else
-        printf("%+.4f\n", r.floor_gap);
-    }
-    printf("    ");
-    put_pair(&r, FIT_REPORT_LAW, "A", "alpha");
-    printf("\n    ");
-    put_pair(&r, FIT_REPORT_LAW, "B", "beta");
-    printf("\n  compute-optimal N_opt(C) ~ C^a, D_opt(C) ~ C^b:\n    from L(N, D):        ");
-    put_pair(&r, FIT_REPORT_OPT_LAW, "a", "b");
-    printf("\n");
-  }
-  if (r.has_iso) {
-    printf("    from IsoFLOP minima: ");
-    put_pair(&r, FIT_REPORT_OPT_ISO, "a", "b");
-    printf("  (%d of %d budgets with an interior minimum)\n", r.iso_usable, r.iso_budgets);
-  }
-  if (r.has_batch) {
-    printf("  critical batch size (tokens):\n    from the ladder:");
-    put_list(&r, FIT_REPORT_BCRIT);
-    printf("\n    from the gradient noise scale: ");
-    put_row(fit_report_find(&r, FIT_REPORT_BNOISE, "B_noise"));
-    printf(" (median over the ladder)\n");
-  }
-  if (r.has_branch) {
-    printf("  critical batch size by branching (tokens), at each branch point D:\n");
-    int idx[FIT_REPORT_MAX_ROWS];
-    for (int k = 0, n = fit_report_branch_order(&r, idx); k < n; k++) {
-      const fit_report_row *w = &r.rows[idx[k]], *noise = fit_report_branch_noise(&r, w->at);
-      printf("    D = %.4g: ", w->at);
-      put_row(w);
-      if (noise) {
-        printf("; the trunk's ");
-        put_row(noise);
-      }
-      printf("\n");
-    }
-    printf("    B_crit ~ D^gamma_D, ~ L^(-1/alpha_B): ");
-    put_pair(&r, FIT_REPORT_BRANCH_LAW, "gamma_D", "alpha_B");
-    printf("\n");
-  }
-  if (r.has_extrap)
-    printf("  extrapolation: fitted without the largest budget (C = %.3g), L(N, D) predicts "
-           "its runs' mean loss %.4f; measured %.4f (mean relative error %.2f%%)\n",
-           or0(r.held_out_flops), or0(r.predicted_loss), or0(r.measured_loss),
-           100 * or0(r.rel_err));
-  if (r.has_stab_iso || r.has_stab_law)
-    printf("  stability: fitted without the smallest budget (C = %.3g):\n",
-           or0(r.has_stab_iso ? r.stab_iso_flops : r.stab_law_flops));
-  if (r.has_stab_iso) {
-    printf("    from IsoFLOP minima: ");
-    put_pair(&r, FIT_REPORT_STAB_ISO, "a", "b");
-    printf("  (%.0f budgets with an interior minimum)\n", r.stab_iso_usable);
-  }
-  if (r.has_stab_law) {
-    printf("    from L(N, D):       ");
-    if (r.has_stab_iso && or0(r.stab_law_flops) != or0(r.stab_iso_flops))
-      printf("(without C = %.3g) ",
-             or0(r.stab_law_flops)); /* its smallest run is not an isoflop one */
-    put_list(&r, FIT_REPORT_STAB_LAW);
-    printf("\n");
-  }
+  print_law(&r);
+  print_bcrit(&r);
+  print_checks(&r);
 }
 
 /* The result's last line for a sweep whose learning rate was tuned on a
@@ -425,28 +443,36 @@ static int wait_for_sweep(const cli_target *t, long long id, time_t t0) {
   }
 }
 
-int cmd_up(int argc, char **argv) {
-  const char *state = "./.scalesweep", *sweep = NULL, *listen = "127.0.0.1:8080", *database = NULL,
-             *cpu_slots = NULL, *data_dir = ".";
-  int wait = 0;
-  const cli_opt opts[] = {{"--wait", NULL, &wait},         {"--state", &state, NULL},
-                          {"--sweep", &sweep, NULL},       {"--listen", &listen, NULL},
-                          {"--database", &database, NULL}, {"--cpu-slots", &cpu_slots, NULL},
-                          {"--data-dir", &data_dir, NULL}};
-  enum { MAX_TRAINERS = 16 };
+enum { MAX_TRAINERS = 16 };
+
+/* What the command line asks of up; the strings point into argv, or into
+ * slots_arg for the default --cpu-slots. */
+typedef struct up_args {
+  const char *state, *sweep, *listen, *database, *cpu_slots, *data_dir;
+  int wait;
   const char *trainers[MAX_TRAINERS];
-  int ntrainers = 0;
+  int ntrainers;
+  char slots_arg[16];
+} up_args;
+
+/* Reads argv into a and checks it: -1 to go on, else the exit code
+ * (--help, or a usage error said on stderr). */
+static int parse_up_args(int argc, char **argv, up_args *a) {
+  const cli_opt opts[] = {{"--wait", NULL, &a->wait},         {"--state", &a->state, NULL},
+                          {"--sweep", &a->sweep, NULL},       {"--listen", &a->listen, NULL},
+                          {"--database", &a->database, NULL}, {"--cpu-slots", &a->cpu_slots, NULL},
+                          {"--data-dir", &a->data_dir, NULL}};
   for (int i = 1; i < argc; i++) {
     if (cli_is_help(argv[i])) {
       printf("%s", usage);
       return 0;
     }
     if (!strcmp(argv[i], "--trainer") && i + 1 < argc) {
-      if (ntrainers == MAX_TRAINERS) {
+      if (a->ntrainers == MAX_TRAINERS) {
         fprintf(stderr, "scalesweep up: --trainer: at most %d\n", MAX_TRAINERS);
         return SS_EXIT_USAGE;
       }
-      trainers[ntrainers++] = argv[++i];
+      a->trainers[a->ntrainers++] = argv[++i];
       continue;
     }
     if (!cli_opt_read(argc, argv, &i, opts, sizeof opts / sizeof *opts)) {
@@ -454,49 +480,53 @@ int cmd_up(int argc, char **argv) {
       return SS_EXIT_USAGE;
     }
   }
-  if (wait && !sweep) {
+  if (a->wait && !a->sweep) {
     fprintf(stderr, "scalesweep up: --wait needs --sweep\n");
     return SS_EXIT_USAGE;
   }
-  if (sweep && access(sweep, R_OK) != 0) {
-    fprintf(stderr, "scalesweep up: --sweep %s: %s\n", sweep, strerror(errno));
+  if (a->sweep && access(a->sweep, R_OK) != 0) {
+    fprintf(stderr, "scalesweep up: --sweep %s: %s\n", a->sweep, strerror(errno));
     return SS_EXIT_USAGE;
   }
-  char slots_arg[16];
-  if (!cpu_slots && sweep) {
-    int n = default_cpu_slots(sweep);
+  if (!a->cpu_slots && a->sweep) {
+    int n = default_cpu_slots(a->sweep);
     if (n > 0) {
-      snprintf(slots_arg, sizeof slots_arg, "%d", n);
-      cpu_slots = slots_arg;
+      snprintf(a->slots_arg, sizeof a->slots_arg, "%d", n);
+      a->cpu_slots = a->slots_arg;
     }
   }
-  char err[2048], path[4096], tok[4096], apitok[4096], ready[4096], ckpt[4096], wdir[4096];
+  return -1;
+}
+
+/* The files of the state directory that the children are given. */
+typedef struct up_paths {
+  char tok[4096], apitok[4096], ready[4096], ckpt[4096], wdir[4096];
+} up_paths;
+
+/* Creates the state directory and its tokens (kept when they exist):
+ * 0, or SS_EXIT_FAILURE said on stderr. */
+static int prepare_state(const char *state, up_paths *p) {
+  char err[2048];
   if (fio_mkdirs(state, 0755) != 0) {
     fprintf(stderr, "scalesweep up: %s: %s\n", state, strerror(errno));
     return SS_EXIT_FAILURE;
   }
-  snprintf(tok, sizeof tok, "%s/cluster.token", state);
-  snprintf(apitok, sizeof apitok, "%s/api.token", state);
-  snprintf(ready, sizeof ready, "%s/scheduler.json", state);
-  snprintf(ckpt, sizeof ckpt, "%s/checkpoints", state);
-  snprintf(wdir, sizeof wdir, "%s/worker", state);
-  if (ensure_token(tok, err, sizeof err) || ensure_token(apitok, err, sizeof err)) {
+  snprintf(p->tok, sizeof p->tok, "%s/cluster.token", state);
+  snprintf(p->apitok, sizeof p->apitok, "%s/api.token", state);
+  snprintf(p->ready, sizeof p->ready, "%s/scheduler.json", state);
+  snprintf(p->ckpt, sizeof p->ckpt, "%s/checkpoints", state);
+  snprintf(p->wdir, sizeof p->wdir, "%s/worker", state);
+  if (ensure_token(p->tok, err, sizeof err) || ensure_token(p->apitok, err, sizeof err)) {
     fprintf(stderr, "scalesweep up: %s\n", err);
     return SS_EXIT_FAILURE;
   }
-  char url[1024];
-  int private_pg = !database;
-  if (private_pg) {
-    fprintf(stderr, "scalesweep up: starting PostgreSQL under %s/pg\n", state);
-    if (pgs_start(state, url, sizeof url, err, sizeof err) != 0) {
-      fprintf(stderr, "scalesweep up: %s\n", err);
-      return SS_EXIT_FAILURE;
-    }
-  } else {
-    snprintf(url, sizeof url, "%s", database);
-  }
-  /* STATE/database: the connection string for psql and other SQL clients
-   * ("psql \"$(cat STATE/database)\""); 0600, a URL may hold a password */
+  return 0;
+}
+
+/* STATE/database: the connection string for psql and other SQL clients
+ * ("psql \"$(cat STATE/database)\""); 0600, a URL may hold a password. A
+ * failure is said and let be: up runs without it. */
+static void write_database_file(const char *state, const char *url) {
   char dbfile[4200];
   snprintf(dbfile, sizeof dbfile, "%s/database", state);
   int dfd = open(dbfile, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -508,70 +538,116 @@ int cmd_up(int argc, char **argv) {
             "scalesweep up: %s: cannot write: %s (psql will not find the database "
             "there)\n",
             dbfile, strerror(errno));
+}
+
+/* The database's URL in url: --database's, or a private PostgreSQL's
+ * started under the state directory. 0, or SS_EXIT_FAILURE said on stderr. */
+static int open_database(const up_args *a, char *url, size_t urllen) {
+  if (a->database) {
+    snprintf(url, urllen, "%s", a->database);
+  } else {
+    char err[2048];
+    fprintf(stderr, "scalesweep up: starting PostgreSQL under %s/pg\n", a->state);
+    if (pgs_start(a->state, url, urllen, err, sizeof err) != 0) {
+      fprintf(stderr, "scalesweep up: %s\n", err);
+      return SS_EXIT_FAILURE;
+    }
+  }
+  write_database_file(a->state, url);
+  return 0;
+}
+
+static void install_stop_signals(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+}
 
-  unlink(ready);
-  snprintf(path, sizeof path, "%s/scheduler.log", state);
-  char *sargv[] = {"scalesweep", "scheduler",        "--database",     url,        "--token-file",
-                   tok,          "--api-token-file", apitok,           "--listen", (char *)listen,
-                   "--workers",  "127.0.0.1:0",      "--checkpoints",  ckpt,       "--ready-file",
-                   ready,        "--data-dir",       (char *)data_dir, NULL};
-  pid_t sched_pid = spawn(sargv, path), worker_pid = -1;
-  int rc = 0, http_port = 0, workers_port = 0;
-  for (int i = 0; i < 300 && read_ports(ready, &http_port, &workers_port) != 0; i++) {
-    if (waitpid(sched_pid, NULL, WNOHANG) == sched_pid || stop_requested) {
-      fprintf(stderr, "scalesweep up: the scheduler stopped; see %s\n", path);
-      sched_pid = -1;
-      rc = SS_EXIT_FAILURE;
-      break;
+/* Spawns the scheduler and waits (30 s) for the ports in its ready file:
+ * 0, or SS_EXIT_FAILURE said on stderr (*pid then -1 when it stopped). */
+static int start_scheduler(const up_args *a, const up_paths *p, char *url, pid_t *pid,
+                           int *http_port, int *workers_port) {
+  char log[4096];
+  unlink(p->ready);
+  snprintf(log, sizeof log, "%s/scheduler.log", a->state);
+  char *sargv[] = {"scalesweep",
+                   "scheduler",
+                   "--database",
+                   url,
+                   "--token-file",
+                   (char *)p->tok,
+                   "--api-token-file",
+                   (char *)p->apitok,
+                   "--listen",
+                   (char *)a->listen,
+                   "--workers",
+                   "127.0.0.1:0",
+                   "--checkpoints",
+                   (char *)p->ckpt,
+                   "--ready-file",
+                   (char *)p->ready,
+                   "--data-dir",
+                   (char *)a->data_dir,
+                   NULL};
+  *pid = spawn(sargv, log);
+  for (int i = 0; i < 300 && read_ports(p->ready, http_port, workers_port) != 0; i++) {
+    if (waitpid(*pid, NULL, WNOHANG) == *pid || stop_requested) {
+      fprintf(stderr, "scalesweep up: the scheduler stopped; see %s\n", log);
+      *pid = -1;
+      return SS_EXIT_FAILURE;
     }
     usleep(100000);
   }
-  if (!rc && !http_port) {
-    fprintf(stderr, "scalesweep up: the scheduler did not come up in 30 s; see %s\n", path);
-    rc = SS_EXIT_FAILURE;
+  if (!*http_port) {
+    fprintf(stderr, "scalesweep up: the scheduler did not come up in 30 s; see %s\n", log);
+    return SS_EXIT_FAILURE;
   }
-  if (!rc) {
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", workers_port);
-    snprintf(path, sizeof path, "%s/worker.log", state);
-    char *wargv[16 + 2 * MAX_TRAINERS] = {"scalesweep",   "worker", "--scheduler", addr,
-                                          "--token-file", tok,      "--work-dir",  wdir};
-    int wn = 8;
-    for (int t = 0; t < ntrainers; t++) {
-      wargv[wn++] = "--trainer";
-      wargv[wn++] = (char *)trainers[t];
-    }
-    if (cpu_slots) {
-      wargv[wn++] = "--cpu-slots";
-      wargv[wn++] = (char *)cpu_slots;
-    }
-    wargv[wn] = NULL;
-    worker_pid = spawn(wargv, path);
-    /* the slot count only where up chose or was given it: else the worker
-     * decides (1 on a CPU host, 0 beside GPUs) and its log says which */
-    printf("scalesweep is up: http://127.0.0.1:%d/  (state %s; logs scheduler.log, "
-           "worker.log%s%s%s)\n",
-           http_port, state, cpu_slots ? "; " : "", cpu_slots ? cpu_slots : "",
-           !cpu_slots               ? ""
-           : strcmp(cpu_slots, "1") ? " CPU runs at a time"
-                                    : " CPU run at a time");
-    fflush(stdout);
+  return 0;
+}
+
+/* Spawns the local worker against the scheduler's workers port and says
+ * that everything is up; its pid. */
+static pid_t start_worker(const up_args *a, const up_paths *p, int http_port, int workers_port) {
+  char addr[64], log[4096];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", workers_port);
+  snprintf(log, sizeof log, "%s/worker.log", a->state);
+  char *wargv[16 + 2 * MAX_TRAINERS] = {"scalesweep", "worker",       "--scheduler",
+                                        addr,         "--token-file", (char *)p->tok,
+                                        "--work-dir", (char *)p->wdir};
+  int wn = 8;
+  for (int t = 0; t < a->ntrainers; t++) {
+    wargv[wn++] = "--trainer";
+    wargv[wn++] = (char *)a->trainers[t];
   }
-  cli_target t;
-  if (!rc)
-    rc = cli_target_find(&t, NULL, state, NULL);
-  /* serving is not ready: wait until the scheduler reaches its database */
-  for (int i = 0; !rc && i < 300; i++) {
+  if (a->cpu_slots) {
+    wargv[wn++] = "--cpu-slots";
+    wargv[wn++] = (char *)a->cpu_slots;
+  }
+  wargv[wn] = NULL;
+  pid_t pid = spawn(wargv, log);
+  /* the slot count only where up chose or was given it: else the worker
+   * decides (1 on a CPU host, 0 beside GPUs) and its log says which */
+  printf("scalesweep is up: http://127.0.0.1:%d/  (state %s; logs scheduler.log, "
+         "worker.log%s%s%s)\n",
+         http_port, a->state, a->cpu_slots ? "; " : "", a->cpu_slots ? a->cpu_slots : "",
+         !a->cpu_slots               ? ""
+         : strcmp(a->cpu_slots, "1") ? " CPU runs at a time"
+                                     : " CPU run at a time");
+  fflush(stdout);
+  return pid;
+}
+
+/* Serving is not ready until the scheduler reaches its database: waits
+ * (30 s) for /healthz. 0, or SS_EXIT_FAILURE said on stderr. */
+static int wait_healthy(const cli_target *t, const char *state) {
+  for (int i = 0; i < 300; i++) {
     int status = 0;
     char *resp = NULL;
-    if (cli_request(&t, "GET", "/healthz", NULL, 0, &status, &resp) == 0 && status == 200) {
+    if (cli_request(t, "GET", "/healthz", NULL, 0, &status, &resp) == 0 && status == 200) {
       free(resp);
-      break;
+      return 0;
     }
     free(resp);
     if (stop_requested || i == 299) {
@@ -579,38 +655,77 @@ int cmd_up(int argc, char **argv) {
               "scalesweep up: the scheduler did not reach its database; see %s/"
               "scheduler.log\n",
               state);
-      rc = SS_EXIT_FAILURE;
+      return SS_EXIT_FAILURE;
     }
     usleep(100000);
   }
+  return 0;
+}
+
+/* Until Ctrl-C, or until a child exits (said on stderr, its pid then -1,
+ * and SS_EXIT_FAILURE). */
+static int supervise(pid_t *sched_pid, pid_t *worker_pid, const char *state) {
+  while (!stop_requested) {
+    if (waitpid(*sched_pid, NULL, WNOHANG) == *sched_pid) {
+      fprintf(stderr, "scalesweep up: the scheduler exited; see %s/scheduler.log\n", state);
+      *sched_pid = -1;
+      return SS_EXIT_FAILURE;
+    }
+    if (*worker_pid > 0 && waitpid(*worker_pid, NULL, WNOHANG) == *worker_pid) {
+      fprintf(stderr, "scalesweep up: the worker exited; see %s/worker.log\n", state);
+      *worker_pid = -1;
+      return SS_EXIT_FAILURE;
+    }
+    usleep(200000);
+  }
+  return 0;
+}
+
+/* Everything is up: submits --sweep, then waits for it (--wait) or
+ * supervises the children until Ctrl-C. The exit code. */
+static int serve(const up_args *a, const cli_target *t, pid_t *sched_pid, pid_t *worker_pid) {
   time_t t0 = time(NULL);
   long long id = 0;
-  int earlier = 0;
-  if (!rc && sweep)
-    rc = cli_submit(sweep, NULL, state, NULL, 0, &id, &earlier);
-  if (!rc && wait) {
-    rc = wait_for_sweep(&t, id, earlier ? 0 : t0);
-  } else if (!rc) {
-    while (!stop_requested) {
-      if (waitpid(sched_pid, NULL, WNOHANG) == sched_pid) {
-        fprintf(stderr, "scalesweep up: the scheduler exited; see %s/scheduler.log\n", state);
-        sched_pid = -1;
-        rc = SS_EXIT_FAILURE;
-        break;
-      }
-      if (worker_pid > 0 && waitpid(worker_pid, NULL, WNOHANG) == worker_pid) {
-        fprintf(stderr, "scalesweep up: the worker exited; see %s/worker.log\n", state);
-        worker_pid = -1;
-        rc = SS_EXIT_FAILURE;
-        break;
-      }
-      usleep(200000);
-    }
-  }
+  int earlier = 0, rc = 0;
+  if (a->sweep)
+    rc = cli_submit(a->sweep, NULL, a->state, NULL, 0, &id, &earlier);
+  if (!rc && a->wait)
+    return wait_for_sweep(t, id, earlier ? 0 : t0);
+  if (!rc)
+    rc = supervise(sched_pid, worker_pid, a->state);
+  return rc;
+}
+
+int cmd_up(int argc, char **argv) {
+  up_args a = {.state = "./.scalesweep", .listen = "127.0.0.1:8080", .data_dir = "."};
+  int rc = parse_up_args(argc, argv, &a);
+  if (rc >= 0)
+    return rc;
+  up_paths p;
+  if ((rc = prepare_state(a.state, &p)) != 0)
+    return rc;
+  char url[1024];
+  int private_pg = !a.database;
+  if ((rc = open_database(&a, url, sizeof url)) != 0)
+    return rc;
+  install_stop_signals();
+  pid_t sched_pid = -1, worker_pid = -1;
+  int http_port = 0, workers_port = 0;
+  rc = start_scheduler(&a, &p, url, &sched_pid, &http_port, &workers_port);
+  if (!rc)
+    worker_pid = start_worker(&a, &p, http_port, workers_port);
+  cli_target t;
+  if (!rc)
+    rc = cli_target_find(&t, NULL, a.state, NULL);
+  if (!rc)
+    rc = wait_healthy(&t, a.state);
+  if (!rc)
+    rc = serve(&a, &t, &sched_pid, &worker_pid);
   fprintf(stderr, "scalesweep up: stopping\n");
   stop_child(worker_pid, "the worker", 20);
   stop_child(sched_pid, "the scheduler", 10);
-  if (private_pg && pgs_stop(state, err, sizeof err) != 0)
+  char err[2048];
+  if (private_pg && pgs_stop(a.state, err, sizeof err) != 0)
     fprintf(stderr, "scalesweep up: %s\n", err);
   return rc;
 }

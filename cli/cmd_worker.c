@@ -82,12 +82,85 @@ static int parse_seconds(const char *opt, const char *s, double *out) {
   return 0;
 }
 
-int cmd_worker(int argc, char **argv) {
-  static int gpus[MAX_GPUS];
-  static const char *data_dirs[MAX_DATA_DIRS];
-  static const char *trainers[MAX_TRAINERS];
-  wrk_options o;
-  wrk_options_init(&o);
+/* --cpu-slots and --hang-timeout: 0, or a usage error's exit code. */
+static int parse_cpu_slots(const char *v, wrk_options *o) {
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  if (!*v || *end || errno || n < 0 || n > 4096)
+    return cli_usage_error("worker", NULL, "--cpu-slots %s: expected an integer in 0..4096", v);
+  o->cpu_slots = (int)n;
+  return 0;
+}
+
+static int parse_hang_timeout(const char *v, wrk_options *o) {
+  char *end;
+  double t = strtod(v, &end);
+  if (!*v || *end || !isfinite(t) || t < 0 || t > 30 * 86400.0)
+    return cli_usage_error("worker", NULL,
+                           "--hang-timeout %s: expected seconds in [0, 2592000] (0: never)", v);
+  o->hang_timeout_s = t == 0 ? -1 : t;
+  return 0;
+}
+
+/* The repeatable options' values: they outlive the parse, in o. */
+static int gpus[MAX_GPUS];
+static const char *data_dirs[MAX_DATA_DIRS];
+static const char *trainers[MAX_TRAINERS];
+
+/* Option a (its name the first nlen bytes) with value v into o: 0, or a
+ * usage error's exit code. */
+static int set_worker_option(const char *a, size_t nlen, const char *v, wrk_options *o) {
+#define IS(name) (nlen == strlen(name) && !strncmp(a, name, nlen))
+  if (IS("--scheduler")) {
+    o->scheduler = v;
+  } else if (IS("--token-file")) {
+    o->token_file = v;
+  } else if (IS("--gpus")) {
+    int rc = parse_gpus(v, gpus, &o->n_gpus);
+    if (rc)
+      return rc;
+    o->gpus = gpus;
+  } else if (IS("--cpu-slots")) {
+    return parse_cpu_slots(v, o);
+  } else if (IS("--work-dir")) {
+    o->work_dir = v;
+  } else if (IS("--name")) {
+    o->name = v;
+  } else if (IS("--data-dir")) {
+    if (o->n_data_dirs == MAX_DATA_DIRS)
+      return cli_usage_error("worker", NULL, "--data-dir %s: at most %d", v, MAX_DATA_DIRS);
+    data_dirs[o->n_data_dirs++] = v;
+    o->data_dirs = data_dirs;
+  } else if (IS("--trainer")) {
+    if (o->n_trainers == MAX_TRAINERS)
+      return cli_usage_error("worker", NULL, "--trainer %s: at most %d", v, MAX_TRAINERS);
+    trainers[o->n_trainers++] = v;
+    o->trainers = trainers;
+  } else if (IS("--trainers-file")) {
+    o->trainers_file = v;
+  } else if (IS("--hang-timeout")) {
+    return parse_hang_timeout(v, o);
+  } else if (IS("--bin")) {
+    o->binary = v;
+  } else if (IS("--heartbeat")) {
+    if (parse_seconds("--heartbeat", v, &o->heartbeat_s))
+      return SS_EXIT_USAGE;
+  } else if (IS("--kill-grace")) {
+    double s = 0;
+    if (parse_seconds("--kill-grace", v, &s))
+      return SS_EXIT_USAGE;
+    o->kill_grace_ms = (int)ceil(s * 1000);
+  } else {
+    return cli_usage_error("worker", NULL, "unknown option '%.*s'", (int)nlen, a);
+  }
+#undef IS
+  return 0;
+}
+
+/* Reads argv ("--name VALUE" or "--name=VALUE") into o: -1 to go on, else
+ * the exit code (--help, or a usage error said on stderr). */
+static int read_worker_args(int argc, char **argv, wrk_options *o) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (cli_is_help(a)) {
@@ -106,61 +179,19 @@ int cmd_worker(int argc, char **argv) {
     } else {
       return cli_usage_error("worker", NULL, "%s needs a value", a);
     }
-#define IS(name) (nlen == strlen(name) && !strncmp(a, name, nlen))
-    if (IS("--scheduler")) {
-      o.scheduler = v;
-    } else if (IS("--token-file")) {
-      o.token_file = v;
-    } else if (IS("--gpus")) {
-      int rc = parse_gpus(v, gpus, &o.n_gpus);
-      if (rc)
-        return rc;
-      o.gpus = gpus;
-    } else if (IS("--cpu-slots")) {
-      char *end;
-      errno = 0;
-      long n = strtol(v, &end, 10);
-      if (!*v || *end || errno || n < 0 || n > 4096)
-        return cli_usage_error("worker", NULL, "--cpu-slots %s: expected an integer in 0..4096", v);
-      o.cpu_slots = (int)n;
-    } else if (IS("--work-dir")) {
-      o.work_dir = v;
-    } else if (IS("--name")) {
-      o.name = v;
-    } else if (IS("--data-dir")) {
-      if (o.n_data_dirs == MAX_DATA_DIRS)
-        return cli_usage_error("worker", NULL, "--data-dir %s: at most %d", v, MAX_DATA_DIRS);
-      data_dirs[o.n_data_dirs++] = v;
-      o.data_dirs = data_dirs;
-    } else if (IS("--trainer")) {
-      if (o.n_trainers == MAX_TRAINERS)
-        return cli_usage_error("worker", NULL, "--trainer %s: at most %d", v, MAX_TRAINERS);
-      trainers[o.n_trainers++] = v;
-      o.trainers = trainers;
-    } else if (IS("--trainers-file")) {
-      o.trainers_file = v;
-    } else if (IS("--hang-timeout")) {
-      char *end;
-      double t = strtod(v, &end);
-      if (!*v || *end || !isfinite(t) || t < 0 || t > 30 * 86400.0)
-        return cli_usage_error("worker", NULL,
-                               "--hang-timeout %s: expected seconds in [0, 2592000] (0: never)", v);
-      o.hang_timeout_s = t == 0 ? -1 : t;
-    } else if (IS("--bin")) {
-      o.binary = v;
-    } else if (IS("--heartbeat")) {
-      if (parse_seconds("--heartbeat", v, &o.heartbeat_s))
-        return SS_EXIT_USAGE;
-    } else if (IS("--kill-grace")) {
-      double s = 0;
-      if (parse_seconds("--kill-grace", v, &s))
-        return SS_EXIT_USAGE;
-      o.kill_grace_ms = (int)ceil(s * 1000);
-    } else {
-      return cli_usage_error("worker", NULL, "unknown option '%.*s'", (int)nlen, a);
-    }
-#undef IS
+    int rc = set_worker_option(a, nlen, v, o);
+    if (rc)
+      return rc;
   }
+  return -1;
+}
+
+int cmd_worker(int argc, char **argv) {
+  wrk_options o;
+  wrk_options_init(&o);
+  int rc = read_worker_args(argc, argv, &o);
+  if (rc >= 0)
+    return rc;
   if (!o.scheduler)
     return cli_usage_error("worker", NULL, "--scheduler HOST:PORT is required");
   if (!o.token_file) {
@@ -169,6 +200,6 @@ int cmd_worker(int argc, char **argv) {
       return cli_usage_error("worker", NULL,
                              "--token-file is required (or set SCALESWEEP_WORKER_TOKEN)");
   }
-  int rc = wrk_run(&o);
+  rc = wrk_run(&o);
   return err_exit_code(rc);
 }

@@ -154,19 +154,13 @@ static int stdin_config(const rcfg *cfg, char *path, size_t len) {
   return ok ? 0 : -1;
 }
 
-/* "2,3" into mark[rank] = 1; the count, or -1 (said why) */
-static int parse_ranks(const char *list, int world, char *mark) {
+int cli_launch_parse_ranks(const char *list, int world, char *mark) {
   int n = 0;
   for (const char *p = list; *p;) {
     char *end;
     long r = strtol(p, &end, 10);
-    if (end == p || r < 0 || r >= world || mark[r] || (*end && *end != ',')) {
-      fprintf(stderr,
-              "scalesweep train: --ranks %s: expected distinct ranks below world_size %d, "
-              "comma-separated\n",
-              list, world);
+    if (end == p || r < 0 || r >= world || mark[r] || (*end && *end != ','))
       return -1;
-    }
     mark[r] = 1;
     n++;
     p = *end ? end + 1 : end;
@@ -174,16 +168,25 @@ static int parse_ranks(const char *list, int world, char *mark) {
   return n;
 }
 
-int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config, const char *ranks,
-                     const char *dist) {
-  int world = cfg->world_size, port = 0;
-  static char mark[LAUNCH_MAX];
+/* The launch's arguments against the config: world_size, --ranks into
+ * mark (all when none), and for a run spread over hosts --dist's port in
+ * *port and the secret in the environment. 0, or SS_EXIT_USAGE said on
+ * stderr. */
+static int check_launch(const rcfg *cfg, const char *ranks, const char *dist, char *mark,
+                        int *port) {
+  int world = cfg->world_size;
   if (world > LAUNCH_MAX) {
     fprintf(stderr, "scalesweep train: world_size %d: at most %d ranks\n", world, LAUNCH_MAX);
     return SS_EXIT_USAGE;
   }
-  memset(mark, !ranks, sizeof mark);
-  if (ranks && (parse_ranks(ranks, world, mark) <= 0))
+  memset(mark, !ranks, LAUNCH_MAX);
+  int here = ranks ? cli_launch_parse_ranks(ranks, world, mark) : 1;
+  if (here < 0)
+    fprintf(stderr,
+            "scalesweep train: --ranks %s: expected distinct ranks below world_size %d, "
+            "comma-separated\n",
+            ranks, world);
+  if (here <= 0)
     return SS_EXIT_USAGE;
   const char *secret_env = getenv("SCALESWEEP_DIST_SECRET");
   if (ranks && (!dist || !secret_env || !*secret_env)) {
@@ -193,16 +196,24 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
   }
   if (ranks) { /* rank 0 here listens on --dist's port, on every address */
     const char *colon = strrchr(dist, ':');
-    port = colon ? atoi(colon + 1) : 0;
-    if (port <= 0 || port > 65535) {
+    *port = colon ? atoi(colon + 1) : 0;
+    if (*port <= 0 || *port > 65535) {
       fprintf(stderr, "scalesweep train: --dist %s: expected HOST:PORT\n", dist);
       return SS_EXIT_USAGE;
     }
   }
-  char cfg_path[4096] = "";
+  return 0;
+}
+
+/* What the ranks need before they start: the config in a file they can
+ * read (cfg_path, "" when --config's is one), a fresh secret for a run all
+ * here, and rank 0's listening socket (*lfd, when rank 0 is here). 0, or
+ * SS_EXIT_FAILURE said on stderr. */
+static int prepare_ranks(const rcfg *cfg, const char *config, const char *ranks, const char *mark,
+                         char *cfg_path, size_t pathlen, int *port, int *lfd) {
   struct stat sb; /* stdin or a pipe can be read once: the ranks read a copy */
   int once = !strcmp(config, "-") || stat(config, &sb) != 0 || !S_ISREG(sb.st_mode);
-  if (once && stdin_config(cfg, cfg_path, sizeof cfg_path) != 0) {
+  if (once && stdin_config(cfg, cfg_path, pathlen) != 0) {
     fprintf(stderr, "scalesweep train: cannot keep the config from stdin: %s\n", strerror(errno));
     return SS_EXIT_FAILURE;
   }
@@ -211,17 +222,38 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
     fprintf(stderr, "scalesweep train: getrandom: %s\n", strerror(errno));
     return SS_EXIT_FAILURE;
   }
-  int lfd = -1;
-  if (mark[0] && (lfd = listener(&port, ranks != NULL)) < 0) {
-    fprintf(stderr, "scalesweep train: cannot listen on port %d for the ranks: %s\n", port,
+  if (mark[0] && (*lfd = listener(port, ranks != NULL)) < 0) {
+    fprintf(stderr, "scalesweep train: cannot listen on port %d for the ranks: %s\n", *port,
             strerror(errno));
     return SS_EXIT_FAILURE;
   }
   if (!ranks)
     setenv("SCALESWEEP_DIST_SECRET", secret, 1);
+  return 0;
+}
 
-  /* each rank: this argv (the config from stdin replaced by its file) and
-   * its place in the run */
+/* In rank r's child: its place among this host's ranks (its GPU of the
+ * visible ones) in the environment, then `scalesweep train` with args.
+ * Does not return. */
+static _Noreturn void exec_train_rank(int r, const char *mark, int lfd, char **args) {
+  char local[16];
+  int here = 0;
+  for (int q = 0; q < r; q++)
+    here += mark[q];
+  snprintf(local, sizeof local, "%d", here);
+  setenv("SCALESWEEP_LOCAL_RANK", local, 1);
+  if (r != 0 && lfd >= 0)
+    close(lfd);
+  execv("/proc/self/exe", args);
+  fprintf(stderr, "scalesweep train: rank %d: cannot start: %s\n", r, strerror(errno));
+  _exit(SS_EXIT_FAILURE);
+}
+
+/* Forks the marked ranks, each with this argv (the config from stdin
+ * replaced by its file, cfg_path) and its place in the run; returns the
+ * first of them. */
+static int start_ranks(int argc, char **argv, int world, const char *mark, const char *cfg_path,
+                       const char *ranks, const char *dist, int port, int lfd) {
   char **args = calloc((size_t)argc + 10, sizeof *args);
   char rank_s[16], addr[300], fd_s[16];
   snprintf(addr, sizeof addr, "%s", ranks ? dist : "");
@@ -231,7 +263,8 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
   int n = 0;
   args[n++] = "scalesweep";
   for (int i = 0; i < argc; i++)
-    args[n++] = i > 0 && cfg_path[0] && !strcmp(argv[i - 1], "--config") ? cfg_path : argv[i];
+    args[n++] =
+        i > 0 && cfg_path[0] && !strcmp(argv[i - 1], "--config") ? (char *)cfg_path : argv[i];
   int base = n;
 
   cli_launch_begin(world);
@@ -254,23 +287,26 @@ int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config,
     if (r != first) /* the lowest rank here prints the run's lines */
       args[n++] = "--dist-quiet";
     args[n] = NULL;
-    if (cli_launch_fork(r) == 0) {
-      char local[16]; /* its place among this host's ranks: its GPU of the visible ones */
-      int here = 0;
-      for (int q = 0; q < r; q++)
-        here += mark[q];
-      snprintf(local, sizeof local, "%d", here);
-      setenv("SCALESWEEP_LOCAL_RANK", local, 1);
-      if (r != 0 && lfd >= 0)
-        close(lfd);
-      execv("/proc/self/exe", args);
-      fprintf(stderr, "scalesweep train: rank %d: cannot start: %s\n", r, strerror(errno));
-      _exit(SS_EXIT_FAILURE);
-    }
+    if (cli_launch_fork(r) == 0)
+      exec_train_rank(r, mark, lfd, args);
   }
   if (lfd >= 0)
     close(lfd);
   free(args);
+  return first;
+}
+
+int cli_train_launch(int argc, char **argv, const rcfg *cfg, const char *config, const char *ranks,
+                     const char *dist) {
+  int world = cfg->world_size, port = 0, lfd = -1;
+  static char mark[LAUNCH_MAX];
+  int rc = check_launch(cfg, ranks, dist, mark, &port);
+  if (rc)
+    return rc;
+  char cfg_path[4096] = "";
+  if ((rc = prepare_ranks(cfg, config, ranks, mark, cfg_path, sizeof cfg_path, &port, &lfd)) != 0)
+    return rc;
+  int first = start_ranks(argc, argv, world, mark, cfg_path, ranks, dist, port, lfd);
   /* the ranks see a failed one at once; stragglers are killed */
   int code = cli_launch_wait("scalesweep train", world, mark, first, 0);
   if (cfg_path[0])

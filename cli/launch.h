@@ -41,4 +41,10 @@ void cli_launch_begin(int world);
 pid_t cli_launch_fork(int rank);
 int cli_launch_wait(const char *who, int world, const char *mark, int first, int stop_others);
 
+/* "2,3" into mark[rank] = 1 (mark[0..world) cleared by the caller): the
+ * count, or -1 for a rank that is not a number below world, a repeated
+ * one, or a separator other than a comma. What to say then is the
+ * caller's. */
+int cli_launch_parse_ranks(const char *list, int world, char *mark);
+
 #endif

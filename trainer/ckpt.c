@@ -80,19 +80,9 @@ static void remove_stale_temps(const char *dir) {
   closedir(d);
 }
 
-int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m, const trn_optim *o,
-                  const trn_ckpt_state *st, char *path_out, size_t path_len, char *err,
-                  size_t errlen) {
-  if (fio_mkdirs(dir, 0755) != 0) {
-    if (errno == ENOSPC || errno == EDQUOT)
-      return no_space(dir, errno, err, errlen);
-    snprintf(err, errlen, "%s: cannot create checkpoint directory: %s", dir, strerror(errno));
-    return SS_EIO;
-  }
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", dir, TRN_CKPT_FILE);
-  int32_t hdr[HDR_INTS] = {0};
-  size_t clen = strlen(config_json);
+/* The header's ints: what the file is, the model's shape, and how long
+ * the config that follows the state is. */
+static void fill_header(int32_t *hdr, const trn_model *m, const trn_optim *o, size_t clen) {
   hdr[H_MAGIC] = TRN_CKPT_MAGIC;
   hdr[H_VERSION] = TRN_CKPT_VERSION;
   hdr[H_LAYERS] = m->shape.n_layer;
@@ -103,56 +93,65 @@ int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m, 
   hdr[H_Q8] = o->q8;
   hdr[H_PREC] = m->k->prec;
   hdr[H_CONFIG_LEN] = (int32_t)clen;
-  state_rec r;
-  memset(&r, 0, sizeof r);
-  r.step = st->step;
-  r.tokens = st->tokens;
-  r.good_steps = st->good_steps;
-  r.skipped_steps = st->skipped_steps;
-  r.loss_scale = st->loss_scale;
-  r.noise_decay = st->noise.decay;
-  r.noise_g2 = st->noise.ema_g2;
-  r.noise_s = st->noise.ema_s;
-  r.noise_n = st->noise.n;
-  memcpy(r.rng, st->train_pos.rng, sizeof r.rng);
-  r.offset = st->train_pos.offset;
-  r.word = st->train_pos.word;
-  r.in_word = st->train_pos.in_word;
-  r.carry = st->carry;
-  r.nparams = m->nparams;
-  r.optim_bytes = o->state_bytes;
+}
 
+static void rec_from_state(state_rec *r, const trn_ckpt_state *st, const trn_model *m,
+                           const trn_optim *o) {
+  memset(r, 0, sizeof *r);
+  r->step = st->step;
+  r->tokens = st->tokens;
+  r->good_steps = st->good_steps;
+  r->skipped_steps = st->skipped_steps;
+  r->loss_scale = st->loss_scale;
+  r->noise_decay = st->noise.decay;
+  r->noise_g2 = st->noise.ema_g2;
+  r->noise_s = st->noise.ema_s;
+  r->noise_n = st->noise.n;
+  memcpy(r->rng, st->train_pos.rng, sizeof r->rng);
+  r->offset = st->train_pos.offset;
+  r->word = st->train_pos.word;
+  r->in_word = st->train_pos.in_word;
+  r->carry = st->carry;
+  r->nparams = m->nparams;
+  r->optim_bytes = o->state_bytes;
+}
+
+/* The file's body in its order: header, state, config, parameters,
+ * optimizer state, then the checksum of all of them. buf holds the larger
+ * of the parameters and the optimizer state. */
+static void write_body(fio_atomic *f, const char *config_json, const trn_model *m,
+                       const trn_optim *o, const trn_ckpt_state *st, char *buf) {
+  int32_t hdr[HDR_INTS] = {0};
+  size_t clen = strlen(config_json);
+  fill_header(hdr, m, o, clen);
+  state_rec r;
+  rec_from_state(&r, st, m, o);
   size_t pbytes = m->nparams * sizeof(float);
-  char *buf = malloc(pbytes > o->state_bytes ? pbytes : o->state_bytes);
-  if (!buf)
-    return SS_ENOMEM;
-  remove_stale_temps(dir);
-  fio_atomic f;
-  int rc = fio_atomic_open(&f, path, err, errlen);
-  if (rc) {
-    free(buf);
-    return errno == ENOSPC || errno == EDQUOT ? no_space(path, errno, err, errlen) : rc;
-  }
   uint64_t h = FNV_INIT;
-  put(&f, hdr, sizeof hdr, &h);
-  put(&f, &r, sizeof r, &h);
-  put(&f, config_json, clen, &h);
+  put(f, hdr, sizeof hdr, &h);
+  put(f, &r, sizeof r, &h);
+  put(f, config_json, clen, &h);
   m->k->ops->to_host(m->k, buf, m->params, pbytes);
-  put(&f, buf, pbytes, &h);
+  put(f, buf, pbytes, &h);
   trn_optim_save(o, buf);
-  put(&f, buf, o->state_bytes, &h);
+  put(f, buf, o->state_bytes, &h);
   uint64_t trailer = h;
-  fio_atomic_write(&f, &trailer, sizeof trailer);
-  free(buf);
+  fio_atomic_write(f, &trailer, sizeof trailer);
+}
+
+/* Makes the written file the newest checkpoint, the newest so far the
+ * previous one; or aborts it on a failed write. */
+static int keep_written(fio_atomic *f, const char *dir, const char *path, char *err,
+                        size_t errlen) {
   /* the new file is whole and on disk before the older ones move: a full
    * disk (ENOSPC at write or at fsync) or a crash leaves both kept ones */
-  if (!f.failed && fsync(f.fd) != 0) {
-    f.failed = 1;
-    f.err = errno;
+  if (!f->failed && fsync(f->fd) != 0) {
+    f->failed = 1;
+    f->err = errno;
   }
-  if (f.failed) {
-    int e = f.err;
-    fio_atomic_abort(&f);
+  if (f->failed) {
+    int e = f->err;
+    fio_atomic_abort(f);
     if (e == ENOSPC || e == EDQUOT)
       return no_space(path, e, err, errlen);
     snprintf(err, errlen, "%s: write failed: %s", path, strerror(e));
@@ -164,10 +163,37 @@ int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m, 
   snprintf(prev, sizeof prev, "%s/%s", dir, TRN_CKPT_PREV_FILE);
   if (rename(path, prev) != 0 && errno != ENOENT) {
     snprintf(err, errlen, "%s: cannot keep it as %s: %s", path, prev, strerror(errno));
-    fio_atomic_abort(&f);
+    fio_atomic_abort(f);
     return SS_EIO;
   }
-  if ((rc = fio_atomic_commit(&f, err, errlen)) != 0)
+  return fio_atomic_commit(f, err, errlen);
+}
+
+int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m, const trn_optim *o,
+                  const trn_ckpt_state *st, char *path_out, size_t path_len, char *err,
+                  size_t errlen) {
+  if (fio_mkdirs(dir, 0755) != 0) {
+    if (errno == ENOSPC || errno == EDQUOT)
+      return no_space(dir, errno, err, errlen);
+    snprintf(err, errlen, "%s: cannot create checkpoint directory: %s", dir, strerror(errno));
+    return SS_EIO;
+  }
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, TRN_CKPT_FILE);
+  size_t pbytes = m->nparams * sizeof(float);
+  char *buf = malloc(pbytes > o->state_bytes ? pbytes : o->state_bytes);
+  if (!buf)
+    return SS_ENOMEM;
+  remove_stale_temps(dir);
+  fio_atomic f;
+  int rc = fio_atomic_open(&f, path, err, errlen);
+  if (rc) {
+    free(buf);
+    return errno == ENOSPC || errno == EDQUOT ? no_space(path, errno, err, errlen) : rc;
+  }
+  write_body(&f, config_json, m, o, st, buf);
+  free(buf);
+  if ((rc = keep_written(&f, dir, path, err, errlen)) != 0)
     return rc;
   snprintf(path_out, path_len, "%s", path);
   return 0;
@@ -297,10 +323,20 @@ int trn_ckpt_peek_step(const char *path, int64_t *step, char *err, size_t errlen
   return 0;
 }
 
-/* trn_ckpt_load, or with branch set trn_ckpt_load_branch's check (the
- * stable steps of both runs: branch for the caller's, the file's own) */
-static int load(const char *path, const char *config_json, const rcfg *branch, trn_model *m,
-                trn_optim *o, trn_ckpt_state *st, char *err, size_t errlen) {
+/* A checkpoint read whole, with its header and state copied out (the
+ * buffer's alignment is the file's); clen is set once the header checks. */
+typedef struct ckpt_file {
+  char *buf;
+  long size;
+  int32_t hdr[HDR_INTS];
+  state_rec r;
+  size_t clen;
+} ckpt_file;
+
+/* The bytes before the parameters and after them, in every checkpoint. */
+#define FIXED_BYTES (sizeof(int32_t) * HDR_INTS + sizeof(state_rec) + sizeof(uint64_t))
+
+static int read_whole(const char *path, ckpt_file *cf, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     int e = errno;
@@ -317,156 +353,221 @@ static int load(const char *path, const char *config_json, const rcfg *branch, t
   }
   size_t got = buf ? fread(buf, 1, (size_t)size, f) : 0;
   fclose(f);
-  int32_t hdr[HDR_INTS];
-  state_rec r;
-  size_t fixed = sizeof hdr + sizeof r + sizeof(uint64_t);
-  if (size < 0 || got != (size_t)size || (size_t)size < fixed) {
+  if (size < 0 || got != (size_t)size || (size_t)size < FIXED_BYTES) {
     snprintf(err, errlen, "%s: truncated: %ld bytes, a checkpoint has at least %zu", path, size,
-             fixed);
+             FIXED_BYTES);
     free(buf);
     return SS_ECORRUPT;
   }
-  memcpy(hdr, buf, sizeof hdr);
-  memcpy(&r, buf + sizeof hdr, sizeof r);
-  int rc = check_id(path, hdr, err, errlen);
-  size_t clen = rc ? 0 : (size_t)(uint32_t)hdr[H_CONFIG_LEN];
-  size_t pbytes = m->nparams * sizeof(float);
+  cf->buf = buf;
+  cf->size = size;
+  memcpy(cf->hdr, buf, sizeof cf->hdr);
+  memcpy(&cf->r, buf + sizeof cf->hdr, sizeof cf->r);
+  return 0;
+}
+
+/* The file is what its header says it is: the magic number and version,
+ * the size its lengths add up to, and the checksum. */
+static int check_layout(const char *path, ckpt_file *cf, char *err, size_t errlen) {
+  int rc = check_id(path, cf->hdr, err, errlen);
+  if (rc)
+    return rc;
+  cf->clen = (size_t)(uint32_t)cf->hdr[H_CONFIG_LEN];
+  const state_rec *r = &cf->r;
   /* the lengths the file declares: a forged one must not wrap the sum
-   * around to the file's size (then the config copy below read past it) */
+   * around to the file's size (then the config copy read past it) */
   size_t want;
-  int wraps = __builtin_mul_overflow(r.nparams, sizeof(float), &want) ||
-              __builtin_add_overflow(want, r.optim_bytes, &want) ||
-              __builtin_add_overflow(want, fixed + clen, &want);
-  if (!rc && wraps) {
+  int wraps = __builtin_mul_overflow(r->nparams, sizeof(float), &want) ||
+              __builtin_add_overflow(want, r->optim_bytes, &want) ||
+              __builtin_add_overflow(want, FIXED_BYTES + cf->clen, &want);
+  if (wraps) {
     snprintf(err, errlen,
              "%s: size is %ld bytes, its header describes %llu parameters and %llu optimizer "
              "bytes, more than any file holds (corrupt)",
-             path, size, (unsigned long long)r.nparams, (unsigned long long)r.optim_bytes);
-    rc = SS_ECORRUPT;
-  } else if (!rc && (size_t)size != want) {
+             path, cf->size, (unsigned long long)r->nparams, (unsigned long long)r->optim_bytes);
+    return SS_ECORRUPT;
+  }
+  if ((size_t)cf->size != want) {
     snprintf(err, errlen, "%s: size is %ld bytes, its header describes %zu (truncated?)", path,
-             size, want);
-    rc = SS_ECORRUPT;
+             cf->size, want);
+    return SS_ECORRUPT;
   }
-  if (!rc) {
-    uint64_t stored;
-    memcpy(&stored, buf + size - sizeof stored, sizeof stored);
-    if (fnv1a(FNV_INIT, buf, (size_t)size - sizeof stored) != stored) {
-      snprintf(err, errlen, "%s: checksum mismatch: the file is corrupt", path);
-      rc = SS_ECORRUPT;
-    }
+  uint64_t stored;
+  memcpy(&stored, cf->buf + cf->size - sizeof stored, sizeof stored);
+  if (fnv1a(FNV_INIT, cf->buf, (size_t)cf->size - sizeof stored) != stored) {
+    snprintf(err, errlen, "%s: checksum mismatch: the file is corrupt", path);
+    return SS_ECORRUPT;
   }
-  char *cjson = NULL;
-  if (!rc) {
-    cjson = malloc(clen + 1);
-    if (!cjson)
-      rc = SS_ENOMEM;
-    else {
-      memcpy(cjson, buf + sizeof hdr + sizeof r, clen);
-      cjson[clen] = 0;
-      rc = same_run(path, cjson, config_json,
-                    !branch                                           ? 0
-                    : strcmp(branch->train.schedule, "constant") == 0 ? 2
-                                                                      : 1,
-                    err, errlen);
-    }
+  return 0;
+}
+
+/* The config the checkpoint's run had, as a string the caller frees;
+ * NULL when out of memory. */
+static char *stored_config(const ckpt_file *cf) {
+  char *cjson = malloc(cf->clen + 1);
+  if (cjson) {
+    memcpy(cjson, cf->buf + sizeof cf->hdr + sizeof cf->r, cf->clen);
+    cjson[cf->clen] = 0;
   }
-  int rebatch = 0; /* a constant-rate branch: its steps count in its own batches */
-  if (!rc && branch) {
-    /* both runs still in their stable phase at the checkpoint's step: their
-     * learning rates, and so their weights, agree up to it */
-    rcfg parent;
-    char perr[512];
-    int64_t bt = (int64_t)branch->train.batch_size * branch->model.seq_len;
-    if (rcfg_parse(cjson, path, &parent, perr, sizeof perr) != 0) {
-      snprintf(err, errlen, "%s: the config stored in the checkpoint is not a valid run config: %s",
-               path, perr);
-      rc = SS_ECORRUPT;
-    } else if (strcmp(branch->train.schedule, "constant") == 0) {
-      /* a critical batch size rung: the same stream from the checkpoint's
-       * tokens on, at its own batch size and rate, both past the warmup
-       * (which the configs share: it is counted in tokens) */
-      if ((double)r.tokens < branch->train.warmup_tokens) {
-        snprintf(err, errlen,
-                 "%s: holds %lld tokens, inside the warmup ($.train.warmup_tokens %.0f): a "
-                 "constant-rate branch starts after it",
-                 path, (long long)r.tokens, branch->train.warmup_tokens);
-        rc = SS_EINVAL;
-      } else if (r.tokens % bt != 0) {
-        snprintf(err, errlen,
-                 "%s: holds %lld tokens, not a whole number of this run's batches ($.train."
-                 "batch_size %d x seq_len %d = %lld tokens)\nHINT: branch at a multiple of the "
-                 "batch",
-                 path, (long long)r.tokens, branch->train.batch_size, branch->model.seq_len,
-                 (long long)bt);
-        rc = SS_EINVAL;
-      } else
-        rebatch = 1;
-    } else if (strcmp(branch->train.schedule, "wsd") != 0) {
-      snprintf(err, errlen,
-               "%s: $.train.schedule: found \"%s\", expected \"wsd\" or \"constant\": only a "
-               "warmup-stable-decay or constant-rate run can start from another run's checkpoint",
-               path, branch->train.schedule);
-      rc = SS_EINVAL;
-    } else {
-      int64_t own = rcfg_wsd_stable_steps(branch), theirs = rcfg_wsd_stable_steps(&parent);
-      if (r.step > own || r.step > theirs) {
-        snprintf(err, errlen,
-                 "%s: holds step %lld, after the stable phase of %s (%lld steps): the learning "
-                 "rates differ before it\nHINT: branch from a checkpoint at or before step %lld",
-                 path, (long long)r.step, r.step > own ? "this run" : "the run that wrote it",
-                 (long long)(r.step > own ? own : theirs),
-                 (long long)(own < theirs ? own : theirs));
-        rc = SS_EINVAL;
-      }
-    }
+  return cjson;
+}
+
+/* same_run's branch argument: 0 a resume, 1 a wsd branch, 2 a
+ * constant-rate one. */
+static int branch_kind(const rcfg *branch) {
+  return !branch ? 0 : strcmp(branch->train.schedule, "constant") == 0 ? 2 : 1;
+}
+
+/* A critical batch size rung: the same stream from the checkpoint's
+ * tokens on, at its own batch size and rate, both past the warmup (which
+ * the configs share: it is counted in tokens). */
+static int check_rebatch(const char *path, const rcfg *branch, const state_rec *r, char *err,
+                         size_t errlen) {
+  int64_t bt = (int64_t)branch->train.batch_size * branch->model.seq_len;
+  if ((double)r->tokens < branch->train.warmup_tokens) {
+    snprintf(err, errlen,
+             "%s: holds %lld tokens, inside the warmup ($.train.warmup_tokens %.0f): a "
+             "constant-rate branch starts after it",
+             path, (long long)r->tokens, branch->train.warmup_tokens);
+    return SS_EINVAL;
   }
-  if (!rc && (r.nparams != m->nparams || r.optim_bytes != o->state_bytes)) {
+  if (r->tokens % bt != 0) {
+    snprintf(err, errlen,
+             "%s: holds %lld tokens, not a whole number of this run's batches ($.train."
+             "batch_size %d x seq_len %d = %lld tokens)\nHINT: branch at a multiple of the "
+             "batch",
+             path, (long long)r->tokens, branch->train.batch_size, branch->model.seq_len,
+             (long long)bt);
+    return SS_EINVAL;
+  }
+  return 0;
+}
+
+/* A wsd branch: both runs still in their stable phase at the checkpoint's
+ * step, so their learning rates, and so their weights, agree up to it. */
+static int check_stable(const char *path, const rcfg *branch, const rcfg *parent,
+                        const state_rec *r, char *err, size_t errlen) {
+  int64_t own = rcfg_wsd_stable_steps(branch), theirs = rcfg_wsd_stable_steps(parent);
+  if (r->step > own || r->step > theirs) {
+    snprintf(err, errlen,
+             "%s: holds step %lld, after the stable phase of %s (%lld steps): the learning "
+             "rates differ before it\nHINT: branch from a checkpoint at or before step %lld",
+             path, (long long)r->step, r->step > own ? "this run" : "the run that wrote it",
+             (long long)(r->step > own ? own : theirs), (long long)(own < theirs ? own : theirs));
+    return SS_EINVAL;
+  }
+  return 0;
+}
+
+/* Whether the run branch may start from this checkpoint of the run whose
+ * config is cjson; *rebatch is set for a constant-rate branch, whose steps
+ * count in its own batches. */
+static int check_branch(const char *path, const rcfg *branch, const char *cjson, const state_rec *r,
+                        int *rebatch, char *err, size_t errlen) {
+  rcfg parent;
+  char perr[512];
+  if (rcfg_parse(cjson, path, &parent, perr, sizeof perr) != 0) {
+    snprintf(err, errlen, "%s: the config stored in the checkpoint is not a valid run config: %s",
+             path, perr);
+    return SS_ECORRUPT;
+  }
+  if (strcmp(branch->train.schedule, "constant") == 0) {
+    int rc = check_rebatch(path, branch, r, err, errlen);
+    *rebatch = rc == 0;
+    return rc;
+  }
+  if (strcmp(branch->train.schedule, "wsd") != 0) {
+    snprintf(err, errlen,
+             "%s: $.train.schedule: found \"%s\", expected \"wsd\" or \"constant\": only a "
+             "warmup-stable-decay or constant-rate run can start from another run's checkpoint",
+             path, branch->train.schedule);
+    return SS_EINVAL;
+  }
+  return check_stable(path, branch, &parent, r, err, errlen);
+}
+
+/* The state's sizes fit the model and optimizer built for this run. */
+static int check_fits(const char *path, const state_rec *r, const trn_model *m, const trn_optim *o,
+                      char *err, size_t errlen) {
+  if (r->nparams != m->nparams || r->optim_bytes != o->state_bytes) {
     snprintf(err, errlen,
              "%s: holds %llu parameters and %llu optimizer bytes, expected %zu "
              "and %zu",
-             path, (unsigned long long)r.nparams, (unsigned long long)r.optim_bytes, m->nparams,
+             path, (unsigned long long)r->nparams, (unsigned long long)r->optim_bytes, m->nparams,
              o->state_bytes);
-    rc = SS_ECORRUPT;
+    return SS_ECORRUPT;
   }
-  if (!rc && (r.carry < 0 || r.carry >= m->shape.vocab_size)) {
+  if (r->carry < 0 || r->carry >= m->shape.vocab_size) {
     /* the next window's first input indexes the embedding */
     snprintf(err, errlen,
              "%s: the carried token is %d, expected one below vocab_size %d "
              "(corrupt)",
-             path, r.carry, m->shape.vocab_size);
-    rc = SS_ECORRUPT;
+             path, r->carry, m->shape.vocab_size);
+    return SS_ECORRUPT;
   }
-  if (!rc) {
-    const char *p = buf + sizeof hdr + sizeof r + clen;
-    m->k->ops->from_host(m->k, m->params, p, pbytes);
-    trn_model_sync_low(m);
-    trn_optim_load(o, p + pbytes);
-    st->step = r.step;
-    st->tokens = r.tokens;
-    st->good_steps = r.good_steps;
-    st->skipped_steps = r.skipped_steps;
-    st->loss_scale = r.loss_scale;
-    st->noise.decay = r.noise_decay;
-    st->noise.ema_g2 = r.noise_g2;
-    st->noise.ema_s = r.noise_s;
-    st->noise.n = r.noise_n;
-    memcpy(st->train_pos.rng, r.rng, sizeof r.rng);
-    st->train_pos.offset = r.offset;
-    st->train_pos.word = r.word;
-    st->train_pos.in_word = r.in_word;
-    st->carry = r.carry;
-    if (rebatch) {
-      /* its own steps: as many of its batches as the tokens make; the
-       * optimizer's count (its bias correction, whose moments were averaged
-       * over the other run's updates) goes on from the other run's, so the
-       * offset between them may be negative */
-      st->step = r.tokens / ((int64_t)branch->train.batch_size * branch->model.seq_len);
-      st->skipped_steps = st->step - (r.step - r.skipped_steps);
-    }
+  return 0;
+}
+
+static void state_from_rec(trn_ckpt_state *st, const state_rec *r) {
+  st->step = r->step;
+  st->tokens = r->tokens;
+  st->good_steps = r->good_steps;
+  st->skipped_steps = r->skipped_steps;
+  st->loss_scale = r->loss_scale;
+  st->noise.decay = r->noise_decay;
+  st->noise.ema_g2 = r->noise_g2;
+  st->noise.ema_s = r->noise_s;
+  st->noise.n = r->noise_n;
+  memcpy(st->train_pos.rng, r->rng, sizeof r->rng);
+  st->train_pos.offset = r->offset;
+  st->train_pos.word = r->word;
+  st->train_pos.in_word = r->in_word;
+  st->carry = r->carry;
+}
+
+/* Copies a checked checkpoint into the model, the optimizer and st;
+ * rebatch is the constant-rate branch that counts its own steps, or NULL. */
+static void restore(const ckpt_file *cf, const rcfg *rebatch, trn_model *m, trn_optim *o,
+                    trn_ckpt_state *st) {
+  size_t pbytes = m->nparams * sizeof(float);
+  const char *p = cf->buf + sizeof cf->hdr + sizeof cf->r + cf->clen;
+  m->k->ops->from_host(m->k, m->params, p, pbytes);
+  trn_model_sync_low(m);
+  trn_optim_load(o, p + pbytes);
+  state_from_rec(st, &cf->r);
+  if (rebatch) {
+    /* its own steps: as many of its batches as the tokens make; the
+     * optimizer's count (its bias correction, whose moments were averaged
+     * over the other run's updates) goes on from the other run's, so the
+     * offset between them may be negative */
+    st->step = cf->r.tokens / ((int64_t)rebatch->train.batch_size * rebatch->model.seq_len);
+    st->skipped_steps = st->step - (cf->r.step - cf->r.skipped_steps);
   }
+}
+
+/* trn_ckpt_load, or with branch set trn_ckpt_load_branch's check (the
+ * stable steps of both runs: branch for the caller's, the file's own) */
+static int load(const char *path, const char *config_json, const rcfg *branch, trn_model *m,
+                trn_optim *o, trn_ckpt_state *st, char *err, size_t errlen) {
+  ckpt_file cf;
+  int rc = read_whole(path, &cf, err, errlen);
+  if (rc)
+    return rc;
+  rc = check_layout(path, &cf, err, errlen);
+  char *cjson = rc ? NULL : stored_config(&cf);
+  if (!rc && !cjson)
+    rc = SS_ENOMEM;
+  if (!rc)
+    rc = same_run(path, cjson, config_json, branch_kind(branch), err, errlen);
+  int rebatch = 0;
+  if (!rc && branch)
+    rc = check_branch(path, branch, cjson, &cf.r, &rebatch, err, errlen);
+  if (!rc)
+    rc = check_fits(path, &cf.r, m, o, err, errlen);
+  if (!rc)
+    restore(&cf, rebatch ? branch : NULL, m, o, st);
   free(cjson);
-  free(buf);
+  free(cf.buf);
   return rc;
 }
 

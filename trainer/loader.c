@@ -55,12 +55,12 @@ static void hex(const unsigned char *md, unsigned n, char *out) {
   out[2 * n] = 0;
 }
 
-/* Maps f->path (opened as `real`, its resolved form) and checks the header,
- * the size and every token. Confined to dirs (ndirs != SPATH_ANY), the open
- * file must still lie under them (a component swapped for a symlink since
- * the path check is caught here) before anything is said about it. */
-static int open_shard(shard *f, const char *real, const char *const *dirs, int ndirs,
-                      int vocab_size, char *err, size_t errlen) {
+/* Opens f->path (as `real`, its resolved form) and maps the whole file
+ * into f->map. Confined to dirs (ndirs != SPATH_ANY), the open file must
+ * still lie under them (a component swapped for a symlink since the path
+ * check is caught here) before anything is said about it. */
+static int map_shard(shard *f, const char *real, const char *const *dirs, int ndirs, char *err,
+                     size_t errlen) {
   int confined = ndirs != SPATH_ANY;
   int fd = open(real, O_RDONLY | O_CLOEXEC | (confined ? O_NOFOLLOW : 0));
   if (fd < 0) {
@@ -104,7 +104,12 @@ static int open_shard(shard *f, const char *real, const char *const *dirs, int n
     return SS_EIO;
   }
   f->map = map;
+  return 0;
+}
 
+/* The mapped shard's header: magic number, version, and a token count
+ * that matches the file's size; sets f->ntokens. */
+static int check_shard_header(shard *f, char *err, size_t errlen) {
   static const struct {
     size_t at; /* byte offset of the little-endian uint32 */
     const char *what;
@@ -138,6 +143,11 @@ static int open_shard(shard *f, const char *real, const char *const *dirs, int n
     return SS_ECORRUPT;
   }
   f->ntokens = (uint64_t)count;
+  return 0;
+}
+
+/* Every token below vocab_size (all are when it exceeds what 16 bits hold). */
+static int check_shard_tokens(const shard *f, int vocab_size, char *err, size_t errlen) {
   const uint8_t *t = f->map + HEADER_BYTES;
   for (uint64_t i = 0; vocab_size <= UINT16_MAX && i < f->ntokens; i++) {
     unsigned v = (unsigned)t[2 * i] | (unsigned)t[2 * i + 1] << 8;
@@ -147,6 +157,21 @@ static int open_shard(shard *f, const char *real, const char *const *dirs, int n
       return SS_EINVAL;
     }
   }
+  return 0;
+}
+
+/* Maps f->path (opened as `real`, its resolved form, under dirs unless
+ * ndirs is SPATH_ANY), checks the header, the size and every token, and
+ * records the file's SHA-256. */
+static int open_shard(shard *f, const char *real, const char *const *dirs, int ndirs,
+                      int vocab_size, char *err, size_t errlen) {
+  int rc = map_shard(f, real, dirs, ndirs, err, errlen);
+  if (!rc)
+    rc = check_shard_header(f, err, errlen);
+  if (!rc)
+    rc = check_shard_tokens(f, vocab_size, err, errlen);
+  if (rc)
+    return rc;
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned mdlen = 0;
   if (!EVP_Digest(f->map, f->size, md, &mdlen, EVP_sha256(), NULL)) {

@@ -465,17 +465,14 @@ static float *gat(const trn_model *m, int t, size_t i) {
   return m->tensors[t].size ? m->mgrads + m->tensors[t].offset + i : NULL;
 }
 
-void trn_model_backward(trn_model *m, float dscale) {
+/* The head: a forward without dscale left the logits intact; this pass
+ * turns them into dlogits of the mean loss, in place. Then the head's and
+ * the final norm's gradients, leaving the residual's in dresid. */
+static void head_backward(trn_model *m, float dscale) {
   kern_ctx *k = m->k;
   const kern_ops *o = k->ops;
   const rcfg_shape *s = &m->shape;
-  int B = m->cur_B, T = s->seq_len, C = s->d_model, V = s->vocab_size, NH = s->n_head;
-  int N = B * T, L = s->n_layer, F = m->F, llama = m->llama;
-  size_t hs = (size_t)(C / NH);
-  o->zero(k, m->mgrads, m->nparams * sizeof(float));
-
-  /* head: a forward without dscale left the logits intact; this pass
-   * turns them into dlogits of the mean loss, in place */
+  int N = m->cur_B * s->seq_len, C = s->d_model, V = s->vocab_size, L = s->n_layer;
   if (m->head_dscale == 0.0f) {
     o->softmax_xent(k, m->losses, m->logits, m->targets, N, V, dscale / (float)N);
   } else if (m->head_dscale != dscale) { /* the logits hold another scale's gradient */
@@ -491,70 +488,105 @@ void trn_model_backward(trn_model *m, float dscale) {
   o->zero(k, m->dresid, (size_t)N * C * k->xbytes);
   norm_backward(m, m->dresid, gat(m, TRN_LNFW, 0), gat(m, TRN_LNFB, 0), m->dln, m->resid[L],
                 wlow(m, TRN_LNFW, 0), m->lnf_mean, m->lnf_rstd);
+}
 
-  for (int l = L - 1; l >= 0; l--) {
+/* Block l's MLP half: resid[l+1] = resid2 + down(act(up(norm2(resid2)))). */
+static void mlp_backward(trn_model *m, int l) {
+  kern_ctx *k = m->k;
+  const kern_ops *o = k->ops;
+  int N = m->cur_B * m->shape.seq_len, C = m->shape.d_model, F = m->F;
+  trn_layer_acts *a = &m->layer[l];
+  size_t LC = (size_t)l * C;
+  if (m->llama) {
+    o->matmul_backward(k, m->dact, gat(m, TRN_FCPROJW, LC * F), NULL, m->dresid, a->fch_gelu,
+                       wlow(m, TRN_FCPROJW, LC * F), N, F, C);
+    o->swiglu_backward(k, m->dfch, a->fch, m->dact, N, F);
+    o->matmul_backward(k, m->dln, gat(m, TRN_FCW, LC * 2 * F), NULL, m->dfch, a->ln2,
+                       wlow(m, TRN_FCW, LC * 2 * F), N, C, 2 * F);
+  } else {
+    o->matmul_backward(k, m->dfch, gat(m, TRN_FCPROJW, LC * 4 * C), gat(m, TRN_FCPROJB, LC),
+                       m->dresid, a->fch_gelu, wlow(m, TRN_FCPROJW, LC * 4 * C), N, 4 * C, C);
+    o->gelu_backward(k, m->dfch, a->fch, m->dfch, (size_t)N * 4 * C);
+    o->matmul_backward(k, m->dln, gat(m, TRN_FCW, LC * 4 * C), gat(m, TRN_FCB, LC * 4), m->dfch,
+                       a->ln2, wlow(m, TRN_FCW, LC * 4 * C), N, C, 4 * C);
+  }
+  norm_backward(m, m->dresid, gat(m, TRN_LN2W, LC), gat(m, TRN_LN2B, LC), m->dln, a->resid2,
+                wlow(m, TRN_LN2W, LC), a->ln2_mean, a->ln2_rstd);
+}
+
+/* Block l's attention half: resid2 = resid[l] + attproj(attn(qkv(norm1(resid[l])))). */
+static void attn_backward(trn_model *m, int l) {
+  kern_ctx *k = m->k;
+  const kern_ops *o = k->ops;
+  const rcfg_shape *s = &m->shape;
+  int B = m->cur_B, T = s->seq_len, C = s->d_model, NH = s->n_head, N = B * T;
+  size_t hs = (size_t)(C / NH);
+  trn_layer_acts *a = &m->layer[l];
+  size_t LC = (size_t)l * C;
+  o->matmul_backward(k, m->datty, gat(m, TRN_ATTPROJW, LC * C), gat(m, TRN_ATTPROJB, LC), m->dresid,
+                     a->atty, wlow(m, TRN_ATTPROJW, LC * C), N, C, C);
+  if (use_flash(m)) /* from the forward's output atty and lse */
+    o->flash_attention_backward(k, m->dqkv, m->datty, a->atty, a->qkv, a->lse, B, T, C, NH);
+  else
+    o->attention_backward(k, m->dqkv, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
+  if (rotates(m))
+    o->rope_backward(k, m->dqkv, B, T, C, NH, rope_theta(m), m->attn_qscale);
+  if (a->qkv_pre)
+    o->qknorm_backward(k, m->dqkv, gat(m, TRN_QNW, l * hs), gat(m, TRN_KNW, l * hs), m->dqkv,
+                       a->qkv_pre, wlow(m, TRN_QNW, l * hs), wlow(m, TRN_KNW, l * hs), a->qk_rstd,
+                       N, C, NH);
+  o->matmul_backward(k, m->dln, gat(m, TRN_QKVW, LC * 3 * C), gat(m, TRN_QKVB, LC * 3), m->dqkv,
+                     a->ln1, wlow(m, TRN_QKVW, LC * 3 * C), N, C, 3 * C);
+  norm_backward(m, m->dresid, gat(m, TRN_LN1W, LC), gat(m, TRN_LN1B, LC), m->dln, m->resid[l],
+                wlow(m, TRN_LN1W, LC), a->ln1_mean, a->ln1_rstd);
+}
+
+/* Block l's gradient is final: tells grads_ready its slice of each block
+ * tensor. */
+static void block_grads_ready(trn_model *m, int l) {
+  int L = m->shape.n_layer;
+  size_t r[TRN_NTENSORS][2];
+  int n = 0;
+  for (int t = TRN_FIRST_BLOCK_TENSOR; t <= TRN_LAST_BLOCK_TENSOR; t++) {
+    size_t per = m->tensors[t].size / (size_t)L;
+    if (!per) /* a tensor this family lacks */
+      continue;
+    r[n][0] = m->tensors[t].offset + (size_t)l * per;
+    r[n][1] = r[n][0] + per;
+    n++;
+  }
+  m->grads_ready(m->grads_ready_ud, (const size_t(*)[2])r, n);
+}
+
+/* The rest: the embeddings, the final norm, the head. */
+static void rest_grads_ready(trn_model *m) {
+  size_t r[5][2];
+  const int rest[5] = {TRN_WTE, TRN_WPE, TRN_LNFW, TRN_LNFB, TRN_HEAD};
+  int n = 0;
+  for (int i = 0; i < 5; i++)
+    if (m->tensors[rest[i]].size) {
+      r[n][0] = m->tensors[rest[i]].offset;
+      r[n][1] = r[n][0] + m->tensors[rest[i]].size;
+      n++;
+    }
+  m->grads_ready(m->grads_ready_ud, (const size_t(*)[2])r, n);
+}
+
+void trn_model_backward(trn_model *m, float dscale) {
+  kern_ctx *k = m->k;
+  const rcfg_shape *s = &m->shape;
+  k->ops->zero(k, m->mgrads, m->nparams * sizeof(float));
+  head_backward(m, dscale);
+  for (int l = s->n_layer - 1; l >= 0; l--) {
     if (m->recompute)
       layer_forward(m, l, 0);
-    trn_layer_acts *a = &m->layer[l];
-    size_t LC = (size_t)l * C;
-    /* MLP half: resid[l+1] = resid2 + down(act(up(norm2(resid2)))) */
-    if (llama) {
-      o->matmul_backward(k, m->dact, gat(m, TRN_FCPROJW, LC * F), NULL, m->dresid, a->fch_gelu,
-                         wlow(m, TRN_FCPROJW, LC * F), N, F, C);
-      o->swiglu_backward(k, m->dfch, a->fch, m->dact, N, F);
-      o->matmul_backward(k, m->dln, gat(m, TRN_FCW, LC * 2 * F), NULL, m->dfch, a->ln2,
-                         wlow(m, TRN_FCW, LC * 2 * F), N, C, 2 * F);
-    } else {
-      o->matmul_backward(k, m->dfch, gat(m, TRN_FCPROJW, LC * 4 * C), gat(m, TRN_FCPROJB, LC),
-                         m->dresid, a->fch_gelu, wlow(m, TRN_FCPROJW, LC * 4 * C), N, 4 * C, C);
-      o->gelu_backward(k, m->dfch, a->fch, m->dfch, (size_t)N * 4 * C);
-      o->matmul_backward(k, m->dln, gat(m, TRN_FCW, LC * 4 * C), gat(m, TRN_FCB, LC * 4), m->dfch,
-                         a->ln2, wlow(m, TRN_FCW, LC * 4 * C), N, C, 4 * C);
-    }
-    norm_backward(m, m->dresid, gat(m, TRN_LN2W, LC), gat(m, TRN_LN2B, LC), m->dln, a->resid2,
-                  wlow(m, TRN_LN2W, LC), a->ln2_mean, a->ln2_rstd);
-    /* attention half: resid2 = resid[l] + attproj(attn(qkv(norm1(resid[l])))) */
-    o->matmul_backward(k, m->datty, gat(m, TRN_ATTPROJW, LC * C), gat(m, TRN_ATTPROJB, LC),
-                       m->dresid, a->atty, wlow(m, TRN_ATTPROJW, LC * C), N, C, C);
-    if (use_flash(m)) /* from the forward's output atty and lse */
-      o->flash_attention_backward(k, m->dqkv, m->datty, a->atty, a->qkv, a->lse, B, T, C, NH);
-    else
-      o->attention_backward(k, m->dqkv, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
-    if (rotates(m))
-      o->rope_backward(k, m->dqkv, B, T, C, NH, rope_theta(m), m->attn_qscale);
-    if (a->qkv_pre)
-      o->qknorm_backward(k, m->dqkv, gat(m, TRN_QNW, l * hs), gat(m, TRN_KNW, l * hs), m->dqkv,
-                         a->qkv_pre, wlow(m, TRN_QNW, l * hs), wlow(m, TRN_KNW, l * hs), a->qk_rstd,
-                         N, C, NH);
-    o->matmul_backward(k, m->dln, gat(m, TRN_QKVW, LC * 3 * C), gat(m, TRN_QKVB, LC * 3), m->dqkv,
-                       a->ln1, wlow(m, TRN_QKVW, LC * 3 * C), N, C, 3 * C);
-    norm_backward(m, m->dresid, gat(m, TRN_LN1W, LC), gat(m, TRN_LN1B, LC), m->dln, m->resid[l],
-                  wlow(m, TRN_LN1W, LC), a->ln1_mean, a->ln1_rstd);
-    if (m->grads_ready) { /* block l's gradient is final: its slice of each block tensor */
-      size_t r[TRN_NTENSORS][2];
-      int n = 0;
-      for (int t = TRN_FIRST_BLOCK_TENSOR; t <= TRN_LAST_BLOCK_TENSOR; t++) {
-        size_t per = m->tensors[t].size / (size_t)L;
-        if (!per) /* a tensor this family lacks */
-          continue;
-        r[n][0] = m->tensors[t].offset + (size_t)l * per;
-        r[n][1] = r[n][0] + per;
-        n++;
-      }
-      m->grads_ready(m->grads_ready_ud, (const size_t(*)[2])r, n);
-    }
+    mlp_backward(m, l);
+    attn_backward(m, l);
+    if (m->grads_ready)
+      block_grads_ready(m, l);
   }
-  o->encoder_backward(k, gat(m, TRN_WTE, 0), gat(m, TRN_WPE, 0), m->dresid, m->tokens, B, T, C);
-  if (m->grads_ready) { /* the rest: the embeddings, the final norm, the head */
-    size_t r[5][2];
-    const int rest[5] = {TRN_WTE, TRN_WPE, TRN_LNFW, TRN_LNFB, TRN_HEAD};
-    int n = 0;
-    for (int i = 0; i < 5; i++)
-      if (m->tensors[rest[i]].size) {
-        r[n][0] = m->tensors[rest[i]].offset;
-        r[n][1] = r[n][0] + m->tensors[rest[i]].size;
-        n++;
-      }
-    m->grads_ready(m->grads_ready_ud, (const size_t(*)[2])r, n);
-  }
+  k->ops->encoder_backward(k, gat(m, TRN_WTE, 0), gat(m, TRN_WPE, 0), m->dresid, m->tokens,
+                           m->cur_B, s->seq_len, s->d_model);
+  if (m->grads_ready)
+    rest_grads_ready(m);
 }
