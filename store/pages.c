@@ -182,10 +182,10 @@ static int decode_all(const PGresult *res, size_t size,
 }
 
 /* A row's columns as X(field, kind), in its statement's order: DECODER
- * makes the decode that reads them, each kind with its reader: int (0 for
- * NULL), num (NAN for NULL), str (never NULL), text (NULL for NULL). */
-#define COL_int store__int
-#define COL_num store__num_or_nan
+ * makes the decode that reads them, each kind with its reader: i64 (0 for
+ * NULL), f64 (NAN for NULL), str (never NULL), text (NULL for NULL). */
+#define COL_i64 store__int
+#define COL_f64 store__num_or_nan
 #define COL_str PQgetvalue
 #define COL_text store__str_or_null
 #define DECODE_COLUMN(field, kind) e->field = COL_##kind(res, row, k++);
@@ -291,26 +291,25 @@ static void gather_query(gather *g, int i, db *d, const char *sql, int nparams,
   "FROM runs r WHERE r.sweep_id = sw.id) c "
 
 /* A sweep's row: the columns SWEEP_SQL selects, then its counts (c.*). */
-#define SWEEP_COLS(X)                                                                        \
-  X(id, int)                                                                                 \
-  X(priority, int)                                                                           \
-  X(name, str) X(status, str) X(spec_hash, str) X(created_at, str) X(created_utc, str)       \
-      X(method, text) X(description, text) X(spec, text) X(lr_tune, text) X(adaptive, text)  \
-          X(fits, text) X(counts.total, int) X(counts.queued, int) X(counts.running, int)    \
-              X(counts.succeeded, int) X(counts.failed, int) X(counts.cancelled, int)        \
-                  X(counts.done, int) X(counts.queued_gpus, int) X(counts.queued_slots, int) \
-                      X(counts.queued_trainers, str) X(counts.branched, int)                 \
-                          X(counts.flops_planned, num) X(counts.flops_done, num)             \
-                              X(counts.flops_spent, num) X(counts.flops_trained, num)        \
-                                  X(counts.models, text)
+#define SWEEP_COLS(X)                                                                         \
+  X(id, i64)                                                                                  \
+  X(priority, i64) X(name, str) X(status, str) X(spec_hash, str) X(created_at, str)           \
+      X(created_utc, str) X(method, text) X(description, text) X(spec, text) X(lr_tune, text) \
+          X(adaptive, text) X(fits, text) X(counts.total, i64) X(counts.queued, i64)          \
+              X(counts.running, i64) X(counts.succeeded, i64) X(counts.failed, i64)           \
+                  X(counts.cancelled, i64) X(counts.done, i64) X(counts.queued_gpus, i64)     \
+                      X(counts.queued_slots, i64) X(counts.queued_trainers, str)              \
+                          X(counts.branched, i64) X(counts.flops_planned, f64)                \
+                              X(counts.flops_done, f64) X(counts.flops_spent, f64)            \
+                                  X(counts.flops_trained, f64) X(counts.models, text)
 /* GET /api/sweeps's row (store_pages_sweeps) */
-#define SWEEP_LIST_COLS(X)                                                                        \
-  X(id, int)                                                                                      \
-  X(priority, int)                                                                                \
-  X(name, str) X(status, str) X(spec_hash, str) X(created_at, str) X(counts.total, int)           \
-      X(counts.succeeded, int) X(counts.failed, int) X(counts.running, int) X(counts.queued, int) \
-          X(counts.queued_gpus, int) X(counts.queued_slots, int) X(counts.queued_trainers, str)   \
-              X(counts.flops_planned, num) X(counts.flops_done, num)
+#define SWEEP_LIST_COLS(X)                                                                       \
+  X(id, i64)                                                                                     \
+  X(priority, i64) X(name, str) X(status, str) X(spec_hash, str) X(created_at, str)              \
+      X(counts.total, i64) X(counts.succeeded, i64) X(counts.failed, i64) X(counts.running, i64) \
+          X(counts.queued, i64) X(counts.queued_gpus, i64) X(counts.queued_slots, i64)           \
+              X(counts.queued_trainers, str) X(counts.flops_planned, f64)                        \
+                  X(counts.flops_done, f64)
 
 DECODER(decode_sweep, store_sweep, SWEEP_COLS)
 DECODER(decode_sweep_summary, store_sweep, SWEEP_LIST_COLS)
@@ -551,24 +550,19 @@ void store_pages_run_counts(db *d, store_run_counts_cb cb, void *ud) {
 /* ---- the status page's rows -------------------------------------------------------------- */
 
 /* The rows of the status page (DECODER). */
-#define OVERVIEW_SWEEP_COLS(X)                                                                   \
-  X(id, int)                                                                                     \
-  X(name, str)                                                                                   \
-  X(status, str)                                                                                 \
-  X(total, int) X(done, int) X(running, int) X(queued, int) X(failed, int) X(flops_planned, num) \
-      X(flops_spent, num)
-#define OVERVIEW_RUN_COLS(X)                                                                   \
-  X(id, int)                                                                                   \
-  X(sweep_id, int)                                                                             \
-  X(sweep, str)                                                                                \
-  X(attempt, int) X(gpus, int) X(nonembedding_params, num) X(flops, num) X(finished_utc, text) \
-      X(error, text)
-#define PAGE_RUN_COLS(X)                                                                       \
-  X(id, int)                                                                                   \
-  X(attempt, int)                                                                              \
-  X(max_attempts, int)                                                                         \
-  X(status, str) X(worker, text) X(nonembedding_params, num) X(tokens, num) X(batch_size, num) \
-      X(flops, num) X(final_val_loss, num) X(duration_s, num) X(designed, text)
+#define OVERVIEW_SWEEP_COLS(X)                                                          \
+  X(id, i64)                                                                            \
+  X(name, str) X(status, str) X(total, i64) X(done, i64) X(running, i64) X(queued, i64) \
+      X(failed, i64) X(flops_planned, f64) X(flops_spent, f64)
+#define OVERVIEW_RUN_COLS(X)                                                              \
+  X(id, i64)                                                                              \
+  X(sweep_id, i64) X(sweep, str) X(attempt, i64) X(gpus, i64) X(nonembedding_params, f64) \
+      X(flops, f64) X(finished_utc, text) X(error, text)
+#define PAGE_RUN_COLS(X)                                                                          \
+  X(id, i64)                                                                                      \
+  X(attempt, i64) X(max_attempts, i64) X(status, str) X(worker, text) X(nonembedding_params, f64) \
+      X(tokens, f64) X(batch_size, f64) X(flops, f64) X(final_val_loss, f64) X(duration_s, f64)   \
+          X(designed, text)
 
 DECODER(decode_overview_sweep, store_overview_sweep, OVERVIEW_SWEEP_COLS)
 DECODER(decode_overview_run, store_overview_run, OVERVIEW_RUN_COLS)
