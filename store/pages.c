@@ -291,34 +291,39 @@ static void gather_query(gather *g, int i, db *d, const char *sql, int nparams,
   "FROM runs r WHERE r.sweep_id = sw.id) c "
 
 /* A sweep's row: the columns SWEEP_SQL selects, then its counts (c.*). */
-#define SWEEP_COLS(X)                                                                         \
-  X(id, i64)                                                                                  \
-  X(priority, i64) X(name, str) X(status, str) X(spec_hash, str) X(created_at, str)           \
-      X(created_utc, str) X(method, text) X(description, text) X(spec, text) X(lr_tune, text) \
-          X(adaptive, text) X(fits, text) X(counts.total, i64) X(counts.queued, i64)          \
-              X(counts.running, i64) X(counts.succeeded, i64) X(counts.failed, i64)           \
-                  X(counts.cancelled, i64) X(counts.done, i64) X(counts.queued_gpus, i64)     \
-                      X(counts.queued_slots, i64) X(counts.queued_trainers, str)              \
-                          X(counts.branched, i64) X(counts.flops_planned, f64)                \
-                              X(counts.flops_done, f64) X(counts.flops_spent, f64)            \
-                                  X(counts.flops_trained, f64) X(counts.models, text)
+#define SWEEP_COLS(X)                                                                        \
+  X(id, i64)                                                                                 \
+  X(priority, i64)                                                                           \
+  X(name, str)                                                                               \
+  X(status, str) X(spec_hash, str) X(created_at, str) X(created_utc, str) X(method, text)    \
+      X(description, text) X(spec, text) X(lr_tune, text) X(adaptive, text) X(fits, text)    \
+          X(counts.total, i64) X(counts.queued, i64) X(counts.running, i64)                  \
+              X(counts.succeeded, i64) X(counts.failed, i64) X(counts.cancelled, i64)        \
+                  X(counts.done, i64) X(counts.queued_gpus, i64) X(counts.queued_slots, i64) \
+                      X(counts.queued_trainers, str) X(counts.branched, i64)                 \
+                          X(counts.flops_planned, f64) X(counts.flops_done, f64)             \
+                              X(counts.flops_spent, f64) X(counts.flops_trained, f64)        \
+                                  X(counts.models, text)
 /* GET /api/sweeps's row (store_pages_sweeps) */
-#define SWEEP_LIST_COLS(X)                                                                       \
-  X(id, i64)                                                                                     \
-  X(priority, i64) X(name, str) X(status, str) X(spec_hash, str) X(created_at, str)              \
-      X(counts.total, i64) X(counts.succeeded, i64) X(counts.failed, i64) X(counts.running, i64) \
-          X(counts.queued, i64) X(counts.queued_gpus, i64) X(counts.queued_slots, i64)           \
-              X(counts.queued_trainers, str) X(counts.flops_planned, f64)                        \
-                  X(counts.flops_done, f64)
+#define SWEEP_LIST_COLS(X)                                                                        \
+  X(id, i64)                                                                                      \
+  X(priority, i64)                                                                                \
+  X(name, str)                                                                                    \
+  X(status, str) X(spec_hash, str) X(created_at, str) X(counts.total, i64)                        \
+      X(counts.succeeded, i64) X(counts.failed, i64) X(counts.running, i64) X(counts.queued, i64) \
+          X(counts.queued_gpus, i64) X(counts.queued_slots, i64) X(counts.queued_trainers, str)   \
+              X(counts.flops_planned, f64) X(counts.flops_done, f64)
 
 DECODER(decode_sweep, store_sweep, SWEEP_COLS)
 DECODER(decode_sweep_summary, store_sweep, SWEEP_LIST_COLS)
 
-#define SWEEP_SQL                                                                        \
-  "SELECT sw.id, sw.priority, sw.name, sw.status, sw.spec_hash, "                        \
-  "(to_json(sw.created_at)#>>'{}'), "                                                    \
-  "to_char(sw.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), "                 \
-  "sw.spec->>'method', sw.spec->>'description', sw.spec, " LR_TUNE_SQL ", " ADAPTIVE_SQL \
+/* SWEEP_COLS's statement, its spec the column spec: the page has no use
+ * for a spec that may be most of a megabyte (NULL), the API passes it on. */
+#define SWEEP_SQL(spec)                                                                   \
+  "SELECT sw.id, sw.priority, sw.name, sw.status, sw.spec_hash, "                         \
+  "(to_json(sw.created_at)#>>'{}'), "                                                     \
+  "to_char(sw.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), "                  \
+  "sw.spec->>'method', sw.spec->>'description', " spec ", " LR_TUNE_SQL ", " ADAPTIVE_SQL \
   ", " STORE__LATEST_FITS_SQL ", c.* FROM sweeps sw " COUNTS_SQL "WHERE sw.id = $1"
 
 STORE__ARRAY_SPEC(sweep_list, store_sweep, decode_sweep_summary, store_sweep_list_cb);
@@ -402,16 +407,22 @@ static int decode_runs(const PGresult *res, const store_runs_page *pg, store_run
 }
 
 /* The statement of a page of runs ($1 the sweep, $2 limit, $3 offset, $4 a
- * status or NULL): the total, then the runs, in the page's order (k). */
-static void runs_sql(char *buf, size_t n, const store_runs_page *pg) {
+ * status or NULL): the total, then the runs, in the page's order (k).
+ * malloc'd to its length (NULL when out of memory). */
+static char *runs_sql(const store_runs_page *pg) {
   const char *sort = store_pages_sort_column(pg->sort), *order = pg->desc ? "DESC" : "ASC";
-  snprintf(buf, n,
-           "SELECT (SELECT count(*) FROM runs WHERE sweep_id = $1 AND ($4::run_status IS NULL OR "
-           "status = $4)), p.* FROM sweeps sw LEFT JOIN LATERAL (SELECT %s, row_number() OVER "
-           "(ORDER BY r.%s %s NULLS LAST, r.id %s) AS k FROM runs r WHERE r.sweep_id = sw.id AND "
-           "($4::run_status IS NULL OR r.status = $4) ORDER BY r.%s %s NULLS LAST, r.id %s "
-           "LIMIT $2 OFFSET $3) p ON true WHERE sw.id = $1 ORDER BY p.k",
-           run_columns, sort ? sort : "id", order, order, sort ? sort : "id", order, order);
+  sort = sort ? sort : "id";
+  static const char fmt[] =
+      "SELECT (SELECT count(*) FROM runs WHERE sweep_id = $1 AND ($4::run_status IS NULL OR "
+      "status = $4)), p.* FROM sweeps sw LEFT JOIN LATERAL (SELECT %s, row_number() OVER "
+      "(ORDER BY r.%s %s NULLS LAST, r.id %s) AS k FROM runs r WHERE r.sweep_id = sw.id AND "
+      "($4::run_status IS NULL OR r.status = $4) ORDER BY r.%s %s NULLS LAST, r.id %s "
+      "LIMIT $2 OFFSET $3) p ON true WHERE sw.id = $1 ORDER BY p.k";
+  int n = snprintf(NULL, 0, fmt, run_columns, sort, order, order, sort, order, order);
+  char *sql = n > 0 ? malloc((size_t)n + 1) : NULL;
+  if (sql)
+    snprintf(sql, (size_t)n + 1, fmt, run_columns, sort, order, order, sort, order, order);
+  return sql;
 }
 
 static void page_params(const char *p[4], char ids[24], char lim[24], char off[24],
@@ -443,17 +454,19 @@ static void on_runs(void *ud, int status, PGresult *res, const char *errmsg) {
 
 void store_pages_sweep_runs(db *d, int64_t sweep_id, const store_runs_page *pg, store_runs_cb cb,
                             void *ud) {
-  char sql[4096], ids[24], lim[24], off[24];
-  runs_call *c = malloc(sizeof *c);
+  char ids[24], lim[24], off[24];
+  char *sql = runs_sql(pg);
+  runs_call *c = sql ? malloc(sizeof *c) : NULL;
   if (!c) {
+    free(sql);
     cb(ud, SS_ENOMEM, NULL, "out of memory");
     return;
   }
   *c = (runs_call){*pg, cb, ud};
-  runs_sql(sql, sizeof sql, pg);
   const char *p[4];
   page_params(p, ids, lim, off, sweep_id, pg);
-  db_query(d, sql, 4, p, on_runs, c);
+  db_query(d, sql, 4, p, on_runs, c); /* which copies sql */
+  free(sql);
 }
 
 /* GET /api/sweeps/{id}: the sweep and a page of its runs, read together. */
@@ -484,9 +497,11 @@ static void sweep_doc_done(gather *g, int status, const char *errmsg) {
 
 void store_pages_sweep_doc(db *d, int64_t sweep_id, const store_runs_page *pg,
                            store_sweep_doc_cb cb, void *ud) {
-  char sql[4096], ids[24], lim[24], off[24];
-  sweep_doc_call *c = calloc(1, sizeof *c);
+  char ids[24], lim[24], off[24];
+  char *sql = runs_sql(pg);
+  sweep_doc_call *c = sql ? calloc(1, sizeof *c) : NULL;
   if (!c) {
+    free(sql);
     cb(ud, SS_ENOMEM, NULL, NULL, "out of memory");
     return;
   }
@@ -497,9 +512,9 @@ void store_pages_sweep_doc(db *d, int64_t sweep_id, const store_runs_page *pg,
   c->pg = *pg;
   const char *p[4];
   page_params(p, ids, lim, off, sweep_id, pg);
-  runs_sql(sql, sizeof sql, pg);
-  gather_query(&c->g, 0, d, SWEEP_SQL, 1, p);
+  gather_query(&c->g, 0, d, SWEEP_SQL("sw.spec"), 1, p);
   gather_query(&c->g, 1, d, sql, 4, p);
+  free(sql);
 }
 void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_json_cb cb,
                      void *ud) {
@@ -550,19 +565,24 @@ void store_pages_run_counts(db *d, store_run_counts_cb cb, void *ud) {
 /* ---- the status page's rows -------------------------------------------------------------- */
 
 /* The rows of the status page (DECODER). */
-#define OVERVIEW_SWEEP_COLS(X)                                                          \
-  X(id, i64)                                                                            \
-  X(name, str) X(status, str) X(total, i64) X(done, i64) X(running, i64) X(queued, i64) \
-      X(failed, i64) X(flops_planned, f64) X(flops_spent, f64)
-#define OVERVIEW_RUN_COLS(X)                                                              \
-  X(id, i64)                                                                              \
-  X(sweep_id, i64) X(sweep, str) X(attempt, i64) X(gpus, i64) X(nonembedding_params, f64) \
-      X(flops, f64) X(finished_utc, text) X(error, text)
-#define PAGE_RUN_COLS(X)                                                                          \
-  X(id, i64)                                                                                      \
-  X(attempt, i64) X(max_attempts, i64) X(status, str) X(worker, text) X(nonembedding_params, f64) \
-      X(tokens, f64) X(batch_size, f64) X(flops, f64) X(final_val_loss, f64) X(duration_s, f64)   \
-          X(designed, text)
+#define OVERVIEW_SWEEP_COLS(X)                                                                   \
+  X(id, i64)                                                                                     \
+  X(name, str)                                                                                   \
+  X(status, str)                                                                                 \
+  X(total, i64) X(done, i64) X(running, i64) X(queued, i64) X(failed, i64) X(flops_planned, f64) \
+      X(flops_spent, f64)
+#define OVERVIEW_RUN_COLS(X)                                                                   \
+  X(id, i64)                                                                                   \
+  X(sweep_id, i64)                                                                             \
+  X(sweep, str)                                                                                \
+  X(attempt, i64) X(gpus, i64) X(nonembedding_params, f64) X(flops, f64) X(finished_utc, text) \
+      X(error, text)
+#define PAGE_RUN_COLS(X)                                                                       \
+  X(id, i64)                                                                                   \
+  X(attempt, i64)                                                                              \
+  X(max_attempts, i64)                                                                         \
+  X(status, str) X(worker, text) X(nonembedding_params, f64) X(tokens, f64) X(batch_size, f64) \
+      X(flops, f64) X(final_val_loss, f64) X(duration_s, f64) X(designed, text)
 
 DECODER(decode_overview_sweep, store_overview_sweep, OVERVIEW_SWEEP_COLS)
 DECODER(decode_overview_run, store_overview_run, OVERVIEW_RUN_COLS)
@@ -684,7 +704,7 @@ void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t
   gather *g = gather_new(4, sweep_page_done, (void (*)(void))cb, ud);
   if (!g)
     return;
-  gather_query(g, 0, d, SWEEP_SQL, 1, p);
+  gather_query(g, 0, d, SWEEP_SQL("NULL"), 1, p);
   /* the runs `next` designed (runs.designed), predicted beside measured:
    * the first 200 by budget and size */
   gather_query(g, 1, d,

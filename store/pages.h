@@ -55,7 +55,7 @@ typedef struct store_sweep {
   const char *name, *status, *spec_hash;
   const char *created_at, *created_utc;
   const char *method, *description; /* the spec's, NULL when it has none */
-  const char *spec;                 /* document */
+  const char *spec;                 /* document (the API's; NULL on the page) */
   const char *lr_tune;  /* document: its lr tune's decision or state, NULL without one */
   const char *adaptive; /* document: its adaptive design, NULL without one */
   const char *fits;     /* document: {law: the newest fit's params}, NULL without one */
