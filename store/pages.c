@@ -291,28 +291,31 @@ static void gather_query(gather *g, int i, db *d, const char *sql, int nparams,
   "FROM runs r WHERE r.sweep_id = sw.id) c "
 
 /* A sweep's row: the columns SWEEP_SQL selects, then its counts (c.*). */
-#define SWEEP_COLS(X)                                                                        \
-  X(id, i64)                                                                                 \
-  X(priority, i64)                                                                           \
-  X(name, str)                                                                               \
-  X(status, str) X(spec_hash, str) X(created_at, str) X(created_utc, str) X(method, text)    \
-      X(description, text) X(spec, text) X(lr_tune, text) X(adaptive, text) X(fits, text)    \
-          X(counts.total, i64) X(counts.queued, i64) X(counts.running, i64)                  \
-              X(counts.succeeded, i64) X(counts.failed, i64) X(counts.cancelled, i64)        \
-                  X(counts.done, i64) X(counts.queued_gpus, i64) X(counts.queued_slots, i64) \
-                      X(counts.queued_trainers, str) X(counts.branched, i64)                 \
-                          X(counts.flops_planned, f64) X(counts.flops_done, f64)             \
-                              X(counts.flops_spent, f64) X(counts.flops_trained, f64)        \
-                                  X(counts.models, text)
+#define SWEEP_COLS(X)                                                                             \
+  X(id, i64)                                                                                      \
+  X(priority, i64)                                                                                \
+  X(name, str)                                                                                    \
+  X(status, str)                                                                                  \
+  X(spec_hash, str)                                                                               \
+  X(created_at, str) X(created_utc, str) X(method, text) X(description, text) X(spec, text)       \
+      X(lr_tune, text) X(adaptive, text) X(fits, text) X(counts.total, i64) X(counts.queued, i64) \
+          X(counts.running, i64) X(counts.succeeded, i64) X(counts.failed, i64)                   \
+              X(counts.cancelled, i64) X(counts.done, i64) X(counts.queued_gpus, i64)             \
+                  X(counts.queued_slots, i64) X(counts.queued_trainers, str)                      \
+                      X(counts.branched, i64) X(counts.flops_planned, f64)                        \
+                          X(counts.flops_done, f64) X(counts.flops_spent, f64)                    \
+                              X(counts.flops_trained, f64) X(counts.models, text)
 /* GET /api/sweeps's row (store_pages_sweeps) */
 #define SWEEP_LIST_COLS(X)                                                                        \
   X(id, i64)                                                                                      \
   X(priority, i64)                                                                                \
   X(name, str)                                                                                    \
-  X(status, str) X(spec_hash, str) X(created_at, str) X(counts.total, i64)                        \
-      X(counts.succeeded, i64) X(counts.failed, i64) X(counts.running, i64) X(counts.queued, i64) \
-          X(counts.queued_gpus, i64) X(counts.queued_slots, i64) X(counts.queued_trainers, str)   \
-              X(counts.flops_planned, f64) X(counts.flops_done, f64)
+  X(status, str)                                                                                  \
+  X(spec_hash, str)                                                                               \
+  X(created_at, str) X(counts.total, i64) X(counts.succeeded, i64) X(counts.failed, i64)          \
+      X(counts.running, i64) X(counts.queued, i64) X(counts.queued_gpus, i64)                     \
+          X(counts.queued_slots, i64) X(counts.queued_trainers, str) X(counts.flops_planned, f64) \
+              X(counts.flops_done, f64)
 
 DECODER(decode_sweep, store_sweep, SWEEP_COLS)
 DECODER(decode_sweep_summary, store_sweep, SWEEP_LIST_COLS)
@@ -565,24 +568,27 @@ void store_pages_run_counts(db *d, store_run_counts_cb cb, void *ud) {
 /* ---- the status page's rows -------------------------------------------------------------- */
 
 /* The rows of the status page (DECODER). */
-#define OVERVIEW_SWEEP_COLS(X)                                                                   \
-  X(id, i64)                                                                                     \
-  X(name, str)                                                                                   \
-  X(status, str)                                                                                 \
-  X(total, i64) X(done, i64) X(running, i64) X(queued, i64) X(failed, i64) X(flops_planned, f64) \
-      X(flops_spent, f64)
-#define OVERVIEW_RUN_COLS(X)                                                                   \
-  X(id, i64)                                                                                   \
-  X(sweep_id, i64)                                                                             \
-  X(sweep, str)                                                                                \
-  X(attempt, i64) X(gpus, i64) X(nonembedding_params, f64) X(flops, f64) X(finished_utc, text) \
-      X(error, text)
-#define PAGE_RUN_COLS(X)                                                                       \
-  X(id, i64)                                                                                   \
-  X(attempt, i64)                                                                              \
-  X(max_attempts, i64)                                                                         \
-  X(status, str) X(worker, text) X(nonembedding_params, f64) X(tokens, f64) X(batch_size, f64) \
-      X(flops, f64) X(final_val_loss, f64) X(duration_s, f64) X(designed, text)
+#define OVERVIEW_SWEEP_COLS(X) \
+  X(id, i64)                   \
+  X(name, str)                 \
+  X(status, str)               \
+  X(total, i64)                \
+  X(done, i64)                 \
+  X(running, i64) X(queued, i64) X(failed, i64) X(flops_planned, f64) X(flops_spent, f64)
+#define OVERVIEW_RUN_COLS(X) \
+  X(id, i64)                 \
+  X(sweep_id, i64)           \
+  X(sweep, str)              \
+  X(attempt, i64)            \
+  X(gpus, i64) X(nonembedding_params, f64) X(flops, f64) X(finished_utc, text) X(error, text)
+#define PAGE_RUN_COLS(X)                                                      \
+  X(id, i64)                                                                  \
+  X(attempt, i64)                                                             \
+  X(max_attempts, i64)                                                        \
+  X(status, str)                                                              \
+  X(worker, text)                                                             \
+  X(nonembedding_params, f64) X(tokens, f64) X(batch_size, f64) X(flops, f64) \
+      X(final_val_loss, f64) X(duration_s, f64) X(designed, text)
 
 DECODER(decode_overview_sweep, store_overview_sweep, OVERVIEW_SWEEP_COLS)
 DECODER(decode_overview_run, store_overview_run, OVERVIEW_RUN_COLS)
@@ -668,17 +674,46 @@ void store_pages_overview(db *d, store_overview_cb cb, void *ud) {
                0, NULL);
 }
 
-/* A run's row on the sweep page (PAGE_RUN_COLS). */
-#define PAGE_RUN_SQL                                                                             \
-  "SELECT r.id, r.attempt, r.max_attempts, r.status, wk.name, r.nonembedding_params, r.tokens, " \
-  "r.batch_size, r.flops, r.final_val_loss, " DURATION_SQL ", r.designed FROM runs r "           \
+/* A run's row on the sweep page (PAGE_RUN_COLS), then part (0: designed,
+ * 1: the page's) and k (its place in its part). */
+#define PAGE_RUN_SQL(part_k)                                                                       \
+  "SELECT r.id, r.attempt, r.max_attempts, r.status, wk.name, r.nonembedding_params, r.tokens, "   \
+  "r.batch_size, r.flops, r.final_val_loss, " DURATION_SQL ", r.designed, " part_k " FROM runs r " \
   "LEFT JOIN workers wk ON wk.id = r.worker "
 
+/* The runs `next` designed (runs.designed), predicted beside measured: the
+ * first 200 by budget and size; and the page's runs ($2 the status or NULL,
+ * $3 offset, $4 limit). */
+#define DESIGNED_K                                                                                 \
+  "0 AS part, row_number() OVER (ORDER BY (r.designed->>'flops')::float8, r.nonembedding_params, " \
+  "r.id) AS k"
+#define DESIGNED_SQL \
+  PAGE_RUN_SQL(DESIGNED_K) "WHERE r.sweep_id = $1 AND r.designed IS NOT NULL ORDER BY k LIMIT 200"
+#define RUNS_K "1, row_number() OVER (ORDER BY r.id)"
+#define RUNS_SQL                                                         \
+  PAGE_RUN_SQL(RUNS_K)                                                   \
+  "WHERE r.sweep_id = $1 AND ($2::run_status IS NULL OR r.status = $2) " \
+  "ORDER BY r.id LIMIT $4 OFFSET $3"
+
+/* The page's runs of status (NULL: all of them), from its counts. */
+static int64_t runs_of_status(const store_sweep_counts *c, const char *status) {
+  static const char *const names[] = {"queued", "running", "succeeded", "failed", "cancelled"};
+  const int64_t n[] = {c->queued, c->running, c->succeeded, c->failed, c->cancelled};
+  for (int i = 0; status && i < 5; i++)
+    if (!strcmp(status, names[i]))
+      return n[i];
+  return c->total;
+}
+
+typedef struct sweep_page_call {
+  gather g;
+  const char *status; /* the caller's: valid until its callback */
+} sweep_page_call;
+
 static void sweep_page_done(gather *g, int status, const char *errmsg) {
-  gather_rows parts[] = {{1, sizeof(store_page_run), decode_page_run_row, NULL, 0},
-                         {3, sizeof(store_page_run), decode_page_run_row, NULL, 0}};
+  gather_rows runs = {1, sizeof(store_page_run), decode_page_run_row, NULL, 0};
   int found = status == 0 && PQntuples(g->res[0]) > 0;
-  if (found && gather_decode(g, parts, 2)) {
+  if (found && gather_decode(g, &runs, 1)) {
     status = SS_ENOMEM;
     errmsg = "out of memory";
   }
@@ -686,39 +721,39 @@ static void sweep_page_done(gather *g, int status, const char *errmsg) {
     ((store_sweep_page_cb)g->cb)(g->ud, status, NULL, errmsg);
     return;
   }
-  store_sweep_page p = {.designed = parts[0].rows,
-                        .ndesigned = parts[0].n,
-                        .runs_total = store__int(g->res[2], 0, 0), /* the total alone */
-                        .runs = parts[1].rows,
-                        .nruns = parts[1].n};
+  int designed = 0; /* the designed come first (part 0) */
+  while (designed < runs.n && store__int(g->res[1], designed, 12) == 0)
+    designed++;
+  store_sweep_page p = {.designed = runs.rows,
+                        .ndesigned = designed,
+                        .runs = (store_page_run *)runs.rows + designed,
+                        .nruns = runs.n - designed};
   decode_sweep(g->res[0], 0, &p.sweep);
+  p.runs_total = runs_of_status(&p.sweep.counts, ((sweep_page_call *)g)->status);
   ((store_sweep_page_cb)g->cb)(g->ud, 0, &p, NULL);
-  gather_free(parts, 2);
+  gather_free(&runs, 1);
 }
 
+/* Two statements: the sweep with its counts (which give the page's total),
+ * and the designed runs with the page's in one, each a round trip. */
 void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t offset, int limit,
                             store_sweep_page_cb cb, void *ud) {
   char ids[24], off[24], lim[24];
   const char *p[4] = {store__itoa(ids, sizeof ids, sweep_id), status,
                       store__itoa(off, sizeof off, offset), store__itoa(lim, sizeof lim, limit)};
-  gather *g = gather_new(4, sweep_page_done, (void (*)(void))cb, ud);
-  if (!g)
+  sweep_page_call *c = calloc(1, sizeof *c);
+  if (!c) {
+    cb(ud, SS_ENOMEM, NULL, "out of memory");
     return;
-  gather_query(g, 0, d, SWEEP_SQL("NULL"), 1, p);
-  /* the runs `next` designed (runs.designed), predicted beside measured:
-   * the first 200 by budget and size */
-  gather_query(g, 1, d,
-               PAGE_RUN_SQL "WHERE r.sweep_id = $1 AND r.designed IS NOT NULL "
-                            "ORDER BY (r.designed->>'flops')::float8, r.nonembedding_params, r.id "
-                            "LIMIT 200",
-               1, p);
-  gather_query(g, 2, d,
-               "SELECT count(*) FROM runs WHERE sweep_id = $1 AND ($2::run_status IS NULL OR "
-               "status = $2)",
-               2, p);
-  gather_query(g, 3, d,
-               PAGE_RUN_SQL "WHERE r.sweep_id = $1 AND ($2::run_status IS NULL OR r.status = $2) "
-                            "ORDER BY r.id LIMIT $4 OFFSET $3",
+  }
+  c->g = (gather){.n = 2, .done = sweep_page_done, .cb = (void (*)(void))cb, .ud = ud};
+  for (int i = 0; i < 2; i++)
+    c->g.part[i] = (struct gather_part){&c->g, i};
+  c->status = status;
+  gather_query(&c->g, 0, d, SWEEP_SQL("NULL"), 1, p);
+  gather_query(&c->g, 1, d,
+               "SELECT * FROM ((" DESIGNED_SQL ") UNION ALL (" RUNS_SQL ")) u "
+               "ORDER BY part, k",
                4, p);
 }
 
