@@ -1,7 +1,7 @@
 /* The HTTP API (docs/design.md#the-http-api): JSON in and out, keys
- * named as the table columns, errors as {"error": {"message", "path"}}. Most
- * answers are JSON documents from the store (store/pages.h); changes are
- * store/actions.h. */
+ * named as the table columns, errors as {"error": {"message", "path"}}.
+ * Reads are the store's typed rows written by pages_json.c, or JSON
+ * documents from the store (store/pages.h); changes are store/actions.h. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #include "scheduler/internal.h"
 #include "scheduler/route.h"
 #include "scheduler/next.h"
+#include "scheduler/pages_json.h"
 #include "scheduler/submit.h"
 #include "scheduler/web.h"
 #include "store/actions.h"
@@ -63,68 +64,45 @@ static void on_json(void *ud, int status, const char *json, const char *errmsg) 
 
 /* reads go to the read connections (light: the cost does not grow with a
  * run's curve; heavy: it does), changes to the control connection */
-/* "waiting": why a sweep's queued runs cannot start on any connected worker
- * (place.c), added to a sweep object from the store whose queued count is q
- * and whose largest queued run needs g GPUs (or CPU slots). */
-static void add_waiting(sched *s, json_t *sweep, json_int_t q, json_int_t g, json_int_t slots,
-                        const char *trainers) {
-  char why[1024];
-  if (q > 0 && sched__place_why(s, (int)g, (int)slots, trainers, why, sizeof why))
-    json_object_set_new(sweep, "waiting", json_string(why));
-}
-
-/* The store's list of sweeps, with their "waiting" added (the connected
- * workers are in memory, not in the database). */
-static void on_sweeps_json(void *ud, int status, const char *json, const char *errmsg) {
-  req_ctx *x = ud;
-  json_t *doc = status == 0 && json ? json_loads(json, 0, NULL) : NULL;
-  if (!doc) {
-    on_json(ud, status, json, errmsg);
-    return;
-  }
-  size_t i;
-  json_t *sw;
-  json_array_foreach(doc, i, sw)
-      add_waiting(x->s, sw, sched__jint(sw, "queued"), sched__jint(sw, "queued_gpus"),
-                  sched__jint(sw, "queued_slots"), sched__jstr(sw, "queued_trainers"));
-  char *text = json_dumps(doc, JSON_COMPACT);
-  json_decref(doc);
-  on_json(ud, status, text ? text : json, errmsg);
-  free(text);
-}
-
-/* One sweep's document, with "waiting" put first in the text: the
- * document (half a megabyte with a big spec and a page of 500 runs) is
- * passed through, not parsed and written again. */
-static void on_sweep_doc(void *ud, int status, const store_sweep_doc *doc, const char *errmsg) {
-  req_ctx *x = ud;
-  char why[1024];
-  if (!doc || !doc->json || doc->json[0] != '{' || doc->queued <= 0 ||
-      !sched__place_why(x->s, (int)doc->queued_gpus, (int)doc->queued_slots, doc->queued_trainers,
-                        why, sizeof why)) {
-    on_json(ud, status, doc ? doc->json : NULL, errmsg);
-    return;
-  }
-  json_t *w = json_string(why);
-  char *quoted = w ? json_dumps(w, JSON_ENCODE_ANY) : NULL;
-  json_decref(w);
-  size_t qn = quoted ? strlen(quoted) : 0, dn = strlen(doc->json);
-  char *text = quoted ? malloc(sizeof "{\"waiting\":," + qn + dn) : NULL;
-  if (!text) {
-    free(quoted);
+/* A typed read (store/pages.h) answered with what pages_json.c wrote of
+ * it into b (freed here); found 0: no such object. */
+static void answer_written(req_ctx *x, int status, int found, sched__buf *b, const char *errmsg) {
+  if (status == 0 && found && b->oom)
     answer_error(x, 500, "out of memory", NULL);
-    return;
-  }
-  /* {"waiting":"...", then the document's keys; an empty one has no comma */
-  int empty = doc->json[1 + strspn(doc->json + 1, " \t\n")] == '}';
-  sprintf(text, "{\"waiting\":%s%s%s", quoted, empty ? "" : ",", doc->json + 1);
-  on_json(ud, status, text, errmsg);
-  free(text);
-  free(quoted);
+  else
+    on_json(x, status, status == 0 && found ? b->p : NULL, errmsg);
+  free(b->p);
+}
+
+/* The sweeps with their "waiting" (the connected workers are in memory, not
+ * in the database). */
+static void on_sweeps(void *ud, int status, const store_sweep *sweeps, int n, const char *errmsg) {
+  req_ctx *x = ud;
+  sched__buf b = {0};
+  if (status == 0)
+    sched__json_sweeps(&b, x->s, sweeps, n);
+  answer_written(x, status, 1, &b, errmsg);
+}
+
+static void on_sweep(void *ud, int status, const store_sweep *sw, const store_runs *runs,
+                     const char *errmsg) {
+  req_ctx *x = ud;
+  sched__buf b = {0};
+  if (status == 0 && sw)
+    sched__json_sweep(&b, x->s, sw, runs);
+  answer_written(x, status, sw != NULL, &b, errmsg);
+}
+
+static void on_runs(void *ud, int status, const store_runs *runs, const char *errmsg) {
+  req_ctx *x = ud;
+  sched__buf b = {0};
+  if (status == 0 && runs)
+    sched__json_runs(&b, runs);
+  answer_written(x, status, runs != NULL, &b, errmsg);
 }
 
 static void get_sweeps(sched *s, req_ctx *x) {
-  store_pages_sweeps(db_pool_get(s->reads, 0), on_sweeps_json, x);
+  store_pages_sweeps(db_pool_get(s->reads, 0), on_sweeps, x);
 }
 
 /* Paging of a sweep's runs: ?limit= (default 500, at most 10000), ?offset=,
@@ -207,9 +185,9 @@ static void get_sweep(sched *s, req_ctx *x, int64_t id, int runs_only) {
   if (parse_page(x, &pg))
     return;
   if (runs_only)
-    store_pages_sweep_runs(db_pool_get(s->reads, 0), id, &pg, on_json, x);
+    store_pages_sweep_runs(db_pool_get(s->reads, 0), id, &pg, on_runs, x);
   else
-    store_pages_sweep(db_pool_get(s->reads, 0), id, &pg, on_sweep_doc, x);
+    store_pages_sweep_doc(db_pool_get(s->reads, 0), id, &pg, on_sweep, x);
 }
 
 /* GET /api/runs/{id}: the run and a page of its metric rows

@@ -22,27 +22,57 @@
 /* ---- pages: query, then render
  * --------------------------------------------------------- */
 
-static void on_page_row(void *ud, int status, const char *json, const char *errmsg) {
-  sched__web_req *w = ud;
+/* A failed read, or a missing sweep or run, answered as a page: 1 when
+ * answered. */
+static int page_failed(sched__web_req *w, int status, int found, const char *errmsg) {
   const char *msg;
-  int code = sched__route_read_status(status, json, errmsg, &msg);
+  int code = sched__route_read_status(status, found ? "" : NULL, errmsg, &msg);
   if (code == 503) {
     if (status == SS_ETIMEOUT)
       sched__respond_message(w, 503, "Too slow", msg);
     else
       sched__respond_message(w, 503, "Database unavailable",
                              "The database is unavailable; try again.");
-    return;
-  }
-  if (code == 500) {
+  } else if (code == 500) {
     sched__respond_message(w, 500, "Error", msg);
-    return;
-  }
-  if (code == 404) {
+  } else if (code == 404) {
     sched__respond_message(w, 404, "Not found",
                            w->kind == SCHED__PAGE_SWEEP ? "No such sweep." : "No such run.");
-    return;
   }
+  return code != 0;
+}
+
+/* The overview (o) or a sweep's page (p) as HTML. */
+static void respond_rendered(sched__web_req *w, const store_overview *o,
+                             const store_sweep_page *p) {
+  sched__buf b = {0};
+  char title[96] = "Status";
+  if (p)
+    snprintf(title, sizeof title, "Sweep %" PRId64 " %.60s", w->id, p->sweep.name);
+  sched__page_start(&b, w->s, p ? "sweep" : "overview", p ? w->id : 0, title);
+  if (p)
+    sched__web_sweep(&b, w, p);
+  else
+    sched__web_overview(&b, w->s, o);
+  sched__page_end(&b);
+  sched__respond_page(w, 200, &b);
+}
+
+static void on_overview(void *ud, int status, const store_overview *o, const char *errmsg) {
+  if (!page_failed(ud, status, 1, errmsg))
+    respond_rendered(ud, o, NULL);
+}
+
+static void on_sweep_page(void *ud, int status, const store_sweep_page *p, const char *errmsg) {
+  if (!page_failed(ud, status, p != NULL, errmsg))
+    respond_rendered(ud, NULL, p);
+}
+
+/* The run page and its config.json, from the store's document. */
+static void on_run_page(void *ud, int status, const char *json, const char *errmsg) {
+  sched__web_req *w = ud;
+  if (page_failed(w, status, json != NULL, errmsg))
+    return;
   json_error_t je;
   /* jsonb writes 1e19 FLOPs as a 20-digit integer: reals, not Jansson's ints */
   json_t *d = json_loads(json, JSON_DECODE_INT_AS_REAL, &je);
@@ -50,27 +80,7 @@ static void on_page_row(void *ud, int status, const char *json, const char *errm
     sched__respond_message(w, 500, "Error", je.text);
     return;
   }
-  sched__buf b = {0};
-  char title[96];
-  switch (w->kind) {
-  case SCHED__PAGE_OVERVIEW:
-    sched__page_start(&b, w->s, "overview", 0, "Status");
-    sched__web_overview(&b, w->s, d);
-    break;
-  case SCHED__PAGE_SWEEP:
-    snprintf(title, sizeof title, "Sweep %" PRId64 " %.60s", w->id,
-             sched__jstr(json_object_get(d, "sweep"), "name")
-                 ? sched__jstr(json_object_get(d, "sweep"), "name")
-                 : "");
-    sched__page_start(&b, w->s, "sweep", w->id, title);
-    sched__web_sweep(&b, w, d);
-    break;
-  case SCHED__PAGE_RUN:
-    snprintf(title, sizeof title, "Run %" PRId64, w->id);
-    sched__page_start(&b, w->s, "run", w->id, title);
-    sched__web_run(&b, w, d);
-    break;
-  case SCHED__PAGE_CONFIG: {
+  if (w->kind == SCHED__PAGE_CONFIG) {
     char *text = json_dumps(json_object_get(d, "config"), JSON_INDENT(2) | JSON_SORT_KEYS);
     char headers[1200];
     snprintf(headers, sizeof headers,
@@ -85,7 +95,11 @@ static void on_page_row(void *ud, int status, const char *json, const char *errm
     json_decref(d);
     return;
   }
-  }
+  sched__buf b = {0};
+  char title[96];
+  snprintf(title, sizeof title, "Run %" PRId64, w->id);
+  sched__page_start(&b, w->s, "run", w->id, title);
+  sched__web_run(&b, w, d);
   sched__page_end(&b);
   json_decref(d);
   sched__respond_page(w, 200, &b);
@@ -120,15 +134,15 @@ static void page(sched__web_req *w) {
   }
   switch (w->kind) {
   case SCHED__PAGE_OVERVIEW:
-    store_pages_overview(db_pool_get(s->reads, 0), on_page_row, w);
+    store_pages_overview(db_pool_get(s->reads, 0), on_overview, w);
     break;
   case SCHED__PAGE_SWEEP:
     store_pages_sweep_page(db_pool_get(s->reads, 0), w->id, w->status, w->offset,
-                           SCHED__WEB_RUNS_PER_PAGE, on_page_row, w);
+                           SCHED__WEB_RUNS_PER_PAGE, on_sweep_page, w);
     break;
   case SCHED__PAGE_RUN:
   case SCHED__PAGE_CONFIG:
-    store_pages_run_page(db_pool_get(s->reads, 1), w->id, on_page_row, w);
+    store_pages_run_page(db_pool_get(s->reads, 1), w->id, on_run_page, w);
     break;
   }
 }

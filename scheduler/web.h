@@ -13,6 +13,7 @@
 
 #include "http/http.h"
 #include "scheduler/internal.h"
+#include "store/pages.h"
 
 /* sched__web answers what is the page's (every path outside /api/ but
  * /metrics and /healthz, and the page's own JSON under /api/: curves, fit
@@ -93,6 +94,10 @@ void sched__page_end(sched__buf *b);
 void sched__respond_page(sched__web_req *w, int status, sched__buf *b);
 /* A page of one heading and one sentence. */
 void sched__respond_message(sched__web_req *w, int status, const char *title, const char *msg);
+/* A document of the store (store/pages.h) as Jansson's value, its numbers
+ * reals (jsonb writes 1e19 FLOPs as a 20-digit integer); NULL when doc is
+ * NULL or not JSON. The caller json_decrefs it. */
+json_t *sched__web_doc(const char *doc);
 /* A member of a JSON object: a string or NULL, a number or NAN, an integer or 0. */
 const char *sched__jstr(json_t *o, const char *k);
 double sched__jnum(json_t *o, const char *k);
@@ -109,9 +114,9 @@ void sched__b_status(sched__buf *b, const char *st);
 void sched__b_progress(sched__buf *b, const char *label, double done, double total,
                        const char *unit, double scale);
 
-/* ---- the pages' bodies, from the store's documents (store/pages.h) */
-void sched__web_overview(sched__buf *b, sched *s, json_t *d);
-void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d);
+/* ---- the pages' bodies, from the store's rows and documents (store/pages.h) */
+void sched__web_overview(sched__buf *b, sched *s, const store_overview *o);
+void sched__web_sweep(sched__buf *b, sched__web_req *w, const store_sweep_page *p);
 void sched__web_run(sched__buf *b, sched__web_req *w, json_t *r);
 
 /* ---- web_json.c: the page's JSON under /api/; 0: not the page's (the API

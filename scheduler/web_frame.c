@@ -136,3 +136,7 @@ void sched__b_progress(sched__buf *b, const char *label, double done, double tot
   sched__b_esc(b, label);
   sched__b_printf(b, "\"></progress> <span>%.3g / %.3g %s</span></div>", d, t, unit);
 }
+
+json_t *sched__web_doc(const char *doc) {
+  return doc ? json_loads(doc, JSON_DECODE_INT_AS_REAL, NULL) : NULL;
+}

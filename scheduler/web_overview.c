@@ -56,50 +56,43 @@ static void render_workers(sched__buf *b, sched *s) {
 }
 
 /* a row's first cells: the run and its sweep, linked (the sweep's </a> open) */
-static void b_run_cells(sched__buf *b, json_t *r) {
+static void b_run_cells(sched__buf *b, const store_overview_run *r) {
   sched__b_printf(b,
-                  "<tr><td><a href=\"/runs/%" JSON_INTEGER_FORMAT "\">%" JSON_INTEGER_FORMAT
-                  "</a></td><td><a href=\"/sweeps/%" JSON_INTEGER_FORMAT "\">",
-                  sched__jint(r, "id"), sched__jint(r, "id"), sched__jint(r, "sweep_id"));
-  sched__b_esc(b, sched__jstr(r, "sweep"));
+                  "<tr><td><a href=\"/runs/%" PRId64 "\">%" PRId64
+                  "</a></td><td><a href=\"/sweeps/%" PRId64 "\">",
+                  r->id, r->id, r->sweep_id);
+  sched__b_esc(b, r->sweep);
 }
 
-void sched__web_overview(sched__buf *b, sched *s, json_t *d) {
-  render_workers(b, s);
-
-  json_t *q = json_object_get(d, "queue");
+static void render_queue(sched__buf *b, const store_overview *o) {
   sched__b_printf(b,
                   "<section id=\"queue\" aria-labelledby=\"h-queue\"><h2 id=\"h-queue\">Queue</h2>"
-                  "<p>%" JSON_INTEGER_FORMAT " run%s queued (%" JSON_INTEGER_FORMAT
-                  " on CPU slots, %" JSON_INTEGER_FORMAT " GPUs asked for).</p>",
-                  sched__jint(q, "runs"), sched__jint(q, "runs") == 1 ? "" : "s",
-                  sched__jint(q, "cpu"), sched__jint(q, "gpus"));
-  json_t *next = json_object_get(d, "next");
-  if (json_array_size(next)) {
+                  "<p>%" PRId64 " run%s queued (%" PRId64 " on CPU slots, %" PRId64
+                  " GPUs asked for).</p>",
+                  o->queued, o->queued == 1 ? "" : "s", o->queued_cpu, o->queued_gpus);
+  if (o->nnext) {
     sched__b_puts(b,
                   "<div class=\"scroll\"><table><caption>Next to start</caption><thead><tr>"
                   "<th scope=\"col\">Run</th><th scope=\"col\">Sweep</th><th scope=\"col\">N</th>"
                   "<th scope=\"col\">C (FLOPs)</th><th scope=\"col\">GPUs</th>"
                   "<th scope=\"col\">Attempts so far</th></tr></thead><tbody>");
-    size_t i;
-    json_t *r;
-    json_array_foreach(next, i, r) {
+    for (int i = 0; i < o->nnext; i++) {
+      const store_overview_run *r = &o->next[i];
       b_run_cells(b, r);
       sched__b_puts(b, "</a></td><td>");
-      sched__b_num(b, sched__jnum(r, "nonembedding_params"), NULL);
+      sched__b_num(b, r->nonembedding_params, NULL);
       sched__b_puts(b, "</td><td>");
-      sched__b_num(b, sched__jnum(r, "flops"), NULL);
-      sched__b_printf(
-          b, "</td><td>%" JSON_INTEGER_FORMAT "</td><td>%" JSON_INTEGER_FORMAT "</td></tr>",
-          sched__jint(r, "gpus"), sched__jint(r, "attempt"));
+      sched__b_num(b, r->flops, NULL);
+      sched__b_printf(b, "</td><td>%" PRId64 "</td><td>%" PRId64 "</td></tr>", r->gpus, r->attempt);
     }
     sched__b_puts(b, "</tbody></table></div>");
   }
   sched__b_puts(b, "</section>\n");
+}
 
-  json_t *sweeps = json_object_get(d, "sweeps");
+static void render_sweeps(sched__buf *b, const store_overview *o) {
   sched__b_section(b, "sweeps", "Sweeps");
-  if (!json_array_size(sweeps)) {
+  if (!o->nsweeps) {
     sched__b_puts(b, "<p class=\"empty\">No sweep yet: <code>scalesweep submit "
                      "spec.json</code>.</p>");
   } else {
@@ -108,60 +101,57 @@ void sched__web_overview(sched__buf *b, sched *s, json_t *d) {
                      "<th scope=\"col\">Runs done</th><th scope=\"col\">Compute spent</th>"
                      "<th scope=\"col\">Running</th><th scope=\"col\">Queued</th>"
                      "<th scope=\"col\">Failed</th></tr></thead><tbody>");
-    size_t i;
-    json_t *sw;
-    json_array_foreach(sweeps, i, sw) {
-      json_int_t id = sched__jint(sw, "id");
-      sched__b_printf(
-          b, "<tr><td><a href=\"/sweeps/%" JSON_INTEGER_FORMAT "\">#%" JSON_INTEGER_FORMAT " ", id,
-          id);
+    for (int i = 0; i < o->nsweeps; i++) {
+      const store_overview_sweep *sw = &o->sweeps[i];
+      sched__b_printf(b, "<tr><td><a href=\"/sweeps/%" PRId64 "\">#%" PRId64 " ", sw->id, sw->id);
       sched__b_puts(b, "<bdi>"); /* web_sweep.c says why */
-      sched__b_esc(b, sched__jstr(sw, "name"));
+      sched__b_esc(b, sw->name);
       sched__b_puts(b, "</bdi></a></td><td>");
-      sched__b_status(b, sched__jstr(sw, "status"));
+      sched__b_status(b, sw->status);
       sched__b_puts(b, "</td><td>");
-      sched__b_progress(b, "runs done", sched__jnum(sw, "done"), sched__jnum(sw, "total"), "runs",
-                        1);
+      sched__b_progress(b, "runs done", (double)sw->done, (double)sw->total, "runs", 1);
       sched__b_puts(b, "</td><td>");
-      sched__b_progress(b, "compute spent", sched__jnum(sw, "flops_spent"),
-                        sched__jnum(sw, "flops_planned"), "PF-days", SCHED__PF_DAY);
-      sched__b_printf(b,
-                      "</td><td>%" JSON_INTEGER_FORMAT "</td><td>%" JSON_INTEGER_FORMAT
-                      "</td><td>%" JSON_INTEGER_FORMAT "</td></tr>",
-                      sched__jint(sw, "running"), sched__jint(sw, "queued"),
-                      sched__jint(sw, "failed"));
+      sched__b_progress(b, "compute spent", sw->flops_spent, sw->flops_planned, "PF-days",
+                        SCHED__PF_DAY);
+      sched__b_printf(b, "</td><td>%" PRId64 "</td><td>%" PRId64 "</td><td>%" PRId64 "</td></tr>",
+                      sw->running, sw->queued, sw->failed);
     }
     sched__b_puts(b, "</tbody></table></div>");
-    if (sched__jint(d, "sweeps_total") > (json_int_t)json_array_size(sweeps))
-      sched__b_printf(b, "<p>The newest %zu of %" JSON_INTEGER_FORMAT " sweeps.</p>",
-                      json_array_size(sweeps), sched__jint(d, "sweeps_total"));
+    if (o->sweeps_total > o->nsweeps)
+      sched__b_printf(b, "<p>The newest %d of %" PRId64 " sweeps.</p>", o->nsweeps,
+                      o->sweeps_total);
   }
   sched__b_puts(b, "</section>\n");
+}
 
-  json_t *fails = json_object_get(d, "failures");
+static void render_failures(sched__buf *b, const store_overview *o) {
   sched__b_section(b, "failures", "Recent failures");
-  if (!json_array_size(fails)) {
+  if (!o->nfailures) {
     sched__b_puts(b, "<p class=\"empty\">None.</p>");
   } else {
     sched__b_puts(b, "<div class=\"scroll\"><table><thead><tr><th scope=\"col\">Run</th>"
                      "<th scope=\"col\">Sweep</th><th scope=\"col\">Attempts</th>"
                      "<th scope=\"col\">Ended (UTC)</th><th "
                      "scope=\"col\">Error</th></tr></thead><tbody>");
-    size_t i;
-    json_t *r;
-    json_array_foreach(fails, i, r) {
+    for (int i = 0; i < o->nfailures; i++) {
+      const store_overview_run *r = &o->failures[i];
       b_run_cells(b, r);
-      sched__b_printf(b, "</a></td><td>%" JSON_INTEGER_FORMAT "</td><td>",
-                      sched__jint(r, "attempt"));
-      sched__b_esc(b, sched__jstr(r, "finished_at"));
+      sched__b_printf(b, "</a></td><td>%" PRId64 "</td><td>", r->attempt);
+      sched__b_esc(b, r->finished_utc);
       sched__b_puts(b, "</td><td class=\"err\">");
-      sched__b_esc(b, sched__jstr(r, "error"));
+      sched__b_esc(b, r->error);
       sched__b_puts(b, "</td></tr>");
     }
     sched__b_puts(b, "</tbody></table></div>");
   }
   sched__b_puts(b, "</section>\n");
+}
 
+void sched__web_overview(sched__buf *b, sched *s, const store_overview *o) {
+  render_workers(b, s);
+  render_queue(b, o);
+  render_sweeps(b, o);
+  render_failures(b, o);
   sched__b_puts(b,
                 "<section id=\"submit\" class=\"needs-token\" aria-labelledby=\"h-submit\" hidden>"
                 "<h2 id=\"h-submit\">Submit a sweep</h2><form id=\"submit-form\">"

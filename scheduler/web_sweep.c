@@ -233,9 +233,8 @@ static void b_sweep_link(sched__buf *b, int64_t id, const char *status, long lon
     sched__b_printf(b, "%soffset=%lld", sep, offset);
 }
 
-static void render_runs_table(sched__buf *b, sched__web_req *w, json_t *d) {
-  json_t *runs = json_object_get(d, "runs");
-  long long total = sched__jint(d, "runs_total");
+static void render_runs_table(sched__buf *b, sched__web_req *w, const store_sweep_page *p) {
+  long long total = p->runs_total;
   sched__b_puts(b, "<div class=\"scroll\"><table class=\"runs\" "
                    "id=\"runs-table\"><thead><tr>");
   static const char *const heads[] = {"Run",           "Status",    "N",          "D (tokens)",
@@ -244,35 +243,31 @@ static void render_runs_table(sched__buf *b, sched__web_req *w, json_t *d) {
   for (int i = 0; heads[i]; i++)
     sched__b_printf(b, "<th scope=\"col\">%s</th>", heads[i]);
   sched__b_puts(b, "</tr></thead><tbody>");
-  size_t i;
-  json_t *r;
-  json_array_foreach(runs, i, r) {
-    sched__b_printf(b,
-                    "<tr><td><a href=\"/runs/%" JSON_INTEGER_FORMAT "\">%" JSON_INTEGER_FORMAT
-                    "</a></td><td>",
-                    sched__jint(r, "id"), sched__jint(r, "id"));
-    sched__b_status(b, sched__jstr(r, "status"));
+  for (int i = 0; i < p->nruns; i++) {
+    const store_page_run *r = &p->runs[i];
+    sched__b_printf(b, "<tr><td><a href=\"/runs/%" PRId64 "\">%" PRId64 "</a></td><td>", r->id,
+                    r->id);
+    sched__b_status(b, r->status);
     sched__b_puts(b, "</td><td>");
-    sched__b_num(b, sched__jnum(r, "nonembedding_params"), NULL);
+    sched__b_num(b, r->nonembedding_params, NULL);
     sched__b_puts(b, "</td><td>");
-    sched__b_num(b, sched__jnum(r, "tokens"), NULL);
+    sched__b_num(b, r->tokens, NULL);
     sched__b_puts(b, "</td><td>");
-    sched__b_num(b, sched__jnum(r, "batch_size"), "%.0f");
+    sched__b_num(b, r->batch_size, "%.0f");
     sched__b_puts(b, "</td><td>");
-    sched__b_num(b, sched__jnum(r, "flops"), NULL);
+    sched__b_num(b, r->flops, NULL);
     sched__b_puts(b, "</td><td>");
-    sched__b_num(b, sched__jnum(r, "final_val_loss"), "%.4f");
-    sched__b_printf(b, "</td><td>%" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT "</td><td>",
-                    sched__jint(r, "attempt"), sched__jint(r, "max_attempts"));
-    sched__b_esc(b, sched__jstr(r, "worker"));
+    sched__b_num(b, r->final_val_loss, "%.4f");
+    sched__b_printf(b, "</td><td>%" PRId64 "/%" PRId64 "</td><td>", r->attempt, r->max_attempts);
+    sched__b_esc(b, r->worker);
     sched__b_puts(b, "</td><td>");
-    sched__b_duration(b, sched__jnum(r, "duration_s"));
+    sched__b_duration(b, r->duration_s);
     sched__b_puts(b, "</td></tr>");
   }
-  if (!json_array_size(runs))
+  if (!p->nruns)
     sched__b_puts(b, "<tr><td colspan=\"10\" class=\"empty\">No runs.</td></tr>");
   sched__b_puts(b, "</tbody></table></div>");
-  long long shown = (long long)json_array_size(runs);
+  long long shown = p->nruns;
   long long first = shown ? (long long)w->offset + 1 : 0, last = (long long)w->offset + shown;
   sched__b_printf(
       b,
@@ -295,7 +290,7 @@ static void render_runs_table(sched__buf *b, sched__web_req *w, json_t *d) {
 
 /* The runs `scalesweep next` designed: by budget, each predicted loss with
  * its 95% interval beside the measured one once the run has finished. */
-static void render_designed(sched__buf *b, json_t *runs) {
+static void render_designed(sched__buf *b, const store_page_run *runs, int n) {
   sched__b_section(b, "designed", "Designed budgets");
   sched__b_puts(b, "<p>Runs that <code>scalesweep next</code> designed from this sweep's fits, "
                    "with the loss it predicted for each (95% prediction interval) beside the "
@@ -306,23 +301,20 @@ static void render_designed(sched__buf *b, json_t *runs) {
   for (int i = 0; heads[i]; i++)
     sched__b_printf(b, "<th scope=\"col\">%s</th>", heads[i]);
   sched__b_puts(b, "</tr></thead><tbody>");
-  size_t i;
-  json_t *r;
   int inside = 0, measured = 0;
-  json_array_foreach(runs, i, r) {
-    json_t *des = json_object_get(r, "designed"), *ci = json_object_get(des, "ci95");
+  for (int i = 0; i < n; i++) {
+    const store_page_run *r = &runs[i];
+    json_t *des = sched__web_doc(r->designed), *ci = json_object_get(des, "ci95");
     double lo = json_number_value(json_array_get(ci, 0)),
            hi = json_number_value(json_array_get(ci, 1));
-    double m = sched__jnum(r, "final_val_loss");
+    double m = r->final_val_loss;
     sched__b_puts(b, "<tr><td>");
     sched__b_num(b, sched__jnum(des, "flops"), "%.3g");
-    sched__b_printf(b,
-                    "</td><td><a href=\"/runs/%" JSON_INTEGER_FORMAT "\">%" JSON_INTEGER_FORMAT
-                    "</a></td><td>",
-                    sched__jint(r, "id"), sched__jint(r, "id"));
-    sched__b_num(b, sched__jnum(r, "nonembedding_params"), NULL);
+    sched__b_printf(b, "</td><td><a href=\"/runs/%" PRId64 "\">%" PRId64 "</a></td><td>", r->id,
+                    r->id);
+    sched__b_num(b, r->nonembedding_params, NULL);
     sched__b_puts(b, "</td><td>");
-    sched__b_num(b, sched__jnum(r, "tokens"), NULL);
+    sched__b_num(b, r->tokens, NULL);
     sched__b_puts(b, "</td><td>");
     sched__b_num(b, sched__jnum(des, "loss"), "%.4f");
     if (json_array_size(ci) == 2)
@@ -336,9 +328,10 @@ static void render_designed(sched__buf *b, json_t *runs) {
       inside += in;
       sched__b_puts(b, in ? "yes" : "no");
     } else {
-      sched__b_status(b, sched__jstr(r, "status"));
+      sched__b_status(b, r->status);
     }
     sched__b_puts(b, "</td></tr>");
+    json_decref(des);
   }
   sched__b_printf(b, "</tbody></table></div><p>%d of %d finished runs inside their interval.</p>",
                   inside, measured);
@@ -520,62 +513,59 @@ static void render_lr_tune(sched__buf *b, json_t *t) {
   sched__b_puts(b, "</section>\n");
 }
 
-void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
-  json_t *sw = json_object_get(d, "sweep"), *c = json_object_get(d, "counts");
+/* The heading, the counts and the status filters. */
+static void render_summary(sched__buf *b, sched__web_req *w, const store_sweep *sw) {
+  const store_sweep_counts *c = &sw->counts;
   sched__b_puts(b, "<section id=\"summary\" aria-labelledby=\"h-sweep\"><h1 "
                    "id=\"h-sweep\">");
   /* <bdi>: a name's own direction (an old one may hold U+202E) stays in it */
   sched__b_printf(b, "Sweep #%" PRId64 " <bdi class=\"name\">", w->id);
-  sched__b_esc(b, sched__jstr(sw, "name"));
+  sched__b_esc(b, sw->name);
   sched__b_puts(b, "</bdi></h1><p>");
-  sched__b_status(b, sched__jstr(sw, "status"));
+  sched__b_status(b, sw->status);
   sched__b_puts(b, " \xc2\xb7 method ");
-  sched__b_esc(b, sched__jstr(sw, "method"));
-  if (sched__jstr(c, "models")) { /* its runs' families and parametrisations */
+  sched__b_esc(b, sw->method);
+  if (c->models) { /* its runs' families and parametrisations */
     sched__b_puts(b, " \xc2\xb7 model ");
-    sched__b_esc(b, sched__jstr(c, "models"));
+    sched__b_esc(b, c->models);
   }
   sched__b_puts(b, " \xc2\xb7 submitted ");
-  sched__b_esc(b, sched__jstr(sw, "created_at"));
+  sched__b_esc(b, sw->created_utc);
   sched__b_puts(b, " UTC</p>");
-  if (sched__jstr(sw, "description")) {
+  if (sw->description) {
     sched__b_puts(b, "<p class=\"desc\">");
-    sched__b_esc(b, sched__jstr(sw, "description"));
+    sched__b_esc(b, sw->description);
     sched__b_puts(b, "</p>");
   }
   char why[1024];
-  if (sched__jint(c, "queued") > 0 &&
-      sched__place_why(w->s, (int)sched__jint(c, "queued_gpus"),
-                       (int)sched__jint(c, "queued_slots"), sched__jstr(c, "queued_trainers"), why,
-                       sizeof why)) {
+  if (c->queued > 0 && sched__place_why(w->s, (int)c->queued_gpus, (int)c->queued_slots,
+                                        c->queued_trainers, why, sizeof why)) {
     /* its queued runs cannot start on any connected worker: say why */
     sched__b_puts(b, "<p class=\"waiting\" role=\"status\">Waiting: ");
     sched__b_esc(b, why);
     sched__b_puts(b, "</p>");
   }
-  sched__b_progress(b, "runs done", sched__jnum(c, "done"), sched__jnum(c, "total"), "runs", 1);
-  sched__b_progress(b, "compute spent", sched__jnum(c, "flops_spent"),
-                    sched__jnum(c, "flops_planned"), "PF-days", SCHED__PF_DAY);
+  sched__b_progress(b, "runs done", (double)c->done, (double)c->total, "runs", 1);
+  sched__b_progress(b, "compute spent", c->flops_spent, c->flops_planned, "PF-days", SCHED__PF_DAY);
   sched__b_puts(b, "<nav class=\"filters\" aria-label=\"runs by status\"><a href=\"");
   b_sweep_link(b, w->id, NULL, 0);
-  sched__b_printf(b, "\"%s>all %" JSON_INTEGER_FORMAT "</a>",
-                  w->status ? "" : " aria-current=\"page\"", sched__jint(c, "total"));
+  sched__b_printf(b, "\"%s>all %" PRId64 "</a>", w->status ? "" : " aria-current=\"page\"",
+                  c->total);
+  const int64_t by_status[] = {c->queued, c->running, c->succeeded, c->failed, c->cancelled};
   for (int i = 0; sched__route_statuses[i]; i++) {
     sched__b_puts(b, " <a href=\"");
     b_sweep_link(b, w->id, sched__route_statuses[i], 0);
-    sched__b_printf(b, "\"%s>%s %" JSON_INTEGER_FORMAT "</a>",
+    sched__b_printf(b, "\"%s>%s %" PRId64 "</a>",
                     w->status == sched__route_statuses[i] ? " aria-current=\"page\"" : "",
-                    sched__route_statuses[i], sched__jint(c, sched__route_statuses[i]));
+                    sched__route_statuses[i], by_status[i]);
   }
   sched__b_puts(b,
                 "</nav><p class=\"needs-token\" hidden><button type=\"button\" id=\"cancel-sweep\">"
                 "Cancel this sweep</button></p></section>\n");
+}
 
-  if (json_is_object(json_object_get(d, "lr_tune")))
-    render_lr_tune(b, json_object_get(d, "lr_tune"));
-  if (json_is_object(json_object_get(d, "adaptive")))
-    render_adaptive(b, json_object_get(d, "adaptive"));
-  json_t *fits = json_object_get(d, "fits");
+static void render_fits(sched__buf *b, const char *doc) {
+  json_t *fits = sched__web_doc(doc);
   sched__b_section(b, "fits", "Fits");
   if (!json_object_size(fits)) {
     sched__b_puts(b, "<p class=\"empty\">No fit yet: the laws are fitted when enough runs have "
@@ -587,8 +577,21 @@ void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
     json_object_foreach(fits, law, fit) render_fit_params(b, law, fit);
   }
   sched__b_puts(b, "</section>\n");
-  if (json_array_size(json_object_get(d, "designed")))
-    render_designed(b, json_object_get(d, "designed"));
+  json_decref(fits);
+}
+
+void sched__web_sweep(sched__buf *b, sched__web_req *w, const store_sweep_page *p) {
+  render_summary(b, w, &p->sweep);
+  json_t *tune = sched__web_doc(p->sweep.lr_tune), *adaptive = sched__web_doc(p->sweep.adaptive);
+  if (json_is_object(tune))
+    render_lr_tune(b, tune);
+  if (json_is_object(adaptive))
+    render_adaptive(b, adaptive);
+  json_decref(tune);
+  json_decref(adaptive);
+  render_fits(b, p->sweep.fits);
+  if (p->ndesigned)
+    render_designed(b, p->designed, p->ndesigned);
   sched__b_puts(
       b, "<section id=\"plots\" aria-labelledby=\"h-plots\"><h2 id=\"h-plots\">Plots</h2>"
          "<p class=\"js-only\">The plots need JavaScript.</p><div class=\"charts\">"
@@ -607,6 +610,6 @@ void sched__web_sweep(sched__buf *b, sched__web_req *w, json_t *d) {
          "</div></section>\n");
   sched__b_section(b, "runs", "Runs");
   sched__b_puts(b, "<div id=\"runs-static\">");
-  render_runs_table(b, w, d);
+  render_runs_table(b, w, p);
   sched__b_puts(b, "</div></section>\n");
 }

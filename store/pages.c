@@ -71,12 +71,12 @@
   "WHERE me.id = $1 AND me.status IN ('succeeded', 'failed', 'cancelled') "                        \
   "AND o.status IN ('succeeded', 'failed', 'cancelled'))"
 
-/* a run of `runs` that started from its trunk's checkpoint: it was told of
- * one and has no step 1 (a worker that could not read the file trains from
+/* a run r that started from its trunk's checkpoint: it was told of one
+ * and has no step 1 (a worker that could not read the file trains from
  * scratch) */
-#define BRANCHED_SQL                                                              \
-  "(runs.branch_path IS NOT NULL AND NOT EXISTS (SELECT 1 FROM metrics m1 WHERE " \
-  "m1.run_id = runs.id AND m1.step = 1))"
+#define BRANCHED_SQL                                                           \
+  "(r.branch_path IS NOT NULL AND NOT EXISTS (SELECT 1 FROM metrics m1 WHERE " \
+  "m1.run_id = r.id AND m1.step = 1))"
 
 /* compute a run has spent: all of it when it succeeded, else the share of
  * its tokens its last stored step reached */
@@ -97,18 +97,20 @@
 /* A run's model family and parametrisation as rcfg_model_text words them
  * (runcfg/flops.h, the plan's "model:" line): "gpt2, SP", "llama, muP (base
  * width 64)"; a config names them only where they are not gpt2's and SP's.
- * MODEL_R of the runs row r, MODEL_RUNS of runs itself. */
-#define MODEL_OF(r)                                                                            \
-  "((CASE WHEN " r ".config->'model'->>'family' = 'llama' THEN 'llama' ELSE 'gpt2' END) "      \
-  "|| (CASE WHEN " r ".config->'model'->>'parametrization' = 'mup' THEN ', muP (base width ' " \
-  "|| (" r ".config->'model'->>'base_width') || ')' ELSE ', SP' END))"
-#define MODEL_R MODEL_OF("r")
-#define MODEL_RUNS MODEL_OF("runs")
+ * Of the runs row r. */
+#define MODEL_R                                                                            \
+  "((CASE WHEN r.config->'model'->>'family' = 'llama' THEN 'llama' ELSE 'gpt2' END) "      \
+  "|| (CASE WHEN r.config->'model'->>'parametrization' = 'mup' THEN ', muP (base width ' " \
+  "|| (r.config->'model'->>'base_width') || ')' ELSE ', SP' END))"
 
+/* A run's row (store_run, in its order; decode_run), as the API writes it:
+ * times as ISO 8601 text, (to_json(t)#>>'{}'), as PostgreSQL writes them
+ * in JSON. */
 static const char run_columns[] =
     "r.id, r.sweep_id, r.status, r.attempt, r.max_attempts, r.gpus, r.priority, r.worker, "
-    "r.lease_until, r.params, r.nonembedding_params, r.tokens, r.batch_size, r.flops, "
-    "r.final_val_loss, r.started_at, r.finished_at, r.reproduces, r.code_version, r.error, "
+    "(to_json(r.lease_until)#>>'{}') AS lease_until, r.params, r.nonembedding_params, r.tokens, "
+    "r.batch_size, r.flops, r.final_val_loss, (to_json(r.started_at)#>>'{}') AS started_at, "
+    "(to_json(r.finished_at)#>>'{}') AS finished_at, r.reproduces, r.code_version, r.error, "
     "r.checkpoint_step, r.config_hash, r.part, r.target_loss, r.prediction, r.designed, "
     "r.branch_of, r.branch_step, " RETRY_AFTER_SQL
     " AS retry_after, r.environment, r.on_worker, " MODEL_R " AS model";
@@ -154,43 +156,277 @@ const char *store_pages_sort_column(const char *name) {
   "json_build_object('status', CASE WHEN sw.status = 'cancelled' THEN 'cancelled' ELSE " \
   "'running' END, 'question', NULL, 'rounds', '[]'::json) END"
 
-/* ---- the API's documents ---------------------------------------------------------------- */
+/* ---- reading the typed rows -------------------------------------------------------------- */
 
-void store_pages_sweeps(db *d, store_json_cb cb, void *ud) {
-  store__query_json(
-      d,
-      "SELECT coalesce(json_agg(t ORDER BY t.id DESC), '[]') FROM ("
-      "SELECT sw.id, sw.name, sw.status, sw.priority, sw.created_at, sw.spec_hash, "
-      "count(r.id) AS runs, "
-      "count(r.id) FILTER (WHERE r.status = 'succeeded') AS succeeded, "
-      "count(r.id) FILTER (WHERE r.status = 'failed') AS failed, "
-      "count(r.id) FILTER (WHERE r.status = 'running') AS running, "
-      "count(r.id) FILTER (WHERE r.status = 'queued') AS queued, "
-      "coalesce(max(r.gpus) FILTER (WHERE r.status = 'queued'), 0) AS queued_gpus, "
-      "coalesce(max(CASE WHEN r.gpus = 0 THEN greatest(coalesce((r.config->>'world_size')::int, "
-      "1), 1) END) FILTER (WHERE r.status = 'queued'), 1) AS queued_slots, "
-      "coalesce(string_agg(DISTINCT coalesce(r.config->>'trainer', 'builtin'), ',') FILTER (WHERE "
-      "r.status = 'queued'), '') AS queued_trainers, "
-      "coalesce(sum(r.flops), 0) AS flops_planned, "
-      "coalesce(sum(r.flops) FILTER (WHERE r.status = 'succeeded'), 0) AS flops_done "
-      "FROM sweeps sw LEFT JOIN runs r ON r.sweep_id = sw.id "
-      "GROUP BY sw.id ORDER BY sw.id DESC LIMIT 1000) t",
-      0, NULL, cb, ud);
+/* Field (row, col) as an integer, STORE_NULL_INT for SQL NULL. */
+static int64_t int_or_null(const PGresult *res, int row, int col) {
+  return PQgetisnull(res, row, col) ? STORE_NULL_INT : store__int(res, row, col);
 }
 
-/* The keys of a page of a sweep's runs: "runs_total", "runs_offset",
- * "runs_limit", "runs" ($1 the sweep, $2 limit, $3 offset, $4 a status or
- * NULL; sw the sweep's row). */
-static void runs_page_keys(char *buf, size_t n, const store_runs_page *pg) {
+/* Every row of res decoded into a malloc'd array of n elements of size
+ * bytes (NULL with n 0 when there is none); -1 when out of memory. */
+static int decode_all(const PGresult *res, size_t size,
+                      void (*decode)(const PGresult *, int, void *), int first, void **out,
+                      int *n) {
+  int rows = PQntuples(res) - first;
+  *out = NULL;
+  *n = rows > 0 ? rows : 0;
+  if (*n == 0)
+    return 0;
+  char *a = calloc((size_t)*n, size);
+  if (!a)
+    return -1;
+  for (int i = 0; i < *n; i++)
+    decode(res, first + i, a + (size_t)i * size);
+  *out = a;
+  return 0;
+}
+
+/* A row's columns as X(field, kind), in its statement's order: DECODER
+ * makes the decode that reads them, each kind with its reader: i64 (0 for
+ * NULL), f64 (NAN for NULL), str (never NULL), text (NULL for NULL). */
+#define COL_i64 store__int
+#define COL_f64 store__num_or_nan
+#define COL_str PQgetvalue
+#define COL_text store__str_or_null
+#define DECODE_COLUMN(field, kind) e->field = COL_##kind(res, row, k++);
+#define DECODER(name, type, COLS)                              \
+  static void name(const PGresult *res, int row, void *elem) { \
+    type *e = elem;                                            \
+    *e = (type){0};                                            \
+    int k = 0;                                                 \
+    COLS(DECODE_COLUMN)                                        \
+  }
+
+/* Statements queued together on one connection (which answers them in
+ * order), decoded together once the last has answered, so that a page's
+ * parts reach its callback as one value; the rows' strings point into the
+ * results, cleared after the callback. */
+#define GATHER_MAX 4
+typedef struct gather gather;
+struct gather {
+  int n, got, status;
+  char why[STORE__DB_MSG_MAX];
+  PGresult *res[GATHER_MAX];
+  struct gather_part {
+    gather *g;
+    int i;
+  } part[GATHER_MAX];
+  /* decodes res[] and answers cb (status 0), or answers cb the failure */
+  void (*done)(gather *g, int status, const char *errmsg);
+  void (*cb)(void);
+  void *ud;
+};
+
+static void on_gather_part(void *ud, int status, PGresult *res, const char *errmsg) {
+  struct gather_part *p = ud;
+  gather *g = p->g;
+  if (status == 0) {
+    store__db_keep_result(res);
+    g->res[p->i] = res;
+  } else if (g->status == 0) {
+    g->status = status;
+    snprintf(g->why, sizeof g->why, "%s", errmsg ? errmsg : "the query failed");
+  }
+  if (++g->got < g->n)
+    return;
+  g->done(g, g->status, g->status ? g->why : NULL);
+  for (int i = 0; i < g->n; i++)
+    PQclear(g->res[i]);
+  free(g);
+}
+
+/* A gather for n statements answering cb through done; NULL (after
+ * done's failure) when out of memory. */
+static gather *gather_new(int n, void (*done)(gather *, int, const char *), void (*cb)(void),
+                          void *ud) {
+  gather *g = calloc(1, sizeof *g);
+  if (!g) {
+    gather tmp = {.cb = cb, .ud = ud};
+    done(&tmp, SS_ENOMEM, "out of memory");
+    return NULL;
+  }
+  g->n = n;
+  g->done = done;
+  g->cb = cb;
+  g->ud = ud;
+  for (int i = 0; i < n; i++)
+    g->part[i] = (struct gather_part){g, i};
+  return g;
+}
+
+static void gather_query(gather *g, int i, db *d, const char *sql, int nparams,
+                         const char *const *params) {
+  db_query(d, sql, nparams, params, on_gather_part, &g->part[i]);
+}
+
+/* ---- sweeps ------------------------------------------------------------------------------ */
+
+/* The sweep sw's runs counted (store_sweep_counts, in SWEEP_COLS'
+ * order), as the lateral c: one pass over them. Of wsd branches (migration
+ * 010): the succeeded runs that started from a trunk's checkpoint, and the
+ * FLOPs the succeeded runs trained themselves. */
+#define COUNTS_SQL                                                                                \
+  "CROSS JOIN LATERAL (SELECT count(*) AS total, "                                                \
+  "count(*) FILTER (WHERE r.status = 'queued') AS queued, "                                       \
+  "count(*) FILTER (WHERE r.status = 'running') AS running, "                                     \
+  "count(*) FILTER (WHERE r.status = 'succeeded') AS succeeded, "                                 \
+  "count(*) FILTER (WHERE r.status = 'failed') AS failed, "                                       \
+  "count(*) FILTER (WHERE r.status = 'cancelled') AS cancelled, "                                 \
+  "count(*) FILTER (WHERE r.status IN ('succeeded', 'failed', 'cancelled')) AS done, "            \
+  "coalesce(max(r.gpus) FILTER (WHERE r.status = 'queued'), 0) AS queued_gpus, "                  \
+  "coalesce(max(CASE WHEN r.gpus = 0 THEN greatest(coalesce((r.config->>'world_size')::int, 1), " \
+  "1) END) FILTER (WHERE r.status = 'queued'), 1) AS queued_slots, "                              \
+  "coalesce(string_agg(DISTINCT coalesce(r.config->>'trainer', 'builtin'), ',') FILTER (WHERE "   \
+  "r.status = 'queued'), '') AS queued_trainers, "                                                \
+  "count(*) FILTER (WHERE r.status = 'succeeded' AND " BRANCHED_SQL ") AS branched, "             \
+  "coalesce(sum(r.flops), 0) AS flops_planned, "                                                  \
+  "coalesce(sum(r.flops) FILTER (WHERE r.status = 'succeeded'), 0) AS flops_done, "               \
+  "coalesce(sum(" SPENT_SQL "), 0) AS flops_spent, "                                              \
+  "coalesce(sum(CASE WHEN " BRANCHED_SQL " THEN r.flops * greatest(0.0, 1.0 - "                   \
+  "r.branch_step::float8 * coalesce((SELECT p.batch_size FROM runs p WHERE p.id = "               \
+  "r.branch_of), r.batch_size) * (r.config->'model'->>'seq_len')::float8 / "                      \
+  "greatest(r.tokens, 1)) ELSE r.flops END) FILTER (WHERE r.status = 'succeeded'), 0) "           \
+  "AS flops_trained, "                                                                            \
+  "string_agg(DISTINCT " MODEL_R ", '; ' ORDER BY " MODEL_R ") AS models "                        \
+  "FROM runs r WHERE r.sweep_id = sw.id) c "
+
+/* A sweep's row: the columns SWEEP_SQL selects, then its counts (c.*). */
+#define SWEEP_COLS(X)                                                                             \
+  X(id, i64)                                                                                      \
+  X(priority, i64)                                                                                \
+  X(name, str)                                                                                    \
+  X(status, str)                                                                                  \
+  X(spec_hash, str)                                                                               \
+  X(created_at, str) X(created_utc, str) X(method, text) X(description, text) X(spec, text)       \
+      X(lr_tune, text) X(adaptive, text) X(fits, text) X(counts.total, i64) X(counts.queued, i64) \
+          X(counts.running, i64) X(counts.succeeded, i64) X(counts.failed, i64)                   \
+              X(counts.cancelled, i64) X(counts.done, i64) X(counts.queued_gpus, i64)             \
+                  X(counts.queued_slots, i64) X(counts.queued_trainers, str)                      \
+                      X(counts.branched, i64) X(counts.flops_planned, f64)                        \
+                          X(counts.flops_done, f64) X(counts.flops_spent, f64)                    \
+                              X(counts.flops_trained, f64) X(counts.models, text)
+/* GET /api/sweeps's row (store_pages_sweeps) */
+#define SWEEP_LIST_COLS(X)                                                                        \
+  X(id, i64)                                                                                      \
+  X(priority, i64)                                                                                \
+  X(name, str)                                                                                    \
+  X(status, str)                                                                                  \
+  X(spec_hash, str)                                                                               \
+  X(created_at, str) X(counts.total, i64) X(counts.succeeded, i64) X(counts.failed, i64)          \
+      X(counts.running, i64) X(counts.queued, i64) X(counts.queued_gpus, i64)                     \
+          X(counts.queued_slots, i64) X(counts.queued_trainers, str) X(counts.flops_planned, f64) \
+              X(counts.flops_done, f64)
+
+DECODER(decode_sweep, store_sweep, SWEEP_COLS)
+DECODER(decode_sweep_summary, store_sweep, SWEEP_LIST_COLS)
+
+/* SWEEP_COLS's statement, its spec the column spec: the page has no use
+ * for a spec that may be most of a megabyte (NULL), the API passes it on. */
+#define SWEEP_SQL(spec)                                                                   \
+  "SELECT sw.id, sw.priority, sw.name, sw.status, sw.spec_hash, "                         \
+  "(to_json(sw.created_at)#>>'{}'), "                                                     \
+  "to_char(sw.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), "                  \
+  "sw.spec->>'method', sw.spec->>'description', " spec ", " LR_TUNE_SQL ", " ADAPTIVE_SQL \
+  ", " STORE__LATEST_FITS_SQL ", c.* FROM sweeps sw " COUNTS_SQL "WHERE sw.id = $1"
+
+STORE__ARRAY_SPEC(sweep_list, store_sweep, decode_sweep_summary, store_sweep_list_cb);
+
+void store_pages_sweeps(db *d, store_sweep_list_cb cb, void *ud) {
+  store__query_rows(d,
+                    "SELECT sw.id, sw.priority, sw.name, sw.status, sw.spec_hash, "
+                    "(to_json(sw.created_at)#>>'{}'), "
+                    "count(r.id), count(r.id) FILTER (WHERE r.status = 'succeeded'), "
+                    "count(r.id) FILTER (WHERE r.status = 'failed'), "
+                    "count(r.id) FILTER (WHERE r.status = 'running'), "
+                    "count(r.id) FILTER (WHERE r.status = 'queued'), "
+                    "coalesce(max(r.gpus) FILTER (WHERE r.status = 'queued'), 0), "
+                    "coalesce(max(CASE WHEN r.gpus = 0 THEN "
+                    "greatest(coalesce((r.config->>'world_size')::int, "
+                    "1), 1) END) FILTER (WHERE r.status = 'queued'), 1), "
+                    "coalesce(string_agg(DISTINCT coalesce(r.config->>'trainer', "
+                    "'builtin'), ',') FILTER (WHERE "
+                    "r.status = 'queued'), ''), "
+                    "coalesce(sum(r.flops), 0), coalesce(sum(r.flops) FILTER (WHERE "
+                    "r.status = 'succeeded'), 0) "
+                    "FROM sweeps sw LEFT JOIN runs r ON r.sweep_id = sw.id "
+                    "GROUP BY sw.id ORDER BY sw.id DESC LIMIT 1000",
+                    0, NULL, &sweep_list, (void (*)(void))cb, ud);
+}
+
+/* ---- a page of a sweep's runs ------------------------------------------------------------ */
+
+static void decode_run(const PGresult *res, int row, int c, store_run *r) {
+  *r = (store_run){.id = store__int(res, row, c),
+                   .sweep_id = store__int(res, row, c + 1),
+                   .status = PQgetvalue(res, row, c + 2),
+                   .attempt = store__int(res, row, c + 3),
+                   .max_attempts = store__int(res, row, c + 4),
+                   .gpus = store__int(res, row, c + 5),
+                   .priority = store__int(res, row, c + 6),
+                   .worker = int_or_null(res, row, c + 7),
+                   .lease_until = store__str_or_null(res, row, c + 8),
+                   .params = int_or_null(res, row, c + 9),
+                   .nonembedding_params = int_or_null(res, row, c + 10),
+                   .tokens = int_or_null(res, row, c + 11),
+                   .batch_size = int_or_null(res, row, c + 12),
+                   .flops = store__num_or_nan(res, row, c + 13),
+                   .final_val_loss = store__num_or_nan(res, row, c + 14),
+                   .started_at = store__str_or_null(res, row, c + 15),
+                   .finished_at = store__str_or_null(res, row, c + 16),
+                   .reproduces = int_or_null(res, row, c + 17),
+                   .code_version = store__str_or_null(res, row, c + 18),
+                   .error = store__str_or_null(res, row, c + 19),
+                   .checkpoint_step = int_or_null(res, row, c + 20),
+                   .config_hash = PQgetvalue(res, row, c + 21),
+                   .part = store__str_or_null(res, row, c + 22),
+                   .target_loss = store__str_or_null(res, row, c + 23),
+                   .prediction = store__str_or_null(res, row, c + 24),
+                   .designed = store__str_or_null(res, row, c + 25),
+                   .branch_of = int_or_null(res, row, c + 26),
+                   .branch_step = int_or_null(res, row, c + 27),
+                   .retry_after = store__str_or_null(res, row, c + 28),
+                   .environment = store__str_or_null(res, row, c + 29),
+                   .on_worker = store__str_or_null(res, row, c + 30),
+                   .model = PQgetvalue(res, row, c + 31)};
+}
+
+/* The page's rows after its total (column 0); a sweep without runs on
+ * the page has one row, its run columns NULL. */
+static void decode_page_run(const PGresult *res, int row, void *elem) {
+  decode_run(res, row, 1, elem);
+}
+
+/* The page of runs res holds (runs_sql); 0, -1 out of memory, 1 no such sweep. */
+static int decode_runs(const PGresult *res, const store_runs_page *pg, store_runs *out) {
+  if (PQntuples(res) == 0)
+    return 1;
+  void *rows;
+  int n;
+  int empty = PQgetisnull(res, 0, 1);
+  if (decode_all(res, sizeof(store_run), decode_page_run, 0, &rows, &n))
+    return -1;
+  *out = (store_runs){store__int(res, 0, 0), pg->offset, pg->limit, rows, empty ? 0 : n};
+  return 0;
+}
+
+/* The statement of a page of runs ($1 the sweep, $2 limit, $3 offset, $4 a
+ * status or NULL): the total, then the runs, in the page's order (k).
+ * malloc'd to its length (NULL when out of memory). */
+static char *runs_sql(const store_runs_page *pg) {
   const char *sort = store_pages_sort_column(pg->sort), *order = pg->desc ? "DESC" : "ASC";
-  snprintf(buf, n,
-           "'runs_total', (SELECT count(*) FROM runs WHERE sweep_id = sw.id "
-           "AND ($4::run_status IS NULL OR status = $4)), "
-           "'runs_offset', $3::bigint, 'runs_limit', $2::bigint, "
-           "'runs', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT %s FROM runs r "
-           "WHERE r.sweep_id = sw.id AND ($4::run_status IS NULL OR r.status = $4) "
-           "ORDER BY r.%s %s NULLS LAST, r.id %s LIMIT $2 OFFSET $3) t)",
-           run_columns, sort ? sort : "id", order, order);
+  sort = sort ? sort : "id";
+  static const char fmt[] =
+      "SELECT (SELECT count(*) FROM runs WHERE sweep_id = $1 AND ($4::run_status IS NULL OR "
+      "status = $4)), p.* FROM sweeps sw LEFT JOIN LATERAL (SELECT %s, row_number() OVER "
+      "(ORDER BY r.%s %s NULLS LAST, r.id %s) AS k FROM runs r WHERE r.sweep_id = sw.id AND "
+      "($4::run_status IS NULL OR r.status = $4) ORDER BY r.%s %s NULLS LAST, r.id %s "
+      "LIMIT $2 OFFSET $3) p ON true WHERE sw.id = $1 ORDER BY p.k";
+  int n = snprintf(NULL, 0, fmt, run_columns, sort, order, order, sort, order, order);
+  char *sql = n > 0 ? malloc((size_t)n + 1) : NULL;
+  if (sql)
+    snprintf(sql, (size_t)n + 1, fmt, run_columns, sort, order, order, sort, order, order);
+  return sql;
 }
 
 static void page_params(const char *p[4], char ids[24], char lim[24], char off[24],
@@ -201,77 +437,89 @@ static void page_params(const char *p[4], char ids[24], char lim[24], char off[2
   p[3] = pg->status;
 }
 
-static void decode_sweep_doc(const PGresult *res, int row, void *elem) {
-  *(store_sweep_doc *)elem =
-      (store_sweep_doc){store__str_or_null(res, row, 0), store__int(res, row, 1),
-                        store__int(res, row, 2), store__int(res, row, 3), PQgetvalue(res, row, 4)};
+typedef struct runs_call {
+  store_runs_page pg;
+  store_runs_cb cb;
+  void *ud;
+} runs_call;
+
+static void on_runs(void *ud, int status, PGresult *res, const char *errmsg) {
+  runs_call *c = ud;
+  store_runs page = {0};
+  int rc = status == 0 ? decode_runs(res, &c->pg, &page) : 0;
+  if (status != 0 || rc < 0)
+    c->cb(c->ud, status ? status : SS_ENOMEM, NULL, status ? errmsg : "out of memory");
+  else
+    c->cb(c->ud, 0, rc == 0 ? &page : NULL, NULL);
+  if (status == 0 && rc == 0)
+    free((void *)page.runs);
+  free(c);
 }
 
-static void deliver_sweep_doc(const store__call *c, int status, const void *rows, int n,
-                              const char *errmsg) {
-  ((store_sweep_doc_cb)c->cb)(c->ud, status, status == 0 && n > 0 ? rows : NULL, errmsg);
-}
-
-static const store__rows_spec sweep_doc = {sizeof(store_sweep_doc), decode_sweep_doc,
-                                           deliver_sweep_doc};
-
-/* The counts come from one pass over the sweep's runs (c), given both to
- * the document and, as columns, to the scheduler. */
-void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, store_sweep_doc_cb cb,
-                       void *ud) {
-  char page[2048], sql[16384], ids[24], lim[24], off[24];
-  runs_page_keys(page, sizeof page, pg);
-  snprintf(sql, sizeof sql,
-           "SELECT json_build_object('id', sw.id, 'name', sw.name, 'status', sw.status, "
-           "'priority', sw.priority, 'created_at', sw.created_at, 'spec', sw.spec, "
-           "'spec_hash', sw.spec_hash, 'models', c.models, 'lr_tune', " LR_TUNE_SQL
-           ", 'adaptive', " ADAPTIVE_SQL ", 'counts', json_build_object('queued', c.queued, "
-           "'queued_gpus', c.queued_gpus, 'queued_slots', c.queued_slots, "
-           "'queued_trainers', c.queued_trainers, "
-           "'running', c.running, 'succeeded', c.succeeded, 'failed', c.failed, "
-           "'cancelled', c.cancelled, 'total', c.total, 'flops_planned', c.flops_planned, "
-           "'flops_done', c.flops_done, 'branched', c.branched, 'flops_trained', "
-           "c.flops_trained), %s), c.queued, c.queued_gpus, c.queued_slots, c.queued_trainers "
-           "FROM sweeps sw CROSS JOIN LATERAL (SELECT "
-           "count(*) FILTER (WHERE status = 'queued') AS queued, "
-           "coalesce(max(gpus) FILTER (WHERE status = 'queued'), 0) AS queued_gpus, "
-           "coalesce(max(CASE WHEN gpus = 0 THEN greatest(coalesce((config->>'world_size')::int, "
-           "1), 1) END) FILTER (WHERE status = 'queued'), 1) AS queued_slots, "
-           "coalesce(string_agg(DISTINCT coalesce(config->>'trainer', 'builtin'), ',') FILTER "
-           "(WHERE status = 'queued'), '') AS queued_trainers, "
-           "count(*) FILTER (WHERE status = 'running') AS running, "
-           "count(*) FILTER (WHERE status = 'succeeded') AS succeeded, "
-           "count(*) FILTER (WHERE status = 'failed') AS failed, "
-           "count(*) FILTER (WHERE status = 'cancelled') AS cancelled, "
-           "count(*) AS total, coalesce(sum(flops), 0) AS flops_planned, "
-           "coalesce(sum(flops) FILTER (WHERE status = 'succeeded'), 0) AS flops_done, "
-           /* wsd branches (migration 010): the succeeded runs that started from a
-            * trunk's checkpoint, and the FLOPs the succeeded runs trained themselves */
-           "count(*) FILTER (WHERE status = 'succeeded' AND " BRANCHED_SQL ") AS branched, "
-           "coalesce(sum(CASE WHEN " BRANCHED_SQL " THEN flops * greatest(0.0, 1.0 - "
-           "branch_step::float8 * coalesce((SELECT p.batch_size FROM runs p WHERE p.id = "
-           "runs.branch_of), batch_size) * (config->'model'->>'seq_len')::float8 / "
-           "greatest(tokens, 1)) ELSE flops END) FILTER (WHERE status = 'succeeded'), 0) "
-           "AS flops_trained, "
-           /* the runs' models, each once */
-           "string_agg(DISTINCT " MODEL_RUNS ", '; ' ORDER BY " MODEL_RUNS ") AS models "
-           "FROM runs WHERE sweep_id = sw.id) c WHERE sw.id = $1",
-           page);
-  const char *p[4];
-  page_params(p, ids, lim, off, sweep_id, pg);
-  store__query_rows(d, sql, 4, p, &sweep_doc, (void (*)(void))cb, ud);
-}
-
-void store_pages_sweep_runs(db *d, int64_t sweep_id, const store_runs_page *pg, store_json_cb cb,
+void store_pages_sweep_runs(db *d, int64_t sweep_id, const store_runs_page *pg, store_runs_cb cb,
                             void *ud) {
-  char page[2048], sql[2560], ids[24], lim[24], off[24];
-  runs_page_keys(page, sizeof page, pg);
-  snprintf(sql, sizeof sql, "SELECT json_build_object(%s) FROM sweeps sw WHERE sw.id = $1", page);
+  char ids[24], lim[24], off[24];
+  char *sql = runs_sql(pg);
+  runs_call *c = sql ? malloc(sizeof *c) : NULL;
+  if (!c) {
+    free(sql);
+    cb(ud, SS_ENOMEM, NULL, "out of memory");
+    return;
+  }
+  *c = (runs_call){*pg, cb, ud};
   const char *p[4];
   page_params(p, ids, lim, off, sweep_id, pg);
-  store__query_json(d, sql, 4, p, cb, ud);
+  db_query(d, sql, 4, p, on_runs, c); /* which copies sql */
+  free(sql);
 }
 
+/* GET /api/sweeps/{id}: the sweep and a page of its runs, read together. */
+typedef struct sweep_doc_call {
+  gather g;
+  store_runs_page pg;
+} sweep_doc_call;
+
+static void sweep_doc_done(gather *g, int status, const char *errmsg) {
+  store_sweep_doc_cb cb = (store_sweep_doc_cb)g->cb;
+  if (status != 0) {
+    cb(g->ud, status, NULL, NULL, errmsg);
+    return;
+  }
+  store_sweep sw = {0};
+  store_runs page = {0};
+  int found = PQntuples(g->res[0]) > 0;
+  if (found)
+    decode_sweep(g->res[0], 0, &sw);
+  int rc = found ? decode_runs(g->res[1], &((sweep_doc_call *)g)->pg, &page) : 1;
+  if (rc < 0)
+    cb(g->ud, SS_ENOMEM, NULL, NULL, "out of memory");
+  else
+    cb(g->ud, 0, rc == 0 ? &sw : NULL, rc == 0 ? &page : NULL, NULL);
+  if (rc == 0)
+    free((void *)page.runs);
+}
+
+void store_pages_sweep_doc(db *d, int64_t sweep_id, const store_runs_page *pg,
+                           store_sweep_doc_cb cb, void *ud) {
+  char ids[24], lim[24], off[24];
+  char *sql = runs_sql(pg);
+  sweep_doc_call *c = sql ? calloc(1, sizeof *c) : NULL;
+  if (!c) {
+    free(sql);
+    cb(ud, SS_ENOMEM, NULL, NULL, "out of memory");
+    return;
+  }
+  /* a gather_new by hand: the call carries the page beside it */
+  c->g = (gather){.n = 2, .done = sweep_doc_done, .cb = (void (*)(void))cb, .ud = ud};
+  for (int i = 0; i < 2; i++)
+    c->g.part[i] = (struct gather_part){&c->g, i};
+  c->pg = *pg;
+  const char *p[4];
+  page_params(p, ids, lim, off, sweep_id, pg);
+  gather_query(&c->g, 0, d, SWEEP_SQL("sw.spec"), 1, p);
+  gather_query(&c->g, 1, d, sql, 4, p);
+  free(sql);
+}
 void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_json_cb cb,
                      void *ud) {
   char sql[8192], rid[24], lim[24], off[24], cols[1024] = "";
@@ -322,90 +570,196 @@ void store_pages_run_counts(db *d, store_run_counts_cb cb, void *ud) {
                     0, NULL, &counts, (void (*)(void))cb, ud);
 }
 
-/* ---- the status page's documents ------------------------------------------------------- */
+/* ---- the status page's rows -------------------------------------------------------------- */
 
-void store_pages_overview(db *d, store_json_cb cb, void *ud) {
-  store__query_json(
-      d,
-      "SELECT json_build_object("
-      "'sweeps', (SELECT coalesce(json_agg(t ORDER BY t.id DESC), '[]') FROM ("
-      "SELECT sw.id, sw.name, sw.status, count(r.id) AS total, "
-      "count(r.id) FILTER (WHERE r.status IN ('succeeded', 'failed', 'cancelled')) AS done, "
-      "count(r.id) FILTER (WHERE r.status = 'running') AS running, "
-      "count(r.id) FILTER (WHERE r.status = 'queued') AS queued, "
-      "count(r.id) FILTER (WHERE r.status = 'failed') AS failed, "
-      "coalesce(sum(r.flops), 0) AS flops_planned, "
-      "coalesce(sum(" SPENT_SQL "), 0) AS flops_spent "
-      "FROM sweeps sw LEFT JOIN runs r ON r.sweep_id = sw.id "
-      "GROUP BY sw.id ORDER BY sw.id DESC LIMIT 50) t), "
-      "'sweeps_total', (SELECT count(*) FROM sweeps), "
-      "'queue', (SELECT json_build_object('runs', count(*), 'gpus', coalesce(sum(gpus), 0), "
-      "'cpu', count(*) FILTER (WHERE gpus = 0)) FROM runs WHERE status = 'queued'), "
-      "'next', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT r.id, r.sweep_id, sw.name AS "
-      "sweep, r.gpus, r.nonembedding_params, r.flops, r.attempt FROM runs r JOIN sweeps sw ON "
-      "sw.id = r.sweep_id WHERE r.status = 'queued' ORDER BY r.priority DESC, r.sweep_id, "
-      "r.flops DESC NULLS LAST, r.id LIMIT 10) t), "
-      "'failures', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT r.id, r.sweep_id, sw.name AS "
-      "sweep, r.attempt, r.error, " TS_SQL(
-          "r.finished_at") " AS finished_at FROM runs r "
-                           "JOIN sweeps sw ON sw.id = r.sweep_id WHERE r.status = 'failed' "
-                           "ORDER BY r.finished_at DESC NULLS LAST, r.id DESC LIMIT 10) t))",
-      0, NULL, cb, ud);
+/* The rows of the status page (DECODER). */
+#define OVERVIEW_SWEEP_COLS(X) \
+  X(id, i64)                   \
+  X(name, str)                 \
+  X(status, str)               \
+  X(total, i64)                \
+  X(done, i64)                 \
+  X(running, i64) X(queued, i64) X(failed, i64) X(flops_planned, f64) X(flops_spent, f64)
+#define OVERVIEW_RUN_COLS(X) \
+  X(id, i64)                 \
+  X(sweep_id, i64)           \
+  X(sweep, str)              \
+  X(attempt, i64)            \
+  X(gpus, i64) X(nonembedding_params, f64) X(flops, f64) X(finished_utc, text) X(error, text)
+#define PAGE_RUN_COLS(X)                                                      \
+  X(id, i64)                                                                  \
+  X(attempt, i64)                                                             \
+  X(max_attempts, i64)                                                        \
+  X(status, str)                                                              \
+  X(worker, text)                                                             \
+  X(nonembedding_params, f64) X(tokens, f64) X(batch_size, f64) X(flops, f64) \
+      X(final_val_loss, f64) X(duration_s, f64) X(designed, text)
+
+DECODER(decode_overview_sweep, store_overview_sweep, OVERVIEW_SWEEP_COLS)
+DECODER(decode_overview_run, store_overview_run, OVERVIEW_RUN_COLS)
+DECODER(decode_page_run_row, store_page_run, PAGE_RUN_COLS)
+
+/* One result of a gather decoded as an array (rows, n) for its callback. */
+typedef struct gather_rows {
+  int res;
+  size_t size;
+  void (*decode)(const PGresult *res, int row, void *elem);
+  void *rows;
+  int n;
+} gather_rows;
+
+/* Decodes each of k results: 0, or -1 with nothing left allocated. */
+static int gather_decode(const gather *g, gather_rows *parts, int k) {
+  for (int i = 0; i < k; i++)
+    if (decode_all(g->res[parts[i].res], parts[i].size, parts[i].decode, 0, &parts[i].rows,
+                   &parts[i].n)) {
+      while (i-- > 0)
+        free(parts[i].rows);
+      return -1;
+    }
+  return 0;
 }
 
+static void gather_free(gather_rows *parts, int k) {
+  for (int i = 0; i < k; i++)
+    free(parts[i].rows);
+}
+
+static void overview_done(gather *g, int status, const char *errmsg) {
+  gather_rows parts[] = {{0, sizeof(store_overview_sweep), decode_overview_sweep, NULL, 0},
+                         {2, sizeof(store_overview_run), decode_overview_run, NULL, 0},
+                         {3, sizeof(store_overview_run), decode_overview_run, NULL, 0}};
+  if (status == 0 && gather_decode(g, parts, 3)) {
+    status = SS_ENOMEM;
+    errmsg = "out of memory";
+  }
+  if (status != 0) {
+    ((store_overview_cb)g->cb)(g->ud, status, NULL, errmsg);
+    return;
+  }
+  const PGresult *q = g->res[1]; /* one row: the sweeps and the queue counted */
+  store_overview o = {parts[0].rows,       parts[0].n,          store__int(q, 0, 0),
+                      store__int(q, 0, 1), store__int(q, 0, 2), store__int(q, 0, 3),
+                      parts[1].rows,       parts[1].n,          parts[2].rows,
+                      parts[2].n};
+  ((store_overview_cb)g->cb)(g->ud, 0, &o, NULL);
+  gather_free(parts, 3);
+}
+
+void store_pages_overview(db *d, store_overview_cb cb, void *ud) {
+  gather *g = gather_new(4, overview_done, (void (*)(void))cb, ud);
+  if (!g)
+    return;
+  gather_query(g, 0, d,
+               "SELECT sw.id, sw.name, sw.status, count(r.id), "
+               "count(r.id) FILTER (WHERE r.status IN ('succeeded', 'failed', 'cancelled')), "
+               "count(r.id) FILTER (WHERE r.status = 'running'), "
+               "count(r.id) FILTER (WHERE r.status = 'queued'), "
+               "count(r.id) FILTER (WHERE r.status = 'failed'), "
+               "coalesce(sum(r.flops), 0), coalesce(sum(" SPENT_SQL "), 0) "
+               "FROM sweeps sw LEFT JOIN runs r ON r.sweep_id = sw.id "
+               "GROUP BY sw.id ORDER BY sw.id DESC LIMIT 50",
+               0, NULL);
+  gather_query(g, 1, d,
+               "SELECT (SELECT count(*) FROM sweeps), count(*), coalesce(sum(gpus), 0), "
+               "count(*) FILTER (WHERE gpus = 0) FROM runs WHERE status = 'queued'",
+               0, NULL);
+  /* the queue's order (migration 012) */
+  gather_query(g, 2, d,
+               "SELECT r.id, r.sweep_id, sw.name, r.attempt, r.gpus, r.nonembedding_params, "
+               "r.flops, NULL, NULL FROM runs r JOIN sweeps sw ON sw.id = r.sweep_id "
+               "WHERE r.status = 'queued' ORDER BY r.priority DESC, r.sweep_id, "
+               "r.flops DESC NULLS LAST, r.id LIMIT 10",
+               0, NULL);
+  gather_query(g, 3, d,
+               "SELECT r.id, r.sweep_id, sw.name, r.attempt, r.gpus, NULL, NULL, " TS_SQL(
+                   "r.finished_at") ", r.error FROM runs r JOIN sweeps sw ON sw.id = r.sweep_id "
+                                    "WHERE r.status = 'failed' ORDER BY r.finished_at DESC "
+                                    "NULLS LAST, r.id DESC LIMIT 10",
+               0, NULL);
+}
+
+/* A run's row on the sweep page (PAGE_RUN_COLS), then part (0: designed,
+ * 1: the page's) and k (its place in its part). */
+#define PAGE_RUN_SQL(part_k)                                                                       \
+  "SELECT r.id, r.attempt, r.max_attempts, r.status, wk.name, r.nonembedding_params, r.tokens, "   \
+  "r.batch_size, r.flops, r.final_val_loss, " DURATION_SQL ", r.designed, " part_k " FROM runs r " \
+  "LEFT JOIN workers wk ON wk.id = r.worker "
+
+/* The runs `next` designed (runs.designed), predicted beside measured: the
+ * first 200 by budget and size; and the page's runs ($2 the status or NULL,
+ * $3 offset, $4 limit). */
+#define DESIGNED_K                                                                                 \
+  "0 AS part, row_number() OVER (ORDER BY (r.designed->>'flops')::float8, r.nonembedding_params, " \
+  "r.id) AS k"
+#define DESIGNED_SQL \
+  PAGE_RUN_SQL(DESIGNED_K) "WHERE r.sweep_id = $1 AND r.designed IS NOT NULL ORDER BY k LIMIT 200"
+#define RUNS_K "1, row_number() OVER (ORDER BY r.id)"
+#define RUNS_SQL                                                         \
+  PAGE_RUN_SQL(RUNS_K)                                                   \
+  "WHERE r.sweep_id = $1 AND ($2::run_status IS NULL OR r.status = $2) " \
+  "ORDER BY r.id LIMIT $4 OFFSET $3"
+
+/* The page's runs of status (NULL: all of them), from its counts. */
+static int64_t runs_of_status(const store_sweep_counts *c, const char *status) {
+  static const char *const names[] = {"queued", "running", "succeeded", "failed", "cancelled"};
+  const int64_t n[] = {c->queued, c->running, c->succeeded, c->failed, c->cancelled};
+  for (int i = 0; status && i < 5; i++)
+    if (!strcmp(status, names[i]))
+      return n[i];
+  return c->total;
+}
+
+typedef struct sweep_page_call {
+  gather g;
+  const char *status; /* the caller's: valid until its callback */
+} sweep_page_call;
+
+static void sweep_page_done(gather *g, int status, const char *errmsg) {
+  gather_rows runs = {1, sizeof(store_page_run), decode_page_run_row, NULL, 0};
+  int found = status == 0 && PQntuples(g->res[0]) > 0;
+  if (found && gather_decode(g, &runs, 1)) {
+    status = SS_ENOMEM;
+    errmsg = "out of memory";
+  }
+  if (status != 0 || !found) {
+    ((store_sweep_page_cb)g->cb)(g->ud, status, NULL, errmsg);
+    return;
+  }
+  int designed = 0; /* the designed come first (part 0) */
+  while (designed < runs.n && store__int(g->res[1], designed, 12) == 0)
+    designed++;
+  store_sweep_page p = {.designed = runs.rows,
+                        .ndesigned = designed,
+                        .runs = (store_page_run *)runs.rows + designed,
+                        .nruns = runs.n - designed};
+  decode_sweep(g->res[0], 0, &p.sweep);
+  p.runs_total = runs_of_status(&p.sweep.counts, ((sweep_page_call *)g)->status);
+  ((store_sweep_page_cb)g->cb)(g->ud, 0, &p, NULL);
+  gather_free(&runs, 1);
+}
+
+/* Two statements: the sweep with its counts (which give the page's total),
+ * and the designed runs with the page's in one, each a round trip. */
 void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t offset, int limit,
-                            store_json_cb cb, void *ud) {
+                            store_sweep_page_cb cb, void *ud) {
   char ids[24], off[24], lim[24];
   const char *p[4] = {store__itoa(ids, sizeof ids, sweep_id), status,
                       store__itoa(off, sizeof off, offset), store__itoa(lim, sizeof lim, limit)};
-  store__query_json(
-      d,
-      "SELECT json_build_object('sweep', (SELECT json_build_object('id', id, 'name', name, "
-      "'status', status, 'method', spec->>'method', 'description', spec->>'description', "
-      "'created_at', " TS_SQL(
-          "created_at") ") FROM sweeps WHERE id = $1), "
-                        "'counts', (SELECT json_build_object('total', count(*), "
-                        "'done', count(*) FILTER (WHERE r.status IN ('succeeded', 'failed', "
-                        "'cancelled')), "
-                        "'queued', count(*) FILTER (WHERE r.status = 'queued'), "
-                        "'queued_gpus', coalesce(max(r.gpus) FILTER (WHERE r.status = "
-                        "'queued'), 0), "
-                        "'queued_trainers', coalesce(string_agg(DISTINCT "
-                        "coalesce(r.config->>'trainer', 'builtin'), ',') FILTER (WHERE r.status = "
-                        "'queued'), ''), "
-                        "'queued_slots', coalesce(max(CASE WHEN r.gpus = 0 THEN "
-                        "greatest(coalesce((r.config->>'world_size')::int, 1), 1) END) FILTER "
-                        "(WHERE r.status = 'queued'), 1), "
-                        "'running', count(*) FILTER (WHERE r.status = 'running'), "
-                        "'succeeded', count(*) FILTER (WHERE r.status = 'succeeded'), "
-                        "'failed', count(*) FILTER (WHERE r.status = 'failed'), "
-                        "'cancelled', count(*) FILTER (WHERE r.status = 'cancelled'), "
-                        "'flops_planned', coalesce(sum(r.flops), 0), "
-                        "'flops_spent', coalesce(sum(" SPENT_SQL "), 0), "
-                        "'models', string_agg(DISTINCT " MODEL_R ", '; ' ORDER BY " MODEL_R
-                        ")) FROM runs r WHERE r.sweep_id = $1), "
-                        "'fits', coalesce(" STORE__LATEST_FITS_SQL ", '{}'), "
-                        "'lr_tune', (SELECT " LR_TUNE_SQL " FROM sweeps sw WHERE sw.id = $1), "
-                        "'adaptive', (SELECT " ADAPTIVE_SQL " FROM sweeps sw WHERE sw.id = $1), "
-                        /* the runs `next` designed (runs.designed), predicted beside
-                         * measured: the first 200 by budget and size */
-                        "'designed', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT r.id, "
-                        "r.status, r.nonembedding_params, r.tokens, r.final_val_loss, r.designed "
-                        "FROM runs r WHERE r.sweep_id = $1 AND r.designed IS NOT NULL "
-                        "ORDER BY (r.designed->>'flops')::float8, r.nonembedding_params, r.id "
-                        "LIMIT 200) t), "
-                        "'runs_total', (SELECT count(*) FROM runs WHERE sweep_id = $1 "
-                        "AND ($2::run_status IS NULL OR status = $2)), "
-                        "'runs', (SELECT coalesce(json_agg(t), '[]') FROM (SELECT r.id, r.status, "
-                        "r.nonembedding_params, r.tokens, r.batch_size, r.flops, r.final_val_loss, "
-                        "r.attempt, "
-                        "r.max_attempts, wk.name AS worker, " DURATION_SQL " AS duration_s "
-                        "FROM runs r LEFT JOIN workers wk ON wk.id = r.worker WHERE r.sweep_id = "
-                        "$1 "
-                        "AND ($2::run_status IS NULL OR r.status = $2) ORDER BY r.id LIMIT $4 "
-                        "OFFSET $3) t)) "
-                        "WHERE EXISTS (SELECT 1 FROM sweeps WHERE id = $1)",
-      4, p, cb, ud);
+  sweep_page_call *c = calloc(1, sizeof *c);
+  if (!c) {
+    cb(ud, SS_ENOMEM, NULL, "out of memory");
+    return;
+  }
+  c->g = (gather){.n = 2, .done = sweep_page_done, .cb = (void (*)(void))cb, .ud = ud};
+  for (int i = 0; i < 2; i++)
+    c->g.part[i] = (struct gather_part){&c->g, i};
+  c->status = status;
+  gather_query(&c->g, 0, d, SWEEP_SQL("NULL"), 1, p);
+  gather_query(&c->g, 1, d,
+               "SELECT * FROM ((" DESIGNED_SQL ") UNION ALL (" RUNS_SQL ")) u "
+               "ORDER BY part, k",
+               4, p);
 }
 
 void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {

@@ -1,13 +1,26 @@
-/* The read documents of the API and the status page: each is one JSON
- * document built by PostgreSQL, answered to a store_json_cb (json NULL:
- * no such object). Keys are the table columns (docs/design.md#the-http-api);
- * the page's documents carry what its HTML shows. */
+/* What the API and the status page read: typed rows (the scheduler writes
+ * the API's JSON from them in scheduler/pages_json.c, the HTML in
+ * scheduler/web_*.c), and the documents still built by PostgreSQL: a run's
+ * (its metric rows and reproduction check), the run page's, curves and fit
+ * points. Keys are the table columns (docs/design.md#the-http-api). */
 #ifndef SS_STORE_PAGES_H
 #define SS_STORE_PAGES_H
 
 #include <stdint.h>
 
 #include "store/store.h"
+
+/* SQL NULL in an integer of the rows below (a double's is NAN, a string's
+ * NULL). */
+#define STORE_NULL_INT INT64_MIN
+
+/* The rows below point into the store's result: valid during the callback
+ * only. Times as ..._at are ISO 8601 text as PostgreSQL writes them in JSON
+ * ("2026-01-02T00:10:00+00:00", the API's); as ..._utc, "YYYY-MM-DD
+ * HH:MM:SS" in UTC (the page's). A document is a jsonb column's (or one
+ * PostgreSQL built beside the row's columns) JSON text, passed through as it
+ * is: it is the reader's to take apart, not the store's (a sweep's spec, its
+ * lr tune and adaptive design, a run's environment and prediction). */
 
 /* One page of a sweep's runs (GET /api/sweeps/{id}/runs). */
 typedef struct store_runs_page {
@@ -21,30 +34,82 @@ typedef struct store_runs_page {
  * to name, or NULL when runs cannot be sorted by it. */
 const char *store_pages_sort_column(const char *name);
 
-/* GET /api/sweeps: the newest 1000 sweeps with their run counts. */
-void store_pages_sweeps(db *d, store_json_cb cb, void *ud);
+/* A sweep's runs counted, by status and compute: one pass over them, the
+ * API's counts and the page's alike. */
+typedef struct store_sweep_counts {
+  int64_t total, queued, running, succeeded, failed, cancelled;
+  int64_t done;                /* succeeded, failed or cancelled */
+  int64_t queued_gpus;         /* the most GPUs a queued run needs */
+  int64_t queued_slots;        /* the most CPU slots a queued CPU run needs (1 without one) */
+  const char *queued_trainers; /* the queued runs' trainers, comma-separated ("" without) */
+  int64_t branched;            /* succeeded runs that started from a trunk's checkpoint */
+  double flops_planned, flops_done /* by the succeeded runs */, flops_spent /* so far, by all */,
+      flops_trained /* by the succeeded runs themselves, not their trunks */;
+  const char *models; /* its runs' models, each once ("gpt2, SP; llama, SP"), NULL without runs */
+} store_sweep_counts;
 
-/* GET /api/sweeps/{id}: the sweep document (header, its lr tune's state
- * or decision as "lr_tune" (null without one), its adaptive design as
- * "adaptive" (null without one), counts and one page of
- * runs; NULL: no such sweep), with the counts the scheduler needs beside it
- * as numbers, so that adding what only it knows (why queued runs wait) does
- * not mean parsing a document of half a megabyte. */
-typedef struct store_sweep_doc {
-  const char *json;
-  int64_t queued;       /* queued runs */
-  int64_t queued_gpus;  /* the most GPUs a queued run needs */
-  int64_t queued_slots; /* the most CPU slots a queued CPU run needs */
-  const char *queued_trainers; /* the queued runs' trainers, comma-separated */
-} store_sweep_doc;
-typedef void (*store_sweep_doc_cb)(void *ud, int status, const store_sweep_doc *doc,
-                                   const char *errmsg);
-void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, store_sweep_doc_cb cb,
-                       void *ud);
+/* A sweep with its runs counted (the API's sweep document, the page's
+ * summary). */
+typedef struct store_sweep {
+  int64_t id, priority;
+  const char *name, *status, *spec_hash;
+  const char *created_at, *created_utc;
+  const char *method, *description; /* the spec's, NULL when it has none */
+  const char *spec;                 /* document (the API's; NULL on the page) */
+  const char *lr_tune;  /* document: its lr tune's decision or state, NULL without one */
+  const char *adaptive; /* document: its adaptive design, NULL without one */
+  const char *fits;     /* document: {law: the newest fit's params}, NULL without one */
+  store_sweep_counts counts;
+} store_sweep;
 
-/* GET /api/sweeps/{id}/runs: the page of runs alone, as
- * {"runs_total", "runs_offset", "runs_limit", "runs"}. */
-void store_pages_sweep_runs(db *d, int64_t sweep_id, const store_runs_page *pg, store_json_cb cb,
+/* A run's row as the API writes it. */
+typedef struct store_run {
+  int64_t id, sweep_id, attempt, max_attempts, gpus, priority;
+  const char *status;
+  int64_t worker; /* the worker's id while it holds the run */
+  const char *lease_until;
+  int64_t params, nonembedding_params, tokens, batch_size;
+  double flops, final_val_loss;
+  const char *started_at, *finished_at;
+  int64_t reproduces; /* the run it reproduces */
+  const char *code_version, *error;
+  int64_t checkpoint_step;
+  const char *config_hash, *part;
+  const char *target_loss, *prediction, *designed; /* documents */
+  int64_t branch_of, branch_step;
+  const char *retry_after; /* when a failed run waiting to retry starts again */
+  const char *environment; /* document */
+  const char *on_worker;   /* the worker it must run on */
+  const char *model;       /* "gpt2, SP" (rcfg_model_text's words) */
+} store_run;
+
+/* One page of a sweep's runs: the runs of the page's status there are
+ * (total) and n of them from offset. */
+typedef struct store_runs {
+  int64_t total, offset, limit;
+  const store_run *runs;
+  int n;
+} store_runs;
+
+/* page NULL: no such sweep. */
+typedef void (*store_runs_cb)(void *ud, int status, const store_runs *page, const char *errmsg);
+
+/* GET /api/sweeps: the newest 1000 sweeps with their run counts (of
+ * store_sweep_counts: total, queued, running, succeeded, failed, queued_*,
+ * flops_planned, flops_done; the others 0). */
+typedef void (*store_sweep_list_cb)(void *ud, int status, const store_sweep *sweeps, int n,
+                                    const char *errmsg);
+void store_pages_sweeps(db *d, store_sweep_list_cb cb, void *ud);
+
+/* GET /api/sweeps/{id}: the sweep with its counts and one page of its runs
+ * (sweep and runs NULL: no such sweep). */
+typedef void (*store_sweep_doc_cb)(void *ud, int status, const store_sweep *sweep,
+                                   const store_runs *runs, const char *errmsg);
+void store_pages_sweep_doc(db *d, int64_t sweep_id, const store_runs_page *pg,
+                           store_sweep_doc_cb cb, void *ud);
+
+/* One page of a sweep's runs (GET /api/sweeps/{id}/runs). */
+void store_pages_sweep_runs(db *d, int64_t sweep_id, const store_runs_page *pg, store_runs_cb cb,
                             void *ud);
 
 /* GET /api/runs/{id}: {"run", "metrics" (limit rows in step order from
@@ -52,16 +117,57 @@ void store_pages_sweep_runs(db *d, int64_t sweep_id, const store_runs_page *pg, 
 void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_json_cb cb,
                      void *ud);
 
-/* The overview page: {"sweeps" (newest 50), "sweeps_total", "queue",
- * "next" (the 10 runs to start next), "failures" (the 10 latest)}. */
-void store_pages_overview(db *d, store_json_cb cb, void *ud);
+/* The overview page. */
+typedef struct store_overview_sweep {
+  int64_t id;
+  const char *name, *status;
+  int64_t total, done, running, queued, failed;
+  double flops_planned, flops_spent;
+} store_overview_sweep;
+/* A queued run, or a failed one (finished_utc and error). */
+typedef struct store_overview_run {
+  int64_t id, sweep_id;
+  const char *sweep; /* its name */
+  int64_t attempt, gpus;
+  double nonembedding_params, flops;
+  const char *finished_utc, *error;
+} store_overview_run;
+typedef struct store_overview {
+  const store_overview_sweep *sweeps; /* the newest 50 */
+  int nsweeps;
+  int64_t sweeps_total;
+  int64_t queued, queued_gpus, queued_cpu; /* queued runs, the GPUs they ask, those on CPU */
+  const store_overview_run *next;          /* the 10 runs to start next */
+  int nnext;
+  const store_overview_run *failures; /* the 10 latest */
+  int nfailures;
+} store_overview;
+typedef void (*store_overview_cb)(void *ud, int status, const store_overview *o,
+                                  const char *errmsg);
+void store_pages_overview(db *d, store_overview_cb cb, void *ud);
 
-/* The sweep page: {"sweep", "counts", "fits" (the latest of each law),
- * "lr_tune" and "adaptive" (as in the API's document),
- * "runs_total", "runs"}: limit runs from offset in id order, of one status
- * when status is not NULL. */
+/* The sweep page: the sweep, the runs `next` designed, a page of runs. */
+typedef struct store_page_run {
+  int64_t id, attempt, max_attempts;
+  const char *status, *worker; /* the worker's name */
+  double nonembedding_params, tokens, batch_size, flops, final_val_loss;
+  double duration_s;    /* so far while it runs; NAN before it started */
+  const char *designed; /* document: what `next` predicted of it (the designed runs) */
+} store_page_run;
+typedef struct store_sweep_page {
+  store_sweep sweep;
+  const store_page_run *designed; /* predicted beside measured: the first 200 by budget, size */
+  int ndesigned;
+  int64_t runs_total; /* of the page's status */
+  const store_page_run *runs;
+  int nruns;
+} store_sweep_page;
+typedef void (*store_sweep_page_cb)(void *ud, int status, const store_sweep_page *p,
+                                    const char *errmsg);
+/* limit runs from offset in id order, of one status when status is not
+ * NULL; p NULL: no such sweep. */
 void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t offset, int limit,
-                            store_json_cb cb, void *ud);
+                            store_sweep_page_cb cb, void *ud);
 
 /* The run page (and its config.json): the run with its sweep's and
  * worker's names, times as UTC text, its reproduction check and the runs

@@ -622,33 +622,74 @@ const char *store_pages_sort_column(const char *name) {
   return NULL;
 }
 
-void store_pages_sweeps(db *d, store_json_cb cb, void *ud) { json_doc(d, 1, cb, ud); }
+/* A sweep with v % 3 queued runs (the "waiting" line), needing up to v % 2
+ * GPUs, and one page of v % 2 runs of every kind of value. */
+static store_sweep stub_sweep(int v) {
+  return (store_sweep){.id = 1,
+                       .name = "a \"name\"\n",
+                       .status = "running",
+                       .spec_hash = "h",
+                       .created_at = "2026-01-01T00:00:00+00:00",
+                       .created_utc = "2026-01-01 00:00:00",
+                       .spec = v % 5 == 4 ? "{ }" : "{\"method\" : \"runs\"}",
+                       .counts = {.total = 3,
+                                  .queued = v % 3,
+                                  .queued_gpus = v % 2,
+                                  .queued_slots = 1,
+                                  .queued_trainers = v % 7 == 6 ? "torch" : "builtin",
+                                  .flops_planned = 1e19,
+                                  .flops_spent = NAN}};
+}
+
+static const store_run stub_run = {.id = 2,
+                                   .status = "queued",
+                                   .worker = STORE_NULL_INT,
+                                   .flops = NAN,
+                                   .final_val_loss = 3.25,
+                                   .error = "\x01<&>",
+                                   .config_hash = "c",
+                                   .model = "gpt2, SP",
+                                   .environment = "{\"host\": \"a\"}"};
+
+static void ans_sweeps(call *c, int st, int v) {
+  store_sweep sw[2] = {stub_sweep(v), stub_sweep(v + 1)};
+  ((store_sweep_list_cb)c->cb)(c->ud, st, st ? NULL : sw, st ? 0 : v % 3, st ? errmsg : NULL);
+}
+
+void store_pages_sweeps(db *d, store_sweep_list_cb cb, void *ud) { QUEUE(d, ans_sweeps, cb, ud); }
 
 static void check_page(const store_runs_page *pg) {
   if (pg->limit < 0 || pg->offset < 0 || !store_pages_sort_column(pg->sort))
     abort(); /* the API checks these before they reach SQL */
 }
 
-/* v % 4 == 3: no such sweep; otherwise v % 3 queued runs (the "waiting"
- * splice), needing up to v % 2 GPUs */
+/* v % 4 == 3: no such sweep */
 static void ans_sweep_doc(call *c, int st, int v) {
-  store_sweep_doc doc = {v % 5 == 4 ? "{ }" : "{\"id\" : 1}", v % 3, v % 2, 1,
-                         v % 7 == 6 ? "torch" : "builtin"};
-  ((store_sweep_doc_cb)c->cb)(c->ud, st, st || v % 4 == 3 ? NULL : &doc, st ? errmsg : NULL);
+  store_sweep sw = stub_sweep(v);
+  store_runs page = {3, 0, 500, &stub_run, v % 2};
+  int none = st || v % 4 == 3;
+  ((store_sweep_doc_cb)c->cb)(c->ud, st, none ? NULL : &sw, none ? NULL : &page,
+                              st ? errmsg : NULL);
 }
 
-void store_pages_sweep(db *d, int64_t sweep_id, const store_runs_page *pg, store_sweep_doc_cb cb,
-                       void *ud) {
+void store_pages_sweep_doc(db *d, int64_t sweep_id, const store_runs_page *pg,
+                           store_sweep_doc_cb cb, void *ud) {
   (void)sweep_id;
   check_page(pg);
   QUEUE(d, ans_sweep_doc, cb, ud);
 }
 
-void store_pages_sweep_runs(db *d, int64_t sweep_id, const store_runs_page *pg, store_json_cb cb,
+static void ans_runs(call *c, int st, int v) {
+  store_runs page = {3, 0, 500, &stub_run, v % 2};
+  int none = st || v % 4 == 3;
+  ((store_runs_cb)c->cb)(c->ud, st, none ? NULL : &page, st ? errmsg : NULL);
+}
+
+void store_pages_sweep_runs(db *d, int64_t sweep_id, const store_runs_page *pg, store_runs_cb cb,
                             void *ud) {
   (void)sweep_id;
   check_page(pg);
-  json_doc(d, 0, cb, ud);
+  QUEUE(d, ans_runs, cb, ud);
 }
 
 void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_json_cb cb,
@@ -659,15 +700,39 @@ void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store
   json_doc(d, 0, cb, ud);
 }
 
-void store_pages_overview(db *d, store_json_cb cb, void *ud) { json_doc(d, 0, cb, ud); }
+static void ans_overview(call *c, int st, int v) {
+  store_overview_sweep sw = {.id = 1, .name = "<b>", .status = "failed", .total = v % 3};
+  store_overview_run r = {.id = 2,
+                          .sweep_id = 1,
+                          .sweep = "<b>",
+                          .nonembedding_params = NAN,
+                          .flops = 1e19,
+                          .error = "x"};
+  store_overview o = {&sw, v % 2, 1, v % 3, 0, 0, &r, v % 2, &r, v % 3 ? 1 : 0};
+  ((store_overview_cb)c->cb)(c->ud, st, st ? NULL : &o, st ? errmsg : NULL);
+}
+
+void store_pages_overview(db *d, store_overview_cb cb, void *ud) { QUEUE(d, ans_overview, cb, ud); }
+
+static void ans_sweep_page(call *c, int st, int v) {
+  store_page_run r = {.id = 2,
+                      .status = "succeeded",
+                      .final_val_loss = 3.0,
+                      .duration_s = NAN,
+                      .tokens = 1e9,
+                      .designed = "{\"ci95\": [2.5, 3.5], \"loss\": 3}"};
+  store_sweep_page p = {stub_sweep(v), &r, v % 2, 3, &r, v % 3 ? 1 : 0};
+  int none = st || v % 4 == 3;
+  ((store_sweep_page_cb)c->cb)(c->ud, st, none ? NULL : &p, st ? errmsg : NULL);
+}
 
 void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t offset, int limit,
-                            store_json_cb cb, void *ud) {
+                            store_sweep_page_cb cb, void *ud) {
   (void)sweep_id;
   (void)status;
   (void)offset;
   (void)limit;
-  json_doc(d, 0, cb, ud);
+  QUEUE(d, ans_sweep_page, cb, ud);
 }
 
 void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
