@@ -600,7 +600,7 @@ int fit_bcrit(const fit_point *pts, int n, const fit_options *opt, fit_result *o
   int *at = malloc(sizeof(int) * n);
   int nd = branch_points(pts, n, d, at);
   double *bc = malloc(sizeof(double) * nd), *lo = malloc(sizeof(double) * nd);
-  ladder *lad = malloc(sizeof(ladder) * nd);
+  ladder *lad = calloc((size_t)nd, sizeof(ladder));
   out->n_points = n;
   int usable = 0;
   for (int k = 0; k < nd; k++) {
