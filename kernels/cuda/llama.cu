@@ -22,6 +22,16 @@ template <typename X> __device__ __forceinline__ float rms_rstd(const X *x, int 
   return 1.0f / sqrtf(kern__cu_warp_sum(s) / (float)n + RMS_EPS);
 }
 
+/* y = x * rstd * w over the n values at x by one warp, rounded to X;
+ * returns rstd (every lane) */
+template <typename X>
+__device__ __forceinline__ float rms_out(X *y, const X *x, const X *w, int n, int lane) {
+  float rs = rms_rstd(x, n, lane);
+  for (int c = lane; c < n; c += 32)
+    y[c] = kern__cu_to<X>(kern__cu_f(x[c]) * rs * kern__cu_f(w[c]));
+  return rs;
+}
+
 /* RMSNorm's backward of the n values at x by one warp, rstd s:
  * dx = s * (dn - norm * mean(dn * norm)) with dn = dy * w, norm = x * s,
  * added to dx (ACC) or written over it, rounded to X. Each lane reads its
@@ -50,11 +60,7 @@ __global__ void rmsnorm_forward_kernel(X *out, float *rstd, const X *inp, const 
   int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N)
     return; /* whole warps leave together: the shuffles see 32 lanes */
-  const X *x = inp + (size_t)row * C;
-  X *y = out + (size_t)row * C;
-  float rs = rms_rstd(x, C, lane);
-  for (int c = lane; c < C; c += 32)
-    y[c] = kern__cu_to<X>(kern__cu_f(x[c]) * rs * kern__cu_f(w[c]));
+  float rs = rms_out(out + (size_t)row * C, inp + (size_t)row * C, w, C, lane);
   if (lane == 0)
     rstd[row] = rs;
 }
@@ -151,12 +157,8 @@ __global__ void qknorm_forward_kernel(X *out, float *rstd, const X *qkv, const X
   qk_head hd;
   if (!qk_head_of(&hd, out, qkv, N, C, NH))
     return;
-  int lane = threadIdx.x % 32, hs = C / NH;
-  const X *x = qkv + hd.o, *w = hd.part == 0 ? wq : wk;
-  X *y = out + hd.o;
-  float rs = rms_rstd(x, hs, lane);
-  for (int c = lane; c < hs; c += 32)
-    y[c] = kern__cu_to<X>(kern__cu_f(x[c]) * rs * kern__cu_f(w[c]));
+  int lane = threadIdx.x % 32;
+  float rs = rms_out(out + hd.o, qkv + hd.o, hd.part == 0 ? wq : wk, C / NH, lane);
   if (lane == 0)
     rstd[hd.r] = rs;
 }
