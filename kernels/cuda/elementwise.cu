@@ -1,6 +1,7 @@
 /* Element-wise kernels: GELU, scaling, rounding, accumulation (the sums
  * of squares are in step.cu). CPU twins: kernels/cpu/elementwise.c. */
 #include "kernels/cuda/internal.cuh"
+#include "kernels/layer_ops.h"
 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
@@ -152,10 +153,6 @@ static void axpy(kern_ctx *k, float *dst, const float *src, float s, size_t n, i
 }
 
 void kern__cuda_elementwise(kern_ops *o) {
-  o->gelu_forward = gelu_forward;
-  o->gelu_backward = gelu_backward;
-  o->axpy = axpy;
-  o->scale = scale;
   o->round = round_;
-  o->to_x = to_x;
+  KERN__OPS_ELEMENTWISE(KERN__FILL)
 }

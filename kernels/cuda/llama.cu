@@ -4,6 +4,7 @@
  * kern_x (X: the run's precision's type), read into fp32 and written back
  * rounded; rstd and the gains' gradients are fp32. */
 #include "kernels/cuda/internal.cuh"
+#include "kernels/layer_ops.h"
 
 #define RMS_EPS 1e-5f
 #define WARPS 8          /* warps per block of the row kernels: one warp per row (or head) */
@@ -491,14 +492,4 @@ static void scale_x(kern_ctx *k, kern_x *x, float s, size_t n) {
   KERN__CU_LAUNCHED();
 }
 
-void kern__cuda_llama(kern_ops *o) {
-  o->rmsnorm_forward = rmsnorm_forward;
-  o->rmsnorm_backward = rmsnorm_backward;
-  o->qknorm_forward = qknorm_forward;
-  o->qknorm_backward = qknorm_backward;
-  o->rope_forward = rope_forward;
-  o->rope_backward = rope_backward;
-  o->swiglu_forward = swiglu_forward;
-  o->swiglu_backward = swiglu_backward;
-  o->scale_x = scale_x;
-}
+void kern__cuda_llama(kern_ops *o) { KERN__OPS_LLAMA(KERN__FILL) }
