@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include "internal.h"
+#include "kernels/layer_ops.h"
 
 /* Chunk size of the fixed-order reductions: the partial sums are over fixed
  * ranges, added in order, so the result does not depend on threads. */
@@ -189,15 +190,7 @@ void kern__colsum_add(float *dst, const float *src, int N, int C) {
 
 void kern__cpu_elementwise(kern_ops *o) {
   o->residual_forward = residual_forward;
-  o->gelu_forward = gelu_forward;
-  o->gelu_backward = gelu_backward;
-  o->sumsq = sumsq;
-  o->accumulate = accumulate;
-  o->axpy = axpy;
-  o->scale = scale;
-  o->mean_into = mean_into;
-  o->sumsq_into = sumsq_into;
-  o->step_scale = step_scale;
   o->round = round_;
-  o->to_x = to_x;
+  KERN__OPS_ELEMENTWISE(KERN__FILL)
+  KERN__OPS_STEP(KERN__FILL)
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "kernels/layer_ops.h"
 
 #define RMS_EPS 1e-5f
 
@@ -265,14 +266,4 @@ static void scale_x(kern_ctx *k, kern_x *x_x, float s, size_t n) {
   }
 }
 
-void kern__cpu_llama(kern_ops *o) {
-  o->rmsnorm_forward = rmsnorm_forward;
-  o->rmsnorm_backward = rmsnorm_backward;
-  o->qknorm_forward = qknorm_forward;
-  o->qknorm_backward = qknorm_backward;
-  o->rope_forward = rope_forward;
-  o->rope_backward = rope_backward;
-  o->swiglu_forward = swiglu_forward;
-  o->swiglu_backward = swiglu_backward;
-  o->scale_x = scale_x;
-}
+void kern__cpu_llama(kern_ops *o) { KERN__OPS_LLAMA(KERN__FILL) }

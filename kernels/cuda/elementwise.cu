@@ -1,6 +1,7 @@
 /* Element-wise kernels: GELU, scaling, rounding, accumulation (the sums
  * of squares are in step.cu). CPU twins: kernels/cpu/elementwise.c. */
 #include "kernels/cuda/internal.cuh"
+#include "kernels/layer_ops.h"
 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
@@ -13,13 +14,8 @@
  * the bits. GELU reads and writes kern_x (X); to_x writes it from fp32; the
  * rest work on fp32 parameter gradients. */
 
-/* first element of this thread's VEC */
-template <int VEC> __device__ __forceinline__ size_t first(void) {
-  return ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
-}
-
 template <int VEC, typename X> __global__ void gelu_forward_kernel(X *out, const X *inp, size_t n) {
-  size_t i = first<VEC>();
+  size_t i = kern__cu_first<VEC>();
   if (i >= n)
     return;
   float x[VEC], y[VEC];
@@ -34,7 +30,7 @@ template <int VEC, typename X> __global__ void gelu_forward_kernel(X *out, const
 /* dinp may alias dout: each thread reads its elements before writing them */
 template <int VEC, typename X>
 __global__ void gelu_backward_kernel(X *dinp, const X *inp, const X *dout, size_t n) {
-  size_t i = first<VEC>();
+  size_t i = kern__cu_first<VEC>();
   if (i >= n)
     return;
   float x[VEC], dy[VEC], dx[VEC];
@@ -51,19 +47,12 @@ __global__ void gelu_backward_kernel(X *dinp, const X *inp, const X *dout, size_
 }
 
 template <int VEC> __global__ void round_kernel(float *x, size_t n, int p) {
-  size_t i = first<VEC>();
-  if (i >= n)
-    return;
-  float v[VEC];
-  kern__cu_load<VEC>(v, x + i);
-  for (int j = 0; j < VEC; j++)
-    v[j] = kern__cu_rnd(v[j], p);
-  kern__cu_store<VEC>(x + i, v);
+  kern__cu_map<VEC>(x, n, [p](float v) { return kern__cu_rnd(v, p); });
 }
 
 /* dst = src rounded to X (the weights' rounded copy from the fp32 master) */
 template <int VEC, typename X> __global__ void to_x_kernel(X *dst, const float *src, size_t n) {
-  size_t i = first<VEC>();
+  size_t i = kern__cu_first<VEC>();
   if (i >= n)
     return;
   float v[VEC];
@@ -71,20 +60,9 @@ template <int VEC, typename X> __global__ void to_x_kernel(X *dst, const float *
   kern__cu_store<VEC>(dst + i, v);
 }
 
-template <int VEC> __global__ void scale_kernel(float *x, float s, size_t n) {
-  size_t i = first<VEC>();
-  if (i >= n)
-    return;
-  float v[VEC];
-  kern__cu_load<VEC>(v, x + i);
-  for (int j = 0; j < VEC; j++)
-    v[j] *= s;
-  kern__cu_store<VEC>(x + i, v);
-}
-
 template <int VEC>
 __global__ void accumulate_kernel(float *dst, const float *src, float s, size_t n, int init) {
-  size_t i = first<VEC>();
+  size_t i = kern__cu_first<VEC>();
   if (i >= n)
     return;
   float d[VEC], v[VEC];
@@ -121,7 +99,7 @@ static int vec4(size_t n, const void *p, const void *q) {
 #define GELU_BWD(V) gelu_backward_kernel<V, X>
 #define TO_X(V) to_x_kernel<V, X>
 #define ROUND(V) round_kernel<V>
-#define SCALE(V) scale_kernel<V>
+#define SCALE(V) kern__cu_scale_kernel<V, float>
 #define ACCUMULATE(V) accumulate_kernel<V>
 
 static void gelu_forward(kern_ctx *k, kern_x *out, const kern_x *inp, size_t n) {
@@ -175,10 +153,6 @@ static void axpy(kern_ctx *k, float *dst, const float *src, float s, size_t n, i
 }
 
 void kern__cuda_elementwise(kern_ops *o) {
-  o->gelu_forward = gelu_forward;
-  o->gelu_backward = gelu_backward;
-  o->axpy = axpy;
-  o->scale = scale;
   o->round = round_;
-  o->to_x = to_x;
+  KERN__OPS_ELEMENTWISE(KERN__FILL)
 }

@@ -254,6 +254,40 @@ __device__ __forceinline__ void kern__cu_store(X *p, const float *v) {
   }
 }
 
+/* first element of this thread's VEC (one thread per VEC elements) */
+template <int VEC> __device__ __forceinline__ size_t kern__cu_first(void) {
+  return ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+}
+
+/* x[i] = f(x[i]) in place for this thread's VEC of the n elements, read and
+ * written back rounded to X as kern__cu_load / kern__cu_store do */
+template <int VEC, typename X, typename F>
+__device__ __forceinline__ void kern__cu_map(X *x, size_t n, F f) {
+  size_t i = kern__cu_first<VEC>();
+  if (i >= n)
+    return;
+  float v[VEC];
+  kern__cu_load<VEC>(v, x + i);
+  for (int j = 0; j < VEC; j++)
+    v[j] = f(v[j]);
+  kern__cu_store<VEC>(x + i, v);
+}
+
+/* x *= s over n elements of X (fp32 gradients, or kern_x activations) */
+template <int VEC, typename X> __global__ void kern__cu_scale_kernel(X *x, float s, size_t n) {
+  kern__cu_map<VEC>(x, n, [s](float v) { return v * s; });
+}
+
+/* Column c of the (nchunks, C) partial sums part added up in chunk order:
+ * the second pass of a two-pass column sum, so its bits do not depend on
+ * how the rows were scheduled */
+__device__ __forceinline__ float kern__cu_chunk_sum(const float *part, int nchunks, int C, int c) {
+  float s = 0.0f;
+  for (int j = 0; j < nchunks; j++)
+    s += part[(size_t)j * C + c];
+  return s;
+}
+
 /* VEC-element accesses possible on n elements of es bytes at p and q: n %
  * VEC == 0 and both aligned to the access, min(VEC * es, 16) bytes */
 static inline int kern__cu_vec_ok(size_t n, int vec, size_t es, const void *p, const void *q) {

@@ -4,6 +4,7 @@
  * kern_x (X: the run's precision's type), read into fp32 and written back
  * rounded; rstd and the gains' gradients are fp32. */
 #include "kernels/cuda/internal.cuh"
+#include "kernels/layer_ops.h"
 
 #define RMS_EPS 1e-5f
 #define WARPS 8          /* warps per block of the row kernels: one warp per row (or head) */
@@ -22,6 +23,35 @@ template <typename X> __device__ __forceinline__ float rms_rstd(const X *x, int 
   return 1.0f / sqrtf(kern__cu_warp_sum(s) / (float)n + RMS_EPS);
 }
 
+/* y = x * rstd * w over the n values at x by one warp, rounded to X;
+ * returns rstd (every lane) */
+template <typename X>
+__device__ __forceinline__ float rms_out(X *y, const X *x, const X *w, int n, int lane) {
+  float rs = rms_rstd(x, n, lane);
+  for (int c = lane; c < n; c += 32)
+    y[c] = kern__cu_to<X>(kern__cu_f(x[c]) * rs * kern__cu_f(w[c]));
+  return rs;
+}
+
+/* RMSNorm's backward of the n values at x by one warp, rstd s:
+ * dx = s * (dn - norm * mean(dn * norm)) with dn = dy * w, norm = x * s,
+ * added to dx (ACC) or written over it, rounded to X. Each lane reads its
+ * channels of dy (both passes) before it writes them: dx may alias dy. */
+template <bool ACC, typename X>
+__device__ __forceinline__ void rms_dinp(X *dx, const X *dy, const X *x, const X *w, float s, int n,
+                                         int lane) {
+  float sum = 0.0f;
+  for (int c = lane; c < n; c += 32)
+    sum += kern__cu_f(dy[c]) * kern__cu_f(w[c]) * (kern__cu_f(x[c]) * s);
+  sum = kern__cu_warp_sum(sum) / (float)n;
+  for (int c = lane; c < n; c += 32) {
+    float nc = kern__cu_f(x[c]) * s;
+    float dn = kern__cu_f(dy[c]) * kern__cu_f(w[c]);
+    float d = s * (dn - nc * sum);
+    dx[c] = kern__cu_to<X>(ACC ? kern__cu_f(dx[c]) + d : d);
+  }
+}
+
 /* ---- RMSNorm ---- */
 
 /* out = inp * rstd * w, one warp per row: lane l takes channels l, l + 32, ... */
@@ -31,11 +61,7 @@ __global__ void rmsnorm_forward_kernel(X *out, float *rstd, const X *inp, const 
   int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N)
     return; /* whole warps leave together: the shuffles see 32 lanes */
-  const X *x = inp + (size_t)row * C;
-  X *y = out + (size_t)row * C;
-  float rs = rms_rstd(x, C, lane);
-  for (int c = lane; c < C; c += 32)
-    y[c] = kern__cu_to<X>(kern__cu_f(x[c]) * rs * kern__cu_f(w[c]));
+  float rs = rms_out(out + (size_t)row * C, inp + (size_t)row * C, w, C, lane);
   if (lane == 0)
     rstd[row] = rs;
 }
@@ -50,17 +76,7 @@ __global__ void rmsnorm_backward_dinp_kernel(X *dinp, const X *dout, const X *in
   if (row >= N)
     return;
   size_t o = (size_t)row * C;
-  const X *x = inp + o, *dy = dout + o;
-  X *dx = dinp + o;
-  float s = rstd[row], sum = 0.0f;
-  for (int c = lane; c < C; c += 32)
-    sum += kern__cu_f(dy[c]) * kern__cu_f(w[c]) * (kern__cu_f(x[c]) * s);
-  sum = kern__cu_warp_sum(sum) / (float)C;
-  for (int c = lane; c < C; c += 32) {
-    float n = kern__cu_f(x[c]) * s;
-    float dn = kern__cu_f(dy[c]) * kern__cu_f(w[c]);
-    dx[c] = kern__cu_to<X>(kern__cu_f(dx[c]) + s * (dn - n * sum));
-  }
+  rms_dinp<true>(dinp + o, dout + o, inp + o, w, rstd[row], C, lane);
 }
 
 /* part[chunk][c] = sum over the chunk's CHUNK_ROWS rows, in order, of
@@ -91,9 +107,7 @@ __global__ void colsum_final_kernel(float *dst, float *dst2, const float *part, 
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C)
     return;
-  float s = 0.0f;
-  for (int j = 0; j < nchunks; j++)
-    s += part[(size_t)j * C + c];
+  float s = kern__cu_chunk_sum(part, nchunks, C, c);
   if (dst2 && c >= half)
     dst2[c - half] += s;
   else
@@ -108,29 +122,46 @@ __global__ void colsum_final_kernel(float *dst, float *dst2, const float *part, 
  * normalised (rstd at (row, part, h) of the (N, 2, NH) rstd) times their
  * gain wq or wk (hs values); v heads are copied. Lane l takes channels l,
  * l + 32, ... of the head (hs < 32: lanes past hs idle). */
+
+/* This warp's q or k head: o, the offset of its channels in the (N, 3C)
+ * rows; part, 0 q or 1 k; r, its index in the (N, 2, NH) rstd. */
+struct qk_head {
+  size_t o, r;
+  int part;
+};
+
+/* Finds this warp's head; false for a warp past the end (whole warps leave
+ * together) and for a v head, which it copies from src to dst (the same
+ * channels; each lane reads a channel before it writes it). */
 template <typename X>
-__global__ void qknorm_forward_kernel(X *out, float *rstd, const X *qkv, const X *wq, const X *wk,
-                                      int N, int C, int NH) {
+__device__ __forceinline__ bool qk_head_of(qk_head *hd, X *dst, const X *src, int N, int C,
+                                           int NH) {
   size_t g = (size_t)blockIdx.x * WARPS + threadIdx.x / 32;
   int lane = threadIdx.x % 32, hs = C / NH;
   if (g >= (size_t)N * 3 * NH)
-    return; /* whole warps leave together */
+    return false;
   size_t row = g / (3 * (size_t)NH);
   int part = (int)(g / NH % 3), h = (int)(g % NH);
   size_t o = row * 3 * C + (size_t)part * C + (size_t)h * hs;
-  const X *x = qkv + o;
-  X *y = out + o;
   if (part == 2) {
     for (int c = lane; c < hs; c += 32)
-      y[c] = x[c];
-    return;
+      dst[o + c] = src[o + c];
+    return false;
   }
-  const X *w = part == 0 ? wq : wk;
-  float rs = rms_rstd(x, hs, lane);
-  for (int c = lane; c < hs; c += 32)
-    y[c] = kern__cu_to<X>(kern__cu_f(x[c]) * rs * kern__cu_f(w[c]));
+  *hd = {o, (row * 2 + part) * NH + h, part};
+  return true;
+}
+
+template <typename X>
+__global__ void qknorm_forward_kernel(X *out, float *rstd, const X *qkv, const X *wq, const X *wk,
+                                      int N, int C, int NH) {
+  qk_head hd;
+  if (!qk_head_of(&hd, out, qkv, N, C, NH))
+    return;
+  int lane = threadIdx.x % 32;
+  float rs = rms_out(out + hd.o, qkv + hd.o, hd.part == 0 ? wq : wk, C / NH, lane);
   if (lane == 0)
-    rstd[(row * 2 + part) * NH + h] = rs;
+    rstd[hd.r] = rs;
 }
 
 /* dqkv = RMSNorm's backward per q and k head (overwrite), dout copied for v
@@ -140,30 +171,11 @@ __global__ void qknorm_forward_kernel(X *out, float *rstd, const X *qkv, const X
 template <typename X>
 __global__ void qknorm_backward_dinp_kernel(X *dqkv, const X *dout, const X *qkv, const X *wq,
                                             const X *wk, const float *rstd, int N, int C, int NH) {
-  size_t g = (size_t)blockIdx.x * WARPS + threadIdx.x / 32;
-  int lane = threadIdx.x % 32, hs = C / NH;
-  if (g >= (size_t)N * 3 * NH)
+  qk_head hd;
+  if (!qk_head_of(&hd, dqkv, dout, N, C, NH))
     return;
-  size_t row = g / (3 * (size_t)NH);
-  int part = (int)(g / NH % 3), h = (int)(g % NH);
-  size_t o = row * 3 * C + (size_t)part * C + (size_t)h * hs;
-  const X *x = qkv + o, *dy = dout + o;
-  X *dx = dqkv + o;
-  if (part == 2) {
-    for (int c = lane; c < hs; c += 32)
-      dx[c] = dy[c];
-    return;
-  }
-  const X *w = part == 0 ? wq : wk;
-  float s = rstd[(row * 2 + part) * NH + h], sum = 0.0f;
-  for (int c = lane; c < hs; c += 32)
-    sum += kern__cu_f(dy[c]) * kern__cu_f(w[c]) * (kern__cu_f(x[c]) * s);
-  sum = kern__cu_warp_sum(sum) / (float)hs;
-  for (int c = lane; c < hs; c += 32) {
-    float n = kern__cu_f(x[c]) * s;
-    float dn = kern__cu_f(dy[c]) * kern__cu_f(w[c]);
-    dx[c] = kern__cu_to<X>(s * (dn - n * sum));
-  }
+  rms_dinp<false>(dqkv + hd.o, dout + hd.o, qkv + hd.o, hd.part == 0 ? wq : wk, rstd[hd.r], C / NH,
+                  threadIdx.x % 32);
 }
 
 /* Partial sums of the gains' gradients over a chunk of QK_CHUNK_ROWS rows:
@@ -268,7 +280,7 @@ template <typename X> __global__ void q_scale_kernel(X *qkv, int N, int C, float
 
 template <int VEC, typename X>
 __global__ void swiglu_forward_kernel(X *out, const X *inp, size_t n, int F) {
-  size_t e = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+  size_t e = kern__cu_first<VEC>();
   if (e >= n)
     return;
   size_t r = e / F, f = e % F;
@@ -285,7 +297,7 @@ __global__ void swiglu_forward_kernel(X *out, const X *inp, size_t n, int F) {
  * gate and up values before writing their gradients (dinp may alias inp) */
 template <int VEC, typename X>
 __global__ void swiglu_backward_kernel(X *dinp, const X *inp, const X *dout, size_t n, int F) {
-  size_t e = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+  size_t e = kern__cu_first<VEC>();
   if (e >= n)
     return;
   size_t r = e / F, f = e % F;
@@ -300,17 +312,6 @@ __global__ void swiglu_backward_kernel(X *dinp, const X *inp, const X *dout, siz
   }
   kern__cu_store<VEC>(dinp + r * 2 * F + f, dg);
   kern__cu_store<VEC>(dinp + r * 2 * F + F + f, du);
-}
-
-template <int VEC, typename X> __global__ void scale_x_kernel(X *x, float s, size_t n) {
-  size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
-  if (i >= n)
-    return;
-  float v[VEC];
-  kern__cu_load<VEC>(v, x + i);
-  for (int j = 0; j < VEC; j++)
-    v[j] *= s;
-  kern__cu_store<VEC>(x + i, v);
 }
 
 /* ---- launchers ---- */
@@ -486,19 +487,9 @@ static void scale_x(kern_ctx *k, kern_x *x, float s, size_t n) {
     return;
   KERN__CU_WITH_X(k->prec, {
     int wide = kern__cu_vec_ok(n, KERN__CU_VEC(X), sizeof(X), x, x);
-    LAUNCH_VEC(scale_x_kernel, wide, n, kern__cu_stream(k), (X *)x, s, n);
+    LAUNCH_VEC(kern__cu_scale_kernel, wide, n, kern__cu_stream(k), (X *)x, s, n);
   });
   KERN__CU_LAUNCHED();
 }
 
-void kern__cuda_llama(kern_ops *o) {
-  o->rmsnorm_forward = rmsnorm_forward;
-  o->rmsnorm_backward = rmsnorm_backward;
-  o->qknorm_forward = qknorm_forward;
-  o->qknorm_backward = qknorm_backward;
-  o->rope_forward = rope_forward;
-  o->rope_backward = rope_backward;
-  o->swiglu_forward = swiglu_forward;
-  o->swiglu_backward = swiglu_backward;
-  o->scale_x = scale_x;
-}
+void kern__cuda_llama(kern_ops *o) { KERN__OPS_LLAMA(KERN__FILL) }

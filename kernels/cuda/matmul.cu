@@ -42,10 +42,7 @@ __global__ void colsum_final_kernel(float *db, const float *part, int nchunks, i
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= OC)
     return;
-  float s = 0.0f;
-  for (int j = 0; j < nchunks; j++)
-    s += part[(size_t)j * OC + c];
-  db[c] += s;
+  db[c] += kern__cu_chunk_sum(part, nchunks, OC, c);
 }
 
 /* ---- launchers ---- */

@@ -146,6 +146,19 @@ static int wait_on(kern__nccl *c, cudaStream_t s, const char *what) {
 
 static int wait_stream(kern__nccl *c, const char *what) { return wait_on(c, c->stream, what); }
 
+/* A fused group of calls on c->stream: group_begin opens it (-1 where the
+ * communicator is broken or NCCL refuses), group_finish closes it and waits
+ * for its work, `what` naming the collective in errors. */
+static int group_begin(kern__nccl *c) {
+  return c->broken || settle(c, "group", nc.group_start()) ? -1 : 0;
+}
+
+static int group_finish(kern__nccl *c, const char *what) {
+  if (settle(c, what, nc.group_end()))
+    return -1;
+  return wait_stream(c, what);
+}
+
 static int cu_nccl_unique_id(void *id, char *err, size_t errlen) {
   if (load_nccl(err, errlen))
     return -1;
@@ -223,27 +236,23 @@ static int cu_allreduce_f32(void *ctx, float *buf, size_t n) {
 /* uneven slices: one reduce per rank, rooted at it, fused in a group */
 static int cu_reduce_scatter_f32(void *ctx, float *buf, const size_t *off) {
   kern__nccl *c = (kern__nccl *)ctx;
-  if (c->broken || settle(c, "group", nc.group_start()))
+  if (group_begin(c))
     return -1;
   for (int r = 0; r < c->world; r++)
     nc.reduce(buf + off[r], buf + off[r], off[r + 1] - off[r], ncclFloat32, ncclSum, r, c->comm,
               c->stream);
-  if (settle(c, "reduce-scatter", nc.group_end()))
-    return -1;
-  return wait_stream(c, "reduce-scatter");
+  return group_finish(c, "reduce-scatter");
 }
 
 /* every rank's slice broadcast from it, in place */
 static int cu_all_gather(void *ctx, void *buf, const size_t *off) {
   kern__nccl *c = (kern__nccl *)ctx;
   char *b = (char *)buf;
-  if (c->broken || settle(c, "group", nc.group_start()))
+  if (group_begin(c))
     return -1;
   for (int r = 0; r < c->world; r++)
     nc.broadcast(b + off[r], b + off[r], off[r + 1] - off[r], ncclInt8, r, c->comm, c->stream);
-  if (settle(c, "all-gather", nc.group_end()))
-    return -1;
-  return wait_stream(c, "all-gather");
+  return group_finish(c, "all-gather");
 }
 
 static int cu_broadcast(void *ctx, void *buf, size_t bytes) {
@@ -256,7 +265,7 @@ static int cu_broadcast(void *ctx, void *buf, size_t bytes) {
 
 static int cu_gather(void *ctx, const void *mine, void *full, const size_t *off) {
   kern__nccl *c = (kern__nccl *)ctx;
-  if (c->broken || settle(c, "group", nc.group_start()))
+  if (group_begin(c))
     return -1;
   size_t n = off[c->rank + 1] - off[c->rank];
   if (c->rank == 0) {
@@ -267,14 +276,12 @@ static int cu_gather(void *ctx, const void *mine, void *full, const size_t *off)
   } else if (n) {
     nc.send(mine, n, ncclInt8, 0, c->comm, c->stream);
   }
-  if (settle(c, "gather", nc.group_end()))
-    return -1;
-  return wait_stream(c, "gather");
+  return group_finish(c, "gather");
 }
 
 static int cu_scatter(void *ctx, const void *full, void *mine, const size_t *off) {
   kern__nccl *c = (kern__nccl *)ctx;
-  if (c->broken || settle(c, "group", nc.group_start()))
+  if (group_begin(c))
     return -1;
   size_t n = off[c->rank + 1] - off[c->rank];
   if (c->rank == 0) {
@@ -285,9 +292,7 @@ static int cu_scatter(void *ctx, const void *full, void *mine, const size_t *off
   } else if (n) {
     nc.recv(mine, n, ncclInt8, 0, c->comm, c->stream);
   }
-  if (settle(c, "scatter", nc.group_end()))
-    return -1;
-  return wait_stream(c, "scatter");
+  return group_finish(c, "scatter");
 }
 
 /* a bucket: after backward's work so far, on the buckets' stream, fused in

@@ -5,6 +5,7 @@
  * kernels/cpu/elementwise.c. Also sumsq and accumulate, which return the
  * sum to the host (a synchronising read), on the same sums. */
 #include "kernels/cuda/internal.cuh"
+#include "kernels/layer_ops.h"
 #include "kernels/step_scale.h"
 
 #define THREADS 256
@@ -96,10 +97,4 @@ static void step_scale(kern_ctx *k, float *scale, const double *gnorm2, double l
   KERN__CU_LAUNCHED();
 }
 
-void kern__cuda_step(kern_ops *o) {
-  o->sumsq = sumsq;
-  o->accumulate = accumulate;
-  o->mean_into = mean_into;
-  o->sumsq_into = sumsq_into;
-  o->step_scale = step_scale;
-}
+void kern__cuda_step(kern_ops *o) { KERN__OPS_STEP(KERN__FILL) }
