@@ -68,7 +68,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 sys.path.insert(0, HERE)
 from harness import (WireWorker, api_request, free_port, kill_groups, make_token,  # noqa: E402
-                     wait_healthz)
+                     print_tail, wait_healthz)
 import ckpt_disk  # noqa: E402
 import faultlib  # noqa: E402
 from faultlib import pg, psql  # noqa: E402
@@ -96,9 +96,7 @@ def say(msg):
 def log_tails():
     for name in ("scheduler", "w1", "w2"):
         path = os.path.join(tmp, name + ".log")
-        if os.path.exists(path):
-            print(f"--- {path} (end)", file=sys.stderr)
-            print(open(path, errors="replace").read()[-3000:], file=sys.stderr)
+        print_tail(path, 3000, f"--- {path} (end)")
 
 
 def fail(msg):

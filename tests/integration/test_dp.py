@@ -159,6 +159,22 @@ def check_zero(tag, make):
                   % (tag, opt, world, mine, full))
 
 
+
+def sigterm_at_checkpoint(tag, cfg, ck):
+    """Trains cfg into the checkpoint directory ck and sends SIGTERM once
+    it reports its first checkpoint; checks it exits 143 (tag names the
+    model in the message): the rest of its stdout, its stderr."""
+    p = subprocess.Popen([BIN, "train", "--config", cfg, "--checkpoint-dir", ck],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in p.stdout:
+        if '"event":"checkpoint"' in line:
+            break
+    p.send_signal(signal.SIGTERM)
+    rest, err = p.communicate(timeout=60)
+    check(p.returncode == 143, "%sSIGTERM: exit %d, expected 143: %s"
+          % (tag, p.returncode, err[-400:]))
+    return rest, err
+
 def ranks_alive(cfg):
     p = subprocess.run(["pgrep", "-f", cfg + " .*--rank"], capture_output=True, text=True)
     return [int(x) for x in p.stdout.split()]
@@ -211,14 +227,7 @@ try:
 
     # ---- 4. SIGTERM: every rank stops at the same step, after a checkpoint ----------
     ck = os.path.join(tmp, "ck-term")
-    p = subprocess.Popen([BIN, "train", "--config", long2, "--checkpoint-dir", ck],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in p.stdout:
-        if '"event":"checkpoint"' in line:
-            break
-    p.send_signal(signal.SIGTERM)
-    rest, err = p.communicate(timeout=60)
-    check(p.returncode == 143, "SIGTERM: exit %d, expected 143: %s" % (p.returncode, err[-400:]))
+    rest, err = sigterm_at_checkpoint("", long2, ck)
     last = [json.loads(x) for x in rest.splitlines() if '"checkpoint"' in x]
     check(last and "stopped by signal 15" in err, "SIGTERM: no final checkpoint: %s" % err[-400:])
     ck_one = os.path.join(tmp, "ck-one")
@@ -301,15 +310,7 @@ try:
         llong2 = lconfig("long2", world=2, mb=4, **long_over)
         lfull = lines(train(llong2, "--checkpoint-dir", os.path.join(tmp, "lck-full")).stdout)
         ck = os.path.join(tmp, "lck-term")
-        p = subprocess.Popen([BIN, "train", "--config", llong2, "--checkpoint-dir", ck],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for line in p.stdout:
-            if '"event":"checkpoint"' in line:
-                break
-        p.send_signal(signal.SIGTERM)
-        rest, err = p.communicate(timeout=60)
-        check(p.returncode == 143, "llama: SIGTERM: exit %d, expected 143: %s"
-              % (p.returncode, err[-400:]))
+        rest, err = sigterm_at_checkpoint("llama: ", llong2, ck)
         ck_one = os.path.join(tmp, "lck-one")
         shutil.copytree(ck, ck_one)
         res = lines(train(llong2, "--checkpoint-dir", ck, "--resume", ck).stdout)

@@ -57,7 +57,8 @@ import http.client
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 sys.path.insert(0, os.path.join(HERE, "..", "fault"))
-from harness import api_request, free_port, kill_groups, make_token, wait_healthz  # noqa: E402
+from harness import (api_request, free_port, kill_groups, make_token,  # noqa: E402
+                     print_tail, wait_healthz)
 import faultlib  # noqa: E402
 
 ARGS = [a for a in sys.argv[1:] if a != "--short"]
@@ -92,9 +93,7 @@ killed_by_us = set()  # pids this test killed (their exit is expected)
 def log_tails():
     for name in ["scheduler"] + [f"w{i}" for i in range(1, NWORKERS + 1)]:
         path = os.path.join(tmp, name + ".log")
-        if os.path.exists(path):
-            print(f"--- {path} (end)", file=sys.stderr)
-            print(open(path, errors="replace").read()[-2500:], file=sys.stderr)
+        print_tail(path, 2500, f"--- {path} (end)")
 
 
 def fail(msg):
