@@ -407,3 +407,13 @@ def lock_sweep_row(sweep, mode, fail):
     if lock.stdout.readline().strip() != "locked":
         fail("psql did not lock the sweep's row")
     return lock
+
+
+def unlock_sweep_row(lock):
+    """Ends a lock_sweep_row session: the statements still waiting for a
+    lock (those of a scheduler killed meanwhile) terminated, then its
+    transaction rolled back."""
+    psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+    lock.stdin.write("ROLLBACK;\n\\q\n")
+    lock.stdin.close()
+    lock.wait(30)

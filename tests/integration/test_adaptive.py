@@ -41,7 +41,8 @@ import subprocess
 import sys
 import time
 
-from harness import FAKE_LAW as FAKE, SANITIZED, Rig, lock_sweep_row, psql, until
+from harness import (FAKE_LAW as FAKE, SANITIZED, Rig, lock_sweep_row, psql, unlock_sweep_row,
+                     until)
 
 BIN = sys.argv[1]
 TIMEOUT = 600 if SANITIZED else 150
@@ -212,10 +213,7 @@ try:
     if not until(lambda: int(psql(waiting)) > 0, TIMEOUT):
         fail("the scheduler's round never waited for the sweep's row")
     stop("scheduler", signal.SIGKILL)
-    psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-    lock.stdin.write("ROLLBACK;\n\\q\n")
-    lock.stdin.close()
-    lock.wait(30)
+    unlock_sweep_row(lock)
     held = psql(f"SELECT adaptive IS NULL, status, (SELECT count(*) FROM runs WHERE "
                 f"sweep_id = {sb}) FROM sweeps WHERE id = {sb}")
     if held != "t|running|9":

@@ -38,7 +38,8 @@ import subprocess
 import sys
 import time
 
-from harness import FAKE_LAW as FAKE, SANITIZED, Rig, lock_sweep_row, psql, until
+from harness import (FAKE_LAW as FAKE, SANITIZED, Rig, lock_sweep_row, psql, unlock_sweep_row,
+                     until)
 
 BIN = sys.argv[1]
 TIMEOUT = 300 if SANITIZED else 90
@@ -251,10 +252,7 @@ try:
     if held != "t|3":
         fail(f"tune-e before the kill: {held}")
     stop("scheduler", signal.SIGKILL)
-    psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-    lock.stdin.write("ROLLBACK;\n\\q\n")
-    lock.stdin.close()
-    lock.wait(30)
+    unlock_sweep_row(lock)
     held = psql(f"SELECT lr_tune IS NULL, status, (SELECT count(*) FROM runs WHERE "
                 f"sweep_id = {se}) FROM sweeps WHERE id = {se}")
     if held != "t|running|3":
