@@ -76,15 +76,8 @@ def capacity_part():
     queued for (f)."""
     n = CAPACITY_RUNS
     name = f"bench-capacity-{os.getpid()}-{int(time.time())}"
-    ids, left, part, submit_ms = [], n, 0, 0.0
     before = vm(env.sched_proc.pid)
-    while left > 0:
-        k = min(left, 10000)
-        sid, ms, _ = submit(f"{name}-{part}", k)
-        ids.append(sid)
-        submit_ms += ms
-        left -= k
-        part += 1
+    ids, submit_ms = submit_parts(name, n)
     queued = int(psql("SELECT count(*) FROM runs WHERE status = 'queued'"))
     time.sleep(1)
     held = vm(env.sched_proc.pid)

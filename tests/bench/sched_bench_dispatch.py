@@ -77,14 +77,7 @@ def dispatch(layout, label=None, sweep_id=None, nruns=DISPATCH_RUNS, run_filter=
         # a sweep holds at most 10,000 runs: more are several sweeps, and
         # run_filter picks them all
         log(f"{label}: submitting {nruns} runs")
-        ids, submit_ms, left, part = [], 0.0, nruns, 0
-        while left > 0:
-            k = min(left, 10000)
-            sid, ms, _ = submit(f"{name}-{part}", k)
-            ids.append(sid)
-            submit_ms += ms
-            left -= k
-            part += 1
+        ids, submit_ms = submit_parts(name, nruns)
         sweep_id = ids[0]
         if len(ids) > 1:
             run_filter = f"sweep_id IN ({','.join(str(i) for i in ids)})"

@@ -325,6 +325,20 @@ def submit(name, nruns):
     return d["id"], ms, len(body)
 
 
+def submit_parts(name, nruns, most=10000):
+    """nruns runs submitted as sweeps of at most `most` runs each (NAME-0,
+    NAME-1, ...): (the sweeps' ids, the POSTs' milliseconds in all)."""
+    ids, submit_ms, left, part = [], 0.0, nruns, 0
+    while left > 0:
+        k = min(left, most)
+        sid, ms, _ = submit(f"{name}-{part}", k)
+        ids.append(sid)
+        submit_ms += ms
+        left -= k
+        part += 1
+    return ids, submit_ms
+
+
 def start_worker(name, slots, steps):
     wd = os.path.join(tmp, "w-" + name)
     logp = os.path.join(LOG_DIR, f"worker-{name}.log")

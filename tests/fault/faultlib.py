@@ -15,6 +15,7 @@
 """
 import json
 import os
+import random
 import re
 import socket
 import subprocess
@@ -42,6 +43,44 @@ def psql(sql, tries=100):
             return out.stdout.strip()
         time.sleep(0.2)
     raise RuntimeError(f"psql failed: {sql}: {out.stderr}")
+
+
+def close_pair(lock, pairs, pair):
+    """A proxied connection's end: pair (its two sockets) out of the list
+    pairs (under lock), both shut down and closed."""
+    with lock:
+        if pair in pairs:
+            pairs.remove(pair)
+    for s in pair:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        s.close()
+
+
+TOKENS_PER_STEP = 8 * 32  # the tiny model of runs_spec: batch 8 of 32 tokens
+
+
+def runs_spec(name, nruns, steps_range, seed):
+    """A sweep of nruns tiny CPU runs (1 layer, d 32, T 32, batch 8: a
+    millisecond or two a step) of steps drawn in steps_range (by tens) from
+    random.Random(seed), four evaluations each, 100 attempts: (spec, the
+    steps of each run)."""
+    plan = random.Random(seed)
+    steps = [plan.randrange(steps_range[0], steps_range[1] + 1, 10) for _ in range(nruns)]
+    return {
+        "name": name,
+        "method": "runs",
+        "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
+                 "train": {"batch_size": 8, "lr": 0.003},
+                 "eval": {"tokens": 256}, "threads": 1},
+        "runs": [{"train": {"tokens": s * TOKENS_PER_STEP, "seed": i + 1},
+                  "eval": {"every_tokens": s * TOKENS_PER_STEP // 4}}
+                 for i, s in enumerate(steps)],
+        "resources": {"cpus": 1},
+        "max_attempts": 100,
+    }, steps
 
 
 class AckProxy:
@@ -119,15 +158,7 @@ class AckProxy:
         self._close(pair)
 
     def _close(self, pair):
-        with self.lock:
-            if pair in self.pairs:
-                self.pairs.remove(pair)
-        for s in pair:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+        close_pair(self.lock, self.pairs, pair)
 
     def acked_messages(self, kind):
         """[(key, message)] of the messages of that type the scheduler acked.

@@ -55,12 +55,10 @@ not be made (not root, or no tmpfs mount allowed).
 
 Usage: test_durability.py SCALESWEEP_BINARY
 """
-import json
 import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -69,7 +67,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 sys.path.insert(0, HERE)
-from harness import api_request, free_port, make_token, wait_healthz  # noqa: E402
+from harness import (WireWorker, api_request, free_port, kill_groups, make_token,  # noqa: E402
+                     print_tail, wait_healthz)
 import ckpt_disk  # noqa: E402
 import faultlib  # noqa: E402
 from faultlib import pg, psql  # noqa: E402
@@ -79,7 +78,7 @@ DB = os.environ["SCALESWEEP_TEST_DB"]
 SEED = int(os.environ.get("SS_FAULT_SEED") or int.from_bytes(os.urandom(3), "big"))
 NRUNS = 12
 LEASE_S = 4
-TOKENS_PER_STEP = 8 * 32
+TOKENS_PER_STEP = faultlib.TOKENS_PER_STEP
 T0 = time.time()
 sys.stdout.reconfigure(line_buffering=True)
 print(f"seed {SEED} (replay with SS_FAULT_SEED={SEED})")
@@ -97,9 +96,7 @@ def say(msg):
 def log_tails():
     for name in ("scheduler", "w1", "w2"):
         path = os.path.join(tmp, name + ".log")
-        if os.path.exists(path):
-            print(f"--- {path} (end)", file=sys.stderr)
-            print(open(path, errors="replace").read()[-3000:], file=sys.stderr)
+        print_tail(path, 3000, f"--- {path} (end)")
 
 
 def fail(msg):
@@ -366,39 +363,18 @@ def check_corrupt_resumed(runs):
                             f"corrupt {newest} (its log: {text[-600:]!r})")
 
 
-class FakeWorker:
+class FakeWorker(WireWorker):
     """A worker connection of this test: hello, then JSON lines."""
 
     def __init__(self, name):
-        self.sock = socket.create_connection(("127.0.0.1", wport), timeout=10)
-        self.buf = b""
-        self.send({"type": "hello", "version": 1, "token": open(token).read().strip(),
-                   "name": name, "host": "h", "gpus": [], "cpu_slots": 0, "runs": []})
+        super().__init__(wport, {"type": "hello", "version": 1,
+                                 "token": open(token).read().strip(), "name": name,
+                                 "host": "h", "gpus": [], "cpu_slots": 0, "runs": []})
         self.welcome = self.next(10)
 
-    def send(self, m):
-        self.sock.sendall(json.dumps(m).encode() + b"\n")
-
     def next(self, timeout):
-        """The next message within timeout seconds, or None (a file object
-        of the socket cannot be read again after a timeout: own buffer)."""
-        end = time.time() + timeout
-        while b"\n" not in self.buf:
-            left = end - time.time()
-            if left <= 0:
-                return None
-            self.sock.settimeout(left)
-            try:
-                data = self.sock.recv(65536)
-            except socket.timeout:
-                return None
-            except OSError:
-                return None
-            if not data:
-                return None
-            self.buf += data
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
+        """The next message within timeout seconds, or None."""
+        return super().next(lambda m: True, timeout)
 
     def acks(self, seconds, until=None, refused=None):
         """The (run_id, seq) of the acks that come within that long (or
@@ -503,20 +479,7 @@ def sweep_phase():
     for w, p in proxies.items():
         start_worker(w, p)
     mon = faultlib.TrainerMonitor(tmp, T0)
-    plan = random.Random(SEED)
-    steps = [plan.randrange(2500, 4001, 10) for _ in range(NRUNS)]
-    spec = {
-        "name": f"fault-{SEED}",
-        "method": "runs",
-        "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
-                 "train": {"batch_size": 8, "lr": 0.003},
-                 "eval": {"tokens": 256}, "threads": 1},
-        "runs": [{"train": {"tokens": s * TOKENS_PER_STEP, "seed": i + 1},
-                  "eval": {"every_tokens": s * TOKENS_PER_STEP // 4}}
-                 for i, s in enumerate(steps)],
-        "resources": {"cpus": 1},
-        "max_attempts": 100,
-    }
+    spec, steps = faultlib.runs_spec(f"fault-{SEED}", NRUNS, (2500, 4000), SEED)
     st, body = request("POST", "/api/sweeps", spec)
     if st != 201 or body.get("runs") != NRUNS:
         fail(f"submit: {st} {body}")
@@ -634,17 +597,9 @@ def compare_reruns(runs):
 
 
 def cleanup():
-    for name, p in procs.items():
-        if p.poll() is None:
-            try:
-                if name == "scheduler":
-                    p.send_signal(signal.SIGCONT)
-                    p.kill()
-                else:
-                    os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
+    if "scheduler" in procs and procs["scheduler"].poll() is None:
+        procs["scheduler"].send_signal(signal.SIGCONT)  # a stall may have stopped it
+    kill_groups(procs, alone=("scheduler",))
     for pid in faultlib.live_trainers(tmp):
         try:
             os.kill(pid, signal.SIGKILL)

@@ -69,19 +69,35 @@ def make_token(tmp):
     return path
 
 
+def http_request(port, method, path, body=None, headers=None, timeout=10):
+    """One request to 127.0.0.1:port with headers (a body not of bytes sent
+    as JSON): (status, the answer's bytes, its headers as a dict)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    if body is not None and not isinstance(body, bytes):
+        body = json.dumps(body).encode()
+    c.request(method, path, body=body, headers=headers or {})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data, dict(r.getheaders())
+
+
+def json_or_bytes(data):
+    """An answer's body decoded as JSON; None when empty, the bytes
+    themselves when not JSON (a test of bad requests reads both)."""
+    try:
+        return json.loads(data) if data else None
+    except ValueError:
+        return data
+
+
 def api_request(port, token_file, method, path, body=None, timeout=10):
     """One request to the scheduler's API on 127.0.0.1:port with the token
     of token_file (body sent as JSON when given): (status, decoded JSON body
     or None)."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     h = {"Authorization": "Bearer " + open(token_file).read().strip()}
-    if body is not None:
-        body = json.dumps(body).encode()
-    c.request(method, path, body=body, headers=h)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, json.loads(data) if data else None
+    st, data, _ = http_request(port, method, path, body, h, timeout)
+    return st, json.loads(data) if data else None
 
 
 def until(pred, timeout, period=0.2):
@@ -141,15 +157,19 @@ def trainer_config(prog):
     return cfg, m, t, 12 * m["n_layer"] * m["d_model"] ** 2
 
 
-def kill_groups(procs):
+def kill_groups(procs, alone=()):
     """SIGKILL to the process group of every process in procs (a dict of
     name -> Popen started with start_new_session=True) still alive, then
-    reaps each: a test's cleanup, its trainers included."""
+    reaps each: a test's cleanup, its trainers included. Those named in
+    alone (one started in the test's own group) get it themselves."""
     import signal
-    for p in procs.values():
+    for name, p in procs.items():
         if p.poll() is None:
             try:
-                os.killpg(p.pid, signal.SIGKILL)
+                if name in alone:
+                    p.kill()
+                else:
+                    os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         p.wait()
@@ -178,6 +198,15 @@ def stop_all(procs, timeout=10):
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def post_sweep(request, spec, fail, what):
+    """POSTs spec through request(method, path, body); the new sweep's id,
+    or fail(message) saying what was submitted."""
+    st, body = request("POST", "/api/sweeps", spec)
+    if st != 201:
+        fail(f"submit {what}: {st} {body}")
+    return body["id"]
 
 
 class Rig:
@@ -250,10 +279,7 @@ class Rig:
 
     def submit(self, spec, what="the sweep"):
         """POSTs spec; the new sweep's id, or the test fails saying what."""
-        st, body = self.request("POST", "/api/sweeps", spec)
-        if st != 201:
-            self.fail(f"submit {what}: {st} {body}")
-        return body["id"]
+        return post_sweep(self.request, spec, self.fail, what)
 
     def wait_counts(self, sweep, timeout, period=0.3):
         """The sweep's counts once it has runs and none is queued or
@@ -283,3 +309,111 @@ class Rig:
         gone within 10 s; the scratch directory removed."""
         stop_all(self.procs)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class WireWorker:
+    """A worker stand-in on the scheduler's worker port: hello sent, then
+    JSON lines both ways. It reads through its own buffer, since a file
+    object of the socket cannot be read again after a timeout."""
+
+    def __init__(self, port, hello, timeout=10):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = b""
+        self.send(hello)
+
+    def send(self, m):
+        self.sock.sendall(json.dumps(m).encode() + b"\n")
+
+    def next(self, pred, timeout, fail=None):
+        """The next message pred accepts within timeout seconds, those before
+        it skipped; None after timeout or once the connection is gone. With
+        fail given, an error message or a closed connection fails the test."""
+        end = time.time() + timeout
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                m = json.loads(line)
+                if fail and m.get("type") == "error":
+                    fail(f"scheduler error to the worker: {m}")
+                if pred(m):
+                    return m
+            left = end - time.time()
+            if left <= 0:
+                return None
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(65536)
+            except OSError:
+                return None
+            if not chunk:
+                if fail:
+                    fail("the scheduler closed the worker connection")
+                return None
+            self.buf += chunk
+
+
+def fail_exit(msg, logs=(), procs=(), tail=3000, cleanup=None):
+    """A test's end on failure: msg, the last tail characters of each file
+    of logs, SIGKILL to the processes of procs still running (None for one
+    never started), cleanup() when given, exit 1."""
+    print("FAIL:", msg, file=sys.stderr)
+    for path in logs:
+        print_tail(path, tail, f"---- {os.path.basename(path)} (last {tail} bytes)")
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.kill()
+    if cleanup:
+        cleanup()
+    sys.exit(1)
+
+
+def logs_in(tmp):
+    """The paths of the *.log files in tmp, by name."""
+    return [os.path.join(tmp, n) for n in sorted(os.listdir(tmp)) if n.endswith(".log")]
+
+
+def step_losses(stdout):
+    """{step: train_loss} of a trainer's JSON lines."""
+    return {e["step"]: e["train_loss"] for e in map(json.loads, stdout.splitlines())
+            if e["event"] == "step"}
+
+
+def stored_losses(run_id):
+    """{step: train_loss} of the run's stored metric rows."""
+    rows = psql(f"SELECT step, train_loss FROM metrics WHERE run_id = {run_id}"
+                " AND train_loss IS NOT NULL ORDER BY step")
+    return {int(a): float(b) for a, b in (x.split("|") for x in rows.splitlines())}
+
+
+def read_ready(ready, proc, fail, timeout=30):
+    """The ports a scheduler started with --ready-file writes there, once
+    the file is written; fails the test when proc exits first or timeout
+    seconds pass."""
+    if not until(lambda: os.path.exists(ready) or proc.poll() is not None, timeout, 0.1):
+        fail("timed out waiting for the scheduler's ready file")
+    if proc.poll() is not None:
+        fail("the scheduler did not come up")
+    return json.load(open(ready))
+
+
+def lock_sweep_row(sweep, mode, fail):
+    """A psql session that holds sweep's row locked (`FOR MODE`) until its
+    stdin is closed; fails the test unless the lock is taken. Its output is
+    line-buffered (stdbuf), so that "locked" comes back at once."""
+    lock = subprocess.Popen(["stdbuf", "-oL", "bash", "-c", '. "$PGTEST_SH" && pg_psql -qAt'],
+                            text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    lock.stdin.write(f"BEGIN; SELECT 'locked' FROM sweeps WHERE id = {sweep} FOR {mode};\n")
+    lock.stdin.flush()
+    if lock.stdout.readline().strip() != "locked":
+        fail("psql did not lock the sweep's row")
+    return lock
+
+
+def unlock_sweep_row(lock):
+    """Ends a lock_sweep_row session: the statements still waiting for a
+    lock (those of a scheduler killed meanwhile) terminated, then its
+    transaction rolled back."""
+    psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+    lock.stdin.write("ROLLBACK;\n\\q\n")
+    lock.stdin.close()
+    lock.wait(30)

@@ -18,9 +18,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 
-from harness import free_port
+from harness import free_port, print_tail
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "scontrol",
            "sinfo")
@@ -65,6 +66,15 @@ class SlurmCluster:
             return open(os.path.join(self.dir, "log", name), errors="replace").read()
         except OSError:
             return ""
+
+    def print_logs(self, tmp, tail):
+        """On stderr, for a failed test: the end (tail characters) of each
+        job's output file in tmp (slurm-JOB.out, sbatch's default name) and
+        of the controller's log."""
+        for name in sorted(n for n in os.listdir(tmp) if n.startswith("slurm-")):
+            print_tail(os.path.join(tmp, name), tail, f"---- {name} (last {tail} bytes)")
+        sys.stderr.write("---- slurmctld.log (last 1500 bytes)\n")
+        sys.stderr.write(self.log("slurmctld.log")[-1500:])
 
     def _daemon(self, argv):
         p = subprocess.Popen(argv, env=self.env(), stdout=subprocess.DEVNULL,

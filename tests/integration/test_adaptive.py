@@ -41,7 +41,8 @@ import subprocess
 import sys
 import time
 
-from harness import FAKE_LAW as FAKE, SANITIZED, Rig, psql, until
+from harness import (FAKE_LAW as FAKE, SANITIZED, Rig, lock_sweep_row, psql, unlock_sweep_row,
+                     until)
 
 BIN = sys.argv[1]
 TIMEOUT = 600 if SANITIZED else 150
@@ -200,14 +201,9 @@ try:
     if not until(lambda: "queued" not in states() and "running" in states() and
                  psql(f"SELECT status FROM sweeps WHERE id = {sb}") == "running", TIMEOUT):
         fail(f"sweep B's first round did not reach its last runs: {states()}")
-    lock = subprocess.Popen(["stdbuf", "-oL", "bash", "-c", '. "$PGTEST_SH" && pg_psql -qAt'],
-                            text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     # FOR NO KEY UPDATE: the round's statement (FOR UPDATE) waits, the fits'
     # inserts (a foreign key's FOR KEY SHARE) do not
-    lock.stdin.write(f"BEGIN; SELECT 'locked' FROM sweeps WHERE id = {sb} FOR NO KEY UPDATE;\n")
-    lock.stdin.flush()
-    if lock.stdout.readline().strip() != "locked":
-        fail("psql did not lock the sweep's row")
+    lock = lock_sweep_row(sb, "NO KEY UPDATE", fail)
     if not until(lambda: states() == ["succeeded"] * 9, TIMEOUT):
         fail(f"sweep B's first round did not end: {states()}; waiting: " +
              psql("SELECT string_agg(left(query, 300), ' | ') FROM pg_stat_activity "
@@ -217,10 +213,7 @@ try:
     if not until(lambda: int(psql(waiting)) > 0, TIMEOUT):
         fail("the scheduler's round never waited for the sweep's row")
     stop("scheduler", signal.SIGKILL)
-    psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-    lock.stdin.write("ROLLBACK;\n\\q\n")
-    lock.stdin.close()
-    lock.wait(30)
+    unlock_sweep_row(lock)
     held = psql(f"SELECT adaptive IS NULL, status, (SELECT count(*) FROM runs WHERE "
                 f"sweep_id = {sb}) FROM sweeps WHERE id = {sb}")
     if held != "t|running|9":

@@ -99,6 +99,82 @@ def same(a, b, what, keys=None):
     print("ok: %s: %d lines identical" % (what, len(a)))
 
 
+def check_worlds(tag, make, ref2):
+    """world 1, 2, 4 of make's configs: one micro-batch per rank, bit for bit
+    against ref2 (world_size 1, micro-batch 2) and world_size 1 with
+    micro-batch 4; two micro-batches per rank, another order of the sum,
+    within 1e-6. tag names the model in the messages ("" or "llama: ")."""
+    ref4 = lines(train(make("w1mb4", mb=4)).stdout)
+    same(ref2, lines(train(make("w4mb2", world=4)).stdout),
+         "%sworld_size 4 (1 micro-batch of 2 each) vs world_size 1 (micro-batch 2)" % tag)
+    same(ref4, lines(train(make("w2mb4", world=2, mb=4)).stdout),
+         "%sworld_size 2 (1 micro-batch of 4 each) vs world_size 1 (micro-batch 4)" % tag)
+    w2 = lines(train(make("w2mb2", world=2)).stdout)
+    worst = max(abs(w2[k]["val_loss"] - ref2[k]["val_loss"]) / ref2[k]["val_loss"]
+                for k in ref2 if k[0] == "eval")
+    check(worst <= 1e-6, "%sworld_size 2 with 2 micro-batches a rank: val loss off by %.3g"
+          % (tag, worst))
+    print("ok: %sworld_size 2 with 2 micro-batches a rank: val loss within %.2g (relative) of "
+          "world_size 1" % (tag, worst))
+
+
+def check_buckets(tag, make):
+    """gradient buckets overlapped with backward change no bit: each step
+    reduces a bucket per block and one for the embeddings while backward
+    runs; SCALESWEEP_DP_OVERLAP=0 reduces once after it"""
+    off = dict(os.environ, SCALESWEEP_DP_OVERLAP="0")
+    for name, cfg in (("world_size 2, 2 micro-batches a rank", make("w2mb2b", world=2)),
+                      ("world_size 4, ZeRO-1", make("w4z", world=4, optimizer__zero=1))):
+        on = lines(train(cfg).stdout)
+        plain = lines(train(cfg, env=off).stdout)
+        same(on, plain, "%s%s: buckets during backward vs one reduction after it" % (tag, name))
+        steps = on[("done", 160)]["steps"]
+        got = (on[("done", 160)]["_extra"]["grad_buckets"],
+               plain[("done", 160)]["_extra"]["grad_buckets"])
+        check(got == (steps * (BASE["model"]["n_layer"] + 1), 0),
+              "%s%s: grad_buckets %s over %d steps; expected %d and 0"
+              % (tag, name, got, steps, steps * (BASE["model"]["n_layer"] + 1)))
+        print("ok: %s%s: %d buckets (%d a step) reduced during backward"
+              % (tag, name, got[0], got[0] // steps))
+
+
+def check_zero(tag, make):
+    """ZeRO-1 against the unsharded optimizer: the same losses, and rank 0
+    holds about 1/world of the optimizer's state"""
+    for world in (2, 4):
+        for opt in ("adamw", "adamw8bit"):
+            mb = 8 // world
+            a = lines(train(make("p%d%s" % (world, opt), world=world, mb=mb,
+                                 optimizer__name=opt)).stdout)
+            b = lines(train(make("z%d%s" % (world, opt), world=world, mb=mb,
+                                 optimizer__name=opt, optimizer__zero=1)).stdout)
+            same(a, b, "%sZeRO-1 %s on %d ranks vs unsharded (losses)" % (tag, opt, world),
+                 keys=("train_loss", "val_loss", "final_val_loss", "lr"))
+            full = a[("done", 160)]["_extra"]["optimizer_state_bytes"]
+            mine = b[("done", 160)]["_extra"]["optimizer_state_bytes"]
+            check(mine <= full / world * 1.1 + 4096,
+                  "%sZeRO-1 %s x%d: rank 0 holds %d optimizer bytes of %d"
+                  % (tag, opt, world, mine, full))
+            print("ok: %sZeRO-1 %s on %d ranks: rank 0 holds %d of %d optimizer state bytes"
+                  % (tag, opt, world, mine, full))
+
+
+
+def sigterm_at_checkpoint(tag, cfg, ck):
+    """Trains cfg into the checkpoint directory ck and sends SIGTERM once
+    it reports its first checkpoint; checks it exits 143 (tag names the
+    model in the message): the rest of its stdout, its stderr."""
+    p = subprocess.Popen([BIN, "train", "--config", cfg, "--checkpoint-dir", ck],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in p.stdout:
+        if '"event":"checkpoint"' in line:
+            break
+    p.send_signal(signal.SIGTERM)
+    rest, err = p.communicate(timeout=60)
+    check(p.returncode == 143, "%sSIGTERM: exit %d, expected 143: %s"
+          % (tag, p.returncode, err[-400:]))
+    return rest, err
+
 def ranks_alive(cfg):
     p = subprocess.run(["pgrep", "-f", cfg + " .*--rank"], capture_output=True, text=True)
     return [int(x) for x in p.stdout.split()]
@@ -107,54 +183,13 @@ def ranks_alive(cfg):
 try:
     # ---- 1. world 1, 2, 4: one micro-batch per rank, bit for bit ---------------
     ref2 = lines(train(config("w1mb2")).stdout)
-    ref4 = lines(train(config("w1mb4", mb=4)).stdout)
-    same(ref2, lines(train(config("w4mb2", world=4)).stdout),
-         "world_size 4 (1 micro-batch of 2 each) vs world_size 1 (micro-batch 2)")
-    same(ref4, lines(train(config("w2mb4", world=2, mb=4)).stdout),
-         "world_size 2 (1 micro-batch of 4 each) vs world_size 1 (micro-batch 4)")
-    # two micro-batches per rank: another order of the sum, within 1e-6
-    w2 = lines(train(config("w2mb2", world=2)).stdout)
-    worst = max(abs(w2[k]["val_loss"] - ref2[k]["val_loss"]) / ref2[k]["val_loss"]
-                for k in ref2 if k[0] == "eval")
-    check(worst <= 1e-6, "world_size 2 with 2 micro-batches a rank: val loss off by %.3g" % worst)
-    print("ok: world_size 2 with 2 micro-batches a rank: val loss within %.2g (relative) of "
-          "world_size 1" % worst)
+    check_worlds("", config, ref2)
 
     # ---- 1b. gradient buckets overlapped with backward change no bit -----------------
-    # each step reduces a bucket per block and one for the embeddings while
-    # backward runs; SCALESWEEP_DP_OVERLAP=0 reduces once after it
-    off = dict(os.environ, SCALESWEEP_DP_OVERLAP="0")
-    for name, cfg in (("world_size 2, 2 micro-batches a rank", config("w2mb2b", world=2)),
-                      ("world_size 4, ZeRO-1", config("w4z", world=4, optimizer__zero=1))):
-        on = lines(train(cfg).stdout)
-        plain = lines(train(cfg, env=off).stdout)
-        same(on, plain, "%s: buckets during backward vs one reduction after it" % name)
-        steps = on[("done", 160)]["steps"]
-        got = (on[("done", 160)]["_extra"]["grad_buckets"],
-               plain[("done", 160)]["_extra"]["grad_buckets"])
-        check(got == (steps * (BASE["model"]["n_layer"] + 1), 0),
-              "%s: grad_buckets %s over %d steps; expected %d and 0"
-              % (name, got, steps, steps * (BASE["model"]["n_layer"] + 1)))
-        print("ok: %s: %d buckets (%d a step) reduced during backward" % (name, got[0],
-                                                                         got[0] // steps))
+    check_buckets("", config)
 
     # ---- 2. ZeRO-1 against the unsharded optimizer ---------------------------------
-    for world in (2, 4):
-        for opt in ("adamw", "adamw8bit"):
-            mb = 8 // world
-            plain = train(config("p%d%s" % (world, opt), world=world, mb=mb,
-                                 optimizer__name=opt)).stdout
-            zero = train(config("z%d%s" % (world, opt), world=world, mb=mb, optimizer__name=opt,
-                                optimizer__zero=1)).stdout
-            a, b = lines(plain), lines(zero)
-            same(a, b, "ZeRO-1 %s on %d ranks vs unsharded (losses)" % (opt, world),
-                 keys=("train_loss", "val_loss", "final_val_loss", "lr"))
-            full = a[("done", 160)]["_extra"]["optimizer_state_bytes"]
-            mine = b[("done", 160)]["_extra"]["optimizer_state_bytes"]
-            check(mine <= full / world * 1.1 + 4096,
-                  "ZeRO-1 %s x%d: rank 0 holds %d optimizer bytes of %d" % (opt, world, mine, full))
-            print("ok: ZeRO-1 %s on %d ranks: rank 0 holds %d of %d optimizer state bytes"
-                  % (opt, world, mine, full))
+    check_zero("", config)
 
     # ---- 3. kill -9 of one rank; resume ----------------------------------------------
     long_over = dict(train__tokens=409600, checkpoint__every_tokens=40960,
@@ -192,14 +227,7 @@ try:
 
     # ---- 4. SIGTERM: every rank stops at the same step, after a checkpoint ----------
     ck = os.path.join(tmp, "ck-term")
-    p = subprocess.Popen([BIN, "train", "--config", long2, "--checkpoint-dir", ck],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in p.stdout:
-        if '"event":"checkpoint"' in line:
-            break
-    p.send_signal(signal.SIGTERM)
-    rest, err = p.communicate(timeout=60)
-    check(p.returncode == 143, "SIGTERM: exit %d, expected 143: %s" % (p.returncode, err[-400:]))
+    rest, err = sigterm_at_checkpoint("", long2, ck)
     last = [json.loads(x) for x in rest.splitlines() if '"checkpoint"' in x]
     check(last and "stopped by signal 15" in err, "SIGTERM: no final checkpoint: %s" % err[-400:])
     ck_one = os.path.join(tmp, "ck-one")
@@ -274,59 +302,15 @@ try:
         print("ok: llama: b_noise on every one of %d step lines (from %.3g to %.3g sequences), "
               "none without accumulation" % (len(bn), min(bn), max(bn)))
 
-        lref4 = lines(train(lconfig("w1mb4", mb=4)).stdout)
-        same(lref2, lines(train(lconfig("w4mb2", world=4)).stdout),
-             "llama: world_size 4 (1 micro-batch of 2 each) vs world_size 1 (micro-batch 2)")
-        same(lref4, lines(train(lconfig("w2mb4", world=2, mb=4)).stdout),
-             "llama: world_size 2 (1 micro-batch of 4 each) vs world_size 1 (micro-batch 4)")
-        lw2 = lines(train(lconfig("w2mb2", world=2)).stdout)
-        worst = max(abs(lw2[k]["val_loss"] - lref2[k]["val_loss"]) / lref2[k]["val_loss"]
-                    for k in lref2 if k[0] == "eval")
-        check(worst <= 1e-6, "llama: world_size 2 with 2 micro-batches a rank: val loss off by %.3g"
-              % worst)
-        print("ok: llama: world_size 2 with 2 micro-batches a rank: val loss within %.2g (relative) "
-              "of world_size 1" % worst)
-
-        for name, cfg in (("world_size 2, 2 micro-batches a rank", lconfig("w2mb2b", world=2)),
-                          ("world_size 4, ZeRO-1", lconfig("w4z", world=4, optimizer__zero=1))):
-            on = lines(train(cfg).stdout)
-            plain = lines(train(cfg, env=off).stdout)
-            same(on, plain, "llama: %s: buckets during backward vs one reduction after it" % name)
-            steps = on[("done", 160)]["steps"]
-            got = (on[("done", 160)]["_extra"]["grad_buckets"],
-                   plain[("done", 160)]["_extra"]["grad_buckets"])
-            check(got == (steps * (BASE["model"]["n_layer"] + 1), 0),
-                  "llama: %s: grad_buckets %s over %d steps; expected %d and 0"
-                  % (name, got, steps, steps * (BASE["model"]["n_layer"] + 1)))
-
-        for world in (2, 4):
-            for opt in ("adamw", "adamw8bit"):
-                mb = 8 // world
-                a = lines(train(lconfig("p%d%s" % (world, opt), world=world, mb=mb,
-                                        optimizer__name=opt)).stdout)
-                b = lines(train(lconfig("z%d%s" % (world, opt), world=world, mb=mb,
-                                        optimizer__name=opt, optimizer__zero=1)).stdout)
-                same(a, b, "llama: ZeRO-1 %s on %d ranks vs unsharded (losses)" % (opt, world),
-                     keys=("train_loss", "val_loss", "final_val_loss", "lr"))
-                full = a[("done", 160)]["_extra"]["optimizer_state_bytes"]
-                mine = b[("done", 160)]["_extra"]["optimizer_state_bytes"]
-                check(mine <= full / world * 1.1 + 4096,
-                      "llama: ZeRO-1 %s x%d: rank 0 holds %d optimizer bytes of %d"
-                      % (opt, world, mine, full))
+        check_worlds("llama: ", lconfig, lref2)
+        check_buckets("llama: ", lconfig)
+        check_zero("llama: ", lconfig)
 
         # SIGTERM on 2 ranks (ZeRO-1, 8-bit AdamW), --resume on 2 and on 1
         llong2 = lconfig("long2", world=2, mb=4, **long_over)
         lfull = lines(train(llong2, "--checkpoint-dir", os.path.join(tmp, "lck-full")).stdout)
         ck = os.path.join(tmp, "lck-term")
-        p = subprocess.Popen([BIN, "train", "--config", llong2, "--checkpoint-dir", ck],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for line in p.stdout:
-            if '"event":"checkpoint"' in line:
-                break
-        p.send_signal(signal.SIGTERM)
-        rest, err = p.communicate(timeout=60)
-        check(p.returncode == 143, "llama: SIGTERM: exit %d, expected 143: %s"
-              % (p.returncode, err[-400:]))
+        rest, err = sigterm_at_checkpoint("llama: ", llong2, ck)
         ck_one = os.path.join(tmp, "lck-one")
         shutil.copytree(ck, ck_one)
         res = lines(train(llong2, "--checkpoint-dir", ck, "--resume", ck).stdout)

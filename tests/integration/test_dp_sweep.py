@@ -18,7 +18,6 @@ The spec asks for 2 ranks a run ("resources": {"cpus": 1, "ranks": 2}):
 
 Usage: test_dp_sweep.py SCALESWEEP_BINARY
 """
-import http.client
 import json
 import os
 import shutil
@@ -28,7 +27,8 @@ import sys
 import tempfile
 import time
 
-from harness import kill_groups, make_token, psql, wait_healthz
+from harness import (api_request, fail_exit, kill_groups, logs_in, make_token, psql, read_ready,
+                     step_losses, stored_losses, until, wait_healthz)
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -40,24 +40,11 @@ slog = os.path.join(tmp, "scheduler.log")
 
 
 def fail(msg):
-    print("FAIL:", msg, file=sys.stderr)
-    for name in sorted(os.listdir(tmp)):
-        if name.endswith(".log"):
-            sys.stderr.write(f"---- {name} (last 2000 bytes)\n")
-            sys.stderr.write(open(os.path.join(tmp, name), errors="replace").read()[-2000:])
-    cleanup()
-    sys.exit(1)
+    fail_exit(msg, logs_in(tmp), tail=2000, cleanup=cleanup)
 
 
 def request(method, path, body=None):
-    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
-    h = {"Authorization": "Bearer " + open(token).read().strip()}
-    c.request(method, path, body=json.dumps(body).encode() if body is not None else None,
-              headers=h)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, json.loads(data) if data else None
+    return api_request(api_port, token, method, path, body)
 
 
 def cleanup():
@@ -65,12 +52,8 @@ def cleanup():
 
 
 def wait_for(pred, what, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    fail(f"timed out waiting for {what}")
+    if not until(pred, timeout, 0.1):
+        fail(f"timed out waiting for {what}")
 
 
 def start_worker(name, slots):
@@ -106,15 +89,7 @@ def check_runs(sweep_id, how):
                            text=True, timeout=120)
         if p.returncode != 0:
             fail(f"run {r['id']} by hand on one rank: exit {p.returncode}: {p.stderr[-500:]}")
-        mine = {}
-        for line in p.stdout.splitlines():
-            e = json.loads(line)
-            if e["event"] == "step":
-                mine[e["step"]] = e["train_loss"]
-        stored = dict((int(a), float(b)) for a, b in (
-            x.split("|") for x in psql(f"SELECT step, train_loss FROM metrics WHERE run_id = "
-                                       f"{r['id']} AND train_loss IS NOT NULL ORDER BY step")
-            .splitlines()))
+        mine, stored = step_losses(p.stdout), stored_losses(r["id"])
         if not mine or stored != mine:
             diff = [s for s in mine if stored.get(s) != mine[s]][:3]
             fail(f"run {r['id']}: stored train losses differ from world_size 1's at steps {diff}")
@@ -138,9 +113,7 @@ try:
          "--workers", "127.0.0.1:0", "--ready-file", ready, "--checkpoints",
          os.path.join(tmp, "ckpt")], stdout=open(slog, "a"), stderr=subprocess.STDOUT,
         start_new_session=True)
-    wait_for(lambda: os.path.exists(ready) or procs["scheduler"].poll() is not None,
-             "the scheduler's ready file", 30)
-    ports = json.load(open(ready))
+    ports = read_ready(ready, procs["scheduler"], fail)
     api_port, wport = ports["http_port"], ports["workers_port"]
     if not wait_healthz(request, proc=procs["scheduler"]):
         fail("the scheduler did not come up")

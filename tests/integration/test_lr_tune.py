@@ -38,7 +38,8 @@ import subprocess
 import sys
 import time
 
-from harness import FAKE_LAW as FAKE, SANITIZED, Rig, psql, until
+from harness import (FAKE_LAW as FAKE, SANITIZED, Rig, lock_sweep_row, psql, unlock_sweep_row,
+                     until)
 
 BIN = sys.argv[1]
 TIMEOUT = 300 if SANITIZED else 90
@@ -235,13 +236,7 @@ try:
     # 2 slots: two tune runs, then the third alone
     if not until(lambda: sorted(tune_states()) == ["running", "succeeded", "succeeded"], TIMEOUT):
         fail(f"tune-e's last run did not start alone: {tune_states()}")
-    # psql's output line-buffered (stdbuf), so that "locked" comes back at once
-    lock = subprocess.Popen(["stdbuf", "-oL", "bash", "-c", '. "$PGTEST_SH" && pg_psql -qAt'],
-                            text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    lock.stdin.write(f"BEGIN; SELECT 'locked' FROM sweeps WHERE id = {se} FOR UPDATE;\n")
-    lock.stdin.flush()
-    if lock.stdout.readline().strip() != "locked":
-        fail("psql did not lock the sweep's row")
+    lock = lock_sweep_row(se, "UPDATE", fail)
     if not until(lambda: tune_states() == ["succeeded"] * 3, TIMEOUT):
         fail(f"tune-e's runs did not end: {tune_states()}")
     # the statement that stores the decision and adds the study waits for the
@@ -257,10 +252,7 @@ try:
     if held != "t|3":
         fail(f"tune-e before the kill: {held}")
     stop("scheduler", signal.SIGKILL)
-    psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-    lock.stdin.write("ROLLBACK;\n\\q\n")
-    lock.stdin.close()
-    lock.wait(30)
+    unlock_sweep_row(lock)
     held = psql(f"SELECT lr_tune IS NULL, status, (SELECT count(*) FROM runs WHERE "
                 f"sweep_id = {se}) FROM sweeps WHERE id = {se}")
     if held != "t|running|3":

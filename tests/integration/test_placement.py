@@ -18,18 +18,15 @@ stream of small runs could starve the large one.
 
 Usage: test_placement.py SCALESWEEP_BINARY
 """
-import http.client
-import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
-from harness import api_request, free_port, wait_healthz
+from harness import WireWorker, api_request, free_port, post_sweep, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -59,10 +56,8 @@ def request(method, path, body=None):
 GPU_INDICES = (3, 5)
 
 
-class Worker:
+class Worker(WireWorker):
     def __init__(self, name="fake", backends=None, cpu_slots=0):
-        self.sock = socket.create_connection(("127.0.0.1", wport), timeout=10)
-        self.buf = b""
         # device indices as a worker started with --gpus 3,5 reports them
         gpus = [{"index": i, "name": "Fake GPU", "memory_bytes": 1 << 34} for i in GPU_INDICES]
         if cpu_slots:  # a CPU worker
@@ -71,36 +66,16 @@ class Worker:
                  "gpus": gpus, "cpu_slots": cpu_slots, "runs": []}
         if backends is not None:  # absent: an older worker, its GPUs taken as CUDA's
             hello["backends"] = backends
-        self.send(hello)
+        super().__init__(wport, hello)
         self.seq = {}
-
-    def send(self, m):
-        self.sock.sendall(json.dumps(m).encode() + b"\n")
 
     def next_assign(self, timeout):
         """The next assign within timeout seconds (None if none); others skipped."""
-        end = time.time() + timeout
-        while True:
-            while b"\n" in self.buf:
-                line, self.buf = self.buf.split(b"\n", 1)
-                m = json.loads(line)
-                if m["type"] == "error":
-                    fail(f"scheduler error: {m}")
-                if m["type"] == "assign":
-                    self.send({"type": "started", "run_id": m["run_id"],
-                               "attempt": m["attempt"], "config": {"event": "config"}})
-                    return m
-            left = end - time.time()
-            if left <= 0:
-                return None
-            self.sock.settimeout(left)
-            try:
-                chunk = self.sock.recv(65536)
-            except socket.timeout:
-                return None
-            if not chunk:
-                fail("the scheduler closed the worker connection")
-            self.buf += chunk
+        m = self.next(lambda m: m["type"] == "assign", timeout, fail)
+        if m is not None:
+            self.send({"type": "started", "run_id": m["run_id"],
+                       "attempt": m["attempt"], "config": {"event": "config"}})
+        return m
 
     def finish(self, a):
         self.send({"type": "finished", "run_id": a["run_id"], "attempt": a["attempt"], "seq": 1,
@@ -131,26 +106,24 @@ try:
     # there, and the sweep says why (API, `status`, the page)
     why = "backend \"cuda\": cannot load the CUDA module (test)"
     nocuda = Worker("nocuda", {"cpu": {"slots": 0}, "cuda": {"error": why + "\nHINT: x"}})
-    st, small = request("POST", "/api/sweeps", spec("small", 1, 3, 0))
-    if st != 201:
-        fail(f"submit: {st} {small}")
+    small = post_sweep(request, spec("small", 1, 3, 0), fail, "small")
     a = nocuda.next_assign(2)
     if a is not None:
         fail(f"a GPU run went to a worker that cannot run CUDA: {a}")
-    st, doc = request("GET", f"/api/sweeps/{small['id']}")
+    st, doc = request("GET", f"/api/sweeps/{small}")
     waiting = doc.get("waiting") or ""
     if not ("no connected worker can run a run of 1 GPU(s) with the CUDA backend" in waiting
             and "worker nocuda has 2 GPU(s) but cannot run CUDA: " + why in waiting
             and "HINT" not in waiting):
         fail(f"the sweep does not say why it waits: {doc.get('waiting')!r}")
     st, lst = request("GET", "/api/sweeps")
-    if [x.get("waiting") for x in lst if x["id"] == small["id"]] != [waiting]:
+    if [x.get("waiting") for x in lst if x["id"] == small] != [waiting]:
         fail(f"the sweep list does not say why it waits: {lst}")
-    out = subprocess.run([BIN, "status", str(small["id"]), "--url",
+    out = subprocess.run([BIN, "status", str(small), "--url",
                           f"http://127.0.0.1:{api_port}"], capture_output=True, text=True)
     if out.returncode != 0 or "waiting: " + waiting not in out.stdout:
         fail(f"status does not say why: {out.returncode} {out.stdout!r} {out.stderr!r}")
-    page = urllib.request.urlopen(f"http://127.0.0.1:{api_port}/sweeps/{small['id']}",
+    page = urllib.request.urlopen(f"http://127.0.0.1:{api_port}/sweeps/{small}",
                                   timeout=10).read().decode()
     if "Waiting: no connected worker can run a run of 1 GPU(s)" not in page:
         fail("the sweep page does not say why it waits")
@@ -161,9 +134,7 @@ try:
     a1, a2 = w.next_assign(10), w.next_assign(10)
     if not (a1 and a2 and sorted(a1["gpus"] + a2["gpus"]) == list(GPU_INDICES)):
         fail(f"two 1-GPU runs on the worker's GPUs {GPU_INDICES} expected: {a1} {a2}")
-    st, big = request("POST", "/api/sweeps", spec("big", 2, 1, 5))
-    if st != 201:
-        fail(f"submit: {st} {big}")
+    big = post_sweep(request, spec("big", 2, 1, 5), fail, "big")
     w.finish(a1)
     a = w.next_assign(2.5)
     if a is not None:
@@ -173,13 +144,13 @@ try:
     if not (a and sorted(a["gpus"]) == list(GPU_INDICES)):
         fail(f"the 2-GPU run should have both GPUs once they are free: {a}")
     st, r = request("GET", f"/api/runs/{a['run_id']}")
-    if r["run"]["sweep_id"] != big["id"]:
+    if r["run"]["sweep_id"] != big:
         fail(f"run {a['run_id']} on both GPUs is not the 2-GPU sweep's: {r['run']}")
     w.finish(a)
     a = w.next_assign(10)
     if not a or len(a["gpus"]) != 1:
         fail(f"the last 1-GPU run should start after the 2-GPU run: {a}")
-    st, doc = request("GET", f"/api/sweeps/{small['id']}")
+    st, doc = request("GET", f"/api/sweeps/{small}")
     if "waiting" in doc:
         fail(f"a sweep a connected worker can run still says it waits: {doc['waiting']!r}")
     if nocuda.next_assign(0.2) is not None:
@@ -190,9 +161,7 @@ try:
     # a 4-GPU run where no worker has 4: its ranks spread over two workers of 2
     w.finish(a)
     w2 = Worker("fake2")
-    st, big4 = request("POST", "/api/sweeps", spec("big4", 4, 1, 0))
-    if st != 201:
-        fail(f"submit: {st} {big4}")
+    big4 = post_sweep(request, spec("big4", 4, 1, 0), fail, "big4")
     a, b = w.next_assign(10), w2.next_assign(10)
     if not (a and b and a["run_id"] == b["run_id"] and "dist" in a and "dist" in b):
         fail(f"a 4-GPU run over two 2-GPU workers expected: {a} {b}")
@@ -224,15 +193,11 @@ try:
     # it stays free (the next 1-rank run would take it and the gang could
     # wait for good), and when the second frees the gang gets both
     c1, c2 = Worker("cpu1", cpu_slots=1), Worker("cpu2", cpu_slots=1)
-    st, ones = request("POST", "/api/sweeps", spec("ones", 0, 4, 0, {"cpus": 1}))
-    if st != 201:
-        fail(f"submit: {st} {ones}")
+    ones = post_sweep(request, spec("ones", 0, 4, 0, {"cpus": 1}), fail, "ones")
     r1, r2 = c1.next_assign(10), c2.next_assign(10)
     if not (r1 and r2):
         fail(f"a 1-rank run on each CPU worker expected: {r1} {r2}")
-    st, gang = request("POST", "/api/sweeps", spec("gang", 0, 1, 5, {"cpus": 1, "ranks": 2}))
-    if st != 201:
-        fail(f"submit: {st} {gang}")
+    gang = post_sweep(request, spec("gang", 0, 1, 5, {"cpus": 1, "ranks": 2}), fail, "gang")
     c1.finish(r1)
     a = c1.next_assign(2.5)
     if a is not None:
@@ -242,7 +207,7 @@ try:
     if not (a and b and a["run_id"] == b["run_id"] and "dist" in a and "dist" in b):
         fail(f"the 2-rank run over both CPU workers expected once both slots are free: {a} {b}")
     st, r = request("GET", f"/api/runs/{a['run_id']}")
-    if r["run"]["sweep_id"] != gang["id"]:
+    if r["run"]["sweep_id"] != gang:
         fail(f"run {a['run_id']} over both workers is not the gang's: {r['run']}")
     first, other = (c1, a), (c2, b)
     if b["dist"]["ranks"][0] == 0:

@@ -16,7 +16,6 @@ and PGTEST_SH) and the real binaries on free ports:
 
 Usage: test_runtime.py SCALESWEEP_BINARY
 """
-import http.client
 import json
 import os
 import signal
@@ -26,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from harness import free_port, make_token, psql, wait_healthz
+from harness import free_port, http_request, json_or_bytes, make_token, psql, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -68,20 +67,11 @@ def start_worker(name):
 
 
 def request(method, path, body=None, auth=True, headers=None):
-    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
     h = dict(headers or {})
     if auth:
         h["Authorization"] = "Bearer " + open(token).read().strip()
-    if body is not None and not isinstance(body, bytes):
-        body = json.dumps(body).encode()
-    c.request(method, path, body=body, headers=h)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    try:
-        return r.status, json.loads(data) if data else None
-    except ValueError:
-        return r.status, data
+    st, data, _ = http_request(api_port, method, path, body, h)
+    return st, json_or_bytes(data)
 
 
 def cleanup():

@@ -22,8 +22,6 @@ does.
 
 Usage: test_sec_interrupt.py SCALESWEEP_BINARY
 """
-import http.client
-import json
 import os
 import shutil
 import signal
@@ -32,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from harness import make_token, psql, wait_healthz
+from harness import api_request, make_token, psql, read_ready, until, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -67,15 +65,7 @@ def fail(msg):
 
 
 def request(method, path, body=None):
-    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
-    h = {"Authorization": "Bearer " + open(token).read().strip()}
-    if body is not None:
-        body = json.dumps(body).encode()
-    c.request(method, path, body=body, headers=h)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, json.loads(data) if data else None
+    return api_request(api_port, token, method, path, body)
 
 
 def cleanup():
@@ -116,12 +106,8 @@ def max_step(run_id):
 
 
 def wait_for(pred, what, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    fail(f"timed out waiting for {what}")
+    if not until(pred, timeout, 0.1):
+        fail(f"timed out waiting for {what}")
 
 
 def trainer_pid(worker_pid):
@@ -190,11 +176,7 @@ try:
          "--listen", "127.0.0.1:0", "--workers", "127.0.0.1:0", "--ready-file", ready,
          "--checkpoints", os.path.join(tmp, "ckpt"), "--lease-seconds", str(LEASE)],
         stdout=open(slog, "a"), stderr=subprocess.STDOUT)
-    wait_for(lambda: os.path.exists(ready) or procs["scheduler"].poll() is not None,
-             "the scheduler's ready file", 30)
-    if procs["scheduler"].poll() is not None:
-        fail("the scheduler did not come up")
-    ports = json.load(open(ready))
+    ports = read_ready(ready, procs["scheduler"], fail)
     api_port, wport = ports["http_port"], ports["workers_port"]
     if not wait_healthz(request, proc=procs["scheduler"]):
         fail("the scheduler did not come up")

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness import api_request, free_port, make_token, print_tail, psql, stop_all, wait_healthz
+from harness import api_request, fail_exit, free_port, make_token, psql, stop_all, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -47,11 +47,7 @@ sched = None
 
 
 def fail(msg):
-    print("FAIL:", msg, file=sys.stderr)
-    print_tail(os.path.join(tmp, "scheduler.log"))
-    if sched is not None and sched.poll() is None:
-        sched.kill()
-    sys.exit(1)
+    fail_exit(msg, [os.path.join(tmp, "scheduler.log")], [sched])
 
 
 def check(cond, msg):

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from harness import api_request, free_port, make_token, psql, wait_healthz
+from harness import api_request, free_port, kill_groups, make_token, psql, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -266,14 +266,4 @@ try:
     print("ok: the worker refused the run: " + err[:200])
     print(f"PASS ({time.time() - T0:.1f} s)")
 finally:
-    for name in list(procs):
-        p = procs[name]
-        if p.poll() is None:
-            try:
-                if name == "scheduler":
-                    p.kill()
-                else:
-                    os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
+    kill_groups(procs, alone=("scheduler",))

@@ -55,7 +55,7 @@ import tempfile
 import threading
 import time
 
-from harness import api_request, free_port, print_tail, psql, stop_all, wait_healthz
+from harness import api_request, fail_exit, free_port, psql, stop_all, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -75,11 +75,7 @@ sched = None
 
 
 def fail(msg):
-    print("FAIL:", msg, file=sys.stderr)
-    print_tail(os.path.join(tmp, "scheduler.log"))
-    if sched is not None and sched.poll() is None:
-        sched.kill()
-    sys.exit(1)
+    fail_exit(msg, [os.path.join(tmp, "scheduler.log")], [sched])
 
 
 def check(cond, msg):

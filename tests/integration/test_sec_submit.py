@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 
-from harness import free_port, wait_healthz
+from harness import WireWorker, free_port, http_request, json_or_bytes, wait_healthz
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -73,18 +73,9 @@ def fail(msg):
 
 def request(method, path, body=None, timeout=120):
     """(status, parsed body or raw bytes, headers)"""
-    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=timeout)
-    h = {"Authorization": "Bearer " + TOKEN}
-    if body is not None and not isinstance(body, bytes):
-        body = json.dumps(body).encode()
-    c.request(method, path, body=body, headers=h)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    try:
-        return r.status, json.loads(data) if data else None, dict(r.getheaders())
-    except ValueError:
-        return r.status, data, dict(r.getheaders())
+    st, data, hdrs = http_request(api_port, method, path, body,
+                                  {"Authorization": "Bearer " + TOKEN}, timeout)
+    return st, json_or_bytes(data), hdrs
 
 
 # ---- specs ------------------------------------------------------------------
@@ -130,37 +121,13 @@ def big_valid(name):
 
 # ---- the worker stand-in -----------------------------------------------------
 
-class Worker:
+class Worker(WireWorker):
     def __init__(self):
-        self.sock = socket.create_connection(("127.0.0.1", wport), timeout=30)
-        self.buf = b""
-        self.send({"type": "hello", "version": 1, "token": TOKEN, "name": "probe", "host": "h",
-                   "gpus": [], "cpu_slots": 1, "runs": []})
-
-    def send(self, m):
-        self.sock.sendall(json.dumps(m).encode() + b"\n")
+        super().__init__(wport, {"type": "hello", "version": 1, "token": TOKEN, "name": "probe",
+                                 "host": "h", "gpus": [], "cpu_slots": 1, "runs": []}, 30)
 
     def next(self, pred, timeout):
-        end = time.time() + timeout
-        while True:
-            while b"\n" in self.buf:
-                line, self.buf = self.buf.split(b"\n", 1)
-                m = json.loads(line)
-                if m.get("type") == "error":
-                    fail("scheduler error to the worker: %r" % m)
-                if pred(m):
-                    return m
-            left = end - time.time()
-            if left <= 0:
-                return None
-            self.sock.settimeout(left)
-            try:
-                chunk = self.sock.recv(65536)
-            except socket.timeout:
-                return None
-            if not chunk:
-                fail("the scheduler closed the worker connection")
-            self.buf += chunk
+        return super().next(pred, timeout, fail)
 
 
 class Probes:

@@ -32,7 +32,8 @@ import sys
 import tempfile
 import time
 
-from harness import api_request, make_token, psql, until, wait_healthz
+from harness import (api_request, make_token, print_tail, psql, read_ready, step_losses,
+                     stored_losses, until, wait_healthz)
 from slurm_cluster import SlurmCluster
 
 BIN = os.path.abspath(sys.argv[1])
@@ -51,11 +52,8 @@ cluster = SlurmCluster(tmp, nodes=2, kill_wait=30)
 
 def fail(msg):
     print("FAIL:", msg, file=sys.stderr)
-    for name in ("scheduler.log",) + tuple(sorted(n for n in os.listdir(tmp)
-                                                   if n.startswith("slurm-"))):
-        sys.stderr.write(f"---- {name} (last 2500 bytes)\n")
-        sys.stderr.write(open(os.path.join(tmp, name), errors="replace").read()[-2500:])
-    sys.stderr.write("---- slurmctld.log (last 1500 bytes)\n" + cluster.log("slurmctld.log")[-1500:])
+    print_tail(slog, 2500, "---- scheduler.log (last 2500 bytes)")
+    cluster.print_logs(tmp, 2500)
     try:
         print(psql("SELECT id, status, attempt, interruptions, checkpoint_step, worker, error "
                    "FROM runs ORDER BY id"), file=sys.stderr)
@@ -126,11 +124,7 @@ try:
         [BIN, "scheduler", "--database", DB, "--token-file", token, "--listen", "127.0.0.1:0",
          "--workers", "127.0.0.1:0", "--ready-file", ready, "--checkpoints",
          os.path.join(tmp, "ckpt")], stdout=open(slog, "a"), stderr=subprocess.STDOUT)
-    wait_for(lambda: os.path.exists(ready) or procs["scheduler"].poll() is not None,
-             "the scheduler's ready file", 30)
-    if procs["scheduler"].poll() is not None:
-        fail("the scheduler did not come up")
-    ports = json.load(open(ready))
+    ports = read_ready(ready, procs["scheduler"], fail)
     api_port, wport = ports["http_port"], ports["workers_port"]
     if not wait_healthz(request, proc=procs["scheduler"]):
         fail("the scheduler did not come up")
@@ -213,15 +207,7 @@ try:
                            timeout=300)
         if p.returncode != 0:
             fail(f"run {rid} by hand: exit {p.returncode}: {p.stderr[-500:]}")
-        mine = {}
-        for line in p.stdout.splitlines():
-            e = json.loads(line)
-            if e["event"] == "step":
-                mine[e["step"]] = e["train_loss"]
-        stored = dict((int(a), float(b)) for a, b in (
-            x.split("|") for x in psql(f"SELECT step, train_loss FROM metrics WHERE run_id = "
-                                       f"{rid} AND train_loss IS NOT NULL ORDER BY step")
-            .splitlines()))
+        mine, stored = step_losses(p.stdout), stored_losses(rid)
         if stored != mine:
             diff = [s for s in mine if stored.get(s) != mine[s]][:3]
             fail(f"run {rid}: stored losses differ from an uninterrupted run's at steps {diff}")

@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 
-from harness import (api_request, make_token, psql, stop_all, until, until_progress,
+from harness import (api_request, make_token, print_tail, psql, stop_all, until, until_progress,
                      wait_healthz)
 from slurm_cluster import SlurmCluster
 
@@ -58,12 +58,8 @@ cluster = SlurmCluster(tmp, nodes=2, kill_wait=30, preempt_grace=20)
 
 def fail(msg):
     print("FAIL:", msg, file=sys.stderr)
-    sys.stderr.write("---- scheduler.log (last 3000 bytes)\n")
-    sys.stderr.write(open(slog, errors="replace").read()[-3000:] if os.path.exists(slog) else "")
-    for name in sorted(n for n in os.listdir(tmp) if n.startswith("slurm-")):
-        sys.stderr.write(f"---- {name} (last 1500 bytes)\n")
-        sys.stderr.write(open(os.path.join(tmp, name), errors="replace").read()[-1500:])
-    sys.stderr.write("---- slurmctld.log (last 1500 bytes)\n" + cluster.log("slurmctld.log")[-1500:])
+    print_tail(slog, 3000, "---- scheduler.log (last 3000 bytes)")
+    cluster.print_logs(tmp, 1500)
     try:
         print(psql("SELECT id, status, attempt, interruptions, checkpoint_step, error "
                    "FROM runs ORDER BY id"), file=sys.stderr)

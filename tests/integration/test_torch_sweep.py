@@ -31,7 +31,8 @@ import sys
 import tempfile
 import time
 
-from harness import api_request, free_port, kill_groups, make_token, psql, wait_healthz
+from harness import (api_request, free_port, kill_groups, make_token, post_sweep, psql,
+                     wait_healthz)
 
 BIN, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -94,10 +95,7 @@ def cleanup():
 
 
 def submit(spec):
-    st, body = request("POST", "/api/sweeps", spec)
-    if st != 201:
-        fail(f"submit {spec['name']}: {st} {body}")
-    return body["id"]
+    return post_sweep(request, spec, fail, spec["name"])
 
 
 def runs(sweep):

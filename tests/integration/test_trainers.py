@@ -50,7 +50,8 @@ import tempfile
 import time
 import urllib.request
 
-from harness import api_request, free_port, make_token, psql, stop_all, until, wait_healthz
+from harness import (api_request, free_port, make_token, post_sweep, psql, stop_all, until,
+                     wait_healthz)
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -126,10 +127,7 @@ def spec(name, runs, trainer="fake", max_attempts=None, resources=None):
 
 
 def submit(s):
-    st, body = request("POST", "/api/sweeps", s)
-    if st != 201:
-        fail(f"submit {s['name']}: {st} {body}")
-    return body["id"]
+    return post_sweep(request, s, fail, s["name"])
 
 
 def rows(sql):

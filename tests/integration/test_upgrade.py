@@ -87,7 +87,8 @@ import sys
 import tempfile
 import time
 
-from harness import api_request, kill_groups, make_token, psql, wait_healthz
+from harness import (api_request, fail_exit, kill_groups, logs_in, make_token, psql, until,
+                     wait_healthz)
 
 BIN, NEXT = sys.argv[1], sys.argv[2]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -129,13 +130,7 @@ NEW_VERSIONS = versions(os.path.join(HERE, "..", "..", "migrations"), os.path.jo
 
 
 def fail(msg):
-    print("FAIL:", msg, file=sys.stderr)
-    for name in sorted(os.listdir(tmp)):
-        if name.endswith(".log"):
-            sys.stderr.write(f"---- {name} (last 3000 bytes)\n")
-            sys.stderr.write(open(os.path.join(tmp, name), errors="replace").read()[-3000:])
-    cleanup()
-    sys.exit(1)
+    fail_exit(msg, logs_in(tmp), cleanup=cleanup)
 
 
 def check(cond, msg):
@@ -152,12 +147,8 @@ def request(method, path, body=None):
 
 
 def wait_for(pred, what, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    fail(f"timed out ({timeout} s) waiting for {what}")
+    if not until(pred, timeout, 0.1):
+        fail(f"timed out ({timeout} s) waiting for {what}")
 
 
 def log(name):

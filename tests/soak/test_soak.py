@@ -57,7 +57,8 @@ import http.client
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 sys.path.insert(0, os.path.join(HERE, "..", "fault"))
-from harness import api_request, free_port, make_token, wait_healthz  # noqa: E402
+from harness import (api_request, free_port, kill_groups, make_token,  # noqa: E402
+                     print_tail, wait_healthz)
 import faultlib  # noqa: E402
 
 ARGS = [a for a in sys.argv[1:] if a != "--short"]
@@ -77,7 +78,7 @@ LEASE_S = 4
 FAULT_WINDOW_S = 90 if SHORT else 600    # faults stop after this long, or when the sweep is done
 SWEEP_TIMEOUT_S = 240 if SHORT else 900  # the whole sweep, faults included
 STEPS_RANGE = (1500, 3000) if SHORT else (3000, 6000)
-TOKENS_PER_STEP = 8 * 32
+TOKENS_PER_STEP = faultlib.TOKENS_PER_STEP
 MAX_COMPARED = 4 if SHORT else 8
 T0 = time.time()
 sys.stdout.reconfigure(line_buffering=True)
@@ -92,9 +93,7 @@ killed_by_us = set()  # pids this test killed (their exit is expected)
 def log_tails():
     for name in ["scheduler"] + [f"w{i}" for i in range(1, NWORKERS + 1)]:
         path = os.path.join(tmp, name + ".log")
-        if os.path.exists(path):
-            print(f"--- {path} (end)", file=sys.stderr)
-            print(open(path, errors="replace").read()[-2500:], file=sys.stderr)
+        print_tail(path, 2500, f"--- {path} (end)")
 
 
 def fail(msg):
@@ -177,15 +176,7 @@ class Proxy:
         self.close(pair)
 
     def close(self, pair):
-        with self.lock:
-            if pair in self.pairs:
-                self.pairs.remove(pair)
-        for s in pair:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+        faultlib.close_pair(self.lock, self.pairs, pair)
 
     def partition(self, seconds):
         """Nothing gets through for that long (neither side sees an error),
@@ -369,20 +360,7 @@ def main():
     # 1 layer, d 32, T 32, batch 8: 256 tokens a step, about a millisecond or
     # two; 3000-6000 steps, four evaluations; the scheduler makes each run
     # checkpoint every tenth of it
-    plan_rng = random.Random(SEED)
-    steps = [plan_rng.randrange(STEPS_RANGE[0], STEPS_RANGE[1] + 1, 10) for _ in range(NRUNS)]
-    spec = {
-        "name": f"soak-{SEED}",
-        "method": "runs",
-        "base": {"model": {"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 32},
-                 "train": {"batch_size": 8, "lr": 0.003},
-                 "eval": {"tokens": 256}, "threads": 1},
-        "runs": [{"train": {"tokens": s * TOKENS_PER_STEP, "seed": i + 1},
-                  "eval": {"every_tokens": s * TOKENS_PER_STEP // 4}}
-                 for i, s in enumerate(steps)],
-        "resources": {"cpus": 1},
-        "max_attempts": 100,
-    }
+    spec, steps = faultlib.runs_spec(f"soak-{SEED}", NRUNS, STEPS_RANGE, SEED)
     st, body = request("POST", "/api/sweeps", spec)
     if st != 201 or body.get("runs") != NRUNS:
         fail(f"submit: {st} {body}")
@@ -517,16 +495,7 @@ def compare_resumed(runs, resumed, problems):
 
 
 def cleanup():
-    for name, p in procs.items():
-        if p.poll() is None:
-            try:
-                if name == "scheduler":
-                    p.kill()
-                else:
-                    os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
+    kill_groups(procs, alone=("scheduler",))
     # trainers orphaned by a killed worker die on their next write; any left
     for pid in trainers():
         try:

@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <uv.h>
 
+#include "store/migrate.h"
+
 const char *dbt_base_url;
 
 char *dbt_url_with_db(const char *dbname) {
@@ -111,4 +113,30 @@ int dbt_run(int argc, char **argv, const dbt_test *tests, size_t n, const int *f
            (double)(uv_hrtime() - t0) / 1e9);
   }
   return 0;
+}
+
+char *dbt_migrated_db(const char *name) {
+  if (dbt_fresh_database(name) != 0) {
+    fprintf(stderr, "cannot create database %s\n", name);
+    exit(1);
+  }
+  char *url = dbt_url_with_db(name);
+  int applied;
+  char err[512];
+  if (db_migrate(url, &applied, err, sizeof err) != 0) {
+    fprintf(stderr, "migrating %s: %s\n", name, err);
+    exit(1);
+  }
+  return url;
+}
+
+int dbt_run_until(uv_loop_t *loop, const int *v, int target, double secs) {
+  uv_update_time(loop);
+  uint64_t end = uv_now(loop) + (uint64_t)(secs * 1000);
+  while (*v < target) {
+    if (uv_now(loop) >= end)
+      return 0;
+    uv_run(loop, UV_RUN_ONCE);
+  }
+  return 1;
 }

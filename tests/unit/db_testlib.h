@@ -1,5 +1,5 @@
 /* What the store's tests against a real PostgreSQL share (test_db.c,
- * test_migrate.c, test_pgserver.c): the cluster that
+ * test_migrate.c, test_pgserver.c, test_store_lr_tune.c): the cluster that
  * tests/integration/run_with_pg.sh started (SCALESWEEP_TEST_DB), fresh
  * databases in it, blocking queries, and a main that runs the named tests. */
 #ifndef SS_TESTS_DB_TESTLIB_H
@@ -7,6 +7,7 @@
 
 #include <libpq-fe.h>
 #include <stddef.h>
+#include <uv.h>
 
 /* SCALESWEEP_TEST_DB, set by dbt_run before the tests run. */
 extern const char *dbt_base_url;
@@ -26,6 +27,14 @@ int dbt_fresh_database(const char *name);
 
 /* The first column of the first row of sql as a number; -1 when it fails. */
 long dbt_count(PGconn *c, const char *sql);
+
+/* A fresh database name with every migration applied; its URL, malloc'd.
+ * Exits the test, saying why, when either fails. */
+char *dbt_migrated_db(const char *name);
+
+/* Runs loop until *v >= target: 1, or 0 after secs seconds without (the
+ * loop needs a repeating timer so that UV_RUN_ONCE returns to look). */
+int dbt_run_until(uv_loop_t *loop, const int *v, int target, double secs);
 
 /* rm -rf dir */
 void dbt_rmtree(const char *dir);

@@ -10,6 +10,15 @@ fit_point fitt_blank(void) {
   return p;
 }
 
+fit_point fitt_point(double N, double D, double C, double loss) {
+  fit_point p = fitt_blank();
+  p.params = N;
+  p.tokens = D;
+  p.flops = C;
+  p.loss = loss;
+  return p;
+}
+
 const fit_param *fitt_find(const fit_param *p, int n, const char *name) {
   for (int i = 0; i < n; i++)
     if (!strcmp(p[i].name, name))

@@ -9,6 +9,10 @@
 /* Every measurement NAN, no run (group -1): set the fields a fit reads. */
 fit_point fitt_blank(void);
 
+/* A run at params N, tokens D and flops C (NAN: not known) that reached
+ * loss; the rest as fitt_blank. */
+fit_point fitt_point(double N, double D, double C, double loss);
+
 /* The parameter called name among p[0..n), or NULL. */
 const fit_param *fitt_find(const fit_param *p, int n, const char *name);
 

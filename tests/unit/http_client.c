@@ -287,6 +287,27 @@ int guard_log(char *out, size_t n) {
   return lines;
 }
 
+int guard_stat(client *probe, const char *name) {
+  static const char req[] = "GET /stats HTTP/1.1\r\nAuthorization: Bearer " GUARD_TOKEN "\r\n\r\n";
+  response r;
+  int v = -1, rc;
+  if (probe) {
+    send_str(probe->fd, req);
+    rc = read_response(probe, &r, 0);
+  } else {
+    rc = roundtrip(ht.port[SRV_GUARD], req, &r);
+  }
+  if (rc == 0) {
+    char key[64];
+    snprintf(key, sizeof key, "\"%s\":", name);
+    const char *p = r.body ? strstr(r.body, key) : NULL;
+    if (p)
+      v = atoi(p + strlen(key));
+    free(r.body);
+  }
+  return v;
+}
+
 static void guard_log_line(const char *line, void *ud) {
   (void)ud;
   printf("guard log: %s\n", line);

@@ -96,6 +96,11 @@ int connect_to(int port); /* -1 when the connection fails; 5 s receive timeout *
 int connect_from(const char *ip, int port, int rcvbuf);
 /* The guard server's log: the number of lines, the latest copied to out. */
 int guard_log(char *out, size_t n);
+/* A value of the guard server's /stats, asked on probe (a keep-alive
+ * connection with the token, so that the count of connections holds still
+ * while the probe asks) or, when probe is NULL, on a fresh connection; -1
+ * when it cannot be read. */
+int guard_stat(client *probe, const char *name);
 void send_str(int fd, const char *s);
 int client_fill(client *c);
 /* The value of header name in an answer's head (static storage), or NULL. */

@@ -49,18 +49,6 @@ static void on_res(void *ud, int status, PGresult *res, const char *errmsg) {
 
 static void on_tick(uv_timer_t *t) { (void)t; }
 
-/* Runs the loop until *v >= target; 0 on timeout. */
-static int run_until(uv_loop_t *loop, const int *v, int target, double secs) {
-  uv_update_time(loop);
-  uint64_t end = uv_now(loop) + (uint64_t)(secs * 1000);
-  while (*v < target) {
-    if (uv_now(loop) >= end)
-      return 0;
-    uv_run(loop, UV_RUN_ONCE);
-  }
-  return 1;
-}
-
 static void run_for(uv_loop_t *loop, int ms) {
   uv_update_time(loop);
   uint64_t end = uv_now(loop) + (uint64_t)ms;
@@ -211,7 +199,7 @@ static void test_async_basics(uv_loop_t *loop) {
   CHECK(rwait.done && rwait.status == SS_ECONN);
   db_query(d, "SELECT 1", 0, NULL, on_res, &rlate); /* before the close callback */
   CHECK(rlate.done && rlate.status == SS_ECONN);
-  CHECK(run_until(loop, &closed, 1, 5));
+  CHECK(dbt_run_until(loop, &closed, 1, 5));
   free(url);
 }
 
@@ -229,7 +217,7 @@ static void test_async_unreachable(uv_loop_t *loop) {
   db_close(d, on_closed, &closed);
   for (int i = 0; i < 3; i++)
     CHECK(r[i].done && r[i].status == SS_ECONN);
-  CHECK(run_until(loop, &closed, 1, 5));
+  CHECK(dbt_run_until(loop, &closed, 1, 5));
 }
 
 static int helper_done;
@@ -267,7 +255,7 @@ static int pg_helper(uv_loop_t *loop, const char *fn) {
     fprintf(stderr, "uv_spawn: %s\n", uv_strerror(rc));
     return -1;
   }
-  if (!run_until(loop, &helper_done, 1, 90))
+  if (!dbt_run_until(loop, &helper_done, 1, 90))
     return -1;
   run_for(loop, 1); /* the process handle's close callback */
   return (int)helper_status;
@@ -316,7 +304,7 @@ static void test_async_reconnect(uv_loop_t *loop) {
   }
   closed = 0;
   db_close(d, on_closed, &closed);
-  CHECK(run_until(loop, &closed, 1, 5));
+  CHECK(dbt_run_until(loop, &closed, 1, 5));
   free(url);
 }
 
@@ -371,7 +359,7 @@ static void test_async_read_pool(uv_loop_t *loop) {
   closed = 0;
   db_pool_close(p, on_closed, &closed);
   db_close(control, on_closed, &closed);
-  CHECK(run_until(loop, &closed, 2, 5));
+  CHECK(dbt_run_until(loop, &closed, 2, 5));
   free(url);
 }
 

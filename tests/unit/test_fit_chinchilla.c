@@ -41,11 +41,7 @@ static fit_point *approach3_points(double sd, unsigned long seed, int *n) {
     for (int j = 0; j < 15; j++) {
       double N = n_opt / 10 * pow(100, j / 14.0), D = C / (6 * N);
       double L = law(N, D) + (sd > 0 ? gsl_ran_gaussian(r, sd) : 0);
-      p[k] = fitt_blank();
-      p[k].params = N;
-      p[k].tokens = D;
-      p[k].flops = C;
-      p[k++].loss = L;
+      p[k++] = fitt_point(N, D, C, L);
     }
   }
   gsl_rng_free(r);
@@ -341,10 +337,7 @@ static void test_vp_exact_recovery(void) {
       fit_chinchilla_allocation(t[1], t[2], t[3], t[4], C, NULL, NULL, NULL, &n_opt, NULL);
       for (int j = 0; j < 15; j++, n++) {
         double N = n_opt / 10 * pow(100, j / 14.0), D = C / (6 * N);
-        p[n] = fitt_blank();
-        p[n].params = N;
-        p[n].tokens = D;
-        p[n].loss = t[0] + t[1] / pow(N, t[3]) + t[2] / pow(D, t[4]);
+        p[n] = fitt_point(N, D, NAN, t[0] + t[1] / pow(N, t[3]) + t[2] / pow(D, t[4]));
       }
     }
     fit_result r;
@@ -393,10 +386,7 @@ static void test_vp_local_minima(void) {
   for (int i = 0; i < 3; i++)
     for (int j = 0; j < 5; j++, n++) {
       double N = 1e7 * pow(10, i), D = 1e9 * pow(4, j);
-      p[n] = fitt_blank();
-      p[n].params = N;
-      p[n].tokens = D;
-      p[n].loss = law(N, D) * exp(gsl_ran_gaussian(rng, 0.03));
+      p[n] = fitt_point(N, D, NAN, law(N, D) * exp(gsl_ran_gaussian(rng, 0.03)));
     }
   gsl_rng_free(rng);
 

@@ -42,12 +42,7 @@ static int isoflop_points(fit_point *p, const double *cs, int nc, double drift) 
   for (int j = 0; j < nc; j++)
     for (int k = 0; k < 7; k++) {
       double nn = chin_nopt(cs[j]) * pow(cs[j] / cs[0], drift) * exp(-1.5 + 0.5 * k);
-      p[n] = fitt_blank();
-      p[n].params = nn;
-      p[n].flops = cs[j];
-      p[n].tokens = cs[j] / (6 * nn);
-      p[n].loss = chin_loss(nn, p[n].tokens);
-      n++;
+      p[n++] = fitt_point(nn, cs[j] / (6 * nn), cs[j], chin_loss(nn, cs[j] / (6 * nn)));
     }
   return n;
 }

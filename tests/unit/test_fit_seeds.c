@@ -48,11 +48,7 @@ static fit_point *surface_cells(int nseeds, double sd, double cell_sd, unsigned 
       double shared = cell_sd > 0 ? gsl_ran_gaussian(r, cell_sd) : 0;
       for (int s = 0; s < nseeds; s++) {
         double N = n_opt / 10 * pow(100, j / 14.0), D = C / (6 * N);
-        p[k] = fitt_blank();
-        p[k].params = N;
-        p[k].tokens = D;
-        p[k].flops = C;
-        p[k].loss = law(N, D) * exp(shared + gsl_ran_gaussian(r, sd));
+        p[k] = fitt_point(N, D, C, law(N, D) * exp(shared + gsl_ran_gaussian(r, sd)));
         p[k].group = k;
         k++;
       }
@@ -296,19 +292,11 @@ static void test_isoflop_replicates(void) {
     for (int j = 0; j < NS; j++) {
       double N = n_opt * pow(10, (j - (NS - 1) / 2.0) / 4), D = C / (6 * N), sum = 0;
       for (int s = 0; s < NSEEDS; s++) {
-        p[k] = fitt_blank();
-        p[k].params = N;
-        p[k].tokens = D;
-        p[k].flops = C;
-        p[k].loss = law(N, D) * exp(gsl_ran_gaussian(rng, SEED_SD));
+        p[k] = fitt_point(N, D, C, law(N, D) * exp(gsl_ran_gaussian(rng, SEED_SD)));
         p[k].group = k;
         sum += p[k++].loss;
       }
-      mean[i * NS + j] = fitt_blank();
-      mean[i * NS + j].params = N;
-      mean[i * NS + j].tokens = D;
-      mean[i * NS + j].flops = C;
-      mean[i * NS + j].loss = sum / NSEEDS;
+      mean[i * NS + j] = fitt_point(N, D, C, sum / NSEEDS);
     }
   }
   gsl_rng_free(rng);

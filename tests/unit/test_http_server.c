@@ -112,30 +112,6 @@ static client *guard_send(const char *req) {
   return c;
 }
 
-/* A value of the guard server's /stats, asked on probe (a keep-alive
- * connection with the token, so that the count of connections holds still
- * while the probe asks) or, when probe is NULL, on a fresh connection. */
-static int guard_stat(client *probe, const char *name) {
-  static const char req[] = "GET /stats HTTP/1.1\r\nAuthorization: Bearer " GUARD_TOKEN "\r\n\r\n";
-  response r;
-  int v = -1, rc;
-  if (probe) {
-    send_str(probe->fd, req);
-    rc = read_response(probe, &r, 0);
-  } else {
-    rc = roundtrip(ht.port[SRV_GUARD], req, &r);
-  }
-  if (rc == 0) {
-    char key[64];
-    snprintf(key, sizeof key, "\"%s\":", name);
-    const char *p = r.body ? strstr(r.body, key) : NULL;
-    if (p)
-      v = atoi(p + strlen(key));
-    free(r.body);
-  }
-  return v;
-}
-
 /* Waits until the guard server counts n connections (probe included); 1
  * when it did within 3 s. */
 static int guard_wait_conns(client *probe, int n) {

@@ -15,6 +15,19 @@
 #include "check.h"
 #include "http_client.h"
 
+/* Reads what c was sent until the server closes it; the byte count. */
+static size_t drain(client *c) {
+  size_t total = 0;
+  char buf[65536];
+  for (;;) {
+    ssize_t k = recv(c->fd, buf, sizeof buf, 0);
+    if (k <= 0)
+      break;
+    total += (size_t)k;
+  }
+  return total;
+}
+
 static void test_sse(int port) {
   response h;
   client *c = client_open(port);
@@ -57,15 +70,7 @@ static void test_sse(int port) {
       usleep(10 * 1000);
   }
   CHECK(done);
-  size_t total = 0;
-  char buf[65536];
-  for (;;) {
-    ssize_t k = recv(c->fd, buf, sizeof buf, 0);
-    if (k <= 0)
-      break;
-    total += (size_t)k;
-  }
-  CHECK(total > 0);
+  CHECK(drain(c) > 0);
   client_close(c);
 }
 
@@ -128,41 +133,12 @@ static void test_stream_limits(void) {
     client_close(open[i]);
 }
 
-/* The guard server's /stats value name (with the token). */
-static int guard_stat(const char *name) {
-  response r;
-  int v = -1;
-  if (roundtrip(ht.port[SRV_GUARD],
-                "GET /stats HTTP/1.1\r\nAuthorization: Bearer " GUARD_TOKEN "\r\n\r\n", &r) == 0) {
-    char key[64];
-    snprintf(key, sizeof key, "\"%s\":", name);
-    const char *p = r.body ? strstr(r.body, key) : NULL;
-    if (p)
-      v = atoi(p + strlen(key));
-    free(r.body);
-  }
-  return v;
-}
-
 /* Waits (10 s at most) until the guard server counts n stalled streams. */
 static int wait_stalled(int n) {
   for (double t0 = now_ms(); now_ms() - t0 < 10000; usleep(10 * 1000))
-    if (guard_stat("stalled") >= n)
+    if (guard_stat(NULL, "stalled") >= n)
       return 1;
   return 0;
-}
-
-/* Reads what c was sent until the server closes it; the byte count. */
-static size_t drain(client *c) {
-  size_t total = 0;
-  char buf[65536];
-  for (;;) {
-    ssize_t k = recv(c->fd, buf, sizeof buf, 0);
-    if (k <= 0)
-      break;
-    total += (size_t)k;
-  }
-  return total;
 }
 
 /* A reader that stops reading: its stream queues a little over the bound
@@ -171,9 +147,9 @@ static size_t drain(client *c) {
  * under the bound but together pass GUARD_TOTAL_QUEUE: the one furthest
  * behind is closed. */
 static void test_stalled(void) {
-  for (double t0 = now_ms(); guard_stat("sse") != 0 && now_ms() - t0 < 3000;)
+  for (double t0 = now_ms(); guard_stat(NULL, "sse") != 0 && now_ms() - t0 < 3000;)
     usleep(10 * 1000); /* the server has seen the earlier streams go */
-  int st, before = guard_stat("stalled");
+  int st, before = guard_stat(NULL, "stalled");
   char line[512];
   double t0 = now_ms();
   client *c = guard_stream("127.0.0.6", "/stall", 4096, &st);

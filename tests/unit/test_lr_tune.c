@@ -15,25 +15,7 @@
 #include "sweeps/lr_tune.h"
 #include "sweeps/plan.h"
 #include "sweeps/spec.h"
-
-/* The problem at path exists and its message holds both needles. */
-static int has(const spec_problems *pr, const char *path, const char *needle1,
-               const char *needle2) {
-  for (size_t i = 0; i < pr->n; i++) {
-    if (strcmp(pr->items[i].path, path))
-      continue;
-    const char *m = pr->items[i].message;
-    if ((!needle1 || strstr(m, needle1)) && (!needle2 || strstr(m, needle2)))
-      return 1;
-    fprintf(stderr, "  %s: message lacks '%s'/'%s': %s\n", path, needle1 ? needle1 : "",
-            needle2 ? needle2 : "", m);
-    return 0;
-  }
-  fprintf(stderr, "  no problem at %s; problems:\n", path);
-  for (size_t j = 0; j < pr->n; j++)
-    fprintf(stderr, "    %s: %s\n", pr->items[j].path, pr->items[j].message);
-  return 0;
-}
+#include "unit/spec_check.h"
 
 /* A spec: a grid study with an lr tune; base_model and tune are spliced in. */
 static char *spec_text(const char *base_model, const char *base_train, const char *tune,
@@ -51,29 +33,6 @@ static char *spec_text(const char *base_model, const char *base_train, const cha
 
 #define MUP ", \"parametrization\": \"mup\", \"base_width\": 32"
 #define RATES "{\"lr\": [0.001, 0.003, 0.01, 0.03]}"
-
-static spec_problems bad(const char *text) {
-  spec_problems pr = {0};
-  spec *s = NULL;
-  CHECK(spec_parse(text, "t.json", &s, &pr) == SS_EINVAL);
-  CHECK(s == NULL);
-  CHECK(pr.n > 0);
-  return pr;
-}
-
-static spec *good(const char *text) {
-  spec_problems pr = {0};
-  spec *s = NULL;
-  int rc = spec_parse(text, "t.json", &s, &pr);
-  if (rc) {
-    char *m = spec_problems_format(&pr, "t.json");
-    fprintf(stderr, "unexpected problems:\n%s\n", m);
-    free(m);
-  }
-  CHECK(rc == 0);
-  spec_problems_free(&pr);
-  return s;
-}
 
 static void test_spec(void) {
   char *t = spec_text(MUP, "", RATES, "");

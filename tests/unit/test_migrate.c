@@ -95,11 +95,7 @@ static void test_migrate_concurrent(void) {
 
 /* The schema forbids bad states. */
 static void test_constraints(void) {
-  CHECK_INT_EQ(dbt_fresh_database("ss_constraints"), 0);
-  char *url = dbt_url_with_db("ss_constraints");
-  int applied;
-  char err[512];
-  CHECK_INT_EQ(db_migrate(url, &applied, err, sizeof err), 0);
+  char *url = dbt_migrated_db("ss_constraints");
   PGconn *c = dbt_connect(url);
   DBT_EXEC_OK(c, "INSERT INTO sweeps (name, spec, spec_hash) VALUES ('s', '{}', 'h1')");
   DBT_EXEC_OK(c, "INSERT INTO workers (name, host) VALUES ('w1', 'localhost')");

@@ -55,11 +55,7 @@ static fit_point *study(int *n, unsigned long seed) {
     double c = 1e11 * pow(32, i / 3.0), no = true_nopt(c);
     for (int j = 0; j < 5; j++, k++) {
       double nn = no / 3 * pow(9, j / 4.0), d = c / (6 * nn);
-      p[k] = fitt_blank();
-      p[k].params = nn;
-      p[k].tokens = d;
-      p[k].flops = c;
-      p[k].loss = law(nn, d) * exp(gsl_ran_gaussian(r, NOISE));
+      p[k] = fitt_point(nn, d, c, law(nn, d) * exp(gsl_ran_gaussian(r, NOISE)));
       p[k].group = k;
     }
   }

@@ -9,64 +9,11 @@
 #include "check.h"
 #include "common/err.h"
 #include "sweeps/spec.h"
+#include "unit/spec_check.h"
 
 #ifndef SS_SOURCE_DIR
 #define SS_SOURCE_DIR "."
 #endif
-
-/* Index of the problem at path (exact), or -1. */
-static int find(const spec_problems *pr, const char *path) {
-  for (size_t i = 0; i < pr->n; i++)
-    if (!strcmp(pr->items[i].path, path))
-      return (int)i;
-  return -1;
-}
-
-/* The problem at path exists and its message holds every needle. */
-static int has(const spec_problems *pr, const char *path, const char *needle1,
-               const char *needle2) {
-  int i = find(pr, path);
-  if (i < 0) {
-    fprintf(stderr, "  no problem at %s; problems:\n", path);
-    for (size_t j = 0; j < pr->n; j++)
-      fprintf(stderr, "    %s: %s\n", pr->items[j].path, pr->items[j].message);
-    return 0;
-  }
-  const char *m = pr->items[i].message;
-  if ((needle1 && !strstr(m, needle1)) || (needle2 && !strstr(m, needle2))) {
-    fprintf(stderr, "  %s: message lacks '%s'/'%s': %s\n", path, needle1 ? needle1 : "",
-            needle2 ? needle2 : "", m);
-    return 0;
-  }
-  return 1;
-}
-
-/* Parses text expecting failure; returns the problems (caller frees). */
-static spec_problems bad(const char *text) {
-  spec_problems pr = {0};
-  spec *s = NULL;
-  int rc = spec_parse(text, "t.json", &s, &pr);
-  CHECK(rc == SS_EINVAL);
-  CHECK(s == NULL);
-  CHECK(pr.n > 0);
-  spec_free(s);
-  return pr;
-}
-
-static spec *good(const char *text) {
-  spec_problems pr = {0};
-  spec *s = NULL;
-  int rc = spec_parse(text, "t.json", &s, &pr);
-  if (rc) {
-    char *m = spec_problems_format(&pr, "t.json");
-    fprintf(stderr, "unexpected problems:\n%s\n", m);
-    free(m);
-  }
-  CHECK(rc == 0);
-  CHECK(s != NULL);
-  spec_problems_free(&pr);
-  return s;
-}
 
 static void test_malformed(void) {
   /* a doubled comma on line 3 */

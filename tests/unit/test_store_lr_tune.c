@@ -22,23 +22,10 @@
 #include "check.h"
 #include "db_testlib.h"
 #include "store/db.h"
-#include "store/migrate.h"
 #include "store/sweeps.h"
 
 static uv_timer_t tick;
 static void on_tick(uv_timer_t *t) { (void)t; }
-
-/* Runs the loop until *v >= target; 0 on timeout. */
-static int run_until(uv_loop_t *loop, const int *v, int target, double secs) {
-  uv_update_time(loop);
-  uint64_t end = uv_now(loop) + (uint64_t)(secs * 1000);
-  while (*v < target) {
-    if (uv_now(loop) >= end)
-      return 0;
-    uv_run(loop, UV_RUN_ONCE);
-  }
-  return 1;
-}
 
 typedef struct tuned {
   int done, status;
@@ -127,11 +114,7 @@ static long add_sweep(PGconn *c, const char *name, const char *s1, const char *s
 #define UNDECIDED "{\"status\": \"undecided\", \"lr\": null, \"reason\": \"too few\"}"
 
 static void test_tuned(void) {
-  CHECK_INT_EQ(dbt_fresh_database("ss_lrtune"), 0);
-  char *url = dbt_url_with_db("ss_lrtune");
-  int applied;
-  char err[512];
-  CHECK_INT_EQ(db_migrate(url, &applied, err, sizeof err), 0);
+  char *url = dbt_migrated_db("ss_lrtune");
   PGconn *c = dbt_connect(url);
   uv_loop_t loop;
   CHECK_INT_EQ(uv_loop_init(&loop), 0);
@@ -145,12 +128,12 @@ static void test_tuned(void) {
   long a = add_sweep(c, "a", "succeeded", "succeeded", "failed");
   tune_read tr = {0};
   store_sweeps_lr_tune_runs(d1, a, on_tune_runs, &tr);
-  CHECK(run_until(&loop, &tr.done, 1, 10));
+  CHECK(dbt_run_until(&loop, &tr.done, 1, 10));
   CHECK(tr.status == 0 && tr.n == 3 && tr.spec && tr.lr0 == 0.001);
   CHECK(!strcmp(tr.status0, "succeeded"));
   status_done = 0;
   store_sweeps_update_status(d1, a, on_status, NULL);
-  CHECK(run_until(&loop, &status_done, 1, 10));
+  CHECK(dbt_run_until(&loop, &status_done, 1, 10));
   CHECK_INT_EQ(dbt_count(c, "SELECT count(*) FROM sweeps WHERE name = 'a' AND status = 'running'"),
                1);
 
@@ -158,7 +141,7 @@ static void test_tuned(void) {
   tuned t1 = {0}, t2 = {0};
   store_sweeps_lr_tuned(d1, a, DECIDED, &sw, on_tuned, &t1);
   store_sweeps_lr_tuned(d2, a, DECIDED, &sw, on_tuned, &t2);
-  CHECK(run_until(&loop, &t1.done, 1, 10) && run_until(&loop, &t2.done, 1, 10));
+  CHECK(dbt_run_until(&loop, &t1.done, 1, 10) && dbt_run_until(&loop, &t2.done, 1, 10));
   CHECK(!t1.status && !t2.status);
   CHECK_INT_EQ(t1.added + t2.added, 2);
   CHECK((t1.sweep_id == a) != (t2.sweep_id == a)); /* one of them, the other skipped */
@@ -173,18 +156,18 @@ static void test_tuned(void) {
   /* and again, later: nothing */
   t1 = (tuned){0};
   store_sweeps_lr_tuned(d1, a, DECIDED, &sw, on_tuned, &t1);
-  CHECK(run_until(&loop, &t1.done, 1, 10));
+  CHECK(dbt_run_until(&loop, &t1.done, 1, 10));
   CHECK(t1.sweep_id == 0 && t1.added == 0);
   snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE sweep_id = %ld", a);
   CHECK_INT_EQ(dbt_count(c, sql), 5);
   /* decided: nothing to read any more; the study's spec */
   tr = (tune_read){0};
   store_sweeps_lr_tune_runs(d1, a, on_tune_runs, &tr);
-  CHECK(run_until(&loop, &tr.done, 1, 10));
+  CHECK(dbt_run_until(&loop, &tr.done, 1, 10));
   CHECK(tr.status == 0 && tr.n == 0 && !tr.spec);
   spec_read sr = {0};
   store_sweeps_spec(d1, a, on_spec, &sr);
-  CHECK(run_until(&loop, &sr.done, 1, 10));
+  CHECK(dbt_run_until(&loop, &sr.done, 1, 10));
   json_t *base = json_object_get(sr.spec, "base");
   CHECK(sr.spec && !json_object_get(sr.spec, "lr_tune"));
   CHECK(json_number_value(json_object_get(json_object_get(base, "train"), "lr")) == 0.01);
@@ -198,11 +181,11 @@ static void test_tuned(void) {
   t1 = (tuned){0};
   sw.runs_json = "[]";
   store_sweeps_lr_tuned(d1, b, UNDECIDED, &sw, on_tuned, &t1);
-  CHECK(run_until(&loop, &t1.done, 1, 10));
+  CHECK(dbt_run_until(&loop, &t1.done, 1, 10));
   CHECK(t1.sweep_id == b && t1.added == 0);
   status_done = 0;
   store_sweeps_update_status(d1, b, on_status, NULL);
-  CHECK(run_until(&loop, &status_done, 1, 10));
+  CHECK(dbt_run_until(&loop, &status_done, 1, 10));
   CHECK_INT_EQ(dbt_count(c, "SELECT count(*) FROM sweeps WHERE name = 'b' AND status = 'failed'"),
                1);
   snprintf(sql, sizeof sql,
@@ -213,12 +196,12 @@ static void test_tuned(void) {
   DBT_EXEC_OK(c, sql);
   tr = (tune_read){0};
   store_sweeps_lr_tune_runs(d1, b, on_tune_runs, &tr);
-  CHECK(run_until(&loop, &tr.done, 1, 10));
+  CHECK(dbt_run_until(&loop, &tr.done, 1, 10));
   CHECK_INT_EQ(tr.n, 5); /* the reproductions count */
   t1 = (tuned){0};
   sw.runs_json = STUDY;
   store_sweeps_lr_tuned(d1, b, DECIDED, &sw, on_tuned, &t1);
-  CHECK(run_until(&loop, &t1.done, 1, 10));
+  CHECK(dbt_run_until(&loop, &t1.done, 1, 10));
   CHECK(t1.sweep_id == b && t1.added == 2);
 
   /* cancelled: nothing read, nothing added */
@@ -227,7 +210,7 @@ static void test_tuned(void) {
   DBT_EXEC_OK(c, sql);
   t1 = (tuned){0};
   store_sweeps_lr_tuned(d1, x, DECIDED, &sw, on_tuned, &t1);
-  CHECK(run_until(&loop, &t1.done, 1, 10));
+  CHECK(dbt_run_until(&loop, &t1.done, 1, 10));
   CHECK(t1.sweep_id == 0 && t1.added == 0);
   snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE sweep_id = %ld", x);
   CHECK_INT_EQ(dbt_count(c, sql), 3);
@@ -235,7 +218,7 @@ static void test_tuned(void) {
   int closed = 0;
   db_close(d1, on_closed, &closed);
   db_close(d2, on_closed, &closed);
-  CHECK(run_until(&loop, &closed, 2, 5));
+  CHECK(dbt_run_until(&loop, &closed, 2, 5));
   uv_close((uv_handle_t *)&tick, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);
   CHECK_INT_EQ(uv_loop_close(&loop), 0);
