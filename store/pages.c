@@ -520,32 +520,6 @@ void store_pages_sweep_doc(db *d, int64_t sweep_id, const store_runs_page *pg,
   gather_query(&c->g, 1, d, sql, 4, p);
   free(sql);
 }
-void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_json_cb cb,
-                     void *ud) {
-  char sql[8192], rid[24], lim[24], off[24], cols[1024] = "";
-  /* the metric table's stored columns (common/metric_row.h) */
-  for (int i = 0, len = 0; i < SS_MCOL_N; i++)
-    if (ss_metric_stored(i) && len < (int)sizeof cols)
-      len += snprintf(cols + len, sizeof cols - (size_t)len, "%s%s", len ? ", " : "",
-                      ss_metric_cols[i].name);
-  snprintf(sql, sizeof sql,
-           "SELECT json_build_object('run', (SELECT row_to_json(t) FROM (SELECT %s, "
-           "r.config FROM runs r WHERE r.id = $1) t), "
-           "'metrics', (SELECT coalesce(json_agg(m ORDER BY m.step), '[]') FROM "
-           "(SELECT %s FROM metrics WHERE run_id = $1 ORDER BY step LIMIT $2 OFFSET $3) m), "
-           "'metrics_total', (SELECT count(*) FROM metrics WHERE run_id = $1), "
-           "'metrics_offset', $3::bigint, 'metrics_limit', $2::bigint, "
-           "'attempts', (SELECT coalesce(json_agg(json_build_object('attempt', a.attempt, "
-           "'worker', a.worker, 'started_at', a.started_at, 'environment', a.environment) "
-           "ORDER BY a.attempt), '[]') FROM attempts a WHERE a.run_id = $1), "
-           "'reproduction', %s) "
-           "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1)",
-           run_columns, cols, REPRODUCTION_SQL);
-  const char *p[3] = {store__itoa(rid, sizeof rid, run_id), store__itoa(lim, sizeof lim, limit),
-                      store__itoa(off, sizeof off, offset)};
-  store__query_json(d, sql, 3, p, cb, ud);
-}
-
 static void decode_counts(const PGresult *res, int row, void *elem) {
   *(store_run_counts *)elem = (store_run_counts){store__int(res, row, 0), store__int(res, row, 1),
                                                  store__int(res, row, 2), store__int(res, row, 3)};
@@ -623,6 +597,93 @@ static int gather_decode(const gather *g, gather_rows *parts, int k) {
 static void gather_free(gather_rows *parts, int k) {
   for (int i = 0; i < k; i++)
     free(parts[i].rows);
+}
+
+/* ---- a run ------------------------------------------------------------------------------- */
+
+#define ATTEMPT_COLS(X) X(attempt, i64) X(worker, text) X(started_at, text) X(environment, text)
+DECODER(decode_attempt, store_attempt, ATTEMPT_COLS)
+
+/* A metric row: the stored columns in SS_METRIC_COLS' order (the
+ * statement's, metric_columns), so a new column needs no edit here. */
+static void decode_metric_row(const PGresult *res, int row, void *elem) {
+  ss_metric_row *m = elem;
+  ss_metric_row_clear(m);
+  for (int i = 0, k = 0; i < SS_MCOL_N; i++)
+    if (ss_metric_stored(i))
+      m->v[i] = store__num_or_nan(res, row, k++);
+}
+
+/* The metric table's stored columns, comma-separated (cols of size n). */
+static void metric_columns(char *cols, size_t n) {
+  size_t len = 0;
+  cols[0] = '\0';
+  for (int i = 0; i < SS_MCOL_N; i++)
+    if (ss_metric_stored(i) && len < n)
+      len += (size_t)snprintf(cols + len, n - len, "%s%s", len ? ", " : "", ss_metric_cols[i].name);
+}
+
+typedef struct run_doc_call {
+  gather g;
+  int64_t limit, offset;
+} run_doc_call;
+
+/* res[0]: the run (run_columns), its config, metric rows and reproduction
+ * check; res[1]: its attempts; res[2]: the page of metric rows. */
+static void run_doc_done(gather *g, int status, const char *errmsg) {
+  run_doc_call *c = (run_doc_call *)g;
+  gather_rows parts[] = {{1, sizeof(store_attempt), decode_attempt, NULL, 0},
+                         {2, sizeof(ss_metric_row), decode_metric_row, NULL, 0}};
+  int found = status == 0 && PQntuples(g->res[0]) > 0;
+  if (found && gather_decode(g, parts, 2)) {
+    status = SS_ENOMEM;
+    errmsg = "out of memory";
+  }
+  if (status != 0 || !found) {
+    ((store_run_doc_cb)g->cb)(g->ud, status, NULL, errmsg);
+    return;
+  }
+  const PGresult *r = g->res[0];
+  store_run_doc doc = {
+      .config = PQgetvalue(r, 0, 32),
+      .attempts = parts[0].rows,
+      .nattempts = parts[0].n,
+      .metrics = {store__int(r, 0, 33), c->offset, c->limit, parts[1].rows, parts[1].n},
+      .reproduction = store__str_or_null(r, 0, 34)};
+  decode_run(r, 0, 0, &doc.run);
+  ((store_run_doc_cb)g->cb)(g->ud, 0, &doc, NULL);
+  gather_free(parts, 2);
+}
+
+void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_run_doc_cb cb,
+                     void *ud) {
+  char sql[1024], rid[24], lim[24], off[24], cols[512];
+  metric_columns(cols, sizeof cols);
+  snprintf(sql, sizeof sql,
+           "SELECT %s FROM metrics WHERE run_id = $1 ORDER BY step LIMIT $2 OFFSET $3", cols);
+  const char *p[3] = {store__itoa(rid, sizeof rid, run_id), store__itoa(lim, sizeof lim, limit),
+                      store__itoa(off, sizeof off, offset)};
+  run_doc_call *c = calloc(1, sizeof *c);
+  if (!c) {
+    cb(ud, SS_ENOMEM, NULL, "out of memory");
+    return;
+  }
+  c->g = (gather){.n = 3, .done = run_doc_done, .cb = (void (*)(void))cb, .ud = ud};
+  for (int i = 0; i < 3; i++)
+    c->g.part[i] = (struct gather_part){&c->g, i};
+  c->limit = limit;
+  c->offset = offset;
+  char run_sql[8192]; /* db_query copies it */
+  snprintf(run_sql, sizeof run_sql,
+           "SELECT %s, r.config, (SELECT count(*) FROM metrics WHERE run_id = $1), %s "
+           "FROM runs r WHERE r.id = $1",
+           run_columns, REPRODUCTION_SQL);
+  gather_query(&c->g, 0, d, run_sql, 1, p);
+  gather_query(&c->g, 1, d,
+               "SELECT attempt, worker, (to_json(started_at)#>>'{}'), environment "
+               "FROM attempts WHERE run_id = $1 ORDER BY attempt",
+               1, p);
+  gather_query(&c->g, 2, d, sql, 3, p);
 }
 
 static void overview_done(gather *g, int status, const char *errmsg) {
@@ -762,50 +823,59 @@ void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t
                4, p);
 }
 
-void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
-  store__query_json_id(
-      d,
-      "SELECT json_build_object('id', r.id, 'sweep_id', r.sweep_id, 'sweep', sw.name, "
-      "'status', r.status, 'attempt', r.attempt, 'max_attempts', r.max_attempts, "
-      "'worker', wk.name, 'model', " MODEL_R ", "
-      "'params', r.params, 'nonembedding_params', r.nonembedding_params, "
-      "'tokens', r.tokens, 'batch_size', r.batch_size, 'flops', r.flops, "
-      "'final_val_loss', r.final_val_loss, 'started_at', " TS_SQL(
-          "r.started_at") ", "
-                          "'finished_at', " TS_SQL(
-                              "r.finished_at") ", 'duration_s', " DURATION_SQL ", "
-                                               "'reproduces', r.reproduces, 'on_worker', "
-                                               "r.on_worker, 'config_hash', "
-                                               "r.config_hash, "
-                                               "'code_version', r.code_version, 'error', r.error, "
-                                               "'environment', r.environment, 'attempts', (SELECT "
-                                               "json_agg(json_build_object('attempt', a.attempt, "
-                                               "'worker', a.worker, 'started_at', " TS_SQL(
-                                                   "a.started_at") ", 'environment', "
-                                                                   "a.environment) ORDER BY "
-                                                                   "a.attempt) FROM attempts a "
-                                                                   "WHERE a.run_id = r.id), "
-                                                                   "'log_tail', r.log_tail, "
-                                                                   "'prediction', r.prediction, "
-                                                                   "'designed', "
-                                                                   "r.designed, 'branch_of', "
-                                                                   "r.branch_of, "
-                                                                   "'branch_step', r.branch_step, "
-                                                                   "'reproduction',"
-                                                                   " " REPRODUCTION_SQL ", "
-                                                                   "'reproduced_by', (SELECT "
-                                                                   "json_agg(json_build_object('id'"
-                                                                   ", x.id, 'status', "
-                                                                   "x.status) "
-                                                                   "ORDER BY x.id) FROM runs x "
-                                                                   "WHERE x.reproduces = "
-                                                                   "r.id), 'config', r.config) "
-                                                                   "FROM runs r JOIN sweeps sw ON "
-                                                                   "sw.id = r.sweep_id "
-                                                                   "LEFT JOIN workers wk ON wk.id "
-                                                                   "= r.worker "
-                                                                   "WHERE r.id = $1",
-      run_id, cb, ud);
+#define RUN_REF_COLS(X) X(id, i64) X(status, str)
+DECODER(decode_run_ref, store_run_ref, RUN_REF_COLS)
+
+/* res[0]: the run (run_columns) and the page's columns after it; res[1]:
+ * its attempts; res[2]: the runs that reproduce it. */
+static void run_page_done(gather *g, int status, const char *errmsg) {
+  gather_rows parts[] = {{1, sizeof(store_attempt), decode_attempt, NULL, 0},
+                         {2, sizeof(store_run_ref), decode_run_ref, NULL, 0}};
+  int found = status == 0 && PQntuples(g->res[0]) > 0;
+  if (found && gather_decode(g, parts, 2)) {
+    status = SS_ENOMEM;
+    errmsg = "out of memory";
+  }
+  if (status != 0 || !found) {
+    ((store_run_page_cb)g->cb)(g->ud, status, NULL, errmsg);
+    return;
+  }
+  const PGresult *r = g->res[0];
+  store_run_page p = {.sweep = PQgetvalue(r, 0, 32),
+                      .worker_name = store__str_or_null(r, 0, 33),
+                      .started_utc = store__str_or_null(r, 0, 34),
+                      .finished_utc = store__str_or_null(r, 0, 35),
+                      .duration_s = store__num_or_nan(r, 0, 36),
+                      .log_tail = store__str_or_null(r, 0, 37),
+                      .config = PQgetvalue(r, 0, 38),
+                      .reproduction = store__str_or_null(r, 0, 39),
+                      .attempts = parts[0].rows,
+                      .nattempts = parts[0].n,
+                      .reproduced_by = parts[1].rows,
+                      .nreproduced_by = parts[1].n};
+  decode_run(r, 0, 0, &p.run);
+  ((store_run_page_cb)g->cb)(g->ud, 0, &p, NULL);
+  gather_free(parts, 2);
+}
+
+void store_pages_run_page(db *d, int64_t run_id, store_run_page_cb cb, void *ud) {
+  char rid[24], sql[8192]; /* db_query copies it */
+  const char *p[1] = {store__itoa(rid, sizeof rid, run_id)};
+  gather *g = gather_new(3, run_page_done, (void (*)(void))cb, ud);
+  if (!g)
+    return;
+  snprintf(sql, sizeof sql,
+           "SELECT %s, sw.name, wk.name, " TS_SQL("r.started_at") ", " TS_SQL(
+               "r.finished_at") ", " DURATION_SQL ", r.log_tail, r.config, %s FROM runs r "
+                                "JOIN sweeps sw ON sw.id = r.sweep_id LEFT JOIN workers wk ON "
+                                "wk.id = r.worker WHERE r.id = $1",
+           run_columns, REPRODUCTION_SQL);
+  gather_query(g, 0, d, sql, 1, p);
+  gather_query(g, 1, d,
+               "SELECT attempt, worker, " TS_SQL("started_at") ", environment FROM attempts "
+                                                               "WHERE run_id = $1 ORDER BY attempt",
+               1, p);
+  gather_query(g, 2, d, "SELECT id, status FROM runs WHERE reproduces = $1 ORDER BY id", 1, p);
 }
 
 /* The samples of one column of a run's curve: for g = 0..P the first step
