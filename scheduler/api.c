@@ -205,44 +205,33 @@ static void connected_names(sched *s, char *buf, size_t len) {
     snprintf(buf, len, "none");
 }
 
-/* "waiting" of a queued run that must run on one worker (reproduce --on)
- * when no connected worker is it, else NULL */
-static json_t *waiting_for_worker(sched *s, const json_t *run) {
-  const char *on = json_string_value(json_object_get(run, "on_worker"));
-  const char *st = json_string_value(json_object_get(run, "status"));
-  if (!on || !st || strcmp(st, "queued") != 0)
-    return NULL;
+/* Why a queued run that must run on one worker (reproduce --on) cannot
+ * start: that worker is not connected (written into why); 0 when it can. */
+static int waiting_for_worker(sched *s, const store_run *r, char *why, size_t len) {
+  if (!r->on_worker || strcmp(r->status, "queued") != 0)
+    return 0;
   for (sched__wconn *c = s->wp.conns; c; c = c->next)
-    if (c->authed && !c->closing && (!strcmp(c->name, on) || !strcmp(c->host, on)))
-      return NULL;
-  char msg[1024], names[768];
+    if (c->authed && !c->closing &&
+        (!strcmp(c->name, r->on_worker) || !strcmp(c->host, r->on_worker)))
+      return 0;
+  char names[768];
   connected_names(s, names, sizeof names);
-  snprintf(msg, sizeof msg,
+  snprintf(why, len,
            "it runs only on worker \"%s\" (by name or host), which is not connected "
            "(connected now: %s)",
-           on, names);
-  return json_string(msg);
+           r->on_worker, names);
+  return 1;
 }
 
-/* The run's document, with "waiting" added for a queued run that waits for
- * its one worker (the document is parsed only for such a run). */
-static void on_run_doc(void *ud, int status, const char *json, const char *errmsg) {
+/* The run's document, with "waiting" for a queued run that waits for its
+ * one worker. */
+static void on_run_doc(void *ud, int status, const store_run_doc *doc, const char *errmsg) {
   req_ctx *x = ud;
-  const char *k = status == 0 && json ? strstr(json, "\"on_worker\"") : NULL;
-  if (k)
-    k += strspn(k + 11, " :") + 11;
-  json_t *doc = k && *k == '"' ? json_loads(json, 0, NULL) : NULL;
-  json_t *why = doc ? waiting_for_worker(x->s, json_object_get(doc, "run")) : NULL;
-  if (!why) {
-    json_decref(doc);
-    on_json(ud, status, json, errmsg);
-    return;
-  }
-  json_object_set_new(doc, "waiting", why);
-  char *text = json_dumps(doc, JSON_COMPACT);
-  json_decref(doc);
-  on_json(ud, status, text ? text : json, errmsg);
-  free(text);
+  sched__buf b = {0};
+  char why[1024];
+  if (status == 0 && doc)
+    sched__json_run_doc(&b, doc, waiting_for_worker(x->s, &doc->run, why, sizeof why) ? why : NULL);
+  answer_written(x, status, doc != NULL, &b, errmsg);
 }
 
 static void get_run(sched *s, req_ctx *x, int64_t id) {

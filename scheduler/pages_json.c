@@ -204,3 +204,77 @@ void sched__json_sweep(sched__buf *b, sched *s, const store_sweep *sw, const sto
   j_runs_members(b, &sep, runs);
   sched__b_puts(b, "}");
 }
+
+/* ---- a run ------------------------------------------------------------------------------- */
+
+#define ATTEMPT_JSON(X)       \
+  X(attempt, int, a->attempt) \
+  X(worker, str, a->worker) X(started_at, str, a->started_at) X(environment, doc, a->environment)
+
+static void j_attempts(sched__buf *b, const store_attempt *attempts, int n) {
+  sched__b_puts(b, "[");
+  for (int i = 0; i < n; i++) {
+    const store_attempt *a = &attempts[i];
+    const char *sep = i ? ",{" : "{";
+    ATTEMPT_JSON(MEMBER)
+    sched__b_puts(b, "}");
+  }
+  sched__b_puts(b, "]");
+}
+
+/* A metric row: its stored columns, keyed and ordered as SS_METRIC_COLS
+ * (the integers as integers, null where absent). */
+static void j_metric_row(sched__buf *b, const ss_metric_row *m) {
+  const char *sep = "{";
+  for (int i = 0; i < SS_MCOL_N; i++) {
+    if (!ss_metric_stored(i))
+      continue;
+    j_key(b, &sep, ss_metric_cols[i].name);
+    if (ss_metric_cols[i].kind != SS_MK_REAL && isfinite(m->v[i]))
+      j_int(b, (int64_t)m->v[i]);
+    else
+      j_num(b, m->v[i]);
+  }
+  sched__b_puts(b, "}");
+}
+
+static void j_metric_page(sched__buf *b, const char **sep, const store_metric_page *p) {
+  j_key(b, sep, "metrics");
+  sched__b_puts(b, "[");
+  for (int i = 0; i < p->n; i++) {
+    if (i)
+      sched__b_puts(b, ",");
+    j_metric_row(b, &p->rows[i]);
+  }
+  sched__b_puts(b, "]");
+  j_key(b, sep, "metrics_total");
+  j_int(b, p->total);
+  j_key(b, sep, "metrics_offset");
+  j_int(b, p->offset);
+  j_key(b, sep, "metrics_limit");
+  j_int(b, p->limit);
+}
+
+/* The run's row with its resolved config. */
+static void j_run_config(sched__buf *b, const store_run *r, const char *config) {
+  const char *sep = "{";
+  RUN_JSON(MEMBER)
+  MEMBER(config, doc, config)
+  sched__b_puts(b, "}");
+}
+
+void sched__json_run_doc(sched__buf *b, const store_run_doc *doc, const char *waiting) {
+  const char *sep = "{";
+  j_key(b, &sep, "run");
+  j_run_config(b, &doc->run, doc->config);
+  j_metric_page(b, &sep, &doc->metrics);
+  j_key(b, &sep, "attempts");
+  j_attempts(b, doc->attempts, doc->nattempts);
+  j_key(b, &sep, "reproduction");
+  j_doc(b, doc->reproduction);
+  if (waiting) {
+    j_key(b, &sep, "waiting");
+    j_str(b, waiting);
+  }
+  sched__b_puts(b, "}");
+}

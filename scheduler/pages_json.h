@@ -20,4 +20,10 @@ void sched__json_sweep(sched__buf *b, sched *s, const store_sweep *sw, const sto
  * "runs"}. */
 void sched__json_runs(sched__buf *b, const store_runs *runs);
 
+/* GET /api/runs/{id}: {"run" (with its "config"), "metrics",
+ * "metrics_total", "metrics_offset", "metrics_limit", "attempts",
+ * "reproduction"}, and "waiting" when not NULL (why a queued run that must
+ * run on one worker cannot start). */
+void sched__json_run_doc(sched__buf *b, const store_run_doc *doc, const char *waiting);
+
 #endif

@@ -68,20 +68,20 @@ static void on_sweep_page(void *ud, int status, const store_sweep_page *p, const
     respond_rendered(ud, NULL, p);
 }
 
-/* The run page and its config.json, from the store's document. */
-static void on_run_page(void *ud, int status, const char *json, const char *errmsg) {
+/* The run page and its config.json, from the store's rows. */
+static void on_run_page(void *ud, int status, const store_run_page *p, const char *errmsg) {
   sched__web_req *w = ud;
-  if (page_failed(w, status, json != NULL, errmsg))
+  if (page_failed(w, status, p != NULL, errmsg))
     return;
   json_error_t je;
   /* jsonb writes 1e19 FLOPs as a 20-digit integer: reals, not Jansson's ints */
-  json_t *d = json_loads(json, JSON_DECODE_INT_AS_REAL, &je);
-  if (!d) {
+  json_t *config = json_loads(p->config, JSON_DECODE_INT_AS_REAL, &je);
+  if (!config) {
     sched__respond_message(w, 500, "Error", je.text);
     return;
   }
   if (w->kind == SCHED__PAGE_CONFIG) {
-    char *text = json_dumps(json_object_get(d, "config"), JSON_INDENT(2) | JSON_SORT_KEYS);
+    char *text = json_dumps(config, JSON_INDENT(2) | JSON_SORT_KEYS);
     char headers[1200];
     snprintf(headers, sizeof headers,
              "%sCache-Control: no-store\r\n"
@@ -92,16 +92,16 @@ static void on_run_page(void *ud, int status, const char *json, const char *errm
     else
       http_respond_error(w->r, 500, "out of memory", NULL);
     free(text);
-    json_decref(d);
+    json_decref(config);
     return;
   }
   sched__buf b = {0};
   char title[96];
   snprintf(title, sizeof title, "Run %" PRId64, w->id);
   sched__page_start(&b, w->s, "run", w->id, title);
-  sched__web_run(&b, w, d);
+  sched__web_run(&b, w, p, config);
   sched__page_end(&b);
-  json_decref(d);
+  json_decref(config);
   sched__respond_page(w, 200, &b);
 }
 

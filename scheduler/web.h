@@ -117,7 +117,8 @@ void sched__b_progress(sched__buf *b, const char *label, double done, double tot
 /* ---- the pages' bodies, from the store's rows and documents (store/pages.h) */
 void sched__web_overview(sched__buf *b, sched *s, const store_overview *o);
 void sched__web_sweep(sched__buf *b, sched__web_req *w, const store_sweep_page *p);
-void sched__web_run(sched__buf *b, sched__web_req *w, json_t *r);
+/* config: the run's document (p->config) as the page reads it */
+void sched__web_run(sched__buf *b, sched__web_req *w, const store_run_page *p, json_t *config);
 
 /* ---- web_json.c: the page's JSON under /api/; 0: not the page's (the API
  * answers). */

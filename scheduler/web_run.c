@@ -24,8 +24,8 @@ static void b_row(sched__buf *b, const char *name) {
  * step. */
 /* Where each attempt ran (migration 014): worker, host, CPU or GPU, the
  * kernels, threads and code version, one row an attempt. */
-static void b_attempts(sched__buf *b, const json_t *attempts) {
-  if (json_array_size(attempts) == 0)
+static void b_attempts(sched__buf *b, const store_attempt *attempts, int nattempts) {
+  if (nattempts == 0)
     return;
   static const char *const keys[] = {"host",
                                      "cpu",
@@ -44,14 +44,13 @@ static void b_attempts(sched__buf *b, const json_t *attempts) {
   sched__b_section(b, "where", "Where it ran");
   sched__b_puts(b, "<table class=\"kv\"><thead><tr><th>attempt</th><th>worker</th><th>started"
                    "</th><th>environment</th></tr></thead><tbody>");
-  size_t i;
-  json_t *a;
-  json_array_foreach((json_t *)attempts, i, a) {
-    const json_t *env = json_object_get(a, "environment");
-    sched__b_printf(b, "<tr><td>%" JSON_INTEGER_FORMAT "</td><td>", sched__jint(a, "attempt"));
-    sched__b_esc(b, sched__jstr(a, "worker"));
+  for (int i = 0; i < nattempts; i++) {
+    const store_attempt *a = &attempts[i];
+    json_t *env = a->environment ? json_loads(a->environment, JSON_DECODE_INT_AS_REAL, NULL) : NULL;
+    sched__b_printf(b, "<tr><td>%" PRId64 "</td><td>", a->attempt);
+    sched__b_esc(b, a->worker);
     sched__b_puts(b, "</td><td>");
-    sched__b_esc(b, sched__jstr(a, "started_at"));
+    sched__b_esc(b, a->started_at);
     sched__b_puts(b, "</td><td>");
     int n = 0;
     for (int k = 0; keys[k]; k++) {
@@ -64,6 +63,7 @@ static void b_attempts(sched__buf *b, const json_t *attempts) {
       else if (json_is_number(v))
         sched__b_printf(b, "%g", json_number_value(v));
     }
+    json_decref(env);
     sched__b_puts(b, "</td></tr>");
   }
   sched__b_puts(b, "</tbody></table></section>\n");
@@ -150,147 +150,169 @@ static void b_reproduction(sched__buf *b, json_int_t of, json_t *rep) {
   sched__b_puts(b, "</td></tr>");
 }
 
-void sched__web_run(sched__buf *b, sched__web_req *w, json_t *r) {
-  json_int_t sweep = sched__jint(r, "sweep_id");
+/* An integer of the run's row as the page read it from JSON: 0 for null. */
+static int64_t or0(int64_t v) { return v == STORE_NULL_INT ? 0 : v; }
+
+/* A count of the run's row as a number: unknown (NAN) for null. */
+static double num(int64_t v) { return v == STORE_NULL_INT ? NAN : (double)v; }
+
+/* The summary's heading and its first rows: the numbers of the run. */
+static void b_numbers(sched__buf *b, sched__web_req *w, const store_run_page *p) {
+  const store_run *r = &p->run;
   sched__b_printf(b,
                   "<section id=\"summary\" aria-labelledby=\"h-run\"><h1 "
-                  "id=\"h-run\">Run #%" PRId64 "</h1><p>of <a href=\"/sweeps/%" JSON_INTEGER_FORMAT
-                  "\">sweep #%" JSON_INTEGER_FORMAT " <bdi class=\"name\">",
-                  w->id, sweep, sweep);
-  sched__b_esc(b, sched__jstr(r, "sweep")); /* in <bdi>: web_sweep.c says why */
+                  "id=\"h-run\">Run #%" PRId64 "</h1><p>of <a href=\"/sweeps/%" PRId64
+                  "\">sweep #%" PRId64 " <bdi class=\"name\">",
+                  w->id, r->sweep_id, r->sweep_id);
+  sched__b_esc(b, p->sweep); /* in <bdi>: web_sweep.c says why */
   sched__b_puts(b, "</bdi></a> \xc2\xb7 ");
-  sched__b_status(b, sched__jstr(r, "status"));
+  sched__b_status(b, r->status);
   sched__b_puts(b, "</p><table class=\"kv\"><tbody>");
   b_row(b, "Attempt");
-  sched__b_printf(b, "%" JSON_INTEGER_FORMAT " of %" JSON_INTEGER_FORMAT "</td></tr>",
-                  sched__jint(r, "attempt"), sched__jint(r, "max_attempts"));
-  static const struct {
-    const char *name, *key, *fmt; /* fmt NULL: text; "d": a duration */
-  } rows[] = {{"Worker", "worker", NULL},
-              {"Model", "model", NULL}, /* family, parametrisation (store/pages.c) */
-              {"N (non-embedding)", "nonembedding_params", "%.4g"},
-              {"Parameters", "params", "%.4g"},
-              {"D (tokens)", "tokens", "%.4g"},
-              {"B (sequences)", "batch_size", "%.0f"},
-              {"C (FLOPs)", "flops", "%.4g"},
-              {"Final validation loss", "final_val_loss", "%.6f"},
-              {"Started (UTC)", "started_at", NULL},
-              {"Ended (UTC)", "finished_at", NULL},
-              {"Duration", "duration_s", "d"}};
+  sched__b_printf(b, "%" PRId64 " of %" PRId64 "</td></tr>", r->attempt, r->max_attempts);
+  const struct {
+    const char *name, *text, *fmt; /* fmt NULL: text; "d": a duration */
+    double v;
+  } rows[] = {{"Worker", p->worker_name, NULL, 0},
+              {"Model", r->model, NULL, 0}, /* family, parametrisation (store/pages.c) */
+              {"N (non-embedding)", NULL, "%.4g", num(r->nonembedding_params)},
+              {"Parameters", NULL, "%.4g", num(r->params)},
+              {"D (tokens)", NULL, "%.4g", num(r->tokens)},
+              {"B (sequences)", NULL, "%.0f", num(r->batch_size)},
+              {"C (FLOPs)", NULL, "%.4g", r->flops},
+              {"Final validation loss", NULL, "%.6f", r->final_val_loss},
+              {"Started (UTC)", p->started_utc, NULL, 0},
+              {"Ended (UTC)", p->finished_utc, NULL, 0},
+              {"Duration", NULL, "d", p->duration_s}};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     b_row(b, rows[i].name);
     if (!rows[i].fmt)
-      sched__b_esc(b, sched__jstr(r, rows[i].key));
+      sched__b_esc(b, rows[i].text);
     else if (!strcmp(rows[i].fmt, "d"))
-      sched__b_duration(b, sched__jnum(r, rows[i].key));
+      sched__b_duration(b, rows[i].v);
     else
-      sched__b_num(b, sched__jnum(r, rows[i].key), rows[i].fmt);
+      sched__b_num(b, rows[i].v, rows[i].fmt);
     sched__b_puts(b, "</td></tr>");
   }
-  json_t *pred = json_object_get(r, "prediction");
-  const char *status = sched__jstr(r, "status");
-  if (json_is_object(pred) && status && !strcmp(status, "running")) {
-    /* predict.c: the final loss from the curve so far, against the fit */
-    b_row(b, "Predicted final loss");
-    sched__b_num(b, sched__jnum(pred, "predicted"), "%.4f");
-    sched__b_puts(b, " (95% ");
-    sched__b_num(b, sched__jnum(pred, "lo"), "%.4f");
-    sched__b_puts(b, " to ");
-    sched__b_num(b, sched__jnum(pred, "hi"), "%.4f");
-    sched__b_printf(b,
-                    "; from %" JSON_INTEGER_FORMAT " evaluations to step %" JSON_INTEGER_FORMAT ")",
-                    sched__jint(pred, "evals"), sched__jint(pred, "at_step"));
-    if (json_is_number(json_object_get(pred, "surface"))) {
-      sched__b_puts(b, "; the sweep's fit says ");
-      sched__b_num(b, sched__jnum(pred, "surface"), "%.4f");
-    }
-    if (json_is_true(json_object_get(pred, "flagged")))
-      sched__b_puts(b, " <strong class=\"flag\">far off the fit: worth a look</strong>");
-    sched__b_puts(b, "</td></tr>");
+}
+
+/* predict.c: the final loss from the curve so far, against the fit (a
+ * running run's prediction document) */
+static void b_prediction(sched__buf *b, json_t *pred) {
+  b_row(b, "Predicted final loss");
+  sched__b_num(b, sched__jnum(pred, "predicted"), "%.4f");
+  sched__b_puts(b, " (95% ");
+  sched__b_num(b, sched__jnum(pred, "lo"), "%.4f");
+  sched__b_puts(b, " to ");
+  sched__b_num(b, sched__jnum(pred, "hi"), "%.4f");
+  sched__b_printf(b,
+                  "; from %" JSON_INTEGER_FORMAT " evaluations to step %" JSON_INTEGER_FORMAT ")",
+                  sched__jint(pred, "evals"), sched__jint(pred, "at_step"));
+  if (json_is_number(json_object_get(pred, "surface"))) {
+    sched__b_puts(b, "; the sweep's fit says ");
+    sched__b_num(b, sched__jnum(pred, "surface"), "%.4f");
   }
-  const char *sched_name = json_string_value(
-      json_object_get(json_object_get(json_object_get(r, "config"), "train"), "schedule"));
-  if (sched__jint(r, "branch_of") && sched_name && !strcmp(sched_name, "constant")) {
-    /* a rung of a branched batch ladder (docs/sweeps.md) */
-    b_row(b, "Branch of");
+  if (json_is_true(json_object_get(pred, "flagged")))
+    sched__b_puts(b, " <strong class=\"flag\">far off the fit: worth a look</strong>");
+  sched__b_puts(b, "</td></tr>");
+}
+
+/* What a branch started from: a rung of a branched batch ladder (a
+ * constant schedule) or a wsd branch (docs/sweeps.md). */
+static void b_branch(sched__buf *b, const store_run *r, json_t *config) {
+  int64_t of = or0(r->branch_of), step = or0(r->branch_step);
+  const char *sched_name =
+      json_string_value(json_object_get(json_object_get(config, "train"), "schedule"));
+  if (!of)
+    return;
+  b_row(b, "Branch of");
+  if (sched_name && !strcmp(sched_name, "constant"))
     sched__b_printf(b,
-                    "<a href=\"/runs/%" JSON_INTEGER_FORMAT "\">run %" JSON_INTEGER_FORMAT
+                    "<a href=\"/runs/%" PRId64 "\">run %" PRId64
                     "</a>: a rung of its critical batch size ladder, started from its checkpoint "
-                    "after its step %" JSON_INTEGER_FORMAT
+                    "after its step %" PRId64
                     " (from its checkpoint when it kept one; else this run trained from scratch "
                     "and the fit leaves it out), then trained at this run's own batch size "
                     "and rate</td></tr>",
-                    sched__jint(r, "branch_of"), sched__jint(r, "branch_of"),
-                    sched__jint(r, "branch_step"));
-  } else if (sched__jint(r, "branch_of")) { /* a wsd branch (docs/sweeps.md) */
-    b_row(b, "Branch of");
+                    of, of, step);
+  else
     sched__b_printf(b,
-                    "<a href=\"/runs/%" JSON_INTEGER_FORMAT "\">run %" JSON_INTEGER_FORMAT
-                    "</a>: its warmup and stable phase, steps 1 to %" JSON_INTEGER_FORMAT
+                    "<a href=\"/runs/%" PRId64 "\">run %" PRId64
+                    "</a>: its warmup and stable phase, steps 1 to %" PRId64
                     ", are that run's (from its checkpoint when it kept one; else this run trained "
                     "them too); the same result as from scratch</td></tr>",
-                    sched__jint(r, "branch_of"), sched__jint(r, "branch_of"),
-                    sched__jint(r, "branch_step"));
+                    of, of, step);
+}
+
+/* The summary's rows after the numbers: prediction, branch, reproduction,
+ * where it must run, who reproduced it, config hash and code version. */
+static void b_relations(sched__buf *b, const store_run_page *p, json_t *config) {
+  const store_run *r = &p->run;
+  json_t *pred = r->prediction ? json_loads(r->prediction, JSON_DECODE_INT_AS_REAL, NULL) : NULL;
+  if (json_is_object(pred) && !strcmp(r->status, "running"))
+    b_prediction(b, pred);
+  json_decref(pred);
+  b_branch(b, r, config);
+  if (or0(r->reproduces)) {
+    json_t *rep =
+        p->reproduction ? json_loads(p->reproduction, JSON_DECODE_INT_AS_REAL, NULL) : NULL;
+    b_reproduction(b, (json_int_t)r->reproduces, rep);
+    json_decref(rep);
   }
-  if (sched__jint(r, "reproduces"))
-    b_reproduction(b, sched__jint(r, "reproduces"), json_object_get(r, "reproduction"));
-  if (json_is_string(json_object_get(r, "on_worker"))) { /* reproduce --on */
+  if (r->on_worker) { /* reproduce --on */
     b_row(b, "Runs on");
     sched__b_puts(b, "only the worker named, or on the host, ");
-    sched__b_esc(b, sched__jstr(r, "on_worker"));
+    sched__b_esc(b, r->on_worker);
     sched__b_puts(b, "</td></tr>");
   }
-  json_t *by = json_object_get(r, "reproduced_by");
-  if (json_array_size(by) > 0) {
+  if (p->nreproduced_by > 0) {
     b_row(b, "Reproduced by");
-    size_t i;
-    json_t *x;
-    json_array_foreach(by, i, x) {
-      sched__b_printf(
-          b, "%s<a href=\"/runs/%" JSON_INTEGER_FORMAT "\">run %" JSON_INTEGER_FORMAT "</a> (",
-          i ? ", " : "", sched__jint(x, "id"), sched__jint(x, "id"));
-      sched__b_esc(b, sched__jstr(x, "status"));
+    for (int i = 0; i < p->nreproduced_by; i++) {
+      const store_run_ref *x = &p->reproduced_by[i];
+      sched__b_printf(b, "%s<a href=\"/runs/%" PRId64 "\">run %" PRId64 "</a> (", i ? ", " : "",
+                      x->id, x->id);
+      sched__b_esc(b, x->status);
       sched__b_puts(b, ")");
     }
     sched__b_puts(b, "</td></tr>");
   }
   b_row(b, "Config hash");
   sched__b_puts(b, "<code>");
-  sched__b_esc(b, sched__jstr(r, "config_hash"));
+  sched__b_esc(b, r->config_hash);
   sched__b_puts(b, "</code></td></tr>");
   b_row(b, "Code version");
-  sched__b_esc(b, sched__jstr(r, "code_version"));
+  sched__b_esc(b, r->code_version);
   sched__b_puts(b, "</td></tr></tbody></table></section>\n");
-  b_attempts(b, json_object_get(r, "attempts"));
+}
 
-  if (sched__jstr(r, "error") || sched__jstr(r, "log_tail")) {
-    sched__b_section(b, "failure", "What went wrong");
-    if (sched__jstr(r, "error")) {
-      sched__b_puts(b, "<p class=\"err\">");
-      sched__b_esc(b, sched__jstr(r, "error"));
-      sched__b_puts(b, "</p>");
-    }
-    if (sched__jstr(r, "retry_after")) {
-      sched__b_puts(b, "<p>Its next attempt starts no sooner than ");
-      sched__b_esc(b, sched__jstr(r, "retry_after"));
-      sched__b_puts(b, " UTC.</p>");
-    }
-    if (sched__jstr(r, "log_tail") && *sched__jstr(r, "log_tail")) {
-      sched__b_puts(b, "<h3>Log tail</h3><pre class=\"log\" tabindex=\"0\">");
-      sched__b_esc(b, sched__jstr(r, "log_tail"));
-      sched__b_puts(b, "</pre>");
-    }
-    sched__b_puts(b, "</section>\n");
+/* Its error and the tail of its log. */
+static void b_failure(sched__buf *b, const store_run_page *p) {
+  const char *error = p->run.error;
+  if (!error && !p->log_tail)
+    return;
+  sched__b_section(b, "failure", "What went wrong");
+  if (error) {
+    sched__b_puts(b, "<p class=\"err\">");
+    sched__b_esc(b, error);
+    sched__b_puts(b, "</p>");
   }
+  if (p->log_tail && *p->log_tail) {
+    sched__b_puts(b, "<h3>Log tail</h3><pre class=\"log\" tabindex=\"0\">");
+    sched__b_esc(b, p->log_tail);
+    sched__b_puts(b, "</pre>");
+  }
+  sched__b_puts(b, "</section>\n");
+}
 
+/* The curves (web/run.js draws them), how to reproduce it, its config. */
+static void b_curves_reproduce_config(sched__buf *b, int64_t id, json_t *config) {
   sched__b_puts(b, "<section id=\"curves\" aria-labelledby=\"h-curves\"><h2 id=\"h-curves\">Curves"
                    "</h2><p class=\"js-only\">The curves need JavaScript; the numbers are at "
                    "<a href=\"");
-  sched__b_printf(b, "/api/runs/%" PRId64 "\">/api/runs/%" PRId64 "</a>.</p>", w->id, w->id);
+  sched__b_printf(b, "/api/runs/%" PRId64 "\">/api/runs/%" PRId64 "</a>.</p>", id, id);
   sched__b_puts(
       b, "<div class=\"charts\"><figure id=\"chart-run\" class=\"chart\"><figcaption>Training "
          "and validation loss (log-log)</figcaption></figure></div></section>\n");
-
   sched__b_printf(
       b,
       "<section id=\"reproduce\" aria-labelledby=\"h-reproduce\"><h2 id=\"h-reproduce\">"
@@ -302,13 +324,20 @@ void sched__web_run(sched__buf *b, sched__web_req *w, json_t *r) {
       "<p class=\"needs-token\" hidden><button type=\"button\" id=\"reproduce-run\">"
       "Reproduce this run</button> <button type=\"button\" id=\"cancel-run\">Cancel "
       "this run</button></p></section>\n",
-      w->id, w->id, w->id);
-
+      id, id, id);
   sched__b_puts(b,
                 "<section id=\"config\" aria-labelledby=\"h-config\"><h2 id=\"h-config\">Resolved "
                 "config</h2><pre class=\"config\" tabindex=\"0\">");
-  char *cfg = json_dumps(json_object_get(r, "config"), JSON_INDENT(2) | JSON_SORT_KEYS);
+  char *cfg = json_dumps(config, JSON_INDENT(2) | JSON_SORT_KEYS);
   sched__b_esc(b, cfg ? cfg : "");
   free(cfg);
   sched__b_puts(b, "</pre></section>\n");
+}
+
+void sched__web_run(sched__buf *b, sched__web_req *w, const store_run_page *p, json_t *config) {
+  b_numbers(b, w, p);
+  b_relations(b, p, config);
+  b_attempts(b, p->attempts, p->nattempts);
+  b_failure(b, p);
+  b_curves_reproduce_config(b, w->id, config);
 }

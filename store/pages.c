@@ -183,20 +183,21 @@ static int decode_all(const PGresult *res, size_t size,
 }
 
 /* A row's columns as X(field, kind), in its statement's order: DECODER
- * makes the decode that reads them, each kind with its reader: i64 (0 for
+ * makes the decode that reads them (name, from column 0; name_at, from
+ * column k), each kind with its reader: i64 (0 for
  * NULL), f64 (NAN for NULL), str (never NULL), text (NULL for NULL). */
 #define COL_i64 store__int
 #define COL_f64 store__num_or_nan
 #define COL_str PQgetvalue
 #define COL_text store__str_or_null
 #define DECODE_COLUMN(field, kind) e->field = COL_##kind(res, row, k++);
-#define DECODER(name, type, COLS)                              \
-  static void name(const PGresult *res, int row, void *elem) { \
-    type *e = elem;                                            \
-    *e = (type){0};                                            \
-    int k = 0;                                                 \
-    COLS(DECODE_COLUMN)                                        \
-  }
+#define DECODER(name, type, COLS)                                          \
+  static void name##_at(const PGresult *res, int row, int k, void *elem) { \
+    type *e = elem;                                                        \
+    *e = (type){0};                                                        \
+    COLS(DECODE_COLUMN)                                                    \
+  }                                                                        \
+  static void name(const PGresult *res, int row, void *elem) { name##_at(res, row, 0, elem); }
 
 /* Statements queued together on one connection (which answers them in
  * order), decoded together once the last has answered, so that a page's
@@ -264,9 +265,9 @@ static void gather_query(gather *g, int i, db *d, const char *sql, int nparams,
 
 /* The sweep sw's runs counted (store_sweep_counts, in SWEEP_COLS'
  * order), as the lateral c: one pass over them. Of wsd branches (migration
- * 010): the succeeded runs that started from a trunk's checkpoint, and the
- * FLOPs the succeeded runs trained themselves. */
-#define COUNTS_SQL                                                                                \
+ * 010), branched and trained: BRANCHED_COUNT_SQL and TRAINED_SUM_SQL, or
+ * "0" where they are not read. */
+#define COUNTS_SQL(branched, trained)                                                             \
   "CROSS JOIN LATERAL (SELECT count(*) AS total, "                                                \
   "count(*) FILTER (WHERE r.status = 'queued') AS queued, "                                       \
   "count(*) FILTER (WHERE r.status = 'running') AS running, "                                     \
@@ -278,18 +279,24 @@ static void gather_query(gather *g, int i, db *d, const char *sql, int nparams,
   "coalesce(max(CASE WHEN r.gpus = 0 THEN greatest(coalesce((r.config->>'world_size')::int, 1), " \
   "1) END) FILTER (WHERE r.status = 'queued'), 1) AS queued_slots, "                              \
   "coalesce(string_agg(DISTINCT coalesce(r.config->>'trainer', 'builtin'), ',') FILTER (WHERE "   \
-  "r.status = 'queued'), '') AS queued_trainers, "                                                \
-  "count(*) FILTER (WHERE r.status = 'succeeded' AND " BRANCHED_SQL ") AS branched, "             \
+  "r.status = 'queued'), '') AS queued_trainers, " branched " AS branched, "                      \
   "coalesce(sum(r.flops), 0) AS flops_planned, "                                                  \
   "coalesce(sum(r.flops) FILTER (WHERE r.status = 'succeeded'), 0) AS flops_done, "               \
-  "coalesce(sum(" SPENT_SQL "), 0) AS flops_spent, "                                              \
-  "coalesce(sum(CASE WHEN " BRANCHED_SQL " THEN r.flops * greatest(0.0, 1.0 - "                   \
-  "r.branch_step::float8 * coalesce((SELECT p.batch_size FROM runs p WHERE p.id = "               \
-  "r.branch_of), r.batch_size) * (r.config->'model'->>'seq_len')::float8 / "                      \
-  "greatest(r.tokens, 1)) ELSE r.flops END) FILTER (WHERE r.status = 'succeeded'), 0) "           \
-  "AS flops_trained, "                                                                            \
+  "coalesce(sum(" SPENT_SQL "), 0) AS flops_spent, " trained " AS flops_trained, "                \
   "string_agg(DISTINCT " MODEL_R ", '; ' ORDER BY " MODEL_R ") AS models "                        \
   "FROM runs r WHERE r.sweep_id = sw.id) c "
+
+/* COUNTS_SQL's wsd counts: the succeeded runs that started from a trunk's
+ * checkpoint, and the FLOPs the succeeded runs trained themselves (the
+ * API's; the page shows neither, and leaves out their subplans: planning
+ * its statement took 1.6 times as long as d6fa629's page statement with
+ * them, 1.2 without, on a 10,000-run sweep). */
+#define BRANCHED_COUNT_SQL "count(*) FILTER (WHERE r.status = 'succeeded' AND " BRANCHED_SQL ")"
+#define TRAINED_SUM_SQL                                                             \
+  "coalesce(sum(CASE WHEN " BRANCHED_SQL " THEN r.flops * greatest(0.0, 1.0 - "     \
+  "r.branch_step::float8 * coalesce((SELECT p.batch_size FROM runs p WHERE p.id = " \
+  "r.branch_of), r.batch_size) * (r.config->'model'->>'seq_len')::float8 / "        \
+  "greatest(r.tokens, 1)) ELSE r.flops END) FILTER (WHERE r.status = 'succeeded'), 0)"
 
 /* A sweep's row: the columns SWEEP_SQL selects, then its counts (c.*). */
 #define SWEEP_COLS(X)                                                                             \
@@ -323,12 +330,13 @@ DECODER(decode_sweep_summary, store_sweep, SWEEP_LIST_COLS)
 
 /* SWEEP_COLS's statement, its spec the column spec: the page has no use
  * for a spec that may be most of a megabyte (NULL), the API passes it on. */
-#define SWEEP_SQL(spec)                                                                   \
+#define SWEEP_SQL(spec, branched, trained)                                                \
   "SELECT sw.id, sw.priority, sw.name, sw.status, sw.spec_hash, "                         \
   "(to_json(sw.created_at)#>>'{}'), "                                                     \
   "to_char(sw.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), "                  \
   "sw.spec->>'method', sw.spec->>'description', " spec ", " LR_TUNE_SQL ", " ADAPTIVE_SQL \
-  ", " STORE__LATEST_FITS_SQL ", c.* FROM sweeps sw " COUNTS_SQL "WHERE sw.id = $1"
+  ", " STORE__LATEST_FITS_SQL                                                             \
+  ", c.* FROM sweeps sw " COUNTS_SQL(branched, trained) "WHERE sw.id = $1"
 
 STORE__ARRAY_SPEC(sweep_list, store_sweep, decode_sweep_summary, store_sweep_list_cb);
 
@@ -516,36 +524,10 @@ void store_pages_sweep_doc(db *d, int64_t sweep_id, const store_runs_page *pg,
   c->pg = *pg;
   const char *p[4];
   page_params(p, ids, lim, off, sweep_id, pg);
-  gather_query(&c->g, 0, d, SWEEP_SQL("sw.spec"), 1, p);
+  gather_query(&c->g, 0, d, SWEEP_SQL("sw.spec", BRANCHED_COUNT_SQL, TRAINED_SUM_SQL), 1, p);
   gather_query(&c->g, 1, d, sql, 4, p);
   free(sql);
 }
-void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_json_cb cb,
-                     void *ud) {
-  char sql[8192], rid[24], lim[24], off[24], cols[1024] = "";
-  /* the metric table's stored columns (common/metric_row.h) */
-  for (int i = 0, len = 0; i < SS_MCOL_N; i++)
-    if (ss_metric_stored(i) && len < (int)sizeof cols)
-      len += snprintf(cols + len, sizeof cols - (size_t)len, "%s%s", len ? ", " : "",
-                      ss_metric_cols[i].name);
-  snprintf(sql, sizeof sql,
-           "SELECT json_build_object('run', (SELECT row_to_json(t) FROM (SELECT %s, "
-           "r.config FROM runs r WHERE r.id = $1) t), "
-           "'metrics', (SELECT coalesce(json_agg(m ORDER BY m.step), '[]') FROM "
-           "(SELECT %s FROM metrics WHERE run_id = $1 ORDER BY step LIMIT $2 OFFSET $3) m), "
-           "'metrics_total', (SELECT count(*) FROM metrics WHERE run_id = $1), "
-           "'metrics_offset', $3::bigint, 'metrics_limit', $2::bigint, "
-           "'attempts', (SELECT coalesce(json_agg(json_build_object('attempt', a.attempt, "
-           "'worker', a.worker, 'started_at', a.started_at, 'environment', a.environment) "
-           "ORDER BY a.attempt), '[]') FROM attempts a WHERE a.run_id = $1), "
-           "'reproduction', %s) "
-           "WHERE EXISTS (SELECT 1 FROM runs WHERE id = $1)",
-           run_columns, cols, REPRODUCTION_SQL);
-  const char *p[3] = {store__itoa(rid, sizeof rid, run_id), store__itoa(lim, sizeof lim, limit),
-                      store__itoa(off, sizeof off, offset)};
-  store__query_json(d, sql, 3, p, cb, ud);
-}
-
 static void decode_counts(const PGresult *res, int row, void *elem) {
   *(store_run_counts *)elem = (store_run_counts){store__int(res, row, 0), store__int(res, row, 1),
                                                  store__int(res, row, 2), store__int(res, row, 3)};
@@ -625,6 +607,103 @@ static void gather_free(gather_rows *parts, int k) {
     free(parts[i].rows);
 }
 
+/* Decodes k results of a gather whose res[0] holds its object's row: 1
+ * when there is one; 0 with status and errmsg the failure (status 0 when
+ * there is none). */
+static int gather_found(const gather *g, gather_rows *parts, int k, int *status,
+                        const char **errmsg) {
+  if (*status != 0 || PQntuples(g->res[0]) == 0)
+    return 0;
+  if (gather_decode(g, parts, k)) {
+    *status = SS_ENOMEM;
+    *errmsg = "out of memory";
+    return 0;
+  }
+  return 1;
+}
+
+/* ---- a run ------------------------------------------------------------------------------- */
+
+#define ATTEMPT_COLS(X) X(attempt, i64) X(worker, text) X(started_at, text) X(environment, text)
+DECODER(decode_attempt, store_attempt, ATTEMPT_COLS)
+
+/* A metric row: the stored columns in SS_METRIC_COLS' order (the
+ * statement's, metric_columns), so a new column needs no edit here. */
+static void decode_metric_row(const PGresult *res, int row, void *elem) {
+  ss_metric_row *m = elem;
+  ss_metric_row_clear(m);
+  for (int i = 0, k = 0; i < SS_MCOL_N; i++)
+    if (ss_metric_stored(i))
+      m->v[i] = store__num_or_nan(res, row, k++);
+}
+
+/* The metric table's stored columns, comma-separated (cols of size n). */
+static void metric_columns(char *cols, size_t n) {
+  size_t len = 0;
+  cols[0] = '\0';
+  for (int i = 0; i < SS_MCOL_N; i++)
+    if (ss_metric_stored(i) && len < n)
+      len += (size_t)snprintf(cols + len, n - len, "%s%s", len ? ", " : "", ss_metric_cols[i].name);
+}
+
+typedef struct run_doc_call {
+  gather g;
+  int64_t limit, offset;
+} run_doc_call;
+
+/* res[0]: the run (run_columns), its config, metric rows and reproduction
+ * check; res[1]: its attempts; res[2]: the page of metric rows. */
+static void run_doc_done(gather *g, int status, const char *errmsg) {
+  run_doc_call *c = (run_doc_call *)g;
+  gather_rows parts[] = {{1, sizeof(store_attempt), decode_attempt, NULL, 0},
+                         {2, sizeof(ss_metric_row), decode_metric_row, NULL, 0}};
+  if (!gather_found(g, parts, 2, &status, &errmsg)) {
+    ((store_run_doc_cb)g->cb)(g->ud, status, NULL, errmsg);
+    return;
+  }
+  const PGresult *r = g->res[0];
+  store_run_doc doc = {
+      .config = PQgetvalue(r, 0, 32),
+      .attempts = parts[0].rows,
+      .nattempts = parts[0].n,
+      .metrics = {store__int(r, 0, 33), c->offset, c->limit, parts[1].rows, parts[1].n},
+      .reproduction = store__str_or_null(r, 0, 34)};
+  decode_run(r, 0, 0, &doc.run);
+  ((store_run_doc_cb)g->cb)(g->ud, 0, &doc, NULL);
+  gather_free(parts, 2);
+}
+
+void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_run_doc_cb cb,
+                     void *ud) {
+  char sql[1024], rid[24], lim[24], off[24], cols[512];
+  metric_columns(cols, sizeof cols);
+  snprintf(sql, sizeof sql,
+           "SELECT %s FROM metrics WHERE run_id = $1 ORDER BY step LIMIT $2 OFFSET $3", cols);
+  const char *p[3] = {store__itoa(rid, sizeof rid, run_id), store__itoa(lim, sizeof lim, limit),
+                      store__itoa(off, sizeof off, offset)};
+  run_doc_call *c = calloc(1, sizeof *c);
+  if (!c) {
+    cb(ud, SS_ENOMEM, NULL, "out of memory");
+    return;
+  }
+  c->g = (gather){.n = 3, .done = run_doc_done, .cb = (void (*)(void))cb, .ud = ud};
+  for (int i = 0; i < 3; i++)
+    c->g.part[i] = (struct gather_part){&c->g, i};
+  c->limit = limit;
+  c->offset = offset;
+  char run_sql[8192]; /* db_query copies it */
+  snprintf(run_sql, sizeof run_sql,
+           "SELECT %s, r.config, (SELECT count(*) FROM metrics WHERE run_id = $1), %s "
+           "FROM runs r WHERE r.id = $1",
+           run_columns, REPRODUCTION_SQL);
+  gather_query(&c->g, 0, d, run_sql, 1, p);
+  gather_query(&c->g, 1, d,
+               "SELECT attempt, worker, (to_json(started_at)#>>'{}'), environment "
+               "FROM attempts WHERE run_id = $1 ORDER BY attempt",
+               1, p);
+  gather_query(&c->g, 2, d, sql, 3, p);
+}
+
 static void overview_done(gather *g, int status, const char *errmsg) {
   gather_rows parts[] = {{0, sizeof(store_overview_sweep), decode_overview_sweep, NULL, 0},
                          {2, sizeof(store_overview_run), decode_overview_run, NULL, 0},
@@ -694,7 +773,7 @@ void store_pages_overview(db *d, store_overview_cb cb, void *ud) {
   "r.id) AS k"
 #define DESIGNED_SQL \
   PAGE_RUN_SQL(DESIGNED_K) "WHERE r.sweep_id = $1 AND r.designed IS NOT NULL ORDER BY k LIMIT 200"
-#define RUNS_K "1, row_number() OVER (ORDER BY r.id)"
+#define RUNS_K "1, r.id" /* in id order: k needs no window over the rows skipped */
 #define RUNS_SQL                                                         \
   PAGE_RUN_SQL(RUNS_K)                                                   \
   "WHERE r.sweep_id = $1 AND ($2::run_status IS NULL OR r.status = $2) " \
@@ -710,102 +789,120 @@ static int64_t runs_of_status(const store_sweep_counts *c, const char *status) {
   return c->total;
 }
 
+/* The page's rows (PAGE_RUN_COLS, part, k) then the sweep's (SWEEP_COLS)
+ * in one statement, one round trip: its first row, part -1, is the
+ * sweep's (NULL when there is none), with NULL run columns; the others the
+ * designed runs' and the page's, with NULL sweep columns. Without the wsd
+ * counts, which the page does not show. */
+#define PAGE_NCOLS 14 /* PAGE_RUN_COLS, part and k */
+#define SWEEP_PAGE_SQL                                                                        \
+  "WITH s AS MATERIALIZED (" SWEEP_SQL(                                                       \
+      "NULL", "0", "0") ") SELECT u.*, s.* FROM ((" DESIGNED_SQL ") UNION ALL (" RUNS_SQL     \
+                        ") UNION ALL (SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, "      \
+                        "NULL, NULL, NULL, NULL, NULL, -1, 0)) u LEFT JOIN s ON u.part = -1 " \
+                        "ORDER BY u.part, u.k"
+
 typedef struct sweep_page_call {
-  gather g;
   const char *status; /* the caller's: valid until its callback */
+  store_sweep_page_cb cb;
+  void *ud;
 } sweep_page_call;
 
-static void sweep_page_done(gather *g, int status, const char *errmsg) {
-  gather_rows runs = {1, sizeof(store_page_run), decode_page_run_row, NULL, 0};
-  int found = status == 0 && PQntuples(g->res[0]) > 0;
-  if (found && gather_decode(g, &runs, 1)) {
-    status = SS_ENOMEM;
-    errmsg = "out of memory";
-  }
-  if (status != 0 || !found) {
-    ((store_sweep_page_cb)g->cb)(g->ud, status, NULL, errmsg);
-    return;
-  }
-  int designed = 0; /* the designed come first (part 0) */
-  while (designed < runs.n && store__int(g->res[1], designed, 12) == 0)
+/* The page from SWEEP_PAGE_SQL's rows: 0, 1 no such sweep, -1 out of
+ * memory. */
+static int decode_sweep_page(const PGresult *res, const char *status, store_sweep_page *p) {
+  if (PQntuples(res) == 0 || PQgetisnull(res, 0, PAGE_NCOLS))
+    return 1;
+  void *rows;
+  int n, designed = 0; /* the designed come first (part 0) */
+  if (decode_all(res, sizeof(store_page_run), decode_page_run_row, 1, &rows, &n))
+    return -1;
+  while (designed < n && store__int(res, 1 + designed, 12) == 0)
     designed++;
-  store_sweep_page p = {.designed = runs.rows,
-                        .ndesigned = designed,
-                        .runs = (store_page_run *)runs.rows + designed,
-                        .nruns = runs.n - designed};
-  decode_sweep(g->res[0], 0, &p.sweep);
-  p.runs_total = runs_of_status(&p.sweep.counts, ((sweep_page_call *)g)->status);
-  ((store_sweep_page_cb)g->cb)(g->ud, 0, &p, NULL);
-  gather_free(&runs, 1);
+  *p = (store_sweep_page){.designed = rows,
+                          .ndesigned = designed,
+                          .runs = (store_page_run *)rows + designed,
+                          .nruns = n - designed};
+  decode_sweep_at(res, 0, PAGE_NCOLS, &p->sweep);
+  p->runs_total = runs_of_status(&p->sweep.counts, status);
+  return 0;
 }
 
-/* Two statements: the sweep with its counts (which give the page's total),
- * and the designed runs with the page's in one, each a round trip. */
+static void on_sweep_page(void *ud, int status, PGresult *res, const char *errmsg) {
+  sweep_page_call *c = ud;
+  store_sweep_page p;
+  int rc = status == 0 ? decode_sweep_page(res, c->status, &p) : 0;
+  if (status != 0 || rc < 0)
+    c->cb(c->ud, status ? status : SS_ENOMEM, NULL, status ? errmsg : "out of memory");
+  else
+    c->cb(c->ud, 0, rc == 0 ? &p : NULL, NULL);
+  if (status == 0 && rc == 0)
+    free((void *)p.designed);
+  free(c);
+}
+
 void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t offset, int limit,
                             store_sweep_page_cb cb, void *ud) {
   char ids[24], off[24], lim[24];
   const char *p[4] = {store__itoa(ids, sizeof ids, sweep_id), status,
                       store__itoa(off, sizeof off, offset), store__itoa(lim, sizeof lim, limit)};
-  sweep_page_call *c = calloc(1, sizeof *c);
+  sweep_page_call *c = malloc(sizeof *c);
   if (!c) {
     cb(ud, SS_ENOMEM, NULL, "out of memory");
     return;
   }
-  c->g = (gather){.n = 2, .done = sweep_page_done, .cb = (void (*)(void))cb, .ud = ud};
-  for (int i = 0; i < 2; i++)
-    c->g.part[i] = (struct gather_part){&c->g, i};
-  c->status = status;
-  gather_query(&c->g, 0, d, SWEEP_SQL("NULL"), 1, p);
-  gather_query(&c->g, 1, d,
-               "SELECT * FROM ((" DESIGNED_SQL ") UNION ALL (" RUNS_SQL ")) u "
-               "ORDER BY part, k",
-               4, p);
+  *c = (sweep_page_call){status, cb, ud};
+  db_query(d, SWEEP_PAGE_SQL, 4, p, on_sweep_page, c);
 }
 
-void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
-  store__query_json_id(
-      d,
-      "SELECT json_build_object('id', r.id, 'sweep_id', r.sweep_id, 'sweep', sw.name, "
-      "'status', r.status, 'attempt', r.attempt, 'max_attempts', r.max_attempts, "
-      "'worker', wk.name, 'model', " MODEL_R ", "
-      "'params', r.params, 'nonembedding_params', r.nonembedding_params, "
-      "'tokens', r.tokens, 'batch_size', r.batch_size, 'flops', r.flops, "
-      "'final_val_loss', r.final_val_loss, 'started_at', " TS_SQL(
-          "r.started_at") ", "
-                          "'finished_at', " TS_SQL(
-                              "r.finished_at") ", 'duration_s', " DURATION_SQL ", "
-                                               "'reproduces', r.reproduces, 'on_worker', "
-                                               "r.on_worker, 'config_hash', "
-                                               "r.config_hash, "
-                                               "'code_version', r.code_version, 'error', r.error, "
-                                               "'environment', r.environment, 'attempts', (SELECT "
-                                               "json_agg(json_build_object('attempt', a.attempt, "
-                                               "'worker', a.worker, 'started_at', " TS_SQL(
-                                                   "a.started_at") ", 'environment', "
-                                                                   "a.environment) ORDER BY "
-                                                                   "a.attempt) FROM attempts a "
-                                                                   "WHERE a.run_id = r.id), "
-                                                                   "'log_tail', r.log_tail, "
-                                                                   "'prediction', r.prediction, "
-                                                                   "'designed', "
-                                                                   "r.designed, 'branch_of', "
-                                                                   "r.branch_of, "
-                                                                   "'branch_step', r.branch_step, "
-                                                                   "'reproduction',"
-                                                                   " " REPRODUCTION_SQL ", "
-                                                                   "'reproduced_by', (SELECT "
-                                                                   "json_agg(json_build_object('id'"
-                                                                   ", x.id, 'status', "
-                                                                   "x.status) "
-                                                                   "ORDER BY x.id) FROM runs x "
-                                                                   "WHERE x.reproduces = "
-                                                                   "r.id), 'config', r.config) "
-                                                                   "FROM runs r JOIN sweeps sw ON "
-                                                                   "sw.id = r.sweep_id "
-                                                                   "LEFT JOIN workers wk ON wk.id "
-                                                                   "= r.worker "
-                                                                   "WHERE r.id = $1",
-      run_id, cb, ud);
+#define RUN_REF_COLS(X) X(id, i64) X(status, str)
+DECODER(decode_run_ref, store_run_ref, RUN_REF_COLS)
+
+/* res[0]: the run (run_columns) and the page's columns after it; res[1]:
+ * its attempts; res[2]: the runs that reproduce it. */
+static void run_page_done(gather *g, int status, const char *errmsg) {
+  gather_rows parts[] = {{1, sizeof(store_attempt), decode_attempt, NULL, 0},
+                         {2, sizeof(store_run_ref), decode_run_ref, NULL, 0}};
+  if (!gather_found(g, parts, 2, &status, &errmsg)) {
+    ((store_run_page_cb)g->cb)(g->ud, status, NULL, errmsg);
+    return;
+  }
+  const PGresult *r = g->res[0];
+  store_run_page p = {.sweep = PQgetvalue(r, 0, 32),
+                      .worker_name = store__str_or_null(r, 0, 33),
+                      .started_utc = store__str_or_null(r, 0, 34),
+                      .finished_utc = store__str_or_null(r, 0, 35),
+                      .duration_s = store__num_or_nan(r, 0, 36),
+                      .log_tail = store__str_or_null(r, 0, 37),
+                      .config = PQgetvalue(r, 0, 38),
+                      .reproduction = store__str_or_null(r, 0, 39),
+                      .attempts = parts[0].rows,
+                      .nattempts = parts[0].n,
+                      .reproduced_by = parts[1].rows,
+                      .nreproduced_by = parts[1].n};
+  decode_run(r, 0, 0, &p.run);
+  ((store_run_page_cb)g->cb)(g->ud, 0, &p, NULL);
+  gather_free(parts, 2);
+}
+
+void store_pages_run_page(db *d, int64_t run_id, store_run_page_cb cb, void *ud) {
+  char rid[24], sql[8192]; /* db_query copies it */
+  const char *p[1] = {store__itoa(rid, sizeof rid, run_id)};
+  gather *g = gather_new(3, run_page_done, (void (*)(void))cb, ud);
+  if (!g)
+    return;
+  snprintf(sql, sizeof sql,
+           "SELECT %s, sw.name, wk.name, " TS_SQL("r.started_at") ", " TS_SQL(
+               "r.finished_at") ", " DURATION_SQL ", r.log_tail, r.config, %s FROM runs r "
+                                "JOIN sweeps sw ON sw.id = r.sweep_id LEFT JOIN workers wk ON "
+                                "wk.id = r.worker WHERE r.id = $1",
+           run_columns, REPRODUCTION_SQL);
+  gather_query(g, 0, d, sql, 1, p);
+  gather_query(g, 1, d,
+               "SELECT attempt, worker, " TS_SQL("started_at") ", environment FROM attempts "
+                                                               "WHERE run_id = $1 ORDER BY attempt",
+               1, p);
+  gather_query(g, 2, d, "SELECT id, status FROM runs WHERE reproduces = $1 ORDER BY id", 1, p);
 }
 
 /* The samples of one column of a run's curve: for g = 0..P the first step

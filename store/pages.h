@@ -1,13 +1,14 @@
 /* What the API and the status page read: typed rows (the scheduler writes
  * the API's JSON from them in scheduler/pages_json.c, the HTML in
  * scheduler/web_*.c), and the documents still built by PostgreSQL: a run's
- * (its metric rows and reproduction check), the run page's, curves and fit
- * points. Keys are the table columns (docs/design.md#the-http-api). */
+ * reproduction check, curves and fit points. Keys are the table columns
+ * (docs/design.md#the-http-api). */
 #ifndef SS_STORE_PAGES_H
 #define SS_STORE_PAGES_H
 
 #include <stdint.h>
 
+#include "common/metric_row.h"
 #include "store/store.h"
 
 /* SQL NULL in an integer of the rows below (a double's is NAN, a string's
@@ -112,9 +113,38 @@ void store_pages_sweep_doc(db *d, int64_t sweep_id, const store_runs_page *pg,
 void store_pages_sweep_runs(db *d, int64_t sweep_id, const store_runs_page *pg, store_runs_cb cb,
                             void *ud);
 
-/* GET /api/runs/{id}: {"run", "metrics" (limit rows in step order from
- * offset), "metrics_total", "reproduction"}. */
-void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_json_cb cb,
+/* Where one attempt of a run ran (migration 014). */
+typedef struct store_attempt {
+  int64_t attempt;
+  const char *worker, *started_at;
+  const char *environment; /* document */
+} store_attempt;
+
+/* A page of a run's metric rows in step order: limit of its total from
+ * offset, each row's stored columns (ss_metric_stored) read from the
+ * table by SS_METRIC_COLS, NAN where null; the others NAN. */
+typedef struct store_metric_page {
+  int64_t total, offset, limit;
+  const ss_metric_row *rows;
+  int n;
+} store_metric_page;
+
+/* GET /api/runs/{id}: the run, its resolved config, its attempts, a page
+ * of its metric rows and its reproduction check. */
+typedef struct store_run_doc {
+  store_run run;
+  const char *config; /* document */
+  const store_attempt *attempts;
+  int nattempts;
+  store_metric_page metrics;
+  /* document PostgreSQL builds (it compares the two runs' metric rows
+   * where they are): NULL unless the run reproduces one and both ended */
+  const char *reproduction;
+} store_run_doc;
+/* doc NULL: no such run. */
+typedef void (*store_run_doc_cb)(void *ud, int status, const store_run_doc *doc,
+                                 const char *errmsg);
+void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_run_doc_cb cb,
                      void *ud);
 
 /* The overview page. */
@@ -169,10 +199,32 @@ typedef void (*store_sweep_page_cb)(void *ud, int status, const store_sweep_page
 void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t offset, int limit,
                             store_sweep_page_cb cb, void *ud);
 
+/* A run that reproduces another (the run page's "Reproduced by"). */
+typedef struct store_run_ref {
+  int64_t id;
+  const char *status;
+} store_run_ref;
+
 /* The run page (and its config.json): the run with its sweep's and
- * worker's names, times as UTC text, its reproduction check and the runs
- * that reproduce it. */
-void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud);
+ * worker's names, times as UTC text (its attempts' too), its reproduction
+ * check and the runs that reproduce it. */
+typedef struct store_run_page {
+  store_run run;
+  const char *sweep, *worker_name;
+  const char *started_utc, *finished_utc;
+  double duration_s; /* so far while it runs; NAN before it started */
+  const char *log_tail;
+  const char *config;            /* document */
+  const char *reproduction;      /* document (store_run_doc's) */
+  const store_attempt *attempts; /* started_at as ..._utc */
+  int nattempts;
+  const store_run_ref *reproduced_by;
+  int nreproduced_by;
+} store_run_page;
+/* p NULL: no such run. */
+typedef void (*store_run_page_cb)(void *ud, int status, const store_run_page *p,
+                                  const char *errmsg);
+void store_pages_run_page(db *d, int64_t run_id, store_run_page_cb cb, void *ud);
 
 /* Curves sampled on the server: per run, up to points + 1 steps spaced
  * evenly in log(step), training and validation. Runs: those of sweep_id

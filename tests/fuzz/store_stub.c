@@ -692,12 +692,27 @@ void store_pages_sweep_runs(db *d, int64_t sweep_id, const store_runs_page *pg, 
   QUEUE(d, ans_runs, cb, ud);
 }
 
-void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_json_cb cb,
+static void ans_run(call *c, int st, int v) {
+  ss_metric_row m;
+  ss_metric_row_clear(&m);
+  m.v[SS_MCOL_step] = v;
+  store_attempt a = {.attempt = 1, .worker = "w\"", .started_at = NULL, .environment = "{}"};
+  store_run_doc doc = {.run = stub_run,
+                       .config = "{}",
+                       .attempts = &a,
+                       .nattempts = v % 2,
+                       .metrics = {1, 0, 10, &m, 1},
+                       .reproduction = NULL};
+  int none = st || v % 4 == 3;
+  ((store_run_doc_cb)c->cb)(c->ud, st, none ? NULL : &doc, st ? errmsg : NULL);
+}
+
+void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_run_doc_cb cb,
                      void *ud) {
   (void)run_id;
   if (limit < 0 || offset < 0)
     abort(); /* the API checks these before they reach SQL */
-  json_doc(d, 0, cb, ud);
+  QUEUE(d, ans_run, cb, ud);
 }
 
 static void ans_overview(call *c, int st, int v) {
@@ -735,9 +750,26 @@ void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t
   QUEUE(d, ans_sweep_page, cb, ud);
 }
 
-void store_pages_run_page(db *d, int64_t run_id, store_json_cb cb, void *ud) {
+static void ans_run_page(call *c, int st, int v) {
+  store_attempt a = {
+      .attempt = 1, .worker = "<w>", .environment = v % 3 ? "{\"threads\": 2}" : NULL};
+  store_run_ref by = {3, "queued"};
+  store_run_page p = {.run = stub_run,
+                      .sweep = "<s>",
+                      .duration_s = NAN,
+                      .log_tail = "\x01<&>",
+                      .config = v % 7 ? "{\"train\": {\"schedule\": \"constant\"}}" : "[",
+                      .attempts = &a,
+                      .nattempts = v % 2,
+                      .reproduced_by = &by,
+                      .nreproduced_by = v % 2};
+  int none = st || v % 4 == 3;
+  ((store_run_page_cb)c->cb)(c->ud, st, none ? NULL : &p, st ? errmsg : NULL);
+}
+
+void store_pages_run_page(db *d, int64_t run_id, store_run_page_cb cb, void *ud) {
   (void)run_id;
-  json_doc(d, 0, cb, ud);
+  QUEUE(d, ans_run_page, cb, ud);
 }
 
 void store_pages_curves(db *d, int64_t sweep_id, const char *run_ids, int64_t points, int64_t limit,

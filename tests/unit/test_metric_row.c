@@ -16,6 +16,7 @@
 #include "common/metric_row.h"
 #include "common/proto.h"
 #include "db_testlib.h"
+#include "scheduler/pages_json.h"
 #include "store/db.h"
 #include "store/metrics.h"
 #include "store/migrate.h"
@@ -124,10 +125,15 @@ static void on_done(void *ud, int status, int64_t rows, const char *errmsg) {
     fprintf(stderr, "insert: %s\n", errmsg ? errmsg : "?");
 }
 
-static void on_json(void *ud, int status, const char *json, const char *errmsg) {
+/* The run's document as the API serves it (scheduler/pages_json.c). */
+static void on_run(void *ud, int status, const store_run_doc *doc, const char *errmsg) {
   waited *w = ud;
   w->done = 1, w->status = status;
-  w->json = json ? strdup(json) : NULL;
+  if (doc) {
+    sched__buf b = {0};
+    sched__json_run_doc(&b, doc, NULL);
+    w->json = b.p;
+  }
   if (status)
     fprintf(stderr, "run page: %s\n", errmsg ? errmsg : "?");
 }
@@ -169,7 +175,7 @@ static void test_stored_and_served(void) {
   store_metrics_insert(d, 1, 1, 1, &row, 1, on_done, &ins);
   wait_for(&loop, &ins.done);
   CHECK(ins.done && ins.status == 0 && ins.rows == 1);
-  store_pages_run(d, 1, 10, 0, on_json, &page);
+  store_pages_run(d, 1, 10, 0, on_run, &page);
   wait_for(&loop, &page.done);
   CHECK(page.done && page.status == 0 && page.json);
   json_t *doc = page.json ? json_loads(page.json, 0, NULL) : NULL;
