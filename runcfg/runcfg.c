@@ -600,7 +600,7 @@ int rcfg_load(const char *path, rcfg *cfg, char *err, size_t errlen) {
 
 /* The canonical config as a cJSON tree: every key rcfg_schema lists that
  * applies to c, in the fixed order of the text (NULL when out of memory). */
-static cJSON *to_tree(const rcfg *c) {
+cJSON *rcfg_to_tree(const rcfg *c) {
   cJSON *root = cJSON_CreateObject();
   cJSON *m = cJSON_AddObjectToObject(root, "model");
   cJSON_AddNumberToObject(m, "n_layer", c->model.n_layer);
@@ -682,7 +682,7 @@ static cJSON *to_tree(const rcfg *c) {
 }
 
 char *rcfg_to_json(const rcfg *c) {
-  cJSON *root = to_tree(c);
+  cJSON *root = rcfg_to_tree(c);
   char *s = root ? cJSON_PrintUnformatted(root) : NULL;
   cJSON_Delete(root);
   return s;
@@ -791,7 +791,7 @@ static void drop_keys(cJSON *obj, const char *prefix, unsigned shared) {
 }
 
 char *rcfg_trajectory_key(const rcfg *c, unsigned shared) {
-  cJSON *root = to_tree(c);
+  cJSON *root = rcfg_to_tree(c);
   if (!root)
     return NULL;
   drop_keys(root, "", shared);

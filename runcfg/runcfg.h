@@ -142,6 +142,11 @@ int rcfg_load(const char *path, rcfg *cfg, char *err, size_t errlen);
  * when out of memory): every key present, in a fixed order, compact. */
 char *rcfg_to_json(const rcfg *cfg);
 
+/* The same as a cJSON tree (caller cJSON_Deletes; NULL when out of memory),
+ * for a caller that embeds the config in a document of its own: what
+ * parsing rcfg_to_json's text would give, without printing and parsing. */
+struct cJSON *rcfg_to_tree(const rcfg *cfg);
+
 /* The config's hash: the SHA-256, as 64 hex digits and a NUL, of
  * rcfg_to_json's text (what runs.config_hash stores). 0 or SS_ENOMEM. */
 int rcfg_hash(const rcfg *cfg, char out[65]);

@@ -25,12 +25,9 @@ int adaptive_candidates(const plan *p, adaptive_cand **out, size_t *n) {
     if (strcmp(r->part, "isoflop") != 0)
       continue;
     /* its branch point: the steps before its decay (wsd) */
-    rcfg cfg;
-    char err[256];
     int64_t stable = 0;
-    if (rcfg_parse(r->config, "plan", &cfg, err, sizeof err) == 0 &&
-        !strcmp(cfg.train.schedule, "wsd")) {
-      stable = rcfg_wsd_stable_steps(&cfg);
+    if (r->cfg && !strcmp(r->cfg->train.schedule, "wsd")) {
+      stable = rcfg_wsd_stable_steps(r->cfg);
       if (stable < 1 || stable >= r->steps)
         stable = 0;
     }

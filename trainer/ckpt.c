@@ -232,21 +232,34 @@ static int first_diff(const cJSON *a, const cJSON *b, const char *path, char *ou
 /* The config sections that must match for a checkpoint to resume (threads,
  * world_size, optimizer.zero and the checkpoint settings may change;
  * results then differ at most in the summation order). */
-/* The train keys a branch may change (trn_ckpt_load_branch): a wsd branch
- * its tokens; a constant-rate branch (a critical batch size rung) its
- * tokens, batch size, micro-batch size and rate too. */
-static const char *const wsd_free[] = {"tokens", NULL};
-static const char *const rebatch_free[] = {"tokens", "batch_size", "micro_batch_size", "lr", NULL};
+/* Drops from train the keys a branch may change (trn_ckpt_load_branch), as
+ * runcfg's schema marks them, so the planner's grouping and this check
+ * cannot disagree: a wsd branch its tokens (RCFG_TRAJ_ALONG); a
+ * constant-rate branch (a critical batch size rung) also its batch size,
+ * micro-batch size and rate (RCFG_TRAJ_RULED). The other compared sections
+ * hold no such key. */
+static void drop_branch_free(cJSON *train, int branch) {
+  unsigned free_traj = branch == 2 ? RCFG_SHARES(RCFG_TRAJ_ALONG) | RCFG_SHARES(RCFG_TRAJ_RULED)
+                       : branch    ? RCFG_SHARES(RCFG_TRAJ_ALONG)
+                                   : 0;
+  cJSON *it = train ? train->child : NULL;
+  while (free_traj && it) {
+    cJSON *next = it->next;
+    char path[96];
+    snprintf(path, sizeof path, "train.%s", it->string ? it->string : "");
+    if (free_traj & RCFG_SHARES(rcfg_key_traj(path)))
+      cJSON_Delete(cJSON_DetachItemViaPointer(train, it));
+    it = next;
+  }
+}
 
 static int same_run(const char *path, const char *a_json, const char *b_json, int branch, char *err,
                     size_t errlen) {
   static const char *const keys[] = {"model", "data", "train", "optimizer", "precision"};
   cJSON *a = cJSON_Parse(a_json), *b = cJSON_Parse(b_json);
   int rc = 0;
-  for (const char *const *k = branch == 2 ? rebatch_free : branch ? wsd_free : NULL; k && *k; k++) {
-    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(a, "train"), *k);
-    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "train"), *k);
-  }
+  drop_branch_free(cJSON_GetObjectItemCaseSensitive(a, "train"), branch);
+  drop_branch_free(cJSON_GetObjectItemCaseSensitive(b, "train"), branch);
   /* ZeRO-1 shards the state, it does not change it: the checkpoint holds it
    * whole, and resumes sharded or not */
   cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(a, "optimizer"), "zero");

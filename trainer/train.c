@@ -140,7 +140,7 @@ static cJSON *data_hashes(run *r) {
 static void emit_config(run *r) {
   const rcfg *c = r->cfg;
   rcfg_shape s = rcfg_shape_of(c);
-  cJSON *config = cJSON_Parse(r->config_json);
+  cJSON *config = rcfg_to_tree(c); /* the tree r->config_json prints */
   /* where it runs (where.h): stored with the run, compared by reproduce */
   cJSON *env = trn_where(c, r->cuda, r->device);
   cJSON *hashes = r->lex ? NULL : data_hashes(r);
@@ -796,7 +796,9 @@ int trn_train(const rcfg *cfg, const trn_train_opts *opts, FILE *out, char *err,
   count_host_syncs(&r.k);
   trn_opprof_install(&r.k);
   r.config_json = rcfg_to_json(cfg);
-  if (!r.config_json || rcfg_hash(cfg, r.config_hash) != 0) {
+  if (r.config_json) /* the text printed once: the hash is of it */
+    rcfg_hash_text(r.config_json, r.config_hash);
+  if (!r.config_json) {
     snprintf(err, errlen, "out of memory printing the run config");
     rc = SS_ENOMEM;
     goto done;

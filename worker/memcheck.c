@@ -37,13 +37,12 @@ static double host_available(const char **what) {
   return pages > 0 && size > 0 ? (double)pages * (double)size : 0;
 }
 
-int wrk__run_memory_refused(wrk__run *r) {
+int wrk__run_memory_refused(wrk__run *r, const char *config_text) {
   wrk__worker *w = r->w;
-  char *text = json_dumps(json_object_get(r->assign, "config"), JSON_COMPACT);
   rcfg cfg;
   char err[512];
-  int ok = text && rcfg_parse(text, "the assigned config", &cfg, err, sizeof err) == 0;
-  free(text);
+  int ok =
+      config_text && rcfg_parse(config_text, "the assigned config", &cfg, err, sizeof err) == 0;
   if (!ok) /* the trainer says what is wrong with it, in its own words */
     return 0;
   rcfg_mem m = rcfg_memory_host(&cfg); /* a CPU run's ranks share this host */

@@ -221,11 +221,16 @@ static char **child_env(const wrk__run *r, char *cvd, size_t cvdlen, char *secre
   return env;
 }
 
-/* The config exactly as assigned: it is what the planner hashed. What the
- * worker decides (the checkpoint directory, resuming) goes as flags. */
-static int write_config(wrk__run *r, const char *path, char *err, size_t errlen) {
-  const json_t *cfg = json_object_get(r->assign, "config");
-  char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+/* The config exactly as assigned, as config.json holds it: it is what the
+ * planner hashed. Encoded once per start, for the memory check and the
+ * file both. NULL when out of memory. */
+static char *config_text(const wrk__run *r) {
+  return json_dumps(json_object_get(r->assign, "config"), JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+}
+
+/* text (config_text) into path. What the worker decides (the checkpoint
+ * directory, resuming) goes as flags. */
+static int write_config(const char *text, const char *path, char *err, size_t errlen) {
   if (!text) {
     snprintf(err, errlen, "cannot encode the run config");
     return SS_EINVAL;
@@ -243,7 +248,6 @@ static int write_config(wrk__run *r, const char *path, char *err, size_t errlen)
     snprintf(err, errlen, "%.200s: %s", path, strerror(errno));
     rc = SS_EIO;
   }
-  free(text);
   return rc;
 }
 
@@ -448,7 +452,7 @@ static int declared_args(wrk__run *r, const wrk__trainer *t, const start_info *s
 /* 1 after failing r's start when this worker cannot run it: a GPU it does
  * not offer, a trainer it does not offer, the CUDA backend it lacks, more
  * memory than it has. *tp: r's declared trainer (NULL: the built-in). */
-static int start_refused(wrk__run *r, const wrk__trainer **tp) {
+static int start_refused(wrk__run *r, const char *text, const wrk__trainer **tp) {
   wrk__worker *w = r->w;
   for (int i = 0; i < r->ngpus; i++)
     if (!wrk__gpu_offered(w, r->gpus[i])) {
@@ -481,7 +485,7 @@ static int start_refused(wrk__run *r, const wrk__trainer **tp) {
   }
   if (wrk__run_backend_refused(r))
     return 1;
-  if (!t && wrk__run_memory_refused(r))
+  if (!t && wrk__run_memory_refused(r, text))
     return 1;
   if (t) /* its memory is its own program's: nothing here can estimate it */
     wrk__log("run %" PRId64 " attempt %" PRId64 ": memory check skipped: the trainer \"%s\" "
@@ -493,14 +497,15 @@ static int start_refused(wrk__run *r, const wrk__trainer **tp) {
 /* The run's directory and config.json (its path into cfg_path), what its
  * trainer is told beside (si), and its attempt's log opened for appending:
  * the log's descriptor, or -1 after failing r's start. */
-static int start_files(wrk__run *r, char *cfg_path, size_t cfg_len, start_info *si) {
+static int start_files(wrk__run *r, const char *text, char *cfg_path, size_t cfg_len,
+                       start_info *si) {
   char err[1024];
   if (fio_mkdirs(r->dir, 0755) != 0) {
     wrk__run_fail_start(r, SS_EXIT_FAILURE, "cannot create %s: %s", r->dir, strerror(errno));
     return -1;
   }
   snprintf(cfg_path, cfg_len, "%s/config.json", r->dir);
-  if (write_config(r, cfg_path, err, sizeof err)) {
+  if (write_config(text, cfg_path, err, sizeof err)) {
     wrk__run_fail_start(r, SS_EXIT_FAILURE, "cannot write the run config: %s", err);
     return -1;
   }
@@ -537,11 +542,15 @@ static int read_stdout(wrk__run *r, int out_fd) {
 int wrk__proc_spawn(wrk__run *r) {
   wrk__worker *w = r->w;
   const wrk__trainer *t = NULL;
-  if (start_refused(r, &t))
+  char *text = config_text(r); /* once: the memory check's and config.json's */
+  if (start_refused(r, text, &t)) {
+    free(text);
     return -1;
+  }
   char cfg_path[PATH_MAX + 64];
   start_info si;
-  int fd = start_files(r, cfg_path, sizeof cfg_path, &si);
+  int fd = start_files(r, text, cfg_path, sizeof cfg_path, &si);
+  free(text);
   if (fd < 0)
     return -1;
 
