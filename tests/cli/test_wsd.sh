@@ -267,7 +267,7 @@ h kept ctrunk.out 40,80
   fail "the rung at 4x the batch failed: $(tail -c 600 c32.out)"
 "$py" - <<'PY' || exit 1
 import json, re
-T = re.compile(r',"(tok_per_s)":[^,}]*')
+T = re.compile(r',"(tok_per_s|wall_s)":[^,}]*')
 def steps(path, lo, hi):
     return [T.sub("", l.strip()) for l in open(path)
             if '"event":"step"' in l and lo < json.loads(l)["step"] <= hi]
