@@ -23,6 +23,7 @@
 
 #include "common/err.h"
 #include "scheduler/internal.h"
+#include "scheduler/fit_points.h"
 #include "store/fits.h"
 #include "store/sweeps.h"
 #include "sweeps/adaptive.h"
@@ -149,14 +150,7 @@ static void on_points(void *ud, int status, const store_fit_point *pts, int n,
   int k = 0;
   for (int i = 0; i < n; i++)
     if (pts[i].isoflop) /* the candidates' points (a batch ladder's are not) */
-      j->pts[k++] = (fit_point){.params = pts[i].params,
-                                .tokens = pts[i].tokens,
-                                .flops = pts[i].flops,
-                                .loss = pts[i].loss,
-                                .batch_size = pts[i].batch_size,
-                                .steps = pts[i].steps,
-                                .lr = pts[i].lr,
-                                .group = -1};
+      j->pts[k++] = sched__fit_point(&pts[i], -1);
   j->npts = k;
   j->work.data = j;
   int rc = uv_queue_work(s->loop, &j->work, work, after_work);
