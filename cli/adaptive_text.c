@@ -10,15 +10,9 @@
 json_t *cli_get_adaptive(const cli_target *t, long long id) {
   char path[80];
   snprintf(path, sizeof path, "/api/sweeps/%lld?limit=1", id);
-  int status;
-  char *resp = NULL;
-  if (cli_request(t, "GET", path, NULL, 0, &status, &resp) != 0 || status != 200) {
-    free(resp);
+  json_t *sw = cli_get_json(t, path);
+  if (!sw)
     return NULL;
-  }
-  json_error_t je;
-  json_t *sw = json_loads(resp, JSON_DECODE_INT_AS_REAL, &je);
-  free(resp);
   json_t *ad = json_object_get(sw, "adaptive");
   if (json_is_object(ad))
     json_incref(ad);

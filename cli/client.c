@@ -298,3 +298,15 @@ json_t *cli_call(const char *url, const char *state, const char *token_file, con
     free(resp);
   return j;
 }
+
+json_t *cli_get_json(const cli_target *t, const char *path) {
+  int status;
+  char *resp = NULL;
+  if (cli_request(t, "GET", path, NULL, 0, &status, &resp) != 0 || status != 200) {
+    free(resp);
+    return NULL;
+  }
+  json_t *j = json_loads(resp, JSON_DECODE_INT_AS_REAL, NULL);
+  free(resp);
+  return j;
+}

@@ -30,6 +30,11 @@ int cli_request(const cli_target *t, const char *method, const char *path, const
 struct json_t;
 int cli_say_error(int status, struct json_t *j, const char *resp);
 
+/* GETs path quietly: the 200 answer's JSON (integers as reals), or NULL
+ * when the scheduler could not be reached or answered otherwise. For the
+ * printouts' optional parts, which a failed read leaves out. */
+struct json_t *cli_get_json(const cli_target *t, const char *path);
+
 /* Finds the target (cli_target_find) and performs the request. A 4xx/5xx
  * answer's error object is printed on stderr (its message, then each
  * problem's path and message) and NULL returned with *rc 2 (the request was

@@ -302,15 +302,9 @@ static void print_result(long long id, json_t *fits, double wall_s) {
 static void print_tuned_lr(const cli_target *t, long long id) {
   char path[64];
   snprintf(path, sizeof path, "/api/sweeps/%lld", id);
-  int status;
-  char *resp = NULL;
-  if (cli_request(t, "GET", path, NULL, 0, &status, &resp) != 0 || status != 200) {
-    free(resp);
+  json_t *sw = cli_get_json(t, path);
+  if (!sw)
     return;
-  }
-  json_error_t je;
-  json_t *sw = json_loads(resp, JSON_DECODE_INT_AS_REAL, &je);
-  free(resp);
   json_t *tune = json_object_get(sw, "lr_tune"), *rates = json_object_get(tune, "rates"), *x;
   const char *st = json_string_value(json_object_get(tune, "status"));
   if (st && !strcmp(st, "decided")) {

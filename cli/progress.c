@@ -26,18 +26,6 @@ void cli_progress_init(cli_progress *p, FILE *out) {
   p->t0 = -1;
 }
 
-static json_t *get_json(const cli_target *t, const char *path) {
-  int status;
-  char *resp = NULL;
-  if (cli_request(t, "GET", path, NULL, 0, &status, &resp) != 0 || status != 200) {
-    free(resp);
-    return NULL;
-  }
-  json_t *j = json_loads(resp, JSON_DECODE_INT_AS_REAL, NULL);
-  free(resp);
-  return j;
-}
-
 static long long count(json_t *c, const char *k) {
   return (long long)json_number_value(json_object_get(c, k));
 }
@@ -61,7 +49,7 @@ static int poll_counts(cli_progress *p, const cli_target *t, long long id, doubl
                        double *spent) {
   char path[160];
   snprintf(path, sizeof path, "/api/sweeps/%lld?limit=0", id);
-  json_t *sw = get_json(t, path);
+  json_t *sw = cli_get_json(t, path);
   if (!sw)
     return -1;
   json_t *c = json_object_get(sw, "counts");
@@ -114,7 +102,7 @@ static json_t *running_curves(const cli_target *t, long long id, json_t *rows) {
     return NULL;
   char cpath[sizeof ids + 96];
   snprintf(cpath, sizeof cpath, "/api/sweeps/%lld/curves?runs=%s&points=2&limit=64", id, ids);
-  return get_json(t, cpath);
+  return cli_get_json(t, cpath);
 }
 
 /* The running runs: their latest loss named in text (SHOW_RUNNING of
@@ -124,7 +112,7 @@ static long long poll_running(const cli_progress *p, const cli_target *t, long l
                               size_t textlen, double *spent) {
   char path[160];
   snprintf(path, sizeof path, "/api/sweeps/%lld/runs?status=running&limit=64", id);
-  json_t *rj = get_json(t, path);
+  json_t *rj = cli_get_json(t, path);
   json_t *rows = json_object_get(rj, "runs");
   json_t *curves = running_curves(t, id, rows);
   long long reporting = 0;

@@ -23,6 +23,7 @@
 
 #include "common/err.h"
 #include "scheduler/internal.h"
+#include "scheduler/fit_points.h"
 #include "store/fits.h"
 #include "store/sweeps.h"
 #include "sweeps/adaptive.h"
@@ -98,10 +99,7 @@ static void on_stored(void *ud, int status, int64_t sweep_id, int64_t added, con
                 stop_words(o->r.status), o->r.reason);
   json_t *ev = json_pack("{s:I,s:s,s:i,s:I}", "id", (json_int_t)sweep_id, "change", "adaptive",
                          "round", round, "added", (json_int_t)added);
-  sched__events_emit(&s->ev, "sweep", ev);
-  sched__sweep_status(s, sweep_id);
-  if (added > 0)
-    sched__place(s);
+  sched__sweepq_stored(s, sweep_id, ev, added);
   done(s, j);
 }
 
@@ -122,10 +120,8 @@ static void after_work(uv_work_t *w, int status) {
   }
   if (!j->out.doc_json) /* a run is active again */
     return done(s, j);
-  store_sweep_new sw = {.priority = j->out.priority,
-                        .gpus = j->out.gpus,
-                        .max_attempts = j->out.max_attempts > 0 ? j->out.max_attempts : 3,
-                        .runs_json = j->out.runs_json};
+  store_sweep_new sw =
+      sched__sweepq_new_runs(j->out.priority, j->out.gpus, j->out.max_attempts, j->out.runs_json);
   store_sweeps_adaptive_round(s->db, j->sweep_id, j->out.rounds, j->out.doc_json, &sw, on_stored,
                               j);
 }
@@ -149,22 +145,11 @@ static void on_points(void *ud, int status, const store_fit_point *pts, int n,
   int k = 0;
   for (int i = 0; i < n; i++)
     if (pts[i].isoflop) /* the candidates' points (a batch ladder's are not) */
-      j->pts[k++] = (fit_point){.params = pts[i].params,
-                                .tokens = pts[i].tokens,
-                                .flops = pts[i].flops,
-                                .loss = pts[i].loss,
-                                .batch_size = pts[i].batch_size,
-                                .steps = pts[i].steps,
-                                .lr = pts[i].lr,
-                                .group = -1};
+      j->pts[k++] = sched__fit_point(&pts[i], -1);
   j->npts = k;
   j->work.data = j;
-  int rc = uv_queue_work(s->loop, &j->work, work, after_work);
-  if (rc) {
-    fprintf(stderr, "scheduler: sweep %" PRId64 ": its adaptive round: %s\n", j->sweep_id,
-            uv_strerror(rc));
+  if (sched__sweepq_queue(s, &j->work, work, after_work, j->sweep_id, "adaptive round"))
     done(s, j);
-  }
 }
 
 static adaptive_cand_state run_state(const char *status) {

@@ -90,10 +90,7 @@ static void on_tuned(void *ud, int status, int64_t sweep_id, int64_t added, cons
                          (json_int_t)added);
   if (ev && o->d.state == LR_TUNE_DECIDED)
     json_object_set_new(ev, "lr", json_real(o->d.lr));
-  sched__events_emit(&s->ev, "sweep", ev);
-  sched__sweep_status(s, sweep_id);
-  if (added > 0)
-    sched__place(s);
+  sched__sweepq_stored(s, sweep_id, ev, added);
   done(s, j);
 }
 
@@ -114,10 +111,8 @@ static void after_work(uv_work_t *w, int status) {
   }
   if (j->out.d.state == LR_TUNE_WAITING)
     return done(s, j);
-  store_sweep_new sw = {.priority = j->out.priority,
-                        .gpus = j->out.gpus,
-                        .max_attempts = j->out.max_attempts > 0 ? j->out.max_attempts : 3,
-                        .runs_json = j->out.runs_json};
+  store_sweep_new sw =
+      sched__sweepq_new_runs(j->out.priority, j->out.gpus, j->out.max_attempts, j->out.runs_json);
   store_sweeps_lr_tuned(s->db, j->sweep_id, j->out.decision_json, &sw, on_tuned, j);
 }
 
@@ -159,12 +154,8 @@ static void on_runs(void *ud, int status, const char *spec_json, const store_lr_
                 r->n_head, "nonembedding_params", (json_int_t)r->nonembedding_params, "tokens",
                 (json_int_t)r->tokens, "batch_size", r->batch_size);
   j->work.data = j;
-  int rc = uv_queue_work(s->loop, &j->work, work, after_work);
-  if (rc) {
-    fprintf(stderr, "scheduler: sweep %" PRId64 ": its lr tune: %s\n", j->sweep_id,
-            uv_strerror(rc));
+  if (sched__sweepq_queue(s, &j->work, work, after_work, j->sweep_id, "lr tune"))
     done(s, j);
-  }
 }
 
 void sched__lr_tune_due(sched *s) {

@@ -21,6 +21,7 @@
 
 #include "scheduler/spec_paths.h"
 #include "scheduler/submit.h"
+#include "scheduler/fit_points.h"
 #include "store/fits.h"
 #include "store/sweeps.h"
 #include "sweeps/next.h"
@@ -61,18 +62,6 @@ static void answer_store_error(next_job *j, int status, const char *errmsg) {
   job_free(j);
 }
 
-static char *problems_json(const spec_problems *pr) {
-  char sum[96], msg[160];
-  spec_problems_summary(pr, sum, sizeof sum);
-  snprintf(msg, sizeof msg, "the next budget cannot be designed: %s", sum);
-  json_t *e = json_pack("{s:{s:s,s:s?,s:o,s:I}}", "error", "message", msg, "path",
-                        pr->n ? pr->items[0].path : NULL, "problems", spec_problems_to_json(pr),
-                        "problems_total", (json_int_t)pr->n);
-  char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
-  json_decref(e);
-  return text;
-}
-
 static void work(uv_work_t *w) {
   next_job *j = w->data;
   spec_problems pr = {0};
@@ -96,7 +85,7 @@ static void work(uv_work_t *w) {
     j->status = 500;
   } else {
     j->status = 400;
-    j->answer = problems_json(&pr);
+    j->answer = spec_problems_answer(&pr, "the next budget cannot be designed");
     if (!j->answer)
       j->status = 500;
   }
@@ -191,14 +180,7 @@ static void on_points(void *ud, int status, const store_fit_point *pts, int n,
   if (!j->pts)
     return answer_store_error(j, SS_ENOMEM, "out of memory");
   for (int k = 0; k < n; k++) /* as the refits pass them: one group per run */
-    j->pts[k] = (fit_point){.params = pts[k].params,
-                            .tokens = pts[k].tokens,
-                            .flops = pts[k].flops,
-                            .loss = pts[k].loss,
-                            .batch_size = pts[k].batch_size,
-                            .steps = pts[k].steps,
-                            .lr = pts[k].lr,
-                            .group = k};
+    j->pts[k] = sched__fit_point(&pts[k], k);
   j->n = n;
   store_fits_latest(db_pool_get(j->s->reads, 0), j->sweep_id, on_fits, j);
 }

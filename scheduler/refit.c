@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "scheduler/internal.h"
+#include "scheduler/fit_points.h"
 #include "store/fits.h"
 #include "store/sweeps.h"
 #include "sweeps/fit.h"
@@ -36,8 +37,8 @@ typedef struct refit {
   fit_point *lad; /* the ladder's points: one per run and target reached */
   int nlad;
   int lad_runs, lad_missed; /* ladder runs; (run, target) pairs never reached */
-  double *bnoise;      /* per ladder run: median b_noise of its second half, tokens (NAN: none) */
-  fit_point *bc;       /* the branched ladder's rungs (fit_bcrit's points), trunks included */
+  double *bnoise; /* per ladder run: median b_noise of its second half, tokens (NAN: none) */
+  fit_point *bc;  /* the branched ladder's rungs (fit_bcrit's points), trunks included */
   int nbc;
   int bc_scratch, bc_missed; /* rungs that trained from scratch; rungs never at the target */
   int bc_orphans, bc_flat;   /* rungs whose trunk has not succeeded; branch points where the
@@ -45,8 +46,8 @@ typedef struct refit {
   int bc_runs;               /* the succeeded runs of the branched ladder read */
   double *bc_noise;          /* per rung point: the trunk's median noise scale over the point's
                               * window (tokens; NAN: none) */
-  store_corpus corpus; /* the synthetic corpus's figures (NAN: real data) */
-  char *json[NLAWS];   /* results (NULL: the points do not support the law yet) */
+  store_corpus corpus;       /* the synthetic corpus's figures (NAN: real data) */
+  char *json[NLAWS];         /* results (NULL: the points do not support the law yet) */
   int npoints[NLAWS];
   char why[NLAWS][600]; /* why a law was not fitted */
   uint64_t started_ms;
@@ -603,14 +604,7 @@ static void on_points(void *ud, int status, const store_fit_point *pts, int n,
   if (!r->pts || !r->isoflop)
     return refit_abandon(r, SS_ENOMEM, "out of memory");
   for (int k = 0; k < n; k++) {
-    r->pts[k] = (fit_point){.params = pts[k].params,
-                            .tokens = pts[k].tokens,
-                            .flops = pts[k].flops,
-                            .loss = pts[k].loss,
-                            .batch_size = pts[k].batch_size,
-                            .steps = pts[k].steps,
-                            .lr = pts[k].lr,
-                            .group = k};
+    r->pts[k] = sched__fit_point(&pts[k], k);
     r->isoflop[k] = pts[k].isoflop;
   }
   r->corpus = *corpus;

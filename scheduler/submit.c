@@ -62,20 +62,6 @@ static void job_free(sub_job *j) {
   free(j);
 }
 
-/* The 400 body: the summary, the first problem's path, the first
- * SPEC_PROBLEMS_LISTED problems and how many there are in all. */
-static char *problems_json(const spec_problems *pr) {
-  char sum[96], msg[128];
-  spec_problems_summary(pr, sum, sizeof sum);
-  snprintf(msg, sizeof msg, "invalid sweep spec: %s", sum);
-  json_t *e = json_pack("{s:{s:s,s:s?,s:o,s:I}}", "error", "message", msg, "path",
-                        pr->n ? pr->items[0].path : NULL, "problems", spec_problems_to_json(pr),
-                        "problems_total", (json_int_t)pr->n);
-  char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
-  json_decref(e);
-  return text;
-}
-
 static char *dupstr(const char *s) {
   size_t n = strlen(s) + 1;
   char *d = malloc(n);
@@ -104,7 +90,7 @@ static void check_and_plan(sub_job *j) {
   }
   if (pr.n) {
     j->status = 400;
-    j->answer = problems_json(&pr);
+    j->answer = spec_problems_answer(&pr, "invalid sweep spec");
   } else {
     j->status = 0;
     snprintf(j->hash, sizeof j->hash, "%s", sp->digest);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "scheduler/internal.h"
 
 static void out_of_memory(const sched__sweepq *q, int64_t sweep_id) {
   fprintf(stderr, "scheduler: sweep %" PRId64 ": out of memory for its %s\n", sweep_id, q->what);
@@ -54,4 +55,27 @@ void sched__sweepq_free(sched__sweepq *q) {
   free(q->pending);
   q->pending = NULL;
   q->n = q->cap = q->busy = 0;
+}
+
+int sched__sweepq_queue(sched *s, uv_work_t *w, uv_work_cb work, uv_after_work_cb after,
+                        int64_t sweep_id, const char *what) {
+  int rc = uv_queue_work(s->loop, w, work, after);
+  if (rc)
+    fprintf(stderr, "scheduler: sweep %" PRId64 ": its %s: %s\n", sweep_id, what, uv_strerror(rc));
+  return rc;
+}
+
+void sched__sweepq_stored(sched *s, int64_t sweep_id, json_t *ev, int64_t added) {
+  sched__events_emit(&s->ev, "sweep", ev);
+  sched__sweep_status(s, sweep_id);
+  if (added > 0)
+    sched__place(s);
+}
+
+store_sweep_new sched__sweepq_new_runs(int priority, int gpus, int max_attempts,
+                                       const char *runs_json) {
+  return (store_sweep_new){.priority = priority,
+                           .gpus = gpus,
+                           .max_attempts = max_attempts > 0 ? max_attempts : 3,
+                           .runs_json = runs_json};
 }

@@ -6,7 +6,13 @@
 #ifndef SS_SCHEDULER_SWEEPQ_H
 #define SS_SCHEDULER_SWEEPQ_H
 
+#include <jansson.h>
 #include <stdint.h>
+#include <uv.h>
+
+#include "store/sweeps.h"
+
+struct sched;
 
 typedef struct sched__sweepq {
   int64_t *pending; /* sweeps to check (n), malloc'd, capacity cap; each once */
@@ -33,6 +39,21 @@ void sched__sweepq_failed(sched__sweepq *q, int64_t sweep_id, int status, const 
 /* A check that could not start (out of memory): logged, its sweep queued
  * again for the next flush, the queue no longer busy. */
 void sched__sweepq_put_back(sched__sweepq *q, int64_t sweep_id);
+
+/* Puts a check's job w (w->data its job) on libuv's thread pool; 0, or
+ * libuv's error logged ("scheduler: sweep N: its WHAT: ERROR") and
+ * returned, the check then to be ended by the caller. */
+int sched__sweepq_queue(struct sched *s, uv_work_t *w, uv_work_cb work, uv_after_work_cb after,
+                        int64_t sweep_id, const char *what);
+
+/* The runs a check decided to add, as store_sweeps takes them: a spec
+ * that names no max_attempts gives each run 3. */
+store_sweep_new sched__sweepq_new_runs(int priority, int gpus, int max_attempts,
+                                       const char *runs_json);
+
+/* A check stored what it decided: its event ev (taken) sent, the sweep's
+ * status refreshed, and the runs it added, if any, placed. */
+void sched__sweepq_stored(struct sched *s, int64_t sweep_id, json_t *ev, int64_t added);
 
 /* Frees the list (at shutdown, once no check is in flight). */
 void sched__sweepq_free(sched__sweepq *q);

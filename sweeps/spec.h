@@ -64,6 +64,12 @@ void spec_problems_summary(const spec_problems *pr, char *out, size_t n);
  * the HTTP API (new reference); pr->n is the total. */
 json_t *spec_problems_to_json(const spec_problems *pr);
 
+/* The HTTP API's 400 body for a spec with problems, compact JSON:
+ * {"error": {"message": "LEAD: SUMMARY", "path": the first problem's,
+ * "problems": spec_problems_to_json, "problems_total": pr->n}}. NULL out of
+ * memory; malloc'd, caller frees. */
+char *spec_problems_answer(const spec_problems *pr, const char *lead);
+
 /* ---- walking a spec's tree ---------------------------------------------- */
 
 /* Calls visit for every member of every object in the tree v, depth first,

@@ -159,6 +159,18 @@ json_t *spec_problems_to_json(const spec_problems *pr) {
   return a;
 }
 
+char *spec_problems_answer(const spec_problems *pr, const char *lead) {
+  char sum[96], msg[160];
+  spec_problems_summary(pr, sum, sizeof sum);
+  snprintf(msg, sizeof msg, "%s: %s", lead, sum);
+  json_t *e = json_pack("{s:{s:s,s:s?,s:o,s:I}}", "error", "message", msg, "path",
+                        pr->n ? pr->items[0].path : NULL, "problems", spec_problems_to_json(pr),
+                        "problems_total", (json_int_t)pr->n);
+  char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
+  json_decref(e);
+  return text;
+}
+
 /* ---- JSON helpers ----------------------------------------------------- */
 
 const char *spec__type_name(const json_t *v) {
