@@ -19,11 +19,7 @@ cli_setup "$@"
 cat >"$tmp/h.py" <<'PY'
 import json, math, re, sys
 
-TIMING = re.compile(r',"(tok_per_s|wall_s|peak_rss_bytes)":[^,}]*')
-
-def die(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
+from clilib import TIMING, die
 
 def lines(path):
     return [TIMING.sub("", l.rstrip("\n")) for l in open(path) if l.strip()]
