@@ -76,6 +76,16 @@ class SlurmCluster:
         sys.stderr.write("---- slurmctld.log (last 1500 bytes)\n")
         sys.stderr.write(self.log("slurmctld.log")[-1500:])
 
+    def start_or_skip(self, tmp):
+        """start(); where Slurm cannot run here, the test skips (exit 77,
+        ctest's SKIP_RETURN_CODE), its scratch directory tmp removed."""
+        why = self.start()
+        if why:
+            print(f"SKIP: Slurm cannot run here: {why}")
+            self.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+            sys.exit(77)
+
     def print_failure(self, tmp, slog, tail, job_tail, run_columns, jobs=False):
         """On stderr, for a failed test: the end (tail bytes) of the
         scheduler's log slog, the jobs' and controller's logs (job_tail), the

@@ -106,12 +106,7 @@ def job_state(job):
 
 
 try:
-    why = cluster.start()
-    if why:
-        print(f"SKIP: Slurm cannot run here: {why}")
-        cluster.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-        sys.exit(77)
+    cluster.start_or_skip(tmp)
     print(f"slurm: slurmctld and 2 slurmd nodes idle ({time.time() - T0:.1f} s)")
 
     ready = os.path.join(tmp, "ready.json")

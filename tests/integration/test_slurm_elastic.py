@@ -125,12 +125,7 @@ try:
              "and a message naming sbatch, before the database is touched")
     print(f"ok: --slurm without Slurm's commands: exit 2, {p.stderr.strip()[:80]!r}...")
 
-    why = cluster.start()
-    if why:
-        print(f"SKIP: Slurm cannot run here: {why}")
-        cluster.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-        sys.exit(77)
+    cluster.start_or_skip(tmp)
     print(f"slurm: slurmctld and 2 slurmd nodes idle, partition urgent preempts test "
           f"({time.time() - T0:.1f} s)")
 
