@@ -9,6 +9,10 @@ import statistics
 import subprocess
 import sys
 
+# the GPU benchmark's table reads the same JSON lines and counts the same FLOPs
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu"))
+import bench_table  # noqa: E402
+
 VOCAB = 256
 SHAPES = {  # name: (L, d, heads, T, B)
     "a": (2, 128, 4, 128, 16),
@@ -23,24 +27,11 @@ BAR_BF16_TIME = 1.3
 
 
 def flops_per_token(L, d, T, V=VOCAB):
-    """SCIENCE.md section 1: 6*(12*L*d^2 + d*V) + 6*L*T*d."""
-    return 6 * (12 * L * d * d + d * V) + 6 * L * T * d
+    """SCIENCE.md section 1: 6*(12*L*d^2 + d*V) + 6*L*T*d, as the integer it is."""
+    return int(bench_table.flops_per_token(L, d, T, V))
 
 
-def read_jsonl(path):
-    out = []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    try:
-                        out.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        pass
-    except OSError:
-        pass
-    return out
+read_jsonl = bench_table.read_json_lines
 
 
 def read_json(path):

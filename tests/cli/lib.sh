@@ -7,8 +7,10 @@
 # exit and the working directory; $started, for the run time; and
 # OMP_WAIT_POLICY=PASSIVE: libgomp spins while waiting, and with threads: 2
 # on 2 cores shared with other ctest jobs a spinning run is 20-50x slower.
-# Passive waiting changes no result.
+# Passive waiting changes no result. The Python the tests run finds
+# clilib.py, the helpers they share, on PYTHONPATH.
 cli_setup() {
+  export PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
   bin=${1:?usage: $(basename "$0") PATH/TO/scalesweep}
   [ -x "$bin" ] || { echo "FAIL: $bin is not an executable" >&2; exit 1; }
   bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")

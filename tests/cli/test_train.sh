@@ -18,11 +18,7 @@ import difflib, hashlib, json, math, os, re, signal, struct, subprocess, sys
 import threading
 from collections import Counter
 
-TIMING = re.compile(r',"(tok_per_s|wall_s|peak_rss_bytes)":[^,}]*')
-
-def die(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
+from clilib import TIMING, die
 
 def strict(text):
     def bad(c):
@@ -609,9 +605,8 @@ SCALESWEEP_PROFILE_OPS=1 "$bin" train --config "$tmp/prof.json" >prof.out 2>prof
   fail "SCALESWEEP_PROFILE_OPS=1 exited $?: $(tail -3 prof.err)"
 "$py" - <<'PY' || fail "SCALESWEEP_PROFILE_OPS: $(head -c 1500 prof.err)"
 import json, re
-strip = lambda p: [re.sub(r',"(tok_per_s|wall_s|peak_rss_bytes)":[^,}]*', "", l)
-                   for l in open(p)]
-assert strip("prof.out") == strip("prof_plain.out"), "the profile changed the run's output"
+from clilib import untimed
+assert untimed("prof.out") == untimed("prof_plain.out"), "the profile changed the run's output"
 text = open("prof.err").read()
 m = re.search(r"op times over (\d+) training steps", text)
 assert m, "no op table"

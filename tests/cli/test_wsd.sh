@@ -19,11 +19,7 @@ cli_setup "$@"
 cat >"$tmp/h.py" <<'PY'
 import json, math, re, sys
 
-TIMING = re.compile(r',"(tok_per_s|wall_s|peak_rss_bytes)":[^,}]*')
-
-def die(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
+from clilib import TIMING, die
 
 def lines(path):
     return [TIMING.sub("", l.rstrip("\n")) for l in open(path) if l.strip()]
@@ -266,10 +262,10 @@ h kept ctrunk.out 40,80
 "$bin" train --config c32.json --branch-from cck/branch-80/checkpoint.bin >c32.out ||
   fail "the rung at 4x the batch failed: $(tail -c 600 c32.out)"
 "$py" - <<'PY' || exit 1
-import json, re
-T = re.compile(r',"(tok_per_s|wall_s)":[^,}]*')
+import json
+from clilib import TIMING
 def steps(path, lo, hi):
-    return [T.sub("", l.strip()) for l in open(path)
+    return [TIMING.sub("", l.strip()) for l in open(path)
             if '"event":"step"' in l and lo < json.loads(l)["step"] <= hi]
 a, b = steps("ctrunk.out", 80, 100), steps("c8.out", 0, 10**9)
 if len(b) != 20 or a != b:

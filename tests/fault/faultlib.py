@@ -62,6 +62,18 @@ def close_pair(lock, pairs, pair):
 TOKENS_PER_STEP = 8 * 32  # the tiny model of runs_spec: batch 8 of 32 tokens
 
 
+def spawn_scheduler(binary, db, token, tmp, api_port, wport, lease_s, extra):
+    """A scheduler (Popen) on those ports with a lease of lease_s seconds and
+    the arguments extra, its checkpoints in tmp/ckpt, its output appended to
+    tmp/scheduler.log: the fault tests restart it on the same files."""
+    logf = open(os.path.join(tmp, "scheduler.log"), "a")
+    return subprocess.Popen(
+        [binary, "scheduler", "--database", db, "--token-file", token,
+         "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
+         "--checkpoints", os.path.join(tmp, "ckpt"), "--lease-seconds", str(lease_s)] + extra,
+        stdout=logf, stderr=logf)
+
+
 def runs_spec(name, nruns, steps_range, seed):
     """A sweep of nruns tiny CPU runs (1 layer, d 32, T 32, batch 8: a
     millisecond or two a step) of steps drawn in steps_range (by tens) from
@@ -83,20 +95,18 @@ def runs_spec(name, nruns, steps_range, seed):
     }, steps
 
 
-class AckProxy:
+class Proxy:
     """Listens on a port of its own and forwards each connection to
-    127.0.0.1:upstream_port. Worker to scheduler: metrics and finished
-    messages are kept by (run_id, attempt, seq); scheduler to worker: acks
-    by the same key."""
+    127.0.0.1:upstream_port, a thread a direction running the subclass's
+    _pump(src, dst, pair, from_worker); cut() closes every connection it
+    carries. A subclass sets its own fields before calling __init__: the
+    first connection may come before __init__ returns."""
 
     def __init__(self, name, upstream_port):
         self.name = name
         self.upstream = upstream_port
         self.lock = threading.Lock()
         self.pairs = []
-        self.sent = {}     # (run, attempt, seq) -> the message (first copy)
-        self.acked = {}    # (run, attempt, seq) -> time of the first ack
-        self.refused = {}  # the same, of acks saying "stored": false
         self.srv = socket.socket()
         self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.srv.bind(("127.0.0.1", 0))
@@ -121,6 +131,29 @@ class AckProxy:
                 self.pairs.append(pair)
             threading.Thread(target=self._pump, args=(down, up, pair, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(up, down, pair, False), daemon=True).start()
+
+    def _close(self, pair):
+        close_pair(self.lock, self.pairs, pair)
+
+    def cut(self):
+        """closes every connection; how many there were"""
+        with self.lock:
+            pairs = list(self.pairs)
+        for p in pairs:
+            self._close(p)
+        return len(pairs)
+
+
+class AckProxy(Proxy):
+    """A Proxy that keeps, worker to scheduler, the metrics and finished
+    messages by (run_id, attempt, seq); scheduler to worker, the acks by the
+    same key."""
+
+    def __init__(self, name, upstream_port):
+        self.sent = {}     # (run, attempt, seq) -> the message (first copy)
+        self.acked = {}    # (run, attempt, seq) -> time of the first ack
+        self.refused = {}  # the same, of acks saying "stored": false
+        super().__init__(name, upstream_port)
 
     def _line(self, line, from_worker):
         try:
@@ -156,9 +189,6 @@ class AckProxy:
         except OSError:
             pass
         self._close(pair)
-
-    def _close(self, pair):
-        close_pair(self.lock, self.pairs, pair)
 
     def acked_messages(self, kind):
         """[(key, message)] of the messages of that type the scheduler acked.

@@ -122,18 +122,13 @@ def start_scheduler(proxies):
     machine is shared) are traded for fresh ones, the proxies told."""
     global api_port, wport
     for _ in range(5):
-        log = os.path.join(tmp, "scheduler.log")
-        logf = open(log, "a")
-        procs["scheduler"] = subprocess.Popen(
-            [BIN, "scheduler", "--database", DB, "--token-file", token,
-             "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
-             "--checkpoints", os.path.join(tmp, "ckpt"), "--lease-seconds", str(LEASE_S),
-             "--predict-seconds", "0"],
-            stdout=logf, stderr=logf)
+        procs["scheduler"] = faultlib.spawn_scheduler(BIN, DB, token, tmp, api_port, wport,
+                                                      LEASE_S, ["--predict-seconds", "0"])
         if wait_healthz(request, 300, procs["scheduler"]):
             return
         if procs["scheduler"].poll() is None:
             fail("the scheduler did not come up within 30 s")
+        log = os.path.join(tmp, "scheduler.log")
         if "address already in use" not in open(log, errors="replace").read():
             break
         api_port, wport = free_port(), free_port()

@@ -293,6 +293,11 @@ class Rig:
             time.sleep(period)
         return None
 
+    def check(self, cond, msg):
+        """Fails the test with msg unless cond."""
+        if not cond:
+            self.fail(msg)
+
     def fail(self, msg):
         """Prints msg and the end of each of the rig's logs, kills what is
         still running and exits 1."""

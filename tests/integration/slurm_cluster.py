@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from harness import free_port, print_tail
+from harness import free_port, print_tail, psql
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "scontrol",
            "sinfo")
@@ -75,6 +75,31 @@ class SlurmCluster:
             print_tail(os.path.join(tmp, name), tail, f"---- {name} (last {tail} bytes)")
         sys.stderr.write("---- slurmctld.log (last 1500 bytes)\n")
         sys.stderr.write(self.log("slurmctld.log")[-1500:])
+
+    def start_or_skip(self, tmp):
+        """start(); where Slurm cannot run here, the test skips (exit 77,
+        ctest's SKIP_RETURN_CODE), its scratch directory tmp removed."""
+        why = self.start()
+        if why:
+            print(f"SKIP: Slurm cannot run here: {why}")
+            self.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+            sys.exit(77)
+
+    def print_failure(self, tmp, slog, tail, job_tail, run_columns, jobs=False):
+        """On stderr, for a failed test: the end (tail bytes) of the
+        scheduler's log slog, the jobs' and controller's logs (job_tail), the
+        runs table's run_columns and, with jobs, the jobs the controller knows.
+        The database or Slurm may be the thing that failed: what cannot be
+        read is left out."""
+        print_tail(slog, tail, f"---- scheduler.log (last {tail} bytes)")
+        self.print_logs(tmp, job_tail)
+        try:
+            print(psql(f"SELECT {run_columns} FROM runs ORDER BY id"), file=sys.stderr)
+            if jobs:
+                print(self.job_rows(), file=sys.stderr)
+        except (subprocess.CalledProcessError, OSError):
+            pass
 
     def _daemon(self, argv):
         p = subprocess.Popen(argv, env=self.env(), stdout=subprocess.DEVNULL,

@@ -22,15 +22,11 @@ Usage: test_sec_names.py SCALESWEEP_BINARY
 """
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 
-from harness import api_request, fail_exit, free_port, make_token, psql, stop_all, wait_healthz
+from harness import Rig, http_request, psql
 
 BIN = sys.argv[1]
-DB = os.environ["SCALESWEEP_TEST_DB"]
 RLO = "\u202e"
 # what must never reach the terminal raw: the overrides and isolates, the
 # zero-width and other format characters, the C0 and C1 controls but '\n'
@@ -39,40 +35,19 @@ HIDDEN = ([chr(c) for c in range(0x20) if c != 0x0a] + [chr(c) for c in range(0x
           [chr(c) for c in range(0x200b, 0x2010)] + [chr(c) for c in range(0x2028, 0x202f)] +
           [chr(c) for c in range(0x2060, 0x2070)] + ["\U000e0001"])
 
-tmp = tempfile.mkdtemp(prefix="ss-sec-names-")
-token = make_token(tmp)
-api_port, wport = free_port(), free_port()
-URL = f"http://127.0.0.1:{api_port}"
-sched = None
-
-
-def fail(msg):
-    fail_exit(msg, [os.path.join(tmp, "scheduler.log")], [sched])
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-
-
-def request(method, path, body=None):
-    return api_request(api_port, token, method, path, body)
+rig = Rig(BIN, "ss-sec-names-", logs=("scheduler",), tail=3000)
+fail, check, request = rig.fail, rig.check, rig.request
 
 
 def page(path):
-    import http.client
-    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=10)
-    c.request("GET", path, headers={"Authorization": "Bearer " + open(token).read().strip()})
-    r = c.getresponse()
-    text = r.read().decode()
-    c.close()
-    return r.status, text
+    h = {"Authorization": "Bearer " + open(rig.token).read().strip()}
+    st, data, _ = http_request(rig.api_port, "GET", path, headers=h)
+    return st, data.decode()
 
 
 def cli(*args):
-    r = subprocess.run([BIN, *args, "--url", URL, "--token-file", token], capture_output=True,
-                       timeout=60)
-    return r.returncode, r.stdout.decode(), r.stderr.decode()
+    r = rig.cli(*args, timeout=60)
+    return r.returncode, r.stdout, r.stderr
 
 
 def raw_hidden(text):
@@ -87,12 +62,7 @@ def spec(name):
 
 
 try:
-    log = open(os.path.join(tmp, "scheduler.log"), "w")
-    sched = subprocess.Popen(
-        [BIN, "scheduler", "--database", DB, "--token-file", token, "--listen",
-         f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}", "--checkpoints",
-         os.path.join(tmp, "ck")], stdout=log, stderr=log)
-    check(wait_healthz(request, proc=sched), "the scheduler did not come up")
+    sched = rig.start_scheduler("--checkpoints", os.path.join(rig.tmp, "ck"))
 
     # ---- refused at submission
     for name, found in (("ab" + RLO + "cd", "found U+202E at byte 2"),
@@ -104,7 +74,7 @@ try:
                                 for p in probs),
               "a name with %s: expected 400 at $.name (%s), got %d %r" % (found[6:12], found, st,
                                                                           body))
-    spec_file = os.path.join(tmp, "rlo.json")
+    spec_file = os.path.join(rig.tmp, "rlo.json")
     with open(spec_file, "w") as f:
         json.dump(spec("ab" + RLO + "cd"), f, ensure_ascii=False)
     rc, out, err = cli("submit", spec_file)
@@ -157,5 +127,4 @@ try:
     check(sched.poll() is None, "the scheduler exited")
     print("sec_names: all checks passed")
 finally:
-    stop_all([sched], 20)
-    shutil.rmtree(tmp, ignore_errors=True)
+    rig.close()

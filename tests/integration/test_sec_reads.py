@@ -46,45 +46,24 @@ import http.client
 import json
 import math
 import os
-import shutil
 import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-from harness import api_request, fail_exit, free_port, psql, stop_all, wait_healthz
+from harness import Rig, psql
 
 BIN = sys.argv[1]
-DB = os.environ["SCALESWEEP_TEST_DB"]
 FLOOD_S = 15
 HEAVY_CLIENTS = 16
 HEAVY_PATH = "/api/sweeps/%d/curves?points=2000&limit=1000"
 # the parts to run (all by default; "flood" alone measures an old build)
 PARTS = os.environ.get("SEC_READS_PARTS", "fencing,caps,flood,ranges").split(",")
-tmp = tempfile.mkdtemp(prefix="ss-sec-reads-")
-token = os.path.join(tmp, "token")
-TOKEN = os.urandom(16).hex()
-with open(token, "w") as f:
-    f.write(TOKEN)
-os.chmod(token, 0o600)
-api_port, wport = free_port(), free_port()
-sched = None
-
-
-def fail(msg):
-    fail_exit(msg, [os.path.join(tmp, "scheduler.log")], [sched])
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-
-
-def request(method, path, body=None, timeout=10):
-    return api_request(api_port, token, method, path, body, timeout)
+rig = Rig(BIN, "ss-sec-reads-", logs=("scheduler",), tail=3000)
+tmp, token, api_port, wport = rig.tmp, rig.token, rig.api_port, rig.wport
+TOKEN = open(token).read().strip()
+fail, check, request = rig.fail, rig.check, rig.request
 
 
 def pct(xs, p):
@@ -426,12 +405,8 @@ def flood(w1, held, big, small):
 
 
 try:
-    log = open(os.path.join(tmp, "scheduler.log"), "w")
-    sched = subprocess.Popen(
-        [BIN, "scheduler", "--database", DB, "--token-file", token, "--listen",
-         f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}", "--checkpoints",
-         os.path.join(tmp, "ck"), "--predict-seconds", "0"], stdout=log, stderr=log)
-    check(wait_healthz(request, proc=sched), "the scheduler did not come up")
+    sched = rig.start_scheduler("--checkpoints", os.path.join(tmp, "ck"),
+                                "--predict-seconds", "0")
     st, health = request("GET", "/healthz")
     check(st == 200 and health == {"ok": True, "control": True, "reads": True},
           "/healthz: %d %r" % (st, health))
@@ -444,7 +419,8 @@ try:
     # tick after start (no heartbeat could renew one while it was away): the
     # fencing part sets a lease in the past, so it must come after that
     end = time.time() + 20
-    while "running run(s) given a full lease" not in open(log.name).read():
+    slog = os.path.join(tmp, "scheduler.log")
+    while "running run(s) given a full lease" not in open(slog).read():
         check(time.time() < end, "the scheduler's first lease tick did not come")
         time.sleep(0.1)
     w1 = Worker("holder", 2)
@@ -466,5 +442,4 @@ try:
     print("sec_reads: renewals kept their pace under a flood of heavy reads; fenced writes "
           "refused")
 finally:
-    stop_all([sched], 20)
-    shutil.rmtree(tmp, ignore_errors=True)
+    rig.close()

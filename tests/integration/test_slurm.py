@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-from harness import (api_request, make_token, print_tail, psql, read_ready, step_losses,
+from harness import (api_request, make_token, psql, read_ready, step_losses,
                      stored_losses, until, wait_healthz)
 from slurm_cluster import SlurmCluster
 
@@ -52,13 +52,8 @@ cluster = SlurmCluster(tmp, nodes=2, kill_wait=30)
 
 def fail(msg):
     print("FAIL:", msg, file=sys.stderr)
-    print_tail(slog, 2500, "---- scheduler.log (last 2500 bytes)")
-    cluster.print_logs(tmp, 2500)
-    try:
-        print(psql("SELECT id, status, attempt, interruptions, checkpoint_step, worker, error "
-                   "FROM runs ORDER BY id"), file=sys.stderr)
-    except subprocess.CalledProcessError:
-        pass
+    cluster.print_failure(tmp, slog, 2500, 2500,
+                          "id, status, attempt, interruptions, checkpoint_step, worker, error")
     cleanup()
     sys.exit(1)
 
@@ -111,12 +106,7 @@ def job_state(job):
 
 
 try:
-    why = cluster.start()
-    if why:
-        print(f"SKIP: Slurm cannot run here: {why}")
-        cluster.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-        sys.exit(77)
+    cluster.start_or_skip(tmp)
     print(f"slurm: slurmctld and 2 slurmd nodes idle ({time.time() - T0:.1f} s)")
 
     ready = os.path.join(tmp, "ready.json")

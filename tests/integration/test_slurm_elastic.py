@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 
-from harness import (api_request, make_token, print_tail, psql, stop_all, until, until_progress,
+from harness import (api_request, make_token, psql, stop_all, until, until_progress,
                      wait_healthz)
 from slurm_cluster import SlurmCluster
 
@@ -58,14 +58,8 @@ cluster = SlurmCluster(tmp, nodes=2, kill_wait=30, preempt_grace=20)
 
 def fail(msg):
     print("FAIL:", msg, file=sys.stderr)
-    print_tail(slog, 3000, "---- scheduler.log (last 3000 bytes)")
-    cluster.print_logs(tmp, 1500)
-    try:
-        print(psql("SELECT id, status, attempt, interruptions, checkpoint_step, error "
-                   "FROM runs ORDER BY id"), file=sys.stderr)
-        print(cluster.job_rows(), file=sys.stderr)
-    except (subprocess.CalledProcessError, OSError):
-        pass
+    cluster.print_failure(tmp, slog, 3000, 1500,
+                          "id, status, attempt, interruptions, checkpoint_step, error", jobs=True)
     cleanup()
     sys.exit(1)
 
@@ -131,12 +125,7 @@ try:
              "and a message naming sbatch, before the database is touched")
     print(f"ok: --slurm without Slurm's commands: exit 2, {p.stderr.strip()[:80]!r}...")
 
-    why = cluster.start()
-    if why:
-        print(f"SKIP: Slurm cannot run here: {why}")
-        cluster.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-        sys.exit(77)
+    cluster.start_or_skip(tmp)
     print(f"slurm: slurmctld and 2 slurmd nodes idle, partition urgent preempts test "
           f"({time.time() - T0:.1f} s)")
 

@@ -46,7 +46,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -128,41 +127,15 @@ def request(method, path, body=None):
 
 # ---- a TCP proxy per worker, whose connections the driver can cut ----------
 
-class Proxy:
-    """Listens on a port of its own and forwards every connection to the
-    scheduler's worker port; cut() closes every connection it carries."""
+class Proxy(faultlib.Proxy):
+    """Forwards every connection to the scheduler's worker port; partition()
+    stalls them all, then cuts them."""
 
     def __init__(self, name):
-        self.name = name
-        self.lock = threading.Lock()
-        self.pairs = []
         self.stalled = False
-        self.srv = socket.socket()
-        self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.srv.bind(("127.0.0.1", 0))
-        self.srv.listen(16)
-        self.port = self.srv.getsockname()[1]
-        threading.Thread(target=self.accept, daemon=True).start()
+        super().__init__(name, wport)
 
-    def accept(self):
-        while True:
-            try:
-                down, _ = self.srv.accept()
-            except OSError:
-                return
-            try:
-                up = socket.create_connection(("127.0.0.1", wport), timeout=2)
-                up.settimeout(None)
-            except OSError:
-                down.close()  # the scheduler is down: the worker retries
-                continue
-            pair = (down, up)
-            with self.lock:
-                self.pairs.append(pair)
-            threading.Thread(target=self.pump, args=(down, up, pair), daemon=True).start()
-            threading.Thread(target=self.pump, args=(up, down, pair), daemon=True).start()
-
-    def pump(self, src, dst, pair):
+    def _pump(self, src, dst, pair, from_worker):
         try:
             while True:
                 data = src.recv(65536)
@@ -173,10 +146,7 @@ class Proxy:
                 dst.sendall(data)
         except OSError:
             pass
-        self.close(pair)
-
-    def close(self, pair):
-        faultlib.close_pair(self.lock, self.pairs, pair)
+        self._close(pair)
 
     def partition(self, seconds):
         """Nothing gets through for that long (neither side sees an error),
@@ -187,26 +157,14 @@ class Proxy:
         self.stalled = False
         return n
 
-    def cut(self):
-        with self.lock:
-            pairs = list(self.pairs)
-        for p in pairs:
-            self.close(p)
-        return len(pairs)
-
 
 # ---- processes ------------------------------------------------------------
 
 def start_scheduler():
-    logf = open(os.path.join(tmp, "scheduler.log"), "a")
-    procs["scheduler"] = subprocess.Popen(
-        [BIN, "scheduler", "--database", DB, "--token-file", token,
-         "--listen", f"127.0.0.1:{api_port}", "--workers", f"127.0.0.1:{wport}",
-         "--checkpoints", os.path.join(tmp, "ckpt"), "--lease-seconds", str(LEASE_S),
-         # a killed trainer is a failed attempt: its run waits 1 s, 2 s, ...
-         # before the next (the wait is stored, so it outlives a restart)
-         "--retry-after-seconds", "1"],
-        stdout=logf, stderr=logf)
+    # a killed trainer is a failed attempt: its run waits 1 s, 2 s, ...
+    # before the next (the wait is stored, so it outlives a restart)
+    procs["scheduler"] = faultlib.spawn_scheduler(BIN, DB, token, tmp, api_port, wport, LEASE_S,
+                                                  ["--retry-after-seconds", "1"])
     if wait_healthz(request, 300, procs["scheduler"]):
         return
     if procs["scheduler"].poll() is not None:

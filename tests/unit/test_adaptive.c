@@ -378,6 +378,16 @@ static int parse_with(const char *adaptive, spec **s, spec_problems *pr) {
   return spec_parse(text, "a.json", s, pr);
 }
 
+/* parse_with(adaptive) refused with SS_EINVAL, its problems in *pr (the
+ * caller frees them) */
+static int refused(const char *adaptive, spec_problems *pr) {
+  spec *s = NULL;
+  *pr = (spec_problems){0};
+  int rc = parse_with(adaptive, &s, pr);
+  spec_free(s);
+  return rc == SS_EINVAL;
+}
+
 static int problem_at(const spec_problems *pr, const char *path, const char *needle) {
   for (size_t i = 0; i < pr->n; i++)
     if (!strcmp(pr->items[i].path, path) && strstr(pr->items[i].message, needle))
@@ -422,31 +432,29 @@ static void test_spec(void) {
   spec_free(s);
   spec_problems_free(&pr);
 
-  pr = (spec_problems){0};
-  CHECK(parse_with("{\"question\": \"loss\", \"flops\": 1e13, \"compute\": 1e13}", &s, &pr) ==
-        SS_EINVAL);
-  CHECK(problem_at(&pr, "$.adaptive.params", "expected the non-embedding parameters"));
-  CHECK(problem_at(&pr, "$.adaptive.flops", "only with question \"n_opt\""));
-  spec_problems_free(&pr);
-  pr = (spec_problems){0};
-  CHECK(parse_with("{\"flops\": 1e13}", &s, &pr) == SS_EINVAL);
-  CHECK(problem_at(&pr, "$.adaptive.compute", "FLOPs the study may train"));
-  spec_problems_free(&pr);
-  pr = (spec_problems){0};
-  CHECK(parse_with("{\"flops\": 1e13, \"compute\": 1e13, \"initial\": 3, \"precision\": 0}", &s,
-                   &pr) == SS_EINVAL);
-  CHECK(problem_at(&pr, "$.adaptive.initial", "found 3"));
-  CHECK(problem_at(&pr, "$.adaptive.precision", "half-width"));
-  spec_problems_free(&pr);
-  pr = (spec_problems){0};
-  CHECK(parse_with("{\"flops\": 1e13, \"compute\": 1e13, \"rounds\": 3}", &s, &pr) == SS_EINVAL);
-  CHECK(problem_at(&pr, "$.adaptive.rounds", ""));
-  spec_problems_free(&pr);
-  pr = (spec_problems){0};
-  CHECK(parse_with("{\"flops\": 1e13, \"compute\": 1e13, \"criterion\": \"bayes\"}", &s, &pr) ==
-        SS_EINVAL);
-  CHECK(problem_at(&pr, "$.adaptive.criterion", "bayes"));
-  spec_problems_free(&pr);
+  /* refused, with a problem at every path given */
+  static const struct {
+    const char *adaptive;
+    const char *path[2], *needle[2];
+  } cases[] = {
+      {"{\"question\": \"loss\", \"flops\": 1e13, \"compute\": 1e13}",
+       {"$.adaptive.params", "$.adaptive.flops"},
+       {"expected the non-embedding parameters", "only with question \"n_opt\""}},
+      {"{\"flops\": 1e13}", {"$.adaptive.compute"}, {"FLOPs the study may train"}},
+      {"{\"flops\": 1e13, \"compute\": 1e13, \"initial\": 3, \"precision\": 0}",
+       {"$.adaptive.initial", "$.adaptive.precision"},
+       {"found 3", "half-width"}},
+      {"{\"flops\": 1e13, \"compute\": 1e13, \"rounds\": 3}", {"$.adaptive.rounds"}, {""}},
+      {"{\"flops\": 1e13, \"compute\": 1e13, \"criterion\": \"bayes\"}",
+       {"$.adaptive.criterion"},
+       {"bayes"}},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    CHECK(refused(cases[c].adaptive, &pr));
+    for (size_t k = 0; k < 2 && cases[c].path[k]; k++)
+      CHECK(problem_at(&pr, cases[c].path[k], cases[c].needle[k]));
+    spec_problems_free(&pr);
+  }
   pr = (spec_problems){0};
   CHECK_INT_EQ(
       parse_with("{\"flops\": 1e13, \"compute\": 1e13, \"criterion\": \"reweight\"}", &s, &pr), 0);

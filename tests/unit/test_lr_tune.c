@@ -31,6 +31,15 @@ static char *spec_text(const char *base_model, const char *base_train, const cha
   return t;
 }
 
+/* bad() of spec_text(...) */
+static spec_problems bad_spec(const char *base_model, const char *base_train, const char *tune,
+                              const char *extra) {
+  char *t = spec_text(base_model, base_train, tune, extra);
+  spec_problems pr = bad(t);
+  free(t);
+  return pr;
+}
+
 #define MUP ", \"parametrization\": \"mup\", \"base_width\": 32"
 #define RATES "{\"lr\": [0.001, 0.003, 0.01, 0.03]}"
 
@@ -62,62 +71,44 @@ static void test_spec(void) {
   spec_free(s);
 
   /* standard parametrization, by default or said: the rate would not carry */
-  t = spec_text(", \"base_width\": 32", "", RATES, "");
-  spec_problems pr = bad(t);
-  free(t);
+  spec_problems pr = bad_spec(", \"base_width\": 32", "", RATES, "");
   CHECK(has(&pr, "$.base.model.parametrization", "found none (the default, \"sp\")",
             "expected \"mup\""));
   spec_problems_free(&pr);
-  t = spec_text(", \"parametrization\": \"sp\"", "", RATES, "");
-  pr = bad(t);
-  free(t);
+  pr = bad_spec(", \"parametrization\": \"sp\"", "", RATES, "");
   CHECK(has(&pr, "$.base.model.parametrization", "found \"sp\"", "holds under muP only"));
   spec_problems_free(&pr);
 
   /* base fixes the rate */
-  t = spec_text(MUP, ", \"train\": {\"lr\": 0.01}", RATES, "");
-  pr = bad(t);
-  free(t);
+  pr = bad_spec(MUP, ", \"train\": {\"lr\": 0.01}", RATES, "");
   CHECK(has(&pr, "$.base.train.lr", "found 0.01",
             "$.lr_tune chooses the study's learning rate on the proxy; expected it left out"));
   spec_problems_free(&pr);
 
   /* fewer than 3 rates, a repeated rate, a rate out of range */
-  t = spec_text(MUP, "", "{\"lr\": [0.001, 0.01]}", "");
-  pr = bad(t);
-  free(t);
+  pr = bad_spec(MUP, "", "{\"lr\": [0.001, 0.01]}", "");
   CHECK(has(&pr, "$.lr_tune.lr", "found 2 values, expected at least 3", "a rate on each side"));
   spec_problems_free(&pr);
-  t = spec_text(MUP, "", "{\"lr\": [0.001, 0.01, 0.001, 20]}", "");
-  pr = bad(t);
-  free(t);
+  pr = bad_spec(MUP, "", "{\"lr\": [0.001, 0.01, 0.001, 20]}", "");
   CHECK(has(&pr, "$.lr_tune.lr[2]", "found 0.001 again", "distinct"));
   CHECK(has(&pr, "$.lr_tune.lr[3]", "found 20", "a number from 1e-12 to 10"));
   spec_problems_free(&pr);
 
   /* the section's keys and values */
-  t = spec_text(MUP, "", "{\"lr\": [1e-3, 1e-2, 1e-1], \"tokens\": -4, \"steps\": 3}", "");
-  pr = bad(t);
-  free(t);
+  pr = bad_spec(MUP, "", "{\"lr\": [1e-3, 1e-2, 1e-1], \"tokens\": -4, \"steps\": 3}", "");
   CHECK(has(&pr, "$.lr_tune.steps", "unknown key", "lr, tokens, seeds"));
   CHECK(has(&pr, "$.lr_tune.tokens", "found -4", "a token count D"));
   spec_problems_free(&pr);
-  t = spec_text(MUP, "", "[0.001, 0.01, 0.1]", "");
-  pr = bad(t);
-  free(t);
+  pr = bad_spec(MUP, "", "[0.001, 0.01, 0.1]", "");
   CHECK(has(&pr, "$.lr_tune", "found a list", NULL));
   spec_problems_free(&pr);
-  t = spec_text(MUP, "", "{\"tokens\": 1e5}", "");
-  pr = bad(t);
-  free(t);
+  pr = bad_spec(MUP, "", "{\"tokens\": 1e5}", "");
   CHECK(has(&pr, "$.lr_tune.lr", "missing", "learning rates to try"));
   spec_problems_free(&pr);
 
   /* seeds of the tune with base's seed */
-  t = spec_text(MUP, ", \"train\": {\"seed\": 4}", "{\"lr\": [1e-3, 1e-2, 1e-1], \"seeds\": [1, 2]}",
-                "");
-  pr = bad(t);
-  free(t);
+  pr = bad_spec(MUP, ", \"train\": {\"seed\": 4}",
+                "{\"lr\": [1e-3, 1e-2, 1e-1], \"seeds\": [1, 2]}", "");
   CHECK(has(&pr, "$.base.train.seed", "found 4", "$.lr_tune.seeds sets it"));
   spec_problems_free(&pr);
 
@@ -386,8 +377,8 @@ static void test_decide(void) {
   CHECK(lr_tune_decide(grid, 4, few, 4, &d) == 0);
   CHECK(d.state == LR_TUNE_UNDECIDED);
   CHECK(isnan(d.lr) && d.chosen == -1);
-  CHECK(strstr(d.reason, "only 2 of the grid's 4 rates have a finished tune run (2 runs failed")
-        != NULL);
+  CHECK(strstr(d.reason, "only 2 of the grid's 4 rates have a finished tune run (2 runs failed") !=
+        NULL);
   CHECK(strstr(d.reason, "at least 3") != NULL);
   j = lr_tune_decision_json(&d);
   CHECK(!strcmp(json_string_value(json_object_get(j, "status")), "undecided"));
@@ -446,8 +437,8 @@ static void test_conclude(void) {
     json_t *r = json_array_get(runs, i);
     CHECK(json_real_value(json_object_get(r, "lr")) == 0.01);
     CHECK(!strcmp(json_string_value(json_object_get(r, "part")), "grid"));
-    CHECK(json_real_value(json_object_get(
-              json_object_get(json_object_get(r, "config"), "train"), "lr")) == 0.01);
+    CHECK(json_real_value(json_object_get(json_object_get(json_object_get(r, "config"), "train"),
+                                          "lr")) == 0.01);
   }
   CHECK(!strcmp(json_string_value(json_object_get(dec, "status")), "decided"));
   CHECK_INT_EQ(json_integer_value(json_object_get(dec, "study_runs")), 2);

@@ -76,46 +76,31 @@ static void refused(const char *pattern, const char *dir, int want, const char *
 }
 
 static void test_escapes(void) {
-  char p[4600];
   /* glob's own ways back up: .[.] matches "..", shado[w] a file outside */
-  snprintf(p, sizeof p, "%s/.[.]/outside/secret.bin", data);
-  refused(p, data, SS_EINVAL, "directory component");
-  snprintf(p, sizeof p, "%s/.[.]/.[.]/.[.]/etc/passwd", data);
-  refused(p, data, SS_EINVAL, "directory component");
+  refused(at("data/.[.]/outside/secret.bin"), data, SS_EINVAL, "directory component");
+  refused(at("data/.[.]/.[.]/.[.]/etc/passwd"), data, SS_EINVAL, "directory component");
   refused("/etc/shado[w]", data, SS_EINVAL, "outside the allowed data directories");
   refused("/etc/passw?", data, SS_EINVAL, "outside the allowed data directories");
   refused(at("outside/secre[t].bin"), data, SS_EINVAL, "outside the allowed data directories");
   /* the last component a pattern matching ".." */
   refused(at("data/.[.]"), data, SS_EINVAL, "outside the allowed data directories");
-  snprintf(p, sizeof p, "%s/sub/.[.]", data);
-  refused(p, data, SS_EINVAL, "not a regular file"); /* resolves to data itself */
-  snprintf(p, sizeof p, "%s/*/x.bin", data);
-  refused(p, data, SS_EINVAL, "directory component");
-  snprintf(p, sizeof p, "%s/su?/x.bin", data);
-  refused(p, data, SS_EINVAL, "directory component");
-  snprintf(p, sizeof p, "%s/s\\ub/x.bin", data);
-  refused(p, data, SS_EINVAL, "directory component");
-  snprintf(p, sizeof p, "%s/../outside/secret.bin", data);
-  refused(p, data, SS_EINVAL, "'..' component");
-  snprintf(p, sizeof p, "%s/./train_0.bin", data);
-  refused(p, data, SS_EINVAL, "'.' component");
-  snprintf(p, sizeof p, "%s/sub/", data);
-  refused(p, data, SS_EINVAL, "ends with '/'");
+  refused(at("data/sub/.[.]"), data, SS_EINVAL, "not a regular file"); /* resolves to data itself */
+  refused(at("data/*/x.bin"), data, SS_EINVAL, "directory component");
+  refused(at("data/su?/x.bin"), data, SS_EINVAL, "directory component");
+  refused(at("data/s\\ub/x.bin"), data, SS_EINVAL, "directory component");
+  refused(at("data/../outside/secret.bin"), data, SS_EINVAL, "'..' component");
+  refused(at("data/./train_0.bin"), data, SS_EINVAL, "'.' component");
+  refused(at("data/sub/"), data, SS_EINVAL, "ends with '/'");
   refused("", data, SS_EINVAL, "empty");
   /* a prefix of the text is not a parent directory */
   refused(at("database/y.bin"), data, SS_EINVAL, "outside the allowed data directories");
 }
 
 static void test_symlinks(void) {
-  char p[4600];
-  snprintf(p, sizeof p, "%s/link_out", data);
-  refused(p, data, SS_EINVAL, "resolves outside the allowed data directories");
-  snprintf(p, sizeof p, "%s/link_*", data);
-  refused(p, data, SS_EINVAL, "resolves outside the allowed data directories");
-  snprintf(p, sizeof p, "%s/dirlink/secret.bin", data);
-  refused(p, data, SS_EINVAL, "outside the allowed data directories");
-  snprintf(p, sizeof p, "%s/dirlink/*", data);
-  refused(p, data, SS_EINVAL, "outside the allowed data directories");
+  refused(at("data/link_out"), data, SS_EINVAL, "resolves outside the allowed data directories");
+  refused(at("data/link_*"), data, SS_EINVAL, "resolves outside the allowed data directories");
+  refused(at("data/dirlink/secret.bin"), data, SS_EINVAL, "outside the allowed data directories");
+  refused(at("data/dirlink/*"), data, SS_EINVAL, "outside the allowed data directories");
 }
 
 /* Outside, an existing file and a missing one get the same answer. */
@@ -131,10 +116,9 @@ static void test_no_oracle(void) {
 
 static void test_matches(void) {
   const char *dirs[] = {data};
-  char err[512] = "", p[4600];
+  char err[512] = "";
   spath_list l;
-  snprintf(p, sizeof p, "%s/train_*.bin", data);
-  CHECK_INT_EQ(spath_expand(p, dirs, 1, &l, err, sizeof err), 0);
+  CHECK_INT_EQ(spath_expand(at("data/train_*.bin"), dirs, 1, &l, err, sizeof err), 0);
   CHECK_INT_EQ(l.n, 2);
   if (l.n == 2) {
     CHECK(strstr(l.match[0], "train_0.bin") && strstr(l.match[1], "train_1.bin"));
@@ -142,14 +126,11 @@ static void test_matches(void) {
   }
   spath_list_free(&l);
   /* a plain file name, and a pattern whose directory is a real subdirectory */
-  snprintf(p, sizeof p, "%s/sub/x.bin", data);
-  CHECK_INT_EQ(spath_check(p, dirs, 1, err, sizeof err), 0);
+  CHECK_INT_EQ(spath_check(at("data/sub/x.bin"), dirs, 1, err, sizeof err), 0);
   /* none: a problem too */
-  snprintf(p, sizeof p, "%s/nothing_*.bin", data);
-  CHECK_INT_EQ(spath_check(p, dirs, 1, err, sizeof err), SS_ENOENT);
+  CHECK_INT_EQ(spath_check(at("data/nothing_*.bin"), dirs, 1, err, sizeof err), SS_ENOENT);
   CHECK(strstr(err, "no files match") != NULL);
-  snprintf(p, sizeof p, "%s/nodir/x.bin", data);
-  CHECK_INT_EQ(spath_check(p, dirs, 1, err, sizeof err), SS_ENOENT);
+  CHECK_INT_EQ(spath_check(at("data/nodir/x.bin"), dirs, 1, err, sizeof err), SS_ENOENT);
   /* several directories: the second allows it */
   const char *two[] = {at("outside/none"), at("database")};
   CHECK_INT_EQ(spath_check(at("database/y.bin"), two, 2, err, sizeof err), 0);
@@ -157,8 +138,7 @@ static void test_matches(void) {
   char slashy[4400];
   snprintf(slashy, sizeof slashy, "%s//", data);
   const char *sd[] = {slashy};
-  snprintf(p, sizeof p, "%s/train_0.bin", data);
-  CHECK_INT_EQ(spath_check(p, sd, 1, err, sizeof err), 0);
+  CHECK_INT_EQ(spath_check(at("data/train_0.bin"), sd, 1, err, sizeof err), 0);
   /* a relative pattern is taken from the working directory */
   char cwd[4096];
   CHECK(getcwd(cwd, sizeof cwd) != NULL);
