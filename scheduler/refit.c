@@ -708,6 +708,8 @@ void sched__sweep_flush(sched *s) {
     sched__adaptive_touch(s, st->touched[i].sweep_id); /* and its adaptive round (adaptive.c) */
   }
   st->ntouched = 0;
+  sched__sweepq_retry(&s->tunes); /* the checks that failed at the last flush */
+  sched__sweepq_retry(&s->adapt);
   sched__lr_tune_due(s);
   sched__adaptive_due(s);
 }

@@ -13,19 +13,33 @@ static void out_of_memory(const sched__sweepq *q, int64_t sweep_id) {
   fprintf(stderr, "scheduler: sweep %" PRId64 ": out of memory for its %s\n", sweep_id, q->what);
 }
 
-void sched__sweepq_add(sched__sweepq *q, int64_t sweep_id) {
-  for (int i = 0; i < q->n; i++)
-    if (q->pending[i] == sweep_id)
-      return;
-  if (q->n == q->cap) {
-    int cap = q->cap ? 2 * q->cap : 16;
-    int64_t *p = realloc(q->pending, (size_t)cap * sizeof *p);
+/* Adds sweep_id to the list ids (n of cap) unless it is there; 0, or -1
+ * out of memory. */
+static int ids_add(int64_t **ids, int *n, int *cap, int64_t sweep_id) {
+  for (int i = 0; i < *n; i++)
+    if ((*ids)[i] == sweep_id)
+      return 0;
+  if (*n == *cap) {
+    int c = *cap ? 2 * *cap : 16;
+    int64_t *p = realloc(*ids, (size_t)c * sizeof *p);
     if (!p)
-      return out_of_memory(q, sweep_id);
-    q->pending = p;
-    q->cap = cap;
+      return -1;
+    *ids = p;
+    *cap = c;
   }
-  q->pending[q->n++] = sweep_id;
+  (*ids)[(*n)++] = sweep_id;
+  return 0;
+}
+
+void sched__sweepq_add(sched__sweepq *q, int64_t sweep_id) {
+  if (ids_add(&q->pending, &q->n, &q->cap, sweep_id))
+    out_of_memory(q, sweep_id);
+}
+
+void sched__sweepq_retry(sched__sweepq *q) {
+  for (int i = 0; i < q->nlater; i++)
+    sched__sweepq_add(q, q->later[i]);
+  q->nlater = 0;
 }
 
 int64_t sched__sweepq_take(sched__sweepq *q) {
@@ -41,8 +55,9 @@ int64_t sched__sweepq_take(sched__sweepq *q) {
 void sched__sweepq_failed(sched__sweepq *q, int64_t sweep_id, int status, const char *doing,
                           const char *errmsg) {
   fprintf(stderr, "scheduler: sweep %" PRId64 ": %s failed: %s\n", sweep_id, doing, errmsg);
-  if (status == SS_ECONN || status == SS_ETIMEOUT)
-    sched__sweepq_add(q, sweep_id);
+  if ((status == SS_ECONN || status == SS_ETIMEOUT) &&
+      ids_add(&q->later, &q->nlater, &q->caplater, sweep_id))
+    out_of_memory(q, sweep_id);
 }
 
 void sched__sweepq_put_back(sched__sweepq *q, int64_t sweep_id) {
@@ -53,8 +68,9 @@ void sched__sweepq_put_back(sched__sweepq *q, int64_t sweep_id) {
 
 void sched__sweepq_free(sched__sweepq *q) {
   free(q->pending);
-  q->pending = NULL;
-  q->n = q->cap = q->busy = 0;
+  free(q->later);
+  q->pending = q->later = NULL;
+  q->n = q->cap = q->busy = q->nlater = q->caplater = 0;
 }
 
 int sched__sweepq_queue(sched *s, uv_work_t *w, uv_work_cb work, uv_after_work_cb after,

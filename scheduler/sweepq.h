@@ -17,6 +17,8 @@ struct sched;
 typedef struct sched__sweepq {
   int64_t *pending; /* sweeps to check (n), malloc'd, capacity cap; each once */
   int n, cap;
+  int64_t *later; /* sweeps whose check failed: queued again at the next flush */
+  int nlater, caplater;
   int busy;         /* a check, or what it decided, under way */
   const char *what; /* what is checked, for the log: "lr tune check" */
 } sched__sweepq;
@@ -30,11 +32,16 @@ void sched__sweepq_add(sched__sweepq *q, int64_t sweep_id);
 int64_t sched__sweepq_take(sched__sweepq *q);
 
 /* A check's read or statement failed with status: logged ("scheduler:
- * sweep N: DOING failed: ERRMSG"), and the sweep queued again when the
- * connection was lost or the statement ran too long (a check stores
- * nothing twice, so it may run again). */
+ * sweep N: DOING failed: ERRMSG"), and the sweep queued again at the next
+ * flush (sched__sweepq_retry, a lease tick away) when the connection was
+ * lost or the statement ran too long (a check stores nothing twice, so it
+ * may run again). Not at once: with the database down every check fails
+ * at once, and an immediate retry would spin the loop and the log. */
 void sched__sweepq_failed(sched__sweepq *q, int64_t sweep_id, int status, const char *doing,
                           const char *errmsg);
+
+/* The sweeps whose check failed, queued again (at a flush). */
+void sched__sweepq_retry(sched__sweepq *q);
 
 /* A check that could not start (out of memory): logged, its sweep queued
  * again for the next flush, the queue no longer busy. */
