@@ -29,11 +29,9 @@
 #include "sweeps/adaptive.h"
 
 typedef struct adapt_job {
-  uv_work_t work;
-  sched *s;
-  int64_t sweep_id;
+  sched__sweepq_job c; /* first: the check's head */
   /* in */
-  char *spec, *doc;
+  char *doc;
   adaptive_run_obs *runs;
   char *hashes; /* the runs' config hashes, 65 bytes each */
   char **kept;  /* their runs.kept (each owned, may be NULL) */
@@ -41,14 +39,11 @@ typedef struct adapt_job {
   fit_point *pts;
   int npts;
   /* out */
-  int rc;
   adaptive_outcome out;
 } adapt_job;
 
-void sched__adaptive_free(sched__adaptive *a) { sched__sweepq_free(a); }
-
-static void job_free(adapt_job *j) {
-  free(j->spec);
+static void release(sched__sweepq_job *c) {
+  adapt_job *j = (adapt_job *)c;
   free(j->doc);
   free(j->runs);
   free(j->hashes);
@@ -57,19 +52,6 @@ static void job_free(adapt_job *j) {
   free(j->kept);
   free(j->pts);
   adaptive_outcome_free(&j->out);
-  free(j);
-}
-
-static void done(sched *s, adapt_job *j) {
-  if (j)
-    job_free(j);
-  s->adapt.busy = 0;
-  sched__adaptive_due(s);
-}
-
-void sched__adaptive_touch(sched *s, int64_t sweep_id) {
-  s->adapt.what = "adaptive design";
-  sched__sweepq_add(&s->adapt, sweep_id);
 }
 
 static const char *stop_words(adaptive_status st) {
@@ -80,13 +62,10 @@ static const char *stop_words(adaptive_status st) {
 
 static void on_stored(void *ud, int status, int64_t sweep_id, int64_t added, const char *errmsg) {
   adapt_job *j = ud;
-  sched *s = j->s;
-  if (status != 0) {
-    sched__sweepq_failed(&s->adapt, j->sweep_id, status, "storing its adaptive round", errmsg);
-    return done(s, j);
-  }
+  if (sched__sweepq_job_failed(&j->c, status, "storing its adaptive round", errmsg))
+    return;
   if (sweep_id == 0) /* cancelled meanwhile, or the round is stored already */
-    return done(s, j);
+    return sched__sweepq_done(&j->c);
   const adaptive_outcome *o = &j->out;
   int round = o->rounds ? o->rounds : 1;
   if (o->failed)
@@ -99,57 +78,45 @@ static void on_stored(void *ud, int status, int64_t sweep_id, int64_t added, con
                 stop_words(o->r.status), o->r.reason);
   json_t *ev = json_pack("{s:I,s:s,s:i,s:I}", "id", (json_int_t)sweep_id, "change", "adaptive",
                          "round", round, "added", (json_int_t)added);
-  sched__sweepq_stored(s, sweep_id, ev, added);
-  done(s, j);
+  sched__sweepq_stored(&j->c, sweep_id, ev, added);
 }
 
 static void work(uv_work_t *w) {
   adapt_job *j = w->data;
-  j->rc = adaptive_conclude(j->spec, j->doc, j->runs, j->nruns, j->pts, j->npts, 0, &j->out);
+  j->c.rc = adaptive_conclude(j->c.spec, j->doc, j->runs, j->nruns, j->pts, j->npts, 0, &j->out);
 }
 
 static void after_work(uv_work_t *w, int status) {
   adapt_job *j = w->data;
-  sched *s = j->s;
-  if (status != 0 || s->stopping)
-    return done(s, j);
-  if (j->rc) {
-    fprintf(stderr, "scheduler: sweep %" PRId64 ": its adaptive round cannot be designed: %s\n",
-            j->sweep_id, j->rc == SS_ENOMEM ? "out of memory" : j->out.reason);
-    return done(s, j);
-  }
+  if (sched__sweepq_job_ended(&j->c, status, "adaptive round cannot be designed", j->out.reason))
+    return;
   if (!j->out.doc_json) /* a run is active again */
-    return done(s, j);
+    return sched__sweepq_done(&j->c);
   store_sweep_new sw =
       sched__sweepq_new_runs(j->out.priority, j->out.gpus, j->out.max_attempts, j->out.runs_json);
-  store_sweeps_adaptive_round(s->db, j->sweep_id, j->out.rounds, j->out.doc_json, &sw, on_stored,
-                              j);
+  store_sweeps_adaptive_round(j->c.s->db, j->c.sweep_id, j->out.rounds, j->out.doc_json, &sw,
+                              on_stored, j);
 }
 
 static void on_points(void *ud, int status, const store_fit_point *pts, int n,
                       const store_corpus *corpus, const char *errmsg) {
   adapt_job *j = ud;
-  sched *s = j->s;
   (void)corpus;
-  if (status != 0) {
-    sched__sweepq_failed(&s->adapt, j->sweep_id, status, "reading its points", errmsg);
-    return done(s, j);
-  }
-  if (s->stopping)
-    return done(s, j);
+  if (sched__sweepq_job_failed(&j->c, status, "reading its points", errmsg))
+    return;
+  if (j->c.s->stopping)
+    return sched__sweepq_done(&j->c);
   j->pts = calloc(n > 0 ? (size_t)n : 1, sizeof *j->pts);
   if (!j->pts) {
-    fprintf(stderr, "scheduler: sweep %" PRId64 ": out of memory for its points\n", j->sweep_id);
-    return done(s, j);
+    fprintf(stderr, "scheduler: sweep %" PRId64 ": out of memory for its points\n", j->c.sweep_id);
+    return sched__sweepq_done(&j->c);
   }
   int k = 0;
   for (int i = 0; i < n; i++)
     if (pts[i].isoflop) /* the candidates' points (a batch ladder's are not) */
       j->pts[k++] = sched__fit_point(&pts[i], -1);
   j->npts = k;
-  j->work.data = j;
-  if (sched__sweepq_queue(s, &j->work, work, after_work, j->sweep_id, "adaptive round"))
-    done(s, j);
+  sched__sweepq_job_queue(&j->c, work, after_work, "adaptive round");
 }
 
 static adaptive_cand_state run_state(const char *status) {
@@ -163,26 +130,23 @@ static adaptive_cand_state run_state(const char *status) {
 static void on_runs(void *ud, int status, const char *spec_json, const char *adaptive_json,
                     const store_adaptive_run *runs, int n, const char *errmsg) {
   adapt_job *j = ud;
-  sched *s = j->s;
-  if (status != 0) {
-    sched__sweepq_failed(&s->adapt, j->sweep_id, status, "reading its adaptive design", errmsg);
-    return done(s, j);
-  }
-  if (s->stopping || !spec_json || n == 0)
-    return done(s, j); /* no design running */
+  if (sched__sweepq_job_failed(&j->c, status, "reading its adaptive design", errmsg))
+    return;
+  if (j->c.s->stopping || !spec_json || n == 0)
+    return sched__sweepq_done(&j->c); /* no design running */
   for (int i = 0; i < n; i++)
     if (run_state(runs[i].status) == ADAPT_ACTIVE)
-      return done(s, j); /* the round is still training */
-  j->spec = strdup(spec_json);
+      return sched__sweepq_done(&j->c); /* the round is still training */
+  j->c.spec = strdup(spec_json);
   j->doc = adaptive_json ? strdup(adaptive_json) : NULL;
   j->runs = calloc((size_t)n, sizeof *j->runs);
   j->hashes = calloc((size_t)n, 65);
   j->kept = calloc((size_t)n, sizeof *j->kept);
   j->nruns = (size_t)n;
-  if (!j->spec || (adaptive_json && !j->doc) || !j->runs || !j->hashes || !j->kept) {
+  if (!j->c.spec || (adaptive_json && !j->doc) || !j->runs || !j->hashes || !j->kept) {
     fprintf(stderr, "scheduler: sweep %" PRId64 ": out of memory for its adaptive design\n",
-            j->sweep_id);
-    return done(s, j);
+            j->c.sweep_id);
+    return sched__sweepq_done(&j->c);
   }
   for (int i = 0; i < n; i++) {
     snprintf(j->hashes + (size_t)i * 65, 65, "%s", runs[i].config_hash);
@@ -192,17 +156,11 @@ static void on_runs(void *ud, int status, const char *spec_json, const char *ada
                                     .state = run_state(runs[i].status),
                                     .kept = j->kept[i]};
   }
-  store_fits_points(db_pool_get(s->reads, 0), j->sweep_id, on_points, j);
+  store_fits_points(db_pool_get(j->c.s->reads, 0), j->c.sweep_id, on_points, j);
 }
 
 void sched__adaptive_due(sched *s) {
-  int64_t sweep_id = s->stopping ? 0 : sched__sweepq_take(&s->adapt);
-  if (!sweep_id)
-    return;
-  adapt_job *j = calloc(1, sizeof *j);
-  if (!j)
-    return sched__sweepq_put_back(&s->adapt, sweep_id);
-  j->s = s;
-  j->sweep_id = sweep_id;
-  store_sweeps_adaptive_runs(db_pool_get(s->reads, 0), sweep_id, on_runs, j);
+  adapt_job *j = sched__sweepq_job_new(s, &s->adapt, sizeof *j, release, sched__adaptive_due);
+  if (j)
+    store_sweeps_adaptive_runs(db_pool_get(s->reads, 0), j->c.sweep_id, on_runs, j);
 }

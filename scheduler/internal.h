@@ -11,11 +11,10 @@
 #include "scheduler/events.h"
 #include "scheduler/lease.h"
 #include "scheduler/log.h"
-#include "scheduler/adaptive.h"
-#include "scheduler/lr_tune.h"
 #include "scheduler/place.h"
 #include "scheduler/predict.h"
 #include "scheduler/refit.h"
+#include "scheduler/sweepq.h"
 #include "scheduler/sched.h"
 #include "scheduler/slurm.h"
 #include "scheduler/wport.h"
@@ -44,8 +43,8 @@ struct sched {
   sched__leases ls;     /* lease.h */
   sched__predictor pr;  /* predict.h */
   sched__refits refits; /* refit.h: refits under way, asked for or cooling; sweeps touched */
-  sched__tunes tunes;   /* lr_tune.h: sweeps whose lr tune may have ended */
-  sched__adaptive adapt; /* adaptive.h: sweeps whose adaptive round may have ended */
+  sched__sweepq tunes;  /* sweepq.h: sweeps whose lr tune may have ended (lr_tune.c) */
+  sched__sweepq adapt;  /* sweepq.h: sweeps whose adaptive round may have ended (adaptive.c) */
   sched__counters n;    /* counters.h: for /metrics */
   sched__slurm slurm;   /* slurm.h: elastic workers (--slurm) */
 
@@ -104,17 +103,14 @@ void sched__sweep_flush(sched *s);
 /* At start: touches every unfinished sweep, with a refit (refit.c). */
 void sched__sweeps_settle(sched *s);
 
-/* lr_tune.c: a sweep whose lr tune may have ended, to be checked (and, when
- * every tune run has ended, decided and its study added); the checks run
- * one at a time, the next when the last is over or at sched__lr_tune_due
- * (from sched__sweep_flush) */
-void sched__lr_tune_touch(sched *s, int64_t sweep_id);
+/* The checks a run's start or end may conclude (sweepq.c), each kind one
+ * at a time, the next when the last is over or at sched__sweepq_flush:
+ * its sweep's lr tune (lr_tune.c: when every tune run has ended, decided
+ * and its study added) and its adaptive round (adaptive.c: when every run
+ * has ended, the next round designed and added, or the design stopped). */
+void sched__sweepq_touch(sched *s, int64_t sweep_id);
+void sched__sweepq_flush(sched *s);
 void sched__lr_tune_due(sched *s);
-
-/* adaptive.c: a sweep whose adaptive round may have ended, to be checked
- * (and, when every run has ended, its next round designed and added, or
- * the design stopped), one at a time, like the lr tunes */
-void sched__adaptive_touch(sched *s, int64_t sweep_id);
 void sched__adaptive_due(sched *s);
 
 /* api.c */

@@ -15,8 +15,6 @@
  * planner); one that stops after it finds the decision made and adds
  * nothing. Checks run one at a time: decisions are rare, and a study of
  * 10,000 runs takes its job a second or two to plan. */
-#include "scheduler/lr_tune.h"
-
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -30,51 +28,27 @@
 #include "sweeps/lr_tune.h"
 
 typedef struct tune_job {
-  uv_work_t work;
-  sched *s;
-  int64_t sweep_id;
+  sched__sweepq_job c; /* first: the check's head */
   /* in */
-  char *spec;
   lr_tune_obs *obs;
   size_t nobs;
-  json_t *proxy;
+  store_lr_tune_run proxy; /* the first tune run: the proxy's shape (its status not kept) */
   /* out */
-  int rc;
   lr_tune_outcome out;
 } tune_job;
 
-void sched__tunes_free(sched__tunes *t) { sched__sweepq_free(t); }
-
-static void job_free(tune_job *j) {
-  free(j->spec);
+static void release(sched__sweepq_job *c) {
+  tune_job *j = (tune_job *)c;
   free(j->obs);
-  json_decref(j->proxy);
   lr_tune_outcome_free(&j->out);
-  free(j);
-}
-
-/* The check is over (whatever came of it): the next one, if any. */
-static void done(sched *s, tune_job *j) {
-  if (j)
-    job_free(j);
-  s->tunes.busy = 0;
-  sched__lr_tune_due(s);
-}
-
-void sched__lr_tune_touch(sched *s, int64_t sweep_id) {
-  s->tunes.what = "lr tune check";
-  sched__sweepq_add(&s->tunes, sweep_id);
 }
 
 static void on_tuned(void *ud, int status, int64_t sweep_id, int64_t added, const char *errmsg) {
   tune_job *j = ud;
-  sched *s = j->s;
-  if (status != 0) {
-    sched__sweepq_failed(&s->tunes, j->sweep_id, status, "storing its lr tune's decision", errmsg);
-    return done(s, j);
-  }
+  if (sched__sweepq_job_failed(&j->c, status, "storing its lr tune's decision", errmsg))
+    return;
   if (sweep_id == 0) /* cancelled meanwhile, or decided already */
-    return done(s, j);
+    return sched__sweepq_done(&j->c);
   const lr_tune_outcome *o = &j->out;
   if (o->d.state == LR_TUNE_DECIDED && !o->failed) {
     sched__logf("sweep %" PRId64 ": lr tune chose %.6g (%d of %zu rates finished%s); %" PRId64
@@ -90,30 +64,29 @@ static void on_tuned(void *ud, int status, int64_t sweep_id, int64_t added, cons
                          (json_int_t)added);
   if (ev && o->d.state == LR_TUNE_DECIDED)
     json_object_set_new(ev, "lr", json_real(o->d.lr));
-  sched__sweepq_stored(s, sweep_id, ev, added);
-  done(s, j);
+  sched__sweepq_stored(&j->c, sweep_id, ev, added);
 }
 
 static void work(uv_work_t *w) {
   tune_job *j = w->data;
-  j->rc = lr_tune_conclude(j->spec, j->obs, j->nobs, j->proxy, &j->out);
+  const store_lr_tune_run *r = &j->proxy;
+  json_t *proxy =
+      json_pack("{s:i,s:i,s:i,s:I,s:I,s:i}", "n_layer", r->n_layer, "d_model", r->d_model, "n_head",
+                r->n_head, "nonembedding_params", (json_int_t)r->nonembedding_params, "tokens",
+                (json_int_t)r->tokens, "batch_size", r->batch_size);
+  j->c.rc = lr_tune_conclude(j->c.spec, j->obs, j->nobs, proxy, &j->out);
+  json_decref(proxy);
 }
 
 static void after_work(uv_work_t *w, int status) {
   tune_job *j = w->data;
-  sched *s = j->s;
-  if (status != 0 || s->stopping)
-    return done(s, j);
-  if (j->rc) {
-    fprintf(stderr, "scheduler: sweep %" PRId64 ": its lr tune cannot be decided: %s\n",
-            j->sweep_id, j->rc == SS_ENOMEM ? "out of memory" : j->out.reason);
-    return done(s, j);
-  }
+  if (sched__sweepq_job_ended(&j->c, status, "lr tune cannot be decided", j->out.reason))
+    return;
   if (j->out.d.state == LR_TUNE_WAITING)
-    return done(s, j);
+    return sched__sweepq_done(&j->c);
   store_sweep_new sw =
       sched__sweepq_new_runs(j->out.priority, j->out.gpus, j->out.max_attempts, j->out.runs_json);
-  store_sweeps_lr_tuned(s->db, j->sweep_id, j->out.decision_json, &sw, on_tuned, j);
+  store_sweeps_lr_tuned(j->c.s->db, j->c.sweep_id, j->out.decision_json, &sw, on_tuned, j);
 }
 
 static lr_tune_run_state run_state(const char *status) {
@@ -129,43 +102,29 @@ static lr_tune_run_state run_state(const char *status) {
 static void on_runs(void *ud, int status, const char *spec_json, const store_lr_tune_run *runs,
                     int n, const char *errmsg) {
   tune_job *j = ud;
-  sched *s = j->s;
-  if (status != 0) {
-    sched__sweepq_failed(&s->tunes, j->sweep_id, status, "reading its lr tune", errmsg);
-    return done(s, j);
-  }
-  if (s->stopping || !spec_json || n == 0)
-    return done(s, j); /* no tune waiting for a decision */
+  if (sched__sweepq_job_failed(&j->c, status, "reading its lr tune", errmsg))
+    return;
+  if (j->c.s->stopping || !spec_json || n == 0)
+    return sched__sweepq_done(&j->c); /* no tune waiting for a decision */
   for (int i = 0; i < n; i++)
     if (run_state(runs[i].status) == LR_TUNE_ACTIVE)
-      return done(s, j); /* still tuning */
-  j->spec = strdup(spec_json);
+      return sched__sweepq_done(&j->c); /* still tuning */
+  j->c.spec = strdup(spec_json);
   j->obs = calloc(n > 0 ? (size_t)n : 1, sizeof *j->obs);
-  if (!j->spec || !j->obs) {
-    fprintf(stderr, "scheduler: sweep %" PRId64 ": out of memory for its lr tune\n", j->sweep_id);
-    return done(s, j);
+  if (!j->c.spec || !j->obs) {
+    fprintf(stderr, "scheduler: sweep %" PRId64 ": out of memory for its lr tune\n", j->c.sweep_id);
+    return sched__sweepq_done(&j->c);
   }
   for (int i = 0; i < n; i++)
     j->obs[i] = (lr_tune_obs){runs[i].lr, run_state(runs[i].status), runs[i].loss};
   j->nobs = (size_t)n;
-  const store_lr_tune_run *r = &runs[0];
-  j->proxy =
-      json_pack("{s:i,s:i,s:i,s:I,s:I,s:i}", "n_layer", r->n_layer, "d_model", r->d_model, "n_head",
-                r->n_head, "nonembedding_params", (json_int_t)r->nonembedding_params, "tokens",
-                (json_int_t)r->tokens, "batch_size", r->batch_size);
-  j->work.data = j;
-  if (sched__sweepq_queue(s, &j->work, work, after_work, j->sweep_id, "lr tune"))
-    done(s, j);
+  j->proxy = runs[0];
+  j->proxy.status = NULL; /* valid during this callback only */
+  sched__sweepq_job_queue(&j->c, work, after_work, "lr tune");
 }
 
 void sched__lr_tune_due(sched *s) {
-  int64_t sweep_id = s->stopping ? 0 : sched__sweepq_take(&s->tunes);
-  if (!sweep_id)
-    return;
-  tune_job *j = calloc(1, sizeof *j);
-  if (!j)
-    return sched__sweepq_put_back(&s->tunes, sweep_id);
-  j->s = s;
-  j->sweep_id = sweep_id;
-  store_sweeps_lr_tune_runs(db_pool_get(s->reads, 0), sweep_id, on_runs, j);
+  tune_job *j = sched__sweepq_job_new(s, &s->tunes, sizeof *j, release, sched__lr_tune_due);
+  if (j)
+    store_sweeps_lr_tune_runs(db_pool_get(s->reads, 0), j->c.sweep_id, on_runs, j);
 }

@@ -703,13 +703,8 @@ void sched__sweep_flush(sched *s) {
     sched__sweep_status(s, st->touched[i].sweep_id);
     if (st->touched[i].refit)
       sched__refit(s, st->touched[i].sweep_id);
-    /* a run of it started or ended: its lr tune may have ended (lr_tune.c) */
-    sched__lr_tune_touch(s, st->touched[i].sweep_id);
-    sched__adaptive_touch(s, st->touched[i].sweep_id); /* and its adaptive round (adaptive.c) */
+    sched__sweepq_touch(s, st->touched[i].sweep_id); /* a run of it started or ended */
   }
   st->ntouched = 0;
-  sched__sweepq_retry(&s->tunes); /* the checks that failed at the last flush */
-  sched__sweepq_retry(&s->adapt);
-  sched__lr_tune_due(s);
-  sched__adaptive_due(s);
+  sched__sweepq_flush(s);
 }

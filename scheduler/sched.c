@@ -251,8 +251,8 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   sched__events_free(&s->ev);
   sched__wport_free(&s->wp);
   sched__refits_free(&s->refits);
-  sched__tunes_free(&s->tunes);
-  sched__adaptive_free(&s->adapt);
+  sched__sweepq_free(&s->tunes);
+  sched__sweepq_free(&s->adapt);
   sched__place_free(s);
   free(s);
   return rc;

@@ -23,35 +23,47 @@ typedef struct sched__sweepq {
   const char *what; /* what is checked, for the log: "lr tune check" */
 } sched__sweepq;
 
-/* Queues sweep_id unless it is queued already. Out of memory: logged, the
- * sweep left out (it is touched again by its next run's start or end). */
-void sched__sweepq_add(sched__sweepq *q, int64_t sweep_id);
+/* The head of a check's job, its first member. The job lives from
+ * sched__sweepq_job_new until sched__sweepq_done frees it; each step in
+ * between ends the check through sched__sweepq_done or passes the job on. */
+typedef struct sched__sweepq_job {
+  uv_work_t work; /* work.data is the job */
+  struct sched *s;
+  sched__sweepq *q;
+  int64_t sweep_id;
+  char *spec;                                   /* the sweep's spec, once read (owned) */
+  int rc;                                       /* what the decision on the pool returned */
+  void (*release)(struct sched__sweepq_job *j); /* frees what the job owns beyond its head */
+  void (*due)(struct sched *s);                 /* starts the queue's next check */
+} sched__sweepq_job;
 
-/* The next sweep to check, taken off the queue, the queue then busy; 0
- * while a check is under way or none is queued. */
-int64_t sched__sweepq_take(sched__sweepq *q);
+/* The next check's job, size bytes zeroed but for its head, the queue then
+ * busy; NULL while the scheduler stops, a check is under way or none is
+ * queued, and out of memory (then the sweep is put back). */
+void *sched__sweepq_job_new(struct sched *s, sched__sweepq *q, size_t size,
+                            void (*release)(sched__sweepq_job *), void (*due)(struct sched *));
 
-/* A check's read or statement failed with status: logged ("scheduler:
- * sweep N: DOING failed: ERRMSG"), and the sweep queued again at the next
- * flush (sched__sweepq_retry, a lease tick away) when the connection was
- * lost or the statement ran too long (a check stores nothing twice, so it
- * may run again). Not at once: with the database down every check fails
- * at once, and an immediate retry would spin the loop and the log. */
-void sched__sweepq_failed(sched__sweepq *q, int64_t sweep_id, int status, const char *doing,
-                          const char *errmsg);
+/* The check is over, whatever came of it: its job freed, the next started. */
+void sched__sweepq_done(sched__sweepq_job *j);
 
-/* The sweeps whose check failed, queued again (at a flush). */
-void sched__sweepq_retry(sched__sweepq *q);
+/* A read's or statement's answer: 1 when status is a failure of DOING,
+ * the check then over: logged ("scheduler: sweep N: DOING failed:
+ * ERRMSG"), and the sweep checked again at the next flush when the
+ * connection was lost or the statement ran too long; 0 when it succeeded. */
+int sched__sweepq_job_failed(sched__sweepq_job *j, int status, const char *doing,
+                             const char *errmsg);
 
-/* A check that could not start (out of memory): logged, its sweep queued
- * again for the next flush, the queue no longer busy. */
-void sched__sweepq_put_back(sched__sweepq *q, int64_t sweep_id);
+/* Puts the job on libuv's thread pool; the check is over when it cannot go
+ * (logged: "scheduler: sweep N: its WHAT: ERROR"). */
+void sched__sweepq_job_queue(sched__sweepq_job *j, uv_work_cb work, uv_after_work_cb after,
+                             const char *what);
 
-/* Puts a check's job w (w->data its job) on libuv's thread pool; 0, or
- * libuv's error logged ("scheduler: sweep N: its WHAT: ERROR") and
- * returned, the check then to be ended by the caller. */
-int sched__sweepq_queue(struct sched *s, uv_work_t *w, uv_work_cb work, uv_after_work_cb after,
-                        int64_t sweep_id, const char *what);
+/* The pool's answer (status) to a job whose decision returned j->rc: 1
+ * when the check is over, the job cancelled or the scheduler stopping, or
+ * rc an error (logged: "scheduler: sweep N: its UNDONE: REASON", REASON "out of
+ * memory" for SS_ENOMEM); 0 to store what it decided. */
+int sched__sweepq_job_ended(sched__sweepq_job *j, int status, const char *undone,
+                            const char *reason);
 
 /* The runs a check decided to add, as store_sweeps takes them: a spec
  * that names no max_attempts gives each run 3. */
@@ -59,8 +71,8 @@ store_sweep_new sched__sweepq_new_runs(int priority, int gpus, int max_attempts,
                                        const char *runs_json);
 
 /* A check stored what it decided: its event ev (taken) sent, the sweep's
- * status refreshed, and the runs it added, if any, placed. */
-void sched__sweepq_stored(struct sched *s, int64_t sweep_id, json_t *ev, int64_t added);
+ * status refreshed, the runs it added, if any, placed, and the check over. */
+void sched__sweepq_stored(sched__sweepq_job *j, int64_t sweep_id, json_t *ev, int64_t added);
 
 /* Frees the list (at shutdown, once no check is in flight). */
 void sched__sweepq_free(sched__sweepq *q);

@@ -215,8 +215,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sched__events_free(&s->ev);
   sched__wport_free(wp);
   sched__refits_free(&s->refits);
-  sched__tunes_free(&s->tunes); /* the sweeps a flush marked for an lr tune check */
-  sched__adaptive_free(&s->adapt); /* and for an adaptive round check */
+  sched__sweepq_free(&s->tunes); /* the sweeps a flush marked for an lr tune check */
+  sched__sweepq_free(&s->adapt); /* and for an adaptive round check */
   sched__place_free(s);
   free(s);
   return 0;
