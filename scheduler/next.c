@@ -38,28 +38,23 @@ typedef struct next_job {
   fit_point *pts;
   int n;
   json_t *bopt;
-  /* out */
-  int status;   /* 0: the design is there; 400; 500 */
-  int nomem;    /* the design ran out of memory (500) */
-  char *answer; /* the design's JSON, or the 400 body */
-  char *runs;   /* POST: the runs to add */
-  int gpus, priority, max_attempts;
-  size_t nruns;
+  /* out: the design's JSON (or the 400 body) and, POST, the runs to add */
+  sched__spec_out out;
 } next_job;
 
-static void job_free(next_job *j) {
+/* The design is answered: its job freed, its slot given back. */
+static void job_end(next_job *j) {
+  j->s->designs--;
   free(j->spec);
   free(j->pts);
   json_decref(j->bopt);
-  free(j->answer);
-  free(j->runs);
+  sched__spec_out_free(&j->out);
   free(j);
 }
 
 static void answer_store_error(next_job *j, int status, const char *errmsg) {
   http_respond_error(j->r, status == SS_ECONN ? 503 : 500, errmsg, NULL);
-  j->s->designs--;
-  job_free(j);
+  job_end(j);
 }
 
 static void work(uv_work_t *w) {
@@ -71,23 +66,23 @@ static void work(uv_work_t *w) {
   sched__spec_paths_check(j->s->o.data_dirs, j->s->o.ndata_dirs, raw, &pr);
   json_decref(raw);
   int rc = SS_EINVAL;
+  sched__spec_out *o = &j->out;
   if (!pr.n && (rc = next_design_make(j->spec, j->pts, j->n, j->bopt, &j->o, &d, &pr)) == 0) {
-    j->answer = next_design_json(&d);
+    o->answer = next_design_json(&d);
     if (j->add)
-      j->runs = next_runs_json(&d);
-    j->nruns = d.plan->n;
-    j->gpus = d.gpus;
-    j->priority = d.priority;
-    j->max_attempts = d.max_attempts;
+      o->runs = next_runs_json(&d);
+    o->gpus = d.gpus;
+    o->priority = d.priority;
+    o->max_attempts = d.max_attempts;
     next_design_free(&d);
-    j->status = j->answer && (!j->add || j->runs) ? 0 : 500;
+    o->status = o->answer && (!j->add || o->runs) ? 0 : 500;
   } else if (rc == SS_ENOMEM) {
-    j->status = 500;
+    o->status = 500;
   } else {
-    j->status = 400;
-    j->answer = spec_problems_answer(&pr, "the next budget cannot be designed");
-    if (!j->answer)
-      j->status = 500;
+    o->status = 400;
+    o->answer = spec_problems_answer(&pr, "the next budget cannot be designed");
+    if (!o->answer)
+      o->status = 500;
   }
   spec_problems_free(&pr);
 }
@@ -104,13 +99,13 @@ static void on_extended(void *ud, int status, int64_t sweep_id, int64_t added, c
     http_respond_error(j->r, 409, msg, NULL);
   } else {
     /* {"sweep", "added", "design": {...}} around the design's text */
-    size_t len = strlen(j->answer) + 128;
+    size_t len = strlen(j->out.answer) + 128;
     char *body = malloc(len);
     if (!body) {
       http_respond_error(j->r, 500, "out of memory", NULL);
     } else {
       snprintf(body, len, "{\"sweep\":%" PRId64 ",\"added\":%" PRId64 ",\"design\":%s}", sweep_id,
-               added, j->answer);
+               added, j->out.answer);
       http_respond_json(j->r, 201, body);
       free(body);
     }
@@ -124,33 +119,22 @@ static void on_extended(void *ud, int status, int64_t sweep_id, int64_t added, c
       sched__place(s);
     }
   }
-  s->designs--;
-  job_free(j);
+  job_end(j);
 }
 
 static void after_work(uv_work_t *w, int status) {
   next_job *j = w->data;
   sched *s = j->s;
-  if (status != 0 || s->stopping) {
-    http_respond_error(j->r, 503, "the scheduler is stopping; ask again once it is back", NULL);
-  } else if (j->status == 400) {
-    http_respond_json(j->r, 400, j->answer);
-  } else if (j->status != 0) {
-    http_respond_error(j->r, 500, "out of memory designing the next budget", NULL);
-  } else if (!j->add) {
-    http_respond_json(j->r, 200, j->answer);
-  } else {
-    store_sweep_new sw = {.priority = j->priority,
-                          .gpus = j->gpus,
-                          .max_attempts = j->max_attempts,
-                          .runs_json = j->runs};
-    /* on the control connection, where a cancel of the sweep also goes: the
-     * two never overlap, so a cancel sees every run an extend added */
-    store_sweeps_extend(s->db, j->sweep_id, &sw, on_extended, j);
-    return;
+  if (sched__spec_out_answered(s, j->r, status, &j->out, "ask", "designing the next budget"))
+    return job_end(j);
+  if (!j->add) {
+    http_respond_json(j->r, 200, j->out.answer);
+    return job_end(j);
   }
-  s->designs--;
-  job_free(j);
+  store_sweep_new sw = sched__spec_out_runs(&j->out);
+  /* on the control connection, where a cancel of the sweep also goes: the
+   * two never overlap, so a cancel sees every run an extend added */
+  store_sweeps_extend(s->db, j->sweep_id, &sw, on_extended, j);
 }
 
 static void on_fits(void *ud, int status, const char *json, const char *errmsg) {
@@ -165,8 +149,7 @@ static void on_fits(void *ud, int status, const char *json, const char *errmsg) 
   int rc = uv_queue_work(j->s->loop, &j->work, work, after_work);
   if (rc) {
     http_respond_error(j->r, 500, uv_strerror(rc), NULL);
-    j->s->designs--;
-    job_free(j);
+    job_end(j);
   }
 }
 
@@ -192,15 +175,13 @@ static void on_spec(void *ud, int status, const char *spec_json, const char *swe
     return answer_store_error(j, status, errmsg);
   if (!spec_json) {
     http_respond_error(j->r, 404, "no such sweep", NULL);
-    j->s->designs--;
-    return job_free(j);
+    return job_end(j);
   }
   if (j->add && sweep_status && !strcmp(sweep_status, "cancelled")) {
     char msg[160];
     snprintf(msg, sizeof msg, "sweep %" PRId64 " is cancelled: no runs can be added", j->sweep_id);
     http_respond_error(j->r, 409, msg, NULL);
-    j->s->designs--;
-    return job_free(j);
+    return job_end(j);
   }
   /* a decided lr tune's sweep gives its study's spec; one still tuning has
    * no study to design the next budget of yet */
@@ -215,8 +196,7 @@ static void on_spec(void *ud, int status, const char *spec_json, const char *swe
              "are added",
              j->sweep_id);
     http_respond_error(j->r, 409, msg, NULL);
-    j->s->designs--;
-    return job_free(j);
+    return job_end(j);
   }
   if (!(j->spec = strdup(spec_json)))
     return answer_store_error(j, SS_ENOMEM, "out of memory");
@@ -321,13 +301,11 @@ void sched__next(sched *s, http_request *r, int64_t sweep_id, int add) {
   if (request_options(r, add, &o))
     return;
   if (s->designs >= SCHED_DESIGN_JOBS) {
-    char b[192];
-    snprintf(b, sizeof b,
-             "{\"error\":{\"message\":\"%d design(s) of a next budget under way already; "
-             "ask again in a second\",\"path\":null}}",
+    char msg[128];
+    snprintf(msg, sizeof msg,
+             "%d design(s) of a next budget under way already; ask again in a second",
              SCHED_DESIGN_JOBS);
-    http_respond(r, 503, "application/json", b, strlen(b), "Retry-After: 1\r\n");
-    return;
+    return sched__spec_busy(r, msg);
   }
   next_job *j = calloc(1, sizeof *j);
   if (!j) {

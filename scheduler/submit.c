@@ -46,20 +46,52 @@ typedef struct sub_job {
   const char *const *data_dirs;
   int ndata_dirs;
   /* out: either the 400 answer, or what to store (all owned) */
-  int status;   /* 0: store it; 400; 500 (out of memory) */
-  char *answer; /* the 400 or 500 body */
-  char *name, *canon, *runs;
+  sched__spec_out out;
+  char *name, *canon;
   char hash[65];
-  int priority, gpus, max_attempts;
 } sub_job;
 
 static void job_free(sub_job *j) {
   free(j->text);
-  free(j->answer);
+  sched__spec_out_free(&j->out);
   free(j->name);
   free(j->canon);
-  free(j->runs);
   free(j);
+}
+
+void sched__spec_out_free(sched__spec_out *out) {
+  free(out->answer);
+  free(out->runs);
+}
+
+store_sweep_new sched__spec_out_runs(const sched__spec_out *out) {
+  return (store_sweep_new){.priority = out->priority,
+                           .gpus = out->gpus,
+                           .max_attempts = out->max_attempts,
+                           .runs_json = out->runs};
+}
+
+int sched__spec_out_answered(const sched *s, http_request *r, int status,
+                             const sched__spec_out *out, const char *again, const char *doing) {
+  char msg[128];
+  if (status != 0 || s->stopping) { /* cancelled, or the database is closing */
+    snprintf(msg, sizeof msg, "the scheduler is stopping; %s again once it is back", again);
+    http_respond_error(r, 503, msg, NULL);
+  } else if (out->status == 400) {
+    http_respond_json(r, 400, out->answer);
+  } else if (out->status != 0) {
+    snprintf(msg, sizeof msg, "out of memory %s", doing);
+    http_respond_error(r, 500, msg, NULL);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+void sched__spec_busy(http_request *r, const char *message) {
+  char b[256];
+  snprintf(b, sizeof b, "{\"error\":{\"message\":\"%s\",\"path\":null}}", message);
+  http_respond(r, 503, "application/json", b, strlen(b), "Retry-After: 1\r\n");
 }
 
 static char *dupstr(const char *s) {
@@ -88,21 +120,22 @@ static void check_and_plan(sub_job *j) {
   } else if (!pr.n) {
     spec_problem_add(&pr, "$", "the spec could not be planned");
   }
+  sched__spec_out *o = &j->out;
   if (pr.n) {
-    j->status = 400;
-    j->answer = spec_problems_answer(&pr, "invalid sweep spec");
+    o->status = 400;
+    o->answer = spec_problems_answer(&pr, "invalid sweep spec");
   } else {
-    j->status = 0;
+    o->status = 0;
     snprintf(j->hash, sizeof j->hash, "%s", sp->digest);
     j->name = dupstr(sp->name ? sp->name : "unnamed");
     j->canon = spec_canonical(sp);
-    j->runs = plan_runs_json(p);
-    j->priority = sp->priority;
-    j->gpus = sp->gpus;
-    j->max_attempts = sp->max_attempts > 0 ? sp->max_attempts : 3;
+    o->runs = plan_runs_json(p);
+    o->priority = sp->priority;
+    o->gpus = sp->gpus;
+    o->max_attempts = sp->max_attempts > 0 ? sp->max_attempts : 3;
   }
-  if ((j->status == 400 && !j->answer) || (j->status == 0 && (!j->name || !j->canon || !j->runs)))
-    j->status = 500;
+  if ((o->status == 400 && !o->answer) || (o->status == 0 && (!j->name || !j->canon || !o->runs)))
+    o->status = 500;
   size_t planned = p ? p->n : 0;
   spec_problems_free(&pr);
   plan_free(p);
@@ -180,46 +213,35 @@ static void on_inserted(void *ud, int status, int64_t sweep_id, int64_t runs, co
   sched__place(s);
 }
 
+/* Stores the sweep the job checked and planned (store_sweeps_insert
+ * copies the texts). */
+static void store(sub_job *j) {
+  sub_ctx *x = http_alloc(j->r, sizeof *x);
+  if (!x)
+    return http_respond_error(j->r, 500, "out of memory", NULL);
+  *x = (sub_ctx){.s = j->s, .r = j->r};
+  snprintf(x->hash, sizeof x->hash, "%s", j->hash);
+  store_sweep_new sw = sched__spec_out_runs(&j->out);
+  sw.name = j->name;
+  sw.spec_json = j->canon;
+  sw.spec_hash = x->hash;
+  store_sweeps_insert(j->s->db_submit, &sw, on_inserted, x);
+}
+
 static void after_work(uv_work_t *w, int status) {
   sub_job *j = w->data;
-  sched *s = j->s;
-  http_request *r = j->r;
-  s->submits--;
-  if (status != 0 || s->stopping) { /* cancelled, or the database is closing */
-    http_respond_error(r, 503, "the scheduler is stopping; submit again once it is back", NULL);
-  } else if (j->status == 400) {
-    http_respond_json(r, 400, j->answer);
-  } else if (j->status != 0) {
-    http_respond_error(r, 500, "out of memory checking the spec", NULL);
-  } else {
-    sub_ctx *x = http_alloc(r, sizeof *x);
-    if (!x) {
-      http_respond_error(r, 500, "out of memory", NULL);
-    } else {
-      *x = (sub_ctx){.s = s, .r = r};
-      snprintf(x->hash, sizeof x->hash, "%s", j->hash);
-      store_sweep_new sw = {.name = j->name,
-                            .spec_json = j->canon,
-                            .spec_hash = x->hash,
-                            .priority = j->priority,
-                            .gpus = j->gpus,
-                            .max_attempts = j->max_attempts,
-                            .runs_json = j->runs};
-      store_sweeps_insert(s->db_submit, &sw, on_inserted, x);
-    }
-  }
+  j->s->submits--;
+  if (!sched__spec_out_answered(j->s, j->r, status, &j->out, "submit", "checking the spec"))
+    store(j);
   job_free(j);
 }
 
 void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
   if (s->submits >= SCHED_SPEC_JOBS) {
-    char b[192];
-    snprintf(b, sizeof b,
-             "{\"error\":{\"message\":\"%d sweep specs are being checked already; submit "
-             "again in a second\",\"path\":null}}",
+    char msg[128];
+    snprintf(msg, sizeof msg, "%d sweep specs are being checked already; submit again in a second",
              SCHED_SPEC_JOBS);
-    http_respond(r, 503, "application/json", b, strlen(b), "Retry-After: 1\r\n");
-    return;
+    return sched__spec_busy(r, msg);
   }
   sub_job *j = calloc(1, sizeof *j);
   char *text = malloc(len + 1);

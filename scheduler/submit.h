@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "scheduler/internal.h"
+#include "store/sweeps.h"
 
 /* Spec jobs (checking and planning a submitted spec, designing a sweep's
  * next budget) on libuv's thread pool at once: the pool has 4 threads by
@@ -14,6 +15,32 @@
 /* Designs of a sweep's next budget (next.c) under way at once, apart from
  * the spec jobs: one Chinchilla fit with its bootstrap at a time. */
 #define SCHED_DESIGN_JOBS 1
+
+/* What a spec job (a submission, a next budget's design) decided on the
+ * pool, all owned: the answer, or the runs to store. */
+typedef struct sched__spec_out {
+  int status;   /* 0: the runs are there to store; 400; 500 (out of memory) */
+  char *answer; /* the 400 body (a design: the design's JSON) */
+  char *runs;   /* the runs to store, as store_sweeps takes them */
+  int priority, gpus, max_attempts;
+} sched__spec_out;
+
+void sched__spec_out_free(sched__spec_out *out);
+
+/* The runs out holds, as store_sweeps takes them (name, spec and hash
+ * left to the caller). */
+store_sweep_new sched__spec_out_runs(const sched__spec_out *out);
+
+/* Answers a spec job that has nothing to store: 503 when the pool
+ * cancelled it (status) or the scheduler is stopping ("AGAIN again once it
+ * is back"), out's 400, or 500 ("out of memory DOING"); 1 when answered,
+ * 0 when out's runs are there. */
+int sched__spec_out_answered(const sched *s, http_request *r, int status,
+                             const sched__spec_out *out, const char *again, const char *doing);
+
+/* Answers 503 with Retry-After: 1, message saying which jobs are under way
+ * already: a client retries rather than queueing more work on the pool. */
+void sched__spec_busy(http_request *r, const char *message);
 
 /* POST /api/sweeps: validates and plans the spec (sweeps/spec.h, plan.h),
  * stores the sweep and its runs at once (store/sweeps.h) and answers 201 with
