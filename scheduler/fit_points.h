@@ -4,6 +4,8 @@
 #ifndef SS_SCHEDULER_FIT_POINTS_H
 #define SS_SCHEDULER_FIT_POINTS_H
 
+#include <math.h>
+
 #include "store/fits.h"
 #include "sweeps/fit.h"
 
@@ -16,6 +18,21 @@ static inline fit_point sched__fit_point(const store_fit_point *p, int group) {
                      .batch_size = p->batch_size,
                      .steps = p->steps,
                      .lr = p->lr,
+                     .group = group};
+}
+
+/* A point of the batch and curve laws: the steps taken at batch_size
+ * (NAN: not known) to reach loss, at tokens (NAN: not known), in group;
+ * no size, compute or rate. */
+static inline fit_point sched__steps_point(double steps, double batch_size, double loss,
+                                           double tokens, int group) {
+  return (fit_point){.params = NAN,
+                     .tokens = tokens,
+                     .flops = NAN,
+                     .loss = loss,
+                     .batch_size = batch_size,
+                     .steps = steps,
+                     .lr = NAN,
                      .group = group};
 }
 

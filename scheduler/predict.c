@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scheduler/fit_points.h"
 #include "scheduler/predict.h"
 #include "store/predictions.h"
 #include "sweeps/fit.h"
@@ -159,14 +160,7 @@ static void on_runs(void *ud, int status, const store_curve *runs, int n, const 
       double l = json_number_value(json_array_get(e, 1));
       if (!r->pts || !(st > r->warmup_steps) || !(l > 0))
         continue; /* the warmup bends the curve the law does not model */
-      r->pts[r->npts++] = (fit_point){.params = NAN,
-                                      .tokens = NAN,
-                                      .flops = NAN,
-                                      .loss = l,
-                                      .batch_size = NAN,
-                                      .steps = st,
-                                      .lr = NAN,
-                                      .group = -1};
+      r->pts[r->npts++] = sched__steps_point(st, NAN, l, NAN, -1);
     }
     json_decref(ev);
     for (int q = 0; q < 5; q++)

@@ -33,7 +33,7 @@ typedef struct refit {
   int64_t sweep_id;
   fit_point *pts; /* the loss laws' points: one per run */
   int n;
-  int *isoflop;   /* per point: 1 when it is an isoflop run */
+  int *isoflop;   /* per point: 1 when it is an isoflop run (in pts' block) */
   fit_point *lad; /* the ladder's points: one per run and target reached */
   int nlad;
   int lad_runs, lad_missed; /* ladder runs; (run, target) pairs never reached */
@@ -45,7 +45,7 @@ typedef struct refit {
                               * trunk's loss did not fall over the window (their rungs) */
   int bc_runs;               /* the succeeded runs of the branched ladder read */
   double *bc_noise;          /* per rung point: the trunk's median noise scale over the point's
-                              * window (tokens; NAN: none) */
+                              * window (tokens; NAN: none); in bc's block */
   store_corpus corpus;       /* the synthetic corpus's figures (NAN: real data) */
   char *json[NLAWS];         /* results (NULL: the points do not support the law yet) */
   int npoints[NLAWS];
@@ -157,24 +157,21 @@ static void add_bcrit_noise(refit *r, fit_result *res) {
       fit_result_add_derived(res, name, median(v, m));
   }
   free(v);
-  if (r->bc_scratch)
-    fit_result_warn(res,
-                    "%d rung%s trained from scratch (the trunk ended without its branch point): "
-                    "left out",
-                    r->bc_scratch, r->bc_scratch == 1 ? "" : "s");
-  if (r->bc_missed)
-    fit_result_warn(res,
-                    "%d rung%s never reached the target within their tokens, or the trunk's "
-                    "evaluations do not reach the target's tokens: left out",
-                    r->bc_missed, r->bc_missed == 1 ? "" : "s");
-  if (r->bc_flat)
-    fit_result_warn(res,
-                    "%d rung%s at branch points where the trunk's loss did not fall over the "
-                    "window (evaluation noise, or branch.tokens too short): no target, left out",
-                    r->bc_flat, r->bc_flat == 1 ? "" : "s");
-  if (r->bc_orphans)
-    fit_result_warn(res, "%d rung%s whose trunk has not succeeded: left out", r->bc_orphans,
-                    r->bc_orphans == 1 ? "" : "s");
+  const struct {
+    int n;
+    const char *why;
+  } left_out[] = {
+      {r->bc_scratch, "trained from scratch (the trunk ended without its branch point): left out"},
+      {r->bc_missed, "never reached the target within their tokens, or the trunk's evaluations "
+                     "do not reach the target's tokens: left out"},
+      {r->bc_flat, "at branch points where the trunk's loss did not fall over the window "
+                   "(evaluation noise, or branch.tokens too short): no target, left out"},
+      {r->bc_orphans, "whose trunk has not succeeded: left out"},
+  };
+  for (size_t i = 0; i < sizeof left_out / sizeof *left_out; i++)
+    if (left_out[i].n)
+      fit_result_warn(res, "%d rung%s %s", left_out[i].n, left_out[i].n == 1 ? "" : "s",
+                      left_out[i].why);
 }
 
 /* The extrapolation check (SCIENCE.md section 2): the law refitted without
@@ -353,12 +350,12 @@ static void on_stored(void *ud, int status, int64_t rows, const char *errmsg) {
 }
 
 static void refit_free(refit *r) {
-  free(r->pts);
-  free(r->isoflop);
+  free(r->pts); /* and the isoflop flags after them */
   free(r->lad);
   free(r->bnoise);
-  free(r->bc);
-  free(r->bc_noise);
+  free(r->bc); /* and the rungs' noise scales after them */
+  for (int l = 0; l < NLAWS; l++)
+    free(r->json[l]);
   free(r);
 }
 
@@ -387,8 +384,6 @@ static void after_work(uv_work_t *w, int status) {
                                                              : REFIT_COOLDOWN_MAX_MS);
   }
   /* a refit asked for meanwhile waits (again) for sched__refit_due */
-  for (int l = 0; l < NLAWS; l++)
-    free(r->json[l]);
   refit_free(r);
 }
 
@@ -442,12 +437,82 @@ static double interp(json_t *xy, double x) {
   return NAN;
 }
 
+/* The trunk's median noise scale over a rung's window (at, at + window],
+ * from its [[tokens, b_noise], ...] (tokens; NAN: none there). */
+static double window_noise(json_t *tn, double at, double window) {
+  double *nv = malloc(sizeof(double) * (json_array_size(tn) + 1));
+  int m = 0;
+  size_t i;
+  json_t *e;
+  json_array_foreach(tn, i, e) {
+    double x = json_number_value(json_array_get(e, 0));
+    if (nv && x > at && x <= at + window)
+      nv[m++] = json_number_value(json_array_get(e, 1));
+  }
+  double noise = m ? median(nv, m) : NAN;
+  free(nv);
+  return noise;
+}
+
+/* Tokens at which the rung's curve from its branch point (at, start), then
+ * its own evaluations be ([[tokens, val_loss], ...]) past it, first reaches
+ * target; NAN when it never does. */
+static double rung_reaches(json_t *be, double at, double start, double target) {
+  if (!isfinite(target) || !isfinite(start))
+    return NAN;
+  json_t *curve = json_array();
+  json_array_append_new(curve, json_pack("[f,f]", at, start));
+  size_t i;
+  json_t *e;
+  json_array_foreach(be, i, e) {
+    if (json_number_value(json_array_get(e, 0)) > at)
+      json_array_append(curve, e);
+  }
+  double tok = steps_to(curve, target);
+  json_decref(curve);
+  return tok;
+}
+
+/* Adds a point of the branched ladder: group's steps at batch_tokens from
+ * the branch point at to target, and the trunk's noise over the window. */
+static void bc_add(refit *r, int group, double batch_tokens, double steps, double at, double target,
+                   double noise) {
+  r->bc_noise[r->nbc] = noise;
+  r->bc[r->nbc++] = sched__steps_point(steps, batch_tokens, target, at, group);
+}
+
+/* One rung b of trunk t (te, tn: the trunk's evaluations and noise scale,
+ * parsed): at its branch point D (the trunk's tokens there), the target is
+ * the trunk's loss a quarter of the rung's own tokens later (interpolated
+ * between its evaluations); the rung's steps to it are read off its
+ * evaluations by tokens, the branch point (the trunk's loss there) first.
+ * The trunk is a rung too, at its own batch size, once per branch point. */
+static void add_rung(refit *r, const store_bcrit_run *b, const store_bcrit_run *t, json_t *te,
+                     json_t *tn) {
+  double at = (double)b->branch_step * b->trunk_batch_tokens, window = (b->train_tokens - at) / 4;
+  double start = interp(te, at), target = interp(te, at + window);
+  json_t *be = json_loads(b->evals, 0, NULL);
+  double tok = rung_reaches(be, at, start, target);
+  json_decref(be);
+  double noise = window_noise(tn, at, window);
+  if (isfinite(target) && isfinite(start) && !(target < start)) {
+    r->bc_flat++; /* noise, or a window too short: no target to reach */
+    return;
+  }
+  if (!(tok > at)) {
+    r->bc_missed++;
+    return;
+  }
+  int have = 0;
+  for (int j = 0; j < r->nbc; j++)
+    have |= r->bc[j].group == (int)t->id && r->bc[j].tokens == at;
+  if (!have)
+    bc_add(r, (int)t->id, t->batch_tokens, window / t->batch_tokens, at, target, noise);
+  bc_add(r, (int)b->id, b->batch_tokens, (tok - at) / b->batch_tokens, at, target, noise);
+}
+
 /* The branched batch ladder (docs/sweeps.md "Critical batch size by
- * branching"): at a rung's branch point D (its trunk's tokens there), the
- * target is the trunk's loss a quarter of the rung's own tokens later
- * (interpolated between its evaluations); the rung's steps to it are read
- * off its evaluations by tokens, the branch point (the trunk's loss there)
- * first. The trunk is a rung too, at its own batch size. */
+ * branching"): each rung whose trunk has succeeded (add_rung). */
 static void on_bcrit(void *ud, int status, const store_bcrit_run *runs, int nrun,
                      const char *errmsg) {
   refit *r = ud;
@@ -455,12 +520,15 @@ static void on_bcrit(void *ud, int status, const store_bcrit_run *runs, int nrun
   if (status != 0 || s->stopping)
     return refit_abandon(r, status, errmsg);
   r->bc_runs = nrun;
-  r->bc = calloc(2 * (size_t)nrun + 1, sizeof *r->bc);
-  r->bc_noise = calloc(2 * (size_t)nrun + 1, sizeof *r->bc_noise);
+  /* one block: the rungs' points (each rung, and each trunk once per branch
+   * point), then their noise scales */
+  size_t cap = 2 * (size_t)nrun + 1;
+  r->bc = calloc(cap, sizeof *r->bc + sizeof *r->bc_noise);
+  r->bc_noise = r->bc ? (double *)(r->bc + cap) : NULL;
   /* a trunk's evaluations and noise scale, parsed once for all its rungs */
   json_t **tev = calloc((size_t)nrun + 1, sizeof *tev),
          **tnz = calloc((size_t)nrun + 1, sizeof *tnz);
-  if (!r->bc || !r->bc_noise || !tev || !tnz) {
+  if (!r->bc || !tev || !tnz) {
     free(tev);
     free(tnz);
     return refit_abandon(r, SS_ENOMEM, "out of memory");
@@ -481,66 +549,11 @@ static void on_bcrit(void *ud, int status, const store_bcrit_run *runs, int nrun
       r->bc_orphans++;
       continue;
     }
-    const store_bcrit_run *t = &runs[ti];
     if (!tev[ti]) {
-      tev[ti] = json_loads(t->evals, 0, NULL);
-      tnz[ti] = json_loads(t->b_noise, 0, NULL);
+      tev[ti] = json_loads(runs[ti].evals, 0, NULL);
+      tnz[ti] = json_loads(runs[ti].b_noise, 0, NULL);
     }
-    double at = (double)b->branch_step * b->trunk_batch_tokens, window = (b->train_tokens - at) / 4;
-    json_t *te = tev[ti], *tn = tnz[ti], *be = json_loads(b->evals, 0, NULL);
-    double start = interp(te, at), target = interp(te, at + window);
-    /* the rung's curve from its branch point */
-    json_t *curve = json_array();
-    json_array_append_new(curve, json_pack("[f,f]", at, start));
-    size_t i;
-    json_t *e;
-    json_array_foreach(be, i, e) {
-      if (json_number_value(json_array_get(e, 0)) > at)
-        json_array_append(curve, e);
-    }
-    double tok = isfinite(target) && isfinite(start) ? steps_to(curve, target) : NAN;
-    /* the trunk's noise scale over the window */
-    double *nv = malloc(sizeof(double) * (json_array_size(tn) + 1));
-    int m = 0;
-    json_array_foreach(tn, i, e) {
-      double x = json_number_value(json_array_get(e, 0));
-      if (nv && x > at && x <= at + window)
-        nv[m++] = json_number_value(json_array_get(e, 1));
-    }
-    double noise = m ? median(nv, m) : NAN;
-    free(nv);
-    if (isfinite(target) && isfinite(start) && !(target < start)) {
-      r->bc_flat++; /* noise, or a window too short: no target to reach */
-    } else if (!(tok > at)) {
-      r->bc_missed++;
-    } else {
-      /* the rung, and (once per branch point and trunk) the trunk itself */
-      int have = 0;
-      for (int j = 0; j < r->nbc; j++)
-        have |= r->bc[j].group == (int)t->id && r->bc[j].tokens == at;
-      if (!have) {
-        r->bc_noise[r->nbc] = noise;
-        r->bc[r->nbc++] = (fit_point){.params = NAN,
-                                      .tokens = at,
-                                      .flops = NAN,
-                                      .loss = target,
-                                      .batch_size = t->batch_tokens,
-                                      .steps = window / t->batch_tokens,
-                                      .lr = NAN,
-                                      .group = (int)t->id};
-      }
-      r->bc_noise[r->nbc] = noise;
-      r->bc[r->nbc++] = (fit_point){.params = NAN,
-                                    .tokens = at,
-                                    .flops = NAN,
-                                    .loss = target,
-                                    .batch_size = b->batch_tokens,
-                                    .steps = (tok - at) / b->batch_tokens,
-                                    .lr = NAN,
-                                    .group = (int)b->id};
-    }
-    json_decref(curve);
-    json_decref(be);
+    add_rung(r, b, &runs[ti], tev[ti], tnz[ti]);
   }
   for (int k = 0; k < nrun; k++) {
     json_decref(tev[k]);
@@ -579,12 +592,8 @@ static void on_ladder(void *ud, int status, const store_ladder_run *runs, int nr
       if (!np)
         break;
       r->lad = np;
-      fit_point *p = &r->lad[r->nlad++];
-      *p = (fit_point){.params = NAN, .tokens = NAN, .flops = NAN, .lr = NAN};
-      p->batch_size = runs[k].batch_tokens;
-      p->steps = st;
-      p->loss = json_number_value(t);
-      p->group = k;
+      r->lad[r->nlad++] =
+          sched__steps_point(st, runs[k].batch_tokens, json_number_value(t), NAN, k);
     }
     json_decref(targets);
     json_decref(evals);
@@ -599,9 +608,10 @@ static void on_points(void *ud, int status, const store_fit_point *pts, int n,
   if (status != 0 || s->stopping)
     return refit_abandon(r, status, errmsg);
   r->n = n;
-  r->pts = calloc(n ? (size_t)n : 1, sizeof *r->pts);
-  r->isoflop = calloc(n ? (size_t)n : 1, sizeof *r->isoflop);
-  if (!r->pts || !r->isoflop)
+  size_t cap = n ? (size_t)n : 1; /* one block: the points, then their isoflop flags */
+  r->pts = calloc(cap, sizeof *r->pts + sizeof *r->isoflop);
+  r->isoflop = r->pts ? (int *)(r->pts + cap) : NULL;
+  if (!r->pts)
     return refit_abandon(r, SS_ENOMEM, "out of memory");
   for (int k = 0; k < n; k++) {
     r->pts[k] = sched__fit_point(&pts[k], k);
