@@ -227,9 +227,9 @@ static void sh_quote(FILE *f, const char *text) {
   fputc('\'', f);
 }
 
-/* sbatch for nodes workers of gpn GPUs (0: CPU workers of spn slots each)
- * for about secs seconds of work per node. */
-static void submit(sched *s, int nodes, int gpn, int spn, double secs, int runs) {
+/* Writes sbatch's script (sl->script, its name): one worker per node of
+ * gpn GPUs (0: of spn CPU slots); 0, or -1 logged, no script left. */
+static int write_script(sched *s, int gpn, int spn) {
   sched__slurm *sl = &s->slurm;
   const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   snprintf(sl->script, sizeof sl->script, "%s/scalesweep-sbatch-XXXXXX", tmpdir);
@@ -240,8 +240,7 @@ static void submit(sched *s, int nodes, int gpn, int spn, double secs, int runs)
     if (fd >= 0)
       close(fd);
     sl->script[0] = '\0';
-    pass_end(s);
-    return;
+    return -1;
   }
   /* one worker per node, offering the GPUs Slurm gave it; named after its
    * node and job, so that two never share a name */
@@ -262,21 +261,35 @@ static void submit(sched *s, int nodes, int gpn, int spn, double secs, int runs)
     sched__logf("slurm: cannot write %s: %s", sl->script, strerror(errno));
     unlink(sl->script);
     sl->script[0] = '\0';
-    pass_end(s);
-    return;
+    return -1;
   }
-  /* the time limit: the work per node, a quarter more and 5 minutes for
-   * start-up and checkpoints, within [10 minutes, --slurm-max-minutes];
-   * a job that ends first loses nothing (SIGTERM: its runs checkpoint) */
+  return 0;
+}
+
+/* The job's time limit in minutes for secs seconds of work per node: a
+ * quarter more and 5 minutes for start-up and checkpoints, within [10
+ * minutes, --slurm-max-minutes]; a job that ends first loses nothing
+ * (SIGTERM: its runs checkpoint). */
+static int time_limit(const sched *s, double secs) {
   double minutes = ceil((secs * 1.25 + 300) / 60);
   if (minutes < 10)
     minutes = 10;
   if (minutes > s->o.slurm_max_minutes)
     minutes = s->o.slurm_max_minutes;
+  return (int)minutes;
+}
+
+/* sbatch for nodes workers of gpn GPUs (0: CPU workers of spn slots each)
+ * for about secs seconds of work per node. */
+static void submit(sched *s, int nodes, int gpn, int spn, double secs, int runs) {
+  sched__slurm *sl = &s->slurm;
+  if (write_script(s, gpn, spn))
+    return pass_end(s);
+  int minutes = time_limit(s, secs);
   char a_part[256], a_nodes[32], a_time[32], a_comment[512], a_res[64];
   snprintf(a_part, sizeof a_part, "--partition=%s", s->o.slurm_partition);
   snprintf(a_nodes, sizeof a_nodes, "--nodes=%d", nodes);
-  snprintf(a_time, sizeof a_time, "--time=%d", (int)minutes);
+  snprintf(a_time, sizeof a_time, "--time=%d", minutes);
   snprintf(a_comment, sizeof a_comment, "--comment=%s gpus=%d slots=%d", sl->comment, gpn,
            gpn > 0 ? 0 : spn);
   if (gpn > 0)
@@ -305,7 +318,7 @@ static void submit(sched *s, int nodes, int gpn, int spn, double secs, int runs)
   sched__logf("slurm: asking for %d node(s) of %s %d (%d queued run%s nothing connected can take; "
               "time limit %d min)",
               nodes, gpn > 0 ? "GPUs" : "CPU slots", gpn > 0 ? gpn : spn, runs,
-              runs == 1 ? "" : "s", (int)minutes);
+              runs == 1 ? "" : "s", minutes);
   if (run_cmd(s, argv, on_sbatch) != 0) {
     sl->hold_until_ms = now_ms(s) + HOLD_MS;
     pass_end(s);
@@ -339,15 +352,13 @@ static void on_scancel(void *ud, int ok) {
   pass_end(s);
 }
 
-/* The decision, from the queue (sl->queue), the jobs (sl->jobs) and the
- * connected workers: ask for one job, cancel idle ones, or nothing. */
-static void decide(sched *s) {
+/* The connected workers' free CPU slots and GPUs (draining ones' not), and
+ * per job its workers connected (jobs[i].connected) and idle (idle_of[i]). */
+static void count_workers(sched *s, int *idle_of, int *cpu_free, int *gpu_free) {
   sched__slurm *sl = &s->slurm;
-  uint64_t now = now_ms(s);
-  int cpu_free = 0, gpu_free = 0;
+  *cpu_free = *gpu_free = 0;
   for (int i = 0; i < sl->njobs; i++)
     sl->jobs[i].connected = 0;
-  int idle_of[SCHED__SLURM_MAX_JOBS] = {0};
   for (sched__wconn *c = s->wp.conns; c; c = c->next) {
     if (!c->authed || c->closing)
       continue;
@@ -359,30 +370,38 @@ static void decide(sched *s) {
       }
     if (c->draining)
       continue;
-    cpu_free += c->cpu_slots - c->cpu_busy;
+    *cpu_free += c->cpu_slots - c->cpu_busy;
     if (c->cuda_ok)
       for (int g = 0; g < c->ngpus; g++)
-        gpu_free += !c->gpu_busy[g];
+        *gpu_free += !c->gpu_busy[g];
   }
-  /* what the connected workers cannot take; then what the jobs on their way
-   * (their workers not connected yet) cannot either */
-  need now_need = needs(sl, cpu_free, gpu_free);
-  int cpu_coming = 0, gpu_coming = 0, nodes_used = 0;
+}
+
+/* The nodes the live jobs hold, and the CPU slots and GPUs of those whose
+ * workers have not connected yet (*cpu_coming, *gpu_coming). */
+static int nodes_held(const sched__slurm *sl, int *cpu_coming, int *gpu_coming) {
+  int nodes_used = 0;
+  *cpu_coming = *gpu_coming = 0;
   for (int i = 0; i < sl->njobs; i++) {
-    sched__sjob *j = &sl->jobs[i];
+    const sched__sjob *j = &sl->jobs[i];
     if (!job_live(j))
       continue;
     nodes_used += j->nodes;
     int missing = j->nodes - j->connected;
     if (missing > 0) {
-      cpu_coming += missing * j->slots_per_node;
-      gpu_coming += missing * j->gpus_per_node;
+      *cpu_coming += missing * j->slots_per_node;
+      *gpu_coming += missing * j->gpus_per_node;
     }
   }
-  need left = needs(sl, cpu_free + cpu_coming, gpu_free + gpu_coming);
+  return nodes_used;
+}
 
-  /* cancel: pending jobs nothing waits for; running jobs whose workers have
-   * all been idle for --slurm-idle-seconds */
+/* Cancels pending jobs nothing waits for (now_need: what the connected
+ * workers cannot take) and running jobs whose workers have all been idle
+ * for --slurm-idle-seconds; 1 when a scancel was started or failed to (the
+ * pass then over), 0 when none is to go. */
+static int cancel_idle(sched *s, const int *idle_of, need now_need, uint64_t now) {
+  sched__slurm *sl = &s->slurm;
   char *cancel[SCHED__SLURM_MAX_JOBS + 2];
   int nc = 0;
   cancel[nc++] = "scancel";
@@ -405,21 +424,24 @@ static void decide(sched *s) {
       cancel[nc++] = j->id;
     }
   }
-  if (nc > 1) {
-    cancel[nc] = NULL;
-    if (run_cmd(s, cancel, on_scancel) != 0)
-      pass_end(s);
-    return;
-  }
-  if (left.cpu_runs + left.gpu_runs == 0) {
-    say(sl, "");
+  if (nc == 1)
+    return 0;
+  cancel[nc] = NULL;
+  if (run_cmd(s, cancel, on_scancel) != 0)
     pass_end(s);
-    return;
-  }
-  if (now < sl->hold_until_ms) {
-    pass_end(s);
-    return;
-  }
+  return 1;
+}
+
+/* Says why nothing is asked for (sl->said), and ends the pass. */
+static void hold(sched *s, const char *why) {
+  say(&s->slurm, why);
+  pass_end(s);
+}
+
+/* Asks for one job for what is left waiting (left), the jobs holding
+ * nodes_used nodes: a GPU job when a GPU run is first in line or only GPU
+ * runs wait, as many nodes as the runs fill within --slurm-max-nodes. */
+static void ask(sched *s, need left, int nodes_used) {
   int room = s->o.slurm_max_nodes - nodes_used;
   int gpn = s->o.slurm_gpus_per_node, spn = s->o.slurm_cpu_slots;
   char why[512];
@@ -429,11 +451,9 @@ static void decide(sched *s) {
              "%d queued run(s) need GPUs, and --slurm-gpus-per-node is 0: no GPU job is asked "
              "for",
              left.gpu_runs);
-    say(sl, why);
-    if (left.cpu_runs == 0) {
-      pass_end(s);
-      return;
-    }
+    say(&s->slurm, why);
+    if (left.cpu_runs == 0)
+      return pass_end(s);
     gpu_job = 0;
   }
   int per = gpu_job ? gpn : spn;
@@ -444,9 +464,7 @@ static void decide(sched *s) {
     snprintf(why, sizeof why,
              "a queued run needs %d %s, %d node(s) of %d, over --slurm-max-nodes %d", most,
              gpu_job ? "GPUs" : "CPU slots", least, per, s->o.slurm_max_nodes);
-    say(sl, why);
-    pass_end(s);
-    return;
+    return hold(s, why);
   }
   if (nodes > room)
     nodes = room;
@@ -454,14 +472,34 @@ static void decide(sched *s) {
     snprintf(why, sizeof why,
              "runs wait, and the jobs asked for already hold %d of --slurm-max-nodes %d",
              nodes_used, s->o.slurm_max_nodes);
-    say(sl, why);
-    pass_end(s);
-    return;
+    return hold(s, why);
   }
   double secs = gpu_job ? left.gpu_secs : left.cpu_secs;
   double most_secs = gpu_job ? left.gpu_secs_max : left.cpu_secs_max;
   double per_node = secs / nodes > most_secs ? secs / nodes : most_secs;
   submit(s, nodes, gpu_job ? gpn : 0, spn, per_node, gpu_job ? left.gpu_runs : left.cpu_runs);
+}
+
+/* The decision, from the queue (sl->queue), the jobs (sl->jobs) and the
+ * connected workers: ask for one job, cancel idle ones, or nothing. */
+static void decide(sched *s) {
+  sched__slurm *sl = &s->slurm;
+  uint64_t now = now_ms(s);
+  int cpu_free, gpu_free, cpu_coming, gpu_coming;
+  int idle_of[SCHED__SLURM_MAX_JOBS] = {0};
+  count_workers(s, idle_of, &cpu_free, &gpu_free);
+  /* what the connected workers cannot take; then what the jobs on their way
+   * (their workers not connected yet) cannot either */
+  need now_need = needs(sl, cpu_free, gpu_free);
+  int nodes_used = nodes_held(sl, &cpu_coming, &gpu_coming);
+  need left = needs(sl, cpu_free + cpu_coming, gpu_free + gpu_coming);
+  if (cancel_idle(s, idle_of, now_need, now))
+    return;
+  if (left.cpu_runs + left.gpu_runs == 0)
+    return hold(s, "");
+  if (now < sl->hold_until_ms)
+    return pass_end(s);
+  ask(s, left, nodes_used);
 }
 
 /* squeue's listing of the scheduler's jobs: id|state|nodes|comment lines */
