@@ -155,12 +155,11 @@ static void fit_fd_limit(http_limits *lim) {
   lim->max_connections = fit;
 }
 
-int sched_run(const sched_options *opt, char *err, size_t errlen) {
-  sched *s = calloc(1, sizeof *s);
-  if (!s)
-    return SS_ENOMEM;
-  s->o = *opt;
-  /* tokens shorter than 16 characters are refused: they can be guessed */
+/* What must hold before anything listens: the tokens (shorter than 16
+ * characters refused: they can be guessed), the Slurm options, the
+ * database's schema (migrated); 0, or an error in err. */
+static int prepare(sched *s, char *err, size_t errlen) {
+  const sched_options *opt = &s->o;
   int rc = token_read(opt->token_file, 16, s->token, sizeof s->token, NULL, err, errlen);
   if (!rc)
     rc = token_read(opt->api_token_file ? opt->api_token_file : opt->token_file, 16, s->api_token,
@@ -170,32 +169,30 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
     rc = sched__slurm_check(opt, err, errlen);
   if (!rc)
     rc = db_migrate(opt->database, &applied, err, errlen);
-  if (rc) {
-    free(s);
-    return rc;
-  }
-  if (applied)
+  if (!rc && applied)
     sched__logf("applied %d migration(s)", applied);
-  /* runs whose worker may have died while we were down: their leases
-   * decide (the lease timer re-queues them); nothing else to recover */
-  /* a peer that leaves mid-write must not kill the scheduler */
-  signal(SIGPIPE, SIG_IGN);
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  s->loop = &loop;
-  s->db = db_open(&loop, opt->database);
-  s->db_submit = db_open(&loop, opt->database);
-  /* reads have a time limit and may not write; the control connection
-   * keeps the server's settings */
-  db_options ro = {.timeout_ms = opt->read_timeout_ms, .read_only = 1};
-  s->reads = db_pool_open(&loop, opt->database, opt->db_read_connections, &ro);
-  setup(s, &loop);
-  char host[256];
-  int port;
+  return rc;
+}
+
+/* The connections to the database: control, submissions, and the reads,
+ * which have a time limit and may not write (the control connection keeps
+ * the server's settings). */
+static void open_db(sched *s, uv_loop_t *loop) {
+  s->db = db_open(loop, s->o.database);
+  s->db_submit = db_open(loop, s->o.database);
+  db_options ro = {.timeout_ms = s->o.read_timeout_ms, .read_only = 1};
+  s->reads = db_pool_open(loop, s->o.database, s->o.db_read_connections, &ro);
+}
+
+/* The API's server on --listen (its host in host), the worker port, the
+ * Slurm poller and the ready file; 0, or an error in err. */
+static int listen_all(sched *s, char *host, size_t hostlen, char *err, size_t errlen) {
+  const sched_options *opt = &s->o;
+  int rc = 0, port;
   if (!s->reads) {
     snprintf(err, errlen, "out of memory opening the read connections");
     rc = SS_ENOMEM;
-  } else if (addr_split(opt->listen, "0.0.0.0", 0, host, sizeof host, &port, NULL, 0) != 0) {
+  } else if (addr_split(opt->listen, "0.0.0.0", 0, host, hostlen, &port, NULL, 0) != 0) {
     snprintf(err, errlen, "--listen %s: expected HOST:PORT", opt->listen);
     rc = SS_EINVAL;
   }
@@ -204,7 +201,7 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   fit_fd_limit(&lim);
   if (!rc) {
     s->http =
-        http_server_start(&loop, host, port, &lim, sched__http, s, &s->http_port, err, errlen);
+        http_server_start(s->loop, host, port, &lim, sched__http, s, &s->http_port, err, errlen);
     if (!s->http)
       rc = SS_EIO;
   }
@@ -219,20 +216,12 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
     rc = sched__slurm_start(s, err, errlen);
   if (!rc)
     rc = write_ready_file(s, err, errlen);
-  uv_timer_init(&loop, &s->ls.timer);
-  s->ls.timer.data = s;
-  uv_signal_init(&loop, &s->sigint);
-  uv_signal_init(&loop, &s->sigterm);
-  s->sigint.data = s->sigterm.data = s;
-  if (rc) {
-    stop(s);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    uv_loop_close(&loop);
-    sched__events_free(&s->ev);
-    sched__wport_free(&s->wp);
-    free(s);
-    return rc;
-  }
+  return rc;
+}
+
+/* Serves until a signal stops the loop; 0, or SS_EIO when a handle was
+ * left open. */
+static int serve(sched *s, const char *host, char *err, size_t errlen) {
   sched__lease_start(s);
   sched__sweeps_settle(s);
   /* A SIGINT ignored by whoever started us stays ignored (the shell's rule
@@ -244,10 +233,46 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
     uv_signal_start(&s->sigint, on_signal, SIGINT);
   uv_signal_start(&s->sigterm, on_signal, SIGTERM);
   sched__logf("serving the API on %s:%d and workers on port %d", host, s->http_port, s->wp.port);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  rc = uv_loop_close(&loop) == 0 ? 0 : SS_EIO;
+  uv_run(s->loop, UV_RUN_DEFAULT);
+  int rc = uv_loop_close(s->loop) == 0 ? 0 : SS_EIO;
   if (rc)
     snprintf(err, errlen, "internal error: handles left open at exit");
+  return rc;
+}
+
+int sched_run(const sched_options *opt, char *err, size_t errlen) {
+  sched *s = calloc(1, sizeof *s);
+  if (!s)
+    return SS_ENOMEM;
+  s->o = *opt;
+  int rc = prepare(s, err, errlen);
+  if (rc) {
+    free(s);
+    return rc;
+  }
+  /* runs whose worker may have died while we were down: their leases
+   * decide (the lease timer re-queues them); nothing else to recover */
+  /* a peer that leaves mid-write must not kill the scheduler */
+  signal(SIGPIPE, SIG_IGN);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  s->loop = &loop;
+  open_db(s, &loop);
+  setup(s, &loop);
+  char host[256];
+  rc = listen_all(s, host, sizeof host, err, errlen);
+  uv_timer_init(&loop, &s->ls.timer);
+  s->ls.timer.data = s;
+  uv_signal_init(&loop, &s->sigint);
+  uv_signal_init(&loop, &s->sigterm);
+  s->sigint.data = s->sigterm.data = s;
+  if (rc) {
+    stop(s);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+  } else {
+    rc = serve(s, host, err, errlen);
+  }
   sched__events_free(&s->ev);
   sched__wport_free(&s->wp);
   sched__refits_free(&s->refits);
