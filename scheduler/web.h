@@ -64,6 +64,10 @@ void sched__b_printf(sched__buf *b, const char *fmt, ...) __attribute__((format(
 /* Opens a page section: <section id="ID" aria-labelledby="h-ID"><h2
  * id="h-ID">TITLE</h2> (title is HTML, written as it is). */
 void sched__b_section(sched__buf *b, const char *id, const char *title);
+/* A table's head: open (the table's tag and what comes before the row),
+ * then a column header for each of cols (NULL-terminated; HTML, written as
+ * it is), then the body opened. */
+void sched__b_thead(sched__buf *b, const char *open, const char *const *cols);
 /* Text as HTML: the one place where values from runs and specs enter a page. */
 void sched__b_esc(sched__buf *b, const char *s);
 

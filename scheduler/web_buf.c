@@ -40,6 +40,14 @@ void sched__b_add(sched__buf *b, const char *s, size_t n) {
 
 void sched__b_puts(sched__buf *b, const char *s) { sched__b_add(b, s, strlen(s)); }
 
+void sched__b_thead(sched__buf *b, const char *open, const char *const *cols) {
+  sched__b_puts(b, open);
+  sched__b_puts(b, "<thead><tr>");
+  for (int i = 0; cols[i]; i++)
+    sched__b_printf(b, "<th scope=\"col\">%s</th>", cols[i]);
+  sched__b_puts(b, "</tr></thead><tbody>");
+}
+
 void sched__b_printf(sched__buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sched__b_printf(sched__buf *b, const char *fmt, ...) {
   char small[512];

@@ -16,10 +16,8 @@ static void render_workers(sched__buf *b, sched *s) {
     sched__b_puts(b, "<p class=\"empty\">No worker is connected.</p></section>\n");
     return;
   }
-  sched__b_puts(
-      b, "<div class=\"scroll\"><table><thead><tr><th scope=\"col\">Worker</th>"
-         "<th scope=\"col\">Host</th><th scope=\"col\">GPUs</th><th scope=\"col\">CPU slots</th>"
-         "</tr></thead><tbody>");
+  static const char *const cols[] = {"Worker", "Host", "GPUs", "CPU slots", NULL};
+  sched__b_thead(b, "<div class=\"scroll\"><table>", cols);
   for (sched__wconn *c = s->wp.conns; c; c = c->next) {
     if (!c->authed || c->closing)
       continue;
@@ -71,11 +69,9 @@ static void render_queue(sched__buf *b, const store_overview *o) {
                   " GPUs asked for).</p>",
                   o->queued, o->queued == 1 ? "" : "s", o->queued_cpu, o->queued_gpus);
   if (o->nnext) {
-    sched__b_puts(b,
-                  "<div class=\"scroll\"><table><caption>Next to start</caption><thead><tr>"
-                  "<th scope=\"col\">Run</th><th scope=\"col\">Sweep</th><th scope=\"col\">N</th>"
-                  "<th scope=\"col\">C (FLOPs)</th><th scope=\"col\">GPUs</th>"
-                  "<th scope=\"col\">Attempts so far</th></tr></thead><tbody>");
+    static const char *const cols[] = {"Run",  "Sweep",           "N", "C (FLOPs)",
+                                       "GPUs", "Attempts so far", NULL};
+    sched__b_thead(b, "<div class=\"scroll\"><table><caption>Next to start</caption>", cols);
     for (int i = 0; i < o->nnext; i++) {
       const store_overview_run *r = &o->next[i];
       b_run_cells(b, r);
@@ -96,11 +92,9 @@ static void render_sweeps(sched__buf *b, const store_overview *o) {
     sched__b_puts(b, "<p class=\"empty\">No sweep yet: <code>scalesweep submit "
                      "spec.json</code>.</p>");
   } else {
-    sched__b_puts(b, "<div class=\"scroll\"><table class=\"sweeps\"><thead><tr>"
-                     "<th scope=\"col\">Sweep</th><th scope=\"col\">Status</th>"
-                     "<th scope=\"col\">Runs done</th><th scope=\"col\">Compute spent</th>"
-                     "<th scope=\"col\">Running</th><th scope=\"col\">Queued</th>"
-                     "<th scope=\"col\">Failed</th></tr></thead><tbody>");
+    static const char *const cols[] = {"Sweep",   "Status", "Runs done", "Compute spent",
+                                       "Running", "Queued", "Failed",    NULL};
+    sched__b_thead(b, "<div class=\"scroll\"><table class=\"sweeps\">", cols);
     for (int i = 0; i < o->nsweeps; i++) {
       const store_overview_sweep *sw = &o->sweeps[i];
       sched__b_printf(b, "<tr><td><a href=\"/sweeps/%" PRId64 "\">#%" PRId64 " ", sw->id, sw->id);
@@ -129,10 +123,8 @@ static void render_failures(sched__buf *b, const store_overview *o) {
   if (!o->nfailures) {
     sched__b_puts(b, "<p class=\"empty\">None.</p>");
   } else {
-    sched__b_puts(b, "<div class=\"scroll\"><table><thead><tr><th scope=\"col\">Run</th>"
-                     "<th scope=\"col\">Sweep</th><th scope=\"col\">Attempts</th>"
-                     "<th scope=\"col\">Ended (UTC)</th><th "
-                     "scope=\"col\">Error</th></tr></thead><tbody>");
+    static const char *const cols[] = {"Run", "Sweep", "Attempts", "Ended (UTC)", "Error", NULL};
+    sched__b_thead(b, "<div class=\"scroll\"><table>", cols);
     for (int i = 0; i < o->nfailures; i++) {
       const store_overview_run *r = &o->failures[i];
       b_run_cells(b, r);

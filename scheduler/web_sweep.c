@@ -23,6 +23,13 @@ static void b_interval(sched__buf *b, const char *lead, double lo, double hi) {
   sched__b_puts(b, "]");
 }
 
+/* A paragraph: open (its tag and lead), then text escaped. */
+static void b_para(sched__buf *b, const char *open, const char *text) {
+  sched__b_puts(b, open);
+  sched__b_esc(b, text);
+  sched__b_puts(b, "</p>");
+}
+
 static void render_fit_params(sched__buf *b, const char *law, json_t *fit) {
   json_t *ci = json_object_get(fit, "ci95");
   sched__b_puts(b, "<div class=\"fit\"><h3>");
@@ -30,9 +37,8 @@ static void render_fit_params(sched__buf *b, const char *law, json_t *fit) {
   sched__b_printf(b, " <small>(%" JSON_INTEGER_FORMAT " points%s)</small></h3>",
                   sched__jint(fit, "n_points"),
                   json_is_false(json_object_get(fit, "converged")) ? ", not converged" : "");
-  sched__b_puts(b, "<table class=\"params\"><thead><tr><th scope=\"col\">Parameter</th>"
-                   "<th scope=\"col\">Value</th><th scope=\"col\">95% "
-                   "interval</th></tr></thead><tbody>");
+  static const char *const cols[] = {"Parameter", "Value", "95% interval", NULL};
+  sched__b_thead(b, "<table class=\"params\">", cols);
   static const char *const groups[2] = {"params", "derived"};
   for (int g = 0; g < 2; g++) {
     const char *k;
@@ -71,9 +77,7 @@ static void render_fit_params(sched__buf *b, const char *law, json_t *fit) {
   size_t i;
   json_t *wn;
   json_array_foreach(json_object_get(fit, "warnings"), i, wn) {
-    sched__b_puts(b, "<p class=\"warn\">");
-    sched__b_esc(b, json_string_value(wn));
-    sched__b_puts(b, "</p>");
+    b_para(b, "<p class=\"warn\">", json_string_value(wn));
   }
   sched__b_puts(b, "</div>");
 }
@@ -112,6 +116,112 @@ static void b_values(sched__buf *b, const fit_report *r, const char *lead, fit_r
 
 static const char *const ab[] = {"a", "b", NULL};
 
+/* L(N, D) with E next to the corpus's truth, and its exponents. */
+static void li_law(sched__buf *b, const fit_report *r) {
+  static const char *const e[] = {"E", NULL};
+  b_values(b, r, "<li>L(N, D) = E + A/N<sup>&alpha;</sup> + B/D<sup>&beta;</sup>: ", FIT_REPORT_LAW,
+           e);
+  sched__b_puts(b, " nats/token");
+  if (r->has_corpus) {
+    sched__b_puts(b, "; the corpus: entropy rate ");
+    sched__b_num(b, r->entropy_rate, "%.4f");
+    sched__b_puts(b, ", window floor ");
+    sched__b_num(b, r->window_floor, "%.4f");
+    sched__b_printf(
+        b, " (the best loss on windows of %lld tokens), E &minus; floor = ", (long long)r->seq_len);
+    sched__b_num_na(b, r->floor_gap, "%+.4f");
+  }
+  static const char *const slopes[] = {"alpha", "beta", NULL};
+  b_values(b, r, "; ", FIT_REPORT_LAW, slopes);
+  sched__b_printf(b, " (%lld runs)</li>", (long long)r->law_runs);
+}
+
+/* The compute-optimal exponents, from the law and from the IsoFLOP minima. */
+static void li_optimum(sched__buf *b, const fit_report *r) {
+  sched__b_puts(b, "<li>Compute-optimal N<sub>opt</sub>(C) &prop; C<sup>a</sup>, "
+                   "D<sub>opt</sub>(C) &prop; C<sup>b</sup>: ");
+  if (r->has_law)
+    b_values(b, r, "from L(N, D) ", FIT_REPORT_OPT_LAW, ab);
+  if (r->has_iso) {
+    b_values(b, r, r->has_law ? "; from the IsoFLOP minima " : "from the IsoFLOP minima ",
+             FIT_REPORT_OPT_ISO, ab);
+    sched__b_printf(b, " (%d of %d budgets with an interior minimum)", r->iso_usable,
+                    r->iso_budgets);
+  }
+  sched__b_puts(b, "</li>");
+}
+
+/* The critical batch size from the ladder and from the noise scale. */
+static void li_batch(sched__buf *b, const fit_report *r) {
+  sched__b_puts(b, "<li>Critical batch size (tokens): from the ladder ");
+  int any = 0;
+  for (int i = 0; i < r->nrows; i++)
+    if (r->rows[i].group == FIT_REPORT_BCRIT && !isnan(r->rows[i].at)) {
+      sched__b_puts(b, any++ ? ", " : "");
+      b_value(b, &r->rows[i]);
+    }
+  if (!any)
+    sched__b_puts(b, "n/a");
+  static const char *const noise[] = {"B_noise", NULL};
+  b_values(b, r, "; from the gradient noise scale ", FIT_REPORT_BNOISE, noise);
+  sched__b_puts(b, " (median over the ladder)</li>");
+}
+
+/* The critical batch size by branching, at each branch point. */
+static void li_branch(sched__buf *b, const fit_report *r) {
+  sched__b_puts(b, "<li>Critical batch size by branching (tokens; t-intervals), at each "
+                   "branch point D: ");
+  int idx[FIT_REPORT_MAX_ROWS];
+  for (int k = 0, n = fit_report_branch_order(r, idx); k < n; k++) {
+    const fit_report_row *w = &r->rows[idx[k]], *noise = fit_report_branch_noise(r, w->at);
+    sched__b_puts(b, k ? "; " : "");
+    b_value(b, w);
+    if (noise) {
+      sched__b_puts(b, " (the trunk's ");
+      b_value(b, noise);
+      sched__b_puts(b, ")");
+    }
+  }
+  static const char *const law[] = {"gamma_D", "alpha_B", NULL};
+  b_values(b, r, "; B<sub>crit</sub> &prop; D<sup>&gamma;</sup>, &prop; L<sup>-1/&alpha;B</sup>: ",
+           FIT_REPORT_BRANCH_LAW, law);
+  sched__b_puts(b, "</li>");
+}
+
+/* The extrapolation check: the largest budget predicted without it. */
+static void li_extrapolation(sched__buf *b, const fit_report *r) {
+  sched__b_puts(b, "<li>Extrapolation: fitted without the largest budget (C = ");
+  sched__b_num(b, r->held_out_flops, "%.3g");
+  sched__b_puts(b, "), L(N, D) predicts its runs' mean loss ");
+  sched__b_num(b, r->predicted_loss, "%.4f");
+  sched__b_puts(b, "; measured ");
+  sched__b_num(b, r->measured_loss, "%.4f");
+  sched__b_puts(b, " (mean relative error ");
+  sched__b_num(b, 100 * r->rel_err, "%.2f");
+  sched__b_puts(b, "%)</li>");
+}
+
+/* The stability check: the exponents without the smallest budget. */
+static void li_stability(sched__buf *b, const fit_report *r) {
+  sched__b_puts(b, "<li>Stability: fitted without the smallest budget (C = ");
+  sched__b_num(b, r->has_stab_iso ? r->stab_iso_flops : r->stab_law_flops, "%.3g");
+  sched__b_puts(b, "): ");
+  static const char *const a[] = {"a", NULL}, *const law[] = {"E", "alpha", "beta", NULL};
+  if (r->has_stab_iso)
+    b_values(b, r, "from the IsoFLOP minima ", FIT_REPORT_STAB_ISO, a);
+  if (r->has_stab_law) {
+    sched__b_puts(b, r->has_stab_iso ? "; from L(N, D) " : "from L(N, D) ");
+    /* its smallest run is not an isoflop one */
+    if (r->has_stab_iso && r->stab_law_flops != r->stab_iso_flops) {
+      sched__b_puts(b, "(without C = ");
+      sched__b_num(b, r->stab_law_flops, "%.3g");
+      sched__b_puts(b, ") ");
+    }
+    b_values(b, r, "", FIT_REPORT_STAB_LAW, law);
+  }
+  sched__b_puts(b, "</li>");
+}
+
 /* The study's result in sentences, what `scalesweep up --wait` prints at the
  * end (the rows of sweeps/fit_report.h): L(N, D) with E next to the corpus's
  * truth, the compute-optimal exponents both ways, the critical batch size
@@ -123,101 +233,18 @@ static void render_result(sched__buf *b, json_t *fits) {
     return;
   sched__b_puts(b, "<div class=\"result\"><h3>The result <small>(95% bootstrap intervals)</small>"
                    "</h3><ul>");
-  if (r.has_law) {
-    static const char *const e[] = {"E", NULL};
-    b_values(b, &r,
-             "<li>L(N, D) = E + A/N<sup>&alpha;</sup> + B/D<sup>&beta;</sup>: ", FIT_REPORT_LAW, e);
-    sched__b_puts(b, " nats/token");
-    if (r.has_corpus) {
-      sched__b_puts(b, "; the corpus: entropy rate ");
-      sched__b_num(b, r.entropy_rate, "%.4f");
-      sched__b_puts(b, ", window floor ");
-      sched__b_num(b, r.window_floor, "%.4f");
-      sched__b_printf(b, " (the best loss on windows of %lld tokens), E &minus; floor = ",
-                      (long long)r.seq_len);
-      sched__b_num_na(b, r.floor_gap, "%+.4f");
-    }
-    static const char *const slopes[] = {"alpha", "beta", NULL};
-    b_values(b, &r, "; ", FIT_REPORT_LAW, slopes);
-    sched__b_printf(b, " (%lld runs)</li>", (long long)r.law_runs);
-  }
-  if (r.has_law || r.has_iso) {
-    sched__b_puts(b, "<li>Compute-optimal N<sub>opt</sub>(C) &prop; C<sup>a</sup>, "
-                     "D<sub>opt</sub>(C) &prop; C<sup>b</sup>: ");
-    if (r.has_law)
-      b_values(b, &r, "from L(N, D) ", FIT_REPORT_OPT_LAW, ab);
-    if (r.has_iso) {
-      b_values(b, &r, r.has_law ? "; from the IsoFLOP minima " : "from the IsoFLOP minima ",
-               FIT_REPORT_OPT_ISO, ab);
-      sched__b_printf(b, " (%d of %d budgets with an interior minimum)", r.iso_usable,
-                      r.iso_budgets);
-    }
-    sched__b_puts(b, "</li>");
-  }
-  if (r.has_batch) {
-    sched__b_puts(b, "<li>Critical batch size (tokens): from the ladder ");
-    int any = 0;
-    for (int i = 0; i < r.nrows; i++)
-      if (r.rows[i].group == FIT_REPORT_BCRIT && !isnan(r.rows[i].at)) {
-        sched__b_puts(b, any++ ? ", " : "");
-        b_value(b, &r.rows[i]);
-      }
-    if (!any)
-      sched__b_puts(b, "n/a");
-    static const char *const noise[] = {"B_noise", NULL};
-    b_values(b, &r, "; from the gradient noise scale ", FIT_REPORT_BNOISE, noise);
-    sched__b_puts(b, " (median over the ladder)</li>");
-  }
-  if (r.has_branch) {
-    sched__b_puts(b, "<li>Critical batch size by branching (tokens; t-intervals), at each "
-                     "branch point D: ");
-    int idx[FIT_REPORT_MAX_ROWS];
-    for (int k = 0, n = fit_report_branch_order(&r, idx); k < n; k++) {
-      const fit_report_row *w = &r.rows[idx[k]], *noise = fit_report_branch_noise(&r, w->at);
-      sched__b_puts(b, k ? "; " : "");
-      b_value(b, w);
-      if (noise) {
-        sched__b_puts(b, " (the trunk's ");
-        b_value(b, noise);
-        sched__b_puts(b, ")");
-      }
-    }
-    static const char *const law[] = {"gamma_D", "alpha_B", NULL};
-    b_values(b, &r,
-             "; B<sub>crit</sub> &prop; D<sup>&gamma;</sup>, &prop; L<sup>-1/&alpha;B</sup>: ",
-             FIT_REPORT_BRANCH_LAW, law);
-    sched__b_puts(b, "</li>");
-  }
-  if (r.has_extrap) {
-    sched__b_puts(b, "<li>Extrapolation: fitted without the largest budget (C = ");
-    sched__b_num(b, r.held_out_flops, "%.3g");
-    sched__b_puts(b, "), L(N, D) predicts its runs' mean loss ");
-    sched__b_num(b, r.predicted_loss, "%.4f");
-    sched__b_puts(b, "; measured ");
-    sched__b_num(b, r.measured_loss, "%.4f");
-    sched__b_puts(b, " (mean relative error ");
-    sched__b_num(b, 100 * r.rel_err, "%.2f");
-    sched__b_puts(b, "%)</li>");
-  }
-  if (r.has_stab_iso || r.has_stab_law) {
-    sched__b_puts(b, "<li>Stability: fitted without the smallest budget (C = ");
-    sched__b_num(b, r.has_stab_iso ? r.stab_iso_flops : r.stab_law_flops, "%.3g");
-    sched__b_puts(b, "): ");
-    static const char *const a[] = {"a", NULL}, *const law[] = {"E", "alpha", "beta", NULL};
-    if (r.has_stab_iso)
-      b_values(b, &r, "from the IsoFLOP minima ", FIT_REPORT_STAB_ISO, a);
-    if (r.has_stab_law) {
-      sched__b_puts(b, r.has_stab_iso ? "; from L(N, D) " : "from L(N, D) ");
-      /* its smallest run is not an isoflop one */
-      if (r.has_stab_iso && r.stab_law_flops != r.stab_iso_flops) {
-        sched__b_puts(b, "(without C = ");
-        sched__b_num(b, r.stab_law_flops, "%.3g");
-        sched__b_puts(b, ") ");
-      }
-      b_values(b, &r, "", FIT_REPORT_STAB_LAW, law);
-    }
-    sched__b_puts(b, "</li>");
-  }
+  if (r.has_law)
+    li_law(b, &r);
+  if (r.has_law || r.has_iso)
+    li_optimum(b, &r);
+  if (r.has_batch)
+    li_batch(b, &r);
+  if (r.has_branch)
+    li_branch(b, &r);
+  if (r.has_extrap)
+    li_extrapolation(b, &r);
+  if (r.has_stab_iso || r.has_stab_law)
+    li_stability(b, &r);
   sched__b_puts(b, "</ul></div>");
 }
 
@@ -235,14 +262,10 @@ static void b_sweep_link(sched__buf *b, int64_t id, const char *status, long lon
 
 static void render_runs_table(sched__buf *b, sched__web_req *w, const store_sweep_page *p) {
   long long total = p->runs_total;
-  sched__b_puts(b, "<div class=\"scroll\"><table class=\"runs\" "
-                   "id=\"runs-table\"><thead><tr>");
   static const char *const heads[] = {"Run",           "Status",    "N",          "D (tokens)",
                                       "B (sequences)", "C (FLOPs)", "Final loss", "Attempt",
                                       "Worker",        "Duration",  NULL};
-  for (int i = 0; heads[i]; i++)
-    sched__b_printf(b, "<th scope=\"col\">%s</th>", heads[i]);
-  sched__b_puts(b, "</tr></thead><tbody>");
+  sched__b_thead(b, "<div class=\"scroll\"><table class=\"runs\" id=\"runs-table\">", heads);
   for (int i = 0; i < p->nruns; i++) {
     const store_page_run *r = &p->runs[i];
     sched__b_printf(b, "<tr><td><a href=\"/runs/%" PRId64 "\">%" PRId64 "</a></td><td>", r->id,
@@ -294,13 +317,10 @@ static void render_designed(sched__buf *b, const store_page_run *runs, int n) {
   sched__b_section(b, "designed", "Designed budgets");
   sched__b_puts(b, "<p>Runs that <code>scalesweep next</code> designed from this sweep's fits, "
                    "with the loss it predicted for each (95% prediction interval) beside the "
-                   "loss measured.</p><div class=\"scroll\"><table class=\"runs\" "
-                   "id=\"designed-table\"><thead><tr>");
+                   "loss measured.</p>");
   static const char *const heads[] = {"Budget C (FLOPs)", "Run",      "N",      "D (tokens)",
                                       "Predicted",        "Measured", "Inside", NULL};
-  for (int i = 0; heads[i]; i++)
-    sched__b_printf(b, "<th scope=\"col\">%s</th>", heads[i]);
-  sched__b_puts(b, "</tr></thead><tbody>");
+  sched__b_thead(b, "<div class=\"scroll\"><table class=\"runs\" id=\"designed-table\">", heads);
   int inside = 0, measured = 0;
   for (int i = 0; i < n; i++) {
     const store_page_run *r = &runs[i];
@@ -338,6 +358,68 @@ static void render_designed(sched__buf *b, const store_page_run *runs, int n) {
   sched__b_puts(b, "</section>\n");
 }
 
+/* A stopped design's answer (its last round, last): the answer and its
+ * interval, the reason it stopped, and what more compute would buy. */
+static void adaptive_answer(sched__buf *b, json_t *last, const char *st, int loss) {
+  sched__b_puts(b, "<p class=\"chosen\">");
+  if (json_is_true(json_object_get(last, "fitted"))) {
+    json_t *ci = json_object_get(last, "ci95");
+    sched__b_puts(b, loss ? "Answer: L = " : "Answer: N_opt = ");
+    sched__b_num(b, sched__jnum(last, "answer"), "%.4g");
+    b_interval(b, " [", json_number_value(json_array_get(ci, 0)),
+               json_number_value(json_array_get(ci, 1)));
+    sched__b_puts(b, ", within a factor of 1 + ");
+    sched__b_num(b, sched__jnum(last, "width"), "%.3g");
+    sched__b_puts(b, ". ");
+  }
+  sched__b_esc(b, sched__jstr(last, "reason") ? sched__jstr(last, "reason") : "");
+  double more = sched__jnum(last, "more_flops"), best = sched__jnum(last, "best_width");
+  if (strcmp(st, "reached") != 0 && isfinite(more)) {
+    sched__b_puts(b, ". More compute: about ");
+    sched__b_num(b, more, "%.3g");
+    sched__b_puts(b, " FLOPs more of these candidates would reach the precision");
+  } else if (strcmp(st, "reached") != 0 && isfinite(best)) {
+    sched__b_puts(b, ". More compute: every remaining candidate would bring it to a factor "
+                     "of about 1 + ");
+    sched__b_num(b, best, "%.3g");
+    sched__b_puts(b, " at best; the precision needs larger budgets");
+  }
+  sched__b_puts(b, ".</p>");
+}
+
+/* A round's row: the answer's interval the fit gave before it, the one
+ * predicted after it, the runs chosen (N, D) and their FLOPs. */
+static void adaptive_round(sched__buf *b, json_t *r) {
+  sched__b_printf(b, "<tr><td>%" JSON_INTEGER_FORMAT "</td><td>", sched__jint(r, "round"));
+  if (json_is_true(json_object_get(r, "fitted"))) {
+    json_t *ci = json_object_get(r, "ci95");
+    sched__b_num(b, sched__jnum(r, "answer"), "%.4g");
+    b_interval(b, " [", json_number_value(json_array_get(ci, 0)),
+               json_number_value(json_array_get(ci, 1)));
+    sched__b_puts(b, "</td><td>");
+    sched__b_num(b, sched__jnum(r, "width"), "%.3g");
+  } else {
+    sched__b_puts(b, "space-filling</td><td>");
+  }
+  sched__b_puts(b, "</td><td>");
+  sched__b_num(b, sched__jnum(json_object_get(r, "predicted"), "width"), "%.3g");
+  sched__b_puts(b, "</td><td>");
+  json_t *x;
+  size_t k;
+  json_array_foreach(json_object_get(r, "runs"), k, x) {
+    sched__b_puts(b, k ? ", (" : "(");
+    sched__b_num(b, sched__jnum(x, "params"), "%.3g");
+    sched__b_puts(b, ", ");
+    sched__b_num(b, sched__jnum(x, "tokens"), "%.3g");
+    sched__b_puts(b, ")");
+  }
+  if (!json_array_size(json_object_get(r, "runs")))
+    sched__b_puts(b, "stopped");
+  sched__b_puts(b, "</td><td>");
+  sched__b_num(b, sched__jnum(r, "cost"), "%.3g");
+  sched__b_puts(b, "</td></tr>");
+}
+
 /* "Adaptive design" (docs/sweeps.md, "An adaptive design"): the question,
  * the compute spent of allowed, and each round: the answer's interval the
  * fit gave before it, what was chosen, the interval predicted after it,
@@ -363,40 +445,11 @@ static void render_adaptive(sched__buf *b, json_t *a) {
   sched__b_puts(b, "</strong>.</p>");
   json_t *rounds = json_object_get(a, "rounds"), *r;
   size_t i;
-  if (!strcmp(st, "failed")) {
-    sched__b_puts(b, "<p class=\"warn\">");
-    sched__b_esc(b, sched__jstr(a, "reason") ? sched__jstr(a, "reason") : "");
-    sched__b_puts(b, "</p>");
-  }
+  if (!strcmp(st, "failed"))
+    b_para(b, "<p class=\"warn\">", sched__jstr(a, "reason") ? sched__jstr(a, "reason") : "");
   json_t *last = json_array_get(rounds, json_array_size(rounds) - 1);
-  if (last && strcmp(st, "running") != 0) {
-    sched__b_puts(b, "<p class=\"chosen\">");
-    if (json_is_true(json_object_get(last, "fitted"))) {
-      json_t *ci = json_object_get(last, "ci95");
-      sched__b_puts(b, loss ? "Answer: L = " : "Answer: N_opt = ");
-      sched__b_num(b, sched__jnum(last, "answer"), "%.4g");
-      sched__b_puts(b, " [");
-      sched__b_num(b, json_number_value(json_array_get(ci, 0)), "%.4g");
-      sched__b_puts(b, ", ");
-      sched__b_num(b, json_number_value(json_array_get(ci, 1)), "%.4g");
-      sched__b_puts(b, "], within a factor of 1 + ");
-      sched__b_num(b, sched__jnum(last, "width"), "%.3g");
-      sched__b_puts(b, ". ");
-    }
-    sched__b_esc(b, sched__jstr(last, "reason") ? sched__jstr(last, "reason") : "");
-    double more = sched__jnum(last, "more_flops"), best = sched__jnum(last, "best_width");
-    if (strcmp(st, "reached") != 0 && isfinite(more)) {
-      sched__b_puts(b, ". More compute: about ");
-      sched__b_num(b, more, "%.3g");
-      sched__b_puts(b, " FLOPs more of these candidates would reach the precision");
-    } else if (strcmp(st, "reached") != 0 && isfinite(best)) {
-      sched__b_puts(b, ". More compute: every remaining candidate would bring it to a factor "
-                       "of about 1 + ");
-      sched__b_num(b, best, "%.3g");
-      sched__b_puts(b, " at best; the precision needs larger budgets");
-    }
-    sched__b_puts(b, ".</p>");
-  }
+  if (last && strcmp(st, "running") != 0)
+    adaptive_answer(b, last, st, loss);
   sched__b_printf(b,
                   "<div class=\"scroll\"><table class=\"runs\" id=\"adaptive-table\"><thead>"
                   "<tr><th scope=\"col\">Round</th><th scope=\"col\">%s before it [95%%]</th>"
@@ -404,38 +457,7 @@ static void render_adaptive(sched__buf *b, json_t *a) {
                   "<th scope=\"col\">Runs chosen (N, D)</th><th scope=\"col\">FLOPs</th>"
                   "</tr></thead><tbody>",
                   loss ? "Loss" : "N_opt");
-  json_array_foreach(rounds, i, r) {
-    sched__b_printf(b, "<tr><td>%" JSON_INTEGER_FORMAT "</td><td>", sched__jint(r, "round"));
-    if (json_is_true(json_object_get(r, "fitted"))) {
-      json_t *ci = json_object_get(r, "ci95");
-      sched__b_num(b, sched__jnum(r, "answer"), "%.4g");
-      sched__b_puts(b, " [");
-      sched__b_num(b, json_number_value(json_array_get(ci, 0)), "%.4g");
-      sched__b_puts(b, ", ");
-      sched__b_num(b, json_number_value(json_array_get(ci, 1)), "%.4g");
-      sched__b_puts(b, "]</td><td>");
-      sched__b_num(b, sched__jnum(r, "width"), "%.3g");
-    } else {
-      sched__b_puts(b, "space-filling</td><td>");
-    }
-    sched__b_puts(b, "</td><td>");
-    sched__b_num(b, sched__jnum(json_object_get(r, "predicted"), "width"), "%.3g");
-    sched__b_puts(b, "</td><td>");
-    json_t *x;
-    size_t k;
-    json_array_foreach(json_object_get(r, "runs"), k, x) {
-      sched__b_puts(b, k ? ", (" : "(");
-      sched__b_num(b, sched__jnum(x, "params"), "%.3g");
-      sched__b_puts(b, ", ");
-      sched__b_num(b, sched__jnum(x, "tokens"), "%.3g");
-      sched__b_puts(b, ")");
-    }
-    if (!json_array_size(json_object_get(r, "runs")))
-      sched__b_puts(b, "stopped");
-    sched__b_puts(b, "</td><td>");
-    sched__b_num(b, sched__jnum(r, "cost"), "%.3g");
-    sched__b_puts(b, "</td></tr>");
-  }
+  json_array_foreach(rounds, i, r) { adaptive_round(b, r); }
   sched__b_puts(b, "</tbody></table></div></section>\n");
 }
 
@@ -479,23 +501,18 @@ static void render_lr_tune(sched__buf *b, json_t *t) {
   } else if (!strcmp(st, "cancelled")) {
     sched__b_puts(b, "<p>The sweep was cancelled before its tune chose a rate.</p>");
   } else { /* undecided, failed */
-    sched__b_puts(b, "<p class=\"warn\">No rate was chosen: ");
-    sched__b_esc(b, sched__jstr(t, "reason") ? sched__jstr(t, "reason") : st);
-    sched__b_puts(b, "</p>");
+    b_para(b, "<p class=\"warn\">No rate was chosen: ",
+           sched__jstr(t, "reason") ? sched__jstr(t, "reason") : st);
   }
   size_t i;
   json_t *x;
   json_array_foreach(json_object_get(t, "warnings"), i, x) {
-    sched__b_puts(b, "<p class=\"warn\" role=\"alert\">Warning: ");
-    sched__b_esc(b, json_string_value(x));
-    sched__b_puts(b, "</p>");
+    b_para(b, "<p class=\"warn\" role=\"alert\">Warning: ", json_string_value(x));
   }
   if (json_array_size(rates)) {
-    sched__b_puts(b, "<div class=\"scroll\"><table class=\"runs\" id=\"lrtune-table\"><thead><tr>"
-                     "<th scope=\"col\">lr</th><th scope=\"col\">Final validation loss</th>"
-                     "<th scope=\"col\">Runs</th><th scope=\"col\">Succeeded</th>"
-                     "<th scope=\"col\">Failed</th><th scope=\"col\">Chosen</th></tr></thead>"
-                     "<tbody>");
+    static const char *const cols[] = {
+        "lr", "Final validation loss", "Runs", "Succeeded", "Failed", "Chosen", NULL};
+    sched__b_thead(b, "<div class=\"scroll\"><table class=\"runs\" id=\"lrtune-table\">", cols);
     json_array_foreach(rates, i, x) {
       int chosen = json_is_true(json_object_get(x, "chosen"));
       sched__b_printf(b, "<tr%s><td>", chosen ? " class=\"chosen\"" : "");
