@@ -280,7 +280,10 @@ static const char *optional_str(const json_t *m, const char *key) {
   return v ? v : "";
 }
 
-static void on_hello(sched__wconn *c, json_t *m) {
+/* A hello that cannot be taken, dropped: a wrong token (throttled per
+ * address), another protocol version, or a name another connection is
+ * registering; 1 when dropped, 0 when it may register. */
+static int hello_refused(sched__wconn *c, json_t *m) {
   sched__wport *wp = c->wp;
   const char *token = json_string_value(json_object_get(m, "token"));
   /* the token first: a right one is welcome whatever others behind the
@@ -289,7 +292,7 @@ static void on_hello(sched__wconn *c, json_t *m) {
     int wait_s = sched__wport_auth_failed(wp, c->peer);
     if (!wait_s) {
       sched__conn_drop(c, "authentication failed: wrong cluster token");
-      return;
+      return 1;
     }
     char why[160];
     snprintf(why, sizeof why,
@@ -298,21 +301,26 @@ static void on_hello(sched__wconn *c, json_t *m) {
     /* answered, not logged: a blocked address could fill the log */
     sched__send(c, json_pack("{s:s,s:s,s:i}", "type", "error", "message", why, "retry_s", wait_s));
     sched__conn_drop(c, NULL);
-    return;
+    return 1;
   }
   if (json_integer_value(json_object_get(m, "version")) != PROTO_VERSION) {
     sched__conn_drop(c, "protocol version mismatch: upgrade the worker");
-    return;
+    return 1;
   }
   const char *name = json_string_value(json_object_get(m, "name"));
   for (sched__wconn *o = wp->conns; o; o = o->next)
     if (o != c && o->registering && !strcmp(o->name, name)) {
       sched__conn_drop(c, "another connection is registering the same worker name right now; "
                           "a second worker needs a name of its own (--name)");
-      return;
+      return 1;
     }
-  c->registering = 1;
-  snprintf(c->name, sizeof c->name, "%s", name);
+  return 0;
+}
+
+/* What the hello offers, onto c: its name and host, its GPUs and whether
+ * CUDA runs on them, its trainers, its Slurm job and CPU slots. */
+static void read_offer(sched__wconn *c, json_t *m) {
+  snprintf(c->name, sizeof c->name, "%s", json_string_value(json_object_get(m, "name")));
   snprintf(c->instance, sizeof c->instance, "%s", optional_str(m, "instance"));
   snprintf(c->host, sizeof c->host, "%s", json_string_value(json_object_get(m, "host")));
   json_t *gpus = json_object_get(m, "gpus");
@@ -343,6 +351,14 @@ static void on_hello(sched__wconn *c, json_t *m) {
   c->cpu_slots = (int)json_integer_value(json_object_get(m, "cpu_slots"));
   if (c->cpu_slots < 0)
     c->cpu_slots = 0;
+}
+
+static void on_hello(sched__wconn *c, json_t *m) {
+  sched__wport *wp = c->wp;
+  if (hello_refused(c, m))
+    return;
+  c->registering = 1;
+  read_offer(c, m);
   hello_ctx *h = calloc(1, sizeof *h);
   if (!h) {
     sched__conn_drop(c, "the scheduler is out of memory; reconnect");
@@ -364,7 +380,7 @@ static void on_hello(sched__wconn *c, json_t *m) {
     return;
   }
   digest_sha256_hex(h->secret, 64, fresh);
-  char *gj = json_dumps(gpus, JSON_COMPACT);
+  char *gj = json_dumps(c->gpus_json, JSON_COMPACT);
   store_workers_register(wp->db, c->name, c->host, gj, c->cpu_slots, secret ? given : NULL, fresh,
                          holder(wp, c, c->name) != NULL, on_worker_row, h);
   free(gj);
