@@ -85,19 +85,25 @@ void store_fits_points(db *d, int64_t sweep_id, store_fits_points_cb cb, void *u
       sweep_id, &points, (void (*)(void))cb, ud);
 }
 
+/* SQL: run r's seq_len, and its evaluations [[AT, val_loss], ...] in step
+ * order as text, AT its steps or its tokens (the partial index
+ * metrics_evals finds them without its steps). */
+#define SEQ_LEN_SQL "(r.config->'model'->>'seq_len')"
+#define EVALS_SQL(at)                                                                   \
+  "(SELECT coalesce(json_agg(json_build_array(m." at ", m.val_loss) ORDER BY m.step), " \
+  "'[]') FROM metrics m WHERE m.run_id = r.id AND m.val_loss IS NOT NULL)::text"
+#define EVALS_BY_STEP_SQL EVALS_SQL("step")
+#define EVALS_BY_TOKENS_SQL EVALS_SQL("tokens")
+
 void store_fits_ladder(db *d, int64_t sweep_id, store_fits_ladder_cb cb, void *ud) {
-  /* each run's evaluations (the partial index metrics_evals finds them
-   * without its steps) and its late gradient noise scale */
+  /* each run's evaluations and its late gradient noise scale */
   store__query_rows_id(
       d,
-      "SELECT r.id, r.batch_size * (r.config->'model'->>'seq_len')::int, "
-      "coalesce(r.target_loss, '[]'::jsonb)::text, "
-      "(SELECT coalesce(json_agg(json_build_array(m.step, m.val_loss) ORDER BY m.step), "
-      "'[]') FROM metrics m WHERE m.run_id = r.id AND m.val_loss IS NOT NULL)::text, "
+      "SELECT r.id, r.batch_size * " SEQ_LEN_SQL "::int, "
+      "coalesce(r.target_loss, '[]'::jsonb)::text, " EVALS_BY_STEP_SQL ", "
       "(SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY m.b_noise) FROM metrics m "
       "WHERE m.run_id = r.id AND m.b_noise IS NOT NULL AND m.step * 2 > "
-      "(SELECT max(step) FROM metrics WHERE run_id = r.id)) * "
-      "(r.config->'model'->>'seq_len')::int "
+      "(SELECT max(step) FROM metrics WHERE run_id = r.id)) * " SEQ_LEN_SQL "::int "
       "FROM runs r WHERE r.sweep_id = $1 AND r.status = 'succeeded' AND r.part = 'batch' "
       "ORDER BY r.id",
       sweep_id, &ladder, (void (*)(void))cb, ud);
@@ -123,15 +129,12 @@ void store_fits_bcrit(db *d, int64_t sweep_id, store_fits_bcrit_cb cb, void *ud)
    * a trunk's noise scale in tokens, for the page beside B_crit */
   store__query_rows_id(
       d,
-      "SELECT r.id, r.branch_of, r.branch_step, "
-      "r.batch_size * (r.config->'model'->>'seq_len')::float8, "
-      "coalesce(t.batch_size, r.batch_size) * (r.config->'model'->>'seq_len')::float8, "
+      "SELECT r.id, r.branch_of, r.branch_step, r.batch_size * " SEQ_LEN_SQL "::float8, "
+      "coalesce(t.batch_size, r.batch_size) * " SEQ_LEN_SQL "::float8, "
       "(r.config->'train'->>'tokens')::float8, "
-      "(SELECT min(m.step) FROM metrics m WHERE m.run_id = r.id), "
-      "(SELECT coalesce(json_agg(json_build_array(m.tokens, m.val_loss) ORDER BY m.step), "
-      "'[]') FROM metrics m WHERE m.run_id = r.id AND m.val_loss IS NOT NULL)::text, "
+      "(SELECT min(m.step) FROM metrics m WHERE m.run_id = r.id), " EVALS_BY_TOKENS_SQL ", "
       "CASE WHEN r.branch_of IS NULL THEN (SELECT coalesce(json_agg(json_build_array(m.tokens, "
-      "m.b_noise * (r.config->'model'->>'seq_len')::float8) ORDER BY m.step), '[]') "
+      "m.b_noise * " SEQ_LEN_SQL "::float8) ORDER BY m.step), '[]') "
       "FROM metrics m WHERE m.run_id = r.id AND m.b_noise IS NOT NULL)::text ELSE '[]' END "
       "FROM runs r LEFT JOIN runs t ON t.id = r.branch_of "
       "WHERE r.sweep_id = $1 AND r.status = 'succeeded' AND r.part = 'bcrit' ORDER BY r.id",

@@ -1,7 +1,9 @@
 /* Sweeps: their SQL (store/sweeps.h). */
 #include "store/sweeps.h"
 
+#include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/err.h"
 #include "store/internal.h"
@@ -185,16 +187,27 @@ static void decode_tune(const PGresult *res, int row, void *elem) {
                                     .tokens = store__int(res, row, 10)}};
 }
 
+/* The runs of n rows (each run size bytes at offset in a row of stride
+ * bytes) as one array (malloc'd), for a callback that takes an array of
+ * runs; NULL when there are none or the read failed, and when out of
+ * memory (then *status and *errmsg say so). */
+static void *rows_runs(const void *rows, int n, size_t stride, size_t offset, size_t size,
+                       int *status, const char **errmsg) {
+  char *runs = *status == 0 && n > 0 ? malloc((size_t)n * size) : NULL;
+  if (*status == 0 && n > 0 && !runs) {
+    *status = SS_ENOMEM;
+    *errmsg = "out of memory";
+  }
+  for (int i = 0; runs && i < n; i++)
+    memcpy(runs + (size_t)i * size, (const char *)rows + (size_t)i * stride + offset, size);
+  return runs;
+}
+
 static void deliver_tune(const store__call *c, int status, const void *rows, int n,
                          const char *errmsg) {
   const tune_rows *t = rows;
-  store_lr_tune_run *runs = status == 0 && n > 0 ? malloc((size_t)n * sizeof *runs) : NULL;
-  if (status == 0 && n > 0 && !runs) {
-    status = SS_ENOMEM;
-    errmsg = "out of memory";
-  }
-  for (int i = 0; runs && i < n; i++)
-    runs[i] = t[i].run;
+  store_lr_tune_run *runs =
+      rows_runs(rows, n, sizeof *t, offsetof(tune_rows, run), sizeof *runs, &status, &errmsg);
   ((store_sweeps_lr_tune_cb)c->cb)(c->ud, status, runs ? t[0].spec : NULL, runs, runs ? n : 0,
                                    status == 0 ? NULL : errmsg);
   free(runs);
@@ -203,12 +216,10 @@ static void deliver_tune(const store__call *c, int status, const void *rows, int
 static const store__rows_spec tune_read = {sizeof(tune_rows), decode_tune, deliver_tune};
 
 void store_sweeps_lr_tune_runs(db *d, int64_t sweep_id, store_sweeps_lr_tune_cb cb, void *ud) {
-  char id[24];
-  const char *p[1] = {store__itoa(id, sizeof id, sweep_id)};
   /* the tune's runs, and reproductions of them (what `reproduce` makes of
    * a failed one: the same config, part NULL); the spec once, on the first
    * row */
-  store__query_rows(
+  store__query_rows_id(
       d,
       "SELECT CASE WHEN row_number() OVER (ORDER BY r.id) = 1 THEN sw.spec::text END, r.id, "
       "(r.config->'train'->>'lr')::float8, r.status::text, r.final_val_loss, "
@@ -218,7 +229,7 @@ void store_sweeps_lr_tune_runs(db *d, int64_t sweep_id, store_sweeps_lr_tune_cb 
       "(SELECT 1 FROM runs o WHERE o.id = r.reproduces AND o.part = 'lr_tune')) "
       "WHERE sw.id = $1 AND sw.spec ? 'lr_tune' AND sw.status <> 'cancelled' "
       "AND (sw.lr_tune IS NULL OR sw.lr_tune->>'status' <> 'decided') ORDER BY r.id",
-      1, p, &tune_read, (void (*)(void))cb, ud);
+      sweep_id, &tune_read, (void (*)(void))cb, ud);
 }
 
 void store_sweeps_adaptive_round(db *d, int64_t sweep_id, int rounds, const char *adaptive_json,
@@ -259,13 +270,8 @@ static void decode_adaptive(const PGresult *res, int row, void *elem) {
 static void deliver_adaptive(const store__call *c, int status, const void *rows, int n,
                              const char *errmsg) {
   const adaptive_rows *t = rows;
-  store_adaptive_run *runs = status == 0 && n > 0 ? malloc((size_t)n * sizeof *runs) : NULL;
-  if (status == 0 && n > 0 && !runs) {
-    status = SS_ENOMEM;
-    errmsg = "out of memory";
-  }
-  for (int i = 0; runs && i < n; i++)
-    runs[i] = t[i].run;
+  store_adaptive_run *runs =
+      rows_runs(rows, n, sizeof *t, offsetof(adaptive_rows, run), sizeof *runs, &status, &errmsg);
   ((store_sweeps_adaptive_cb)c->cb)(c->ud, status, runs ? t[0].spec : NULL,
                                     runs ? t[0].adaptive : NULL, runs, runs ? n : 0,
                                     status == 0 ? NULL : errmsg);
@@ -276,10 +282,8 @@ static const store__rows_spec adaptive_read = {sizeof(adaptive_rows), decode_ada
                                                deliver_adaptive};
 
 void store_sweeps_adaptive_runs(db *d, int64_t sweep_id, store_sweeps_adaptive_cb cb, void *ud) {
-  char id[24];
-  const char *p[1] = {store__itoa(id, sizeof id, sweep_id)};
   /* the spec and the rounds once, on the first row */
-  store__query_rows(
+  store__query_rows_id(
       d,
       "SELECT CASE WHEN row_number() OVER (ORDER BY r.id) = 1 THEN sw.spec::text END, "
       "CASE WHEN row_number() OVER (ORDER BY r.id) = 1 THEN sw.adaptive::text END, "
@@ -288,7 +292,7 @@ void store_sweeps_adaptive_runs(db *d, int64_t sweep_id, store_sweeps_adaptive_c
       "AND r.reproduces IS NULL "
       "WHERE sw.id = $1 AND sw.spec ? 'adaptive' AND sw.status <> 'cancelled' "
       "AND coalesce(sw.adaptive->>'status', 'running') = 'running' ORDER BY r.id",
-      1, p, &adaptive_read, (void (*)(void))cb, ud);
+      sweep_id, &adaptive_read, (void (*)(void))cb, ud);
 }
 
 typedef struct spec_row {
@@ -308,17 +312,15 @@ static void deliver_spec(const store__call *c, int status, const void *rows, int
 static const store__rows_spec spec_read = {sizeof(spec_row), decode_spec, deliver_spec};
 
 void store_sweeps_spec(db *d, int64_t sweep_id, store_sweeps_spec_cb cb, void *ud) {
-  char id[24];
-  const char *p[1] = {store__itoa(id, sizeof id, sweep_id)};
   /* a decided lr tune: the study's spec (sweeps/lr_tune.h
    * lr_tune_study_root, but for the numbers, which next.c makes whole) */
-  store__query_rows(d,
-                    "SELECT CASE WHEN spec ? 'lr_tune' AND lr_tune->>'status' = 'decided' THEN "
-                    "(spec - 'lr_tune') || jsonb_build_object('base', coalesce(spec->'base', "
-                    "'{}') || jsonb_build_object('train', coalesce(spec->'base'->'train', '{}') "
-                    "|| jsonb_build_object('lr', lr_tune->'lr'))) ELSE spec END::text, "
-                    "status::text FROM sweeps WHERE id = $1",
-                    1, p, &spec_read, (void (*)(void))cb, ud);
+  store__query_rows_id(d,
+                       "SELECT CASE WHEN spec ? 'lr_tune' AND lr_tune->>'status' = 'decided' THEN "
+                       "(spec - 'lr_tune') || jsonb_build_object('base', coalesce(spec->'base', "
+                       "'{}') || jsonb_build_object('train', coalesce(spec->'base'->'train', '{}') "
+                       "|| jsonb_build_object('lr', lr_tune->'lr'))) ELSE spec END::text, "
+                       "status::text FROM sweeps WHERE id = $1",
+                       sweep_id, &spec_read, (void (*)(void))cb, ud);
 }
 
 void store_sweeps_find_by_hash(db *d, const char *spec_hash, store_sweeps_id_cb cb, void *ud) {
