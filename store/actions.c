@@ -79,10 +79,7 @@ static void decode_reproduce(const PGresult *res, int row, void *elem) {
 static void deliver_reproduce(const store__call *c, int status, const void *rows, int n,
                               const char *errmsg) {
   const reproduce_row *r = rows;
-  if (status == 0 && n != 1) {
-    status = SS_EQUERY;
-    errmsg = "reproduce: expected one row";
-  }
+  status = store__one_row(status, n, &errmsg, "reproduce: expected one row");
   if (status != 0)
     ((store_reproduce_cb)c->cb)(c->ud, status, NULL, NULL, 0, errmsg);
   else

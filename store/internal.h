@@ -62,6 +62,11 @@ void store__on_rows(void *ud, int status, PGresult *res, const char *errmsg);
 void store__query_rows(db *d, const char *sql, int nparams, const char *const *params,
                        const store__rows_spec *spec, void (*cb)(void), void *ud);
 
+/* For a deliver callback whose statement returns exactly one row: status,
+ * or SS_EQUERY with *errmsg set to what when the read succeeded but
+ * returned n rows instead. */
+int store__one_row(int status, int n, const char **errmsg, const char *what);
+
 /* store__query_rows with one parameter, $1 the id. */
 void store__query_rows_id(db *d, const char *sql, int64_t id, const store__rows_spec *spec,
                           void (*cb)(void), void *ud);

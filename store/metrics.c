@@ -93,10 +93,7 @@ static void decode_insert(const PGresult *res, int row, void *elem) {
 static void deliver_insert(const store__call *c, int status, const void *rows, int n,
                            const char *errmsg) {
   const insert_row *r = rows;
-  if (status == 0 && n != 1) {
-    status = SS_EQUERY;
-    errmsg = "the metrics insert returned no row";
-  }
+  status = store__one_row(status, n, &errmsg, "the metrics insert returned no row");
   ((store_done_cb)c->cb)(c->ud, status, status ? 0 : r->own ? r->rows : STORE_FENCED, errmsg);
 }
 

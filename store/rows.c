@@ -117,6 +117,13 @@ double store__num_or_nan(const PGresult *res, int row, int col) {
   return PQgetisnull(res, row, col) ? NAN : strtod(PQgetvalue(res, row, col), NULL);
 }
 
+int store__one_row(int status, int n, const char **errmsg, const char *what) {
+  if (status != 0 || n == 1)
+    return status;
+  *errmsg = what;
+  return SS_EQUERY;
+}
+
 const char *store__str_or_null(const PGresult *res, int row, int col) {
   return PQgetisnull(res, row, col) ? NULL : PQgetvalue(res, row, col);
 }
