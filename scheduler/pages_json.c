@@ -72,6 +72,31 @@ static void j_key(sched__buf *b, const char **sep, const char *key) {
   sched__b_puts(b, ":");
 }
 
+/* [each of the n elements at elems, size bytes apart, written by one] */
+static void j_array(sched__buf *b, const void *elems, int n, size_t size,
+                    void (*one)(sched__buf *b, const void *elem)) {
+  sched__b_puts(b, "[");
+  for (int i = 0; i < n; i++) {
+    if (i)
+      sched__b_puts(b, ",");
+    one(b, (const char *)elems + (size_t)i * size);
+  }
+  sched__b_puts(b, "]");
+}
+
+/* Where a page of WHAT stands: "WHAT_total", "WHAT_offset", "WHAT_limit". */
+static void j_window(sched__buf *b, const char **sep, const char *what, int64_t total,
+                     int64_t offset, int64_t limit) {
+  static const char *const names[3] = {"total", "offset", "limit"};
+  const int64_t v[3] = {total, offset, limit};
+  for (int k = 0; k < 3; k++) {
+    char key[48];
+    snprintf(key, sizeof key, "%s_%s", what, names[k]);
+    j_key(b, sep, key);
+    j_int(b, v[k]);
+  }
+}
+
 /* ---- rows -------------------------------------------------------------------------------- */
 
 /* The members of each object in the API's order: X(key, kind, value), kind
@@ -80,62 +105,68 @@ static void j_key(sched__buf *b, const char **sep, const char *key) {
 #define RUN_JSON(X)                                                                               \
   X(id, int, r->id)                                                                               \
   X(sweep_id, int, r->sweep_id)                                                                   \
-  X(status, str, r->status) X(attempt, int, r->attempt) X(max_attempts, int, r->max_attempts)     \
-      X(gpus, int, r->gpus) X(priority, int, r->priority) X(worker, int, r->worker)               \
-          X(lease_until, str, r->lease_until) X(params, int, r->params)                           \
-              X(nonembedding_params, int, r->nonembedding_params) X(tokens, int, r->tokens)       \
-                  X(batch_size, int, r->batch_size) X(flops, num, r->flops)                       \
-                      X(final_val_loss, num, r->final_val_loss) X(started_at, str, r->started_at) \
-                          X(finished_at, str, r->finished_at) X(reproduces, int, r->reproduces)   \
-                              X(code_version, str, r->code_version) X(error, str, r->error)       \
-                                  X(checkpoint_step, int, r->checkpoint_step)                     \
-                                      X(config_hash, str, r->config_hash) X(part, str, r->part)   \
-                                          X(target_loss, doc, r->target_loss)                     \
-                                              X(prediction, doc, r->prediction)                   \
-                                                  X(designed, doc, r->designed) X(branch_of, int, \
-                                                                                  r->branch_of)   \
+  X(status, str, r->status)                                                                       \
+  X(attempt, int, r->attempt)                                                                     \
+  X(max_attempts, int, r->max_attempts) X(gpus, int, r->gpus) X(priority, int, r->priority)       \
+      X(worker, int, r->worker) X(lease_until, str, r->lease_until) X(params, int, r->params)     \
+          X(nonembedding_params, int, r->nonembedding_params) X(tokens, int, r->tokens)           \
+              X(batch_size, int, r->batch_size) X(flops, num, r->flops)                           \
+                  X(final_val_loss, num, r->final_val_loss) X(started_at, str, r->started_at)     \
+                      X(finished_at, str, r->finished_at) X(reproduces, int, r->reproduces)       \
+                          X(code_version, str, r->code_version) X(error, str, r->error)           \
+                              X(checkpoint_step, int, r->checkpoint_step)                         \
+                                  X(config_hash, str, r->config_hash) X(part, str, r->part)       \
+                                      X(target_loss, doc, r->target_loss)                         \
+                                          X(prediction, doc, r->prediction)                       \
+                                              X(designed, doc, r->designed)                       \
+                                                  X(branch_of, int, r->branch_of)                 \
                                                       X(branch_step, int, r->branch_step)         \
                                                           X(retry_after, str, r->retry_after)     \
                                                               X(environment, doc, r->environment) \
                                                                   X(on_worker, str, r->on_worker) \
                                                                       X(model, str, r->model)
 
+/* The keys every sweep's object starts with. */
+#define SWEEP_HEAD_JSON(X) \
+  X(id, int, sw->id)       \
+  X(name, str, sw->name)   \
+  X(status, str, sw->status) X(priority, int, sw->priority) X(created_at, str, sw->created_at)
+
 /* GET /api/sweeps's */
-#define SWEEP_ROW_JSON(X)                                                                      \
-  X(id, int, sw->id)                                                                           \
-  X(name, str, sw->name)                                                                       \
-  X(status, str, sw->status) X(priority, int, sw->priority) X(created_at, str, sw->created_at) \
-      X(spec_hash, str, sw->spec_hash) X(runs, int, c->total) X(succeeded, int, c->succeeded)  \
-          X(failed, int, c->failed) X(running, int, c->running) X(queued, int, c->queued)      \
-              X(queued_gpus, int, c->queued_gpus) X(queued_slots, int, c->queued_slots)        \
-                  X(queued_trainers, str, c->queued_trainers)                                  \
-                      X(flops_planned, num, c->flops_planned) X(flops_done, num, c->flops_done)
+#define SWEEP_ROW_JSON(X)                                                                       \
+  SWEEP_HEAD_JSON(X)                                                                            \
+  X(spec_hash, str, sw->spec_hash)                                                              \
+  X(runs, int, c->total) X(succeeded, int, c->succeeded) X(failed, int, c->failed)              \
+      X(running, int, c->running) X(queued, int, c->queued) X(queued_gpus, int, c->queued_gpus) \
+          X(queued_slots, int, c->queued_slots) X(queued_trainers, str, c->queued_trainers)     \
+              X(flops_planned, num, c->flops_planned) X(flops_done, num, c->flops_done)
 
 /* GET /api/sweeps/{id}'s, before "counts" and the page of runs. The spec,
  * the lr tune and the adaptive design are documents, passed through as
  * PostgreSQL wrote them: a spec of 10,000 runs is most of the answer, and
  * parsing it to write it again was half of its time. */
-#define SWEEP_JSON(X)                                                                          \
-  X(id, int, sw->id)                                                                           \
-  X(name, str, sw->name)                                                                       \
-  X(status, str, sw->status) X(priority, int, sw->priority) X(created_at, str, sw->created_at) \
-      X(spec, doc, sw->spec) X(spec_hash, str, sw->spec_hash) X(models, str, c->models)        \
-          X(lr_tune, doc, sw->lr_tune) X(adaptive, doc, sw->adaptive)
+#define SWEEP_JSON(X)                                                                     \
+  SWEEP_HEAD_JSON(X)                                                                      \
+  X(spec, doc, sw->spec)                                                                  \
+  X(spec_hash, str, sw->spec_hash) X(models, str, c->models) X(lr_tune, doc, sw->lr_tune) \
+      X(adaptive, doc, sw->adaptive)
 
-#define COUNTS_JSON(X)                                                                      \
-  X(queued, int, c->queued)                                                                 \
-  X(queued_gpus, int, c->queued_gpus)                                                       \
-  X(queued_slots, int, c->queued_slots) X(queued_trainers, str, c->queued_trainers)         \
-      X(running, int, c->running) X(succeeded, int, c->succeeded) X(failed, int, c->failed) \
-          X(cancelled, int, c->cancelled) X(total, int, c->total)                           \
-              X(flops_planned, num, c->flops_planned) X(flops_done, num, c->flops_done)     \
-                  X(branched, int, c->branched) X(flops_trained, num, c->flops_trained)
+#define COUNTS_JSON(X)                                                                  \
+  X(queued, int, c->queued)                                                             \
+  X(queued_gpus, int, c->queued_gpus)                                                   \
+  X(queued_slots, int, c->queued_slots)                                                 \
+  X(queued_trainers, str, c->queued_trainers)                                           \
+  X(running, int, c->running) X(succeeded, int, c->succeeded) X(failed, int, c->failed) \
+      X(cancelled, int, c->cancelled) X(total, int, c->total)                           \
+          X(flops_planned, num, c->flops_planned) X(flops_done, num, c->flops_done)     \
+              X(branched, int, c->branched) X(flops_trained, num, c->flops_trained)
 
 #define MEMBER(key, kind, value) \
   j_key(b, &sep, #key);          \
   j_##kind(b, value);
 
-static void j_run(sched__buf *b, const store_run *r) {
+static void j_run(sched__buf *b, const void *elem) {
+  const store_run *r = elem;
   const char *sep = "{";
   RUN_JSON(MEMBER)
   sched__b_puts(b, "}");
@@ -143,20 +174,9 @@ static void j_run(sched__buf *b, const store_run *r) {
 
 /* The page's keys, inside an object whose keys come before (sep). */
 static void j_runs_members(sched__buf *b, const char **sep, const store_runs *p) {
-  j_key(b, sep, "runs_total");
-  j_int(b, p->total);
-  j_key(b, sep, "runs_offset");
-  j_int(b, p->offset);
-  j_key(b, sep, "runs_limit");
-  j_int(b, p->limit);
+  j_window(b, sep, "runs", p->total, p->offset, p->limit);
   j_key(b, sep, "runs");
-  sched__b_puts(b, "[");
-  for (int i = 0; i < p->n; i++) {
-    if (i)
-      sched__b_puts(b, ",");
-    j_run(b, &p->runs[i]);
-  }
-  sched__b_puts(b, "]");
+  j_array(b, p->runs, p->n, sizeof *p->runs, j_run);
 }
 
 void sched__json_runs(sched__buf *b, const store_runs *runs) {
@@ -224,7 +244,8 @@ static void j_attempts(sched__buf *b, const store_attempt *attempts, int n) {
 
 /* A metric row: its stored columns, keyed and ordered as SS_METRIC_COLS
  * (the integers as integers, null where absent). */
-static void j_metric_row(sched__buf *b, const ss_metric_row *m) {
+static void j_metric_row(sched__buf *b, const void *elem) {
+  const ss_metric_row *m = elem;
   const char *sep = "{";
   for (int i = 0; i < SS_MCOL_N; i++) {
     if (!ss_metric_stored(i))
@@ -240,19 +261,8 @@ static void j_metric_row(sched__buf *b, const ss_metric_row *m) {
 
 static void j_metric_page(sched__buf *b, const char **sep, const store_metric_page *p) {
   j_key(b, sep, "metrics");
-  sched__b_puts(b, "[");
-  for (int i = 0; i < p->n; i++) {
-    if (i)
-      sched__b_puts(b, ",");
-    j_metric_row(b, &p->rows[i]);
-  }
-  sched__b_puts(b, "]");
-  j_key(b, sep, "metrics_total");
-  j_int(b, p->total);
-  j_key(b, sep, "metrics_offset");
-  j_int(b, p->offset);
-  j_key(b, sep, "metrics_limit");
-  j_int(b, p->limit);
+  j_array(b, p->rows, p->n, sizeof *p->rows, j_metric_row);
+  j_window(b, sep, "metrics", p->total, p->offset, p->limit);
 }
 
 /* The run's row with its resolved config. */
