@@ -26,14 +26,11 @@ static inline fit_point sched__fit_point(const store_fit_point *p, int group) {
  * no size, compute or rate. */
 static inline fit_point sched__steps_point(double steps, double batch_size, double loss,
                                            double tokens, int group) {
-  return (fit_point){.params = NAN,
-                     .tokens = tokens,
-                     .flops = NAN,
-                     .loss = loss,
-                     .batch_size = batch_size,
-                     .steps = steps,
-                     .lr = NAN,
-                     .group = group};
+  fit_point p = {.params = NAN, .tokens = tokens, .flops = NAN, .lr = NAN, .group = group};
+  p.loss = loss;
+  p.batch_size = batch_size;
+  p.steps = steps;
+  return p;
 }
 
 #endif

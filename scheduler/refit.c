@@ -401,6 +401,15 @@ static void refit_abandon(refit *r, int status, const char *errmsg) {
   refit_free(r);
 }
 
+/* A read's answer: 1 when it failed or the scheduler is stopping, the
+ * refit then abandoned; 0 to go on. */
+static int abandoned(refit *r, int status, const char *errmsg) {
+  if (status == 0 && !r->s->stopping)
+    return 0;
+  refit_abandon(r, status, errmsg);
+  return 1;
+}
+
 /* Steps to first reach `target` from a run's evaluations [[step, val_loss],
  * ...] in step order: linear between the last evaluation above the target
  * and the first at or below it; NAN when never reached. */
@@ -516,9 +525,8 @@ static void add_rung(refit *r, const store_bcrit_run *b, const store_bcrit_run *
 static void on_bcrit(void *ud, int status, const store_bcrit_run *runs, int nrun,
                      const char *errmsg) {
   refit *r = ud;
-  sched *s = r->s;
-  if (status != 0 || s->stopping)
-    return refit_abandon(r, status, errmsg);
+  if (abandoned(r, status, errmsg))
+    return;
   r->bc_runs = nrun;
   /* one block: the rungs' points (each rung, and each trunk once per branch
    * point), then their noise scales */
@@ -562,15 +570,14 @@ static void on_bcrit(void *ud, int status, const store_bcrit_run *runs, int nrun
   free(tev);
   free(tnz);
   r->work.data = r;
-  uv_queue_work(s->loop, &r->work, work, after_work);
+  uv_queue_work(r->s->loop, &r->work, work, after_work);
 }
 
 static void on_ladder(void *ud, int status, const store_ladder_run *runs, int nrun,
                       const char *errmsg) {
   refit *r = ud;
-  sched *s = r->s;
-  if (status != 0 || s->stopping)
-    return refit_abandon(r, status, errmsg);
+  if (abandoned(r, status, errmsg))
+    return;
   int cap = 0;
   r->lad_runs = nrun;
   r->bnoise = calloc(nrun ? (size_t)nrun : 1, sizeof *r->bnoise);
@@ -598,15 +605,14 @@ static void on_ladder(void *ud, int status, const store_ladder_run *runs, int nr
     json_decref(targets);
     json_decref(evals);
   }
-  store_fits_bcrit(db_pool_get(s->reads, 1), r->sweep_id, on_bcrit, r);
+  store_fits_bcrit(db_pool_get(r->s->reads, 1), r->sweep_id, on_bcrit, r);
 }
 
 static void on_points(void *ud, int status, const store_fit_point *pts, int n,
                       const store_corpus *corpus, const char *errmsg) {
   refit *r = ud;
-  sched *s = r->s;
-  if (status != 0 || s->stopping)
-    return refit_abandon(r, status, errmsg);
+  if (abandoned(r, status, errmsg))
+    return;
   r->n = n;
   size_t cap = n ? (size_t)n : 1; /* one block: the points, then their isoflop flags */
   r->pts = calloc(cap, sizeof *r->pts + sizeof *r->isoflop);
@@ -618,7 +624,7 @@ static void on_points(void *ud, int status, const store_fit_point *pts, int n,
     r->isoflop[k] = pts[k].isoflop;
   }
   r->corpus = *corpus;
-  store_fits_ladder(db_pool_get(s->reads, 1), r->sweep_id, on_ladder, r);
+  store_fits_ladder(db_pool_get(r->s->reads, 1), r->sweep_id, on_ladder, r);
 }
 
 void sched__refit_due(sched *s) {
