@@ -121,4 +121,8 @@ void sched__http_limits(const sched_options *o, http_limits *lim);
  * lines go to the scheduler's log. ud: the sched. */
 void sched__http_hooks(sched *s, http_hooks *h);
 
+/* port_hooks.c: the worker port's hooks into the rest of the scheduler
+ * (placement, the sweeps a run's start or end touches), s their ud. */
+sched__wport_hooks sched__port_hooks(sched *s);
+
 #endif

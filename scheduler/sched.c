@@ -40,19 +40,6 @@ void sched_options_default(sched_options *o) {
   o->slurm_max_minutes = 1440;
 }
 
-/* ---- what the worker port reports ------------------------------------------------ */
-
-static void on_capacity(void *ud) { sched__place(ud); }
-
-static void on_freed(void *ud) { sched__place_freed(ud); }
-
-static void on_sweep_changed(void *ud, int64_t sweep_id, int refit, int now) {
-  if (now)
-    sched__sweep_status(ud, sweep_id);
-  else
-    sched__sweep_touch(ud, sweep_id, refit);
-}
-
 /* ---- start and stop ---------------------------------------------------------- */
 
 static void on_closed_handle(uv_handle_t *h) { (void)h; }
@@ -105,10 +92,7 @@ static void setup(sched *s, uv_loop_t *loop) {
   wp->auth_block_s = s->o.auth_block_s;
   wp->ev = &s->ev;
   wp->n = &s->n;
-  wp->hooks = (sched__wport_hooks){.ud = s,
-                                   .on_capacity = on_capacity,
-                                   .on_freed = on_freed,
-                                   .on_sweep_changed = on_sweep_changed};
+  wp->hooks = sched__port_hooks(s);
   s->pr = (sched__predictor){.loop = loop, .db = s->db, .reads = s->reads, .ev = &s->ev};
 }
 

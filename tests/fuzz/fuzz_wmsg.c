@@ -34,15 +34,6 @@
 #define FUZZ_WMSG_TOKEN "fuzz-cluster-token-0123456789"
 enum { FUZZ_WMSG_MAX_INPUT = 1 << 20 };
 
-static void on_capacity(void *ud) { sched__place(ud); }
-
-static void on_sweep_changed(void *ud, int64_t sweep_id, int refit, int now) {
-  if (now)
-    sched__sweep_status(ud, sweep_id);
-  else
-    sched__sweep_touch(ud, sweep_id, refit);
-}
-
 /* What the scheduler sends, framed and checked. */
 typedef struct reply {
   proto_reader rd;
@@ -169,8 +160,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   wp->heartbeat_s = s->o.heartbeat_s;
   wp->ev = &s->ev;
   wp->n = &s->n;
-  wp->hooks = (sched__wport_hooks){
-      .ud = s, .on_capacity = on_capacity, .on_sweep_changed = on_sweep_changed};
+  wp->hooks = sched__port_hooks(s); /* the scheduler's own (port_hooks.c) */
   char err[256];
   if (sched__wport_listen(wp, "127.0.0.1:0", err, sizeof err) != 0) {
     fprintf(stderr, "fuzz_wmsg: %s\n", err);
