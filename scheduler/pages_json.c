@@ -105,21 +105,20 @@ static void j_window(sched__buf *b, const char **sep, const char *what, int64_t 
 #define RUN_JSON(X)                                                                               \
   X(id, int, r->id)                                                                               \
   X(sweep_id, int, r->sweep_id)                                                                   \
-  X(status, str, r->status)                                                                       \
-  X(attempt, int, r->attempt)                                                                     \
-  X(max_attempts, int, r->max_attempts) X(gpus, int, r->gpus) X(priority, int, r->priority)       \
-      X(worker, int, r->worker) X(lease_until, str, r->lease_until) X(params, int, r->params)     \
-          X(nonembedding_params, int, r->nonembedding_params) X(tokens, int, r->tokens)           \
-              X(batch_size, int, r->batch_size) X(flops, num, r->flops)                           \
-                  X(final_val_loss, num, r->final_val_loss) X(started_at, str, r->started_at)     \
-                      X(finished_at, str, r->finished_at) X(reproduces, int, r->reproduces)       \
-                          X(code_version, str, r->code_version) X(error, str, r->error)           \
-                              X(checkpoint_step, int, r->checkpoint_step)                         \
-                                  X(config_hash, str, r->config_hash) X(part, str, r->part)       \
-                                      X(target_loss, doc, r->target_loss)                         \
-                                          X(prediction, doc, r->prediction)                       \
-                                              X(designed, doc, r->designed)                       \
-                                                  X(branch_of, int, r->branch_of)                 \
+  X(status, str, r->status) X(attempt, int, r->attempt) X(max_attempts, int, r->max_attempts)     \
+      X(gpus, int, r->gpus) X(priority, int, r->priority) X(worker, int, r->worker)               \
+          X(lease_until, str, r->lease_until) X(params, int, r->params)                           \
+              X(nonembedding_params, int, r->nonembedding_params) X(tokens, int, r->tokens)       \
+                  X(batch_size, int, r->batch_size) X(flops, num, r->flops)                       \
+                      X(final_val_loss, num, r->final_val_loss) X(started_at, str, r->started_at) \
+                          X(finished_at, str, r->finished_at) X(reproduces, int, r->reproduces)   \
+                              X(code_version, str, r->code_version) X(error, str, r->error)       \
+                                  X(checkpoint_step, int, r->checkpoint_step)                     \
+                                      X(config_hash, str, r->config_hash) X(part, str, r->part)   \
+                                          X(target_loss, doc, r->target_loss)                     \
+                                              X(prediction, doc, r->prediction)                   \
+                                                  X(designed, doc, r->designed) X(branch_of, int, \
+                                                                                  r->branch_of)   \
                                                       X(branch_step, int, r->branch_step)         \
                                                           X(retry_after, str, r->retry_after)     \
                                                               X(environment, doc, r->environment) \
@@ -151,15 +150,14 @@ static void j_window(sched__buf *b, const char **sep, const char *what, int64_t 
   X(spec_hash, str, sw->spec_hash) X(models, str, c->models) X(lr_tune, doc, sw->lr_tune) \
       X(adaptive, doc, sw->adaptive)
 
-#define COUNTS_JSON(X)                                                                  \
-  X(queued, int, c->queued)                                                             \
-  X(queued_gpus, int, c->queued_gpus)                                                   \
-  X(queued_slots, int, c->queued_slots)                                                 \
-  X(queued_trainers, str, c->queued_trainers)                                           \
-  X(running, int, c->running) X(succeeded, int, c->succeeded) X(failed, int, c->failed) \
-      X(cancelled, int, c->cancelled) X(total, int, c->total)                           \
-          X(flops_planned, num, c->flops_planned) X(flops_done, num, c->flops_done)     \
-              X(branched, int, c->branched) X(flops_trained, num, c->flops_trained)
+#define COUNTS_JSON(X)                                                                      \
+  X(queued, int, c->queued)                                                                 \
+  X(queued_gpus, int, c->queued_gpus)                                                       \
+  X(queued_slots, int, c->queued_slots) X(queued_trainers, str, c->queued_trainers)         \
+      X(running, int, c->running) X(succeeded, int, c->succeeded) X(failed, int, c->failed) \
+          X(cancelled, int, c->cancelled) X(total, int, c->total)                           \
+              X(flops_planned, num, c->flops_planned) X(flops_done, num, c->flops_done)     \
+                  X(branched, int, c->branched) X(flops_trained, num, c->flops_trained)
 
 #define MEMBER(key, kind, value) \
   j_key(b, &sep, #key);          \
