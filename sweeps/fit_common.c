@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sweeps/fit.h"
+#include "sweeps/internal.h"
 
 void fit_result_init(fit_result *r, const char *law) {
   memset(r, 0, sizeof *r);
@@ -51,12 +52,15 @@ fit_param *fit_result_add_derived(fit_result *r, const char *name, double value)
   return add(r->derived, &r->nderived, name, value);
 }
 
+void fit__vwarn(char (*warnings)[FIT__WARNING_LEN], int *n, int max, const char *fmt, va_list ap) {
+  if (*n < max)
+    vsnprintf(warnings[(*n)++], FIT__WARNING_LEN, fmt, ap);
+}
+
 void fit_result_warn(fit_result *r, const char *fmt, ...) {
-  if (r->nwarnings >= FIT_MAX_WARNINGS)
-    return;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(r->warnings[r->nwarnings++], sizeof r->warnings[0], fmt, ap);
+  fit__vwarn(r->warnings, &r->nwarnings, FIT_MAX_WARNINGS, fmt, ap);
   va_end(ap);
 }
 
