@@ -73,6 +73,10 @@ int fit__seed_pool(const double *const *keys, int nkeys, const double *y, int n,
 void fit__vwarn(char (*warnings)[FIT__WARNING_LEN], int *n, int max, const char *fmt, va_list ap)
     __attribute__((format(printf, 4, 0)));
 
+/* v[0..n) as a JSON array of numbers, null where not finite (JSON has no
+ * NaN). */
+struct json_t *sweeps__json_reals(const double *v, size_t n);
+
 /* splitmix64: independent seeds for the resamples from one seed. */
 uint64_t fit__mix64(uint64_t x);
 /* SD and 2.5/97.5 percentiles of column k of an nb x nq table of resamples

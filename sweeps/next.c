@@ -158,11 +158,8 @@ static char *budget_spec(const char *spec_json, const next_design *d, int points
   sweeps__integral(root);
   json_t *old = json_object_get(root, "isoflop"), *iso = json_object();
   if (sizes) { /* the sizes at the sweep's smallest budget too (a WSD grid) */
-    json_t *ps = json_array();
-    for (int i = 0; i < nsizes; i++)
-      json_array_append_new(ps, json_real(sizes[i]));
     json_object_set_new(iso, "flops", json_pack("[f,f]", d->grid_flops, d->flops));
-    json_object_set_new(iso, "params", ps);
+    json_object_set_new(iso, "params", sweeps__json_reals(sizes, (size_t)nsizes));
   } else {
     json_object_set_new(iso, "flops", json_pack("[f]", d->flops));
     json_object_set_new(iso, "centre",

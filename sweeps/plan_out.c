@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runcfg/flops.h"
+#include "sweeps/internal.h"
 #include "sweeps/lr_tune.h"
 #include "sweeps/shapes.h"
 
@@ -72,12 +73,8 @@ char *plan_run_json(const plan_run *r, const plan *p) {
   json_t *keep = r->keep_steps ? json_loads(r->keep_steps, 0, NULL) : NULL;
   if (keep)
     json_object_set_new(o, "keep_steps", keep);
-  if (r->n_target_loss) {
-    json_t *a = json_array();
-    for (size_t i = 0; i < r->n_target_loss; i++)
-      json_array_append_new(a, json_real(r->target_loss[i]));
-    json_object_set_new(o, "target_loss", a);
-  }
+  if (r->n_target_loss)
+    json_object_set_new(o, "target_loss", sweeps__json_reals(r->target_loss, r->n_target_loss));
   if (r->batch_from_rule) {
     json_t *b = batch_rule_json(&p->batch_rule);
     json_object_del(b, "formula");
