@@ -125,24 +125,6 @@ static int threads_of(const fit_options *opt) {
   return opt && opt->threads > 0 ? opt->threads : omp_get_max_threads();
 }
 
-typedef struct {
-  double f;
-  int idx;
-} ranked;
-
-static int by_f(const void *pa, const void *pb) {
-  const ranked *a = pa, *b = pb;
-  /* NaN last; ties by index so the choice never depends on thread timing */
-  int na = isnan(a->f), nb = isnan(b->f);
-  if (na != nb)
-    return na - nb;
-  if (a->f < b->f)
-    return -1;
-  if (a->f > b->f)
-    return 1;
-  return (a->idx > b->idx) - (a->idx < b->idx);
-}
-
 static void grid_start(int k, double cN, double cD, double *t) {
   double th[NT];
   int ia = k % GRID_AB;
@@ -204,7 +186,7 @@ static int search(const fit__chin_objective *o, double cN, double cD, int full, 
                   fit__chin_run *best) {
   double gtol = GTOL_PER_POINT * o->wsum;
   int *idx = malloc(GRID_N * sizeof *idx);
-  ranked *rk = malloc(GRID_N * sizeof *rk);
+  sweeps__ranked *rk = malloc(GRID_N * sizeof *rk);
   fit__chin_run *res = malloc(GRID_N * sizeof *res);
   if (!idx || !rk || !res) {
     free(idx), free(rk), free(res);
@@ -221,19 +203,18 @@ static int search(const fit__chin_objective *o, double cN, double cD, int full, 
       for (int k = 0; k < GRID_N; k++) {
         double t[NT], g[NT];
         grid_start(k, cN, cD, t);
-        rk[k].f = fit__chin_eval(&loc, t, g);
-        rk[k].idx = k;
+        rk[k] = (sweeps__ranked){fit__chin_eval(&loc, t, g), (size_t)k};
       }
     }
-    qsort(rk, GRID_N, sizeof *rk, by_f);
+    qsort(rk, GRID_N, sizeof *rk, sweeps__by_rank);
     for (int k = 0; k < SCREEN_KEEP; k++)
-      idx[k] = rk[k].idx;
+      idx[k] = (int)rk[k].i;
     run_starts(o, idx, SCREEN_KEEP, cN, cD, SCREEN_ITERS, 0, gtol, nt, res);
     for (int k = 0; k < SCREEN_KEEP; k++)
-      rk[k] = (ranked){res[k].f, idx[k]};
-    qsort(rk, SCREEN_KEEP, sizeof *rk, by_f);
+      rk[k] = (sweeps__ranked){res[k].f, (size_t)idx[k]};
+    qsort(rk, SCREEN_KEEP, sizeof *rk, sweeps__by_rank);
     for (int k = 0; k < REFINE_KEEP; k++)
-      idx[k] = rk[k].idx;
+      idx[k] = (int)rk[k].i;
     nkeep = REFINE_KEEP;
   }
   run_starts(o, idx, nkeep, cN, cD, PLAIN_ITERS, POLISH_ROUNDS, gtol, nt, res);

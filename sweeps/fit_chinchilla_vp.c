@@ -113,6 +113,20 @@ static double norm(const double *g, int n) {
   return sqrt(s);
 }
 
+/* Moves to the point tn, with its gradient gn and Hessian Hn. */
+static void move_to(double *t, double *g, double H[NT][NT], const double *tn, const double *gn,
+                    double Hn[NT][NT]) {
+  memcpy(t, tn, NT * sizeof *t);
+  memcpy(g, gn, NT * sizeof *g);
+  memcpy(H, Hn, NT * sizeof *H);
+}
+
+/* Whether a trial (fn, gn) improves on (f, g): lower, or as low with a
+ * smaller gradient over the first n coordinates. */
+static int lower(double fn, const double *gn, double f, const double *g, int n) {
+  return fn < f || (fn == f && norm(gn, n) < norm(g, n));
+}
+
 /* The columns of one exponent pair: u_i = e^(-alpha x1_i), v_i =
  * e^(-beta x2_i), so that L_hat_i = e^t0 u_i + e^t1 v_i + e^e. Every
  * evaluation at these exponents then costs one logarithm per point instead
@@ -273,10 +287,8 @@ static double inner_newton(const columns *col, double *t, int iters, double tol,
       for (int a = 0; a < NI; a++)
         tn[a] += shrink * d[a];
       double fn = col_eval(col, tn, gn, Hn);
-      if (fn < f || (fn == f && norm(gn, NI) < norm(g, NI))) {
-        memcpy(t, tn, sizeof tn);
-        memcpy(g, gn, sizeof gn);
-        memcpy(H, Hn, sizeof Hn);
+      if (lower(fn, gn, f, g, NI)) {
+        move_to(t, g, H, tn, gn, Hn);
         f = fn;
         moved = 1;
         mu = mu > 1e-9 ? mu / 10 : 0;
@@ -323,9 +335,7 @@ static double snap_collapsed(const columns *col, double *t, double f, int iters,
     tz[k] = log(ZERO_REL * lsum / o->wsum);
     double fz = inner_newton(col, tz, iters, tol, gz, Hz, &done);
     if (fz <= f) {
-      memcpy(t, tz, sizeof tz);
-      memcpy(g, gz, sizeof gz);
-      memcpy(H, Hz, sizeof Hz);
+      move_to(t, g, H, tz, gz, Hz);
       f = fz;
     }
   }
@@ -348,17 +358,13 @@ static double profile(const fit__chin_objective *o, double *t, int warm, int ite
     fw = inner_newton(&col, tw, iters, tol, gw, Hw, &done);
   }
   if (warm && done) {
-    memcpy(t, tw, sizeof tw);
-    memcpy(g, gw, sizeof gw);
-    memcpy(H, Hw, sizeof Hw);
+    move_to(t, g, H, tw, gw, Hw);
     f = fw;
   } else {
     inner_nnls(&col, t);
     f = inner_newton(&col, t, iters, tol, g, H, &done);
     if (warm && isfinite(fw) && !(f < fw)) {
-      memcpy(t, tw, sizeof tw);
-      memcpy(g, gw, sizeof gw);
-      memcpy(H, Hw, sizeof Hw);
+      move_to(t, g, H, tw, gw, Hw);
       f = fw;
     }
   }
@@ -395,10 +401,8 @@ void fit__chin_vp_local(const fit__chin_objective *o, const double *t0, double g
       for (int a = 0; a < NT; a++)
         tn[a] = t[a] + lam * d[a];
       double fn = profile(o, tn, 1, INNER_ITERS, itol, gn, Hn);
-      if (fn < f || (fn == f && norm(gn, NT) < norm(g, NT))) {
-        memcpy(t, tn, sizeof t);
-        memcpy(g, gn, sizeof g);
-        memcpy(H, Hn, sizeof Hn);
+      if (lower(fn, gn, f, g, NT)) {
+        move_to(t, g, H, tn, gn, Hn);
         f = fn;
         moved = 1;
       }
@@ -415,23 +419,11 @@ void fit__chin_vp_local(const fit__chin_objective *o, const double *t0, double g
   out->iters = it;
 }
 
-typedef struct {
-  double f;
-  int k;
-} cell;
-
-static int by_f(const void *pa, const void *pb) {
-  const cell *a = pa, *b = pb;
-  if (a->f != b->f)
-    return a->f < b->f ? -1 : 1;
-  return (a->k > b->k) - (a->k < b->k);
-}
-
 int fit__chin_vp_search(const fit__chin_objective *o, int threads, double gtol,
                         fit__chin_run *best) {
   enum { NG = GRID_N * GRID_N };
   double *P = malloc(NG * sizeof *P), *T = malloc((size_t)NG * NT * sizeof *T);
-  cell *basin = malloc(NG * sizeof *basin);
+  sweeps__ranked *basin = malloc(NG * sizeof *basin);
   if (!P || !T || !basin) {
     free(P), free(T), free(basin);
     return SS_ENOMEM;
@@ -457,15 +449,15 @@ int fit__chin_vp_search(const fit__chin_objective *o, int threads, double gtol,
               P[jj * GRID_N + ii] > P[k] || (P[jj * GRID_N + ii] == P[k] && jj * GRID_N + ii > k);
       }
     if (lowest)
-      basin[nb++] = (cell){P[k], k};
+      basin[nb++] = (sweeps__ranked){P[k], (size_t)k};
   }
-  qsort(basin, nb, sizeof *basin, by_f);
+  qsort(basin, nb, sizeof *basin, sweeps__by_rank);
   if (nb > VP_BASINS)
     nb = VP_BASINS;
   fit__chin_run res[VP_BASINS];
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int b = 0; b < nb; b++)
-    fit__chin_vp_local(o, &T[(size_t)basin[b].k * NT], gtol, 0, &res[b]);
+    fit__chin_vp_local(o, &T[basin[b].i * NT], gtol, 0, &res[b]);
   int w = -1;
   for (int b = 0; b < nb; b++)
     if (isfinite(res[b].f) && (w < 0 || res[b].f < res[w].f))

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sweeps/fit.h"
+#include "sweeps/internal.h"
 
 void fit_result_init(fit_result *r, const char *law) {
   memset(r, 0, sizeof *r);
@@ -51,17 +52,27 @@ fit_param *fit_result_add_derived(fit_result *r, const char *name, double value)
   return add(r->derived, &r->nderived, name, value);
 }
 
+void fit__vwarn(char (*warnings)[FIT__WARNING_LEN], int *n, int max, const char *fmt, va_list ap) {
+  if (*n < max)
+    vsnprintf(warnings[(*n)++], FIT__WARNING_LEN, fmt, ap);
+}
+
 void fit_result_warn(fit_result *r, const char *fmt, ...) {
-  if (r->nwarnings >= FIT_MAX_WARNINGS)
-    return;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(r->warnings[r->nwarnings++], sizeof r->warnings[0], fmt, ap);
+  fit__vwarn(r->warnings, &r->nwarnings, FIT_MAX_WARNINGS, fmt, ap);
   va_end(ap);
 }
 
 /* JSON has no NaN: unknown values are null */
 static json_t *num(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
+json_t *sweeps__json_reals(const double *v, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(a, num(v[i]));
+  return a;
+}
 
 static void put_params(json_t *root, const char *key, const fit_param *p, int n, json_t *stderr_obj,
                        json_t *ci_obj) {
@@ -146,12 +157,8 @@ char *fit_result_to_json(const fit_result *r) {
     }
     json_object_set_new(root, "frontier", f);
   }
-  if (r->residuals) {
-    json_t *res = json_array();
-    for (int i = 0; i < r->n_points; i++)
-      json_array_append_new(res, num(r->residuals[i]));
-    json_object_set_new(root, "residuals", res);
-  }
+  if (r->residuals)
+    json_object_set_new(root, "residuals", sweeps__json_reals(r->residuals, (size_t)r->n_points));
   char *s = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
   json_decref(root);
   return s;

@@ -432,15 +432,8 @@ static void boot_one(void *ctx, gsl_rng *rng, double *row) {
 
 /* ---- checks and warnings ---- */
 
-typedef struct order {
-  double s;
-  int i;
-} order;
-
-static int by_steps(const void *a, const void *b) {
-  const order *x = a, *y = b;
-  return x->s != y->s ? (x->s > y->s) - (x->s < y->s) : (x->i > y->i) - (x->i < y->i);
-}
+/* a point's steps (x) and index (i), to sort the points in step order */
+typedef sweeps__ranked order;
 
 static int check_points(const fit_point *pts, int n, const fit_options *opt, char *err,
                         size_t errlen) {
@@ -549,13 +542,13 @@ static void warn_all(fit_result *out, const fit_point *pts, int n, const fit_opt
  * ln L (y) */
 static void load_curve(const fit_point *pts, int n, order *ord, double *t, double *y, double *tm) {
   for (int i = 0; i < n; i++)
-    ord[i] = (order){pts[i].steps, i};
-  qsort(ord, n, sizeof *ord, by_steps);
+    ord[i] = (order){pts[i].steps, (size_t)i};
+  qsort(ord, n, sizeof *ord, sweeps__by_rank);
   *tm = 0;
   for (int i = 0; i < n; i++)
-    *tm += log(ord[i].s) / n;
+    *tm += log(ord[i].x) / n;
   for (int i = 0; i < n; i++) {
-    t[i] = log(ord[i].s) - *tm;
+    t[i] = log(ord[i].x) - *tm;
     y[i] = log(pts[ord[i].i].loss);
   }
 }
@@ -645,13 +638,13 @@ int fit_curve(const fit_point *pts, int n, const fit_options *opt, fit_result *o
   out->residuals = malloc(sizeof(double) * n);
   double rmean = 0;
   for (int i = 0; i < n; i++) {
-    yhat[i] = log(predict(best.th, tm, ord[i].s));
+    yhat[i] = log(predict(best.th, tm, ord[i].x));
     res[i] = y[i] - yhat[i];
     rmean += res[i] / n;
     if (out->residuals)
       out->residuals[ord[i].i] = -res[i];
   }
-  warn_all(out, pts, n, opt, &best, q, y, ord[n - 1].s);
+  warn_all(out, pts, n, opt, &best, q, y, ord[n - 1].x);
   double rho, sd;
   noise_model(&c, best.th, res, &rho, &sd, out);
   if (opt->bootstrap > 0)

@@ -37,6 +37,33 @@ static void add_all(fit_report *r, fit_report_group g, json_t *fit, const char *
 
 static const char *const ab[] = {"a", "b", NULL};
 
+/* A derived value at a point ("B_crit(L=2.5)"): its key's pattern (a scanf
+ * format reading the point) and the group of its rows. */
+typedef struct {
+  const char *pattern;
+  fit_report_group group;
+} at_key;
+
+/* Rows for fit's derived values whose keys match one of keys' patterns
+ * (the first that does), each with its point; at most max; how many. */
+static int add_at(fit_report *r, json_t *fit, const at_key *keys, int max) {
+  const char *k;
+  json_t *v;
+  int any = 0;
+  json_object_foreach(json_object_get(fit, "derived"), k, v) {
+    double at;
+    const at_key *p = keys;
+    while (p->pattern && sscanf(k, p->pattern, &at) != 1)
+      p++;
+    fit_report_row *row;
+    if (any < max && p->pattern && (row = add(r, p->group, fit, k, NULL))) {
+      row->at = at;
+      any++;
+    }
+  }
+  return any;
+}
+
 void fit_report_build(json_t *fits, fit_report *r) {
   memset(r, 0, sizeof *r);
   json_t *ch = json_object_get(fits, "chinchilla"), *iso = json_object_get(fits, "isoflop"),
@@ -61,38 +88,18 @@ void fit_report_build(json_t *fits, fit_report *r) {
     add_all(r, FIT_REPORT_OPT_ISO, iso, ab, NULL);
   }
   if (bat) {
-    const char *k;
-    json_t *v;
-    int any = 0;
-    json_object_foreach(json_object_get(bat, "derived"), k, v) {
-      double at;
-      fit_report_row *row;
-      if (any < 16 && sscanf(k, "B_crit(L=%lf)", &at) == 1 &&
-          (row = add(r, FIT_REPORT_BCRIT, bat, k, NULL))) {
-        row->at = at;
-        any++;
-      }
-    }
-    if (!any)
+    static const at_key crit[] = {{"B_crit(L=%lf)", FIT_REPORT_BCRIT}, {NULL, 0}};
+    if (!add_at(r, bat, crit, 16))
       add(r, FIT_REPORT_BCRIT, bat, "B_crit", NULL);
     add(r, FIT_REPORT_BNOISE, bat, "B_noise", NULL);
   }
   json_t *bc = json_object_get(fits, "bcrit");
   r->has_branch = bc != NULL;
   if (bc) {
-    const char *k;
-    json_t *v;
-    int any = 0;
-    json_object_foreach(json_object_get(bc, "derived"), k, v) {
-      double at;
-      fit_report_row *row;
-      int noise = sscanf(k, "B_noise(D=%lf)", &at) == 1;
-      if (any < 12 && (noise || sscanf(k, "B_crit(D=%lf)", &at) == 1) &&
-          (row = add(r, noise ? FIT_REPORT_BRANCH_NOISE : FIT_REPORT_BRANCH, bc, k, NULL))) {
-        row->at = at;
-        any++;
-      }
-    }
+    static const at_key branch[] = {{"B_noise(D=%lf)", FIT_REPORT_BRANCH_NOISE},
+                                    {"B_crit(D=%lf)", FIT_REPORT_BRANCH},
+                                    {NULL, 0}};
+    add_at(r, bc, branch, 12);
     static const char *const law[] = {"gamma_D", "alpha_B", NULL};
     add_all(r, FIT_REPORT_BRANCH_LAW, bc, law, NULL);
   }

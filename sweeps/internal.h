@@ -5,6 +5,7 @@
 
 #include <gsl/gsl_multimin.h>
 #include <gsl/gsl_rng.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,6 +16,17 @@
  * runs by config hash. Sorts (string, index) pairs, as comparing every pair
  * of many strings costs too much (a fuzzing timeout). 0 or SS_ENOMEM. */
 int sweeps__first_equal(const char *const *s, size_t n, size_t *first);
+
+/* A value and where it was, to sort by value with ties in position order,
+ * so that what follows never depends on qsort (not stable) or on which
+ * thread filled the array; NaN sorts last. */
+typedef struct sweeps__ranked {
+  double x;
+  size_t i;
+} sweeps__ranked;
+
+/* qsort's comparison for sweeps__ranked. */
+int sweeps__by_rank(const void *a, const void *b);
 
 /* Resampling units: whole runs (group >= 0), else single points. */
 typedef struct fit__groups {
@@ -41,8 +53,8 @@ typedef struct fit__cells {
 int fit__cells_build(const fit_point *p, const fit__groups *g, fit__cells *c);
 void fit__cells_free(fit__cells *c);
 /* One resample by cell: nc cells with replacement, each drawn cell with
- * all its runs (a cluster bootstrap); point indices into out (at most the largest cell's points x runs, see
- * fit__cells_capacity); returns how many. */
+ * all its runs (a cluster bootstrap); point indices into out (at most the largest cell's points x
+ * runs, see fit__cells_capacity); returns how many. */
 int fit__cells_draw(const fit__groups *g, const fit__cells *c, gsl_rng *rng, int *out);
 /* The size out must have for fit__cells_draw. */
 size_t fit__cells_capacity(const fit__groups *g, const fit__cells *c);
@@ -53,6 +65,17 @@ size_t fit__cells_capacity(const fit__groups *g, const fit__cells *c);
  * equal (1e-9 relative; NAN equals NAN); fills s (fit.h). 0, SS_ENOMEM or
  * SS_EINVAL (s then says no cells). */
 int fit__seed_pool(const double *const *keys, int nkeys, const double *y, int n, fit_seeds *s);
+
+/* The length of a fit's or a design's warning (fit.h, next.h), cut there. */
+#define FIT__WARNING_LEN 256
+/* Appends a warning, formatted, to warnings (*n of at most max held);
+ * one more than max is dropped. */
+void fit__vwarn(char (*warnings)[FIT__WARNING_LEN], int *n, int max, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
+
+/* v[0..n) as a JSON array of numbers, null where not finite (JSON has no
+ * NaN). */
+struct json_t *sweeps__json_reals(const double *v, size_t n);
 
 /* splitmix64: independent seeds for the resamples from one seed. */
 uint64_t fit__mix64(uint64_t x);

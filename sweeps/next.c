@@ -13,11 +13,9 @@
 
 static void warn(next_design *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warn(next_design *d, const char *fmt, ...) {
-  if (d->nwarnings >= NEXT_MAX_WARNINGS)
-    return;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(d->warnings[d->nwarnings++], sizeof d->warnings[0], fmt, ap);
+  fit__vwarn(d->warnings, &d->nwarnings, NEXT_MAX_WARNINGS, fmt, ap);
   va_end(ap);
 }
 
@@ -79,6 +77,38 @@ static int varied(const fit_point *pts, int n, int lr) {
   return 0;
 }
 
+/* The two rules a bopt fit gives: the key of the spec's base that fixes the
+ * value instead, the law's constants, and the largest coefficient a spec
+ * takes (the exponent's bounds are ±2 for both). */
+typedef struct {
+  const char *key, *what, *kname, *ename;
+  double kmax;
+  int lr;
+} fitted_rule;
+
+static const fitted_rule BATCH_RULE = {"batch_size", "batch", "k_B", "beta_B", 1e12, 0};
+static const fitted_rule LR_RULE = {"lr", "learning-rate", "k_eta", "beta_eta", 1e6, 1};
+
+/* bopt's constants for rule f into *k and *e, rounded, where they apply
+ * (fitted_rules); whether they were taken. */
+static int take_rule(const fitted_rule *f, json_t *bopt, json_t *train, const fit_point *pts, int n,
+                     double *k, double *e, next_design *d) {
+  json_t *kj = fit_json_get(bopt, f->kname), *ej = fit_json_get(bopt, f->ename);
+  double kv = json_number_value(kj), ev = json_number_value(ej);
+  if (!kj || !ej || json_object_get(train, f->key) || !varied(pts, n, f->lr))
+    return 0;
+  if (!(kv >= 1e-12 && kv <= f->kmax && ev >= -2 && ev <= 2)) {
+    warn(d,
+         "the sweep's fitted %s rule (%s %.3g, %s %.3g) is outside what a spec takes; the "
+         "spec's own rule is used",
+         f->what, f->kname, kv, f->ename, ev);
+    return 0;
+  }
+  *k = round_sig(kv, 4);
+  *e = round_sig(ev, 4);
+  return 1;
+}
+
 /* The sweep's bopt law as rules a spec accepts (next.h): sets batch_fitted
  * and lr_fitted with their constants. A rule is not taken where the spec's
  * base fixes that value (the rule would not apply), where the sweep's runs
@@ -100,34 +130,10 @@ static void fitted_rules(json_t *bopt, json_t *spec_root, const fit_point *pts, 
             "rate, so its bopt fit is not an optimum; the spec's own rules are used");
     return;
   }
-  json_t *kbj = fit_json_get(bopt, "k_B"), *bbj = fit_json_get(bopt, "beta_B");
-  double kb = json_number_value(kbj), bb = json_number_value(bbj);
-  if (kbj && bbj && !json_object_get(train, "batch_size") && varied(pts, n, 0)) {
-    if (kb >= 1e-12 && kb <= 1e12 && bb >= -2 && bb <= 2) {
-      d->k_b = round_sig(kb, 4);
-      d->beta_b = round_sig(bb, 4);
-      d->batch_fitted = 1;
-    } else {
-      warn(d,
-           "the sweep's fitted batch rule (k_B %.3g, beta_B %.3g) is outside what a spec takes; "
-           "the spec's own rule is used",
-           kb, bb);
-    }
-  }
-  json_t *ke = fit_json_get(bopt, "k_eta"), *be = fit_json_get(bopt, "beta_eta");
-  double k = json_number_value(ke), b = json_number_value(be);
-  if (ke && be && !json_object_get(train, "lr") && varied(pts, n, 1)) {
-    if (k >= 1e-12 && k <= 1e6 && b >= -2 && b <= 2) {
-      d->k_eta = round_sig(k, 4);
-      d->beta_eta = round_sig(b, 4);
-      d->lr_fitted = 1;
-    } else {
-      warn(d,
-           "the sweep's fitted learning-rate rule (k_eta %.3g, beta_eta %.3g) is outside what a "
-           "spec takes; the spec's own rule is used",
-           k, b);
-    }
-  }
+  if (take_rule(&BATCH_RULE, bopt, train, pts, n, &d->k_b, &d->beta_b, d))
+    d->batch_fitted = 1;
+  if (take_rule(&LR_RULE, bopt, train, pts, n, &d->k_eta, &d->beta_eta, d))
+    d->lr_fitted = 1;
 }
 
 /* rule (an object, or absent) with coef and exponent set */
@@ -152,11 +158,8 @@ static char *budget_spec(const char *spec_json, const next_design *d, int points
   sweeps__integral(root);
   json_t *old = json_object_get(root, "isoflop"), *iso = json_object();
   if (sizes) { /* the sizes at the sweep's smallest budget too (a WSD grid) */
-    json_t *ps = json_array();
-    for (int i = 0; i < nsizes; i++)
-      json_array_append_new(ps, json_real(sizes[i]));
     json_object_set_new(iso, "flops", json_pack("[f,f]", d->grid_flops, d->flops));
-    json_object_set_new(iso, "params", ps);
+    json_object_set_new(iso, "params", sweeps__json_reals(sizes, (size_t)nsizes));
   } else {
     json_object_set_new(iso, "flops", json_pack("[f]", d->flops));
     json_object_set_new(iso, "centre",
@@ -270,10 +273,8 @@ static int plan_sizes(const plan *pl, double *sizes) {
   return k;
 }
 
-int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t *bopt,
-                     const next_options *o, next_design *out, spec_problems *pr) {
-  memset(out, 0, sizeof *out);
-  fit_result_init(&out->fit, "chinchilla");
+/* o's budget and number of sizes, checked and kept in out. */
+static int design_options(const next_options *o, next_design *out, spec_problems *pr) {
   int points = o->points ? o->points : NEXT_POINTS;
   if (!(isfinite(o->flops) && o->flops > 0 && o->flops <= 1e30))
     spec_problem_add(pr, "$.flops", "found %g, expected a compute budget in FLOPs above 0",
@@ -285,8 +286,13 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
     return SS_EINVAL;
   out->flops = o->flops;
   out->points = points;
+  return 0;
+}
 
-  /* the surface, its bootstrap at C, every resample kept */
+/* The surface, its bootstrap at C (every resample kept), and the
+ * compute-optimal size there with its interval. */
+static int design_fit(const fit_point *pts, int n, const next_options *o, next_design *out,
+                      spec_problems *pr) {
   fit_options fo = {.bootstrap = o->bootstrap > 0 ? o->bootstrap : NEXT_BOOTSTRAP,
                     .seed = o->seed,
                     .threads = o->threads,
@@ -296,7 +302,6 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
   if (fit_chinchilla(pts, n, &fo, &out->fit, err, sizeof err) != 0) {
     spec_problem_add(pr, "$", "the sweep's Chinchilla law cannot be fitted yet (%d points): %s", n,
                      err);
-    next_design_free(out);
     return SS_EINVAL;
   }
   double alpha = param(&out->fit, "alpha"), beta = param(&out->fit, "beta");
@@ -308,11 +313,16 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
                      "the sweep's fitted surface has no compute-optimal size (alpha %.3g, "
                      "beta %.3g): both exponents must be above 0",
                      alpha, beta);
-    next_design_free(out);
     return SS_EINVAL;
   }
   out->n_lo = nopt->ci_lo;
   out->n_hi = nopt->ci_hi;
+  return 0;
+}
+
+/* The sizes around N_opt: their span from N_opt's interval, their centre
+ * rule, and a warning where C is far beyond the sweep's budgets. */
+static void design_sizes(const fit_point *pts, int n, next_design *out) {
   double reach = 1;
   if (isfinite(out->n_lo) && isfinite(out->n_hi) && out->n_lo > 0)
     reach = fmax(out->n_hi / out->n_opt, out->n_opt / out->n_lo);
@@ -334,27 +344,36 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
          "%.3g FLOPs is %.0fx the sweep's largest budget (%.3g): the prediction is a long "
          "extrapolation",
          out->flops, out->flops / out->largest_budget, out->largest_budget);
+}
 
+/* A run's scatter about the law: the seeds' where the sweep repeated
+ * seeds, else the fit's residuals'. */
+static void design_noise(int n, next_design *out) {
   if (out->fit.seeds.cells > 0 && isfinite(out->fit.seeds.sd)) {
     out->noise_sd = out->fit.seeds.sd;
     out->noise_from = "seeds";
-  } else {
-    double ss = 0;
-    for (int i = 0; i < n && out->fit.residuals; i++)
-      ss += out->fit.residuals[i] * out->fit.residuals[i];
-    out->noise_sd = sqrt(ss / n);
-    if (!out->fit.residuals)
-      warn(out, "the fit's residuals are missing (out of memory): a run's scatter is left out");
-    out->noise_from = "residuals";
+    return;
   }
+  double ss = 0;
+  for (int i = 0; i < n && out->fit.residuals; i++)
+    ss += out->fit.residuals[i] * out->fit.residuals[i];
+  out->noise_sd = sqrt(ss / n);
+  if (!out->fit.residuals)
+    warn(out, "the fit's residuals are missing (out of memory): a run's scatter is left out");
+  out->noise_from = "residuals";
+}
+
+/* The budget's runs, planned like any submitted spec, with the rules the
+ * sweep's bopt fit gives. */
+static int design_plan(const char *spec_json, const fit_point *pts, int n, json_t *bopt,
+                       next_design *out, spec_problems *pr) {
   json_t *root = json_loads(spec_json, 0, NULL);
   sweeps__integral(root);
   fitted_rules(bopt, root, pts, n, out);
   double smallest = grid_smallest(root);
   json_decref(root);
 
-  /* the budget's runs: planned like any submitted spec */
-  plan_budget(spec_json, out, points, NULL, 0, pr);
+  plan_budget(spec_json, out, out->points, NULL, 0, pr);
   /* a grid of WSD branches: the law holds for its sizes trained at their
    * smallest budget's batch size and learning rate, so the budget's sizes
    * join the grid: each also at the sweep's smallest budget, a branch of
@@ -367,7 +386,7 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
     int k = sizes ? plan_sizes(out->plan, sizes) : 0;
     out->grid_flops = smallest;
     if (sizes)
-      plan_budget(spec_json, out, points, sizes, k, pr);
+      plan_budget(spec_json, out, out->points, sizes, k, pr);
     else
       plan_budget_clear(out);
     free(sizes);
@@ -375,21 +394,24 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
   if (!out->plan || !out->spec_json) {
     if (!pr->n)
       spec_problem_add(pr, "$", "the next budget could not be planned");
-    next_design_free(out);
     return pr->n && strstr(pr->items[0].message, "out of memory") ? SS_ENOMEM : SS_EINVAL;
   }
+  return 0;
+}
 
-  /* the predictions */
+/* The law's prediction for each planned run and at the optimum; the
+ * plan's warnings join the design's. */
+static int design_predict(next_design *out, spec_problems *pr) {
   out->runs = calloc(out->plan->n ? out->plan->n : 1, sizeof *out->runs);
   double *tmp = malloc((size_t)(out->fit.ndraws > 0 ? out->fit.ndraws : 1) * sizeof *tmp);
   if (!out->runs || !tmp) {
     free(tmp);
-    next_design_free(out);
     spec_problem_add(pr, "$", "out of memory");
     return SS_ENOMEM;
   }
   double th[FIT_CHIN_DRAW] = {log(param(&out->fit, "A")), log(param(&out->fit, "B")),
-                              log(param(&out->fit, "E")), alpha, beta};
+                              log(param(&out->fit, "E")), param(&out->fit, "alpha"),
+                              param(&out->fit, "beta")};
   for (size_t i = 0; i < out->plan->n; i++) {
     const plan_run *r = &out->plan->runs[i];
     out->runs[i] = predict(out, th, (double)r->nonembedding_params, (double)r->tokens, tmp);
@@ -399,6 +421,25 @@ int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t 
   for (size_t i = 0; i < out->plan->n_warnings; i++)
     warn(out, "%s", out->plan->warnings[i]);
   return 0;
+}
+
+int next_design_make(const char *spec_json, const fit_point *pts, int n, json_t *bopt,
+                     const next_options *o, next_design *out, spec_problems *pr) {
+  memset(out, 0, sizeof *out);
+  fit_result_init(&out->fit, "chinchilla");
+  if (design_options(o, out, pr) != 0)
+    return SS_EINVAL;
+  int rc = design_fit(pts, n, o, out, pr);
+  if (rc == 0) {
+    design_sizes(pts, n, out);
+    design_noise(n, out);
+    rc = design_plan(spec_json, pts, n, bopt, out, pr);
+  }
+  if (rc == 0)
+    rc = design_predict(out, pr);
+  if (rc != 0)
+    next_design_free(out);
+  return rc;
 }
 
 static json_t *interval(double lo, double hi) {

@@ -209,6 +209,16 @@ static int cmp_str_refs(const void *a, const void *b) {
   return c ? c : (x->i > y->i) - (x->i < y->i);
 }
 
+int sweeps__by_rank(const void *pa, const void *pb) {
+  const sweeps__ranked *a = pa, *b = pb;
+  int na = isnan(a->x), nb = isnan(b->x);
+  if (na != nb)
+    return na - nb;
+  if (a->x != b->x)
+    return a->x < b->x ? -1 : 1;
+  return (a->i > b->i) - (a->i < b->i);
+}
+
 int sweeps__first_equal(const char *const *s, size_t n, size_t *first) {
   str_ref *refs = malloc((n ? n : 1) * sizeof *refs);
   if (!refs)
@@ -225,18 +235,6 @@ int sweeps__first_equal(const char *const *s, size_t n, size_t *first) {
   return 0;
 }
 
-/* A run that repeats an earlier one: the first of its config, and it. */
-typedef struct run_pair {
-  size_t first, i;
-} run_pair;
-
-static int cmp_pairs(const void *a, const void *b) {
-  const run_pair *x = a, *y = b;
-  if (x->first != y->first)
-    return x->first < y->first ? -1 : 1;
-  return (x->i > y->i) - (x->i < y->i);
-}
-
 /* Later runs of a group named in its problem; the rest are counted. */
 #define PLAN_COPIES_NAMED 5
 
@@ -249,7 +247,8 @@ static int report_duplicates(const plan *p, spec_problems *pr) {
     return 0;
   const char **hashes = malloc(p->n * sizeof *hashes);
   size_t *first = malloc(p->n * sizeof *first);
-  run_pair *pairs = malloc(p->n * sizeof *pairs);
+  /* a run that repeats an earlier one: the first of its config (x), and it (i) */
+  sweeps__ranked *pairs = malloc(p->n * sizeof *pairs);
   for (size_t i = 0; hashes && i < p->n; i++)
     hashes[i] = p->runs[i].config_hash;
   if (!hashes || !first || !pairs || sweeps__first_equal(hashes, p->n, first)) {
@@ -261,11 +260,11 @@ static int report_duplicates(const plan *p, spec_problems *pr) {
   size_t m = 0;
   for (size_t i = 0; i < p->n; i++)
     if (first[i] != i)
-      pairs[m++] = (run_pair){first[i], i};
+      pairs[m++] = (sweeps__ranked){(double)first[i], i};
   /* each group contiguous, groups in plan order of their first run */
-  qsort(pairs, m, sizeof *pairs, cmp_pairs);
+  qsort(pairs, m, sizeof *pairs, sweeps__by_rank);
   for (size_t g = 0, e; g < m; g = e) {
-    for (e = g + 1; e < m && pairs[e].first == pairs[g].first;)
+    for (e = g + 1; e < m && pairs[e].x == pairs[g].x;)
       e++;
     const plan_run *r = &p->runs[pairs[g].i];
     char more[160] = "";
@@ -285,7 +284,7 @@ static int report_duplicates(const plan *p, spec_problems *pr) {
                      "planned runs %zu and %zu are identical%s (%s, %d layers x d_model %d, "
                      "D = %lld, batch %d, lr %g; config_hash %.12s); expected distinct runs: "
                      "use fewer sizes, a wider range or more distinct values",
-                     pairs[g].first, pairs[g].i, more, r->part, r->n_layer, r->d_model,
+                     (size_t)pairs[g].x, pairs[g].i, more, r->part, r->n_layer, r->d_model,
                      (long long)r->tokens, r->batch_size, r->lr, r->config_hash);
   }
   free(hashes);

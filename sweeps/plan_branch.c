@@ -156,14 +156,12 @@ void plan__bcrit_link(plan *p) {
   p->n_trunks += p->n_rung_trunks;
 }
 
-plan *plan__subset(const plan *p, const size_t *keep, size_t k) {
+/* An empty copy of p for k runs: p's settings and warnings, none of its
+ * runs, sums or branches; NULL where memory ran out. */
+static plan *subset_new(const plan *p, size_t k) {
   plan *q = malloc(sizeof *q);
-  long *at = malloc((p->n ? p->n : 1) * sizeof *at);
-  if (!q || !at) {
-    free(q);
-    free(at);
+  if (!q)
     return NULL;
-  }
   *q = *p;
   q->runs = calloc(k ? k : 1, sizeof *q->runs);
   q->warnings = calloc(p->n_warnings ? p->n_warnings : 1, sizeof *q->warnings);
@@ -173,62 +171,69 @@ plan *plan__subset(const plan *p, const size_t *keep, size_t k) {
   q->branch_flops_saved = q->rung_flops_saved = 0;
   q->total_flops = q->total_seconds = q->wall_seconds = 0;
   if (!q->runs || !q->warnings) {
-    free(at);
     plan_free(q);
     return NULL;
   }
   for (size_t i = 0; i < p->n_warnings; i++)
     if ((q->warnings[q->n_warnings] = strdup(p->warnings[i])))
       q->n_warnings++;
-  for (size_t i = 0; i < p->n; i++)
-    at[i] = -1;
-  for (size_t i = 0; i < k; i++) {
-    const plan_run *r = &p->runs[keep[i]];
-    plan_run *c = &q->runs[i];
-    *c = *r;
-    c->config = strdup(r->config);
-    if ((c->cfg = malloc(sizeof *c->cfg)))
-      *c->cfg = *r->cfg;
-    c->target_loss = NULL;
-    c->keep_steps = NULL;
-    if (r->n_target_loss && (c->target_loss = malloc(r->n_target_loss * sizeof *c->target_loss)))
-      memcpy(c->target_loss, r->target_loss, r->n_target_loss * sizeof *c->target_loss);
-    q->n = i + 1;
-    if (!c->config || !c->cfg || (r->n_target_loss && !c->target_loss)) {
-      free(at);
-      plan_free(q);
-      return NULL;
-    }
-    c->index = (int)i;
-    c->n_branch_points = 0;
-    at[keep[i]] = (long)i;
-    if (r->branch_of >= 0 && r->branch_step > 0) /* its whole time, until it branches again */
-      c->est_seconds =
-          r->est_seconds * r->flops /
-          (r->flops - r->flops_per_token * (double)(r->branch_step * r->batch_size * r->seq_len));
+  return q;
+}
+
+/* Run r of p copied in as q's run i (q->n becomes i + 1), unlinked from
+ * any trunk, its time its whole training's; -1 where memory ran out. */
+static int subset_copy(const plan_run *r, plan *q, size_t i) {
+  plan_run *c = &q->runs[i];
+  *c = *r;
+  c->config = strdup(r->config);
+  if ((c->cfg = malloc(sizeof *c->cfg)))
+    *c->cfg = *r->cfg;
+  c->target_loss = NULL;
+  c->keep_steps = NULL;
+  if (r->n_target_loss && (c->target_loss = malloc(r->n_target_loss * sizeof *c->target_loss)))
+    memcpy(c->target_loss, r->target_loss, r->n_target_loss * sizeof *c->target_loss);
+  q->n = i + 1;
+  if (!c->config || !c->cfg || (r->n_target_loss && !c->target_loss))
+    return -1;
+  c->index = (int)i;
+  c->n_branch_points = 0;
+  if (r->branch_of >= 0 && r->branch_step > 0) /* its whole time, until it branches again */
+    c->est_seconds =
+        r->est_seconds * r->flops /
+        (r->flops - r->flops_per_token * (double)(r->branch_step * r->batch_size * r->seq_len));
+  return 0;
+}
+
+/* The kept run that kept run i (a branch in p) branches from, as an index
+ * into keep (at: p's run to its index there, or -1), or -1: a rung's
+ * trunk, else the longest kept run of its group (the first of equals). */
+static long subset_trunk(const plan *p, const size_t *keep, size_t k, size_t i, const long *at) {
+  const plan_run *r = &p->runs[keep[i]];
+  if (!strcmp(r->part, "bcrit"))
+    return at[r->branch_of];
+  long trunk = -1;
+  for (size_t j = 0; j < k; j++) {
+    const plan_run *o = &p->runs[keep[j]];
+    size_t g = o->branch_of >= 0 ? (size_t)o->branch_of : keep[j];
+    if (g != (size_t)r->branch_of || j == i)
+      continue;
+    const plan_run *t = trunk >= 0 ? &p->runs[keep[trunk]] : r;
+    if (o->tokens > t->tokens || (o->tokens == t->tokens && trunk < 0 && j < i))
+      trunk = (long)j;
   }
+  return trunk;
+}
+
+/* q's runs (p's runs keep[0..k)) linked to the kept runs they take their
+ * rules from and branch from, with what branching saves among them. */
+static void subset_link(const plan *p, const size_t *keep, size_t k, const long *at, plan *q) {
   for (size_t i = 0; i < k; i++) {
     const plan_run *r = &p->runs[keep[i]];
     plan_run *c = &q->runs[i];
     c->branch_of = -1;
     c->branch_step = 0;
     c->rules_from = r->rules_from >= 0 && at[r->rules_from] >= 0 ? (int)at[r->rules_from] : -1;
-    if (r->branch_of < 0)
-      continue;
-    long trunk = -1;
-    if (!strcmp(r->part, "bcrit")) {
-      trunk = at[r->branch_of];
-    } else { /* the longest kept run of its group (the first of equals) */
-      for (size_t j = 0; j < k; j++) {
-        const plan_run *o = &p->runs[keep[j]];
-        size_t g = o->branch_of >= 0 ? (size_t)o->branch_of : keep[j];
-        if (g != (size_t)r->branch_of || j == i)
-          continue;
-        const plan_run *t = trunk >= 0 ? &p->runs[keep[trunk]] : r;
-        if (o->tokens > t->tokens || (o->tokens == t->tokens && trunk < 0 && j < i))
-          trunk = (long)j;
-      }
-    }
+    long trunk = r->branch_of >= 0 ? subset_trunk(p, keep, k, i, at) : -1;
     if (trunk < 0)
       continue;
     c->branch_of = (int)trunk;
@@ -248,6 +253,26 @@ plan *plan__subset(const plan *p, const size_t *keep, size_t k) {
       q->n_trunks++;
       q->n_rung_trunks += !strcmp(q->runs[i].part, "bcrit");
     }
+}
+
+plan *plan__subset(const plan *p, const size_t *keep, size_t k) {
+  long *at = malloc((p->n ? p->n : 1) * sizeof *at);
+  plan *q = at ? subset_new(p, k) : NULL;
+  if (!q) {
+    free(at);
+    return NULL;
+  }
+  for (size_t i = 0; i < p->n; i++)
+    at[i] = -1;
+  for (size_t i = 0; i < k; i++) {
+    if (subset_copy(&p->runs[keep[i]], q, i) != 0) {
+      free(at);
+      plan_free(q);
+      return NULL;
+    }
+    at[keep[i]] = (long)i;
+  }
+  subset_link(p, keep, k, at, q);
   free(at);
   return q;
 }

@@ -313,21 +313,39 @@ static int ladder_shape(plan__planner *P, rcfg_shape *sh) {
   return 0;
 }
 
-/* The branched ladder (docs/sweeps.md "Critical batch size by branching"):
- * per seed a trunk at the smallest batch size trains D at a constant rate
- * after its warmup; from its checkpoint at each branch point every other
- * batch size trains branch.tokens more at its own rule's rate. All share
- * the warmup (in tokens) and evaluate every eighth of branch.tokens, so the
- * steps each needs to reach its trunk's loss can be read off. */
-static void ladder_branched(plan__planner *P, const rcfg_shape *sh) {
-  const spec *s = P->s;
-  const spec_ladder *b = &s->batch;
-  const spec_values *bs = &b->batch_size, *ss = &b->seeds, *at = &b->branch_at;
-  int T = P->T, b0 = (int)bs->v[0];
-  /* every rung starts and ends on one of its own steps: the points and the
-   * branch tokens are whole numbers of every batch size's tokens, their
-   * least common multiple (lcm) times seq_len */
+/* A draft for value i of vals (its path, into path, is where its problems
+ * fall back to) at seed k of ss, of shape sh where one is given; NULL where
+ * memory ran out. */
+static plan__draft *draft_value(plan__planner *P, const char *part, int order,
+                                const spec_values *vals, size_t i, const spec_values *ss, size_t k,
+                                const rcfg_shape *sh, char *path, size_t size) {
+  plan__draft *d = draft_new(&P->ds, part, order);
+  if (!d)
+    return NULL;
+  spec_values_path(vals, i, path, size);
+  if (sh)
+    put_shape(d, sh);
+  put_seed(d, ss, k);
+  snprintf(d->fallback, sizeof d->fallback, "%s", path);
+  return d;
+}
+
+/* What every run of a branched ladder shares (ladder_branched). */
+typedef struct {
+  int b0;          /* the trunk's batch size: the smallest */
+  int64_t lcm;     /* the batch sizes' least common multiple */
+  double bt;       /* lcm x seq_len: every rung's start and length divide by it */
+  double D, delta; /* the trunk's tokens; each branch's */
+  double warmup;   /* the trunk's warmup, in tokens */
+  json_t *ev;      /* base's eval.every_tokens, or NULL */
+  int64_t every;   /* the evaluations' interval, in tokens */
+} branched;
+
+/* The batch sizes' least common multiple, capped at 2^40 (no point of a
+ * spec is a multiple of that), and the smallest of them into *b0. */
+static int64_t batch_lcm(const spec_values *bs, int *b0) {
   int64_t lcm = 1;
+  *b0 = (int)bs->v[0];
   for (size_t i = 0; i < bs->n; i++) {
     int64_t x = lcm, y = (int64_t)bs->v[i];
     while (y) {
@@ -337,115 +355,155 @@ static void ladder_branched(plan__planner *P, const rcfg_shape *sh) {
     }
     lcm = lcm / x * (int64_t)bs->v[i];
     if (lcm > (int64_t)1 << 40)
-      lcm = (int64_t)1 << 40; /* no point of a spec is a multiple of that */
-    b0 = (int)bs->v[i] < b0 ? (int)bs->v[i] : b0;
+      lcm = (int64_t)1 << 40;
+    *b0 = (int)bs->v[i] < *b0 ? (int)bs->v[i] : *b0;
   }
-  double bt = (double)lcm * T;
-  double D = b->tokens, delta = b->branch_tokens;
-  json_t *train = json_object_get(s->base, "train");
-  json_t *wv = json_object_get(train, "warmup_tokens");
-  double warmup = json_is_number(wv) ? json_number_value(wv) : floor(0.05 * D);
-  /* evaluations every eighth of the branch tokens, so that each rung's
-   * steps to the target can be read off; a spec may ask for more often */
-  json_t *ev = json_object_get(json_object_get(s->base, "eval"), "every_tokens");
-  int sets_every = ev != NULL;
-  int64_t every = (int64_t)(delta / 8) / T * T;
-  if (every < T)
-    every = T;
-  int bad = 0;
-  if (json_is_number(ev) && (json_number_value(ev) <= 0 || json_number_value(ev) > delta / 8)) {
+  return lcm;
+}
+
+/* The ladder's tokens and evaluations; whether its branch tokens and
+ * base's eval.every_tokens fit them (problems added where not). Every rung
+ * starts and ends on one of its own steps: the points and the branch
+ * tokens are whole numbers of every batch size's tokens, the lcm times
+ * seq_len. Evaluations come every eighth of the branch tokens, so that each
+ * rung's steps to the target can be read off; a spec may ask for more
+ * often. */
+static int branched_of(plan__planner *P, branched *br) {
+  const spec_ladder *b = &P->s->batch;
+  int T = P->T, bad = 0;
+  br->lcm = batch_lcm(&b->batch_size, &br->b0);
+  br->bt = (double)br->lcm * T;
+  br->D = b->tokens;
+  br->delta = b->branch_tokens;
+  json_t *wv = json_object_get(json_object_get(P->s->base, "train"), "warmup_tokens");
+  br->warmup = json_is_number(wv) ? json_number_value(wv) : floor(0.05 * br->D);
+  json_t *ev = json_object_get(json_object_get(P->s->base, "eval"), "every_tokens");
+  br->ev = ev;
+  br->every = (int64_t)(br->delta / 8) / T * T;
+  if (br->every < T)
+    br->every = T;
+  if (json_is_number(ev) && (json_number_value(ev) <= 0 || json_number_value(ev) > br->delta / 8)) {
     spec_problem_add(P->pr, "$.base.eval.every_tokens",
                      "found %g with $.batch.branch.tokens %.0f; expected from 1 to %.0f (an "
                      "eighth of it), so that each rung's steps to its target can be read off its "
                      "evaluations (or leave it out: the planner sets it)",
-                     json_number_value(ev), delta, floor(delta / 8));
+                     json_number_value(ev), br->delta, floor(br->delta / 8));
     bad = 1;
   }
-  if (sets_every && json_is_number(ev))
-    every = (int64_t)json_number_value(ev);
-  if (fmod(delta, bt) != 0) {
+  if (json_is_number(ev))
+    br->every = (int64_t)json_number_value(ev);
+  if (fmod(br->delta, br->bt) != 0) {
     spec_problem_add(P->pr, "$.batch.branch.tokens",
                      "found %.0f tokens, not a whole number of every batch size's tokens (the "
                      "least common multiple of the batch sizes, %lld, x seq_len %d = %.0f "
                      "tokens); expected a multiple of it, so that every rung trains exactly as "
                      "many tokens",
-                     delta, (long long)lcm, T, bt);
+                     br->delta, (long long)br->lcm, T, br->bt);
     bad = 1;
   }
-  for (size_t j = 0; j < at->n; j++) {
-    char path[192];
-    spec_values_path(at, j, path, sizeof path);
-    if (at->v[j] < warmup || at->v[j] < (double)every) {
-      spec_problem_add(P->pr, path,
-                       "found %.0f tokens, %s %.0f tokens; expected a branch point after it (%s)",
-                       at->v[j],
-                       at->v[j] < warmup ? "inside the trunk's warmup of"
-                                         : "before the trunk's first evaluation, at",
-                       at->v[j] < warmup ? warmup : (double)every,
-                       at->v[j] < warmup ? "the rates are constant only then"
-                                         : "the rungs' start is read off the trunk's "
-                                           "evaluations");
-      bad = 1;
-    } else if (fmod(at->v[j], bt) != 0) {
-      spec_problem_add(P->pr, path,
-                       "found %.0f tokens, not a whole number of every batch size's tokens (the "
-                       "least common multiple of the batch sizes, %lld, x seq_len %d = %.0f "
-                       "tokens); expected a multiple of it, so that every batch size starts on a "
-                       "step",
-                       at->v[j], (long long)lcm, T, bt);
-      bad = 1;
-    } else if (at->v[j] + delta > D) {
-      spec_problem_add(P->pr, path,
-                       "found %.0f tokens: with $.batch.branch.tokens %.0f it runs past the "
-                       "trunk's D (%.0f); expected at most %.0f (the trunk is the smallest batch "
-                       "size's rung)",
-                       at->v[j], delta, D, D - delta);
-      bad = 1;
-    }
+  return bad ? -1 : 0;
+}
+
+/* Whether branch point j lies after the trunk's warmup and first
+ * evaluation, on every batch size's step, and early enough for its branch
+ * to end within the trunk's D (a problem added where not). */
+static int branch_point_ok(plan__planner *P, const branched *br, size_t j) {
+  const spec_values *at = &P->s->batch.branch_at;
+  double x = at->v[j];
+  char path[192];
+  spec_values_path(at, j, path, sizeof path);
+  if (x < br->warmup || x < (double)br->every) {
+    int warm = x < br->warmup;
+    spec_problem_add(
+        P->pr, path, "found %.0f tokens, %s %.0f tokens; expected a branch point after it (%s)", x,
+        warm ? "inside the trunk's warmup of" : "before the trunk's first evaluation, at",
+        warm ? br->warmup : (double)br->every,
+        warm ? "the rates are constant only then"
+             : "the rungs' start is read off the trunk's evaluations");
+    return 0;
   }
+  if (fmod(x, br->bt) != 0) {
+    spec_problem_add(P->pr, path,
+                     "found %.0f tokens, not a whole number of every batch size's tokens (the "
+                     "least common multiple of the batch sizes, %lld, x seq_len %d = %.0f "
+                     "tokens); expected a multiple of it, so that every batch size starts on a "
+                     "step",
+                     x, (long long)br->lcm, P->T, br->bt);
+    return 0;
+  }
+  if (x + br->delta > br->D) {
+    spec_problem_add(P->pr, path,
+                     "found %.0f tokens: with $.batch.branch.tokens %.0f it runs past the "
+                     "trunk's D (%.0f); expected at most %.0f (the trunk is the smallest batch "
+                     "size's rung)",
+                     x, br->delta, br->D, br->D - br->delta);
+    return 0;
+  }
+  return 1;
+}
+
+/* The run of batch size i at seed k: the trunk (j == branch_at.n) or the
+ * branch from branch point j, at rate lr0 (the trunk's; from_rule where the
+ * rule gave it) scaled to its batch size. 0, or -1 where memory ran out. */
+static int branched_run(plan__planner *P, const rcfg_shape *sh, const branched *br, size_t k,
+                        size_t j, size_t i, double lr0, int from_rule) {
+  const spec *s = P->s;
+  const spec_ladder *b = &s->batch;
+  const spec_values *bs = &b->batch_size;
+  int B = (int)bs->v[i], trunk = j == b->branch_at.n;
+  char bpath[192], what[512];
+  plan__draft *d = draft_value(P, "bcrit", 2, bs, i, &b->seeds, k, b->has_params ? sh : NULL, bpath,
+                               sizeof bpath);
+  if (!d)
+    return -1;
+  d->target_params = b->has_params ? b->params : 0;
+  d->bcrit_at = trunk ? 0 : (int64_t)b->branch_at.v[j];
+  put(d->over, "train", "schedule", json_string("constant"));
+  put(d->over, "train", "warmup_tokens", json_real(br->warmup));
+  if (!br->ev)
+    put(d->over, "eval", "every_tokens", json_integer(br->every));
+  snprintf(d->context, sizeof d->context,
+           "branched batch ladder %s (%s = %d sequences, %d layers x d_model %d)",
+           trunk ? "trunk" : "rung", bpath, B, sh->n_layer, sh->d_model);
+  snprintf(what, sizeof what, "$.batch.tokens with %s = %d sequences", bpath, B);
+  double lr = trunk || !s->lr_rule.sqrt_batch ? lr0 : lr0 * sqrt((double)B / br->b0);
+  double D = trunk ? br->D : b->branch_at.v[j] + br->delta;
+  d->failed = plan_train(P, d, fpt_of(sh) * br->D, D, B, round_sig3(lr), bpath, what) != 0;
+  d->lr_from_rule = trunk && from_rule; /* the rungs: the trunk's, scaled */
+  return 0;
+}
+
+/* The branched ladder (docs/sweeps.md "Critical batch size by branching"):
+ * per seed a trunk at the smallest batch size trains D at a constant rate
+ * after its warmup; from its checkpoint at each branch point every other
+ * batch size trains branch.tokens more at its own rule's rate. All share
+ * the warmup (in tokens) and evaluate every eighth of branch.tokens, so the
+ * steps each needs to reach its trunk's loss can be read off. */
+static void ladder_branched(plan__planner *P, const rcfg_shape *sh) {
+  const spec *s = P->s;
+  const spec_values *bs = &s->batch.batch_size, *at = &s->batch.branch_at;
+  branched br;
+  int bad = branched_of(P, &br) != 0;
+  for (size_t j = 0; j < at->n; j++)
+    bad |= !branch_point_ok(P, &br, j);
   if (bad)
     return;
-  double C = fpt_of(sh) * D;
   /* the trunk's rate (base's, or the rule's at its batch size), and each
    * rung's that times sqrt(B / B0) (Adam's square-root rule, Malladi et al.
    * 2022; "lr_rule": {"batch_scaling": "none"}: the trunk's), unclamped:
    * a larger batch at the same rate is a lower noise temperature, and its
    * loss drops at once like a decay's, which is not the speed-up measured */
-  json_t *lv = json_object_get(train, "lr");
-  double lr0 =
-      json_is_number(lv) ? json_number_value(lv) : rule_lr(&s->lr_rule, &s->batch_rule, C, b0, T);
-  size_t nseed = ss->n ? ss->n : 1;
+  json_t *lv = json_object_get(json_object_get(s->base, "train"), "lr");
+  double lr0 = json_is_number(lv)
+                   ? json_number_value(lv)
+                   : rule_lr(&s->lr_rule, &s->batch_rule, fpt_of(sh) * br.D, br.b0, P->T);
+  size_t nseed = s->batch.seeds.n ? s->batch.seeds.n : 1;
   for (size_t k = 0; k < nseed; k++)
     for (size_t j = 0; j <= at->n; j++) /* j == at->n: the trunk */
-      for (size_t i = 0; i < bs->n; i++) {
-        int B = (int)bs->v[i];
-        int trunk = j == at->n;
-        if (trunk != (B == b0))
-          continue;
-        plan__draft *d = draft_new(&P->ds, "bcrit", 2);
-        if (!d)
+      for (size_t i = 0; i < bs->n; i++)
+        if ((j == at->n) == ((int)bs->v[i] == br.b0) &&
+            branched_run(P, sh, &br, k, j, i, lr0, !json_is_number(lv)) != 0)
           return;
-        char bpath[192], what[512];
-        spec_values_path(bs, i, bpath, sizeof bpath);
-        d->target_params = b->has_params ? b->params : 0;
-        d->bcrit_at = trunk ? 0 : (int64_t)at->v[j];
-        if (b->has_params)
-          put_shape(d, sh);
-        put_seed(d, ss, k);
-        put(d->over, "train", "schedule", json_string("constant"));
-        put(d->over, "train", "warmup_tokens", json_real(warmup));
-        if (!sets_every)
-          put(d->over, "eval", "every_tokens", json_integer(every));
-        snprintf(d->fallback, sizeof d->fallback, "%s", bpath);
-        snprintf(d->context, sizeof d->context,
-                 "branched batch ladder %s (%s = %d sequences, %d layers x d_model %d)",
-                 trunk ? "trunk" : "rung", bpath, B, sh->n_layer, sh->d_model);
-        snprintf(what, sizeof what, "$.batch.tokens with %s = %d sequences", bpath, B);
-        double lr = trunk || !s->lr_rule.sqrt_batch ? lr0 : lr0 * sqrt((double)B / b0);
-        d->failed =
-            plan_train(P, d, C, trunk ? D : at->v[j] + delta, B, round_sig3(lr), bpath, what) != 0;
-        d->lr_from_rule = trunk && !json_is_number(lv); /* the rungs: the trunk's, scaled */
-      }
 }
 
 void plan__ladder(plan__planner *P) {
@@ -463,17 +521,13 @@ void plan__ladder(plan__planner *P) {
   double C = fpt_of(&sh) * D;
   for (size_t i = 0; i < bs->n; i++)
     for (size_t k = 0; k < nseed; k++) {
-      plan__draft *d = draft_new(&P->ds, "batch", 2);
+      char bpath[192], what[512];
+      plan__draft *d =
+          draft_value(P, "batch", 2, bs, i, ss, k, b->has_params ? &sh : NULL, bpath, sizeof bpath);
       if (!d)
         return;
-      char bpath[192], what[512];
-      spec_values_path(bs, i, bpath, sizeof bpath);
       d->target_params = b->has_params ? b->params : 0;
       d->target_loss = &b->target_loss;
-      if (b->has_params)
-        put_shape(d, &sh);
-      put_seed(d, ss, k);
-      snprintf(d->fallback, sizeof d->fallback, "%s", bpath);
       snprintf(d->context, sizeof d->context,
                "batch ladder run (%s = %d sequences, %d layers x d_model %d)", bpath, (int)bs->v[i],
                sh.n_layer, sh.d_model);
@@ -527,14 +581,10 @@ void plan__lr_tune(plan__planner *P) {
   size_t nseed = ss->n ? ss->n : 1;
   for (size_t i = 0; i < lrs->n; i++)
     for (size_t k = 0; k < nseed; k++) {
-      plan__draft *dr = draft_new(&P->ds, "lr_tune", 0);
+      char lpath[192], what[512];
+      plan__draft *dr = draft_value(P, "lr_tune", 0, lrs, i, ss, k, &sh, lpath, sizeof lpath);
       if (!dr)
         return;
-      char lpath[192], what[512];
-      spec_values_path(lrs, i, lpath, sizeof lpath);
-      put_shape(dr, &sh);
-      put_seed(dr, ss, k);
-      snprintf(dr->fallback, sizeof dr->fallback, "%s", lpath);
       snprintf(dr->size_path, sizeof dr->size_path, "$.base.model.base_width");
       snprintf(dr->context, sizeof dr->context,
                "lr tune run (the proxy: %d layer%s x d_model %d; rate %s)", sh.n_layer,

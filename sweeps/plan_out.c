@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runcfg/flops.h"
+#include "sweeps/internal.h"
 #include "sweeps/lr_tune.h"
 #include "sweeps/shapes.h"
 
@@ -72,12 +73,8 @@ char *plan_run_json(const plan_run *r, const plan *p) {
   json_t *keep = r->keep_steps ? json_loads(r->keep_steps, 0, NULL) : NULL;
   if (keep)
     json_object_set_new(o, "keep_steps", keep);
-  if (r->n_target_loss) {
-    json_t *a = json_array();
-    for (size_t i = 0; i < r->n_target_loss; i++)
-      json_array_append_new(a, json_real(r->target_loss[i]));
-    json_object_set_new(o, "target_loss", a);
-  }
+  if (r->n_target_loss)
+    json_object_set_new(o, "target_loss", sweeps__json_reals(r->target_loss, r->n_target_loss));
   if (r->batch_from_rule) {
     json_t *b = batch_rule_json(&p->batch_rule);
     json_object_del(b, "formula");
@@ -221,6 +218,18 @@ static void write_runs(const plan *p, FILE *f, size_t *n_brule, size_t *n_lrule)
   }
 }
 
+/* The line on p's WSD branches, where some runs branch (whose: "" or a
+ * phrase, with its space, naming whose runs they are). */
+static void write_branches(const plan *p, const char *whose, FILE *f) {
+  if (p->n_branches > p->n_rungs)
+    fprintf(f,
+            "wsd branches: %zu %sruns start their decay from the checkpoints of %zu longer runs "
+            "(\"from #i at step s\"): %.3g FLOPs trained instead of %.3g, %.1f%% saved\n",
+            p->n_branches - p->n_rungs, whose, p->n_trunks - p->n_rung_trunks,
+            p->total_flops - (p->branch_flops_saved - p->rung_flops_saved), p->total_flops,
+            100.0 * (p->branch_flops_saved - p->rung_flops_saved) / p->total_flops);
+}
+
 /* An lr tune's study (p->study): its table at the placeholder rate. */
 static void write_study(const plan *p, FILE *f, size_t *n_brule, size_t *n_lrule) {
   const plan *st = p->study;
@@ -240,65 +249,53 @@ static void write_study(const plan *p, FILE *f, size_t *n_brule, size_t *n_lrule
   duration(st->total_seconds, t, sizeof t);
   fprintf(f, "\nstudy: %zu runs, %.3g FLOPs, estimated %s of training\n", st->n, st->total_flops,
           t);
-  if (st->n_branches > st->n_rungs)
-    fprintf(f,
-            "wsd branches: %zu of the study's runs start their decay from the checkpoints of %zu "
-            "longer runs (\"from #i at step s\"): %.3g FLOPs trained instead of %.3g, %.1f%% "
-            "saved\n",
-            st->n_branches - st->n_rungs, st->n_trunks - st->n_rung_trunks,
-            st->total_flops - (st->branch_flops_saved - st->rung_flops_saved), st->total_flops,
-            100.0 * (st->branch_flops_saved - st->rung_flops_saved) / st->total_flops);
+  write_branches(st, "of the study's ", f);
   for (size_t i = 0; i < st->n_warnings; i++)
     fprintf(f, "warning: study: %s\n", st->warnings[i]);
 }
 
-void plan_write_table(const plan *p, FILE *f) {
-  size_t n_brule = 0, n_lrule = 0, n = p->n + (p->study ? p->study->n : 0);
-  if (p->study) {
-    const plan_run *r = p->n ? &p->runs[0] : NULL;
-    fprintf(f,
-            "sweep \"%s\" (%s%s, its learning rate tuned on a muP proxy first): %zu lr tune "
-            "runs, then %zu study runs at the best rate; spec digest %.16s\n",
-            p->name, spec_method_name(p->study->method),
-            p->study->has_ladder && p->study->method != SPEC_BATCH ? " + batch ladder" : "", p->n,
-            p->study->n, p->spec_digest);
-    write_models(p, f);
-    size_t rates = 0;
-    for (size_t i = 0; i < p->n; i++) {
-      int seen = 0;
-      for (size_t j = 0; j < i && !seen; j++)
-        seen = p->runs[j].lr == p->runs[i].lr;
-      rates += !seen;
-    }
-    if (r)
-      fprintf(f,
-              "the proxy: %d layer%s x d_model %d (base_width), %d heads, N %lld, D %lld tokens, "
-              "batch %d; %zu rates x %zu seed%s\n\n",
-              r->n_layer, r->n_layer == 1 ? "" : "s", r->d_model, r->n_head,
-              (long long)r->nonembedding_params, (long long)r->tokens, r->batch_size, rates,
-              rates ? p->n / rates : 0, rates && p->n / rates == 1 ? "" : "s");
-  } else {
-    fprintf(f, "sweep \"%s\" (%s%s): %zu runs; spec digest %.16s\n", p->name,
-            spec_method_name(p->method),
-            p->has_ladder && p->method != SPEC_BATCH ? " + batch ladder" : "", p->n,
-            p->spec_digest);
-    write_models(p, f);
+/* The title of a sweep with an lr tune, its models, and the tune's proxy. */
+static void write_tune_head(const plan *p, FILE *f) {
+  const plan_run *r = p->n ? &p->runs[0] : NULL;
+  fprintf(f,
+          "sweep \"%s\" (%s%s, its learning rate tuned on a muP proxy first): %zu lr tune "
+          "runs, then %zu study runs at the best rate; spec digest %.16s\n",
+          p->name, spec_method_name(p->study->method),
+          p->study->has_ladder && p->study->method != SPEC_BATCH ? " + batch ladder" : "", p->n,
+          p->study->n, p->spec_digest);
+  write_models(p, f);
+  size_t rates = 0;
+  for (size_t i = 0; i < p->n; i++) {
+    int seen = 0;
+    for (size_t j = 0; j < i && !seen; j++)
+      seen = p->runs[j].lr == p->runs[i].lr;
+    rates += !seen;
   }
-  if (p->candidates) {
-    size_t nc = 0;
-    for (size_t i = 0; i < p->candidates->n; i++)
-      nc += !strcmp(p->candidates->runs[i].part, "isoflop");
+  if (r)
     fprintf(f,
-            "adaptive: the question is %s, with at most %.3g FLOPs trained (the whole grid of "
-            "%zu candidates would train %.3g); these runs are the first round (space-filling, "
-            "%.3g FLOPs trained), and the scheduler chooses each later one from the fit "
-            "(docs/sweeps.md, \"An adaptive design\")\n",
-            p->adaptive_question, p->adaptive_compute, nc, p->adaptive_grid_flops,
-            p->adaptive_initial_flops);
-  }
-  write_runs(p, f, &n_brule, &n_lrule);
-  if (p->study)
-    write_study(p, f, &n_brule, &n_lrule);
+            "the proxy: %d layer%s x d_model %d (base_width), %d heads, N %lld, D %lld tokens, "
+            "batch %d; %zu rates x %zu seed%s\n\n",
+            r->n_layer, r->n_layer == 1 ? "" : "s", r->d_model, r->n_head,
+            (long long)r->nonembedding_params, (long long)r->tokens, r->batch_size, rates,
+            rates ? p->n / rates : 0, rates && p->n / rates == 1 ? "" : "s");
+}
+
+/* The line on an adaptive design's first round (p->candidates: its grid). */
+static void write_adaptive(const plan *p, FILE *f) {
+  size_t nc = 0;
+  for (size_t i = 0; i < p->candidates->n; i++)
+    nc += !strcmp(p->candidates->runs[i].part, "isoflop");
+  fprintf(f,
+          "adaptive: the question is %s, with at most %.3g FLOPs trained (the whole grid of "
+          "%zu candidates would train %.3g); these runs are the first round (space-filling, "
+          "%.3g FLOPs trained), and the scheduler chooses each later one from the fit "
+          "(docs/sweeps.md, \"An adaptive design\")\n",
+          p->adaptive_question, p->adaptive_compute, nc, p->adaptive_grid_flops,
+          p->adaptive_initial_flops);
+}
+
+/* The totals of all n runs: compute, time, and what branching saved. */
+static void write_totals(const plan *p, size_t n, FILE *f) {
   char t[16], w[16];
   duration(p->total_seconds, t, sizeof t);
   duration(p->wall_seconds, w, sizeof w);
@@ -310,19 +307,18 @@ void plan_write_table(const plan *p, FILE *f) {
   if (p->max_hours > 0)
     fprintf(f, "; max_hours %g", p->max_hours);
   fprintf(f, "\n");
-  if (p->n_branches > p->n_rungs)
-    fprintf(f,
-            "wsd branches: %zu runs start their decay from the checkpoints of %zu longer runs "
-            "(\"from #i at step s\"): %.3g FLOPs trained instead of %.3g, %.1f%% saved\n",
-            p->n_branches - p->n_rungs, p->n_trunks - p->n_rung_trunks,
-            p->total_flops - (p->branch_flops_saved - p->rung_flops_saved), p->total_flops,
-            100.0 * (p->branch_flops_saved - p->rung_flops_saved) / p->total_flops);
+  write_branches(p, "", f);
   if (p->n_rungs)
     fprintf(f,
             "batch ladder by branching: %zu rungs start from the checkpoints of %zu trunk%s "
             "(\"from #i at step s\"), at their own batch size; %.3g FLOPs saved against "
             "training each from scratch\n",
             p->n_rungs, p->n_rung_trunks, p->n_rung_trunks == 1 ? "" : "s", p->rung_flops_saved);
+}
+
+/* The legend: the columns, and each rule with how many of the n runs it
+ * chose the batch size (n_brule) and rate (n_lrule) for. */
+static void write_rules(const plan *p, size_t n, size_t n_brule, size_t n_lrule, FILE *f) {
   fprintf(f, "N: non-embedding parameters; D: tokens trained; B: sequences per step; C: "
              "training FLOPs, exact count (SCIENCE.md section 1); budget: the isoflop budget "
              "(6ND, or exact with \"flops_count\": \"exact\")\n\n");
@@ -355,6 +351,26 @@ void plan_write_table(const plan *p, FILE *f) {
             "shape rule: d_model / n_layer = %g (within x%g), head size the largest power of "
             "two leaving 4 heads in [8, 64], nearest N (within %g%% counts as equal)\n",
             p->aspect_ratio, SHAPE_ASPECT_BAND, (SHAPE_SLACK - 1) * 100);
+}
+
+void plan_write_table(const plan *p, FILE *f) {
+  size_t n_brule = 0, n_lrule = 0, n = p->n + (p->study ? p->study->n : 0);
+  if (p->study) {
+    write_tune_head(p, f);
+  } else {
+    fprintf(f, "sweep \"%s\" (%s%s): %zu runs; spec digest %.16s\n", p->name,
+            spec_method_name(p->method),
+            p->has_ladder && p->method != SPEC_BATCH ? " + batch ladder" : "", p->n,
+            p->spec_digest);
+    write_models(p, f);
+  }
+  if (p->candidates)
+    write_adaptive(p, f);
+  write_runs(p, f, &n_brule, &n_lrule);
+  if (p->study)
+    write_study(p, f, &n_brule, &n_lrule);
+  write_totals(p, n, f);
+  write_rules(p, n, n_brule, n_lrule, f);
   for (size_t i = 0; i < p->n_warnings; i++)
     fprintf(f, "warning: %s\n", p->warnings[i]);
 }

@@ -96,24 +96,31 @@ char *spec_canonical(const spec *s) {
   return t;
 }
 
+/* e as an integer where it is a real with a whole value below 2^53 (one a
+ * double holds exactly), else NULL */
+static json_t *as_integer(const json_t *e) {
+  double x = json_real_value(e);
+  if (json_is_real(e) && x == floor(x) && fabs(x) < 9007199254740992.0)
+    return json_integer((json_int_t)x);
+  return NULL;
+}
+
 /* spec_json.h */
 void sweeps__integral(json_t *v) {
   const char *k;
-  json_t *e;
+  json_t *e, *n;
   size_t i;
   if (json_is_object(v)) {
     json_object_foreach(v, k, e) {
-      double x = json_real_value(e);
-      if (json_is_real(e) && x == floor(x) && fabs(x) < 9007199254740992.0)
-        json_object_set_new(v, k, json_integer((json_int_t)x));
+      if ((n = as_integer(e)) != NULL)
+        json_object_set_new(v, k, n);
       else
         sweeps__integral(e);
     }
   } else if (json_is_array(v)) {
     json_array_foreach(v, i, e) {
-      double x = json_real_value(e);
-      if (json_is_real(e) && x == floor(x) && fabs(x) < 9007199254740992.0)
-        json_array_set_new(v, i, json_integer((json_int_t)x));
+      if ((n = as_integer(e)) != NULL)
+        json_array_set_new(v, i, n);
       else
         sweeps__integral(e);
     }

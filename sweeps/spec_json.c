@@ -12,6 +12,7 @@
 
 #include "common/err.h"
 #include "runcfg/runcfg.h"
+#include "sweeps/internal.h"
 
 /* ---- problems --------------------------------------------------------- */
 
@@ -376,19 +377,6 @@ static void describe(const spec__kind *k, char *out, size_t n) {
     snprintf(out, n, "%s: a number from %.6g to %.6g", k->what, k->lo, k->hi);
 }
 
-/* One value of a list and where it is. */
-typedef struct value_at {
-  double x;
-  size_t i;
-} value_at;
-
-static int cmp_value_at(const void *a, const void *b) {
-  const value_at *p = a, *q = b;
-  if (p->x != q->x)
-    return p->x < q->x ? -1 : 1;
-  return (p->i > q->i) - (p->i < q->i);
-}
-
 /* A value listed more than once: where it is first, its copies, in list
  * order, at at[from..from + copies). */
 typedef struct repeat {
@@ -413,7 +401,7 @@ static int cmp_repeat(const void *a, const void *b) {
 static int report_repeats(spec_problems *pr, const json_t *list, const unsigned char *ok,
                           spec_values *out) {
   size_t n = out->n, m = 0, nrep = 0;
-  value_at *at = malloc(n * sizeof *at);
+  sweeps__ranked *at = malloc(n * sizeof *at);
   repeat *reps = malloc(n * sizeof *reps);
   if (!at || !reps) {
     free(at);
@@ -423,8 +411,8 @@ static int report_repeats(spec_problems *pr, const json_t *list, const unsigned 
   }
   for (size_t i = 0; i < n; i++)
     if (ok[i])
-      at[m++] = (value_at){out->v[i], i};
-  qsort(at, m, sizeof *at, cmp_value_at);
+      at[m++] = (sweeps__ranked){out->v[i], i};
+  qsort(at, m, sizeof *at, sweeps__by_rank);
   for (size_t g = 0, e; g < m; g = e) {
     for (e = g + 1; e < m && at[e].x == at[g].x;)
       e++;
@@ -454,6 +442,115 @@ static int report_repeats(spec_problems *pr, const json_t *list, const unsigned 
   return nrep > 0;
 }
 
+/* The values of v, a number or a non-empty list of numbers, into out; each
+ * element outside k, and each value listed twice, a problem. 0 when all are
+ * valid, 1 when some are not, -1 when v gives no values (the problem said). */
+static int values_list(spec_problems *pr, const json_t *v, const spec__kind *k, const char *allowed,
+                       spec_values *out) {
+  size_t n = json_is_array(v) ? json_array_size(v) : 1;
+  if (json_is_array(v) && n == 0) {
+    spec_problem_add(pr, out->path, "found an empty list, expected %s (at least %d)", allowed,
+                     k->min_count);
+    return -1;
+  }
+  out->v = calloc(n, sizeof *out->v);
+  unsigned char *ok = calloc(n, 1);
+  if (!out->v || !ok) {
+    free(ok);
+    free(out->v);
+    out->v = NULL;
+    return -1;
+  }
+  out->n = n;
+  out->scalar = !json_is_array(v);
+  int bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    const json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
+    char ep[192], f[64];
+    if (!json_is_number(e)) {
+      spec_values_path(out, i, ep, sizeof ep);
+      spec__found(e, f, sizeof f);
+      spec_problem_add(pr, ep, "found %s %s, expected %s", spec__type_name(e), f, allowed);
+      bad = 1;
+      continue;
+    }
+    double x = json_number_value(e);
+    if (!(x >= k->lo && x <= k->hi) || (k->integer && x != floor(x))) {
+      spec_values_path(out, i, ep, sizeof ep);
+      spec__found(e, f, sizeof f);
+      spec_problem_add(pr, ep, "found %s, expected %s", f, allowed);
+      bad = 1;
+      continue;
+    }
+    out->v[i] = x;
+    ok[i] = 1;
+  }
+  if (json_is_array(v) && n > 1)
+    bad |= report_repeats(pr, v, ok, out);
+  free(ok);
+  return bad;
+}
+
+/* The n log-spaced points from from to to (both kept exactly), rounded
+ * where k asks for integers, into out; 1 when rounding repeats one (a
+ * problem), else 0. */
+static int range_points(spec_problems *pr, const spec__kind *k, double from, double to, size_t n,
+                        spec_values *out) {
+  int bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    double x = n == 1 ? from : exp(log(from) + (log(to) - log(from)) * (double)i / (double)(n - 1));
+    if (i == 0)
+      x = from;
+    if (i == n - 1)
+      x = to;
+    if (k->integer)
+      x = round(x);
+    out->v[i] = x;
+    if (i > 0 && out->v[i - 1] == x && !bad) {
+      spec_problem_add(pr, out->path,
+                       "the range from %.6g to %.6g with %zu points repeats %.17g after rounding "
+                       "to integers; expected fewer points or a wider range",
+                       from, to, n, x);
+      bad = 1;
+    }
+  }
+  return bad;
+}
+
+/* The values of v, a range {"from": a, "to": b, "points": k}, into out; as
+ * values_list. */
+static int values_range(spec_problems *pr, const json_t *v, const spec__kind *k,
+                        const char *allowed, spec_values *out) {
+  static const char *const range_keys[] = {"from", "to", "points", NULL};
+  spec__check_keys(pr, v, out->path, range_keys);
+  double from = 0, to = 0, points = 0;
+  double lo = k->lo > 0 ? k->lo : 1e-300;
+  int ok = spec__get_number(pr, v, out->path, "from", &from, lo, k->hi, 0, 1, allowed);
+  ok &= spec__get_number(pr, v, out->path, "to", &to, lo, k->hi, 0, 1, allowed);
+  ok &= spec__get_number(pr, v, out->path, "points", &points, 1, 1000, 1, 1,
+                         "the number of log-spaced points: an integer from 1 to 1000");
+  if (!ok)
+    return -1;
+  if (points == 1 && from != to) {
+    spec_problem_add(pr, out->path,
+                     "found a range from %.6g to %.6g with 1 point; expected from = to for one "
+                     "point, or at least 2 points",
+                     from, to);
+    return -1;
+  }
+  if (points > 1 && !(from < to)) {
+    spec_problem_add(pr, out->path, "found from %.6g and to %.6g; expected from < to", from, to);
+    return -1;
+  }
+  size_t n = (size_t)points;
+  out->v = calloc(n, sizeof *out->v);
+  if (!out->v)
+    return -1;
+  out->n = n;
+  out->range = 1;
+  return range_points(pr, k, from, to, n, out);
+}
+
 /* obj[key] as values: a number, a non-empty list of numbers, or a log-spaced
  * range {"from": a, "to": b, "points": k} with 0 < a < b (a = b with k = 1).
  * Returns 1 when the key is present and valid. A scalar number is a list of
@@ -473,94 +570,11 @@ int spec__get_values(spec_problems *pr, const json_t *obj, const char *path, con
                        allowed);
     return 0;
   }
-  int bad = 0;
+  int bad;
   if (json_is_number(v) || json_is_array(v)) {
-    size_t n = json_is_array(v) ? json_array_size(v) : 1;
-    if (json_is_array(v) && n == 0) {
-      spec_problem_add(pr, out->path, "found an empty list, expected %s (at least %d)", allowed,
-                       k->min_count);
-      return 0;
-    }
-    out->v = calloc(n, sizeof *out->v);
-    unsigned char *ok = calloc(n, 1);
-    if (!out->v || !ok) {
-      free(ok);
-      free(out->v);
-      out->v = NULL;
-      return 0;
-    }
-    out->n = n;
-    out->scalar = !json_is_array(v);
-    for (size_t i = 0; i < n; i++) {
-      json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
-      char ep[192], f[64];
-      if (!json_is_number(e)) {
-        spec_values_path(out, i, ep, sizeof ep);
-        spec__found(e, f, sizeof f);
-        spec_problem_add(pr, ep, "found %s %s, expected %s", spec__type_name(e), f, allowed);
-        bad = 1;
-        continue;
-      }
-      double x = json_number_value(e);
-      if (!(x >= k->lo && x <= k->hi) || (k->integer && x != floor(x))) {
-        spec_values_path(out, i, ep, sizeof ep);
-        spec__found(e, f, sizeof f);
-        spec_problem_add(pr, ep, "found %s, expected %s", f, allowed);
-        bad = 1;
-        continue;
-      }
-      out->v[i] = x;
-      ok[i] = 1;
-    }
-    if (json_is_array(v) && n > 1)
-      bad |= report_repeats(pr, v, ok, out);
-    free(ok);
+    bad = values_list(pr, v, k, allowed, out);
   } else if (json_is_object(v)) {
-    static const char *const range_keys[] = {"from", "to", "points", NULL};
-    spec__check_keys(pr, v, out->path, range_keys);
-    double from = 0, to = 0, points = 0;
-    double lo = k->lo > 0 ? k->lo : 1e-300;
-    int ok = spec__get_number(pr, v, out->path, "from", &from, lo, k->hi, 0, 1, allowed);
-    ok &= spec__get_number(pr, v, out->path, "to", &to, lo, k->hi, 0, 1, allowed);
-    ok &= spec__get_number(pr, v, out->path, "points", &points, 1, 1000, 1, 1,
-                           "the number of log-spaced points: an integer from 1 to 1000");
-    if (!ok)
-      return 0;
-    if (points == 1 && from != to) {
-      spec_problem_add(pr, out->path,
-                       "found a range from %.6g to %.6g with 1 point; expected from = to for one "
-                       "point, or at least 2 points",
-                       from, to);
-      return 0;
-    }
-    if (points > 1 && !(from < to)) {
-      spec_problem_add(pr, out->path, "found from %.6g and to %.6g; expected from < to", from, to);
-      return 0;
-    }
-    size_t n = (size_t)points;
-    out->v = calloc(n, sizeof *out->v);
-    if (!out->v)
-      return 0;
-    out->n = n;
-    out->range = 1;
-    for (size_t i = 0; i < n; i++) {
-      double x =
-          n == 1 ? from : exp(log(from) + (log(to) - log(from)) * (double)i / (double)(n - 1));
-      if (i == 0)
-        x = from;
-      if (i == n - 1)
-        x = to;
-      if (k->integer)
-        x = round(x);
-      out->v[i] = x;
-      if (i > 0 && out->v[i - 1] == x && !bad) {
-        spec_problem_add(pr, out->path,
-                         "the range from %.6g to %.6g with %zu points repeats %.17g after rounding "
-                         "to integers; expected fewer points or a wider range",
-                         from, to, n, x);
-        bad = 1;
-      }
-    }
+    bad = values_range(pr, v, k, allowed, out);
   } else {
     char f[64];
     spec__found(v, f, sizeof f);
@@ -570,6 +584,8 @@ int spec__get_values(spec_problems *pr, const json_t *obj, const char *path, con
                      spec__type_name(v), f, allowed);
     return 0;
   }
+  if (bad < 0)
+    return 0;
   if (!bad && out->n < (size_t)k->min_count) {
     spec_problem_add(pr, out->path, "found %zu value%s, expected at least %d (%s)", out->n,
                      out->n == 1 ? "" : "s", k->min_count, k->what);

@@ -61,6 +61,15 @@ static int no_space(const char *path, int e, char *err, size_t errlen) {
   return TRN_CKPT_NO_SPACE;
 }
 
+/* A write to path that failed with errno e: a full filesystem's own code
+ * (no_space), else "path: what: reason" and SS_EIO. */
+static int write_failed(const char *path, const char *what, int e, char *err, size_t errlen) {
+  if (e == ENOSPC || e == EDQUOT)
+    return no_space(path, e, err, errlen);
+  snprintf(err, errlen, "%s: %s: %s", path, what, strerror(e));
+  return SS_EIO;
+}
+
 /* Temporary files of this directory's earlier writers (a trainer killed
  * while writing): they would hold space a full disk needs. A checkpoint
  * directory belongs to one run, and a run has one live trainer. */
@@ -152,10 +161,7 @@ static int keep_written(fio_atomic *f, const char *dir, const char *path, char *
   if (f->failed) {
     int e = f->err;
     fio_atomic_abort(f);
-    if (e == ENOSPC || e == EDQUOT)
-      return no_space(path, e, err, errlen);
-    snprintf(err, errlen, "%s: write failed: %s", path, strerror(e));
-    return SS_EIO;
+    return write_failed(path, "write failed", e, err, errlen);
   }
   /* the newest becomes the previous one; a crash before the commit leaves
    * only that, which a resume finds */
@@ -172,12 +178,8 @@ static int keep_written(fio_atomic *f, const char *dir, const char *path, char *
 int trn_ckpt_save(const char *dir, const char *config_json, const trn_model *m, const trn_optim *o,
                   const trn_ckpt_state *st, char *path_out, size_t path_len, char *err,
                   size_t errlen) {
-  if (fio_mkdirs(dir, 0755) != 0) {
-    if (errno == ENOSPC || errno == EDQUOT)
-      return no_space(dir, errno, err, errlen);
-    snprintf(err, errlen, "%s: cannot create checkpoint directory: %s", dir, strerror(errno));
-    return SS_EIO;
-  }
+  if (fio_mkdirs(dir, 0755) != 0)
+    return write_failed(dir, "cannot create checkpoint directory", errno, err, errlen);
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", dir, TRN_CKPT_FILE);
   size_t pbytes = m->nparams * sizeof(float);
