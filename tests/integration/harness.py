@@ -1,5 +1,6 @@
 """Helpers shared by the Python integration tests (run through
 tests/integration/run_with_pg.sh, which sets PGTEST_SH)."""
+import contextlib
 import http.client
 import json
 import os
@@ -26,6 +27,20 @@ def _ephemeral_range():
         return int(lo), int(hi)
     except (OSError, ValueError):
         return 32768, 60999
+
+
+@contextlib.contextmanager
+def tmp_kept_on_failure(tmp, cleanup):
+    """The body of a test: cleanup() runs however it ends, and tmp goes only
+    when the body got to its end, so that a failure leaves its logs to read."""
+    finished = False
+    try:
+        yield
+        finished = True
+    finally:
+        cleanup()
+        if finished:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def free_port():
