@@ -227,14 +227,21 @@ static int cmp_d(const void *x, const void *y) {
   return a < b ? -1 : a > b;
 }
 
-static void test_loop(void) {
+/* What the loop's tests start from: seed 12345's observations, the
+ * candidates in c and all of them in all; the whole grid's cost, half of
+ * which is their compute. */
+static double observed_grid(adaptive_cand *c, size_t *all) {
   observe_all(12345);
-  adaptive_cand c[NC];
   make_candidates(c);
-  size_t all[NC];
   for (size_t i = 0; i < NC; i++)
     all[i] = i;
-  double grid_cost = adaptive_cost(c, all, NC);
+  return adaptive_cost(c, all, NC);
+}
+
+static void test_loop(void) {
+  adaptive_cand c[NC];
+  size_t all[NC];
+  double grid_cost = observed_grid(c, all);
   spec_adaptive a = question(0.10, grid_cost / 2);
   double truth = true_n_opt(C_STAR);
   printf("the loop, compute %.3g (half the grid's %.3g), true N_opt %.4g:\n", a.compute, grid_cost,
@@ -285,13 +292,9 @@ static void test_loop(void) {
 /* the other criterion (reweighting the resamples by simulated outcomes):
  * the same loop's invariants, and a narrower interval at the end */
 static void test_reweight(void) {
-  observe_all(12345);
   adaptive_cand c[NC];
-  make_candidates(c);
   size_t all[NC];
-  for (size_t i = 0; i < NC; i++)
-    all[i] = i;
-  spec_adaptive a = question(0.10, adaptive_cost(c, all, NC) / 2);
+  spec_adaptive a = question(0.10, observed_grid(c, all) / 2);
   a.criterion = SPEC_CRIT_REWEIGHT;
   printf("the loop with the reweighting criterion:\n");
   loop_out o = run_loop(&a, 0);
@@ -302,13 +305,9 @@ static void test_reweight(void) {
 
 /* a failed run is replaced: never taken again, and the loop goes on */
 static void test_failed(void) {
-  observe_all(12345);
   adaptive_cand c[NC];
-  make_candidates(c);
   size_t all[NC];
-  for (size_t i = 0; i < NC; i++)
-    all[i] = i;
-  spec_adaptive a = question(0.10, adaptive_cost(c, all, NC) / 2);
+  spec_adaptive a = question(0.10, observed_grid(c, all) / 2);
   printf("the loop with round 1's first run failed:\n");
   loop_out o = run_loop(&a, 1);
   CHECK(o.rounds >= 2);
