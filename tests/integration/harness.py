@@ -6,6 +6,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -437,3 +438,19 @@ def unlock_sweep_row(lock):
     lock.stdin.write("ROLLBACK;\n\\q\n")
     lock.stdin.close()
     lock.wait(30)
+
+
+def statement_waits(like):
+    """The number of statements LIKE like that wait for a lock."""
+    return int(psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    f"AND query LIKE '{like}'"))
+
+
+def killed_while_locked(stop, lock, sweep, column):
+    """Kills the scheduler (stop: a Rig's) while its statement waits on lock
+    (lock_sweep_row's), then releases the lock: sweep's `column IS NULL`,
+    its status and its number of runs, as psql prints them."""
+    stop("scheduler", signal.SIGKILL)
+    unlock_sweep_row(lock)
+    return psql(f"SELECT {column} IS NULL, status, (SELECT count(*) FROM runs WHERE "
+                f"sweep_id = {sweep}) FROM sweeps WHERE id = {sweep}")
