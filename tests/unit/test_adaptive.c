@@ -87,6 +87,19 @@ static void add_point(fit_point *pts, int *n, const adaptive_cand *c) {
   (*n)++;
 }
 
+/* The candidates set[0..k) (set NULL: the first k) done, their points
+ * added in that order; the number of points. */
+static int mark_done(const adaptive_cand *c, const size_t *set, size_t k, adaptive_cand_state *st,
+                     fit_point *pts) {
+  int np = 0;
+  for (size_t i = 0; i < k; i++) {
+    size_t j = set ? set[i] : i;
+    st[j] = ADAPT_DONE;
+    add_point(pts, &np, &c[j]);
+  }
+  return np;
+}
+
 static spec_adaptive question(double precision, double compute) {
   return (spec_adaptive){.present = 1,
                          .question = SPEC_Q_N_OPT,
@@ -208,11 +221,7 @@ static double width_of(const spec_adaptive *a, const size_t *set, size_t k) {
   make_candidates(c);
   adaptive_cand_state st[NC] = {0};
   fit_point pts[NC];
-  int np = 0;
-  for (size_t i = 0; i < k; i++) {
-    st[set[i]] = ADAPT_DONE;
-    add_point(pts, &np, &c[set[i]]);
-  }
+  int np = mark_done(c, set, k, st, pts);
   spec_adaptive b = *a;
   b.precision = 1e-4; /* never reached: the width is what is wanted */
   adaptive_result r;
@@ -321,11 +330,7 @@ static void test_stops(void) {
   make_candidates(c);
   adaptive_cand_state st[NC] = {0};
   fit_point pts[NC];
-  int np = 0;
-  for (size_t k = 0; k < NC; k++) {
-    st[k] = ADAPT_DONE;
-    add_point(pts, &np, &c[k]);
-  }
+  int np = mark_done(c, NULL, NC, st, pts);
   st[NC - 1] = ADAPT_FREE; /* one free candidate */
   np--;
   adaptive_result r;
