@@ -454,3 +454,18 @@ def killed_while_locked(stop, lock, sweep, column):
     unlock_sweep_row(lock)
     return psql(f"SELECT {column} IS NULL, status, (SELECT count(*) FROM runs WHERE "
                 f"sweep_id = {sweep}) FROM sweeps WHERE id = {sweep}")
+
+
+def branch_runs(sweep, *more):
+    """sweep's runs in id order, each a dict of its id, tokens, branch_of and
+    branch_step (0: none), status, branch_path ("": none) and "more": the
+    values of the SQL expressions more (over `runs r`), as psql prints them."""
+    rows = psql("SELECT id, (config->'train'->>'tokens')::bigint, coalesce(branch_of, 0), "
+                "coalesce(branch_step, 0), status, coalesce(branch_path, ''), " + ", ".join(more) +
+                f" FROM runs r WHERE sweep_id = {sweep} ORDER BY id")
+    out = []
+    for line in rows.splitlines():
+        i, tok, bo, bs, st, bp, *rest = line.split("|")
+        out.append({"id": int(i), "tokens": int(tok), "branch_of": int(bo), "branch_step": int(bs),
+                    "status": st, "branch_path": bp, "more": rest})
+    return out
