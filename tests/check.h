@@ -71,4 +71,14 @@ static inline int check_tmpdir(char *buf, size_t n, const char *name) {
   return 0;
 }
 
+/* dir/name, in the next of 8 static buffers taken in turn, so that one call
+ * may be given several such paths (a symlink's target and its name). */
+static inline const char *check_path(const char *dir, const char *name) {
+  static char buf[8][4400];
+  static int next;
+  char *p = buf[next++ % 8];
+  snprintf(p, sizeof buf[0], "%s/%s", dir, name);
+  return p;
+}
+
 #endif

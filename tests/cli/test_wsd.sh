@@ -16,6 +16,16 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cli_setup "$@"
 
+# branch_refused LABEL CONFIG CHECKPOINT NEEDLE...: `train --config CONFIG
+# --branch-from CHECKPOINT` refuses the branch point (exit 2), saying each NEEDLE.
+branch_refused() {
+  local what=$1 config=$2 from=$3
+  shift 3
+  cli_run 60 train "$what" --config "$config" --branch-from "$from"
+  expect_rc 2
+  expect_msg "$@"
+}
+
 cat >"$tmp/h.py" <<'PY'
 import json, math, re, sys
 
@@ -175,14 +185,10 @@ PY
 "$bin" train --config short_lq8.json --branch-from cklq/branch-80/checkpoint.bin >branch_lq8.out ||
   fail "the llama bf16 branch failed: $(tail -c 600 branch_lq8.out)"
 h same_tail short_lq8.out branch_lq8.out 80
-cli_run 60 train "a gpt2 run from a llama checkpoint" --config short.json \
-  --branch-from ckl/branch-80/checkpoint.bin
-expect_rc 2
-expect_msg '$.model.family: checkpoint has "llama", config has nothing'
-cli_run 60 train "another muP base width" --config short_lbw.json \
-  --branch-from ckl/branch-80/checkpoint.bin
-expect_rc 2
-expect_msg '$.model.base_width: checkpoint has 16, config has 32'
+branch_refused "a gpt2 run from a llama checkpoint" short.json ckl/branch-80/checkpoint.bin \
+  '$.model.family: checkpoint has "llama", config has nothing'
+branch_refused "another muP base width" short_lbw.json ckl/branch-80/checkpoint.bin \
+  '$.model.base_width: checkpoint has 16, config has 32'
 
 # a branch with checkpoints of its own (a later attempt) resumes from them, not
 # from the branch point: here from its last, so it trains no step again
@@ -207,24 +213,16 @@ PY
 
 # ---- 3. what cannot be a branch point ---------------------------------------
 "$bin" train --config trunk.json --checkpoint-dir ck2 --keep-steps 120 >/dev/null
-cli_run 60 train "checkpoint after the branch's stable phase" --config short.json \
-  --branch-from ck2/branch-120/checkpoint.bin
-expect_rc 2
-expect_msg "ck2/branch-120/checkpoint.bin: holds step 120, after the stable phase of this run (80 steps)"
-cli_run 60 train "another learning rate" --config short_lr.json \
-  --branch-from ck/branch-80/checkpoint.bin
-expect_rc 2
-expect_msg '$.train.lr: checkpoint has 0.003, config has 0.002' "differs from it only in train.tokens"
-cli_run 60 train "another decay fraction" --config short_frac.json \
-  --branch-from ck/branch-80/checkpoint.bin
-expect_rc 2
-expect_msg '$.train.decay_frac: checkpoint has 0.2, config has 0.5'
-cli_run 60 train "a cosine run" --config short_cos.json --branch-from ck/branch-40/checkpoint.bin
-expect_rc 2
-expect_msg '$.train.schedule: checkpoint has "wsd", config has "cosine"'
-cli_run 60 train "no such file" --config short.json --branch-from nowhere/checkpoint.bin
-expect_rc 2
-expect_msg "nowhere/checkpoint.bin: cannot open checkpoint"
+branch_refused "checkpoint after the branch's stable phase" short.json ck2/branch-120/checkpoint.bin \
+  "ck2/branch-120/checkpoint.bin: holds step 120, after the stable phase of this run (80 steps)"
+branch_refused "another learning rate" short_lr.json ck/branch-80/checkpoint.bin \
+  '$.train.lr: checkpoint has 0.003, config has 0.002' "differs from it only in train.tokens"
+branch_refused "another decay fraction" short_frac.json ck/branch-80/checkpoint.bin \
+  '$.train.decay_frac: checkpoint has 0.2, config has 0.5'
+branch_refused "a cosine run" short_cos.json ck/branch-40/checkpoint.bin \
+  '$.train.schedule: checkpoint has "wsd", config has "cosine"'
+branch_refused "no such file" short.json nowhere/checkpoint.bin \
+  "nowhere/checkpoint.bin: cannot open checkpoint"
 cli_run 10 train "descending keep steps" --config trunk.json --checkpoint-dir x --keep-steps 80,40
 expect_rc 2
 expect_msg "--keep-steps '80,40': at character 4: expected ascending steps >= 1"
@@ -284,21 +282,15 @@ if done["event"] != "done" or done["steps"] != 40 or done["tokens"] != 40960:
     raise SystemExit("FAIL: the 4x rung's done line: %s" % done)
 print("constant-rate rungs: the trunk's batch continues it exactly; 4x starts at step 21, tokens 21504")
 PY
-cli_run 60 train "a rung whose batch does not divide the point" --config c24.json \
-  --branch-from cck/branch-80/checkpoint.bin
-expect_rc 2
-expect_msg "cck/branch-80/checkpoint.bin: holds 20480 tokens, not a whole number of this run's batches" \
+branch_refused "a rung whose batch does not divide the point" c24.json cck/branch-80/checkpoint.bin \
+  "cck/branch-80/checkpoint.bin: holds 20480 tokens, not a whole number of this run's batches" \
   "batch_size 24 x seq_len 32 = 768 tokens"
-cli_run 60 train "a rung with another weight decay" --config cwd.json \
-  --branch-from cck/branch-80/checkpoint.bin
-expect_rc 2
-expect_msg '$.train.weight_decay: checkpoint has 0.1, config has 0.05' \
+branch_refused "a rung with another weight decay" cwd.json cck/branch-80/checkpoint.bin \
+  '$.train.weight_decay: checkpoint has 0.1, config has 0.05' \
   "differs from the run it starts from only in train.tokens, batch_size, micro_batch_size and lr"
 "$bin" train --config cwarm.json --checkpoint-dir cckw --keep-steps 40 >/dev/null
-cli_run 60 train "a rung inside the warmup" --config cwarm.json \
-  --branch-from cckw/branch-40/checkpoint.bin
-expect_rc 2
-expect_msg "cckw/branch-40/checkpoint.bin: holds 10240 tokens, inside the warmup" \
+branch_refused "a rung inside the warmup" cwarm.json cckw/branch-40/checkpoint.bin \
+  "cckw/branch-40/checkpoint.bin: holds 10240 tokens, inside the warmup" \
   "a constant-rate branch starts after it"
 
 echo "PASS: wsd schedule and branches ($((SECONDS - started)) s)"

@@ -155,13 +155,7 @@ def phase(binary, tmp, mnt, rng, env, say, problems, ref, ref_done, full_disk):
                 if n.startswith("checkpoint")}
 
     newest, prev = os.path.join(ck, "checkpoint.bin"), os.path.join(ck, "checkpoint.prev.bin")
-    size = os.path.getsize(newest)
-    at = rng.randrange(4096, size - 16)
-    with open(newest, "r+b") as f:
-        f.seek(at)
-        b = f.read(1)
-        f.seek(at)
-        f.write(bytes([b[0] ^ 0x40]))
+    at = faultlib.flip_bits(newest, os.path.getsize(newest), rng, 0x40)
     rc, ev, err = train(binary, cfg, env, "--resume", ck)
     want_line = f"checkpoint {newest}: checksum mismatch"
     from_line = f"resuming from {prev} (step {kept['checkpoint.prev.bin']})"

@@ -369,18 +369,38 @@ def diff_series(got, want, what):
     return problems
 
 
+def rerun(binary, config_path, workdir, ckpt_dir, env=None, timeout=600):
+    """Trains config_path's run again from its start, uninterrupted, with its
+    checkpoints in ckpt_dir and its config written to workdir (which must
+    exist): the trainer's CompletedProcess."""
+    cfg = json.load(open(config_path))
+    cfg["checkpoint"]["dir"] = ckpt_dir
+    path = os.path.join(workdir, "config.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    return subprocess.run([binary, "train", "--config", path], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def flip_bits(path, size, rng, mask):
+    """Flips the bits of mask in one byte of the checkpoint at path (size
+    bytes), picked by rng past its header and before its checksum, so that
+    only the checksum can tell: the byte's offset."""
+    at = rng.randrange(4096, size - 16)
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ mask]))
+    return at
+
+
 def compare_series(binary, run_id, config_path, workdir, env=None):
     """Trains run_id again, uninterrupted, from its config (its checkpoint
     directory moved to workdir) and compares every stored series of the run
     with the rerun's, step by step: (number of steps compared, problems)."""
-    cfg = json.load(open(config_path))
     os.makedirs(workdir, exist_ok=True)
-    cfg["checkpoint"]["dir"] = os.path.join(workdir, "ckpt")
-    path = os.path.join(workdir, "config.json")
-    with open(path, "w") as f:
-        json.dump(cfg, f)
-    out = subprocess.run([binary, "train", "--config", path], capture_output=True, text=True,
-                         env=env, timeout=600)
+    out = rerun(binary, config_path, workdir, os.path.join(workdir, "ckpt"), env)
     if out.returncode != 0:
         return 0, [f"run {run_id}: the uninterrupted rerun failed: {out.stderr[-500:]}"]
     want = series_of(trainer_events(out.stdout))

@@ -326,12 +326,7 @@ def fault_corrupt_checkpoint(mon):
                 except ProcessLookupError:
                     pass  # its worker ended it meanwhile (a fence)
                 continue
-            at = rng.randrange(4096, size - 16)
-            with open(newest, "r+b") as f:
-                f.seek(at)
-                b = f.read(1)
-                f.seek(at)
-                f.write(bytes([b[0] ^ 0x10]))
+            at = faultlib.flip_bits(newest, size, rng, 0x10)
             try:
                 os.kill(pid, signal.SIGKILL)
                 os.kill(pid, signal.SIGCONT)

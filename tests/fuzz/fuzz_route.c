@@ -56,25 +56,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     data += skip;
     size -= skip;
   }
-  store_stub_script(script, nscript);
-
   uv_loop_t loop;
-  sched *s = calloc(1, sizeof *s);
-  if (!s || uv_loop_init(&loop) != 0)
-    abort();
-  s->loop = &loop;
-  s->o.lease_s = 30;
-  s->o.heartbeat_s = 5;
-  s->o.open_reads = !(options & 1);
-  s->o.checkpoint_root = "/nonexistent/checkpoints";
-  snprintf(s->token, sizeof s->token, "%s", FUZZ_ROUTE_TOKEN);
-  snprintf(s->api_token, sizeof s->api_token, "%s", FUZZ_ROUTE_TOKEN);
-  store_stub_sched_open(s, &loop);
-  s->wp.loop = &loop;
-  s->wp.token = s->token;
-  s->wp.auth_block_s = 60;
-  s->wp.ev = &s->ev;
-  s->wp.n = &s->n;
+  sched *s = store_stub_sched_new(&loop, script, nscript, FUZZ_ROUTE_TOKEN, !(options & 1));
   http_limits lim;
   http_limits_default(&lim);
   lim.max_body_bytes = 64 * 1024; /* a spec, not a large one: planning is slow enough */

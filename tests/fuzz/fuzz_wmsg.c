@@ -137,29 +137,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     data += skip;
     size -= skip;
   }
-  store_stub_script(script, nscript);
-
   uv_loop_t loop;
-  sched *s = calloc(1, sizeof *s);
-  if (!s || uv_loop_init(&loop) != 0)
-    abort();
-  s->loop = &loop;
-  s->o.lease_s = 30; /* sched_options_default's (sched.c, which this harness does not link) */
-  s->o.heartbeat_s = 5;
-  s->o.reserve_after_s = 300;
-  s->o.open_reads = 1;
-  s->o.checkpoint_root = "/nonexistent/checkpoints";
-  snprintf(s->token, sizeof s->token, "%s", FUZZ_WMSG_TOKEN);
-  snprintf(s->api_token, sizeof s->api_token, "%s", FUZZ_WMSG_TOKEN);
-  store_stub_sched_open(s, &loop);
+  sched *s = store_stub_sched_new(&loop, script, nscript, FUZZ_WMSG_TOKEN, 1);
+  s->o.reserve_after_s = 300; /* sched_options_default's, as the lease and heartbeat */
   sched__wport *wp = &s->wp;
-  wp->loop = &loop;
-  wp->token = s->token;
-  wp->auth_block_s = 60;
   wp->lease_s = s->o.lease_s;
   wp->heartbeat_s = s->o.heartbeat_s;
-  wp->ev = &s->ev;
-  wp->n = &s->n;
   wp->hooks = sched__port_hooks(s); /* the scheduler's own (port_hooks.c) */
   char err[256];
   if (sched__wport_listen(wp, "127.0.0.1:0", err, sizeof err) != 0) {

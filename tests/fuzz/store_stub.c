@@ -5,6 +5,7 @@
 #include "tests/fuzz/store_stub.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
@@ -846,13 +847,31 @@ void store_predictions_set(db *d, int64_t run_id, const char *json, store_done_c
 
 static void on_stub_closed(void *ud) { (void)ud; }
 
-void store_stub_sched_open(struct sched *s, uv_loop_t *loop) {
+sched *store_stub_sched_new(uv_loop_t *loop, const uint8_t *script, size_t nscript,
+                            const char *token, int open_reads) {
+  store_stub_script(script, nscript);
+  sched *s = calloc(1, sizeof *s);
+  if (!s || uv_loop_init(loop) != 0)
+    abort();
+  s->loop = loop;
+  s->o.lease_s = 30;
+  s->o.heartbeat_s = 5;
+  s->o.open_reads = open_reads;
+  s->o.checkpoint_root = "/nonexistent/checkpoints";
+  snprintf(s->token, sizeof s->token, "%s", token);
+  snprintf(s->api_token, sizeof s->api_token, "%s", token);
   s->db = db_open(loop, "stub");
   s->db_submit = db_open(loop, "stub");
   s->reads = db_pool_open(loop, "stub", 2, NULL);
   s->wp.db = s->db;
   for (int i = 0; i < SCHED__METRIC_DBS; i++)
     s->wp.db_metrics[i] = db_open(loop, "stub");
+  s->wp.loop = loop;
+  s->wp.token = s->token;
+  s->wp.auth_block_s = 60;
+  s->wp.ev = &s->ev;
+  s->wp.n = &s->n;
+  return s;
 }
 
 void store_stub_sched_close(struct sched *s) {

@@ -24,11 +24,18 @@ void store_stub_script(const uint8_t *bytes, size_t n);
 /* Statements queued on every connection and not yet answered. */
 int store_stub_pending(void);
 
-/* The scheduler's connections (s->db, db_submit, reads, the worker port's
- * db and db_metrics), opened on loop as sched.c opens them, and closed
- * (their close callbacks run on the loop's next turns). */
+/* A scheduler as the harnesses drive it, made here because sched.c (which
+ * they do not link) cannot: loop initialised, the script set, the lease and
+ * heartbeat of sched_options_default, token as both the cluster's and the
+ * API's, checkpoints under a root that does not exist, the connections
+ * opened as sched.c opens them (s->db, db_submit, reads, the worker port's
+ * db and db_metrics) and the worker port set up but not listening. Aborts
+ * when out of memory; the harness frees it. */
 struct sched;
-void store_stub_sched_open(struct sched *s, uv_loop_t *loop);
+struct sched *store_stub_sched_new(uv_loop_t *loop, const uint8_t *script, size_t nscript,
+                                   const char *token, int open_reads);
+/* Closes the connections (their close callbacks run on the loop's next
+ * turns). */
 void store_stub_sched_close(struct sched *s);
 
 #endif

@@ -1,10 +1,12 @@
 """Helpers shared by the Python integration tests (run through
 tests/integration/run_with_pg.sh, which sets PGTEST_SH)."""
+import contextlib
 import http.client
 import json
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +28,20 @@ def _ephemeral_range():
         return int(lo), int(hi)
     except (OSError, ValueError):
         return 32768, 60999
+
+
+@contextlib.contextmanager
+def tmp_kept_on_failure(tmp, cleanup):
+    """The body of a test: cleanup() runs however it ends, and tmp goes only
+    when the body got to its end, so that a failure leaves its logs to read."""
+    finished = False
+    try:
+        yield
+        finished = True
+    finally:
+        cleanup()
+        if finished:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def free_port():
@@ -422,3 +438,34 @@ def unlock_sweep_row(lock):
     lock.stdin.write("ROLLBACK;\n\\q\n")
     lock.stdin.close()
     lock.wait(30)
+
+
+def statement_waits(like):
+    """The number of statements LIKE like that wait for a lock."""
+    return int(psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    f"AND query LIKE '{like}'"))
+
+
+def killed_while_locked(stop, lock, sweep, column):
+    """Kills the scheduler (stop: a Rig's) while its statement waits on lock
+    (lock_sweep_row's), then releases the lock: sweep's `column IS NULL`,
+    its status and its number of runs, as psql prints them."""
+    stop("scheduler", signal.SIGKILL)
+    unlock_sweep_row(lock)
+    return psql(f"SELECT {column} IS NULL, status, (SELECT count(*) FROM runs WHERE "
+                f"sweep_id = {sweep}) FROM sweeps WHERE id = {sweep}")
+
+
+def branch_runs(sweep, *more):
+    """sweep's runs in id order, each a dict of its id, tokens, branch_of and
+    branch_step (0: none), status, branch_path ("": none) and "more": the
+    values of the SQL expressions more (over `runs r`), as psql prints them."""
+    rows = psql("SELECT id, (config->'train'->>'tokens')::bigint, coalesce(branch_of, 0), "
+                "coalesce(branch_step, 0), status, coalesce(branch_path, ''), " + ", ".join(more) +
+                f" FROM runs r WHERE sweep_id = {sweep} ORDER BY id")
+    out = []
+    for line in rows.splitlines():
+        i, tok, bo, bs, st, bp, *rest = line.split("|")
+        out.append({"id": int(i), "tokens": int(tok), "branch_of": int(bo), "branch_step": int(bs),
+                    "status": st, "branch_path": bp, "more": rest})
+    return out

@@ -41,8 +41,8 @@ import subprocess
 import sys
 import time
 
-from harness import (FAKE_LAW as FAKE, SANITIZED, Rig, lock_sweep_row, psql, unlock_sweep_row,
-                     until)
+from harness import (FAKE_LAW as FAKE, SANITIZED, Rig, killed_while_locked, lock_sweep_row, psql,
+                     statement_waits, until)
 
 BIN = sys.argv[1]
 TIMEOUT = 600 if SANITIZED else 150
@@ -208,14 +208,9 @@ try:
         fail(f"sweep B's first round did not end: {states()}; waiting: " +
              psql("SELECT string_agg(left(query, 300), ' | ') FROM pg_stat_activity "
                   "WHERE wait_event_type = 'Lock'"))
-    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' " \
-              "AND query LIKE '%dec AS (UPDATE sweeps s SET adaptive%'"
-    if not until(lambda: int(psql(waiting)) > 0, TIMEOUT):
+    if not until(lambda: statement_waits("%dec AS (UPDATE sweeps s SET adaptive%") > 0, TIMEOUT):
         fail("the scheduler's round never waited for the sweep's row")
-    stop("scheduler", signal.SIGKILL)
-    unlock_sweep_row(lock)
-    held = psql(f"SELECT adaptive IS NULL, status, (SELECT count(*) FROM runs WHERE "
-                f"sweep_id = {sb}) FROM sweeps WHERE id = {sb}")
+    held = killed_while_locked(stop, lock, sb, "adaptive")
     if held != "t|running|9":
         fail(f"sweep B after the kill: {held}, expected no round stored, running, 9 runs")
     start_scheduler()

@@ -26,7 +26,7 @@ import os
 import sys
 import time
 
-from harness import Rig, psql
+from harness import Rig, branch_runs, psql
 
 BIN = sys.argv[1]
 T0 = time.time()
@@ -58,17 +58,12 @@ def spec(name):
 
 
 def runs_of(sweep):
-    rows = psql(f"SELECT id, batch_size, coalesce(branch_of, 0), coalesce(branch_step, 0), status,"
-                f" coalesce(branch_path, ''), (config->'train'->>'tokens')::bigint,"
-                f" (SELECT coalesce(min(step), 0) FROM metrics m WHERE m.run_id = r.id),"
-                f" part FROM runs r WHERE sweep_id = {sweep} ORDER BY id")
-    out = []
-    for line in rows.splitlines():
-        i, b, bo, bs, st, bp, tok, first, part = line.split("|")
-        out.append({"id": int(i), "batch": int(b), "branch_of": int(bo), "branch_step": int(bs),
-                    "status": st, "branch_path": bp, "tokens": int(tok),
-                    "first_step": int(first), "part": part})
-    return out
+    runs = branch_runs(sweep, "batch_size", "part",
+                       "(SELECT coalesce(min(step), 0) FROM metrics m WHERE m.run_id = r.id)")
+    for r in runs:
+        b, r["part"], first = r.pop("more")
+        r["batch"], r["first_step"] = int(b), int(first)
+    return runs
 
 
 def evals(run_id):

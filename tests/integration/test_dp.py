@@ -160,6 +160,18 @@ def check_zero(tag, make):
 
 
 
+def zero1_on_one(tag, make, long_over, full, first, ck):
+    """A ZeRO-1 checkpoint of 2 ranks (in ck, from step first) resumed on 1
+    rank: the same losses as full, the uninterrupted run's (whose grad_norm
+    is summed from 2 shards: its last bits differ)"""
+    one = make("long1", world=1, mb=4, **{k: v for k, v in long_over.items()
+                                          if k != "optimizer__zero"})
+    res = lines(train(one, "--checkpoint-dir", ck, "--resume", ck).stdout)
+    same({k: v for k, v in full.items() if k[1] >= first}, res,
+         "%sa 2-rank ZeRO-1 checkpoint resumed on 1 rank vs uninterrupted (losses)" % tag,
+         keys=("train_loss", "val_loss", "final_val_loss", "lr"))
+
+
 def sigterm_at_checkpoint(tag, cfg, ck):
     """Trains cfg into the checkpoint directory ck and sends SIGTERM once
     it reports its first checkpoint; checks it exits 143 (tag names the
@@ -251,13 +263,7 @@ try:
     print("ok: the launcher killed with SIGKILL: its ranks died with it")
 
     # ---- 6. a ZeRO-1 checkpoint of 2 ranks resumes on 1 ----------------------------------
-    one = config("long1", world=1, mb=4, **{k: v for k, v in long_over.items()
-                                              if k != "optimizer__zero"})
-    res = lines(train(one, "--checkpoint-dir", ck_one, "--resume", ck_one).stdout)
-    # (the uninterrupted run's grad_norm is summed from 2 shards: its last bits differ)
-    same({k: v for k, v in full.items() if k[1] >= first}, res,
-         "a 2-rank ZeRO-1 checkpoint resumed on 1 rank vs uninterrupted (losses)",
-         keys=("train_loss", "val_loss", "final_val_loss", "lr"))
+    zero1_on_one("", config, long_over, full, first, ck_one)
 
     # ---- 7. refused settings -------------------------------------------------------------
     for over, path in ((dict(world=3), "$.world_size"),
@@ -318,12 +324,7 @@ try:
         check(first > 1, "llama: the resumed run started at step %d" % first)
         same({k: v for k, v in lfull.items() if k[1] >= first}, res,
              "llama: resumed after SIGTERM (from step %d) vs uninterrupted" % (first - 1))
-        lone = lconfig("long1", world=1, mb=4, **{k: v for k, v in long_over.items()
-                                                  if k != "optimizer__zero"})
-        res = lines(train(lone, "--checkpoint-dir", ck_one, "--resume", ck_one).stdout)
-        same({k: v for k, v in lfull.items() if k[1] >= first}, res,
-             "llama: a 2-rank ZeRO-1 checkpoint resumed on 1 rank vs uninterrupted (losses)",
-             keys=("train_loss", "val_loss", "final_val_loss", "lr"))
+        zero1_on_one("llama: ", lconfig, long_over, lfull, first, ck_one)
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 

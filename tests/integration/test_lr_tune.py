@@ -38,8 +38,8 @@ import subprocess
 import sys
 import time
 
-from harness import (FAKE_LAW as FAKE, SANITIZED, Rig, lock_sweep_row, psql, unlock_sweep_row,
-                     until)
+from harness import (FAKE_LAW as FAKE, SANITIZED, Rig, killed_while_locked, lock_sweep_row, psql,
+                     statement_waits, until)
 
 BIN = sys.argv[1]
 TIMEOUT = 300 if SANITIZED else 90
@@ -241,9 +241,7 @@ try:
         fail(f"tune-e's runs did not end: {tune_states()}")
     # the statement that stores the decision and adds the study waits for the
     # row (a status update that changes nothing takes no lock)
-    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' " \
-              "AND query LIKE '%dec AS (UPDATE sweeps%'"
-    if not until(lambda: int(psql(waiting)) > 0, TIMEOUT):
+    if not until(lambda: statement_waits("%dec AS (UPDATE sweeps%") > 0, TIMEOUT):
         fail("the scheduler's decision never waited for the sweep's row: "
              + psql("SELECT string_agg(left(query, 80), ' | ') FROM pg_stat_activity "
                     "WHERE wait_event_type = 'Lock'"))
@@ -251,10 +249,7 @@ try:
                 f"FROM sweeps WHERE id = {se}")
     if held != "t|3":
         fail(f"tune-e before the kill: {held}")
-    stop("scheduler", signal.SIGKILL)
-    unlock_sweep_row(lock)
-    held = psql(f"SELECT lr_tune IS NULL, status, (SELECT count(*) FROM runs WHERE "
-                f"sweep_id = {se}) FROM sweeps WHERE id = {se}")
+    held = killed_while_locked(stop, lock, se, "lr_tune")
     if held != "t|running|3":
         fail(f"tune-e after the kill: {held}, expected no decision, still running, 3 runs")
     print("tune-e: scheduler killed after the tune's runs ended, before its decision was "

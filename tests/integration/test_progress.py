@@ -18,13 +18,12 @@ import json
 import os
 import pty
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
-from harness import make_token, wait_healthz, api_request
+from harness import make_token, wait_healthz, api_request, tmp_kept_on_failure
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -65,7 +64,7 @@ def spec(name, seeds):
             "runs": [{"train": {"seed": s}} for s in seeds], "resources": {"cpus": 1}}
 
 
-try:
+with tmp_kept_on_failure(tmp, cleanup):
     ready = os.path.join(tmp, "ready.json")
     procs.append(subprocess.Popen(
         [BIN, "scheduler", "--database", DB, "--token-file", token, "--listen", "127.0.0.1:0",
@@ -143,8 +142,3 @@ try:
             "finished: 1 of 1" not in p.stdout:
         fail(f"submit --wait of the same spec: exit {p.returncode}: {p.stdout!r} {p.stderr!r}")
     print("ok: submit --wait of a spec submitted before follows that sweep")
-    cleanup_tmp = True
-finally:
-    cleanup()
-    if "cleanup_tmp" in globals():
-        shutil.rmtree(tmp, ignore_errors=True)

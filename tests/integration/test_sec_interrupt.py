@@ -23,14 +23,14 @@ does.
 Usage: test_sec_interrupt.py SCALESWEEP_BINARY
 """
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-from harness import api_request, make_token, psql, read_ready, until, wait_healthz
+from harness import (api_request, make_token, psql, read_ready, tmp_kept_on_failure, until,
+                     wait_healthz)
 
 BIN = sys.argv[1]
 DB = os.environ["SCALESWEEP_TEST_DB"]
@@ -168,7 +168,7 @@ def check_stopped(a, b, k, log_from, last_ck, report_lost=False):
     return ck
 
 
-try:
+with tmp_kept_on_failure(tmp, cleanup):
     # ports 0: the scheduler binds free ones and names them in its ready file
     ready = os.path.join(tmp, "ready.json")
     procs["scheduler"] = subprocess.Popen(
@@ -267,8 +267,3 @@ try:
         fail(f"run A (interrupted 4 times) and run B differ at {diff} steps")
     print(f"both runs succeeded; run A: 6 attempts, 5 interruptions, 1 spent; its {STEPS} "
           f"steps equal run B's exactly ({time.time() - T0:.0f} s)")
-    cleanup_tmp = True
-finally:
-    cleanup()
-    if "cleanup_tmp" in globals():
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -168,26 +168,31 @@ class Probes:
         while not self.halt.is_set():
             n += 1
             t0 = time.monotonic()
-            self.pending["heartbeat round trip"] = t0
-            self.w.send({"type": "heartbeat", "hb": n, "runs": [self.run_id]})
-            m = self.w.next(lambda m: m.get("type") == "heartbeat" and m.get("hb") == n, 60)
-            t1 = time.monotonic()
-            if m is None:
-                self.errors.append("heartbeat %d unanswered" % n)
-            self.heartbeat.append(1e3 * (t1 - t0))
-            del self.pending["heartbeat round trip"]
-            self.pending["metrics ack round trip"] = t1
+            t1 = self.round_trip(t0, "heartbeat round trip",
+                                 {"type": "heartbeat", "hb": n, "runs": [self.run_id]},
+                                 lambda m: m.get("type") == "heartbeat" and m.get("hb") == n,
+                                 self.heartbeat, "heartbeat %d unanswered" % n)
             row = {"event": "step", "step": n, "tokens": n * 256, "train_loss": 3.0,
                    "lr": 0.001, "grad_norm": 1.0, "tok_per_s": 1000.0}
-            self.w.send({"type": "metrics", "run_id": self.run_id, "attempt": self.attempt,
-                         "seq": n, "rows": [row]})
-            m = self.w.next(lambda m: m.get("type") == "ack" and m.get("seq") == n, 60)
-            t2 = time.monotonic()
-            if m is None:
-                self.errors.append("metrics %d not acknowledged" % n)
-            self.ack.append(1e3 * (t2 - t1))
-            del self.pending["metrics ack round trip"]
+            self.round_trip(t1, "metrics ack round trip",
+                            {"type": "metrics", "run_id": self.run_id, "attempt": self.attempt,
+                             "seq": n, "rows": [row]},
+                            lambda m: m.get("type") == "ack" and m.get("seq") == n,
+                            self.ack, "metrics %d not acknowledged" % n)
             time.sleep(max(0.0, 0.01 - (time.monotonic() - t0)))
+
+    def round_trip(self, t0, what, msg, answer, times, unanswered):
+        """Sends msg and waits for its answer (pending under what from t0,
+        the time taken appended to times in ms): when it ends"""
+        self.pending[what] = t0
+        self.w.send(msg)
+        m = self.w.next(answer, 60)
+        t1 = time.monotonic()
+        if m is None:
+            self.errors.append(unanswered)
+        times.append(1e3 * (t1 - t0))
+        del self.pending[what]
+        return t1
 
     def stop(self):
         self.halt.set()

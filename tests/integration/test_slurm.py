@@ -25,15 +25,14 @@ Usage: test_slurm.py SCALESWEEP_BINARY
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-from harness import (api_request, make_token, psql, read_ready, step_losses,
-                     stored_losses, until, wait_healthz)
+from harness import (api_request, make_token, psql, read_ready, step_losses, stored_losses,
+                     tmp_kept_on_failure, until, wait_healthz)
 from slurm_cluster import SlurmCluster
 
 BIN = os.path.abspath(sys.argv[1])
@@ -105,7 +104,7 @@ def job_state(job):
     return cluster.jobs().get(job, "GONE")
 
 
-try:
+with tmp_kept_on_failure(tmp, cleanup):
     cluster.start_or_skip(tmp)
     print(f"slurm: slurmctld and 2 slurmd nodes idle ({time.time() - T0:.1f} s)")
 
@@ -215,8 +214,3 @@ try:
         fail(f"job {job2}'s output says nothing of its workers stopping")
     print(f"scancel {job2} ({job_state(job2)}) with the queue empty: its workers stopped "
           f"({time.time() - T0:.1f} s)")
-    cleanup_tmp = True
-finally:
-    cleanup()
-    if "cleanup_tmp" in globals():
-        shutil.rmtree(tmp, ignore_errors=True)

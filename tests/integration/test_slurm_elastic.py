@@ -32,14 +32,13 @@ Usage: test_slurm_elastic.py SCALESWEEP_BINARY
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
-from harness import (api_request, make_token, psql, stop_all, until, until_progress,
-                     wait_healthz)
+from harness import (api_request, make_token, psql, stop_all, tmp_kept_on_failure, until,
+                     until_progress, wait_healthz)
 from slurm_cluster import SlurmCluster
 
 BIN = os.path.abspath(sys.argv[1])
@@ -114,7 +113,7 @@ def minutes(limit):
     return int(days or 0) * 1440 + parts[0] * 60 + parts[1] + parts[2] / 60
 
 
-try:
+with tmp_kept_on_failure(tmp, cleanup):
     # without Slurm's commands, --slurm is refused at start
     p = subprocess.run([BIN, "scheduler", "--database", DB, "--token-file", token, "--listen",
                         "127.0.0.1:0", "--workers", "127.0.0.1:0", "--slurm", "test"],
@@ -268,8 +267,3 @@ try:
     print(f"ok: a run of 2 ranks of 1 slot: job {job3['id']} of 2 nodes, the ranks placed on "
           f"both its workers {sorted(holders)}, succeeded; the job cancelled once idle "
           f"({time.time() - T0:.1f} s)")
-    cleanup_tmp = True
-finally:
-    cleanup()
-    if "cleanup_tmp" in globals():
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from harness import Rig, psql
+from harness import Rig, branch_runs, psql
 
 BIN = sys.argv[1]
 T0 = time.time()
@@ -56,20 +56,15 @@ def spec(name):
 
 
 def runs_of(sweep):
-    rows = psql(f"SELECT id, (config->'model'->>'d_model')::int, (config->'train'->>'tokens')::int,"
-                f" coalesce(branch_of, 0), coalesce(branch_step, 0), status,"
-                f" coalesce(branch_path, ''), coalesce(final_val_loss::text, ''),"
-                f" (SELECT coalesce(min(step), 0) || ':' || count(*) FROM metrics m"
-                f"  WHERE m.run_id = r.id AND m.train_loss IS NOT NULL)"
-                f" FROM runs r WHERE sweep_id = {sweep} ORDER BY id")
-    out = []
-    for line in rows.splitlines():
-        i, d, t, bo, bs, st, bp, loss, m = line.split("|")
+    runs = branch_runs(sweep, "(config->'model'->>'d_model')::int",
+                       "coalesce(final_val_loss::text, '')",
+                       "(SELECT coalesce(min(step), 0) || ':' || count(*) FROM metrics m"
+                       " WHERE m.run_id = r.id AND m.train_loss IS NOT NULL)")
+    for r in runs:
+        d, r["final"], m = r.pop("more")
         first, n = m.split(":")
-        out.append({"id": int(i), "d": int(d), "tokens": int(t), "branch_of": int(bo),
-                    "branch_step": int(bs), "status": st, "branch_path": bp,
-                    "final": loss, "first_step": int(first), "rows": int(n)})
-    return out
+        r["d"], r["first_step"], r["rows"] = int(d), int(first), int(n)
+    return runs
 
 
 def wait_sweep(sweep):

@@ -40,7 +40,6 @@ minutes on 2 cores. The resumed runs are compared on every stored series
 
 Usage: test_soak.py [--short] SCALESWEEP_BINARY
 """
-import json
 import os
 import random
 import re
@@ -424,15 +423,9 @@ def compare_resumed(runs, resumed, problems):
     sample = sorted(random.Random(SEED).sample(sample, min(MAX_COMPARED, len(sample))))
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
     for rid in sample:
-        cfg = json.load(open(resumed[rid]))
         d = os.path.join(tmp, "rerun", str(rid))
         os.makedirs(d)
-        cfg["checkpoint"]["dir"] = d
-        path = os.path.join(d, "config.json")
-        with open(path, "w") as f:
-            json.dump(cfg, f)
-        out = subprocess.run([BIN, "train", "--config", path], capture_output=True, text=True,
-                             env=env, timeout=300)
+        out = faultlib.rerun(BIN, resumed[rid], d, d, env, timeout=300)
         if out.returncode != 0:
             problems.append(f"run {rid}: the uninterrupted rerun failed: {out.stderr[-500:]}")
             continue

@@ -466,12 +466,20 @@ char *read_events(client *c, int n, response *head) {
   return out;
 }
 
+client *events_open(int port, const char *headers, int n, response *head, char **ev) {
+  client *c = client_open(port);
+  char req[512];
+  snprintf(req, sizeof req, "GET /events HTTP/1.1\r\n%s\r\n", headers);
+  send_str(c->fd, req);
+  *ev = read_events(c, n, head);
+  return c;
+}
+
 static void test_stop(int port) {
   response r;
+  char *ev;
   /* an open stream and a request the handler never answers */
-  client *sse = client_open(port);
-  send_str(sse->fd, "GET /events HTTP/1.1\r\n\r\n");
-  char *ev = read_events(sse, 3, &r);
+  client *sse = events_open(port, "", 3, &r, &ev);
   free(r.body);
   free(ev);
   client *c = client_open(port);

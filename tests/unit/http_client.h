@@ -122,5 +122,9 @@ int roundtrip(int port, const char *req, response *r);
 void check_status(int port, const char *req, int status, const char *body_has);
 /* Reads SSE events up to n; returns the text after the answer's head. */
 char *read_events(client *c, int n, response *head);
+/* A fresh connection that asks for /events (headers: more header lines, each
+ * ending in \r\n) and has read n events: their text in *ev (NULL when they
+ * did not come), the answer's head in *head. */
+client *events_open(int port, const char *headers, int n, response *head, char **ev);
 
 #endif

@@ -87,6 +87,19 @@ static void add_point(fit_point *pts, int *n, const adaptive_cand *c) {
   (*n)++;
 }
 
+/* The candidates set[0..k) (set NULL: the first k) done, their points
+ * added in that order; the number of points. */
+static int mark_done(const adaptive_cand *c, const size_t *set, size_t k, adaptive_cand_state *st,
+                     fit_point *pts) {
+  int np = 0;
+  for (size_t i = 0; i < k; i++) {
+    size_t j = set ? set[i] : i;
+    st[j] = ADAPT_DONE;
+    add_point(pts, &np, &c[j]);
+  }
+  return np;
+}
+
 static spec_adaptive question(double precision, double compute) {
   return (spec_adaptive){.present = 1,
                          .question = SPEC_Q_N_OPT,
@@ -208,11 +221,7 @@ static double width_of(const spec_adaptive *a, const size_t *set, size_t k) {
   make_candidates(c);
   adaptive_cand_state st[NC] = {0};
   fit_point pts[NC];
-  int np = 0;
-  for (size_t i = 0; i < k; i++) {
-    st[set[i]] = ADAPT_DONE;
-    add_point(pts, &np, &c[set[i]]);
-  }
+  int np = mark_done(c, set, k, st, pts);
   spec_adaptive b = *a;
   b.precision = 1e-4; /* never reached: the width is what is wanted */
   adaptive_result r;
@@ -227,14 +236,21 @@ static int cmp_d(const void *x, const void *y) {
   return a < b ? -1 : a > b;
 }
 
-static void test_loop(void) {
+/* What the loop's tests start from: seed 12345's observations, the
+ * candidates in c and all of them in all; the whole grid's cost, half of
+ * which is their compute. */
+static double observed_grid(adaptive_cand *c, size_t *all) {
   observe_all(12345);
-  adaptive_cand c[NC];
   make_candidates(c);
-  size_t all[NC];
   for (size_t i = 0; i < NC; i++)
     all[i] = i;
-  double grid_cost = adaptive_cost(c, all, NC);
+  return adaptive_cost(c, all, NC);
+}
+
+static void test_loop(void) {
+  adaptive_cand c[NC];
+  size_t all[NC];
+  double grid_cost = observed_grid(c, all);
   spec_adaptive a = question(0.10, grid_cost / 2);
   double truth = true_n_opt(C_STAR);
   printf("the loop, compute %.3g (half the grid's %.3g), true N_opt %.4g:\n", a.compute, grid_cost,
@@ -285,13 +301,9 @@ static void test_loop(void) {
 /* the other criterion (reweighting the resamples by simulated outcomes):
  * the same loop's invariants, and a narrower interval at the end */
 static void test_reweight(void) {
-  observe_all(12345);
   adaptive_cand c[NC];
-  make_candidates(c);
   size_t all[NC];
-  for (size_t i = 0; i < NC; i++)
-    all[i] = i;
-  spec_adaptive a = question(0.10, adaptive_cost(c, all, NC) / 2);
+  spec_adaptive a = question(0.10, observed_grid(c, all) / 2);
   a.criterion = SPEC_CRIT_REWEIGHT;
   printf("the loop with the reweighting criterion:\n");
   loop_out o = run_loop(&a, 0);
@@ -302,13 +314,9 @@ static void test_reweight(void) {
 
 /* a failed run is replaced: never taken again, and the loop goes on */
 static void test_failed(void) {
-  observe_all(12345);
   adaptive_cand c[NC];
-  make_candidates(c);
   size_t all[NC];
-  for (size_t i = 0; i < NC; i++)
-    all[i] = i;
-  spec_adaptive a = question(0.10, adaptive_cost(c, all, NC) / 2);
+  spec_adaptive a = question(0.10, observed_grid(c, all) / 2);
   printf("the loop with round 1's first run failed:\n");
   loop_out o = run_loop(&a, 1);
   CHECK(o.rounds >= 2);
@@ -322,11 +330,7 @@ static void test_stops(void) {
   make_candidates(c);
   adaptive_cand_state st[NC] = {0};
   fit_point pts[NC];
-  int np = 0;
-  for (size_t k = 0; k < NC; k++) {
-    st[k] = ADAPT_DONE;
-    add_point(pts, &np, &c[k]);
-  }
+  int np = mark_done(c, NULL, NC, st, pts);
   st[NC - 1] = ADAPT_FREE; /* one free candidate */
   np--;
   adaptive_result r;

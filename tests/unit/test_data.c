@@ -17,13 +17,7 @@
 static char tmpdir[256];
 static char err[1024];
 
-static const char *tmp_path(const char *name) {
-  static char buf[8][512];
-  static int next;
-  char *p = buf[next++ % 8];
-  snprintf(p, sizeof buf[0], "%s/%s", tmpdir, name);
-  return p;
-}
+static const char *tmp_path(const char *name) { return check_path(tmpdir, name); }
 
 static void patch_le32(const char *path, long at, uint32_t v) {
   unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),

@@ -81,9 +81,8 @@ static void test_connection_limit(int port) {
   for (int i = 0; i < LIMITED_CONNS; i++) {
     cs[i] = NULL;
     for (double t0 = now_ms(); !cs[i] && now_ms() - t0 < 3000;) {
-      client *c = client_open(port);
-      send_str(c->fd, "GET /events HTTP/1.1\r\n\r\n");
-      char *ev = read_events(c, 3, &r);
+      char *ev;
+      client *c = events_open(port, "", 3, &r, &ev);
       if (ev && r.status == 200) {
         cs[i] = c;
       } else {

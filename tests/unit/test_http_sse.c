@@ -30,9 +30,8 @@ static size_t drain(client *c) {
 
 static void test_sse(int port) {
   response h;
-  client *c = client_open(port);
-  send_str(c->fd, "GET /events HTTP/1.1\r\nLast-Event-ID: 5\r\n\r\n");
-  char *ev = read_events(c, 3, &h);
+  char *ev;
+  client *c = events_open(port, "Last-Event-ID: 5\r\n", 3, &h, &ev);
   CHECK_INT_EQ(h.status, 200);
   const char *ct = header_in(h.head, "Content-Type");
   CHECK(ct && strcmp(ct, "text/event-stream") == 0);
@@ -46,9 +45,7 @@ static void test_sse(int port) {
     free(ev);
   client_close(c);
 
-  c = client_open(port);
-  send_str(c->fd, "GET /events HTTP/1.1\r\n\r\n");
-  ev = read_events(c, 3, &h);
+  c = events_open(port, "", 3, &h, &ev);
   free(h.body);
   CHECK(ev && strncmp(ev, "id: 1\n", 6) == 0 && strstr(ev, "id: 3\n"));
   free(ev);

@@ -40,13 +40,20 @@ static spec_problems bad_spec(const char *base_model, const char *base_train, co
   return pr;
 }
 
+/* good() of spec_text(...) */
+static spec *good_spec(const char *base_model, const char *base_train, const char *tune,
+                       const char *extra) {
+  char *t = spec_text(base_model, base_train, tune, extra);
+  spec *s = good(t);
+  free(t);
+  return s;
+}
+
 #define MUP ", \"parametrization\": \"mup\", \"base_width\": 32"
 #define RATES "{\"lr\": [0.001, 0.003, 0.01, 0.03]}"
 
 static void test_spec(void) {
-  char *t = spec_text(MUP, "", RATES, "");
-  spec *s = good(t);
-  free(t);
+  spec *s = good_spec(MUP, "", RATES, "");
   if (s) {
     CHECK(s->lr_tune.present);
     CHECK_INT_EQ(s->lr_tune.lr.n, 4);
@@ -56,12 +63,10 @@ static void test_spec(void) {
   }
   spec_free(s);
   /* a range of rates, tokens and seeds */
-  t = spec_text(MUP, "",
+  s = good_spec(MUP, "",
                 "{\"lr\": {\"from\": 1e-3, \"to\": 1e-1, \"points\": 5}, \"tokens\": 65536, "
                 "\"seeds\": [1, 2]}",
                 "");
-  s = good(t);
-  free(t);
   if (s) {
     CHECK_INT_EQ(s->lr_tune.lr.n, 5);
     CHECK_NEAR(s->lr_tune.lr.v[2], 1e-2, 0, 1e-12);
@@ -228,9 +233,7 @@ static void test_plan(void) {
 
   /* a proxy width that is not a whole number of heads */
   spec_problems pr = {0};
-  t = spec_text(", \"parametrization\": \"mup\", \"base_width\": 36", "", RATES, "");
-  s = good(t);
-  free(t);
+  s = good_spec(", \"parametrization\": \"mup\", \"base_width\": 36", "", RATES, "");
   p = NULL;
   CHECK(s && plan_spec(s, &p, &pr) == SS_EINVAL);
   CHECK(has(&pr, "$.base.model.base_width", "found 36, not a whole number of heads of 8",
@@ -239,9 +242,7 @@ static void test_plan(void) {
   spec_free(s);
 
   /* the study's own problems are the spec's, and max_hours holds for both */
-  t = spec_text(MUP, "", RATES, ", \"max_hours\": 1e-6");
-  s = good(t);
-  free(t);
+  s = good_spec(MUP, "", RATES, ", \"max_hours\": 1e-6");
   pr = (spec_problems){0};
   CHECK(s && plan_spec(s, &p, &pr) == SS_EINVAL);
   CHECK(has(&pr, "$.max_hours", "(6 runs, the lr tune's and the study's", NULL));
@@ -260,9 +261,7 @@ static void test_plan(void) {
 /* The study planned from the stored (canonical) spec at a rate is the
  * user's spec planned with that rate in base, config for config. */
 static void test_study(void) {
-  char *t = spec_text(MUP, "", RATES, ", \"max_hours\": 5");
-  spec *s = good(t);
-  free(t);
+  spec *s = good_spec(MUP, "", RATES, ", \"max_hours\": 5");
   if (!s)
     return;
   char *canon = spec_canonical(s);
@@ -417,9 +416,7 @@ static void test_decide(void) {
 /* The scheduler's step from a stored spec: decided (the study's runs at
  * the rate, the decision with the proxy), undecided ("[]"), waiting. */
 static void test_conclude(void) {
-  char *t = spec_text(MUP, "", RATES, "");
-  spec *s = good(t);
-  free(t);
+  spec *s = good_spec(MUP, "", RATES, "");
   if (!s)
     return;
   char *canon = spec_canonical(s);

@@ -20,13 +20,7 @@
 
 static char root[4096], data[4200];
 
-static const char *at(const char *rel) {
-  static char buf[8][4400];
-  static int k;
-  char *b = buf[k++ % 8];
-  snprintf(b, sizeof buf[0], "%s/%s", root, rel);
-  return b;
-}
+static const char *at(const char *rel) { return check_path(root, rel); }
 
 static void put(const char *rel, const char *text) {
   FILE *f = fopen(at(rel), "w");

@@ -39,6 +39,22 @@ static void on_tuned(void *ud, int status, int64_t sweep_id, int64_t added, cons
   *t = (tuned){1, status, sweep_id, added};
 }
 
+/* store_sweeps_lr_tuned(d, sweep, decision, sw), run on loop to its answer
+ * in t. */
+static void lr_tuned(uv_loop_t *loop, db *d, long sweep, const char *decision,
+                     const store_sweep_new *sw, tuned *t) {
+  *t = (tuned){0};
+  store_sweeps_lr_tuned(d, sweep, decision, sw, on_tuned, t);
+  CHECK(dbt_run_until(loop, &t->done, 1, 10));
+}
+
+/* The number of runs of a sweep. */
+static long runs_of(PGconn *c, long sweep) {
+  char sql[128];
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE sweep_id = %ld", sweep);
+  return dbt_count(c, sql);
+}
+
 typedef struct tune_read {
   int done, status, n, spec;
   char status0[16];
@@ -146,20 +162,16 @@ static void test_tuned(void) {
   CHECK_INT_EQ(t1.added + t2.added, 2);
   CHECK((t1.sweep_id == a) != (t2.sweep_id == a)); /* one of them, the other skipped */
   char sql[256];
-  snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE sweep_id = %ld", a);
-  CHECK_INT_EQ(dbt_count(c, sql), 5);
+  CHECK_INT_EQ(runs_of(c, a), 5);
   snprintf(sql, sizeof sql,
            "SELECT count(*) FROM sweeps WHERE id = %ld AND lr_tune->>'status' = 'decided' "
            "AND lr_tune ? 'decided_at'",
            a);
   CHECK_INT_EQ(dbt_count(c, sql), 1);
   /* and again, later: nothing */
-  t1 = (tuned){0};
-  store_sweeps_lr_tuned(d1, a, DECIDED, &sw, on_tuned, &t1);
-  CHECK(dbt_run_until(&loop, &t1.done, 1, 10));
+  lr_tuned(&loop, d1, a, DECIDED, &sw, &t1);
   CHECK(t1.sweep_id == 0 && t1.added == 0);
-  snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE sweep_id = %ld", a);
-  CHECK_INT_EQ(dbt_count(c, sql), 5);
+  CHECK_INT_EQ(runs_of(c, a), 5);
   /* decided: nothing to read any more; the study's spec */
   tr = (tune_read){0};
   store_sweeps_lr_tune_runs(d1, a, on_tune_runs, &tr);
@@ -178,10 +190,8 @@ static void test_tuned(void) {
   /* undecided: no runs, and the sweep fails; a decision may follow (a
    * failed run reproduced) */
   long b = add_sweep(c, "b", "failed", "failed", "succeeded");
-  t1 = (tuned){0};
   sw.runs_json = "[]";
-  store_sweeps_lr_tuned(d1, b, UNDECIDED, &sw, on_tuned, &t1);
-  CHECK(dbt_run_until(&loop, &t1.done, 1, 10));
+  lr_tuned(&loop, d1, b, UNDECIDED, &sw, &t1);
   CHECK(t1.sweep_id == b && t1.added == 0);
   status_done = 0;
   store_sweeps_update_status(d1, b, on_status, NULL);
@@ -198,22 +208,17 @@ static void test_tuned(void) {
   store_sweeps_lr_tune_runs(d1, b, on_tune_runs, &tr);
   CHECK(dbt_run_until(&loop, &tr.done, 1, 10));
   CHECK_INT_EQ(tr.n, 5); /* the reproductions count */
-  t1 = (tuned){0};
   sw.runs_json = STUDY;
-  store_sweeps_lr_tuned(d1, b, DECIDED, &sw, on_tuned, &t1);
-  CHECK(dbt_run_until(&loop, &t1.done, 1, 10));
+  lr_tuned(&loop, d1, b, DECIDED, &sw, &t1);
   CHECK(t1.sweep_id == b && t1.added == 2);
 
   /* cancelled: nothing read, nothing added */
   long x = add_sweep(c, "x", "succeeded", "succeeded", "succeeded");
   snprintf(sql, sizeof sql, "UPDATE sweeps SET status = 'cancelled' WHERE id = %ld", x);
   DBT_EXEC_OK(c, sql);
-  t1 = (tuned){0};
-  store_sweeps_lr_tuned(d1, x, DECIDED, &sw, on_tuned, &t1);
-  CHECK(dbt_run_until(&loop, &t1.done, 1, 10));
+  lr_tuned(&loop, d1, x, DECIDED, &sw, &t1);
   CHECK(t1.sweep_id == 0 && t1.added == 0);
-  snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE sweep_id = %ld", x);
-  CHECK_INT_EQ(dbt_count(c, sql), 3);
+  CHECK_INT_EQ(runs_of(c, x), 3);
 
   int closed = 0;
   db_close(d1, on_closed, &closed);
