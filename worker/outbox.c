@@ -22,9 +22,9 @@
 /* A row's longest form in a metrics message: "event", then each column as
  * ,"name": and a value of at most ROW_VALUE_MAX bytes (Jansson writes a
  * double in at most 24: sign, 17 digits, point and exponent; an int64 in
- * 20). A full batch is so far below PROTO_MAX_LINE by construction: no
- * byte count is kept, and a trainer's line is as long as it likes (the
- * keys outside the metric table are not passed on). */
+ * 20). So a full batch stays far below PROTO_MAX_LINE by construction:
+ * no byte count is kept, and a trainer's line may be as long as the reader
+ * allows (the keys outside the metric table are not passed on). */
 #define ROW_VALUE_MAX 32
 #define ROW_COL_MAX(name, kind, line, required, fmt) +sizeof #name + 3 + ROW_VALUE_MAX
 enum { ROW_MAX_BYTES = sizeof "{\"event\":\"step\"}," SS_METRIC_COLS(ROW_COL_MAX) };
