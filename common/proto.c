@@ -699,11 +699,6 @@ int proto_row_read(const json_t *ev, proto_row *out, char *err, size_t errlen) {
   return 0;
 }
 
-int proto_check_row(const json_t *row, char *err, size_t errlen) {
-  proto_row scratch;
-  return proto_row_read(row, &scratch, err, errlen) ? 0 : -1;
-}
-
 int proto_metric_row(const json_t *row, ss_metric_row *out) {
   proto_row r;
   int line = row_read(row, &r);

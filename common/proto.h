@@ -61,13 +61,9 @@ int proto_reader_feed(proto_reader *r, const char *data, size_t n,
  * "$.rows[3].step: expected an integer, found \"x\"" in err. */
 proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, size_t errlen);
 
-/* A trainer's step or eval event as a metrics message carries it: 0 when
- * valid, else -1 with what is wrong ("$.tokens: expected ...") in err. */
-int proto_check_row(const json_t *row, char *err, size_t errlen);
-
 /* A step or eval row read into out by the metric table
  * (common/metric_row.h), in the same pass that validates it: SS_ML_STEP or
- * SS_ML_EVAL, or 0 when proto_check_row would refuse it. Absent and null
+ * SS_ML_EVAL, or 0 when proto_row_read would refuse it. Absent and null
  * optional columns read as NAN. */
 int proto_metric_row(const json_t *row, ss_metric_row *out);
 

@@ -46,8 +46,9 @@ static void test_round_trip(void) {
   json_t *eval = json_loads(eol + 1, JSON_DISABLE_EOF_CHECK, NULL);
   CHECK(step && eval);
   char err[256];
-  CHECK_INT_EQ(proto_check_row(step, err, sizeof err), 0);
-  CHECK_INT_EQ(proto_check_row(eval, err, sizeof err), 0);
+  proto_row read;
+  CHECK_INT_EQ(proto_row_read(step, &read, err, sizeof err), SS_ML_STEP);
+  CHECK_INT_EQ(proto_row_read(eval, &read, err, sizeof err), SS_ML_EVAL);
   ss_metric_row a, b;
   CHECK_INT_EQ(proto_metric_row(step, &a), SS_ML_STEP);
   CHECK_INT_EQ(proto_metric_row(eval, &b), SS_ML_EVAL);
