@@ -344,43 +344,51 @@ static enum kind metric_kind(int col) {
   }
 }
 
+_Static_assert(SS_MCOL_N <= 32, "proto_row's masks hold a bit per metric column");
+
 /* A step or eval row read into out (SS_ML_STEP or SS_ML_EVAL), or 0 when
  * any of its columns is missing or of the wrong type: check_row's test
  * without building a path per field (a metrics message carries hundreds of
  * rows, nearly always valid; only a row this refuses is checked again by
  * check_row, for the message that names what is wrong). An optional column
  * that is absent or null reads as NAN. */
-static int row_read(const json_t *row, ss_metric_row *out) {
+static int row_read(const json_t *row, proto_row *out) {
   const char *e = json_string_value(json_object_get(row, "event"));
   int line = !e ? 0 : !strcmp(e, "step") ? SS_ML_STEP : !strcmp(e, "eval") ? SS_ML_EVAL : 0;
+  out->line = line;
+  out->present = out->ints = 0;
   if (!line)
     return 0;
   for (int i = 0; i < SS_MCOL_N; i++) {
     const ss_metric_col *col = &ss_metric_cols[i];
     json_t *v = json_object_get(row, col->name);
-    out->v[i] = NAN;
-    if (!(col->line & line) || !v || (json_is_null(v) && !col->required))
+    out->m.v[i] = NAN;
+    if (!(col->line & line) || !v)
+      continue;
+    out->present |= 1u << i;
+    out->ints |= (uint32_t)json_is_integer(v) << i;
+    if (json_is_null(v) && !col->required)
       continue;
     switch (col->kind) {
     case SS_MK_REAL:
       if (!json_is_number(v))
         return 0;
-      out->v[i] = json_number_value(v);
+      out->m.v[i] = json_number_value(v);
       break;
     case SS_MK_FLAG:
       if (!json_is_boolean(v))
         return 0;
-      out->v[i] = json_is_true(v);
+      out->m.v[i] = json_is_true(v);
       break;
     default:
       if (!json_is_integer(v) || json_integer_value(v) < 0 ||
           (col->kind == SS_MK_STEP && json_integer_value(v) > INT32_MAX))
         return 0;
-      out->v[i] = (double)json_integer_value(v);
+      out->m.v[i] = (double)json_integer_value(v);
     }
   }
   for (int i = 0; i < SS_MCOL_N; i++)
-    if ((ss_metric_cols[i].line & line) && ss_metric_cols[i].required && isnan(out->v[i]))
+    if ((ss_metric_cols[i].line & line) && ss_metric_cols[i].required && isnan(out->m.v[i]))
       return 0;
   return line;
 }
@@ -432,7 +440,7 @@ static void check_array(vctx *c, const char *path, const json_t *v, enum kind k)
   char sub[256];
   size_t i;
   json_t *e;
-  ss_metric_row scratch;
+  proto_row scratch;
   json_array_foreach(v, i, e) {
     if (c->failed)
       return;
@@ -678,18 +686,50 @@ static const field *const type_optional[] = {
     [PROTO_STOPPING] = o_none,
 };
 
-int proto_check_row(const json_t *row, char *err, size_t errlen) {
+int proto_row_read(const json_t *ev, proto_row *out, char *err, size_t errlen) {
   vctx c = {err, errlen, 0};
   if (err && errlen)
     err[0] = '\0';
-  ss_metric_row scratch;
-  if (row_read(row, &scratch))
-    return 0;
-  check_row(&c, "$", row);
-  return c.failed ? -1 : 0;
+  int line = row_read(ev, out);
+  if (line)
+    return line;
+  check_row(&c, "$", ev);
+  if (!c.failed) /* row_read and check_row disagree: a bug, but say what was refused */
+    vfail(&c, "$: not a valid step or eval event");
+  return 0;
 }
 
-int proto_metric_row(const json_t *row, ss_metric_row *out) { return row_read(row, out); }
+int proto_metric_row(const json_t *row, ss_metric_row *out) {
+  proto_row r;
+  int line = row_read(row, &r);
+  *out = r.m;
+  return line;
+}
+
+/* A double read from a JSON integer back as that integer: exact, as the
+ * line's was, up to 2^53; above, the integer nearest the double, which
+ * reads back as the same double (what the scheduler stores). 2^63 itself
+ * (the largest integer's double) is no int64. */
+static json_int_t integral(double v) { return v >= 0x1p63 ? INT64_MAX : (json_int_t)v; }
+
+json_t *proto_row_json(const proto_row *row) {
+  json_t *o = json_object();
+  int ok = !json_object_set_new(o, "event", json_string(row->line == SS_ML_EVAL ? "eval" : "step"));
+  for (int i = 0; ok && i < SS_MCOL_N; i++) {
+    if (!(row->present >> i & 1))
+      continue;
+    double v = row->m.v[i];
+    json_t *j = isnan(v)                               ? json_null()
+                : ss_metric_cols[i].kind == SS_MK_FLAG ? json_boolean(v != 0)
+                : row->ints >> i & 1                   ? json_integer(integral(v))
+                                                       : json_real(v);
+    ok = !json_object_set_new(o, ss_metric_cols[i].name, j);
+  }
+  if (ok)
+    return o;
+  json_decref(o);
+  return NULL;
+}
 
 proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, size_t errlen) {
   vctx c = {err, errlen, 0};

@@ -61,15 +61,33 @@ int proto_reader_feed(proto_reader *r, const char *data, size_t n,
  * "$.rows[3].step: expected an integer, found \"x\"" in err. */
 proto_type proto_parse(const char *line, size_t len, json_t **msg, char *err, size_t errlen);
 
-/* A trainer's step or eval event as a metrics message carries it: 0 when
- * valid, else -1 with what is wrong ("$.tokens: expected ...") in err. */
-int proto_check_row(const json_t *row, char *err, size_t errlen);
-
 /* A step or eval row read into out by the metric table
  * (common/metric_row.h), in the same pass that validates it: SS_ML_STEP or
- * SS_ML_EVAL, or 0 when proto_check_row would refuse it. Absent and null
+ * SS_ML_EVAL, or 0 when proto_row_read would refuse it. Absent and null
  * optional columns read as NAN. */
 int proto_metric_row(const json_t *row, ss_metric_row *out);
+
+/* A step or eval row as a trainer's line gave it: the values (NAN where
+ * absent or null) and what a metrics message written from them needs to
+ * say the same thing (which of the line's columns it carried, null ones
+ * included, and which as JSON integers). The worker keeps its batch so. */
+typedef struct proto_row {
+  ss_metric_row m;
+  int line;         /* SS_ML_STEP or SS_ML_EVAL */
+  uint32_t present; /* bit i: the line carried column i (null included) */
+  uint32_t ints;    /* bit i: as a JSON integer */
+} proto_row;
+
+/* A trainer's step or eval event read into out in the pass that validates
+ * it: SS_ML_STEP or SS_ML_EVAL, or 0 with what is wrong ("$.tokens:
+ * expected ...") in err. Keys outside the metric table are not read. */
+int proto_row_read(const json_t *ev, proto_row *out, char *err, size_t errlen);
+
+/* The row as a metrics message carries it: "event", then the columns its
+ * line carried in the table's order, null as null, an integer as an
+ * integer; valid by construction (no nesting, every value checked when it
+ * was read). A new reference; NULL when out of memory. */
+json_t *proto_row_json(const proto_row *row);
 
 /* Serialises msg as one line (compact JSON + '\n'); malloc'd, *len set. */
 char *proto_encode(const json_t *msg, size_t *len);

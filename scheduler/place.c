@@ -477,30 +477,58 @@ static void cache_keep(sched *s, const store_queued *runs, int n, const unsigned
   pl->ncache = k;
 }
 
-/* A pass over queued runs in placement order, from a fresh read of the
- * queue (store_runs_queue's callback) or from the cache (from_cache). */
-static void place_runs(sched *s, const store_queued *runs, int n, int from_cache) {
-  unsigned char *claimed = n > 0 ? calloc((size_t)n, 1) : NULL;
-  assign_ctx *last = NULL;
-  int blocked_gpus = 0; /* backfill: the smallest GPU count that did not fit */
+/* What a placement pass holds back for the runs that wait before the one
+ * it looks at (place_runs). */
+typedef struct pass_hold {
+  int blocked_gpus; /* backfill: the smallest GPU count that did not fit */
   /* reservation: the first multi-GPU run that has waited reserve_after_s
    * keeps the worker it will run on from smaller runs behind it, so that
    * worker drains and backfill cannot starve it */
-  const sched__wconn *reserved = NULL;
+  const sched__wconn *reserved;
   /* a gang (ranks spread over workers) that has waited reserve_after_s
    * keeps what frees up likewise: no CPU run behind a waiting CPU gang
    * starts (hold_cpu), no GPU run behind a waiting GPU gang (blocked_gpus
    * 1), until it has room; only a gang that all the workers together can
    * hold, else it would stop everything behind it for good */
-  int hold_cpu = 0;
-  uint64_t now = uv_now(s->loop), reserve_ms = (uint64_t)s->o.reserve_after_s * 1000;
+  int hold_cpu;
+  uint64_t now, reserve_ms;
+} pass_hold;
+
+/* Whether a waiting run has waited reserve_after_s (asked last, as the
+ * first ask starts its clock). */
+static int waited_long(sched *s, const pass_hold *h, const store_queued *q) {
+  return h->now - blocked_since(&s->pl, q->id, h->now) >= h->reserve_ms;
+}
+
+/* A run that found no room waits: a larger run waits, smaller ones behind
+ * it may still start; one that has waited long enough holds back what
+ * frees up. */
+static void hold_for(sched *s, pass_hold *h, const store_queued *q, int slots) {
+  int gpus = q->gpus;
+  if (gpus > 0 && (!h->blocked_gpus || gpus < h->blocked_gpus))
+    h->blocked_gpus = gpus;
+  if (gpus == 0)
+    h->blocked_gpus = 1;
+  if (gpus > 1 && !h->reserved && waited_long(s, h, q))
+    h->reserved = reserve_for(s, gpus, q);
+  if (gpus == 0 && slots > 1 && !h->hold_cpu && slots <= gang_capacity(s, 0, q) &&
+      waited_long(s, h, q))
+    h->hold_cpu = 1;
+  if (gpus > 1 && (gpus > 8 || !reserve_for(s, gpus, q)) && gpus <= gang_capacity(s, 1, q) &&
+      waited_long(s, h, q))
+    h->blocked_gpus = 1;
+}
+
+/* A pass over queued runs in placement order, from a fresh read of the
+ * queue (store_runs_queue's callback) or from the cache (from_cache). */
+static void place_runs(sched *s, const store_queued *runs, int n, int from_cache) {
+  unsigned char *claimed = n > 0 ? calloc((size_t)n, 1) : NULL;
+  assign_ctx *last = NULL;
+  pass_hold h = {.now = uv_now(s->loop), .reserve_ms = (uint64_t)s->o.reserve_after_s * 1000};
   for (int i = 0; i < n; i++) {
-    int64_t run_id = runs[i].id;
     int gpus = runs[i].gpus;
     int chosen[8] = {0};
-    if (blocked_gpus && gpus >= blocked_gpus)
-      continue;
-    if (hold_cpu && gpus == 0)
+    if ((h.blocked_gpus && gpus >= h.blocked_gpus) || (h.hold_cpu && gpus == 0))
       continue;
     int slots = runs[i].slots > 0 ? runs[i].slots : 1;
     /* only the workers that run its trainer, and the one it must run on
@@ -509,44 +537,22 @@ static void place_runs(sched *s, const store_queued *runs, int n, int from_cache
     const store_queued *tr = &runs[i];
     /* over 8 GPUs: only spread over workers (an assignment holds 8 at most) */
     sched__wconn *c =
-        gpus > 8 ? NULL : find_room(s, gpus, slots, chosen, gpus > 0 ? reserved : NULL, tr);
+        gpus > 8 ? NULL : find_room(s, gpus, slots, chosen, gpus > 0 ? h.reserved : NULL, tr);
     /* none has room: a CPU run's ranks spread over workers now; a GPU run's
      * only when no worker has that many GPUs at all (else it waits for one) */
-    assign_ctx *g = NULL;
+    assign_ctx *a = NULL;
     if (!c && gpus == 0 && slots > 1)
-      g = assign_gang(s, run_id, slots, 0, tr);
+      a = assign_gang(s, tr->id, slots, 0, tr);
     else if (!c && gpus > 1 && (gpus > 8 || !reserve_for(s, gpus, tr)))
-      g = assign_gang(s, run_id, gpus, 1, tr);
-    if (g) { /* its ranks spread over workers */
-      unblocked(&s->pl, run_id);
-      g->from_cache = from_cache;
-      if (claimed)
-        claimed[i] = 1;
-      last = g;
-      if (total_free(s) == 0)
-        break;
+      a = assign_gang(s, tr->id, gpus, 1, tr);
+    if (!c && !a) {
+      if (!tr->on[0]) /* one that waits for its worker alone holds back no other run */
+        hold_for(s, &h, tr, slots);
       continue;
     }
-    if (!c && tr->on[0])
-      continue; /* it waits for its worker alone: it holds back no other run */
-    if (!c) {
-      /* a larger run waits; smaller ones behind it may still start */
-      if (gpus > 0 && (!blocked_gpus || gpus < blocked_gpus))
-        blocked_gpus = gpus;
-      if (gpus == 0)
-        blocked_gpus = 1;
-      if (gpus > 1 && !reserved && now - blocked_since(&s->pl, run_id, now) >= reserve_ms)
-        reserved = reserve_for(s, gpus, tr);
-      if (gpus == 0 && slots > 1 && !hold_cpu && slots <= gang_capacity(s, 0, tr) &&
-          now - blocked_since(&s->pl, run_id, now) >= reserve_ms)
-        hold_cpu = 1;
-      if (gpus > 1 && (gpus > 8 || !reserve_for(s, gpus, tr)) && gpus <= gang_capacity(s, 1, tr) &&
-          now - blocked_since(&s->pl, run_id, now) >= reserve_ms)
-        blocked_gpus = 1;
-      continue;
-    }
-    unblocked(&s->pl, run_id);
-    assign_ctx *a = assign(s, c, run_id, gpus, chosen, slots);
+    unblocked(&s->pl, tr->id);
+    if (!a)
+      a = assign(s, c, tr->id, gpus, chosen, slots);
     if (a) {
       a->from_cache = from_cache;
       if (claimed)

@@ -86,8 +86,8 @@ struct wrk__run {
   int broken;            /* its trainer broke the contract (trainers.c): the attempt fails */
   int64_t lines;         /* stdout lines read */
   uint64_t last_line_ms; /* loop time of the last one (or of the start) */
-  json_t *batch;         /* rows not yet sealed into a metrics message */
-  size_t batch_bytes;
+  /* rows not yet sealed into a metrics message (outbox.c) */
+  struct wrk__batch *batch;
   int64_t next_seq;
   wrk__qmsg *q_head, *q_tail; /* unacked metrics / finished, by seq */
   wrk__wbuf *started, *ckpt;  /* resent after each reconnect */

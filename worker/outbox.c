@@ -5,8 +5,10 @@
 
 #include <inttypes.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "common/proto.h"
 #include "worker/conn.h"
 #include "worker/internal.h"
 #include "worker/lifecycle.h"
@@ -16,7 +18,26 @@
 
 #define FLUSH_MS 200
 #define FLUSH_ROWS 500
-#define FLUSH_BYTES (512u << 10) /* keeps a batch far below PROTO_MAX_LINE */
+
+/* A row's longest form in a metrics message: "event", then each column as
+ * ,"name": and a value of at most ROW_VALUE_MAX bytes (Jansson writes a
+ * double in at most 24: sign, 17 digits, point and exponent; an int64 in
+ * 20). So a full batch stays far below PROTO_MAX_LINE by construction:
+ * no byte count is kept, and a trainer's line may be as long as the reader
+ * allows (the keys outside the metric table are not passed on). */
+#define ROW_VALUE_MAX 32
+#define ROW_COL_MAX(name, kind, line, required, fmt) +sizeof #name + 3 + ROW_VALUE_MAX
+enum { ROW_MAX_BYTES = sizeof "{\"event\":\"step\"}," SS_METRIC_COLS(ROW_COL_MAX) };
+#undef ROW_COL_MAX
+_Static_assert(256 + FLUSH_ROWS * ROW_MAX_BYTES < PROTO_MAX_LINE,
+               "a full batch and its header fit one message line");
+
+/* The rows not yet sealed into a metrics message, as the trainer's lines
+ * were read (report.c): a run's, allocated with its first row. */
+struct wrk__batch {
+  size_t n;
+  proto_row rows[FLUSH_ROWS];
+};
 
 void wrk__outbox_push(wrk__run *r, int64_t seq, wrk__wbuf *b) {
   wrk__qmsg *q = malloc(sizeof *q);
@@ -40,44 +61,38 @@ json_t *wrk__run_header(const wrk__run *r, const char *type) {
                    (json_int_t)r->attempt);
 }
 
+/* The metrics message of the batch's rows, written from their C values
+ * (proto_row_json): valid by construction, so not parsed back. NULL with
+ * the reason in err. */
+static wrk__wbuf *batch_message(const wrk__run *r, const struct wrk__batch *bt, char *err,
+                                size_t errlen) {
+  json_t *msg = wrk__run_header(r, "metrics");
+  json_t *rows = json_array();
+  int ok = !json_object_set_new(msg, "seq", json_integer(r->next_seq));
+  for (size_t i = 0; ok && i < bt->n; i++)
+    ok = !json_array_append_new(rows, proto_row_json(&bt->rows[i]));
+  ok = !json_object_set_new(msg, "rows", rows) && ok;
+  wrk__wbuf *b = ok ? wrk__wbuf_encode_valid(msg, err, errlen) : NULL;
+  if (!ok)
+    snprintf(err, errlen, "out of memory");
+  json_decref(msg);
+  return b;
+}
+
 /* Seals the current batch into metrics message seq N, keeps it until its
- * ack, and sends it when connected. A row the protocol would refuse is
- * logged and dropped (so one odd trainer line cannot block the run). */
+ * ack, and sends it when connected. */
 void wrk__outbox_flush(wrk__run *r) {
   uv_timer_stop(&r->flush_timer);
-  if (!r->batch || json_array_size(r->batch) == 0)
+  if (!r->batch || r->batch->n == 0)
     return;
-  json_t *rows = r->batch;
-  r->batch = NULL;
-  r->batch_bytes = 0;
-  json_t *msg = wrk__run_header(r, "metrics");
-  json_object_set_new(msg, "seq", json_integer(r->next_seq));
-  json_object_set(msg, "rows", rows);
   char err[512];
-  wrk__wbuf *b = wrk__wbuf_encode(msg, err, sizeof err);
+  wrk__wbuf *b = batch_message(r, r->batch, err, sizeof err);
+  size_t n = r->batch->n;
+  r->batch->n = 0;
   if (!b) {
-    json_t *good = json_array();
-    size_t i;
-    json_t *row;
-    json_array_foreach(rows, i, row) {
-      json_t *probe = json_array();
-      json_array_append(probe, row);
-      json_object_set_new(msg, "rows", probe);
-      char perr[512];
-      wrk__wbuf *pb = wrk__wbuf_encode(msg, perr, sizeof perr);
-      if (pb)
-        json_array_append(good, row);
-      else
-        wrk__log("run %" PRId64 ": dropped a trainer row the protocol refuses: %s", r->id, perr);
-      wrk__wbuf_unref(pb);
-    }
-    json_object_set_new(msg, "rows", good);
-    b = json_array_size(good) ? wrk__wbuf_encode(msg, err, sizeof err) : NULL;
-  }
-  json_decref(rows);
-  json_decref(msg);
-  if (!b)
+    wrk__log("run %" PRId64 ": %zu trainer rows lost: %s", r->id, n, err);
     return;
+  }
   int64_t seq = r->next_seq++;
   wrk__outbox_push(r, seq, b);
   wrk__wbuf_unref(b);
@@ -85,20 +100,15 @@ void wrk__outbox_flush(wrk__run *r) {
 
 static void on_flush_timer(uv_timer_t *t) { wrk__outbox_flush(t->data); }
 
-void wrk__outbox_add_row(wrk__run *r, json_t *row, size_t len) {
-  if (len > FLUSH_BYTES) {
-    wrk__log("run %" PRId64 ": dropped a trainer row of %zu bytes", r->id, len);
+void wrk__outbox_add_row(wrk__run *r, const proto_row *row) {
+  if (!r->batch && !(r->batch = calloc(1, sizeof *r->batch))) {
+    wrk__log("run %" PRId64 ": out of memory; a trainer row lost", r->id);
     return;
   }
-  if (r->batch_bytes + len > FLUSH_BYTES)
-    wrk__outbox_flush(r);
-  if (!r->batch)
-    r->batch = json_array();
-  json_array_append(r->batch, row);
-  r->batch_bytes += len;
-  if (json_array_size(r->batch) == 1)
+  r->batch->rows[r->batch->n++] = *row;
+  if (r->batch->n == 1)
     uv_timer_start(&r->flush_timer, on_flush_timer, FLUSH_MS, 0);
-  if (json_array_size(r->batch) >= FLUSH_ROWS)
+  if (r->batch->n >= FLUSH_ROWS)
     wrk__outbox_flush(r);
 }
 
@@ -159,6 +169,6 @@ void wrk__outbox_free(wrk__run *r) {
   wrk__wbuf_unref(r->ckpt);
   wrk__wbuf_unref(r->branch);
   r->started = r->ckpt = r->branch = NULL;
-  json_decref(r->batch);
+  free(r->batch);
   r->batch = NULL;
 }

@@ -13,6 +13,7 @@ typedef struct wrk__worker wrk__worker;
 typedef struct wrk__conn wrk__conn;
 typedef struct wrk__run wrk__run;
 typedef struct wrk__wbuf wrk__wbuf;
+typedef struct proto_row proto_row;
 
 /* A kept message (metrics or finished) waiting for its ack. */
 typedef struct wrk__qmsg {
@@ -23,9 +24,9 @@ typedef struct wrk__qmsg {
 
 /* {"type": type, "run_id": ..., "attempt": ...}: a new reference. */
 json_t *wrk__run_header(const wrk__run *r, const char *type);
-/* Adds a step or eval event (len bytes on the wire) to the current batch,
- * which is sealed after 500 rows, 512 KiB or 200 ms. */
-void wrk__outbox_add_row(wrk__run *r, json_t *row, size_t len);
+/* Adds a trainer's step or eval row, as read from its line, to the
+ * current batch, which is sealed after 500 rows or 200 ms. */
+void wrk__outbox_add_row(wrk__run *r, const proto_row *row);
 /* Seals the current batch into the next metrics message now. */
 void wrk__outbox_flush(wrk__run *r);
 /* Keeps b as message seq until its ack and sends it when connected. */

@@ -70,12 +70,12 @@ static const char *done_problem(const json_t *ev) {
   return NULL;
 }
 
-/* A valid event of the trainer's (len bytes on the wire) into what it
- * makes: a row in the outbox, a started or checkpoint message, the done
- * object or the error kept for the finished message. */
-static void handle_event(wrk__run *r, const char *event, json_t *ev, size_t len) {
-  if (!strcmp(event, "step") || !strcmp(event, "eval")) {
-    wrk__outbox_add_row(r, ev, len);
+/* A valid event of the trainer's into what it makes: a row in the outbox
+ * (row: a step or eval line as read), a started or checkpoint message, the
+ * done object or the error kept for the finished message. */
+static void handle_event(wrk__run *r, const char *event, json_t *ev, const proto_row *row) {
+  if (row) {
+    wrk__outbox_add_row(r, row);
   } else if (!strcmp(event, "config")) {
     json_t *msg = wrk__run_header(r, "started");
     json_object_set(msg, "config", ev);
@@ -139,6 +139,8 @@ int wrk__on_trainer_line(void *ud, const char *line, size_t len) {
   for (int i = 0; i < TRN_EV_N; i++)
     known |= !strcmp(event, trn_event_names[i]);
   const char *bad = NULL;
+  proto_row row; /* a step or eval line, read once into its C values */
+  int is_row = !strcmp(event, "step") || !strcmp(event, "eval");
   if (!known) {
     int k = snprintf(why, sizeof why, "unknown event \"%.40s\" (expected ", event);
     for (int i = 0; i < TRN_EV_N && k > 0 && (size_t)k < sizeof why; i++) {
@@ -146,8 +148,7 @@ int wrk__on_trainer_line(void *ud, const char *line, size_t len) {
       k += snprintf(why + k, sizeof why - (size_t)k, "%s%s", trn_event_names[i], sep);
     }
     bad = why;
-  } else if ((!strcmp(event, "step") || !strcmp(event, "eval")) &&
-             proto_check_row(ev, why, sizeof why)) {
+  } else if (is_row && !proto_row_read(ev, &row, why, sizeof why)) {
     bad = why;
   } else if (!strcmp(event, "done")) {
     bad = done_problem(ev);
@@ -163,7 +164,7 @@ int wrk__on_trainer_line(void *ud, const char *line, size_t len) {
     json_decref(ev);
     return 0;
   }
-  handle_event(r, event, ev, len);
+  handle_event(r, event, ev, is_row ? &row : NULL);
   json_decref(ev);
   return 0;
 }

@@ -1,4 +1,4 @@
-/* Refcounted wire buffers: one encoded, validated message line shared by the
+/* Refcounted wire buffers: one encoded, valid message line shared by the
  * unacked queue and the writes in flight. */
 #include "worker/wbuf.h"
 
@@ -19,14 +19,14 @@ void wrk__wbuf_unref(wrk__wbuf *b) {
     free(b);
 }
 
-wrk__wbuf *wrk__wbuf_encode(const json_t *msg, char *err, size_t errlen) {
+static wrk__wbuf *encode(const json_t *msg, int check, char *err, size_t errlen) {
   size_t len;
   char *line = proto_encode(msg, &len);
   if (!line) {
     snprintf(err, errlen, "cannot encode (over %u bytes, or not JSON)", PROTO_MAX_LINE);
     return NULL;
   }
-  if (proto_parse(line, len - 1, NULL, err, errlen) == PROTO_INVALID) {
+  if (check && proto_parse(line, len - 1, NULL, err, errlen) == PROTO_INVALID) {
     free(line);
     return NULL;
   }
@@ -40,4 +40,12 @@ wrk__wbuf *wrk__wbuf_encode(const json_t *msg, char *err, size_t errlen) {
   }
   free(line);
   return b;
+}
+
+wrk__wbuf *wrk__wbuf_encode(const json_t *msg, char *err, size_t errlen) {
+  return encode(msg, 1, err, errlen);
+}
+
+wrk__wbuf *wrk__wbuf_encode_valid(const json_t *msg, char *err, size_t errlen) {
+  return encode(msg, 0, err, errlen);
 }
