@@ -118,4 +118,9 @@ struct wrk__worker {
  * otherwise. */
 void wrk__maybe_finish_shutdown(wrk__worker *w);
 
+/* w's loop, its signal watchers and timers, initialised and not started
+ * (the worker's start, and the fuzz harnesses' stand-in worker). 0, or
+ * libuv's error. */
+int wrk__loop_init(wrk__worker *w);
+
 #endif

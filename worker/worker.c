@@ -233,19 +233,10 @@ static int configure(wrk__worker *w, const wrk_options *o) {
   return 0;
 }
 
-/* The loop, its signal watchers and timers; the fence check starts. 0, or
- * SS_EIO (logged) when the loop cannot start. */
-static int loop_start(wrk__worker *w) {
-  /* A SIGINT ignored by whoever started us stays ignored (the shell's rule
-   * for background jobs; `scalesweep up` stops its worker with SIGTERM). */
-  struct sigaction old_int;
-  int watch_int = !(sigaction(SIGINT, NULL, &old_int) == 0 && old_int.sa_handler == SIG_IGN);
-  signal(SIGPIPE, SIG_IGN);
+int wrk__loop_init(wrk__worker *w) {
   int rc = uv_loop_init(&w->loop);
-  if (rc) {
-    wrk__log("cannot start the event loop: %s", uv_strerror(rc));
-    return SS_EIO;
-  }
+  if (rc)
+    return rc;
   uv_signal_init(&w->loop, &w->sigint);
   uv_signal_init(&w->loop, &w->sigterm);
   uv_signal_init(&w->loop, &w->sigchld);
@@ -257,6 +248,22 @@ static int loop_start(wrk__worker *w) {
   w->sigint.data = w->sigterm.data = w->sigchld.data = w;
   w->reconnect_timer.data = w->welcome_timer.data = w->hb_timer.data = w->drain_timer.data = w;
   w->fence_timer.data = w;
+  return 0;
+}
+
+/* The loop, its signal watchers and timers; the fence check starts. 0, or
+ * SS_EIO (logged) when the loop cannot start. */
+static int loop_start(wrk__worker *w) {
+  /* A SIGINT ignored by whoever started us stays ignored (the shell's rule
+   * for background jobs; `scalesweep up` stops its worker with SIGTERM). */
+  struct sigaction old_int;
+  int watch_int = !(sigaction(SIGINT, NULL, &old_int) == 0 && old_int.sa_handler == SIG_IGN);
+  signal(SIGPIPE, SIG_IGN);
+  int rc = wrk__loop_init(w);
+  if (rc) {
+    wrk__log("cannot start the event loop: %s", uv_strerror(rc));
+    return SS_EIO;
+  }
   uv_timer_start(&w->fence_timer, wrk__on_fence_timer, FENCE_CHECK_MS, FENCE_CHECK_MS);
   if (watch_int)
     uv_signal_start(&w->sigint, on_signal, SIGINT);

@@ -121,19 +121,8 @@ wrk__worker *worker_stub_new(const char *work_dir, int port) {
   w->kill_grace_ms = 10000;
   w->drain_ms = 0;
   w->backoff_ms = WRK__BACKOFF_MIN_MS;
-  if (uv_loop_init(&w->loop) != 0)
+  if (wrk__loop_init(w) != 0) /* the watchers closed with the others; never started here */
     abort();
-  uv_signal_init(&w->loop, &w->sigint);
-  uv_signal_init(&w->loop, &w->sigterm);
-  uv_signal_init(&w->loop, &w->sigchld); /* closed with the others; never started here */
-  uv_timer_init(&w->loop, &w->reconnect_timer);
-  uv_timer_init(&w->loop, &w->welcome_timer);
-  uv_timer_init(&w->loop, &w->hb_timer);
-  uv_timer_init(&w->loop, &w->drain_timer);
-  uv_timer_init(&w->loop, &w->fence_timer);
-  w->sigint.data = w->sigterm.data = w->sigchld.data = w;
-  w->reconnect_timer.data = w->welcome_timer.data = w->hb_timer.data = w->drain_timer.data = w;
-  w->fence_timer.data = w;
   return w;
 }
 
