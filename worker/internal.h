@@ -123,4 +123,8 @@ void wrk__maybe_finish_shutdown(wrk__worker *w);
  * libuv's error. */
 int wrk__loop_init(wrk__worker *w);
 
+/* The worker stops: it connects no more, and a connection not yet welcomed
+ * is closed (a welcomed one stays, to report the runs' ends). */
+void wrk__stop_connecting(wrk__worker *w);
+
 #endif

@@ -81,6 +81,15 @@ static void on_sigchld(uv_signal_t *s, int signum) {
   wrk__reap_children(s->data);
 }
 
+void wrk__stop_connecting(wrk__worker *w) {
+  w->stopping = 1;
+  uv_timer_stop(&w->reconnect_timer);
+  if (w->gai_active)
+    uv_cancel((uv_req_t *)&w->gai);
+  if (w->c && !w->c->welcomed)
+    wrk__conn_close(w->c, NULL);
+}
+
 static void on_signal(uv_signal_t *s, int signum) {
   wrk__worker *w = s->data;
   if (w->stopping) {
@@ -89,12 +98,7 @@ static void on_signal(uv_signal_t *s, int signum) {
     return;
   }
   wrk__log("%s: stopping (trainers get SIGTERM; a second signal stops at once)", strsignal(signum));
-  w->stopping = 1;
-  uv_timer_stop(&w->reconnect_timer);
-  if (w->gai_active)
-    uv_cancel((uv_req_t *)&w->gai);
-  if (w->c && !w->c->welcomed)
-    wrk__conn_close(w->c, NULL);
+  wrk__stop_connecting(w);
   /* the scheduler hears it first: it assigns nothing more here, and the
    * runs listed are not charged an attempt even if their reports are lost */
   json_t *refs = json_array();

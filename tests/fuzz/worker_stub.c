@@ -127,12 +127,7 @@ wrk__worker *worker_stub_new(const char *work_dir, int port) {
 }
 
 void worker_stub_stop(wrk__worker *w) {
-  w->stopping = 1;
-  uv_timer_stop(&w->reconnect_timer);
-  if (w->gai_active)
-    uv_cancel((uv_req_t *)&w->gai);
-  if (w->c && !w->c->welcomed)
-    wrk__conn_close(w->c, NULL);
+  wrk__stop_connecting(w);
   for (wrk__run *r = w->runs, *next; r; r = next) {
     next = r->next;
     if (r->state == WRK__RUN_ASSIGNED)
