@@ -17,12 +17,15 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <uv.h>
+
+#include "common/proto.h"
 
 /* Closing fd sends a reset and leaves nothing in TIME_WAIT. */
 static inline void fuzz_no_time_wait(int fd) {
@@ -127,6 +130,27 @@ static inline void fuzz_peer_write(fuzz_peer *p, const uint8_t *data, size_t len
   p->off = 0;
   p->written = 0;
   fuzz__peer_arm(p);
+}
+
+/* A line the service under test sent to the harness's peer (who: "the
+ * scheduler sent"), checked: the harness aborts, printing the line, when it
+ * is not a valid protocol message or wrong(type, ud) gives a reason (a
+ * message the service must not send then). Printed under FUZZ_VERBOSE, to
+ * look at one input. */
+static inline void fuzz_check_sent(const char *harness, const char *who, const char *line,
+                                   size_t len, const char *(*wrong)(proto_type, const void *),
+                                   const void *ud) {
+  char err[512];
+  json_t *m = NULL;
+  proto_type t = proto_parse(line, len, &m, err, sizeof err);
+  json_decref(m);
+  const char *why = t == PROTO_INVALID ? err : wrong(t, ud);
+  if (why) {
+    fprintf(stderr, "%s: %s %.*s: %s\n", harness, who, (int)(len > 200 ? 200 : len), line, why);
+    abort();
+  }
+  if (getenv("FUZZ_VERBOSE"))
+    fprintf(stderr, "%s: %s %.*s\n", harness, who, (int)(len > 300 ? 300 : len), line);
 }
 
 #endif
