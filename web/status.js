@@ -31,6 +31,41 @@ function showToken() {
   if (forget) forget.hidden = !has;
   const input = document.getElementById('token');
   if (input) input.placeholder = has ? 'token set for this tab' : 'to make changes';
+  loadMe();
+}
+
+// What the token's holder may do (GET /api/me; README, "A shared cluster"):
+// a viewer changes nothing; a member submits, reproduces any run and cancels
+// only their own sweeps (the button's data-owner); an admin does anything.
+// The page offers only those buttons; the API refuses the rest anyway.
+let me = null;
+
+async function loadMe() {
+  me = null;
+  if (token()) {
+    try {
+      me = await getJSON('/api/me');
+    } catch (e) {
+      notice(`Token: ${e.message}`);
+    }
+  }
+  offerActions();
+}
+
+function offerActions() {
+  if (!me) return;
+  const admin = me.role === 'admin';
+  const member = admin || me.role === 'member';
+  const may = {
+    'cancel-sweep': (e) => admin || (member && e.dataset.owner === me.name),
+    'cancel-run': () => member,
+    'reproduce-run': () => member,
+    'submit-form': () => member,
+  };
+  for (const [id, ok] of Object.entries(may)) {
+    const e = document.getElementById(id);
+    if (e) e.hidden = !ok(e);
+  }
 }
 
 function tokenForm() {
@@ -65,6 +100,7 @@ async function swap(ids) {
   }
   showToken();
   bindButtons();
+  offerActions();
 }
 
 function guard(p) {
