@@ -21,31 +21,35 @@ typedef struct uopts {
   int nargs;
 } uopts;
 
-/* Reads the options; -1 after a usage error (printed), 1 after help. */
-static int parse(int argc, char **argv, int from, uopts *o, const char *usage) {
+/* Reads the options into *o; returns only when they are good: after
+ * printing usage (-h, --help: exit 0) or a bad argument and usage (exit
+ * 2), exits, as cmd_client.c's commands do. */
+static void parse(int argc, char **argv, uopts *o, const char *usage) {
   memset(o, 0, sizeof *o);
   const cli_opt opts[] = {{"--json", NULL, &o->json},   {"--url", &o->url, NULL},
                           {"--state", &o->state, NULL}, {"--token-file", &o->token_file, NULL},
                           {"--role", &o->role, NULL},   {"--priority-range", &o->range, NULL},
                           {"--since", &o->since, NULL}, {"--user", &o->user, NULL},
                           {"--limit", &o->limit, NULL}};
-  for (int i = from; i < argc; i++) {
+  for (int i = 1; i < argc; i++) {
     if (cli_is_help(argv[i])) {
       printf("%s", usage);
-      return 1;
+      exit(0);
     }
     if (cli_opt_read(argc, argv, &i, opts, sizeof opts / sizeof *opts))
       continue;
     if (argv[i][0] == '-' || o->nargs == 3) {
       fprintf(stderr, "scalesweep %s: unexpected argument '%s'\n%s", argv[0], argv[i], usage);
-      return -1;
+      exit(SS_EXIT_USAGE);
     }
     o->args[o->nargs++] = argv[i];
   }
-  return 0;
 }
 
-static int call(const uopts *o, const char *method, const char *path, json_t *body, json_t **out) {
+/* Sends the request (body, stolen, may be NULL) and prints the answer:
+ * as it came with --json, else through print. The exit code. */
+static int call(const uopts *o, const char *method, const char *path, json_t *body,
+                void (*print)(json_t *j)) {
   char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
   char *raw = NULL;
   int rc;
@@ -55,11 +59,10 @@ static int call(const uopts *o, const char *method, const char *path, json_t *bo
   json_decref(body);
   if (j && o->json)
     printf("%s\n", raw);
+  else if (j)
+    print(j);
   free(raw);
-  if (out)
-    *out = j;
-  else
-    json_decref(j);
+  json_decref(j);
   return j ? 0 : rc;
 }
 
@@ -96,9 +99,20 @@ static json_t *range_body(const char *range) {
   return json_pack("{s:I,s:I}", "min", (json_int_t)lo, "max", (json_int_t)hi);
 }
 
+/* a user as a change answered it; a new token alone on stdout */
+static void print_user(json_t *j) {
+  const char *token = json_string_value(json_object_get(j, "token"));
+  if (token) /* printed once: only its hash is kept */
+    printf("%s\n", token);
+  fprintf(token ? stderr : stdout, "user %s: %s, priority %lld..%lld%s%s\n", str(j, "name"),
+          str(j, "role"), num(j, "priority_min"), num(j, "priority_max"),
+          json_is_true(json_object_get(j, "revoked")) ? ", revoked" : "",
+          token ? " (the token above is shown only now)" : "");
+}
+
 static int user_change(const uopts *o, const char *sub) {
   char path[160];
-  json_t *j = NULL, *body = NULL;
+  json_t *body = NULL;
   const char *name = o->args[1];
   if (!strcmp(sub, "add")) {
     if (o->role && strcmp(o->role, "admin") && strcmp(o->role, "member") &&
@@ -113,18 +127,7 @@ static int user_change(const uopts *o, const char *sub) {
   } else {
     snprintf(path, sizeof path, "/api/users/%.64s/%s", name, sub);
   }
-  int rc = call(o, "POST", path, body, &j);
-  if (!rc && !o->json) {
-    const char *token = json_string_value(json_object_get(j, "token"));
-    if (token) /* printed once: only its hash is kept */
-      printf("%s\n", token);
-    fprintf(token ? stderr : stdout, "user %s: %s, priority %lld..%lld%s%s\n", str(j, "name"),
-            str(j, "role"), num(j, "priority_min"), num(j, "priority_max"),
-            json_is_true(json_object_get(j, "revoked")) ? ", revoked" : "",
-            token ? " (the token above is shown only now)" : "");
-  }
-  json_decref(j);
-  return rc;
+  return call(o, "POST", path, body, print_user);
 }
 
 int cmd_user(int argc, char **argv) {
@@ -138,9 +141,7 @@ int cmd_user(int argc, char **argv) {
       "  add and token print a new token once (only its SHA-256 is stored); revoke\n"
       "  refuses the user's tokens at once, open event streams included\n";
   uopts o;
-  int p = parse(argc, argv, 1, &o, usage);
-  if (p)
-    return p > 0 ? 0 : SS_EXIT_USAGE;
+  parse(argc, argv, &o, usage);
   const char *sub = o.nargs ? o.args[0] : "";
   static const char *const subs[] = {"add", "list", "revoke", "token", "set"};
   int k = -1;
@@ -152,24 +153,16 @@ int cmd_user(int argc, char **argv) {
                            sub);
   if (o.nargs != (k == 1 ? 1 : 2))
     return cli_usage_error("user", sub, k == 1 ? "takes no NAME" : "expected one NAME");
-  if (k == 1) {
-    json_t *j = NULL;
-    int rc = call(&o, "GET", "/api/users", NULL, &j);
-    if (!rc && !o.json)
-      print_users(j);
-    json_decref(j);
-    return rc;
-  }
-  return user_change(&o, sub);
+  return k == 1 ? call(&o, "GET", "/api/users", NULL, print_users) : user_change(&o, sub);
 }
 
 static void print_audit(json_t *list) {
-  printf("%-20s %-12s %-21s %-10s %-12s %-7s %s\n", "AT", "USER", "FROM", "ACTION", "TARGET",
+  printf("%-20s %-12s %-21s %-13s %-12s %-7s %s\n", "AT", "USER", "FROM", "ACTION", "TARGET",
          "OUTCOME", "DETAIL");
   size_t i;
   json_t *a;
   json_array_foreach(list, i, a) {
-    printf("%-20.19s %-12s %-21s %-10s %-12s %-7s %s\n", str(a, "at"), str(a, "user"),
+    printf("%-20.19s %-12s %-21s %-13s %-12s %-7s %s\n", str(a, "at"), str(a, "user"),
            str(a, "peer"), str(a, "action"), str(a, "target"), str(a, "outcome"), str(a, "detail"));
   }
 }
@@ -181,9 +174,7 @@ int cmd_audit(int argc, char **argv) {
       "  the audit trail, newest first (an admin's token): who changed or tried to change\n"
       "  what, when, from which address, and the outcome\n";
   uopts o;
-  int p = parse(argc, argv, 1, &o, usage);
-  if (p)
-    return p > 0 ? 0 : SS_EXIT_USAGE;
+  parse(argc, argv, &o, usage);
   if (o.nargs)
     return cli_usage_error("audit", NULL, "unexpected argument '%s'", o.args[0]);
   /* the values go in the query as they are, so only characters that need
@@ -200,12 +191,11 @@ int cmd_audit(int argc, char **argv) {
     n += snprintf(path + n, sizeof path - (size_t)n, "&since=%.100s", o.since);
   if (o.user)
     snprintf(path + n, sizeof path - (size_t)n, "&user=%.64s", o.user);
-  json_t *j = NULL;
-  int rc = call(&o, "GET", path, NULL, &j);
-  if (!rc && !o.json)
-    print_audit(j);
-  json_decref(j);
-  return rc;
+  return call(&o, "GET", path, NULL, print_audit);
+}
+
+static void print_priority(json_t *j) {
+  printf("sweep %lld: priority %lld\n", num(j, "id"), num(j, "priority"));
 }
 
 int cmd_priority(int argc, char **argv) {
@@ -214,9 +204,7 @@ int cmd_priority(int argc, char **argv) {
       "  sets sweep SWEEP's priority (and its queued runs') to N: an admin any, a member\n"
       "  on their own sweeps within the range an admin allows them\n";
   uopts o;
-  int p = parse(argc, argv, 1, &o, usage);
-  if (p)
-    return p > 0 ? 0 : SS_EXIT_USAGE;
+  parse(argc, argv, &o, usage);
   char *end1, *end2;
   long long id = o.nargs == 2 ? strtoll(o.args[0], &end1, 10) : 0;
   long long prio = o.nargs == 2 ? strtoll(o.args[1], &end2, 10) : 0;
@@ -224,10 +212,5 @@ int cmd_priority(int argc, char **argv) {
     return cli_usage_error("priority", NULL, "expected SWEEP (a positive id) and N (an integer)");
   char path[64];
   snprintf(path, sizeof path, "/api/sweeps/%lld/priority", id);
-  json_t *j = NULL;
-  int rc = call(&o, "POST", path, json_pack("{s:I}", "priority", (json_int_t)prio), &j);
-  if (!rc && !o.json)
-    printf("sweep %lld: priority %lld\n", id, num(j, "priority"));
-  json_decref(j);
-  return rc;
+  return call(&o, "POST", path, json_pack("{s:I}", "priority", (json_int_t)prio), print_priority);
 }
