@@ -8,6 +8,7 @@
 
 #include "scheduler/internal.h"
 #include "scheduler/route.h"
+#include "scheduler/web.h"
 #include "store/audit.h"
 
 static void on_written(void *ud, int status, int64_t rows, const char *errmsg) {
@@ -116,5 +117,22 @@ int sched__audit_route(sched *s, http_request *r, const sched__who *who, const c
     http_respond_error(r, 503, "database unavailable; try again", NULL);
   else
     store_audit_list(db_pool_get(s->reads, 0), since, user, limit ? atoi(limit) : 1000, on_list, r);
+  return 1;
+}
+
+int sched__audit_page(sched *s, http_request *r) {
+  sched__web_req w = {.s = s, .r = r};
+  sched__buf b = {0};
+  sched__page_start(&b, s, "audit", 0, "Audit trail");
+  sched__b_puts(&b, "<section id=\"audit\" aria-labelledby=\"h-audit\"><h1 id=\"h-audit\">Audit "
+                    "trail</h1><p id=\"audit-note\">An admin's token reads it (JavaScript "
+                    "needed); <code>scalesweep audit</code> prints it too.</p><div "
+                    "class=\"scroll\"><table><thead><tr><th scope=\"col\">At</th><th "
+                    "scope=\"col\">User</th><th scope=\"col\">From</th><th "
+                    "scope=\"col\">Action</th><th scope=\"col\">Target</th><th "
+                    "scope=\"col\">Outcome</th><th scope=\"col\">Detail</th></tr></thead>"
+                    "<tbody id=\"audit-rows\"></tbody></table></div></section>\n");
+  sched__page_end(&b);
+  sched__respond_page(&w, 200, &b);
   return 1;
 }

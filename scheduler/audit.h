@@ -26,4 +26,9 @@ void sched__audit_watch(struct sched *s, http_request *r, const sched__who *who)
  * is the route (r answered), else 0. */
 int sched__audit_route(struct sched *s, http_request *r, const sched__who *who, const char *path);
 
+/* GET /audit: the audit trail's page, a shell whose script reads GET
+ * /api/audit with the admin's token entered in the page (a page's own
+ * request carries no token). Returns 1 (r answered). */
+int sched__audit_page(struct sched *s, http_request *r);
+
 #endif

@@ -63,7 +63,7 @@ static void on_user(void *ud, int status, const store_user *su, const char *errm
   }
   if (sched__auth_put(&u->s->auth, su, u->hash[0] ? u->hash : NULL))
     return finish(u, 500, "out of memory", NULL);
-  if (su->revoked)
+  if (su->revoked || !strcmp(u->action, "user token")) /* their old tokens are refused */
     close_streams(u->s, su->id);
   snprintf(detail, sizeof detail, "role %s, priority %d..%d%s", su->role, su->priority_min,
            su->priority_max, su->revoked ? ", revoked" : "");

@@ -367,9 +367,41 @@ function run() {
   };
 }
 
+// The audit trail's page (/audit): its rows from GET /api/audit, for an
+// admin's token, written as text.
+function audit() {
+  const load = async () => {
+    const rows = document.getElementById('audit-rows');
+    const note = document.getElementById('audit-note');
+    if (!token()) {
+      note.textContent = "Enter an admin's token above to read the audit trail.";
+      return;
+    }
+    try {
+      const all = await getJSON('/api/audit?limit=500');
+      rows.replaceChildren(...all.map((a) => {
+        const tr = document.createElement('tr');
+        for (const k of ['at', 'user', 'peer', 'action', 'target', 'outcome', 'detail']) {
+          const td = document.createElement('td');
+          td.textContent = String(a[k] ?? '');
+          tr.append(td);
+        }
+        return tr;
+      }));
+      note.textContent = `The newest ${all.length} change(s), made, refused or failed.`;
+    } catch (e) {
+      note.textContent = `The audit trail: ${e.message}`;
+    }
+  };
+  refreshAll = load;
+  guard(load());
+  return () => {};
+}
+
 tokenForm();
 bindButtons();
 const handlers = { overview, sweep, run };
+if (PAGE === 'audit') audit();
 const handle = handlers[PAGE] ? handlers[PAGE]() : () => {};
 if (body.dataset.openReads === '0' && token() && !document.getElementById('h-sweep') &&
     !document.getElementById('h-run') && !document.getElementById('workers')) {

@@ -395,7 +395,7 @@ async function main() {
 // for a GPU (the worker has none). On its page the cancel button is absent
 // for the viewer and for bob, and present for ann, whose click cancels it.
 async function people(page) {
-  const tokens = {};
+  const tokens = { admin: TOKEN };
   for (const [name, role] of [['ann', 'member'], ['bob', 'member'], ['vic', 'viewer']]) {
     const r = await api('POST', '/api/users', { name, role });
     if (r.status !== 201 || !r.json.token) fail(`user add ${name}: ${r.status} ${r.text}`);
@@ -428,6 +428,15 @@ async function people(page) {
   await until('the owner\'s cancel from the page', async () =>
     (await api('GET', `/api/sweeps/${own.id}?limit=0`)).json.status === 'cancelled', 10000);
   log(`people: the viewer and bob see no cancel button on ann's sweep ${own.id}; ann's cancels it`);
+  // the audit page (/audit), read with the admin's token, has ann's cancel
+  await asUser('admin');
+  await page.goto(`${base}/audit`);
+  await until('the audit page\'s rows', async () => {
+    const rows = await page.$$eval('#audit-rows tr', (trs) => trs.map((t) => t.textContent));
+    return rows.some((t) => t.includes('ann') && t.includes('cancel') && t.includes(`sweep ${own.id}`) &&
+      t.includes('ok'));
+  }, 5000);
+  log('audit page: an admin reads ann\'s cancel');
 }
 
 // A sanitizer build reports into the logs, leaks at exit included: read them
