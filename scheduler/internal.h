@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "http/http.h"
+#include "scheduler/auth.h"
 #include "scheduler/counters.h"
 #include "scheduler/events.h"
 #include "scheduler/lease.h"
@@ -47,6 +48,7 @@ struct sched {
   sched__sweepq adapt;  /* sweepq.h: sweeps whose adaptive round may have ended (adaptive.c) */
   sched__counters n;    /* counters.h: for /metrics */
   sched__slurm slurm;   /* slurm.h: elastic workers (--slurm) */
+  sched__auth auth;     /* auth.h: users and their live tokens */
 
   /* the API's request latencies, le 1,2,5,...ms (for /metrics) */
   uint64_t lat_count, lat_buckets[12];

@@ -134,7 +134,7 @@ static void j_window(sched__buf *b, const char **sep, const char *what, int64_t 
 /* GET /api/sweeps's */
 #define SWEEP_ROW_JSON(X)                                                                       \
   SWEEP_HEAD_JSON(X)                                                                            \
-  X(spec_hash, str, sw->spec_hash)                                                              \
+  X(spec_hash, str, sw->spec_hash) X(owner, str, sw->owner)                                     \
   X(runs, int, c->total) X(succeeded, int, c->succeeded) X(failed, int, c->failed)              \
       X(running, int, c->running) X(queued, int, c->queued) X(queued_gpus, int, c->queued_gpus) \
           X(queued_slots, int, c->queued_slots) X(queued_trainers, str, c->queued_trainers)     \
@@ -147,8 +147,8 @@ static void j_window(sched__buf *b, const char **sep, const char *what, int64_t 
 #define SWEEP_JSON(X)                                                                     \
   SWEEP_HEAD_JSON(X)                                                                      \
   X(spec, doc, sw->spec)                                                                  \
-  X(spec_hash, str, sw->spec_hash) X(models, str, c->models) X(lr_tune, doc, sw->lr_tune) \
-      X(adaptive, doc, sw->adaptive)
+  X(spec_hash, str, sw->spec_hash) X(owner, str, sw->owner) X(models, str, c->models)     \
+      X(lr_tune, doc, sw->lr_tune) X(adaptive, doc, sw->adaptive)
 
 #define COUNTS_JSON(X)                                                                      \
   X(queued, int, c->queued)                                                                 \

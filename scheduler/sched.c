@@ -153,6 +153,8 @@ static int prepare(sched *s, char *err, size_t errlen) {
     rc = sched__slurm_check(opt, err, errlen);
   if (!rc)
     rc = db_migrate(opt->database, &applied, err, errlen);
+  if (!rc)
+    rc = sched__auth_load(s, err, errlen); /* users and their live tokens (auth.h) */
   if (!rc && applied)
     sched__logf("applied %d migration(s)", applied);
   return rc;
@@ -231,6 +233,7 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   s->o = *opt;
   int rc = prepare(s, err, errlen);
   if (rc) {
+    sched__auth_free(&s->auth);
     free(s);
     return rc;
   }
@@ -263,6 +266,7 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   sched__sweepq_free(&s->tunes);
   sched__sweepq_free(&s->adapt);
   sched__place_free(s);
+  sched__auth_free(&s->auth);
   free(s);
   return rc;
 }

@@ -49,6 +49,7 @@ typedef struct sub_job {
   sched__spec_out out;
   char *name, *canon;
   char hash[65];
+  sched__who who; /* the submitter: the sweep's owner */
 } sub_job;
 
 static void job_free(sub_job *j) {
@@ -213,8 +214,22 @@ static void on_inserted(void *ud, int status, int64_t sweep_id, int64_t runs, co
   sched__place(s);
 }
 
+/* The spec's priority is within its submitter's range (an admin's: any);
+ * else the 403's message in msg. */
+static int priority_allowed(sched *s, const sub_job *j, char *msg, size_t len) {
+  const sched__user *u = sched__auth_user(&s->auth, j->who.user_id);
+  int p = j->out.priority;
+  if (j->who.role == SS_ROLE_ADMIN || (u && p >= u->priority_min && p <= u->priority_max))
+    return 1;
+  snprintf(msg, len,
+           "submit refused: priority %d is outside the range %d..%d an admin allows %s "
+           "(scalesweep user set NAME --priority-range MIN:MAX)",
+           p, u ? u->priority_min : 0, u ? u->priority_max : 0, j->who.name);
+  return 0;
+}
+
 /* Stores the sweep the job checked and planned (store_sweeps_insert
- * copies the texts). */
+ * copies the texts), owned by its submitter. */
 static void store(sub_job *j) {
   sub_ctx *x = http_alloc(j->r, sizeof *x);
   if (!x)
@@ -225,18 +240,24 @@ static void store(sub_job *j) {
   sw.name = j->name;
   sw.spec_json = j->canon;
   sw.spec_hash = x->hash;
+  sw.owner_id = j->who.user_id;
   store_sweeps_insert(j->s->db_submit, &sw, on_inserted, x);
 }
 
 static void after_work(uv_work_t *w, int status) {
   sub_job *j = w->data;
+  char msg[256];
   j->s->submits--;
-  if (!sched__spec_out_answered(j->s, j->r, status, &j->out, "submit", "checking the spec"))
-    store(j);
+  if (!sched__spec_out_answered(j->s, j->r, status, &j->out, "submit", "checking the spec")) {
+    if (priority_allowed(j->s, j, msg, sizeof msg))
+      store(j);
+    else
+      http_respond_error(j->r, 403, msg, "$.priority");
+  }
   job_free(j);
 }
 
-void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
+void sched__submit(sched *s, http_request *r, const sched__who *who, const char *body, size_t len) {
   if (s->submits >= SCHED_SPEC_JOBS) {
     char msg[128];
     snprintf(msg, sizeof msg, "%d sweep specs are being checked already; submit again in a second",
@@ -254,6 +275,7 @@ void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
   memcpy(text, body, len);
   text[len] = 0;
   *j = (sub_job){.s = s,
+                 .who = *who,
                  .r = r,
                  .text = text,
                  .len = len,

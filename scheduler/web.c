@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scheduler/audit.h"
 #include "scheduler/route.h"
 #include "scheduler/web.h"
 #include "store/pages.h"
@@ -120,7 +121,7 @@ static void respond_shell(sched__web_req *w) {
 
 static void page(sched__web_req *w) {
   sched *s = w->s;
-  if (!s->o.open_reads && !sched__route_authorized(w->r, s->api_token)) {
+  if (!sched__auth_may_read(s, w->r)) {
     if (w->kind == SCHED__PAGE_CONFIG)
       http_respond_error(w->r, 401, "reads need the API token (Authorization: Bearer ...)", NULL);
     else
@@ -175,6 +176,8 @@ int sched__web(sched *s, http_request *r) {
     sched__web_serve_asset(r, path + 8);
     return 1;
   }
+  if (!strcmp(path, "/audit")) /* a shell: the script reads /api/audit with the token */
+    return sched__audit_page(s, r);
   const char *rest;
   if (!strcmp(path, "/")) {
     w->kind = SCHED__PAGE_OVERVIEW;

@@ -92,8 +92,8 @@ static void render_sweeps(sched__buf *b, const store_overview *o) {
     sched__b_puts(b, "<p class=\"empty\">No sweep yet: <code>scalesweep submit "
                      "spec.json</code>.</p>");
   } else {
-    static const char *const cols[] = {"Sweep",   "Status", "Runs done", "Compute spent",
-                                       "Running", "Queued", "Failed",    NULL};
+    static const char *const cols[] = {"Sweep",   "Owner",  "Status", "Runs done", "Compute spent",
+                                       "Running", "Queued", "Failed", NULL};
     sched__b_thead(b, "<div class=\"scroll\"><table class=\"sweeps\">", cols);
     for (int i = 0; i < o->nsweeps; i++) {
       const store_overview_sweep *sw = &o->sweeps[i];
@@ -101,6 +101,8 @@ static void render_sweeps(sched__buf *b, const store_overview *o) {
       sched__b_puts(b, "<bdi>"); /* web_sweep.c says why */
       sched__b_esc(b, sw->name);
       sched__b_puts(b, "</bdi></a></td><td>");
+      sched__b_esc(b, sw->owner ? sw->owner : "-");
+      sched__b_puts(b, "</td><td>");
       sched__b_status(b, sw->status);
       sched__b_puts(b, "</td><td>");
       sched__b_progress(b, "runs done", (double)sw->done, (double)sw->total, "runs", 1);

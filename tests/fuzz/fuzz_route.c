@@ -58,6 +58,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   uv_loop_t loop;
   sched *s = store_stub_sched_new(&loop, script, nscript, FUZZ_ROUTE_TOKEN, !(options & 1));
+  char load_err[256];
+  if (sched__auth_load(s, load_err, sizeof load_err) != 0) /* the stub's admin and member */
+    abort();
   http_limits lim;
   http_limits_default(&lim);
   lim.max_body_bytes = 64 * 1024; /* a spec, not a large one: planning is slow enough */
@@ -97,6 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sched__events_free(&s->ev);
   sched__refits_free(&s->refits);
   sched__place_free(s);
+  sched__auth_free(&s->auth);
   free(s);
   return 0;
 }
