@@ -18,6 +18,7 @@
 #include "common/token.h"
 #include "scheduler/internal.h"
 #include "store/migrate.h"
+#include "store/usage.h"
 
 void sched_options_default(sched_options *o) {
   memset(o, 0, sizeof *o);
@@ -30,6 +31,7 @@ void sched_options_default(sched_options *o) {
   o->open_reads = 1;
   o->predict_s = 15;
   o->reserve_after_s = 300;
+  o->share_half_life_s = 604800;
   o->db_read_connections = 2;
   o->read_timeout_ms = 5000;
   o->auth_block_s = 60;
@@ -43,6 +45,14 @@ void sched_options_default(sched_options *o) {
 /* ---- what the worker port reports ------------------------------------------------ */
 
 static void on_capacity(void *ud) { sched__place(ud); }
+
+/* fair share's usage, recomputed with this scheduler's half-life */
+static void on_share_started(void *ud, int status, int64_t rows, const char *errmsg) {
+  (void)ud;
+  (void)rows;
+  if (status != 0) /* the attempts' trigger keeps it meanwhile, with the last half-life */
+    sched__logf("recomputing fair share's usage failed: %s", errmsg);
+}
 
 static void on_freed(void *ud) { sched__place_freed(ud); }
 
@@ -234,6 +244,7 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
     return rc;
   }
   sched__lease_start(s);
+  store_usage_start(s->db, s->o.share_half_life_s, on_share_started, s);
   sched__sweeps_settle(s);
   /* A SIGINT ignored by whoever started us stays ignored (the shell's rule
    * for background jobs): `scalesweep up` takes Ctrl-C itself and stops the
