@@ -533,7 +533,9 @@ void sched__http_limits(const sched_options *o, http_limits *lim) {
 /* The reserved slots serve the API token and liveness probes. */
 static int http_reserved(http_request *r, void *ud) {
   sched *s = ud;
-  return !strcmp(http_path(r), "/healthz") || sched__route_authorized(r, s->api_token);
+  sched__who who;
+  sched__who_of(s, r, &who);
+  return !strcmp(http_path(r), "/healthz") || who.user_id != 0;
 }
 
 static void http_log(const char *line, void *ud) {
@@ -574,7 +576,7 @@ void sched__http(http_request *r, void *ud) {
       return answer_json(x, control && reads ? 200 : 503, body);
     }
     /* /metrics tells the queue, the workers and the traffic: a read */
-    if (!s->o.open_reads && !s->o.open_metrics && !sched__route_authorized(r, s->api_token))
+    if (!s->o.open_metrics && !sched__auth_may_read(s, r))
       return answer_error(x, 401,
                           "/metrics needs the API token under --closed-reads (Authorization: "
                           "Bearer ...; a Prometheus scrape can send it), unless the scheduler "
@@ -584,10 +586,12 @@ void sched__http(http_request *r, void *ud) {
   }
   if (strncmp(path, "/api/", 5) != 0)
     return answer_error(x, 404, "not found", NULL);
-  if (get && !s->o.open_reads && !sched__route_authorized(r, s->api_token))
-    return answer_error(x, 401, "reads need the API token (Authorization: Bearer ...)", NULL);
-  if (!get && !sched__route_authorized(r, s->api_token))
-    return answer_error(x, 401, "changes need the API token (Authorization: Bearer ...)", NULL);
+  sched__who who;
+  sched__who_of(s, r, &who);
+  if (get && !s->o.open_reads && !who.user_id)
+    return answer_error(x, 401, "reads need a token (Authorization: Bearer ...)", NULL);
+  if (!get && !who.user_id)
+    return answer_error(x, 401, "changes need a token (Authorization: Bearer ...)", NULL);
   if (!strcmp(path, "/api/events")) {
     if (!get)
       return answer_error(x, 405, "method not allowed: use GET", NULL);
@@ -606,7 +610,7 @@ void sched__http(http_request *r, void *ud) {
     if (post) {
       size_t len;
       const char *body = http_body(r, &len);
-      return sched__submit(s, r, body, len);
+      return sched__submit(s, r, &who, body, len);
     }
     return answer_error(x, 405, "method not allowed: use GET or POST", NULL);
   }

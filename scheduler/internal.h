@@ -12,6 +12,7 @@
 #include "scheduler/lease.h"
 #include "scheduler/log.h"
 #include "scheduler/adaptive.h"
+#include "scheduler/auth.h"
 #include "scheduler/lr_tune.h"
 #include "scheduler/place.h"
 #include "scheduler/predict.h"
@@ -48,6 +49,7 @@ struct sched {
   sched__adaptive adapt; /* adaptive.h: sweeps whose adaptive round may have ended */
   sched__counters n;    /* counters.h: for /metrics */
   sched__slurm slurm;   /* slurm.h: elastic workers (--slurm) */
+  sched__auth auth;     /* auth.h: users and their live tokens */
 
   /* the API's request latencies, le 1,2,5,...ms (for /metrics) */
   uint64_t lat_count, lat_buckets[12];

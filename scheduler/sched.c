@@ -180,7 +180,10 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
     rc = sched__slurm_check(opt, err, errlen);
   if (!rc)
     rc = db_migrate(opt->database, &applied, err, errlen);
+  if (!rc)
+    rc = sched__auth_load(s, err, errlen);
   if (rc) {
+    sched__auth_free(&s->auth);
     free(s);
     return rc;
   }
@@ -240,6 +243,7 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
     uv_loop_close(&loop);
     sched__events_free(&s->ev);
     sched__wport_free(&s->wp);
+    sched__auth_free(&s->auth);
     free(s);
     return rc;
   }
@@ -265,6 +269,7 @@ int sched_run(const sched_options *opt, char *err, size_t errlen) {
   sched__tunes_free(&s->tunes);
   sched__adaptive_free(&s->adapt);
   sched__place_free(s);
+  sched__auth_free(&s->auth);
   free(s);
   return rc;
 }

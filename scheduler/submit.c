@@ -51,6 +51,7 @@ typedef struct sub_job {
   char *name, *canon, *runs;
   char hash[65];
   int priority, gpus, max_attempts;
+  sched__who who; /* the submitter: the sweep's owner */
 } sub_job;
 
 static void job_free(sub_job *j) {
@@ -180,10 +181,25 @@ static void on_inserted(void *ud, int status, int64_t sweep_id, int64_t runs, co
   sched__place(s);
 }
 
+/* The spec's priority is within its submitter's range (an admin's: any);
+ * else the 403's message in msg. */
+static int priority_allowed(sched *s, const sub_job *j, char *msg, size_t len) {
+  const sched__user *u = sched__auth_user(&s->auth, j->who.user_id);
+  if (j->who.role == SS_ROLE_ADMIN ||
+      (u && j->priority >= u->priority_min && j->priority <= u->priority_max))
+    return 1;
+  snprintf(msg, len,
+           "submit refused: priority %d is outside the range %d..%d an admin allows %s "
+           "(scalesweep user set NAME --priority-range MIN:MAX)",
+           j->priority, u ? u->priority_min : 0, u ? u->priority_max : 0, j->who.name);
+  return 0;
+}
+
 static void after_work(uv_work_t *w, int status) {
   sub_job *j = w->data;
   sched *s = j->s;
   http_request *r = j->r;
+  char msg[256];
   s->submits--;
   if (status != 0 || s->stopping) { /* cancelled, or the database is closing */
     http_respond_error(r, 503, "the scheduler is stopping; submit again once it is back", NULL);
@@ -191,6 +207,8 @@ static void after_work(uv_work_t *w, int status) {
     http_respond_json(r, 400, j->answer);
   } else if (j->status != 0) {
     http_respond_error(r, 500, "out of memory checking the spec", NULL);
+  } else if (!priority_allowed(s, j, msg, sizeof msg)) {
+    http_respond_error(r, 403, msg, "$.priority");
   } else {
     sub_ctx *x = http_alloc(r, sizeof *x);
     if (!x) {
@@ -204,6 +222,7 @@ static void after_work(uv_work_t *w, int status) {
                             .priority = j->priority,
                             .gpus = j->gpus,
                             .max_attempts = j->max_attempts,
+                            .owner_id = j->who.user_id,
                             .runs_json = j->runs};
       store_sweeps_insert(s->db_submit, &sw, on_inserted, x);
     }
@@ -211,7 +230,8 @@ static void after_work(uv_work_t *w, int status) {
   job_free(j);
 }
 
-void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
+void sched__submit(sched *s, http_request *r, const sched__who *who, const char *body,
+                   size_t len) {
   if (s->submits >= SCHED_SPEC_JOBS) {
     char b[192];
     snprintf(b, sizeof b,
@@ -232,6 +252,7 @@ void sched__submit(sched *s, http_request *r, const char *body, size_t len) {
   memcpy(text, body, len);
   text[len] = 0;
   *j = (sub_job){.s = s,
+                 .who = *who,
                  .r = r,
                  .text = text,
                  .len = len,

@@ -16,10 +16,13 @@
 #define SCHED_DESIGN_JOBS 1
 
 /* POST /api/sweeps: validates and plans the spec (sweeps/spec.h, plan.h),
- * stores the sweep and its runs at once (store/sweeps.h) and answers 201 with
- * {"id", "runs", "spec_hash"}; 400 with every problem and its JSON path; 409
- * when an identical spec was submitted before (naming that sweep). */
-void sched__submit(sched *s, http_request *r, const char *body, size_t len);
+ * stores the sweep and its runs at once (store/sweeps.h), owned by who,
+ * and answers 201 with {"id", "runs", "spec_hash"}; 400 with every problem
+ * and its JSON path; 403 when the spec's priority is outside who's range
+ * (users.priority_min..priority_max; an admin's is any); 409 when an
+ * identical spec was submitted before (naming that sweep). */
+void sched__submit(sched *s, http_request *r, const sched__who *who, const char *body,
+                   size_t len);
 
 /* GET /api/sweeps/{id}/fit: the latest fit of each law, by law. */
 void sched__get_fit(sched *s, http_request *r, int64_t sweep_id);

@@ -120,7 +120,7 @@ static void respond_shell(sched__web_req *w) {
 
 static void page(sched__web_req *w) {
   sched *s = w->s;
-  if (!s->o.open_reads && !sched__route_authorized(w->r, s->api_token)) {
+  if (!sched__auth_may_read(s, w->r)) {
     if (w->kind == SCHED__PAGE_CONFIG)
       http_respond_error(w->r, 401, "reads need the API token (Authorization: Bearer ...)", NULL);
     else

@@ -139,7 +139,7 @@ int sched__web_api(sched *s, http_request *r, const char *path) {
   const char *m = http_method(r);
   if (strcmp(m, "GET") && strcmp(m, "HEAD"))
     http_respond_error(r, 405, "method not allowed: use GET", NULL);
-  else if (!s->o.open_reads && !sched__route_authorized(r, s->api_token))
+  else if (!sched__auth_may_read(s, r))
     http_respond_error(r, 401, "reads need the API token (Authorization: Bearer ...)", NULL);
   else if (!db_pool_ready(s->reads))
     http_respond_error(r, 503, "database unavailable; try again", NULL);

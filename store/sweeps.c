@@ -49,18 +49,19 @@ static const store__rows_spec status_changed = {sizeof(const char *), decode_sta
                                                 deliver_status};
 
 void store_sweeps_insert(db *d, const store_sweep_new *sw, store_sweeps_inserted_cb cb, void *ud) {
-  char gpus[24], prio[24], maxa[24];
-  const char *p[7] = {sw->name,
+  char gpus[24], prio[24], maxa[24], owner[24];
+  const char *p[8] = {sw->name,
                       sw->spec_json,
                       sw->spec_hash,
                       store__itoa(prio, sizeof prio, sw->priority),
                       store__itoa(gpus, sizeof gpus, sw->gpus),
                       store__itoa(maxa, sizeof maxa, sw->max_attempts),
-                      sw->runs_json};
+                      sw->runs_json,
+                      store__itoa(owner, sizeof owner, sw->owner_id)};
   store__query_rows(
       d,
-      "WITH sw AS (INSERT INTO sweeps (name, spec, spec_hash, priority) "
-      "VALUES ($1, $2::jsonb, $3, $4::int) ON CONFLICT (spec_hash) DO NOTHING "
+      "WITH sw AS (INSERT INTO sweeps (name, spec, spec_hash, priority, owner_id) "
+      "VALUES ($1, $2::jsonb, $3, $4::int, $8::bigint) ON CONFLICT (spec_hash) DO NOTHING "
       "RETURNING id), "
       /* ids drawn first, so that a branch names its trunk's (the plan's
        * branch_of is the trunk's index in the list) */
@@ -78,7 +79,7 @@ void store_sweeps_insert(db *d, const store_sweep_new *sw, store_sweeps_inserted
       "FROM sw CROSS JOIN pl LEFT JOIN pl tr "
       "ON tr.i = (pl.e->>'branch_of')::bigint + 1 ORDER BY pl.i RETURNING 1) "
       "SELECT (SELECT id FROM sw), (SELECT count(*) FROM ins)",
-      7, p, &inserted, (void (*)(void))cb, ud);
+      8, p, &inserted, (void (*)(void))cb, ud);
 }
 
 /* The runs of $5 (a plan's runs as store_sweeps_insert takes them, each

@@ -18,6 +18,7 @@ typedef struct store_sweep_new {
   int priority;
   int gpus;         /* per run */
   int max_attempts; /* per run */
+  int64_t owner_id; /* users.id: who submitted it (insert only) */
   /* the plan's runs: a JSON array of objects with config, config_hash,
    * params, nonembedding_params, tokens, batch_size, flops, part and
    * target_loss (sweeps/plan.h, plan_runs_json) */

@@ -69,6 +69,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   s->o.checkpoint_root = "/nonexistent/checkpoints";
   snprintf(s->token, sizeof s->token, "%s", FUZZ_ROUTE_TOKEN);
   snprintf(s->api_token, sizeof s->api_token, "%s", FUZZ_ROUTE_TOKEN);
+  char load_err[256];
+  if (sched__auth_load(s, load_err, sizeof load_err) != 0) /* the stub's admin and member */
+    abort();
   store_stub_sched_open(s, &loop);
   s->wp.loop = &loop;
   s->wp.token = s->token;
@@ -114,6 +117,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sched__events_free(&s->ev);
   sched__refits_free(&s->refits);
   sched__place_free(s);
+  sched__auth_free(&s->auth);
   free(s);
   return 0;
 }

@@ -19,6 +19,7 @@
 #include "store/runs.h"
 #include "store/store.h"
 #include "store/sweeps.h"
+#include "store/users.h"
 #include "store/workers.h"
 
 typedef struct call call;
@@ -861,4 +862,66 @@ void store_stub_sched_close(struct sched *s) {
   db_pool_close(s->reads, on_stub_closed, NULL);
   for (int i = 0; i < SCHED__METRIC_DBS; i++)
     db_close(s->wp.db_metrics[i], on_stub_closed, NULL);
+}
+
+/* ---- users.h ---------------------------------------------------------------- */
+
+/* the admin, and a member whose token is STORE_STUB_MEMBER_TOKEN */
+int store_users_load(const char *url, void (*on_user)(void *ud, const store_user *u),
+                     void (*on_token)(void *ud, const store_user_token *t), void *ud, char *err,
+                     size_t errlen) {
+  (void)url;
+  (void)err;
+  (void)errlen;
+  on_user(ud, &(store_user){1, "admin", "admin", -1000000, 1000000, 0});
+  on_user(ud, &(store_user){2, "ann", "member", -10, 0, 0});
+  on_token(ud, &(store_user_token){STORE_STUB_MEMBER_HASH, 2});
+  return 0;
+}
+
+/* v % 5 == 4: no such user; else the member, revoked when v % 7 == 6 */
+static void ans_user(call *c, int st, int v) {
+  store_user u = {2, "ann", v % 3 ? "member" : "viewer", -10, 0, v % 7 == 6};
+  ((store_users_cb)c->cb)(c->ud, st, st || v % 5 == 4 ? NULL : &u, st ? errmsg : NULL);
+}
+
+void store_users_add(db *d, const char *name, const char *role, const char *hash_hex,
+                     store_users_cb cb, void *ud) {
+  (void)name;
+  (void)role;
+  (void)hash_hex;
+  QUEUE(d, ans_user, cb, ud);
+}
+
+void store_users_revoke(db *d, const char *name, store_users_cb cb, void *ud) {
+  (void)name;
+  QUEUE(d, ans_user, cb, ud);
+}
+
+void store_users_new_token(db *d, const char *name, const char *hash_hex, store_users_cb cb,
+                           void *ud) {
+  (void)name;
+  (void)hash_hex;
+  QUEUE(d, ans_user, cb, ud);
+}
+
+void store_users_set_priority(db *d, const char *name, int min, int max, store_users_cb cb,
+                              void *ud) {
+  (void)name;
+  (void)min;
+  (void)max;
+  QUEUE(d, ans_user, cb, ud);
+}
+
+void store_users_list(db *d, store_json_cb cb, void *ud) { json_doc(d, 1, cb, ud); }
+
+/* the owner: none (v % 3 == 0), the admin or the member */
+static void ans_owner(call *c, int st, int v) {
+  ((store_users_owner_cb)c->cb)(c->ud, st, st ? 0 : v % 3, st ? errmsg : NULL);
+}
+
+void store_users_owner_of(db *d, int run, int64_t id, store_users_owner_cb cb, void *ud) {
+  (void)run;
+  (void)id;
+  QUEUE(d, ans_owner, cb, ud);
 }

@@ -18,6 +18,10 @@
 #include <stdint.h>
 #include <uv.h>
 
+/* store_users_load's member (user 2, "ann"): a token and its SHA-256 */
+#define STORE_STUB_MEMBER_TOKEN "stub-member-token-0123456789"
+#define STORE_STUB_MEMBER_HASH "24458ac21b7aed15ec702b95e1c03c57e9e04d327486d97c6060b6838ab420b2"
+
 /* Sets the script (not copied: valid until the next call) and brings every
  * connection up again. */
 void store_stub_script(const uint8_t *bytes, size_t n);

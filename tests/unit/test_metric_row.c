@@ -150,7 +150,8 @@ static void wait_for(uv_loop_t *loop, const int *flag) {
 static void test_stored_and_served(void) {
   char *url = dbt_url_with_db("ss_metric_row"); /* test_schema's */
   PGconn *c = dbt_connect(url);
-  DBT_EXEC_OK(c, "INSERT INTO sweeps (id, name, spec, spec_hash) VALUES (1, 's', '{}', 'h')");
+  DBT_EXEC_OK(c, "INSERT INTO sweeps (id, name, spec, spec_hash, owner_id) VALUES (1, 's', '{}', 'h', "
+                 "(SELECT id FROM users WHERE name = 'admin'))");
   DBT_EXEC_OK(c, "INSERT INTO workers (id, name, host) VALUES (1, 'w', 'h')");
   DBT_EXEC_OK(c, "INSERT INTO runs (id, sweep_id, config, config_hash, status, attempt, worker, "
                  "lease_until) VALUES (1, 1, '{}', 'c', 'running', 1, 1, now() + interval '1h')");

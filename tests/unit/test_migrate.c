@@ -97,7 +97,8 @@ static void test_migrate_concurrent(void) {
 static void test_constraints(void) {
   char *url = dbt_migrated_db("ss_constraints");
   PGconn *c = dbt_connect(url);
-  DBT_EXEC_OK(c, "INSERT INTO sweeps (name, spec, spec_hash) VALUES ('s', '{}', 'h1')");
+  DBT_EXEC_OK(c, "INSERT INTO sweeps (name, spec, spec_hash, owner_id) VALUES ('s', '{}', 'h1', "
+                 "(SELECT id FROM users WHERE name = 'admin'))");
   DBT_EXEC_OK(c, "INSERT INTO workers (name, host) VALUES ('w1', 'localhost')");
 
   PGresult *r = PQexec(c, "INSERT INTO runs (sweep_id, config, config_hash, status) "
@@ -124,7 +125,8 @@ static void test_constraints(void) {
   r = PQexec(c, "UPDATE runs SET attempt = max_attempts + 1");
   CHECK_INT_EQ(PQresultStatus(r), PGRES_FATAL_ERROR);
   PQclear(r);
-  r = PQexec(c, "INSERT INTO sweeps (name, spec, spec_hash) VALUES ('again', '{}', 'h1')");
+  r = PQexec(c, "INSERT INTO sweeps (name, spec, spec_hash, owner_id) VALUES ('again', '{}', 'h1', "
+                "(SELECT id FROM users WHERE name = 'admin'))");
   CHECK_INT_EQ(PQresultStatus(r), PGRES_FATAL_ERROR);
   PQclear(r);
 

@@ -88,8 +88,8 @@ static long add_sweep(PGconn *c, const char *name, const char *s1, const char *s
   char sql[1024], spec[512];
   snprintf(spec, sizeof spec, SPEC, name);
   snprintf(sql, sizeof sql,
-           "INSERT INTO sweeps (name, spec, spec_hash, status) VALUES ('%s', '%s', '%s', "
-           "'running') RETURNING id",
+           "INSERT INTO sweeps (name, spec, spec_hash, status, owner_id) VALUES ('%s', '%s', "
+           "'%s', 'running', (SELECT id FROM users WHERE name = 'admin')) RETURNING id",
            name, spec, name);
   long id = dbt_count(c, sql);
   const char *st[3] = {s1, s2, s3};
