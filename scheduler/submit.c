@@ -19,6 +19,7 @@
  * has run; once the scheduler is stopping, the answer is 503 and the
  * database (being closed) is not touched. */
 #include "scheduler/submit.h"
+#include "scheduler/usage.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -224,7 +225,7 @@ static void after_work(uv_work_t *w, int status) {
                             .max_attempts = j->max_attempts,
                             .owner_id = j->who.user_id,
                             .runs_json = j->runs};
-      store_sweeps_insert(s->db_submit, &sw, on_inserted, x);
+      sched__usage_insert(s, r, &sw, on_inserted, x); /* its owner's queued limits */
     }
   }
   job_free(j);

@@ -318,7 +318,7 @@ static const char *put(char *buf, size_t *at, const char *src) {
   return buf + *at - n;
 }
 
-void sched__usage_insert(sched *s, http_request *r, const store_sweep_new *sw, int64_t owner,
+void sched__usage_insert(sched *s, http_request *r, const store_sweep_new *sw,
                          store_sweeps_inserted_cb cb, void *ud) {
   const char *parts[4] = {sw->name, sw->spec_json, sw->spec_hash, sw->runs_json};
   size_t len = 0;
@@ -338,7 +338,7 @@ void sched__usage_insert(sched *s, http_request *r, const store_sweep_new *sw, i
   x->sw.spec_json = put(text, &at, sw->spec_json);
   x->sw.spec_hash = put(text, &at, sw->spec_hash);
   x->sw.runs_json = put(text, &at, sw->runs_json);
-  store_usage_check_submit(s->db_submit, owner, x->sw.runs_json, on_submit_checked, x);
+  store_usage_check_submit(s->db_submit, sw->owner_id, x->sw.runs_json, on_submit_checked, x);
 }
 
 /* ---- routing --------------------------------------------------------------------------- */

@@ -20,11 +20,11 @@ void sched__usage_sweep_line(struct sched__buf *b, const char *usage);
 
 #include "store/sweeps.h"
 
-/* Stores the sweep sw that person owner submits (store_sweeps_insert, cb
- * and ud its), unless its runs would take them over their queued-runs or
- * queued-FLOPs limit: then r is answered 403 with the figures and cb is
- * not called. sw is copied: the caller's may go at once. */
-void sched__usage_insert(struct sched *s, http_request *r, const store_sweep_new *sw, int64_t owner,
+/* Stores the sweep sw (store_sweeps_insert, cb and ud its), unless its
+ * runs would take its owner over their queued-runs or queued-FLOPs limit:
+ * then r is answered 403 with the figures and cb is not called. sw is
+ * copied: the caller's may go at once. */
+void sched__usage_insert(struct sched *s, http_request *r, const store_sweep_new *sw,
                          store_sweeps_inserted_cb cb, void *ud);
 
 /* 1 when path is one of the routes above (answered), else 0. */

@@ -31,7 +31,8 @@ class Rig:
         for name, role in people.items():
             tok = os.urandom(32).hex()
             self.token_file[name] = self._write(name, tok)
-            psql("WITH u AS (INSERT INTO users (name, role) VALUES ('%s', '%s') RETURNING id) "
+            psql("WITH u AS (INSERT INTO users (name, role, priority_max) VALUES ('%s', '%s', 10) "
+                 "RETURNING id) "
                  "INSERT INTO user_tokens (hash, user_id) SELECT sha256(convert_to('%s', "
                  "'UTF8')), id FROM u" % (name, role, tok))
         self.log = open(os.path.join(self.tmp, "scheduler.log"), "w")
@@ -138,7 +139,8 @@ class Worker(WireWorker):
         (interrupted by its worker's fence, after checkpoint_step)."""
         self.seq += 1
         m = {"type": "finished", "run_id": a["run_id"], "attempt": a["attempt"],
-             "seq": self.seq, "exit_code": 0, "signal": 0, "error": None, "log_tail": ""}
+             "seq": self.seq, "exit_code": 0, "signal": 0, "error": None, "log_tail": "",
+             "done": None}
         if how == "succeeded":
             m["done"] = {"event": "done", "final_val_loss": 3.0, "params": 1000,
                          "nonembedding_params": 800, "flops": 1e9, "flops_6nd": 1e9,
