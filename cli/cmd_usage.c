@@ -72,8 +72,13 @@ static void print_sweeps(json_t *doc) {
 }
 
 /* Reads the common options and those of o; the positional NAME (limits)
- * into o->name. 0, or the usage error's exit code. */
-static int parse(int argc, char **argv, uopts *o, int limits) {
+ * into o->name. 0; -1 when it printed usage (asked for with --help); or
+ * the usage error's exit code. */
+static int parse(int argc, char **argv, uopts *o, int limits, const char *usage) {
+  if (argc > 1 && cli_is_help(argv[1])) {
+    fputs(usage, stdout);
+    return -1;
+  }
   const cli_opt opts[] = {{"--url", &o->url, NULL},
                           {"--state", &o->state, NULL},
                           {"--token-file", &o->token_file, NULL},
@@ -107,14 +112,10 @@ int cmd_usage(int argc, char **argv) {
       "  checkpoint) per person or sweep, of the attempts that started from DATE on\n"
       "  (YYYY-MM-DD); per person also each one's effective usage and standing in\n"
       "  fair share. A member sees their own; an admin everyone's.\n";
-  if (argc > 1 && cli_is_help(argv[1])) {
-    fputs(usage, stdout);
-    return 0;
-  }
   uopts o = {0};
-  int rc = parse(argc, argv, &o, 0);
+  int rc = parse(argc, argv, &o, 0, usage);
   if (rc)
-    return rc;
+    return rc < 0 ? 0 : rc;
   if (o.by && strcmp(o.by, "person") && strcmp(o.by, "sweep"))
     return cli_usage_error("usage", NULL, "--by %s: expected person or sweep", o.by);
   char path[256];
@@ -158,14 +159,10 @@ int cmd_limits(int argc, char **argv) {
       "  FLOPs queued; 'none' (or an option left out) is no limit. A submission over\n"
       "  a queued limit is refused (403, with the figures); runs over the GPU limit\n"
       "  wait, and their sweep says so.\n";
-  if (argc > 1 && cli_is_help(argv[1])) {
-    fputs(usage, stdout);
-    return 0;
-  }
   uopts o = {0};
-  int rc = parse(argc, argv, &o, 1);
+  int rc = parse(argc, argv, &o, 1, usage);
   if (rc)
-    return rc;
+    return rc < 0 ? 0 : rc;
   if (!o.name)
     return cli_usage_error("limits", NULL, "a person's NAME expected");
   json_t *body = json_object();

@@ -75,7 +75,7 @@ void sched__usage_sweep_line(sched__buf *b, const char *usage) {
   sched__b_num(b, sched__jnum(u, "gpu_s") / 3600, "%.3g");
   sched__b_puts(b, " GPU-hours and ");
   sched__b_num(b, sched__jnum(u, "cpu_slot_s") / 3600, "%.3g");
-  sched__b_printf(b, " CPU-slot-hours over %.0f attempts, ", sched__jnum(u, "attempts"));
+  sched__b_printf(b, " CPU-slot-hours over %.0f attempts ended, ", sched__jnum(u, "attempts"));
   sched__b_num(b, trained, "%.3g");
   sched__b_puts(b, " FLOPs trained. Wasted: ");
   sched__b_num(b, lost, "%.3g");
@@ -290,7 +290,7 @@ static void on_submit_checked(void *ud, int status, const char *json, const char
   json_t *over = status == 0 && json ? json_loads(json, JSON_DECODE_ANY, NULL) : NULL;
   if (status != 0) {
     http_respond_error(x->r, status == SS_ECONN ? 503 : 500, errmsg, NULL);
-  } else if (over) {
+  } else if (sched__jstr(over, "limit")) {
     char msg[400];
     snprintf(msg, sizeof msg,
              "submission refused: it would take you over your limit %s = %.6g (queued now: "

@@ -795,10 +795,11 @@ static int64_t runs_of_status(const store_sweep_counts *c, const char *status) {
  * designed runs' and the page's, with NULL sweep columns. Without the wsd
  * counts, which the page does not show. */
 #define PAGE_NCOLS 14 /* PAGE_RUN_COLS, part and k */
-/* the sweep's cost and waste (store_sweep_page.usage), last on its row */
+/* the sweep's cost and waste (store_sweep_page.usage), last on its row:
+ * of its attempts that have ended (a running one's grows by the second) */
 #define SWEEP_USAGE_SQL                                                                         \
   "CASE WHEN u.part = -1 THEN (SELECT row_to_json(g) FROM (SELECT " STORE__USAGE_SUMS "FROM " \
-  "attempt_accounting a WHERE a.sweep_id = $1) g) END"
+  "attempt_accounting a WHERE a.sweep_id = $1 AND a.ended_at IS NOT NULL) g) END"
 #define SWEEP_PAGE_SQL                                                                        \
   "WITH s AS MATERIALIZED (" SWEEP_SQL(                                                       \
       "NULL", "0", "0") ") SELECT u.*, s.*, " SWEEP_USAGE_SQL " FROM ((" DESIGNED_SQL         \

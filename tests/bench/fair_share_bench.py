@@ -40,16 +40,14 @@ information; the exit status is 0 unless the benchmark could not run.
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from harness import api_request, free_port, wait_healthz  # noqa: E402
+from harness import WireWorker, api_request, free_port, wait_healthz  # noqa: E402
 
 NEW, OLD = sys.argv[1], sys.argv[2]
 PEOPLE = int(os.environ.get("BENCH_PEOPLE", "20"))
@@ -106,51 +104,23 @@ class Side:
         return "p%02d" % i if len(self.tokens) > 1 else "admin"
 
 
-class Worker:
-    """The worker stand-in: 2 CPU slots, a reader thread."""
+class Worker(WireWorker):
+    """The worker stand-in: 2 CPU slots; a message's time is when its read
+    returned (the test reads as soon as it has sent)."""
 
     def __init__(self, port, token):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.cv = threading.Condition()
-        self.assigns, self.acks = [], {}
+        super().__init__(port, {"type": "hello", "version": 1, "token": token, "name": "bench",
+                                "host": "bench", "gpus": [], "cpu_slots": 2, "runs": []}, 30)
         self.seq = 0
-        self.send({"type": "hello", "version": 1, "token": token, "name": "bench",
-                   "host": "bench", "gpus": [], "cpu_slots": 2, "runs": []})
-        threading.Thread(target=self.reader, daemon=True).start()
 
-    def send(self, m):
-        self.sock.sendall(json.dumps(m).encode() + b"\n")
-
-    def reader(self):
-        buf = b""
-        while True:
-            try:
-                chunk = self.sock.recv(65536)
-            except OSError:
-                return
-            if not chunk:
-                return
-            buf += chunk
-            now = time.perf_counter()
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                m = json.loads(line)
-                with self.cv:
-                    if m.get("type") == "assign":
-                        self.assigns.append((now, m))
-                    elif m.get("type") == "ack":
-                        self.acks[m.get("seq")] = now
-                    self.cv.notify_all()
-
-    def wait(self, pred, what):
-        with self.cv:
-            if not self.cv.wait_for(pred, 30):
-                raise RuntimeError("timed out waiting for " + what)
+    def timed(self, pred, what):
+        m = self.next(pred, 30)
+        if m is None:
+            raise RuntimeError("timed out waiting for " + what)
+        return time.perf_counter(), m
 
     def take_assign(self):
-        self.wait(lambda: self.assigns, "an assign")
-        with self.cv:
-            t, a = self.assigns.pop(0)
+        t, a = self.timed(lambda m: m.get("type") == "assign", "an assign")
         self.send({"type": "started", "run_id": a["run_id"], "attempt": a["attempt"],
                    "config": {"event": "config"}})
         return t, a
@@ -166,8 +136,8 @@ class Worker:
                             "nonembedding_params": 800, "flops": 1e9, "flops_6nd": 1e9,
                             "tokens": 25600, "steps": 100, "wall_s": 1,
                             "peak_rss_bytes": 1}})
-        self.wait(lambda: seq in self.acks, "ack %d" % seq)
-        return t0, self.acks[seq]
+        t1, _ = self.timed(lambda m: m.get("type") == "ack" and m.get("seq") == seq, "an ack")
+        return t0, t1
 
 
 def cycles(side, port, w, n, fresh, run):

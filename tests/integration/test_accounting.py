@@ -14,15 +14,15 @@ and checkpoints the test chooses:
   FLOPs per step; each attempt's device-seconds (one slot x its wall time)
   match the time the test held it (within 0.25 s: the claim and the result
   are a database round trip from the messages the test sees);
-- GET /api/sweeps/{id}/usage, GET /api/usage?by=sweep and
-  `scalesweep usage --by sweep` say the same.
+- GET /api/sweeps/{id}/usage, GET /api/usage?by=sweep, the sweep's page,
+  the usage page and `scalesweep usage --by sweep` say the same.
 
 Usage: test_accounting.py SCALESWEEP_BINARY
 """
 import sys
 import time
 
-from harness import psql
+from harness import http_request, psql
 from test_fair_share_rig import Rig, spec
 
 STEPS = 100  # tokens 25600 / (batch 8 x seq_len 32)
@@ -102,6 +102,18 @@ try:
     rig.check(st == 200 and len(row) == 1 and row[0]["person"] == "alice"
               and row[0]["steps_lost"] == 25 and row[0]["device_s"] == doc["device_s"],
               "GET /api/usage?by=sweep: %s %s" % (st, by))
+    st, page, _ = http_request(rig.api_port, "GET", "/sweeps/%d" % sweep)
+    page = page.decode()
+    rig.check(st == 200 and "Cost and waste" in page and "over 4 attempts ended" in page
+              and "(25 steps trained again" in page,
+              "the sweep page should say what it cost and wasted: %s" % page[-1500:])
+    tok = {"Authorization": "Bearer " + open(rig.token_file["admin"]).read().strip()}
+    st, page, _ = http_request(rig.api_port, "GET", "/usage?by=sweep", headers=tok)
+    rig.check(st == 200 and "<td>alice</td>" in page.decode(), "the usage page: %s %s"
+              % (st, page[-800:]))
+    st, page, _ = http_request(rig.api_port, "GET", "/usage")
+    rig.check(st == 200 and 'id="usage-token"' in page.decode(),
+              "the usage page without a token asks for it: %s" % page[-800:])
     out = rig.cli("alice", "usage", "--by", "sweep")
     rig.check(out.returncode == 0 and "acct" in out.stdout and " 25" in out.stdout,
               "`usage --by sweep`: %d %s %s" % (out.returncode, out.stdout, out.stderr))
