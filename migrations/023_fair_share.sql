@@ -45,9 +45,9 @@ CREATE TRIGGER attempt_usage_ended AFTER UPDATE OF ended_at ON attempt_usage FOR
 CREATE VIEW share_effective AS
 SELECT z.owner_id, sum(z.s) AS usage_s, sum(z.g)::int AS gpus
 FROM (SELECT su.owner_id,
-             su.device_s * power(0.5, extract(epoch FROM now() - su.at)::float8 / st.half_life_s)
-               AS s, 0 AS g
-      FROM share_usage su CROSS JOIN share_settings st
+             su.device_s * power(0.5, extract(epoch FROM now() - su.at)::float8
+                                      / (SELECT half_life_s FROM share_settings)) AS s, 0 AS g
+      FROM share_usage su
       UNION ALL
       SELECT a.owner_id, a.devices * extract(epoch FROM now() - a.started_at)::float8, a.gpus
       FROM attempt_usage a WHERE a.ended_at IS NULL) z

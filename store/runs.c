@@ -62,8 +62,11 @@ void store_runs_queue(db *d, int limit, const char *trainers, const char *worker
   const char *p[3] = {store__itoa(lim, sizeof lim, limit), trainers, workers};
   store__query_rows(
       d,
-      "WITH o AS MATERIALIZED (SELECT u.id FROM users u WHERE EXISTS (SELECT 1 FROM runs r "
-      "WHERE r.owner_id = u.id AND r.status = 'queued')), "
+      /* a probe of the index per person: an EXISTS here becomes a semi-join
+       * that, before the table's statistics are there (a queue just
+       * submitted), scans every queued run */
+      "WITH o AS MATERIALIZED (SELECT u.id FROM users u CROSS JOIN LATERAL (SELECT 1 FROM runs r "
+      "WHERE r.owner_id = u.id AND r.status = 'queued' LIMIT 1) e), "
       "n AS (SELECT greatest($1::int / greatest(count(*), 1), 16) AS k FROM o), "
       "q AS MATERIALIZED (SELECT x.* FROM o CROSS JOIN LATERAL (" QUEUE_OF_OWNER ") x), "
       "t AS MATERIALIZED (SELECT sw.id, CASE WHEN "
