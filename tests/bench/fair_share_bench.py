@@ -108,8 +108,8 @@ class Worker(WireWorker):
     """The worker stand-in: 2 CPU slots; a message's time is when its read
     returned (the test reads as soon as it has sent)."""
 
-    def __init__(self, port, token):
-        super().__init__(port, {"type": "hello", "version": 1, "token": token, "name": "bench",
+    def __init__(self, port, token, name):
+        super().__init__(port, {"type": "hello", "version": 1, "token": token, "name": name,
                                 "host": "bench", "gpus": [], "cpu_slots": 2, "runs": []}, 30)
         self.seq = 0
 
@@ -183,7 +183,7 @@ def one_rep(side, run, results):
             side.filled = True
             print("%s: %d runs of %d people queued in %.1f s" % (side.label, QUEUED, PEOPLE,
                                                                  time.time() - t0), flush=True)
-        w = Worker(wport, side.cluster)
+        w = Worker(wport, side.cluster, "bench-%d" % run)  # the last one's runs hold its name
         w.running = [w.take_assign()[1], w.take_assign()[1]]
         for mode, n in (("steady", CYCLES), ("fresh", FRESH)):
             place, gap = cycles(side, port, w, n, mode == "fresh", run)
