@@ -267,8 +267,8 @@ int cli_say_error(int status, json_t *j, const char *resp) {
   if (json_is_number(total) && json_number_value(total) > (double)json_array_size(probs))
     fprintf(stderr, "  ... and %.0f more problem(s) not listed\n",
             json_number_value(total) - (double)json_array_size(probs));
-  /* 403: a refusal (who may do what, a limit), not a mistake in the request */
-  return status < 500 && status != 403 ? SS_EXIT_USAGE : SS_EXIT_FAILURE;
+  /* a refusal (no token, or not allowed) is not a mistake in the request */
+  return status < 500 && status != 401 && status != 403 ? SS_EXIT_USAGE : SS_EXIT_FAILURE;
 }
 
 /* cli_call (client.h) */

@@ -13,6 +13,7 @@
   X(runs, "the runs of a sweep")                                           \
   X(cancel, "cancel a sweep or a run")                                     \
   X(reproduce, "run a finished run again from its stored config")          \
+  X(priority, "set a sweep's priority")                                    \
   X(fit, "fit scaling laws to a sweep's runs or to a CSV of points")       \
   X(next, "the next compute budget of a sweep, designed from its fits")    \
   X(usage, "compute used and lost, per person or sweep; your standing")    \
@@ -23,7 +24,9 @@
   X(data, "prepare token shards from text, or write the synthetic corpus") \
   X(scheduler, "the scheduler daemon (API, page, worker port)")            \
   X(worker, "the worker agent of a GPU (or CPU) host")                     \
-  X(migrate, "apply the database migrations")
+  X(migrate, "apply the database migrations")                              \
+  X(user, "a shared cluster's people: add, list, revoke, token, set")      \
+  X(audit, "who changed what, when, from where (admins)")
 
 #define CLI__DECLARE(name, help) int cmd_##name(int argc, char **argv);
 CLI_COMMANDS(CLI__DECLARE)

@@ -96,6 +96,13 @@ const char *http_header(const http_request *r, const char *name); /* case-insens
 const char *http_body(const http_request *r, size_t *len);
 const char *http_peer(const http_request *r); /* "ip:port" */
 uint64_t http_request_start_ns(const http_request *r);
+/* Called once with the answer's status and body when the handler answers
+ * r (http_respond and the calls built on it), even when the client has
+ * gone; r's accessors are still valid then. One per request (the last set
+ * wins); the scheduler writes its audit trail with it. */
+typedef void (*http_answer_cb)(http_request *r, int status, const char *body, size_t len,
+                               void *ud);
+void http_on_answer(http_request *r, http_answer_cb cb, void *ud);
 
 /* Memory that lives as long as the request. */
 void *http_alloc(http_request *r, size_t n);
@@ -125,6 +132,9 @@ int http_sse_send(http_sse *s, uint64_t id, const char *event, const char *data)
 size_t http_sse_queued(const http_sse *s);
 /* The Last-Event-ID the client sent when it opened the stream (0: none). */
 uint64_t http_sse_last_id(const http_sse *s);
+/* Closes the stream (its on_close callback follows, as when its client
+ * goes); the scheduler closes a revoked user's streams so. */
+void http_sse_close(http_sse *s);
 /* Called when the stream's client goes away; set by the owner. The stream
  * is freed when cb returns. */
 void http_sse_on_close(http_sse *s, void (*cb)(http_sse *s, void *ud), void *ud);

@@ -96,6 +96,8 @@ struct http_request {
   size_t body_len, body_cap;
   uint64_t start_ns;
   int is_head, keep_alive, http10, dispatched;
+  http_answer_cb on_answer; /* http_on_answer (NULL: none) */
+  void *on_answer_ud;
   http_block *blocks; /* arena blocks after the first */
   size_t arena_used;
   max_align_t arena[HTTP_ARENA_FIRST / sizeof(max_align_t)];

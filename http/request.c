@@ -136,6 +136,11 @@ const char *http_query(const http_request *r) { return r->query; }
 const char *http_peer(const http_request *r) { return r->peer; }
 uint64_t http_request_start_ns(const http_request *r) { return r->start_ns; }
 
+void http_on_answer(http_request *r, http_answer_cb cb, void *ud) {
+  r->on_answer = cb;
+  r->on_answer_ud = ud;
+}
+
 int http_query_param(http_request *r, const char *name, const char **value) {
   size_t nlen = strlen(name);
   *value = NULL;

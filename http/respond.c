@@ -175,6 +175,11 @@ void http__conn_fail(http_conn *c, int status, const char *msg) {
 void http_respond(http_request *r, int status, const char *content_type, const char *body,
                   size_t len, const char *headers) {
   http_conn *c = r->conn;
+  if (r->on_answer) {
+    http_answer_cb cb = r->on_answer;
+    r->on_answer = NULL;
+    cb(r, status, body ? body : "", body ? len : 0, r->on_answer_ud);
+  }
   if (!c || c->closing || c->req != r || c->state != CONN_BUSY) { /* client gone: dropped */
     if (c && c->req == r)
       c->req = NULL;

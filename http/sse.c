@@ -213,6 +213,11 @@ uint64_t http_sse_last_id(const http_sse *s) { return s->last_id; }
 
 size_t http_sse_queued(const http_sse *s) { return s->conn->tcp.write_queue_size; }
 
+void http_sse_close(http_sse *s) {
+  if (!s->conn->closing)
+    http__conn_close(s->conn);
+}
+
 void http_sse_on_close(http_sse *s, void (*cb)(http_sse *s, void *ud), void *ud) {
   s->on_close = cb;
   s->ud = ud;

@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "scheduler/internal.h"
+#include "scheduler/audit.h"
 #include "scheduler/route.h"
+#include "scheduler/users.h"
 #include "scheduler/next.h"
 #include "scheduler/pages_json.h"
 #include "scheduler/submit.h"
@@ -23,6 +25,9 @@ typedef struct req_ctx {
   http_request *r;
   int created; /* answer 201 instead of 200 */
   int64_t id;
+  int sweep;    /* cancel: a sweep's (else a run's); next: add its runs */
+  int priority; /* POST /api/sweeps/{id}/priority */
+  sched__who who;
   char *on; /* reproduce's worker, in the request's arena */
 } req_ctx;
 
@@ -296,12 +301,80 @@ static void on_cancelled(void *ud, int status, int found, const store_cancelled 
   answer_json(x, 200, body);
 }
 
+static void cancel_allowed(sched *s, http_request *r, void *arg) {
+  (void)r;
+  req_ctx *x = arg;
+  if (x->sweep)
+    store_actions_cancel_sweep(s->db, x->id, on_cancelled, x);
+  else
+    store_actions_cancel_run(s->db, x->id, on_cancelled, x);
+}
+
 static void cancel(sched *s, req_ctx *x, int sweep, int64_t id) {
   x->id = id;
-  if (sweep)
-    store_actions_cancel_sweep(s->db, id, on_cancelled, x);
-  else
-    store_actions_cancel_run(s->db, id, on_cancelled, x);
+  x->sweep = sweep;
+  sched__auth_gate(s, x->r, &x->who, SS_ACT_CANCEL, !sweep, id, cancel_allowed, x);
+}
+
+static void next_allowed(sched *s, http_request *r, void *arg) {
+  req_ctx *x = arg;
+  sched__next(s, r, x->id, 1);
+}
+
+/* POST /api/sweeps/{id}/next: the design's runs added, by the sweep's
+ * owner or an admin */
+static void next_add(sched *s, req_ctx *x, int64_t id) {
+  x->id = id;
+  sched__auth_gate(s, x->r, &x->who, SS_ACT_NEXT, 0, id, next_allowed, x);
+}
+
+static void on_priority_set(void *ud, int status, int64_t rows, const char *errmsg) {
+  req_ctx *x = ud;
+  sched *s = x->s; /* x lives in the request's arena, freed by the answer */
+  if (status != 0)
+    return answer_error(x, status == SS_ECONN ? 503 : 500, errmsg, NULL);
+  if (!rows)
+    return answer_error(x, 404, "no such sweep", NULL);
+  char body[128];
+  snprintf(body, sizeof body, "{\"id\":%" PRId64 ",\"priority\":%d}", x->id, x->priority);
+  answer_json(x, 200, body);
+  sched__place(s);
+}
+
+static void priority_allowed(sched *s, http_request *r, void *arg) {
+  (void)r;
+  req_ctx *x = arg;
+  const sched__user *u = sched__auth_user(&s->auth, x->who.user_id);
+  if (x->who.role != SS_ROLE_ADMIN &&
+      (!u || x->priority < u->priority_min || x->priority > u->priority_max)) {
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "priority of sweep %" PRId64 " refused for %s: %d is outside the range %d..%d an "
+             "admin allows them",
+             x->id, x->who.name, x->priority, u ? u->priority_min : 0, u ? u->priority_max : 0);
+    return answer_error(x, 403, msg, "$.priority");
+  }
+  store_actions_set_priority(s->db, x->id, x->priority, on_priority_set, x);
+}
+
+/* POST /api/sweeps/{id}/priority {"priority": N}: the sweep's and its
+ * queued runs' priority, within the user's range (an admin's: any) */
+static void set_priority(sched *s, req_ctx *x, int64_t id) {
+  size_t len;
+  const char *body = http_body(x->r, &len);
+  json_t *b = json_loadb(body, len, 0, NULL);
+  json_t *p = json_object_get(b, "priority");
+  int ok = json_is_object(b) && json_object_size(b) == 1 && json_is_integer(p) &&
+           json_integer_value(p) >= -1000000 && json_integer_value(p) <= 1000000;
+  x->priority = ok ? (int)json_integer_value(p) : 0;
+  json_decref(b);
+  if (!ok)
+    return answer_error(x, 400,
+                        "request body: expected {\"priority\": N}, N an integer in "
+                        "[-1000000, 1000000]",
+                        "$.priority");
+  x->id = id;
+  sched__auth_gate(s, x->r, &x->who, SS_ACT_PRIORITY, 0, id, priority_allowed, x);
 }
 
 static void on_reproduced(void *ud, int status, const char *original_status, const char *json,
@@ -336,6 +409,10 @@ static void on_reproduced(void *ud, int status, const char *original_status, con
  * characters) */
 static void reproduce(sched *s, req_ctx *x, int64_t id) {
   x->id = id;
+  char target[48];
+  snprintf(target, sizeof target, "run %" PRId64, id);
+  if (sched__auth_refuse(s, x->r, &x->who, SS_ACT_REPRODUCE, 0, target))
+    return;
   size_t len;
   const char *body = http_body(x->r, &len);
   json_error_t e;
@@ -496,12 +573,13 @@ static void on_sse_closed(http_sse *st, void *ud) {
     }
 }
 
-static void events(sched *s, http_request *r) {
+static void events(sched *s, http_request *r, int64_t user_id) {
   http_sse *st = http_sse_start(r);
   if (!st)
     return;
   sched__sse *c = calloc(1, sizeof *c);
   c->stream = st;
+  c->user_id = user_id;
   c->next = s->ev.sse;
   s->ev.sse = c;
   http_sse_on_close(st, on_sse_closed, s);
@@ -586,16 +664,22 @@ void sched__http(http_request *r, void *ud) {
   }
   if (strncmp(path, "/api/", 5) != 0)
     return answer_error(x, 404, "not found", NULL);
-  sched__who who;
-  sched__who_of(s, r, &who);
-  if (get && !s->o.open_reads && !who.user_id)
+  sched__who *who = &x->who;
+  sched__who_of(s, r, who);
+  if (sched__users_route(s, r, who, path) || sched__audit_route(s, r, who, path))
+    return;
+  if (!get)
+    sched__audit_watch(s, r, who);
+  if (sched__auth_bad_token(r, who))
+    return answer_error(x, 401, "the token is not known, or it was revoked", NULL);
+  if (get && !s->o.open_reads && !who->user_id)
     return answer_error(x, 401, "reads need a token (Authorization: Bearer ...)", NULL);
-  if (!get && !who.user_id)
+  if (!get && !who->user_id)
     return answer_error(x, 401, "changes need a token (Authorization: Bearer ...)", NULL);
   if (!strcmp(path, "/api/events")) {
     if (!get)
       return answer_error(x, 405, "method not allowed: use GET", NULL);
-    return events(s, r);
+    return events(s, r, who->user_id);
   }
   if (!strcmp(path, "/api/workers")) {
     if (!get)
@@ -610,7 +694,9 @@ void sched__http(http_request *r, void *ud) {
     if (post) {
       size_t len;
       const char *body = http_body(r, &len);
-      return sched__submit(s, r, &who, body, len);
+      if (sched__auth_refuse(s, r, who, SS_ACT_SUBMIT, 1, NULL))
+        return;
+      return sched__submit(s, r, who, body, len);
     }
     return answer_error(x, 405, "method not allowed: use GET or POST", NULL);
   }
@@ -638,7 +724,12 @@ void sched__http(http_request *r, void *ud) {
     if (!strcmp(rest, "/next")) {
       if (!get && !post)
         return answer_error(x, 405, "method not allowed: use GET or POST", NULL);
-      return sched__next(s, r, id, post);
+      return post ? next_add(s, x, id) : sched__next(s, r, id, 0);
+    }
+    if (!strcmp(rest, "/priority")) {
+      if (!post)
+        return answer_error(x, 405, "method not allowed: use POST", NULL);
+      return set_priority(s, x, id);
     }
   }
   if (sched__route_id(path, "/api/runs/", &id, &rest)) {

@@ -4,6 +4,8 @@
  * the time taken says nothing of how near a guess came. */
 #include "scheduler/auth.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -137,10 +139,77 @@ void sched__who_of(sched *s, http_request *r, sched__who *who) {
   who->role = u->role;
 }
 
+int sched__auth_bad_token(http_request *r, const sched__who *who) {
+  return !who->user_id && http_header(r, "authorization") != NULL;
+}
+
 int sched__auth_may_read(sched *s, http_request *r) {
-  if (s->o.open_reads)
-    return 1;
   sched__who who;
   sched__who_of(s, r, &who);
-  return who.role != SS_ROLE_NONE;
+  return who.role != SS_ROLE_NONE || (s->o.open_reads && !sched__auth_bad_token(r, &who));
+}
+
+int sched__auth_refuse(sched *s, http_request *r, const sched__who *who, ss_action a, int owns,
+                       const char *target) {
+  const char *why = ss_perm_refusal(who->role, owns, a, !s->o.open_reads);
+  if (!why)
+    return 0;
+  char msg[320];
+  snprintf(msg, sizeof msg, "%s%s%s refused for %s (%s): %s", ss_action_name(a),
+           target ? " of " : "", target ? target : "", who->user_id ? who->name : "anyone",
+           ss_role_name(who->role), why);
+  http_respond_error(r, who->user_id ? 403 : 401, msg, NULL);
+  return 1;
+}
+
+typedef struct gate {
+  sched *s;
+  http_request *r;
+  sched__who who;
+  ss_action a;
+  int run;
+  int64_t id;
+  sched__gated go;
+  void *arg;
+} gate;
+
+static void on_owner(void *ud, int status, int64_t owner_id, const char *errmsg) {
+  gate *g = ud;
+  char target[48];
+  snprintf(target, sizeof target, "%s %" PRId64, g->run ? "run" : "sweep", g->id);
+  if (status != 0) {
+    http_respond_error(g->r, status == SS_ECONN ? 503 : 500, errmsg, NULL);
+    return;
+  }
+  if (!owner_id) {
+    http_respond_error(g->r, 404, g->run ? "no such run" : "no such sweep", NULL);
+    return;
+  }
+  if (owner_id != g->who.user_id) {
+    const sched__user *o = sched__auth_user(&g->s->auth, owner_id);
+    char whose[96];
+    snprintf(whose, sizeof whose, "%s (%s's)", target, o ? o->name : "another's");
+    sched__auth_refuse(g->s, g->r, &g->who, g->a, 0, whose);
+    return;
+  }
+  g->go(g->s, g->r, g->arg);
+}
+
+void sched__auth_gate(sched *s, http_request *r, const sched__who *who, ss_action a, int run,
+                      int64_t id, sched__gated go, void *arg) {
+  char target[48];
+  snprintf(target, sizeof target, "%s %" PRId64, run ? "run" : "sweep", id);
+  if (sched__auth_refuse(s, r, who, a, 1, target))
+    return;
+  if (!ss_perm_refusal(who->role, 0, a, !s->o.open_reads)) {
+    go(s, r, arg);
+    return;
+  }
+  gate *g = http_alloc(r, sizeof *g);
+  if (!g) {
+    http_respond_error(r, 500, "out of memory", NULL);
+    return;
+  }
+  *g = (gate){s, r, *who, a, run, id, go, arg};
+  store_users_owner_of(s->db, run, id, on_owner, g);
 }

@@ -51,7 +51,12 @@ void sched__auth_free(sched__auth *a);
  * another token is looked up by its SHA-256 (compared in constant time). */
 void sched__who_of(struct sched *s, http_request *r, sched__who *who);
 
-/* r may read (open reads, or a token of a user not revoked). */
+/* r carries a token that is no user's (not known, or revoked): refused
+ * by every route, reads under open reads included. */
+int sched__auth_bad_token(http_request *r, const sched__who *who);
+
+/* r may read: a token of a user not revoked, or open reads and no token
+ * that sched__auth_bad_token refuses. */
 int sched__auth_may_read(struct sched *s, http_request *r);
 
 /* The user of that id or name in the table (revoked ones too), or NULL. */
@@ -64,3 +69,18 @@ sched__user *sched__auth_user_named(sched__auth *a, const char *name);
 int sched__auth_put(sched__auth *a, const store_user *u, const char *hash_hex);
 
 #endif
+
+/* Answers r 401 (no known token) or 403 ("ACTION of TARGET refused: WHY")
+ * and returns 1 when who may not do a (owns: on a thing of theirs; target
+ * may be NULL); else 0, r not answered. */
+int sched__auth_refuse(struct sched *s, http_request *r, const sched__who *who, ss_action a,
+                       int owns, const char *target);
+
+/* Continues a change once it is allowed (go is called with arg), else
+ * answers r: 403 when who may not do a on sweep id (run 0) or on run id's
+ * sweep (run 1) because another owns it (a member, say), 404 when there is
+ * no such sweep or run, 503 when the database cannot say. An admin, and
+ * anyone the rules allow whatever the owner, goes on at once. */
+typedef void (*sched__gated)(struct sched *s, http_request *r, void *arg);
+void sched__auth_gate(struct sched *s, http_request *r, const sched__who *who, ss_action a, int run,
+                      int64_t id, sched__gated go, void *arg);

@@ -19,6 +19,7 @@ typedef struct sched__event {
 
 typedef struct sched__sse {
   http_sse *stream;
+  int64_t user_id; /* who opened it (0: no token, under open reads) */
   struct sched__sse *next;
 } sched__sse;
 

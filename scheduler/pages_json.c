@@ -105,7 +105,8 @@ static void j_key(sched__buf *b, const char **sep, const char *key) {
   X(id, int, sw->id)                                                                           \
   X(name, str, sw->name)                                                                       \
   X(status, str, sw->status) X(priority, int, sw->priority) X(created_at, str, sw->created_at) \
-      X(spec_hash, str, sw->spec_hash) X(runs, int, c->total) X(succeeded, int, c->succeeded)  \
+      X(spec_hash, str, sw->spec_hash) X(owner, str, sw->owner)                                \
+          X(runs, int, c->total) X(succeeded, int, c->succeeded)                               \
           X(failed, int, c->failed) X(running, int, c->running) X(queued, int, c->queued)      \
               X(queued_gpus, int, c->queued_gpus) X(queued_slots, int, c->queued_slots)        \
                   X(queued_trainers, str, c->queued_trainers)                                  \
@@ -119,7 +120,8 @@ static void j_key(sched__buf *b, const char **sep, const char *key) {
   X(id, int, sw->id)                                                                           \
   X(name, str, sw->name)                                                                       \
   X(status, str, sw->status) X(priority, int, sw->priority) X(created_at, str, sw->created_at) \
-      X(spec, doc, sw->spec) X(spec_hash, str, sw->spec_hash) X(models, str, c->models)        \
+      X(spec, doc, sw->spec) X(spec_hash, str, sw->spec_hash) X(owner, str, sw->owner)         \
+          X(models, str, c->models)        \
           X(lr_tune, doc, sw->lr_tune) X(adaptive, doc, sw->adaptive)
 
 #define COUNTS_JSON(X)                                                                      \

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scheduler/audit.h"
 #include "scheduler/auth.h"
 #include "scheduler/internal.h"
 #include "scheduler/route.h"
@@ -22,6 +23,10 @@ typedef struct usage_req {
   http_request *r;
   int page; /* answer with the usage page, not JSON */
   const char *by;
+  /* a limits change: who asks, of whom, and what was set (the audit's) */
+  sched__who who;
+  const char *name;
+  char detail[160];
 } usage_req;
 
 /* 1 when v is a date YYYY-MM-DD, optionally followed by T or a space and
@@ -213,13 +218,26 @@ static void get_sweep_usage(usage_req *u, int64_t id) {
 
 /* ---- limits ---------------------------------------------------------------------------- */
 
+/* Answers a limits change and writes its audit row (scheduler/audit.h):
+ * status, the error's message (NULL: done) and its JSON path. */
+static void limits_answer(usage_req *u, int status, const char *msg, const char *path) {
+  char target[64];
+  snprintf(target, sizeof target, "user %.40s", u->name);
+  sched__audit(u->s, u->r, &u->who, "limits", target, status, msg ? msg : u->detail);
+  if (msg)
+    http_respond_error(u->r, status, msg, path);
+  else
+    http_respond_json(u->r, status, "{\"ok\":true}");
+}
+
 static void on_limits_set(void *ud, int status, int64_t rows, const char *errmsg) {
   usage_req *u = ud;
   if (status != 0)
-    return http_respond_error(u->r, status == SS_ECONN ? 503 : 500, errmsg, NULL);
-  if (rows == 0)
-    return http_respond_error(u->r, 404, "no such person (or they are revoked)", NULL);
-  http_respond_json(u->r, 200, "{\"ok\":true}");
+    limits_answer(u, status == SS_ECONN ? 503 : 500, errmsg, NULL);
+  else if (rows == 0)
+    limits_answer(u, 404, "no such person (or they are revoked)", NULL);
+  else
+    limits_answer(u, 200, NULL, NULL);
 }
 
 /* One limit of the body: absent or null (no limit) leaves *out NULL; a
@@ -238,7 +256,7 @@ static int limit_of(usage_req *u, json_t *body, const char *key, int real, char 
     snprintf(msg, sizeof msg, "$.%s: expected %s >= 0 or null (no limit)", key,
              real ? "a number" : "a whole number");
     snprintf(path, sizeof path, "$.%s", key);
-    http_respond_error(u->r, 400, msg, path);
+    limits_answer(u, 400, msg, path);
     return 1;
   }
   snprintf(buf, len, real ? "%.17g" : "%.0f", x);
@@ -248,14 +266,13 @@ static int limit_of(usage_req *u, json_t *body, const char *key, int real, char 
 
 /* POST /api/limits/{name} {"max_gpus", "max_queued_runs", "max_queued_flops"}:
  * an admin sets a person's limits (each absent or null: none). */
-static void set_limits(usage_req *u, const char *name) {
-  sched__who who;
-  sched__who_of(u->s, u->r, &who);
-  const char *why = ss_perm_refusal(who.role, 0, SS_ACT_LIMITS, !u->s->o.open_reads);
+static void set_limits(usage_req *u) {
+  sched__who_of(u->s, u->r, &u->who);
+  const char *why = ss_perm_refusal(u->who.role, 0, SS_ACT_LIMITS, !u->s->o.open_reads);
   if (why) {
     char msg[256];
-    snprintf(msg, sizeof msg, "setting the limits of %.40s refused: %s", name, why);
-    return http_respond_error(u->r, who.user_id ? 403 : 401, msg, NULL);
+    snprintf(msg, sizeof msg, "setting the limits of %.40s refused: %s", u->name, why);
+    return limits_answer(u, u->who.user_id ? 403 : 401, msg, NULL);
   }
   size_t len;
   const char *text = http_body(u->r, &len);
@@ -263,14 +280,18 @@ static void set_limits(usage_req *u, const char *name) {
   json_t *body = json_loadb(text ? text : "", len, 0, &je);
   if (!json_is_object(body)) {
     json_decref(body);
-    return http_respond_error(u->r, 400, "the body: expected a JSON object of limits", "$");
+    return limits_answer(u, 400, "the body: expected a JSON object of limits", "$");
   }
   char g[32], r[32], f[32];
   store_limits l;
   if (!limit_of(u, body, "max_gpus", 0, g, sizeof g, &l.max_gpus) &&
       !limit_of(u, body, "max_queued_runs", 0, r, sizeof r, &l.max_queued_runs) &&
-      !limit_of(u, body, "max_queued_flops", 1, f, sizeof f, &l.max_queued_flops))
-    store_usage_set_limits(u->s->db, name, &l, on_limits_set, u);
+      !limit_of(u, body, "max_queued_flops", 1, f, sizeof f, &l.max_queued_flops)) {
+    snprintf(u->detail, sizeof u->detail, "max_gpus %s, max_queued_runs %s, max_queued_flops %s",
+             l.max_gpus ? g : "none", l.max_queued_runs ? r : "none",
+             l.max_queued_flops ? f : "none");
+    store_usage_set_limits(u->s->db, u->name, &l, on_limits_set, u);
+  }
   json_decref(body);
 }
 
@@ -364,8 +385,9 @@ int sched__usage_route(sched *s, http_request *r, const char *path) {
   }
   usage_req *u = http_alloc(r, sizeof *u);
   *u = (usage_req){.s = s, .r = r, .page = page, .by = "person"};
+  u->name = limits ? path + 12 : "";
   if (limits)
-    set_limits(u, path + 12);
+    set_limits(u);
   else if (sweep)
     get_sweep_usage(u, id);
   else

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scheduler/audit.h"
 #include "scheduler/route.h"
 #include "scheduler/web.h"
 #include "store/pages.h"
@@ -175,6 +176,8 @@ int sched__web(sched *s, http_request *r) {
     sched__web_serve_asset(r, path + 8);
     return 1;
   }
+  if (!strcmp(path, "/audit")) /* a shell: the script reads /api/audit with the token */
+    return sched__audit_page(s, r);
   const char *rest;
   if (!strcmp(path, "/")) {
     w->kind = SCHED__PAGE_OVERVIEW;

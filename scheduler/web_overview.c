@@ -97,8 +97,9 @@ static void render_sweeps(sched__buf *b, const store_overview *o) {
                      "spec.json</code>.</p>");
   } else {
     sched__b_puts(b, "<div class=\"scroll\"><table class=\"sweeps\"><thead><tr>"
-                     "<th scope=\"col\">Sweep</th><th scope=\"col\">Status</th>"
-                     "<th scope=\"col\">Runs done</th><th scope=\"col\">Compute spent</th>"
+                     "<th scope=\"col\">Sweep</th><th scope=\"col\">Owner</th>"
+                     "<th scope=\"col\">Status</th><th scope=\"col\">Runs done</th><th "
+                     "scope=\"col\">Compute spent</th>"
                      "<th scope=\"col\">Running</th><th scope=\"col\">Queued</th>"
                      "<th scope=\"col\">Failed</th></tr></thead><tbody>");
     for (int i = 0; i < o->nsweeps; i++) {
@@ -107,6 +108,8 @@ static void render_sweeps(sched__buf *b, const store_overview *o) {
       sched__b_puts(b, "<bdi>"); /* web_sweep.c says why */
       sched__b_esc(b, sw->name);
       sched__b_puts(b, "</bdi></a></td><td>");
+      sched__b_esc(b, sw->owner ? sw->owner : "-");
+      sched__b_puts(b, "</td><td>");
       sched__b_status(b, sw->status);
       sched__b_puts(b, "</td><td>");
       sched__b_progress(b, "runs done", (double)sw->done, (double)sw->total, "runs", 1);

@@ -530,7 +530,9 @@ static void render_summary(sched__buf *b, sched__web_req *w, const store_sweep *
     sched__b_puts(b, " \xc2\xb7 model ");
     sched__b_esc(b, c->models);
   }
-  sched__b_puts(b, " \xc2\xb7 submitted ");
+  sched__b_puts(b, " \xc2\xb7 submitted by <span class=\"owner\">");
+  sched__b_esc(b, sw->owner ? sw->owner : "-");
+  sched__b_puts(b, "</span> ");
   sched__b_esc(b, sw->created_utc);
   sched__b_puts(b, " UTC</p>");
   if (sw->description) {
@@ -560,9 +562,11 @@ static void render_summary(sched__buf *b, sched__web_req *w, const store_sweep *
                     w->status == sched__route_statuses[i] ? " aria-current=\"page\"" : "",
                     sched__route_statuses[i], by_status[i]);
   }
-  sched__b_puts(b,
-                "</nav><p class=\"needs-token\" hidden><button type=\"button\" id=\"cancel-sweep\">"
-                "Cancel this sweep</button></p></section>\n");
+  /* data-owner: the script offers the button only to the owner or an admin */
+  sched__b_puts(b, "</nav><p class=\"needs-token\" hidden><button type=\"button\" "
+                   "id=\"cancel-sweep\" data-owner=\"");
+  sched__b_esc(b, sw->owner ? sw->owner : "");
+  sched__b_puts(b, "\">Cancel this sweep</button></p></section>\n");
 }
 
 static void render_fits(sched__buf *b, const char *doc) {

@@ -112,3 +112,14 @@ void store_actions_reproduce(db *d, int64_t run_id, const char *on, store_reprod
       "SELECT (SELECT status FROM o), (SELECT j FROM n), (SELECT known FROM k)",
       2, p, &reproduced, (void (*)(void))cb, ud);
 }
+
+void store_actions_set_priority(db *d, int64_t sweep_id, int priority, store_done_cb cb, void *ud) {
+  char id[24], prio[24];
+  const char *p[2] = {store__itoa(id, sizeof id, sweep_id),
+                      store__itoa(prio, sizeof prio, priority)};
+  store__exec(d,
+              "WITH sw AS (UPDATE sweeps SET priority = $2::int WHERE id = $1 RETURNING id), "
+              "q AS (UPDATE runs SET priority = $2::int WHERE sweep_id IN (SELECT id FROM sw) "
+              "AND status = 'queued') SELECT id FROM sw",
+              2, p, cb, ud);
+}

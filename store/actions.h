@@ -38,4 +38,8 @@ typedef void (*store_reproduce_cb)(void *ud, int status, const char *original_st
 void store_actions_reproduce(db *d, int64_t run_id, const char *on, store_reproduce_cb cb,
                              void *ud);
 
+/* Sets sweep_id's priority and its queued runs' (placement orders the
+ * queue by runs.priority); rows: 0 when there is no such sweep. */
+void store_actions_set_priority(db *d, int64_t sweep_id, int priority, store_done_cb cb, void *ud);
+
 #endif

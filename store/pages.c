@@ -298,6 +298,9 @@ static void gather_query(gather *g, int i, db *d, const char *sql, int nparams,
   "r.branch_of), r.batch_size) * (r.config->'model'->>'seq_len')::float8 / "        \
   "greatest(r.tokens, 1)) ELSE r.flops END) FILTER (WHERE r.status = 'succeeded'), 0)"
 
+/* The name of sweep sw's owner (migration 020). */
+#define OWNER_SQL "(SELECT u.name FROM users u WHERE u.id = sw.owner_id)"
+
 /* A sweep's row: the columns SWEEP_SQL selects, then its counts (c.*). */
 #define SWEEP_COLS(X)                                                                             \
   X(id, i64)                                                                                      \
@@ -305,6 +308,7 @@ static void gather_query(gather *g, int i, db *d, const char *sql, int nparams,
   X(name, str)                                                                                    \
   X(status, str)                                                                                  \
   X(spec_hash, str)                                                                               \
+  X(owner, str)                                                                                   \
   X(created_at, str) X(created_utc, str) X(method, text) X(description, text) X(spec, text)       \
       X(lr_tune, text) X(adaptive, text) X(fits, text) X(counts.total, i64) X(counts.queued, i64) \
           X(counts.running, i64) X(counts.succeeded, i64) X(counts.failed, i64)                   \
@@ -320,6 +324,7 @@ static void gather_query(gather *g, int i, db *d, const char *sql, int nparams,
   X(name, str)                                                                                    \
   X(status, str)                                                                                  \
   X(spec_hash, str)                                                                               \
+  X(owner, str)                                                                                   \
   X(created_at, str) X(counts.total, i64) X(counts.succeeded, i64) X(counts.failed, i64)          \
       X(counts.running, i64) X(counts.queued, i64) X(counts.queued_gpus, i64)                     \
           X(counts.queued_slots, i64) X(counts.queued_trainers, str) X(counts.flops_planned, f64) \
@@ -331,7 +336,7 @@ DECODER(decode_sweep_summary, store_sweep, SWEEP_LIST_COLS)
 /* SWEEP_COLS's statement, its spec the column spec: the page has no use
  * for a spec that may be most of a megabyte (NULL), the API passes it on. */
 #define SWEEP_SQL(spec, branched, trained)                                                \
-  "SELECT sw.id, sw.priority, sw.name, sw.status, sw.spec_hash, "                         \
+  "SELECT sw.id, sw.priority, sw.name, sw.status, sw.spec_hash, " OWNER_SQL ", "         \
   "(to_json(sw.created_at)#>>'{}'), "                                                     \
   "to_char(sw.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), "                  \
   "sw.spec->>'method', sw.spec->>'description', " spec ", " LR_TUNE_SQL ", " ADAPTIVE_SQL \
@@ -342,8 +347,8 @@ STORE__ARRAY_SPEC(sweep_list, store_sweep, decode_sweep_summary, store_sweep_lis
 
 void store_pages_sweeps(db *d, store_sweep_list_cb cb, void *ud) {
   store__query_rows(d,
-                    "SELECT sw.id, sw.priority, sw.name, sw.status, sw.spec_hash, "
-                    "(to_json(sw.created_at)#>>'{}'), "
+                    "SELECT sw.id, sw.priority, sw.name, sw.status, sw.spec_hash, " OWNER_SQL
+                    ", (to_json(sw.created_at)#>>'{}'), "
                     "count(r.id), count(r.id) FILTER (WHERE r.status = 'succeeded'), "
                     "count(r.id) FILTER (WHERE r.status = 'failed'), "
                     "count(r.id) FILTER (WHERE r.status = 'running'), "
@@ -559,6 +564,7 @@ void store_pages_run_counts(db *d, store_run_counts_cb cb, void *ud) {
   X(id, i64)                   \
   X(name, str)                 \
   X(status, str)               \
+  X(owner, str)                \
   X(total, i64)                \
   X(done, i64)                 \
   X(running, i64) X(queued, i64) X(failed, i64) X(flops_planned, f64) X(flops_spent, f64)
@@ -730,7 +736,7 @@ void store_pages_overview(db *d, store_overview_cb cb, void *ud) {
   if (!g)
     return;
   gather_query(g, 0, d,
-               "SELECT sw.id, sw.name, sw.status, count(r.id), "
+               "SELECT sw.id, sw.name, sw.status, " OWNER_SQL ", count(r.id), "
                "count(r.id) FILTER (WHERE r.status IN ('succeeded', 'failed', 'cancelled')), "
                "count(r.id) FILTER (WHERE r.status = 'running'), "
                "count(r.id) FILTER (WHERE r.status = 'queued'), "

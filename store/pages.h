@@ -54,6 +54,7 @@ typedef struct store_sweep_counts {
 typedef struct store_sweep {
   int64_t id, priority;
   const char *name, *status, *spec_hash;
+  const char *owner; /* its owner's name (users.name) */
   const char *created_at, *created_utc;
   const char *method, *description; /* the spec's, NULL when it has none */
   const char *spec;                 /* document (the API's; NULL on the page) */
@@ -150,7 +151,7 @@ void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store
 /* The overview page. */
 typedef struct store_overview_sweep {
   int64_t id;
-  const char *name, *status;
+  const char *name, *status, *owner;
   int64_t total, done, running, queued, failed;
   double flops_planned, flops_spent;
 } store_overview_sweep;

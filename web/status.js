@@ -31,6 +31,41 @@ function showToken() {
   if (forget) forget.hidden = !has;
   const input = document.getElementById('token');
   if (input) input.placeholder = has ? 'token set for this tab' : 'to make changes';
+  loadMe();
+}
+
+// What the token's holder may do (GET /api/me; README, "A shared cluster"):
+// a viewer changes nothing; a member submits, reproduces any run and cancels
+// only their own sweeps (the button's data-owner); an admin does anything.
+// The page offers only those buttons; the API refuses the rest anyway.
+let me = null;
+
+async function loadMe() {
+  me = null;
+  if (token()) {
+    try {
+      me = await getJSON('/api/me');
+    } catch (e) {
+      notice(`Token: ${e.message}`);
+    }
+  }
+  offerActions();
+}
+
+function offerActions() {
+  if (!me) return;
+  const admin = me.role === 'admin';
+  const member = admin || me.role === 'member';
+  const may = {
+    'cancel-sweep': (e) => admin || (member && e.dataset.owner === me.name),
+    'cancel-run': () => member,
+    'reproduce-run': () => member,
+    'submit-form': () => member,
+  };
+  for (const [id, ok] of Object.entries(may)) {
+    const e = document.getElementById(id);
+    if (e) e.hidden = !ok(e);
+  }
 }
 
 function tokenForm() {
@@ -65,6 +100,7 @@ async function swap(ids) {
   }
   showToken();
   bindButtons();
+  offerActions();
 }
 
 function guard(p) {
@@ -331,9 +367,41 @@ function run() {
   };
 }
 
+// The audit trail's page (/audit): its rows from GET /api/audit, for an
+// admin's token, written as text.
+function audit() {
+  const load = async () => {
+    const rows = document.getElementById('audit-rows');
+    const note = document.getElementById('audit-note');
+    if (!token()) {
+      note.textContent = "Enter an admin's token above to read the audit trail.";
+      return;
+    }
+    try {
+      const all = await getJSON('/api/audit?limit=500');
+      rows.replaceChildren(...all.map((a) => {
+        const tr = document.createElement('tr');
+        for (const k of ['at', 'user', 'peer', 'action', 'target', 'outcome', 'detail']) {
+          const td = document.createElement('td');
+          td.textContent = String(a[k] ?? '');
+          tr.append(td);
+        }
+        return tr;
+      }));
+      note.textContent = `The newest ${all.length} change(s), made, refused or failed.`;
+    } catch (e) {
+      note.textContent = `The audit trail: ${e.message}`;
+    }
+  };
+  refreshAll = load;
+  guard(load());
+  return () => {};
+}
+
 tokenForm();
 bindButtons();
 const handlers = { overview, sweep, run };
+if (PAGE === 'audit') audit();
 const handle = handlers[PAGE] ? handlers[PAGE]() : () => {};
 if (body.dataset.openReads === '0' && token() && !document.getElementById('h-sweep') &&
     !document.getElementById('h-run') && !document.getElementById('workers')) {

@@ -9,7 +9,9 @@
 // named <script>alert(1)</script> and a run error holding markup stay text;
 // a loss curve grows as its run reports steps (Server-Sent Events, no
 // reload); the fit plots appear when the runs finish; the API token entered
-// in the page shows the reproduce button, which works; the static files are
+// in the page shows the reproduce button, which works; with two members' and
+// a viewer's tokens the sweep page offers the cancel button only to the
+// sweep's owner, whose click cancels it (issue 36); the static files are
 // served only from the embedded set, with their security headers; an event
 // stream opened with Last-Event-ID resumes after it. A screenshot of the
 // sweep page is saved as ARTIFACT_DIR/status-page.png.
@@ -363,6 +365,10 @@ async function main() {
     if (page.url().includes(TOKEN)) fail('the token appeared in a URL');
     log(`reproduce from the page: run ${copy} reproduces run ${done}`);
 
+    // a shared cluster's people: the page offers only the actions the token's
+    // holder may take (a viewer none, a member cancels only their own sweep)
+    await people(page);
+
     // narrow screen: the overview still renders, nothing wider than the screen but tables
     await page.setViewportSize({ width: 380, height: 800 });
     await page.goto(`${base}/`);
@@ -383,6 +389,54 @@ async function main() {
   const rest = await readEvents(mid, 700);
   if (rest[0] !== mid + 1) fail(`events after Last-Event-ID ${mid} start at ${rest[0]}`);
   log(`event stream: resumes after Last-Event-ID (${all.length} events replayed)`);
+}
+
+// Two members and a viewer, made with the admin's token; ann's sweep waits
+// for a GPU (the worker has none). On its page the cancel button is absent
+// for the viewer and for bob, and present for ann, whose click cancels it.
+async function people(page) {
+  const tokens = { admin: TOKEN };
+  for (const [name, role] of [['ann', 'member'], ['bob', 'member'], ['vic', 'viewer']]) {
+    const r = await api('POST', '/api/users', { name, role });
+    if (r.status !== 201 || !r.json.token) fail(`user add ${name}: ${r.status} ${r.text}`);
+    tokens[name] = r.json.token;
+  }
+  const res = await fetch(`${base}/api/sweeps`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${tokens.ann}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({
+      name: 'ann-waits', method: 'runs', resources: { gpus: 1 },
+      base: { model: { n_layer: 1, d_model: 16, n_head: 2, seq_len: 16 }, threads: 1 },
+      runs: [{ train: { tokens: 65536, batch_size: 4, seed: 7 } }],
+    }),
+  });
+  const own = await res.json();
+  if (res.status !== 201) fail(`ann's submit: ${res.status} ${JSON.stringify(own)}`);
+  await page.goto(`${base}/sweeps/${own.id}`);
+  if (!(await page.textContent('#summary .owner')).includes('ann')) fail('sweep page: no owner shown');
+  const asUser = async (name) => {
+    await page.fill('#token', tokens[name]);
+    await Promise.all([page.waitForResponse((r) => r.url().endsWith('/api/me')),
+      page.click('#token-form button[type=submit]')]);
+    await page.waitForTimeout(100); // the response handled: offerActions ran
+    return page.isVisible('#cancel-sweep');
+  };
+  if (await asUser('vic')) fail('sweep page: the cancel button shows for a viewer');
+  if (await asUser('bob')) fail("sweep page: the cancel button shows for another member's sweep");
+  if (!(await asUser('ann'))) fail("sweep page: no cancel button for the sweep's owner");
+  await page.click('#cancel-sweep');
+  await until('the owner\'s cancel from the page', async () =>
+    (await api('GET', `/api/sweeps/${own.id}?limit=0`)).json.status === 'cancelled', 10000);
+  log(`people: the viewer and bob see no cancel button on ann's sweep ${own.id}; ann's cancels it`);
+  // the audit page (/audit), read with the admin's token, has ann's cancel
+  await asUser('admin');
+  await page.goto(`${base}/audit`);
+  await until('the audit page\'s rows', async () => {
+    const rows = await page.$$eval('#audit-rows tr', (trs) => trs.map((t) => t.textContent));
+    return rows.some((t) => t.includes('ann') && t.includes('cancel') && t.includes(`sweep ${own.id}`) &&
+      t.includes('ok'));
+  }, 5000);
+  log('audit page: an admin reads ann\'s cancel');
 }
 
 // A sanitizer build reports into the logs, leaks at exit included: read them

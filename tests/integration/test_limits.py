@@ -84,6 +84,14 @@ try:
     print("limits: submissions over the queued-runs and queued-FLOPs limits refused (403) "
           "with the figures")
     rig.check(alice_gpus() == 1, "alice holds %d GPUs" % alice_gpus())
+    st, trail = rig.request("admin", "GET", "/api/audit?limit=100")
+    rows = [r for r in (trail if isinstance(trail, list) else trail.get("rows", []))
+            if r.get("action") == "limits"]
+    rig.check(st == 200 and any(r.get("outcome") == "refused" and r.get("user") == "bob"
+                                for r in rows)
+              and any(r.get("outcome") == "ok" and "max_queued_runs 2" in (r.get("detail") or "")
+                      for r in rows),
+              "the audit trail should hold the limit changes, bob's refused: %s %s" % (st, rows))
 finally:
     rig.close()
 print("PASS")

@@ -401,6 +401,21 @@ def cluster_submit(readme, concrete, here):
         timeout=300)
 
 
+def shared(*texts):
+    """A shared cluster's command (README) against the cluster's scheduler,
+    whose token (cluster.token) is the admin's: its output holds texts
+    (a compiled pattern is searched for)."""
+    def check(readme, concrete, here):
+        r = expect(sh(concrete.replace("SCHEDULER_HOST:8080", f"127.0.0.1:{state['api']}")))
+        for t in texts:
+            if not (t.search(r.stdout) if hasattr(t, "search") else t in r.stdout):
+                fail(f"{readme!r}: the output lacks {t!r}:\n{r.stdout[-2000:]}\n{r.stderr[-1000:]}")
+    return ("self", check)
+
+
+TOKEN_LINE = re.compile(r"^[0-9a-f]{64}$", re.M)
+
+
 def slurm(readme, concrete, here):
     c = (concrete.replace("SCHEDULER_HOST:8081", f"127.0.0.1:{state['wport']}")
          .replace("/shared/cluster.token", os.path.join(work, "cluster.token")))
@@ -539,6 +554,14 @@ COMMANDS = [
      "--token-file cluster.token",
      "./build/scalesweep submit data/gpu-cluster.json --url http://SCHEDULER_HOST:8080 "
      "--token-file cluster.token", ("self", cluster_submit)),
+    ("./build/scalesweep user add ann --role member --url http://SCHEDULER_HOST:8080 --token-file cluster.token", None, shared(TOKEN_LINE)),
+    ("./build/scalesweep user set ann --priority-range -10:10 --url http://SCHEDULER_HOST:8080 --token-file cluster.token", None,
+     shared("user ann: member, priority -10..10")),
+    ("./build/scalesweep user list --url http://SCHEDULER_HOST:8080 --token-file cluster.token", None, shared("ann", "admin")),
+    ("./build/scalesweep user token ann --url http://SCHEDULER_HOST:8080 --token-file cluster.token", None, shared(TOKEN_LINE)),
+    ("./build/scalesweep user revoke ann --url http://SCHEDULER_HOST:8080 --token-file cluster.token", None, shared("revoked")),
+    ("./build/scalesweep audit --since 2026-12-01 --user admin --url http://SCHEDULER_HOST:8080 --token-file cluster.token", None,
+     shared("user revoke", "user token", "user add")),
     ("SCALESWEEP_SCHEDULER=SCHEDULER_HOST:8081 SCALESWEEP_TOKEN_FILE=/shared/cluster.token "
      "sbatch --nodes=4 --gres=gpu:8 scripts/slurm-workers.sbatch", None, ("self", slurm)),
     ("./build/scalesweep scheduler --database postgresql://scalesweep@db.example.org/scalesweep "
