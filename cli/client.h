@@ -26,7 +26,7 @@ int cli_request(const cli_target *t, const char *method, const char *path, const
 /* Prints the error object of a 4xx/5xx answer (j: its parsed body, resp:
  * the raw one) on stderr, control and format characters escaped (j's
  * strings in place); returns the exit code: 2 when the request was the
- * user's mistake (4xx), 1 when the service's (5xx). */
+ * user's mistake (4xx), 1 when the service's (5xx) or a refusal (403). */
 struct json_t;
 int cli_say_error(int status, struct json_t *j, const char *resp);
 
@@ -38,10 +38,10 @@ struct json_t *cli_get_json(const cli_target *t, const char *path);
 /* Finds the target (cli_target_find) and performs the request. A 4xx/5xx
  * answer's error object is printed on stderr (its message, then each
  * problem's path and message) and NULL returned with *rc 2 (the request was
- * the user's mistake, 4xx) or 1 (the service's); else the parsed JSON (large
- * integers as reals; every string and key with a control or Unicode format
- * character escaped, common/names.h, so that printing it is safe on a
- * terminal) with *rc 0 and, when raw is not NULL, the body's own text in
+ * the user's mistake, 4xx) or 1 (the service's, or a refusal: 403); else
+ * the parsed JSON (large integers as reals; every string and key with a
+ * control or Unicode format character escaped, common/names.h, so that
+ * printing it is safe on a terminal) with *rc 0 and, when raw is not NULL, the body's own text in
  * *raw (malloc'd). */
 struct json_t *cli_call(const char *url, const char *state, const char *token_file,
                         const char *method, const char *path, const char *body, size_t len, int *rc,

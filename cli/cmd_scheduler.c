@@ -14,7 +14,7 @@ static const char usage[] =
     "                            [--checkpoints DIR] [--lease-seconds N] [--ready-file F]\n"
     "                            [--closed-reads] [--data-dir DIR ...] [--predict-seconds N]\n"
     "                            [--reserve-after-seconds N] [--retry-after-seconds N]\n"
-    "                            [--auth-block-seconds N]\n"
+    "                            [--auth-block-seconds N] [--share-half-life-seconds N]\n"
     "                            [--open-metrics] [--http-connections N] [--http-reserve N]\n"
     "                            [--max-streams N] [--max-streams-per-address N]\n"
     "                            [--header-timeout-seconds N]\n"
@@ -36,6 +36,8 @@ static const char usage[] =
     "                 curves and checked against the sweep's fit (default 15; 0: never)\n"
     "  --reserve-after-seconds  a multi-GPU run that has waited this long gets the worker\n"
     "                 it will run on kept from smaller runs until it fits (default 300)\n"
+    "  --share-half-life-seconds  fair share: placement serves people by their past\n"
+    "                 device-seconds, halved every this long (default 604800, 7 days)\n"
     "  --retry-after-seconds  a run whose attempt failed waits this long before its next\n"
     "                 attempt, twice as long after its second failure, and so on, at most an\n"
     "                 hour (default 10; 0: at once); a lost worker's runs start again at once\n"
@@ -99,6 +101,7 @@ static int value_option(sched_options *o, const char *a, const char *v) {
     long max;
     long min;
   } secs[] = {{"--reserve-after-seconds", &o->reserve_after_s, 604800, 0},
+              {"--share-half-life-seconds", &o->share_half_life_s, 315360000, 60},
               {"--retry-after-seconds", &o->retry_after_s, 3600, 0},
               {"--predict-seconds", &o->predict_s, 86400, 0},
               {"--db-read-connections", &o->db_read_connections, 16, 1},

@@ -16,6 +16,8 @@
   X(priority, "set a sweep's priority")                                    \
   X(fit, "fit scaling laws to a sweep's runs or to a CSV of points")       \
   X(next, "the next compute budget of a sweep, designed from its fits")    \
+  X(usage, "compute used and lost, per person or sweep; your standing")    \
+  X(limits, "set a person's limits: GPUs at once, runs and FLOPs queued")  \
   X(train, "train one model from a run config, JSON lines on stdout")      \
   X(launch, "run a declared trainer's ranks with torchrun's environment")  \
   X(devices, "the backends this host can train on (CPU, CUDA devices)")    \

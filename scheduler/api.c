@@ -15,6 +15,7 @@
 #include "scheduler/next.h"
 #include "scheduler/pages_json.h"
 #include "scheduler/submit.h"
+#include "scheduler/usage.h"
 #include "scheduler/web.h"
 #include "store/actions.h"
 #include "store/pages.h"
@@ -635,6 +636,8 @@ void sched__http(http_request *r, void *ud) {
   int64_t id;
   const char *rest;
 
+  if (sched__usage_route(s, r, path)) /* accounting and limits (usage.c) */
+    return;
   if (sched__web(s, r)) /* the status page and its JSON (web.c) */
     return;
   if (!strcmp(path, "/metrics") || !strcmp(path, "/healthz")) {

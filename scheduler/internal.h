@@ -74,10 +74,12 @@ void sched__place_free(sched *s);
  * on any connected worker, whatever finishes: no worker connected, none
  * with that many CPU slots, none with that many GPUs the CUDA backend runs on (naming the
  * workers whose GPUs it cannot run on, and why), or none that runs one of
- * trainers (the queued runs' trainers, comma-separated; NULL: not asked).
+ * trainers (the queued runs' trainers, comma-separated; NULL: not asked);
+ * or sweep_id's owner is at their GPU limit (the last placement pass).
  * 1 with the reason in buf,
  * 0 when some connected worker could take it (busy or not). */
-int sched__place_why(sched *s, int gpus, int slots, const char *trainers, char *buf, size_t len);
+int sched__place_why(sched *s, int64_t sweep_id, int gpus, int slots, const char *trainers,
+                     char *buf, size_t len);
 
 /* slurm.c: elastic workers through Slurm, when o.slurm_partition is set:
  * check (before anything starts) says whether Slurm's commands are there

@@ -184,9 +184,10 @@ void sched__json_runs(sched__buf *b, const store_runs *runs) {
 }
 
 /* "waiting": why the sweep's queued runs can start on no connected worker */
-static void j_waiting(sched__buf *b, const char **sep, sched *s, const store_sweep_counts *c) {
+static void j_waiting(sched__buf *b, const char **sep, sched *s, const store_sweep *sw) {
+  const store_sweep_counts *c = &sw->counts;
   char why[1024];
-  if (c->queued > 0 && sched__place_why(s, (int)c->queued_gpus, (int)c->queued_slots,
+  if (c->queued > 0 && sched__place_why(s, sw->id, (int)c->queued_gpus, (int)c->queued_slots,
                                         c->queued_trainers, why, sizeof why)) {
     j_key(b, sep, "waiting");
     j_str(b, why);
@@ -200,7 +201,7 @@ void sched__json_sweeps(sched__buf *b, sched *s, const store_sweep *sweeps, int 
     const store_sweep_counts *c = &sw->counts;
     const char *sep = i ? ",{" : "{";
     SWEEP_ROW_JSON(MEMBER)
-    j_waiting(b, &sep, s, c);
+    j_waiting(b, &sep, s, sw);
     sched__b_puts(b, "}");
   }
   sched__b_puts(b, "]");
@@ -215,7 +216,7 @@ static void j_counts(sched__buf *b, const store_sweep_counts *c) {
 void sched__json_sweep(sched__buf *b, sched *s, const store_sweep *sw, const store_runs *runs) {
   const store_sweep_counts *c = &sw->counts;
   const char *sep = "{";
-  j_waiting(b, &sep, s, c);
+  j_waiting(b, &sep, s, sw);
   SWEEP_JSON(MEMBER)
   j_key(b, &sep, "counts");
   j_counts(b, c);

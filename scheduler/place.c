@@ -6,6 +6,7 @@
 
 #include "common/token.h"
 #include "scheduler/internal.h"
+#include "scheduler/share.h"
 #include "store/runs.h"
 
 /* the distinct trainers placement reads the queue for, at most */
@@ -477,6 +478,25 @@ static void cache_keep(sched *s, const store_queued *runs, int n, const unsigned
   pl->ncache = k;
 }
 
+/* 1 when runs are of more than one person */
+static int several_people(const store_queued *runs, int n) {
+  for (int i = 1; i < n; i++)
+    if (runs[i].owner_id != runs[0].owner_id)
+      return 1;
+  return 0;
+}
+
+/* Notes that q's sweep waits for its owner's GPU limit. */
+static void limited(sched__placement *pl, const store_queued *q) {
+  for (int i = 0; i < pl->nlimited; i++)
+    if (pl->limited[i].sweep_id == q->sweep_id)
+      return;
+  if (pl->nlimited < SCHED__BLOCKED) {
+    pl->limited[pl->nlimited].sweep_id = q->sweep_id;
+    pl->limited[pl->nlimited++].max_gpus = q->owner_max_gpus;
+  }
+}
+
 /* What a placement pass holds back for the runs that wait before the one
  * it looks at (place_runs). */
 typedef struct pass_hold {
@@ -525,11 +545,19 @@ static void place_runs(sched *s, const store_queued *runs, int n, int from_cache
   unsigned char *claimed = n > 0 ? calloc((size_t)n, 1) : NULL;
   assign_ctx *last = NULL;
   pass_hold h = {.now = uv_now(s->loop), .reserve_ms = (uint64_t)s->o.reserve_after_s * 1000};
+  /* an owner at their GPU limit: their runs wait, holding back no other */
+  sched__share_pass *limits = calloc(1, sizeof *limits);
+  if (!from_cache)
+    s->pl.nlimited = 0;
   for (int i = 0; i < n; i++) {
     int gpus = runs[i].gpus;
     int chosen[8] = {0};
     if ((h.blocked_gpus && gpus >= h.blocked_gpus) || (h.hold_cpu && gpus == 0))
       continue;
+    if (limits && !sched__share_allows(limits, &runs[i])) {
+      limited(&s->pl, &runs[i]);
+      continue;
+    }
     int slots = runs[i].slots > 0 ? runs[i].slots : 1;
     /* only the workers that run its trainer, and the one it must run on
      * when it names one (the read left out the runs no connected worker
@@ -558,12 +586,20 @@ static void place_runs(sched *s, const store_queued *runs, int n, int from_cache
       if (claimed)
         claimed[i] = 1;
       last = a;
+      if (limits)
+        sched__share_took(limits, tr);
     }
     if (total_free(s) == 0)
       break;
   }
   cache_keep(s, runs, n, claimed);
   free(claimed);
+  /* the usage and the GPUs in use per person are the read's: with several
+   * people queued (fair share's order) or a limit to keep, the next pass
+   * reads them afresh rather than take runs from the cache */
+  if (!limits || limits->n > 0 || several_people(runs, n))
+    s->pl.ncache = 0;
+  free(limits);
   /* what the cache held did not fill the free capacity: the queue beyond
    * it may (a smaller run behind, backfill) */
   if (from_cache && total_free(s) > 0)
@@ -582,7 +618,15 @@ static void on_queue(void *ud, int status, const store_queued *runs, int n, cons
     place_done(s);
     return;
   }
-  place_runs(s, runs, n, 0);
+  /* the fair-share order across people (share.h), on a copy: the read's
+   * rows are the store's */
+  store_queued *order = n > 0 ? malloc((size_t)n * sizeof *order) : NULL;
+  if (order) {
+    memcpy(order, runs, (size_t)n * sizeof *order);
+    sched__share_order(order, n);
+  }
+  place_runs(s, order ? order : runs, n, 0);
+  free(order);
 }
 
 void sched__place(sched *s) {
@@ -676,9 +720,19 @@ static int trainer_why(sched *s, const char *trainers, char *buf, size_t len) {
   return 0;
 }
 
-int sched__place_why(sched *s, int gpus, int slots, const char *trainers, char *buf, size_t len) {
+int sched__place_why(sched *s, int64_t sweep_id, int gpus, int slots, const char *trainers,
+                     char *buf, size_t len) {
   if (trainer_why(s, trainers, buf, len))
     return 1;
+  for (int i = 0; i < s->pl.nlimited; i++)
+    if (s->pl.limited[i].sweep_id == sweep_id) {
+      snprintf(buf, len,
+               "its owner is at their limit of %d GPU%s in use: its runs start as their "
+               "running ones end (`scalesweep usage`; an admin changes it with `scalesweep "
+               "limits`)",
+               s->pl.limited[i].max_gpus, s->pl.limited[i].max_gpus == 1 ? "" : "s");
+      return 1;
+    }
   int workers = 0, cpu = 0, fit = 0, cpu_all = 0, gpu_all = 0;
   size_t off = 0;
   char others[768] = "";

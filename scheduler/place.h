@@ -38,6 +38,14 @@ typedef struct sched__placement {
     uint64_t since_ms;
   } blocked[SCHED__BLOCKED];
   int nblocked;
+  /* sweeps whose runs the last pass read from the queue left waiting
+   * because their owner was at their GPU limit, and that limit (their
+   * sweep's "waiting" says so) */
+  struct {
+    int64_t sweep_id;
+    int max_gpus;
+  } limited[SCHED__BLOCKED];
+  int nlimited;
 } sched__placement;
 
 #endif

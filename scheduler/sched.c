@@ -18,6 +18,7 @@
 #include "common/token.h"
 #include "scheduler/internal.h"
 #include "store/migrate.h"
+#include "store/usage.h"
 
 void sched_options_default(sched_options *o) {
   memset(o, 0, sizeof *o);
@@ -30,6 +31,7 @@ void sched_options_default(sched_options *o) {
   o->open_reads = 1;
   o->predict_s = 15;
   o->reserve_after_s = 300;
+  o->share_half_life_s = 604800;
   o->db_read_connections = 2;
   o->read_timeout_ms = 5000;
   o->auth_block_s = 60;
@@ -38,6 +40,14 @@ void sched_options_default(sched_options *o) {
   o->slurm_idle_s = 120;
   o->slurm_interval_s = 10;
   o->slurm_max_minutes = 1440;
+}
+
+/* fair share's usage, recomputed with this scheduler's half-life */
+static void on_share_started(void *ud, int status, int64_t rows, const char *errmsg) {
+  (void)ud;
+  (void)rows;
+  if (status != 0) /* the attempts' trigger keeps it meanwhile, with the last half-life */
+    sched__logf("recomputing fair share's usage failed: %s", errmsg);
 }
 
 /* ---- start and stop ---------------------------------------------------------- */
@@ -209,6 +219,7 @@ static int listen_all(sched *s, char *host, size_t hostlen, char *err, size_t er
  * left open. */
 static int serve(sched *s, const char *host, char *err, size_t errlen) {
   sched__lease_start(s);
+  store_usage_start(s->db, s->o.share_half_life_s, on_share_started, s);
   sched__sweeps_settle(s);
   /* A SIGINT ignored by whoever started us stays ignored (the shell's rule
    * for background jobs): `scalesweep up` takes Ctrl-C itself and stops the

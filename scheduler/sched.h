@@ -25,6 +25,8 @@ typedef struct sched_options {
   int predict_s;               /* seconds between predictions of running runs (default 15) */
   int reserve_after_s;         /* a multi-GPU run waiting this long gets a worker kept for it
                                 * (smaller runs stop backfilling it; default 300) */
+  int share_half_life_s;       /* fair share: a person's past usage halves in this long
+                                * (default 604800, 7 days) */
   int db_read_connections;     /* connections for the API's, the page's and the refits' reads,
                                 * apart from the one workers' messages use (default 2) */
   int read_timeout_ms;         /* a read's limit, running or waiting (default 5000; 0: none) */

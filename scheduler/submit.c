@@ -19,6 +19,7 @@
  * has run; once the scheduler is stopping, the answer is 503 and the
  * database (being closed) is not touched. */
 #include "scheduler/submit.h"
+#include "scheduler/usage.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -241,7 +242,7 @@ static void store(sub_job *j) {
   sw.spec_json = j->canon;
   sw.spec_hash = x->hash;
   sw.owner_id = j->who.user_id;
-  store_sweeps_insert(j->s->db_submit, &sw, on_inserted, x);
+  sched__usage_insert(j->s, j->r, &sw, on_inserted, x); /* within its owner's queued limits */
 }
 
 static void after_work(uv_work_t *w, int status) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scheduler/usage.h"
 #include "scheduler/web.h"
 #include "scheduler/route.h"
 #include "sweeps/fit_report.h"
@@ -557,7 +558,7 @@ static void render_summary(sched__buf *b, sched__web_req *w, const store_sweep *
     sched__b_puts(b, "</p>");
   }
   char why[1024];
-  if (c->queued > 0 && sched__place_why(w->s, (int)c->queued_gpus, (int)c->queued_slots,
+  if (c->queued > 0 && sched__place_why(w->s, sw->id, (int)c->queued_gpus, (int)c->queued_slots,
                                         c->queued_trainers, why, sizeof why)) {
     /* its queued runs cannot start on any connected worker: say why */
     sched__b_puts(b, "<p class=\"waiting\" role=\"status\">Waiting: ");
@@ -603,6 +604,7 @@ static void render_fits(sched__buf *b, const char *doc) {
 
 void sched__web_sweep(sched__buf *b, sched__web_req *w, const store_sweep_page *p) {
   render_summary(b, w, &p->sweep);
+  sched__usage_sweep_line(b, p->usage);
   json_t *tune = sched__web_doc(p->sweep.lr_tune), *adaptive = sched__web_doc(p->sweep.adaptive);
   if (json_is_object(tune))
     render_lr_tune(b, tune);

@@ -85,6 +85,19 @@ void store__query_json_id(db *d, const char *sql, int64_t id, store_json_cb cb, 
   "(SELECT json_object_agg(law, params) FROM (SELECT DISTINCT ON (law) law, params FROM " \
   "fits WHERE sweep_id = $1 ORDER BY law, created_at DESC) f)"
 
+/* SQL: the accounting sums of the attempts a (attempt_accounting's rows,
+ * migration 023) of one group: a usage row's columns (store/usage.h), the
+ * sweep page's cost and waste. */
+#define STORE__USAGE_SUMS                                                                        \
+  "count(a.attempt) AS attempts, count(DISTINCT a.run_id) AS runs, "                             \
+  "coalesce(sum(a.device_s) FILTER (WHERE a.gpus > 0), 0) AS gpu_s, "                            \
+  "coalesce(sum(a.device_s) FILTER (WHERE a.gpus = 0), 0) AS cpu_slot_s, "                       \
+  "coalesce(sum(a.device_s), 0) AS device_s, coalesce(sum(a.steps_kept), 0) AS steps_kept, "     \
+  "coalesce(sum(a.steps_lost), 0) AS steps_lost, coalesce(sum(a.flops_trained), 0) AS "          \
+  "flops_trained, coalesce(sum(a.flops_lost), 0) AS flops_lost, count(a.attempt) FILTER (WHERE " \
+  "a.ended_as IN ('failed', 'queued')) AS retried_attempts, coalesce(sum(a.device_s) FILTER "    \
+  "(WHERE a.ended_as IN ('failed', 'queued')), 0) AS retried_device_s "
+
 /* The user data for store__on_exec (one malloc, freed there), or NULL
  * when out of memory (then cb, unless NULL, has had SS_ENOMEM). */
 store__call *store__exec_call(store_done_cb cb, void *ud);

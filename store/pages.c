@@ -821,9 +821,15 @@ static int64_t runs_of_status(const store_sweep_counts *c, const char *status) {
  * designed runs' and the page's, with NULL sweep columns. Without the wsd
  * counts, which the page does not show. */
 #define PAGE_NCOLS 14 /* PAGE_RUN_COLS, part and k */
+/* the sweep's cost and waste (store_sweep_page.usage), last on its row:
+ * of its attempts that have ended (a running one's grows by the second) */
+#define SWEEP_USAGE_SQL                                                                         \
+  "CASE WHEN u.part = -1 THEN (SELECT row_to_json(g) FROM (SELECT " STORE__USAGE_SUMS "FROM " \
+  "attempt_accounting a WHERE a.sweep_id = $1 AND a.ended_at IS NOT NULL) g) END"
 #define SWEEP_PAGE_SQL                                                                        \
   "WITH s AS MATERIALIZED (" SWEEP_SQL(                                                       \
-      "NULL", "0", "0") ") SELECT u.*, s.* FROM ((" DESIGNED_SQL ") UNION ALL (" RUNS_SQL     \
+      "NULL", "0", "0") ") SELECT u.*, s.*, " SWEEP_USAGE_SQL " FROM ((" DESIGNED_SQL         \
+                        ") UNION ALL (" RUNS_SQL                                               \
                         ") UNION ALL (SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, "      \
                         "NULL, NULL, NULL, NULL, NULL, -1, 0)) u LEFT JOIN s ON u.part = -1 " \
                         "ORDER BY u.part, u.k"
@@ -850,6 +856,7 @@ static int decode_sweep_page(const PGresult *res, const char *status, store_swee
                           .runs = (store_page_run *)rows + designed,
                           .nruns = n - designed};
   decode_sweep_at(res, 0, PAGE_NCOLS, &p->sweep);
+  p->usage = store__str_or_null(res, 0, PQnfields(res) - 1);
   p->runs_total = runs_of_status(&p->sweep.counts, status);
   return 0;
 }

@@ -192,6 +192,8 @@ typedef struct store_sweep_page {
   int64_t runs_total; /* of the page's status */
   const store_page_run *runs;
   int nruns;
+  const char *usage; /* document: the cost and waste of its ended attempts (the columns of
+                      * store/usage.h store_usage_sweep's) */
 } store_sweep_page;
 typedef void (*store_sweep_page_cb)(void *ud, int status, const store_sweep_page *p,
                                     const char *errmsg);

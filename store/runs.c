@@ -29,37 +29,56 @@ static void decode_queued(const PGresult *res, int row, void *elem) {
   r->throughput = PQgetisnull(res, row, 4) ? 0 : strtod(PQgetvalue(res, row, 4), NULL);
   snprintf(r->trainer, sizeof r->trainer, "%s", PQgetvalue(res, row, 5));
   snprintf(r->on, sizeof r->on, "%s", PQgetvalue(res, row, 6));
+  r->owner_id = store__int(res, row, 7);
+  r->sweep_id = store__int(res, row, 8);
+  r->priority = (int)store__int(res, row, 9);
+  r->owner_usage = strtod(PQgetvalue(res, row, 10), NULL);
+  r->owner_gpus = (int)store__int(res, row, 11);
+  r->owner_max_gpus = (int)store__int(res, row, 12);
 }
 
 STORE__ARRAY_SPEC(queued, store_queued, decode_queued, store_queue_cb);
 
-/* The queue in placement order, from the runs_queue index: by priority,
- * then sweep, then a sweep's largest runs first (migration 012). A sweep's
- * throughput comes from its spec once per sweep among the runs read, not
- * once per run: the spec of a sweep of 10,000 runs is 300 kB of TOASTed
- * jsonb, and reading it for each of 256 runs cost 16-35 ms of the control
- * connection, where claims and finishes wait (1.5-4 ms this way). */
+/* A person's queued runs that may start, in their placement order ($1 the
+ * limit a person, $2 the trainers, $3 the workers; o.id the person) */
+#define QUEUE_OF_OWNER                                                                             \
+  "SELECT r.id, r.gpus, CASE WHEN r.gpus > 0 THEN 0 "                                              \
+  "ELSE greatest(coalesce((r.config->>'world_size')::int, 1), 1) END AS slots, "                   \
+  "r.flops, r.sweep_id, r.priority, coalesce(r.config->>'trainer', 'builtin') AS trainer, "        \
+  "coalesce(r.on_worker, '') AS on_worker, r.owner_id "                                            \
+  "FROM runs r WHERE r.owner_id = o.id AND r.status = 'queued' AND " BRANCH_READY "AND " RETRY_DUE \
+  "AND ($2::text[] IS NULL OR coalesce(r.config->>'trainer', 'builtin') = ANY ($2::text[])) "      \
+  "AND ($3::text[] IS NULL OR r.on_worker IS NULL OR r.on_worker = ANY ($3::text[])) "             \
+  "ORDER BY r.priority DESC, r.sweep_id, r.flops DESC NULLS LAST, r.id LIMIT (SELECT k FROM n)"
+
+/* The queue (runs.h): a sweep's throughput comes from its spec once per
+ * sweep among the runs read, not once per run: the spec of a sweep of
+ * 10,000 runs is 300 kB of TOASTed jsonb, and reading it for each of 256
+ * runs cost 16-35 ms of the control connection, where claims and finishes
+ * wait (1.5-4 ms this way). */
 void store_runs_queue(db *d, int limit, const char *trainers, const char *workers,
                       store_queue_cb cb, void *ud) {
   char lim[24];
   const char *p[3] = {store__itoa(lim, sizeof lim, limit), trainers, workers};
   store__query_rows(
       d,
-      "WITH q AS MATERIALIZED (SELECT r.id, r.gpus, CASE WHEN r.gpus > 0 THEN 0 "
-      "ELSE greatest(coalesce((r.config->>'world_size')::int, 1), 1) END AS slots, "
-      "r.flops, r.sweep_id, r.priority, coalesce(r.config->>'trainer', 'builtin') AS trainer, "
-      "coalesce(r.on_worker, '') AS on_worker "
-      "FROM runs r WHERE r.status = 'queued' AND " BRANCH_READY "AND " RETRY_DUE
-      "AND ($2::text[] IS NULL OR coalesce(r.config->>'trainer', 'builtin') = ANY ($2::text[])) "
-      "AND ($3::text[] IS NULL OR r.on_worker IS NULL OR r.on_worker = ANY ($3::text[])) "
-      "ORDER BY r.priority DESC, r.sweep_id, r.flops DESC NULLS LAST, r.id LIMIT $1), "
+      /* a probe of the index per person: an EXISTS here becomes a semi-join
+       * that, before the table's statistics are there (a queue just
+       * submitted), scans every queued run */
+      "WITH o AS MATERIALIZED (SELECT u.id FROM users u CROSS JOIN LATERAL (SELECT 1 FROM runs r "
+      "WHERE r.owner_id = u.id AND r.status = 'queued' LIMIT 1) e), "
+      "n AS (SELECT greatest($1::int / greatest(count(*), 1), 16) AS k FROM o), "
+      "q AS MATERIALIZED (SELECT x.* FROM o CROSS JOIN LATERAL (" QUEUE_OF_OWNER ") x), "
       "t AS MATERIALIZED (SELECT sw.id, CASE WHEN "
       "jsonb_typeof(sw.spec->'throughput_flops') = 'number' "
       "THEN (sw.spec->>'throughput_flops')::float8 END AS throughput "
       "FROM sweeps sw WHERE sw.id IN (SELECT sweep_id FROM q)) "
-      "SELECT q.id, q.gpus, q.slots, q.flops, t.throughput, q.trainer, q.on_worker FROM q "
-      "JOIN t ON t.id = q.sweep_id "
-      "ORDER BY q.priority DESC, q.sweep_id, q.flops DESC NULLS LAST, q.id",
+      "SELECT q.id, q.gpus, q.slots, q.flops, t.throughput, q.trainer, q.on_worker, q.owner_id, "
+      "q.sweep_id, q.priority, coalesce(u.usage_s, 0), coalesce(u.gpus, 0), "
+      "coalesce(l.max_gpus, -1) FROM q JOIN t ON t.id = q.sweep_id "
+      "LEFT JOIN share_effective u ON u.owner_id = q.owner_id LEFT JOIN user_limits l ON l.user_id "
+      "= q.owner_id "
+      "ORDER BY q.owner_id, q.priority DESC, q.sweep_id, q.flops DESC NULLS LAST, q.id",
       3, p, &queued, (void (*)(void))cb, ud);
 }
 

@@ -21,20 +21,32 @@ typedef struct store_queued {
   double throughput; /* its sweep spec's throughput_flops, FLOP/s per run (0: not given) */
   char trainer[33];  /* its config's trainer ("builtin" when none) */
   char on[128];      /* the worker (name or host) it must run on; "" any (runs.on_worker) */
+  int64_t owner_id;  /* its sweep's owner (users.id) */
+  int64_t sweep_id;
+  int priority;
+  /* its owner's, the same on each of their runs: decayed device-seconds
+   * of ended attempts plus those of running ones so far (fair share), the
+   * GPUs their running attempts hold, and their limit (-1: none) */
+  double owner_usage;
+  int owner_gpus, owner_max_gpus;
 } store_queued;
 
 typedef void (*store_queue_cb)(void *ud, int status, const store_queued *runs, int n,
                                const char *errmsg);
 
-/* Up to limit queued runs in placement order: higher priority first (a
- * run's priority is its sweep's, set at submission; a reproduction keeps
- * the original's), then submission order; within a sweep, smaller runs
- * first so the first fits appear early. The order is the runs_queue
- * index's (migrations/001_init.sql): the read walks the index for the
- * first limit runs and sorts nothing, however many are queued. A wsd
- * branch waits (is not read) until its trunk has reported the checkpoint
- * it starts from, or has ended without it (migration 010). */
-/* trainers: a PostgreSQL text array ("{builtin,torch}") of the trainers
+/* Queued runs, each person's in their placement order: higher priority
+ * first (a run's priority is its sweep's, set at submission; a
+ * reproduction keeps the original's), then submission order; within a
+ * sweep, the largest runs first (migration 012). Grouped by owner: of
+ * each person with queued runs, their first max(limit / people, 16) runs,
+ * read from the runs_queue_owner index (migration 023), so that one
+ * person's backlog does not hide another's runs; with one person (every
+ * sweep the admin's) that is today's read of the first limit runs. The
+ * fair-share order across people is the scheduler's (scheduler/share.c),
+ * from the owner figures on each row. A wsd branch waits (is not read)
+ * until its trunk has reported the checkpoint it starts from, or has
+ * ended without it (migration 010).
+ * trainers: a PostgreSQL text array ("{builtin,torch}") of the trainers
  * whose runs are read (the connected workers'), or NULL for every run;
  * workers: one of the connected workers' names and hosts, for the runs that
  * must run on one (runs.on_worker; the others are left out), or NULL for

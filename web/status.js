@@ -408,5 +408,7 @@ if (body.dataset.openReads === '0' && token() && !document.getElementById('h-swe
   // reads are closed and this copy came without data: fetch it with the token
   guard(swap(['summary', 'workers', 'queue', 'sweeps', 'failures', 'fits', 'failure']));
 }
+// the usage page: one's figures need one's token (scheduler/usage.c)
+if (PAGE === 'usage' && token() && document.getElementById('usage-token')) guard(swap(['usage']));
 window.addEventListener('resize', throttle(resizeAll, 200));
 if (PAGE in handlers) stream(handle);

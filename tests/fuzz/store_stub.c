@@ -21,6 +21,7 @@
 #include "store/runs.h"
 #include "store/store.h"
 #include "store/sweeps.h"
+#include "store/usage.h"
 #include "store/users.h"
 #include "store/workers.h"
 
@@ -244,8 +245,13 @@ static void ans_queue(call *c, int st, int v) {
   if (n > c->a)
     n = (int)c->a;
   for (int k = 0; k < n; k++)
-    runs[k] =
-        (store_queued){.id = 10 + k + 3 * (v >> 2), .gpus = (k + v) % 3, .trainer = "builtin"};
+    runs[k] = (store_queued){.id = 10 + k + 3 * (v >> 2),
+                             .gpus = (k + v) % 3,
+                             .trainer = "builtin",
+                             /* two people, now and then one at a 1-GPU limit (fair share) */
+                             .owner_id = 1 + k % 2,
+                             .owner_usage = k % 2 ? v : 0,
+                             .owner_max_gpus = k % 2 && v % 2 ? 1 : -1};
   ((store_queue_cb)c->cb)(c->ud, st, runs, n, st ? errmsg : NULL);
 }
 
@@ -739,7 +745,8 @@ static void ans_sweep_page(call *c, int st, int v) {
                       .duration_s = NAN,
                       .tokens = 1e9,
                       .designed = "{\"ci95\": [2.5, 3.5], \"loss\": 3}"};
-  store_sweep_page p = {stub_sweep(v), &r, v % 2, 3, &r, v % 3 ? 1 : 0};
+  store_sweep_page p = {stub_sweep(v), &r, v % 2, 3, &r, v % 3 ? 1 : 0,
+                        v % 2 ? "{\"attempts\": 3, \"flops_lost\": 1e18}" : NULL};
   int none = st || v % 4 == 3;
   ((store_sweep_page_cb)c->cb)(c->ud, st, none ? NULL : &p, st ? errmsg : NULL);
 }
@@ -965,4 +972,38 @@ void store_audit_list(db *d, const char *since, const char *user, int limit, sto
   (void)user;
   (void)limit;
   json_doc(d, 1, cb, ud);
+}
+
+/* ---- usage.h ------------------------------------------------------------------------ */
+
+void store_usage_start(db *d, int half_life_s, store_done_cb cb, void *ud) {
+  (void)half_life_s;
+  done(d, 1, cb, ud);
+}
+
+void store_usage_json(db *d, const char *since, const char *by, int64_t only, store_json_cb cb,
+                      void *ud) {
+  (void)since;
+  (void)by;
+  (void)only;
+  json_doc(d, 0, cb, ud);
+}
+
+void store_usage_sweep(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {
+  (void)sweep_id;
+  json_doc(d, 0, cb, ud);
+}
+
+void store_usage_set_limits(db *d, const char *name, const store_limits *l, store_done_cb cb,
+                            void *ud) {
+  (void)name;
+  (void)l;
+  done(d, 1, cb, ud);
+}
+
+void store_usage_check_submit(db *d, int64_t owner, const char *runs_json, store_json_cb cb,
+                              void *ud) {
+  (void)owner;
+  (void)runs_json;
+  json_doc(d, 0, cb, ud);
 }
