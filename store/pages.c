@@ -268,7 +268,7 @@ static void gather_query(gather *g, int i, db *d, const char *sql, int nparams,
  * COUNTS_SQL's pass, which sorted every run's model. On a 10,000-run
  * sweep the counts with this pass took 13 to 13.5 ms of PostgreSQL's CPU,
  * 14 to 16 with the sort. */
-#define MODELS_SQL                                                               \
+#define MODELS_SQL                                                             \
   "(SELECT string_agg(m, '; ' ORDER BY m) FROM (SELECT " MODEL_R " AS m FROM " \
   "runs r WHERE r.sweep_id = sw.id GROUP BY 1) mo)"
 
@@ -291,8 +291,8 @@ static void gather_query(gather *g, int i, db *d, const char *sql, int nparams,
   "r.status = 'queued'), '') AS queued_trainers, " branched " AS branched, "                      \
   "coalesce(sum(r.flops), 0) AS flops_planned, "                                                  \
   "coalesce(sum(r.flops) FILTER (WHERE r.status = 'succeeded'), 0) AS flops_done, "               \
-  "coalesce(sum(" SPENT_SQL "), 0) AS flops_spent, " trained " AS flops_trained, "                \
-  MODELS_SQL " AS models FROM runs r WHERE r.sweep_id = sw.id) c "
+  "coalesce(sum(" SPENT_SQL "), 0) AS flops_spent, " trained " AS flops_trained, " MODELS_SQL     \
+  " AS models FROM runs r WHERE r.sweep_id = sw.id) c "
 
 /* COUNTS_SQL's wsd counts: the succeeded runs that started from a trunk's
  * checkpoint, and the FLOPs the succeeded runs trained themselves (the
@@ -310,33 +310,34 @@ static void gather_query(gather *g, int i, db *d, const char *sql, int nparams,
 #define OWNER_SQL "(SELECT u.name FROM users u WHERE u.id = sw.owner_id)"
 
 /* A sweep's row: the columns SWEEP_SQL selects, then its counts (c.*). */
-#define SWEEP_COLS(X)                                                                             \
-  X(id, i64)                                                                                      \
-  X(priority, i64)                                                                                \
-  X(name, str)                                                                                    \
-  X(status, str)                                                                                  \
-  X(spec_hash, str)                                                                               \
-  X(owner, str)                                                                                   \
-  X(created_at, str) X(created_utc, str) X(method, text) X(description, text) X(spec, text)       \
-      X(lr_tune, text) X(adaptive, text) X(fits, text) X(counts.total, i64) X(counts.queued, i64) \
-          X(counts.running, i64) X(counts.succeeded, i64) X(counts.failed, i64)                   \
-              X(counts.cancelled, i64) X(counts.done, i64) X(counts.queued_gpus, i64)             \
-                  X(counts.queued_slots, i64) X(counts.queued_trainers, str)                      \
-                      X(counts.branched, i64) X(counts.flops_planned, f64)                        \
-                          X(counts.flops_done, f64) X(counts.flops_spent, f64)                    \
+#define SWEEP_COLS(X)                                                                     \
+  X(id, i64)                                                                              \
+  X(priority, i64)                                                                        \
+  X(name, str)                                                                            \
+  X(status, str)                                                                          \
+  X(spec_hash, str)                                                                       \
+  X(owner, str)                                                                           \
+  X(created_at, str)                                                                      \
+  X(created_utc, str) X(method, text) X(description, text) X(spec, text) X(lr_tune, text) \
+      X(adaptive, text) X(fits, text) X(counts.total, i64) X(counts.queued, i64)          \
+          X(counts.running, i64) X(counts.succeeded, i64) X(counts.failed, i64)           \
+              X(counts.cancelled, i64) X(counts.done, i64) X(counts.queued_gpus, i64)     \
+                  X(counts.queued_slots, i64) X(counts.queued_trainers, str)              \
+                      X(counts.branched, i64) X(counts.flops_planned, f64)                \
+                          X(counts.flops_done, f64) X(counts.flops_spent, f64)            \
                               X(counts.flops_trained, f64) X(counts.models, text)
 /* GET /api/sweeps's row (store_pages_sweeps) */
-#define SWEEP_LIST_COLS(X)                                                                        \
-  X(id, i64)                                                                                      \
-  X(priority, i64)                                                                                \
-  X(name, str)                                                                                    \
-  X(status, str)                                                                                  \
-  X(spec_hash, str)                                                                               \
-  X(owner, str)                                                                                   \
-  X(created_at, str) X(counts.total, i64) X(counts.succeeded, i64) X(counts.failed, i64)          \
-      X(counts.running, i64) X(counts.queued, i64) X(counts.queued_gpus, i64)                     \
-          X(counts.queued_slots, i64) X(counts.queued_trainers, str) X(counts.flops_planned, f64) \
-              X(counts.flops_done, f64)
+#define SWEEP_LIST_COLS(X)                                                                   \
+  X(id, i64)                                                                                 \
+  X(priority, i64)                                                                           \
+  X(name, str)                                                                               \
+  X(status, str)                                                                             \
+  X(spec_hash, str)                                                                          \
+  X(owner, str)                                                                              \
+  X(created_at, str)                                                                         \
+  X(counts.total, i64) X(counts.succeeded, i64) X(counts.failed, i64) X(counts.running, i64) \
+      X(counts.queued, i64) X(counts.queued_gpus, i64) X(counts.queued_slots, i64)           \
+          X(counts.queued_trainers, str) X(counts.flops_planned, f64) X(counts.flops_done, f64)
 
 DECODER(decode_sweep, store_sweep, SWEEP_COLS)
 DECODER(decode_sweep_summary, store_sweep, SWEEP_LIST_COLS)
@@ -349,14 +350,14 @@ DECODER(decode_sweep_summary, store_sweep, SWEEP_LIST_COLS)
  * spread them over separate subqueries. #> '{}' is the document itself,
  * decompressed; OFFSET 0 keeps the subquery from being merged into the
  * statement, which would put the #> back in each mention. */
-#define SWEEP_ROW_SQL                                                              \
-  "(SELECT id, priority, name, status, spec_hash, created_at, lr_tune, adaptive, " \
+#define SWEEP_ROW_SQL                                                                        \
+  "(SELECT id, priority, name, status, spec_hash, owner_id, created_at, lr_tune, adaptive, " \
   "spec #> '{}' AS spec FROM sweeps WHERE id = $1 OFFSET 0) sw "
 
 /* SWEEP_COLS's statement, its spec the column spec: the page has no use
  * for a spec that may be most of a megabyte (NULL), the API passes it on. */
 #define SWEEP_SQL(spec, branched, trained)                                                \
-  "SELECT sw.id, sw.priority, sw.name, sw.status, sw.spec_hash, " OWNER_SQL ", "         \
+  "SELECT sw.id, sw.priority, sw.name, sw.status, sw.spec_hash, " OWNER_SQL ", "          \
   "(to_json(sw.created_at)#>>'{}'), "                                                     \
   "to_char(sw.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), "                  \
   "sw.spec->>'method', sw.spec->>'description', " spec ", " LR_TUNE_SQL ", " ADAPTIVE_SQL \
@@ -594,14 +595,15 @@ void store_pages_run_counts(db *d, store_run_counts_cb cb, void *ud) {
   X(sweep, str)              \
   X(attempt, i64)            \
   X(gpus, i64) X(nonembedding_params, f64) X(flops, f64) X(finished_utc, text) X(error, text)
-#define PAGE_RUN_COLS(X)                                                      \
-  X(id, i64)                                                                  \
-  X(attempt, i64)                                                             \
-  X(max_attempts, i64)                                                        \
-  X(status, str)                                                              \
-  X(worker, text)                                                             \
-  X(nonembedding_params, f64) X(tokens, f64) X(batch_size, f64) X(flops, f64) \
-      X(final_val_loss, f64) X(duration_s, f64) X(designed, text)
+#define PAGE_RUN_COLS(X)                                                                    \
+  X(id, i64)                                                                                \
+  X(attempt, i64)                                                                           \
+  X(max_attempts, i64)                                                                      \
+  X(status, str)                                                                            \
+  X(worker, text)                                                                           \
+  X(nonembedding_params, f64)                                                               \
+  X(tokens, f64) X(batch_size, f64) X(flops, f64) X(final_val_loss, f64) X(duration_s, f64) \
+      X(designed, text)
 
 DECODER(decode_overview_sweep, store_overview_sweep, OVERVIEW_SWEEP_COLS)
 DECODER(decode_overview_run, store_overview_run, OVERVIEW_RUN_COLS)
@@ -823,13 +825,13 @@ static int64_t runs_of_status(const store_sweep_counts *c, const char *status) {
 #define PAGE_NCOLS 14 /* PAGE_RUN_COLS, part and k */
 /* the sweep's cost and waste (store_sweep_page.usage), last on its row:
  * of its attempts that have ended (a running one's grows by the second) */
-#define SWEEP_USAGE_SQL                                                                         \
+#define SWEEP_USAGE_SQL                                                                       \
   "CASE WHEN u.part = -1 THEN (SELECT row_to_json(g) FROM (SELECT " STORE__USAGE_SUMS "FROM " \
   "attempt_accounting a WHERE a.sweep_id = $1 AND a.ended_at IS NOT NULL) g) END"
 #define SWEEP_PAGE_SQL                                                                        \
   "WITH s AS MATERIALIZED (" SWEEP_SQL(                                                       \
       "NULL", "0", "0") ") SELECT u.*, s.*, " SWEEP_USAGE_SQL " FROM ((" DESIGNED_SQL         \
-                        ") UNION ALL (" RUNS_SQL                                               \
+                        ") UNION ALL (" RUNS_SQL                                              \
                         ") UNION ALL (SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, "      \
                         "NULL, NULL, NULL, NULL, NULL, -1, 0)) u LEFT JOIN s ON u.part = -1 " \
                         "ORDER BY u.part, u.k"
