@@ -628,6 +628,115 @@ void sched__http_hooks(sched *s, http_hooks *h) {
 /* ---- routing ------------------------------------------------------------------------------------
  */
 
+/* /healthz and /metrics, outside /api/ */
+static void probe(sched *s, req_ctx *x, const char *path, int get) {
+  if (!get)
+    return answer_error(x, 405, "method not allowed: use GET", NULL);
+  if (!strcmp(path, "/healthz")) {
+    /* control: what workers need (their messages, placement, leases);
+     * reads: what the API and the page need */
+    int control = sched__wport_db_up(&s->wp), reads = db_pool_ready(s->reads);
+    char body[96];
+    snprintf(body, sizeof body, "{\"ok\":%s,\"control\":%s,\"reads\":%s}",
+             control && reads ? "true" : "false", control ? "true" : "false",
+             reads ? "true" : "false");
+    return answer_json(x, control && reads ? 200 : 503, body);
+  }
+  /* /metrics tells the queue, the workers and the traffic: a read */
+  if (!s->o.open_metrics && !sched__auth_may_read(s, x->r))
+    return answer_error(x, 401,
+                        "/metrics needs the API token under --closed-reads (Authorization: "
+                        "Bearer ...; a Prometheus scrape can send it), unless the scheduler "
+                        "runs with --open-metrics",
+                        NULL);
+  get_metrics(s, x);
+}
+
+/* /api/sweeps/{id}REST; 0 when no route matches */
+static int sweep_route(sched *s, req_ctx *x, int64_t id, const char *rest, int get, int post) {
+  if (!*rest || !strcmp(rest, "/runs")) {
+    if (!get)
+      answer_error(x, 405, "method not allowed: use GET", NULL);
+    else
+      get_sweep(s, x, id, *rest != 0);
+  } else if (!strcmp(rest, "/cancel") || !strcmp(rest, "/priority")) {
+    if (!post)
+      answer_error(x, 405, "method not allowed: use POST", NULL);
+    else if (rest[1] == 'c')
+      cancel(s, x, 1, id);
+    else
+      set_priority(s, x, id);
+  } else if (!strcmp(rest, "/fit")) {
+    if (!get)
+      answer_error(x, 405, "method not allowed: use GET", NULL);
+    else
+      sched__get_fit(s, x->r, id);
+  } else if (!strcmp(rest, "/next")) {
+    if (!get && !post)
+      answer_error(x, 405, "method not allowed: use GET or POST", NULL);
+    else if (post)
+      next_add(s, x, id);
+    else
+      sched__next(s, x->r, id, 0);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+/* /api/runs/{id}REST; 0 when no route matches */
+static int run_route(sched *s, req_ctx *x, int64_t id, const char *rest, int get, int post) {
+  if (!*rest) {
+    if (!get)
+      answer_error(x, 405, "method not allowed: use GET", NULL);
+    else
+      get_run(s, x, id);
+  } else if (!strcmp(rest, "/cancel") || !strcmp(rest, "/reproduce")) {
+    if (!post)
+      answer_error(x, 405, "method not allowed: use POST", NULL);
+    else if (rest[1] == 'c')
+      cancel(s, x, 0, id);
+    else
+      reproduce(s, x, id);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+/* /api/sweeps: the list, or a submission */
+static void sweeps_route(sched *s, req_ctx *x, int get, int post) {
+  if (get)
+    return get_sweeps(s, x);
+  if (!post)
+    return answer_error(x, 405, "method not allowed: use GET or POST", NULL);
+  size_t len;
+  const char *body = http_body(x->r, &len);
+  if (!sched__auth_refuse(s, x->r, &x->who, SS_ACT_SUBMIT, 1, NULL))
+    sched__submit(s, x->r, &x->who, body, len);
+}
+
+/* Who asks, and whether a token is needed and good: 1 when answered
+ * (users' and the audit trail's routes, or a 401). */
+static int identify(sched *s, req_ctx *x, const char *path, int get) {
+  http_request *r = x->r;
+  sched__who *who = &x->who;
+  sched__who_of(s, r, who);
+  if (sched__users_route(s, r, who, path) || sched__audit_route(s, r, who, path))
+    return 1;
+  if (!get)
+    sched__audit_watch(s, r, who);
+  if (sched__auth_bad_token(r, who))
+    answer_error(x, 401, "the token is not known, or it was revoked", NULL);
+  else if (get && !s->o.open_reads && !who->user_id)
+    answer_error(x, 401, "reads need a token (Authorization: Bearer ...)", NULL);
+  else if (!get && !who->user_id)
+    answer_error(x, 401, "changes need a token (Authorization: Bearer ...)", NULL);
+  else
+    return 0;
+  return 1;
+}
+
 void sched__http(http_request *r, void *ud) {
   sched *s = ud;
   req_ctx *x = rctx(s, r);
@@ -640,109 +749,24 @@ void sched__http(http_request *r, void *ud) {
     return;
   if (sched__web(s, r)) /* the status page and its JSON (web.c) */
     return;
-  if (!strcmp(path, "/metrics") || !strcmp(path, "/healthz")) {
-    if (!get)
-      return answer_error(x, 405, "method not allowed: use GET", NULL);
-    if (!strcmp(path, "/healthz")) {
-      /* control: what workers need (their messages, placement, leases);
-       * reads: what the API and the page need */
-      int control = sched__wport_db_up(&s->wp), reads = db_pool_ready(s->reads);
-      char body[96];
-      snprintf(body, sizeof body, "{\"ok\":%s,\"control\":%s,\"reads\":%s}",
-               control && reads ? "true" : "false", control ? "true" : "false",
-               reads ? "true" : "false");
-      return answer_json(x, control && reads ? 200 : 503, body);
-    }
-    /* /metrics tells the queue, the workers and the traffic: a read */
-    if (!s->o.open_metrics && !sched__auth_may_read(s, r))
-      return answer_error(x, 401,
-                          "/metrics needs the API token under --closed-reads (Authorization: "
-                          "Bearer ...; a Prometheus scrape can send it), unless the scheduler "
-                          "runs with --open-metrics",
-                          NULL);
-    return get_metrics(s, x);
-  }
+  if (!strcmp(path, "/metrics") || !strcmp(path, "/healthz"))
+    return probe(s, x, path, get);
   if (strncmp(path, "/api/", 5) != 0)
     return answer_error(x, 404, "not found", NULL);
-  sched__who *who = &x->who;
-  sched__who_of(s, r, who);
-  if (sched__users_route(s, r, who, path) || sched__audit_route(s, r, who, path))
+  if (identify(s, x, path, get))
     return;
-  if (!get)
-    sched__audit_watch(s, r, who);
-  if (sched__auth_bad_token(r, who))
-    return answer_error(x, 401, "the token is not known, or it was revoked", NULL);
-  if (get && !s->o.open_reads && !who->user_id)
-    return answer_error(x, 401, "reads need a token (Authorization: Bearer ...)", NULL);
-  if (!get && !who->user_id)
-    return answer_error(x, 401, "changes need a token (Authorization: Bearer ...)", NULL);
-  if (!strcmp(path, "/api/events")) {
+  if (!strcmp(path, "/api/events") || !strcmp(path, "/api/workers")) {
     if (!get)
       return answer_error(x, 405, "method not allowed: use GET", NULL);
-    return events(s, r, who->user_id);
-  }
-  if (!strcmp(path, "/api/workers")) {
-    if (!get)
-      return answer_error(x, 405, "method not allowed: use GET", NULL);
-    return get_workers(s, x);
+    return path[5] == 'e' ? events(s, r, x->who.user_id) : get_workers(s, x);
   }
   if (get ? !db_pool_ready(s->reads) : !db_ready(s->db))
     return answer_error(x, 503, "database unavailable; try again", NULL);
-  if (!strcmp(path, "/api/sweeps")) {
-    if (get)
-      return get_sweeps(s, x);
-    if (post) {
-      size_t len;
-      const char *body = http_body(r, &len);
-      if (sched__auth_refuse(s, r, who, SS_ACT_SUBMIT, 1, NULL))
-        return;
-      return sched__submit(s, r, who, body, len);
-    }
-    return answer_error(x, 405, "method not allowed: use GET or POST", NULL);
-  }
-  if (sched__route_id(path, "/api/sweeps/", &id, &rest)) {
-    if (!*rest) {
-      if (!get)
-        return answer_error(x, 405, "method not allowed: use GET", NULL);
-      return get_sweep(s, x, id, 0);
-    }
-    if (!strcmp(rest, "/runs")) {
-      if (!get)
-        return answer_error(x, 405, "method not allowed: use GET", NULL);
-      return get_sweep(s, x, id, 1);
-    }
-    if (!strcmp(rest, "/cancel")) {
-      if (!post)
-        return answer_error(x, 405, "method not allowed: use POST", NULL);
-      return cancel(s, x, 1, id);
-    }
-    if (!strcmp(rest, "/fit")) {
-      if (!get)
-        return answer_error(x, 405, "method not allowed: use GET", NULL);
-      return sched__get_fit(s, r, id);
-    }
-    if (!strcmp(rest, "/next")) {
-      if (!get && !post)
-        return answer_error(x, 405, "method not allowed: use GET or POST", NULL);
-      return post ? next_add(s, x, id) : sched__next(s, r, id, 0);
-    }
-    if (!strcmp(rest, "/priority")) {
-      if (!post)
-        return answer_error(x, 405, "method not allowed: use POST", NULL);
-      return set_priority(s, x, id);
-    }
-  }
-  if (sched__route_id(path, "/api/runs/", &id, &rest)) {
-    if (!*rest) {
-      if (!get)
-        return answer_error(x, 405, "method not allowed: use GET", NULL);
-      return get_run(s, x, id);
-    }
-    if (!strcmp(rest, "/cancel") || !strcmp(rest, "/reproduce")) {
-      if (!post)
-        return answer_error(x, 405, "method not allowed: use POST", NULL);
-      return rest[1] == 'c' ? cancel(s, x, 0, id) : reproduce(s, x, id);
-    }
-  }
+  if (!strcmp(path, "/api/sweeps"))
+    return sweeps_route(s, x, get, post);
+  if (sched__route_id(path, "/api/sweeps/", &id, &rest) && sweep_route(s, x, id, rest, get, post))
+    return;
+  if (sched__route_id(path, "/api/runs/", &id, &rest) && run_route(s, x, id, rest, get, post))
+    return;
   answer_error(x, 404, "not found", NULL);
 }
