@@ -466,6 +466,26 @@ static void reproduce(sched *s, req_ctx *x, int64_t id) {
 
 /* ---- /metrics (Prometheus text format) ----------------------------------------------------- */
 
+/* The connected workers' GPUs and CPU slots, and how many are busy. */
+typedef struct capacity {
+  int gpus, gpus_busy, cpu, cpu_busy, workers;
+} capacity;
+
+static capacity capacity_of(sched *s) {
+  capacity cp = {0};
+  for (sched__wconn *c = s->wp.conns; c; c = c->next) {
+    if (!c->authed || c->closing)
+      continue;
+    cp.workers++;
+    cp.gpus += c->ngpus;
+    for (int g = 0; g < c->ngpus; g++)
+      cp.gpus_busy += c->gpu_busy[g];
+    cp.cpu += c->cpu_slots;
+    cp.cpu_busy += c->cpu_busy;
+  }
+  return cp;
+}
+
 static void on_counts(void *ud, int status, const store_run_counts *rc, const char *errmsg) {
   req_ctx *x = ud;
   sched *s = x->s;
@@ -477,17 +497,9 @@ static void on_counts(void *ud, int status, const store_run_counts *rc, const ch
     succeeded = rc->succeeded;
     failed = rc->failed;
   }
-  int gpus = 0, gpus_busy = 0, cpu = 0, cpu_busy = 0, workers = 0;
-  for (sched__wconn *c = s->wp.conns; c; c = c->next) {
-    if (!c->authed || c->closing)
-      continue;
-    workers++;
-    gpus += c->ngpus;
-    for (int g = 0; g < c->ngpus; g++)
-      gpus_busy += c->gpu_busy[g];
-    cpu += c->cpu_slots;
-    cpu_busy += c->cpu_busy;
-  }
+  capacity cp = capacity_of(s);
+  int gpus = cp.gpus, gpus_busy = cp.gpus_busy, cpu = cp.cpu, cpu_busy = cp.cpu_busy;
+  int workers = cp.workers;
   http_stats hs;
   http_server_stats(s->http, &hs);
   size_t cap = 8192, len = 0;
