@@ -309,35 +309,30 @@ static void gather_query(gather *g, int i, db *d, const char *sql, int nparams,
 /* The name of sweep sw's owner (migration 020). */
 #define OWNER_SQL "(SELECT u.name FROM users u WHERE u.id = sw.owner_id)"
 
+/* The columns every sweep's row starts with. */
+#define SWEEP_HEAD_COLS(X) \
+  X(id, i64)               \
+  X(priority, i64) X(name, str) X(status, str) X(spec_hash, str) X(owner, str) X(created_at, str)
+
 /* A sweep's row: the columns SWEEP_SQL selects, then its counts (c.*). */
-#define SWEEP_COLS(X)                                                                     \
-  X(id, i64)                                                                              \
-  X(priority, i64)                                                                        \
-  X(name, str)                                                                            \
-  X(status, str)                                                                          \
-  X(spec_hash, str)                                                                       \
-  X(owner, str)                                                                           \
-  X(created_at, str)                                                                      \
-  X(created_utc, str) X(method, text) X(description, text) X(spec, text) X(lr_tune, text) \
-      X(adaptive, text) X(fits, text) X(counts.total, i64) X(counts.queued, i64)          \
-          X(counts.running, i64) X(counts.succeeded, i64) X(counts.failed, i64)           \
-              X(counts.cancelled, i64) X(counts.done, i64) X(counts.queued_gpus, i64)     \
-                  X(counts.queued_slots, i64) X(counts.queued_trainers, str)              \
-                      X(counts.branched, i64) X(counts.flops_planned, f64)                \
-                          X(counts.flops_done, f64) X(counts.flops_spent, f64)            \
-                              X(counts.flops_trained, f64) X(counts.models, text)
+#define SWEEP_COLS(X)                                                                    \
+  SWEEP_HEAD_COLS(X)                                                                     \
+  X(created_utc, str)                                                                    \
+  X(method, text) X(description, text) X(spec, text) X(lr_tune, text) X(adaptive, text)  \
+      X(fits, text) X(counts.total, i64) X(counts.queued, i64) X(counts.running, i64)    \
+          X(counts.succeeded, i64) X(counts.failed, i64) X(counts.cancelled, i64)        \
+              X(counts.done, i64) X(counts.queued_gpus, i64) X(counts.queued_slots, i64) \
+                  X(counts.queued_trainers, str) X(counts.branched, i64)                 \
+                      X(counts.flops_planned, f64) X(counts.flops_done, f64)             \
+                          X(counts.flops_spent, f64) X(counts.flops_trained, f64)        \
+                              X(counts.models, text)
 /* GET /api/sweeps's row (store_pages_sweeps) */
-#define SWEEP_LIST_COLS(X)                                                                   \
-  X(id, i64)                                                                                 \
-  X(priority, i64)                                                                           \
-  X(name, str)                                                                               \
-  X(status, str)                                                                             \
-  X(spec_hash, str)                                                                          \
-  X(owner, str)                                                                              \
-  X(created_at, str)                                                                         \
-  X(counts.total, i64) X(counts.succeeded, i64) X(counts.failed, i64) X(counts.running, i64) \
-      X(counts.queued, i64) X(counts.queued_gpus, i64) X(counts.queued_slots, i64)           \
-          X(counts.queued_trainers, str) X(counts.flops_planned, f64) X(counts.flops_done, f64)
+#define SWEEP_LIST_COLS(X)                                                                    \
+  SWEEP_HEAD_COLS(X)                                                                          \
+  X(counts.total, i64)                                                                        \
+  X(counts.succeeded, i64) X(counts.failed, i64) X(counts.running, i64) X(counts.queued, i64) \
+      X(counts.queued_gpus, i64) X(counts.queued_slots, i64) X(counts.queued_trainers, str)   \
+          X(counts.flops_planned, f64) X(counts.flops_done, f64)
 
 DECODER(decode_sweep, store_sweep, SWEEP_COLS)
 DECODER(decode_sweep_summary, store_sweep, SWEEP_LIST_COLS)
@@ -595,15 +590,15 @@ void store_pages_run_counts(db *d, store_run_counts_cb cb, void *ud) {
   X(sweep, str)              \
   X(attempt, i64)            \
   X(gpus, i64) X(nonembedding_params, f64) X(flops, f64) X(finished_utc, text) X(error, text)
-#define PAGE_RUN_COLS(X)                                                                    \
-  X(id, i64)                                                                                \
-  X(attempt, i64)                                                                           \
-  X(max_attempts, i64)                                                                      \
-  X(status, str)                                                                            \
-  X(worker, text)                                                                           \
-  X(nonembedding_params, f64)                                                               \
-  X(tokens, f64) X(batch_size, f64) X(flops, f64) X(final_val_loss, f64) X(duration_s, f64) \
-      X(designed, text)
+#define PAGE_RUN_COLS(X)      \
+  X(id, i64)                  \
+  X(attempt, i64)             \
+  X(max_attempts, i64)        \
+  X(status, str)              \
+  X(worker, text)             \
+  X(nonembedding_params, f64) \
+  X(tokens, f64)              \
+  X(batch_size, f64) X(flops, f64) X(final_val_loss, f64) X(duration_s, f64) X(designed, text)
 
 DECODER(decode_overview_sweep, store_overview_sweep, OVERVIEW_SWEEP_COLS)
 DECODER(decode_overview_run, store_overview_run, OVERVIEW_RUN_COLS)
