@@ -284,4 +284,11 @@ int store__pg_write_file(const store__pgs *p, const char *dir, const char *name,
 /* The last few lines of the server log, for error messages. */
 void store__pg_log_tail(const store__pgs *p, char *out, size_t n);
 
+/* A blocking connection to url, named app for pg_stat_activity (the
+ * start-up's: migrations, the users' load), with a 10 s connect timeout;
+ * NULL with "out of memory" or "cannot connect to the database: ..." in
+ * err and SS_ENOMEM or SS_EIO in *rc. */
+PGconn *store__connect_blocking(const char *url, const char *app, int *rc, char *err,
+                                size_t errlen);
+
 #endif

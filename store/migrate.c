@@ -15,6 +15,7 @@
 
 #include "common/err.h"
 #include "store/db.h"
+#include "store/internal.h"
 #include "store/migrate.h"
 
 /* pg_advisory_lock's key for migrations: the bytes of "scalswep". */
@@ -88,6 +89,26 @@ static int migrate_locked(PGconn *c, int *applied, char *err, size_t errlen) {
   return rc;
 }
 
+PGconn *store__connect_blocking(const char *url, const char *app, int *rc, char *err,
+                                size_t errlen) {
+  static const char *const keys[] = {"fallback_application_name", "connect_timeout", "dbname",
+                                     NULL};
+  const char *const vals[] = {app, "10", url ? url : "", NULL};
+  PGconn *c = PQconnectdbParams(keys, vals, 1);
+  if (!c) {
+    err_setf(err, errlen, "out of memory");
+    *rc = SS_ENOMEM;
+    return NULL;
+  }
+  if (PQstatus(c) != CONNECTION_OK) {
+    err_setf(err, errlen, "cannot connect to the database: %s", PQerrorMessage(c));
+    PQfinish(c);
+    *rc = SS_EIO;
+    return NULL;
+  }
+  return c;
+}
+
 int db_migrate(const char *url, int *applied, char *err, size_t errlen) {
   int dummy;
   if (!applied)
@@ -95,22 +116,13 @@ int db_migrate(const char *url, int *applied, char *err, size_t errlen) {
   *applied = 0;
   if (err && errlen)
     err[0] = '\0';
-  static const char *const keys[] = {"fallback_application_name", "connect_timeout", "dbname",
-                                     NULL};
-  const char *const vals[] = {"scalesweep-migrate", "10", url ? url : "", NULL};
-  PGconn *c = PQconnectdbParams(keys, vals, 1);
-  if (!c) {
-    err_setf(err, errlen, "out of memory");
-    return SS_ENOMEM;
-  }
-  if (PQstatus(c) != CONNECTION_OK) {
-    err_setf(err, errlen, "cannot connect to the database: %s", PQerrorMessage(c));
-    PQfinish(c);
-    return SS_EIO;
-  }
+  int rc;
+  PGconn *c = store__connect_blocking(url, "scalesweep-migrate", &rc, err, errlen);
+  if (!c)
+    return rc;
   PQsetNoticeProcessor(c, quiet, NULL);
-  int rc = exec(c, "SELECT pg_advisory_lock(" MIGRATE_LOCK_KEY ")", 0, NULL,
-                "taking the migration lock", err, errlen);
+  rc = exec(c, "SELECT pg_advisory_lock(" MIGRATE_LOCK_KEY ")", 0, NULL,
+            "taking the migration lock", err, errlen);
   if (!rc) {
     rc = migrate_locked(c, applied, err, errlen);
     /* Ending the session would release the lock too; unlock to be tidy. */

@@ -137,19 +137,11 @@ static int load_rows(PGconn *c, void (*on_user)(void *ud, const store_user *u),
 int store_users_load(const char *url, void (*on_user)(void *ud, const store_user *u),
                      void (*on_token)(void *ud, const store_user_token *t), void *ud, char *err,
                      size_t errlen) {
-  static const char *const keys[] = {"fallback_application_name", "connect_timeout", "dbname",
-                                     NULL};
-  const char *const vals[] = {"scalesweep-users", "10", url ? url : "", NULL};
-  PGconn *c = PQconnectdbParams(keys, vals, 1);
-  if (!c) {
-    err_setf(err, errlen, "out of memory");
-    return SS_ENOMEM;
-  }
-  int rc = SS_EIO;
-  if (PQstatus(c) != CONNECTION_OK)
-    err_setf(err, errlen, "cannot connect to the database: %s", PQerrorMessage(c));
-  else
-    rc = load_rows(c, on_user, on_token, ud, err, errlen);
+  int rc;
+  PGconn *c = store__connect_blocking(url, "scalesweep-users", &rc, err, errlen);
+  if (!c)
+    return rc;
+  rc = load_rows(c, on_user, on_token, ud, err, errlen);
   PQfinish(c);
   return rc;
 }
