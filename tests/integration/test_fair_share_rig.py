@@ -108,10 +108,26 @@ class Worker(WireWorker):
                  "gpus": devs, "cpu_slots": cpu_slots, "runs": []}
         super().__init__(rig.wport, hello)
         self.seq = 0
+        self.assigns = []  # assigns that came while waiting for something else
+
+    def next(self, pred, timeout, fail=None):
+        """WireWorker.next, with every assign it would skip kept for
+        assigned(): the scheduler may place a run on a freed slot before it
+        acks the message that freed it."""
+        def keep(m):
+            if pred(m):
+                return True
+            if m.get("type") == "assign":
+                self.assigns.append(m)
+            return False
+        return super().next(keep, timeout, fail)
 
     def assigned(self, timeout):
         """The next assign within timeout seconds, started; None if none."""
-        m = self.next(lambda m: m["type"] == "assign", timeout, self.rig.fail)
+        if self.assigns:
+            m = self.assigns.pop(0)
+        else:
+            m = self.next(lambda m: m["type"] == "assign", timeout, self.rig.fail)
         if m is not None:
             self.send({"type": "started", "run_id": m["run_id"], "attempt": m["attempt"],
                        "config": {"event": "config"}})
