@@ -165,17 +165,14 @@ static void cpu_copy(kern_ctx *k, void *dst, const void *src, size_t bytes) {
 }
 static void cpu_sync(kern_ctx *k) {}
 
-static kern_ops cpu_ops;
+/* the memory operations here; the kernels filled in by the first init */
+static kern_ops cpu_ops = {.name = "cpu", .alloc = cpu_alloc, .free = cpu_free, .zero = cpu_zero,
+                           .to_host = cpu_copy, .from_host = cpu_copy, .sync = cpu_sync};
+static int cpu_ops_filled;
 
 int kern_cpu_init(kern_ctx *k, kern_prec prec, int threads) {
-  if (!cpu_ops.name) {
-    cpu_ops.name = "cpu";
-    cpu_ops.alloc = cpu_alloc;
-    cpu_ops.free = cpu_free;
-    cpu_ops.zero = cpu_zero;
-    cpu_ops.to_host = cpu_copy;
-    cpu_ops.from_host = cpu_copy;
-    cpu_ops.sync = cpu_sync;
+  if (!cpu_ops_filled) {
+    cpu_ops_filled = 1;
     for (int i = 0; i < 8; i++)
       current()->fill[i](&cpu_ops);
   }

@@ -310,18 +310,16 @@ void kern__cu_gemm(kern_ctx *k, int transA, int transB, int M, int N, int K, flo
 
 /* ---- the backend ---- */
 
-static kern_ops cuda_ops;
+/* the memory operations here (in kern_ops' order, as C++ wants); the
+ * kernels filled in by the first init */
+static kern_ops cuda_ops = {.name = "cuda", .alloc = cu_alloc, .free = cu_free, .zero = cu_zero,
+                            .to_host = cu_to_host, .from_host = cu_from_host, .sync = cu_sync};
+static bool cuda_ops_filled;
 
 static void fill_ops(void) {
-  if (cuda_ops.name)
+  if (cuda_ops_filled)
     return;
-  cuda_ops.name = "cuda";
-  cuda_ops.alloc = cu_alloc;
-  cuda_ops.free = cu_free;
-  cuda_ops.zero = cu_zero;
-  cuda_ops.to_host = cu_to_host;
-  cuda_ops.from_host = cu_from_host;
-  cuda_ops.sync = cu_sync;
+  cuda_ops_filled = true;
   kern__cuda_elementwise(&cuda_ops);
   kern__cuda_residual(&cuda_ops);
   kern__cuda_matmul(&cuda_ops);

@@ -28,30 +28,16 @@ enum { FUZZ_WCONN_MAX_INPUT = 1 << 20 };
 
 /* The scheduler's side: what the worker sends, framed and checked. */
 typedef struct sched_side {
-  proto_reader rd;
-  int lines;
+  fuzz_sent sent;
   fuzz_peer peer;
   int reconnects;
 } sched_side;
 
 /* A worker sends only its own message types, and hello first. */
 static const char *not_a_workers(proto_type t, const void *ud) {
-  const sched_side *s = ud;
+  const fuzz_sent *s = ud;
   return t >= PROTO_WELCOME || (s->lines == 0 && t != PROTO_HELLO) ? "not what a worker sends then"
                                                                    : NULL;
-}
-
-static int on_worker_line(void *ud, const char *line, size_t len) {
-  sched_side *s = ud;
-  fuzz_check_sent("fuzz_wconn", "the worker sent", line, len, not_a_workers, s);
-  s->lines++;
-  return 0;
-}
-
-static void on_worker_data(void *ud, const char *buf, size_t n) {
-  sched_side *s = ud;
-  if (proto_reader_feed(&s->rd, buf, n, on_worker_line, s) != 0)
-    abort(); /* a line over the protocol's limit */
 }
 
 /* Nothing left to do but wait: the input is written and read, the
@@ -84,10 +70,8 @@ static int from_worker(wrk__worker *w, int fd) {
 
 /* Takes the worker's (next) connection and waits for its hello. */
 static void attach(wrk__worker *w, sched_side *s, int lfd) {
-  proto_reader_free(&s->rd);
-  proto_reader_init(&s->rd);
-  s->lines = 0;
-  s->peer = (fuzz_peer){.written = 1, .on_data = on_worker_data, .ud = s};
+  fuzz_sent_start(&s->sent, "fuzz_wconn", "the worker sent", not_a_workers);
+  s->peer = (fuzz_peer){.written = 1, .on_data = fuzz_sent_feed, .ud = &s->sent};
   for (int fd;;) {
     uv_run(&w->loop, UV_RUN_NOWAIT);
     if ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) < 0)
@@ -101,7 +85,7 @@ static void attach(wrk__worker *w, sched_side *s, int lfd) {
     }
     close(fd);
   }
-  while (s->lines == 0 && !s->peer.eof)
+  while (s->sent.lines == 0 && !s->peer.eof)
     uv_run(&w->loop, UV_RUN_NOWAIT);
 }
 
@@ -135,7 +119,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   wrk__worker *w = worker_stub_new(dir, ntohs(a.sin_port));
 
   sched_side s = {.reconnects = 0};
-  proto_reader_init(&s.rd);
   wrk__connect_start(w);
   attach(w, &s, lfd);
   for (size_t pos = 0; pos < size;) {
@@ -158,6 +141,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_peer_close(&s.peer);
   close(lfd); /* a reconnection waiting in its backlog is refused */
   worker_stub_free(w);
-  proto_reader_free(&s.rd);
+  fuzz_sent_free(&s.sent);
   return 0;
 }

@@ -34,37 +34,19 @@
 #define FUZZ_WMSG_TOKEN "fuzz-cluster-token-0123456789"
 enum { FUZZ_WMSG_MAX_INPUT = 1 << 20 };
 
-/* What the scheduler sends, framed and checked. */
-typedef struct reply {
-  proto_reader rd;
-  int lines;
-} reply;
-
 /* The scheduler sends a worker only its own message types. */
-static const char *not_a_schedulers(proto_type t, const void *ud) {
-  (void)ud;
+static const char *not_a_schedulers(proto_type t, const void *sent) {
+  (void)sent;
   return t < PROTO_WELCOME && t != PROTO_HEARTBEAT ? "a worker's message type" : NULL;
 }
 
-static int on_reply_line(void *ud, const char *line, size_t len) {
-  reply *r = ud;
-  fuzz_check_sent("fuzz_wmsg", "the scheduler sent", line, len, not_a_schedulers, NULL);
-  r->lines++;
-  return 0;
-}
-
-static void on_reply(void *ud, const char *buf, size_t n) {
-  reply *r = ud;
-  if (proto_reader_feed(&r->rd, buf, n, on_reply_line, r) != 0)
-    abort(); /* a line over the protocol's limit */
-}
 
 enum { MAX_CONNS = 4 };
 
 /* The harness's connections: the worker's, then those "#connect" opened. */
 typedef struct conns {
   fuzz_peer p[MAX_CONNS];
-  reply rep[MAX_CONNS];
+  fuzz_sent rep[MAX_CONNS]; /* what the scheduler sent on each */
   int port[MAX_CONNS]; /* the harness's end's, network order */
   int n;
 } conns;
@@ -102,10 +84,10 @@ static sched__wconn *conn_of(sched *s, int port) {
 /* Opens the next connection (the last one stays open: a worker that
  * restarted, or a second one under the same name). */
 static void open_conn(sched *s, conns *cs) {
-  reply *r = &cs->rep[cs->n];
+  fuzz_sent *r = &cs->rep[cs->n];
   fuzz_peer *p = &cs->p[cs->n];
-  proto_reader_init(&r->rd);
-  *p = (fuzz_peer){.written = 1, .on_data = on_reply, .ud = r};
+  fuzz_sent_start(r, "fuzz_wmsg", "the scheduler sent", not_a_schedulers);
+  *p = (fuzz_peer){.written = 1, .on_data = fuzz_sent_feed, .ud = r};
   fuzz_peer_connect(s->loop, p, s->wp.port);
   struct sockaddr_in mine;
   socklen_t mlen = sizeof mine;
@@ -180,7 +162,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   }
   for (int i = 0; i < cs.n; i++)
-    proto_reader_free(&cs.rep[i].rd);
+    fuzz_sent_free(&cs.rep[i]);
   sched__events_free(&s->ev);
   sched__wport_free(wp);
   sched__refits_free(&s->refits);

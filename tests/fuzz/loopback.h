@@ -153,4 +153,43 @@ static inline void fuzz_check_sent(const char *harness, const char *who, const c
     fprintf(stderr, "%s: %s %.*s\n", harness, who, (int)(len > 300 ? 300 : len), line);
 }
 
+/* The lines a service sends, framed, each checked by fuzz_check_sent with
+ * wrong(type, this) and counted. fuzz_sent_feed is a fuzz_peer's on_data
+ * (its ud the fuzz_sent). */
+typedef struct fuzz_sent {
+  proto_reader rd;
+  int lines; /* read so far */
+  const char *harness, *who;
+  const char *(*wrong)(proto_type t, const void *sent);
+} fuzz_sent;
+
+/* Starts s (again: what it had read is dropped) for harness's checks of
+ * who ("the worker sent") by wrong. */
+static inline void fuzz_sent_start(fuzz_sent *s, const char *harness, const char *who,
+                                   const char *(*wrong)(proto_type, const void *)) {
+  if (s->harness)
+    proto_reader_free(&s->rd);
+  *s = (fuzz_sent){.lines = 0, .harness = harness, .who = who, .wrong = wrong};
+  proto_reader_init(&s->rd);
+}
+
+static inline int fuzz__sent_line(void *ud, const char *line, size_t len) {
+  fuzz_sent *s = ud;
+  fuzz_check_sent(s->harness, s->who, line, len, s->wrong, s);
+  s->lines++;
+  return 0;
+}
+
+static inline void fuzz_sent_feed(void *ud, const char *buf, size_t n) {
+  fuzz_sent *s = ud;
+  if (proto_reader_feed(&s->rd, buf, n, fuzz__sent_line, s) != 0)
+    abort(); /* a line over the protocol's limit */
+}
+
+static inline void fuzz_sent_free(fuzz_sent *s) {
+  if (s->harness)
+    proto_reader_free(&s->rd);
+  s->harness = NULL;
+}
+
 #endif

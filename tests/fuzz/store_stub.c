@@ -25,6 +25,9 @@
 #include "store/users.h"
 #include "store/workers.h"
 
+/* A stub takes the real signatures and answers from few of their arguments. */
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+
 typedef struct call call;
 /* status is 0 or the error to answer with; v the answer's variant */
 typedef void answer_fn(call *c, int status, int v);
@@ -113,7 +116,6 @@ static call *queue(db *d, answer_fn *fn, void (*cb)(void), void *ud) {
 /* ---- the connection (store.h) ---------------------------------------------- */
 
 db *db_open(uv_loop_t *loop, const char *url) {
-  (void)url;
   db *d = calloc(1, sizeof *d);
   if (!d)
     abort();
@@ -124,7 +126,6 @@ db *db_open(uv_loop_t *loop, const char *url) {
 }
 
 db *db_open_opts(uv_loop_t *loop, const char *url, const db_options *o) {
-  (void)o;
   return db_open(loop, url);
 }
 
@@ -164,8 +165,6 @@ struct db_pool {
 };
 
 db_pool *db_pool_open(uv_loop_t *loop, const char *url, int n, const db_options *o) {
-  (void)n;
-  (void)o;
   db_pool *p = calloc(1, sizeof *p);
   if (!p)
     abort();
@@ -174,7 +173,6 @@ db_pool *db_pool_open(uv_loop_t *loop, const char *url, int n, const db_options 
 }
 
 db *db_pool_get(db_pool *p, int heavy) {
-  (void)heavy;
   return p->d;
 }
 
@@ -225,12 +223,6 @@ static void ans_worker(call *c, int st, int v) {
 void store_workers_register(db *d, const char *name, const char *host, const char *gpus_json,
                             int cpu_slots, const char *given_hash, const char *new_hash, int live,
                             store_worker_cb cb, void *ud) {
-  (void)host;
-  (void)gpus_json;
-  (void)cpu_slots;
-  (void)given_hash;
-  (void)new_hash;
-  (void)live;
   uint32_t h = 2166136261u; /* one id per name, as the table keeps it */
   for (const char *p = name ? name : ""; *p; p++)
     h = (h ^ (uint8_t)*p) * 16777619u;
@@ -257,8 +249,6 @@ static void ans_queue(call *c, int st, int v) {
 
 void store_runs_queue(db *d, int limit, const char *trainers, const char *workers,
                       store_queue_cb cb, void *ud) {
-  (void)trainers;
-  (void)workers;
   QUEUE(d, ans_queue, cb, ud)->a = limit;
 }
 
@@ -279,9 +269,6 @@ static void ans_claim(call *c, int st, int v) {
 
 void store_runs_claim(db *d, int64_t run_id, int64_t worker_id, int lease_s, store_claim_cb cb,
                       void *ud) {
-  (void)run_id;
-  (void)worker_id;
-  (void)lease_s;
   QUEUE(d, ans_claim, cb, ud);
 }
 
@@ -298,30 +285,20 @@ void store_runs_expire(db *d, store_changes_cb cb, void *ud) {
 }
 
 void store_runs_extend_leases(db *d, int lease_s, store_done_cb cb, void *ud) {
-  (void)lease_s;
   done(d, 0, cb, ud);
 }
 
 void store_runs_reconcile(db *d, int64_t run_id, int attempt, int64_t worker_id, int lease_s,
                           store_done_cb cb, void *ud) {
-  (void)run_id;
-  (void)attempt;
-  (void)worker_id;
-  (void)lease_s;
   done(d, 1, cb, ud);
 }
 
 void store_runs_reconcile_part(db *d, int64_t run_id, int attempt, store_done_cb cb, void *ud) {
-  (void)run_id;
-  (void)attempt;
   done(d, 1, cb, ud);
 }
 
 void store_runs_requeue_orphans(db *d, int64_t worker_id, const int64_t *kept, int nkept,
                                 store_changes_cb cb, void *ud) {
-  (void)worker_id;
-  (void)kept;
-  (void)nkept;
   QUEUE(d, ans_changes, cb, ud)->a = 11;
 }
 
@@ -336,8 +313,6 @@ static void ans_renew(call *c, int st, int v) {
 
 void store_runs_renew(db *d, int64_t worker_id, int lease_s, const int64_t *runs, int nruns,
                       store_ids_cb cb, void *ud) {
-  (void)worker_id;
-  (void)lease_s;
   call *c = QUEUE(d, ans_renew, cb, ud);
   c->n = nruns > 0 ? nruns : 0;
   c->ids = malloc(sizeof *c->ids * (size_t)(c->n ? c->n : 1));
@@ -348,7 +323,6 @@ void store_runs_renew(db *d, int64_t worker_id, int lease_s, const int64_t *runs
 }
 
 void store_runs_started(db *d, const store_started *st, store_done_cb cb, void *ud) {
-  (void)st;
   done(d, 1, cb, ud);
 }
 
@@ -365,21 +339,11 @@ static void fenced_done(db *d, int64_t rows, store_done_cb cb, void *ud) {
 
 void store_runs_checkpoint(db *d, int64_t run_id, int attempt, int64_t worker_id, int64_t step,
                            const char *path, store_done_cb cb, void *ud) {
-  (void)run_id;
-  (void)attempt;
-  (void)worker_id;
-  (void)step;
-  (void)path;
   fenced_done(d, 1, cb, ud);
 }
 
 void store_runs_branch_point(db *d, int64_t run_id, int attempt, int64_t worker_id, int64_t step,
                              const char *path, store_done_cb cb, void *ud) {
-  (void)run_id;
-  (void)attempt;
-  (void)worker_id;
-  (void)step;
-  (void)path;
   fenced_done(d, 2, cb, ud);
 }
 
@@ -403,7 +367,6 @@ void store_runs_finish(db *d, const store_finish *f, store_finish_cb cb, void *u
 
 void store_runs_mark_stopping(db *d, int64_t worker_id, const int64_t *runs, const int *attempts,
                               int n, store_done_cb cb, void *ud) {
-  (void)worker_id;
   for (int i = 0; i < n; i++)
     if (runs[i] < 0 || attempts[i] < 0)
       abort(); /* the protocol's validation refuses these */
@@ -418,9 +381,6 @@ static void ans_requeued(call *c, int st, int v) {
 
 void store_runs_requeue_interrupted(db *d, int64_t run_id, int attempt, int64_t worker_id,
                                     const char *why, store_finish_cb cb, void *ud) {
-  (void)run_id;
-  (void)attempt;
-  (void)worker_id;
   if (!why)
     abort();
   QUEUE(d, ans_requeued, cb, ud);
@@ -430,9 +390,6 @@ void store_runs_requeue_interrupted(db *d, int64_t run_id, int attempt, int64_t 
 
 void store_metrics_insert(db *d, int64_t run_id, int attempt, int64_t worker_id,
                           const store_metric_row *rows, size_t n, store_done_cb cb, void *ud) {
-  (void)run_id;
-  (void)attempt;
-  (void)worker_id;
   for (size_t i = 1; i < n; i++) /* the caller's promise: sorted, one row per step */
     if (rows[i].v[SS_MCOL_step] <= rows[i - 1].v[SS_MCOL_step])
       abort();
@@ -458,13 +415,11 @@ static void ans_sweep_id(call *c, int st, int v) {
 }
 
 void store_sweeps_find_by_hash(db *d, const char *spec_hash, store_sweeps_id_cb cb, void *ud) {
-  (void)spec_hash;
   QUEUE(d, ans_sweep_id, cb, ud);
 }
 
 void store_sweeps_extend(db *d, int64_t sweep_id, const store_sweep_new *sw,
                          store_sweeps_inserted_cb cb, void *ud) {
-  (void)sweep_id;
   if (!sw->runs_json)
     abort();
   QUEUE(d, ans_inserted, cb, ud);
@@ -496,13 +451,11 @@ static void ans_tune_runs(call *c, int st, int v) {
 }
 
 void store_sweeps_lr_tune_runs(db *d, int64_t sweep_id, store_sweeps_lr_tune_cb cb, void *ud) {
-  (void)sweep_id;
   QUEUE(d, ans_tune_runs, cb, ud);
 }
 
 void store_sweeps_lr_tuned(db *d, int64_t sweep_id, const char *decision_json,
                            const store_sweep_new *sw, store_sweeps_inserted_cb cb, void *ud) {
-  (void)sweep_id;
   if (!decision_json || !sw->runs_json)
     abort();
   QUEUE(d, ans_inserted, cb, ud);
@@ -526,13 +479,11 @@ static void ans_adaptive_runs(call *c, int st, int v) {
 }
 
 void store_sweeps_adaptive_runs(db *d, int64_t sweep_id, store_sweeps_adaptive_cb cb, void *ud) {
-  (void)sweep_id;
   QUEUE(d, ans_adaptive_runs, cb, ud);
 }
 
 void store_sweeps_adaptive_round(db *d, int64_t sweep_id, int rounds, const char *adaptive_json,
                                  const store_sweep_new *sw, store_sweeps_inserted_cb cb, void *ud) {
-  (void)sweep_id;
   if (rounds < 0 || !adaptive_json || !sw->runs_json)
     abort();
   QUEUE(d, ans_inserted, cb, ud);
@@ -551,7 +502,6 @@ static void ans_spec(call *c, int st, int v) {
 }
 
 void store_sweeps_spec(db *d, int64_t sweep_id, store_sweeps_spec_cb cb, void *ud) {
-  (void)sweep_id;
   QUEUE(d, ans_spec, cb, ud);
 }
 
@@ -574,47 +524,36 @@ void store_sweeps_unfinished(db *d, store_ids_cb cb, void *ud) { QUEUE(d, ans_un
 /* ---- fits.h ----------------------------------------------------------------------- */
 
 static void ans_points(call *c, int st, int v) {
-  (void)v;
   store_corpus corpus = {.entropy_rate = NAN, .window_floor = NAN};
   ((store_fits_points_cb)c->cb)(c->ud, st, NULL, 0, st ? NULL : &corpus, st ? errmsg : NULL);
 }
 
 void store_fits_points(db *d, int64_t sweep_id, store_fits_points_cb cb, void *ud) {
-  (void)sweep_id;
   QUEUE(d, ans_points, cb, ud);
 }
 
 static void ans_ladder(call *c, int st, int v) {
-  (void)v;
   ((store_fits_ladder_cb)c->cb)(c->ud, st, NULL, 0, st ? errmsg : NULL);
 }
 
 void store_fits_ladder(db *d, int64_t sweep_id, store_fits_ladder_cb cb, void *ud) {
-  (void)sweep_id;
   QUEUE(d, ans_ladder, cb, ud);
 }
 
 static void ans_bcrit(call *c, int st, int v) {
-  (void)v;
   ((store_fits_bcrit_cb)c->cb)(c->ud, st, NULL, 0, st ? errmsg : NULL);
 }
 
 void store_fits_bcrit(db *d, int64_t sweep_id, store_fits_bcrit_cb cb, void *ud) {
-  (void)sweep_id;
   QUEUE(d, ans_bcrit, cb, ud);
 }
 
 void store_fits_insert(db *d, int64_t sweep_id, const char *law, const char *fit_json, int n_points,
                        store_done_cb cb, void *ud) {
-  (void)sweep_id;
-  (void)law;
-  (void)fit_json;
-  (void)n_points;
   done(d, 1, cb, ud);
 }
 
 void store_fits_latest(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {
-  (void)sweep_id;
   json_doc(d, 0, cb, ud);
 }
 
@@ -683,7 +622,6 @@ static void ans_sweep_doc(call *c, int st, int v) {
 
 void store_pages_sweep_doc(db *d, int64_t sweep_id, const store_runs_page *pg,
                            store_sweep_doc_cb cb, void *ud) {
-  (void)sweep_id;
   check_page(pg);
   QUEUE(d, ans_sweep_doc, cb, ud);
 }
@@ -696,7 +634,6 @@ static void ans_runs(call *c, int st, int v) {
 
 void store_pages_sweep_runs(db *d, int64_t sweep_id, const store_runs_page *pg, store_runs_cb cb,
                             void *ud) {
-  (void)sweep_id;
   check_page(pg);
   QUEUE(d, ans_runs, cb, ud);
 }
@@ -718,7 +655,6 @@ static void ans_run(call *c, int st, int v) {
 
 void store_pages_run(db *d, int64_t run_id, int64_t limit, int64_t offset, store_run_doc_cb cb,
                      void *ud) {
-  (void)run_id;
   if (limit < 0 || offset < 0)
     abort(); /* the API checks these before they reach SQL */
   QUEUE(d, ans_run, cb, ud);
@@ -753,10 +689,6 @@ static void ans_sweep_page(call *c, int st, int v) {
 
 void store_pages_sweep_page(db *d, int64_t sweep_id, const char *status, int64_t offset, int limit,
                             store_sweep_page_cb cb, void *ud) {
-  (void)sweep_id;
-  (void)status;
-  (void)offset;
-  (void)limit;
   QUEUE(d, ans_sweep_page, cb, ud);
 }
 
@@ -778,22 +710,15 @@ static void ans_run_page(call *c, int st, int v) {
 }
 
 void store_pages_run_page(db *d, int64_t run_id, store_run_page_cb cb, void *ud) {
-  (void)run_id;
   QUEUE(d, ans_run_page, cb, ud);
 }
 
 void store_pages_curves(db *d, int64_t sweep_id, const char *run_ids, int64_t points, int64_t limit,
                         int64_t offset, store_json_cb cb, void *ud) {
-  (void)sweep_id;
-  (void)run_ids;
-  (void)points;
-  (void)limit;
-  (void)offset;
   json_doc(d, 0, cb, ud);
 }
 
 void store_pages_points(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {
-  (void)sweep_id;
   json_doc(d, 0, cb, ud);
 }
 
@@ -832,23 +757,18 @@ static void ans_reproduce(call *c, int st, int v) {
 
 void store_actions_reproduce(db *d, int64_t run_id, const char *on, store_reproduce_cb cb,
                              void *ud) {
-  (void)run_id;
-  (void)on;
   QUEUE(d, ans_reproduce, cb, ud);
 }
 
 /* ---- predictions.h ---------------------------------------------------------------- */
 
 static void ans_curves(call *c, int st, int v) {
-  (void)v;
   ((store_curves_cb)c->cb)(c->ud, st, NULL, 0, st ? errmsg : NULL);
 }
 
 void store_predictions_curves(db *d, store_curves_cb cb, void *ud) { QUEUE(d, ans_curves, cb, ud); }
 
 void store_predictions_set(db *d, int64_t run_id, const char *json, store_done_cb cb, void *ud) {
-  (void)run_id;
-  (void)json;
   done(d, 1, cb, ud);
 }
 
@@ -897,9 +817,6 @@ void store_stub_sched_close(struct sched *s) {
 int store_users_load(const char *url, void (*on_user)(void *ud, const store_user *u),
                      void (*on_token)(void *ud, const store_user_token *t), void *ud, char *err,
                      size_t errlen) {
-  (void)url;
-  (void)err;
-  (void)errlen;
   on_user(ud, &(store_user){1, "admin", "admin", -1000000, 1000000, 0});
   on_user(ud, &(store_user){2, "ann", "member", -10, 0, 0});
   on_token(ud, &(store_user_token){STORE_STUB_MEMBER_HASH, 2});
@@ -914,29 +831,20 @@ static void ans_user(call *c, int st, int v) {
 
 void store_users_add(db *d, const char *name, const char *role, const char *hash_hex,
                      store_users_cb cb, void *ud) {
-  (void)name;
-  (void)role;
-  (void)hash_hex;
   QUEUE(d, ans_user, cb, ud);
 }
 
 void store_users_revoke(db *d, const char *name, store_users_cb cb, void *ud) {
-  (void)name;
   QUEUE(d, ans_user, cb, ud);
 }
 
 void store_users_new_token(db *d, const char *name, const char *hash_hex, store_users_cb cb,
                            void *ud) {
-  (void)name;
-  (void)hash_hex;
   QUEUE(d, ans_user, cb, ud);
 }
 
 void store_users_set_priority(db *d, const char *name, int min, int max, store_users_cb cb,
                               void *ud) {
-  (void)name;
-  (void)min;
-  (void)max;
   QUEUE(d, ans_user, cb, ud);
 }
 
@@ -948,62 +856,45 @@ static void ans_owner(call *c, int st, int v) {
 }
 
 void store_users_owner_of(db *d, int run, int64_t id, store_users_owner_cb cb, void *ud) {
-  (void)run;
-  (void)id;
   QUEUE(d, ans_owner, cb, ud);
 }
 
 void store_actions_set_priority(db *d, int64_t sweep_id, int priority, store_done_cb cb, void *ud) {
-  (void)sweep_id;
-  (void)priority;
   done(d, 1, cb, ud);
 }
 
 /* ---- audit.h ------------------------------------------------------------------ */
 
 void store_audit_add(db *d, const store_audit_row *row, store_done_cb cb, void *ud) {
-  (void)row;
   done(d, 1, cb, ud);
 }
 
 void store_audit_list(db *d, const char *since, const char *user, int limit, store_json_cb cb,
                       void *ud) {
-  (void)since;
-  (void)user;
-  (void)limit;
   json_doc(d, 1, cb, ud);
 }
 
 /* ---- usage.h ------------------------------------------------------------------------ */
 
 void store_usage_start(db *d, int half_life_s, store_done_cb cb, void *ud) {
-  (void)half_life_s;
   done(d, 1, cb, ud);
 }
 
 void store_usage_json(db *d, const char *since, const char *by, int64_t only, store_json_cb cb,
                       void *ud) {
-  (void)since;
-  (void)by;
-  (void)only;
   json_doc(d, 0, cb, ud);
 }
 
 void store_usage_sweep(db *d, int64_t sweep_id, store_json_cb cb, void *ud) {
-  (void)sweep_id;
   json_doc(d, 0, cb, ud);
 }
 
 void store_usage_set_limits(db *d, const char *name, const store_limits *l, store_done_cb cb,
                             void *ud) {
-  (void)name;
-  (void)l;
   done(d, 1, cb, ud);
 }
 
 void store_usage_check_submit(db *d, int64_t owner, const char *runs_json, store_json_cb cb,
                               void *ud) {
-  (void)owner;
-  (void)runs_json;
   json_doc(d, 0, cb, ud);
 }
