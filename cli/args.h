@@ -16,8 +16,9 @@ int cli_is_help(const char *arg);
 
 /* One option of a command, by its full name ("--state"): a value option
  * ("--state DIR" stores DIR in *text) or a flag ("--wait" sets *flag to 1);
- * exactly one of text and flag is non-NULL. The strings stored point into
- * argv. */
+ * at most one of text and flag is non-NULL, and an entry with neither is
+ * not an option of this command (a table shared by commands). The strings
+ * stored point into argv. */
 typedef struct cli_opt {
   const char *name;
   const char **text;
@@ -31,5 +32,22 @@ typedef struct cli_opt {
  * differ). Only the "--name VALUE" spelling is read, as a command that also
  * takes "--name=VALUE" checks that itself. */
 int cli_opt_read(int argc, char **argv, int *i, const cli_opt *opts, size_t n);
+
+/* The options of every command that talks to the scheduler's API, as
+ * entries of a cli_opt table, into the fields of the same names of *o. */
+#define CLI_API_OPTS(o)                                                                           \
+  {"--json", NULL, &(o)->json}, {"--url", &(o)->url, NULL}, {"--state", &(o)->state, NULL},       \
+      {"--token-file", &(o)->token_file, NULL}
+
+/* Reads a command's whole argument list: "-h" or "--help" prints usage on
+ * stdout; each of the n options is read as cli_opt_read does, a value
+ * option also as "--name=VALUE"; any other argument that does not start
+ * with '-' (or is "-", standard input) is positional, kept in pos[] (up to
+ * max_pos of them; *npos, when not NULL, counts them). Returns -1 when all
+ * is read; SS_EXIT_OK after --help; SS_EXIT_USAGE after cli_usage_error
+ * said what is wrong: an unknown option, a value option with no value, a
+ * positional argument over max_pos. cmd names the command in messages. */
+int cli_args_read(int argc, char **argv, const char *cmd, const cli_opt *opts, size_t n,
+                  const char **pos, int max_pos, int *npos, const char *usage);
 
 #endif

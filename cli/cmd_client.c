@@ -24,40 +24,22 @@ typedef struct copts {
   const char *arg;
 } copts;
 
-/* Reads the client options into *o; returns only when they are good: after
- * printing usage (for -h/--help, exit 0) or a bad argument and usage (exit
- * 2), exits, as every client command does nothing without its options. */
+/* Reads the client options into *o (--run, --wait and --on only where the
+ * usage names them); returns only when they are good: after printing usage
+ * (for -h/--help, exit 0) or what is wrong (exit 2), exits, as every client
+ * command does nothing without its options. */
 static void parse(int argc, char **argv, copts *o, const char *usage) {
   memset(o, 0, sizeof *o);
-  const cli_opt opts[] = {{"--json", NULL, &o->json},
-                          {"--url", &o->url, NULL},
-                          {"--state", &o->state, NULL},
-                          {"--token-file", &o->token_file, NULL}};
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (cli_is_help(a)) {
-      printf("%s", usage);
-      exit(0);
-    } else if (cli_opt_read(argc, argv, &i, opts, sizeof opts / sizeof *opts)) {
-      continue;
-    } else if ((!strcmp(a, "--run") || !strcmp(a, "--wait")) && strstr(usage, a)) {
-      *(a[2] == 'r' ? &o->run : &o->wait) = 1; /* only where the usage names it */
-    } else if (!strcmp(a, "--on") && strstr(usage, "--on WORKER")) {
-      if (i + 1 >= argc || !argv[i + 1][0]) {
-        fprintf(stderr, "scalesweep %s: --on needs a worker's name or host\n%s", argv[0], usage);
-        exit(SS_EXIT_USAGE);
-      }
-      o->on = argv[++i];
-    } else if (a[0] == '-' && a[1]) {
-      fprintf(stderr, "scalesweep %s: unknown option '%s'\n%s", argv[0], a, usage);
-      exit(SS_EXIT_USAGE);
-    } else if (!o->arg) {
-      o->arg = a;
-    } else {
-      fprintf(stderr, "scalesweep %s: unexpected argument '%s'\n%s", argv[0], a, usage);
-      exit(SS_EXIT_USAGE);
-    }
-  }
+  const cli_opt opts[] = {CLI_API_OPTS(o),
+                          {"--run", NULL, strstr(usage, "[--run]") ? &o->run : NULL},
+                          {"--wait", NULL, strstr(usage, "[--wait]") ? &o->wait : NULL},
+                          {"--on", strstr(usage, "--on WORKER") ? &o->on : NULL, NULL}};
+  int rc = cli_args_read(argc, argv, argv[0], opts, sizeof opts / sizeof *opts, &o->arg, 1, NULL,
+                         usage);
+  if (rc < 0 && o->on && !*o->on)
+    rc = cli_usage_error(argv[0], NULL, "--on needs a worker's name or host");
+  if (rc >= 0)
+    exit(rc);
 }
 
 static int positive_id(const char *cmd, const char *s) {

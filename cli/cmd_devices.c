@@ -17,16 +17,15 @@
 
 enum { DEVICES_MAX = 64 };
 
-static void usage(FILE *f) {
-  fprintf(f, "usage: scalesweep devices [--json]\n"
-             "\n"
-             "Lists the backends this host can train on: the CPU (its cores), and CUDA\n"
-             "(each device's index, name, memory and compute capability) or why CUDA\n"
-             "cannot run here (no module in this build, its libraries missing, no driver\n"
-             "or no device). CUDA indices follow the PCI bus order, as nvidia-smi's.\n"
-             "  --json   one JSON object: {\"cpu\": {...}, \"cuda\": {\"devices\": [...]} or\n"
-             "           {\"error\": \"...\"}}\n");
-}
+static const char usage[] =
+    "usage: scalesweep devices [--json]\n"
+    "\n"
+    "Lists the backends this host can train on: the CPU (its cores), and CUDA\n"
+    "(each device's index, name, memory and compute capability) or why CUDA\n"
+    "cannot run here (no module in this build, its libraries missing, no driver\n"
+    "or no device). CUDA indices follow the PCI bus order, as nvidia-smi's.\n"
+    "  --json   one JSON object: {\"cpu\": {...}, \"cuda\": {\"devices\": [...]} or\n"
+    "           {\"error\": \"...\"}}\n";
 
 static json_t *cuda_json(void) {
   char err[2048] = "";
@@ -54,16 +53,10 @@ static json_t *cuda_json(void) {
 
 int cmd_devices(int argc, char **argv) {
   int as_json = 0;
-  for (int i = 1; i < argc; i++) {
-    if (cli_is_help(argv[i])) {
-      usage(stdout);
-      return SS_EXIT_OK;
-    } else if (!strcmp(argv[i], "--json")) {
-      as_json = 1;
-    } else {
-      return cli_usage_error("devices", NULL, "unexpected argument '%s'", argv[i]);
-    }
-  }
+  const cli_opt opts[] = {{"--json", NULL, &as_json}};
+  int rc = cli_args_read(argc, argv, "devices", opts, 1, NULL, 0, NULL, usage);
+  if (rc >= 0)
+    return rc;
   /* CUDA ordinals in nvidia-smi's order, so that the worker's GPU indices
    * (nvidia-smi's) and CUDA_VISIBLE_DEVICES name the same devices */
   setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);

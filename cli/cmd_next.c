@@ -114,26 +114,13 @@ static int check_next_args(const char *arg, const char *flops_s, const char *poi
  * error said on stderr). */
 static int read_next_args(int argc, char **argv, next_args *n) {
   const char *flops_s = NULL, *points_s = NULL, *arg = NULL;
-  const cli_opt opts[] = {{"--json", NULL, &n->json},
+  const cli_opt opts[] = {CLI_API_OPTS(n),
                           {"--submit", NULL, &n->submit},
                           {"--flops", &flops_s, NULL},
-                          {"--points", &points_s, NULL},
-                          {"--url", &n->url, NULL},
-                          {"--state", &n->state, NULL},
-                          {"--token-file", &n->token_file, NULL}};
-  for (int i = 1; i < argc; i++) {
-    if (cli_is_help(argv[i])) {
-      printf("%s", usage);
-      return 0;
-    } else if (cli_opt_read(argc, argv, &i, opts, sizeof opts / sizeof *opts)) {
-      continue;
-    } else if (argv[i][0] == '-' && argv[i][1]) {
-      return cli_usage_error("next", NULL, "unknown option '%s' (or no value after it)", argv[i]);
-    } else if (arg) {
-      return cli_usage_error("next", NULL, "unexpected argument '%s'", argv[i]);
-    }
-    arg = argv[i];
-  }
+                          {"--points", &points_s, NULL}};
+  int rc = cli_args_read(argc, argv, "next", opts, sizeof opts / sizeof *opts, &arg, 1, NULL, usage);
+  if (rc >= 0)
+    return rc;
   return check_next_args(arg, flops_s, points_s, n);
 }
 

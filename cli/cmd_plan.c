@@ -9,50 +9,31 @@
 #include "sweeps/plan.h"
 #include "sweeps/spec.h"
 
-static void usage(FILE *f) {
-  fprintf(f, "usage: scalesweep plan FILE [--json]\n"
-             "\n"
-             "Validates a sweep spec and prints the runs it plans (shape, N, D, batch size,\n"
-             "learning rate, FLOPs, estimated time), the batch/lr rule and the totals; no\n"
-             "scheduler needed. docs/sweeps.md describes the spec.\n"
-             "  --json   print the planned runs as a JSON list instead: each with its\n"
-             "           resolved config, config_hash, params, nonembedding_params, tokens,\n"
-             "           batch_size, flops and est_seconds\n"
-             "Exit codes: 0 valid, 2 invalid spec (every problem listed) or bad usage.\n");
-}
+static const char usage[] =
+    "usage: scalesweep plan FILE [--json]\n"
+    "\n"
+    "Validates a sweep spec and prints the runs it plans (shape, N, D, batch size,\n"
+    "learning rate, FLOPs, estimated time), the batch/lr rule and the totals; no\n"
+    "scheduler needed. docs/sweeps.md describes the spec.\n"
+    "  --json   print the planned runs as a JSON list instead: each with its\n"
+    "           resolved config, config_hash, params, nonembedding_params, tokens,\n"
+    "           batch_size, flops and est_seconds\n"
+    "Exit codes: 0 valid, 2 invalid spec (every problem listed) or bad usage.\n";
 
 int cmd_plan(int argc, char **argv) {
   const char *file = NULL;
   int json = 0;
-  for (int i = 1; i < argc; i++) {
-    if (cli_is_help(argv[i])) {
-      usage(stdout);
-      return SS_EXIT_OK;
-    } else if (!strcmp(argv[i], "--json")) {
-      json = 1;
-    } else if (argv[i][0] == '-' && strcmp(argv[i], "-")) {
-      fprintf(stderr, "scalesweep plan: unknown option '%s'\n", argv[i]);
-      usage(stderr);
-      return SS_EXIT_USAGE;
-    } else if (file) {
-      fprintf(stderr, "scalesweep plan: unexpected argument '%s' (one spec file at a time)\n",
-              argv[i]);
-      usage(stderr);
-      return SS_EXIT_USAGE;
-    } else {
-      file = argv[i];
-    }
-  }
-  if (!file) {
-    fprintf(stderr, "scalesweep plan: a spec FILE is required\n");
-    usage(stderr);
-    return SS_EXIT_USAGE;
-  }
+  const cli_opt opts[] = {{"--json", NULL, &json}};
+  int rc = cli_args_read(argc, argv, "plan", opts, 1, &file, 1, NULL, usage);
+  if (rc >= 0)
+    return rc;
+  if (!file)
+    return cli_usage_error("plan", NULL, "a spec FILE is required");
   const char *path = strcmp(file, "-") ? file : "/dev/stdin";
   spec_problems pr = {0};
   spec *s = NULL;
   plan *p = NULL;
-  int rc = plan_load(path, &s, &p, &pr);
+  rc = plan_load(path, &s, &p, &pr);
   if (rc) {
     char *msg = spec_problems_format(&pr, path);
     fprintf(stderr, "%s\n", msg ? msg : err_str(rc));

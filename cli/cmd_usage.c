@@ -71,36 +71,18 @@ static void print_sweeps(json_t *doc) {
   }
 }
 
-/* Reads the common options and those of o; the positional NAME (limits)
- * into o->name. 0; -1 when it printed usage (asked for with --help); or
- * the usage error's exit code. */
+/* Reads the common options and those of o (usage's or limits'); the
+ * positional NAME (limits) into o->name. -1 to go on, else the exit code
+ * (--help, or a usage error said on stderr). */
 static int parse(int argc, char **argv, uopts *o, int limits, const char *usage) {
-  if (argc > 1 && cli_is_help(argv[1])) {
-    fputs(usage, stdout);
-    return -1;
-  }
-  const cli_opt opts[] = {{"--url", &o->url, NULL},
-                          {"--state", &o->state, NULL},
-                          {"--token-file", &o->token_file, NULL},
+  const cli_opt opts[] = {CLI_API_OPTS(o),
                           {"--since", limits ? NULL : &o->since, NULL},
                           {"--by", limits ? NULL : &o->by, NULL},
                           {"--gpus", limits ? &o->gpus : NULL, NULL},
                           {"--queued-runs", limits ? &o->queued_runs : NULL, NULL},
-                          {"--queued-flops", limits ? &o->queued_flops : NULL, NULL},
-                          {"--json", NULL, &o->json}};
-  for (int i = 1; i < argc; i++) {
-    int known = 0;
-    for (size_t k = 0; k < sizeof opts / sizeof *opts && !known; k++)
-      if ((opts[k].text || opts[k].flag) && !strcmp(argv[i], opts[k].name))
-        known = cli_opt_read(argc, argv, &i, &opts[k], 1);
-    if (known)
-      continue;
-    if (limits && argv[i][0] != '-' && !o->name)
-      o->name = argv[i];
-    else
-      return cli_usage_error(argv[0], NULL, "unexpected argument '%s'", argv[i]);
-  }
-  return 0;
+                          {"--queued-flops", limits ? &o->queued_flops : NULL, NULL}};
+  return cli_args_read(argc, argv, argv[0], opts, sizeof opts / sizeof *opts, &o->name, limits,
+                       NULL, usage);
 }
 
 int cmd_usage(int argc, char **argv) {
@@ -114,8 +96,8 @@ int cmd_usage(int argc, char **argv) {
       "  fair share. A member sees their own; an admin everyone's.\n";
   uopts o = {0};
   int rc = parse(argc, argv, &o, 0, usage);
-  if (rc)
-    return rc < 0 ? 0 : rc;
+  if (rc >= 0)
+    return rc;
   if (o.by && strcmp(o.by, "person") && strcmp(o.by, "sweep"))
     return cli_usage_error("usage", NULL, "--by %s: expected person or sweep", o.by);
   char path[256];
@@ -161,8 +143,8 @@ int cmd_limits(int argc, char **argv) {
       "  wait, and their sweep says so.\n";
   uopts o = {0};
   int rc = parse(argc, argv, &o, 1, usage);
-  if (rc)
-    return rc < 0 ? 0 : rc;
+  if (rc >= 0)
+    return rc;
   if (!o.name)
     return cli_usage_error("limits", NULL, "a person's NAME expected");
   json_t *body = json_object();

@@ -22,28 +22,20 @@ typedef struct uopts {
 } uopts;
 
 /* Reads the options into *o; returns only when they are good: after
- * printing usage (-h, --help: exit 0) or a bad argument and usage (exit
- * 2), exits, as cmd_client.c's commands do. */
+ * printing usage (-h, --help: exit 0) or what is wrong (exit 2), exits, as
+ * cmd_client.c's commands do. */
 static void parse(int argc, char **argv, uopts *o, const char *usage) {
   memset(o, 0, sizeof *o);
-  const cli_opt opts[] = {{"--json", NULL, &o->json},   {"--url", &o->url, NULL},
-                          {"--state", &o->state, NULL}, {"--token-file", &o->token_file, NULL},
-                          {"--role", &o->role, NULL},   {"--priority-range", &o->range, NULL},
-                          {"--since", &o->since, NULL}, {"--user", &o->user, NULL},
+  const cli_opt opts[] = {CLI_API_OPTS(o),
+                          {"--role", &o->role, NULL},
+                          {"--priority-range", &o->range, NULL},
+                          {"--since", &o->since, NULL},
+                          {"--user", &o->user, NULL},
                           {"--limit", &o->limit, NULL}};
-  for (int i = 1; i < argc; i++) {
-    if (cli_is_help(argv[i])) {
-      printf("%s", usage);
-      exit(0);
-    }
-    if (cli_opt_read(argc, argv, &i, opts, sizeof opts / sizeof *opts))
-      continue;
-    if (argv[i][0] == '-' || o->nargs == 3) {
-      fprintf(stderr, "scalesweep %s: unexpected argument '%s'\n%s", argv[0], argv[i], usage);
-      exit(SS_EXIT_USAGE);
-    }
-    o->args[o->nargs++] = argv[i];
-  }
+  int rc = cli_args_read(argc, argv, argv[0], opts, sizeof opts / sizeof *opts, o->args, 3,
+                         &o->nargs, usage);
+  if (rc >= 0)
+    exit(rc);
 }
 
 /* Sends the request (body, stolen, may be NULL) and prints the answer:

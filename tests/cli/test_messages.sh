@@ -146,6 +146,32 @@ case_ next 1
 case_ next 1 --flops -1
 case_ next 1 --flops 1e20 --points 0
 case_ next 1 --flops 1e20 --points 5x
+case_ next 1 --flops
+
+# ---- the commands read by cli_args_read (cli/args.c) ----------------------------
+# (their words before it: usage errors printed the whole usage; now the
+# one-line hint, as the commands above)
+case_ plan --yaml
+case_ plan a.json b.json
+case_ plan
+case_ migrate
+case_ migrate --database
+case_ migrate stray --database=x
+case_ devices --bogus
+case_ devices stray
+case_ status 1 2
+case_ cancel --bogus
+case_ cancel 1 --url
+case_ reproduce 1 --on ''
+case_ status 1 --on w
+case_ user add a b c d
+case_ user --role
+case_ usage stray
+case_ usage --by nobody
+case_ limits
+case_ limits a --gpus
+case_ limits a --since 2026-01-01
+case_ priority 1 2 --bogus
 
 if [ "${SCALESWEEP_GOLDEN_UPDATE:-}" = 1 ]; then
   cp got "$golden"
