@@ -53,6 +53,18 @@ def write_json(path, obj):
     return path
 
 
+def small(steps=100, model=None, train=None, **top):
+    """The partial config the tests train: GPT-2 of 2 layers, d_model 64, 4
+    heads, T = 32, batch 8 in micro-batches of 4 (256 tokens a step) for
+    steps steps at lr 1e-3, evaluated on 1024 tokens every 10 steps, one
+    thread; model, train and the top-level keys of top added over it."""
+    return dict({"model": dict({"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 32},
+                               **(model or {})),
+                 "train": dict({"batch_size": 8, "micro_batch_size": 4, "tokens": steps * 256,
+                                "lr": 1e-3}, **(train or {})),
+                 "eval": {"every_tokens": 2560, "tokens": 1024}, "threads": 1}, **top)
+
+
 def resolve(binary, partial, tmp):
     """The fully resolved config of a partial one, as the built-in prints it."""
     p = write_json(os.path.join(tmp, "partial.json"), partial)

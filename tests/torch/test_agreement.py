@@ -41,16 +41,8 @@ STEP_TOL = 1e-4
 FIRST_TOL = 1e-6
 
 
-def base_partial(model=None):
-    return {"model": dict({"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 32},
-                          **(model or {})),
-            "train": {"batch_size": 8, "micro_batch_size": 4, "tokens": 100 * 8 * 32,
-                      "lr": 1e-3},
-            "eval": {"every_tokens": 2560, "tokens": 1024}, "threads": 1}
-
-
 # the other families and parametrisations (docs/models.md), each a model
-# section's keys added to base_partial's; d_model 64 over base_width 24 is
+# section's keys added to t.small's; d_model 64 over base_width 24 is
 # muP's m = 8/3 (lr and logits x 3/8, hidden init std / sqrt(8/3))
 FAMILIES = [
     ("llama sp", {"family": "llama"}),
@@ -122,7 +114,7 @@ def c_checkpoint_params(path):
 def test_init(binary, tmp, label, model):
     import numpy as np
     import ssmodel
-    p = base_partial(model)
+    p = t.small(100, model)
     p["train"].update({"tokens": 8 * 32, "lr": 1e-12, "warmup_tokens": 0})
     ck = os.path.join(tmp, "ck_init_" + label.replace(" ", "_"))
     p["checkpoint"] = {"dir": ck, "every_tokens": 8 * 32}
@@ -159,7 +151,7 @@ def test_portable(binary, tmp):
     if " avx2" not in flags or " fma" not in flags:
         print("portable: skipped (this CPU runs no AVX2 and FMA: OpenBLAS's Haswell kernels)")
         return
-    p = base_partial()
+    p = t.small(100)
     p["train"]["tokens"] = 20 * 8 * 32
     p["reproducible"] = "portable"
     cfg = dict(t.resolve(binary, p, tmp), trainer="torch")
@@ -208,7 +200,7 @@ def main():
             test_init(binary, tmp, label, model)
         test_portable(binary, tmp)
 
-        cfg = t.resolve(binary, base_partial(), tmp)
+        cfg = t.resolve(binary, t.small(100), tmp)
         rc, a, err = t.run_builtin(binary, cfg, tmp, "synth_builtin")
         t.ok(rc, a, err, "built-in (synthetic)")
         tcfg = dict(cfg, trainer="torch")
@@ -218,7 +210,7 @@ def main():
         compare("synthetic fp32", a, b)
 
         shards = make_shards(binary, tmp)
-        p = base_partial()
+        p = t.small(100)
         p["data"] = {"train": os.path.join(shards, "train_*.bin"),
                      "val": os.path.join(shards, "val_*.bin")}
         cfg = t.resolve(binary, p, tmp)
@@ -229,7 +221,7 @@ def main():
         compare("shards fp32", a, b)
 
         for label, model in FAMILIES:
-            cfg = t.resolve(binary, base_partial(model), tmp)
+            cfg = t.resolve(binary, t.small(100, model), tmp)
             name = label.replace(" ", "_")
             rc, a, err = t.run_builtin(binary, cfg, tmp, name + "_builtin")
             t.ok(rc, a, err, "built-in (%s)" % label)

@@ -24,10 +24,7 @@ import sstest as t  # noqa: E402
 
 
 def config(binary, tmp, steps):
-    p = {"model": {"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 32},
-         "train": {"batch_size": 8, "micro_batch_size": 4, "tokens": steps * 256, "lr": 1e-3,
-                   "schedule": "wsd", "decay_frac": 0.2, "warmup_tokens": 1280},
-         "eval": {"every_tokens": 2560, "tokens": 1024}, "threads": 1}
+    p = t.small(steps, train={"schedule": "wsd", "decay_frac": 0.2, "warmup_tokens": 1280})
     return dict(t.resolve(binary, p, tmp), trainer="torch")
 
 
@@ -94,10 +91,7 @@ def main():
 
 
 def ladder(binary, tmp):
-    base = {"model": {"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 32},
-            "train": {"batch_size": 8, "micro_batch_size": 4, "tokens": 40 * 256, "lr": 1e-3,
-                      "schedule": "constant", "warmup_tokens": 1280},
-            "eval": {"every_tokens": 2560, "tokens": 1024}, "threads": 1}
+    base = t.small(40, train={"schedule": "constant", "warmup_tokens": 1280})
     trunk = t.resolve(binary, base, tmp)
     base["train"].update({"batch_size": 16, "lr": 2e-3, "tokens": 20 * 512})
     rung = t.resolve(binary, base, tmp)

@@ -23,10 +23,7 @@ def main():
         sys.exit(77)
     binary = t.binary()
     with t.Tmp("ss_torch_cuda_") as tmp:
-        p = {"model": {"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 32},
-             "train": {"batch_size": 8, "micro_batch_size": 4, "tokens": 100 * 8 * 32,
-                       "lr": 1e-3},
-             "eval": {"every_tokens": 2560, "tokens": 1024}, "threads": 1}
+        p = t.small(100)
         cpu = t.resolve(binary, p, tmp)
         rc, a, err = t.run_builtin(binary, cpu, tmp, "builtin_cpu")
         t.ok(rc, a, err, "built-in (CPU)")

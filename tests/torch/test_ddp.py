@@ -34,9 +34,7 @@ STEPS = 40
 
 
 def config(binary, tmp, world, mb, zero=0):
-    p = {"model": {"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 32},
-         "train": {"batch_size": 8, "micro_batch_size": mb, "tokens": STEPS * 256, "lr": 1e-3},
-         "eval": {"every_tokens": 2560, "tokens": 1024}, "threads": 1, "world_size": world}
+    p = t.small(STEPS, train={"micro_batch_size": mb}, world_size=world)
     if zero:
         p["optimizer"] = {"zero": 1}
         p["checkpoint"] = {"dir": "", "every_tokens": 10 * 256}

@@ -41,10 +41,7 @@ def main():
     t.need_torch()
     binary = t.binary()
     with t.Tmp("ss_torch_prec_") as tmp:
-        p = {"model": {"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 32},
-             "train": {"batch_size": 8, "micro_batch_size": 4, "tokens": 100 * 8 * 32,
-                       "lr": 1e-3},
-             "eval": {"every_tokens": 2560, "tokens": 1024}, "threads": 1}
+        p = t.small(100)
         f32 = t.resolve(binary, p, tmp)
         b16 = dict(copy.deepcopy(f32), precision="bf16")
         runs = {}

@@ -25,10 +25,7 @@ EVERY = 10  # steps between checkpoints
 
 
 def config(binary, tmp):
-    p = {"model": {"n_layer": 2, "d_model": 64, "n_head": 4, "seq_len": 32},
-         "train": {"batch_size": 8, "micro_batch_size": 4, "tokens": STEPS * 256, "lr": 1e-3},
-         "eval": {"every_tokens": 2560, "tokens": 1024},
-         "checkpoint": {"dir": "", "every_tokens": EVERY * 256}, "threads": 1}
+    p = t.small(STEPS, checkpoint={"dir": "", "every_tokens": EVERY * 256})
     return dict(t.resolve(binary, p, tmp), trainer="torch")
 
 
