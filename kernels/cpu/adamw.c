@@ -80,23 +80,6 @@ float kern_q8_unsigned_value(int q) {
   return code_v[q];
 }
 
-/* index of the code nearest to x (x in [0, 1], codes sorted ascending) */
-static int nearest(const float *code, int ncode, float x) {
-  int lo = 0, hi = ncode - 1; /* invariant: code[lo] <= x < code[hi] or edges */
-  if (x <= code[0])
-    return 0;
-  if (x >= code[hi])
-    return hi;
-  while (hi - lo > 1) {
-    int mid = (lo + hi) / 2;
-    if (code[mid] <= x)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  return x - code[lo] <= code[hi] - x ? lo : hi;
-}
-
 static void adamw8bit(kern_ctx *k, float *p, kern_x *plow_x, const float *g, int8_t *qm,
                       uint8_t *qv, float *sm, float *sv, size_t n, const kern_adamw_args *args) {
   float *plow = plow_x;
@@ -133,9 +116,9 @@ static void adamw8bit(kern_ctx *k, float *p, kern_x *plow_x, const float *g, int
     float im = am > 0.0f ? 1.0f / am : 0.0f, iv = av > 0.0f ? 1.0f / av : 0.0f;
     for (size_t i = lo; i < hi; i++) {
       float mi = mb[i - lo];
-      int q = nearest(code_m, 128, fabsf(mi) * im);
+      int q = kern__nearest(code_m, 128, fabsf(mi) * im);
       qm[i] = (int8_t)(mi < 0.0f ? -q : q);
-      qv[i] = (uint8_t)nearest(code_v, 256, vb[i - lo] * iv);
+      qv[i] = (uint8_t)kern__nearest(code_v, 256, vb[i - lo] * iv);
     }
     sm[blk] = am;
     sv[blk] = av;

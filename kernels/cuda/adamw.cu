@@ -62,23 +62,6 @@ __global__ void adamw_kernel(float *p, X *plow, const float *g, float *m, float 
     plow[i] = kern__cu_to<X>(pi);
 }
 
-/* the CPU's nearest(): index of the code nearest to x, codes ascending */
-__device__ int nearest(const float *code, int ncode, float x) {
-  int lo = 0, hi = ncode - 1;
-  if (x <= code[0])
-    return 0;
-  if (x >= code[hi])
-    return hi;
-  while (hi - lo > 1) {
-    int mid = (lo + hi) / 2;
-    if (code[mid] <= x)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  return x - code[lo] <= code[hi] - x ? lo : hi;
-}
-
 /* One block of KERN_Q8_BLOCK threads per quantisation block of all the
  * parts, one element per thread: dequantise, update, then requantise against
  * the block's new absmax (a max: the same whatever the reduction order). */
@@ -123,9 +106,9 @@ __global__ void adamw8bit_kernel(float *p, X *plow, const float *g, int8_t *qm, 
   float av = kern__cu_block_reduce(vi, sh, 1);
   if (live) {
     float im = am > 0.0f ? 1.0f / am : 0.0f, iv = av > 0.0f ? 1.0f / av : 0.0f;
-    int q = nearest(cm, 128, fabsf(mi) * im);
+    int q = kern__nearest(cm, 128, fabsf(mi) * im);
     qm[s] = (int8_t)(mi < 0.0f ? -q : q);
-    qv[s] = (uint8_t)nearest(cv, 256, vi * iv);
+    qv[s] = (uint8_t)kern__nearest(cv, 256, vi * iv);
   }
   if (threadIdx.x == 0) {
     sm[blk] = am;

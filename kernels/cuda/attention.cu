@@ -55,7 +55,7 @@ __global__ void softmax_forward_kernel(float *att, int rows, int T, int p) {
   mx = kern__cu_warp_max(mx);
   float sum = 0.0f;
   for (int j = lane; j <= t; j += 32) {
-    float e = kern__cu_expf(x[j] - mx);
+    float e = kern__expf(x[j] - mx);
     x[j] = e;
     sum += e;
   }

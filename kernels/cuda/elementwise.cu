@@ -22,7 +22,7 @@ template <int VEC, typename X> __global__ void gelu_forward_kernel(X *out, const
   kern__cu_load<VEC>(x, inp + i);
   for (int j = 0; j < VEC; j++) {
     float u = GELU_S * (x[j] + GELU_C * x[j] * x[j] * x[j]);
-    y[j] = 0.5f * x[j] * (1.0f + kern__cu_tanhf(u));
+    y[j] = 0.5f * x[j] * (1.0f + kern__tanhf(u));
   }
   kern__cu_store<VEC>(out + i, y);
 }
@@ -38,7 +38,7 @@ __global__ void gelu_backward_kernel(X *dinp, const X *inp, const X *dout, size_
   kern__cu_load<VEC>(dy, dout + i);
   for (int j = 0; j < VEC; j++) {
     float u = GELU_S * (x[j] + GELU_C * x[j] * x[j] * x[j]);
-    float th = kern__cu_tanhf(u);
+    float th = kern__tanhf(u);
     float du = GELU_S * (1.0f + 3.0f * GELU_C * x[j] * x[j]);
     float grad = 0.5f * (1.0f + th) + 0.5f * x[j] * (1.0f - th * th) * du;
     dx[j] = grad * dy[j];

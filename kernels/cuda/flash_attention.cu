@@ -186,13 +186,13 @@ __global__ void __launch_bounds__(NT)
 #pragma unroll
       for (int i = 0; i < BC / 32; i++) {
         int c = lane + 32 * i;
-        float e = j0 + c <= t ? kern__cu_rnd(kern__cu_expf(x[i] - mnew), p) : 0.0f;
+        float e = j0 + c <= t ? kern__cu_rnd(kern__expf(x[i] - mnew), p) : 0.0f;
         S.p[r * LP + c] = kern__cu_to<E>(e);
         sum += e;
       }
       sum = kern__cu_warp_sum(sum);
       if (lane == 0) { /* the first tile always holds key 0 <= t: mnew is finite */
-        float a = mold == -INFINITY ? 0.0f : kern__cu_expf(mold - mnew);
+        float a = mold == -INFINITY ? 0.0f : kern__expf(mold - mnew);
         S.a[r] = a;
         S.l[r] = S.l[r] * a + sum;
         S.m[r] = mnew;
@@ -271,7 +271,7 @@ __device__ __forceinline__ void probs_and_ds(bwd_smem<E, HS, BR, BC> &S, int t0,
   __syncthreads();
   for (int i = threadIdx.x; i < BR * BC; i += NT) {
     int r = i / BC, c = i % BC, t = t0 + r;
-    float P = t < T && j0 + c <= t ? kern__cu_rnd(kern__cu_expf(S.s[r * LS + c] * sc - S.lse[r]), p)
+    float P = t < T && j0 + c <= t ? kern__cu_rnd(kern__expf(S.s[r * LS + c] * sc - S.lse[r]), p)
                                    : 0.0f;
     S.p[r * LP + c] = kern__cu_to<E>(P);
   }

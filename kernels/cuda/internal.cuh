@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kern_cuda.h"
 #include "kernels/kern.h"
+#include "kernels/twins.h"
 
 /* One ops->alloc allocation, for the byte count of free and the peak. */
 typedef struct kern__cu_buf {
@@ -78,54 +79,11 @@ static inline unsigned kern__cu_grid(size_t n, int block) {
 
 /* ---- device twins of kernels/cpu/internal.h: the same integer and float
  * operations, so rounding gives identical bits (compiled with --fmad=false:
- * no multiply-add contraction, as gcc's ISO C mode on the CPU side). ---- */
-
-__device__ __forceinline__ float kern__cu_bf16(float x) {
-  uint32_t u = __float_as_uint(x);
-  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  uint32_t n = (u | 0x00400000u) & 0xffff0000u;
-  return __uint_as_float((u & 0x7fffffffu) > 0x7f800000u ? n : r);
-}
-
-__device__ __forceinline__ float kern__cu_fp16(float x) {
-  uint32_t u = __float_as_uint(x);
-  uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
-  uint32_t normal = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
-  float s = __uint_as_float(a < 0x38800000u ? a : 0u) * 16777216.0f;
-  float ri = (s + 12582912.0f) - 12582912.0f;
-  uint32_t sub = __float_as_uint(ri * 5.9604644775390625e-8f);
-  uint32_t m = a < 0x38800000u ? sub : normal;
-  m = a >= 0x477ff000u ? 0x7f800000u : m;
-  m = a > 0x7f800000u ? a : m;
-  return __uint_as_float(sign | m);
-}
+ * no multiply-add contraction, as gcc's ISO C mode on the CPU side); the
+ * roundings themselves are kernels/twins.h's, one definition for both ---- */
 
 __device__ __forceinline__ float kern__cu_rnd(float x, int p) {
-  return p == KERN_BF16 ? kern__cu_bf16(x) : p == KERN_FP16 ? kern__cu_fp16(x) : x;
-}
-
-/* kern__expf of the CPU: degree-6 Taylor polynomial and exponent arithmetic */
-__device__ __forceinline__ float kern__cu_expf(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 88.0f ? 88.0f : x;
-  const float shift = 12582912.0f;
-  float t = x * 1.44269504088896341f + shift;
-  float n = t - shift;
-  int32_t ni = (int32_t)(__float_as_uint(t) - __float_as_uint(shift));
-  float r = x - n * 0.693145751953125f;
-  r = r - n * 1.428606765330187e-06f;
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  return __uint_as_float(__float_as_uint(p) + ((uint32_t)ni << 23));
-}
-
-__device__ __forceinline__ float kern__cu_tanhf(float u) {
-  return 1.0f - 2.0f / (kern__cu_expf(2.0f * u) + 1.0f);
+  return p == KERN_BF16 ? kern__bf16(x) : p == KERN_FP16 ? kern__fp16(x) : x;
 }
 
 /* Fixed-shape reductions (the tree does not depend on timing, so the bits

@@ -276,7 +276,7 @@ template <typename X> __global__ void q_scale_kernel(X *qkv, int N, int C, float
  * row r = e / F, column f = e % F; its gate is inp[r * 2F + f], its up
  * inp[r * 2F + F + f]. silu(g) = g / (1 + exp(-g)), computed as the CPU
  * does, g * sig(g) with sig(g) = 1 / (1 + exp(-g)) and the CPU's exp
- * (kern__cu_expf, the twin of kern__expf). */
+ * (kern__expf of kernels/twins.h). */
 
 template <int VEC, typename X>
 __global__ void swiglu_forward_kernel(X *out, const X *inp, size_t n, int F) {
@@ -288,7 +288,7 @@ __global__ void swiglu_forward_kernel(X *out, const X *inp, size_t n, int F) {
   kern__cu_load<VEC>(g, inp + r * 2 * F + f);
   kern__cu_load<VEC>(u, inp + r * 2 * F + F + f);
   for (int j = 0; j < VEC; j++)
-    y[j] = g[j] * (1.0f / (1.0f + kern__cu_expf(-g[j]))) * u[j];
+    y[j] = g[j] * (1.0f / (1.0f + kern__expf(-g[j]))) * u[j];
   kern__cu_store<VEC>(out + e, y);
 }
 
@@ -306,7 +306,7 @@ __global__ void swiglu_backward_kernel(X *dinp, const X *inp, const X *dout, siz
   kern__cu_load<VEC>(u, inp + r * 2 * F + F + f);
   kern__cu_load<VEC>(dy, dout + e);
   for (int j = 0; j < VEC; j++) {
-    float sig = 1.0f / (1.0f + kern__cu_expf(-g[j]));
+    float sig = 1.0f / (1.0f + kern__expf(-g[j]));
     dg[j] = dy[j] * u[j] * (sig * (1.0f + g[j] * (1.0f - sig)));
     du[j] = dy[j] * g[j] * sig;
   }

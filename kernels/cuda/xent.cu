@@ -13,10 +13,10 @@ __device__ __forceinline__ maxsum add_one(maxsum a, float z) {
   if (z == -INFINITY) /* exp(-inf) = 0 adds nothing (and -inf - -inf is NaN) */
     return a;
   if (z > a.m) {
-    a.s = a.s * kern__cu_expf(a.m - z) + 1.0f;
+    a.s = a.s * kern__expf(a.m - z) + 1.0f;
     a.m = z;
   } else {
-    a.s += kern__cu_expf(z - a.m);
+    a.s += kern__expf(z - a.m);
   }
   return a;
 }
@@ -27,7 +27,7 @@ __device__ __forceinline__ maxsum combine(maxsum a, maxsum b) {
   if (b.m == -INFINITY)
     return a;
   float m = fmaxf(a.m, b.m);
-  return maxsum{m, a.s * kern__cu_expf(a.m - m) + b.s * kern__cu_expf(b.m - m)};
+  return maxsum{m, a.s * kern__expf(a.m - m) + b.s * kern__expf(b.m - m)};
 }
 
 /* the pairs of all threads by a fixed tree (warp butterfly, then warp 0
@@ -84,7 +84,7 @@ __global__ void softmax_xent_kernel(float *losses, X *logits, const int32_t *tar
     float inv = 1.0f / sum;
     for (int v = threadIdx.x; v < V; v += THREADS)
       z[v] = kern__cu_to<X>(
-          (kern__cu_expf(kern__cu_f(z[v]) - mx) * inv - (v == tgt ? 1.0f : 0.0f)) * dscale);
+          (kern__expf(kern__cu_f(z[v]) - mx) * inv - (v == tgt ? 1.0f : 0.0f)) * dscale);
   }
 }
 
