@@ -95,6 +95,27 @@ def runs_spec(name, nruns, steps_range, seed):
     }, steps
 
 
+def step_seconds(binary, tmp, env=None):
+    """Seconds a step of runs_spec's tiny model takes on this machine: the
+    difference of a 1200-step and a 200-step run of `train` (so the
+    trainer's start is left out), for sizing a sweep in time rather than
+    in steps."""
+    spec, _ = runs_spec("calibrate", 1, (10, 10), 0)
+    took = []
+    for steps in (200, 1200):
+        cfg = dict(spec["base"], train=dict(spec["base"]["train"],
+                                            tokens=steps * TOKENS_PER_STEP),
+                   eval={"tokens": 256, "every_tokens": steps * TOKENS_PER_STEP})
+        path = os.path.join(tmp, "calibrate-%d.json" % steps)
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        t0 = time.time()
+        subprocess.run([binary, "train", "--config", path], check=True, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        took.append(time.time() - t0)
+    return max(took[1] - took[0], 1e-4) / 1000
+
+
 class Proxy:
     """Listens on a port of its own and forwards each connection to
     127.0.0.1:upstream_port, a thread a direction running the subclass's

@@ -469,12 +469,20 @@ def sweep_phase():
     for w, p in proxies.items():
         start_worker(w, p)
     mon = faultlib.TrainerMonitor(tmp, T0)
-    spec, steps = faultlib.runs_spec(f"fault-{SEED}", NRUNS, (2500, 4000), SEED)
+    # runs of 3 to 4.8 s at this machine's pace of one trainer alone (at
+    # least 2500 to 4000 steps; in the sweep, beside the other trainer, the
+    # scheduler and PostgreSQL, a step takes 2 to 3 times as long): on a
+    # fast machine fixed step counts ended the sweep before its five faults
+    step_s = faultlib.step_seconds(BIN, tmp, ENV)
+    lo = min(max(2500, int(3.0 / step_s) // 10 * 10), 20000)
+    hi = min(max(4000, int(4.8 / step_s) // 10 * 10), 32000)
+    spec, steps = faultlib.runs_spec(f"fault-{SEED}", NRUNS, (lo, hi), SEED)
     st, body = request("POST", "/api/sweeps", spec)
     if st != 201 or body.get("runs") != NRUNS:
         fail(f"submit: {st} {body}")
     sweep = body["id"]
-    say(f"sweep {sweep}: {NRUNS} runs of 2500-4000 steps on 2 workers, lease {LEASE_S} s")
+    say(f"sweep {sweep}: {NRUNS} runs of {lo}-{hi} steps ({step_s * 1e3:.2f} ms a step here) "
+        f"on 2 workers, lease {LEASE_S} s")
     fsync = psql("SHOW fsync") + "/" + psql("SHOW synchronous_commit") + "/" + \
         psql("SHOW full_page_writes")
     say(f"fsync/synchronous_commit/full_page_writes: {fsync}")
