@@ -305,7 +305,8 @@ static void b_failure(sched__buf *b, const store_run_page *p) {
 }
 
 /* The curves (web/run.js draws them), how to reproduce it, its config. */
-static void b_curves_reproduce_config(sched__buf *b, int64_t id, json_t *config) {
+static void b_curves_reproduce_config(sched__buf *b, const store_run_page *p, json_t *config) {
+  int64_t id = p->run.id;
   sched__b_puts(b, "<section id=\"curves\" aria-labelledby=\"h-curves\"><h2 id=\"h-curves\">Curves"
                    "</h2><p class=\"js-only\">The curves need JavaScript; the numbers are at "
                    "<a href=\"");
@@ -322,9 +323,12 @@ static void b_curves_reproduce_config(sched__buf *b, int64_t id, json_t *config)
       "resolved config</a>):</p><pre><code>scalesweep train --config "
       "run-%" PRId64 ".json</code></pre>"
       "<p class=\"needs-token\" hidden><button type=\"button\" id=\"reproduce-run\">"
-      "Reproduce this run</button> <button type=\"button\" id=\"cancel-run\">Cancel "
-      "this run</button></p></section>\n",
+      "Reproduce this run</button> <button type=\"button\" id=\"cancel-run\" "
+      "data-owner=\"",
       id, id, id);
+  /* data-owner: the script offers Cancel only to its sweep's owner or an admin */
+  sched__b_esc(b, p->owner ? p->owner : "");
+  sched__b_puts(b, "\">Cancel this run</button></p></section>\n");
   sched__b_puts(b,
                 "<section id=\"config\" aria-labelledby=\"h-config\"><h2 id=\"h-config\">Resolved "
                 "config</h2><pre class=\"config\" tabindex=\"0\">");
@@ -339,5 +343,5 @@ void sched__web_run(sched__buf *b, sched__web_req *w, const store_run_page *p, j
   b_relations(b, p, config);
   b_attempts(b, p->attempts, p->nattempts);
   b_failure(b, p);
-  b_curves_reproduce_config(b, w->id, config);
+  b_curves_reproduce_config(b, p, config);
 }

@@ -906,6 +906,7 @@ static void run_page_done(gather *g, int status, const char *errmsg) {
                       .log_tail = store__str_or_null(r, 0, 37),
                       .config = PQgetvalue(r, 0, 38),
                       .reproduction = store__str_or_null(r, 0, 39),
+                      .owner = store__str_or_null(r, 0, 40),
                       .attempts = parts[0].rows,
                       .nattempts = parts[0].n,
                       .reproduced_by = parts[1].rows,
@@ -923,7 +924,8 @@ void store_pages_run_page(db *d, int64_t run_id, store_run_page_cb cb, void *ud)
     return;
   snprintf(sql, sizeof sql,
            "SELECT %s, sw.name, wk.name, " TS_SQL("r.started_at") ", " TS_SQL(
-               "r.finished_at") ", " DURATION_SQL ", r.log_tail, r.config, %s FROM runs r "
+               "r.finished_at") ", " DURATION_SQL ", r.log_tail, r.config, %s, (SELECT name FROM "
+                                "users WHERE id = sw.owner_id) FROM runs r "
                                 "JOIN sweeps sw ON sw.id = r.sweep_id LEFT JOIN workers wk ON "
                                 "wk.id = r.worker WHERE r.id = $1",
            run_columns, REPRODUCTION_SQL);

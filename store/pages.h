@@ -214,6 +214,7 @@ typedef struct store_run_ref {
 typedef struct store_run_page {
   store_run run;
   const char *sweep, *worker_name;
+  const char *owner; /* its sweep's owner's name (users.name) */
   const char *started_utc, *finished_utc;
   double duration_s; /* so far while it runs; NAN before it started */
   const char *log_tail;

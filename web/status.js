@@ -36,7 +36,8 @@ function showToken() {
 
 // What the token's holder may do (GET /api/me; README, "A shared cluster"):
 // a viewer changes nothing; a member submits, reproduces any run and cancels
-// only their own sweeps (the button's data-owner); an admin does anything.
+// only their own sweeps and those sweeps' runs (the button's data-owner); an
+// admin does anything.
 // The page offers only those buttons; the API refuses the rest anyway.
 let me = null;
 
@@ -58,7 +59,7 @@ function offerActions() {
   const member = admin || me.role === 'member';
   const may = {
     'cancel-sweep': (e) => admin || (member && e.dataset.owner === me.name),
-    'cancel-run': () => member,
+    'cancel-run': (e) => admin || (member && e.dataset.owner === me.name),
     'reproduce-run': () => member,
     'submit-form': () => member,
   };

@@ -414,13 +414,24 @@ async function people(page) {
   if (res.status !== 201) fail(`ann's submit: ${res.status} ${JSON.stringify(own)}`);
   await page.goto(`${base}/sweeps/${own.id}`);
   if (!(await page.textContent('#summary .owner')).includes('ann')) fail('sweep page: no owner shown');
-  const asUser = async (name) => {
+  const asUser = async (name, button = '#cancel-sweep') => {
     await page.fill('#token', tokens[name]);
     await Promise.all([page.waitForResponse((r) => r.url().endsWith('/api/me')),
       page.click('#token-form button[type=submit]')]);
     await page.waitForTimeout(100); // the response handled: offerActions ran
-    return page.isVisible('#cancel-sweep');
+    return page.isVisible(button);
   };
+  // the run page: Cancel for the sweep's owner only, Reproduce for any member
+  const runs = await api('GET', `/api/sweeps/${own.id}/runs`);
+  const runId = runs.json && runs.json.runs && runs.json.runs[0] && runs.json.runs[0].id;
+  if (!runId) fail(`ann's sweep's runs: ${runs.status} ${runs.text}`);
+  await page.goto(`${base}/runs/${runId}`);
+  if (await asUser('bob', '#cancel-run')) fail("run page: the cancel button shows for another member's run");
+  if (!(await page.isVisible('#reproduce-run'))) fail('run page: no reproduce button for a member');
+  if (await asUser('vic', '#reproduce-run')) fail('run page: the reproduce button shows for a viewer');
+  if (!(await asUser('ann', '#cancel-run'))) fail("run page: no cancel button for the run's owner");
+  log(`people: on run ${runId}'s page bob may reproduce but not cancel, vic neither, ann both`);
+  await page.goto(`${base}/sweeps/${own.id}`);
   if (await asUser('vic')) fail('sweep page: the cancel button shows for a viewer');
   if (await asUser('bob')) fail("sweep page: the cancel button shows for another member's sweep");
   if (!(await asUser('ann'))) fail("sweep page: no cancel button for the sweep's owner");
