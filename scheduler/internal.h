@@ -60,6 +60,10 @@ struct sched {
    * PostgreSQL a second or more, and heartbeats (lease renewals, on db)
    * must not queue behind them */
   db *db_submit;
+  /* usage.c: changes that add queued runs, waiting for their turn (the
+   * limits' check and the store, one at a time) */
+  struct sched__add *adds, **adds_tail;
+  int adding;
 };
 
 /* place.c: a placement pass (one at a time; asked for during one, another

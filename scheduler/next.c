@@ -21,6 +21,7 @@
 
 #include "scheduler/spec_paths.h"
 #include "scheduler/submit.h"
+#include "scheduler/usage.h"
 #include "scheduler/fit_points.h"
 #include "store/fits.h"
 #include "store/sweeps.h"
@@ -90,6 +91,8 @@ static void work(uv_work_t *w) {
 static void on_extended(void *ud, int status, int64_t sweep_id, int64_t added, const char *errmsg) {
   next_job *j = ud;
   sched *s = j->s;
+  if (status == SCHED__ANSWERED) /* over its owner's limits */
+    return job_end(j);
   if (status != 0)
     return answer_store_error(j, status, errmsg);
   if (sweep_id == 0) {
@@ -132,9 +135,10 @@ static void after_work(uv_work_t *w, int status) {
     return job_end(j);
   }
   store_sweep_new sw = sched__spec_out_runs(&j->out);
-  /* on the control connection, where a cancel of the sweep also goes: the
-   * two never overlap, so a cancel sees every run an extend added */
-  store_sweeps_extend(s->db, j->sweep_id, &sw, on_extended, j);
+  /* within the sweep's owner's queued limits; stored on the control
+   * connection, where a cancel of the sweep also goes: the two never
+   * overlap, so a cancel sees every run an extend added */
+  sched__usage_add(s, j->r, j->sweep_id, &sw, on_extended, j);
 }
 
 static void on_fits(void *ud, int status, const char *json, const char *errmsg) {

@@ -197,6 +197,8 @@ static void on_existing(void *ud, int status, int64_t sweep_id, const char *errm
 
 static void on_inserted(void *ud, int status, int64_t sweep_id, int64_t runs, const char *errmsg) {
   sub_ctx *x = ud;
+  if (status == SCHED__ANSWERED) /* over a limit: x goes with the request */
+    return;
   if (status != 0) {
     answer_store_error(x->r, status, errmsg);
     return;
@@ -242,7 +244,7 @@ static void store(sub_job *j) {
   sw.spec_json = j->canon;
   sw.spec_hash = x->hash;
   sw.owner_id = j->who.user_id;
-  sched__usage_insert(j->s, j->r, &sw, on_inserted, x); /* within its owner's queued limits */
+  sched__usage_add(j->s, j->r, 0, &sw, on_inserted, x); /* within its owner's queued limits */
 }
 
 static void after_work(uv_work_t *w, int status) {

@@ -297,36 +297,75 @@ static void set_limits(usage_req *u) {
 
 /* ---- a submission's limits -------------------------------------------------------------- */
 
-typedef struct insert_ctx {
+/* A change that adds queued runs (a sweep's insert, or runs added to one),
+ * waiting its turn: one at a time from the check of its owner's limits to
+ * its store's answer, so that two submissions cannot both pass the check
+ * before either is stored. */
+typedef struct sched__add {
+  struct sched__add *next;
   sched *s;
   http_request *r;
+  int64_t extend;     /* the sweep the runs are added to; 0: sw is a new sweep */
   store_sweep_new sw; /* its strings in text, one allocation */
   char *text;
   store_sweeps_inserted_cb cb;
   void *ud;
-} insert_ctx;
+} sched__add;
 
-static void on_submit_checked(void *ud, int status, const char *json, const char *errmsg) {
-  insert_ctx *x = ud;
+static void add_next(sched *s);
+
+static void add_done(sched__add *x) {
+  sched *s = x->s;
+  free(x->text);
+  free(x);
+  s->adding = 0;
+  add_next(s);
+}
+
+static void on_added(void *ud, int status, int64_t sweep_id, int64_t runs, const char *errmsg) {
+  sched__add *x = ud;
+  x->cb(x->ud, status, sweep_id, runs, errmsg);
+  add_done(x);
+}
+
+static void on_add_checked(void *ud, int status, const char *json, const char *errmsg) {
+  sched__add *x = ud;
   json_t *over = status == 0 && json ? json_loads(json, JSON_DECODE_ANY, NULL) : NULL;
   if (status != 0) {
     http_respond_error(x->r, status == SS_ECONN ? 503 : 500, errmsg, NULL);
   } else if (sched__jstr(over, "limit")) {
     char msg[400];
     snprintf(msg, sizeof msg,
-             "submission refused: it would take you over your limit %s = %.6g (queued now: "
-             "%.6g, this sweep adds %.6g); see `scalesweep usage`, or ask an admin "
-             "(`scalesweep limits`)",
+             "%s refused: it would take %s over the limit %s = %.6g (queued now: %.6g, this "
+             "%s adds %.6g); see `scalesweep usage`, or ask an admin (`scalesweep limits`)",
+             x->extend ? "adding runs" : "submission", x->extend ? "the sweep's owner" : "you",
              sched__jstr(over, "limit"), json_number_value(json_object_get(over, "max")),
-             json_number_value(json_object_get(over, "queued")),
+             json_number_value(json_object_get(over, "queued")), x->extend ? "design" : "sweep",
              json_number_value(json_object_get(over, "adding")));
     http_respond_error(x->r, 403, msg, NULL);
   } else {
-    store_sweeps_insert(x->s->db_submit, &x->sw, x->cb, x->ud);
+    json_decref(over);
+    if (x->extend) /* on the control connection, as next.c says why */
+      store_sweeps_extend(x->s->db, x->extend, &x->sw, on_added, x);
+    else
+      store_sweeps_insert(x->s->db_submit, &x->sw, on_added, x);
+    return;
   }
   json_decref(over);
-  free(x->text);
-  free(x);
+  x->cb(x->ud, SCHED__ANSWERED, 0, 0, NULL);
+  add_done(x);
+}
+
+static void add_next(sched *s) {
+  sched__add *x = s->adds;
+  if (s->adding || !x)
+    return;
+  s->adds = x->next;
+  if (!s->adds)
+    s->adds_tail = &s->adds;
+  s->adding = 1;
+  store_usage_check_submit(s->db_submit, x->extend ? 0 : x->sw.owner_id, x->extend,
+                           x->sw.runs_json, on_add_checked, x);
 }
 
 /* a copy of src at *at in buf; *at moves past it */
@@ -339,27 +378,32 @@ static const char *put(char *buf, size_t *at, const char *src) {
   return buf + *at - n;
 }
 
-void sched__usage_insert(sched *s, http_request *r, const store_sweep_new *sw,
-                         store_sweeps_inserted_cb cb, void *ud) {
+void sched__usage_add(sched *s, http_request *r, int64_t extend, const store_sweep_new *sw,
+                      store_sweeps_inserted_cb cb, void *ud) {
   const char *parts[4] = {sw->name, sw->spec_json, sw->spec_hash, sw->runs_json};
   size_t len = 0;
   for (int i = 0; i < 4; i++)
     len += parts[i] ? strlen(parts[i]) + 1 : 0;
-  insert_ctx *x = calloc(1, sizeof *x);
+  sched__add *x = calloc(1, sizeof *x);
   char *text = malloc(len ? len : 1);
   if (!x || !text) {
     free(x);
     free(text);
     http_respond_error(r, 500, "out of memory", NULL);
+    cb(ud, SCHED__ANSWERED, 0, 0, NULL);
     return;
   }
-  *x = (insert_ctx){.s = s, .r = r, .sw = *sw, .text = text, .cb = cb, .ud = ud};
+  *x = (sched__add){.s = s, .r = r, .extend = extend, .sw = *sw, .text = text, .cb = cb, .ud = ud};
   size_t at = 0;
   x->sw.name = put(text, &at, sw->name);
   x->sw.spec_json = put(text, &at, sw->spec_json);
   x->sw.spec_hash = put(text, &at, sw->spec_hash);
   x->sw.runs_json = put(text, &at, sw->runs_json);
-  store_usage_check_submit(s->db_submit, sw->owner_id, x->sw.runs_json, on_submit_checked, x);
+  if (!s->adds_tail)
+    s->adds_tail = &s->adds;
+  *s->adds_tail = x;
+  s->adds_tail = &x->next;
+  add_next(s);
 }
 
 /* ---- routing --------------------------------------------------------------------------- */

@@ -93,10 +93,11 @@ void store_usage_set_limits(db *d, const char *name, const store_limits *l, stor
               4, p, cb, ud);
 }
 
-void store_usage_check_submit(db *d, int64_t owner, const char *runs_json, store_json_cb cb,
-                              void *ud) {
-  char who[24];
-  const char *p[2] = {store__itoa(who, sizeof who, owner), runs_json};
+void store_usage_check_submit(db *d, int64_t owner, int64_t sweep_id, const char *runs_json,
+                              store_json_cb cb, void *ud) {
+  char who[24], sw[24];
+  const char *p[3] = {store__itoa(who, sizeof who, owner), runs_json,
+                      store__itoa(sw, sizeof sw, sweep_id)};
   /* the runs are counted only for a person with limits (a lateral over
    * their user_limits row): the others' submissions parse nothing twice */
   store__query_json(
@@ -109,6 +110,6 @@ void store_usage_check_submit(db *d, int64_t owner, const char *runs_json, store
       "coalesce(sum(flops), 0) AS flops FROM runs WHERE owner_id = l.user_id AND status = "
       "'queued') q CROSS JOIN LATERAL (SELECT count(*) AS runs, coalesce(sum((e->>'flops')::"
       "float8), 0) AS flops FROM jsonb_array_elements($2::text::jsonb) e) n WHERE l.user_id = "
-      "$1::bigint",
-      2, p, cb, ud);
+      "coalesce(nullif($1::bigint, 0), (SELECT owner_id FROM sweeps WHERE id = $3::bigint))",
+      3, p, cb, ud);
 }

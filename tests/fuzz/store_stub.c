@@ -894,7 +894,7 @@ void store_usage_set_limits(db *d, const char *name, const store_limits *l, stor
   done(d, 1, cb, ud);
 }
 
-void store_usage_check_submit(db *d, int64_t owner, const char *runs_json, store_json_cb cb,
-                              void *ud) {
+void store_usage_check_submit(db *d, int64_t owner, int64_t sweep_id, const char *runs_json,
+                              store_json_cb cb, void *ud) {
   json_doc(d, 0, cb, ud);
 }

@@ -16,6 +16,7 @@ Usage: test_limits.py SCALESWEEP_BINARY
 import json
 import os
 import sys
+import threading
 import time
 
 from harness import psql
@@ -83,6 +84,28 @@ try:
               "a run over a limit of 1 FLOP queued: %s %s" % (st, doc))
     print("limits: submissions over the queued-runs and queued-FLOPs limits refused (403) "
           "with the figures")
+
+    # two submissions at once, each within the limit and both together over
+    # it: the check and the store go one change at a time, so one is refused
+    queued = int(psql("SELECT count(*) FROM runs r JOIN users u ON u.id = r.owner_id "
+                      "WHERE u.name = 'alice' AND r.status = 'queued'"))
+    out = rig.cli("admin", "limits", "alice", "--gpus", "1", "--queued-runs", str(queued + 3))
+    rig.check(out.returncode == 0, "limits: %s" % out.stderr)
+    results = []
+    racers = [threading.Thread(target=lambda n=n: results.append(
+        rig.request("alice", "POST", "/api/sweeps", spec("race-%d" % n, 2, gpus=1))))
+        for n in range(2)]
+    for t in racers:
+        t.start()
+    for t in racers:
+        t.join(60)
+    codes = sorted(st for st, _ in results)
+    now = int(psql("SELECT count(*) FROM runs r JOIN users u ON u.id = r.owner_id "
+                   "WHERE u.name = 'alice' AND r.status = 'queued'"))
+    rig.check(codes == [201, 403] and now == queued + 2,
+              "two submissions of 2 runs at once with room for 3: %s; queued %d -> %d"
+              % (results, queued, now))
+    print("limits: of two submissions at once that together go over, one refused")
     rig.check(alice_gpus() == 1, "alice holds %d GPUs" % alice_gpus())
     st, trail = rig.request("admin", "GET", "/api/audit?limit=100")
     rows = [r for r in (trail if isinstance(trail, list) else trail.get("rows", []))
