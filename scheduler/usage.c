@@ -336,9 +336,10 @@ static void on_add_checked(void *ud, int status, const char *json, const char *e
   } else if (sched__jstr(over, "limit")) {
     char msg[400];
     snprintf(msg, sizeof msg,
-             "%s refused: it would take %s over the limit %s = %.6g (queued now: %.6g, this "
+             "%s refused: it would take %s over %s limit %s = %.6g (queued now: %.6g, this "
              "%s adds %.6g); see `scalesweep usage`, or ask an admin (`scalesweep limits`)",
              x->extend ? "adding runs" : "submission", x->extend ? "the sweep's owner" : "you",
+             x->extend ? "their" : "your",
              sched__jstr(over, "limit"), json_number_value(json_object_get(over, "max")),
              json_number_value(json_object_get(over, "queued")), x->extend ? "design" : "sweep",
              json_number_value(json_object_get(over, "adding")));
