@@ -70,7 +70,7 @@ int cli_args_read(int argc, char **argv, const char *cmd, const cli_opt *opts, s
       continue;
     if (is_value_opt(a, opts, n))
       return cli_usage_error(cmd, NULL, "%s needs a value", a);
-    if (a[0] == '-' && a[1])
+    if (a[0] == '-' && a[1] && !(a[1] >= '0' && a[1] <= '9')) /* -5: a number */
       return cli_usage_error(cmd, NULL, "unknown option '%s'", a);
     if (got == max_pos)
       return cli_usage_error(cmd, NULL, "unexpected argument '%s'", a);

@@ -385,6 +385,11 @@ void sched__usage_add(sched *s, http_request *r, int64_t extend, const store_swe
   size_t len = 0;
   for (int i = 0; i < 4; i++)
     len += parts[i] ? strlen(parts[i]) + 1 : 0;
+  if (s->stopping) { /* its connections are closing */
+    http_respond_error(r, 503, "the scheduler is stopping; try again", NULL);
+    cb(ud, SCHED__ANSWERED, 0, 0, NULL);
+    return;
+  }
   sched__add *x = calloc(1, sizeof *x);
   char *text = malloc(len ? len : 1);
   if (!x || !text) {

@@ -109,7 +109,9 @@ void store_usage_check_submit(db *d, int64_t owner, int64_t sweep_id, const char
       "n.flops) END FROM user_limits l CROSS JOIN LATERAL (SELECT count(*) AS runs, "
       "coalesce(sum(flops), 0) AS flops FROM runs WHERE owner_id = l.user_id AND status = "
       "'queued') q CROSS JOIN LATERAL (SELECT count(*) AS runs, coalesce(sum((e->>'flops')::"
-      "float8), 0) AS flops FROM jsonb_array_elements($2::text::jsonb) e) n WHERE l.user_id = "
+      "float8), 0) AS flops FROM jsonb_array_elements($2::text::jsonb) e WHERE $3::bigint = 0 OR "
+      "NOT EXISTS (SELECT 1 FROM runs r WHERE r.sweep_id = $3::bigint AND r.config_hash = "
+      "e->>'config_hash')) n WHERE l.user_id = "
       "coalesce(nullif($1::bigint, 0), (SELECT owner_id FROM sweeps WHERE id = $3::bigint))",
       3, p, cb, ud);
 }

@@ -39,9 +39,10 @@ void store_usage_set_limits(db *d, const char *name, const store_limits *l, stor
                             void *ud);
 
 /* What a submission of the runs runs_json (a JSON array of objects with
- * "flops", store_sweep_new's) by person owner (0: sweep sweep_id's owner,
- * for runs added to it) would break: json NULL when nothing (or they have
- * no limits), else {"limit": "max_queued_runs" or "max_queued_flops",
+ * "flops" and "config_hash", store_sweep_new's) by person owner (0: sweep
+ * sweep_id's owner, for runs added to it; the runs it has already, which
+ * are not added again, left out) would break: json NULL when nothing (or
+ * they have no limits), else {"limit": "max_queued_runs" or "max_queued_flops",
  * "max": X, "queued": X, "adding": X}. */
 void store_usage_check_submit(db *d, int64_t owner, int64_t sweep_id, const char *runs_json,
                               store_json_cb cb, void *ud);

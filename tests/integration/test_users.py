@@ -117,6 +117,9 @@ def roles(admin, ann, bob, vic):
     check(p.returncode == 0 and "priority 5" in p.stdout, f"ann's priority 5: {p.stderr}")
     check(psql(f"SELECT DISTINCT priority FROM runs WHERE sweep_id = {A}") == "5",
           "the queued runs' priority did not follow")
+    p = cli(token_file("ann", ann), "priority", str(A), "-3")  # a number, not an option
+    check(p.returncode == 0 and "priority -3" in p.stdout,
+          f"ann's priority -3: {p.returncode} {p.stdout} {p.stderr}")
     # a viewer reads and changes nothing
     st, _ = req(vic, "GET", f"/api/sweeps/{A}")
     check(st == 200, f"a viewer's read: {st}")
