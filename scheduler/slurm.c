@@ -354,9 +354,9 @@ static void on_scancel(void *ud, int ok) {
 
 /* The connected workers' free CPU slots and GPUs (draining ones' not), and
  * per job its workers connected (jobs[i].connected) and idle (idle_of[i]). */
-static void count_workers(sched *s, int *idle_of, int *cpu_free, int *gpu_free) {
+static void count_workers(sched *s, int *idle_of, int *cpu_free, int *gpu_free, int *returning) {
   sched__slurm *sl = &s->slurm;
-  *cpu_free = *gpu_free = 0;
+  *cpu_free = *gpu_free = *returning = 0;
   for (int i = 0; i < sl->njobs; i++)
     sl->jobs[i].connected = 0;
   for (sched__wconn *c = s->wp.conns; c; c = c->next) {
@@ -368,8 +368,10 @@ static void count_workers(sched *s, int *idle_of, int *cpu_free, int *gpu_free) 
         sl->jobs[i].ever_connected = 1;
         idle_of[i] += c->runs == NULL;
       }
-    if (c->draining)
+    if (c->draining) {
+      *returning += c->runs != NULL;
       continue;
+    }
     *cpu_free += c->cpu_slots - c->cpu_busy;
     if (c->cuda_ok)
       for (int g = 0; g < c->ngpus; g++)
@@ -485,9 +487,9 @@ static void ask(sched *s, need left, int nodes_used) {
 static void decide(sched *s) {
   sched__slurm *sl = &s->slurm;
   uint64_t now = now_ms(s);
-  int cpu_free, gpu_free, cpu_coming, gpu_coming;
+  int cpu_free, gpu_free, cpu_coming, gpu_coming, returning;
   int idle_of[SCHED__SLURM_MAX_JOBS] = {0};
-  count_workers(s, idle_of, &cpu_free, &gpu_free);
+  count_workers(s, idle_of, &cpu_free, &gpu_free, &returning);
   /* what the connected workers cannot take; then what the jobs on their way
    * (their workers not connected yet) cannot either */
   need now_need = needs(sl, cpu_free, gpu_free);
@@ -495,6 +497,11 @@ static void decide(sched *s) {
   need left = needs(sl, cpu_free + cpu_coming, gpu_free + gpu_coming);
   if (cancel_idle(s, idle_of, now_need, now))
     return;
+  /* stopping workers (a preempted job's) still hold runs that come back to
+   * the queue within their kill grace: one job for them all once they are
+   * back, not one for each as it comes */
+  if (returning > 0)
+    return pass_end(s);
   if (left.cpu_runs + left.gpu_runs == 0)
     return hold(s, "");
   if (now < sl->hold_until_ms)
