@@ -42,8 +42,9 @@ int cli_opt_read(int argc, char **argv, int *i, const cli_opt *opts, size_t n);
 /* Reads a command's whole argument list: "-h" or "--help" prints usage on
  * stdout; each of the n options is read as cli_opt_read does, a value
  * option also as "--name=VALUE"; any other argument that does not start
- * with '-' (or is "-", standard input, or a negative number) is positional, kept in pos[] (up to
- * max_pos of them; *npos, when not NULL, counts them). Returns -1 when all
+ * with '-' (or is "-", standard input, or a negative number) is
+ * positional, kept in pos[] (up to max_pos of them; *npos, when not NULL,
+ * counts them). Returns -1 when all
  * is read; SS_EXIT_OK after --help; SS_EXIT_USAGE after cli_usage_error
  * said what is wrong: an unknown option, a value option with no value, a
  * positional argument over max_pos. cmd names the command in messages. */
